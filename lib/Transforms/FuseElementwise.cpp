@@ -1,0 +1,60 @@
+//===- FuseElementwise.cpp - producer/consumer fusion of linalg.generic --===//
+//
+// Wraps upstream elementwise fusion with mlircap's cost rule; see Passes.td.
+//
+//===----------------------------------------------------------------------===//
+#include "mlircap/Passes.h"
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Tensor/Transforms/Transforms.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+namespace mlir::mlircap {
+#define GEN_PASS_DEF_MLIRCAPFUSEELEMENTWISE
+#include "mlircap/Passes.h.inc"
+
+namespace {
+/// A generic whose body only yields one of its block arguments: a copy,
+/// broadcast or transpose. Recomputing it in several consumers costs nothing
+/// but index arithmetic.
+bool isPureDataMovement(linalg::GenericOp op) {
+  Block &body = op.getRegion().front();
+  if (body.getOperations().size() != 1)
+    return false;
+  auto yield = cast<linalg::YieldOp>(body.getTerminator());
+  return llvm::all_of(yield.getValues(),
+                      [](Value v) { return isa<BlockArgument>(v); });
+}
+
+struct FuseElementwise : impl::MlircapFuseElementwiseBase<FuseElementwise> {
+  using Base::Base;
+  void runOnOperation() override {
+    unsigned maxOps = maxOperands;
+    linalg::ControlFusionFn control = [maxOps](OpOperand *fused) {
+      auto producer = fused->get().getDefiningOp<linalg::GenericOp>();
+      auto consumer = dyn_cast<linalg::GenericOp>(fused->getOwner());
+      if (!producer || !consumer)
+        return false;
+      if (producer.getNumReductionLoops() != 0)
+        return false;
+      if (!producer->hasOneUse() && !isPureDataMovement(producer))
+        return false;
+      unsigned inputs = consumer.getNumDpsInputs() - 1 + producer.getNumDpsInputs();
+      return inputs <= maxOps;
+    };
+    RewritePatternSet patterns(&getContext());
+    linalg::populateElementwiseOpsFusionPatterns(patterns, control);
+    // Reshapes between elementwise ops block fusion: fold them by expansion.
+    linalg::populateFoldReshapeOpsByExpansionPatterns(
+        patterns, [](OpOperand *fused) {
+          Operation *producer = fused->get().getDefiningOp();
+          return producer && producer->hasOneUse();
+        });
+    linalg::populateEraseUnusedOperandsAndResultsPatterns(patterns);
+    tensor::populateFoldTensorEmptyPatterns(patterns);
+    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+      signalPassFailure();
+  }
+};
+} // namespace
+} // namespace mlir::mlircap
