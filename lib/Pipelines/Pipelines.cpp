@@ -37,7 +37,7 @@ std::string gpuPipeline(llvm::StringRef chip, llvm::StringRef features) {
   return llvm::formatv(
       "{0},{1},"
       "func.func(convert-linalg-to-parallel-loops,"
-      "scf-parallel-loop-tiling{{parallel-loop-tile-sizes=1,256},"
+      "scf-parallel-loop-tiling{{parallel-loop-tile-sizes=1,256 no-min-max-bounds=true},"
       "gpu-map-parallel-loops,convert-parallel-loops-to-gpu),"
       "gpu-kernel-outlining,lower-affine,canonicalize,cse,"
       "nvvm-attach-target{{chip={2} features={3} O=3},"

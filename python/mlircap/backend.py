@@ -1,0 +1,191 @@
+"""The mlircap backend: an FX graph in, a callable that runs compiled code out.
+
+`backend(gm, example_inputs)` follows the torch.compile backend contract. It
+runs aot_autograd (functionalization, decomposition to the aten ops torch-mlir
+imports, parameters lifted to graph inputs) and hands each forward graph to
+`compile_graph`. Backward graphs run eagerly.
+
+Failure policy: any stage that rejects a graph makes that graph run eagerly,
+with one warning naming the stage and every unsupported op; with
+``strict=True`` the same report is raised as `MlircapCompileError`.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+
+from . import logs
+from .frontend import FrontendError, decomposition_table, import_graph
+
+
+class MlircapCompileError(RuntimeError):
+    pass
+
+
+@dataclass
+class Options:
+    strict: bool = False
+    device: str = "auto"          # "auto" | "cpu" | "cuda": where compiled code runs
+    opt_level: int = 3
+    chip: str = "sm_90"
+
+
+@dataclass
+class CompiledGraph:
+    """One captured graph and every IR stage mlircap produced for it."""
+
+    name: str
+    gm: torch.fx.GraphModule
+    torch_ir: str = ""
+    linalg_ir: str = ""
+    device: str = "cpu"
+    times: dict = field(default_factory=dict)
+    fallback_reason: str | None = None
+    executable: object = None
+    _stage_cache: dict = field(default_factory=dict)
+
+    STAGES = ("fx", "torch", "linalg", "fused", "llvm", "ptx")
+
+    def ir(self, stage: str = "linalg") -> str:
+        """IR of one stage: fx, torch, linalg, fused, llvm (CPU lowering), ptx."""
+        from ._core import core
+
+        if stage == "fx":
+            return self.gm.code
+        if stage == "torch":
+            return self.torch_ir
+        if stage == "linalg":
+            return self.linalg_ir
+        if stage not in self.STAGES:
+            raise ValueError(f"unknown stage {stage!r}; one of {', '.join(self.STAGES)}")
+        if not self.linalg_ir:
+            raise RuntimeError(f"graph {self.name} has no linalg IR ({self.fallback_reason})")
+        if stage not in self._stage_cache:
+            if stage == "fused":
+                text = core().run_pipeline(self.linalg_ir, "mlircap-fuse")
+            elif stage == "llvm":
+                text = core().run_pipeline(self.linalg_ir, "mlircap-cpu-pipeline")
+            else:
+                text = core().to_ptx(self.linalg_ir, chip="sm_90")
+            self._stage_cache[stage] = text
+        return self._stage_cache[stage]
+
+    def __call__(self, *args):
+        return self.executable(*args)
+
+
+def _output_specs(gm: torch.fx.GraphModule):
+    out = gm.graph.output_node().args[0]
+    nodes = out if isinstance(out, (list, tuple)) else [out]
+    specs = []
+    for n in nodes:
+        val = n.meta.get("val") if isinstance(n, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor):
+            raise MlircapCompileError(f"graph output {n!r} is not a tensor")
+        specs.append((tuple(int(s) for s in val.shape), val.dtype))
+    return specs
+
+
+def _check_static(gm: torch.fx.GraphModule):
+    for n in gm.graph.nodes:
+        val = n.meta.get("val")
+        if isinstance(val, torch.SymInt) or (
+            isinstance(val, torch.Tensor) and any(not isinstance(s, int) for s in val.shape)
+        ):
+            raise MlircapCompileError(f"dynamic shape at node {n.name}: mlircap compiles static shapes only")
+
+
+def _device_of(example_inputs) -> str:
+    for t in example_inputs:
+        if isinstance(t, torch.Tensor) and t.device.type == "cuda":
+            return "cuda"
+    return "cpu"
+
+
+_counter = 0
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, options: Options, registry: list | None = None):
+    """Compiles one aten-level graph; returns a callable (eager on fallback)."""
+    global _counter
+    _counter += 1
+    graph = CompiledGraph(name=f"graph{_counter}", gm=gm)
+    if registry is not None:
+        registry.append(graph)
+    device = options.device if options.device != "auto" else _device_of(example_inputs)
+    graph.device = device
+    try:
+        _check_static(gm)
+        outputs = _output_specs(gm)
+        with logs.stage(f"{graph.name}: torch-mlir import + lowering", graph.times):
+            fe = import_graph(gm, func_name="main")
+        graph.torch_ir, graph.linalg_ir = fe.torch_ir, fe.linalg_ir
+        if device == "cuda":
+            from .runtime.cuda import GpuExecutable
+
+            with logs.stage(f"{graph.name}: GPU codegen", graph.times):
+                graph.executable = GpuExecutable(fe.linalg_ir, options.chip)
+        else:
+            from .runtime.cpu import CpuExecutable
+
+            with logs.stage(f"{graph.name}: CPU codegen + JIT", graph.times):
+                graph.executable = CpuExecutable(fe.linalg_ir, "main", outputs, options.opt_level)
+        logs.log("progress", f"{graph.name}: compiled for {device}")
+        return graph
+    except Exception as e:  # noqa: BLE001 - every failure becomes a fallback or a strict error
+        report = _failure_report(graph, e)
+        graph.fallback_reason = report
+        if options.strict:
+            raise MlircapCompileError(report) from e
+        warnings.warn(f"mlircap: running {graph.name} eagerly. {report}", stacklevel=2)
+        graph.executable = gm
+        return graph
+
+
+def _failure_report(graph: CompiledGraph, e: Exception) -> str:
+    if isinstance(e, FrontendError):
+        lines = [f"Stage '{e.stage}' (torch-mlir) rejected the graph."]
+        if e.unsupported:
+            lines.append("Unsupported ops:")
+            lines += [f"  {op} at {loc or '<unknown location>'}" for op, loc in e.unsupported]
+        else:
+            lines.append(str(e).strip().splitlines()[0] if str(e).strip() else repr(e))
+        return "\n".join(lines)
+    msg = str(e).strip()
+    return f"{type(e).__name__}: {msg}"
+
+
+def make_backend(options: Options | None = None, registry: list | None = None):
+    """A torch.compile-style backend `(gm, example_inputs) -> callable`."""
+    from functorch.compile import make_boxed_func
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    options = options or Options()
+
+    def fw_compiler(gm, example_inputs):
+        compiled = compile_graph(gm, example_inputs, options, registry)
+
+        def run(args):
+            return compiled(*args)
+
+        run._boxed_call = True
+        return run
+
+    def bw_compiler(gm, example_inputs):
+        return make_boxed_func(gm.forward)
+
+    def backend(gm, example_inputs):
+        return aot_module_simplified(
+            gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
+            decompositions=decomposition_table(),
+        )
+
+    return backend
+
+
+def mlircap_backend(gm, example_inputs, **kwargs):
+    """Entry point registered as torch.compile(backend="mlircap")."""
+    return make_backend(Options(**kwargs))(gm, example_inputs)

@@ -1,0 +1,106 @@
+"""Frontend: an aten-level FX GraphModule -> torch-dialect MLIR -> linalg-on-tensors.
+
+Uses torch-mlir's FX importer on the graph as it is (un-frozen: parameters and
+buffers are placeholders, so they stay function arguments rather than inline
+constants). IR leaves this module as text: torch-mlir runs on its own LLVM
+(24git) and the compiler core on the SDK's (22.1.8).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+
+class FrontendError(RuntimeError):
+    """torch-mlir could not import or lower a graph.
+
+    ``unsupported`` lists every op that failed, each with the source location
+    torch-mlir attached (the user's ``file:line`` when the graph has it).
+    """
+
+    def __init__(self, stage: str, message: str, unsupported: list[tuple[str, str]]):
+        self.stage = stage
+        self.unsupported = unsupported
+        super().__init__(message)
+
+
+def decomposition_table():
+    """torch-mlir's decompositions plus those its importer needs (BatchNorm)."""
+    from torch._decomp import get_decompositions
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+    aten = torch.ops.aten
+    table = dict(get_decomposition_table())
+    table.update(get_decompositions([aten.native_batch_norm, aten._native_batch_norm_legit_no_training]))
+    return table
+
+
+@dataclass
+class FrontendResult:
+    torch_ir: str
+    linalg_ir: str
+
+
+_OP_RE = re.compile(r"(?:failed to legalize operation|unsupported by backend contract: ?)\s*'([\w.]+)'")
+
+
+def _unsupported_ops(text: str) -> list[tuple[str, str]]:
+    """(op, location) pairs named in torch-mlir's diagnostics, deduplicated."""
+    found = []
+    for line in text.splitlines():
+        m = _OP_RE.search(line)
+        if m:
+            loc = line.split(": error", 1)[0].strip() if ": error" in line else ""
+            if (m.group(1), loc) not in found:
+                found.append((m.group(1), loc))
+    return found
+
+
+def import_graph(gm: torch.fx.GraphModule, func_name: str = "main") -> FrontendResult:
+    """Imports an aten-level graph (every node has ``meta["val"]``) and lowers it."""
+    from torch_mlir import ir
+    from torch_mlir.compiler_utils import OutputType, lower_mlir_module, run_pipeline_with_repro_report
+    from torch_mlir.dialects import torch as torch_d
+    from torch_mlir.extras.fx_importer import FxImporter
+
+    ctx = ir.Context()
+    torch_d.register_dialect(ctx)
+    importer = FxImporter(context=ctx)
+    try:
+        importer.import_stateless_graph(gm.graph, func_name=func_name)
+    except Exception as e:  # the importer raises NotImplementedError & co. per node
+        raise FrontendError("fx-import", f"torch-mlir FX import failed: {e}", []) from e
+    module = importer.module
+    try:
+        run_pipeline_with_repro_report(
+            module,
+            "builtin.module(func.func(torch-match-quantized-custom-ops),"
+            "torchdynamo-export-to-torch-backend-pipeline{ extra-library=})",
+            "Lowering TorchFX IR -> Torch Backend IR",
+        )
+        torch_ir = str(module)
+        lower_mlir_module(False, OutputType.LINALG_ON_TENSORS, module)
+        linalg_ir = str(module)
+        if "tm_tensor." in linalg_ir:
+            linalg_ir = _lower_tm_tensor(module)
+    except Exception as e:
+        text = str(e)
+        raise FrontendError("torch-to-linalg", text, _unsupported_ops(text)) from e
+    return FrontendResult(torch_ir=torch_ir, linalg_ir=linalg_ir)
+
+
+def _lower_tm_tensor(module) -> str:
+    """torch-mlir's private tm_tensor ops (scan for cumsum, sort, scatter) do not
+    exist in upstream MLIR: lower them to loops with torch-mlir's own passes.
+    The buffers those loops write come back to tensors through
+    bufferization.to_tensor, which one-shot-bufferize only accepts when marked
+    restrict+writable (each is a fresh allocation, so both hold)."""
+    from torch_mlir.passmanager import PassManager
+
+    with module.context:
+        PassManager.parse("builtin.module(func.func(tm-tensor-bufferize),func.func(tm-tensor-to-loops))").run(
+            module.operation)
+    return re.sub(r"bufferization\.to_tensor (%[\w.#]+) :", r"bufferization.to_tensor \1 restrict writable :",
+                  str(module))

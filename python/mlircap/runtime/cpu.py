@@ -1,0 +1,45 @@
+"""CPU executor: the core library JIT-compiles the whole graph function.
+
+The lowered function takes its results as trailing out-parameters
+(buffer-results-to-out-params), so outputs are allocated here by torch and
+written in place by the compiled code: inputs are passed by pointer without
+copies (non-contiguous inputs are made contiguous first).
+"""
+from __future__ import annotations
+
+import torch
+
+from .._core import core
+
+
+def contiguous_strides(shape) -> list[int]:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(int(s), 1)
+    return strides[::-1]
+
+
+class CpuExecutable:
+    def __init__(self, linalg_ir: str, func_name: str, outputs: list[tuple[tuple[int, ...], torch.dtype]],
+                 opt_level: int = 3):
+        self._core = core()
+        self.engine = self._core.cpu_compile(linalg_ir, opt_level)
+        self.fn = self.engine.lookup(func_name)
+        self.outputs = [(tuple(s), d, contiguous_strides(s)) for s, d in outputs]
+
+    def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
+        args = []
+        keep = []
+        for t in inputs:
+            if not t.is_contiguous():
+                t = t.contiguous()
+            keep.append(t)
+            args.append((t.data_ptr(), tuple(t.shape), contiguous_strides(t.shape)))
+        outs = []
+        for shape, dtype, strides in self.outputs:
+            o = torch.empty(shape, dtype=dtype)
+            outs.append(o)
+            args.append((o.data_ptr(), shape, strides))
+        self._core.call_packed(self.fn, args)
+        return outs

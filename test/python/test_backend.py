@@ -1,0 +1,79 @@
+"""The torch.compile backend, IR stages, fallback and strict mode."""
+import warnings
+
+import pytest
+import torch
+
+import mlircap
+
+
+def f(x, y):
+    return torch.relu(x @ y) + 1.0
+
+
+def test_torch_compile_backend_name():
+    x, y = torch.randn(4, 8), torch.randn(8, 3)
+    out = torch.compile(f, backend="mlircap")(x, y)
+    torch.testing.assert_close(out, f(x, y))
+
+
+def test_entry_point_registered():
+    from importlib.metadata import entry_points
+
+    eps = entry_points(group="torch_dynamo_backends")
+    assert any(ep.name == "mlircap" and ep.value == "mlircap:mlircap_backend" for ep in eps)
+
+
+def test_ir_stages():
+    x, y = torch.randn(4, 8), torch.randn(8, 3)
+    fast = mlircap.compile(f)
+    fast(x, y)
+    assert "aten.mm" in fast.ir("fx")
+    assert "torch.aten.mm" in fast.ir("torch")
+    assert "linalg.matmul" in fast.ir("linalg")
+    assert "linalg.generic" in fast.ir("fused")
+    assert "llvm.func @_mlir_ciface_main" in fast.ir("llvm")
+    assert ".visible .entry" in fast.ir("ptx")
+    with pytest.raises(ValueError, match="unknown stage"):
+        fast.ir("nope")
+
+
+def test_new_shape_recompiles():
+    fast = mlircap.compile(f)
+    for n in (4, 5):
+        x, y = torch.randn(n, 8), torch.randn(8, 3)
+        torch.testing.assert_close(fast(x, y), f(x, y))
+    assert len(fast.graphs) == 2
+
+
+def _unsupported(x):
+    # complex numbers: torch-mlir cannot lower them to linalg.
+    return torch.view_as_real(torch.fft.fft(x)).sum(-1) + 1
+
+
+def test_unsupported_falls_back_with_one_warning():
+    x = torch.randn(8)
+    fast = mlircap.compile(_unsupported)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        out = fast(x)
+    torch.testing.assert_close(out, _unsupported(x))
+    msgs = [str(m.message) for m in w if "mlircap" in str(m.message)]
+    assert len(msgs) == 1, msgs
+    assert "eagerly" in msgs[0]
+    assert fast.graphs[0].fallback_reason
+
+
+def test_strict_raises():
+    fast = mlircap.compile(_unsupported, strict=True)
+    with pytest.raises(Exception, match="MlircapCompileError"):
+        fast(torch.randn(8))
+
+
+def test_module_attributes_pass_through():
+    m = torch.nn.Linear(4, 2)
+    fast = mlircap.compile(m)
+    assert fast.weight is m.weight
+    with torch.no_grad():
+        x = torch.randn(3, 4)
+        torch.testing.assert_close(fast(x), m(x))
