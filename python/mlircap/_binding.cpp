@@ -8,6 +8,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <array>
+#include <algorithm>
+
+#include <dlfcn.h>
+
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -74,6 +79,92 @@ void callPacked(std::uintptr_t fn, const py::list &args) {
   py::gil_scoped_release release;
   reinterpret_cast<Packed>(fn)(packed.data());
 }
+//===-- CUDA driver, loaded at run time -----------------------------------===//
+// The binding does not link CUDA: libcuda.so.1 is dlopen'ed on first use, so
+// the same build works on machines without a GPU.
+struct Cuda {
+  using Res = int;
+  Res (*moduleLoadData)(void **, const void *) = nullptr;
+  Res (*moduleGetFunction)(void **, void *, const char *) = nullptr;
+  Res (*launchKernel)(void *, unsigned, unsigned, unsigned, unsigned, unsigned,
+                      unsigned, unsigned, void *, void **, void **) = nullptr;
+  Res (*getErrorString)(Res, const char **) = nullptr;
+  Res (*funcSetAttribute)(void *, int, int) = nullptr;
+
+  static Cuda &get() {
+    static Cuda cuda;
+    static bool loaded = false;
+    if (!loaded) {
+      void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+      if (!h)
+        throw std::runtime_error(std::string("cannot load libcuda.so.1: ") + dlerror());
+      auto sym = [&](const char *name) {
+        void *p = dlsym(h, name);
+        if (!p)
+          throw std::runtime_error(std::string("libcuda.so.1 lacks ") + name);
+        return p;
+      };
+      cuda.moduleLoadData = reinterpret_cast<decltype(cuda.moduleLoadData)>(sym("cuModuleLoadData"));
+      cuda.moduleGetFunction = reinterpret_cast<decltype(cuda.moduleGetFunction)>(sym("cuModuleGetFunction"));
+      cuda.launchKernel = reinterpret_cast<decltype(cuda.launchKernel)>(sym("cuLaunchKernel"));
+      cuda.getErrorString = reinterpret_cast<decltype(cuda.getErrorString)>(sym("cuGetErrorString"));
+      cuda.funcSetAttribute = reinterpret_cast<decltype(cuda.funcSetAttribute)>(sym("cuFuncSetAttribute"));
+      loaded = true;
+    }
+    return cuda;
+  }
+
+  void check(Res r, const char *what) {
+    if (r == 0)
+      return;
+    const char *msg = nullptr;
+    getErrorString(r, &msg);
+    throw std::runtime_error(std::string(what) + " failed: " + (msg ? msg : "unknown CUDA error") +
+                             " (" + std::to_string(r) + ")");
+  }
+};
+
+/// A sequence of kernel launches prepared once and replayed with a table of
+/// device pointers: each launch's parameters are 8-byte values, either a
+/// constant or a slot of the table (the pointer of a plan value).
+struct LaunchProgram {
+  struct Launch {
+    void *fn;
+    unsigned grid[3], block[3], smem;
+    std::vector<int64_t> constants; // parameter values (for slot params: unused)
+    std::vector<int> slots;         // -1: constant, else index into the pointer table
+  };
+  std::vector<Launch> launches;
+
+  void add(std::uintptr_t fn, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
+           unsigned smem, std::vector<int64_t> constants, std::vector<int> slots) {
+    if (constants.size() != slots.size())
+      throw std::invalid_argument("constants and slots differ in length");
+    launches.push_back({reinterpret_cast<void *>(fn), {grid[0], grid[1], grid[2]},
+                        {block[0], block[1], block[2]}, smem, std::move(constants), std::move(slots)});
+  }
+
+  void run(const std::vector<int64_t> &table, std::uintptr_t stream, size_t begin, size_t end) {
+    Cuda &cuda = Cuda::get();
+    end = std::min(end, launches.size());
+    std::vector<int64_t> values;
+    std::vector<void *> params;
+    for (size_t i = begin; i < end; ++i) {
+      Launch &l = launches[i];
+      values.assign(l.constants.begin(), l.constants.end());
+      for (size_t a = 0; a < l.slots.size(); ++a)
+        if (l.slots[a] >= 0)
+          values[a] = table.at(l.slots[a]);
+      params.resize(values.size());
+      for (size_t a = 0; a < values.size(); ++a)
+        params[a] = &values[a];
+      cuda.check(cuda.launchKernel(l.fn, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1],
+                                   l.block[2], l.smem, reinterpret_cast<void *>(stream),
+                                   params.data(), nullptr),
+                 "cuLaunchKernel");
+    }
+  }
+};
 } // namespace
 
 PYBIND11_MODULE(_mlircap, m) {
@@ -119,6 +210,35 @@ PYBIND11_MODULE(_mlircap, m) {
       },
       py::arg("ir"), py::arg("opt_level") = 3);
   m.def("call_packed", &callPacked, py::arg("fn"), py::arg("args"));
+
+  m.def(
+      "cuda_load_module",
+      [](const std::string &image) {
+        Cuda &cuda = Cuda::get();
+        void *mod = nullptr;
+        cuda.check(cuda.moduleLoadData(&mod, image.c_str()), "cuModuleLoadData");
+        return reinterpret_cast<std::uintptr_t>(mod);
+      },
+      py::arg("image"), "Load PTX (NUL-terminated text) or a cubin into the current context.");
+  m.def(
+      "cuda_get_function",
+      [](std::uintptr_t mod, const std::string &name, int dynamicSmem) {
+        Cuda &cuda = Cuda::get();
+        void *fn = nullptr;
+        cuda.check(cuda.moduleGetFunction(&fn, reinterpret_cast<void *>(mod), name.c_str()),
+                   ("cuModuleGetFunction(" + name + ")").c_str());
+        if (dynamicSmem > 48 * 1024) // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+          cuda.check(cuda.funcSetAttribute(fn, 8, dynamicSmem), "cuFuncSetAttribute");
+        return reinterpret_cast<std::uintptr_t>(fn);
+      },
+      py::arg("module"), py::arg("name"), py::arg("dynamic_smem") = 0);
+  py::class_<LaunchProgram>(m, "LaunchProgram")
+      .def(py::init<>())
+      .def("add", &LaunchProgram::add, py::arg("fn"), py::arg("grid"), py::arg("block"),
+           py::arg("smem"), py::arg("constants"), py::arg("slots"))
+      .def("__len__", [](const LaunchProgram &p) { return p.launches.size(); })
+      .def("run", &LaunchProgram::run, py::arg("table"), py::arg("stream"), py::arg("begin") = 0,
+           py::arg("end") = SIZE_MAX, "Launch kernels [begin, end) on `stream`.");
   m.def(
       "opt_main",
       [](const std::vector<std::string> &argv) {

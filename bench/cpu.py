@@ -1,0 +1,61 @@
+"""CPU benchmark: eager vs mlircap vs torch.compile (inductor), side by side in one run.
+
+    python bench/cpu.py [--models elementwise,mlp,...] [--no-inductor]
+
+Per model: latency (median ms), speedup over eager, cold compile time (first
+call, seconds), and mlircap's max |diff| against eager.
+"""
+import argparse
+import os
+import sys
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import torch  # noqa: E402
+
+import mlircap  # noqa: E402
+from mlircap import models  # noqa: E402
+from mlircap.benchutil import geomean, latency_ms, max_err, timed_first_call  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--models", default=",".join(models.NAMES))
+    ap.add_argument("--no-inductor", action="store_true")
+    a = ap.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, small model configs (tests' sizes)")
+    hdr = f"{'model':<12} {'eager ms':>9} {'mlircap ms':>11} {'x eager':>8} {'compile s':>10} {'max|diff|':>10}"
+    if not a.no_inductor:
+        hdr += f" {'inductor ms':>12} {'x eager':>8} {'compile s':>10}"
+    print(hdr)
+    ratios, ind_ratios = [], []
+    for name in a.models.split(","):
+        m, args = models.build(name)
+        with torch.no_grad():
+            ref = m(*args)
+        t_eager = latency_ms(m, args)
+        fast = mlircap.compile(m)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            c_mc, out = timed_first_call(fast, args)
+        fb = " (eager fallback)" if any(g.fallback_reason for g in fast.graphs) else ""
+        t_mc = latency_ms(fast, args)
+        ratios.append(t_eager / t_mc)
+        line = f"{name:<12} {t_eager:>9.3f} {t_mc:>11.3f} {t_eager / t_mc:>7.2f}x {c_mc:>10.2f} {max_err(out, ref):>10.1e}"
+        if not a.no_inductor:
+            torch._dynamo.reset()
+            ind = torch.compile(m)
+            c_ind, _ = timed_first_call(ind, args)
+            t_ind = latency_ms(ind, args)
+            ind_ratios.append(t_eager / t_ind)
+            line += f" {t_ind:>12.3f} {t_eager / t_ind:>7.2f}x {c_ind:>10.2f}"
+        print(line + fb, flush=True)
+    print(f"geomean speedup over eager: mlircap {geomean(ratios):.2f}x"
+          + ("" if a.no_inductor else f", inductor {geomean(ind_ratios):.2f}x"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""Timing helpers shared by the demo and bench/ programs."""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+
+def latency_ms(fn, args, warmup=3, iters=20, device="cpu", max_seconds=20.0) -> float:
+    """Median latency of fn(*args) in ms (CUDA events on GPU, perf_counter on CPU)."""
+    with torch.no_grad():
+        for _ in range(warmup):
+            fn(*args)
+        times = []
+        budget = time.perf_counter() + max_seconds
+        for _ in range(iters):
+            if device == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn(*args)
+                end.record()
+                torch.cuda.synchronize()
+                times.append(start.elapsed_time(end))
+            else:
+                t0 = time.perf_counter()
+                fn(*args)
+                times.append((time.perf_counter() - t0) * 1e3)
+            if time.perf_counter() > budget and len(times) >= 3:
+                break
+    return statistics.median(times)
+
+
+def timed_first_call(fn, args, device="cpu"):
+    """(seconds, output) of the first call: compile time plus one run."""
+    with torch.no_grad():
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = fn(*args)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0, out
+
+
+def max_err(a, b) -> float:
+    return (a.float() - b.float()).abs().max().item()
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0]
+    if not xs:
+        return float("nan")
+    import math
+
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
