@@ -134,6 +134,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, options: Options, re
             with logs.stage(f"{graph.name}: CPU codegen + JIT", graph.times):
                 graph.executable = CpuExecutable(fe.linalg_ir, "main", outputs, options.opt_level)
         logs.log("progress", f"{graph.name}: compiled for {device}")
+        _dump(graph)
         return graph
     except Exception as e:  # noqa: BLE001 - every failure becomes a fallback or a strict error
         report = _failure_report(graph, e)
@@ -142,7 +143,49 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, options: Options, re
             raise MlircapCompileError(report) from e
         warnings.warn(f"mlircap: running {graph.name} eagerly. {report}", stacklevel=2)
         graph.executable = gm
+        _dump(graph)
         return graph
+
+
+def _dump(graph: CompiledGraph) -> None:
+    """MLIRCAP_DUMP_DIR=dir: every stage of every graph, plus a repro script."""
+    import os
+    import shlex
+    from pathlib import Path
+
+    root = os.environ.get("MLIRCAP_DUMP_DIR")
+    if not root:
+        return
+    d = Path(root) / graph.name
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "fx_graph.py").write_text(graph.gm.code)
+    if graph.fallback_reason:
+        (d / "error.txt").write_text(graph.fallback_reason + "\n")
+    if not graph.linalg_ir:
+        return
+    (d / "torch.mlir").write_text(graph.torch_ir)
+    (d / "linalg.mlir").write_text(graph.linalg_ir)
+    stages = [("fused", "fused.mlir"), ("llvm", "llvm.mlir")]
+    for stage, name in stages:
+        try:
+            (d / name).write_text(graph.ir(stage))
+        except Exception as e:  # noqa: BLE001 - a stage that fails is recorded, not fatal
+            (d / (name + ".error.txt")).write_text(str(e))
+    plan = getattr(graph.executable, "plan", None)
+    if plan is not None:
+        import json
+
+        (d / "plan.json").write_text(json.dumps({k: v for k, v in plan.items() if k != "ptx"}, indent=1))
+        (d / "kernels.ptx").write_text(plan.get("ptx", ""))
+    q = shlex.quote
+    (d / "repro.sh").write_text(
+        "#!/bin/sh\n# Reproduces each mlircap stage of this graph from linalg.mlir.\n"
+        f"cd {q(str(d.resolve()))}\n"
+        "mlircap-opt linalg.mlir --mlircap-fuse -o fused.mlir\n"
+        "mlircap-opt linalg.mlir --mlircap-cpu-pipeline -o llvm.mlir\n"
+        f"mlircap-opt linalg.mlir --mlircap-gpu-pipeline='chip=sm_90 features=+ptx80' -o gpu.mlir\n")
+    (d / "repro.sh").chmod(0o755)
+    logs.log("progress", f"{graph.name}: stages dumped to {d}")
 
 
 def _failure_report(graph: CompiledGraph, e: Exception) -> str:

@@ -43,18 +43,45 @@ class FrontendResult:
     linalg_ir: str
 
 
-_OP_RE = re.compile(r"(?:failed to legalize operation|unsupported by backend contract: ?)\s*'([\w.]+)'")
+_LEGALIZE_RE = re.compile(r"failed to legalize operation '([\w.]+)'")
+_OPERATOR_NAME_RE = re.compile(r'name = "([\w.]+)"')
 
 
-def _unsupported_ops(text: str) -> list[tuple[str, str]]:
-    """(op, location) pairs named in torch-mlir's diagnostics, deduplicated."""
+def _describe_loc(loc) -> str:
+    text = str(loc)
+    m = re.search(r'"([^"]+)":(\d+)', text)
+    return f"{m.group(1)}:{m.group(2)}" if m else ("<unknown location>" if "unknown" in text else text)
+
+
+def _ops_from_diagnostics(diags) -> list[tuple[str, str]]:
     found = []
-    for line in text.splitlines():
-        m = _OP_RE.search(line)
-        if m:
-            loc = line.split(": error", 1)[0].strip() if ": error" in line else ""
-            if (m.group(1), loc) not in found:
-                found.append((m.group(1), loc))
+    for loc, msg in diags:
+        m = _LEGALIZE_RE.search(msg)
+        if not m:
+            continue
+        op = m.group(1)
+        if op == "torch.operator":
+            n = _OPERATOR_NAME_RE.search(msg)
+            op = n.group(1) if n else op
+        if (op, loc) not in found:
+            found.append((op, loc))
+    return found
+
+
+def _unknown_operators(module) -> list[tuple[str, str]]:
+    """Ops torch-mlir has no definition for (imported as generic torch.operator)."""
+    from torch_mlir import ir
+
+    found = []
+
+    def visit(op):
+        if op.name == "torch.operator":
+            item = (ir.StringAttr(op.attributes["name"]).value, _describe_loc(op.location))
+            if item not in found:
+                found.append(item)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
     return found
 
 
@@ -67,12 +94,18 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main") -> FrontendR
 
     ctx = ir.Context()
     torch_d.register_dialect(ctx)
+    diags: list[tuple[str, str]] = []
+    # Collect torch-mlir's diagnostics instead of letting them print to stderr.
+    ctx.attach_diagnostic_handler(lambda d: diags.append((_describe_loc(d.location), str(d.message))) or True)
     importer = FxImporter(context=ctx)
     try:
         importer.import_stateless_graph(gm.graph, func_name=func_name)
     except Exception as e:  # the importer raises NotImplementedError & co. per node
         raise FrontendError("fx-import", f"torch-mlir FX import failed: {e}", []) from e
     module = importer.module
+    unknown = _unknown_operators(module)
+    if unknown:
+        raise FrontendError("fx-import", f"{len(unknown)} op(s) unknown to torch-mlir", unknown)
     try:
         run_pipeline_with_repro_report(
             module,
@@ -86,8 +119,9 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main") -> FrontendR
         if "tm_tensor." in linalg_ir:
             linalg_ir = _lower_tm_tensor(module)
     except Exception as e:
-        text = str(e)
-        raise FrontendError("torch-to-linalg", text, _unsupported_ops(text)) from e
+        ops = _ops_from_diagnostics(diags)
+        detail = "\n".join(f"{loc}: {msg}" for loc, msg in diags) or str(e)
+        raise FrontendError("torch-to-linalg", detail, ops) from e
     return FrontendResult(torch_ir=torch_ir, linalg_ir=linalg_ir)
 
 

@@ -77,3 +77,40 @@ def test_module_attributes_pass_through():
     with torch.no_grad():
         x = torch.randn(3, 4)
         torch.testing.assert_close(fast(x), m(x))
+
+
+def test_dump_dir_and_repro(tmp_path, monkeypatch):
+    import subprocess
+
+    monkeypatch.setenv("MLIRCAP_DUMP_DIR", str(tmp_path))
+    x, y = torch.randn(4, 8), torch.randn(8, 3)
+    fast = mlircap.compile(f)
+    fast(x, y)
+    d = tmp_path / fast.graphs[0].name
+    for name in ("fx_graph.py", "torch.mlir", "linalg.mlir", "fused.mlir", "llvm.mlir", "repro.sh"):
+        assert (d / name).stat().st_size > 0, name
+    # The repro script regenerates the fused stage byte for byte.
+    expected = (d / "fused.mlir").read_text()
+    (d / "fused.mlir").unlink()
+    from mlircap._core import tool_path
+
+    env = {"PATH": f"{tool_path('mlircap-opt').parent}:/usr/bin:/bin"}
+    subprocess.run(["sh", str(d / "repro.sh")], check=True, env=env)
+    assert (d / "fused.mlir").read_text().strip() == expected.strip()
+
+
+def test_fallback_names_every_unsupported_op_and_line():
+    x = torch.randn(8)
+
+    def g(x):
+        a = torch.view_as_real(torch.fft.fft(x)).sum(-1)
+        b = torch.special.i0(x)
+        return a + b
+
+    fast = mlircap.compile(g)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        torch.testing.assert_close(fast(x), g(x))
+    (msg,) = [str(m.message) for m in w if "mlircap" in str(m.message)]
+    assert "torch.aten._fft_r2c at" in msg and "torch.aten.i0 at" in msg
+    assert "test_backend.py:" in msg
