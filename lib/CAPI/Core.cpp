@@ -7,6 +7,7 @@
 #define MLIRCAP_BUILDING_CORE
 #include "mlircap-c/Core.h"
 #include "mlircap/Passes.h"
+#include "InputCheck.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
@@ -22,6 +23,8 @@
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/ToolOutputFile.h"
 #include "llvm/ExecutionEngine/Orc/Mangling.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
@@ -103,6 +106,11 @@ struct Session {
   OwningOpRef<ModuleOp> parse(const char *ir) {
     if (!ir) {
       fail("no IR given");
+      return {};
+    }
+    std::string unsafe = mlircap::checkKnownParserCrashes(ir, "<input>");
+    if (!unsafe.empty()) {
+      fail("input rejected before parsing:\n" + unsafe);
       return {};
     }
     auto module = parseSourceString<ModuleOp>(ir, &context);
@@ -268,8 +276,31 @@ int mlircap_opt_main(int argc, char **argv) {
   initOnce();
   DialectRegistry registry;
   registerEverything(registry);
-  return asMainReturnCode(
-      MlirOptMain(argc, argv, "mlircap optimizer driver\n", registry));
+  // MlirOptMain's own flow, with the input checked before the parser sees it.
+  auto [inputFile, outputFile] = registerAndParseCLIOptions(
+      argc, argv, "mlircap optimizer driver\n", registry);
+  std::string error;
+  auto input = openInputFile(inputFile, &error);
+  if (!input) {
+    llvm::errs() << error << "\n";
+    return EXIT_FAILURE;
+  }
+  std::string unsafe = mlircap::checkKnownParserCrashes(
+      input->getBuffer(), inputFile == "-" ? "<stdin>" : inputFile);
+  if (!unsafe.empty()) {
+    llvm::errs() << unsafe;
+    return EXIT_FAILURE;
+  }
+  auto output = openOutputFile(outputFile, &error);
+  if (!output) {
+    llvm::errs() << error << "\n";
+    return EXIT_FAILURE;
+  }
+  MlirOptMainConfig config = MlirOptMainConfig::createFromCLOptions();
+  if (failed(MlirOptMain(output->os(), std::move(input), registry, config)))
+    return EXIT_FAILURE;
+  output->keep();
+  return EXIT_SUCCESS;
 }
 
 } // extern "C"

@@ -74,3 +74,16 @@ def test_only_c_api_is_exported():
     assert names and all(n.startswith("mlircap_") for n in names), names[:10]
     needed = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True, check=True).stdout
     assert "libLLVM" not in needed and "libMLIR" not in needed
+
+
+@pytest.mark.parametrize("bad", [
+    'iterator_types = [42, "parallel"]',
+    "permutation = [1,",
+    "permutation =",
+])
+def test_known_parser_crashers_are_errors_not_aborts(bad):
+    # These made upstream parsers assert (found by bench/fuzz_opt.py); in the
+    # Python process an abort would kill the user's program.
+    text = "func.func @f() {\n  %0 = linalg.generic {" + bad + "}\n}"
+    with pytest.raises(RuntimeError, match="input rejected before parsing"):
+        core().run_pipeline(text, "canonicalize")
