@@ -365,12 +365,24 @@ struct Former {
     for (Operation *op : ops)
       for (Value v : readValues(op))
         visit(v);
+    // A result is an output if something outside the kernel reads it; a
+    // cloneable user (reshape) only counts if its own result escapes.
+    std::function<bool(Value)> escapes = [&](Value r) {
+      return llvm::any_of(r.getUsers(), [&](Operation *u) {
+        Operation *top = topLevel(u);
+        if (inKernel.contains(top))
+          return false;
+        if (isCloneableIntoKernel(top) && top != u)
+          return true;
+        if (isCloneableIntoKernel(top))
+          return llvm::any_of(top->getResults(), escapes);
+        return true;
+      });
+    };
     SmallVector<Value> outputs;
     for (Operation *op : ops)
       for (Value r : op->getResults())
-        if (llvm::any_of(r.getUsers(), [&](Operation *u) {
-              return !inKernel.contains(topLevel(u));
-            }))
+        if (escapes(r))
           outputs.push_back(r);
     SmallVector<Operation *> cloneList(clones.begin(), clones.end());
     llvm::sort(cloneList, [](Operation *a, Operation *b) {
@@ -410,8 +422,24 @@ struct Former {
       o.replaceUsesWithIf(r, [&](OpOperand &use) {
         return !inKernel.contains(topLevel(use.getOwner()));
       });
-    for (Operation *op : llvm::reverse(ops))
-      op->erase();
+    // Erase the kernel ops and the caller's reshapes of their results that
+    // only the kernel read (it has its own clones), users first.
+    llvm::SetVector<Operation *> dead(ops.begin(), ops.end());
+    for (unsigned i = 0; i < dead.size(); ++i)
+      for (Value r : dead[i]->getResults())
+        for (Operation *u : r.getUsers())
+          if (u->getBlock() == &block && isCloneableIntoKernel(u))
+            dead.insert(u);
+    bool progress = true;
+    while (progress && !dead.empty()) {
+      progress = false;
+      for (Operation *op : llvm::to_vector(dead))
+        if (op->use_empty()) {
+          dead.remove(op);
+          op->erase();
+          progress = true;
+        }
+    }
   }
 
   /// Is `op` left in the caller: a fill used only as the init of library

@@ -52,6 +52,7 @@ struct Codegen {
   DenseMap<Value, Value> materialized; // row-reduced values (same row)
   DenseMap<Value, unsigned> resultIndex; // kfn result values -> output index
   int64_t grid = 1, block = 1;
+  int64_t rowLanes = 32; // threads cooperating on one row
   std::string strategy;
   bool failedFlag = false;
 
@@ -385,7 +386,7 @@ struct Codegen {
   }
 
   Value warpReduce(Value v, Operation *comb) {
-    for (int64_t off = 16; off >= 1; off /= 2)
+    for (int64_t off = std::min<int64_t>(rowLanes, 32) / 2; off >= 1; off /= 2)
       v = combine(comb, v, shuffleXor(v, off));
     return v;
   }
@@ -393,7 +394,7 @@ struct Codegen {
   /// All threads of the block get the combination of every thread's `v`.
   Value blockReduce(Value v, Operation *comb, TypedAttr identity, Value tid) {
     v = warpReduce(v, comb);
-    if (block <= 32)
+    if (rowLanes <= 32)
       return v;
     Type t = v.getType();
     int64_t warps = block / 32;
@@ -423,7 +424,10 @@ struct Codegen {
       Value x = memref::LoadOp::create(b, loc, scratch, safeLane);
       Value id = arith::ConstantOp::create(b, loc, identity);
       x = arith::SelectOp::create(b, loc, inRange, x, id);
+      int64_t saved = rowLanes;
+      rowLanes = 32;
       x = warpReduce(x, comb);
+      rowLanes = saved;
       auto ifFirst = scf::IfOp::create(b, loc, isLane0, false);
       b.setInsertionPointToStart(ifFirst.thenBlock());
       memref::StoreOp::create(b, loc, x, result, cIdx(0));
@@ -565,11 +569,41 @@ struct Codegen {
           ((it == utils::IteratorType::parallel) ? rows : len) *= g.getStaticLoopRanges()[i];
         break;
       }
-    int64_t want = llvm::PowerOf2Ceil((len + 3) / 4);
-    block = std::clamp<int64_t>(want, 32, 1024);
-    grid = rows;
-    strategy = block == 32 ? "row_warp" : "row_block";
-    Value row = bid;
+    // Threads per row: about 4 elements per thread. Up to a warp, several
+    // rows share a block (and a warp: shuffles stay within aligned groups of
+    // `lanes` lanes); beyond, a block per row.
+    int64_t lanes = llvm::PowerOf2Ceil((len + 3) / 4);
+    int64_t rowsPerBlock = 1;
+    if (lanes <= 32) {
+      lanes = std::max<int64_t>(lanes, 1);
+      block = std::clamp<int64_t>(llvm::PowerOf2Ceil(rows * lanes), 32, 256);
+      rowsPerBlock = block / lanes;
+      strategy = lanes == 32 ? "row_warp" : lanes == 1 ? "row_thread" : "row_subwarp";
+    } else {
+      lanes = block = std::min<int64_t>(lanes, 1024);
+      strategy = "row_block";
+    }
+    grid = (rows + rowsPerBlock - 1) / rowsPerBlock;
+    rowLanes = lanes;
+    Value row = bid, valid;
+    if (rowsPerBlock > 1) {
+      Value r = arith::AddIOp::create(
+          b, loc, arith::MulIOp::create(b, loc, bid, cIdx(rowsPerBlock)),
+          arith::DivUIOp::create(b, loc, tid, cIdx(lanes)));
+      valid = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, r, cIdx(rows));
+      // Rows past the end compute a duplicate of the last row (every lane
+      // must take part in the shuffles) and store nothing.
+      row = arith::MinUIOp::create(b, loc, r, cIdx(rows - 1));
+      tid = arith::RemUIOp::create(b, loc, tid, cIdx(lanes));
+    }
+    auto guarded = [&]() -> std::optional<OpBuilder::InsertionGuard> {
+      if (!valid)
+        return std::nullopt;
+      std::optional<OpBuilder::InsertionGuard> g(std::in_place, b);
+      auto ifOp = scf::IfOp::create(b, loc, valid, false);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      return g;
+    };
     DenseMap<Value, unsigned> outIndex;
     for (auto [v, k] : outputs())
       outIndex.try_emplace(v, k);
@@ -590,7 +624,7 @@ struct Codegen {
         TypedAttr identity = getCombinerIdentity(comb, t);
         Value id = arith::ConstantOp::create(b, loc, identity);
         auto loop = scf::ForOp::create(b, loc, tid, cIdx(product(redShape)),
-                                       cIdx(block), ValueRange{id});
+                                       cIdx(lanes), ValueRange{id});
         {
           OpBuilder::InsertionGuard guard(b);
           b.setInsertionPointToStart(loop.getBody());
@@ -621,6 +655,8 @@ struct Codegen {
         auto it = outIndex.find(g.getResult(0));
         if (it != outIndex.end()) {
           Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid, cIdx(0));
+          if (valid)
+            first = arith::AndIOp::create(b, loc, first, valid);
           auto ifOp = scf::IfOp::create(b, loc, first, false);
           OpBuilder::InsertionGuard guard(b);
           b.setInsertionPointToStart(ifOp.thenBlock());
@@ -640,9 +676,10 @@ struct Codegen {
           error(g, "row kernel output is not row-partitioned");
           return;
         }
+        auto g0 = guarded();
         auto rowIdx = delinearize(row, shape.take_front(*k));
         ArrayRef<int64_t> inner = shape.drop_front(*k);
-        auto loop = scf::ForOp::create(b, loc, tid, cIdx(product(inner)), cIdx(block));
+        auto loop = scf::ForOp::create(b, loc, tid, cIdx(product(inner)), cIdx(lanes));
         OpBuilder::InsertionGuard guard(b);
         b.setInsertionPointToStart(loop.getBody());
         SmallVector<Value> idx(rowIdx);
