@@ -41,6 +41,45 @@ MLIRCAP_EXPORT char *mlircap_run_pipeline(const char *ir, const char *pipeline);
 MLIRCAP_EXPORT char *mlircap_to_ptx(const char *ir, const char *chip,
                                     const char *features);
 
+/* Compiles linalg-on-tensors (static shapes) for NVIDIA GPUs and returns the
+ * launch plan as JSON text (NULL on error; mlircap_last_error() then names the
+ * offending op and its loc(...)). `chip` defaults to "sm_90" and `features` to
+ * "+ptx80" when NULL or "". The plan:
+ *
+ * {"func": "main",
+ *  "ptx": "<one PTX module with every kernel entry>",
+ *  "values": [   // every tensor the runtime handles, ids are positions
+ *    {"id": 0, "shape": [8,128], "dtype": "f32", "kind": "input", "index": 0},
+ *    {"id": 1, "shape": [128], "dtype": "f32", "kind": "constant",
+ *     "data": [...], "splat": true},          // "splat" only when splat: 1 element
+ *    {"id": 2, "shape": [8,128], "dtype": "f32", "kind": "buffer"},
+ *    {"id": 3, "shape": [128,8], "dtype": "f32", "kind": "view", "of": 2,
+ *     "offset": 0, "strides": [1,128]}],      // element offset/strides into "of",
+ *                                            // "of" is never itself a view;
+ *                                            // stride 0 = broadcast dim
+ *  "steps": [    // in order
+ *    {"kind": "kernel", "name": "main_k0", "grid": [g,1,1], "block": [b,1,1],
+ *     "smem": 0,                              // dynamic shared memory bytes
+ *     "strategy": "pointwise|pointwise_vec4|row_block|row_warp|reduction_naive",
+ *     "align": 16,                            // only for pointwise_vec4: every
+ *                                            // pointer arg must be 16B aligned
+ *     "args": [{"value": 0}, {"value": 2}]},   // kernel inputs, then outputs;
+ *                                            // each a contiguous value's pointer
+ *    {"kind": "library", "op": "matmul", "ins": [0, 3], "out": 2,
+ *     "attrs": {"strides": [1,1], "dilations": [1,1]}}],  // conv only
+ *  "outputs": [2]}
+ *
+ * dtype: f32 f16 bf16 f64 i64 i32 i16 i8 i1 (i1: one byte per element).
+ * Library ops: matmul, matmul_transpose_b, batch_matmul,
+ * batch_matmul_transpose_b (ins [A, B]) and conv2d_nchw_fchw (ins [input,
+ * filter], attrs strides/dilations; padding was made explicit in a kernel).
+ * `out` is a fresh buffer fully written by the op: a non-zero init is added
+ * by the following kernel (mlircap-library-init). Kernel launch: every arg is
+ * a raw device pointer (bare-pointer calling convention). */
+MLIRCAP_EXPORT char *mlircap_gpu_compile(const char *linalg_ir,
+                                         const char *chip,
+                                         const char *features);
+
 /* CPU JIT. `ir` is linalg-on-tensors; it is lowered with mlircap-cpu-pipeline
  * (results become trailing out-parameters) and compiled with ORC at -O3.
  * Returns an engine handle or NULL. */

@@ -90,4 +90,213 @@ def MlircapFuseElementwise
                            "::mlir::affine::AffineDialect"];
 }
 
+def MlircapLibraryInit : Pass<"mlircap-library-init", "::mlir::func::FuncOp"> {
+  let summary = "Make library ops (matmul, conv) accumulate into a zero fill";
+  let description = [{
+    The runtime executes `linalg.matmul`, `linalg.batch_matmul` and
+    `linalg.conv_2d_nchw_fchw` as library calls that fully write their
+    output; the init operand is never read. When the init is not a
+    `linalg.fill` with zero, this pass gives the op a zero-filled init and
+    adds the original init with an elementwise `linalg.generic` after it.
+    Elementwise fusion then merges that add into the op's epilogue kernel
+    (bias, activation, residual), so it costs nothing extra.
+
+    Before:
+    ```mlir
+    %r = linalg.matmul ins(%a, %b : tensor<4x8xf32>, tensor<8x16xf32>)
+                       outs(%bias : tensor<4x16xf32>) -> tensor<4x16xf32>
+    ```
+    After:
+    ```mlir
+    %zero = linalg.fill ins(%c0 : f32) outs(%e : tensor<4x16xf32>) -> tensor<4x16xf32>
+    %m = linalg.matmul ins(%a, %b : ...) outs(%zero : tensor<4x16xf32>) -> tensor<4x16xf32>
+    %r = linalg.generic {... ["parallel", "parallel"]} ins(%m, %bias : ...) outs(%e : ...) {
+      ^bb0(%x: f32, %y: f32, %o: f32):
+        %s = arith.addf %x, %y : f32
+        linalg.yield %s : f32
+    } -> tensor<4x16xf32>
+    ```
+  }];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect",
+                           "::mlir::tensor::TensorDialect",
+                           "::mlir::arith::ArithDialect"];
+}
+
+def MlircapTensorToGeneric : Pass<"mlircap-tensor-to-generic", "::mlir::func::FuncOp"> {
+  let summary = "Turn tensor.pad, tensor.insert_slice and tensor.concat into linalg.generic";
+  let description = [{
+    Padding (in front of convolutions) and slice insertion (torch's `cat`)
+    become elementwise generics over the result that read the source with
+    `tensor.extract` at clamped indices and select the padding value (or the
+    destination element) outside the source's bounds. `tensor.concat` is first
+    decomposed into `tensor.insert_slice`s. The generics fuse like any
+    elementwise op (a chain of insert_slices becomes one kernel).
+    Only static shapes, static offsets and unit strides are handled; anything
+    else is left for kernel formation to reject.
+
+    Before:
+    ```mlir
+    %p = tensor.pad %x low[0, 0, 1, 1] high[0, 0, 1, 1] {
+    ^bb0(%i: index, %j: index, %k: index, %l: index):
+      tensor.yield %zero : f32
+    } : tensor<1x4x8x8xf32> to tensor<1x4x10x10xf32>
+    ```
+    After:
+    ```mlir
+    %p = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>],
+                         iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+         outs(%e : tensor<1x4x10x10xf32>) {
+    ^bb0(%out: f32):
+      // %i2 = linalg.index 2 - 1, in bounds iff %i2 ult 8 (same for dim 3)
+      %v = tensor.extract %x[%c0, %i1, %i2c, %i3c] : tensor<1x4x8x8xf32>
+      %r = arith.select %inbounds, %v, %zero : f32
+      linalg.yield %r : f32
+    } -> tensor<1x4x10x10xf32>
+    ```
+  }];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect",
+                           "::mlir::tensor::TensorDialect",
+                           "::mlir::arith::ArithDialect"];
+}
+
+def MlircapFormKernels : Pass<"mlircap-form-kernels", "::mlir::ModuleOp"> {
+  let summary = "Group fused linalg ops into kernels and outline each into a function";
+  let description = [{
+    Runs after elementwise fusion. Decides which ops execute together in one
+    GPU kernel and outlines every kernel into a private `func.func` named
+    `<caller>_k<N>` with the attribute `mlircap.kernel = "<kind>"`; the caller
+    calls it with `func.call`. Kinds:
+
+    * `"row_reduction"`: row reductions (all parallel loops, then all
+      reduction loops, one result, a recognized associative combiner) that
+      have the same row count and row length, together with the elementwise
+      ops that read their results within the same row (and loose elementwise
+      producers of the row). Softmax, layernorm, RMSnorm, mean/var over the
+      last dim each become one kernel: one block per row.
+    * `"pointwise"`: one elementwise generic (a fused chain with its
+      broadcasts, transposes and reshapes), e.g. the epilogue of a matmul
+      (bias + activation + residual).
+    * `"reduction"`: any other generic with reduction loops (column
+      reductions, pooling windows, argmax, contractions without a library
+      call).
+
+    Library ops (`linalg.matmul`, `linalg.batch_matmul`, their transpose-B
+    forms, `linalg.conv_2d_nchw_fchw`) stay in the caller, as do zero fills
+    used only as their init and data-movement generics (transpose/broadcast)
+    used only by them (the plan builder turns those into strided views).
+    Fills, `tensor.empty`, splat constants, scalar arithmetic, reshapes,
+    static slices and data-movement generics are cloned into every kernel
+    that reads them: they cost index arithmetic, not memory traffic. A
+    `linalg.fill` initializing a reduction therefore lands in the
+    reduction's kernel.
+
+    Cost rule (when not to fuse): an op joins a row kernel only if all its
+    reads of the kernel's values stay within one row (the row dims of the
+    value are indexed by exactly the row loops), its iteration space is
+    (rows) or (rows x row length), and joining creates no cycle through an op
+    outside the kernel (e.g. a matmul between two reductions keeps them
+    apart). Elementwise producers used by several consumers are not fused by
+    `mlircap-fuse-elementwise` (see its cost rule); they are recomputed inside
+    a row kernel when they belong to it and materialized otherwise.
+
+    Unsupported ops (anything but linalg, tensor reshapes/slices/empty,
+    constants, cf.assert, func.call/return) and dynamic shapes are reported
+    as errors naming the op.
+
+    Before:
+    ```mlir
+    func.func @main(%x: tensor<8x64xf32>) -> tensor<8x64xf32> {
+      %m = linalg.generic {... ["parallel", "reduction"]} ins(%x) outs(%fill_ninf)  // max
+      %s = linalg.generic {... ["parallel", "reduction"]} ins(%x, %m) outs(%fill_0) // sum(exp(x - max))
+      %y = linalg.generic {... ["parallel", "parallel"]} ins(%x, %m, %s) outs(%e)  // exp(x - max) / sum
+      return %y : tensor<8x64xf32>
+    }
+    ```
+    After:
+    ```mlir
+    func.func @main(%x: tensor<8x64xf32>) -> tensor<8x64xf32> {
+      %y = call @main_k0(%x) : (tensor<8x64xf32>) -> tensor<8x64xf32>
+      return %y : tensor<8x64xf32>
+    }
+    func.func private @main_k0(%x: tensor<8x64xf32>) -> tensor<8x64xf32>
+        attributes {mlircap.kernel = "row_reduction"} {
+      // the fills, the three generics
+    }
+    ```
+  }];
+  let dependentDialects = ["::mlir::func::FuncDialect", "::mlir::linalg::LinalgDialect"];
+}
+
+def MlircapGpuCodegen : Pass<"mlircap-gpu-codegen", "::mlir::ModuleOp"> {
+  let summary = "Generate a gpu.func for every outlined kernel";
+  let description = [{
+    For each `func.func` marked `mlircap.kernel`, creates a `gpu.func` of the
+    same name in `gpu.module @mlircap_kernels`. Its parameters are one flat
+    `memref<N x T>` per kernel argument, then one per kernel result, so with
+    the bare-pointer calling convention (`convert-gpu-to-nvvm
+    {use-bare-ptr-memref-call-conv=true}`) the kernel takes plain device
+    pointers. Nothing intermediate is stored: elements are computed on demand
+    by folding reshapes/slices/broadcasts/transposes into index arithmetic
+    and inlining elementwise bodies.
+
+    Strategy, chosen from the kernel's ops and shapes (attribute
+    `mlircap.launch = {grid, block, smem, strategy}` on both functions):
+    * `pointwise`: flattened grid-stride loop, 256 threads per block, grid =
+      min(ceil(N / 256), 8 * num-sms). `pointwise_vec4`: when the kernel is a
+      single identity-indexed elementwise op over 32/16-bit types and N % 4 ==
+      0, each thread loads and stores 4 consecutive elements with
+      `vector.load`/`vector.store` (128-bit for f32; pointers must be 16-byte
+      aligned).
+    * `row_block` / `row_warp`: one block per row, block = clamp(pow2(len /
+      4), 32, 1024) threads (a single warp when 32). Per-thread strided
+      partials, a `gpu.shuffle xor` butterfly in each warp, warp partials
+      combined through workgroup memory; later ops of the row use the
+      reduced value directly.
+    * `reduction_naive`: one thread per output element, serial `scf.for`
+      over the reduction loops (column reductions, pooling, multi-result
+      reductions).
+
+    Before:
+    ```mlir
+    func.func private @main_k0(%x: tensor<1024xf32>) -> tensor<1024xf32>
+        attributes {mlircap.kernel = "pointwise"} { ... }
+    ```
+    After (the kernel function gains `mlircap.launch`):
+    ```mlir
+    gpu.module @mlircap_kernels {
+      gpu.func @main_k0(%arg0: memref<1024xf32>, %arg1: memref<1024xf32>) kernel
+          attributes {known_block_size = array<i32: 256, 1, 1>, ...} {
+        %tid = gpu.thread_id x
+        ...
+        scf.for %i = %gtid to %c256 step %c256 { vector.load ...; vector.store ... }
+        gpu.return
+      }
+    }
+    ```
+  }];
+  let options = [
+    Option<"numSMs", "num-sms", "int64_t", /*default=*/"132",
+           "Streaming multiprocessors of the target (grid size cap)">
+  ];
+  let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::vector::VectorDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::math::MathDialect"];
+}
+
+def MlircapDumpPtx : Pass<"mlircap-dump-ptx", "::mlir::ModuleOp"> {
+  let summary = "Write the PTX held by gpu.binary ops to a file";
+  let description = [{
+    Concatenates the objects of every `gpu.binary` (PTX text when built with
+    `gpu-module-to-binary{format=isa}`) into `file` (stdout for "-"). The IR
+    is unchanged. Used by tests to assemble the PTX with ptxas.
+
+    Before/after: the module is not modified.
+  }];
+  let options = [
+    Option<"file", "file", "std::string", /*default=*/"\"-\"", "Output file">
+  ];
+}
+
 #endif // MLIRCAP_PASSES

@@ -8,6 +8,7 @@
 #include "mlircap-c/Core.h"
 #include "mlircap/Passes.h"
 #include "InputCheck.h"
+#include "LaunchPlan.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
@@ -230,6 +231,31 @@ char *mlircap_to_ptx(const char *ir, const char *chip, const char *features) {
     }
   });
   return dupString(out);
+}
+
+char *mlircap_gpu_compile(const char *linalgIr, const char *chip,
+                          const char *features) {
+  Session session;
+  auto module = session.parse(linalgIr);
+  if (!module)
+    return nullptr;
+  std::string pipeline = mlircap::gpuKernelPipeline(
+      chip && *chip ? chip : "sm_90", features && *features ? features : "+ptx80",
+      132);
+  if (failed(session.run(*module, pipeline)))
+    return nullptr;
+  std::string ptx;
+  module->walk([&](gpu::BinaryOp binary) {
+    for (Attribute attr : binary.getObjects())
+      if (auto object = dyn_cast<gpu::ObjectAttr>(attr))
+        ptx += object.getObject().getValue().str();
+  });
+  auto plan = mlircap::buildLaunchPlan(*module, ptx);
+  if (failed(plan)) {
+    (void)session.fail("cannot build the GPU launch plan");
+    return nullptr;
+  }
+  return dupString(*plan);
 }
 
 void *mlircap_cpu_compile(const char *ir, int optLevel) {

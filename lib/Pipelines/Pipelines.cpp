@@ -2,7 +2,8 @@
 //
 // mlircap-fuse          linalg-on-tensors -> fused linalg-on-tensors
 // mlircap-cpu-pipeline  linalg-on-tensors -> LLVM dialect, results as out-params
-// mlircap-gpu-pipeline  linalg-on-tensors -> gpu.binary holding PTX (sm_90 default)
+// mlircap-gpu-pipeline  linalg-on-tensors -> kernels outlined and called from the
+//                       caller (tensor level), gpu.binary holding their PTX (sm_90)
 //
 //===----------------------------------------------------------------------===//
 #include "mlircap/Passes.h"
@@ -12,8 +13,10 @@
 
 namespace mlir::mlircap {
 
-static const char *kFuse =
-    "func.func(mlircap-generalize-elementwise, mlircap-fuse-elementwise),"
+// Elementwise fusion only (what the CPU path runs).
+static const char *kFuseElementwise =
+    "func.func(mlircap-generalize-elementwise, mlircap-library-init,"
+    "mlircap-tensor-to-generic, mlircap-fuse-elementwise),"
     "canonicalize, cse";
 
 static const char *kBufferize =
@@ -21,6 +24,10 @@ static const char *kBufferize =
     "function-boundary-type-conversion=identity-layout-map},"
     "buffer-results-to-out-params{hoist-static-allocs=true modify-public-functions=true},"
     "canonicalize";
+
+std::string fusePipeline() {
+  return std::string(kFuseElementwise) + ",mlircap-form-kernels,canonicalize,cse";
+}
 
 std::string cpuPipeline() {
   return llvm::formatv(
@@ -30,23 +37,23 @@ std::string cpuPipeline() {
       "expand-strided-metadata,lower-affine,finalize-memref-to-llvm,"
       "convert-math-to-llvm,convert-math-to-libm,convert-to-llvm,"
       "reconcile-unrealized-casts",
-      kFuse, kBufferize);
+      kFuseElementwise, kBufferize);
+}
+
+std::string gpuKernelPipeline(llvm::StringRef chip, llvm::StringRef features,
+                              int64_t numSMs) {
+  return llvm::formatv(
+      "{0},mlircap-gpu-codegen{{num-sms={3}},"
+      "nvvm-attach-target{{chip={1} features={2} O=3},"
+      "gpu.module(lower-affine,convert-scf-to-cf,convert-vector-to-llvm,"
+      "convert-gpu-to-nvvm{{index-bitwidth=64 use-bare-ptr-memref-call-conv=true},"
+      "canonicalize,cse,reconcile-unrealized-casts),"
+      "gpu-module-to-binary{{format=isa}",
+      fusePipeline(), chip, features, numSMs);
 }
 
 std::string gpuPipeline(llvm::StringRef chip, llvm::StringRef features) {
-  return llvm::formatv(
-      "{0},{1},"
-      "func.func(convert-linalg-to-parallel-loops,"
-      "scf-parallel-loop-tiling{{parallel-loop-tile-sizes=1,256 no-min-max-bounds=true},"
-      "gpu-map-parallel-loops,convert-parallel-loops-to-gpu),"
-      "gpu-kernel-outlining,lower-affine,canonicalize,cse,"
-      "nvvm-attach-target{{chip={2} features={3} O=3},"
-      "gpu.module(convert-scf-to-cf,convert-gpu-to-nvvm{{index-bitwidth=64},"
-      "canonicalize,cse,reconcile-unrealized-casts),"
-      "gpu-to-llvm,convert-scf-to-cf,expand-strided-metadata,lower-affine,"
-      "convert-to-llvm,reconcile-unrealized-casts,"
-      "gpu-module-to-binary{{format=isa}",
-      kFuse, kBufferize, chip, features);
+  return gpuKernelPipeline(chip, features, 132);
 }
 
 namespace {
@@ -56,6 +63,9 @@ struct GpuPipelineOptions : PassPipelineOptions<GpuPipelineOptions> {
   Option<std::string> features{*this, "features",
                                llvm::cl::desc("PTX features"),
                                llvm::cl::init("+ptx80")};
+  Option<int64_t> numSMs{*this, "num-sms",
+                         llvm::cl::desc("Streaming multiprocessors (grid cap)"),
+                         llvm::cl::init(132)};
 };
 
 LogicalResult addPipeline(OpPassManager &pm, llvm::StringRef text) {
@@ -66,7 +76,7 @@ LogicalResult addPipeline(OpPassManager &pm, llvm::StringRef text) {
 void registerPipelines() {
   PassPipelineRegistration<>(
       "mlircap-fuse", "Fuse linalg-on-tensors into kernel-sized generics",
-      [](OpPassManager &pm) { (void)addPipeline(pm, kFuse); });
+      [](OpPassManager &pm) { (void)addPipeline(pm, fusePipeline()); });
   PassPipelineRegistration<>(
       "mlircap-cpu-pipeline",
       "Lower linalg-on-tensors to the LLVM dialect for the CPU JIT",
@@ -75,7 +85,7 @@ void registerPipelines() {
       "mlircap-gpu-pipeline",
       "Lower linalg-on-tensors to GPU kernels and serialize them to PTX",
       [](OpPassManager &pm, const GpuPipelineOptions &o) {
-        (void)addPipeline(pm, gpuPipeline(o.chip, o.features));
+        (void)addPipeline(pm, gpuKernelPipeline(o.chip, o.features, o.numSMs));
       });
 }
 

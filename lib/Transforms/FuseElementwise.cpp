@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "mlircap/Passes.h"
+#include "KernelUtils.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Tensor/Transforms/Transforms.h"
@@ -47,8 +48,11 @@ struct FuseElementwise : impl::MlircapFuseElementwiseBase<FuseElementwise> {
     // Reshapes between elementwise ops block fusion: fold them by expansion.
     linalg::populateFoldReshapeOpsByExpansionPatterns(
         patterns, [](OpOperand *fused) {
+          // Never turn a library op (matmul, conv) into a generic by folding
+          // a reshape into it: it must stay a named op for the runtime.
           Operation *producer = fused->get().getDefiningOp();
-          return producer && producer->hasOneUse();
+          return producer && producer->hasOneUse() && !isLibraryOp(producer) &&
+                 !isLibraryOp(fused->getOwner());
         });
     linalg::populateEraseUnusedOperandsAndResultsPatterns(patterns);
     tensor::populateFoldTensorEmptyPatterns(patterns);

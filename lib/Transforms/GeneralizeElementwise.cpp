@@ -1,5 +1,6 @@
 //===- GeneralizeElementwise.cpp - named pointwise ops -> linalg.generic -===//
 #include "mlircap/Passes.h"
+#include "KernelUtils.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/IR/PatternMatch.h"
 
@@ -8,13 +9,13 @@ namespace mlir::mlircap {
 #include "mlircap/Passes.h.inc"
 
 namespace {
-/// Ops kept in named form: library calls (contractions, convolutions),
-/// pooling, and fills (folded into the op whose init they produce).
+/// Ops kept in named form: library calls (see libraryOpName: matmul,
+/// batch_matmul, conv_2d_nchw_fchw) and fills (folded into the op whose init
+/// they produce). Everything else, pooling and the contractions/convolutions
+/// the runtime has no library call for included, becomes a generic and is
+/// compiled into a kernel.
 bool keepNamed(linalg::LinalgOp op) {
-  return isa<linalg::GenericOp, linalg::FillOp>(op) ||
-         linalg::isaContractionOpInterface(op) ||
-         linalg::isaConvolutionOpInterface(op) ||
-         op->getName().getStringRef().starts_with("linalg.pooling");
+  return isa<linalg::GenericOp, linalg::FillOp>(op) || isLibraryOp(op);
 }
 
 struct GeneralizeElementwise

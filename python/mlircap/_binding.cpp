@@ -193,6 +193,20 @@ PYBIND11_MODULE(_mlircap, m) {
       },
       py::arg("ir"), py::arg("chip") = "sm_90", py::arg("features") = "+ptx80");
 
+  m.def(
+      "gpu_compile",
+      [](const std::string &ir, const std::string &chip,
+         const std::string &features) {
+        char *out;
+        {
+          py::gil_scoped_release release;
+          out = mlircap_gpu_compile(ir.c_str(), chip.c_str(), features.c_str());
+        }
+        return takeString(out);
+      },
+      py::arg("ir"), py::arg("chip") = "sm_90", py::arg("features") = "+ptx80",
+      "Compile linalg-on-tensors for the GPU; returns the launch plan as JSON text.");
+
   py::class_<Engine, std::shared_ptr<Engine>>(m, "Engine")
       .def("lookup", &Engine::lookup, py::arg("name"),
            "Address of the packed C-interface wrapper of a function.");

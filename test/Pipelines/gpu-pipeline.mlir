@@ -5,17 +5,23 @@
 
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #row = affine_map<(d0, d1) -> (d0)>
-// Fusion leaves one kernel for exp(a+b); the row sum adds a fill and a reduction.
-// CHECK: gpu.launch_func @ew_kernel::@ew_kernel
-// CHECK: gpu.binary @ew_kernel
+// exp(a+b) fuses into one pointwise kernel; the row sum, with its fill, is one
+// row-reduction kernel with warp shuffles. The host functions call the kernels.
+// CHECK-LABEL: func.func @ew(
+// CHECK: call @ew_k0(
+// CHECK: func.func private @ew_k0({{.*}}mlircap.kernel = "pointwise"
+// CHECK-LABEL: func.func @rowsum(
+// CHECK-NOT: linalg.fill
+// CHECK: call @rowsum_k0(
+// CHECK: func.func private @rowsum_k0({{.*}}mlircap.kernel = "row_reduction"
+// CHECK: gpu.binary @mlircap_kernels
 // CHECK-SAME: #nvvm.target<O = 3, chip = "sm_90", features = "+ptx80">
-// PTX: // mlircap-kernel-module: ew_kernel
 // PTX: .target sm_90
-// PTX: .visible .entry ew_kernel(
+// PTX: .visible .entry ew_k0(
 // PTX: ex2.approx
-// PTX: // mlircap-kernel-module: rowsum_kernel
-// PTX: .visible .entry rowsum_kernel
-// ASM: ptxas ok: 3 module(s)
+// PTX: .visible .entry rowsum_k0(
+// PTX: shfl.sync.bfly.b32
+// ASM: ptxas ok: 1 module(s)
 // SM80: .target sm_80
 func.func @ew(%a: tensor<64x256xf32>, %b: tensor<64x256xf32>) -> tensor<64x256xf32> {
   %e = tensor.empty() : tensor<64x256xf32>

@@ -49,7 +49,7 @@ def test_bad_pipeline_is_an_exception():
 
 def test_ptx():
     ptx = core().to_ptx(EW)
-    assert ".target sm_90" in ptx and ".visible .entry main_kernel" in ptx
+    assert ".target sm_90" in ptx and ".visible .entry main_k0" in ptx
 
 
 def test_cpu_jit_matches_eager():

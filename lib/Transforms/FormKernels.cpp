@@ -1,0 +1,547 @@
+//===- FormKernels.cpp - group fused linalg ops into outlined kernels ----===//
+//
+// After elementwise fusion every linalg.generic is one loop nest. This pass
+// decides which of them run together in one GPU kernel and outlines each
+// kernel into a private func.func marked `mlircap.kernel`:
+//
+//  * row groups: row reductions (parallel loops, then reduction loops) with
+//    the same row count and row length, and the elementwise ops between them
+//    whose accesses stay within one row, become one kernel (softmax,
+//    layernorm, RMSnorm: one kernel each). A block per row executes it.
+//  * every other generic (elementwise or reduction) is one kernel.
+//  * library ops (matmul, batch_matmul, conv_2d_nchw_fchw) stay in the
+//    caller; their zero-fill init is left for the plan builder to drop.
+//  * fills, splat constants, tensor.empty, reshapes, slices and data-movement
+//    generics are cloned into every kernel that reads them (folded into the
+//    kernel's indexing). Data-movement generics feeding library ops stay as
+//    strided views.
+//
+// See Passes.td for the cost rule and examples.
+//
+//===----------------------------------------------------------------------===//
+#include "KernelUtils.h"
+#include "mlircap/Passes.h"
+#include "mlir/Analysis/TopologicalSortUtils.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Transforms/RegionUtils.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace mlir::mlircap {
+#define GEN_PASS_DEF_MLIRCAPFORMKERNELS
+#include "mlircap/Passes.h.inc"
+
+namespace {
+
+/// Values an op reads, including those its regions capture from above.
+SmallVector<Value> readValues(Operation *op) {
+  SmallVector<Value> vals(op->getOperands());
+  llvm::SetVector<Value> captured;
+  for (Region &r : op->getRegions())
+    getUsedValuesDefinedAbove(r, captured);
+  vals.append(captured.begin(), captured.end());
+  return vals;
+}
+
+struct Group {
+  SmallVector<Operation *> ops;
+  bool row = false;
+  int64_t rows = 0, len = 0;
+  bool dead = false;
+};
+
+struct Former {
+  func::FuncOp func;
+  Block &block;
+  DenseMap<Operation *, int> groupOf;
+  std::vector<Group> groups;
+
+  explicit Former(func::FuncOp f) : func(f), block(f.getBody().front()) {}
+
+  Operation *topLevel(Operation *op) { return block.findAncestorOpInBlock(*op); }
+
+  /// Would running `ops` as one kernel create a cycle through an op outside
+  /// it? Forward closure from `ops`, then look for an operand coming back.
+  bool createsCycle(const llvm::SmallPtrSetImpl<Operation *> &ops) {
+    llvm::SmallPtrSet<Operation *, 32> fwd;
+    SmallVector<Operation *> work(ops.begin(), ops.end());
+    while (!work.empty()) {
+      Operation *op = work.pop_back_val();
+      for (Value r : op->getResults())
+        for (Operation *user : r.getUsers()) {
+          Operation *top = topLevel(user);
+          if (!top || ops.contains(top) || !fwd.insert(top).second)
+            continue;
+          work.push_back(top);
+        }
+    }
+    // A value read back from the forward closure closes a cycle, unless it
+    // comes from cloneable ops (cloned into the kernel) whose own inputs do
+    // not come from the closure.
+    std::function<bool(Value)> back = [&](Value v) {
+      Operation *def = v.getDefiningOp();
+      if (!def)
+        return false;
+      Operation *top = topLevel(def);
+      if (!top || ops.contains(top) || !fwd.contains(top))
+        return false;
+      if (!isCloneableIntoKernel(top))
+        return true;
+      return llvm::any_of(readValues(top), back);
+    };
+    for (Operation *op : ops)
+      for (Value v : readValues(op))
+        if (back(v))
+          return true;
+    return false;
+  }
+
+  /// Is the access `map` (from the loops of an op with loop sizes `loops`) to
+  /// `value` row consistent: the row-prefix dims of the value are indexed by
+  /// exactly the row-prefix loops, in order (unit dims aside)?
+  static bool rowConsistent(AffineMap map, ArrayRef<int64_t> loops,
+                            ArrayRef<int64_t> vshape, int64_t rows) {
+    auto kl = rowPrefix(loops, rows), kv = rowPrefix(vshape, rows);
+    if (!kl || !kv)
+      return false;
+    SmallVector<unsigned> want, got;
+    for (unsigned i = 0; i < *kl; ++i)
+      if (loops[i] != 1)
+        want.push_back(i);
+    for (unsigned j = 0; j < *kv; ++j) {
+      if (vshape[j] == 1)
+        continue;
+      auto d = dyn_cast<AffineDimExpr>(map.getResult(j));
+      if (!d)
+        return false;
+      got.push_back(d.getPosition());
+    }
+    return want == got;
+  }
+
+  /// Can generic `op` run in a row group (rows, len), given how it reads
+  /// and writes the group's values?
+  bool fitsRowGroup(linalg::GenericOp op, int64_t rows, int64_t len,
+                    const llvm::SmallPtrSetImpl<Operation *> &groupOps) {
+    SmallVector<int64_t> loops = op.getStaticLoopRanges();
+    if (isRowReduction(op)) {
+      int64_t p = 1, r = 1;
+      for (auto [i, it] : llvm::enumerate(op.getIteratorTypesArray()))
+        ((it == utils::IteratorType::parallel) ? p : r) *= loops[i];
+      if (p != rows || r != len)
+        return false;
+    } else if (isAllParallel(op)) {
+      auto k = rowPrefix(loops, rows);
+      if (!k)
+        return false;
+      int64_t rest = product(ArrayRef<int64_t>(loops).drop_front(*k));
+      if (rest != 1 && rest != len)
+        return false;
+    } else {
+      return false;
+    }
+    // Writes must be row consistent, and so must reads of group values.
+    for (OpOperand &init : op.getDpsInitsMutable()) {
+      auto t = cast<RankedTensorType>(init.get().getType());
+      if (!rowConsistent(op.getMatchingIndexingMap(&init), loops, t.getShape(),
+                         rows))
+        return false;
+    }
+    for (OpOperand &in : op->getOpOperands()) {
+      Operation *def = in.get().getDefiningOp();
+      if (!def || !groupOps.contains(def))
+        continue;
+      auto t = dyn_cast<RankedTensorType>(in.get().getType());
+      if (!t || !rowConsistent(op.getMatchingIndexingMap(&in), loops,
+                               t.getShape(), rows))
+        return false;
+    }
+    // Group values captured in the body (tensor.extract) can be anywhere.
+    llvm::SetVector<Value> captured;
+    getUsedValuesDefinedAbove(op.getRegion(), captured);
+    for (Value v : captured)
+      if (Operation *def = v.getDefiningOp())
+        if (groupOps.contains(def))
+          return false;
+    return true;
+  }
+
+  /// An elementwise op in no kernel yet that reads no row-kernel value, and
+  /// whose result can be written row by row if other kernels need it.
+  bool isLooseProducer(linalg::GenericOp op, int64_t rows) {
+    if (!isAllParallel(op) || isCloneableIntoKernel(op) || groupOf.count(op))
+      return false;
+    for (Value v : readValues(op))
+      if (Operation *def = v.getDefiningOp()) {
+        auto it = groupOf.find(def);
+        if (it != groupOf.end() && groups[it->second].row)
+          return false;
+      }
+    for (Value r : op->getResults())
+      if (!rowPrefix(cast<RankedTensorType>(r.getType()).getShape(), rows))
+        return false;
+    return true;
+  }
+
+  int newGroup(Operation *op) {
+    groups.push_back({});
+    groups.back().ops.push_back(op);
+    groupOf[op] = groups.size() - 1;
+    return groups.size() - 1;
+  }
+
+  /// Try to merge groups `gs` and the loose ops `extra` into one row group
+  /// (rows, len). Fails (changing nothing) on a cycle.
+  bool tryMerge(ArrayRef<int> gs, ArrayRef<Operation *> extra, int64_t rows,
+                int64_t len) {
+    llvm::SmallPtrSet<Operation *, 32> all;
+    for (int g : gs)
+      all.insert(groups[g].ops.begin(), groups[g].ops.end());
+    all.insert(extra.begin(), extra.end());
+    if (createsCycle(all))
+      return false;
+    int target = gs.empty() ? newGroup(extra.front()) : gs.front();
+    Group &t = groups[target];
+    t.row = true;
+    t.rows = rows;
+    t.len = len;
+    for (int g : gs.drop_front(gs.empty() ? 0 : 1)) {
+      for (Operation *op : groups[g].ops) {
+        t.ops.push_back(op);
+        groupOf[op] = target;
+      }
+      groups[g].ops.clear();
+      groups[g].dead = true;
+    }
+    for (Operation *op : extra) {
+      if (groupOf.count(op) && groupOf[op] == target)
+        continue;
+      t.ops.push_back(op);
+      groupOf[op] = target;
+    }
+    return true;
+  }
+
+  llvm::SmallPtrSet<Operation *, 32> groupSet(int g) {
+    return llvm::SmallPtrSet<Operation *, 32>(groups[g].ops.begin(),
+                                              groups[g].ops.end());
+  }
+
+  /// Joins all-parallel `op` to the non-row reduction kernel it reads from,
+  /// if every read of that kernel's values is a permutation (no element is
+  /// recomputed) and no cycle arises.
+  bool tryJoinNaive(linalg::GenericOp op) {
+    int target = -1;
+    for (OpOperand &in : op->getOpOperands()) {
+      Operation *def = in.get().getDefiningOp();
+      auto it = def ? groupOf.find(def) : groupOf.end();
+      if (it == groupOf.end())
+        continue;
+      Group &g = groups[it->second];
+      if (g.row)
+        return false;
+      if (target >= 0 && target != it->second)
+        return false;
+      AffineMap map = op.getMatchingIndexingMap(&in);
+      auto t = cast<RankedTensorType>(in.get().getType());
+      if (!map.isPermutation() ||
+          product(t.getShape()) != product(op.getStaticLoopRanges()))
+        return false;
+      target = it->second;
+    }
+    llvm::SetVector<Value> captured;
+    getUsedValuesDefinedAbove(op.getRegion(), captured);
+    for (Value v : captured)
+      if (Operation *def = v.getDefiningOp())
+        if (groupOf.count(def))
+          return false;
+    if (target < 0)
+      return false;
+    auto all = groupSet(target);
+    all.insert(op);
+    if (createsCycle(all))
+      return false;
+    groups[target].ops.push_back(op);
+    groupOf[op] = target;
+    return true;
+  }
+
+  void formGroups() {
+    for (Operation &o : block) {
+      auto op = dyn_cast<linalg::GenericOp>(&o);
+      if (!op || isLibraryOp(op) || isCloneableIntoKernel(op))
+        continue;
+      SmallVector<int64_t> loops = op.getStaticLoopRanges();
+      if (isRowReduction(op)) {
+        int64_t rows = 1, len = 1;
+        for (auto [i, it] : llvm::enumerate(op.getIteratorTypesArray()))
+          ((it == utils::IteratorType::parallel) ? rows : len) *= loops[i];
+        SmallVector<int> gs;
+        SmallVector<Operation *> extra{op};
+        for (Value v : op->getOperands()) {
+          auto def = v.getDefiningOp<linalg::GenericOp>();
+          if (!def)
+            continue;
+          auto it = groupOf.find(def);
+          if (it != groupOf.end()) {
+            Group &g = groups[it->second];
+            if (g.row && g.rows == rows && g.len == len &&
+                !llvm::is_contained(gs, it->second)) {
+              auto set = groupSet(it->second);
+              if (fitsRowGroup(op, rows, len, set))
+                gs.push_back(it->second);
+            }
+            continue;
+          }
+        }
+        // Loose elementwise producers of the row (possibly behind reshapes)
+        // join the group: they are recomputed where the row reads them.
+        for (Value v : op->getOperands()) {
+          Operation *def = v.getDefiningOp();
+          while (def && isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(def))
+            def = def->getOperand(0).getDefiningOp();
+          auto gen = dyn_cast_or_null<linalg::GenericOp>(def);
+          if (gen && isLooseProducer(gen, rows) &&
+              !llvm::is_contained(extra, def))
+            extra.push_back(def);
+        }
+        if (!tryMerge(gs, extra, rows, len) &&
+            !tryMerge({}, {op.getOperation()}, rows, len))
+          newGroup(op);
+        continue;
+      }
+      if (isAllParallel(op)) {
+        SmallVector<int> gs;
+        for (Value v : readValues(op)) {
+          Operation *def = v.getDefiningOp();
+          auto it = def ? groupOf.find(def) : groupOf.end();
+          if (it == groupOf.end() || !groups[it->second].row ||
+              llvm::is_contained(gs, it->second))
+            continue;
+          Group &g0 = groups[it->second];
+          if (!gs.empty() && (groups[gs.front()].rows != g0.rows ||
+                              groups[gs.front()].len != g0.len))
+            continue;
+          auto set = groupSet(it->second);
+          if (fitsRowGroup(op, g0.rows, g0.len, set))
+            gs.push_back(it->second);
+        }
+        if (!gs.empty() &&
+            tryMerge(gs, {op.getOperation()}, groups[gs.front()].rows,
+                     groups[gs.front()].len))
+          continue;
+        // Elementwise consumer of a serial (thread per element) reduction:
+        // computed by the same thread when it reads each reduced element once.
+        if (tryJoinNaive(op))
+          continue;
+        // Loose for now: a later row reduction may absorb it.
+        continue;
+      }
+      newGroup(op);
+    }
+    for (Operation &o : block)
+      if (auto op = dyn_cast<linalg::GenericOp>(&o))
+        if (!isLibraryOp(op) && !isCloneableIntoKernel(op) && !groupOf.count(op))
+          newGroup(op);
+  }
+
+  /// Outlines `ops` (program order) into a private kernel function.
+  void outline(ArrayRef<Operation *> ops, StringRef kind, unsigned index) {
+    llvm::SmallPtrSet<Operation *, 32> inKernel(ops.begin(), ops.end());
+    llvm::SetVector<Operation *> clones;
+    llvm::SetVector<Value> inputs;
+    std::function<void(Value)> visit = [&](Value v) {
+      Operation *def = v.getDefiningOp();
+      if (def && inKernel.contains(def))
+        return;
+      if (def && def->getBlock() == &block && isCloneableIntoKernel(def)) {
+        if (clones.insert(def))
+          for (Value o : readValues(def))
+            visit(o);
+        return;
+      }
+      inputs.insert(v);
+    };
+    for (Operation *op : ops)
+      for (Value v : readValues(op))
+        visit(v);
+    // A result is an output if something outside the kernel reads it; a
+    // cloneable user (reshape) only counts if its own result escapes.
+    std::function<bool(Value)> escapes = [&](Value r) {
+      return llvm::any_of(r.getUsers(), [&](Operation *u) {
+        Operation *top = topLevel(u);
+        if (inKernel.contains(top))
+          return false;
+        if (isCloneableIntoKernel(top) && top != u)
+          return true;
+        if (isCloneableIntoKernel(top))
+          return llvm::any_of(top->getResults(), escapes);
+        return true;
+      });
+    };
+    SmallVector<Value> outputs;
+    for (Operation *op : ops)
+      for (Value r : op->getResults())
+        if (escapes(r))
+          outputs.push_back(r);
+    SmallVector<Operation *> cloneList(clones.begin(), clones.end());
+    llvm::sort(cloneList, [](Operation *a, Operation *b) {
+      return a->isBeforeInBlock(b);
+    });
+
+    OpBuilder mb(func);
+    mb.setInsertionPointAfter(func);
+    std::string name = (func.getSymName() + "_k" + Twine(index)).str();
+    auto type = mb.getFunctionType(TypeRange(ValueRange(inputs.getArrayRef())),
+                                   TypeRange(ValueRange(outputs)));
+    auto kfn = func::FuncOp::create(mb, ops.back()->getLoc(), name, type);
+    kfn.setPrivate();
+    kfn->setAttr(kKernelAttr, mb.getStringAttr(kind));
+    Block *entry = kfn.addEntryBlock();
+    OpBuilder kb = OpBuilder::atBlockEnd(entry);
+    IRMapping map;
+    for (auto [v, a] : llvm::zip(inputs, entry->getArguments()))
+      map.map(v, a);
+    // Clones and kernel ops interleaved in program order (a clone may read a
+    // kernel op's result, e.g. a reshape between two ops of a row kernel).
+    SmallVector<Operation *> all(cloneList);
+    all.append(ops.begin(), ops.end());
+    llvm::sort(all, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+    for (Operation *op : all)
+      kb.clone(*op, map);
+    SmallVector<Value> rets;
+    for (Value o : outputs)
+      rets.push_back(map.lookup(o));
+    func::ReturnOp::create(kb, kfn.getLoc(), rets);
+
+    OpBuilder b(ops.back());
+    b.setInsertionPointAfter(ops.back());
+    auto call = func::CallOp::create(b, ops.back()->getLoc(), kfn,
+                                     ValueRange(inputs.getArrayRef()));
+    for (auto [o, r] : llvm::zip(outputs, call.getResults()))
+      o.replaceUsesWithIf(r, [&](OpOperand &use) {
+        return !inKernel.contains(topLevel(use.getOwner()));
+      });
+    // Erase the kernel ops and the caller's reshapes of their results that
+    // only the kernel read (it has its own clones), users first.
+    llvm::SetVector<Operation *> dead(ops.begin(), ops.end());
+    for (unsigned i = 0; i < dead.size(); ++i)
+      for (Value r : dead[i]->getResults())
+        for (Operation *u : r.getUsers())
+          if (u->getBlock() == &block && isCloneableIntoKernel(u))
+            dead.insert(u);
+    bool progress = true;
+    while (progress && !dead.empty()) {
+      progress = false;
+      for (Operation *op : llvm::to_vector(dead))
+        if (op->use_empty()) {
+          dead.remove(op);
+          op->erase();
+          progress = true;
+        }
+    }
+  }
+
+  /// Is `op` left in the caller: a fill used only as the init of library
+  /// ops, or a data-movement generic used only by library ops (a view)?
+  bool staysInCaller(Operation *op) {
+    if (isa<linalg::FillOp>(op))
+      return llvm::all_of(op->getUses(), [](OpOperand &use) {
+        auto lin = dyn_cast<linalg::LinalgOp>(use.getOwner());
+        return lin && isLibraryOp(lin) && lin.isDpsInit(&use);
+      });
+    if (auto g = dyn_cast<linalg::GenericOp>(op))
+      return isViewGeneric(g) && feedsOnlyLibraryOps(op);
+    return true;
+  }
+
+  /// All users are library ops, or views whose users are (recursively).
+  static bool feedsOnlyLibraryOps(Operation *op) {
+    return llvm::all_of(op->getUsers(), [](Operation *u) {
+      if (isLibraryOp(u))
+        return true;
+      auto g = dyn_cast<linalg::GenericOp>(u);
+      if ((g && isViewGeneric(g)) ||
+          isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp,
+              tensor::ExtractSliceOp>(u))
+        return feedsOnlyLibraryOps(u);
+      return false;
+    });
+  }
+
+  LogicalResult run(unsigned &counter) {
+    // Reject what the GPU path cannot compile, naming the op.
+    for (Operation &op : block) {
+      if (!hasStaticShapes(&op))
+        return op.emitError("mlircap: dynamic shapes are not supported: '")
+               << op.getName() << "'";
+      if (isa<linalg::GenericOp, linalg::FillOp, tensor::EmptyOp,
+              tensor::ExpandShapeOp, tensor::CollapseShapeOp, func::ReturnOp,
+              func::CallOp, cf::AssertOp>(op) ||
+          isLibraryOp(&op) || isCloneableIntoKernel(&op))
+        continue;
+      if (auto cst = dyn_cast<arith::ConstantOp>(op))
+        if (isa<ElementsAttr>(cst.getValue()))
+          continue;
+      if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op))
+        continue;
+      return op.emitError("mlircap: unsupported op '")
+             << op.getName() << "' (no GPU kernel or library call for it)";
+    }
+    formGroups();
+
+    // Kernels in program order of their last op.
+    SmallVector<int> order;
+    for (auto [i, g] : llvm::enumerate(groups))
+      if (!g.dead && !g.ops.empty())
+        order.push_back(i);
+    for (int g : order)
+      llvm::sort(groups[g].ops, [](Operation *a, Operation *b) {
+        return a->isBeforeInBlock(b);
+      });
+    llvm::sort(order, [&](int a, int b) {
+      return groups[a].ops.back()->isBeforeInBlock(groups[b].ops.back());
+    });
+    for (int g : order) {
+      Group &grp = groups[g];
+      bool allPar = llvm::all_of(grp.ops, [](Operation *op) {
+        auto gen = dyn_cast<linalg::GenericOp>(op);
+        return !gen || isAllParallel(gen);
+      });
+      StringRef kind = grp.row ? "row_reduction" : allPar ? "pointwise" : "reduction";
+      outline(grp.ops, kind, counter++);
+    }
+    // Cloneable ops that still have users the caller cannot express.
+    SmallVector<Operation *> loose;
+    for (Operation &op : block)
+      if ((isa<linalg::FillOp>(op) || isa<linalg::GenericOp>(op)) &&
+          !op.use_empty() && !staysInCaller(&op))
+        loose.push_back(&op);
+    for (Operation *op : loose)
+      outline({op}, "pointwise", counter++);
+    if (!sortTopologically(&block))
+      return func.emitError("mlircap: kernel formation created a cycle");
+    return success();
+  }
+};
+
+struct FormKernels : impl::MlircapFormKernelsBase<FormKernels> {
+  void runOnOperation() override {
+    SmallVector<func::FuncOp> funcs;
+    for (auto f : getOperation().getOps<func::FuncOp>())
+      if (!f.isExternal() && !f->hasAttr(kKernelAttr))
+        funcs.push_back(f);
+    for (func::FuncOp f : funcs) {
+      if (!llvm::hasSingleElement(f.getBody())) {
+        f.emitError("mlircap: functions with control flow are not supported");
+        return signalPassFailure();
+      }
+      unsigned counter = 0;
+      Former former(f);
+      if (failed(former.run(counter)))
+        return signalPassFailure();
+    }
+  }
+};
+} // namespace
+} // namespace mlir::mlircap

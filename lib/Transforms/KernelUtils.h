@@ -1,0 +1,222 @@
+//===- KernelUtils.h - helpers shared by kernel formation and codegen ----===//
+//
+// What is a library op, what is a row reduction, what can be cloned into a
+// kernel. Kernel formation (FormKernels.cpp), GPU code generation
+// (GpuCodegen.cpp) and the launch-plan builder (CAPI/LaunchPlan.cpp) must agree
+// on these, so they live in one place.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MLIRCAP_LIB_TRANSFORMS_KERNELUTILS_H
+#define MLIRCAP_LIB_TRANSFORMS_KERNELUTILS_H
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Matchers.h"
+#include <optional>
+
+namespace mlir::mlircap {
+
+/// Name of the library operation the runtime executes for `op` (through
+/// torch/cuBLAS/cuDNN), or "" when `op` is compiled into kernels.
+inline llvm::StringRef libraryOpName(Operation *op) {
+  if (!op)
+    return "";
+  auto linalgOp = dyn_cast<linalg::LinalgOp>(op);
+  if (!linalgOp || !linalgOp.hasPureTensorSemantics())
+    return "";
+  if (isa<linalg::MatmulTransposeBOp>(op))
+    return "matmul_transpose_b";
+  if (auto mm = dyn_cast<linalg::MatmulOp>(op))
+    return mm.hasUserDefinedMaps() ? "" : "matmul";
+  if (isa<linalg::BatchMatmulTransposeBOp>(op))
+    return "batch_matmul_transpose_b";
+  if (auto bmm = dyn_cast<linalg::BatchMatmulOp>(op))
+    return bmm.hasUserDefinedMaps() ? "" : "batch_matmul";
+  if (isa<linalg::Conv2DNchwFchwOp>(op))
+    return "conv2d_nchw_fchw";
+  return "";
+}
+inline bool isLibraryOp(Operation *op) { return !libraryOpName(op).empty(); }
+
+/// The attribute marking an outlined kernel function; its value is the kernel
+/// kind chosen by kernel formation ("pointwise", "row_reduction", "reduction").
+inline constexpr llvm::StringLiteral kKernelAttr = "mlircap.kernel";
+/// Launch configuration attached by mlircap-gpu-codegen to the kernel function.
+inline constexpr llvm::StringLiteral kLaunchAttr = "mlircap.launch";
+
+inline bool isAllParallel(linalg::GenericOp op) {
+  return op.getNumReductionLoops() == 0;
+}
+
+/// The op of a single-result reduction body that combines the new element with
+/// the accumulator: `yield combine(f(ins), %out)` where f does not use %out and
+/// combine is associative and commutative. Null if the body has another form.
+inline Operation *getCombiner(linalg::GenericOp op) {
+  if (op.getNumDpsInits() != 1 || op.getNumResults() != 1)
+    return nullptr;
+  Block &body = op.getRegion().front();
+  BlockArgument out = body.getArgument(body.getNumArguments() - 1);
+  if (!out.hasOneUse())
+    return nullptr;
+  auto yield = cast<linalg::YieldOp>(body.getTerminator());
+  Operation *comb = yield.getValues()[0].getDefiningOp();
+  if (!comb || comb->getBlock() != &body || comb->getNumOperands() != 2 ||
+      comb->getNumResults() != 1)
+    return nullptr;
+  if (!isa<arith::AddFOp, arith::MulFOp, arith::MaximumFOp, arith::MinimumFOp,
+           arith::MaxNumFOp, arith::MinNumFOp, arith::AddIOp, arith::MulIOp,
+           arith::MaxSIOp, arith::MinSIOp, arith::MaxUIOp, arith::MinUIOp,
+           arith::AndIOp, arith::OrIOp, arith::XOrIOp>(comb))
+    return nullptr;
+  if (comb->getOperand(0) != out && comb->getOperand(1) != out)
+    return nullptr;
+  if (comb->getOperand(0) == out && comb->getOperand(1) == out)
+    return nullptr;
+  return comb;
+}
+
+/// Identity element of a combiner (see getCombiner) for type `t`.
+inline TypedAttr getCombinerIdentity(Operation *comb, Type t) {
+  auto ft = dyn_cast<FloatType>(t);
+  auto it = dyn_cast<IntegerType>(t);
+  auto fl = [&](double v) -> TypedAttr { return FloatAttr::get(t, v); };
+  auto inf = [&](bool neg) -> TypedAttr {
+    return FloatAttr::get(t, llvm::APFloat::getInf(ft.getFloatSemantics(), neg));
+  };
+  auto in = [&](const llvm::APInt &v) -> TypedAttr { return IntegerAttr::get(t, v); };
+  if (ft) {
+    if (isa<arith::AddFOp>(comb)) return fl(0.0);
+    if (isa<arith::MulFOp>(comb)) return fl(1.0);
+    if (isa<arith::MaximumFOp, arith::MaxNumFOp>(comb)) return inf(true);
+    if (isa<arith::MinimumFOp, arith::MinNumFOp>(comb)) return inf(false);
+    return {};
+  }
+  if (!it)
+    return {};
+  unsigned w = it.getWidth();
+  if (isa<arith::AddIOp, arith::OrIOp, arith::XOrIOp, arith::MaxUIOp>(comb))
+    return in(llvm::APInt::getZero(w));
+  if (isa<arith::MulIOp>(comb)) return in(llvm::APInt(w, 1));
+  if (isa<arith::AndIOp, arith::MinUIOp>(comb)) return in(llvm::APInt::getAllOnes(w));
+  if (isa<arith::MaxSIOp>(comb)) return in(llvm::APInt::getSignedMinValue(w));
+  if (isa<arith::MinSIOp>(comb)) return in(llvm::APInt::getSignedMaxValue(w));
+  return {};
+}
+
+/// A reduction that a block per row can compute: one result with a recognized
+/// combiner, all parallel loops before all reduction loops, the output map a
+/// projection on the parallel loops (unit dims may be constant 0).
+inline bool isRowReduction(linalg::GenericOp op) {
+  if (op.getNumReductionLoops() == 0 || !op.hasPureTensorSemantics())
+    return false;
+  Operation *comb = getCombiner(op);
+  if (!comb || !getCombinerIdentity(comb, comb->getResult(0).getType()))
+    return false;
+  auto iters = op.getIteratorTypesArray();
+  unsigned np = op.getNumParallelLoops();
+  for (unsigned i = 0; i < iters.size(); ++i)
+    if ((i < np) != (iters[i] == utils::IteratorType::parallel))
+      return false;
+  AffineMap out = op.getDpsInitOperand(0) ? op.getMatchingIndexingMap(op.getDpsInitOperand(0)) : AffineMap();
+  unsigned next = 0;
+  for (AffineExpr e : out.getResults()) {
+    if (auto d = dyn_cast<AffineDimExpr>(e)) {
+      if (d.getPosition() != next)
+        return false;
+      ++next;
+      continue;
+    }
+    auto c = dyn_cast<AffineConstantExpr>(e);
+    if (!c || c.getValue() != 0)
+      return false;
+  }
+  return next == np;
+}
+
+inline int64_t product(llvm::ArrayRef<int64_t> v) {
+  int64_t p = 1;
+  for (int64_t x : v)
+    p *= x;
+  return p;
+}
+
+/// Smallest k such that the product of shape[0..k) is `rows`.
+inline std::optional<unsigned> rowPrefix(llvm::ArrayRef<int64_t> shape,
+                                         int64_t rows) {
+  int64_t p = 1;
+  for (unsigned k = 0;; ++k) {
+    if (p == rows)
+      return k;
+    if (k == shape.size() || p > rows)
+      return std::nullopt;
+    p *= shape[k];
+  }
+}
+
+/// Pure data movement: all-parallel generic with one input whose body yields
+/// that input. Kernels recompute these in their indexing; in front of a library
+/// op they become strided views.
+inline bool isDataMovementGeneric(linalg::GenericOp op) {
+  if (!isAllParallel(op) || op.getNumDpsInputs() != 1 ||
+      op.getNumResults() != 1 || !op.hasPureTensorSemantics())
+    return false;
+  Block &body = op.getRegion().front();
+  if (body.getOperations().size() != 1)
+    return false;
+  auto yield = cast<linalg::YieldOp>(body.getTerminator());
+  return yield.getValues()[0] == body.getArgument(0);
+}
+
+/// A data-movement generic expressible as a strided view of its input: the
+/// output map is the identity and the input map a projected permutation
+/// (transpose, broadcast along new dims).
+inline bool isViewGeneric(linalg::GenericOp op) {
+  if (!isDataMovementGeneric(op))
+    return false;
+  AffineMap in = op.getMatchingIndexingMap(op.getDpsInputOperand(0));
+  AffineMap out = op.getMatchingIndexingMap(op.getDpsInitOperand(0));
+  return out.isIdentity() && in.isProjectedPermutation(/*allowZeroInResults=*/false);
+}
+
+inline bool hasStaticShapes(Operation *op) {
+  auto ok = [](Type t) {
+    auto st = dyn_cast<ShapedType>(t);
+    return !st || st.hasStaticShape();
+  };
+  return llvm::all_of(op->getOperandTypes(), ok) &&
+         llvm::all_of(op->getResultTypes(), ok);
+}
+
+/// Ops that kernels recompute instead of reading from memory: scalar and
+/// splat constants, tensor.empty, linalg.fill, reshapes and slices (folded into
+/// indexing), data-movement generics, and pure scalar arithmetic.
+inline bool isCloneableIntoKernel(Operation *op) {
+  if (auto cst = dyn_cast<arith::ConstantOp>(op)) {
+    if (auto dense = dyn_cast<DenseElementsAttr>(cst.getValue()))
+      return dense.isSplat();
+    return !isa<ShapedType>(cst.getType());
+  }
+  if (isa<tensor::EmptyOp, linalg::FillOp, tensor::ExpandShapeOp,
+          tensor::CollapseShapeOp>(op))
+    return true;
+  if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op))
+    return !ShapedType::isDynamicShape(slice.getStaticOffsets()) &&
+           !ShapedType::isDynamicShape(slice.getStaticSizes()) &&
+           !ShapedType::isDynamicShape(slice.getStaticStrides());
+  if (auto g = dyn_cast<linalg::GenericOp>(op))
+    return isDataMovementGeneric(g);
+  // Scalar arithmetic computed in the function body.
+  if (op->getNumRegions() == 0 && op->getNumResults() == 1 &&
+      isPure(op) && !isa<ShapedType>(op->getResult(0).getType()) &&
+      llvm::none_of(op->getOperandTypes(),
+                    [](Type t) { return isa<ShapedType>(t); }) &&
+      (op->getDialect() && (op->getDialect()->getNamespace() == "arith" ||
+                            op->getDialect()->getNamespace() == "math")))
+    return true;
+  return false;
+}
+
+} // namespace mlir::mlircap
+
+#endif
