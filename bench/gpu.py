@@ -50,6 +50,12 @@ def bandwidth_check(dtype):
                 fallback=g.fallback_reason)
 
 
+def _flat_inputs(fast, args):
+    """The compiled graph's inputs as aot_autograd passes them: parameters and
+    buffers first (module order), then the user inputs."""
+    return fast.graphs[0].last_inputs() or []
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--models", default="mlp,cnn,attention,bert,gpt2")
@@ -96,13 +102,17 @@ def main():
             ok = g.fallback_reason is None
             kern = g.executable.n_kernels if ok else "-"
             lib = sum(1 for s in g.executable.segments if s[0] == "library") if ok else "-"
+            worst = g.executable.profile(*_flat_inputs(fast, args))[:3] if ok and _flat_inputs(fast, args) else []
             row = dict(model=name, dtype=dname, eager=t_eager, ind=t_ind, cg=t_cg, mc=t_mc, kernels=kern,
-                       library=lib, c_ind=c_ind, c_mc=c_mc, err=max_err(out, ref), fallback=g.fallback_reason)
+                       library=lib, c_ind=c_ind, c_mc=c_mc, err=max_err(out, ref), fallback=g.fallback_reason,
+                       worst=worst)
             rows.append(row)
             print(f"{name} | {dname} | {t_eager:.3f} | {t_ind:.3f} | {t_cg:.3f} | {t_mc:.3f} | "
                   f"{t_eager / t_mc:.2f}x | {t_ind / t_mc:.2f}x | {t_cg / t_mc:.2f}x | {kern} | {lib} | "
                   f"{c_ind:.1f}/{c_mc:.1f} | {row['err']:.1e}" + ("" if ok else f" | FALLBACK: {g.fallback_reason.splitlines()[0]}"),
                   flush=True)
+            for desc, ms in worst:
+                print(f"    slowest step: {ms:.3f} ms  {desc}")
             del fast, m
             torch.cuda.empty_cache()
     bw = {d: bandwidth_check(DT[d]) for d in a.dtypes.split(",")}
@@ -138,6 +148,10 @@ def write_results(path, rows, bw, summary, dev, commit):
     for d, b in bw.items():
         lines.append(f"- {d}: elementwise 8192x8192 (one fused kernel expected, kernels={b['kernels']}): "
                      f"{b['gbs']:.0f} GB/s vs copy {b['copy_gbs']:.0f} GB/s = {100 * b['gbs'] / b['copy_gbs']:.0f}%")
+    lines += ["", "## Slowest steps per model (mlircap, per-step CUDA events, no graph)", ""]
+    for r in rows:
+        for desc, ms in r.get("worst", []):
+            lines.append(f"- {r['model']} {r['dtype']}: {ms:.3f} ms {desc}")
     fallbacks = [r for r in rows if r["fallback"]]
     if fallbacks:
         lines += ["", "## Fallbacks", ""] + [f"- {r['model']} {r['dtype']}: {r['fallback'].splitlines()[0]}" for r in fallbacks]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 import warnings
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -74,7 +75,15 @@ class CompiledGraph:
         return self._stage_cache[stage]
 
     def __call__(self, *args):
+        # Weak references to the last inputs (parameters first, then user inputs),
+        # so tools like bench/gpu.py can profile the graph without holding memory.
+        self._last_inputs = [weakref.ref(a) if isinstance(a, torch.Tensor) else (lambda a=a: a) for a in args]
         return self.executable(*args)
+
+    def last_inputs(self):
+        """The inputs of the last call, if they are still alive, else None."""
+        vals = [r() for r in getattr(self, "_last_inputs", [])]
+        return None if any(v is None for v in vals) or not vals else vals
 
 
 def _output_specs(gm: torch.fx.GraphModule):

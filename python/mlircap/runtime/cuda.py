@@ -203,14 +203,56 @@ class GpuExecutable:
             if seg[0] == "kernels":
                 self.program.run(table, stream, seg[1], seg[2])
             else:
-                step = seg[1]
-                ins = [t[i] for i in step["ins"]]
-                out = t[step["out"]]
-                op = _OUT_VARIANTS.get(step["op"])
-                if op is not None and out.is_contiguous():
-                    op(*ins, out=out)
+                self._run_library(seg[1], t)
+
+    def profile(self, *args, repeats: int = 5):
+        """Per-step timings (ms, median over `repeats`), slowest first:
+        [(description, ms)]. Runs step by step with CUDA events, without graphs."""
+        ins = self._prepare_inputs(args)
+        t = self._materialize(ins)
+        stream = torch.cuda.current_stream()
+        table = [t[vid].data_ptr() for vid in self.slot]
+        descr, samples = [], []
+        for seg in self.segments:
+            if seg[0] == "kernels":
+                for i in range(seg[1], seg[2]):
+                    descr.append(("kernel", i))
+            else:
+                descr.append(("library", seg[1]))
+        for _ in range(repeats):
+            times = []
+            for kind, item in descr:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                if kind == "kernel":
+                    self.program.run(table, stream.cuda_stream, item, item + 1)
                 else:
-                    out.copy_(LIBRARY[step["op"]](ins, step.get("attrs", {})))
+                    self._run_library(item, t)
+                end.record()
+                times.append((start, end))
+            torch.cuda.synchronize()
+            samples.append([a.elapsed_time(b) for a, b in times])
+        kernel_steps = [s for s in self.plan["steps"] if s["kind"] == "kernel"]
+        out = []
+        for j, (kind, item) in enumerate(descr):
+            ms = sorted(x[j] for x in samples)[len(samples) // 2]
+            if kind == "kernel":
+                st = kernel_steps[item]
+                shapes = [self.values[a["value"]]["shape"] for a in st["args"] if "value" in a]
+                name = f"{st['name']} [{st.get('strategy', 'kernel')}] grid={st['grid'][0]} shapes={shapes[-1]}"
+            else:
+                name = f"library {item['op']} {[self.values[i]['shape'] for i in item['ins']]} {self.values[item['out']]['dtype']}"
+            out.append((name, ms))
+        return sorted(out, key=lambda x: -x[1])
+
+    def _run_library(self, step, t):
+        ins = [t[i] for i in step["ins"]]
+        out = t[step["out"]]
+        op = _OUT_VARIANTS.get(step["op"])
+        if op is not None and out.is_contiguous():
+            op(*ins, out=out)
+        else:
+            out.copy_(LIBRARY[step["op"]](ins, step.get("attrs", {})))
 
     def _prepare_inputs(self, args):
         ins = []
