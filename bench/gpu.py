@@ -101,7 +101,7 @@ def main():
             g = fast.graphs[0]
             ok = g.fallback_reason is None
             kern = g.executable.n_kernels if ok else "-"
-            lib = sum(1 for s in g.executable.segments if s[0] == "library") if ok else "-"
+            lib = g.executable.n_library if ok else "-"
             worst = g.executable.profile(*_flat_inputs(fast, args))[:3] if ok and _flat_inputs(fast, args) else []
             row = dict(model=name, dtype=dname, eager=t_eager, ind=t_ind, cg=t_cg, mc=t_mc, kernels=kern,
                        library=lib, c_ind=c_ind, c_mc=c_mc, err=max_err(out, ref), fallback=g.fallback_reason,

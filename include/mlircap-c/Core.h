@@ -85,6 +85,14 @@ MLIRCAP_EXPORT char *mlircap_gpu_compile(const char *linalg_ir,
  * Returns an engine handle or NULL. */
 MLIRCAP_EXPORT void *mlircap_cpu_compile(const char *ir, int opt_level);
 
+/* CPU launch plan: kernels formed as for the GPU (mlircap-fuse), each
+ * JIT-compiled for the CPU (callable with mlircap_cpu_lookup by kernel name,
+ * arguments = inputs then outputs), library ops (matmul, conv) left to the
+ * runtime. Returns the engine and stores the plan JSON (same schema as
+ * mlircap_gpu_compile, "ptx" empty) in *plan_out (free with mlircap_free). */
+MLIRCAP_EXPORT void *mlircap_cpu_plan_compile(const char *ir, int opt_level,
+                                              char **plan_out);
+
 /* Address of the packed C-interface wrapper of `func`: a function
  * `void f(void **args)` where args[i] points to a pointer to the i-th memref
  * descriptor (inputs first, then outputs). NULL if absent. */

@@ -299,4 +299,31 @@ def MlircapDumpPtx : Pass<"mlircap-dump-ptx", "::mlir::ModuleOp"> {
   ];
 }
 
+def MlircapMathApprox : Pass<"mlircap-math-approx", "::mlir::func::FuncOp"> {
+  let summary = "Replace transcendental math ops with polynomial approximations (CPU)";
+  let description = [{
+    On the CPU, `math.exp`, `math.tanh`, `math.erf`, `math.log`, ... lower to
+    scalar libm calls, which keep LLVM's loop vectorizer from vectorizing the
+    fused loops around them. This pass rewrites them into arithmetic (range
+    reduction + polynomial, about 1-2 ulp in f32, from upstream's
+    MathPolynomialApproximation patterns) that vectorizes.
+
+    Before:
+    ```mlir
+    %y = math.tanh %x : f32
+    ```
+    After:
+    ```mlir
+    %c = arith.constant ... : f32
+    %a = arith.mulf %x, %x : f32
+    ...                      // only arith ops
+    %y = arith.select %small, %x, %p : f32
+    ```
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::math::MathDialect",
+                           "::mlir::vector::VectorDialect",
+                           "::mlir::x86vector::X86VectorDialect"];
+}
+
 #endif // MLIRCAP_PASSES

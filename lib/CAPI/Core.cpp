@@ -283,6 +283,60 @@ void *mlircap_cpu_compile(const char *ir, int optLevel) {
   return engine->release();
 }
 
+void *mlircap_cpu_plan_compile(const char *ir, int optLevel, char **planOut) {
+  // Same kernels as the GPU path (mlircap-fuse: kernel formation at tensor
+  // level), but each kernel is JIT-compiled for the CPU and library ops
+  // (matmul, conv) stay in the plan for the runtime to run through torch.
+  Session session;
+  auto module = session.parse(ir);
+  if (!module || failed(session.run(*module, mlircap::fusePipeline())))
+    return nullptr;
+  MLIRContext *ctx = &session.context;
+  Builder b(ctx);
+  auto cpuLaunch = b.getDictionaryAttr(
+      {b.getNamedAttr("grid", b.getDenseI64ArrayAttr({1, 1, 1})),
+       b.getNamedAttr("block", b.getDenseI64ArrayAttr({1, 1, 1})),
+       b.getNamedAttr("smem", b.getI64IntegerAttr(0)),
+       b.getNamedAttr("strategy", b.getStringAttr("cpu"))});
+  for (auto func : module->getOps<func::FuncOp>())
+    if (func->hasAttr("mlircap.kernel") && !func->hasAttr("mlircap.launch"))
+      func->setAttr("mlircap.launch", cpuLaunch);
+  auto plan = mlircap::buildLaunchPlan(*module, "");
+  if (failed(plan)) {
+    (void)session.fail("cannot build the CPU launch plan");
+    return nullptr;
+  }
+  // The kernel module: kernels only, public, lowered for the JIT.
+  OwningOpRef<ModuleOp> kernels(cast<ModuleOp>((*module)->clone()));
+  for (auto func : llvm::make_early_inc_range(kernels->getOps<func::FuncOp>())) {
+    if (!func->hasAttr("mlircap.kernel"))
+      func.erase();
+    else
+      func.setPublic();
+  }
+  if (failed(session.run(*kernels, mlircap::cpuPipeline())))
+    return nullptr;
+  ExecutionEngineOptions options;
+  optLevel = std::max(0, std::min(3, optLevel));
+  options.transformer = makeOptimizingTransformer(optLevel, 0, nullptr);
+  options.jitCodeGenOptLevel = static_cast<llvm::CodeGenOptLevel>(optLevel);
+  auto engine = ExecutionEngine::create(*kernels, options);
+  if (!engine) {
+    std::string msg = llvm::toString(engine.takeError());
+    (void)session.fail("JIT compilation failed: " + msg);
+    return nullptr;
+  }
+  (*engine)->registerSymbols([](llvm::orc::MangleAndInterner interner) {
+    llvm::orc::SymbolMap symbols;
+    symbols[interner("memrefCopy")] = {
+        llvm::orc::ExecutorAddr::fromPtr(&mlircapMemrefCopy),
+        llvm::JITSymbolFlags::Exported};
+    return symbols;
+  });
+  *planOut = dupString(*plan);
+  return engine->release();
+}
+
 void *mlircap_cpu_lookup(void *engine, const char *func) {
   auto *ee = static_cast<ExecutionEngine *>(engine);
   auto fn = ee->lookupPacked(std::string("_mlir_ciface_") + func);

@@ -223,6 +223,21 @@ PYBIND11_MODULE(_mlircap, m) {
         return std::make_shared<Engine>(h);
       },
       py::arg("ir"), py::arg("opt_level") = 3);
+  m.def(
+      "cpu_plan_compile",
+      [](const std::string &ir, int optLevel) {
+        void *h;
+        char *plan = nullptr;
+        {
+          py::gil_scoped_release release;
+          h = mlircap_cpu_plan_compile(ir.c_str(), optLevel, &plan);
+        }
+        if (!h)
+          throw CompileError(mlircap_last_error());
+        return py::make_tuple(std::make_shared<Engine>(h), takeString(plan));
+      },
+      py::arg("ir"), py::arg("opt_level") = 3,
+      "(engine, plan JSON): kernels JIT-compiled for the CPU, library ops in the plan.");
   m.def("call_packed", &callPacked, py::arg("fn"), py::arg("args"));
 
   m.def(

@@ -32,6 +32,9 @@ class Options:
     device: str = "auto"          # "auto" | "cpu" | "cuda": where compiled code runs
     opt_level: int = 3
     chip: str = "sm_90"
+    # CPU: run fused kernels from a launch plan with matmul/conv through torch
+    # (True), or JIT the whole graph as one function of loops (False).
+    cpu_plan: bool = True
 
 
 @dataclass
@@ -45,6 +48,7 @@ class CompiledGraph:
     device: str = "cpu"
     times: dict = field(default_factory=dict)
     fallback_reason: str | None = None
+    notes: list = field(default_factory=list)
     executable: object = None
     _stage_cache: dict = field(default_factory=dict)
 
@@ -138,10 +142,19 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, options: Options, re
             with logs.stage(f"{graph.name}: GPU codegen", graph.times):
                 graph.executable = GpuExecutable(fe.linalg_ir, options.chip)
         else:
-            from .runtime.cpu import CpuExecutable
+            from .runtime.cpu import CpuExecutable, CpuPlanExecutable
 
             with logs.stage(f"{graph.name}: CPU codegen + JIT", graph.times):
-                graph.executable = CpuExecutable(fe.linalg_ir, "main", outputs, options.opt_level)
+                graph.executable = None
+                if options.cpu_plan:
+                    try:
+                        graph.executable = CpuPlanExecutable(fe.linalg_ir, options.opt_level)
+                    except RuntimeError as e:   # the plan builder rejected the graph
+                        graph.notes.append("CPU launch plan failed, whole graph JIT-compiled as loops: "
+                                           + str(e).strip().splitlines()[-1])
+                        logs.log("fallback", f"{graph.name}: {graph.notes[-1]}")
+                if graph.executable is None:
+                    graph.executable = CpuExecutable(fe.linalg_ir, "main", outputs, options.opt_level)
         logs.log("progress", f"{graph.name}: compiled for {device}")
         _dump(graph)
         return graph

@@ -43,3 +43,45 @@ class CpuExecutable:
             args.append((o.data_ptr(), shape, strides))
         self._core.call_packed(self.fn, args)
         return outs
+
+
+class CpuPlanExecutable:
+    """Runs a CPU launch plan: fused kernels JIT-compiled by the core, library
+    ops (matmul, conv) through torch (MKL/oneDNN), buffers from torch."""
+
+    def __init__(self, linalg_ir: str, opt_level: int = 3):
+        import json
+
+        from .plan import PlanExecutor
+
+        self._core = core()
+        self.engine, plan_text = self._core.cpu_plan_compile(linalg_ir, opt_level)
+        self.exe = PlanExecutor(json.loads(plan_text), torch.device("cpu"))
+        self.plan = self.exe.plan
+        self.n_kernels, self.n_library = self.exe.n_kernels, self.exe.n_library
+        fns = {}
+        self.steps = []
+        for step in self.plan["steps"]:
+            if step["kind"] == "kernel":
+                if step["name"] not in fns:
+                    fns[step["name"]] = self.engine.lookup(step["name"])
+                args = []
+                for a in step["args"]:
+                    if "value" not in a:
+                        raise RuntimeError(f"CPU kernel {step['name']}: scalar arguments are not supported")
+                    shape = tuple(self.exe.values[a["value"]]["shape"])
+                    args.append((a["value"], shape, contiguous_strides(shape)))
+                self.steps.append(("kernel", fns[step["name"]], args))
+            else:
+                self.steps.append(("library", step, None))
+
+    def __call__(self, *args) -> list[torch.Tensor]:
+        exe = self.exe
+        t = exe._materialize(exe._prepare_inputs(args))
+        call = self._core.call_packed
+        for kind, what, kargs in self.steps:
+            if kind == "kernel":
+                call(what, [(t[v].data_ptr(), shape, strides) for v, shape, strides in kargs])
+            else:
+                exe._run_library(what, t)
+        return [t[o] for o in exe.outputs]

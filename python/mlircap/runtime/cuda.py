@@ -22,17 +22,7 @@ import torch
 
 from .. import logs
 from .._core import core
-
-DTYPES = {
-    "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "f64": torch.float64,
-    "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8, "i1": torch.bool,
-    "ui8": torch.uint8,
-}
-
-
-class PlanError(RuntimeError):
-    pass
-
+from .plan import PlanError, PlanExecutor
 
 # -- compile cache ---------------------------------------------------------------------------------
 
@@ -90,60 +80,28 @@ def compile_plan(linalg_ir: str, chip: str = "sm_90", features: str = "+ptx80") 
 
 # -- execution -------------------------------------------------------------------------------------
 
-def _conv2d(x, w, attrs):
-    return torch.nn.functional.conv2d(x, w, stride=attrs.get("strides", [1, 1]),
-                                      dilation=attrs.get("dilations", [1, 1]))
-
-
-LIBRARY = {
-    "matmul": lambda ins, attrs: torch.mm(ins[0], ins[1]),
-    "matmul_transpose_b": lambda ins, attrs: torch.mm(ins[0], ins[1].t()),
-    "matmul_transpose_a": lambda ins, attrs: torch.mm(ins[0].t(), ins[1]),
-    "batch_matmul": lambda ins, attrs: torch.bmm(ins[0], ins[1]),
-    "batch_matmul_transpose_b": lambda ins, attrs: torch.bmm(ins[0], ins[1].transpose(1, 2)),
-    "conv2d_nchw_fchw": lambda ins, attrs: _conv2d(ins[0], ins[1], attrs),
-}
-_OUT_VARIANTS = {"matmul": torch.mm, "batch_matmul": torch.bmm}
-
-
-class GpuExecutable:
+class GpuExecutable(PlanExecutor):
     """Executes one compiled graph on the current CUDA device."""
 
     def __init__(self, linalg_ir: str, chip: str = "sm_90", features: str = "+ptx80",
                  cuda_graphs: bool | None = None):
         self._core = core()
-        self.plan, self.cache_hit = compile_plan(linalg_ir, chip, features)
+        plan, self.cache_hit = compile_plan(linalg_ir, chip, features)
+        super().__init__(plan, torch.device("cuda", torch.cuda.current_device()))
         if cuda_graphs is None:
             cuda_graphs = os.environ.get("MLIRCAP_CUDA_GRAPHS", "1") != "0"
         self.use_graphs = cuda_graphs
-        self.device = torch.device("cuda", torch.cuda.current_device())
-        self._prepare()
+        self._build_program()
         self._calls = 0
         self._graph = None
 
-    # The plan, checked and turned into slots and launch programs once.
-    def _prepare(self):
-        plan = self.plan
-        values = {v["id"]: v for v in plan["values"]}
-        self.values = values
-        self.slot = {vid: i for i, vid in enumerate(values)}
-        self.inputs = sorted((v for v in values.values() if v["kind"] == "input"), key=lambda v: v["index"])
-        self.buffers = [v for v in values.values() if v["kind"] == "buffer"]
-        self.views = [v for v in values.values() if v["kind"] == "view"]
-        self.constants = {}
-        for v in values.values():
-            if v["kind"] == "constant":
-                dt = DTYPES[v["dtype"]]
-                data = torch.tensor(v["data"], dtype=torch.float64 if dt.is_floating_point else torch.int64)
-                t = data.expand(v["shape"]) if v.get("splat") else data.reshape(v["shape"])
-                self.constants[v["id"]] = t.to(dtype=dt, device=self.device).contiguous()
-        module = self._core.cuda_load_module(plan["ptx"]) if any(
-            s["kind"] == "kernel" for s in plan["steps"]) else None
-        self.kernels = []          # LaunchProgram
+    def _build_program(self):
+        """Kernel launches as a C++ LaunchProgram; segments alternate kernel runs and library calls."""
+        module = self._core.cuda_load_module(self.plan["ptx"]) if self.n_kernels else None
         self.program = self._core.LaunchProgram()
         self.segments = []          # ("kernels", begin, end) | ("library", step)
         functions = {}
-        for step in plan["steps"]:
+        for step in self.plan["steps"]:
             if step["kind"] == "kernel":
                 name = step["name"]
                 if name not in functions:
@@ -163,37 +121,8 @@ class GpuExecutable:
                     self.segments[-1] = ("kernels", self.segments[-1][1], n + 1)
                 else:
                     self.segments.append(("kernels", n, n + 1))
-            elif step["kind"] == "library":
-                if step["op"] not in LIBRARY:
-                    raise PlanError(f"library op {step['op']!r} has no runtime implementation")
-                self.segments.append(("library", step))
             else:
-                raise PlanError(f"unknown plan step kind {step['kind']!r}")
-        self.n_kernels = len(self.program)
-        self.outputs = plan["outputs"]
-
-    def _materialize(self, inputs, buffers=None):
-        """Tensors for every value id (inputs given, buffers allocated or reused)."""
-        t = {}
-        for v, x in zip(self.inputs, inputs):
-            t[v["id"]] = x
-        if buffers is None:
-            buffers = {v["id"]: torch.empty(v["shape"], dtype=DTYPES[v["dtype"]], device=self.device)
-                       for v in self.buffers}
-        t.update(buffers)
-        t.update(self.constants)
-        for v in self.views:   # views may be of views: resolve in dependency order
-            self._view(v, t)
-        return t
-
-    def _view(self, v, t):
-        if v["id"] in t:
-            return t[v["id"]]
-        base_v = self.values[v["of"]]
-        base = t[base_v["id"]] if base_v["id"] in t else self._view(base_v, t)
-        view = base.as_strided(v["shape"], v["strides"], base.storage_offset() + v.get("offset", 0))
-        t[v["id"]] = view
-        return view
+                self.segments.append(("library", step))
 
     def _run(self, t, stream):
         table = [0] * len(self.slot)
@@ -232,35 +161,12 @@ class GpuExecutable:
                 times.append((start, end))
             torch.cuda.synchronize()
             samples.append([a.elapsed_time(b) for a, b in times])
-        kernel_steps = [s for s in self.plan["steps"] if s["kind"] == "kernel"]
         out = []
         for j, (kind, item) in enumerate(descr):
             ms = sorted(x[j] for x in samples)[len(samples) // 2]
-            if kind == "kernel":
-                st = kernel_steps[item]
-                shapes = [self.values[a["value"]]["shape"] for a in st["args"] if "value" in a]
-                name = f"{st['name']} [{st.get('strategy', 'kernel')}] grid={st['grid'][0]} shapes={shapes[-1]}"
-            else:
-                name = f"library {item['op']} {[self.values[i]['shape'] for i in item['ins']]} {self.values[item['out']]['dtype']}"
+            name = self.describe_kernel(self.kernel_steps[item]) if kind == "kernel" else self.describe_library(item)
             out.append((name, ms))
         return sorted(out, key=lambda x: -x[1])
-
-    def _run_library(self, step, t):
-        ins = [t[i] for i in step["ins"]]
-        out = t[step["out"]]
-        op = _OUT_VARIANTS.get(step["op"])
-        if op is not None and out.is_contiguous():
-            op(*ins, out=out)
-        else:
-            out.copy_(LIBRARY[step["op"]](ins, step.get("attrs", {})))
-
-    def _prepare_inputs(self, args):
-        ins = []
-        for v, x in zip(self.inputs, args):
-            if x.device != self.device or x.dtype != DTYPES[v["dtype"]]:
-                raise PlanError(f"input {v['index']}: expected {v['dtype']} on {self.device}, got {x.dtype} on {x.device}")
-            ins.append(x if x.is_contiguous() else x.contiguous())
-        return ins
 
     def __call__(self, *args):
         ins = self._prepare_inputs(args)

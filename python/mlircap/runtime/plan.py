@@ -1,0 +1,117 @@
+"""Launch plans: what the compiler core hands the runtime (JSON).
+
+    {"func": "main", "ptx": "...",
+     "values": [{"id", "shape", "dtype", "kind": input|buffer|view|constant, ...}],
+     "steps":  [{"kind": "kernel", "name", "grid", "block", "smem", "args": [{"value": id} | {"i64": n}]},
+                {"kind": "library", "op": "matmul"|..., "ins": [ids], "out": id, "attrs": {...}}],
+     "outputs": [ids]}
+
+`PlanExecutor` holds what the CPU and CUDA executors share: value tensors
+(inputs, buffers from torch's allocator, views, constants) and library calls
+through torch. Subclasses launch the kernels.
+"""
+from __future__ import annotations
+
+import torch
+
+DTYPES = {
+    "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "f64": torch.float64,
+    "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8, "i1": torch.bool,
+    "ui8": torch.uint8,
+}
+
+
+class PlanError(RuntimeError):
+    pass
+
+
+def _conv2d(x, w, attrs):
+    return torch.nn.functional.conv2d(x, w, stride=attrs.get("strides", [1, 1]),
+                                      dilation=attrs.get("dilations", [1, 1]))
+
+
+LIBRARY = {
+    "matmul": lambda ins, attrs: torch.mm(ins[0], ins[1]),
+    "matmul_transpose_b": lambda ins, attrs: torch.mm(ins[0], ins[1].t()),
+    "matmul_transpose_a": lambda ins, attrs: torch.mm(ins[0].t(), ins[1]),
+    "batch_matmul": lambda ins, attrs: torch.bmm(ins[0], ins[1]),
+    "batch_matmul_transpose_b": lambda ins, attrs: torch.bmm(ins[0], ins[1].transpose(1, 2)),
+    "conv2d_nchw_fchw": lambda ins, attrs: _conv2d(ins[0], ins[1], attrs),
+}
+_OUT_VARIANTS = {"matmul": torch.mm, "batch_matmul": torch.bmm}
+
+
+class PlanExecutor:
+    def __init__(self, plan: dict, device: torch.device):
+        self.plan = plan
+        self.device = device
+        values = {v["id"]: v for v in plan["values"]}
+        self.values = values
+        self.slot = {vid: i for i, vid in enumerate(values)}
+        self.inputs = sorted((v for v in values.values() if v["kind"] == "input"), key=lambda v: v["index"])
+        self.buffers = [v for v in values.values() if v["kind"] == "buffer"]
+        self.views = [v for v in values.values() if v["kind"] == "view"]
+        self.constants = {}
+        for v in values.values():
+            if v["kind"] == "constant":
+                dt = DTYPES[v["dtype"]]
+                data = torch.tensor(v["data"], dtype=torch.float64 if dt.is_floating_point else torch.int64)
+                t = data.expand(v["shape"]) if v.get("splat") else data.reshape(v["shape"])
+                self.constants[v["id"]] = t.to(dtype=dt, device=device).contiguous()
+        for step in plan["steps"]:
+            if step["kind"] == "library" and step["op"] not in LIBRARY:
+                raise PlanError(f"library op {step['op']!r} has no runtime implementation")
+            if step["kind"] not in ("kernel", "library"):
+                raise PlanError(f"unknown plan step kind {step['kind']!r}")
+        self.outputs = plan["outputs"]
+        self.kernel_steps = [s for s in plan["steps"] if s["kind"] == "kernel"]
+        self.n_kernels = len(self.kernel_steps)
+        self.n_library = sum(1 for s in plan["steps"] if s["kind"] == "library")
+
+    def _prepare_inputs(self, args):
+        ins = []
+        for v, x in zip(self.inputs, args):
+            if x.device != self.device or x.dtype != DTYPES[v["dtype"]]:
+                raise PlanError(f"input {v['index']}: expected {v['dtype']} on {self.device}, "
+                                f"got {x.dtype} on {x.device}")
+            ins.append(x if x.is_contiguous() else x.contiguous())
+        return ins
+
+    def _materialize(self, inputs, buffers=None):
+        """Tensors for every value id (inputs given, buffers allocated)."""
+        t = {}
+        for v, x in zip(self.inputs, inputs):
+            t[v["id"]] = x
+        if buffers is None:
+            buffers = {v["id"]: torch.empty(v["shape"], dtype=DTYPES[v["dtype"]], device=self.device)
+                       for v in self.buffers}
+        t.update(buffers)
+        t.update(self.constants)
+        for v in self.views:
+            self._view(v, t)
+        return t
+
+    def _view(self, v, t):
+        if v["id"] in t:
+            return t[v["id"]]
+        base_v = self.values[v["of"]]
+        base = t[base_v["id"]] if base_v["id"] in t else self._view(base_v, t)
+        view = base.as_strided(v["shape"], v["strides"], base.storage_offset() + v.get("offset", 0))
+        t[v["id"]] = view
+        return view
+
+    def _run_library(self, step, t):
+        ins = [t[i] for i in step["ins"]]
+        out = t[step["out"]]
+        op = _OUT_VARIANTS.get(step["op"])
+        if op is not None and out.is_contiguous():
+            op(*ins, out=out)
+        else:
+            out.copy_(LIBRARY[step["op"]](ins, step.get("attrs", {})))
+
+    def describe_kernel(self, st) -> str:
+        shapes = [self.values[a["value"]]["shape"] for a in st["args"] if "value" in a]
+        return f"{st['name']} [{st.get('strategy', 'kernel')}] grid={st['grid'][0]} out={shapes[-1] if shapes else []}"
+
+    def describe_library(self, st) -> str:
+        return f"library {st['op']} {[self.values[i]['shape'] for i in st['ins']]} {self.values[st['out']]['dtype']}"
