@@ -188,6 +188,30 @@ extern "C" void mlircapMemrefCopy(int64_t elemSize, UnrankedDescriptor *src,
 }
 } // namespace
 
+namespace {
+/// JIT-compiles a module already lowered to the LLVM dialect (ORC, -O`optLevel`).
+ExecutionEngine *createEngine(Session &session, ModuleOp module, int optLevel) {
+  ExecutionEngineOptions options;
+  optLevel = std::max(0, std::min(3, optLevel));
+  options.transformer = makeOptimizingTransformer(optLevel, 0, nullptr);
+  options.jitCodeGenOptLevel = static_cast<llvm::CodeGenOptLevel>(optLevel);
+  auto engine = ExecutionEngine::create(module, options);
+  if (!engine) {
+    std::string msg = llvm::toString(engine.takeError());
+    (void)session.fail("JIT compilation failed: " + msg);
+    return nullptr;
+  }
+  (*engine)->registerSymbols([](llvm::orc::MangleAndInterner interner) {
+    llvm::orc::SymbolMap symbols;
+    symbols[interner("memrefCopy")] = {
+        llvm::orc::ExecutorAddr::fromPtr(&mlircapMemrefCopy),
+        llvm::JITSymbolFlags::Exported};
+    return symbols;
+  });
+  return engine->release();
+}
+} // namespace
+
 extern "C" {
 
 const char *mlircap_version(void) {
@@ -263,24 +287,7 @@ void *mlircap_cpu_compile(const char *ir, int optLevel) {
   auto module = session.parse(ir);
   if (!module || failed(session.run(*module, mlircap::cpuPipeline())))
     return nullptr;
-  ExecutionEngineOptions options;
-  optLevel = std::max(0, std::min(3, optLevel));
-  options.transformer = makeOptimizingTransformer(optLevel, 0, nullptr);
-  options.jitCodeGenOptLevel = static_cast<llvm::CodeGenOptLevel>(optLevel);
-  auto engine = ExecutionEngine::create(*module, options);
-  if (!engine) {
-    std::string msg = llvm::toString(engine.takeError());
-    (void)session.fail("JIT compilation failed: " + msg);
-    return nullptr;
-  }
-  (*engine)->registerSymbols([](llvm::orc::MangleAndInterner interner) {
-    llvm::orc::SymbolMap symbols;
-    symbols[interner("memrefCopy")] = {
-        llvm::orc::ExecutorAddr::fromPtr(&mlircapMemrefCopy),
-        llvm::JITSymbolFlags::Exported};
-    return symbols;
-  });
-  return engine->release();
+  return createEngine(session, *module, optLevel);
 }
 
 void *mlircap_cpu_plan_compile(const char *ir, int optLevel, char **planOut) {
@@ -316,25 +323,10 @@ void *mlircap_cpu_plan_compile(const char *ir, int optLevel, char **planOut) {
   }
   if (failed(session.run(*kernels, mlircap::cpuPipeline())))
     return nullptr;
-  ExecutionEngineOptions options;
-  optLevel = std::max(0, std::min(3, optLevel));
-  options.transformer = makeOptimizingTransformer(optLevel, 0, nullptr);
-  options.jitCodeGenOptLevel = static_cast<llvm::CodeGenOptLevel>(optLevel);
-  auto engine = ExecutionEngine::create(*kernels, options);
-  if (!engine) {
-    std::string msg = llvm::toString(engine.takeError());
-    (void)session.fail("JIT compilation failed: " + msg);
-    return nullptr;
-  }
-  (*engine)->registerSymbols([](llvm::orc::MangleAndInterner interner) {
-    llvm::orc::SymbolMap symbols;
-    symbols[interner("memrefCopy")] = {
-        llvm::orc::ExecutorAddr::fromPtr(&mlircapMemrefCopy),
-        llvm::JITSymbolFlags::Exported};
-    return symbols;
-  });
-  *planOut = dupString(*plan);
-  return engine->release();
+  ExecutionEngine *engine = createEngine(session, *kernels, optLevel);
+  if (engine)
+    *planOut = dupString(*plan);
+  return engine;
 }
 
 void *mlircap_cpu_lookup(void *engine, const char *func) {

@@ -54,23 +54,25 @@ def elementwise(x, y):
     return torch.exp(x) + torch.tanh(y) * torch.sigmoid(x) - (x * y).relu() / (1 + y.abs())
 
 
+class _LastHidden(nn.Module):
+    """A transformers model called on token ids, returning the last hidden state."""
+
+    def __init__(self, model, **kwargs):
+        super().__init__()
+        self.m = model
+        self.kwargs = kwargs
+
+    def forward(self, ids):
+        return self.m(input_ids=ids, **self.kwargs).last_hidden_state
+
+
 def _bert(layers=2, hidden=128, heads=4, seq=32, batch=2):
     from transformers import BertConfig, BertModel
 
     cfg = BertConfig(vocab_size=1000, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                      intermediate_size=4 * hidden, max_position_embeddings=512, attn_implementation="eager")
     m = BertModel(cfg, add_pooling_layer=False).eval()
-    ids = torch.randint(0, cfg.vocab_size, (batch, seq))
-
-    class Wrap(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = m
-
-        def forward(self, ids):
-            return self.m(input_ids=ids).last_hidden_state
-
-    return Wrap().eval(), (ids,)
+    return _LastHidden(m).eval(), (torch.randint(0, cfg.vocab_size, (batch, seq)),)
 
 
 def _gpt2(layers=2, hidden=128, heads=4, seq=32, batch=2):
@@ -79,17 +81,7 @@ def _gpt2(layers=2, hidden=128, heads=4, seq=32, batch=2):
     cfg = GPT2Config(vocab_size=1000, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=512,
                      attn_implementation="eager")
     m = GPT2Model(cfg).eval()
-    ids = torch.randint(0, cfg.vocab_size, (batch, seq))
-
-    class Wrap(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = m
-
-        def forward(self, ids):
-            return self.m(input_ids=ids, use_cache=False).last_hidden_state
-
-    return Wrap().eval(), (ids,)
+    return _LastHidden(m, use_cache=False).eval(), (torch.randint(0, cfg.vocab_size, (batch, seq)),)
 
 
 def build(name: str, scale: str = "small", dtype=torch.float32, device="cpu"):
