@@ -326,4 +326,30 @@ def MlircapMathApprox : Pass<"mlircap-math-approx", "::mlir::func::FuncOp"> {
                            "::mlir::x86vector::X86VectorDialect"];
 }
 
+def MlircapNarrowLibraryOperands
+    : Pass<"mlircap-narrow-library-operands", "::mlir::func::FuncOp"> {
+  let summary = "Library matmuls read bf16/f16 operands directly instead of f32 copies";
+  let description = [{
+    torch-mlir lowers a bf16 (or f16) `aten.mm` as `extf` of both operands
+    followed by an f32 `linalg.matmul` (the accumulator type). Run literally,
+    the library call would be an f32 GEMM (no tensor cores) on upcast copies.
+    When both operands of a `linalg.matmul` / `linalg.batch_matmul` are
+    elementwise `arith.extf` generics from the same narrow type, the op takes
+    the narrow tensors directly; the result stays f32 (the region extends each
+    element, so the semantics are unchanged), and the extensions die.
+
+    Before:
+    ```mlir
+    %a32 = linalg.generic {...} ins(%a : tensor<8x16xbf16>) outs(%e0 : tensor<8x16xf32>) { arith.extf }
+    %b32 = linalg.generic {...} ins(%b : tensor<16x32xbf16>) outs(%e1 : tensor<16x32xf32>) { arith.extf }
+    %m = linalg.matmul ins(%a32, %b32 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%z : tensor<8x32xf32>)
+    ```
+    After:
+    ```mlir
+    %m = linalg.matmul ins(%a, %b : tensor<8x16xbf16>, tensor<16x32xbf16>) outs(%z : tensor<8x32xf32>)
+    ```
+  }];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect", "::mlir::arith::ArithDialect"];
+}
+
 #endif // MLIRCAP_PASSES

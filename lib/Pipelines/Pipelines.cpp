@@ -15,7 +15,8 @@ namespace mlir::mlircap {
 
 // Elementwise fusion only (what the CPU path runs).
 static const char *kFuseElementwise =
-    "func.func(mlircap-generalize-elementwise, mlircap-library-init,"
+    "func.func(mlircap-narrow-library-operands, mlircap-generalize-elementwise,"
+    " mlircap-library-init,"
     "mlircap-tensor-to-generic, mlircap-fuse-elementwise),"
     "canonicalize, cse";
 

@@ -105,9 +105,20 @@ class PlanExecutor:
         out = t[step["out"]]
         op = _OUT_VARIANTS.get(step["op"])
         if op is not None and out.is_contiguous():
-            op(*ins, out=out)
-        else:
-            out.copy_(LIBRARY[step["op"]](ins, step.get("attrs", {})))
+            if out.dtype == ins[0].dtype:
+                op(*ins, out=out)
+                return
+            if out.device.type == "cuda" and self._wide_out_ok:
+                # bf16/f16 operands accumulating into an f32 result (see
+                # mlircap-narrow-library-operands): cuBLAS writes f32 directly.
+                try:
+                    out.copy_(op(*ins, out_dtype=out.dtype))
+                    return
+                except (RuntimeError, TypeError):
+                    self._wide_out_ok = False
+        out.copy_(LIBRARY[step["op"]](ins, step.get("attrs", {})))
+
+    _wide_out_ok = True
 
     def describe_kernel(self, st) -> str:
         shapes = [self.values[a["value"]]["shape"] for a in st["args"] if "value" in a]

@@ -1,0 +1,81 @@
+//===- NarrowLibraryOperands.cpp - feed library ops their narrow inputs --===//
+//
+// torch-mlir lowers a bf16/f16 matmul as extf(a), extf(b) -> f32 matmul.
+// Executed literally, the library call would run in f32 (no tensor cores) on
+// upcast copies. This pass lets the library op read the narrow tensors
+// directly and accumulate into the wide result (cuBLAS accumulates bf16 in
+// f32 anyway). See Passes.td.
+//
+//===----------------------------------------------------------------------===//
+#include "mlircap/Passes.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+
+namespace mlir::mlircap {
+#define GEN_PASS_DEF_MLIRCAPNARROWLIBRARYOPERANDS
+#include "mlircap/Passes.h.inc"
+
+namespace {
+/// The narrow source of `v` if `v` is an elementwise generic that only
+/// extends floats (identity maps), else null.
+Value narrowSource(Value v) {
+  auto g = v.getDefiningOp<linalg::GenericOp>();
+  if (!g || g.getNumDpsInputs() != 1 || g.getNumDpsInits() != 1 ||
+      g.getNumReductionLoops() != 0 ||
+      !llvm::all_of(g.getIndexingMapsArray(), [](AffineMap m) { return m.isIdentity(); }))
+    return {};
+  Block &body = g.getRegion().front();
+  if (body.getOperations().size() != 2)
+    return {};
+  auto ext = dyn_cast<arith::ExtFOp>(body.front());
+  auto yield = cast<linalg::YieldOp>(body.getTerminator());
+  if (!ext || ext.getIn() != body.getArgument(0) || yield.getValues().size() != 1 ||
+      yield.getValues()[0] != ext.getResult())
+    return {};
+  return g.getDpsInputs()[0];
+}
+
+template <typename OpTy>
+void narrow(OpTy op) {
+  SmallVector<Value> inputs;
+  bool changed = false;
+  for (Value in : op.getDpsInputs()) {
+    Value src = narrowSource(in);
+    inputs.push_back(src ? src : in);
+    changed |= bool(src);
+  }
+  // Both operands must be narrow, in the same type: a mixed bf16 x f32 library
+  // call would need its own upcast anyway.
+  if (!changed || llvm::any_of(inputs, [&](Value v) {
+        return getElementTypeOrSelf(v.getType()) != getElementTypeOrSelf(inputs[0].getType());
+      }))
+    return;
+  OpBuilder b(op);
+  SmallVector<NamedAttribute> attrs;
+  for (NamedAttribute a : op->getAttrs())
+    if (a.getName() != "operandSegmentSizes")
+      attrs.push_back(a);
+  auto narrowed = OpTy::create(b, op.getLoc(), op->getResultTypes(), inputs,
+                               op.getDpsInits(), attrs);
+  op->replaceAllUsesWith(narrowed->getResults());
+  op->erase();
+}
+
+struct NarrowLibraryOperands
+    : impl::MlircapNarrowLibraryOperandsBase<NarrowLibraryOperands> {
+  void runOnOperation() override {
+    SmallVector<linalg::MatmulOp> mms;
+    SmallVector<linalg::BatchMatmulOp> bmms;
+    getOperation().walk([&](Operation *op) {
+      if (auto m = dyn_cast<linalg::MatmulOp>(op))
+        mms.push_back(m);
+      else if (auto m = dyn_cast<linalg::BatchMatmulOp>(op))
+        bmms.push_back(m);
+    });
+    for (auto op : mms)
+      narrow(op);
+    for (auto op : bmms)
+      narrow(op);
+  }
+};
+} // namespace
+} // namespace mlir::mlircap

@@ -1,0 +1,69 @@
+// RUN: mlircap-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(mlircap-narrow-library-operands,canonicalize))" | FileCheck %s
+
+#map = affine_map<(d0, d1) -> (d0, d1)>
+// torch-mlir's bf16 matmul: both operands extended to f32. The matmul reads
+// the bf16 tensors; the extensions are gone.
+// CHECK-LABEL: func.func @bf16_matmul
+// CHECK-NOT: arith.extf %{{.*}} : bf16 to f32
+// CHECK: linalg.matmul ins(%arg0, %arg1 : tensor<8x16xbf16>, tensor<16x32xbf16>) outs(%{{.*}} : tensor<8x32xf32>)
+func.func @bf16_matmul(%a: tensor<8x16xbf16>, %b: tensor<16x32xbf16>) -> tensor<8x32xf32> {
+  %z = arith.constant 0.0 : f32
+  %e0 = tensor.empty() : tensor<8x16xf32>
+  %a32 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%a : tensor<8x16xbf16>) outs(%e0 : tensor<8x16xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %x = arith.extf %in : bf16 to f32
+    linalg.yield %x : f32
+  } -> tensor<8x16xf32>
+  %e1 = tensor.empty() : tensor<16x32xf32>
+  %b32 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%b : tensor<16x32xbf16>) outs(%e1 : tensor<16x32xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %x = arith.extf %in : bf16 to f32
+    linalg.yield %x : f32
+  } -> tensor<16x32xf32>
+  %e2 = tensor.empty() : tensor<8x32xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e2 : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %m = linalg.matmul ins(%a32, %b32 : tensor<8x16xf32>, tensor<16x32xf32>) outs(%f : tensor<8x32xf32>) -> tensor<8x32xf32>
+  return %m : tensor<8x32xf32>
+}
+
+// -----
+
+#map = affine_map<(d0, d1) -> (d0, d1)>
+// Only one operand is narrow: unchanged (a mixed library call would need its
+// own conversion).
+// CHECK-LABEL: func.func @mixed_kept
+// CHECK: arith.extf
+// CHECK: linalg.matmul ins(%{{.*}}, %arg1 : tensor<8x16xf32>, tensor<16x32xf32>)
+func.func @mixed_kept(%a: tensor<8x16xbf16>, %b: tensor<16x32xf32>, %f: tensor<8x32xf32>) -> tensor<8x32xf32> {
+  %e0 = tensor.empty() : tensor<8x16xf32>
+  %a32 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%a : tensor<8x16xbf16>) outs(%e0 : tensor<8x16xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %x = arith.extf %in : bf16 to f32
+    linalg.yield %x : f32
+  } -> tensor<8x16xf32>
+  %m = linalg.matmul ins(%a32, %b : tensor<8x16xf32>, tensor<16x32xf32>) outs(%f : tensor<8x32xf32>) -> tensor<8x32xf32>
+  return %m : tensor<8x32xf32>
+}
+
+// -----
+
+#map = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+// batch_matmul too.
+// CHECK-LABEL: func.func @bf16_bmm
+// CHECK: linalg.batch_matmul ins(%arg0, %arg1 : tensor<2x8x16xbf16>, tensor<2x16x4xbf16>) outs(%{{.*}} : tensor<2x8x4xf32>)
+func.func @bf16_bmm(%a: tensor<2x8x16xbf16>, %b: tensor<2x16x4xbf16>, %f: tensor<2x8x4xf32>) -> tensor<2x8x4xf32> {
+  %e0 = tensor.empty() : tensor<2x8x16xf32>
+  %a32 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel", "parallel"]} ins(%a : tensor<2x8x16xbf16>) outs(%e0 : tensor<2x8x16xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %x = arith.extf %in : bf16 to f32
+    linalg.yield %x : f32
+  } -> tensor<2x8x16xf32>
+  %e1 = tensor.empty() : tensor<2x16x4xf32>
+  %b32 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel", "parallel"]} ins(%b : tensor<2x16x4xbf16>) outs(%e1 : tensor<2x16x4xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %x = arith.extf %in : bf16 to f32
+    linalg.yield %x : f32
+  } -> tensor<2x16x4xf32>
+  %m = linalg.batch_matmul ins(%a32, %b32 : tensor<2x8x16xf32>, tensor<2x16x4xf32>) outs(%f : tensor<2x8x4xf32>) -> tensor<2x8x4xf32>
+  return %m : tensor<2x8x4xf32>
+}
