@@ -521,6 +521,10 @@ struct Former {
       outline({op}, "pointwise", counter++);
     if (!sortTopologically(&block))
       return func.emitError("mlircap: kernel formation created a cycle");
+    // What the kernels cloned is dead in the caller now.
+    for (Operation &op : llvm::make_early_inc_range(llvm::reverse(block)))
+      if (op.use_empty() && isCloneableIntoKernel(&op))
+        op.erase();
     return success();
   }
 };
