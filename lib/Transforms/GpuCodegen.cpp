@@ -117,7 +117,10 @@ struct Codegen {
     auto type = cast<RankedTensorType>(tensor.getType());
     if (auto arg = dyn_cast<BlockArgument>(tensor)) {
       Value lin = linearize(idx, type.getShape());
-      return memref::LoadOp::create(b, loc, argMem[arg.getArgNumber()], lin);
+      Value v = memref::LoadOp::create(b, loc, argMem[arg.getArgNumber()], lin);
+      if (type.getElementType().isInteger(1)) // bools are bytes in memory
+        v = arith::TruncIOp::create(b, loc, b.getI1Type(), v);
+      return v;
     }
     Operation *def = tensor.getDefiningOp();
     if (auto cst = dyn_cast<arith::ConstantOp>(def)) {
@@ -334,6 +337,8 @@ struct Codegen {
 
   void store(unsigned out, Value v, ArrayRef<Value> idx) {
     auto type = cast<RankedTensorType>(kfn.getResultTypes()[out]);
+    if (v.getType().isInteger(1))
+      v = arith::ExtUIOp::create(b, loc, b.getI8Type(), v);
     memref::StoreOp::create(b, loc, v, outMem[out], linearize(idx, type.getShape()));
   }
 
@@ -518,8 +523,11 @@ struct Codegen {
             continue;
           auto ba = cast<BlockArgument>(operand.get());
           auto vt = VectorType::get({4}, arg.getType());
-          Value vv = vector::LoadOp::create(b, loc, vt, argMem[ba.getArgNumber()],
-                                            ValueRange{base});
+          auto load = vector::LoadOp::create(b, loc, vt, argMem[ba.getArgNumber()],
+                                             ValueRange{base});
+          // The plan requires 16-byte aligned pointers ("align": 16).
+          load.setAlignment(4 * arg.getType().getIntOrFloatBitWidth() / 8);
+          Value vv = load;
           vecs.push_back({arg, vv});
         }
         SmallVector<Value> results;
@@ -546,7 +554,8 @@ struct Codegen {
         Value acc = vector::BroadcastOp::create(b, loc, vt, results[0]);
         for (int64_t l = 1; l < 4; ++l)
           acc = vector::InsertOp::create(b, loc, results[l], acc, l);
-        vector::StoreOp::create(b, loc, acc, outMem[k], ValueRange{base});
+        auto st = vector::StoreOp::create(b, loc, acc, outMem[k], ValueRange{base});
+        st.setAlignment(4 * results[0].getType().getIntOrFloatBitWidth() / 8);
       });
       return;
     }
@@ -748,8 +757,11 @@ struct GpuCodegen : impl::MlircapGpuCodegenBase<GpuCodegen> {
         auto rt = dyn_cast<RankedTensorType>(t);
         if (!rt)
           return Type();
-        return (Type)MemRefType::get({std::max<int64_t>(1, product(rt.getShape()))},
-                                     rt.getElementType());
+        // Bools are one byte per element (as torch stores them).
+        Type et = rt.getElementType().isInteger(1)
+                      ? IntegerType::get(rt.getContext(), 8)
+                      : rt.getElementType();
+        return (Type)MemRefType::get({std::max<int64_t>(1, product(rt.getShape()))}, et);
       };
       for (Type t : llvm::concat<const Type>(kfn.getArgumentTypes(), kfn.getResultTypes())) {
         Type m = flat(t);

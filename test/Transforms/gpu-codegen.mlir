@@ -198,11 +198,12 @@ func.func @colsum(%x: tensor<64x32xf32>) -> tensor<32xf32> {
 
 // -----
 
-// Booleans are one byte per element (memref of i1).
+// Booleans are one byte per element (memref of i8).
 #id = affine_map<(d0) -> (d0)>
-// CHECK-LABEL: gpu.func @cmp_k0(%{{.*}}: memref<10xf32>, %{{.*}}: memref<10xi1>)
+// CHECK-LABEL: gpu.func @cmp_k0(%{{.*}}: memref<10xf32>, %{{.*}}: memref<10xi8>)
 // CHECK: arith.cmpf ogt
-// CHECK: memref.store %{{.*}} : memref<10xi1>
+// CHECK: arith.extui %{{.*}} : i1 to i8
+// CHECK: memref.store %{{.*}} : memref<10xi8>
 func.func @cmp(%x: tensor<10xf32>) -> tensor<10xi1> {
   %zero = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<10xi1>
