@@ -266,6 +266,47 @@ struct Former {
     return true;
   }
 
+  /// A padding / slice-insertion generic (it reads a tensor with
+  /// tensor.extract, once per element) joins the pointwise kernel that
+  /// produces that tensor, or pulls in a loose elementwise producer: the
+  /// producer's elements are recomputed where the padding reads them (e.g.
+  /// relu -> pad -> conv is one kernel writing the padded tensor, and the
+  /// relu output too if something else reads it).
+  bool tryJoinPadSource(linalg::GenericOp op) {
+    llvm::SetVector<Value> captured;
+    getUsedValuesDefinedAbove(op.getRegion(), captured);
+    for (Value v : captured) {
+      auto def = v.getDefiningOp<linalg::GenericOp>();
+      if (!def || !isAllParallel(def) || isCloneableIntoKernel(def))
+        continue;
+      auto it = groupOf.find(def);
+      if (it != groupOf.end()) {
+        Group &g = groups[it->second];
+        bool pointwise = !g.row && llvm::all_of(g.ops, [](Operation *o) {
+          auto gen = dyn_cast<linalg::GenericOp>(o);
+          return gen && isAllParallel(gen);
+        });
+        if (!pointwise)
+          continue;
+        auto all = groupSet(it->second);
+        all.insert(op);
+        if (createsCycle(all))
+          continue;
+        g.ops.push_back(op);
+        groupOf[op] = it->second;
+        return true;
+      }
+      llvm::SmallPtrSet<Operation *, 32> all{def.getOperation(), op.getOperation()};
+      if (createsCycle(all))
+        continue;
+      int g = newGroup(def);
+      groups[g].ops.push_back(op);
+      groupOf[op] = g;
+      return true;
+    }
+    return false;
+  }
+
   void formGroups() {
     for (Operation &o : block) {
       auto op = dyn_cast<linalg::GenericOp>(&o);
@@ -333,6 +374,8 @@ struct Former {
         // Elementwise consumer of a serial (thread per element) reduction:
         // computed by the same thread when it reads each reduced element once.
         if (tryJoinNaive(op))
+          continue;
+        if (tryJoinPadSource(op))
           continue;
         // Loose for now: a later row reduction may absorb it.
         continue;
