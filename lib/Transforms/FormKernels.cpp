@@ -55,6 +55,7 @@ struct Former {
   Block &block;
   DenseMap<Operation *, int> groupOf;
   std::vector<Group> groups;
+  Operation *lastKernel = nullptr; // kernels are placed in order after func
 
   explicit Former(func::FuncOp f) : func(f), block(f.getBody().front()) {}
 
@@ -433,12 +434,13 @@ struct Former {
     });
 
     OpBuilder mb(func);
-    mb.setInsertionPointAfter(func);
+    mb.setInsertionPointAfter(lastKernel ? lastKernel : func.getOperation());
     std::string name = (func.getSymName() + "_k" + Twine(index)).str();
     auto type = mb.getFunctionType(TypeRange(ValueRange(inputs.getArrayRef())),
                                    TypeRange(ValueRange(outputs)));
     auto kfn = func::FuncOp::create(mb, ops.back()->getLoc(), name, type);
     kfn.setPrivate();
+    lastKernel = kfn;
     kfn->setAttr(kKernelAttr, mb.getStringAttr(kind));
     Block *entry = kfn.addEntryBlock();
     OpBuilder kb = OpBuilder::atBlockEnd(entry);
