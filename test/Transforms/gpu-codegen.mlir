@@ -28,29 +28,56 @@ func.func @vec4(%x: tensor<4096xf32>, %y: tensor<4096xf32>) -> tensor<4096xf32> 
 
 // -----
 
-// Large broadcast kernel: scalar path, grid capped at 8 blocks x 132 SMs and a
-// grid-stride loop of 1056 * 256 elements.
+// Large kernel whose innermost dim is not a multiple of 4: scalar path, grid
+// capped at 8 blocks x 132 SMs and a grid-stride loop of 1056 * 256 elements.
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #row = affine_map<(d0, d1) -> (d1)>
 // CHECK-LABEL: gpu.func @big_k0
 // CHECK-SAME: grid = array<i64: 1056, 1, 1>
 // CHECK-SAME: strategy = "pointwise"
 // CHECK-DAG: %[[STEP:.*]] = arith.constant 270336 : index
-// CHECK-DAG: %[[N:.*]] = arith.constant 1048576 : index
+// CHECK-DAG: %[[N:.*]] = arith.constant 1047552 : index
 // CHECK: scf.for %{{.*}} = %{{.*}} to %[[N]] step %[[STEP]]
 // CHECK: arith.remui
 // CHECK: memref.load
 // CHECK: memref.load
 // CHECK: memref.store
-func.func @big(%x: tensor<1024x1024xf32>, %b: tensor<1024xf32>) -> tensor<1024x1024xf32> {
-  %e = tensor.empty() : tensor<1024x1024xf32>
+func.func @big(%x: tensor<1024x1023xf32>, %b: tensor<1023xf32>) -> tensor<1024x1023xf32> {
+  %e = tensor.empty() : tensor<1024x1023xf32>
   %0 = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
-      ins(%x, %b : tensor<1024x1024xf32>, tensor<1024xf32>) outs(%e : tensor<1024x1024xf32>) {
+      ins(%x, %b : tensor<1024x1023xf32>, tensor<1023xf32>) outs(%e : tensor<1024x1023xf32>) {
   ^bb0(%a: f32, %c: f32, %o: f32):
     %r = arith.mulf %a, %c : f32
     linalg.yield %r : f32
-  } -> tensor<1024x1024xf32>
-  return %0 : tensor<1024x1024xf32>
+  } -> tensor<1024x1023xf32>
+  return %0 : tensor<1024x1023xf32>
+}
+
+// -----
+
+// Broadcast epilogue (x + bias[j]) * scale[i]: x and bias are loaded 4 at a
+// time along the innermost dim, scale once per 4 elements.
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#col = affine_map<(d0, d1) -> (d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+// CHECK-LABEL: gpu.func @epilogue_k0(
+// CHECK-SAME: %[[X:.*]]: memref<4096xf32>, %[[B:.*]]: memref<1024xf32>, %[[S:.*]]: memref<4xf32>, %[[O:.*]]: memref<4096xf32>)
+// CHECK-SAME: strategy = "pointwise_vec4"
+// CHECK: vector.load %[[X]]{{.*}} {alignment = 16 : i64} : memref<4096xf32>, vector<4xf32>
+// CHECK: vector.load %[[B]]{{.*}} {alignment = 16 : i64} : memref<1024xf32>, vector<4xf32>
+// CHECK: memref.load %[[S]]
+// CHECK-NOT: memref.load
+// CHECK: vector.store {{.*}}, %[[O]]{{.*}} {alignment = 16 : i64} : memref<4096xf32>, vector<4xf32>
+func.func @epilogue(%x: tensor<4x1024xf32>, %b: tensor<1024xf32>, %s: tensor<4xf32>) -> tensor<4x1024xf32> {
+  %e = tensor.empty() : tensor<4x1024xf32>
+  %0 = linalg.generic {indexing_maps = [#id, #col, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %b, %s : tensor<4x1024xf32>, tensor<1024xf32>, tensor<4xf32>) outs(%e : tensor<4x1024xf32>) {
+  ^bb0(%a: f32, %c: f32, %d: f32, %o: f32):
+    %t = arith.addf %a, %c : f32
+    %r = arith.mulf %t, %d : f32
+    linalg.yield %r : f32
+  } -> tensor<4x1024xf32>
+  return %0 : tensor<4x1024xf32>
 }
 
 // -----

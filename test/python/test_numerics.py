@@ -124,3 +124,26 @@ def test_column_reduction_f64_and_transpose():
     }"""
     plan = check(ir)
     assert plan["steps"][0]["strategy"] == "reduction_naive"
+
+
+def test_vec4_broadcast_epilogue():
+    ir = """
+    func.func @main(%x: tensor<6x64xf32>, %b: tensor<64xf32>, %s: tensor<6x1xf32>) -> tensor<6x64xf32> {
+      %e = tensor.empty() : tensor<6x64xf32>
+      %0 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>,
+                                            affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>],
+                           iterator_types = ["parallel", "parallel"]}
+          ins(%x, %b, %s : tensor<6x64xf32>, tensor<64xf32>, tensor<6x1xf32>) outs(%e : tensor<6x64xf32>) {
+      ^bb0(%a: f32, %c: f32, %d: f32, %o: f32):
+        %t = arith.addf %a, %c : f32
+        %r = arith.mulf %t, %d : f32
+        %i = linalg.index 1 : index
+        %ii = arith.index_cast %i : index to i32
+        %fi = arith.sitofp %ii : i32 to f32
+        %q = arith.addf %r, %fi : f32
+        linalg.yield %q : f32
+      } -> tensor<6x64xf32>
+      return %0 : tensor<6x64xf32>
+    }"""
+    plan = check(ir)
+    assert plan["steps"][0]["strategy"] == "pointwise_vec4"
