@@ -90,6 +90,30 @@ def MlircapFuseElementwise
                            "::mlir::affine::AffineDialect"];
 }
 
+def MlircapDropAsserts : Pass<"mlircap-drop-asserts", "::mlir::func::FuncOp"> {
+  let summary = "Remove cf.assert runtime checks (GPU path)";
+  let description = [{
+    torch-mlir guards some ops with `cf.assert` (embedding index bounds,
+    non-empty tensors), sometimes in a `linalg.generic` without results that
+    only evaluates the checks. On the GPU a failed assert traps and poisons
+    the CUDA context, and the checks cost a kernel launch each, so the GPU
+    path removes every `cf.assert` and the result-less generics that become
+    empty. The CPU pipeline keeps them.
+
+    Before:
+    ```mlir
+    linalg.generic {...} ins(%var : tensor<4x1x1xf32>) {
+    ^bb0(%in: f32):
+      %0 = arith.cmpf one, %in, %cst : f32
+      cf.assert %0, "unimplemented: tensor with zero element"
+      linalg.yield
+    }
+    ```
+    After: (nothing)
+  }];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect"];
+}
+
 def MlircapLibraryInit : Pass<"mlircap-library-init", "::mlir::func::FuncOp"> {
   let summary = "Make library ops (matmul, conv) accumulate into a zero fill";
   let description = [{

@@ -26,7 +26,8 @@ static const char *kBufferize =
     "canonicalize";
 
 std::string fusePipeline() {
-  return std::string(kFuseElementwise) + ",mlircap-form-kernels,canonicalize,cse";
+  return std::string("func.func(mlircap-drop-asserts),") + kFuseElementwise +
+         ",mlircap-form-kernels,canonicalize,cse";
 }
 
 std::string cpuPipeline() {
