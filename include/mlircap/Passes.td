@@ -280,6 +280,10 @@ def MlircapGpuCodegen : Pass<"mlircap-gpu-codegen", "::mlir::ModuleOp"> {
       over the reduction loops (column reductions, pooling, multi-result
       reductions).
 
+    When every kernel tensor has fewer than 2^30 elements the gpu.module gets
+    a data layout with 32-bit `index`, so the NVVM lowering uses 32-bit
+    address arithmetic.
+
     Before:
     ```mlir
     func.func private @main_k0(%x: tensor<1024xf32>) -> tensor<1024xf32>
@@ -303,6 +307,7 @@ def MlircapGpuCodegen : Pass<"mlircap-gpu-codegen", "::mlir::ModuleOp"> {
            "Streaming multiprocessors of the target (grid size cap)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect",
+                           "::mlir::DLTIDialect",
                            "::mlir::memref::MemRefDialect",
                            "::mlir::vector::VectorDialect",
                            "::mlir::arith::ArithDialect",

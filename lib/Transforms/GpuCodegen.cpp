@@ -24,6 +24,7 @@
 #include "KernelUtils.h"
 #include "mlircap/Passes.h"
 #include "mlir/Dialect/Affine/Utils.h"
+#include "mlir/Dialect/DLTI/DLTI.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -764,7 +765,11 @@ struct GpuCodegen : impl::MlircapGpuCodegenBase<GpuCodegen> {
     if (!gmod)
       gmod = gpu::GPUModuleOp::create(mb, module.getLoc(), "mlircap_kernels");
     module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(), mb.getUnitAttr());
+    int64_t largest = 0;
     for (func::FuncOp kfn : kernels) {
+      for (Type t : llvm::concat<const Type>(kfn.getArgumentTypes(), kfn.getResultTypes()))
+        if (auto rt = dyn_cast<RankedTensorType>(t))
+          largest = std::max(largest, product(rt.getShape()));
       SmallVector<Type> params;
       auto flat = [](Type t) {
         auto rt = dyn_cast<RankedTensorType>(t);
@@ -806,6 +811,15 @@ struct GpuCodegen : impl::MlircapGpuCodegenBase<GpuCodegen> {
       });
       kfn->setAttr(kLaunchAttr, launch);
       gfn->setAttr(kLaunchAttr, launch);
+    }
+    // 32-bit index arithmetic (cheaper address math, fewer registers) when
+    // every index, loop bound and grid-stride step fits with room to spare.
+    if (largest < (int64_t(1) << 30)) {
+      MLIRContext *ctx = module.getContext();
+      auto entry = DataLayoutEntryAttr::get(
+          IndexType::get(ctx), IntegerAttr::get(IntegerType::get(ctx, 32), 32));
+      gmod->setAttr(DLTIDialect::kDataLayoutAttrName,
+                    DataLayoutSpecAttr::get(ctx, {entry}));
     }
   }
 };
