@@ -16,7 +16,17 @@ import _mlircap  # noqa: E402
 import simt  # noqa: E402
 
 MODELS = ["mlp", "gelu_mlp", "layernorm", "softmax", "attention", "resblock",
-          "rmsnorm", "meanvar", "pool"]
+          "rmsnorm", "meanvar", "pool", "embedding", "cat", "convbn", "softmax_dim0",
+          "argmax", "log_softmax"]
+
+
+def random_input(v, g):
+    dt = simt.DTYPES[v["dtype"]]
+    if dt.is_floating_point:
+        return torch.randn(v["shape"], generator=g).to(dt)
+    if dt == torch.bool:
+        return torch.rand(v["shape"], generator=g) > 0.5
+    return torch.randint(0, 5, v["shape"], generator=g).to(dt)  # valid indices
 
 
 def check(ir_text, seed=0, atol=1e-4, rtol=1e-4):
@@ -25,7 +35,7 @@ def check(ir_text, seed=0, atol=1e-4, rtol=1e-4):
     g = torch.Generator().manual_seed(seed)
     specs = sorted((v for v in plan["values"] if v["kind"] == "input"),
                    key=lambda v: v["index"])
-    inputs = [torch.randn(v["shape"], generator=g).to(simt.DTYPES[v["dtype"]]) for v in specs]
+    inputs = [random_input(v, g) for v in specs]
     got = simt.run_plan(plan, kernels, inputs)
     vals = {v["id"]: v for v in plan["values"]}
     want = simt.reference(_mlircap, ir_text, inputs, [vals[o] for o in plan["outputs"]])
