@@ -90,6 +90,30 @@ def MlircapFuseElementwise
                            "::mlir::affine::AffineDialect"];
 }
 
+def MlircapDropAsserts : Pass<"mlircap-drop-asserts", "::mlir::func::FuncOp"> {
+  let summary = "Remove cf.assert runtime checks (GPU path)";
+  let description = [{
+    torch-mlir guards some ops with `cf.assert` (embedding index bounds,
+    non-empty tensors), sometimes in a `linalg.generic` without results that
+    only evaluates the checks. On the GPU a failed assert traps and poisons
+    the CUDA context, and the checks cost a kernel launch each, so the GPU
+    path removes every `cf.assert` and the result-less generics that become
+    empty. The CPU pipeline keeps them.
+
+    Before:
+    ```mlir
+    linalg.generic {...} ins(%var : tensor<4x1x1xf32>) {
+    ^bb0(%in: f32):
+      %0 = arith.cmpf one, %in, %cst : f32
+      cf.assert %0, "unimplemented: tensor with zero element"
+      linalg.yield
+    }
+    ```
+    After: (nothing)
+  }];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect"];
+}
+
 def MlircapLibraryInit : Pass<"mlircap-library-init", "::mlir::func::FuncOp"> {
   let summary = "Make library ops (matmul, conv) accumulate into a zero fill";
   let description = [{
@@ -256,6 +280,10 @@ def MlircapGpuCodegen : Pass<"mlircap-gpu-codegen", "::mlir::ModuleOp"> {
       over the reduction loops (column reductions, pooling, multi-result
       reductions).
 
+    When every kernel tensor has fewer than 2^30 elements the gpu.module gets
+    a data layout with 32-bit `index`, so the NVVM lowering uses 32-bit
+    address arithmetic.
+
     Before:
     ```mlir
     func.func private @main_k0(%x: tensor<1024xf32>) -> tensor<1024xf32>
@@ -279,6 +307,7 @@ def MlircapGpuCodegen : Pass<"mlircap-gpu-codegen", "::mlir::ModuleOp"> {
            "Streaming multiprocessors of the target (grid size cap)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect",
+                           "::mlir::DLTIDialect",
                            "::mlir::memref::MemRefDialect",
                            "::mlir::vector::VectorDialect",
                            "::mlir::arith::ArithDialect",

@@ -27,7 +27,8 @@ static const char *kBufferize =
     "canonicalize";
 
 std::string fusePipeline() {
-  return std::string(kFuseElementwise) + ",mlircap-form-kernels,canonicalize,cse";
+  return std::string("func.func(mlircap-drop-asserts),") + kFuseElementwise +
+         ",mlircap-form-kernels,canonicalize,cse";
 }
 
 std::string cpuPipeline() {
@@ -46,8 +47,8 @@ std::string gpuKernelPipeline(llvm::StringRef chip, llvm::StringRef features,
   return llvm::formatv(
       "{0},mlircap-gpu-codegen{{num-sms={3}},"
       "nvvm-attach-target{{chip={1} features={2} O=3},"
-      "gpu.module(lower-affine,convert-scf-to-cf,convert-vector-to-llvm,"
-      "convert-gpu-to-nvvm{{index-bitwidth=64 use-bare-ptr-memref-call-conv=true},"
+      "gpu.module(lower-affine,convert-scf-to-cf,"
+      "convert-gpu-to-nvvm{{use-bare-ptr-memref-call-conv=true},"
       "canonicalize,cse,reconcile-unrealized-casts),"
       "gpu-module-to-binary{{format=isa}",
       fusePipeline(), chip, features, numSMs);

@@ -55,6 +55,7 @@ struct Former {
   Block &block;
   DenseMap<Operation *, int> groupOf;
   std::vector<Group> groups;
+  Operation *lastKernel = nullptr; // kernels are placed in order after func
 
   explicit Former(func::FuncOp f) : func(f), block(f.getBody().front()) {}
 
@@ -266,6 +267,47 @@ struct Former {
     return true;
   }
 
+  /// A padding / slice-insertion generic (it reads a tensor with
+  /// tensor.extract, once per element) joins the pointwise kernel that
+  /// produces that tensor, or pulls in a loose elementwise producer: the
+  /// producer's elements are recomputed where the padding reads them (e.g.
+  /// relu -> pad -> conv is one kernel writing the padded tensor, and the
+  /// relu output too if something else reads it).
+  bool tryJoinPadSource(linalg::GenericOp op) {
+    llvm::SetVector<Value> captured;
+    getUsedValuesDefinedAbove(op.getRegion(), captured);
+    for (Value v : captured) {
+      auto def = v.getDefiningOp<linalg::GenericOp>();
+      if (!def || !isAllParallel(def) || isCloneableIntoKernel(def))
+        continue;
+      auto it = groupOf.find(def);
+      if (it != groupOf.end()) {
+        Group &g = groups[it->second];
+        bool pointwise = !g.row && llvm::all_of(g.ops, [](Operation *o) {
+          auto gen = dyn_cast<linalg::GenericOp>(o);
+          return gen && isAllParallel(gen);
+        });
+        if (!pointwise)
+          continue;
+        auto all = groupSet(it->second);
+        all.insert(op);
+        if (createsCycle(all))
+          continue;
+        g.ops.push_back(op);
+        groupOf[op] = it->second;
+        return true;
+      }
+      llvm::SmallPtrSet<Operation *, 32> all{def.getOperation(), op.getOperation()};
+      if (createsCycle(all))
+        continue;
+      int g = newGroup(def);
+      groups[g].ops.push_back(op);
+      groupOf[op] = g;
+      return true;
+    }
+    return false;
+  }
+
   void formGroups() {
     for (Operation &o : block) {
       auto op = dyn_cast<linalg::GenericOp>(&o);
@@ -334,6 +376,8 @@ struct Former {
         // computed by the same thread when it reads each reduced element once.
         if (tryJoinNaive(op))
           continue;
+        if (tryJoinPadSource(op))
+          continue;
         // Loose for now: a later row reduction may absorb it.
         continue;
       }
@@ -390,12 +434,13 @@ struct Former {
     });
 
     OpBuilder mb(func);
-    mb.setInsertionPointAfter(func);
+    mb.setInsertionPointAfter(lastKernel ? lastKernel : func.getOperation());
     std::string name = (func.getSymName() + "_k" + Twine(index)).str();
     auto type = mb.getFunctionType(TypeRange(ValueRange(inputs.getArrayRef())),
                                    TypeRange(ValueRange(outputs)));
     auto kfn = func::FuncOp::create(mb, ops.back()->getLoc(), name, type);
     kfn.setPrivate();
+    lastKernel = kfn;
     kfn->setAttr(kKernelAttr, mb.getStringAttr(kind));
     Block *entry = kfn.addEntryBlock();
     OpBuilder kb = OpBuilder::atBlockEnd(entry);
@@ -521,6 +566,10 @@ struct Former {
       outline({op}, "pointwise", counter++);
     if (!sortTopologically(&block))
       return func.emitError("mlircap: kernel formation created a cycle");
+    // What the kernels cloned is dead in the caller now.
+    for (Operation &op : llvm::make_early_inc_range(llvm::reverse(block)))
+      if (op.use_empty() && isCloneableIntoKernel(&op))
+        op.erase();
     return success();
   }
 };

@@ -24,6 +24,7 @@
 #include "KernelUtils.h"
 #include "mlircap/Passes.h"
 #include "mlir/Dialect/Affine/Utils.h"
+#include "mlir/Dialect/DLTI/DLTI.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -117,7 +118,10 @@ struct Codegen {
     auto type = cast<RankedTensorType>(tensor.getType());
     if (auto arg = dyn_cast<BlockArgument>(tensor)) {
       Value lin = linearize(idx, type.getShape());
-      return memref::LoadOp::create(b, loc, argMem[arg.getArgNumber()], lin);
+      Value v = memref::LoadOp::create(b, loc, argMem[arg.getArgNumber()], lin);
+      if (type.getElementType().isInteger(1)) // bools are bytes in memory
+        v = arith::TruncIOp::create(b, loc, b.getI1Type(), v);
+      return v;
     }
     Operation *def = tensor.getDefiningOp();
     if (auto cst = dyn_cast<arith::ConstantOp>(def)) {
@@ -212,13 +216,18 @@ struct Codegen {
   /// Clones the body of `g` at loop ivs `ivs` with the accumulators `outs`
   /// (one per init) and returns the yielded values.
   SmallVector<Value> evalBody(linalg::GenericOp g, ArrayRef<Value> ivs,
-                              ArrayRef<Value> outs) {
+                              ArrayRef<Value> outs,
+                              const DenseMap<unsigned, Value> &given = {}) {
     Block &body = g.getRegion().front();
     IRMapping m;
     for (OpOperand *in : g.getDpsInputOperands()) {
       BlockArgument arg = body.getArgument(in->getOperandNumber());
       if (arg.use_empty())
         continue;
+      if (Value pre = given.lookup(in->getOperandNumber())) {
+        m.map(arg, pre);
+        continue;
+      }
       Value v = in->get();
       Value s = isa<RankedTensorType>(v.getType())
                     ? eval(v, applyMap(g.getMatchingIndexingMap(in), ivs))
@@ -334,6 +343,8 @@ struct Codegen {
 
   void store(unsigned out, Value v, ArrayRef<Value> idx) {
     auto type = cast<RankedTensorType>(kfn.getResultTypes()[out]);
+    if (v.getType().isInteger(1))
+      v = arith::ExtUIOp::create(b, loc, b.getI8Type(), v);
     memref::StoreOp::create(b, loc, v, outMem[out], linearize(idx, type.getShape()));
   }
 
@@ -456,47 +467,34 @@ struct Codegen {
     return outs;
   }
 
-  /// The whole kernel reads and writes contiguously at its output index:
-  /// every tensor read is a kernel argument read with the identity map of an
-  /// all-parallel generic whose output map is the identity.
-  bool vectorizable(int64_t n) {
-    auto ret = cast<func::ReturnOp>(kfn.getBody().front().getTerminator());
-    if (ret.getNumOperands() != 1 || n % 4 != 0)
-      return false;
-    auto g = ret.getOperand(0).getDefiningOp<linalg::GenericOp>();
-    if (!g || !isAllParallel(g) || g.getNumResults() != 1)
-      return false;
-    auto vecOk = [](Type t) {
-      return t.isF32() || t.isF16() || t.isBF16() || t.isInteger(32);
-    };
-    for (OpOperand &operand : g->getOpOperands()) {
-      if (!g.getMatchingIndexingMap(&operand).isIdentity())
-        return false;
-      auto t = dyn_cast<RankedTensorType>(operand.get().getType());
-      if (!t)
-        continue;
-      if (!vecOk(t.getElementType()))
-        return false;
-      bool used = body_uses(g, operand);
-      if (used && !isa<BlockArgument>(operand.get()))
-        return false;
-    }
-    llvm::SetVector<Value> captured;
-    getUsedValuesDefinedAbove(g.getRegion(), captured);
-    if (llvm::any_of(captured, [](Value v) { return isa<ShapedType>(v.getType()); }))
-      return false;
-    return vecOk(cast<RankedTensorType>(g.getResult(0).getType()).getElementType()) &&
-           llvm::none_of(g.getRegion().front(), [](Operation &op) {
-             return isa<linalg::IndexOp>(op);
-           });
+  static bool vecType(Type t) {
+    return t.isF32() || t.isF16() || t.isBF16() || t.isInteger(32);
   }
 
-  void pointwise(Value tid, Value bid) {
+  /// The kernel computes one elementwise generic with an identity output map
+  /// whose innermost dim is a multiple of 4: each thread then computes 4
+  /// consecutive elements and stores them with one vector store.
+  linalg::GenericOp vectorizable(int64_t n) {
+    auto ret = cast<func::ReturnOp>(kfn.getBody().front().getTerminator());
+    if (ret.getNumOperands() != 1 || n % 4 != 0)
+      return {};
+    auto g = ret.getOperand(0).getDefiningOp<linalg::GenericOp>();
+    if (!g || !isAllParallel(g) || g.getNumResults() != 1 || g.getNumLoops() == 0)
+      return {};
+    auto type = cast<RankedTensorType>(g.getResult(0).getType());
+    if (!g.getMatchingIndexingMap(g.getDpsInitOperand(0)).isIdentity() ||
+        type.getShape().back() % 4 != 0 || !vecType(type.getElementType()))
+      return {};
+    return g;
+  }
+
+  void pointwise(Value tid, Value bid, bool allowVector) {
     int64_t maxN = 1;
     for (auto [v, i] : outputs())
       maxN = std::max(maxN, product(cast<RankedTensorType>(v.getType()).getShape()));
     block = kPointwiseBlock;
-    bool vec = vectorizable(maxN);
+    linalg::GenericOp vecOp = allowVector ? vectorizable(maxN) : linalg::GenericOp();
+    bool vec = (bool)vecOp;
     int64_t perThread = vec ? 4 : 1;
     int64_t work = (maxN + perThread - 1) / perThread;
     grid = std::max<int64_t>(1, std::min((work + block - 1) / block, numSMs * 8));
@@ -505,48 +503,73 @@ struct Codegen {
     if (vec) {
       strategy = "pointwise_vec4";
       auto [out, k] = outputs().front();
-      auto g = out.getDefiningOp<linalg::GenericOp>();
+      linalg::GenericOp g = vecOp;
+      auto shape = cast<RankedTensorType>(out.getType()).getShape();
+      unsigned last = g.getNumLoops() - 1;
       gridStride(maxN / 4, gtid, [&](Value i) {
         Value base = arith::MulIOp::create(b, loc, i, cIdx(4));
-        // Vector loads of the inputs, then the scalar body per lane.
-        SmallVector<Value> lanes[4];
-        Block &body = g.getRegion().front();
-        SmallVector<std::pair<BlockArgument, Value>> vecs;
-        for (OpOperand &operand : g->getOpOperands()) {
-          BlockArgument arg = body.getArgument(operand.getOperandNumber());
-          if (arg.use_empty() || !isa<RankedTensorType>(operand.get().getType()))
+        SmallVector<Value> ivs0 = delinearize(base, shape);
+        // Inputs read contiguously along the innermost loop: one aligned
+        // vector load; inputs not indexed by it: one scalar for the 4 lanes;
+        // anything else is computed per lane.
+        DenseMap<unsigned, Value> vecs, scalarsIn;
+        for (OpOperand *in : g.getDpsInputOperands()) {
+          Block &body = g.getRegion().front();
+          if (body.getArgument(in->getOperandNumber()).use_empty())
             continue;
-          auto ba = cast<BlockArgument>(operand.get());
-          auto vt = VectorType::get({4}, arg.getType());
-          Value vv = vector::LoadOp::create(b, loc, vt, argMem[ba.getArgNumber()],
-                                            ValueRange{base});
-          vecs.push_back({arg, vv});
+          auto t = dyn_cast<RankedTensorType>(in->get().getType());
+          if (!t)
+            continue;
+          AffineMap map = g.getMatchingIndexingMap(in);
+          bool usesLast = map.isFunctionOfDim(last);
+          if (!usesLast) {
+            Value v = eval(in->get(), applyMap(map, ivs0));
+            if (!v)
+              return;
+            scalarsIn[in->getOperandNumber()] = v;
+            continue;
+          }
+          auto arg = dyn_cast<BlockArgument>(in->get());
+          auto lastExpr = dyn_cast<AffineDimExpr>(map.getResults().back());
+          bool contiguous =
+              arg && vecType(t.getElementType()) && lastExpr &&
+              lastExpr.getPosition() == last && t.getShape().back() % 4 == 0 &&
+              llvm::count_if(map.getResults(), [&](AffineExpr e) {
+                return e.isFunctionOfDim(last);
+              }) == 1;
+          if (!contiguous)
+            continue;
+          Value at = linearize(applyMap(map, ivs0), t.getShape());
+          auto load = vector::LoadOp::create(
+              b, loc, VectorType::get({4}, t.getElementType()),
+              argMem[arg.getArgNumber()], ValueRange{at});
+          // The plan requires 16-byte aligned pointers ("align": 16).
+          load.setAlignment(4 * t.getElementType().getIntOrFloatBitWidth() / 8);
+          vecs[in->getOperandNumber()] = load;
         }
         SmallVector<Value> results;
         for (int64_t l = 0; l < 4; ++l) {
-          IRMapping m;
-          for (auto [arg, vv] : vecs)
-            m.map(arg, vector::ExtractOp::create(b, loc, vv, l).getResult());
-          for (OpOperand *in : g.getDpsInputOperands())
-            if (!isa<RankedTensorType>(in->get().getType()))
-              m.map(body.getArgument(in->getOperandNumber()), scalar(in->get()));
-          for (Operation &op : body.without_terminator()) {
-            op.walk([&](Operation *nested) {
-              for (Value o : nested->getOperands())
-                if (!m.contains(o) && !g.getRegion().isAncestor(o.getParentRegion()))
-                  if (Value s = scalars.lookupOrNull(o))
-                    m.map(o, s);
-            });
-            b.clone(op, m);
-          }
-          results.push_back(m.lookupOrDefault(
-              cast<linalg::YieldOp>(body.getTerminator()).getValues()[0]));
+          SmallVector<Value> ivs(ivs0);
+          ivs[last] = arith::AddIOp::create(b, loc, ivs0[last], cIdx(l));
+          DenseMap<unsigned, Value> given(scalarsIn);
+          for (auto [num, vv] : vecs)
+            given[num] = vector::ExtractOp::create(b, loc, vv, l);
+          SmallVector<Value> outs;
+          for (OpOperand &init : g.getDpsInitsMutable())
+            outs.push_back(body_uses(g, init)
+                               ? eval(init.get(), applyMap(g.getMatchingIndexingMap(&init), ivs))
+                               : Value());
+          auto vals = evalBody(g, ivs, outs, given);
+          if (vals.empty())
+            return;
+          results.push_back(vals[0]);
         }
         auto vt = VectorType::get({4}, results[0].getType());
         Value acc = vector::BroadcastOp::create(b, loc, vt, results[0]);
         for (int64_t l = 1; l < 4; ++l)
           acc = vector::InsertOp::create(b, loc, results[l], acc, l);
-        vector::StoreOp::create(b, loc, acc, outMem[k], ValueRange{base});
+        auto st = vector::StoreOp::create(b, loc, acc, outMem[k], ValueRange{base});
+        st.setAlignment(4 * results[0].getType().getIntOrFloatBitWidth() / 8);
       });
       return;
     }
@@ -717,7 +740,7 @@ struct Codegen {
       rowKernel(tid, bid);
     } else {
       strategy = kind == "pointwise" ? "pointwise" : "reduction_naive";
-      pointwise(tid, bid);
+      pointwise(tid, bid, kind == "pointwise");
     }
     if (failedFlag)
       return failure();
@@ -742,14 +765,21 @@ struct GpuCodegen : impl::MlircapGpuCodegenBase<GpuCodegen> {
     if (!gmod)
       gmod = gpu::GPUModuleOp::create(mb, module.getLoc(), "mlircap_kernels");
     module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(), mb.getUnitAttr());
+    int64_t largest = 0;
     for (func::FuncOp kfn : kernels) {
+      for (Type t : llvm::concat<const Type>(kfn.getArgumentTypes(), kfn.getResultTypes()))
+        if (auto rt = dyn_cast<RankedTensorType>(t))
+          largest = std::max(largest, product(rt.getShape()));
       SmallVector<Type> params;
       auto flat = [](Type t) {
         auto rt = dyn_cast<RankedTensorType>(t);
         if (!rt)
           return Type();
-        return (Type)MemRefType::get({std::max<int64_t>(1, product(rt.getShape()))},
-                                     rt.getElementType());
+        // Bools are one byte per element (as torch stores them).
+        Type et = rt.getElementType().isInteger(1)
+                      ? IntegerType::get(rt.getContext(), 8)
+                      : rt.getElementType();
+        return (Type)MemRefType::get({std::max<int64_t>(1, product(rt.getShape()))}, et);
       };
       for (Type t : llvm::concat<const Type>(kfn.getArgumentTypes(), kfn.getResultTypes())) {
         Type m = flat(t);
@@ -781,6 +811,15 @@ struct GpuCodegen : impl::MlircapGpuCodegenBase<GpuCodegen> {
       });
       kfn->setAttr(kLaunchAttr, launch);
       gfn->setAttr(kLaunchAttr, launch);
+    }
+    // 32-bit index arithmetic (cheaper address math, fewer registers) when
+    // every index, loop bound and grid-stride step fits with room to spare.
+    if (largest < (int64_t(1) << 30)) {
+      MLIRContext *ctx = module.getContext();
+      auto entry = DataLayoutEntryAttr::get(
+          IndexType::get(ctx), IntegerAttr::get(IntegerType::get(ctx, 32), 32));
+      gmod->setAttr(DLTIDialect::kDataLayoutAttrName,
+                    DataLayoutSpecAttr::get(ctx, {entry}));
     }
   }
 };

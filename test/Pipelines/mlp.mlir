@@ -17,7 +17,9 @@
 // FUSE: mlircap.kernel = "pointwise"
 
 // CG: gpu.module @mlircap_kernels
-// CG: strategy = "pointwise"
+// CG: strategy = "pointwise_vec4"
+// CG: vector.load {{.*}} vector<4xf32>
+// CG: vector.store
 
 // PTX: .target sm_90
 // PTX-COUNT-2: .entry main_k

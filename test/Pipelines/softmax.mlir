@@ -4,6 +4,7 @@
 // RUN: mlircap-opt %s --mlircap-gpu-pipeline --mlircap-dump-ptx=file=%t.ptx -o /dev/null
 // RUN: %ptxas -arch=sm_90 %t.ptx -o %t.cubin
 // RUN: FileCheck %s --check-prefix=PTX < %t.ptx
+// RUN: FileCheck %s --check-prefix=SHFL < %t.ptx
 
 // FUSE-LABEL: func.func @main(
 // FUSE-COUNT-1: call @main_k
@@ -17,7 +18,7 @@
 
 // PTX: .target sm_90
 // PTX-COUNT-1: .entry main_k
-// PTX: shfl.sync.bfly
+// SHFL: shfl.sync.bfly
 
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #map1 = affine_map<(d0, d1) -> (d0)>

@@ -1,0 +1,276 @@
+// RUN: mlircap-opt %s --split-input-file --mlircap-form-kernels | FileCheck %s
+
+// An elementwise op is one pointwise kernel; its init tensor.empty and the
+// scalar constant are cloned in, the broadcast bias is a kernel argument.
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d1)>
+// CHECK-LABEL: func.func @pointwise(
+// CHECK: %[[R:.*]] = call @pointwise_k0(%arg0, %arg1)
+// CHECK: return %[[R]]
+// CHECK: func.func private @pointwise_k0(%{{.*}}: tensor<4x8xf32>, %{{.*}}: tensor<8xf32>) -> tensor<4x8xf32> attributes {mlircap.kernel = "pointwise"}
+// CHECK: arith.constant 0.0
+// CHECK: tensor.empty
+// CHECK: linalg.generic
+func.func @pointwise(%x: tensor<4x8xf32>, %b: tensor<8xf32>) -> tensor<4x8xf32> {
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4x8xf32>
+  %0 = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %b : tensor<4x8xf32>, tensor<8xf32>) outs(%e : tensor<4x8xf32>) {
+  ^bb0(%a: f32, %c: f32, %o: f32):
+    %s = arith.addf %a, %c : f32
+    %r = arith.maximumf %s, %c0 : f32
+    linalg.yield %r : f32
+  } -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+// Softmax: the two row reductions and the final division form one row kernel;
+// the fills that initialize the reductions are cloned into it.
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#red = affine_map<(d0, d1) -> (d0)>
+// CHECK-LABEL: func.func @softmax(
+// CHECK-NEXT: call @softmax_k0(%arg0)
+// CHECK-NEXT: return
+// CHECK: func.func private @softmax_k0({{.*}}) -> tensor<4x64xf32> attributes {mlircap.kernel = "row_reduction"}
+// CHECK: linalg.fill
+// CHECK: linalg.generic
+// CHECK: linalg.fill
+// CHECK-COUNT-2: linalg.generic
+// CHECK-NOT: call
+func.func @softmax(%x: tensor<4x64xf32>) -> tensor<4x64xf32> {
+  %ninf = arith.constant 0xFF800000 : f32
+  %zero = arith.constant 0.0 : f32
+  %e1 = tensor.empty() : tensor<4xf32>
+  %f1 = linalg.fill ins(%ninf : f32) outs(%e1 : tensor<4xf32>) -> tensor<4xf32>
+  %m = linalg.generic {indexing_maps = [#id, #red], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<4x64xf32>) outs(%f1 : tensor<4xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.maximumf %a, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<4xf32>
+  %f2 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<4xf32>) -> tensor<4xf32>
+  %s = linalg.generic {indexing_maps = [#id, #red, #red], iterator_types = ["parallel", "reduction"]}
+      ins(%x, %m : tensor<4x64xf32>, tensor<4xf32>) outs(%f2 : tensor<4xf32>) {
+  ^bb0(%a: f32, %mx: f32, %o: f32):
+    %d = arith.subf %a, %mx : f32
+    %ex = math.exp %d : f32
+    %r = arith.addf %ex, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<4xf32>
+  %e2 = tensor.empty() : tensor<4x64xf32>
+  %y = linalg.generic {indexing_maps = [#id, #red, #red, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %m, %s : tensor<4x64xf32>, tensor<4xf32>, tensor<4xf32>) outs(%e2 : tensor<4x64xf32>) {
+  ^bb0(%a: f32, %mx: f32, %sum: f32, %o: f32):
+    %d = arith.subf %a, %mx : f32
+    %ex = math.exp %d : f32
+    %r = arith.divf %ex, %sum : f32
+    linalg.yield %r : f32
+  } -> tensor<4x64xf32>
+  return %y : tensor<4x64xf32>
+}
+
+// -----
+
+// A matmul is a library op and stays in the caller with its zero fill; its
+// bias + relu epilogue is one kernel. The transposed weight feeding only the
+// matmul stays as a (view) generic in the caller.
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#t = affine_map<(d0, d1) -> (d1, d0)>
+#row = affine_map<(d0, d1) -> (d1)>
+// CHECK-LABEL: func.func @matmul_epilogue(
+// CHECK: linalg.generic
+// CHECK: linalg.fill
+// CHECK: linalg.matmul
+// CHECK: call @matmul_epilogue_k0
+// CHECK-NOT: call
+// CHECK: return
+func.func @matmul_epilogue(%x: tensor<4x16xf32>, %w: tensor<32x16xf32>, %b: tensor<32xf32>) -> tensor<4x32xf32> {
+  %zero = arith.constant 0.0 : f32
+  %et = tensor.empty() : tensor<16x32xf32>
+  %wt = linalg.generic {indexing_maps = [#t, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%w : tensor<32x16xf32>) outs(%et : tensor<16x32xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    linalg.yield %a : f32
+  } -> tensor<16x32xf32>
+  %e = tensor.empty() : tensor<4x32xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<4x32xf32>) -> tensor<4x32xf32>
+  %mm = linalg.matmul ins(%x, %wt : tensor<4x16xf32>, tensor<16x32xf32>) outs(%f : tensor<4x32xf32>) -> tensor<4x32xf32>
+  %y = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%mm, %b : tensor<4x32xf32>, tensor<32xf32>) outs(%e : tensor<4x32xf32>) {
+  ^bb0(%a: f32, %c: f32, %o: f32):
+    %s = arith.addf %a, %c : f32
+    %r = arith.maximumf %s, %zero : f32
+    linalg.yield %r : f32
+  } -> tensor<4x32xf32>
+  return %y : tensor<4x32xf32>
+}
+
+// -----
+
+// Cost rule: a matmul between two row reductions keeps them in separate
+// kernels (one kernel would need the matmul's result before it exists).
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#red = affine_map<(d0, d1) -> (d0, 0)>
+#bc = affine_map<(d0, d1) -> (d0, 0)>
+// CHECK-LABEL: func.func @no_cycle(
+// CHECK: call @no_cycle_k0
+// CHECK: linalg.matmul
+// CHECK: call @no_cycle_k1
+func.func @no_cycle(%x: tensor<8x8xf32>) -> tensor<8x1xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e1 = tensor.empty() : tensor<8x1xf32>
+  %f1 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<8x1xf32>) -> tensor<8x1xf32>
+  %s = linalg.generic {indexing_maps = [#id, #red], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<8x8xf32>) outs(%f1 : tensor<8x1xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.addf %a, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<8x1xf32>
+  %e2 = tensor.empty() : tensor<8x8xf32>
+  %n = linalg.generic {indexing_maps = [#id, #bc, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %s : tensor<8x8xf32>, tensor<8x1xf32>) outs(%e2 : tensor<8x8xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.divf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<8x8xf32>
+  %f2 = linalg.fill ins(%zero : f32) outs(%e2 : tensor<8x8xf32>) -> tensor<8x8xf32>
+  %mm = linalg.matmul ins(%n, %x : tensor<8x8xf32>, tensor<8x8xf32>) outs(%f2 : tensor<8x8xf32>) -> tensor<8x8xf32>
+  %s2 = linalg.generic {indexing_maps = [#id, #red, #red], iterator_types = ["parallel", "reduction"]}
+      ins(%mm, %s : tensor<8x8xf32>, tensor<8x1xf32>) outs(%f1 : tensor<8x1xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %m = arith.mulf %a, %b : f32
+    %r = arith.addf %m, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<8x1xf32>
+  return %s2 : tensor<8x1xf32>
+}
+
+// -----
+
+// Cost rule: an op that reads a row kernel's value across rows (here the
+// reduced column is read transposed) does not join the row kernel.
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#red = affine_map<(d0, d1) -> (d0)>
+#cross = affine_map<(d0, d1) -> (d1)>
+// CHECK-LABEL: func.func @cross_row(
+// CHECK: call @cross_row_k0
+// CHECK: call @cross_row_k1
+// CHECK-DAG: @cross_row_k0{{.*}}mlircap.kernel = "row_reduction"
+// CHECK-DAG: @cross_row_k1{{.*}}mlircap.kernel = "pointwise"
+func.func @cross_row(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e1 = tensor.empty() : tensor<8xf32>
+  %f1 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<8xf32>) -> tensor<8xf32>
+  %s = linalg.generic {indexing_maps = [#id, #red], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<8x8xf32>) outs(%f1 : tensor<8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.addf %a, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<8xf32>
+  %e2 = tensor.empty() : tensor<8x8xf32>
+  %n = linalg.generic {indexing_maps = [#id, #cross, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %s : tensor<8x8xf32>, tensor<8xf32>) outs(%e2 : tensor<8x8xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.divf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<8x8xf32>
+  return %n : tensor<8x8xf32>
+}
+
+// -----
+
+// A column reduction is a "reduction" kernel; its elementwise consumer reads
+// each reduced element once and is computed by the same thread.
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#col = affine_map<(d0, d1) -> (d1)>
+#v = affine_map<(d0) -> (d0)>
+// CHECK-LABEL: func.func @column_mean(
+// CHECK-NEXT: call @column_mean_k0
+// CHECK-NEXT: return
+// CHECK: mlircap.kernel = "reduction"
+func.func @column_mean(%x: tensor<8x32xf32>) -> tensor<32xf32> {
+  %zero = arith.constant 0.0 : f32
+  %n = arith.constant 8.0 : f32
+  %e = tensor.empty() : tensor<32xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<32xf32>) -> tensor<32xf32>
+  %s = linalg.generic {indexing_maps = [#id, #col], iterator_types = ["reduction", "parallel"]}
+      ins(%x : tensor<8x32xf32>) outs(%f : tensor<32xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.addf %a, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<32xf32>
+  %m = linalg.generic {indexing_maps = [#v, #v], iterator_types = ["parallel"]}
+      ins(%s : tensor<32xf32>) outs(%e : tensor<32xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.divf %a, %n : f32
+    linalg.yield %r : f32
+  } -> tensor<32xf32>
+  return %m : tensor<32xf32>
+}
+
+// -----
+
+// Reshapes feeding a kernel are cloned into it (folded into its indexing);
+// the kernel argument is the reshape's source.
+#id = affine_map<(d0, d1) -> (d0, d1)>
+// CHECK-LABEL: func.func @reshape_folded(
+// CHECK-NEXT: call @reshape_folded_k0(%arg0) : (tensor<2x4x8xf32>) -> tensor<8x8xf32>
+// CHECK: func.func private @reshape_folded_k0
+// CHECK: tensor.collapse_shape
+// CHECK: linalg.generic
+func.func @reshape_folded(%x: tensor<2x4x8xf32>) -> tensor<8x8xf32> {
+  %c = tensor.collapse_shape %x [[0, 1], [2]] : tensor<2x4x8xf32> into tensor<8x8xf32>
+  %e = tensor.empty() : tensor<8x8xf32>
+  %y = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%c : tensor<8x8xf32>) outs(%e : tensor<8x8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = math.tanh %a : f32
+    linalg.yield %r : f32
+  } -> tensor<8x8xf32>
+  return %y : tensor<8x8xf32>
+}
+
+// -----
+
+// A fill returned as a value is a kernel of its own.
+// CHECK-LABEL: func.func @fill_result(
+// CHECK-NEXT: call @fill_result_k0()
+// CHECK: func.func private @fill_result_k0() -> tensor<4xf32> attributes {mlircap.kernel = "pointwise"}
+// CHECK: linalg.fill
+func.func @fill_result() -> tensor<4xf32> {
+  %one = arith.constant 1.0 : f32
+  %e = tensor.empty() : tensor<4xf32>
+  %f = linalg.fill ins(%one : f32) outs(%e : tensor<4xf32>) -> tensor<4xf32>
+  return %f : tensor<4xf32>
+}
+
+// -----
+
+// A reduction result used by the row kernel and returned is a kernel output
+// too (row-scalar outputs are written once per row).
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#red = affine_map<(d0, d1) -> (d0)>
+// CHECK-LABEL: func.func @two_outputs(
+// CHECK: %[[R:.*]]:2 = call @two_outputs_k0
+// CHECK: return %[[R]]#0, %[[R]]#1
+func.func @two_outputs(%x: tensor<4x64xf32>) -> (tensor<4xf32>, tensor<4x64xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %e1 = tensor.empty() : tensor<4xf32>
+  %f1 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<4xf32>) -> tensor<4xf32>
+  %s = linalg.generic {indexing_maps = [#id, #red], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<4x64xf32>) outs(%f1 : tensor<4xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.addf %a, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<4xf32>
+  %e2 = tensor.empty() : tensor<4x64xf32>
+  %y = linalg.generic {indexing_maps = [#id, #red, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %s : tensor<4x64xf32>, tensor<4xf32>) outs(%e2 : tensor<4x64xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.subf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<4x64xf32>
+  return %s, %y : tensor<4xf32>, tensor<4x64xf32>
+}

@@ -1,0 +1,325 @@
+// RUN: mlircap-opt %s --split-input-file --mlircap-form-kernels --mlircap-gpu-codegen --canonicalize --cse | FileCheck %s
+
+// Contiguous f32 elementwise kernel, N % 4 == 0: 128-bit vector loads/stores,
+// 256 threads per block, grid = ceil(N / 4 / 256).
+#id = affine_map<(d0) -> (d0)>
+// CHECK-LABEL: gpu.module @mlircap_kernels
+// CHECK-LABEL: gpu.func @vec4_k0(
+// CHECK-SAME: %[[A:.*]]: memref<4096xf32>, %[[B:.*]]: memref<4096xf32>, %[[C:.*]]: memref<4096xf32>) kernel
+// CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
+// CHECK-SAME: grid = array<i64: 4, 1, 1>
+// CHECK-SAME: strategy = "pointwise_vec4"
+// CHECK: gpu.thread_id x
+// CHECK: gpu.block_id x
+// CHECK: scf.for
+// CHECK: vector.load %[[A]]{{.*}} : memref<4096xf32>, vector<4xf32>
+// CHECK: vector.load %[[B]]{{.*}} : memref<4096xf32>, vector<4xf32>
+// CHECK: vector.store {{.*}}, %[[C]]{{.*}} : memref<4096xf32>, vector<4xf32>
+func.func @vec4(%x: tensor<4096xf32>, %y: tensor<4096xf32>) -> tensor<4096xf32> {
+  %e = tensor.empty() : tensor<4096xf32>
+  %0 = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel"]}
+      ins(%x, %y : tensor<4096xf32>, tensor<4096xf32>) outs(%e : tensor<4096xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.addf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<4096xf32>
+  return %0 : tensor<4096xf32>
+}
+
+// -----
+
+// Large kernel whose innermost dim is not a multiple of 4: scalar path, grid
+// capped at 8 blocks x 132 SMs and a grid-stride loop of 1056 * 256 elements.
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d1)>
+// CHECK-LABEL: gpu.func @big_k0
+// CHECK-SAME: grid = array<i64: 1056, 1, 1>
+// CHECK-SAME: strategy = "pointwise"
+// CHECK-DAG: %[[STEP:.*]] = arith.constant 270336 : index
+// CHECK-DAG: %[[N:.*]] = arith.constant 1047552 : index
+// CHECK: scf.for %{{.*}} = %{{.*}} to %[[N]] step %[[STEP]]
+// CHECK: arith.remui
+// CHECK: memref.load
+// CHECK: memref.load
+// CHECK: memref.store
+func.func @big(%x: tensor<1024x1023xf32>, %b: tensor<1023xf32>) -> tensor<1024x1023xf32> {
+  %e = tensor.empty() : tensor<1024x1023xf32>
+  %0 = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %b : tensor<1024x1023xf32>, tensor<1023xf32>) outs(%e : tensor<1024x1023xf32>) {
+  ^bb0(%a: f32, %c: f32, %o: f32):
+    %r = arith.mulf %a, %c : f32
+    linalg.yield %r : f32
+  } -> tensor<1024x1023xf32>
+  return %0 : tensor<1024x1023xf32>
+}
+
+// -----
+
+// Broadcast epilogue (x + bias[j]) * scale[i]: x and bias are loaded 4 at a
+// time along the innermost dim, scale once per 4 elements.
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#col = affine_map<(d0, d1) -> (d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+// CHECK-LABEL: gpu.func @epilogue_k0(
+// CHECK-SAME: %[[X:.*]]: memref<4096xf32>, %[[B:.*]]: memref<1024xf32>, %[[S:.*]]: memref<4xf32>, %[[O:.*]]: memref<4096xf32>)
+// CHECK-SAME: strategy = "pointwise_vec4"
+// CHECK: vector.load %[[X]]{{.*}} {alignment = 16 : i64} : memref<4096xf32>, vector<4xf32>
+// CHECK: vector.load %[[B]]{{.*}} {alignment = 16 : i64} : memref<1024xf32>, vector<4xf32>
+// CHECK: memref.load %[[S]]
+// CHECK-NOT: memref.load
+// CHECK: vector.store {{.*}}, %[[O]]{{.*}} {alignment = 16 : i64} : memref<4096xf32>, vector<4xf32>
+func.func @epilogue(%x: tensor<4x1024xf32>, %b: tensor<1024xf32>, %s: tensor<4xf32>) -> tensor<4x1024xf32> {
+  %e = tensor.empty() : tensor<4x1024xf32>
+  %0 = linalg.generic {indexing_maps = [#id, #col, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %b, %s : tensor<4x1024xf32>, tensor<1024xf32>, tensor<4xf32>) outs(%e : tensor<4x1024xf32>) {
+  ^bb0(%a: f32, %c: f32, %d: f32, %o: f32):
+    %t = arith.addf %a, %c : f32
+    %r = arith.mulf %t, %d : f32
+    linalg.yield %r : f32
+  } -> tensor<4x1024xf32>
+  return %0 : tensor<4x1024xf32>
+}
+
+// -----
+
+// Long rows: a block of 1024 threads per row; warp shuffles, then the warp
+// partials through workgroup memory between barriers.
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#red = affine_map<(d0, d1) -> (d0)>
+// CHECK-LABEL: gpu.func @rowsum_k0
+// CHECK-SAME: workgroup(%[[SCRATCH:.*]] : memref<32xf32, #gpu.address_space<workgroup>>, %[[RES:.*]] : memref<1xf32, #gpu.address_space<workgroup>>)
+// CHECK-SAME: known_block_size = array<i32: 1024, 1, 1>
+// CHECK-SAME: grid = array<i64: 2, 1, 1>
+// CHECK-SAME: strategy = "row_block"
+// CHECK: scf.for {{.*}} iter_args
+// CHECK-COUNT-5: gpu.shuffle xor
+// CHECK: memref.store {{.*}}, %[[SCRATCH]]
+// CHECK: gpu.barrier
+// CHECK: memref.load %[[SCRATCH]]
+// CHECK-COUNT-5: gpu.shuffle xor
+// CHECK: memref.store {{.*}}, %[[RES]]
+// CHECK: gpu.barrier
+// CHECK: memref.load %[[RES]]
+func.func @rowsum(%x: tensor<2x4096xf32>) -> tensor<2xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<2xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<2xf32>) -> tensor<2xf32>
+  %s = linalg.generic {indexing_maps = [#id, #red], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<2x4096xf32>) outs(%f : tensor<2xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.addf %a, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<2xf32>
+  return %s : tensor<2xf32>
+}
+
+// -----
+
+// Rows of 128: a warp per row, 8 rows per 256-thread block, no shared memory.
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#red = affine_map<(d0, d1) -> (d0)>
+// CHECK-LABEL: gpu.func @rowmax_k0
+// CHECK-NOT: workgroup
+// CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
+// CHECK-SAME: grid = array<i64: 2, 1, 1>
+// CHECK-SAME: strategy = "row_warp"
+// CHECK: arith.maximumf
+// CHECK: gpu.shuffle xor %{{.*}}, %c16_i32, %c32_i32 : f32
+// CHECK: gpu.shuffle xor %{{.*}}, %c8_i32, %c32_i32 : f32
+// CHECK: gpu.shuffle xor %{{.*}}, %c4_i32, %c32_i32 : f32
+// CHECK: gpu.shuffle xor %{{.*}}, %c2_i32, %c32_i32 : f32
+// CHECK: gpu.shuffle xor %{{.*}}, %c1_i32, %c32_i32 : f32
+// CHECK-NOT: gpu.barrier
+// CHECK: gpu.return
+func.func @rowmax(%x: tensor<16x128xf32>) -> tensor<16xf32> {
+  %ninf = arith.constant 0xFF800000 : f32
+  %e = tensor.empty() : tensor<16xf32>
+  %f = linalg.fill ins(%ninf : f32) outs(%e : tensor<16xf32>) -> tensor<16xf32>
+  %s = linalg.generic {indexing_maps = [#id, #red], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<16x128xf32>) outs(%f : tensor<16xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.maximumf %a, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<16xf32>
+  return %s : tensor<16xf32>
+}
+
+// -----
+
+// f64 partials are shuffled as two 32-bit halves.
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#red = affine_map<(d0, d1) -> (d0)>
+// CHECK-LABEL: gpu.func @sum64_k0
+// CHECK-SAME: strategy = "row_warp"
+// CHECK: arith.bitcast %{{.*}} : f64 to i64
+// CHECK: arith.trunci %{{.*}} : i64 to i32
+// CHECK: gpu.shuffle xor %{{.*}} : i32
+// CHECK: gpu.shuffle xor %{{.*}} : i32
+// CHECK: arith.bitcast %{{.*}} : i64 to f64
+func.func @sum64(%x: tensor<4x128xf64>) -> tensor<4xf64> {
+  %zero = arith.constant 0.0 : f64
+  %e = tensor.empty() : tensor<4xf64>
+  %f = linalg.fill ins(%zero : f64) outs(%e : tensor<4xf64>) -> tensor<4xf64>
+  %s = linalg.generic {indexing_maps = [#id, #red], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<4x128xf64>) outs(%f : tensor<4xf64>) {
+  ^bb0(%a: f64, %o: f64):
+    %r = arith.addf %a, %o : f64
+    linalg.yield %r : f64
+  } -> tensor<4xf64>
+  return %s : tensor<4xf64>
+}
+
+// -----
+
+// Short rows (16): 4 threads per row, shuffles stay within the 4 lanes;
+// rows past the end are clamped and do not store.
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#red = affine_map<(d0, d1) -> (d0)>
+// CHECK-LABEL: gpu.func @short_k0
+// CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
+// CHECK-SAME: grid = array<i64: 2, 1, 1>
+// CHECK-SAME: strategy = "row_subwarp"
+// CHECK: arith.minui
+// CHECK: gpu.shuffle xor %{{.*}}, %c2_i32, %c32_i32 : f32
+// CHECK: gpu.shuffle xor %{{.*}}, %c1_i32, %c32_i32 : f32
+// CHECK-NOT: gpu.shuffle
+// CHECK: scf.if
+// CHECK: memref.store
+func.func @short(%x: tensor<100x16xf32>) -> tensor<100xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<100xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<100xf32>) -> tensor<100xf32>
+  %s = linalg.generic {indexing_maps = [#id, #red], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<100x16xf32>) outs(%f : tensor<100xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.addf %a, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<100xf32>
+  return %s : tensor<100xf32>
+}
+
+// -----
+
+// Column reduction: one thread per output element, serial loop over rows.
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#col = affine_map<(d0, d1) -> (d1)>
+// CHECK-LABEL: gpu.func @colsum_k0
+// CHECK-SAME: strategy = "reduction_naive"
+// CHECK: scf.for
+// CHECK: scf.for %{{.*}} = %c0 to %c64 step %c1 iter_args
+// CHECK: memref.load
+// CHECK: arith.addf
+// CHECK-NOT: gpu.shuffle
+func.func @colsum(%x: tensor<64x32xf32>) -> tensor<32xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<32xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<32xf32>) -> tensor<32xf32>
+  %s = linalg.generic {indexing_maps = [#id, #col], iterator_types = ["reduction", "parallel"]}
+      ins(%x : tensor<64x32xf32>) outs(%f : tensor<32xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.addf %a, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<32xf32>
+  return %s : tensor<32xf32>
+}
+
+// -----
+
+// Booleans are one byte per element (memref of i8).
+#id = affine_map<(d0) -> (d0)>
+// CHECK-LABEL: gpu.func @cmp_k0(%{{.*}}: memref<10xf32>, %{{.*}}: memref<10xi8>)
+// CHECK: arith.cmpf ogt
+// CHECK: arith.extui %{{.*}} : i1 to i8
+// CHECK: memref.store %{{.*}} : memref<10xi8>
+func.func @cmp(%x: tensor<10xf32>) -> tensor<10xi1> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<10xi1>
+  %0 = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]}
+      ins(%x : tensor<10xf32>) outs(%e : tensor<10xi1>) {
+  ^bb0(%a: f32, %o: i1):
+    %r = arith.cmpf ogt, %a, %zero : f32
+    linalg.yield %r : i1
+  } -> tensor<10xi1>
+  return %0 : tensor<10xi1>
+}
+
+// -----
+
+// A static slice and a transpose are folded into the kernel's indexing: the
+// kernel reads the full source at offset + index * stride.
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#t = affine_map<(d0, d1) -> (d1, d0)>
+// CHECK-LABEL: gpu.func @slice_k0(
+// CHECK-SAME: %[[SRC:.*]]: memref<128xf32>, %{{.*}}: memref<16xf32>)
+// CHECK: scf.for
+// CHECK: %[[I:.*]] = arith.remui
+// CHECK: %[[J:.*]] = arith.divui
+// CHECK: %[[R:.*]] = arith.muli %[[I]], %c2
+// CHECK: arith.addi %[[R]], %c1
+// CHECK: arith.addi %[[J]], %c1
+// CHECK: memref.load %[[SRC]]
+func.func @slice(%x: tensor<8x16xf32>) -> tensor<4x4xf32> {
+  %s = tensor.extract_slice %x[1, 1] [4, 4] [2, 1] : tensor<8x16xf32> to tensor<4x4xf32>
+  %e = tensor.empty() : tensor<4x4xf32>
+  %0 = linalg.generic {indexing_maps = [#t, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%s : tensor<4x4xf32>) outs(%e : tensor<4x4xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = math.exp %a : f32
+    linalg.yield %r : f32
+  } -> tensor<4x4xf32>
+  return %0 : tensor<4x4xf32>
+}
+
+// -----
+
+// argmax (two results, not a plain combiner) falls back to the serial
+// reduction; both results are written.
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#red = affine_map<(d0, d1) -> (d0)>
+// CHECK-LABEL: gpu.func @argmax_k0(%{{.*}}: memref<256xf32>, %{{.*}}: memref<8xf32>, %{{.*}}: memref<8xi64>)
+// CHECK-SAME: strategy = "reduction_naive"
+// CHECK: scf.for {{.*}} iter_args({{.*}}, {{.*}}) -> (f32, i64)
+// CHECK: memref.store {{.*}} : memref<8xf32>
+// CHECK: memref.store {{.*}} : memref<8xi64>
+func.func @argmax(%x: tensor<8x32xf32>) -> (tensor<8xf32>, tensor<8xi64>) {
+  %ninf = arith.constant 0xFF800000 : f32
+  %c0 = arith.constant 0 : i64
+  %e = tensor.empty() : tensor<8xf32>
+  %ei = tensor.empty() : tensor<8xi64>
+  %f = linalg.fill ins(%ninf : f32) outs(%e : tensor<8xf32>) -> tensor<8xf32>
+  %fi = linalg.fill ins(%c0 : i64) outs(%ei : tensor<8xi64>) -> tensor<8xi64>
+  %r:2 = linalg.generic {indexing_maps = [#id, #red, #red], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<8x32xf32>) outs(%f, %fi : tensor<8xf32>, tensor<8xi64>) {
+  ^bb0(%a: f32, %o: f32, %oi: i64):
+    %i = linalg.index 1 : index
+    %ii = arith.index_cast %i : index to i64
+    %m = arith.maximumf %a, %o : f32
+    %gt = arith.cmpf ogt, %a, %o : f32
+    %s = arith.select %gt, %ii, %oi : i64
+    linalg.yield %m, %s : f32, i64
+  } -> (tensor<8xf32>, tensor<8xi64>)
+  return %r#0, %r#1 : tensor<8xf32>, tensor<8xi64>
+}
+
+// -----
+
+// Full reduction to a 0-d tensor: one block reduces everything.
+#id = affine_map<(d0) -> (d0)>
+#s = affine_map<(d0) -> ()>
+// CHECK-LABEL: gpu.func @total_k0(%{{.*}}: memref<8192xf32>, %{{.*}}: memref<1xf32>)
+// CHECK-SAME: known_block_size = array<i32: 1024, 1, 1>
+// CHECK-SAME: grid = array<i64: 1, 1, 1>
+// CHECK-SAME: strategy = "row_block"
+// CHECK: gpu.barrier
+func.func @total(%x: tensor<8192xf32>) -> tensor<f32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<f32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<f32>) -> tensor<f32>
+  %s = linalg.generic {indexing_maps = [#id, #s], iterator_types = ["reduction"]}
+      ins(%x : tensor<8192xf32>) outs(%f : tensor<f32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.addf %a, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<f32>
+  return %s : tensor<f32>
+}

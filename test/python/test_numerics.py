@@ -1,0 +1,159 @@
+"""Launch plans executed on CPU (library ops with torch, kernels by the SIMT
+interpreter in simt.py) against mlircap's CPU JIT on the same IR."""
+import json
+import os
+import pathlib
+import sys
+
+import pytest
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BUILD = pathlib.Path(os.environ.get("MLIRCAP_BUILD", str(ROOT / "build")))
+sys.path.insert(0, str(BUILD / "lib"))
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import _mlircap  # noqa: E402
+import simt  # noqa: E402
+
+MODELS = ["mlp", "gelu_mlp", "layernorm", "softmax", "attention", "resblock",
+          "rmsnorm", "meanvar", "pool", "embedding", "cat", "convbn", "softmax_dim0",
+          "argmax", "log_softmax"]
+
+
+def random_input(v, g):
+    dt = simt.DTYPES[v["dtype"]]
+    if dt.is_floating_point:
+        return torch.randn(v["shape"], generator=g).to(dt)
+    if dt == torch.bool:
+        return torch.rand(v["shape"], generator=g) > 0.5
+    return torch.randint(0, 5, v["shape"], generator=g).to(dt)  # valid indices
+
+
+def check(ir_text, seed=0, atol=1e-4, rtol=1e-4):
+    plan = json.loads(_mlircap.gpu_compile(ir_text))
+    _, _, kernels = simt.load_kernels(str(BUILD / "bin" / "mlircap-opt"), ir_text)
+    g = torch.Generator().manual_seed(seed)
+    specs = sorted((v for v in plan["values"] if v["kind"] == "input"),
+                   key=lambda v: v["index"])
+    inputs = [random_input(v, g) for v in specs]
+    got = simt.run_plan(plan, kernels, inputs)
+    vals = {v["id"]: v for v in plan["values"]}
+    want = simt.reference(_mlircap, ir_text, inputs, [vals[o] for o in plan["outputs"]])
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.double(), b.double(), atol=atol, rtol=rtol)
+    return plan
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_model(name):
+    check((ROOT / "test" / "Pipelines" / f"{name}.mlir").read_text())
+
+
+ROW = """
+func.func @main(%x: tensor<{R}x{L}xf32>) -> (tensor<{R}x{L}xf32>, tensor<{R}xf32>) {{
+  %ninf = arith.constant 0xFF800000 : f32
+  %zero = arith.constant 0.0 : f32
+  %e1 = tensor.empty() : tensor<{R}xf32>
+  %f1 = linalg.fill ins(%ninf : f32) outs(%e1 : tensor<{R}xf32>) -> tensor<{R}xf32>
+  %m = linalg.generic {{indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
+                       iterator_types = ["parallel", "reduction"]}}
+      ins(%x : tensor<{R}x{L}xf32>) outs(%f1 : tensor<{R}xf32>) {{
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.maximumf %a, %o : f32
+    linalg.yield %r : f32
+  }} -> tensor<{R}xf32>
+  %f2 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<{R}xf32>) -> tensor<{R}xf32>
+  %s = linalg.generic {{indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>,
+                                        affine_map<(d0, d1) -> (d0)>],
+                       iterator_types = ["parallel", "reduction"]}}
+      ins(%x, %m : tensor<{R}x{L}xf32>, tensor<{R}xf32>) outs(%f2 : tensor<{R}xf32>) {{
+  ^bb0(%a: f32, %mx: f32, %o: f32):
+    %d = arith.subf %a, %mx : f32
+    %ex = math.exp %d : f32
+    %r = arith.addf %ex, %o : f32
+    linalg.yield %r : f32
+  }} -> tensor<{R}xf32>
+  %e2 = tensor.empty() : tensor<{R}x{L}xf32>
+  %y = linalg.generic {{indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>,
+                                        affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>],
+                       iterator_types = ["parallel", "parallel"]}}
+      ins(%x, %m, %s : tensor<{R}x{L}xf32>, tensor<{R}xf32>, tensor<{R}xf32>) outs(%e2 : tensor<{R}x{L}xf32>) {{
+  ^bb0(%a: f32, %mx: f32, %sum: f32, %o: f32):
+    %d = arith.subf %a, %mx : f32
+    %ex = math.exp %d : f32
+    %r = arith.divf %ex, %sum : f32
+    linalg.yield %r : f32
+  }} -> tensor<{R}x{L}xf32>
+  return %y, %s : tensor<{R}x{L}xf32>, tensor<{R}xf32>
+}}
+"""
+
+
+@pytest.mark.parametrize("rows,length,strategy", [
+    (3, 1, "row_thread"), (5, 16, "row_subwarp"), (9, 100, "row_warp"),
+    (2, 1000, "row_block"), (1, 3000, "row_block")])
+def test_softmax_strategies(rows, length, strategy):
+    plan = check(ROW.format(R=rows, L=length))
+    assert [s["strategy"] for s in plan["steps"]] == [strategy]
+
+
+def test_pointwise_vec4_and_grid_stride():
+    ir = """
+    func.func @main(%x: tensor<300000xf32>, %y: tensor<300000xf32>) -> tensor<300000xf32> {
+      %e = tensor.empty() : tensor<300000xf32>
+      %0 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>,
+                                            affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+          ins(%x, %y : tensor<300000xf32>, tensor<300000xf32>) outs(%e : tensor<300000xf32>) {
+      ^bb0(%a: f32, %b: f32, %o: f32):
+        %s = arith.mulf %a, %b : f32
+        %r = math.tanh %s : f32
+        linalg.yield %r : f32
+      } -> tensor<300000xf32>
+      return %0 : tensor<300000xf32>
+    }"""
+    plan = check(ir)
+    (k,) = plan["steps"]
+    assert k["strategy"] == "pointwise_vec4" and k["grid"][0] == 293
+
+
+def test_column_reduction_f64_and_transpose():
+    ir = """
+    func.func @main(%x: tensor<37x19xf64>) -> tensor<19x1xf64> {
+      %zero = arith.constant 0.0 : f64
+      %e = tensor.empty() : tensor<19x1xf64>
+      %f = linalg.fill ins(%zero : f64) outs(%e : tensor<19x1xf64>) -> tensor<19x1xf64>
+      %s = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1, 0)>],
+                           iterator_types = ["reduction", "parallel"]}
+          ins(%x : tensor<37x19xf64>) outs(%f : tensor<19x1xf64>) {
+      ^bb0(%a: f64, %o: f64):
+        %sq = arith.mulf %a, %a : f64
+        %r = arith.addf %sq, %o : f64
+        linalg.yield %r : f64
+      } -> tensor<19x1xf64>
+      return %s : tensor<19x1xf64>
+    }"""
+    plan = check(ir)
+    assert plan["steps"][0]["strategy"] == "reduction_naive"
+
+
+def test_vec4_broadcast_epilogue():
+    ir = """
+    func.func @main(%x: tensor<6x64xf32>, %b: tensor<64xf32>, %s: tensor<6x1xf32>) -> tensor<6x64xf32> {
+      %e = tensor.empty() : tensor<6x64xf32>
+      %0 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>,
+                                            affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>],
+                           iterator_types = ["parallel", "parallel"]}
+          ins(%x, %b, %s : tensor<6x64xf32>, tensor<64xf32>, tensor<6x1xf32>) outs(%e : tensor<6x64xf32>) {
+      ^bb0(%a: f32, %c: f32, %d: f32, %o: f32):
+        %t = arith.addf %a, %c : f32
+        %r = arith.mulf %t, %d : f32
+        %i = linalg.index 1 : index
+        %ii = arith.index_cast %i : index to i32
+        %fi = arith.sitofp %ii : i32 to f32
+        %q = arith.addf %r, %fi : f32
+        linalg.yield %q : f32
+      } -> tensor<6x64xf32>
+      return %0 : tensor<6x64xf32>
+    }"""
+    plan = check(ir)
+    assert plan["steps"][0]["strategy"] == "pointwise_vec4"

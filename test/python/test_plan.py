@@ -1,0 +1,236 @@
+"""Launch plans from the binding's gpu_compile (mlircap_gpu_compile).
+
+Run: pytest test/python/test_plan.py  (MLIRCAP_BUILD_LIB overrides <repo>/build/lib)
+"""
+import json
+import os
+import pathlib
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, os.environ.get("MLIRCAP_BUILD_LIB", str(ROOT / "build" / "lib")))
+import _mlircap  # noqa: E402
+
+PIPELINES = ROOT / "test" / "Pipelines"
+
+
+def compile_plan(ir):
+    return json.loads(_mlircap.gpu_compile(ir))
+
+
+def model(name):
+    return compile_plan((PIPELINES / f"{name}.mlir").read_text())
+
+
+def kinds(plan):
+    return [s["kind"] for s in plan["steps"]]
+
+
+def kernels(plan):
+    return [s for s in plan["steps"] if s["kind"] == "kernel"]
+
+
+def values(plan):
+    return {v["id"]: v for v in plan["values"]}
+
+
+def check_well_formed(plan):
+    vals = values(plan)
+    assert sorted(vals) == list(range(len(vals)))
+    assert plan["func"] == "main"
+    entries = {line.split("(")[0].split()[-1] for line in plan["ptx"].splitlines()
+               if ".entry" in line}
+    for v in plan["values"]:
+        assert v["dtype"] in {"f32", "f16", "bf16", "f64", "i64", "i32", "i16", "i8", "i1"}
+        if v["kind"] == "view":
+            assert vals[v["of"]]["kind"] != "view"
+            assert len(v["strides"]) == len(v["shape"])
+        if v["kind"] == "constant":
+            n = 1
+            for d in v["shape"]:
+                n *= d
+            assert len(v["data"]) == (1 if v.get("splat") else n)
+    defined = {v["id"] for v in plan["values"] if v["kind"] in ("input", "constant")}
+    defined |= {v["id"] for v in plan["values"] if v["kind"] == "view"
+                and vals[v["of"]]["kind"] in ("input", "constant")}
+    for s in plan["steps"]:
+        if s["kind"] == "kernel":
+            assert s["name"] in entries
+            assert s["block"][0] in (32, 64, 128, 256, 512, 1024)
+            assert s["grid"][0] >= 1 and s["smem"] == 0
+            ids = [a["value"] for a in s["args"]]
+        else:
+            ids = s["ins"] + [s["out"]]
+        for i in ids:
+            assert i in vals
+    for o in plan["outputs"]:
+        assert o in vals
+
+
+def test_mlp():
+    plan = model("mlp")
+    check_well_formed(plan)
+    assert kinds(plan) == ["library", "kernel", "library", "kernel"]
+    mm = plan["steps"][0]
+    assert mm["op"] == "matmul"
+    vals = values(plan)
+    # x @ W^T: the transposed weight is a strided view of the constant.
+    w = vals[mm["ins"][1]]
+    assert w["kind"] == "view" and w["shape"] == [16, 32] and w["strides"] == [1, 16]
+    assert vals[w["of"]]["kind"] == "constant" and len(vals[w["of"]]["data"]) == 512
+    assert vals[mm["out"]]["kind"] == "buffer" and vals[mm["out"]]["shape"] == [8, 32]
+    # The epilogue kernel reads the matmul result and the bias.
+    k0 = kernels(plan)[0]
+    assert {"value": mm["out"]} in k0["args"]
+    out = vals[plan["outputs"][0]]
+    assert out["shape"] == [8, 16] and out["dtype"] == "f32"
+
+
+def test_softmax_one_row_kernel():
+    plan = model("softmax")
+    check_well_formed(plan)
+    assert kinds(plan) == ["kernel"]
+    k = plan["steps"][0]
+    assert k["strategy"].startswith("row_")
+    vals = values(plan)
+    assert [vals[a["value"]]["kind"] for a in k["args"]] == ["input", "buffer"]
+    assert plan["outputs"] == [k["args"][-1]["value"]]
+    assert "shfl.sync.bfly" in plan["ptx"]
+
+
+def test_layernorm_and_gelu_mlp():
+    plan = model("layernorm")
+    check_well_formed(plan)
+    assert kinds(plan) == ["kernel"]
+    plan = model("gelu_mlp")
+    check_well_formed(plan)
+    assert kinds(plan) == ["kernel", "library", "kernel", "library", "kernel"]
+    assert plan["steps"][0]["strategy"].startswith("row_")
+
+
+def test_attention_views():
+    plan = model("attention")
+    check_well_formed(plan)
+    assert kinds(plan) == ["library", "kernel", "library"]
+    vals = values(plan)
+    bmm = plan["steps"][0]
+    assert bmm["op"] == "batch_matmul"
+    kt = vals[bmm["ins"][1]]
+    # k^T with the batch dims collapsed: a view of input 1.
+    assert kt["kind"] == "view" and kt["shape"] == [8, 16, 8]
+    assert kt["strides"] == [128, 1, 16] and vals[kt["of"]]["index"] == 1
+    out = vals[plan["outputs"][0]]
+    assert out["kind"] == "view" and out["shape"] == [2, 4, 8, 16]
+
+
+def test_resblock_conv():
+    plan = model("resblock")
+    check_well_formed(plan)
+    libs = [s for s in plan["steps"] if s["kind"] == "library"]
+    assert [s["op"] for s in libs] == ["conv2d_nchw_fchw"] * 2
+    assert libs[0]["attrs"] == {"strides": [1, 1], "dilations": [1, 1]}
+    vals = values(plan)
+    assert vals[libs[0]["ins"][0]]["shape"] == [1, 4, 10, 10]  # padded by a kernel
+    assert len(kernels(plan)) == 3
+
+
+def test_meanvar_two_outputs():
+    plan = model("meanvar")
+    check_well_formed(plan)
+    vals = values(plan)
+    assert [vals[o]["shape"] for o in plan["outputs"]] == [[32], [8]]
+    assert [k["strategy"] for k in kernels(plan)] == ["reduction_naive", "row_subwarp"]
+
+
+def test_vec4_alignment_and_splat():
+    ir = """
+    func.func @main(%x: tensor<1024xf32>) -> tensor<1024xf32> {
+      %c = arith.constant dense<2.0> : tensor<1024xf32>
+      %e = tensor.empty() : tensor<1024xf32>
+      %0 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>,
+                                            affine_map<(d0) -> (d0)>],
+                           iterator_types = ["parallel"]}
+          ins(%x, %c : tensor<1024xf32>, tensor<1024xf32>) outs(%e : tensor<1024xf32>) {
+      ^bb0(%a: f32, %b: f32, %o: f32):
+        %r = arith.mulf %a, %b : f32
+        linalg.yield %r : f32
+      } -> tensor<1024xf32>
+      return %0 : tensor<1024xf32>
+    }"""
+    plan = compile_plan(ir)
+    check_well_formed(plan)
+    (k,) = kernels(plan)
+    assert k["strategy"] == "pointwise_vec4" and k["align"] == 16
+    assert k["block"] == [256, 1, 1] and k["grid"] == [1, 1, 1]
+    # The splat constant is folded into the kernel: only x and the output.
+    assert len(k["args"]) == 2
+    assert "ld.global.v4" in plan["ptx"]
+
+
+def test_returned_constant_and_input():
+    ir = """
+    func.func @main(%x: tensor<3xi64>) -> (tensor<3xi64>, tensor<2xf32>, tensor<4xi1>) {
+      %c = arith.constant dense<[1.5, -2.0]> : tensor<2xf32>
+      %b = arith.constant dense<true> : tensor<4xi1>
+      return %x, %c, %b : tensor<3xi64>, tensor<2xf32>, tensor<4xi1>
+    }"""
+    plan = compile_plan(ir)
+    check_well_formed(plan)
+    vals = values(plan)
+    assert plan["steps"] == []
+    a, c, b = (vals[o] for o in plan["outputs"])
+    assert a["kind"] == "input" and a["dtype"] == "i64"
+    assert c["kind"] == "constant" and c["data"] == [1.5, -2.0]
+    assert b["dtype"] == "i1" and b["splat"] is True and b["data"] == [1]
+
+
+def test_slice_view_into_library():
+    ir = """
+    func.func @main(%x: tensor<8x16xf32>, %w: tensor<4x8xf32>) -> tensor<4x8xf32> {
+      %z = arith.constant 0.0 : f32
+      %s = tensor.extract_slice %x[2, 4] [4, 4] [1, 2] : tensor<8x16xf32> to tensor<4x4xf32>
+      %w2 = tensor.extract_slice %w[0, 0] [4, 8] [1, 1] : tensor<4x8xf32> to tensor<4x8xf32>
+      %e = tensor.empty() : tensor<4x8xf32>
+      %f = linalg.fill ins(%z : f32) outs(%e : tensor<4x8xf32>) -> tensor<4x8xf32>
+      %m = linalg.matmul ins(%s, %w2 : tensor<4x4xf32>, tensor<4x8xf32>) outs(%f : tensor<4x8xf32>) -> tensor<4x8xf32>
+      return %m : tensor<4x8xf32>
+    }"""
+    plan = compile_plan(ir)
+    check_well_formed(plan)
+    vals = values(plan)
+    (mm,) = plan["steps"]
+    a = vals[mm["ins"][0]]
+    assert a["kind"] == "view" and a["offset"] == 2 * 16 + 4 and a["strides"] == [16, 2]
+
+
+def test_non_zero_init_becomes_kernel():
+    ir = """
+    func.func @main(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>, %c: tensor<4x16xf32>) -> tensor<4x16xf32> {
+      %0 = linalg.matmul ins(%a, %b : tensor<4x8xf32>, tensor<8x16xf32>) outs(%c : tensor<4x16xf32>) -> tensor<4x16xf32>
+      return %0 : tensor<4x16xf32>
+    }"""
+    plan = compile_plan(ir)
+    check_well_formed(plan)
+    assert kinds(plan) == ["library", "kernel"]
+    k = plan["steps"][1]
+    assert [a["value"] for a in k["args"]][:2] == [plan["steps"][0]["out"], 2]
+
+
+def test_error_names_op_and_location():
+    ir = """
+    func.func @main(%x: tensor<8xf32>, %i: tensor<4x1xindex>) -> tensor<4xf32> {
+      %g = tensor.gather %x[%i] gather_dims([0]) unique : (tensor<8xf32>, tensor<4x1xindex>) -> tensor<4xf32>
+      return %g : tensor<4xf32>
+    }"""
+    with pytest.raises(RuntimeError) as err:
+        _mlircap.gpu_compile(ir)
+    msg = str(err.value)
+    assert "tensor.gather" in msg
+    assert ":3:" in msg  # line of the op
+
+
+def test_chip_option():
+    plan = json.loads(_mlircap.gpu_compile((PIPELINES / "softmax.mlir").read_text(), "sm_80", "+ptx75"))
+    assert ".target sm_80" in plan["ptx"]
