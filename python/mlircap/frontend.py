@@ -34,7 +34,29 @@ def decomposition_table():
     aten = torch.ops.aten
     table = dict(get_decomposition_table())
     table.update(get_decompositions([aten.native_batch_norm, aten._native_batch_norm_legit_no_training]))
+    table[aten.cumsum.default] = _cumsum_as_masked_sum
     return table
+
+
+_CUMSUM_MAX = 2048
+
+
+def _cumsum_as_masked_sum(x, dim, dtype=None):
+    """cumsum along a short axis as a sum under a lower-triangular mask.
+
+    torch-mlir lowers cumsum to its private tm_tensor.scan, which upstream MLIR
+    cannot parse (mlircap then has to lower it to loops on buffers, which the
+    kernel planner cannot schedule). Transformers compute position ids and
+    masks with cumsum over the sequence; as a masked sum it is an ordinary
+    reduction. O(n^2) work, so only for axes up to _CUMSUM_MAX."""
+    n = x.shape[dim] if x.dim() else 1
+    if x.dim() == 0 or n > _CUMSUM_MAX:
+        return NotImplemented
+    out_dtype = dtype if dtype is not None else (torch.int64 if not x.is_floating_point() and not x.is_complex() else x.dtype)
+    xt = x.to(out_dtype).movedim(dim, -1)
+    mask = torch.ones(n, n, dtype=torch.bool, device=x.device).tril()
+    res = torch.where(mask, xt.unsqueeze(-2), torch.zeros((), dtype=out_dtype, device=x.device)).sum(-1)
+    return res.movedim(-1, dim)
 
 
 @dataclass

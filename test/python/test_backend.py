@@ -114,3 +114,16 @@ def test_fallback_names_every_unsupported_op_and_line():
     (msg,) = [str(m.message) for m in w if "mlircap" in str(m.message)]
     assert "torch.aten._fft_r2c at" in msg and "torch.aten.i0 at" in msg
     assert "test_backend.py:" in msg
+
+
+def test_cumsum_is_decomposed_not_tm_tensor():
+    def g(x, m):
+        return torch.cumsum(x, 1) * 2, torch.cumsum(m, -1)
+
+    x, m = torch.randn(3, 7), torch.randint(0, 2, (2, 9))
+    fast = mlircap.compile(g, strict=True)
+    a, b = fast(x, m)
+    ra, rb = g(x, m)
+    torch.testing.assert_close(a, ra)
+    assert torch.equal(b, rb) and b.dtype == torch.int64
+    assert "tm_tensor" not in fast.ir("linalg")
