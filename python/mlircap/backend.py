@@ -49,6 +49,7 @@ class CompiledGraph:
     times: dict = field(default_factory=dict)
     fallback_reason: str | None = None
     notes: list = field(default_factory=list)
+    strict: bool = False
     executable: object = None
     _stage_cache: dict = field(default_factory=dict)
 
@@ -82,7 +83,21 @@ class CompiledGraph:
         # Weak references to the last inputs (parameters first, then user inputs),
         # so tools like bench/gpu.py can profile the graph without holding memory.
         self._last_inputs = [weakref.ref(a) if isinstance(a, torch.Tensor) else (lambda a=a: a) for a in args]
-        return self.executable(*args)
+        if self.executable is self.gm:
+            return self.gm(*args)
+        try:
+            return self.executable(*args)
+        except Exception as e:  # noqa: BLE001
+            # Compiled code only writes buffers it allocated (aot_autograd keeps
+            # input mutations outside the graph), so rerunning the graph eagerly
+            # leaves program state exactly as eager execution would.
+            report = f"{type(e).__name__} while running compiled code: {str(e).strip()[:500]}"
+            if self.strict:
+                raise MlircapCompileError(f"{self.name}: {report}") from e
+            warnings.warn(f"mlircap: {self.name} failed at run time and now runs eagerly. {report}", stacklevel=2)
+            self.fallback_reason = report
+            self.executable = self.gm
+            return self.gm(*args)
 
     def last_inputs(self):
         """The inputs of the last call, if they are still alive, else None."""
@@ -125,7 +140,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, options: Options, re
     """Compiles one aten-level graph; returns a callable (eager on fallback)."""
     global _counter
     _counter += 1
-    graph = CompiledGraph(name=f"graph{_counter}", gm=gm)
+    graph = CompiledGraph(name=f"graph{_counter}", gm=gm, strict=options.strict)
     if registry is not None:
         registry.append(graph)
     device = options.device if options.device != "auto" else _device_of(example_inputs)

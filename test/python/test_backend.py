@@ -127,3 +127,31 @@ def test_cumsum_is_decomposed_not_tm_tensor():
     torch.testing.assert_close(a, ra)
     assert torch.equal(b, rb) and b.dtype == torch.int64
     assert "tm_tensor" not in fast.ir("linalg")
+
+
+def test_runtime_failure_falls_back_to_eager_once():
+    x, y = torch.randn(4, 8), torch.randn(8, 3)
+    fast = mlircap.compile(f)
+    torch.testing.assert_close(fast(x, y), f(x, y))
+    g = fast.graphs[0]
+
+    def broken(*args):
+        raise RuntimeError("simulated launch failure")
+
+    g.executable = broken
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        torch.testing.assert_close(fast(x, y), f(x, y))
+        torch.testing.assert_close(fast(x, y), f(x, y))
+    msgs = [str(m.message) for m in w if "mlircap" in str(m.message)]
+    assert len(msgs) == 1 and "simulated launch failure" in msgs[0]
+    assert g.executable is g.gm
+
+
+def test_runtime_failure_strict_raises():
+    x, y = torch.randn(4, 8), torch.randn(8, 3)
+    fast = mlircap.compile(f, strict=True)
+    fast(x, y)
+    fast.graphs[0].executable = lambda *a: (_ for _ in ()).throw(RuntimeError("boom"))
+    with pytest.raises(Exception, match="boom"):
+        fast(x, y)
