@@ -288,11 +288,14 @@ class _Recorder:
                               f"shape={tuple(v.shape)}, stride={tuple(v.stride())}, "
                               f"requires_grad={v.requires_grad}]")
                 self.src[vid] = (expr, pretty, argrooted)
-            else:
+            elif isinstance(v, torch.nn.Parameter):
                 c = self.const(v, pretty)
                 self.guard(f"{expr} is {c} and {c}.requires_grad is {v.requires_grad}",
                            f"{pretty} is the same tensor (id) with requires_grad={v.requires_grad}")
                 self.src[vid] = (c, pretty, False)
+            else:
+                self._source(v, expr, pretty, True, depth)
+                return
             self.versions[vid] = (v, v._version)
             return
         if isinstance(v, _IMMUTABLE_CONST):
@@ -567,7 +570,9 @@ class _Recorder:
                 self.dirty.add((id(args[0]), args[1]))
             return
         if kind == "mutator":
-            so = f.__self__
+            so = getattr(f, "__self__", None)
+            if so is None or isinstance(so, type):
+                so = args[0] if args else None
             if id(so) in self.src:
                 self.dirty.add((id(so), "*"))
             return
@@ -1017,6 +1022,14 @@ class _EagerVariant(_Variant):
         return st._call_eager(func, args)
 
 
+def _rollback(saved, rng):
+    with torch.no_grad():
+        for t, c in saved:
+            t.copy_(c)
+    if rng is not None:
+        torch.set_rng_state(rng)
+
+
 def _compile_guard(pre, consts, grad0):
     parts = [f"({e})" for e, _ in pre]
     if grad0 is not None:
@@ -1059,13 +1072,12 @@ class _GraphVariant(_Variant):
             compiled.append(fnc)
         has_mid = any(pos > 0 for pos, _, _ in rec.guards)
         rollback = has_mid and (mutated or rec.uses_rng)
-        L = ["def _make(C, B, MISS, _mk, torch):", "    def __replay(L, F):"]
+        L = ["def _make(C, B, MISS, _mk, torch, _rollback):", "    def __replay(L, F):"]
         ind = "        "
         if rollback:
             L.append(ind + "_sv = [(_t, _t.detach().clone()) for _t in (" + "".join(m + ", " for m in mutated) + ")]")
             L.append(ind + ("_rng = torch.get_rng_state()" if rec.uses_rng else "_rng = None"))
-            rb = ("with torch.no_grad():\n" + ind + "                for _t, _c in _sv: _t.copy_(_c)\n" + ind +
-                  "            if _rng is not None: torch.set_rng_state(_rng)\n" + ind + "            return MISS")
+            rb = "_rollback(_sv, _rng); return MISS"
         else:
             rb = "return MISS"
         midg = collections.defaultdict(list)
@@ -1088,7 +1100,7 @@ class _GraphVariant(_Variant):
                 if midg.get(k + 1):
                     cond = " and ".join(f"({e})" for e in midg[k + 1])
                     L.append(ind + f"if not ({cond}):")
-                    L.append(ind + "    " + rb.replace("\n" + ind + "        ", "\n" + ind + "    "))
+                    L.append(ind + "    " + rb)
         for i, (kind, target, key, ve) in enumerate(wexprs):
             if ve is not None:
                 L.append(ind + f"_w{i} = {ve}")
@@ -1111,7 +1123,7 @@ class _GraphVariant(_Variant):
         self.source = "\n".join(L)
         ns = {}
         exec(compile(self.source, "<mlircap replay>", "exec"), ns)
-        self.replay = ns["_make"](self.consts, compiled, MISS, _mk_obj, torch)
+        self.replay = ns["_make"](self.consts, compiled, MISS, _mk_obj, torch, _rollback)
         self.mid_guards = [(pos, p) for pos, e, p in rec.guards if pos > 0]
 
     def run(self, st, func, args):
