@@ -205,6 +205,7 @@ class _Recorder:
         self.keep = []
         self.guards = []       # (step_pos, expr, pretty)
         self.guard_exprs = set()
+        self.read_exprs = set()
         self.dirty = set()     # (id(obj), key)
         self.snaps = {}        # id -> (kind, obj, expr, pretty, snapshot)
         self.global_snaps = {} # (id(g), name) -> (g, name, had, old)
@@ -388,8 +389,9 @@ class _Recorder:
     def read(self, expr, pretty, v, owner_id=None, key=None):
         if owner_id is not None and (owner_id, key) in self.dirty:
             return
-        if expr in self.guard_exprs:
+        if expr in self.read_exprs:
             return
+        self.read_exprs.add(expr)
         self._source(v, expr, pretty, argrooted=False)
 
     # -- opcode tracing -----------------------------------------------------------
@@ -621,6 +623,8 @@ class _Recorder:
     # -- torch function recording --------------------------------------------------
     def on_torch(self, func, types_, args, kwargs):
         name = _fname(func)
+        if func in _GLOBAL_STATE_FUNCS:
+            return func(*args, **kwargs)  # grad mode is tracked per recorded op
         if name == "__iter__" and args and isinstance(args[0], torch.Tensor):
             parts = self.on_torch(torch.Tensor.unbind, types_, (args[0],), {})
             return iter(parts)
@@ -657,7 +661,7 @@ class _Recorder:
 
     def _seg(self):
         if self.cur is None:
-            self.cur = _Seg(len(self.segs), torch.is_grad_enabled())
+            self.cur = _Seg(len(self.segs), self.grad0)
             self.segs.append(self.cur)
             self.steps.append(("graph", self.cur))
         return self.cur
@@ -880,6 +884,7 @@ def _frame_loc(frame):
     return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
+_GLOBAL_STATE_FUNCS = {torch._C._set_grad_enabled, torch.set_grad_enabled, torch.is_grad_enabled}
 _DATA_DEP = {"item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__",
              "__repr__", "__str__", "__format__", "__array__", "data_ptr", "equal", "allclose",
              "__contains__", "__complex__", "is_nonzero", "__hash__"}

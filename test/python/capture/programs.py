@@ -178,7 +178,8 @@ def make():
 def mutate(i, f):
     global W
     if i == 2: W = torch.ones(4, 4)
-""", [(X34,), (X34b,), (X34,)], graphs=2, recompiles=1)
+    if i == 3: W = torch.ones(4, 2)
+""", [(X34,), (X34b,), (X34,), (X34,)], graphs=2, recompiles=1)
 
 prog("tuple_dict_io", """
 def make():
@@ -186,7 +187,7 @@ def make():
         a, b = pair
         return {'sum': a + b, 'prod': a * d['w'], 'n': len(d)}, (b, a)
     return f
-""", [((X34, X34b), {'w': X34}), ((X34b, X34), {'w': X34b})], graphs=1, recompiles=0)
+""", [(((X34, X34b), {'w': X34}), {}), (((X34b, X34), {'w': X34b}), {})], graphs=1, recompiles=0)
 
 prog("dict_keys_change", """
 def make():
@@ -801,4 +802,4 @@ def make():
     def f(x, k):
         return x * k
     return f
-""", [(X34, float(i)) for i in range(5)], recompiles=2, cache_limit=3, expect_warning=True)
+""", [(X34, float(i)) for i in (0, 1, 2, 0, 3, 4, 1)], recompiles=2, cache_limit=3, expect_warning=True)
