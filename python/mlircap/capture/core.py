@@ -206,6 +206,8 @@ class _Recorder:
         self.guards = []       # (step_pos, expr, pretty)
         self.guard_exprs = set()
         self.read_exprs = set()
+        self.hooked = set()
+        self.hooked_global = False
         self.dirty = set()     # (id(obj), key)
         self.snaps = {}        # id -> (kind, obj, expr, pretty, snapshot)
         self.global_snaps = {} # (id(g), name) -> (g, name, had, old)
@@ -402,6 +404,25 @@ class _Recorder:
             return None
         frame.f_trace_lines = False
         frame.f_trace_opcodes = True
+        code = frame.f_code
+        if code.co_argcount and code.co_name == "forward":
+            self_ = _E.local_raw(frame, 0)
+            s = self.src.get(id(self_))
+            if s is not None and isinstance(self_, torch.nn.Module) and id(self_) not in self.hooked:
+                self.hooked.add(id(self_))
+                e = s[0]
+                n = (len(self_._forward_hooks), len(self_._forward_pre_hooks),
+                     len(self_._backward_hooks), len(self_._backward_pre_hooks))
+                self.guard(f"(len({e}._forward_hooks), len({e}._forward_pre_hooks), len({e}._backward_hooks), "
+                           f"len({e}._backward_pre_hooks)) == {n}", f"{s[1]} hook counts == {n}")
+                if not self.hooked_global:
+                    self.hooked_global = True
+                    mm = torch.nn.modules.module
+                    gs = [mm._global_forward_hooks, mm._global_forward_pre_hooks, mm._global_backward_hooks,
+                          mm._global_backward_pre_hooks, mm._global_forward_hooks_always_called]
+                    n = tuple(len(x) for x in gs)
+                    self.guard("(" + "".join(f"len({self.const(x)}), " for x in gs) + f") == {n}",
+                               f"global nn.Module hook counts == {n}")
         return self.local_trace
 
     def local_trace(self, frame, event, arg):

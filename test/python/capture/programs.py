@@ -803,3 +803,19 @@ def make():
         return x * k
     return f
 """, [(X34, float(i)) for i in (0, 1, 2, 0, 3, 4, 1)], recompiles=2, cache_limit=3, expect_warning=True)
+
+prog("submodule_hook_added", """
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 2)
+        self.seen = []
+    def forward(self, x):
+        return self.b(self.a(x))
+def make():
+    return M()
+def mutate(i, m):
+    if i == 2:
+        m.a.register_forward_hook(lambda mod, inp, out: out * 2)
+""", [(X34,), (X34b,), (X34,), (X34b,)], graphs=2, recompiles=1)
