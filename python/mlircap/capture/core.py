@@ -764,7 +764,7 @@ class _Recorder:
                 target, cargs, ckw = builtins.getattr, (cargs[0], attr), {}
             else:
                 target, cargs, ckw = builtins.setattr, (cargs[0], attr, cargs[1]), {}
-        node = seg.graph.call_function(target, cargs, ckw)
+        node = seg.graph.call_function(_fx_target(target), cargs, ckw)
         seg.nops += 1
         if isinstance(res, torch.Tensor):
             self.env[id(res)] = (res, seg.idx, node)
@@ -903,6 +903,57 @@ def _frame_loc(frame):
     if frame is None:
         return _user_location()
     return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+_fx_ok = {}
+
+
+def _fx_target(f):
+    """FX codegen names call_function targets by module + name; some torch callables
+    (e.g. Tensor dunder wrappers in torch/_tensor.py) do not resolve that way.  Such
+    targets are routed through a resolvable module-level trampoline."""
+    try:
+        r = _fx_ok.get(f)
+    except TypeError:
+        r = None
+    if r is not None:
+        return r
+    from torch.fx.node import _get_qualified_name
+    ok = False
+    try:
+        q = _get_qualified_name(f)
+        mod, _, attr = q.rpartition(".")
+        import importlib
+        obj = None
+        parts = q.split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except Exception:
+                continue
+            for p_ in parts[i:]:
+                obj = getattr(obj, p_)
+            break
+        ok = obj is f or obj == f
+    except Exception:
+        ok = False
+    if ok:
+        r = f
+    else:
+        n = len(_fx_ok)
+        name = f"_fx_target_{n}_" + "".join(ch if ch.isalnum() else "_" for ch in _fname(f))
+
+        def tramp(*a, **k):
+            return f(*a, **k)
+        tramp.__name__ = tramp.__qualname__ = name
+        tramp.__module__ = __name__
+        globals()[name] = tramp
+        r = tramp
+    try:
+        _fx_ok[f] = r
+    except TypeError:
+        pass
+    return r
 
 
 _GLOBAL_STATE_FUNCS = {torch._C._set_grad_enabled, torch.set_grad_enabled, torch.is_grad_enabled}
@@ -1294,7 +1345,7 @@ class _Captured:
             if rec.unreplayable:
                 raise Unreplayable(rec.unreplayable)
             v = _GraphVariant(rec, result, self.backend)
-        except Unreplayable as e:
+        except Exception as e:  # Unreplayable, or a backend / codegen failure: never crash
             pre = [(ex, p) for pos, ex, p in rec.guards if pos == 0]
             try:
                 v = _EagerVariant(rec, pre, reason=str(e))
