@@ -74,7 +74,7 @@ def _classify(code):
     k = _code_kind.get(code)
     if k is None:
         fn = code.co_filename
-        if fn.startswith(_OWN_DIR):
+        if fn.startswith(_OWN_DIR) or fn.startswith("<frozen"):
             k = "opaque"
         elif fn.startswith(_TORCH_DIR):
             base = os.path.basename(fn)
@@ -125,7 +125,7 @@ _MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "
              "add", "discard", "sort", "reverse", "popitem", "__setitem__", "__delitem__",
              "difference_update", "intersection_update", "symmetric_difference_update",
              "move_to_end", "__iadd__"}
-_SAFE_MODULES = ("math", "operator", "itertools", "functools", "_operator", "_functools",
+_SAFE_MODULES = ("_abc", "abc", "math", "operator", "itertools", "functools", "_operator", "_functools",
                  "collections", "_collections", "dataclasses", "copy", "numbers", "cmath",
                  "string")
 
@@ -267,7 +267,10 @@ class _Recorder:
         if v is None or t is bool:
             self.guard(f"{expr} is {v!r}", f"{pretty} is {v!r}")
             return
-        if t in (int, float, str, bytes, complex):
+        if t is str:
+            self.guard(f"{expr} == {self._lit(v)}", f"{pretty} == {v!r}")
+            return
+        if t in (int, float, bytes, complex):
             if t is float and v != v:
                 self.guard(f"type({expr}) is float and {expr} != {expr}", f"{pretty} is nan")
                 return
@@ -297,8 +300,15 @@ class _Recorder:
                            f"{pretty} is the same tensor (id) with requires_grad={v.requires_grad}")
                 self.src[vid] = (c, pretty, False)
             else:
-                self._source(v, expr, pretty, True, depth)
-                return
+                # buffers / plain tensor attributes / globals: identity fast path, else metadata
+                c = self.const(v, pretty)
+                meta = (f"type({expr}) is {self.const(type(v))} and {expr}.dtype is {self.const(v.dtype)} and "
+                        f"{expr}.device == {self.const(v.device)} and {expr}.shape == {tuple(v.shape)!r} and "
+                        f"{expr}.stride() == {tuple(v.stride())!r} and {expr}.requires_grad is {v.requires_grad}")
+                self.guard(f"({expr} is {c} or ({meta}))",
+                           f"{pretty}: {type(v).__name__}[{str(v.dtype)[6:]}, {v.device}, shape={tuple(v.shape)}, "
+                           f"stride={tuple(v.stride())}, requires_grad={v.requires_grad}]")
+                self.src[vid] = (expr, pretty, False)
             self.versions[vid] = (v, v._version)
             return
         if isinstance(v, _IMMUTABLE_CONST):
@@ -319,8 +329,9 @@ class _Recorder:
                     an = "_modules" if mods is v._modules else "_parameters"
                     self.guard(f"list({c}.{an}) == {self.const(list(mods.keys()))}",
                                f"{pretty}.{an}.keys() == {list(mods.keys())}")
+                    mc = self.const(mods)
                     for k, m in mods.items():
-                        self._source(m, f"{c}.{an}[{k!r}]", f"{pretty}[{k!r}]", False, depth + 1)
+                        self._source(m, f"{mc}[{k!r}]", f"{pretty}[{k!r}]", False, depth + 1)
             elif isinstance(v, types.FunctionType) and v.__closure__:
                 for i, (cell, n) in enumerate(zip(v.__closure__, v.__code__.co_freevars)):
                     self.ext_cells[id(cell)] = (f"{c}.__closure__[{i}]", f"{pretty}.<closure {n}>")
@@ -333,6 +344,10 @@ class _Recorder:
             return
         if depth > 6:
             raise Unreplayable(f"structure too deep at {pretty}")
+        if t is tuple and not argrooted and len(v) <= 8 and all(type(x) in (int, str) for x in v):
+            # e.g. conv stride/padding tuples read from module attributes
+            self.guard(f"type({expr}) is tuple and {expr} == {v!r}", f"{pretty} == {v!r}")
+            return
         if t in (list, tuple, dict, set, collections.OrderedDict) or isinstance(v, tuple):
             n = len(v)
             if n > 512:
@@ -410,11 +425,14 @@ class _Recorder:
             s = self.src.get(id(self_))
             if s is not None and isinstance(self_, torch.nn.Module) and id(self_) not in self.hooked:
                 self.hooked.add(id(self_))
-                e = s[0]
-                n = (len(self_._forward_hooks), len(self_._forward_pre_hooks),
-                     len(self_._backward_hooks), len(self_._backward_pre_hooks))
-                self.guard(f"(len({e}._forward_hooks), len({e}._forward_pre_hooks), len({e}._backward_hooks), "
-                           f"len({e}._backward_pre_hooks)) == {n}", f"{s[1]} hook counts == {n}")
+                hs = [self_._forward_hooks, self_._forward_pre_hooks, self_._backward_hooks,
+                      self_._backward_pre_hooks]
+                n = tuple(len(h) for h in hs)
+                if not any(n):
+                    self.guard("not (" + " or ".join(self.const(h) for h in hs) + ")", f"{s[1]} has no hooks")
+                else:
+                    self.guard("(" + "".join(f"len({self.const(h)}), " for h in hs) + f") == {n}",
+                               f"{s[1]} hook counts == {n}")
                 if not self.hooked_global:
                     self.hooked_global = True
                     mm = torch.nn.modules.module
@@ -482,13 +500,14 @@ class _Recorder:
             cattr = getattr(type(obj), name, _NULL)
             if cattr is not _NULL and (hasattr(cattr, "__set__") or hasattr(cattr, "__get__") and name not in d):
                 return  # property / method / descriptor: the getter itself is traced
+            # the module is identity-guarded, so its attribute dicts are bound as constants
             if name in d:
-                self.read(f"{expr}.__dict__[{name!r}]", f"{pretty}.{name}", d[name], id(obj), name)
+                self.read(f"{self.const(d)}[{name!r}]", f"{pretty}.{name}", d[name], id(obj), name)
                 return
             for store in ("_parameters", "_buffers", "_modules"):
                 sd = d.get(store)
                 if sd is not None and name in sd:
-                    self.read(f"{expr}.{store}[{name!r}]", f"{pretty}.{name}", sd[name], id(obj), name)
+                    self.read(f"{self.const(sd)}[{name!r}]", f"{pretty}.{name}", sd[name], id(obj), name)
                     return
             return
         if isinstance(obj, types.ModuleType):
@@ -591,6 +610,12 @@ class _Recorder:
         if kind == "setattr":
             if args and id(args[0]) in self.src and len(args) >= 2:
                 self.dirty.add((id(args[0]), args[1]))
+            return
+        if kind == "weakref":
+            if id(f) in self.src:
+                r = f()
+                if r is not None:
+                    self.read(f"{self.src[id(f)][0]}()", f"{self.src[id(f)][1]}()", r)
             return
         if kind == "mutator":
             so = getattr(f, "__self__", None)
@@ -985,6 +1010,8 @@ _call_kind_cache = {}
 
 def _call_kind(f):
     t = type(f)
+    if t is weakref.ref:
+        return "weakref"
     if t is types.FunctionType or t is types.MethodType:
         return "safe"  # Python code: traced (or opaque library code)
     if isinstance(f, type):
