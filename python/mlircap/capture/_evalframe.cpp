@@ -15,9 +15,20 @@ namespace py = pybind11;
 #endif
 
 #if PY_VERSION_HEX >= 0x030C0000
-extern "C" {
-void _PyFrame_ClearExceptCode(_PyInterpreterFrame *frame);
-void _PyThreadState_PopFrame(PyThreadState *tstate, _PyInterpreterFrame *frame);
+// 3.12 builds the core with -fvisibility=hidden, so _PyFrame_ClearExceptCode and
+// _PyThreadState_PopFrame are not exported.  This is the subset we need for a fresh
+// frame that never got a frame object and is not the first frame of a stack chunk
+// (both conditions are checked before the frame is intercepted).
+static bool can_skip_312(PyThreadState *tstate, _PyInterpreterFrame *frame) {
+  return frame->frame_obj == nullptr && frame->owner == FRAME_OWNED_BY_THREAD &&
+         (PyObject **)frame != &tstate->datastack_chunk->data[0];
+}
+static void clear_and_pop_312(PyThreadState *tstate, _PyInterpreterFrame *frame) {
+  for (int i = 0; i < frame->stacktop; i++) Py_XDECREF(frame->localsplus[i]);
+  Py_XDECREF(frame->f_locals);
+  Py_DECREF(frame->f_funcobj);
+  Py_DECREF(frame->f_code);
+  tstate->datastack_top = (PyObject **)frame;
 }
 #endif
 
@@ -53,6 +64,9 @@ static PyObject *custom_eval(PyThreadState *tstate, _PyInterpreterFrame *frame, 
     g_skip--;
     return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
   }
+#if PY_VERSION_HEX >= 0x030C0000
+  if (!can_skip_312(tstate, frame)) return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+#endif
   // Arguments are bound by CPython already: the first n fast locals.
   int n = code->co_argcount + code->co_kwonlyargcount;
   if (code->co_flags & CO_VARARGS) n++;
@@ -75,8 +89,7 @@ static PyObject *custom_eval(PyThreadState *tstate, _PyInterpreterFrame *frame, 
   }
 #if PY_VERSION_HEX >= 0x030C0000
   // 3.12: the evaluator owns frame cleanup; we skipped it, so clear and pop here.
-  _PyFrame_ClearExceptCode(frame);
-  _PyThreadState_PopFrame(tstate, frame);
+  clear_and_pop_312(tstate, frame);
 #endif
   // 3.11: _PyEval_Vector clears and pops the frame after we return.
   return res;
@@ -128,6 +141,16 @@ PYBIND11_MODULE(_mlircap_evalframe, m) {
     int depth = fr->stacktop - fr->f_code->co_nlocalsplus;
     if (n < 0 || n >= depth) throw py::index_error("stack peek out of range");
     PyObject *v = fr->localsplus[fr->stacktop - 1 - n];
+    if (!v) return py::reinterpret_borrow<py::object>(g_nullSentinel);
+    return py::reinterpret_borrow<py::object>(v);
+  });
+  // 3.12 does not save the stack pointer before INSTRUCTION events; the caller passes the
+  // statically computed stack depth of the current instruction instead.
+  m.def("peek_at", [](py::handle f, int depth, int n) -> py::object {
+    _PyInterpreterFrame *fr = iframe(f);
+    if (n < 0 || n >= depth || depth > fr->f_code->co_stacksize)
+      throw py::index_error("stack peek out of range");
+    PyObject *v = fr->localsplus[fr->f_code->co_nlocalsplus + depth - 1 - n];
     if (!v) return py::reinterpret_borrow<py::object>(g_nullSentinel);
     return py::reinterpret_borrow<py::object>(v);
   });

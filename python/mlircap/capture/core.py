@@ -94,14 +94,67 @@ def _classify(code):
 
 
 _instr_cache = {}
+# CPython 3.12 does not store the stack pointer before opcode trace events, so the value
+# stack is located through statically computed stack depths (validated against the live
+# stack pointer on 3.11 in the test suite: MLIRCAP_CAPTURE_STATIC_DEPTH=check).
+_STATIC_DEPTH = PY312 or os.environ.get("MLIRCAP_CAPTURE_STATIC_DEPTH") in ("1", "check")
+_CHECK_DEPTH = os.environ.get("MLIRCAP_CAPTURE_STATIC_DEPTH") == "check"
+_UNCOND = {"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP", "JUMP_NO_INTERRUPT"}
+_TERMINAL = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE"}
+
+
+def _stack_depths(code, instrs):
+    idx = {ins.offset: i for i, ins in enumerate(instrs)}
+    depth = {}
+    work = [(0, 0)]
+    try:
+        for e in dis._parse_exception_table(code):
+            work.append((e.target, e.depth + 1 + (1 if e.lasti else 0)))
+    except Exception:
+        pass
+    jumps = set(dis.hasjrel) | set(dis.hasjabs)
+    while work:
+        off, d = work.pop()
+        i = idx.get(off)
+        while i is not None and i < len(instrs):
+            ins = instrs[i]
+            if ins.offset in depth:
+                break
+            depth[ins.offset] = d
+            op = ins.opcode
+            arg = ins.arg if op >= dis.HAVE_ARGUMENT else None
+            if op in jumps and isinstance(ins.argval, int):
+                try:
+                    work.append((ins.argval, d + dis.stack_effect(op, arg, jump=True)))
+                except ValueError:
+                    pass
+                if ins.opname in _UNCOND:
+                    break
+            if ins.opname in _TERMINAL:
+                break
+            if ins.opname == "PRECALL":  # 3.11 compiler books -oparg here, but nothing is popped
+                pass
+            elif ins.opname == "CALL" and not PY312:
+                d -= arg + 1
+            elif ins.opname == "RETURN_GENERATOR":
+                d += 1  # the resumed generator finds a value to POP_TOP
+            else:
+                try:
+                    d += dis.stack_effect(op, arg, jump=False)
+                except ValueError:
+                    pass
+            i += 1
+    return depth
 
 
 def _instrs(code):
     d = _instr_cache.get(code)
     if d is None:
         d = {}
-        for ins in dis.get_instructions(code):
-            d[ins.offset] = (ins.opname, ins.arg, ins.argval)
+        ins_list = list(dis.get_instructions(code))
+        depths = _stack_depths(code, ins_list) if _STATIC_DEPTH else {}
+        for ins in ins_list:
+            d[ins.offset] = (ins.opname, ins.arg, ins.argval, depths.get(ins.offset, -1))
         _instr_cache[code] = d
     return d
 
@@ -219,6 +272,7 @@ class _Recorder:
         self.ncalls = 0
         self.suspended = 0
         self.ext_depth = 0
+        self.cur_depth = -1
         self.pending = {}
         self.kwnames = {}
         self.unreplayable = None
@@ -447,11 +501,19 @@ class _Recorder:
         self.suspended += 1
         try:
             if event == "opcode":
+                ins = _instrs(frame.f_code).get(frame.f_lasti)
+                if ins is not None:
+                    self.cur_depth = ins[3]
+                    if _CHECK_DEPTH and ins[3] != _E_real.stack_depth(frame):
+                        raise AssertionError(f"static stack depth {ins[3]} != {_E_real.stack_depth(frame)} "
+                                             f"at {ins[0]} {frame.f_code.co_name}:{frame.f_lasti}")
                 p = self.pending.pop(frame, None)
                 if p is not None:
                     p(frame)
-                if self.suspended == 1 and not self.ext_depth:
-                    self.on_opcode(frame)
+                if ins is not None and self.suspended == 1 and not self.ext_depth:
+                    h = _HANDLERS.get(ins[0])
+                    if h is not None:
+                        h(self, frame, ins[1], ins[2])
             elif event == "exception" or event == "return":
                 p = self.pending.pop(frame, None)
                 if p is not None and getattr(p, "is_call", False):
@@ -463,15 +525,6 @@ class _Recorder:
             self.suspended -= 1
         return self.local_trace
 
-    def on_opcode(self, frame):
-        code = frame.f_code
-        ins = _instrs(code).get(frame.f_lasti)
-        if ins is None:
-            return
-        op, arg, argval = ins
-        h = _HANDLERS.get(op)
-        if h is not None:
-            h(self, frame, arg, argval)
 
     def op_load_global(self, frame, arg, name):
         g = frame.f_globals
@@ -987,6 +1040,7 @@ _DATA_DEP = {"item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__i
              "__contains__", "__complex__", "is_nonzero", "__hash__"}
 
 _E_peek_override = [_NULL]
+_CUR_REC = [None]
 if _E is not None:
     _raw_peek = _E.peek
 
@@ -998,6 +1052,8 @@ if _E is not None:
             o = _E_peek_override[0]
             if o is not _NULL and frame is None:
                 return o
+            if _STATIC_DEPTH:
+                return _E_real.peek_at(frame, _CUR_REC[0].cur_depth, n)
             return _raw_peek(frame, n)
 
         local_raw = staticmethod(_E.local_raw)
@@ -1361,13 +1417,18 @@ class _Captured:
     def _record(self, func, args):
         self.stats.records += 1
         rec = _Recorder(self, func, self.code, args, self.argnames)
+        prev_rec = _CUR_REC[0]
+        _CUR_REC[0] = rec
         old = sys.gettrace()
         with _Mode(rec):
+            if PY312:  # 3.12.0/1 only emit opcode events if a frame asked before settrace()
+                sys._getframe().f_trace_opcodes = True
             sys.settrace(rec.global_trace)
             try:
                 result = _call_bound(func, self.code, args)
             finally:
                 sys.settrace(old)
+                _CUR_REC[0] = prev_rec
         try:
             if rec.unreplayable:
                 raise Unreplayable(rec.unreplayable)
