@@ -56,8 +56,12 @@ def load():
         out = os.path.join(d, "_mlircap_evalframe" + suffix)
         if not os.path.exists(out):
             os.makedirs(d, exist_ok=True)
-            import pybind11
-            inc = [sysconfig.get_paths()["include"], pybind11.get_include()]
+            try:
+                import pybind11
+                pyb = pybind11.get_include()
+            except ImportError:  # header-only: any pybind11 >= 2.11 include dir works
+                pyb = os.environ["MLIRCAP_PYBIND11_INCLUDE"]
+            inc = [sysconfig.get_paths()["include"], pyb]
             tmp = out + f".tmp{os.getpid()}"
             cmd = [os.environ.get("CXX", "g++"), "-O2", "-shared", "-fPIC", "-std=c++17",
                    "-fvisibility=hidden"] + [f"-I{i}" for i in inc] + [_SRC, "-o", tmp]

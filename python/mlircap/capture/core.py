@@ -93,70 +93,7 @@ def _classify(code):
     return k
 
 
-_instr_cache = {}
-# CPython 3.12 does not store the stack pointer before opcode trace events, so the value
-# stack is located through statically computed stack depths (validated against the live
-# stack pointer on 3.11 in the test suite: MLIRCAP_CAPTURE_STATIC_DEPTH=check).
-_STATIC_DEPTH = PY312 or os.environ.get("MLIRCAP_CAPTURE_STATIC_DEPTH") in ("1", "check")
-_CHECK_DEPTH = os.environ.get("MLIRCAP_CAPTURE_STATIC_DEPTH") == "check"
-_UNCOND = {"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP", "JUMP_NO_INTERRUPT"}
-_TERMINAL = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE"}
-
-
-def _stack_depths(code, instrs):
-    idx = {ins.offset: i for i, ins in enumerate(instrs)}
-    depth = {}
-    work = [(0, 0)]
-    try:
-        for e in dis._parse_exception_table(code):
-            work.append((e.target, e.depth + 1 + (1 if e.lasti else 0)))
-    except Exception:
-        pass
-    jumps = set(dis.hasjrel) | set(dis.hasjabs)
-    while work:
-        off, d = work.pop()
-        i = idx.get(off)
-        while i is not None and i < len(instrs):
-            ins = instrs[i]
-            if ins.offset in depth:
-                break
-            depth[ins.offset] = d
-            op = ins.opcode
-            arg = ins.arg if op >= dis.HAVE_ARGUMENT else None
-            if op in jumps and isinstance(ins.argval, int):
-                try:
-                    work.append((ins.argval, d + dis.stack_effect(op, arg, jump=True)))
-                except ValueError:
-                    pass
-                if ins.opname in _UNCOND:
-                    break
-            if ins.opname in _TERMINAL:
-                break
-            if ins.opname == "PRECALL":  # 3.11 compiler books -oparg here, but nothing is popped
-                pass
-            elif ins.opname == "CALL" and not PY312:
-                d -= arg + 1
-            elif ins.opname == "RETURN_GENERATOR":
-                d += 1  # the resumed generator finds a value to POP_TOP
-            else:
-                try:
-                    d += dis.stack_effect(op, arg, jump=False)
-                except ValueError:
-                    pass
-            i += 1
-    return depth
-
-
-def _instrs(code):
-    d = _instr_cache.get(code)
-    if d is None:
-        d = {}
-        ins_list = list(dis.get_instructions(code))
-        depths = _stack_depths(code, ins_list) if _STATIC_DEPTH else {}
-        for ins in ins_list:
-            d[ins.offset] = (ins.opname, ins.arg, ins.argval, depths.get(ins.offset, -1))
-        _instr_cache[code] = d
-    return d
+from ._bytecode import _CHECK_DEPTH, _STATIC_DEPTH, _instrs  # noqa: E402,F401
 
 
 # ----------------------------------------------------------------------------------
@@ -1365,8 +1302,15 @@ class _Captured:
                 _ACTIVE.pop()
                 if not _ACTIVE:
                     _E_real.set_callback(None)
-        # pure-Python fallback: bind the arguments ourselves (no frame interception)
-        if self.is_module:
+        # Pure-Python fallback (extension could not be built/imported): without the stack
+        # peek helper external reads cannot be observed soundly, so we run eagerly.
+        if not self.warned:
+            self.warned = True
+            warnings.warn(f"mlircap.capture: C++ frame hook unavailable ({_ext.error()}); "
+                          f"running {self.code.co_name} eagerly", RuntimeWarning, stacklevel=2)
+        self.stats.eager_calls += 1
+        return self.fn(*args, **kwargs)
+        if self.is_module:  # noqa: unreachable (kept for a future Python-only recorder)
             m = self.fn
             if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
                 return m(*args, **kwargs)
