@@ -219,8 +219,11 @@ class _Recorder:
         self.grad0 = torch.is_grad_enabled()
         self.const_names = {}
         # roots
-        for i, (a, n) in enumerate(zip(args, argnames)):
-            self._source(a, f"L[{i}]", n, argrooted=True)
+        try:
+            for i, (a, n) in enumerate(zip(args, argnames)):
+                self._source(a, f"L[{i}]", n, argrooted=True)
+        except Exception as e:  # e.g. an argument structure we cannot guard
+            self.unreplayable = f"{type(e).__name__}: {e}"
         if isinstance(func, types.FunctionType) and func.__closure__:
             for i, (c, n) in enumerate(zip(func.__closure__, code.co_freevars)):
                 self.ext_cells[id(c)] = (f"F.__closure__[{i}]", n)
@@ -411,6 +414,13 @@ class _Recorder:
         frame.f_trace_lines = False
         frame.f_trace_opcodes = True
         code = frame.f_code
+        try:
+            self._hook_guard(frame, code)
+        except Exception as e:
+            self.unreplayable = self.unreplayable or f"internal: {type(e).__name__}: {e}"
+        return self.local_trace
+
+    def _hook_guard(self, frame, code):
         if code.co_argcount and code.co_name == "forward":
             self_ = _E.local_raw(frame, 0)
             s = self.src.get(id(self_))
@@ -458,6 +468,10 @@ class _Recorder:
                     self.unreplayable = self.unreplayable or "exception raised by an uncapturable call"
         except Unreplayable as e:
             self.unreplayable = self.unreplayable or str(e)
+        except AssertionError:
+            raise
+        except Exception as e:  # never let the recorder break the user's program
+            self.unreplayable = self.unreplayable or f"internal: {type(e).__name__}: {e}"
         finally:
             self.suspended -= 1
         return self.local_trace
@@ -665,6 +679,13 @@ class _Recorder:
             parts = self.on_torch(torch.Tensor.unbind, types_, (args[0],), {})
             return iter(parts)
         res = func(*args, **kwargs)
+        try:
+            return self._after_torch(func, name, args, kwargs, res)
+        except Exception as e:  # bookkeeping must never break the user's program
+            self.unreplayable = self.unreplayable or f"internal: {type(e).__name__}: {e}"
+            return res
+
+    def _after_torch(self, func, name, args, kwargs, res):
         flat_res, _ = tree_flatten(res)
         has_t = any(isinstance(x, torch.Tensor) for x in flat_res)
         if not has_t and name not in ("__setitem__", "__set__", "__delitem__"):
