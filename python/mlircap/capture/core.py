@@ -197,6 +197,7 @@ class _Recorder:
         self.guard_exprs = set()
         self.read_exprs = set()
         self.hooked = set()
+        self.lazy = {}
         self.hooked_global = False
         self.dirty = set()     # (id(obj), key)
         self.snaps = {}        # id -> (kind, obj, expr, pretty, snapshot)
@@ -249,11 +250,59 @@ class _Recorder:
             return repr(v)
         return self.const(v)
 
-    def guard(self, expr, pretty):
+    def guard(self, expr, pretty, pos=None):
         if expr in self.guard_exprs:
             return
         self.guard_exprs.add(expr)
-        self.guards.append((self.ncalls, expr, pretty))
+        self.guards.append((self.ncalls if pos is None else pos, expr, pretty))
+
+    # Lazy containers: lists/dicts/sets reached through attributes, globals or cells are
+    # only guarded (from their snapshot, i.e. the pre-call state) once the program reads
+    # them; append-only / store-only use (logs, caches, histories) needs no guard at all.
+    def touch(self, obj):
+        lz = self.lazy.pop(id(obj), None)
+        if lz is None:
+            return
+        v, expr, pretty, depth, pos = lz
+        kind, _, _, _, snap = self.snaps[id(v)]
+        t = type(v)
+        saved = self.ncalls
+        self.ncalls = pos
+        try:
+            n = len(snap)
+            self.guard(f"type({expr}) is {self.const(t)} and len({expr}) == {n}",
+                       f"type({pretty}) is {t.__name__} and len({pretty}) == {n}")
+            if kind == "list":
+                for i, x in enumerate(snap):
+                    self._source(x, f"{expr}[{i}]", f"{pretty}[{i}]", False, depth + 1)
+            elif kind == "dict":
+                keys = list(snap.keys())
+                self.guard(f"list({expr}) == {self.const(keys)}", f"list({pretty}.keys()) == {keys!r}")
+                for k in keys:
+                    self._source(snap[k], f"{expr}[{self._lit(k)}]", f"{pretty}[{k!r}]", False, depth + 1)
+            else:
+                if all(type(x) in _PRIM for x in snap):
+                    self.guard(f"{expr} == {self.const(set(snap))}", f"{pretty} == {snap!r}")
+                else:
+                    raise Unreplayable(f"set of objects at {pretty}")
+        finally:
+            self.ncalls = saved
+
+    def touch_deep(self, objs):
+        if not self.lazy:
+            return
+        for o in objs:
+            if id(o) in self.lazy:
+                self.touch(o)
+            d = getattr(o, "__dict__", None) if not isinstance(o, type) else None
+            if isinstance(d, dict):
+                for x in list(d.values()):
+                    if id(x) in self.lazy:
+                        self.touch(x)
+            if isinstance(o, (list, tuple)) and len(o) < 64:
+                for x in o:
+                    if id(x) in self.lazy:
+                        self.touch(x)
 
     def _source(self, v, expr, pretty, argrooted, depth=0):
         """v has just been read from an external location described by expr: guard it."""
@@ -341,6 +390,13 @@ class _Recorder:
         if t is tuple and not argrooted and len(v) <= 8 and all(type(x) in (int, str) for x in v):
             # e.g. conv stride/padding tuples read from module attributes
             self.guard(f"type({expr}) is tuple and {expr} == {v!r}", f"{pretty} == {v!r}")
+            return
+        if t in (list, dict, set) and not argrooted:
+            if len(v) > 512:
+                raise Unreplayable(f"container too large at {pretty}")
+            self.src[vid] = (expr, pretty, argrooted)
+            self._snap(v, expr, pretty)
+            self.lazy[vid] = (v, expr, pretty, depth, self.ncalls)
             return
         if t in (list, tuple, dict, set, collections.OrderedDict) or isinstance(v, tuple):
             n = len(v)
@@ -605,6 +661,19 @@ class _Recorder:
 
     def _on_call(self, frame, f, args, kwargs):
         kind = _call_kind(f)
+        if self.lazy:
+            ff = getattr(f, "__func__", f)
+            traced = type(ff) is types.FunctionType and _classify(ff.__code__) == "user"
+            if not traced:
+                if kind == "mutator" and getattr(f, "__name__", "") in _WRITE_ONLY:
+                    self.touch_deep(list(args[1:] if getattr(f, "__self__", None) is None else args)
+                                    + list(kwargs.values()))
+                elif kind == "external":
+                    for o in list(self.lazy.values()):
+                        self.touch(o[0])
+                else:
+                    self.touch_deep(list(args) + list(kwargs.values()) +
+                                    ([f.__self__] if hasattr(f, "__self__") else []))
         if kind == "safe":
             return
         if kind == "getattr":
@@ -894,10 +963,19 @@ class _Recorder:
                 if len(v) >= len(snap) and all(a is b for a, b in zip(v, snap)):
                     out.append(("extend", expr, None, v[len(snap):], False))
                 else:
+                    if vid in self.lazy:  # the new contents depend on the old ones: guard them
+                        self.touch(v)
+                        for i, x in enumerate(snap):
+                            if id(x) not in self.src and type(x) not in _PRIM:
+                                raise Unreplayable("list rewritten in place")
                     out.append(("slice", expr, None, list(v), False))
             elif kind == "set":
                 if v != snap:
-                    out.append(("setall", expr, None, set(v), False))
+                    add, rem = v - snap, snap - v
+                    if rem:
+                        out.append(("discard", expr, None, rem, False))
+                    if add:
+                        out.append(("update", expr, None, add, False))
             elif kind == "dict" or kind == "obj":
                 d = v if kind == "dict" else v.__dict__
                 de = expr if kind == "dict" else f"{expr}.__dict__"
@@ -992,6 +1070,8 @@ def _fx_target(f):
     return r
 
 
+_WRITE_ONLY = {"append", "extend", "insert", "add", "update", "clear", "__setitem__", "__delitem__",
+               "discard", "sort", "reverse", "__iadd__"}
 _GLOBAL_STATE_FUNCS = {torch._C._set_grad_enabled, torch.set_grad_enabled, torch.is_grad_enabled}
 _DATA_DEP = {"item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__",
              "__repr__", "__str__", "__format__", "__array__", "data_ptr", "equal", "allclose",
@@ -1072,7 +1152,37 @@ def _call_kind(f):
     return "external"
 
 
+def _touch_ops(*ns):
+    def h(self, frame, arg, argval):
+        if self.lazy:
+            for n in ns:
+                try:
+                    o = _E.peek(frame, n)
+                except IndexError:
+                    continue
+                if id(o) in self.lazy:
+                    self.touch(o)
+    return h
+
+
 _HANDLERS = {
+    "BINARY_SUBSCR": _touch_ops(1),
+    "BINARY_SLICE": _touch_ops(2),
+    "GET_ITER": _touch_ops(0),
+    "CONTAINS_OP": _touch_ops(0, 1),
+    "UNPACK_SEQUENCE": _touch_ops(0),
+    "UNPACK_EX": _touch_ops(0),
+    "LIST_EXTEND": _touch_ops(0),
+    "SET_UPDATE": _touch_ops(0),
+    "DICT_UPDATE": _touch_ops(0),
+    "DICT_MERGE": _touch_ops(0),
+    "COMPARE_OP": _touch_ops(0, 1),
+    "IS_OP": _touch_ops(0, 1),
+    "FORMAT_VALUE": _touch_ops(0, 1),
+    "GET_LEN": _touch_ops(0),
+    "MATCH_SEQUENCE": _touch_ops(0),
+    "MATCH_MAPPING": _touch_ops(0),
+    "MATCH_KEYS": _touch_ops(1),
     "LOAD_GLOBAL": _Recorder.op_load_global,
     "LOAD_ATTR": _Recorder.op_load_attr,
     "LOAD_METHOD": _Recorder.op_load_attr,
@@ -1234,8 +1344,10 @@ class _GraphVariant(_Variant):
                 L.append(ind + f"{target}.extend(_w{i})")
             elif kind == "slice":
                 L.append(ind + f"{target}[:] = _w{i}")
-            elif kind == "setall":
-                L.append(ind + f"{target}.clear(); {target}.update(_w{i})")
+            elif kind == "update":
+                L.append(ind + f"{target}.update(_w{i})")
+            elif kind == "discard":
+                L.append(ind + f"{target}.difference_update(_w{i})")
         L.append(ind + f"return {ret}")
         L.append("    return __replay")
         self.source = "\n".join(L)

@@ -531,7 +531,7 @@ def make():
     return M()
 def state(m):
     return m.history
-""", [(X34,), (X34b,), (X34,)], recompiles=2)
+""", [(X34,), (X34b,), (X34,)], graphs=1, recompiles=0)
 
 prog("dict_and_set_mutation", """
 LOG = {}
@@ -542,7 +542,7 @@ def make():
         SEEN.add(name)
         return x + 1
     return f
-""", [(X34, 'a'), (X34b, 'b'), (X34, 'a')], recompiles=None)
+""", [(X34, 'a'), (X34b, 'b'), (X34, 'a'), (X34b, 'c')], graphs=3, recompiles=2)
 
 prog("dataclass_input", """
 def make():
@@ -819,3 +819,47 @@ def mutate(i, m):
     if i == 2:
         m.a.register_forward_hook(lambda mod, inp, out: out * 2)
 """, [(X34,), (X34b,), (X34,), (X34b,)], graphs=2, recompiles=1)
+
+prog("sliding_window_list", """
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.window = []
+    def forward(self, x):
+        self.window.append(x.sum())
+        if len(self.window) > 3:
+            self.window.pop(0)
+        return torch.stack(self.window).mean()
+def make():
+    return M()
+def state(m):
+    return m.window
+""", [(X34,), (X34b,), (X34,), (X34b,), (X34,), (X34b,), (X34,)], graphs=4, recompiles=3)
+
+prog("list_item_store_without_read", """
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.slots = [None, 1, 'keep']
+    def forward(self, x):
+        self.slots[0] = x.sum()
+        return x * 2
+def make():
+    return M()
+def mutate(i, m):
+    if i == 3: m.slots[1] = 7
+def state(m):
+    return m.slots
+""", [(X34,), (X34b,), (X34,), (X34b,), (X34,)], graphs=3, recompiles=2)
+
+prog("global_log_append_only", """
+LOG = []
+CACHE = {}
+def make():
+    def f(x, key):
+        y = x.relu()
+        LOG.append(('step', y.shape[0]))
+        CACHE[key] = y
+        return y
+    return f
+""", [(X34, 'k'), (X34b, 'k'), (X34, 'k'), (X54, 'k')], graphs=2, recompiles=1)
