@@ -118,6 +118,7 @@ PYBIND11_MODULE(_mlircap_evalframe, m) {
   g_registry = PySet_New(nullptr);
   g_nullSentinel = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
   g_notHandled = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+  m.attr("API_VERSION") = 2;
   m.attr("NULL") = py::handle(g_nullSentinel);
   m.attr("NOT_HANDLED") = py::handle(g_notHandled);
   m.def("set_callback", [](py::object cb) {

@@ -16,6 +16,7 @@ import sysconfig
 _SRC = os.path.join(os.path.dirname(__file__), "_evalframe.cpp")
 _mod = None
 _err = None
+API_VERSION = 2
 
 
 def _cache_dir():
@@ -45,12 +46,18 @@ def load():
         _err = f"unsupported Python {sys.version_info[:2]}"
         return None
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    try:  # prebuilt by CMake next to the mlircap package?
-        import importlib
-        _mod = importlib.import_module("mlircap._mlircap_evalframe")
-        return _mod
-    except Exception:
-        pass
+    # prebuilt by CMake (python/CMakeLists.txt) into the package's _lib or root dir?
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for cand in (os.path.join(pkg, "_lib"), pkg):
+        path = os.path.join(cand, "_mlircap_evalframe" + suffix)
+        if os.path.exists(path):
+            try:
+                m = _import_from(path)
+                if getattr(m, "API_VERSION", 0) == API_VERSION:
+                    _mod = m
+                    return _mod
+            except Exception:
+                pass
     try:
         d = _cache_dir()
         out = os.path.join(d, "_mlircap_evalframe" + suffix)
@@ -69,7 +76,10 @@ def load():
             if r.returncode != 0:
                 raise RuntimeError(r.stderr[-2000:])
             os.replace(tmp, out)
-        _mod = _import_from(out)
+        m = _import_from(out)
+        if getattr(m, "API_VERSION", 0) != API_VERSION:
+            raise RuntimeError("stale _mlircap_evalframe build")
+        _mod = m
         return _mod
     except Exception as e:  # pragma: no cover - depends on toolchain
         _err = f"{type(e).__name__}: {e}"
