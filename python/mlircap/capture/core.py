@@ -22,6 +22,7 @@ Overview
 """
 import builtins
 import collections
+from logging import Logger as logging_Logger
 import dis
 import math
 import operator
@@ -106,7 +107,7 @@ _SAFE_BUILTIN_NAMES = {
     "max", "sum", "abs", "round", "any", "all", "sorted", "reversed", "list", "tuple", "dict",
     "set", "frozenset", "int", "float", "bool", "str", "format", "getattr", "hasattr", "iter",
     "next", "divmod", "pow", "callable", "type", "super", "slice", "chr", "ord", "repr",
-    "object", "setattr", "delattr", "vars", "hash", "bytes", "complex", "property",
+    "object", "setattr", "delattr", "vars", "bytes", "complex", "property",
     "staticmethod", "classmethod", "ascii", "bin", "hex", "oct", "StopIteration",
 }
 _SAFE_SELF_TYPES = (str, list, dict, tuple, int, float, set, frozenset, bytes, bool,
@@ -218,6 +219,7 @@ class _Recorder:
         self.uses_rng = False
         self.versions = {}     # id(t) -> (t, version at first sight) for external tensors
         self.grad0 = torch.is_grad_enabled()
+        self.amb0 = _ambient()
         self.const_names = {}
         # roots
         try:
@@ -559,7 +561,12 @@ class _Recorder:
             d = obj.__dict__
             cattr = getattr(type(obj), name, _NULL)
             if cattr is not _NULL and (hasattr(cattr, "__set__") or hasattr(cattr, "__get__") and name not in d):
-                return  # property / method / descriptor: the getter itself is traced
+                # property / method / descriptor: the getter itself is traced.  User methods
+                # are guarded against monkeypatching of the class.
+                if type(cattr) is types.FunctionType and _classify(cattr.__code__) == "user" and \
+                        not cattr.__code__.co_filename.startswith(_TORCH_DIR):
+                    self.read(f"{self.const(type(obj))}.{name}", f"type({pretty}).{name}", cattr)
+                return
             # the module is identity-guarded, so its attribute dicts are bound as constants
             if name in d:
                 self.read(f"{self.const(d)}[{name!r}]", f"{pretty}.{name}", d[name], id(obj), name)
@@ -709,7 +716,14 @@ class _Recorder:
 
     def _external_call(self, frame, f, args, kwargs, reason):
         try:
-            fe = self.expr_of(f)
+            try:
+                fe = self.expr_of(f)
+            except Unreplayable:
+                so = getattr(f, "__self__", None)
+                if so is not None and not isinstance(so, types.ModuleType) and id(so) not in self.src \
+                        and not isinstance(so, (logging_Logger, torch.Generator)):
+                    raise
+                fe = self.const(f)  # the same callable object is called again at replay
             ae = [self.expr_of(a) for a in args]
             ke = {k: self.expr_of(v) for k, v in kwargs.items()}
         except Unreplayable as e:
@@ -837,6 +851,8 @@ class _Recorder:
         return f"n{si}_{node.name}"
 
     def _record(self, func, name, args, kwargs, res):
+        if _ambient() != self.amb0:
+            raise Unreplayable("autocast / inference_mode changed inside the captured code")
         seg = self._seg()
         g = torch.is_grad_enabled()
         if g != seg.grad:
@@ -1102,12 +1118,25 @@ if _E is not None:
 _call_kind_cache = {}
 
 
+_EXTERNAL_PY_MODULES = ("logging", "warnings", "torch.random", "torch.cuda.random", "random", "time", "os",
+                        "subprocess", "socket", "pdb", "builtins")
+_EXTERNAL_PY_NAMES = {"manual_seed", "seed", "set_rng_state", "set_default_dtype", "set_default_device",
+                      "set_printoptions", "use_deterministic_algorithms", "set_num_threads"}
+
+
 def _call_kind(f):
     t = type(f)
     if t is weakref.ref:
         return "weakref"
     if t is types.FunctionType or t is types.MethodType:
-        return "safe"  # Python code: traced (or opaque library code)
+        fn = f.__func__ if t is types.MethodType else f
+        code = getattr(fn, "__code__", None)
+        if code is not None and _classify(code) == "opaque":
+            mod = getattr(fn, "__module__", "") or ""
+            if fn.__name__ in _EXTERNAL_PY_NAMES or mod in _EXTERNAL_PY_MODULES or \
+                    mod.split(".")[0] in ("logging", "warnings"):
+                return "external"  # library code with global side effects: replay it
+        return "safe"  # Python code: traced (or side-effect-free library code)
     if isinstance(f, type):
         if f.__module__ == "builtins" and f.__name__ in _SAFE_BUILTIN_NAMES or \
                 issubclass(f, (list, dict, tuple, set, int, float, str, BaseException)):
@@ -1127,6 +1156,8 @@ def _call_kind(f):
                 return "safe" if name in _SAFE_BUILTIN_NAMES else "external"
             if mod.startswith("torch") or mod.split(".")[0] in _SAFE_MODULES:
                 return "safe"
+            return "external"
+        if isinstance(so, torch.Generator) or name in _EXTERNAL_PY_NAMES:
             return "external"
         if isinstance(so, torch.Tensor) or type(so).__module__.startswith("torch"):
             return "safe"
@@ -1230,14 +1261,17 @@ class _Variant:
         self.breaks = list(rec.breaks)
         self.reason = reason
         self.hits = 0
-        self.guard = _compile_guard(pre, self.consts, rec.grad0)
+        self.guard = _compile_guard(pre, self.consts, rec.grad0, rec.amb0)
         self.grad0 = rec.grad0
+        self.amb0 = rec.amb0
 
     def first_failure(self, args, func):
         if torch.is_grad_enabled() is not self.grad0:
             return f"torch.is_grad_enabled() == {self.grad0}"
+        if _ambient() != self.amb0:
+            return f"(inference_mode, autocast cpu, autocast cuda) == {self.amb0}"
         for expr, pretty in self.pre:
-            g = _compile_guard([(expr, pretty)], self.consts, None)
+            g = _compile_guard([(expr, pretty)], self.consts, None, None)
             if not g(args, func):
                 return pretty
         return None
@@ -1258,12 +1292,18 @@ def _rollback(saved, rng):
         torch.set_rng_state(rng)
 
 
-def _compile_guard(pre, consts, grad0):
+def _ambient():
+    return (torch.is_inference_mode_enabled(), torch.is_autocast_enabled("cpu"), torch.is_autocast_enabled("cuda"))
+
+
+def _compile_guard(pre, consts, grad0, amb0):
     parts = [f"({e})" for e, _ in pre]
+    if amb0 is not None:
+        parts.insert(0, f"(_inf() is {amb0[0]} and _ac('cpu') is {amb0[1]} and _ac('cuda') is {amb0[2]})")
     if grad0 is not None:
         parts.insert(0, f"(_ge() is {grad0})")
     body = " and ".join(parts) or "True"
-    src = ("def _make(C, _ge):\n"
+    src = ("def _make(C, _ge, _inf, _ac):\n"
            "    def __guard(L, F):\n"
            "        try:\n"
            f"            return {body}\n"
@@ -1272,7 +1312,7 @@ def _compile_guard(pre, consts, grad0):
            "    return __guard\n")
     ns = {}
     exec(compile(src, "<mlircap guard>", "exec"), ns)
-    return ns["_make"](consts, torch.is_grad_enabled)
+    return ns["_make"](consts, torch.is_grad_enabled, torch.is_inference_mode_enabled, torch.is_autocast_enabled)
 
 
 class _GraphVariant(_Variant):

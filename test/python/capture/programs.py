@@ -863,3 +863,56 @@ def make():
         return y
     return f
 """, [(X34, 'k'), (X34b, 'k'), (X34, 'k'), (X54, 'k')], graphs=2, recompiles=1)
+
+prog("manual_seed_inside", """
+def make():
+    def f(x):
+        torch.manual_seed(123)
+        return x + torch.rand(3, 4)
+    return f
+""", [(X34,), (X34b,), (X34,)], graphs=1, recompiles=0, breaks=1)
+
+prog("logging_call_replayed", """
+import logging
+log = logging.getLogger("mlircap.test.prog")
+def make():
+    def f(x):
+        y = x.tanh()
+        log.debug("computed %s", tuple(y.shape))
+        return y * 3
+    return f
+""", [(X34,), (X34b,)], graphs=2, recompiles=0, breaks=1)
+
+prog("autocast_inside_falls_back", """
+def make():
+    w = torch.randn(4, 4)
+    def f(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = x @ w
+        return y.float() + 1
+    return f
+""", [(X34,), (X34b,)], allow_eager=True)
+
+prog("class_method_monkeypatched", """
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+    def act(self, y):
+        return y.relu()
+    def forward(self, x):
+        return self.act(self.lin(x))
+def make():
+    return M()
+def mutate(i, m):
+    if i == 2:
+        type(m).act = lambda self, y: y.sigmoid()
+""", [(X34,), (X34b,), (X34,), (X34b,)], graphs=2, recompiles=1)
+
+prog("hash_id_nondeterminism", """
+def make():
+    def f(x):
+        o = object()
+        return x * (2 if id(o) % 2 == 0 else 3)
+    return f
+""", [(X34,), (X34b,), (X34,)], allow_eager=True)
