@@ -198,6 +198,8 @@ class _Recorder:
         self.guard_exprs = set()
         self.read_exprs = set()
         self.hooked = set()
+        self.memo = None
+        self.lets = []
         self.lazy = {}
         self.hooked_global = False
         self.dirty = set()     # (id(obj), key)
@@ -903,6 +905,24 @@ class _Recorder:
 
     # -- value reconstruction --------------------------------------------------------
     def expr_of(self, v, depth=0):
+        # In the final phase (return value + deferred writes) rebuilt mutable objects are
+        # bound once, so aliasing between the result and stored state is preserved.
+        memo = self.memo
+        if memo is not None and type(v) not in _PRIM and not isinstance(v, torch.Tensor) and \
+                id(v) not in self.src and isinstance(v, (list, dict, set, tuple)) or \
+                (memo is not None and hasattr(v, "__dict__") and id(v) not in self.src and
+                 not isinstance(v, (type, types.FunctionType, types.ModuleType, torch.nn.Module, torch.Tensor))):
+            name = memo.get(id(v))
+            if name is not None:
+                return name
+            e = self._expr_of(v, depth)
+            name = f"_l{len(self.lets)}"
+            self.lets.append((name, e))
+            memo[id(v)] = name
+            return name
+        return self._expr_of(v, depth)
+
+    def _expr_of(self, v, depth=0):
         if isinstance(v, torch.Tensor):
             s = self.src.get(id(v))
             if s is not None:
@@ -1317,11 +1337,14 @@ def _compile_guard(pre, consts, grad0, amb0):
 
 class _GraphVariant(_Variant):
     def __init__(self, rec, result, backend):
+        rec.memo = {}
         ret = rec.expr_of(result)
         writes = rec.writes()
         wexprs = []
         for kind, target, key, val, _ in writes:
             wexprs.append((kind, target, key, rec.expr_of(val) if kind != "delitem" else None))
+        lets = list(rec.lets)
+        rec.memo = None
         rec._close_seg()
         # mutated external tensors (for rollback on a mid-replay guard failure)
         mutated = [rec.src[vid][0] for vid, (t, ver) in rec.versions.items()
@@ -1369,6 +1392,8 @@ class _GraphVariant(_Variant):
                     cond = " and ".join(f"({e})" for e in midg[k + 1])
                     L.append(ind + f"if not ({cond}):")
                     L.append(ind + "    " + rb)
+        for name, e in lets:
+            L.append(ind + f"{name} = {e}")
         for i, (kind, target, key, ve) in enumerate(wexprs):
             if ve is not None:
                 L.append(ind + f"_w{i} = {ve}")

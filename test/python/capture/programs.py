@@ -916,3 +916,19 @@ def make():
         return x * (2 if id(o) % 2 == 0 else 3)
     return f
 """, [(X34,), (X34b,), (X34,)], allow_eager=True)
+
+prog("aliasing_result_stored", """
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+    def forward(self, x):
+        out = {'y': self.lin(x), 'extra': [x.sum()]}
+        self.last = out
+        self.last_extra = out['extra']
+        return out
+def make():
+    return M()
+def state(m):
+    return (m.last is m.__dict__.get('last'), m.last['extra'] is m.last_extra)
+""", [(X34,), (X34b,), (X34,)], graphs=1, recompiles=0)
