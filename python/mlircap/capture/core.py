@@ -559,15 +559,18 @@ class _Recorder:
         expr, pretty, _ = s
         if (id(obj), name) in self.dirty:
             return
+        if name == "__dict__":
+            d = getattr(obj, "__dict__", None)
+            if isinstance(d, dict):
+                self.read(f"{expr}.__dict__", f"vars({pretty})", d)
+            return
         if isinstance(obj, torch.nn.Module):
             d = obj.__dict__
             cattr = getattr(type(obj), name, _NULL)
             if cattr is not _NULL and (hasattr(cattr, "__set__") or hasattr(cattr, "__get__") and name not in d):
                 # property / method / descriptor: the getter itself is traced.  User methods
                 # are guarded against monkeypatching of the class.
-                if type(cattr) is types.FunctionType and _classify(cattr.__code__) == "user" and \
-                        not cattr.__code__.co_filename.startswith(_TORCH_DIR):
-                    self.read(f"{self.const(type(obj))}.{name}", f"type({pretty}).{name}", cattr)
+                self._class_attr(obj, name, pretty)
                 return
             # the module is identity-guarded, so its attribute dicts are bound as constants
             if name in d:
@@ -578,6 +581,7 @@ class _Recorder:
                 if sd is not None and name in sd:
                     self.read(f"{self.const(sd)}[{name!r}]", f"{pretty}.{name}", sd[name], id(obj), name)
                     return
+            self._class_attr(obj, name, pretty)
             return
         if isinstance(obj, types.ModuleType):
             if obj.__name__.split(".")[0] in ("torch", "math", "builtins", "operator", "numpy"):
@@ -595,7 +599,31 @@ class _Recorder:
                 pass
             self.read(f"{expr}.{name}", f"{pretty}.{name}", v, id(obj), name)
             return
-        # custom objects are guarded eagerly (whole __dict__); class attributes are fixed by type
+        # custom objects are guarded eagerly (whole __dict__); class-level data is guarded here
+        d = getattr(obj, "__dict__", None)
+        if isinstance(d, dict) and name not in d and not isinstance(obj, (torch.Tensor,)) and \
+                type(obj).__module__ not in ("builtins",):
+            self._class_attr(obj, name, pretty)
+
+    def _class_attr(self, obj, name, pretty):
+        """Attribute found on the class (not the instance): guard plain class data and
+        user-defined methods against class mutation / monkeypatching."""
+        cls = type(obj)
+        for k in cls.__mro__:
+            if name in k.__dict__:
+                v = k.__dict__[name]
+                break
+        else:
+            return
+        if isinstance(v, (property, staticmethod, classmethod)) or (hasattr(v, "__get__") and
+                                                                   type(v) is not types.FunctionType):
+            return
+        if type(v) is types.FunctionType and (v.__code__.co_filename.startswith(_TORCH_DIR) or
+                                              _classify(v.__code__) != "user"):
+            return
+        if k.__module__.startswith("torch."):
+            return
+        self.read(f"{self.const(cls)}.{name}", f"type({pretty}).{name}", getattr(cls, name))
 
     def op_load_deref(self, frame, arg, name):
         cell = _E.local_raw(frame, arg)
@@ -688,6 +716,10 @@ class _Recorder:
         if kind == "getattr":
             if len(args) >= 2 and type(args[1]) is str and id(args[0]) in self.src:
                 self._fake_load_attr(args[0], args[1])
+            return
+        if kind == "vars":
+            if len(args) == 1 and id(args[0]) in self.src and hasattr(args[0], "__dict__"):
+                self._fake_load_attr(args[0], "__dict__")
             return
         if kind == "setattr":
             if args and id(args[0]) in self.src and len(args) >= 2:
@@ -1171,6 +1203,8 @@ def _call_kind(f):
             if mod == "builtins":
                 if name in ("getattr", "hasattr"):
                     return "getattr"
+                if name == "vars":
+                    return "vars"
                 if name in ("setattr", "delattr"):
                     return "setattr"
                 return "safe" if name in _SAFE_BUILTIN_NAMES else "external"

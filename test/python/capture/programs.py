@@ -932,3 +932,108 @@ def make():
 def state(m):
     return (m.last is m.__dict__.get('last'), m.last['extra'] is m.last_extra)
 """, [(X34,), (X34b,), (X34,)], graphs=1, recompiles=0)
+
+prog("vars_and_dunder_dict_reads", """
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = 2.0
+        self.shift = 1.0
+    def forward(self, x):
+        return x * vars(self)['scale'] + self.__dict__['shift']
+def make():
+    return M()
+def mutate(i, m):
+    if i == 2: m.scale = 3.0
+    if i == 3: m.shift = -1.0
+""", [(X34,), (X34b,), (X34,), (X34b,), (X34,)], graphs=3, recompiles=2)
+
+prog("class_attribute_changed", """
+class M(nn.Module):
+    SCALE = 2.0
+    def forward(self, x):
+        return x * self.SCALE
+class Obj:
+    OFFSET = 1
+def make():
+    o = Obj()
+    m = M()
+    def f(x):
+        return m(x) + o.OFFSET
+    f.m = m
+    return f
+def mutate(i, f):
+    if i == 2: type(f.m).SCALE = 9.0
+    if i == 3: Obj.OFFSET = 5
+""", [(X34,), (X34b,), (X34,), (X34b,), (X34,)], graphs=3, recompiles=2)
+
+prog("attr_list_sorted_in_place", """
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.vals = [3, 1, 2]
+    def forward(self, x):
+        self.vals.sort()
+        return x * self.vals[0]
+def make():
+    return M()
+def mutate(i, m):
+    if i == 2: m.vals.append(0)
+def state(m):
+    return m.vals
+""", [(X34,), (X34b,), (X34,), (X34b,)], graphs=4, recompiles=3)
+
+prog("getattr_by_name", """
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+        self.which = 'a'
+    def forward(self, x):
+        return getattr(self, self.which)(x) if hasattr(self, 'a') else x
+def make():
+    return M()
+def mutate(i, m):
+    if i == 2: m.which = 'b'
+""", [(X34,), (X34b,), (X34,), (X34b,)], graphs=2, recompiles=1)
+
+prog("config_dict_nested_mutation", """
+CFG = {'layers': [1, 2], 'act': 'relu'}
+def make():
+    def f(x):
+        for k, v in CFG.items():
+            if k == 'act' and v == 'relu':
+                x = x.relu()
+        return x * sum(CFG['layers'])
+    return f
+def mutate(i, f):
+    if i == 2: CFG['layers'].append(10)
+    if i == 3: CFG['act'] = 'none'
+""", [(X34,), (X34b,), (X34,), (X34b,), (X34,)], graphs=3, recompiles=2)
+
+prog("parameters_replaced_frozen_updated", """
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 4)
+    def forward(self, x):
+        return self.l(x)
+def make():
+    return M()
+def mutate(i, m):
+    if i == 1:
+        with torch.no_grad(): m.l.weight.add_(1.0)   # optimizer-style in-place update
+    if i == 2: m.l.weight = nn.Parameter(torch.ones(4, 4))
+    if i == 3: m.l.bias.requires_grad_(False)
+""", [(X34,), (X34b,), (X34,), (X34b,), (X34,)], graphs=3, recompiles=2)
+
+prog("tensor_error_caught", """
+def make():
+    def f(x):
+        try:
+            return x @ x
+        except RuntimeError:
+            return x.t() @ x
+    return f
+""", [(X34,), (X34b,), (R(4, 4),), (X34,)], graphs=2, recompiles=1)
