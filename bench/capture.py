@@ -1276,7 +1276,9 @@ def run_dynamo(name, factory, inputs, train):
         dynamo.reset()
         torch.manual_seed(0)
         e = dynamo.explain(copy.deepcopy(ref))(*_clone(calls[0]))
-        breaks = e.graph_break_count
+        # explain() sometimes reports a break reason (e.g. generic_jump on a data-dependent
+        # branch) with graph_break_count == 0; count the reasons too
+        breaks = max(e.graph_break_count, len(e.break_reasons))
         g_first = e.graph_count
     except Exception:  # noqa: BLE001
         pass
@@ -1321,6 +1323,7 @@ def main():
     gus = [r[1]["guard_us"] for r in rows if r[1]["guard_us"] is not None]
     print("-" * len(hdr))
     print(f"cases: {n}")
+    print(f"ours:   graphs/case mean {statistics.mean(r[1]['graphs'] for r in rows):.2f}")
     print(f"ours:   full-graph {full}/{n} ({100.0 * full / n:.1f}%), correct {ok}/{n}, eager-fallback cases {eager}, "
           f"breaks/case {statistics.mean(brk):.2f}, capture ms/case median {statistics.median(tcap):.1f} "
           f"mean {statistics.mean(tcap):.1f}")
