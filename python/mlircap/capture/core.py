@@ -169,6 +169,15 @@ def _mk_obj(cls, d):
 
 
 # ----------------------------------------------------------------------------------
+def _new_placeholder(seg):
+    """Placeholders go before every computation node (some backends assume that)."""
+    first = next((n for n in seg.graph.nodes if n.op != "placeholder"), None)
+    if first is None:
+        return seg.graph.placeholder(f"in{len(seg.ph)}")
+    with seg.graph.inserting_before(first):
+        return seg.graph.placeholder(f"in{len(seg.ph)}")
+
+
 class _Seg:
     def __init__(self, idx, grad):
         self.idx = idx
@@ -858,7 +867,7 @@ class _Recorder:
             key = ("node", si, node)
             ph = seg.ph.get(key)
             if ph is None:
-                ph = seg.graph.placeholder(f"in{len(seg.ph)}")
+                ph = _new_placeholder(seg)
                 seg.ph[key] = ph
                 seg.inputs.append(self._use_node(si, node))
                 seg.examples.append(t)
@@ -871,7 +880,7 @@ class _Recorder:
         key = ("src", s[0])
         ph = seg.ph.get(key)
         if ph is None:
-            ph = seg.graph.placeholder(f"in{len(seg.ph)}")
+            ph = _new_placeholder(seg)
             seg.ph[key] = ph
             seg.inputs.append(s[0])
             seg.examples.append(t)
@@ -1387,7 +1396,19 @@ class _GraphVariant(_Variant):
         super().__init__(rec, pre)
         self.guards_all = [(pos, e, p) for pos, e, p in rec.guards]
         compiled = []
+        try:
+            from torch._subclasses.fake_tensor import FakeTensorMode
+            fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        except Exception:  # pragma: no cover
+            fake_mode = None
         for seg in rec.segs:
+            if fake_mode is not None:
+                phs = [n for n in seg.graph.nodes if n.op == "placeholder"]
+                for ph, ex in zip(phs, seg.examples):
+                    try:
+                        ph.meta["example_value"] = fake_mode.from_tensor(ex)
+                    except Exception:
+                        pass
             seg.graph.output(tuple(seg.outputs))
             gm = fx.GraphModule(torch.nn.Module(), seg.graph)
             seg.gm = gm
