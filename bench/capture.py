@@ -1142,6 +1142,15 @@ def _eager_backend(gm, ex):
     return gm.forward
 
 
+def _aot_backend(gm, ex):
+    from functorch.compile import make_boxed_func
+    from torch._functorch.aot_autograd import aot_module_simplified
+    return aot_module_simplified(gm, ex, fw_compiler=lambda g, e: make_boxed_func(g.forward))
+
+
+BACKEND = _eager_backend
+
+
 def _same(a, b):
     if isinstance(a, torch.Tensor):
         return isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype and \
@@ -1182,7 +1191,7 @@ def run_mine(name, factory, inputs, train):
     m = copy.deepcopy(ref)
     torch.manual_seed(1)
     calls = [inputs() for _ in range(NCALLS)]
-    w = capture(m, _eager_backend)
+    w = capture(m, BACKEND)
     ok = True
     t_first = None
     for i, args in enumerate(calls):
@@ -1290,7 +1299,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--no-dynamo", action="store_true")
     ap.add_argument("--filter", default="")
+    ap.add_argument("--backend", default="eager", choices=["eager", "aot"],
+                    help="backend for our captured graphs (aot: aot_autograd, as the mlircap compiler uses)")
     args = ap.parse_args()
+    global BACKEND
+    BACKEND = _aot_backend if args.backend == "aot" else _eager_backend
     warnings.simplefilter("ignore")
     rows = []
     for name, factory, inputs, train in CASES:

@@ -1347,6 +1347,50 @@ class _EagerVariant(_Variant):
         return st._call_eager(func, args)
 
 
+def _compile_graph(backend, gm, examples, uses_rng):
+    """Compile one captured graph with the user backend.  If the backend fails to compile
+    it, or its compiled function fails on the first run before touching any input, the
+    captured FX graph itself is run instead (same semantics, just not backend-compiled)."""
+    try:
+        with torch._C.DisableTorchFunction():
+            fn = backend(gm, examples)
+    except Exception as e:
+        warnings.warn(f"mlircap.capture: backend failed to compile a captured graph "
+                      f"({type(e).__name__}: {str(e)[:200]}); running the graph without it", RuntimeWarning)
+        return gm.forward
+    if fn is None:
+        return gm.forward
+    return _FirstRunChecked(fn, gm.forward, uses_rng)
+
+
+class _FirstRunChecked:
+    __slots__ = ("fn", "fallback", "uses_rng", "checked")
+
+    def __init__(self, fn, fallback, uses_rng):
+        self.fn, self.fallback, self.uses_rng, self.checked = fn, fallback, uses_rng, False
+
+    def __call__(self, *args):
+        if self.checked:
+            return self.fn(*args)
+        vers = [a._version if isinstance(a, torch.Tensor) else None for a in args]
+        rng = torch.get_rng_state() if self.uses_rng else None
+        try:
+            out = self.fn(*args)
+        except Exception as e:
+            if any(isinstance(a, torch.Tensor) and a._version != v for a, v in zip(args, vers)):
+                raise
+            if rng is not None:
+                torch.set_rng_state(rng)
+            warnings.warn(f"mlircap.capture: backend-compiled graph failed on its first run "
+                          f"({type(e).__name__}: {str(e)[:200]}); running the captured graph without it",
+                          RuntimeWarning)
+            self.fn = self.fallback
+            self.checked = True
+            return self.fallback(*args)
+        self.checked = True
+        return out
+
+
 def _rollback(saved, rng):
     with torch.no_grad():
         for t, c in saved:
@@ -1413,9 +1457,7 @@ class _GraphVariant(_Variant):
             gm = fx.GraphModule(torch.nn.Module(), seg.graph)
             seg.gm = gm
             self.graphs.append(gm)
-            with torch._C.DisableTorchFunction():
-                fnc = backend(gm, list(seg.examples))
-            compiled.append(fnc)
+            compiled.append(_compile_graph(backend, gm, list(seg.examples), rec.uses_rng))
         has_mid = any(pos > 0 for pos, _, _ in rec.guards)
         rollback = has_mid and (mutated or rec.uses_rng)
         L = ["def _make(C, B, MISS, _mk, torch, _rollback):", "    def __replay(L, F):"]
