@@ -673,6 +673,11 @@ class _Recorder:
         if id(obj) in self.src:
             self.dirty.add((id(obj), "*"))
 
+    def op_store_slice(self, frame, arg, argval):  # 3.12: [value, container, start, stop]
+        obj = _E.peek(frame, 2)
+        if id(obj) in self.src:
+            self.dirty.add((id(obj), "*"))
+
     def op_kw_names(self, frame, arg, argval):
         self.kwnames[frame] = frame.f_code.co_consts[arg] if not isinstance(argval, tuple) else argval
 
@@ -1289,6 +1294,7 @@ _HANDLERS = {
     "DELETE_ATTR": _Recorder.op_store_attr,
     "STORE_SUBSCR": _Recorder.op_store_subscr,
     "DELETE_SUBSCR": _Recorder.op_store_subscr,
+    "STORE_SLICE": _Recorder.op_store_slice,
     "KW_NAMES": _Recorder.op_kw_names,
     "CALL": _Recorder.op_call,
     "CALL_FUNCTION_EX": _Recorder.op_call_ex,
