@@ -560,8 +560,9 @@ class _Recorder:
         c = self.const(d, f"globals of {g.get('__name__')}")
         self.read(f"{c}[{name!r}]", f"G[{name!r}]", v, id(d), name)
 
-    def op_load_attr(self, frame, arg, name):
-        obj = _E.peek(frame, 0)
+    def op_load_attr(self, frame, arg, name, obj=_NULL):
+        if obj is _NULL:
+            obj = _E.peek(frame, 0)
         s = self.src.get(id(obj))
         if s is None or type(obj) in _PRIM:
             return
@@ -756,11 +757,7 @@ class _Recorder:
         self._external_call(frame, f, args, kwargs, f"call to uncapturable {_func_qualname(f)}")
 
     def _fake_load_attr(self, obj, name):
-        try:
-            _E_peek_override[0] = obj
-            self.op_load_attr(None, None, name)
-        finally:
-            _E_peek_override[0] = _NULL
+        self.op_load_attr(None, None, name, obj)
 
     def _external_call(self, frame, f, args, kwargs, reason):
         try:
@@ -1159,8 +1156,8 @@ _DATA_DEP = {"item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__i
              "__repr__", "__str__", "__format__", "__array__", "data_ptr", "equal", "allclose",
              "__contains__", "__complex__", "is_nonzero", "__hash__"}
 
-_E_peek_override = [_NULL]
-_CUR_REC = [None]
+import threading as _threading  # noqa: E402
+_REC_TLS = _threading.local()   # the recorder of this thread (for 3.12 static stack depths)
 if _E is not None:
     _raw_peek = _E.peek
 
@@ -1169,11 +1166,8 @@ if _E is not None:
 
         @staticmethod
         def peek(frame, n):
-            o = _E_peek_override[0]
-            if o is not _NULL and frame is None:
-                return o
             if _STATIC_DEPTH:
-                return _E_real.peek_at(frame, _CUR_REC[0].cur_depth, n)
+                return _E_real.peek_at(frame, _REC_TLS.rec.cur_depth, n)
             return _raw_peek(frame, n)
 
         local_raw = staticmethod(_E.local_raw)
@@ -1529,12 +1523,23 @@ class _GraphVariant(_Variant):
 
 
 # ======================================================================================
-_ACTIVE = []
-_CB_INSTALLED = [False]
+import threading  # noqa: E402
+
+_TLS = threading.local()
+_HOOK_USERS = [0]   # captured calls in flight (all threads): the frame hook stays installed meanwhile
+_HOOK_LOCK = threading.Lock()
+
+
+def _active():
+    a = getattr(_TLS, "active", None)
+    if a is None:
+        a = _TLS.active = []
+    return a
 
 
 def _hook_cb(code, func, args):
-    st = _ACTIVE[-1] if _ACTIVE else None
+    a = _active()
+    st = a[-1] if a else None
     if st is None or st.busy or code is not st.code:
         return NOT_HANDLED
     return st.dispatch(func, args)
@@ -1594,15 +1599,20 @@ class _Captured:
         if self.code is None:
             return self.fn(*args, **kwargs)
         if _E is not None:
-            _ACTIVE.append(self)
-            if len(_ACTIVE) == 1:
-                _E_real.set_callback(_hook_cb)
+            active = _active()
+            active.append(self)
+            with _HOOK_LOCK:
+                _HOOK_USERS[0] += 1
+                if _HOOK_USERS[0] == 1:
+                    _E_real.set_callback(_hook_cb)
             try:
                 return self.fn(*args, **kwargs)
             finally:
-                _ACTIVE.pop()
-                if not _ACTIVE:
-                    _E_real.set_callback(None)
+                active.pop()
+                with _HOOK_LOCK:
+                    _HOOK_USERS[0] -= 1
+                    if _HOOK_USERS[0] == 0:
+                        _E_real.set_callback(None)
         # Pure-Python fallback (extension could not be built/imported): without the stack
         # peek helper external reads cannot be observed soundly, so we run eagerly.
         if not self.warned:
@@ -1662,8 +1672,8 @@ class _Captured:
     def _record(self, func, args):
         self.stats.records += 1
         rec = _Recorder(self, func, self.code, args, self.argnames)
-        prev_rec = _CUR_REC[0]
-        _CUR_REC[0] = rec
+        prev_rec = getattr(_REC_TLS, "rec", None)
+        _REC_TLS.rec = rec
         old = sys.gettrace()
         with _Mode(rec):
             if PY312:  # 3.12.0/1 only emit opcode events if a frame asked before settrace()
@@ -1673,7 +1683,7 @@ class _Captured:
                 result = _call_bound(func, self.code, args)
             finally:
                 sys.settrace(old)
-                _CUR_REC[0] = prev_rec
+                _REC_TLS.rec = prev_rec
         try:
             if rec.unreplayable:
                 raise Unreplayable(rec.unreplayable)

@@ -162,3 +162,27 @@ def test_rng_dropout_masks_differ_between_calls_and_match_eager():
     assert torch.equal(a1, b1) and torch.equal(a2, b2) and torch.equal(a3, b3)
     assert not torch.equal(a2, a3)
     assert w._mlircap_capture.stats.replays == 2
+
+
+def test_threads_do_not_interfere():
+    import threading
+
+    def f(x, k):
+        return (x * k).relu()
+    w = capture(f, EAGER)
+    errors = []
+
+    def worker(k):
+        try:
+            x = torch.randn(8)
+            for _ in range(50):
+                assert torch.equal(w(x, k), (x * k).relu())
+                assert torch.equal(f(x, k), (x * k).relu())  # direct calls are never intercepted
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+    ts = [threading.Thread(target=worker, args=(k,)) for k in (1.0, 2.0)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors
