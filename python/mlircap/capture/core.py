@@ -1621,16 +1621,6 @@ class _Captured:
                           f"running {self.code.co_name} eagerly", RuntimeWarning, stacklevel=2)
         self.stats.eager_calls += 1
         return self.fn(*args, **kwargs)
-        if self.is_module:  # noqa: unreachable (kept for a future Python-only recorder)
-            m = self.fn
-            if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
-                return m(*args, **kwargs)
-            bound = _bind(self.func, (m,) + args, kwargs)
-        else:
-            bound = _bind(self.func, args, kwargs)
-        if self.busy:
-            return _call_bound(self.func, self.code, bound)
-        return self.dispatch(self.func, bound)
 
     def dispatch(self, func, args):
         self.busy = True
@@ -1712,24 +1702,6 @@ def _plain(x):
     return x
 
 
-def _bind(func, args, kwargs):
-    code = func.__code__
-    import inspect
-    sig = inspect.signature(func)
-    ba = sig.bind(*args, **kwargs)
-    ba.apply_defaults()
-    out = []
-    for name in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]:
-        out.append(ba.arguments[name])
-    i = code.co_argcount + code.co_kwonlyargcount
-    if code.co_flags & 0x04:
-        out.append(tuple(ba.arguments.get(code.co_varnames[i], ())))
-        i += 1
-    if code.co_flags & 0x08:
-        out.append(dict(ba.arguments.get(code.co_varnames[i], {})))
-    return tuple(out)
-
-
 def capture(fn, backend, *, cache_limit=8):
     """Return a callable behaving like `fn` whose tensor graphs run through `backend`."""
     c = _Captured(fn, backend, cache_limit)
@@ -1742,6 +1714,7 @@ def capture(fn, backend, *, cache_limit=8):
         def wrapper(*args, **kwargs):
             return c(*args, **kwargs)
     wrapper._mlircap_capture = c
+    wrapper.explain = lambda: ExplainOutput(c)
     return wrapper
 
 
@@ -1752,6 +1725,9 @@ class _CapturedModuleCall:
 
     def __call__(self, *args, **kwargs):
         return self._mlircap_capture(*args, **kwargs)
+
+    def explain(self):
+        return ExplainOutput(self._mlircap_capture)
 
     def __getattr__(self, name):
         return getattr(self.__dict__["module"], name)
@@ -1797,11 +1773,15 @@ class ExplainOutput:
 
 
 def explain(fn, backend=None):
-    """`explain(fn)(*args)` -> ExplainOutput (graphs, breaks with file:line, guards, recompiles)."""
+    """`explain(fn)(*args)` -> ExplainOutput: graphs, each break with its reason and user
+    source file:line, guards in readable form, recompile reasons.  The returned runner keeps
+    its cache, so calling it again with other arguments accumulates variants and
+    recompile reasons: `ex = explain(f); ex(a); print(ex(b))`."""
     backend = backend or (lambda gm, ex: gm.forward)
+    w = capture(fn, backend)
 
     def run(*args, **kwargs):
-        w = capture(fn, backend)
         w(*args, **kwargs)
         return ExplainOutput(w._mlircap_capture)
+    run.captured = w
     return run

@@ -186,3 +186,18 @@ def test_threads_do_not_interfere():
     for t in ts:
         t.join()
     assert not errors, errors
+
+
+def test_explain_accumulates_recompile_reasons():
+    def f(x, mode):
+        return x.relu() if mode == "relu" else x.tanh()
+    ex = explain(f)
+    x = torch.randn(3)
+    ex(x, "relu")
+    out = ex(x, "tanh")
+    assert out.variants == 2 and out.graph_count == 2
+    assert out.recompile_reasons == ["mode == 'relu'"], out.recompile_reasons
+    assert "Recompile reasons" in str(out)
+    w = capture(f, EAGER)
+    w(x, "relu")
+    assert w.explain().graph_count == 1
