@@ -66,7 +66,7 @@ _OWN_DIR = os.path.dirname(__file__) + os.sep
 _STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
 _OPAQUE_STDLIB = ("typing.py", "abc.py", "warnings.py", "threading.py", "weakref.py",
                   "_weakrefset.py", "inspect.py", "enum.py", "functools.py", "contextlib.py",
-                  "linecache.py", "traceback.py", "logging", "importlib", "re", "sre_",
+                  "linecache.py", "traceback.py", "logging/", "importlib/", "re/", "sre_",
                   "dis.py", "copyreg.py", "codecs.py")
 _code_kind = {}
 
@@ -713,6 +713,12 @@ class _Recorder:
 
     def _on_call(self, frame, f, args, kwargs):
         kind = _call_kind(f)
+        so = getattr(f, "__self__", None)
+        if isinstance(so, torch.nn.Module) and getattr(f, "__name__", "") in _MODULE_WALKERS \
+                and id(so) in self.src:
+            # parameters()/modules()/... run in torch code we do not trace: source the whole
+            # subtree now so the yielded modules/parameters/buffers are known and guarded
+            self._source_module_tree(so)
         if self.lazy:
             ff = getattr(f, "__func__", f)
             traced = type(ff) is types.FunctionType and _classify(ff.__code__) == "user"
@@ -755,6 +761,23 @@ class _Recorder:
             return
         # uncapturable call: replay it eagerly
         self._external_call(frame, f, args, kwargs, f"call to uncapturable {_func_qualname(f)}")
+
+    def _source_module_tree(self, m, seen=None):
+        seen = set() if seen is None else seen
+        if id(m) in seen:
+            return
+        seen.add(id(m))
+        s = self.src.get(id(m))
+        if s is None:
+            return
+        for store in ("_parameters", "_buffers", "_modules"):
+            d = m.__dict__[store]
+            dc = self.const(d)
+            self.guard(f"list({dc}) == {self.const(list(d.keys()))}", f"{s[1]}.{store}.keys() == {list(d.keys())}")
+            for k, v in d.items():
+                self.read(f"{dc}[{k!r}]", f"{s[1]}.{k}", v, id(m), k)
+                if isinstance(v, torch.nn.Module):
+                    self._source_module_tree(v, seen)
 
     def _fake_load_attr(self, obj, name):
         self.op_load_attr(None, None, name, obj)
@@ -1149,6 +1172,8 @@ def _fx_target(f):
     return r
 
 
+_MODULE_WALKERS = {"parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children",
+                   "modules", "named_modules"}
 _WRITE_ONLY = {"append", "extend", "insert", "add", "update", "clear", "__setitem__", "__delitem__",
                "discard", "sort", "reverse", "__iadd__"}
 _GLOBAL_STATE_FUNCS = {torch._C._set_grad_enabled, torch.set_grad_enabled, torch.is_grad_enabled}
@@ -1173,9 +1198,6 @@ if _E is not None:
         local_raw = staticmethod(_E.local_raw)
     _E_real = _E
     _E = _EShim
-
-
-_call_kind_cache = {}
 
 
 _EXTERNAL_PY_MODULES = ("logging", "warnings", "torch.random", "torch.cuda.random", "random", "time", "os",

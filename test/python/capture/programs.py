@@ -1037,3 +1037,23 @@ def make():
             return x.t() @ x
     return f
 """, [(X34,), (X34b,), (R(4, 4),), (X34,)], graphs=2, recompiles=1)
+
+prog("parameters_walk_regularizer", """
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Sequential(nn.Linear(4, 2), nn.BatchNorm1d(2))
+    def forward(self, x):
+        y = self.b(self.a(x))
+        reg = sum(p.pow(2).sum() for p in self.parameters())
+        n_bufs = len(list(self.buffers()))
+        names = [n for n, _ in self.named_modules()]
+        return y.sum() + 1e-3 * reg + n_bufs, names
+def make():
+    return M()
+def mutate(i, m):
+    if i == 2:
+        with torch.no_grad(): m.a.weight.mul_(0.5)
+    if i == 3: m.a.bias = None
+""", [(X34,), (X34b,), (X34,), (X34b,), (X34,)], graphs=2, recompiles=1)
