@@ -162,8 +162,15 @@ def _user_location():
     return "<unknown>"
 
 
-def _mk_obj(cls, d):
+def _mk_obj(cls, d, base=None, items=None):
+    """Rebuild an object created during the captured call (fresh object per replay)."""
     o = cls.__new__(cls)
+    if base is dict or base is collections.OrderedDict:
+        base.__init__(o)
+        for k, x in items:
+            base.__setitem__(o, k, x)
+    elif base is list:
+        list.extend(o, items)
     o.__dict__.update(d)
     return o
 
@@ -294,7 +301,7 @@ class _Recorder:
                 for k in keys:
                     self._source(snap[k], f"{expr}[{self._lit(k)}]", f"{pretty}[{k!r}]", False, depth + 1)
             else:
-                if all(type(x) in _PRIM for x in snap):
+                if all(type(x) in _PRIM or isinstance(x, _ID_HASHED) for x in snap):
                     self.guard(f"{expr} == {self.const(set(snap))}", f"{pretty} == {snap!r}")
                 else:
                     raise Unreplayable(f"set of objects at {pretty}")
@@ -427,7 +434,7 @@ class _Recorder:
                 for k in keys:
                     self._source(v[k], f"{expr}[{self._lit(k)}]", f"{pretty}[{k!r}]", argrooted, depth + 1)
             else:
-                if all(type(x) in _PRIM for x in v):
+                if all(type(x) in _PRIM or isinstance(x, _ID_HASHED) for x in v):
                     self.guard(f"{expr} == {self.const(set(v))}", f"{pretty} == {v!r}")
                 else:
                     raise Unreplayable(f"set of objects at {pretty}")
@@ -566,7 +573,9 @@ class _Recorder:
         s = self.src.get(id(obj))
         if s is None or type(obj) in _PRIM:
             return
-        expr, pretty, _ = s
+        expr, pretty, kind = s
+        if kind == "opaque":
+            raise Unreplayable(f"attribute {name!r} read from an opaque value returned by an uncapturable call")
         if (id(obj), name) in self.dirty:
             return
         if name == "__dict__":
@@ -815,6 +824,10 @@ class _Recorder:
         name = f"b{k}"
         if isinstance(res, torch.Tensor):
             self._source(res, name, f"<result of break {k}>", argrooted=True)
+        elif _is_opaque_value(res):
+            # e.g. a ContextVar token: passed on to other replayed calls, never inspected
+            self.src[id(res)] = (name, f"<result of break {k}>", "opaque")
+            self.keep.append(res)
         else:
             try:
                 self._source(res, name, f"<result of break {k}>", argrooted=True)
@@ -1026,9 +1039,20 @@ class _Recorder:
             return f"{self.const(t)}((" + "".join(self.expr_of(x, depth + 1) + ", " for x in v) + "))"
         if t is types.MethodType:
             return f"{self.const(types.MethodType)}({self.expr_of(v.__func__)}, {self.expr_of(v.__self__)})"
-        if hasattr(v, "__dict__") and not hasattr(t, "__slots__") and t.__module__ not in ("builtins",) \
+        if hasattr(v, "__dict__") and not any(getattr(k, "__slots__", ()) for k in t.__mro__) \
+                and t.__module__ not in ("builtins",) \
                 and not callable(v) and not isinstance(v, BaseException):
             d = {k: x for k, x in v.__dict__.items()}
+            if isinstance(v, (set, frozenset)) or (isinstance(v, tuple) and not hasattr(t, "_fields")):
+                raise Unreplayable(f"cannot reproduce container subclass {t.__name__}")
+            if isinstance(v, dict):  # e.g. transformers ModelOutput (OrderedDict subclass)
+                base = collections.OrderedDict if isinstance(v, collections.OrderedDict) else dict
+                items = [(k, x) for k, x in dict.items(v)]
+                return (f"_mk({self.const(t)}, {self.expr_of(d, depth + 1)}, {self.const(base)}, "
+                        f"{self.expr_of(items, depth + 1)})")
+            if isinstance(v, list):
+                return (f"_mk({self.const(t)}, {self.expr_of(d, depth + 1)}, {self.const(list)}, "
+                        f"{self.expr_of(list(list.__iter__(v)), depth + 1)})")
             return f"_mk({self.const(t)}, {self.expr_of(d, depth + 1)})"
         if hasattr(t, "__members__"):
             return self.const(v)
@@ -1176,6 +1200,18 @@ _MODULE_WALKERS = {"parameters", "named_parameters", "buffers", "named_buffers",
                    "modules", "named_modules"}
 _WRITE_ONLY = {"append", "extend", "insert", "add", "update", "clear", "__setitem__", "__delitem__",
                "discard", "sort", "reverse", "__iadd__"}
+def _is_opaque_value(v):
+    t = type(v)
+    if t in _PRIM or isinstance(v, (torch.Tensor, list, tuple, dict, set, frozenset, type, types.FunctionType,
+                                    types.ModuleType, torch.nn.Module) + _IMMUTABLE_CONST):
+        return False
+    if hasattr(v, "__dict__") or hasattr(t, "__bool__") or hasattr(t, "__len__") or hasattr(t, "__iter__") \
+            or hasattr(t, "__eq__") and t.__eq__ is not object.__eq__:
+        return False
+    return True
+
+
+_ID_HASHED = (type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType)
 _GLOBAL_STATE_FUNCS = {torch._C._set_grad_enabled, torch.set_grad_enabled, torch.is_grad_enabled}
 _DATA_DEP = {"item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__",
              "__repr__", "__str__", "__format__", "__array__", "data_ptr", "equal", "allclose",

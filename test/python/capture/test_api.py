@@ -201,3 +201,43 @@ def test_explain_accumulates_recompile_reasons():
     w = capture(f, EAGER)
     w(x, "relu")
     assert w.explain().graph_count == 1
+
+
+def _deep_same(a, b, path="out"):
+    assert type(a) is type(b), path
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b) and a.requires_grad == b.requires_grad, path
+    elif isinstance(a, dict):
+        assert list(a.keys()) == list(b.keys()), path
+        for k in a:
+            _deep_same(a[k], b[k], f"{path}[{k!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _deep_same(x, y, f"{path}[{i}]")
+    elif hasattr(a, "__dict__") and not callable(a):
+        _deep_same(vars(a), vars(b), path + ".__dict__")
+    else:
+        assert a == b, path
+
+
+def test_transformers_bert_and_gpt2_replay_exactly():
+    import copy
+    transformers = __import__("transformers")
+    cfgs = [
+        (transformers.BertModel, transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                                         intermediate_size=64, vocab_size=100)),
+        (transformers.GPT2LMHeadModel, transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=100,
+                                                               n_positions=64, bos_token_id=0, eos_token_id=0)),
+    ]
+    for cls, cfg in cfgs:
+        torch.manual_seed(0)
+        m = cls(cfg).eval()
+        ref = copy.deepcopy(m)
+        w = capture(m, EAGER)
+        for i in range(3):
+            ids = torch.randint(0, 100, (2, 8), generator=torch.Generator().manual_seed(i))
+            _deep_same(ref(ids), w(ids))
+        c = w._mlircap_capture
+        assert c.stats.replays == 2 and not any(v.eager for v in c.variants), [v.reason for v in c.variants]
+        assert 1 <= c.graph_count <= 2
