@@ -1137,6 +1137,30 @@ case("nn_maxpool_unflatten", lambda: (R(2, 3, 8, 8),))(
     lambda: nn.Sequential(nn.MaxPool2d(2), nn.Flatten(), nn.Unflatten(1, (3, 16))))
 
 
+# ----------------------------------------------------------------------------- Hugging Face (tiny configs)
+def _hf(kind):
+    import transformers as T
+    if kind == "bert":
+        return T.BertModel(T.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                        intermediate_size=64, vocab_size=100))
+    if kind == "gpt2":
+        return T.GPT2LMHeadModel(T.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=100, n_positions=64,
+                                              bos_token_id=0, eos_token_id=0))
+    if kind == "distilbert_cls":
+        return T.DistilBertForSequenceClassification(T.DistilBertConfig(dim=32, n_layers=2, n_heads=2, hidden_dim=64,
+                                                                        vocab_size=100, num_labels=3))
+    if kind == "t5_encoder":
+        return T.T5EncoderModel(T.T5Config(d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2, vocab_size=100))
+    raise KeyError(kind)
+
+
+IDS = lambda: (torch.randint(0, 100, (2, 8)),)  # noqa: E731
+case("hf_bert_tiny", IDS)(lambda: _hf("bert"))
+case("hf_gpt2_tiny", IDS)(lambda: _hf("gpt2"))
+case("hf_distilbert_cls_tiny", IDS)(lambda: _hf("distilbert_cls"))
+case("hf_t5_encoder_tiny", IDS)(lambda: _hf("t5_encoder"))
+
+
 # =============================================================================== runner
 def _eager_backend(gm, ex):
     return gm.forward
@@ -1152,6 +1176,8 @@ BACKEND = _eager_backend
 
 
 def _same(a, b):
+    if type(a) is not type(b):
+        return False
     if isinstance(a, torch.Tensor):
         return isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype and \
             a.requires_grad == b.requires_grad and torch.allclose(a.detach().double(), b.detach().double(),
@@ -1160,6 +1186,8 @@ def _same(a, b):
         return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     if isinstance(a, dict):
         return type(a) is type(b) and list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if hasattr(a, "__dict__") and not callable(a) and not isinstance(a, type):
+        return _same(dict(vars(a)), dict(vars(b)))
     return a == b
 
 

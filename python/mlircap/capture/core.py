@@ -217,6 +217,7 @@ class _Recorder:
         self.memo = None
         self.lets = []
         self.lazy = {}
+        self.lazy_objs = {}
         self.hooked_global = False
         self.dirty = set()     # (id(obj), key)
         self.snaps = {}        # id -> (kind, obj, expr, pretty, snapshot)
@@ -299,7 +300,7 @@ class _Recorder:
                 keys = list(snap.keys())
                 self.guard(f"list({expr}) == {self.const(keys)}", f"list({pretty}.keys()) == {keys!r}")
                 for k in keys:
-                    self._source(snap[k], f"{expr}[{self._lit(k)}]", f"{pretty}[{k!r}]", False, depth + 1)
+                    self._source(snap[k], self._item(v, expr, k), f"{pretty}[{k!r}]", False, depth + 1)
             else:
                 if all(type(x) in _PRIM or isinstance(x, _ID_HASHED) for x in snap):
                     self.guard(f"{expr} == {self.const(set(snap))}", f"{pretty} == {snap!r}")
@@ -308,10 +309,26 @@ class _Recorder:
         finally:
             self.ncalls = saved
 
+    def full_obj(self, o):
+        """A lazily guarded object is used by code we do not trace: guard all of it."""
+        v, pos = self.lazy_objs.pop(id(o))
+        _, _, expr, pretty, snap = self.snaps[id(o)]
+        dc = self.const(v.__dict__)
+        saved = self.ncalls
+        self.ncalls = pos
+        try:
+            self.guard(f"list({dc}) == {self.const(list(snap))}", f"vars({pretty}).keys() == {list(snap)}")
+            for k, x in snap.items():
+                self.read(f"{dc}[{k!r}]", f"{pretty}.{k}", x, id(v), k)
+        finally:
+            self.ncalls = saved
+
     def touch_deep(self, objs):
-        if not self.lazy:
+        if not self.lazy and not self.lazy_objs:
             return
         for o in objs:
+            if id(o) in self.lazy_objs:
+                self.full_obj(o)
             if id(o) in self.lazy:
                 self.touch(o)
             d = getattr(o, "__dict__", None) if not isinstance(o, type) else None
@@ -411,14 +428,14 @@ class _Recorder:
             # e.g. conv stride/padding tuples read from module attributes
             self.guard(f"type({expr}) is tuple and {expr} == {v!r}", f"{pretty} == {v!r}")
             return
-        if t in (list, dict, set) and not argrooted:
+        if isinstance(v, (list, dict, set)) and not argrooted:
             if len(v) > 512:
                 raise Unreplayable(f"container too large at {pretty}")
             self.src[vid] = (expr, pretty, argrooted)
             self._snap(v, expr, pretty)
             self.lazy[vid] = (v, expr, pretty, depth, self.ncalls)
             return
-        if t in (list, tuple, dict, set, collections.OrderedDict) or isinstance(v, tuple):
+        if isinstance(v, (list, tuple, dict, set)):
             n = len(v)
             if n > 512:
                 raise Unreplayable(f"container too large at {pretty}")
@@ -432,7 +449,8 @@ class _Recorder:
                 keys = list(v.keys())
                 self.guard(f"list({expr}) == {self.const(keys)}", f"list({pretty}.keys()) == {keys!r}")
                 for k in keys:
-                    self._source(v[k], f"{expr}[{self._lit(k)}]", f"{pretty}[{k!r}]", argrooted, depth + 1)
+                    self._source(dict.__getitem__(v, k), self._item(v, expr, k), f"{pretty}[{k!r}]",
+                                 argrooted, depth + 1)
             else:
                 if all(type(x) in _PRIM or isinstance(x, _ID_HASHED) for x in v):
                     self.guard(f"{expr} == {self.const(set(v))}", f"{pretty} == {v!r}")
@@ -441,8 +459,18 @@ class _Recorder:
             if t is not tuple:
                 self._snap(v, expr, pretty)
             return
+        if hasattr(v, "__dict__") and not isinstance(v, type) and not argrooted and \
+                type(getattr(v, "__dict__", None)) is dict:
+            # object reached through a module attribute / global / cell (configs, helpers):
+            # identity, then attribute reads are guarded lazily like nn.Module attributes
+            c = self.const(v, pretty)
+            self.guard(f"{expr} is {c}", f"{pretty} is {_short(v)}")
+            self.src[vid] = (c, pretty, False)
+            self._snap(v, c, pretty)
+            self.lazy_objs[vid] = (v, self.ncalls)
+            return
         if hasattr(v, "__dict__") and not isinstance(v, type):
-            # plain custom object / dataclass: guard its type and whole instance dict
+            # plain custom object / dataclass argument: guard its type and whole instance dict
             self.guard(f"type({expr}) is {self.const(t)}", f"type({pretty}) is {t.__qualname__}")
             self.src[vid] = (expr, pretty, argrooted)
             d = v.__dict__
@@ -456,6 +484,11 @@ class _Recorder:
         c = self.const(v, pretty)
         self.guard(f"{expr} is {c}", f"{pretty} is {_short(v)}")
         self.src[vid] = (c, pretty, False)
+
+    def _item(self, container, expr, key):
+        if type(container) in (dict, list, tuple):
+            return f"{expr}[{self._lit(key)}]"
+        return f"{self.const(dict.__getitem__)}({expr}, {self._lit(key)})"
 
     def _snap(self, v, expr, pretty):
         if id(v) in self.snaps:
@@ -580,6 +613,8 @@ class _Recorder:
             return
         if name == "__dict__":
             d = getattr(obj, "__dict__", None)
+            if id(obj) in self.lazy_objs:
+                self.full_obj(obj)
             if isinstance(d, dict):
                 self.read(f"{expr}.__dict__", f"vars({pretty})", d)
             return
@@ -618,8 +653,13 @@ class _Recorder:
                 pass
             self.read(f"{expr}.{name}", f"{pretty}.{name}", v, id(obj), name)
             return
-        # custom objects are guarded eagerly (whole __dict__); class-level data is guarded here
+        # argument objects are guarded eagerly (whole __dict__); others lazily, here
         d = getattr(obj, "__dict__", None)
+        if id(obj) in self.lazy_objs and type(d) is dict and name in d:
+            cattr = getattr(type(obj), name, _NULL)
+            if cattr is _NULL or not hasattr(cattr, "__set__"):
+                self.read(f"{self.const(d)}[{name!r}]", f"{pretty}.{name}", d[name], id(obj), name)
+            return
         if isinstance(d, dict) and name not in d and not isinstance(obj, (torch.Tensor,)) and \
                 type(obj).__module__ not in ("builtins",):
             self._class_attr(obj, name, pretty)
@@ -728,7 +768,7 @@ class _Recorder:
             # parameters()/modules()/... run in torch code we do not trace: source the whole
             # subtree now so the yielded modules/parameters/buffers are known and guarded
             self._source_module_tree(so)
-        if self.lazy:
+        if self.lazy or self.lazy_objs:
             ff = getattr(f, "__func__", f)
             traced = type(ff) is types.FunctionType and _classify(ff.__code__) == "user"
             if not traced:
@@ -1043,16 +1083,21 @@ class _Recorder:
                 and t.__module__ not in ("builtins",) \
                 and not callable(v) and not isinstance(v, BaseException):
             d = {k: x for k, x in v.__dict__.items()}
+            self.keep.append(d)  # temporaries must stay alive: the rebuild memo is keyed by id
             if isinstance(v, (set, frozenset)) or (isinstance(v, tuple) and not hasattr(t, "_fields")):
                 raise Unreplayable(f"cannot reproduce container subclass {t.__name__}")
             if isinstance(v, dict):  # e.g. transformers ModelOutput (OrderedDict subclass)
                 base = collections.OrderedDict if isinstance(v, collections.OrderedDict) else dict
                 items = [(k, x) for k, x in dict.items(v)]
+                self.keep.append(items)
+                self.keep.extend(items)
                 return (f"_mk({self.const(t)}, {self.expr_of(d, depth + 1)}, {self.const(base)}, "
                         f"{self.expr_of(items, depth + 1)})")
             if isinstance(v, list):
+                items = list(list.__iter__(v))
+                self.keep.append(items)
                 return (f"_mk({self.const(t)}, {self.expr_of(d, depth + 1)}, {self.const(list)}, "
-                        f"{self.expr_of(list(list.__iter__(v)), depth + 1)})")
+                        f"{self.expr_of(items, depth + 1)})")
             return f"_mk({self.const(t)}, {self.expr_of(d, depth + 1)})"
         if hasattr(t, "__members__"):
             return self.const(v)
@@ -1116,14 +1161,21 @@ class _Recorder:
         return out
 
     def _dict_diff(self, out, de, d, snap, skip=()):
-        for k, x in d.items():
+        # dict subclasses may override __setitem__ (key normalisation...): replay the raw
+        # state change through the builtin base class
+        if type(d) is dict:
+            setter = deleter = None
+        else:
+            base = collections.OrderedDict if isinstance(d, collections.OrderedDict) else dict
+            setter, deleter = self.const(base.__setitem__), self.const(base.pop)
+        for k, x in dict.items(d):
             if k in skip:
                 continue
             if k not in snap or snap[k] is not x:
-                out.append(("item", de, k, x, False))
+                out.append(("item", de, k, x, setter))
         for k in snap:
             if k not in d and k not in skip:
-                out.append(("delitem", de, k, None, False))
+                out.append(("delitem", de, k, None, deleter))
 
 
 def _short(v):
@@ -1485,9 +1537,10 @@ class _GraphVariant(_Variant):
         rec.memo = {}
         ret = rec.expr_of(result)
         writes = rec.writes()
+        rec.keep.append(writes)
         wexprs = []
-        for kind, target, key, val, _ in writes:
-            wexprs.append((kind, target, key, rec.expr_of(val) if kind != "delitem" else None))
+        for kind, target, key, val, fn in writes:
+            wexprs.append((kind, target, key, rec.expr_of(val) if kind != "delitem" else None, fn))
         lets = list(rec.lets)
         rec.memo = None
         rec._close_seg()
@@ -1549,15 +1602,15 @@ class _GraphVariant(_Variant):
                     L.append(ind + "    " + rb)
         for name, e in lets:
             L.append(ind + f"{name} = {e}")
-        for i, (kind, target, key, ve) in enumerate(wexprs):
+        for i, (kind, target, key, ve, fn) in enumerate(wexprs):
             if ve is not None:
                 L.append(ind + f"_w{i} = {ve}")
-        for i, (kind, target, key, ve) in enumerate(wexprs):
+        for i, (kind, target, key, ve, fn) in enumerate(wexprs):
             kl = rec._lit(key) if key is not None else None
             if kind == "item":
-                L.append(ind + f"{target}[{kl}] = _w{i}")
+                L.append(ind + (f"{fn}({target}, {kl}, _w{i})" if fn else f"{target}[{kl}] = _w{i}"))
             elif kind == "delitem":
-                L.append(ind + f"{target}.pop({kl}, None)")
+                L.append(ind + (f"{fn}({target}, {kl}, None)" if fn else f"{target}.pop({kl}, None)"))
             elif kind == "set":
                 L.append(ind + f"{target}.{key} = _w{i}")
             elif kind == "extend":
