@@ -22,6 +22,7 @@ Overview
 """
 import builtins
 import collections
+import contextvars
 from logging import Logger as logging_Logger
 import dis
 import math
@@ -44,6 +45,14 @@ _E = _ext.load()
 HOOK = "pep523" if _E is not None else "python-fallback"
 _NULL = _E.NULL if _E is not None else object()
 NOT_HANDLED = _E.NOT_HANDLED if _E is not None else object()
+
+
+class _Missing:
+    def __repr__(self):
+        return "<unset>"
+
+
+_MISSING = _Missing()
 
 
 class _Miss:
@@ -218,6 +227,8 @@ class _Recorder:
         self.lets = []
         self.lazy = {}
         self.lazy_objs = {}
+        self.cv_snap = {}
+        self.cv_local = set()
         self.hooked_global = False
         self.dirty = set()     # (id(obj), key)
         self.snaps = {}        # id -> (kind, obj, expr, pretty, snapshot)
@@ -795,6 +806,25 @@ class _Recorder:
             if args and id(args[0]) in self.src and len(args) >= 2:
                 self.dirty.add((id(args[0]), args[1]))
             return
+        if kind == "ctxvar":
+            # ContextVar state is modelled like other external state: reads of values not set
+            # by this call are guarded, the net change is replayed at the end
+            cv = getattr(f, "__self__", None)
+            if not isinstance(cv, contextvars.ContextVar):
+                cv = args[0]
+            if cv not in self.cv_snap:
+                self.cv_snap[cv] = cv.get(_MISSING)
+                self.keep.append(cv)
+            name = f.__name__
+            if name == "set":
+                self.cv_local.add(cv)
+            elif name == "reset":   # back to an earlier value (possibly the pre-call one)
+                self.cv_local.discard(cv)
+            elif cv not in self.cv_local:
+                # a read that depends on the value the variable had before this call
+                self.read(f"{self.const(cv)}.get({self.const(_MISSING)})", f"ContextVar {cv.name!r}",
+                          self.cv_snap[cv])
+            return
         if kind == "weakref":
             if id(f) in self.src:
                 r = f()
@@ -1107,6 +1137,12 @@ class _Recorder:
     def writes(self):
         """Compare touched external state with its snapshot: list of (stmt builder)."""
         out = []
+        for cv, old in self.cv_snap.items():
+            now = cv.get(_MISSING)
+            if now is not old:
+                if now is _MISSING:
+                    raise Unreplayable("ContextVar left unset")
+                out.append(("cvset", self.const(cv), None, now, None))
         for key, (g, name, had, old) in self.global_snaps.items():
             if key[0] == "cell":
                 cell = g
@@ -1329,6 +1365,8 @@ def _call_kind(f):
             if mod.startswith("torch") or mod.split(".")[0] in _SAFE_MODULES:
                 return "safe"
             return "external"
+        if isinstance(so, contextvars.ContextVar) and name in ("get", "set", "reset"):
+            return "ctxvar"
         if isinstance(so, torch.Generator) or name in _EXTERNAL_PY_NAMES:
             return "external"
         if isinstance(so, torch.Tensor) or type(so).__module__.startswith("torch"):
@@ -1341,6 +1379,8 @@ def _call_kind(f):
     if t in (types.MethodDescriptorType, types.WrapperDescriptorType, types.ClassMethodDescriptorType,
              types.MethodWrapperType):
         objc = getattr(f, "__objclass__", None)
+        if objc is contextvars.ContextVar and f.__name__ in ("get", "set", "reset"):
+            return "ctxvar"
         if objc is not None and (objc.__module__.startswith("torch") or objc is object):
             return "safe"
         if objc in (list, dict, set, collections.OrderedDict):
@@ -1617,6 +1657,8 @@ class _GraphVariant(_Variant):
                 L.append(ind + f"{target}.extend(_w{i})")
             elif kind == "slice":
                 L.append(ind + f"{target}[:] = _w{i}")
+            elif kind == "cvset":
+                L.append(ind + f"{target}.set(_w{i})")
             elif kind == "update":
                 L.append(ind + f"{target}.update(_w{i})")
             elif kind == "discard":

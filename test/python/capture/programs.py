@@ -1057,3 +1057,25 @@ def mutate(i, m):
         with torch.no_grad(): m.a.weight.mul_(0.5)
     if i == 3: m.a.bias = None
 """, [(X34,), (X34b,), (X34,), (X34b,), (X34,)], graphs=2, recompiles=1)
+
+prog("contextvar_state", """
+import contextvars
+MODE = contextvars.ContextVar("mode", default="train")
+SCALE = contextvars.ContextVar("scale")
+def inner(x):
+    return x * 2 if MODE.get() == "double" else x
+def make():
+    def f(x):
+        tok = MODE.set("double")
+        try:
+            y = inner(x)
+        finally:
+            MODE.reset(tok)
+        SCALE.set(y.sum())          # net state change: replayed
+        return y + (1 if MODE.get() == "train" else 0)
+    return f
+def mutate(i, f):
+    if i == 2: MODE.set("eval")
+def state(f):
+    return SCALE.get(None)
+""", [(X34,), (X34b,), (X34,), (X34b,)], graphs=2, recompiles=1, breaks=0)
