@@ -59,28 +59,37 @@ def load():
             except Exception:
                 pass
     try:
-        d = _cache_dir()
-        out = os.path.join(d, "_mlircap_evalframe" + suffix)
-        if not os.path.exists(out):
-            os.makedirs(d, exist_ok=True)
+        import shlex
+        import tempfile
+        d0 = _cache_dir()
+        last = None
+        for d in (d0, os.path.join(tempfile.gettempdir(), "mlircap-" + os.path.basename(d0))):
+            out = os.path.join(d, "_mlircap_evalframe" + suffix)
             try:
-                import pybind11
-                pyb = pybind11.get_include()
-            except ImportError:  # header-only: any pybind11 >= 2.11 include dir works
-                pyb = os.environ["MLIRCAP_PYBIND11_INCLUDE"]
-            inc = [sysconfig.get_paths()["include"], pyb]
-            tmp = out + f".tmp{os.getpid()}"
-            cmd = [os.environ.get("CXX", "g++"), "-O2", "-shared", "-fPIC", "-std=c++17",
-                   "-fvisibility=hidden"] + [f"-I{i}" for i in inc] + [_SRC, "-o", tmp]
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode != 0:
-                raise RuntimeError(r.stderr[-2000:])
-            os.replace(tmp, out)
-        m = _import_from(out)
-        if getattr(m, "API_VERSION", 0) != API_VERSION:
-            raise RuntimeError("stale _mlircap_evalframe build")
-        _mod = m
-        return _mod
+                if not os.path.exists(out):
+                    os.makedirs(d, exist_ok=True)
+                    try:
+                        import pybind11
+                        pyb = pybind11.get_include()
+                    except ImportError:  # header-only: any pybind11 >= 2.11 include dir works
+                        pyb = os.environ["MLIRCAP_PYBIND11_INCLUDE"]
+                    inc = [sysconfig.get_paths()["include"], pyb]
+                    tmp = out + f".tmp{os.getpid()}"
+                    cmd = shlex.split(os.environ.get("CXX", "g++")) + [
+                        "-O2", "-shared", "-fPIC", "-std=c++17", "-fvisibility=hidden"] + \
+                        [f"-I{i}" for i in inc] + [_SRC, "-o", tmp]
+                    r = subprocess.run(cmd, capture_output=True, text=True)
+                    if r.returncode != 0:
+                        raise RuntimeError(r.stderr[-2000:])
+                    os.replace(tmp, out)
+                m = _import_from(out)
+                if getattr(m, "API_VERSION", 0) != API_VERSION:
+                    raise RuntimeError("stale _mlircap_evalframe build")
+                _mod = m
+                return _mod
+            except OSError as e:  # e.g. read-only cache dir: try the temp dir
+                last = e
+        raise last
     except Exception as e:  # pragma: no cover - depends on toolchain
         _err = f"{type(e).__name__}: {e}"
         _mod = None
