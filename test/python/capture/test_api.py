@@ -241,3 +241,43 @@ def test_transformers_bert_and_gpt2_replay_exactly():
         c = w._mlircap_capture
         assert c.stats.replays == 2 and not any(v.eager for v in c.variants), [v.reason for v in c.variants]
         assert 1 <= c.graph_count <= 2
+
+
+def test_print_and_logging_side_effects_happen_once_per_call(capsys):
+    def f(x):
+        y = x * 2
+        print("sum-shape", tuple(y.shape), "first", int(y.shape[0]))
+        return y + 1
+    w = capture(f, EAGER)
+    x = torch.ones(2, 3)
+    for _ in range(3):
+        assert torch.equal(w(x), f(x))
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["sum-shape (2, 3) first 2"] * 6, out
+    assert w._mlircap_capture.stats.replays == 2
+
+
+def test_backend_failures_fall_back_to_the_captured_graph():
+    def bad_compile(gm, ex):
+        raise RuntimeError("backend cannot compile this")
+
+    def bad_runtime(gm, ex):
+        def run(*args):
+            raise RuntimeError("compiled artifact crashed")
+        return run
+
+    def f(x):
+        return torch.nn.functional.dropout(x.sin(), 0.5, training=True) * 3
+    x = torch.randn(16)
+    for backend in (bad_compile, bad_runtime):
+        w = capture(f, backend)
+        with warnings.catch_warnings(record=True) as wl:
+            warnings.simplefilter("always")
+            for i in range(3):
+                torch.manual_seed(i)
+                a = f(x)
+                torch.manual_seed(i)
+                b = w(x)
+                assert torch.equal(a, b)
+        assert any("backend" in str(m.message) for m in wl)
+        assert w._mlircap_capture.graph_count == 1 and w._mlircap_capture.stats.replays == 2
