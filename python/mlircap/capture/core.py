@@ -23,6 +23,7 @@ Overview
 import builtins
 import collections
 import contextvars
+import io
 from logging import Logger as logging_Logger
 import dis
 import math
@@ -1611,7 +1612,7 @@ class _GraphVariant(_Variant):
             compiled.append(_compile_graph(backend, gm, list(seg.examples), rec.uses_rng))
         has_mid = any(pos > 0 for pos, _, _ in rec.guards)
         rollback = has_mid and (mutated or rec.uses_rng)
-        L = ["def _make(C, B, MISS, _mk, torch, _rollback):", "    def __replay(L, F):"]
+        L = ["def _make(C, B, MISS, _mk, torch, _rollback, _io, _sys):", "    def __replay(L, F):"]
         ind = "        "
         if rollback:
             L.append(ind + "_sv = [(_t, _t.detach().clone()) for _t in (" + "".join(m + ", " for m in mutated) + ")]")
@@ -1623,7 +1624,17 @@ class _GraphVariant(_Variant):
         for pos, e, p in rec.guards:
             if pos > 0:
                 midg[pos].append(e)
-        gi = 0
+        # print() breaks that precede a mid-replay guard write into a buffer that is flushed
+        # once no guard can fail any more, so a guard miss (which re-runs the function)
+        # does not print twice
+        last_mid = max((pos for pos, _, _ in rec.guards if pos > 0), default=0)
+        buffered = set()
+        for st in rec.steps:
+            if st[0] == "call" and st[1] + 1 < last_mid and "file" not in st[4] and st[2].startswith("C[") \
+                    and rec.consts[int(st[2][2:-1])] is builtins.print:
+                buffered.add(st[1])
+        if buffered:
+            L.append(ind + "_pbuf = _io.StringIO()")
         for st in rec.steps:
             if st[0] == "graph":
                 seg = st[1]
@@ -1635,11 +1646,15 @@ class _GraphVariant(_Variant):
             else:
                 _, k, fe, ae, ke, reason = st
                 argl = list(ae) + [f"{kk}={vv}" for kk, vv in ke.items()]
+                if k in buffered:
+                    argl.append("file=_pbuf")
                 L.append(ind + f"b{k} = {fe}(" + ", ".join(argl) + ")")
                 if midg.get(k + 1):
                     cond = " and ".join(f"({e})" for e in midg[k + 1])
                     L.append(ind + f"if not ({cond}):")
                     L.append(ind + "    " + rb)
+                if buffered and k + 1 == last_mid:
+                    L.append(ind + "_sys.stdout.write(_pbuf.getvalue())")
         for name, e in lets:
             L.append(ind + f"{name} = {e}")
         for i, (kind, target, key, ve, fn) in enumerate(wexprs):
@@ -1668,7 +1683,7 @@ class _GraphVariant(_Variant):
         self.source = "\n".join(L)
         ns = {}
         exec(compile(self.source, "<mlircap replay>", "exec"), ns)
-        self.replay = ns["_make"](self.consts, compiled, MISS, _mk_obj, torch, _rollback)
+        self.replay = ns["_make"](self.consts, compiled, MISS, _mk_obj, torch, _rollback, io, sys)
         self.mid_guards = [(pos, p) for pos, e, p in rec.guards if pos > 0]
 
     def run(self, st, func, args):

@@ -281,3 +281,18 @@ def test_backend_failures_fall_back_to_the_captured_graph():
                 assert torch.equal(a, b)
         assert any("backend" in str(m.message) for m in wl)
         assert w._mlircap_capture.graph_count == 1 and w._mlircap_capture.stats.replays == 2
+
+
+def test_print_before_data_dependent_branch_is_not_duplicated_on_guard_miss(capsys):
+    def f(x):
+        print("step")
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+    w = capture(f, EAGER)
+    pos, neg = torch.ones(3), -torch.ones(3)
+    for x in (pos, pos, neg, neg, pos):
+        assert torch.equal(w(x), f(x))
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["step"] * 10, out
+    assert w._mlircap_capture.recompiles == 1
