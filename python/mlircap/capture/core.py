@@ -23,6 +23,7 @@ Overview
 import builtins
 import collections
 import contextvars
+import functools
 import io
 from logging import Logger as logging_Logger
 import dis
@@ -229,6 +230,9 @@ class _Recorder:
         self.lazy = {}
         self.lazy_objs = {}
         self.cv_snap = {}
+        self.builtin_reads = {}
+        self.arg_tensors = []
+        self.has_inplace = False
         self.cv_local = set()
         self.hooked_global = False
         self.dirty = set()     # (id(obj), key)
@@ -378,6 +382,8 @@ class _Recorder:
         self.keep.append(v)
         if isinstance(v, torch.Tensor):
             if argrooted:
+                if expr.startswith("L["):
+                    self.arg_tensors.append(expr)
                 cls = self.const(type(v))
                 g = (f"type({expr}) is {cls} and {expr}.dtype is {self.const(v.dtype)} and "
                      f"{expr}.device == {self.const(v.device)} and {expr}.shape == {tuple(v.shape)!r} and "
@@ -471,6 +477,19 @@ class _Recorder:
             if t is not tuple:
                 self._snap(v, expr, pretty)
             return
+        if t is functools.partial:
+            self.guard(f"type({expr}) is {self.const(t)}", f"{pretty} is a functools.partial")
+            self.src[vid] = (expr, pretty, argrooted)
+            self._source(v.func, f"{expr}.func", f"{pretty}.func", True, depth + 1)
+            self._source(v.args, f"{expr}.args", f"{pretty}.args", True, depth + 1)
+            self._source(v.keywords, f"{expr}.keywords", f"{pretty}.keywords", True, depth + 1)
+            return
+        if hasattr(v, "__dict__") and not isinstance(v, type) and not _pure_python_type(t):
+            # C-implemented state (functools.partial, ...): only identity is safe
+            c = self.const(v, pretty)
+            self.guard(f"{expr} is {c}", f"{pretty} is {_short(v)}")
+            self.src[vid] = (c, pretty, False)
+            return
         if hasattr(v, "__dict__") and not isinstance(v, type) and not argrooted and \
                 type(getattr(v, "__dict__", None)) is dict:
             # object reached through a module attribute / global / cell (configs, helpers):
@@ -496,6 +515,19 @@ class _Recorder:
         c = self.const(v, pretty)
         self.guard(f"{expr} is {c}", f"{pretty} is {_short(v)}")
         self.src[vid] = (c, pretty, False)
+
+    def final_guards(self):
+        saved, self.ncalls = self.ncalls, 0
+        try:
+            for g, names in self.builtin_reads.values():
+                self.guard(f"{self.const(g)}.keys().isdisjoint({self.const(frozenset(names))})",
+                           f"module {g.get('__name__')!r} does not shadow builtins {sorted(names)}")
+            if len(self.arg_tensors) > 1 and self.has_inplace:
+                n = len(self.arg_tensors)
+                self.guard("len({" + "".join(f"id({e}), " for e in self.arg_tensors) + f"}}) == {n}",
+                           "tensor arguments are distinct objects (the graph mutates inputs)")
+        finally:
+            self.ncalls = saved
 
     def _item(self, container, expr, key):
         if type(container) in (dict, list, tuple):
@@ -603,7 +635,10 @@ class _Recorder:
         if name in g:
             d = g
         else:
-            return  # builtins are not guarded (see report: assumed not shadowed later)
+            # resolved to a builtin: guard (once per module, at the end) that the module
+            # does not shadow it later
+            self.builtin_reads.setdefault(id(g), (g, set()))[1].add(name)
+            return
         if (id(d), name) in self.dirty:
             return
         v = d[name]
@@ -1037,6 +1072,8 @@ class _Recorder:
                 target, cargs, ckw = builtins.getattr, (cargs[0], attr), {}
             else:
                 target, cargs, ckw = builtins.setattr, (cargs[0], attr, cargs[1]), {}
+        if name.endswith("_") and not name.endswith("__") or name in ("__setitem__", "__set__", "copy_"):
+            self.has_inplace = True
         node = seg.graph.call_function(_fx_target(target), cargs, ckw)
         seg.nops += 1
         if isinstance(res, torch.Tensor):
@@ -1289,6 +1326,22 @@ _MODULE_WALKERS = {"parameters", "named_parameters", "buffers", "named_buffers",
                    "modules", "named_modules"}
 _WRITE_ONLY = {"append", "extend", "insert", "add", "update", "clear", "__setitem__", "__delitem__",
                "discard", "sort", "reverse", "__iadd__"}
+_HEAPTYPE = 1 << 9
+
+
+def _pure_python_type(t):
+    """True if all instance state of t lives in its __dict__ (no C-level slots)."""
+    for k in t.__mro__:
+        if k is object:
+            continue
+        if not (k.__flags__ & _HEAPTYPE):
+            return False
+        if getattr(k, "__slots__", ()) not in ((), [], None) and not (
+                isinstance(k.__slots__, (tuple, list)) and set(k.__slots__) <= {"__dict__", "__weakref__"}):
+            return False
+    return True
+
+
 def _is_opaque_value(v):
     t = type(v)
     if t in _PRIM or isinstance(v, (torch.Tensor, list, tuple, dict, set, frozenset, type, types.FunctionType,
@@ -1588,6 +1641,7 @@ class _GraphVariant(_Variant):
         # mutated external tensors (for rollback on a mid-replay guard failure)
         mutated = [rec.src[vid][0] for vid, (t, ver) in rec.versions.items()
                    if t._version != ver and vid in rec.src]
+        rec.final_guards()
         pre = [(e, p) for pos, e, p in rec.guards if pos == 0]
         super().__init__(rec, pre)
         self.guards_all = [(pos, e, p) for pos, e, p in rec.guards]

@@ -1,6 +1,7 @@
 """Shared harness: every program is exec'd twice (eager copy, captured copy) so the two
 runs have fully independent program state (globals, modules, objects)."""
 import copy
+import functools
 import math
 import textwrap
 
@@ -31,6 +32,10 @@ def same(a, b, path="out"):
         assert a == b, f"{path}"
     elif isinstance(a, float) and math.isnan(a):
         assert math.isnan(b)
+    elif isinstance(a, functools.partial):
+        assert a.func is b.func, path
+        same(a.args, b.args, path + ".args")
+        same(a.keywords, b.keywords, path + ".keywords")
     elif isinstance(a, torch.nn.Module):
         same(state_of(a), state_of(b), path + ".state")
     elif hasattr(a, "__dict__") and not callable(a):

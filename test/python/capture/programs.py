@@ -24,6 +24,17 @@ XN = R(3, 4).t()  # non-contiguous (stride change)
 P = []
 
 
+import functools  # noqa: E402
+
+
+def _scale(x, s):
+    return x * s
+
+
+_P2 = functools.partial(_scale, s=2.0)
+_P3 = functools.partial(_scale, s=3.0)
+
+
 def prog(name, src, calls, graphs=None, recompiles=None, breaks=None, **kw):
     P.append(dict(name=name, src=src, calls=calls, graphs=graphs, recompiles=recompiles, breaks=breaks, **kw))
 
@@ -1079,3 +1090,33 @@ def mutate(i, f):
 def state(f):
     return SCALE.get(None)
 """, [(X34,), (X34b,), (X34,), (X34b,)], graphs=2, recompiles=1, breaks=0)
+
+prog("builtin_shadowed_later", """
+def make():
+    def f(x, xs):
+        return x * len(xs)
+    return f
+def mutate(i, f):
+    if i == 2:
+        f.__globals__['len'] = lambda s: 10
+""", [(X34, [1, 2]), (X34b, [1, 2]), (X34, [1, 2]), (X34b, [1, 2])], graphs=2, recompiles=1)
+
+prog("partial_argument", """
+import functools
+def scale(x, s):
+    return x * s
+def make():
+    def f(x, fn):
+        return fn(x) + 1
+    return f
+""", [(X34, _P2), (X34b, _P2), (X34, _P3), (X34b, _P2)], graphs=2, recompiles=1)
+
+prog("aliased_tensor_arguments", """
+def make():
+    def f(a, b):
+        a.add_(1)
+        return b * 2
+    return f
+def mutate(i, f):
+    pass
+""", [(X34, X34b), (X34b, X34)], graphs=1, recompiles=0)

@@ -296,3 +296,17 @@ def test_print_before_data_dependent_branch_is_not_duplicated_on_guard_miss(caps
     out = capsys.readouterr().out.splitlines()
     assert out == ["step"] * 10, out
     assert w._mlircap_capture.recompiles == 1
+
+
+def test_aliased_tensor_arguments_recompile():
+    def f(a, b):
+        a.add_(1)
+        return b * 2
+    w = capture(f, EAGER)
+    x, y = torch.zeros(3), torch.zeros(3)
+    assert torch.equal(w(x, y), torch.zeros(3))
+    z = torch.zeros(3)
+    assert torch.equal(w(z, z), torch.full((3,), 2.0))   # eager: b is a, already incremented
+    assert torch.equal(w(z, z), torch.full((3,), 4.0))
+    c = w._mlircap_capture
+    assert c.recompiles == 1 and "distinct" in c.stats.recompile_reasons[0]
