@@ -1,0 +1,1393 @@
+"""Capture benchmark: mlircap.capture vs torch.compile(backend="eager") (Dynamo).
+
+Corpus of >=100 small real-world-style modules.  For every case both frontends run on
+identical copies of the model (same weights, same RNG seed); we report whether the
+module was captured as a single graph, graph/break counts, capture time (first call),
+steady-state guard-check time, and correctness against eager (outputs + module state).
+
+    PYTHONPATH=python python bench/capture.py [--no-dynamo] [--filter NAME]
+"""
+import argparse
+import copy
+import math
+import os
+import statistics
+import sys
+import time
+import types
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python")
+sys.path.insert(0, os.path.normpath(_PY))
+try:
+    import mlircap  # noqa: F401
+except Exception:
+    mlircap = types.ModuleType("mlircap")
+    mlircap.__path__ = []
+    sys.modules["mlircap"] = mlircap
+if os.path.normpath(os.path.join(_PY, "mlircap")) not in list(mlircap.__path__):
+    mlircap.__path__.insert(0, os.path.normpath(os.path.join(_PY, "mlircap")))
+from mlircap.capture import HOOK, capture  # noqa: E402
+
+CASES = []
+
+
+def case(name, inputs, train=False):
+    def deco(factory):
+        CASES.append((name, factory, inputs, train))
+        return factory
+    return deco
+
+
+def R(*s):
+    return torch.randn(*s)
+
+
+# ----------------------------------------------------------------------------- CNNs
+class ConvBNReLU(nn.Module):
+    def __init__(self, cin, cout, k=3, stride=1, groups=1):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False)
+        self.bn = nn.BatchNorm2d(cout)
+
+    def forward(self, x):
+        return F.relu(self.bn(self.conv(x)))
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, c, stride=1):
+        super().__init__()
+        self.c1 = ConvBNReLU(c, c, stride=stride)
+        self.c2 = nn.Conv2d(c, c, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c)
+        self.down = None if stride == 1 else nn.Sequential(nn.Conv2d(c, c, 1, stride), nn.BatchNorm2d(c))
+
+    def forward(self, x):
+        idt = x if self.down is None else self.down(x)
+        return F.relu(self.bn2(self.c2(self.c1(x))) + idt)
+
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, c):
+        super().__init__()
+        self.a = ConvBNReLU(c * 4, c, 1)
+        self.b = ConvBNReLU(c, c, 3)
+        self.c = nn.Conv2d(c, c * 4, 1)
+
+    def forward(self, x):
+        return F.relu(x + self.c(self.b(self.a(x))))
+
+
+class TinyResNet(nn.Module):
+    def __init__(self, depth=2, width=8, ncls=10):
+        super().__init__()
+        self.stem = ConvBNReLU(3, width)
+        self.blocks = nn.Sequential(*[BasicBlock(width, 2 if i == 0 else 1) for i in range(depth)])
+        self.fc = nn.Linear(width, ncls)
+
+    def forward(self, x):
+        x = self.blocks(self.stem(x))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+class SEBlock(nn.Module):
+    def __init__(self, c, r=4):
+        super().__init__()
+        self.fc1 = nn.Linear(c, c // r)
+        self.fc2 = nn.Linear(c // r, c)
+
+    def forward(self, x):
+        s = x.mean((2, 3))
+        s = torch.sigmoid(self.fc2(F.relu(self.fc1(s))))
+        return x * s[:, :, None, None]
+
+
+class MBConv(nn.Module):
+    def __init__(self, c, expand=4, use_se=True):
+        super().__init__()
+        h = c * expand
+        self.expand = ConvBNReLU(c, h, 1)
+        self.dw = ConvBNReLU(h, h, 3, groups=h)
+        self.se = SEBlock(h) if use_se else nn.Identity()
+        self.project = nn.Conv2d(h, c, 1)
+
+    def forward(self, x):
+        return x + self.project(self.se(self.dw(self.expand(x))))
+
+
+class VGGish(nn.Module):
+    def __init__(self, cfg=(8, "M", 16, "M")):
+        super().__init__()
+        layers, c = [], 3
+        for v in cfg:
+            if v == "M":
+                layers.append(nn.MaxPool2d(2))
+            else:
+                layers += [nn.Conv2d(c, v, 3, padding=1), nn.ReLU(inplace=True)]
+                c = v
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Linear(c, 5)
+
+    def forward(self, x):
+        return self.head(self.features(x).mean((2, 3)))
+
+
+class UNetTiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.d1 = ConvBNReLU(3, 8)
+        self.d2 = ConvBNReLU(8, 16, stride=2)
+        self.u1 = nn.ConvTranspose2d(16, 8, 2, 2)
+        self.out = nn.Conv2d(16, 2, 1)
+
+    def forward(self, x):
+        a = self.d1(x)
+        b = self.d2(a)
+        return self.out(torch.cat([a, self.u1(b)], 1))
+
+
+class DepthwiseSeparable(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.dw = nn.Conv2d(c, c, 3, padding=1, groups=c)
+        self.pw = nn.Conv2d(c, 2 * c, 1)
+        self.act = nn.Hardswish()
+
+    def forward(self, x):
+        return self.act(self.pw(self.dw(x)))
+
+
+class Conv1dNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.ModuleList([nn.Conv1d(4, 8, 3, padding=1), nn.Conv1d(8, 8, 3, padding=2, dilation=2)])
+        self.norm = nn.GroupNorm(2, 8)
+
+    def forward(self, x):
+        for c in self.convs:
+            x = F.gelu(c(x))
+        return self.norm(x).max(dim=-1).values
+
+
+class PixelShuffleUp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 12, 3, padding=1)
+        self.ps = nn.PixelShuffle(2)
+
+    def forward(self, x):
+        return torch.tanh(self.ps(self.conv(x)))
+
+
+IMG = lambda: (R(2, 3, 16, 16),)  # noqa: E731
+case("resnet_tiny", IMG)(lambda: TinyResNet())
+case("resnet_tiny_train", IMG, train=True)(lambda: TinyResNet())
+case("resnet_deeper", IMG)(lambda: TinyResNet(depth=3, width=12))
+case("basic_block", lambda: (R(2, 8, 8, 8),))(lambda: BasicBlock(8))
+case("basic_block_stride2_train", lambda: (R(2, 8, 8, 8),), train=True)(lambda: BasicBlock(8, 2))
+case("bottleneck", lambda: (R(2, 16, 8, 8),))(lambda: Bottleneck(4))
+case("se_block", lambda: (R(2, 8, 8, 8),))(lambda: SEBlock(8))
+case("mbconv", lambda: (R(2, 4, 8, 8),))(lambda: MBConv(4))
+case("mbconv_nose_train", lambda: (R(2, 4, 8, 8),), train=True)(lambda: MBConv(4, use_se=False))
+case("vggish", IMG)(lambda: VGGish())
+case("vggish_wide", IMG)(lambda: VGGish((8, 8, "M", 16, 16, "M", 32)))
+case("unet_tiny", IMG)(lambda: UNetTiny())
+case("unet_tiny_train", IMG, train=True)(lambda: UNetTiny())
+case("dw_separable", lambda: (R(2, 6, 8, 8),))(lambda: DepthwiseSeparable(6))
+case("conv1d_net", lambda: (R(2, 4, 20),))(lambda: Conv1dNet())
+case("pixel_shuffle", IMG)(lambda: PixelShuffleUp())
+case("conv_bn_relu_train", IMG, train=True)(lambda: ConvBNReLU(3, 8))
+
+
+# ----------------------------------------------------------------------------- RNN cells
+class LSTMCellLoop(nn.Module):
+    def __init__(self, i=6, h=8):
+        super().__init__()
+        self.cell = nn.LSTMCell(i, h)
+        self.h = h
+
+    def forward(self, xs):
+        h = xs.new_zeros(xs.shape[1], self.h)
+        c = xs.new_zeros(xs.shape[1], self.h)
+        outs = []
+        for t in range(xs.shape[0]):
+            h, c = self.cell(xs[t], (h, c))
+            outs.append(h)
+        return torch.stack(outs)
+
+
+class ManualLSTM(nn.Module):
+    def __init__(self, i=6, h=8):
+        super().__init__()
+        self.ih = nn.Linear(i, 4 * h)
+        self.hh = nn.Linear(h, 4 * h)
+
+    def forward(self, x, state=None):
+        if state is None:
+            z = x.new_zeros(x.shape[0], self.hh.in_features)
+            state = (z, z)
+        h, c = state
+        g = self.ih(x) + self.hh(h)
+        i, f, gg, o = g.chunk(4, 1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(gg)
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+
+class GRUSeq(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRUCell(6, 8)
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, xs, reverse=False):
+        h = None
+        steps = range(xs.shape[0] - 1, -1, -1) if reverse else range(xs.shape[0])
+        for t in steps:
+            h = self.gru(xs[t], h)
+        return self.out(h)
+
+
+class ElmanRNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wx = nn.Parameter(torch.randn(6, 8) * 0.1)
+        self.wh = nn.Parameter(torch.randn(8, 8) * 0.1)
+
+    def forward(self, xs):
+        h = torch.zeros(xs.shape[1], 8)
+        for x in xs.unbind(0):
+            h = torch.tanh(x @ self.wx + h @ self.wh)
+        return h
+
+
+class FullLSTM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(6, 8, num_layers=2, batch_first=True)
+
+    def forward(self, x):
+        out, (h, c) = self.lstm(x)
+        return out[:, -1] + h[-1]
+
+
+class FullGRU(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(6, 8, bidirectional=True)
+
+    def forward(self, x):
+        return self.gru(x)[0].sum(0)
+
+
+SEQ = lambda: (R(5, 2, 6),)  # noqa: E731
+case("lstm_cell_loop", SEQ)(lambda: LSTMCellLoop())
+case("manual_lstm_step", lambda: (R(2, 6),))(lambda: ManualLSTM())
+case("gru_seq", SEQ)(lambda: GRUSeq())
+case("elman_rnn", SEQ)(lambda: ElmanRNN())
+case("nn_lstm", lambda: (R(2, 5, 6),))(lambda: FullLSTM())
+case("nn_gru_bidir", SEQ)(lambda: FullGRU())
+case("rnn_cell_tanh", lambda: (R(2, 6), R(2, 8)))(lambda: nn.RNNCell(6, 8))
+
+
+class GRUSeqReverse(GRUSeq):
+    def forward(self, xs):
+        return super().forward(xs, reverse=True)
+
+
+case("gru_seq_reverse_super", SEQ)(lambda: GRUSeqReverse())
+
+
+# ----------------------------------------------------------------------------- attention
+class MHA(nn.Module):
+    def __init__(self, d=16, h=4, causal=False, dropout=0.0):
+        super().__init__()
+        self.h, self.causal = h, causal
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.h, C // self.h).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        if self.causal:
+            att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        if mask is not None:
+            att = att + mask
+        att = self.drop(F.softmax(att, dim=-1))
+        return self.proj((att @ v).transpose(1, 2).contiguous().view(B, T, C))
+
+
+class SDPAAttn(nn.Module):
+    def __init__(self, d=16, h=2):
+        super().__init__()
+        self.h = h
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        sh = lambda t: t.view(B, T, self.h, -1).transpose(1, 2)  # noqa: E731
+        y = F.scaled_dot_product_attention(sh(self.q(x)), sh(self.k(x)), sh(self.v(x)), is_causal=True)
+        return y.transpose(1, 2).reshape(B, T, C)
+
+
+class RotaryAttn(nn.Module):
+    def __init__(self, d=16):
+        super().__init__()
+        self.qk = nn.Linear(d, 2 * d)
+        inv = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
+        self.register_buffer("inv_freq", inv)
+
+    def rope(self, x):
+        T = x.shape[1]
+        f = torch.outer(torch.arange(T, dtype=x.dtype), self.inv_freq)
+        cos, sin = f.cos(), f.sin()
+        x1, x2 = x[..., ::2], x[..., 1::2]
+        return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).flatten(-2)
+
+    def forward(self, x):
+        q, k = self.qk(x).chunk(2, -1)
+        return (self.rope(q) @ self.rope(k).transpose(1, 2)).softmax(-1) @ x
+
+
+class CrossAttn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(16, 2, batch_first=True)
+
+    def forward(self, x, ctx):
+        return self.attn(x, ctx, ctx, need_weights=False)[0]
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, d=16, pre_norm=True):
+        super().__init__()
+        self.pre_norm = pre_norm
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = MHA(d, 4, causal=True)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        if self.pre_norm:
+            x = x + self.attn(self.ln1(x))
+            return x + self.mlp(self.ln2(x))
+        x = self.ln1(x + self.attn(x))
+        return self.ln2(x + self.mlp(x))
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, vocab=50, d=16, n=2):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.zeros(1, 32, d))
+        self.blocks = nn.ModuleList([TransformerBlock(d) for _ in range(n)])
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx, targets=None):
+        T = idx.shape[1]
+        x = self.tok(idx) + self.pos[:, :T]
+        for b in self.blocks:
+            x = b(x)
+        logits = self.head(self.ln(x))
+        if targets is None:
+            return logits, None
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+class LinearAttention(nn.Module):
+    def __init__(self, d=16):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, -1)
+        q, k = F.elu(q) + 1, F.elu(k) + 1
+        kv = torch.einsum("btd,bte->bde", k, v)
+        z = 1 / (torch.einsum("btd,bd->bt", q, k.sum(1)) + 1e-6)
+        return torch.einsum("btd,bde,bt->bte", q, kv, z)
+
+
+class WindowAttn(nn.Module):
+    def __init__(self, d=16, window=4):
+        super().__init__()
+        self.window = window
+        self.mha = MHA(d, 2)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        pad = (-T) % self.window
+        if pad:
+            x = F.pad(x, (0, 0, 0, pad))
+        w = x.view(B * (x.shape[1] // self.window), self.window, C)
+        return self.mha(w).view(B, -1, C)[:, :T]
+
+
+TOK = lambda: (R(2, 6, 16),)  # noqa: E731
+case("mha", TOK)(lambda: MHA())
+case("mha_causal", TOK)(lambda: MHA(causal=True))
+case("mha_dropout_train", TOK, train=True)(lambda: MHA(dropout=0.1))
+case("mha_mask", lambda: (R(2, 6, 16), R(6, 6)))(lambda: MHA())
+case("sdpa_attn", TOK)(lambda: SDPAAttn())
+case("rotary_attn", TOK)(lambda: RotaryAttn())
+case("cross_attn_nn_mha", lambda: (R(2, 6, 16), R(2, 4, 16)))(lambda: CrossAttn())
+case("transformer_block_pre", TOK)(lambda: TransformerBlock())
+case("transformer_block_post", TOK)(lambda: TransformerBlock(pre_norm=False))
+case("transformer_block_train", TOK, train=True)(lambda: TransformerBlock())
+case("tiny_gpt", lambda: (torch.randint(0, 50, (2, 8)),))(lambda: TinyGPT())
+case("tiny_gpt_loss", lambda: (torch.randint(0, 50, (2, 8)), torch.randint(0, 50, (2, 8))))(lambda: TinyGPT())
+case("linear_attention", TOK)(lambda: LinearAttention())
+case("window_attn_pad", lambda: (R(2, 6, 16),))(lambda: WindowAttn())
+case("window_attn_nopad", lambda: (R(2, 8, 16),))(lambda: WindowAttn())
+case("nn_transformer_encoder_layer", TOK)(lambda: nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True))
+
+
+# ----------------------------------------------------------------------------- losses
+class FocalLoss(nn.Module):
+    def __init__(self, gamma=2.0, alpha=None, reduction="mean"):
+        super().__init__()
+        self.gamma, self.alpha, self.reduction = gamma, alpha, reduction
+
+    def forward(self, logits, target):
+        logp = F.log_softmax(logits, -1)
+        pt = logp.gather(1, target[:, None]).squeeze(1).exp()
+        loss = -((1 - pt) ** self.gamma) * pt.log()
+        if self.alpha is not None:
+            loss = loss * self.alpha
+        if self.reduction == "mean":
+            return loss.mean()
+        if self.reduction == "sum":
+            return loss.sum()
+        return loss
+
+
+class DiceLoss(nn.Module):
+    def forward(self, pred, target, eps=1.0):
+        p = torch.sigmoid(pred).flatten(1)
+        t = target.flatten(1)
+        inter = (p * t).sum(1)
+        return 1 - ((2 * inter + eps) / (p.sum(1) + t.sum(1) + eps)).mean()
+
+
+class LabelSmoothingCE(nn.Module):
+    def __init__(self, eps=0.1):
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, logits, target):
+        n = logits.size(-1)
+        logp = logits.log_softmax(-1)
+        nll = -logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+        return ((1 - self.eps) * nll - self.eps / n * logp.sum(-1)).mean()
+
+
+class ContrastiveLoss(nn.Module):
+    def __init__(self, temperature=0.1):
+        super().__init__()
+        self.t = temperature
+
+    def forward(self, a, b):
+        a, b = F.normalize(a, dim=-1), F.normalize(b, dim=-1)
+        logits = a @ b.t() / self.t
+        labels = torch.arange(a.shape[0])
+        return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2
+
+
+class TripletLoss(nn.Module):
+    def forward(self, a, p, n, margin=1.0):
+        return F.relu((a - p).pow(2).sum(1) - (a - n).pow(2).sum(1) + margin).mean()
+
+
+class KLDivLoss(nn.Module):
+    def forward(self, student, teacher, T=2.0):
+        return F.kl_div(F.log_softmax(student / T, -1), F.softmax(teacher / T, -1), reduction="batchmean") * T * T
+
+
+class HuberLoss(nn.Module):
+    def forward(self, pred, target):
+        return F.smooth_l1_loss(pred, target) + F.huber_loss(pred, target, delta=0.5)
+
+
+class MultiTaskLoss(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weights = {"cls": 1.0, "reg": 0.5}
+
+    def forward(self, outputs, targets):
+        total = 0.0
+        parts = {}
+        for k, w in self.weights.items():
+            if k == "cls":
+                l = F.cross_entropy(outputs[k], targets[k])  # noqa: E741
+            else:
+                l = F.mse_loss(outputs[k], targets[k])  # noqa: E741
+            parts[k] = l
+            total = total + w * l
+        return total, parts
+
+
+CLS = lambda: (R(4, 5), torch.randint(0, 5, (4,)))  # noqa: E731
+case("focal_loss", CLS)(lambda: FocalLoss())
+case("focal_loss_alpha_sum", CLS)(lambda: FocalLoss(alpha=0.25, reduction="sum"))
+case("focal_loss_none", CLS)(lambda: FocalLoss(gamma=1.0, reduction="none"))
+case("dice_loss", lambda: (R(2, 1, 8, 8), (R(2, 1, 8, 8) > 0).float()))(lambda: DiceLoss())
+case("label_smoothing_ce", CLS)(lambda: LabelSmoothingCE())
+case("contrastive_loss", lambda: (R(4, 8), R(4, 8)))(lambda: ContrastiveLoss())
+case("triplet_loss", lambda: (R(4, 8), R(4, 8), R(4, 8)))(lambda: TripletLoss())
+case("kl_div_distill", lambda: (R(4, 5), R(4, 5)))(lambda: KLDivLoss())
+case("huber_loss", lambda: (R(4, 3), R(4, 3)))(lambda: HuberLoss())
+case("multitask_loss_dicts", lambda: ({"cls": R(4, 5), "reg": R(4, 2)},
+                                      {"cls": torch.randint(0, 5, (4,)), "reg": R(4, 2)}))(lambda: MultiTaskLoss())
+case("nn_bce_with_logits", lambda: (R(4, 3), torch.rand(4, 3)))(lambda: nn.BCEWithLogitsLoss(pos_weight=torch.ones(3) * 2))
+case("nn_ctc_like_nll", lambda: (F.log_softmax(R(4, 5), -1), torch.randint(0, 5, (4,))))(lambda: nn.NLLLoss())
+
+
+# ----------------------------------------------------------------------------- custom layers with Python logic
+class GatedMLP(nn.Module):
+    def __init__(self, d=8, act="silu"):
+        super().__init__()
+        self.w1, self.w2, self.w3 = nn.Linear(d, 2 * d), nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+        self.act = {"silu": F.silu, "gelu": F.gelu, "relu": F.relu}[act]
+
+    def forward(self, x):
+        return self.w3(self.act(self.w1(x)) * self.w2(x))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d=8, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class StochasticDepth(nn.Module):
+    def __init__(self, p=0.2):
+        super().__init__()
+        self.p = p
+        self.body = nn.Linear(8, 8)
+
+    def forward(self, x):
+        if not self.training or self.p == 0.0:
+            return x + self.body(x)
+        keep = torch.rand(x.shape[0], 1) >= self.p
+        return x + self.body(x) * keep / (1 - self.p)
+
+
+class MixtureOfExperts(nn.Module):
+    def __init__(self, n=4, d=8, k=2):
+        super().__init__()
+        self.k = k
+        self.gate = nn.Linear(d, n)
+        self.experts = nn.ModuleList([nn.Linear(d, d) for _ in range(n)])
+
+    def forward(self, x):
+        w, idx = self.gate(x).softmax(-1).topk(self.k, -1)
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            sel = (idx == e).any(-1, keepdim=True).float()
+            weight = (w * (idx == e)).sum(-1, keepdim=True)
+            out = out + sel * weight * expert(x)
+        return out
+
+
+class MoEDataDependent(MixtureOfExperts):
+    def forward(self, x):
+        idx = self.gate(x).argmax(-1)
+        out = torch.zeros_like(x)
+        for e in idx.unique().tolist():
+            m = idx == e
+            out[m] = self.experts[e](x[m])
+        return out
+
+
+class EarlyExit(nn.Module):
+    def __init__(self, thresh=0.5):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(3)])
+        self.thresh = thresh
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+            if x.abs().mean() < self.thresh:
+                break
+        return x
+
+
+class ScaleByMax(nn.Module):
+    def forward(self, x):
+        m = x.abs().max().item()
+        return x / max(m, 1e-6)
+
+
+class ConfigurableHead(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.fc = nn.Linear(8, cfg["out"])
+        self.norm = nn.LayerNorm(8) if cfg.get("norm") else None
+
+    def forward(self, x):
+        if self.norm is not None:
+            x = self.norm(x)
+        y = self.fc(x)
+        if self.cfg.get("act") == "softmax":
+            y = y.softmax(-1)
+        elif self.cfg.get("act") == "sigmoid":
+            y = torch.sigmoid(y)
+        return {"out": y, "name": f"head_{self.cfg['out']}"}
+
+
+class EMAStats(nn.Module):
+    def __init__(self, d=8, momentum=0.1):
+        super().__init__()
+        self.momentum = momentum
+        self.register_buffer("mean", torch.zeros(d))
+        self.register_buffer("var", torch.ones(d))
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x):
+        if self.training:
+            with torch.no_grad():
+                self.mean.lerp_(x.mean(0), self.momentum)
+                self.var.lerp_(x.var(0), self.momentum)
+                self.steps += 1
+        return (x - self.mean) / (self.var + 1e-5).sqrt()
+
+
+class CachedLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.cache = {}
+
+    def forward(self, x, key="default"):
+        y = self.fc(x)
+        self.cache[key] = y.detach()
+        return y
+
+
+class ResidualStack(nn.Module):
+    def __init__(self, n=3, scales=None):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(n)])
+        self.scales = scales or [1.0 / (i + 1) for i in range(n)]
+
+    def forward(self, x):
+        for s, layer in zip(self.scales, self.layers):
+            x = x + s * F.relu(layer(x))
+        return x
+
+
+class PositionalEncoding(nn.Module):
+    def __init__(self, d=16, max_len=64):
+        super().__init__()
+        pe = torch.zeros(max_len, d)
+        pos = torch.arange(max_len).unsqueeze(1).float()
+        div = torch.exp(torch.arange(0, d, 2).float() * (-math.log(10000.0) / d))
+        pe[:, 0::2] = torch.sin(pos * div)
+        pe[:, 1::2] = torch.cos(pos * div)
+        self.register_buffer("pe", pe)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        return self.drop(x + self.pe[: x.size(1)])
+
+
+class LoRALinear(nn.Module):
+    def __init__(self, d=8, r=2, alpha=4, enabled=True):
+        super().__init__()
+        self.base = nn.Linear(d, d)
+        self.A = nn.Parameter(torch.randn(r, d) * 0.01)
+        self.B = nn.Parameter(torch.zeros(d, r))
+        self.scaling = alpha / r
+        self.enabled = enabled
+
+    def forward(self, x):
+        y = self.base(x)
+        if self.enabled:
+            y = y + (x @ self.A.t() @ self.B.t()) * self.scaling
+        return y
+
+
+class DebugPrintLayer(nn.Module):
+    def __init__(self, verbose=True):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.verbose = verbose
+
+    def forward(self, x):
+        y = self.fc(x)
+        if self.verbose:
+            print(f"[debug] activation mean {y.mean():.3f}")
+        return y.relu()
+
+
+class ClampByStd(nn.Module):
+    def forward(self, x):
+        s = float(x.std())
+        return x.clamp(-3 * s, 3 * s)
+
+
+class NumpyPost(nn.Module):
+    def forward(self, x):
+        a = x.detach().numpy()
+        return torch.from_numpy(a * 2).float() + x
+
+
+class Gumbel(nn.Module):
+    def __init__(self, tau=1.0, hard=False):
+        super().__init__()
+        self.tau, self.hard = tau, hard
+
+    def forward(self, logits):
+        return F.gumbel_softmax(logits, tau=self.tau, hard=self.hard)
+
+
+class HighwayLayer(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        self.h, self.t = nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        t = torch.sigmoid(self.t(x))
+        return t * F.relu(self.h(x)) + (1 - t) * x
+
+
+class CapsuleSquash(nn.Module):
+    def forward(self, s, dim=-1):
+        n2 = (s ** 2).sum(dim, keepdim=True)
+        return n2 / (1 + n2) * s / torch.sqrt(n2 + 1e-8)
+
+
+class TopKPool(nn.Module):
+    def __init__(self, k=3):
+        super().__init__()
+        self.k = k
+        self.score = nn.Linear(8, 1)
+
+    def forward(self, x):
+        s = self.score(x).squeeze(-1)
+        idx = s.topk(min(self.k, x.shape[1]), dim=1).indices
+        return torch.gather(x, 1, idx[..., None].expand(-1, -1, x.shape[-1])).mean(1)
+
+
+class MaskedMeanPool(nn.Module):
+    def forward(self, x, lengths):
+        mask = torch.arange(x.shape[1])[None, :] < lengths[:, None]
+        return (x * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).clamp(min=1)
+
+
+class Tokenizerish(nn.Module):
+    """Python-heavy preprocessing on a Python list input."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(20, 8)
+        self.vocab = {c: i for i, c in enumerate("abcdefghijklmnopqrs")}
+
+    def forward(self, words):
+        ids = [[self.vocab.get(c, 19) for c in w] for w in words]
+        n = max(len(i) for i in ids)
+        ids = [i + [19] * (n - len(i)) for i in ids]
+        return self.emb(torch.tensor(ids)).mean(1)
+
+
+class GradientReversal(nn.Module):
+    def forward(self, x, alpha=1.0):
+        return x.detach() * (1 + alpha) - x * alpha
+
+
+class SpectralNormish(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8, 8))
+        self.register_buffer("u", F.normalize(torch.randn(8), dim=0))
+
+    def forward(self, x):
+        with torch.no_grad():
+            v = F.normalize(self.w.t() @ self.u, dim=0)
+            self.u.copy_(F.normalize(self.w @ v, dim=0))
+        sigma = self.u @ self.w @ v
+        return x @ (self.w / sigma).t()
+
+
+class Conditional(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x, use_b=False):
+        return self.b(x) if use_b else self.a(x)
+
+
+class WithKwargs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x, *extras, scale=1.0, **opts):
+        y = self.fc(x) * scale
+        for e in extras:
+            y = y + e
+        if opts.get("residual"):
+            y = y + x
+        return y
+
+
+class DataclassOut(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x):
+        from collections import namedtuple
+        Out = _OUT
+        logits = self.fc(x)
+        return Out(logits, logits.argmax(-1))
+
+
+from collections import namedtuple  # noqa: E402
+_OUT = namedtuple("Out", ["logits", "pred"])
+
+V8 = lambda: (R(4, 8),)  # noqa: E731
+case("gated_mlp_silu", V8)(lambda: GatedMLP())
+case("gated_mlp_gelu", V8)(lambda: GatedMLP(act="gelu"))
+case("rmsnorm", V8)(lambda: RMSNorm())
+case("stochastic_depth_train", V8, train=True)(lambda: StochasticDepth())
+case("stochastic_depth_eval", V8)(lambda: StochasticDepth())
+case("moe_dense", V8)(lambda: MixtureOfExperts())
+case("moe_data_dependent", V8)(lambda: MoEDataDependent())
+case("early_exit", V8)(lambda: EarlyExit())
+case("scale_by_max_item", V8)(lambda: ScaleByMax())
+case("configurable_head_softmax", V8)(lambda: ConfigurableHead({"out": 3, "act": "softmax", "norm": True}))
+case("configurable_head_sigmoid", V8)(lambda: ConfigurableHead({"out": 2, "act": "sigmoid"}))
+case("ema_stats_train", V8, train=True)(lambda: EMAStats())
+case("ema_stats_eval", V8)(lambda: EMAStats())
+case("cached_layer_dict_write", V8)(lambda: CachedLayer())
+case("residual_stack", V8)(lambda: ResidualStack())
+case("positional_encoding_train", TOK, train=True)(lambda: PositionalEncoding())
+case("lora_linear", V8)(lambda: LoRALinear())
+case("lora_linear_disabled", V8)(lambda: LoRALinear(enabled=False))
+case("debug_print_layer", V8)(lambda: DebugPrintLayer())
+case("debug_print_layer_quiet", V8)(lambda: DebugPrintLayer(verbose=False))
+case("clamp_by_std_float", V8)(lambda: ClampByStd())
+case("numpy_postprocess", V8)(lambda: NumpyPost())
+case("gumbel_softmax", V8)(lambda: Gumbel())
+case("gumbel_softmax_hard", V8)(lambda: Gumbel(hard=True))
+case("highway", V8)(lambda: HighwayLayer())
+case("capsule_squash", lambda: (R(4, 3, 8),))(lambda: CapsuleSquash())
+case("topk_pool", lambda: (R(2, 5, 8),))(lambda: TopKPool())
+case("masked_mean_pool", lambda: (R(3, 5, 8), torch.tensor([5, 2, 3])))(lambda: MaskedMeanPool())
+case("tokenizerish_python_lists", lambda: (["abc", "de", "fghij"],))(lambda: Tokenizerish())
+case("gradient_reversal", V8)(lambda: GradientReversal())
+case("spectral_normish", V8)(lambda: SpectralNormish())
+case("conditional_branch_kwarg", V8)(lambda: Conditional())
+case("varargs_kwargs_forward", lambda: (R(4, 8), R(4, 8), R(4, 8)))(lambda: WithKwargs())
+case("namedtuple_output", V8)(lambda: DataclassOut())
+
+
+# ----------------------------------------------------------------------------- small classics
+class LeNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(1, 6, 5, padding=2), nn.Conv2d(6, 16, 5)
+        self.f1, self.f2, self.f3 = nn.Linear(16 * 5 * 5, 120), nn.Linear(120, 84), nn.Linear(84, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.c1(x)), 2)
+        x = F.max_pool2d(F.relu(self.c2(x)), 2)
+        x = x.view(x.size(0), -1)
+        return self.f3(F.relu(self.f2(F.relu(self.f1(x)))))
+
+
+class Autoencoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4))
+        self.dec = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 16), nn.Sigmoid())
+
+    def forward(self, x):
+        z = self.enc(x)
+        return self.dec(z), z
+
+
+class VAE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(16, 8)
+        self.mu, self.logvar = nn.Linear(8, 4), nn.Linear(8, 4)
+        self.dec = nn.Linear(4, 16)
+
+    def forward(self, x):
+        h = F.relu(self.enc(x))
+        mu, lv = self.mu(h), self.logvar(h)
+        z = mu + torch.randn_like(mu) * torch.exp(0.5 * lv)
+        recon = torch.sigmoid(self.dec(z))
+        kld = -0.5 * torch.sum(1 + lv - mu.pow(2) - lv.exp())
+        return recon, kld
+
+
+class GCNLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x, adj):
+        deg = adj.sum(-1)
+        norm = deg.pow(-0.5)
+        norm = torch.where(torch.isinf(norm), torch.zeros_like(norm), norm)
+        a = norm[:, None] * adj * norm[None, :]
+        return F.relu(a @ self.lin(x))
+
+
+class WideAndDeep(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.EmbeddingBag(30, 8, mode="mean")
+        self.wide = nn.Linear(10, 1)
+        self.deep = nn.Sequential(nn.Linear(8 + 10, 16), nn.ReLU(), nn.Linear(16, 1))
+
+    def forward(self, ids, offsets, dense):
+        e = self.emb(ids, offsets)
+        return torch.sigmoid(self.wide(dense) + self.deep(torch.cat([e, dense], 1)))
+
+
+class SiameseNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tower = nn.Sequential(nn.Linear(8, 8), nn.Tanh())
+
+    def forward(self, a, b):
+        return F.cosine_similarity(self.tower(a), self.tower(b))
+
+
+class PolicyValueNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(8, 16)
+        self.pi, self.v = nn.Linear(16, 4), nn.Linear(16, 1)
+
+    def forward(self, obs, greedy=False):
+        h = F.relu(self.body(obs))
+        probs = F.softmax(self.pi(h), -1)
+        action = probs.argmax(-1) if greedy else torch.multinomial(probs, 1).squeeze(-1)
+        return action, self.v(h).squeeze(-1)
+
+
+class PatchEmbed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Conv2d(3, 16, 4, 4)
+        self.cls = nn.Parameter(torch.zeros(1, 1, 16))
+
+    def forward(self, x):
+        x = self.proj(x).flatten(2).transpose(1, 2)
+        return torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1)
+
+
+class MiniViT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = PatchEmbed()
+        self.blocks = nn.Sequential(TransformerBlock(16), TransformerBlock(16))
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x):
+        return self.head(self.blocks(self.embed(x))[:, 0])
+
+
+class TemporalConv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(4, 8, 3, padding=2, dilation=1)
+        self.chomp = 2
+
+    def forward(self, x):
+        return F.relu(self.conv(x)[..., :-self.chomp] if self.chomp else self.conv(x))
+
+
+class NormalizeInput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mean", torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1))
+        self.net = ConvBNReLU(3, 4)
+
+    def forward(self, x):
+        if x.dtype == torch.uint8:
+            x = x.float() / 255
+        return self.net((x - self.mean) / self.std)
+
+
+class InstanceNormStyle(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.InstanceNorm2d(3, affine=True)
+        self.style = nn.Linear(4, 6)
+
+    def forward(self, x, s):
+        g, b = self.style(s).chunk(2, -1)
+        return self.norm(x) * (1 + g[:, :, None, None]) + b[:, :, None, None]
+
+
+class Upsampler(nn.Module):
+    def __init__(self, mode="nearest"):
+        super().__init__()
+        self.mode = mode
+        self.conv = nn.Conv2d(3, 3, 3, padding=1)
+
+    def forward(self, x):
+        kw = {} if self.mode == "nearest" else {"align_corners": False}
+        return self.conv(F.interpolate(x, scale_factor=2, mode=self.mode, **kw))
+
+
+class PReLUMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.PReLU(), nn.Dropout(0.2), nn.Linear(16, 8), nn.ELU(),
+                                 nn.Softplus(), nn.Mish())
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class Bilinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bil = nn.Bilinear(8, 8, 4)
+
+    def forward(self, a, b):
+        return self.bil(a, b).log_softmax(-1)
+
+
+class MultiHeadOutputDict(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Linear(8, 8)
+        self.heads = nn.ModuleDict({"age": nn.Linear(8, 1), "gender": nn.Linear(8, 2), "emotion": nn.Linear(8, 5)})
+
+    def forward(self, x):
+        h = F.relu(self.trunk(x))
+        return {k: head(h) for k, head in self.heads.items()}
+
+
+class ShapeDispatch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        if x.dim() == 3:
+            b, t, d = x.shape
+            return self.fc(x.reshape(b * t, d)).reshape(b, t, d)
+        return self.fc(x)
+
+
+class ClipGrad(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.fc(x)
+        n = y.norm()
+        if n > 10:
+            y = y * (10 / n)
+        return y
+
+
+IMG1 = lambda: (R(2, 1, 28, 28),)  # noqa: E731
+case("lenet", IMG1)(lambda: LeNet())
+case("autoencoder", lambda: (R(4, 16),))(lambda: Autoencoder())
+case("vae_train_rng", lambda: (torch.rand(4, 16),), train=True)(lambda: VAE())
+case("gcn_layer", lambda: (R(5, 8), (torch.rand(5, 5) > 0.5).float()))(lambda: GCNLayer())
+case("wide_and_deep", lambda: (torch.randint(0, 30, (6,)), torch.tensor([0, 2, 4]), R(3, 10)))(lambda: WideAndDeep())
+case("siamese", lambda: (R(4, 8), R(4, 8)))(lambda: SiameseNet())
+case("policy_value_sample", V8)(lambda: PolicyValueNet())
+case("patch_embed", lambda: (R(2, 3, 16, 16),))(lambda: PatchEmbed())
+case("mini_vit", lambda: (R(2, 3, 16, 16),))(lambda: MiniViT())
+case("temporal_conv", lambda: (R(2, 4, 12),))(lambda: TemporalConv())
+case("normalize_input_float", IMG)(lambda: NormalizeInput())
+case("normalize_input_uint8", lambda: (torch.randint(0, 255, (2, 3, 8, 8), dtype=torch.uint8),))(lambda: NormalizeInput())
+case("instance_norm_style", lambda: (R(2, 3, 8, 8), R(2, 4)))(lambda: InstanceNormStyle())
+case("upsample_nearest", IMG)(lambda: Upsampler())
+case("upsample_bilinear", IMG)(lambda: Upsampler("bilinear"))
+case("prelu_mlp_train", V8, train=True)(lambda: PReLUMLP())
+case("bilinear", lambda: (R(4, 8), R(4, 8)))(lambda: Bilinear())
+case("multihead_output_dict", V8)(lambda: MultiHeadOutputDict())
+case("shape_dispatch_3d", lambda: (R(2, 3, 8),))(lambda: ShapeDispatch())
+case("shape_dispatch_2d", V8)(lambda: ShapeDispatch())
+case("clip_by_norm_data_dep", V8)(lambda: ClipGrad())
+case("nn_sequential_mlp", V8)(lambda: nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)))
+case("nn_embedding_layernorm", lambda: (torch.randint(0, 10, (2, 5)),))(
+    lambda: nn.Sequential(nn.Embedding(10, 8), nn.LayerNorm(8)))
+case("nn_conv3d", lambda: (R(1, 2, 4, 6, 6),))(lambda: nn.Sequential(nn.Conv3d(2, 4, 3), nn.BatchNorm3d(4), nn.ReLU()))
+case("nn_maxpool_unflatten", lambda: (R(2, 3, 8, 8),))(
+    lambda: nn.Sequential(nn.MaxPool2d(2), nn.Flatten(), nn.Unflatten(1, (3, 16))))
+
+
+# ----------------------------------------------------------------------------- Hugging Face (tiny configs)
+def _hf(kind):
+    import transformers as T
+    if kind == "bert":
+        return T.BertModel(T.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                        intermediate_size=64, vocab_size=100))
+    if kind == "gpt2":
+        return T.GPT2LMHeadModel(T.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=100, n_positions=64,
+                                              bos_token_id=0, eos_token_id=0))
+    if kind == "distilbert_cls":
+        return T.DistilBertForSequenceClassification(T.DistilBertConfig(dim=32, n_layers=2, n_heads=2, hidden_dim=64,
+                                                                        vocab_size=100, num_labels=3))
+    if kind == "t5_encoder":
+        return T.T5EncoderModel(T.T5Config(d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2, vocab_size=100))
+    raise KeyError(kind)
+
+
+IDS = lambda: (torch.randint(0, 100, (2, 8)),)  # noqa: E731
+case("hf_bert_tiny", IDS)(lambda: _hf("bert"))
+case("hf_gpt2_tiny", IDS)(lambda: _hf("gpt2"))
+case("hf_distilbert_cls_tiny", IDS)(lambda: _hf("distilbert_cls"))
+case("hf_t5_encoder_tiny", IDS)(lambda: _hf("t5_encoder"))
+
+
+# =============================================================================== runner
+def _eager_backend(gm, ex):
+    return gm.forward
+
+
+def _aot_backend(gm, ex):
+    from functorch.compile import make_boxed_func
+    from torch._functorch.aot_autograd import aot_module_simplified
+    return aot_module_simplified(gm, ex, fw_compiler=lambda g, e: make_boxed_func(g.forward))
+
+
+BACKEND = _eager_backend
+
+
+def _same(a, b):
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype and \
+            a.requires_grad == b.requires_grad and torch.allclose(a.detach().double(), b.detach().double(),
+                                                                 atol=1e-5, rtol=1e-4, equal_nan=True)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return type(a) is type(b) and list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if hasattr(a, "__dict__") and not callable(a) and not isinstance(a, type):
+        return _same(dict(vars(a)), dict(vars(b)))
+    return a == b
+
+
+def _state(m):
+    d = dict(m.state_dict(keep_vars=False))
+    for name, sub in m.named_modules():
+        for k, v in vars(sub).items():
+            if not k.startswith("_") and isinstance(v, (int, float, bool, str, dict, list, torch.Tensor)):
+                d[f"{name}.{k}"] = v
+    return d
+
+
+def _clone(x):
+    if isinstance(x, torch.Tensor):
+        return x.clone()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_clone(y) for y in x)
+    if isinstance(x, dict):
+        return {k: _clone(v) for k, v in x.items()}
+    return x
+
+
+NCALLS = 3
+
+
+def run_mine(name, factory, inputs, train):
+    torch.manual_seed(0)
+    ref = factory().train(train)
+    m = copy.deepcopy(ref)
+    torch.manual_seed(1)
+    calls = [inputs() for _ in range(NCALLS)]
+    w = capture(m, BACKEND)
+    ok = True
+    t_first = None
+    for i, args in enumerate(calls):
+        torch.manual_seed(100 + i)
+        import contextlib
+        import io
+        with contextlib.redirect_stdout(io.StringIO()):
+            re = ref(*_clone(args))
+            torch.manual_seed(100 + i)
+            t0 = time.perf_counter()
+            rc = w(*_clone(args))
+            dt = time.perf_counter() - t0
+        if i == 0:
+            t_first = dt
+        ok = ok and _same(re, rc) and _same(_state(ref), _state(m))
+    c = w._mlircap_capture
+    graphs_first = len(c.variants[0].graphs) if c.variants else 0
+    breaks_first = len(c.variants[0].breaks) if c.variants else 0
+    eager = any(v.eager for v in c.variants)
+    # guard-check time for the first variant with the first call's arguments
+    gus = None
+    if c.variants:
+        v = c.variants[0]
+        args0 = (m,) + tuple(calls[0])
+        a = list(args0)
+        code = c.code
+        n = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 4) + bool(code.co_flags & 8)
+        while len(a) < n:  # defaults / *args / **kwargs slots as CPython binds them
+            idx = len(a)
+            vn = code.co_varnames[idx]
+            if idx < code.co_argcount:
+                d = c.func.__defaults__ or ()
+                a.append(d[idx - (code.co_argcount - len(d))])
+            elif code.co_flags & 4 and idx == code.co_argcount + code.co_kwonlyargcount:
+                a.append(())
+            elif code.co_flags & 8:
+                a.append({})
+            else:
+                a.append((c.func.__kwdefaults__ or {}).get(vn))
+        if code.co_flags & 4 and len(args0) > code.co_argcount:
+            a = list(args0[:code.co_argcount]) + a[code.co_argcount:]
+            a[code.co_argcount + code.co_kwonlyargcount] = tuple(args0[code.co_argcount:])
+        a = tuple(a)
+        if v.guard(a, c.func):
+            N = 2000
+            t0 = time.perf_counter()
+            for _ in range(N):
+                v.guard(a, c.func)
+            gus = (time.perf_counter() - t0) / N * 1e6
+    return dict(ok=ok, graphs=graphs_first, breaks=breaks_first, eager=eager, t_capture=t_first,
+                variants=len(c.variants), replays=c.stats.replays, guard_us=gus,
+                eager_reason=next((v.reason for v in c.variants if v.eager), None),
+                full=(graphs_first == 1 and breaks_first == 0 and not eager))
+
+
+def run_dynamo(name, factory, inputs, train):
+    import torch._dynamo as dynamo
+    dynamo.reset()
+    torch.manual_seed(0)
+    ref = factory().train(train)
+    m = copy.deepcopy(ref)
+    torch.manual_seed(1)
+    calls = [inputs() for _ in range(NCALLS)]
+    counts = {"graphs": 0}
+
+    def counting(gm, ex):
+        counts["graphs"] += 1
+        return gm.forward
+    cm = torch.compile(m, backend=counting)
+    ok = True
+    t_first = None
+    import contextlib
+    import io
+    for i, args in enumerate(calls):
+        with contextlib.redirect_stdout(io.StringIO()):
+            torch.manual_seed(100 + i)
+            re = ref(*_clone(args))
+            torch.manual_seed(100 + i)
+            t0 = time.perf_counter()
+            try:
+                rc = cm(*_clone(args))
+            except Exception as e:  # noqa: BLE001
+                return dict(ok=False, graphs=None, breaks=None, t_capture=None, full=False, error=repr(e)[:80])
+            dt = time.perf_counter() - t0
+        if i == 0:
+            t_first = dt
+            g_first = counts["graphs"]
+        ok = ok and _same(re, rc) and _same(_state(ref), _state(m))
+    breaks = None
+    try:
+        dynamo.reset()
+        torch.manual_seed(0)
+        e = dynamo.explain(copy.deepcopy(ref))(*_clone(calls[0]))
+        # explain() sometimes reports a break reason (e.g. generic_jump on a data-dependent
+        # branch) with graph_break_count == 0; count the reasons too
+        breaks = max(e.graph_break_count, len(e.break_reasons))
+        g_first = e.graph_count
+    except Exception:  # noqa: BLE001
+        pass
+    return dict(ok=ok, graphs=g_first, breaks=breaks, t_capture=t_first,
+                full=(g_first == 1 and (breaks or 0) == 0))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--no-dynamo", action="store_true")
+    ap.add_argument("--filter", default="")
+    ap.add_argument("--backend", default="eager", choices=["eager", "aot"],
+                    help="backend for our captured graphs (aot: aot_autograd, as the mlircap compiler uses)")
+    args = ap.parse_args()
+    global BACKEND
+    BACKEND = _aot_backend if args.backend == "aot" else _eager_backend
+    warnings.simplefilter("ignore")
+    rows = []
+    for name, factory, inputs, train in CASES:
+        if args.filter and args.filter not in name:
+            continue
+        mine = run_mine(name, factory, inputs, train)
+        dyn = None if args.no_dynamo else run_dynamo(name, factory, inputs, train)
+        rows.append((name, mine, dyn))
+    hdr = f"{'case':34s} | {'ours: gr brk full ok  capt_ms guard_us':40s} | {'dynamo: gr brk full ok  capt_ms':32s}"
+    print(f"mlircap.capture bench (hook: {HOOK}, python {sys.version.split()[0]}, torch {torch.__version__})")
+    print(hdr)
+    print("-" * len(hdr))
+    for name, m, d in rows:
+        g = f"{m['guard_us']:.2f}" if m["guard_us"] is not None else "-"
+        s = (f"{name:34s} | {m['graphs']:3d} {m['breaks']:3d} {'Y' if m['full'] else ('E' if m['eager'] else '-'):>4s} "
+             f"{'ok' if m['ok'] else 'BAD':>3s} {m['t_capture'] * 1e3:8.1f} {g:>8s}  |")
+        if d is not None:
+            if d.get("graphs") is None:
+                s += f" error {d.get('error', '')}"
+            else:
+                s += (f" {d['graphs']:3d} {d['breaks'] if d['breaks'] is not None else -1:3d} {'Y' if d['full'] else '-':>4s} "
+                      f"{'ok' if d['ok'] else 'BAD':>3s} {d['t_capture'] * 1e3:8.1f}")
+        print(s)
+    n = len(rows)
+    full = sum(r[1]["full"] for r in rows)
+    ok = sum(r[1]["ok"] for r in rows)
+    eager = sum(r[1]["eager"] for r in rows)
+    brk = [r[1]["breaks"] for r in rows]
+    tcap = [r[1]["t_capture"] * 1e3 for r in rows]
+    gus = [r[1]["guard_us"] for r in rows if r[1]["guard_us"] is not None]
+    print("-" * len(hdr))
+    print(f"cases: {n}")
+    print(f"ours:   graphs/case mean {statistics.mean(r[1]['graphs'] for r in rows):.2f}")
+    print(f"ours:   full-graph {full}/{n} ({100.0 * full / n:.1f}%), correct {ok}/{n}, eager-fallback cases {eager}, "
+          f"breaks/case {statistics.mean(brk):.2f}, capture ms/case median {statistics.median(tcap):.1f} "
+          f"mean {statistics.mean(tcap):.1f}")
+    if gus:
+        print(f"ours:   guard check per call: median {statistics.median(gus):.2f} us, mean {statistics.mean(gus):.2f} us, "
+              f"max {max(gus):.2f} us")
+    if not args.no_dynamo:
+        drows = [r[2] for r in rows]
+        dfull = sum(d["full"] for d in drows)
+        dok = sum(d["ok"] for d in drows)
+        dbrk = [d["breaks"] for d in drows if d.get("breaks") is not None]
+        dt = [d["t_capture"] * 1e3 for d in drows if d.get("t_capture") is not None]
+        print(f"dynamo: full-graph {dfull}/{n} ({100.0 * dfull / n:.1f}%), correct {dok}/{n}, "
+              f"breaks/case {statistics.mean(dbrk) if dbrk else float('nan'):.2f}, capture ms/case median "
+              f"{statistics.median(dt):.1f} mean {statistics.mean(dt):.1f}")
+        both = sum(1 for r in rows if r[1]["full"] and r[2]["full"])
+        only_d = [r[0] for r in rows if r[2]["full"] and not r[1]["full"]]
+        only_m = [r[0] for r in rows if r[1]["full"] and not r[2]["full"]]
+        print(f"full-graph in both: {both}; only dynamo: {only_d}; only ours: {only_m}")
+    bad = [r[0] for r in rows if not r[1]["ok"]]
+    if bad:
+        print("INCORRECT (ours):", bad)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""Torch-free bytecode helpers for the opcode tracer (instruction decoding and static
+value-stack depths).  CPython 3.12 does not store the stack pointer before opcode trace
+events, so the tracer locates stack values through these statically computed depths."""
+import dis
+import os
+import sys
+
+PY312 = sys.version_info >= (3, 12)
+
+_instr_cache = {}
+# MLIRCAP_CAPTURE_STATIC_DEPTH=1 forces static depths on 3.11; =check also compares them
+# with the live stack pointer at every traced instruction.
+_STATIC_DEPTH = PY312 or os.environ.get("MLIRCAP_CAPTURE_STATIC_DEPTH") in ("1", "check")
+_CHECK_DEPTH = os.environ.get("MLIRCAP_CAPTURE_STATIC_DEPTH") == "check"
+_UNCOND = {"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP", "JUMP_NO_INTERRUPT"}
+_TERMINAL = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE"}
+
+
+def _stack_depths(code, instrs):
+    idx = {ins.offset: i for i, ins in enumerate(instrs)}
+    depth = {}
+    work = [(0, 0)]
+    try:
+        for e in dis._parse_exception_table(code):
+            work.append((e.target, e.depth + 1 + (1 if e.lasti else 0)))
+    except Exception:
+        pass
+    jumps = set(dis.hasjrel) | set(dis.hasjabs)
+    while work:
+        off, d = work.pop()
+        i = idx.get(off)
+        while i is not None and i < len(instrs):
+            ins = instrs[i]
+            if ins.offset in depth:
+                break
+            depth[ins.offset] = d
+            op = ins.opcode
+            arg = ins.arg if op >= dis.HAVE_ARGUMENT else None
+            if op in jumps and isinstance(ins.argval, int):
+                try:
+                    work.append((ins.argval, d + dis.stack_effect(op, arg, jump=True)))
+                except ValueError:
+                    pass
+                if ins.opname in _UNCOND:
+                    break
+            if ins.opname in _TERMINAL:
+                break
+            if ins.opname == "PRECALL":  # 3.11 compiler books -oparg here, but nothing is popped
+                pass
+            elif ins.opname == "CALL" and not PY312:
+                d -= arg + 1
+            elif ins.opname == "RETURN_GENERATOR":
+                d += 1  # the resumed generator finds a value to POP_TOP
+            else:
+                try:
+                    d += dis.stack_effect(op, arg, jump=False)
+                except ValueError:
+                    pass
+            i += 1
+    return depth
+
+
+def _instrs(code):
+    d = _instr_cache.get(code)
+    if d is None:
+        d = {}
+        ins_list = list(dis.get_instructions(code))
+        depths = _stack_depths(code, ins_list) if _STATIC_DEPTH else {}
+        for ins in ins_list:
+            d[ins.offset] = (ins.opname, ins.arg, ins.argval, depths.get(ins.offset, -1))
+        _instr_cache[code] = d
+    return d
+
+

@@ -1,0 +1,165 @@
+// PEP 523 frame-evaluation hook + frame introspection helpers for mlircap.capture.
+// Supports CPython 3.11 and 3.12 (internal frame layout differs; guarded by PY_VERSION_HEX).
+#define PY_SSIZE_T_CLEAN
+#include <pybind11/pybind11.h>
+#define Py_BUILD_CORE 1
+#include <Python.h>
+#include <frameobject.h>
+#include <internal/pycore_frame.h>
+#undef Py_BUILD_CORE
+
+namespace py = pybind11;
+
+#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030D0000
+#error "mlircap evalframe supports CPython 3.11 and 3.12 only"
+#endif
+
+#if PY_VERSION_HEX >= 0x030C0000
+// 3.12 builds the core with -fvisibility=hidden, so _PyFrame_ClearExceptCode and
+// _PyThreadState_PopFrame are not exported.  This is the subset we need for a fresh
+// frame that never got a frame object and is not the first frame of a stack chunk
+// (both conditions are checked before the frame is intercepted).
+static bool can_skip_312(PyThreadState *tstate, _PyInterpreterFrame *frame) {
+  return frame->frame_obj == nullptr && frame->owner == FRAME_OWNED_BY_THREAD &&
+         (PyObject **)frame != &tstate->datastack_chunk->data[0];
+}
+static void clear_and_pop_312(PyThreadState *tstate, _PyInterpreterFrame *frame) {
+  for (int i = 0; i < frame->stacktop; i++) Py_XDECREF(frame->localsplus[i]);
+  Py_XDECREF(frame->f_locals);
+  Py_DECREF(frame->f_funcobj);
+  Py_DECREF(frame->f_code);
+  tstate->datastack_top = (PyObject **)frame;
+}
+#endif
+
+static PyObject *g_callback = nullptr;   // callable(code, func, args_tuple) -> result | g_notHandled
+static PyObject *g_registry = nullptr;   // set of code objects
+static PyObject *g_nullSentinel = nullptr;
+static PyObject *g_notHandled = nullptr;
+static thread_local int g_skip = 0;      // >0: next registered frame runs normally
+static thread_local int g_inCallback = 0;
+static _PyFrameEvalFunction g_prev = nullptr;
+static bool g_installed = false;
+
+static inline PyCodeObject *frame_code(_PyInterpreterFrame *f) { return f->f_code; }
+static inline PyObject *frame_func(_PyInterpreterFrame *f) {
+#if PY_VERSION_HEX >= 0x030C0000
+  return f->f_funcobj;
+#else
+  return (PyObject *)f->f_func;
+#endif
+}
+
+static PyObject *custom_eval(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag) {
+  PyCodeObject *code = frame_code(frame);
+  if (throwflag || g_callback == nullptr || g_inCallback || (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR))) {
+    return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+  }
+  int contains = PySet_Contains(g_registry, (PyObject *)code);
+  if (contains <= 0) {
+    if (contains < 0) PyErr_Clear();
+    return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+  }
+  if (g_skip > 0) {
+    g_skip--;
+    return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+  }
+#if PY_VERSION_HEX >= 0x030C0000
+  if (!can_skip_312(tstate, frame)) return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+#endif
+  // Arguments are bound by CPython already: the first n fast locals.
+  int n = code->co_argcount + code->co_kwonlyargcount;
+  if (code->co_flags & CO_VARARGS) n++;
+  if (code->co_flags & CO_VARKEYWORDS) n++;
+  PyObject *args = PyTuple_New(n);
+  if (!args) return nullptr;
+  for (int i = 0; i < n; i++) {
+    PyObject *v = frame->localsplus[i];
+    if (!v) v = Py_None;
+    Py_INCREF(v);
+    PyTuple_SET_ITEM(args, i, v);
+  }
+  g_inCallback++;
+  PyObject *res = PyObject_CallFunctionObjArgs(g_callback, (PyObject *)code, frame_func(frame), args, nullptr);
+  g_inCallback--;
+  Py_DECREF(args);
+  if (res == g_notHandled) {
+    Py_DECREF(res);
+    return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+  }
+#if PY_VERSION_HEX >= 0x030C0000
+  // 3.12: the evaluator owns frame cleanup; we skipped it, so clear and pop here.
+  clear_and_pop_312(tstate, frame);
+#endif
+  // 3.11: _PyEval_Vector clears and pops the frame after we return.
+  return res;
+}
+
+static void install() {
+  if (g_installed) return;
+  PyThreadState *ts = PyThreadState_Get();
+  g_prev = _PyInterpreterState_GetEvalFrameFunc(ts->interp);
+  _PyInterpreterState_SetEvalFrameFunc(ts->interp, custom_eval);
+  g_installed = true;
+}
+static void uninstall() {
+  if (!g_installed) return;
+  PyThreadState *ts = PyThreadState_Get();
+  _PyInterpreterState_SetEvalFrameFunc(ts->interp, g_prev);
+  g_installed = false;
+}
+
+static _PyInterpreterFrame *iframe(py::handle f) {
+  if (!PyFrame_Check(f.ptr())) throw py::type_error("frame expected");
+  return ((PyFrameObject *)f.ptr())->f_frame;
+}
+
+PYBIND11_MODULE(_mlircap_evalframe, m) {
+  g_registry = PySet_New(nullptr);
+  g_nullSentinel = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+  g_notHandled = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+  m.attr("API_VERSION") = 2;
+  m.attr("NULL") = py::handle(g_nullSentinel);
+  m.attr("NOT_HANDLED") = py::handle(g_notHandled);
+  m.def("set_callback", [](py::object cb) {
+    Py_XDECREF(g_callback);
+    if (cb.is_none()) { g_callback = nullptr; uninstall(); return; }
+    g_callback = cb.release().ptr();
+    install();
+  });
+  m.def("register_code", [](py::object code) { PySet_Add(g_registry, code.ptr()); });
+  m.def("unregister_code", [](py::object code) { PySet_Discard(g_registry, code.ptr()); });
+  m.def("skip_next", []() { g_skip++; });
+  m.def("clear_skip", []() { g_skip = 0; });
+  // Stack introspection for the opcode tracer (valid inside a trace callback,
+  // where CPython has saved the stack pointer into the frame).
+  m.def("stack_depth", [](py::handle f) {
+    _PyInterpreterFrame *fr = iframe(f);
+    return fr->stacktop - fr->f_code->co_nlocalsplus;
+  });
+  m.def("peek", [](py::handle f, int n) -> py::object {
+    _PyInterpreterFrame *fr = iframe(f);
+    int depth = fr->stacktop - fr->f_code->co_nlocalsplus;
+    if (n < 0 || n >= depth) throw py::index_error("stack peek out of range");
+    PyObject *v = fr->localsplus[fr->stacktop - 1 - n];
+    if (!v) return py::reinterpret_borrow<py::object>(g_nullSentinel);
+    return py::reinterpret_borrow<py::object>(v);
+  });
+  // 3.12 does not save the stack pointer before INSTRUCTION events; the caller passes the
+  // statically computed stack depth of the current instruction instead.
+  m.def("peek_at", [](py::handle f, int depth, int n) -> py::object {
+    _PyInterpreterFrame *fr = iframe(f);
+    if (n < 0 || n >= depth || depth > fr->f_code->co_stacksize)
+      throw py::index_error("stack peek out of range");
+    PyObject *v = fr->localsplus[fr->f_code->co_nlocalsplus + depth - 1 - n];
+    if (!v) return py::reinterpret_borrow<py::object>(g_nullSentinel);
+    return py::reinterpret_borrow<py::object>(v);
+  });
+  m.def("local_raw", [](py::handle f, int i) -> py::object {
+    _PyInterpreterFrame *fr = iframe(f);
+    if (i < 0 || i >= fr->f_code->co_nlocalsplus) throw py::index_error("local out of range");
+    PyObject *v = fr->localsplus[i];
+    if (!v) return py::reinterpret_borrow<py::object>(g_nullSentinel);
+    return py::reinterpret_borrow<py::object>(v);
+  });
+}

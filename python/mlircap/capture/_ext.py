@@ -1,0 +1,100 @@
+"""Build-on-first-import loader for the PEP 523 C++ extension `_mlircap_evalframe`.
+
+The extension is compiled with g++ against the running interpreter's headers into a
+cache directory keyed by the Python version and the source hash.  If a prebuilt copy
+exists next to the package (CMake target) it is used.  If nothing can be built,
+`load()` returns None and mlircap.capture falls back to pure Python dispatch.
+"""
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import subprocess
+import sys
+import sysconfig
+
+_SRC = os.path.join(os.path.dirname(__file__), "_evalframe.cpp")
+_mod = None
+_err = None
+API_VERSION = 2
+
+
+def _cache_dir():
+    base = os.environ.get("MLIRCAP_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "mlircap")
+    with open(_SRC, "rb") as f:
+        h = hashlib.sha1(f.read()).hexdigest()[:12]
+    tag = f"{sys.implementation.cache_tag}-{sys.version_info[0]}{sys.version_info[1]}-{h}"
+    return os.path.join(base, tag)
+
+
+def _import_from(path):
+    spec = importlib.util.spec_from_file_location("_mlircap_evalframe", path)
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
+def load():
+    global _mod, _err
+    if _mod is not None or _err is not None:
+        return _mod
+    if os.environ.get("MLIRCAP_CAPTURE_NO_EXT"):
+        _err = "disabled by MLIRCAP_CAPTURE_NO_EXT"
+        return None
+    if not (sys.version_info[:2] in ((3, 11), (3, 12))):
+        _err = f"unsupported Python {sys.version_info[:2]}"
+        return None
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    # prebuilt by CMake (python/CMakeLists.txt) into the package's _lib or root dir?
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for cand in (os.path.join(pkg, "_lib"), pkg):
+        path = os.path.join(cand, "_mlircap_evalframe" + suffix)
+        if os.path.exists(path):
+            try:
+                m = _import_from(path)
+                if getattr(m, "API_VERSION", 0) == API_VERSION:
+                    _mod = m
+                    return _mod
+            except Exception:
+                pass
+    try:
+        import shlex
+        import tempfile
+        d0 = _cache_dir()
+        last = None
+        for d in (d0, os.path.join(tempfile.gettempdir(), "mlircap-" + os.path.basename(d0))):
+            out = os.path.join(d, "_mlircap_evalframe" + suffix)
+            try:
+                if not os.path.exists(out):
+                    os.makedirs(d, exist_ok=True)
+                    try:
+                        import pybind11
+                        pyb = pybind11.get_include()
+                    except ImportError:  # header-only: any pybind11 >= 2.11 include dir works
+                        pyb = os.environ["MLIRCAP_PYBIND11_INCLUDE"]
+                    inc = [sysconfig.get_paths()["include"], pyb]
+                    tmp = out + f".tmp{os.getpid()}"
+                    cmd = shlex.split(os.environ.get("CXX", "g++")) + [
+                        "-O2", "-shared", "-fPIC", "-std=c++17", "-fvisibility=hidden"] + \
+                        [f"-I{i}" for i in inc] + [_SRC, "-o", tmp]
+                    r = subprocess.run(cmd, capture_output=True, text=True)
+                    if r.returncode != 0:
+                        raise RuntimeError(r.stderr[-2000:])
+                    os.replace(tmp, out)
+                m = _import_from(out)
+                if getattr(m, "API_VERSION", 0) != API_VERSION:
+                    raise RuntimeError("stale _mlircap_evalframe build")
+                _mod = m
+                return _mod
+            except OSError as e:  # e.g. read-only cache dir: try the temp dir
+                last = e
+        raise last
+    except Exception as e:  # pragma: no cover - depends on toolchain
+        _err = f"{type(e).__name__}: {e}"
+        _mod = None
+        return None
+
+
+def error():
+    return _err
