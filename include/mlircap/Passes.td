@@ -381,4 +381,30 @@ def MlircapNarrowLibraryOperands
   let dependentDialects = ["::mlir::linalg::LinalgDialect", "::mlir::arith::ArithDialect"];
 }
 
+def MlircapWidenBoolMemrefs : Pass<"mlircap-widen-bool-memrefs"> {
+  let summary = "Store booleans as bytes: memref<...xi1> becomes memref<...xi8>";
+  let description = [{
+    LLVM 22.1.8's memref-to-LLVM lowering asserts on a store to an i1 memref
+    (`integralElementType.getWidth() >= 8`), which aborts the process. torch
+    keeps bool tensors one byte per element, so mlircap gives every i1 memref
+    i8 memory: function signatures, allocations, views and globals change
+    element type, loads are followed by `arith.trunci` and stores preceded by
+    `arith.extui`. Runs on bufferized IR, before the LLVM lowering, on any op
+    (functions, gpu.module kernels).
+
+    Before:
+    ```mlir
+    func.func @f(%m: memref<4xi1>, %v: i1) {
+      memref.store %v, %m[%c0] : memref<4xi1>
+    ```
+    After:
+    ```mlir
+    func.func @f(%m: memref<4xi8>, %v: i1) {
+      %b = arith.extui %v : i1 to i8
+      memref.store %b, %m[%c0] : memref<4xi8>
+    ```
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::memref::MemRefDialect"];
+}
+
 #endif // MLIRCAP_PASSES

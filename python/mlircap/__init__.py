@@ -5,14 +5,15 @@
     y = fast(x)
     print(fast.ir("linalg"))           # fx, torch, linalg, fused, llvm, ptx
 
-`torch.compile(model, backend="mlircap")` works too (entry point
-torch_dynamo_backends).
+Capture is mlircap's own bytecode capture (`mlircap.capture`); `mlircap.explain(fn)(*args)`
+shows graphs, breaks and guards. `torch.compile(model, backend="mlircap")` works too
+(entry point torch_dynamo_backends).
 """
-from .api import Compiled, compile
+from .api import Compiled, compile, explain
 from .backend import MlircapCompileError, mlircap_backend
 from .logs import set_logs
 
-__all__ = ["compile", "Compiled", "MlircapCompileError", "mlircap_backend", "set_logs"]
+__all__ = ["compile", "explain", "Compiled", "MlircapCompileError", "mlircap_backend", "set_logs"]
 __version__ = "0.1.0"
 
 

@@ -16,22 +16,36 @@ class Compiled:
     (stages: fx, torch, linalg, fused, llvm, ptx).
     """
 
-    def __init__(self, fn, options: Options, capture: str = "dynamo"):
+    def __init__(self, fn, options: Options, capture: str = "mlircap", cache_limit: int = 8):
         self._fn = fn
         self._options = options
         self.graphs: list[CompiledGraph] = []
         backend = make_backend(options, self.graphs)
-        if capture == "dynamo":
-            # Temporary capture front: torch's Dynamo. dynamic=False: mlircap
+        if capture == "mlircap":
+            # mlircap's own bytecode capture (python/mlircap/capture): guards,
+            # graph breaks that resume, side effects replayed.
+            from .capture import capture as bytecode_capture
+
+            self._compiled = bytecode_capture(fn, backend, cache_limit=cache_limit)
+        elif capture == "dynamo":
+            # torch's Dynamo as the capture front. dynamic=False: mlircap
             # compiles static shapes; a new shape is a recompile.
             self._compiled = torch.compile(fn, backend=backend, dynamic=False)
         else:
-            raise ValueError(f"unknown capture front {capture!r}")
+            raise ValueError(f"unknown capture front {capture!r} (mlircap or dynamo)")
+        self.capture = capture
         if not isinstance(fn, torch.nn.Module):
             functools.update_wrapper(self, fn)
 
     def __call__(self, *args, **kwargs):
         return self._compiled(*args, **kwargs)
+
+    def explain(self):
+        """Graphs, breaks with the user's file:line, guards, recompile reasons
+        (mlircap capture only)."""
+        if self.capture != "mlircap":
+            raise RuntimeError("explain() needs capture='mlircap'; for Dynamo use torch._dynamo.explain")
+        return self._compiled.explain()
 
     def ir(self, stage: str = "linalg") -> str:
         parts = []
@@ -45,7 +59,7 @@ class Compiled:
 
 
 def compile(fn=None, *, strict: bool = False, device: str = "auto", opt_level: int = 3,
-            chip: str = "sm_90", capture: str = "dynamo"):
+            chip: str = "sm_90", capture: str = "mlircap", cache_limit: int = 8):
     """Compile a PyTorch function or nn.Module with mlircap.
 
         fast = mlircap.compile(model)
@@ -53,9 +67,20 @@ def compile(fn=None, *, strict: bool = False, device: str = "auto", opt_level: i
         print(fast.ir("linalg"))
 
     Graphs mlircap cannot compile run eagerly with a warning naming every
-    unsupported op; ``strict=True`` raises instead.
+    unsupported op; ``strict=True`` raises instead. ``capture`` picks the
+    capture front: mlircap's own bytecode capture (default) or "dynamo".
+    ``cache_limit``: compiled variants per function before it runs eagerly.
     """
     options = Options(strict=strict, device=device, opt_level=opt_level, chip=chip)
     if fn is None:
-        return lambda f: Compiled(f, options, capture)
-    return Compiled(fn, options, capture)
+        return lambda f: Compiled(f, options, capture, cache_limit)
+    return Compiled(fn, options, capture, cache_limit)
+
+
+def explain(fn):
+    """`mlircap.explain(fn)(*args)`: captures `fn` on these arguments and
+    reports graphs, each break with its reason and source file:line, guards
+    and recompile reasons (no compilation)."""
+    from .capture import explain as capture_explain
+
+    return capture_explain(fn)

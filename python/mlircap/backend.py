@@ -23,7 +23,10 @@ from .frontend import FrontendError, decomposition_table, import_graph
 
 
 class MlircapCompileError(RuntimeError):
-    pass
+    """A graph mlircap could not compile (strict mode). Capture fronts let it
+    propagate to the user instead of falling back."""
+
+    propagate = True
 
 
 @dataclass

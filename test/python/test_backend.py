@@ -66,6 +66,12 @@ def test_unsupported_falls_back_with_one_warning():
 
 def test_strict_raises():
     fast = mlircap.compile(_unsupported, strict=True)
+    with pytest.raises(mlircap.MlircapCompileError, match=r"torch.aten._fft_r2c at .*test_backend.py:\d+"):
+        fast(torch.randn(8))
+
+
+def test_strict_raises_with_dynamo_front():
+    fast = mlircap.compile(_unsupported, strict=True, capture="dynamo")
     with pytest.raises(Exception, match="MlircapCompileError"):
         fast(torch.randn(8))
 
@@ -155,3 +161,17 @@ def test_runtime_failure_strict_raises():
     fast.graphs[0].executable = lambda *a: (_ for _ in ()).throw(RuntimeError("boom"))
     with pytest.raises(Exception, match="boom"):
         fast(x, y)
+
+
+def test_bool_outputs_on_cpu():
+    # Bool tensors used to abort the process in LLVM's memref lowering
+    # (see mlircap-widen-bool-memrefs).
+    def g(x, y):
+        return (x > y) & (x > 0), torch.where(x > 0, x, y)
+
+    x, y = torch.randn(5, 7), torch.randn(5, 7)
+    fast = mlircap.compile(g, strict=True)
+    for _ in range(2):
+        a, b = fast(x, y)
+        ra, rb = g(x, y)
+        assert a.dtype == torch.bool and torch.equal(a, ra) and torch.equal(b, rb)

@@ -16,11 +16,15 @@ def test_model_matches_eager(name):
     with torch.no_grad():
         ref = m(*args)
         fast = mlircap.compile(m, strict=True)
-        out = fast(*args)
-        out2 = fast(*args)          # second call: no recompile, same result
-    torch.testing.assert_close(out, ref, rtol=RTOL, atol=ATOL)
-    torch.testing.assert_close(out2, out, rtol=0, atol=0)
-    assert len(fast.graphs) == 1
+        outs = [fast(*args) for _ in range(3)]   # the first call records (runs for real), then compiled code
+    for out in outs:
+        torch.testing.assert_close(out, ref, rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(outs[2], outs[1], rtol=0, atol=0)   # compiled code is deterministic
+    # One graph and no recompile; GPT-2 breaks once: transformers' masking_utils
+    # tests a mask's value with Tensor.__bool__ outside torch.compile.
+    expected = 2 if name == "gpt2" else 1
+    assert len(fast.graphs) == expected
+    assert fast.explain().graph_count == expected
     assert all(g.fallback_reason is None for g in fast.graphs)
     for stage in ("fx", "torch", "linalg"):
         assert fast.ir(stage)

@@ -48,7 +48,13 @@ def load():
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     # prebuilt by CMake (python/CMakeLists.txt) into the package's _lib or root dir?
     pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for cand in (os.path.join(pkg, "_lib"), pkg):
+    try:  # the CMake build dir and the installed _lib, as for the core binding
+        from mlircap._core import lib_dirs
+
+        cands = [str(d) for d in lib_dirs()] + [pkg]
+    except ImportError:
+        cands = [os.path.join(pkg, "_lib"), pkg]
+    for cand in cands:
         path = os.path.join(cand, "_mlircap_evalframe" + suffix)
         if os.path.exists(path):
             try:

@@ -173,6 +173,17 @@ def _user_location():
     return "<unknown>"
 
 
+def _user_stack_trace():
+    """The innermost user frame in traceback form (FX `stack_trace` meta), so
+    compilers can point diagnostics at the user's source line."""
+    f = sys._getframe(1)
+    while f is not None:
+        if _classify(f.f_code) == "user" and not f.f_code.co_filename.startswith(_TORCH_DIR):
+            return f'  File "{f.f_code.co_filename}", line {f.f_lineno}, in {f.f_code.co_name}\n'
+        f = f.f_back
+    return None
+
+
 def _mk_obj(cls, d, base=None, items=None):
     """Rebuild an object created during the captured call (fresh object per replay)."""
     o = cls.__new__(cls)
@@ -1075,6 +1086,9 @@ class _Recorder:
         if name.endswith("_") and not name.endswith("__") or name in ("__setitem__", "__set__", "copy_"):
             self.has_inplace = True
         node = seg.graph.call_function(_fx_target(target), cargs, ckw)
+        trace = _user_stack_trace()
+        if trace:
+            node.meta["stack_trace"] = trace
         seg.nops += 1
         if isinstance(res, torch.Tensor):
             self.env[id(res)] = (res, seg.idx, node)
@@ -1559,6 +1573,8 @@ def _compile_graph(backend, gm, examples, uses_rng):
         with torch._C.DisableTorchFunction():
             fn = backend(gm, examples)
     except Exception as e:
+        if getattr(e, "propagate", False):  # the backend asked for its error to reach the user (strict mode)
+            raise
         warnings.warn(f"mlircap.capture: backend failed to compile a captured graph "
                       f"({type(e).__name__}: {str(e)[:200]}); running the graph without it", RuntimeWarning)
         return gm.forward
@@ -1581,7 +1597,8 @@ class _FirstRunChecked:
         try:
             out = self.fn(*args)
         except Exception as e:
-            if any(isinstance(a, torch.Tensor) and a._version != v for a, v in zip(args, vers)):
+            if getattr(e, "propagate", False) or any(
+                    isinstance(a, torch.Tensor) and a._version != v for a, v in zip(args, vers)):
                 raise
             if rng is not None:
                 torch.set_rng_state(rng)
@@ -1901,6 +1918,8 @@ class _Captured:
                 raise Unreplayable(rec.unreplayable)
             v = _GraphVariant(rec, result, self.backend)
         except Exception as e:  # Unreplayable, or a backend / codegen failure: never crash
+            if getattr(e, "propagate", False):  # strict mode: the backend's error reaches the user
+                raise
             pre = [(ex, p) for pos, ex, p in rec.guards if pos == 0]
             try:
                 v = _EagerVariant(rec, pre, reason=str(e))
