@@ -308,6 +308,75 @@ struct Former {
     return false;
   }
 
+  /// Library ops and results need their operands as one strided view of a
+  /// contiguous value. Where a chain of views cannot be expressed so (heads
+  /// split by a transpose, then batch dims merged), a copy is inserted; it
+  /// joins the kernel producing the chain's source when there is one.
+  void insertMaterializingCopies() {
+    SmallVector<OpOperand *> todo;
+    for (Operation &op : block) {
+      if (!isLibraryOp(&op) && !isa<func::ReturnOp>(op))
+        continue;
+      for (OpOperand &use : op.getOpOperands())
+        if (isViewOp(use.get().getDefiningOp()) && !getStridedView(use.get()))
+          todo.push_back(&use);
+    }
+    for (OpOperand *use : todo) {
+      Value v = use->get();
+      auto type = cast<RankedTensorType>(v.getType());
+      OpBuilder b(use->getOwner());
+      Location loc = v.getLoc();
+      Value empty = tensor::EmptyOp::create(b, loc, type.getShape(), type.getElementType());
+      unsigned rank = type.getRank();
+      SmallVector<AffineMap> maps(2, b.getMultiDimIdentityMap(rank));
+      auto copy = linalg::GenericOp::create(
+          b, loc, TypeRange{type}, ValueRange{v}, ValueRange{empty}, maps,
+          SmallVector<utils::IteratorType>(rank, utils::IteratorType::parallel),
+          [](OpBuilder &nb, Location l, ValueRange args) {
+            linalg::YieldOp::create(nb, l, args[0]);
+          });
+      copy->setAttr(kMaterializeAttr, b.getUnitAttr());
+      use->set(copy.getResult(0));
+    }
+  }
+
+  /// A materializing copy joins the elementwise kernel that produces the
+  /// source of its views (e.g. q, k and v split out of the qkv projection's
+  /// bias kernel are written by that kernel, in head-major layout).
+  bool tryJoinCopySource(linalg::GenericOp op) {
+    if (!op->hasAttr(kMaterializeAttr))
+      return false;
+    Operation *def = op.getDpsInputOperand(0)->get().getDefiningOp();
+    while (isViewOp(def) && def->getNumOperands() > 0)
+      def = def->getOperand(0).getDefiningOp();
+    auto src = dyn_cast_or_null<linalg::GenericOp>(def);
+    if (!src || !isAllParallel(src) || isCloneableIntoKernel(src))
+      return false;
+    auto it = groupOf.find(src);
+    llvm::SmallPtrSet<Operation *, 32> all{op.getOperation(), def};
+    if (it != groupOf.end()) {
+      Group &g = groups[it->second];
+      if (g.row || llvm::any_of(g.ops, [](Operation *o) {
+            auto gen = dyn_cast<linalg::GenericOp>(o);
+            return !gen || !isAllParallel(gen);
+          }))
+        return false;
+      all = groupSet(it->second);
+      all.insert(op);
+      if (createsCycle(all))
+        return false;
+      g.ops.push_back(op);
+      groupOf[op] = it->second;
+      return true;
+    }
+    if (createsCycle(all))
+      return false;
+    int g = newGroup(def);
+    groups[g].ops.push_back(op);
+    groupOf[op] = g;
+    return true;
+  }
+
   void formGroups() {
     for (Operation &o : block) {
       auto op = dyn_cast<linalg::GenericOp>(&o);
@@ -376,7 +445,7 @@ struct Former {
         // computed by the same thread when it reads each reduced element once.
         if (tryJoinNaive(op))
           continue;
-        if (tryJoinPadSource(op))
+        if (tryJoinPadSource(op) || tryJoinCopySource(op))
           continue;
         // Loose for now: a later row reduction may absorb it.
         continue;
@@ -533,6 +602,7 @@ struct Former {
       return op.emitError("mlircap: unsupported op '")
              << op.getName() << "' (no GPU kernel or library call for it)";
     }
+    insertMaterializingCopies();
     formGroups();
 
     // Kernels in program order of their last op.
@@ -563,6 +633,21 @@ struct Former {
           !op.use_empty() && !staysInCaller(&op))
         loose.push_back(&op);
     for (Operation *op : loose)
+      outline({op}, "pointwise", counter++);
+    // Views that library ops or the caller's results need but that no single
+    // strided view expresses (e.g. heads split by a transpose, then batch
+    // dims merged) are materialized by a copy kernel.
+    SmallVector<Operation *> copies;
+    for (Operation &op : block) {
+      if (!isLibraryOp(&op) && !isa<func::ReturnOp>(op))
+        continue;
+      for (Value v : op.getOperands()) {
+        Operation *def = v.getDefiningOp();
+        if (isViewOp(def) && !getStridedView(v) && !llvm::is_contained(copies, def))
+          copies.push_back(def);
+      }
+    }
+    for (Operation *op : copies)
       outline({op}, "pointwise", counter++);
     if (!sortTopologically(&block))
       return func.emitError("mlircap: kernel formation created a cycle");

@@ -17,7 +17,7 @@ import simt  # noqa: E402
 
 MODELS = ["mlp", "gelu_mlp", "layernorm", "softmax", "attention", "resblock",
           "rmsnorm", "meanvar", "pool", "embedding", "cat", "convbn", "softmax_dim0",
-          "argmax", "log_softmax"]
+          "argmax", "log_softmax", "transformer", "llama_mlp"]
 
 
 def random_input(v, g):
