@@ -589,6 +589,16 @@ struct Former {
       if (!hasStaticShapes(&op))
         return op.emitError("mlircap: dynamic shapes are not supported: '")
                << op.getName() << "'";
+      for (Type t : llvm::concat<const Type>(op.getOperandTypes(), op.getResultTypes()))
+        if (auto st = dyn_cast<ShapedType>(t)) {
+          Type et = st.getElementType();
+          bool ok = et.isF32() || et.isF16() || et.isBF16() || et.isF64() ||
+                    et.isInteger(64) || et.isInteger(32) || et.isInteger(16) ||
+                    et.isInteger(8) || et.isInteger(1);
+          if (!ok)
+            return op.emitError("mlircap: unsupported element type ")
+                   << et << " in '" << op.getName() << "'";
+        }
       if (isa<linalg::GenericOp, linalg::FillOp, tensor::EmptyOp,
               tensor::ExpandShapeOp, tensor::CollapseShapeOp, func::ReturnOp,
               func::CallOp, cf::AssertOp>(op) ||

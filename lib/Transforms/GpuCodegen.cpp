@@ -592,6 +592,12 @@ struct Codegen {
           ((it == utils::IteratorType::parallel) ? rows : len) *= g.getStaticLoopRanges()[i];
         break;
       }
+    if (rows == 0) { // nothing to compute or write
+      grid = 1;
+      block = 32;
+      strategy = "empty";
+      return;
+    }
     // Threads per row: about 4 elements per thread. Up to a warp, several
     // rows share a block (and a warp: shuffles stay within aligned groups of
     // `lanes` lanes); beyond, a block per row.

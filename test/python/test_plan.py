@@ -220,8 +220,8 @@ def test_non_zero_init_becomes_kernel():
 
 def test_error_names_op_and_location():
     ir = """
-    func.func @main(%x: tensor<8xf32>, %i: tensor<4x1xindex>) -> tensor<4xf32> {
-      %g = tensor.gather %x[%i] gather_dims([0]) unique : (tensor<8xf32>, tensor<4x1xindex>) -> tensor<4xf32>
+    func.func @main(%x: tensor<8xf32>, %i: tensor<4x1xi64>) -> tensor<4xf32> {
+      %g = tensor.gather %x[%i] gather_dims([0]) unique : (tensor<8xf32>, tensor<4x1xi64>) -> tensor<4xf32>
       return %g : tensor<4xf32>
     }"""
     with pytest.raises(RuntimeError) as err:
