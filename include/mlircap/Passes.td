@@ -283,7 +283,8 @@ def MlircapGpuCodegen : Pass<"mlircap-gpu-codegen", "::mlir::ModuleOp"> {
       loop come from one aligned `vector.load` (128-bit for f32), inputs that
       do not depend on it (bias rows, per-row scales) are loaded once, others
       are computed per lane; one aligned `vector.store` writes the 4 results.
-      Pointers must then be 16-byte aligned (the plan says "align": 16).
+      The kernel checks at run time that every pointer is 16-byte aligned
+      and otherwise runs the scalar loop (the plan says "align": 16).
     * `row_block` / `row_warp`: one block per row, block = clamp(pow2(len /
       4), 32, 1024) threads (a single warp when 32). Per-thread strided
       partials, a `gpu.shuffle xor` butterfly in each warp, warp partials

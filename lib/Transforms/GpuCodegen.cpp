@@ -500,12 +500,37 @@ struct Codegen {
     grid = std::max<int64_t>(1, std::min((work + block - 1) / block, numSMs * 8));
     Value gtid = arith::AddIOp::create(
         b, loc, arith::MulIOp::create(b, loc, bid, cIdx(block)), tid);
+    auto scalarLoops = [&] {
+      for (auto [out, k] : outputs()) {
+        auto type = cast<RankedTensorType>(out.getType());
+        gridStride(product(type.getShape()), gtid, [&](Value i) {
+          auto idx = delinearize(i, type.getShape());
+          if (Value v = eval(out, idx))
+            store(k, v, idx);
+        });
+      }
+    };
     if (vec) {
       strategy = "pointwise_vec4";
       auto [out, k] = outputs().front();
       linalg::GenericOp g = vecOp;
       auto shape = cast<RankedTensorType>(out.getType()).getShape();
       unsigned last = g.getNumLoops() - 1;
+      // Vector accesses need 16-byte aligned pointers: check them at run time
+      // and take the scalar loop otherwise (e.g. a misaligned input view).
+      Value aligned;
+      for (Value mem : llvm::concat<Value>(argMem, outMem)) {
+        Value p = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, mem);
+        Value ok = arith::CmpIOp::create(
+            b, loc, arith::CmpIPredicate::eq,
+            arith::RemUIOp::create(b, loc, p, cIdx(16)), cIdx(0));
+        aligned = aligned ? arith::AndIOp::create(b, loc, aligned, ok).getResult() : ok;
+      }
+      auto ifAligned = scf::IfOp::create(b, loc, aligned, /*withElse=*/true);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ifAligned.elseBlock());
+      scalarLoops();
+      b.setInsertionPointToStart(ifAligned.thenBlock());
       gridStride(maxN / 4, gtid, [&](Value i) {
         Value base = arith::MulIOp::create(b, loc, i, cIdx(4));
         SmallVector<Value> ivs0 = delinearize(base, shape);
@@ -543,7 +568,7 @@ struct Codegen {
           auto load = vector::LoadOp::create(
               b, loc, VectorType::get({4}, t.getElementType()),
               argMem[arg.getArgNumber()], ValueRange{at});
-          // The plan requires 16-byte aligned pointers ("align": 16).
+          // Alignment checked at the top of the kernel.
           load.setAlignment(4 * t.getElementType().getIntOrFloatBitWidth() / 8);
           vecs[in->getOperandNumber()] = load;
         }
@@ -573,14 +598,7 @@ struct Codegen {
       });
       return;
     }
-    for (auto [out, k] : outputs()) {
-      auto type = cast<RankedTensorType>(out.getType());
-      gridStride(product(type.getShape()), gtid, [&](Value i) {
-        auto idx = delinearize(i, type.getShape());
-        if (Value v = eval(out, idx))
-          store(k, v, idx);
-      });
-    }
+    scalarLoops();
   }
 
   void rowKernel(Value tid, Value bid) {

@@ -11,10 +11,18 @@
 // CHECK-SAME: strategy = "pointwise_vec4"
 // CHECK: gpu.thread_id x
 // CHECK: gpu.block_id x
+// CHECK: memref.extract_aligned_pointer_as_index %[[A]]
+// CHECK: memref.extract_aligned_pointer_as_index %[[B]]
+// CHECK: memref.extract_aligned_pointer_as_index %[[C]]
+// CHECK: scf.if
 // CHECK: scf.for
 // CHECK: vector.load %[[A]]{{.*}} : memref<4096xf32>, vector<4xf32>
 // CHECK: vector.load %[[B]]{{.*}} : memref<4096xf32>, vector<4xf32>
 // CHECK: vector.store {{.*}}, %[[C]]{{.*}} : memref<4096xf32>, vector<4xf32>
+// CHECK: } else {
+// CHECK: scf.for
+// CHECK: memref.load %[[A]]
+// CHECK: memref.store {{.*}}, %[[C]]
 func.func @vec4(%x: tensor<4096xf32>, %y: tensor<4096xf32>) -> tensor<4096xf32> {
   %e = tensor.empty() : tensor<4096xf32>
   %0 = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel"]}

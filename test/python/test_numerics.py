@@ -157,3 +157,32 @@ def test_vec4_broadcast_epilogue():
     }"""
     plan = check(ir)
     assert plan["steps"][0]["strategy"] == "pointwise_vec4"
+
+
+def test_vec4_misaligned_pointer_takes_scalar_loop():
+    ir = """
+    func.func @main(%x: tensor<64xf32>) -> tensor<64xf32> {
+      %e = tensor.empty() : tensor<64xf32>
+      %0 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>],
+                           iterator_types = ["parallel"]}
+          ins(%x : tensor<64xf32>) outs(%e : tensor<64xf32>) {
+      ^bb0(%a: f32, %o: f32):
+        %r = arith.mulf %a, %a : f32
+        linalg.yield %r : f32
+      } -> tensor<64xf32>
+      return %0 : tensor<64xf32>
+    }"""
+    plan = json.loads(_mlircap.gpu_compile(ir))
+    _, _, kernels = simt.load_kernels(str(BUILD / "bin" / "mlircap-opt"), ir)
+    (k,) = plan["steps"]
+    assert k["strategy"] == "pointwise_vec4"
+    x = torch.randn(64)
+    for shift in (0, 1):
+        storage_in = torch.zeros(64 + 4)
+        storage_out = torch.zeros(64 + 4)
+        xin = storage_in[shift:shift + 64]
+        xin.copy_(x)
+        out = storage_out[shift:shift + 64]
+        assert (xin.data_ptr() % 16 == 0) == (shift == 0)
+        simt.Block(kernels[k["name"]], [xin, out], 0, 1, k["block"][0]).run()
+        torch.testing.assert_close(out, x * x)
