@@ -534,6 +534,11 @@ struct Former {
                                      ValueRange(inputs.getArrayRef()));
     for (auto [o, r] : llvm::zip(outputs, call.getResults()))
       o.replaceUsesWithIf(r, [&](OpOperand &use) {
+        // A fill stays the init of library ops (the plan folds zero inits).
+        if (isa<linalg::FillOp>(o.getDefiningOp()))
+          if (auto lin = dyn_cast<linalg::LinalgOp>(use.getOwner()))
+            if (isLibraryOp(lin) && lin.isDpsInit(&use))
+              return false;
         return !inKernel.contains(topLevel(use.getOwner()));
       });
     // Erase the kernel ops and the caller's reshapes of their results that
@@ -546,6 +551,7 @@ struct Former {
             dead.insert(u);
     bool progress = true;
     while (progress && !dead.empty()) {
+      // (A fill kept as a library init stays.)
       progress = false;
       for (Operation *op : llvm::to_vector(dead))
         if (op->use_empty()) {
