@@ -250,8 +250,16 @@ struct Codegen {
       if (auto extract = dyn_cast<tensor::ExtractOp>(op)) {
         if (extract.getTensor().getParentRegion() != &g.getRegion()) {
           SmallVector<Value> at;
-          for (Value i : extract.getIndices())
-            at.push_back(m.lookupOrDefault(i));
+          for (Value i : extract.getIndices()) {
+            Value mi = m.lookupOrNull(i);
+            if (!mi)
+              mi = scalars.lookupOrNull(i); // captured from the kernel body
+            if (!mi) {
+              error(&op, "index not available in the kernel");
+              return {};
+            }
+            at.push_back(mi);
+          }
           Value v = eval(extract.getTensor(), at);
           if (!v)
             return {};
@@ -280,7 +288,17 @@ struct Codegen {
     }
     SmallVector<Value> res;
     for (Value y : cast<linalg::YieldOp>(body.getTerminator()).getValues())
-      res.push_back(m.lookupOrDefault(y));
+    {
+      // A yield of a body argument, a body value, or a scalar of the kernel.
+      Value r = m.lookupOrNull(y);
+      if (!r)
+        r = scalars.lookupOrNull(y);
+      if (!r) {
+        error(g, "yielded value not available in the kernel");
+        return {};
+      }
+      res.push_back(r);
+    }
     return res;
   }
 

@@ -17,7 +17,12 @@ import simt  # noqa: E402
 
 MODELS = ["mlp", "gelu_mlp", "layernorm", "softmax", "attention", "resblock",
           "rmsnorm", "meanvar", "pool", "embedding", "cat", "convbn", "softmax_dim0",
-          "argmax", "log_softmax", "transformer", "llama_mlp"]
+          "argmax", "log_softmax", "transformer", "llama_mlp",
+          "causal_attention", "resnetish", "upsample",
+          # The CPU JIT (the reference) aborts on i1 buffers it must store
+          # (MemRefToLLVM asserts on sub-byte stores): not a GPU-path issue.
+          pytest.param("cross_entropy", marks=pytest.mark.skip(
+              reason="CPU reference aborts on i1 memref stores"))]
 
 
 def random_input(v, g):
