@@ -172,15 +172,73 @@ struct Former {
   bool isLooseProducer(linalg::GenericOp op, int64_t rows) {
     if (!isAllParallel(op) || isCloneableIntoKernel(op) || groupOf.count(op))
       return false;
-    for (Value v : readValues(op))
-      if (Operation *def = v.getDefiningOp()) {
-        auto it = groupOf.find(def);
-        if (it != groupOf.end() && groups[it->second].row)
-          return false;
-      }
+    // (Reads of other kernels' values are inputs; reads within the merged
+    // kernel are checked by tryMerge.)
     for (Value r : op->getResults())
       if (!rowPrefix(cast<RankedTensorType>(r.getType()).getShape(), rows))
         return false;
+    return true;
+  }
+
+  /// Does `op` (in `ops`) read, directly or through other ops of `ops` or
+  /// views of them, the result of a reduction in `ops`?
+  bool dependsOnReduction(Operation *op,
+                          const llvm::SmallPtrSetImpl<Operation *> &ops) {
+    llvm::SmallPtrSet<Operation *, 16> seen;
+    SmallVector<Operation *> work{op};
+    while (!work.empty()) {
+      Operation *o = work.pop_back_val();
+      if (!seen.insert(o).second)
+        continue;
+      if (auto g = dyn_cast<linalg::GenericOp>(o); g && !isAllParallel(g))
+        return true;
+      for (Value v : readValues(o)) {
+        Operation *d = v.getDefiningOp();
+        while (d && !ops.contains(d) && isViewOp(d) && d->getNumOperands() > 0)
+          d = d->getOperand(0).getDefiningOp();
+        if (d && ops.contains(d))
+          work.push_back(d);
+      }
+    }
+    return false;
+  }
+
+  /// Every read of a value produced inside `ops` stays within the row (so
+  /// row-reduced values held per row are read where they live).
+  bool internallyRowConsistent(const llvm::SmallPtrSetImpl<Operation *> &ops,
+                               int64_t rows) {
+    for (Operation *o : ops) {
+      auto g = dyn_cast<linalg::GenericOp>(o);
+      if (!g)
+        continue;
+      SmallVector<int64_t> loops = g.getStaticLoopRanges();
+      for (OpOperand &in : g->getOpOperands()) {
+        Operation *def = in.get().getDefiningOp();
+        // Through reshapes/slices: only values recomputed from outside the
+        // row kernel (no row-reduced value upstream) can be read anywhere.
+        Operation *root = def;
+        while (root && !ops.contains(root) && isViewOp(root) &&
+               root->getNumOperands() > 0)
+          root = root->getOperand(0).getDefiningOp();
+        if (root != def && root && ops.contains(root)) {
+          if (dependsOnReduction(root, ops))
+            return false;
+          continue;
+        }
+        if (!def || !ops.contains(def))
+          continue;
+        auto t = dyn_cast<RankedTensorType>(in.get().getType());
+        if (!t || !rowConsistent(g.getMatchingIndexingMap(&in), loops,
+                                 t.getShape(), rows))
+          return false;
+      }
+      llvm::SetVector<Value> captured;
+      getUsedValuesDefinedAbove(g.getRegion(), captured);
+      for (Value v : captured)
+        if (Operation *def = v.getDefiningOp())
+          if (ops.contains(def))
+            return false;
+    }
     return true;
   }
 
@@ -199,7 +257,7 @@ struct Former {
     for (int g : gs)
       all.insert(groups[g].ops.begin(), groups[g].ops.end());
     all.insert(extra.begin(), extra.end());
-    if (createsCycle(all))
+    if (createsCycle(all) || !internallyRowConsistent(all, rows))
       return false;
     int target = gs.empty() ? newGroup(extra.front()) : gs.front();
     Group &t = groups[target];
