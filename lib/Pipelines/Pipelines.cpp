@@ -81,7 +81,9 @@ LogicalResult addPipeline(OpPassManager &pm, llvm::StringRef text) {
 
 void registerPipelines() {
   PassPipelineRegistration<>(
-      "mlircap-fuse", "Fuse linalg-on-tensors into kernel-sized generics",
+      "mlircap-fuse",
+      "Fuse linalg-on-tensors and outline every GPU kernel into a "
+      "mlircap.kernel function (library ops stay in the caller)",
       [](OpPassManager &pm) { (void)addPipeline(pm, fusePipeline()); });
   PassPipelineRegistration<>(
       "mlircap-cpu-pipeline",
