@@ -114,6 +114,33 @@ def MlircapDropAsserts : Pass<"mlircap-drop-asserts", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::mlir::linalg::LinalgDialect"];
 }
 
+def MlircapWidenBoolMemrefs : Pass<"mlircap-widen-bool-memrefs", "::mlir::ModuleOp"> {
+  let summary = "Store bool buffers as bytes (CPU pipeline)";
+  let description = [{
+    `finalize-memref-to-llvm` cannot lower stores to `memref<...xi1>` (it
+    asserts on sub-byte element types), and torch stores a bool per byte. Run
+    after bufferization and `convert-linalg-to-loops`: every memref of `i1`
+    (function signatures, allocations, views, globals) becomes a memref of
+    `i8`; loads truncate to `i1`, stores zero-extend.
+
+    Before:
+    ```mlir
+    %m = memref.alloc() : memref<4xi1>
+    memref.store %b, %m[%i] : memref<4xi1>
+    %x = memref.load %m[%j] : memref<4xi1>
+    ```
+    After:
+    ```mlir
+    %m = memref.alloc() : memref<4xi8>
+    %e = arith.extui %b : i1 to i8
+    memref.store %e, %m[%i] : memref<4xi8>
+    %y = memref.load %m[%j] : memref<4xi8>
+    %x = arith.trunci %y : i8 to i1
+    ```
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::memref::MemRefDialect"];
+}
+
 def MlircapLibraryInit : Pass<"mlircap-library-init", "::mlir::func::FuncOp"> {
   let summary = "Make library ops (matmul, conv) accumulate into a zero fill";
   let description = [{

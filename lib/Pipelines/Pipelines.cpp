@@ -39,7 +39,7 @@ std::string cpuPipeline() {
   return llvm::formatv(
       "{0},{1},mlircap-emit-c-interface,"
       "buffer-deallocation-pipeline,"
-      "func.func(convert-linalg-to-loops),convert-scf-to-cf,"
+      "func.func(convert-linalg-to-loops),mlircap-widen-bool-memrefs,convert-scf-to-cf,"
       "expand-strided-metadata,lower-affine,finalize-memref-to-llvm,"
       "convert-math-to-llvm,convert-math-to-libm,convert-to-llvm,"
       "reconcile-unrealized-casts",

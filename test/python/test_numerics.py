@@ -18,11 +18,7 @@ import simt  # noqa: E402
 MODELS = ["mlp", "gelu_mlp", "layernorm", "softmax", "attention", "resblock",
           "rmsnorm", "meanvar", "pool", "embedding", "cat", "convbn", "softmax_dim0",
           "argmax", "log_softmax", "transformer", "llama_mlp",
-          "causal_attention", "resnetish", "upsample",
-          # The CPU JIT (the reference) aborts on i1 buffers it must store
-          # (MemRefToLLVM asserts on sub-byte stores): not a GPU-path issue.
-          pytest.param("cross_entropy", marks=pytest.mark.skip(
-              reason="CPU reference aborts on i1 memref stores"))]
+          "causal_attention", "resnetish", "upsample", "cross_entropy"]
 
 
 def random_input(v, g):
@@ -191,3 +187,39 @@ def test_vec4_misaligned_pointer_takes_scalar_loop():
         assert (xin.data_ptr() % 16 == 0) == (shift == 0)
         simt.Block(kernels[k["name"]], [xin, out], 0, 1, k["block"][0]).run()
         torch.testing.assert_close(out, x * x)
+
+
+def test_bool_inputs_and_outputs():
+    ir = """
+    func.func @main(%x: tensor<6x8xf32>, %m: tensor<6x8xi1>) -> (tensor<6x8xi1>, tensor<6x8xf32>, tensor<6xi1>) {
+      %z = arith.constant 0.0 : f32
+      %f0 = arith.constant false
+      %e = tensor.empty() : tensor<6x8xi1>
+      %ef = tensor.empty() : tensor<6x8xf32>
+      %gt = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>],
+                            iterator_types = ["parallel", "parallel"]}
+          ins(%x, %m : tensor<6x8xf32>, tensor<6x8xi1>) outs(%e : tensor<6x8xi1>) {
+      ^bb0(%a: f32, %b: i1, %o: i1):
+        %c = arith.cmpf ogt, %a, %z : f32
+        %r = arith.xori %c, %b : i1
+        linalg.yield %r : i1
+      } -> tensor<6x8xi1>
+      %sel = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>],
+                             iterator_types = ["parallel", "parallel"]}
+          ins(%x, %gt : tensor<6x8xf32>, tensor<6x8xi1>) outs(%ef : tensor<6x8xf32>) {
+      ^bb0(%a: f32, %b: i1, %o: f32):
+        %r = arith.select %b, %a, %z : f32
+        linalg.yield %r : f32
+      } -> tensor<6x8xf32>
+      %er = tensor.empty() : tensor<6xi1>
+      %fr = linalg.fill ins(%f0 : i1) outs(%er : tensor<6xi1>) -> tensor<6xi1>
+      %any = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
+                             iterator_types = ["parallel", "reduction"]}
+          ins(%gt : tensor<6x8xi1>) outs(%fr : tensor<6xi1>) {
+      ^bb0(%b: i1, %o: i1):
+        %r = arith.ori %b, %o : i1
+        linalg.yield %r : i1
+      } -> tensor<6xi1>
+      return %gt, %sel, %any : tensor<6x8xi1>, tensor<6x8xf32>, tensor<6xi1>
+    }"""
+    check(ir)
