@@ -317,9 +317,15 @@ def MlircapGpuCodegen : Pass<"mlircap-gpu-codegen", "::mlir::ModuleOp"> {
       partials, a `gpu.shuffle xor` butterfly in each warp, warp partials
       combined through workgroup memory; later ops of the row use the
       reduced value directly.
+    * `reduction_split`: a single-result reduction (recognized combiner,
+      reduction length >= 64) that is not a row reduction (column sums, mean
+      over the batch), whose outputs are it or elementwise ops reading it at
+      the same element: 32 output elements x 8 reduction slices per 256-thread
+      block (coalesced along the outputs), partials combined through
+      workgroup memory.
     * `reduction_naive`: one thread per output element, serial `scf.for`
-      over the reduction loops (column reductions, pooling, multi-result
-      reductions).
+      over the reduction loops (short column reductions, multi-result
+      reductions such as argmax, reductions with other consumers).
 
     When every kernel tensor has fewer than 2^30 elements the gpu.module gets
     a data layout with 32-bit `index`, so the NVVM lowering uses 32-bit

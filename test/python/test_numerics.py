@@ -223,3 +223,35 @@ def test_bool_inputs_and_outputs():
       return %gt, %sel, %any : tensor<6x8xi1>, tensor<6x8xf32>, tensor<6xi1>
     }"""
     check(ir)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_column_split_reduction_with_consumer(dtype):
+    ir = """
+    func.func @main(%x: tensor<300x3x13xT>) -> (tensor<3x13xT>, tensor<3x13xT>) {
+      %zero = arith.constant 0.0 : T
+      %n = arith.constant 300.0 : T
+      %e = tensor.empty() : tensor<3x13xT>
+      %f = linalg.fill ins(%zero : T) outs(%e : tensor<3x13xT>) -> tensor<3x13xT>
+      %s = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d1, d2)>],
+                           iterator_types = ["reduction", "parallel", "parallel"]}
+          ins(%x : tensor<300x3x13xT>) outs(%f : tensor<3x13xT>) {
+      ^bb0(%a: T, %o: T):
+        %sq = arith.mulf %a, %a : T
+        %r = arith.addf %sq, %o : T
+        linalg.yield %r : T
+      } -> tensor<3x13xT>
+      %m = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>],
+                           iterator_types = ["parallel", "parallel"]}
+          ins(%s : tensor<3x13xT>) outs(%e : tensor<3x13xT>) {
+      ^bb0(%a: T, %o: T):
+        %r = arith.divf %a, %n : T
+        %q = math.sqrt %r : T
+        linalg.yield %q : T
+      } -> tensor<3x13xT>
+      return %s, %m : tensor<3x13xT>, tensor<3x13xT>
+    }""".replace("xT>", "x" + dtype + ">").replace(": T", ": " + dtype).replace("T)", dtype + ")")
+    ir = ir.replace("(%a: T, %o: T)", f"(%a: {dtype}, %o: {dtype})")
+    plan = check(ir)
+    assert [s["strategy"] for s in plan["steps"]] == ["reduction_split"]
+    assert plan["steps"][0]["grid"] == [2, 1, 1]
