@@ -779,7 +779,7 @@ struct Codegen {
     for (auto [i, it] : llvm::enumerate(red.getIteratorTypesArray()))
       if (it != utils::IteratorType::parallel)
         redLen *= red.getStaticLoopRanges()[i];
-    if (redLen < 64)
+    if (redLen < 64 || product(outType.getShape()) == 0)
       return {};
     for (auto [v, k] : outputs()) {
       if (v == red.getResult(0))
