@@ -61,8 +61,10 @@ MLIRCAP_EXPORT char *mlircap_to_ptx(const char *ir, const char *chip,
  *    {"kind": "kernel", "name": "main_k0", "grid": [g,1,1], "block": [b,1,1],
  *     "smem": 0,                              // dynamic shared memory bytes
  *     "strategy": "pointwise|pointwise_vec4|row_block|row_warp|reduction_naive",
- *     "align": 16,                            // only for pointwise_vec4: every
- *                                            // pointer arg must be 16B aligned
+ *     "align": 16,                            // only for pointwise_vec4: with
+ *                                            // 16B-aligned pointers it uses
+ *                                            // 128-bit accesses (checked in the
+ *                                            // kernel; else a scalar loop)
  *     "args": [{"value": 0}, {"value": 2}]},   // kernel inputs, then outputs;
  *                                            // each a contiguous value's pointer
  *    {"kind": "library", "op": "matmul", "ins": [0, 3], "out": 2,

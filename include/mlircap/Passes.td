@@ -199,10 +199,20 @@ def MlircapFormKernels : Pass<"mlircap-form-kernels", "::mlir::ModuleOp"> {
       last dim each become one kernel: one block per row.
     * `"pointwise"`: one elementwise generic (a fused chain with its
       broadcasts, transposes and reshapes), e.g. the epilogue of a matmul
-      (bias + activation + residual).
+      (bias + activation + residual). A padding / slice-insertion generic
+      joins the elementwise kernel producing its source (relu + pad), and a
+      materializing copy joins the kernel producing the source of its views
+      (qkv bias + head split).
     * `"reduction"`: any other generic with reduction loops (column
       reductions, pooling windows, argmax, contractions without a library
-      call).
+      call), with the elementwise consumers that read each reduced element
+      exactly once (mean = sum / n).
+
+    Operands of library ops and results of the function must be one strided
+    view of a contiguous value (the plan's "view"). A chain of reshapes /
+    slices / transposes that no strided view expresses (heads split by a
+    transpose, then batch dims merged) gets a copy generic marked
+    `mlircap.materialize`, which a kernel writes.
 
     Library ops (`linalg.matmul`, `linalg.batch_matmul`, their transpose-B
     forms, `linalg.conv_2d_nchw_fchw`) stay in the caller, as do zero fills
@@ -266,19 +276,29 @@ def MlircapGpuCodegen : Pass<"mlircap-gpu-codegen", "::mlir::ModuleOp"> {
     Strategy, chosen from the kernel's ops and shapes (attribute
     `mlircap.launch = {grid, block, smem, strategy}` on both functions):
     * `pointwise`: flattened grid-stride loop, 256 threads per block, grid =
-      min(ceil(N / 256), 8 * num-sms). `pointwise_vec4`: when the kernel is a
-      single identity-indexed elementwise op over 32/16-bit types and N % 4 ==
-      0, each thread loads and stores 4 consecutive elements with
-      `vector.load`/`vector.store` (128-bit for f32; pointers must be 16-byte
-      aligned).
+      min(ceil(N / 256), 8 * num-sms). `pointwise_vec4`: when the kernel
+      writes one elementwise result (identity output map, f32/f16/bf16/i32)
+      whose innermost dim is a multiple of 4, each thread computes 4
+      consecutive elements: inputs read contiguously along the innermost
+      loop come from one aligned `vector.load` (128-bit for f32), inputs that
+      do not depend on it (bias rows, per-row scales) are loaded once, others
+      are computed per lane; one aligned `vector.store` writes the 4 results.
+      The kernel checks at run time that every pointer is 16-byte aligned
+      and otherwise runs the scalar loop (the plan says "align": 16).
     * `row_block` / `row_warp`: one block per row, block = clamp(pow2(len /
       4), 32, 1024) threads (a single warp when 32). Per-thread strided
       partials, a `gpu.shuffle xor` butterfly in each warp, warp partials
       combined through workgroup memory; later ops of the row use the
       reduced value directly.
+    * `reduction_split`: a single-result reduction (recognized combiner,
+      reduction length >= 64) that is not a row reduction (column sums, mean
+      over the batch), whose outputs are it or elementwise ops reading it at
+      the same element: 32 output elements x 8 reduction slices per 256-thread
+      block (coalesced along the outputs), partials combined through
+      workgroup memory.
     * `reduction_naive`: one thread per output element, serial `scf.for`
-      over the reduction loops (column reductions, pooling, multi-result
-      reductions).
+      over the reduction loops (short column reductions, multi-result
+      reductions such as argmax, reductions with other consumers).
 
     When every kernel tensor has fewer than 2^30 elements the gpu.module gets
     a data layout with 32-bit `index`, so the NVVM lowering uses 32-bit

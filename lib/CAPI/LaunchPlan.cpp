@@ -105,8 +105,6 @@ struct PlanBuilder {
     auto rec = baseRecord(at, v, "view");
     if (failed(rec))
       return failure();
-    // A view that is the whole of its base is that base.
-    auto shape = cast<RankedTensorType>(v.getType()).getShape();
     (*rec)["of"] = layout.base;
     (*rec)["offset"] = layout.offset;
     json::Array s;
@@ -117,7 +115,6 @@ struct PlanBuilder {
     layouts.push_back(layout);
     values.push_back(std::move(*rec));
     ids[v] = id;
-    (void)shape;
     return id;
   }
 

@@ -1,7 +1,12 @@
 //===- Pipelines.cpp - mlircap's named pass pipelines --------------------===//
 //
-// mlircap-fuse          linalg-on-tensors -> fused linalg-on-tensors
+// mlircap-fuse          linalg-on-tensors -> fused linalg-on-tensors with every
+//                       GPU kernel outlined into a `mlircap.kernel` function
+//                       (drop-asserts, generalize, library-init,
+//                       tensor-to-generic, fuse-elementwise, form-kernels)
 // mlircap-cpu-pipeline  linalg-on-tensors -> LLVM dialect, results as out-params
+//                       (elementwise fusion only: no kernel outlining, asserts
+//                       kept)
 // mlircap-gpu-pipeline  linalg-on-tensors -> kernels outlined and called from the
 //                       caller (tensor level), gpu.binary holding their PTX (sm_90)
 //
@@ -77,7 +82,9 @@ LogicalResult addPipeline(OpPassManager &pm, llvm::StringRef text) {
 
 void registerPipelines() {
   PassPipelineRegistration<>(
-      "mlircap-fuse", "Fuse linalg-on-tensors into kernel-sized generics",
+      "mlircap-fuse",
+      "Fuse linalg-on-tensors and outline every GPU kernel into a "
+      "mlircap.kernel function (library ops stay in the caller)",
       [](OpPassManager &pm) { (void)addPipeline(pm, fusePipeline()); });
   PassPipelineRegistration<>(
       "mlircap-cpu-pipeline",
@@ -85,7 +92,8 @@ void registerPipelines() {
       [](OpPassManager &pm) { (void)addPipeline(pm, cpuPipeline()); });
   PassPipelineRegistration<GpuPipelineOptions>(
       "mlircap-gpu-pipeline",
-      "Lower linalg-on-tensors to GPU kernels and serialize them to PTX",
+      "mlircap-fuse, mlircap-gpu-codegen, NVVM (bare-pointer kernel params) "
+      "and PTX in a gpu.binary",
       [](OpPassManager &pm, const GpuPipelineOptions &o) {
         (void)addPipeline(pm, gpuKernelPipeline(o.chip, o.features, o.numSMs));
       });

@@ -172,15 +172,73 @@ struct Former {
   bool isLooseProducer(linalg::GenericOp op, int64_t rows) {
     if (!isAllParallel(op) || isCloneableIntoKernel(op) || groupOf.count(op))
       return false;
-    for (Value v : readValues(op))
-      if (Operation *def = v.getDefiningOp()) {
-        auto it = groupOf.find(def);
-        if (it != groupOf.end() && groups[it->second].row)
-          return false;
-      }
+    // (Reads of other kernels' values are inputs; reads within the merged
+    // kernel are checked by tryMerge.)
     for (Value r : op->getResults())
       if (!rowPrefix(cast<RankedTensorType>(r.getType()).getShape(), rows))
         return false;
+    return true;
+  }
+
+  /// Does `op` (in `ops`) read, directly or through other ops of `ops` or
+  /// views of them, the result of a reduction in `ops`?
+  bool dependsOnReduction(Operation *op,
+                          const llvm::SmallPtrSetImpl<Operation *> &ops) {
+    llvm::SmallPtrSet<Operation *, 16> seen;
+    SmallVector<Operation *> work{op};
+    while (!work.empty()) {
+      Operation *o = work.pop_back_val();
+      if (!seen.insert(o).second)
+        continue;
+      if (auto g = dyn_cast<linalg::GenericOp>(o); g && !isAllParallel(g))
+        return true;
+      for (Value v : readValues(o)) {
+        Operation *d = v.getDefiningOp();
+        while (d && !ops.contains(d) && isViewOp(d) && d->getNumOperands() > 0)
+          d = d->getOperand(0).getDefiningOp();
+        if (d && ops.contains(d))
+          work.push_back(d);
+      }
+    }
+    return false;
+  }
+
+  /// Every read of a value produced inside `ops` stays within the row (so
+  /// row-reduced values held per row are read where they live).
+  bool internallyRowConsistent(const llvm::SmallPtrSetImpl<Operation *> &ops,
+                               int64_t rows) {
+    for (Operation *o : ops) {
+      auto g = dyn_cast<linalg::GenericOp>(o);
+      if (!g)
+        continue;
+      SmallVector<int64_t> loops = g.getStaticLoopRanges();
+      for (OpOperand &in : g->getOpOperands()) {
+        Operation *def = in.get().getDefiningOp();
+        // Through reshapes/slices: only values recomputed from outside the
+        // row kernel (no row-reduced value upstream) can be read anywhere.
+        Operation *root = def;
+        while (root && !ops.contains(root) && isViewOp(root) &&
+               root->getNumOperands() > 0)
+          root = root->getOperand(0).getDefiningOp();
+        if (root != def && root && ops.contains(root)) {
+          if (dependsOnReduction(root, ops))
+            return false;
+          continue;
+        }
+        if (!def || !ops.contains(def))
+          continue;
+        auto t = dyn_cast<RankedTensorType>(in.get().getType());
+        if (!t || !rowConsistent(g.getMatchingIndexingMap(&in), loops,
+                                 t.getShape(), rows))
+          return false;
+      }
+      llvm::SetVector<Value> captured;
+      getUsedValuesDefinedAbove(g.getRegion(), captured);
+      for (Value v : captured)
+        if (Operation *def = v.getDefiningOp())
+          if (ops.contains(def))
+            return false;
+    }
     return true;
   }
 
@@ -199,7 +257,7 @@ struct Former {
     for (int g : gs)
       all.insert(groups[g].ops.begin(), groups[g].ops.end());
     all.insert(extra.begin(), extra.end());
-    if (createsCycle(all))
+    if (createsCycle(all) || !internallyRowConsistent(all, rows))
       return false;
     int target = gs.empty() ? newGroup(extra.front()) : gs.front();
     Group &t = groups[target];
@@ -308,6 +366,75 @@ struct Former {
     return false;
   }
 
+  /// Library ops and results need their operands as one strided view of a
+  /// contiguous value. Where a chain of views cannot be expressed so (heads
+  /// split by a transpose, then batch dims merged), a copy is inserted; it
+  /// joins the kernel producing the chain's source when there is one.
+  void insertMaterializingCopies() {
+    SmallVector<OpOperand *> todo;
+    for (Operation &op : block) {
+      if (!isLibraryOp(&op) && !isa<func::ReturnOp>(op))
+        continue;
+      for (OpOperand &use : op.getOpOperands())
+        if (isViewOp(use.get().getDefiningOp()) && !getStridedView(use.get()))
+          todo.push_back(&use);
+    }
+    for (OpOperand *use : todo) {
+      Value v = use->get();
+      auto type = cast<RankedTensorType>(v.getType());
+      OpBuilder b(use->getOwner());
+      Location loc = v.getLoc();
+      Value empty = tensor::EmptyOp::create(b, loc, type.getShape(), type.getElementType());
+      unsigned rank = type.getRank();
+      SmallVector<AffineMap> maps(2, b.getMultiDimIdentityMap(rank));
+      auto copy = linalg::GenericOp::create(
+          b, loc, TypeRange{type}, ValueRange{v}, ValueRange{empty}, maps,
+          SmallVector<utils::IteratorType>(rank, utils::IteratorType::parallel),
+          [](OpBuilder &nb, Location l, ValueRange args) {
+            linalg::YieldOp::create(nb, l, args[0]);
+          });
+      copy->setAttr(kMaterializeAttr, b.getUnitAttr());
+      use->set(copy.getResult(0));
+    }
+  }
+
+  /// A materializing copy joins the elementwise kernel that produces the
+  /// source of its views (e.g. q, k and v split out of the qkv projection's
+  /// bias kernel are written by that kernel, in head-major layout).
+  bool tryJoinCopySource(linalg::GenericOp op) {
+    if (!op->hasAttr(kMaterializeAttr))
+      return false;
+    Operation *def = op.getDpsInputOperand(0)->get().getDefiningOp();
+    while (isViewOp(def) && def->getNumOperands() > 0)
+      def = def->getOperand(0).getDefiningOp();
+    auto src = dyn_cast_or_null<linalg::GenericOp>(def);
+    if (!src || !isAllParallel(src) || isCloneableIntoKernel(src))
+      return false;
+    auto it = groupOf.find(src);
+    llvm::SmallPtrSet<Operation *, 32> all{op.getOperation(), def};
+    if (it != groupOf.end()) {
+      Group &g = groups[it->second];
+      if (g.row || llvm::any_of(g.ops, [](Operation *o) {
+            auto gen = dyn_cast<linalg::GenericOp>(o);
+            return !gen || !isAllParallel(gen);
+          }))
+        return false;
+      all = groupSet(it->second);
+      all.insert(op);
+      if (createsCycle(all))
+        return false;
+      g.ops.push_back(op);
+      groupOf[op] = it->second;
+      return true;
+    }
+    if (createsCycle(all))
+      return false;
+    int g = newGroup(def);
+    groups[g].ops.push_back(op);
+    groupOf[op] = g;
+    return true;
+  }
+
   void formGroups() {
     for (Operation &o : block) {
       auto op = dyn_cast<linalg::GenericOp>(&o);
@@ -376,7 +503,7 @@ struct Former {
         // computed by the same thread when it reads each reduced element once.
         if (tryJoinNaive(op))
           continue;
-        if (tryJoinPadSource(op))
+        if (tryJoinPadSource(op) || tryJoinCopySource(op))
           continue;
         // Loose for now: a later row reduction may absorb it.
         continue;
@@ -465,6 +592,11 @@ struct Former {
                                      ValueRange(inputs.getArrayRef()));
     for (auto [o, r] : llvm::zip(outputs, call.getResults()))
       o.replaceUsesWithIf(r, [&](OpOperand &use) {
+        // A fill stays the init of library ops (the plan folds zero inits).
+        if (isa<linalg::FillOp>(o.getDefiningOp()))
+          if (auto lin = dyn_cast<linalg::LinalgOp>(use.getOwner()))
+            if (isLibraryOp(lin) && lin.isDpsInit(&use))
+              return false;
         return !inKernel.contains(topLevel(use.getOwner()));
       });
     // Erase the kernel ops and the caller's reshapes of their results that
@@ -477,6 +609,7 @@ struct Former {
             dead.insert(u);
     bool progress = true;
     while (progress && !dead.empty()) {
+      // (A fill kept as a library init stays.)
       progress = false;
       for (Operation *op : llvm::to_vector(dead))
         if (op->use_empty()) {
@@ -520,6 +653,16 @@ struct Former {
       if (!hasStaticShapes(&op))
         return op.emitError("mlircap: dynamic shapes are not supported: '")
                << op.getName() << "'";
+      for (Type t : llvm::concat<const Type>(op.getOperandTypes(), op.getResultTypes()))
+        if (auto st = dyn_cast<ShapedType>(t)) {
+          Type et = st.getElementType();
+          bool ok = et.isF32() || et.isF16() || et.isBF16() || et.isF64() ||
+                    et.isInteger(64) || et.isInteger(32) || et.isInteger(16) ||
+                    et.isInteger(8) || et.isInteger(1);
+          if (!ok)
+            return op.emitError("mlircap: unsupported element type ")
+                   << et << " in '" << op.getName() << "'";
+        }
       if (isa<linalg::GenericOp, linalg::FillOp, tensor::EmptyOp,
               tensor::ExpandShapeOp, tensor::CollapseShapeOp, func::ReturnOp,
               func::CallOp, cf::AssertOp>(op) ||
@@ -533,6 +676,7 @@ struct Former {
       return op.emitError("mlircap: unsupported op '")
              << op.getName() << "' (no GPU kernel or library call for it)";
     }
+    insertMaterializingCopies();
     formGroups();
 
     // Kernels in program order of their last op.
@@ -563,6 +707,21 @@ struct Former {
           !op.use_empty() && !staysInCaller(&op))
         loose.push_back(&op);
     for (Operation *op : loose)
+      outline({op}, "pointwise", counter++);
+    // Views that library ops or the caller's results need but that no single
+    // strided view expresses (e.g. heads split by a transpose, then batch
+    // dims merged) are materialized by a copy kernel.
+    SmallVector<Operation *> copies;
+    for (Operation &op : block) {
+      if (!isLibraryOp(&op) && !isa<func::ReturnOp>(op))
+        continue;
+      for (Value v : op.getOperands()) {
+        Operation *def = v.getDefiningOp();
+        if (isViewOp(def) && !getStridedView(v) && !llvm::is_contained(copies, def))
+          copies.push_back(def);
+      }
+    }
+    for (Operation *op : copies)
       outline({op}, "pointwise", counter++);
     if (!sortTopologically(&block))
       return func.emitError("mlircap: kernel formation created a cycle");

@@ -250,8 +250,16 @@ struct Codegen {
       if (auto extract = dyn_cast<tensor::ExtractOp>(op)) {
         if (extract.getTensor().getParentRegion() != &g.getRegion()) {
           SmallVector<Value> at;
-          for (Value i : extract.getIndices())
-            at.push_back(m.lookupOrDefault(i));
+          for (Value i : extract.getIndices()) {
+            Value mi = m.lookupOrNull(i);
+            if (!mi)
+              mi = scalars.lookupOrNull(i); // captured from the kernel body
+            if (!mi) {
+              error(&op, "index not available in the kernel");
+              return {};
+            }
+            at.push_back(mi);
+          }
           Value v = eval(extract.getTensor(), at);
           if (!v)
             return {};
@@ -280,7 +288,17 @@ struct Codegen {
     }
     SmallVector<Value> res;
     for (Value y : cast<linalg::YieldOp>(body.getTerminator()).getValues())
-      res.push_back(m.lookupOrDefault(y));
+    {
+      // A yield of a body argument, a body value, or a scalar of the kernel.
+      Value r = m.lookupOrNull(y);
+      if (!r)
+        r = scalars.lookupOrNull(y);
+      if (!r) {
+        error(g, "yielded value not available in the kernel");
+        return {};
+      }
+      res.push_back(r);
+    }
     return res;
   }
 
@@ -500,12 +518,37 @@ struct Codegen {
     grid = std::max<int64_t>(1, std::min((work + block - 1) / block, numSMs * 8));
     Value gtid = arith::AddIOp::create(
         b, loc, arith::MulIOp::create(b, loc, bid, cIdx(block)), tid);
+    auto scalarLoops = [&] {
+      for (auto [out, k] : outputs()) {
+        auto type = cast<RankedTensorType>(out.getType());
+        gridStride(product(type.getShape()), gtid, [&](Value i) {
+          auto idx = delinearize(i, type.getShape());
+          if (Value v = eval(out, idx))
+            store(k, v, idx);
+        });
+      }
+    };
     if (vec) {
       strategy = "pointwise_vec4";
       auto [out, k] = outputs().front();
       linalg::GenericOp g = vecOp;
       auto shape = cast<RankedTensorType>(out.getType()).getShape();
       unsigned last = g.getNumLoops() - 1;
+      // Vector accesses need 16-byte aligned pointers: check them at run time
+      // and take the scalar loop otherwise (e.g. a misaligned input view).
+      Value aligned;
+      for (Value mem : llvm::concat<Value>(argMem, outMem)) {
+        Value p = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, mem);
+        Value ok = arith::CmpIOp::create(
+            b, loc, arith::CmpIPredicate::eq,
+            arith::RemUIOp::create(b, loc, p, cIdx(16)), cIdx(0));
+        aligned = aligned ? arith::AndIOp::create(b, loc, aligned, ok).getResult() : ok;
+      }
+      auto ifAligned = scf::IfOp::create(b, loc, aligned, /*withElse=*/true);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ifAligned.elseBlock());
+      scalarLoops();
+      b.setInsertionPointToStart(ifAligned.thenBlock());
       gridStride(maxN / 4, gtid, [&](Value i) {
         Value base = arith::MulIOp::create(b, loc, i, cIdx(4));
         SmallVector<Value> ivs0 = delinearize(base, shape);
@@ -543,7 +586,7 @@ struct Codegen {
           auto load = vector::LoadOp::create(
               b, loc, VectorType::get({4}, t.getElementType()),
               argMem[arg.getArgNumber()], ValueRange{at});
-          // The plan requires 16-byte aligned pointers ("align": 16).
+          // Alignment checked at the top of the kernel.
           load.setAlignment(4 * t.getElementType().getIntOrFloatBitWidth() / 8);
           vecs[in->getOperandNumber()] = load;
         }
@@ -573,14 +616,7 @@ struct Codegen {
       });
       return;
     }
-    for (auto [out, k] : outputs()) {
-      auto type = cast<RankedTensorType>(out.getType());
-      gridStride(product(type.getShape()), gtid, [&](Value i) {
-        auto idx = delinearize(i, type.getShape());
-        if (Value v = eval(out, idx))
-          store(k, v, idx);
-      });
-    }
+    scalarLoops();
   }
 
   void rowKernel(Value tid, Value bid) {
@@ -592,6 +628,12 @@ struct Codegen {
           ((it == utils::IteratorType::parallel) ? rows : len) *= g.getStaticLoopRanges()[i];
         break;
       }
+    if (rows == 0) { // nothing to compute or write
+      grid = 1;
+      block = 32;
+      strategy = "empty";
+      return;
+    }
     // Threads per row: about 4 elements per thread. Up to a warp, several
     // rows share a block (and a warp: shuffles stay within aligned groups of
     // `lanes` lanes); beyond, a block per row.
@@ -714,6 +756,126 @@ struct Codegen {
     }
   }
 
+  /// A reduction kernel that splits the reduction loop across threads: one
+  /// single-result reduction R with a recognized combiner and a long
+  /// reduction, and outputs that are R or elementwise ops reading R at the
+  /// same element (identity maps over R's shape).
+  linalg::GenericOp columnReduction() {
+    linalg::GenericOp red;
+    for (auto g : kfn.getBody().front().getOps<linalg::GenericOp>()) {
+      if (isCloneableIntoKernel(g))
+        continue;
+      if (!isAllParallel(g)) {
+        if (red)
+          return {};
+        red = g;
+      }
+    }
+    if (!red || !getCombiner(red) ||
+        !getCombinerIdentity(getCombiner(red), getCombiner(red)->getResult(0).getType()))
+      return {};
+    auto outType = cast<RankedTensorType>(red.getResult(0).getType());
+    int64_t redLen = 1;
+    for (auto [i, it] : llvm::enumerate(red.getIteratorTypesArray()))
+      if (it != utils::IteratorType::parallel)
+        redLen *= red.getStaticLoopRanges()[i];
+    if (redLen < 64 || product(outType.getShape()) == 0)
+      return {};
+    for (auto [v, k] : outputs()) {
+      if (v == red.getResult(0))
+        continue;
+      auto g = v.getDefiningOp<linalg::GenericOp>();
+      if (!g || !isAllParallel(g) || v.getType() != outType ||
+          !g.getIndexingMapMatchingResult(cast<OpResult>(v)).isIdentity())
+        return {};
+      for (OpOperand &in : g->getOpOperands()) {
+        if (in.get() == red.getResult(0) &&
+            !g.getMatchingIndexingMap(&in).isIdentity())
+          return {};
+        // Other generics of the kernel would be recomputed elsewhere.
+        if (auto d = in.get().getDefiningOp<linalg::GenericOp>())
+          if (d != red && !isCloneableIntoKernel(d))
+            return {};
+      }
+    }
+    return red;
+  }
+
+  /// 32 output elements per block, 8 threads per element splitting the
+  /// reduction; partials combined through workgroup memory.
+  void columnKernel(linalg::GenericOp red, Value tid, Value bid) {
+    constexpr int64_t kCols = 32, kSlices = 8;
+    strategy = "reduction_split";
+    block = kCols * kSlices;
+    auto outType = cast<RankedTensorType>(red.getResult(0).getType());
+    ArrayRef<int64_t> outShape = outType.getShape();
+    int64_t numOut = product(outShape);
+    grid = std::max<int64_t>(1, (numOut + kCols - 1) / kCols);
+    Operation *comb = getCombiner(red);
+    Type t = comb->getResult(0).getType();
+    TypedAttr identity = getCombinerIdentity(comb, t);
+    Value tx = arith::RemUIOp::create(b, loc, tid, cIdx(kCols));
+    Value ty = arith::DivUIOp::create(b, loc, tid, cIdx(kCols));
+    Value o = arith::AddIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, bid, cIdx(kCols)), tx);
+    Value valid = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, o, cIdx(numOut));
+    Value oc = arith::MinUIOp::create(b, loc, o, cIdx(numOut - 1));
+    auto idx = delinearize(oc, outShape);
+    auto ivsOpt = invertOutput(red, 0, idx);
+    if (!ivsOpt)
+      return;
+    SmallVector<unsigned> redDims;
+    SmallVector<int64_t> redShape;
+    for (auto [i, it] : llvm::enumerate(red.getIteratorTypesArray()))
+      if (it != utils::IteratorType::parallel) {
+        redDims.push_back(i);
+        redShape.push_back(red.getStaticLoopRanges()[i]);
+      }
+    Value id = arith::ConstantOp::create(b, loc, identity);
+    auto loop = scf::ForOp::create(b, loc, ty, cIdx(product(redShape)),
+                                   cIdx(kSlices), ValueRange{id});
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(loop.getBody());
+      SmallVector<Value> ivs(*ivsOpt);
+      auto rivs = delinearize(loop.getInductionVar(), redShape);
+      for (auto [k, d] : llvm::enumerate(redDims))
+        ivs[d] = rivs[k];
+      auto vals = evalBody(red, ivs, {loop.getRegionIterArgs()[0]});
+      if (vals.empty())
+        return;
+      scf::YieldOp::create(b, loc, vals[0]);
+    }
+    auto space = gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup);
+    Value partials = gfn.addWorkgroupAttribution(
+        MemRefType::get({kSlices * kCols}, t, MemRefLayoutAttrInterface{}, space), loc);
+    memref::StoreOp::create(b, loc, loop.getResult(0), partials, tid);
+    gpu::BarrierOp::create(b, loc);
+    Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, ty, cIdx(0));
+    auto ifOp = scf::IfOp::create(b, loc, arith::AndIOp::create(b, loc, first, valid), false);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    Value acc = memref::LoadOp::create(b, loc, partials, tx);
+    for (int64_t sl = 1; sl < kSlices; ++sl) {
+      Value at = arith::AddIOp::create(b, loc, cIdx(sl * kCols), tx);
+      acc = combine(comb, acc, memref::LoadOp::create(b, loc, partials, at).getResult());
+    }
+    OpOperand *init = red.getDpsInitOperand(0);
+    SmallVector<Value> ivs0(*ivsOpt);
+    for (unsigned d : redDims)
+      ivs0[d] = cIdx(0);
+    Value initV = eval(init->get(), applyMap(red.getMatchingIndexingMap(init), ivs0));
+    if (!initV)
+      return;
+    Value res = comb->getOperand(0) == red.getRegion().front().getArguments().back()
+                    ? combine(comb, initV, acc)
+                    : combine(comb, acc, initV);
+    materialized[red.getResult(0)] = res;
+    for (auto [v, k] : outputs())
+      if (Value r = eval(v, idx))
+        store(k, r, idx);
+    b.setInsertionPointAfter(ifOp);
+  }
+
   LogicalResult run(StringRef kind) {
     Block *entry = &gfn.getBody().front();
     b.setInsertionPointToStart(entry);
@@ -736,8 +898,13 @@ struct Codegen {
     bool row = kind == "row_reduction" &&
                llvm::any_of(kfn.getBody().front().getOps<linalg::GenericOp>(),
                             [](linalg::GenericOp g) { return isRowReduction(g); });
+    linalg::GenericOp colRed;
+    if (!row && kind == "reduction")
+      colRed = columnReduction();
     if (row) {
       rowKernel(tid, bid);
+    } else if (colRed) {
+      columnKernel(colRed, tid, bid);
     } else {
       strategy = kind == "pointwise" ? "pointwise" : "reduction_naive";
       pointwise(tid, bid, kind == "pointwise");

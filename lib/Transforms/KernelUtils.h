@@ -157,7 +157,13 @@ inline std::optional<unsigned> rowPrefix(llvm::ArrayRef<int64_t> shape,
 /// Pure data movement: all-parallel generic with one input whose body yields
 /// that input. Kernels recompute these in their indexing; in front of a library
 /// op they become strided views.
+/// Marks a copy that must be materialized (a kernel writes it), see
+/// FormKernels.cpp.
+inline constexpr llvm::StringLiteral kMaterializeAttr = "mlircap.materialize";
+
 inline bool isDataMovementGeneric(linalg::GenericOp op) {
+  if (op->hasAttr(kMaterializeAttr))
+    return false;
   if (!isAllParallel(op) || op.getNumDpsInputs() != 1 ||
       op.getNumResults() != 1 || !op.hasPureTensorSemantics())
     return false;
@@ -215,6 +221,86 @@ inline bool isCloneableIntoKernel(Operation *op) {
                             op->getDialect()->getNamespace() == "math")))
     return true;
   return false;
+}
+
+/// Is `v` a view op result (reshape, static slice, view generic)?
+inline bool isViewOp(Operation *op) {
+  if (!op)
+    return false;
+  if (isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(op))
+    return true;
+  if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op))
+    return isCloneableIntoKernel(slice);
+  auto g = dyn_cast<linalg::GenericOp>(op);
+  return g && isViewGeneric(g);
+}
+
+/// Element offset and strides of `v` relative to the contiguous value at the
+/// root of its chain of view ops. Nullopt when the chain cannot be expressed
+/// as one strided view (e.g. merging dims that a transpose separated).
+struct StridedView {
+  Value base;
+  int64_t offset = 0;
+  llvm::SmallVector<int64_t> strides;
+};
+inline std::optional<StridedView> getStridedView(Value v) {
+  auto type = dyn_cast<RankedTensorType>(v.getType());
+  if (!type || !type.hasStaticShape())
+    return std::nullopt;
+  Operation *def = v.getDefiningOp();
+  if (!isViewOp(def)) {
+    StridedView r{v, 0, llvm::SmallVector<int64_t>(type.getRank(), 1)};
+    for (int i = (int)type.getRank() - 2; i >= 0; --i)
+      r.strides[i] = r.strides[i + 1] * type.getDimSize(i + 1);
+    return r;
+  }
+  auto src = getStridedView(def->getOperand(0));
+  if (!src)
+    return std::nullopt;
+  StridedView out{src->base, src->offset, {}};
+  if (auto expand = dyn_cast<tensor::ExpandShapeOp>(def)) {
+    out.strides.resize(type.getRank());
+    for (auto [j, group] : llvm::enumerate(expand.getReassociationIndices())) {
+      int64_t st = src->strides[j];
+      for (int64_t d : llvm::reverse(group)) {
+        out.strides[d] = st;
+        st *= type.getDimSize(d);
+      }
+    }
+    return out;
+  }
+  if (auto collapse = dyn_cast<tensor::CollapseShapeOp>(def)) {
+    auto st = collapse.getSrcType();
+    for (ReassociationIndices group : collapse.getReassociationIndices()) {
+      int64_t last = -1, stride = 1;
+      for (int64_t d : llvm::reverse(group)) {
+        if (st.getDimSize(d) == 1)
+          continue;
+        if (last >= 0 && src->strides[d] != src->strides[last] * st.getDimSize(last))
+          return std::nullopt;
+        if (last < 0)
+          stride = src->strides[d];
+        last = d;
+      }
+      out.strides.push_back(stride);
+    }
+    return out;
+  }
+  if (auto slice = dyn_cast<tensor::ExtractSliceOp>(def)) {
+    llvm::SmallBitVector dropped = slice.getDroppedDims();
+    for (unsigned i = 0; i < src->strides.size(); ++i) {
+      out.offset += slice.getStaticOffsets()[i] * src->strides[i];
+      if (!dropped.test(i))
+        out.strides.push_back(src->strides[i] * slice.getStaticStrides()[i]);
+    }
+    return out;
+  }
+  auto g = cast<linalg::GenericOp>(def);
+  AffineMap in = g.getMatchingIndexingMap(g.getDpsInputOperand(0));
+  out.strides.assign(g.getNumLoops(), 0);
+  for (auto [j, e] : llvm::enumerate(in.getResults()))
+    out.strides[cast<AffineDimExpr>(e).getPosition()] = src->strides[j];
+  return out;
 }
 
 } // namespace mlir::mlircap

@@ -10,9 +10,9 @@ func.func @dynamic(%x: tensor<?x4xf32>) -> tensor<?x4xf32> {
 
 // -----
 
-func.func @gather(%x: tensor<8xf32>, %i: tensor<4x1xindex>) -> tensor<4xf32> {
+func.func @gather(%x: tensor<8xf32>, %i: tensor<4x1xi64>) -> tensor<4xf32> {
   // expected-error @+1 {{mlircap: unsupported op 'tensor.gather' (no GPU kernel or library call for it)}}
-  %g = tensor.gather %x[%i] gather_dims([0]) unique : (tensor<8xf32>, tensor<4x1xindex>) -> tensor<4xf32>
+  %g = tensor.gather %x[%i] gather_dims([0]) unique : (tensor<8xf32>, tensor<4x1xi64>) -> tensor<4xf32>
   return %g : tensor<4xf32>
 }
 
@@ -48,3 +48,18 @@ func.func @insert(%x: tensor<4xf32>, %v: f32) -> tensor<4xf32> {
   %r = tensor.insert %v into %x[%c0] : tensor<4xf32>
   return %r : tensor<4xf32>
 }
+
+// -----
+
+func.func @fp8(%x: tensor<4xf8E4M3FN>) -> tensor<4xf32> {
+  %e = tensor.empty() : tensor<4xf32>
+  // expected-error @+1 {{mlircap: unsupported element type 'f8E4M3FN' in 'linalg.generic'}}
+  %0 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%x : tensor<4xf8E4M3FN>) outs(%e : tensor<4xf32>) {
+  ^bb0(%a: f8E4M3FN, %o: f32):
+    %r = arith.extf %a : f8E4M3FN to f32
+    linalg.yield %r : f32
+  } -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+

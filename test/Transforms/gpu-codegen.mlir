@@ -11,10 +11,18 @@
 // CHECK-SAME: strategy = "pointwise_vec4"
 // CHECK: gpu.thread_id x
 // CHECK: gpu.block_id x
+// CHECK: memref.extract_aligned_pointer_as_index %[[A]]
+// CHECK: memref.extract_aligned_pointer_as_index %[[B]]
+// CHECK: memref.extract_aligned_pointer_as_index %[[C]]
+// CHECK: scf.if
 // CHECK: scf.for
 // CHECK: vector.load %[[A]]{{.*}} : memref<4096xf32>, vector<4xf32>
 // CHECK: vector.load %[[B]]{{.*}} : memref<4096xf32>, vector<4xf32>
 // CHECK: vector.store {{.*}}, %[[C]]{{.*}} : memref<4096xf32>, vector<4xf32>
+// CHECK: } else {
+// CHECK: scf.for
+// CHECK: memref.load %[[A]]
+// CHECK: memref.store {{.*}}, %[[C]]
 func.func @vec4(%x: tensor<4096xf32>, %y: tensor<4096xf32>) -> tensor<4096xf32> {
   %e = tensor.empty() : tensor<4096xf32>
   %0 = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel"]}
@@ -200,15 +208,21 @@ func.func @short(%x: tensor<100x16xf32>) -> tensor<100xf32> {
 
 // -----
 
-// Column reduction: one thread per output element, serial loop over rows.
+// Long column reduction: 32 columns x 8 row slices per block, partials
+// combined through workgroup memory.
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #col = affine_map<(d0, d1) -> (d1)>
 // CHECK-LABEL: gpu.func @colsum_k0
-// CHECK-SAME: strategy = "reduction_naive"
-// CHECK: scf.for
-// CHECK: scf.for %{{.*}} = %c0 to %c64 step %c1 iter_args
-// CHECK: memref.load
-// CHECK: arith.addf
+// CHECK-SAME: workgroup(%[[P:.*]] : memref<256xf32, #gpu.address_space<workgroup>>)
+// CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
+// CHECK-SAME: grid = array<i64: 1, 1, 1>
+// CHECK-SAME: strategy = "reduction_split"
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c64 step %c8 iter_args
+// CHECK: memref.store %{{.*}}, %[[P]]
+// CHECK: gpu.barrier
+// CHECK: scf.if
+// CHECK-COUNT-8: memref.load %[[P]]
+// CHECK: memref.store
 // CHECK-NOT: gpu.shuffle
 func.func @colsum(%x: tensor<64x32xf32>) -> tensor<32xf32> {
   %zero = arith.constant 0.0 : f32
@@ -216,6 +230,31 @@ func.func @colsum(%x: tensor<64x32xf32>) -> tensor<32xf32> {
   %f = linalg.fill ins(%zero : f32) outs(%e : tensor<32xf32>) -> tensor<32xf32>
   %s = linalg.generic {indexing_maps = [#id, #col], iterator_types = ["reduction", "parallel"]}
       ins(%x : tensor<64x32xf32>) outs(%f : tensor<32xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.addf %a, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<32xf32>
+  return %s : tensor<32xf32>
+}
+
+// -----
+
+// Short column reduction: one thread per output element, serial loop.
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#col = affine_map<(d0, d1) -> (d1)>
+// CHECK-LABEL: gpu.func @colshort_k0
+// CHECK-SAME: strategy = "reduction_naive"
+// CHECK: scf.for
+// CHECK: scf.for %{{.*}} = %c0 to %c16 step %c1 iter_args
+// CHECK: memref.load
+// CHECK: arith.addf
+// CHECK-NOT: gpu.shuffle
+func.func @colshort(%x: tensor<16x32xf32>) -> tensor<32xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<32xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<32xf32>) -> tensor<32xf32>
+  %s = linalg.generic {indexing_maps = [#id, #col], iterator_types = ["reduction", "parallel"]}
+      ins(%x : tensor<16x32xf32>) outs(%f : tensor<32xf32>) {
   ^bb0(%a: f32, %o: f32):
     %r = arith.addf %a, %o : f32
     linalg.yield %r : f32

@@ -224,6 +224,8 @@ class Block:
                 out = o[0] * o[1] + o[2]
             else:
                 out = fn[d](o[0].double() if o[0].dtype in (torch.float16, torch.bfloat16) else o[0]).to(o[0].dtype)
+        elif name == "memref.extract_aligned_pointer_as_index":
+            out = self.full(o[0].data_ptr(), torch.int64)
         elif name == "memref.load":
             mem, idx = o[0], o[1]
             idx = torch.where(mask, idx, torch.zeros_like(idx))

@@ -17,7 +17,8 @@ import simt  # noqa: E402
 
 MODELS = ["mlp", "gelu_mlp", "layernorm", "softmax", "attention", "resblock",
           "rmsnorm", "meanvar", "pool", "embedding", "cat", "convbn", "softmax_dim0",
-          "argmax", "log_softmax"]
+          "argmax", "log_softmax", "transformer", "llama_mlp",
+          "causal_attention", "resnetish", "upsample", "cross_entropy"]
 
 
 def random_input(v, g):
@@ -157,3 +158,100 @@ def test_vec4_broadcast_epilogue():
     }"""
     plan = check(ir)
     assert plan["steps"][0]["strategy"] == "pointwise_vec4"
+
+
+def test_vec4_misaligned_pointer_takes_scalar_loop():
+    ir = """
+    func.func @main(%x: tensor<64xf32>) -> tensor<64xf32> {
+      %e = tensor.empty() : tensor<64xf32>
+      %0 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>],
+                           iterator_types = ["parallel"]}
+          ins(%x : tensor<64xf32>) outs(%e : tensor<64xf32>) {
+      ^bb0(%a: f32, %o: f32):
+        %r = arith.mulf %a, %a : f32
+        linalg.yield %r : f32
+      } -> tensor<64xf32>
+      return %0 : tensor<64xf32>
+    }"""
+    plan = json.loads(_mlircap.gpu_compile(ir))
+    _, _, kernels = simt.load_kernels(str(BUILD / "bin" / "mlircap-opt"), ir)
+    (k,) = plan["steps"]
+    assert k["strategy"] == "pointwise_vec4"
+    x = torch.randn(64)
+    for shift in (0, 1):
+        storage_in = torch.zeros(64 + 4)
+        storage_out = torch.zeros(64 + 4)
+        xin = storage_in[shift:shift + 64]
+        xin.copy_(x)
+        out = storage_out[shift:shift + 64]
+        assert (xin.data_ptr() % 16 == 0) == (shift == 0)
+        simt.Block(kernels[k["name"]], [xin, out], 0, 1, k["block"][0]).run()
+        torch.testing.assert_close(out, x * x)
+
+
+def test_bool_inputs_and_outputs():
+    ir = """
+    func.func @main(%x: tensor<6x8xf32>, %m: tensor<6x8xi1>) -> (tensor<6x8xi1>, tensor<6x8xf32>, tensor<6xi1>) {
+      %z = arith.constant 0.0 : f32
+      %f0 = arith.constant false
+      %e = tensor.empty() : tensor<6x8xi1>
+      %ef = tensor.empty() : tensor<6x8xf32>
+      %gt = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>],
+                            iterator_types = ["parallel", "parallel"]}
+          ins(%x, %m : tensor<6x8xf32>, tensor<6x8xi1>) outs(%e : tensor<6x8xi1>) {
+      ^bb0(%a: f32, %b: i1, %o: i1):
+        %c = arith.cmpf ogt, %a, %z : f32
+        %r = arith.xori %c, %b : i1
+        linalg.yield %r : i1
+      } -> tensor<6x8xi1>
+      %sel = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>],
+                             iterator_types = ["parallel", "parallel"]}
+          ins(%x, %gt : tensor<6x8xf32>, tensor<6x8xi1>) outs(%ef : tensor<6x8xf32>) {
+      ^bb0(%a: f32, %b: i1, %o: f32):
+        %r = arith.select %b, %a, %z : f32
+        linalg.yield %r : f32
+      } -> tensor<6x8xf32>
+      %er = tensor.empty() : tensor<6xi1>
+      %fr = linalg.fill ins(%f0 : i1) outs(%er : tensor<6xi1>) -> tensor<6xi1>
+      %any = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
+                             iterator_types = ["parallel", "reduction"]}
+          ins(%gt : tensor<6x8xi1>) outs(%fr : tensor<6xi1>) {
+      ^bb0(%b: i1, %o: i1):
+        %r = arith.ori %b, %o : i1
+        linalg.yield %r : i1
+      } -> tensor<6xi1>
+      return %gt, %sel, %any : tensor<6x8xi1>, tensor<6x8xf32>, tensor<6xi1>
+    }"""
+    check(ir)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_column_split_reduction_with_consumer(dtype):
+    ir = """
+    func.func @main(%x: tensor<300x3x13xT>) -> (tensor<3x13xT>, tensor<3x13xT>) {
+      %zero = arith.constant 0.0 : T
+      %n = arith.constant 300.0 : T
+      %e = tensor.empty() : tensor<3x13xT>
+      %f = linalg.fill ins(%zero : T) outs(%e : tensor<3x13xT>) -> tensor<3x13xT>
+      %s = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d1, d2)>],
+                           iterator_types = ["reduction", "parallel", "parallel"]}
+          ins(%x : tensor<300x3x13xT>) outs(%f : tensor<3x13xT>) {
+      ^bb0(%a: T, %o: T):
+        %sq = arith.mulf %a, %a : T
+        %r = arith.addf %sq, %o : T
+        linalg.yield %r : T
+      } -> tensor<3x13xT>
+      %m = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>],
+                           iterator_types = ["parallel", "parallel"]}
+          ins(%s : tensor<3x13xT>) outs(%e : tensor<3x13xT>) {
+      ^bb0(%a: T, %o: T):
+        %r = arith.divf %a, %n : T
+        %q = math.sqrt %r : T
+        linalg.yield %q : T
+      } -> tensor<3x13xT>
+      return %s, %m : tensor<3x13xT>, tensor<3x13xT>
+    }""".replace("xT>", "x" + dtype + ">").replace(": T", ": " + dtype).replace("T)", dtype + ")")
+    ir = ir.replace("(%a: T, %o: T)", f"(%a: {dtype}, %o: {dtype})")
+    plan = check(ir)
+    assert [s["strategy"] for s in plan["steps"]] == ["reduction_split"]
+    assert plan["steps"][0]["grid"] == [2, 1, 1]

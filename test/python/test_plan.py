@@ -220,8 +220,8 @@ def test_non_zero_init_becomes_kernel():
 
 def test_error_names_op_and_location():
     ir = """
-    func.func @main(%x: tensor<8xf32>, %i: tensor<4x1xindex>) -> tensor<4xf32> {
-      %g = tensor.gather %x[%i] gather_dims([0]) unique : (tensor<8xf32>, tensor<4x1xindex>) -> tensor<4xf32>
+    func.func @main(%x: tensor<8xf32>, %i: tensor<4x1xi64>) -> tensor<4xf32> {
+      %g = tensor.gather %x[%i] gather_dims([0]) unique : (tensor<8xf32>, tensor<4x1xi64>) -> tensor<4xf32>
       return %g : tensor<4xf32>
     }"""
     with pytest.raises(RuntimeError) as err:
@@ -234,3 +234,17 @@ def test_error_names_op_and_location():
 def test_chip_option():
     plan = json.loads(_mlircap.gpu_compile((PIPELINES / "softmax.mlir").read_text(), "sm_80", "+ptx75"))
     assert ".target sm_80" in plan["ptx"]
+
+
+def test_fill_shared_by_library_init_and_result():
+    ir = """
+    func.func @main(%a: tensor<4x8xf32>, %b: tensor<8x4xf32>) -> (tensor<4x4xf32>, tensor<4x4xf32>) {
+      %z = arith.constant 0.0 : f32
+      %e = tensor.empty() : tensor<4x4xf32>
+      %f = linalg.fill ins(%z : f32) outs(%e : tensor<4x4xf32>) -> tensor<4x4xf32>
+      %m = linalg.matmul ins(%a, %b : tensor<4x8xf32>, tensor<8x4xf32>) outs(%f : tensor<4x4xf32>) -> tensor<4x4xf32>
+      return %m, %f : tensor<4x4xf32>, tensor<4x4xf32>
+    }"""
+    plan = compile_plan(ir)
+    check_well_formed(plan)
+    assert sorted(kinds(plan)) == ["kernel", "library"]
