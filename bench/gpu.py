@@ -44,16 +44,8 @@ def bandwidth_check(dtype):
     dst = torch.empty_like(x)
     t_copy = latency_ms(lambda a: dst.copy_(a), (x,), device="cuda", iters=30)
     copy_moved = 2 * x.numel() * x.element_size()
-    g = fast.graphs[0]
-    kernels = g.executable.n_kernels if g.fallback_reason is None else 0
-    return dict(gbs=moved / t / 1e6, copy_gbs=copy_moved / t_copy / 1e6, kernels=kernels, err=err,
-                fallback=g.fallback_reason)
-
-
-def _flat_inputs(fast, args):
-    """The compiled graph's inputs as aot_autograd passes them: parameters and
-    buffers first (module order), then the user inputs."""
-    return fast.graphs[0].last_inputs() or []
+    kernels = sum(g.executable.n_kernels for g in fast.graphs if g.fallback_reason is None)
+    return dict(gbs=moved / t / 1e6, copy_gbs=copy_moved / t_copy / 1e6, kernels=kernels, err=err)
 
 
 def main():
@@ -98,18 +90,25 @@ def main():
                 warnings.simplefilter("ignore")
                 c_mc, out = timed_first_call(fast, args, "cuda")
             t_mc = latency_ms(fast, args, device="cuda")
-            g = fast.graphs[0]
-            ok = g.fallback_reason is None
-            kern = g.executable.n_kernels if ok else "-"
-            lib = g.executable.n_library if ok else "-"
-            worst = g.executable.profile(*_flat_inputs(fast, args))[:3] if ok and _flat_inputs(fast, args) else []
+            graphs = fast.graphs
+            ok = all(g.fallback_reason is None for g in graphs) and graphs
+            kern = sum(g.executable.n_kernels for g in graphs) if ok else "-"
+            lib = sum(g.executable.n_library for g in graphs) if ok else "-"
+            worst = []
+            if ok:
+                for g in graphs:
+                    ins = g.last_inputs()
+                    if ins and hasattr(g.executable, "profile"):
+                        worst += g.executable.profile(*ins)
+                worst = sorted(worst, key=lambda x: -x[1])[:3]
+            fallback = next((g.fallback_reason for g in graphs if g.fallback_reason), None)
             row = dict(model=name, dtype=dname, eager=t_eager, ind=t_ind, cg=t_cg, mc=t_mc, kernels=kern,
-                       library=lib, c_ind=c_ind, c_mc=c_mc, err=max_err(out, ref), fallback=g.fallback_reason,
-                       worst=worst)
+                       library=lib, c_ind=c_ind, c_mc=c_mc, err=max_err(out, ref), fallback=fallback,
+                       worst=worst, graphs=len(graphs))
             rows.append(row)
             print(f"{name} | {dname} | {t_eager:.3f} | {t_ind:.3f} | {t_cg:.3f} | {t_mc:.3f} | "
                   f"{t_eager / t_mc:.2f}x | {t_ind / t_mc:.2f}x | {t_cg / t_mc:.2f}x | {kern} | {lib} | "
-                  f"{c_ind:.1f}/{c_mc:.1f} | {row['err']:.1e}" + ("" if ok else f" | FALLBACK: {g.fallback_reason.splitlines()[0]}"),
+                  f"{c_ind:.1f}/{c_mc:.1f} | {row['err']:.1e} | graphs={len(graphs)}" + ("" if ok else f" | FALLBACK: {(fallback or 'no graph').splitlines()[0]}"),
                   flush=True)
             for desc, ms in worst:
                 print(f"    slowest step: {ms:.3f} ms  {desc}")
