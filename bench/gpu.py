@@ -59,8 +59,8 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     dev = torch.cuda.get_device_name()
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip() or "unknown"
+        commit = os.environ.get("MLIRCAP_COMMIT") or subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip() or "unknown"
     except OSError:
         commit = "unknown"
     rows = []
@@ -70,6 +70,18 @@ def main():
     for dname in a.dtypes.split(","):
         dtype = DT[dname]
         for name in a.models.split(","):
+            try:
+                bench_one(a, name, dname, dtype, rows)
+            except Exception as e:  # one model's failure must not lose the others' numbers
+                print(f"{name} | {dname} | ERROR {type(e).__name__}: {str(e)[:300]}", flush=True)
+                rows.append(dict(model=name, dtype=dname, error=f"{type(e).__name__}: {str(e)[:200]}"))
+            torch.cuda.empty_cache()
+    finish(a, rows, dev, commit)
+
+
+def bench_one(a, name, dname, dtype, rows):
+    if True:
+        if True:
             m, args = models.build(name, scale="bench", dtype=dtype, device="cuda")
             with torch.no_grad():
                 ref = m(*args)
@@ -113,11 +125,15 @@ def main():
             for desc, ms in worst:
                 print(f"    slowest step: {ms:.3f} ms  {desc}")
             del fast, m
-            torch.cuda.empty_cache()
+
+
+def finish(a, rows, dev, commit):
     bw = {d: bandwidth_check(DT[d]) for d in a.dtypes.split(",")}
     for d, b in bw.items():
         print(f"bandwidth {d}: mlircap fused elementwise {b['gbs']:.0f} GB/s vs copy {b['copy_gbs']:.0f} GB/s "
               f"({100 * b['gbs'] / b['copy_gbs']:.0f}%), kernels={b['kernels']}, max|diff|={b['err']:.1e}")
+    errors = [r for r in rows if "error" in r]
+    rows = [r for r in rows if "error" not in r]
     gm_eager = geomean([r["eager"] / r["mc"] for r in rows])
     gm_ind = geomean([r["ind"] / r["mc"] for r in rows])
     gm_cg = geomean([r["cg"] / r["mc"] for r in rows])
@@ -127,12 +143,12 @@ def main():
                f"mlircap/inductor+cudagraphs {gm_cg:.2f}x; inductor/eager {gm_ind_e:.2f}x, "
                f"inductor+cudagraphs/eager {gm_cg_e:.2f}x")
     print(summary)
-    write_results(Path(a.out), rows, bw, summary, dev, commit)
+    write_results(Path(a.out), rows, bw, summary, dev, commit, errors)
 
 
-def write_results(path, rows, bw, summary, dev, commit):
+def write_results(path, rows, bw, summary, dev, commit, errors=()):
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"# GPU benchmark results", "",
+    lines = ["# GPU benchmark results", "",
              f"Produced by one run of `bench/gpu.py` on {dev}, {now}, commit `{commit}`, torch {torch.__version__}.",
              "Latency: median of CUDA-event timings after warm-up; ratios > 1 mean mlircap is faster. "
              "TF32 off for all. Compile: first call, seconds.", "",
@@ -151,6 +167,8 @@ def write_results(path, rows, bw, summary, dev, commit):
     for r in rows:
         for desc, ms in r.get("worst", []):
             lines.append(f"- {r['model']} {r['dtype']}: {ms:.3f} ms {desc}")
+    if errors:
+        lines += ["", "## Errors", ""] + [f"- {r['model']} {r['dtype']}: {r['error']}" for r in errors]
     fallbacks = [r for r in rows if r["fallback"]]
     if fallbacks:
         lines += ["", "## Fallbacks", ""] + [f"- {r['model']} {r['dtype']}: {r['fallback'].splitlines()[0]}" for r in fallbacks]

@@ -11,7 +11,6 @@ with one warning naming the stage and every unsupported op; with
 """
 from __future__ import annotations
 
-import time
 import warnings
 import weakref
 from dataclasses import dataclass, field

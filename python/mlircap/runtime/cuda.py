@@ -22,7 +22,7 @@ import torch
 
 from .. import logs
 from .._core import core
-from .plan import PlanError, PlanExecutor
+from .plan import PlanExecutor
 
 # -- compile cache ---------------------------------------------------------------------------------
 
