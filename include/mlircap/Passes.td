@@ -384,8 +384,10 @@ def MlircapNarrowLibraryOperands
     the library call would be an f32 GEMM (no tensor cores) on upcast copies.
     When both operands of a `linalg.matmul` / `linalg.batch_matmul` are
     elementwise `arith.extf` generics from the same narrow type, the op takes
-    the narrow tensors directly; the result stays f32 (the region extends each
-    element, so the semantics are unchanged), and the extensions die.
+    the narrow tensors directly and the extensions die. When the accumulator
+    starts from zero the result is stored narrow as well (as eager torch does:
+    the library accumulates in f32 and rounds once on store), followed by an
+    `extf` generic that elementwise fusion folds into the epilogue kernel.
 
     Before:
     ```mlir
@@ -395,10 +397,13 @@ def MlircapNarrowLibraryOperands
     ```
     After:
     ```mlir
-    %m = linalg.matmul ins(%a, %b : tensor<8x16xbf16>, tensor<16x32xbf16>) outs(%z : tensor<8x32xf32>)
+    %z16 = linalg.fill ins(%c0_bf16 : bf16) outs(%e : tensor<8x32xbf16>)
+    %m16 = linalg.matmul ins(%a, %b : tensor<8x16xbf16>, tensor<16x32xbf16>) outs(%z16 : tensor<8x32xbf16>)
+    %m = linalg.generic {...} ins(%m16 : tensor<8x32xbf16>) outs(%e32 : tensor<8x32xf32>) { arith.extf }
     ```
   }];
-  let dependentDialects = ["::mlir::linalg::LinalgDialect", "::mlir::arith::ArithDialect"];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect", "::mlir::arith::ArithDialect",
+                           "::mlir::tensor::TensorDialect"];
 }
 
 def MlircapWidenBoolMemrefs : Pass<"mlircap-widen-bool-memrefs"> {

@@ -9,6 +9,8 @@
 //===----------------------------------------------------------------------===//
 #include "mlircap/Passes.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Matchers.h"
 
 namespace mlir::mlircap {
 #define GEN_PASS_DEF_MLIRCAPNARROWLIBRARYOPERANDS
@@ -50,13 +52,41 @@ void narrow(OpTy op) {
       }))
     return;
   OpBuilder b(op);
+  Location loc = op.getLoc();
   SmallVector<NamedAttribute> attrs;
   for (NamedAttribute a : op->getAttrs())
     if (a.getName() != "operandSegmentSizes")
       attrs.push_back(a);
-  auto narrowed = OpTy::create(b, op.getLoc(), op->getResultTypes(), inputs,
-                               op.getDpsInits(), attrs);
-  op->replaceAllUsesWith(narrowed->getResults());
+  // The result is stored narrow too when it starts from zero, as eager torch
+  // does for a bf16 matmul (the library still accumulates in f32): half the
+  // bytes written and read back. An extf generic restores the wide type for
+  // the users; elementwise fusion folds it into the epilogue kernel.
+  Value init = op.getDpsInits()[0];
+  auto wideType = cast<RankedTensorType>(init.getType());
+  Type narrowElem = getElementTypeOrSelf(inputs[0].getType());
+  auto fill = init.getDefiningOp<linalg::FillOp>();
+  bool zeroInit = fill && (matchPattern(fill.getInputs()[0], m_AnyZeroFloat()));
+  if (!zeroInit) {
+    auto narrowed = OpTy::create(b, loc, op->getResultTypes(), inputs, op.getDpsInits(), attrs);
+    op->replaceAllUsesWith(narrowed->getResults());
+    op->erase();
+    return;
+  }
+  auto narrowType = wideType.clone(narrowElem);
+  Value empty = tensor::EmptyOp::create(b, loc, narrowType.getShape(), narrowElem);
+  Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(narrowElem));
+  Value narrowInit = linalg::FillOp::create(b, loc, zero, empty).getResult(0);
+  auto narrowed = OpTy::create(b, loc, TypeRange{narrowType}, inputs, ValueRange{narrowInit}, attrs);
+  Value wideEmpty = tensor::EmptyOp::create(b, loc, wideType.getShape(), wideType.getElementType());
+  AffineMap id = b.getMultiDimIdentityMap(wideType.getRank());
+  SmallVector<utils::IteratorType> iters(wideType.getRank(), utils::IteratorType::parallel);
+  auto ext = linalg::GenericOp::create(
+      b, loc, TypeRange{wideType}, ValueRange{narrowed->getResult(0)}, ValueRange{wideEmpty},
+      ArrayRef<AffineMap>{id, id}, iters, [&](OpBuilder &nb, Location nl, ValueRange args) {
+        Value e = arith::ExtFOp::create(nb, nl, wideType.getElementType(), args[0]);
+        linalg::YieldOp::create(nb, nl, e);
+      });
+  op->replaceAllUsesWith(ext->getResults());
   op->erase();
 }
 

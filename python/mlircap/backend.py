@@ -88,7 +88,8 @@ class CompiledGraph:
         if self.executable is self.gm:
             return self.gm(*args)
         try:
-            return self.executable(*args)
+            with torch.no_grad():   # autograd, if any, is aot_autograd's job outside this graph
+                return self.executable(*args)
         except Exception as e:  # noqa: BLE001
             # Compiled code only writes buffers it allocated (aot_autograd keeps
             # input mutations outside the graph), so rerunning the graph eagerly

@@ -35,7 +35,14 @@ def decomposition_table():
     table = dict(get_decomposition_table())
     table.update(get_decompositions([aten.native_batch_norm, aten._native_batch_norm_legit_no_training]))
     table[aten.cumsum.default] = _cumsum_as_masked_sum
+    # Uninitialized allocations: zeros are a valid value, and torch-mlir does not
+    # lower every overload of empty (transformers' mask code uses them).
+    table[aten.empty.memory_format] = _empty_as_zeros
     return table
+
+
+def _empty_as_zeros(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return torch.zeros(size, dtype=dtype, device=device)
 
 
 _CUMSUM_MAX = 2048

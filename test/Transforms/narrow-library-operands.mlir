@@ -2,10 +2,13 @@
 
 #map = affine_map<(d0, d1) -> (d0, d1)>
 // torch-mlir's bf16 matmul: both operands extended to f32. The matmul reads
-// the bf16 tensors; the extensions are gone.
+// the bf16 tensors and, starting from zero, stores bf16; one extf follows.
 // CHECK-LABEL: func.func @bf16_matmul
-// CHECK-NOT: arith.extf %{{.*}} : bf16 to f32
-// CHECK: linalg.matmul ins(%arg0, %arg1 : tensor<8x16xbf16>, tensor<16x32xbf16>) outs(%{{.*}} : tensor<8x32xf32>)
+// CHECK: %[[Z:.*]] = linalg.fill ins(%{{.*}} : bf16) outs(%{{.*}} : tensor<8x32xbf16>)
+// CHECK: %[[M:.*]] = linalg.matmul ins(%arg0, %arg1 : tensor<8x16xbf16>, tensor<16x32xbf16>) outs(%[[Z]] : tensor<8x32xbf16>)
+// CHECK: linalg.generic {{.*}} ins(%[[M]] : tensor<8x32xbf16>) outs(%{{.*}} : tensor<8x32xf32>)
+// CHECK: arith.extf
+// CHECK-NOT: arith.extf
 func.func @bf16_matmul(%a: tensor<8x16xbf16>, %b: tensor<16x32xbf16>) -> tensor<8x32xf32> {
   %z = arith.constant 0.0 : f32
   %e0 = tensor.empty() : tensor<8x16xf32>
@@ -48,9 +51,9 @@ func.func @mixed_kept(%a: tensor<8x16xbf16>, %b: tensor<16x32xf32>, %f: tensor<8
 // -----
 
 #map = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
-// batch_matmul too.
+// batch_matmul too; an init that is not a zero fill keeps the wide result.
 // CHECK-LABEL: func.func @bf16_bmm
-// CHECK: linalg.batch_matmul ins(%arg0, %arg1 : tensor<2x8x16xbf16>, tensor<2x16x4xbf16>) outs(%{{.*}} : tensor<2x8x4xf32>)
+// CHECK: linalg.batch_matmul ins(%arg0, %arg1 : tensor<2x8x16xbf16>, tensor<2x16x4xbf16>) outs(%arg2 : tensor<2x8x4xf32>)
 func.func @bf16_bmm(%a: tensor<2x8x16xbf16>, %b: tensor<2x16x4xbf16>, %f: tensor<2x8x4xf32>) -> tensor<2x8x4xf32> {
   %e0 = tensor.empty() : tensor<2x8x16xf32>
   %a32 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel", "parallel"]} ins(%a : tensor<2x8x16xbf16>) outs(%e0 : tensor<2x8x16xf32>) {

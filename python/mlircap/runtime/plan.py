@@ -42,6 +42,10 @@ _OUT_VARIANTS = {"matmul": torch.mm, "batch_matmul": torch.bmm}
 
 
 class PlanExecutor:
+    """Subclasses implement __call__; they run under torch.no_grad(): compiled
+    graphs are inference graphs or aot_autograd forwards whose autograd is
+    handled outside them, and library calls with out= reject grad mode."""
+
     def __init__(self, plan: dict, device: torch.device):
         self.plan = plan
         self.device = device
