@@ -112,8 +112,8 @@ def bench_one(a, name, dname, dtype, rows):
             kern = sum(g.executable.n_kernels for g in graphs) if ok else "-"
             lib = sum(g.executable.n_library for g in graphs) if ok else "-"
             worst = []
-            if ok:
-                for g in graphs:
+            if graphs:
+                for g in (g for g in graphs if g.fallback_reason is None):
                     ins = g.last_inputs()
                     if ins and hasattr(g.executable, "profile"):
                         worst += g.executable.profile(*ins)

@@ -35,14 +35,21 @@ def decomposition_table():
     table = dict(get_decomposition_table())
     table.update(get_decompositions([aten.native_batch_norm, aten._native_batch_norm_legit_no_training]))
     table[aten.cumsum.default] = _cumsum_as_masked_sum
-    # Uninitialized allocations: zeros are a valid value, and torch-mlir does not
-    # lower every overload of empty (transformers' mask code uses them).
-    table[aten.empty.memory_format] = _empty_as_zeros
     return table
 
 
-def _empty_as_zeros(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    return torch.zeros(size, dtype=dtype, device=device)
+def _empty_as_zeros(gm: torch.fx.GraphModule) -> None:
+    """Uninitialized allocations become zeros (a valid value for them): torch-mlir
+    rejects some `aten.empty.memory_format` calls (seen with transformers'
+    mask code on torch 2.11), and zeros lower to a plain fill."""
+    aten = torch.ops.aten
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is aten.empty.memory_format:
+            kwargs = {k: v for k, v in node.kwargs.items() if k in ("dtype", "device")}
+            node.target = aten.zeros.default
+            node.args = (node.args[0],)
+            node.kwargs = kwargs
+    gm.recompile()
 
 
 _CUMSUM_MAX = 2048
@@ -121,6 +128,7 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main") -> FrontendR
     from torch_mlir.dialects import torch as torch_d
     from torch_mlir.extras.fx_importer import FxImporter
 
+    _empty_as_zeros(gm)
     ctx = ir.Context()
     torch_d.register_dialect(ctx)
     diags: list[tuple[str, str]] = []

@@ -175,3 +175,19 @@ def test_bool_outputs_on_cpu():
         a, b = fast(x, y)
         ra, rb = g(x, y)
         assert a.dtype == torch.bool and torch.equal(a, ra) and torch.equal(b, rb)
+
+
+def test_empty_memory_format_is_imported_as_zeros():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from mlircap.frontend import import_graph
+
+    def g(x):
+        m = torch.ops.aten.empty.memory_format([4, 4], dtype=torch.bool, device=x.device)
+        return x + torch.ops.aten.fill.Scalar(m, True).to(x.dtype)
+
+    gm = make_fx(g, tracing_mode="fake")(torch.randn(4, 4))
+    assert any(n.target is torch.ops.aten.empty.memory_format for n in gm.graph.nodes)
+    fe = import_graph(gm)
+    assert "torch.aten.empty.memory_format" not in fe.torch_ir
+    assert "func.func @main" in fe.linalg_ir

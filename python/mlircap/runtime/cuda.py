@@ -22,7 +22,7 @@ import torch
 
 from .. import logs
 from .._core import core
-from .plan import PlanExecutor
+from .plan import DTYPES, PlanExecutor
 
 # -- compile cache ---------------------------------------------------------------------------------
 
@@ -80,6 +80,13 @@ def compile_plan(linalg_ir: str, chip: str = "sm_90", features: str = "+ptx80") 
 
 # -- execution -------------------------------------------------------------------------------------
 
+class _NoGraph:
+    """Stands in for a CUDA graph with nothing to capture."""
+
+    def replay(self):
+        pass
+
+
 class GpuExecutable(PlanExecutor):
     """Executes one compiled graph on the current CUDA device."""
 
@@ -100,6 +107,7 @@ class GpuExecutable(PlanExecutor):
         module = self._core.cuda_load_module(self.plan["ptx"]) if self.n_kernels else None
         self.program = self._core.LaunchProgram()
         self.segments = []          # ("kernels", begin, end) | ("library", step)
+        self.exec_steps = []        # per plan step: ("kernel", program index) | ("library", step)
         functions = {}
         for step in self.plan["steps"]:
             if step["kind"] == "kernel":
@@ -117,23 +125,55 @@ class GpuExecutable(PlanExecutor):
                 n = len(self.program)
                 self.program.add(functions[name], list(step["grid"]), list(step["block"]), step.get("smem", 0),
                                  consts, slots)
+                self.exec_steps.append(("kernel", n))
                 if self.segments and self.segments[-1][0] == "kernels":
                     self.segments[-1] = ("kernels", self.segments[-1][1], n + 1)
                 else:
                     self.segments.append(("kernels", n, n + 1))
             else:
                 self.segments.append(("library", step))
+                self.exec_steps.append(("library", step))
 
-    def _run(self, t, stream):
-        table = [0] * len(self.slot)
-        for vid, i in self.slot.items():
-            table[i] = t[vid].data_ptr()
-        for seg in self.segments:
-            if seg[0] == "kernels":
-                self.program.run(table, stream, seg[1], seg[2])
+    def _table(self, t):
+        return [t[vid].data_ptr() for vid in self.slot]
+
+    def _run(self, t, stream, begin: int = 0, end: int | None = None, table=None):
+        """Runs plan steps [begin, end): kernel runs through the C++ program,
+        library calls through torch."""
+        if table is None:
+            table = self._table(t)
+        end = len(self.exec_steps) if end is None else end
+        i = begin
+        while i < end:
+            kind, what = self.exec_steps[i]
+            if kind == "kernel":
+                j = i
+                while j + 1 < end and self.exec_steps[j + 1][0] == "kernel":
+                    j += 1
+                self.program.run(table, stream, what, self.exec_steps[j][1] + 1)
+                i = j + 1
             else:
-                self._run_library(seg[1], t)
+                self._run_library(what, t)
+                i += 1
 
+    def _base_of(self, vid):
+        v = self.values[vid]
+        return v["of"] if v["kind"] == "view" else vid
+
+    def _tail_start(self):
+        """First step that produces (part of) an output. Steps from there on run
+        outside the CUDA graph, into fresh buffers, so outputs need no copy."""
+        producer = {}
+        for i, step in enumerate(self.plan["steps"]):
+            ids = [a["value"] for a in step["args"] if "value" in a] if step["kind"] == "kernel" \
+                else list(step["ins"]) + [step["out"]]
+            for vid in ids:
+                producer.setdefault(self._base_of(vid), i)
+        starts = [producer[self._base_of(o)] for o in self.outputs
+                  if self.values[self._base_of(o)]["kind"] == "buffer" and self._base_of(o) in producer]
+        return min(starts) if starts else len(self.exec_steps), producer
+
+    @torch.no_grad()
     def profile(self, *args, repeats: int = 5):
         """Per-step timings (ms, median over `repeats`), slowest first:
         [(description, ms)]. Runs step by step with CUDA events, without graphs."""
@@ -187,7 +227,20 @@ class GpuExecutable(PlanExecutor):
         for i, buf in self._dynamic_inputs:
             buf.copy_(ins[i])
         self._graph.replay()
-        return [o.clone() for o in self._graph_outputs]
+        if self._tail == len(self.exec_steps):        # outputs are inputs/constants
+            return [o.clone() for o in self._graph_outputs]
+        t = dict(self._graph_tensors)
+        table = list(self._base_table)
+        for v in self._tail_buffers:
+            b = torch.empty(v["shape"], dtype=DTYPES[v["dtype"]], device=self.device)
+            t[v["id"]] = b
+            table[self.slot[v["id"]]] = b.data_ptr()
+        for v in self._tail_views:
+            t.pop(v["id"], None)
+            view = self._view(v, t)
+            table[self.slot[v["id"]]] = view.data_ptr()
+        self._run(t, torch.cuda.current_stream().cuda_stream, self._tail, None, table)
+        return [t[o] if o in self._fresh else t[o].clone() for o in self.outputs]
 
     def _capture(self, ins):
         """Capture the whole plan as one CUDA graph (static shapes)."""
@@ -208,11 +261,21 @@ class GpuExecutable(PlanExecutor):
         with torch.cuda.stream(side):          # warm-up outside capture (cuBLAS workspaces)
             self._run(t, side.cuda_stream)
         torch.cuda.current_stream().wait_stream(side)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            self._run(t, torch.cuda.current_stream().cuda_stream)
-        self._graph, self._graph_tensors = g, t
+        tail, producer = self._tail_start()
+        if tail == 0:                          # the first step already writes an output
+            g = _NoGraph()
+        else:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                self._run(t, torch.cuda.current_stream().cuda_stream, 0, tail)
+        self._graph, self._graph_tensors, self._tail = g, t, tail
+        self._base_table = self._table(t)
+        self._tail_buffers = [v for v in self.buffers if producer.get(v["id"], -1) >= tail]
+        fresh = {v["id"] for v in self._tail_buffers}
+        self._tail_views = [v for v in self.views if v["of"] in fresh]
+        self._fresh = fresh | {v["id"] for v in self._tail_views}
         self._graph_outputs = [t[o] for o in self.outputs]
-        logs.log("kernels", f"captured CUDA graph: {self.n_kernels} kernels, "
+        logs.log("kernels", f"captured CUDA graph: {tail} of {len(self.exec_steps)} steps (the rest write "
+                            f"fresh outputs each call), {self.n_kernels} kernels, "
                             f"{sum(1 for s in self.segments if s[0] == 'library')} library calls, "
                             f"{len(static)} static / {len(dynamic)} copied inputs")
