@@ -38,18 +38,30 @@ def decomposition_table():
     return table
 
 
-def _empty_as_zeros(gm: torch.fx.GraphModule) -> None:
-    """Uninitialized allocations become zeros (a valid value for them): torch-mlir
-    rejects some `aten.empty.memory_format` calls (seen with transformers'
-    mask code on torch 2.11), and zeros lower to a plain fill."""
+def _prepare_for_import(gm: torch.fx.GraphModule) -> None:
+    """Graph rewrites before torch-mlir sees the graph:
+    * uninitialized allocations (`aten.empty.memory_format`) become zeros, a
+      valid value for them that lowers to a plain fill;
+    * factory ops lose their device (CPU for all): the IR describes
+      computation, not placement, and torch-mlir's lowering of allocations
+      rejects a CUDA device (seen with transformers' mask code on the GPU)."""
     aten = torch.ops.aten
+    cpu = torch.device("cpu")
+    changed = False
     for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target is aten.empty.memory_format:
-            kwargs = {k: v for k, v in node.kwargs.items() if k in ("dtype", "device")}
+        if node.op != "call_function":
+            continue
+        if node.target is aten.empty.memory_format:
             node.target = aten.zeros.default
             node.args = (node.args[0],)
-            node.kwargs = kwargs
-    gm.recompile()
+            node.kwargs = {k: v for k, v in node.kwargs.items() if k in ("dtype", "device")}
+            changed = True
+        dev = node.kwargs.get("device")
+        if dev is not None and torch.device(dev).type != "cpu":
+            node.kwargs = {**node.kwargs, "device": cpu}
+            changed = True
+    if changed:
+        gm.recompile()
 
 
 _CUMSUM_MAX = 2048
@@ -128,7 +140,7 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main") -> FrontendR
     from torch_mlir.dialects import torch as torch_d
     from torch_mlir.extras.fx_importer import FxImporter
 
-    _empty_as_zeros(gm)
+    _prepare_for_import(gm)
     ctx = ir.Context()
     torch_d.register_dialect(ctx)
     diags: list[tuple[str, str]] = []
