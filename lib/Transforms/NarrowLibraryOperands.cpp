@@ -47,9 +47,18 @@ void narrow(OpTy op) {
   }
   // Both operands must be narrow, in the same type: a mixed bf16 x f32 library
   // call would need its own upcast anyway.
-  if (!changed || llvm::any_of(inputs, [&](Value v) {
-        return getElementTypeOrSelf(v.getType()) != getElementTypeOrSelf(inputs[0].getType());
+  Type inElem = getElementTypeOrSelf(inputs[0].getType());
+  if (!(inElem.isBF16() || inElem.isF16()) || llvm::any_of(inputs, [&](Value v) {
+        return getElementTypeOrSelf(v.getType()) != inElem;
       }))
+    return;
+  // Operands already narrow (torch-mlir emits bf16 x bf16 -> f32 batch
+  // matmuls directly): only the result can still be narrowed.
+  Value init0 = op.getDpsInits()[0];
+  auto fill0 = init0.getDefiningOp<linalg::FillOp>();
+  bool wideZeroInit = getElementTypeOrSelf(init0.getType()) != inElem && fill0 &&
+                      matchPattern(fill0.getInputs()[0], m_AnyZeroFloat());
+  if (!changed && !wideZeroInit)
     return;
   OpBuilder b(op);
   Location loc = op.getLoc();

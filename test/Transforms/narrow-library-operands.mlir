@@ -70,3 +70,18 @@ func.func @bf16_bmm(%a: tensor<2x8x16xbf16>, %b: tensor<2x16x4xbf16>, %f: tensor
   %m = linalg.batch_matmul ins(%a32, %b32 : tensor<2x8x16xf32>, tensor<2x16x4xf32>) outs(%f : tensor<2x8x4xf32>) -> tensor<2x8x4xf32>
   return %m : tensor<2x8x4xf32>
 }
+
+// -----
+
+// Operands already bf16 (torch-mlir's batch matmul): the f32 result starting
+// from zero is stored bf16 and extended after.
+// CHECK-LABEL: func.func @bf16_operands_f32_result
+// CHECK: %[[M:.*]] = linalg.batch_matmul ins(%arg0, %arg1 : tensor<2x8x16xbf16>, tensor<2x16x4xbf16>) outs(%{{.*}} : tensor<2x8x4xbf16>)
+// CHECK: linalg.generic {{.*}} ins(%[[M]] : tensor<2x8x4xbf16>) outs(%{{.*}} : tensor<2x8x4xf32>)
+func.func @bf16_operands_f32_result(%a: tensor<2x8x16xbf16>, %b: tensor<2x16x4xbf16>) -> tensor<2x8x4xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<2x8x4xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<2x8x4xf32>) -> tensor<2x8x4xf32>
+  %m = linalg.batch_matmul ins(%a, %b : tensor<2x8x16xbf16>, tensor<2x16x4xbf16>) outs(%f : tensor<2x8x4xf32>) -> tensor<2x8x4xf32>
+  return %m : tensor<2x8x4xf32>
+}
