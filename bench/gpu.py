@@ -107,6 +107,8 @@ def bench_one(a, name, dname, dtype, rows):
                 warnings.simplefilter("ignore")
                 c_mc, out = timed_first_call(fast, args, "cuda")
             t_mc = latency_ms(fast, args, device="cuda")
+            with torch.no_grad():
+                out = fast(*args)   # a compiled call (the first call records, running eagerly)
             graphs = fast.graphs
             ok = all(g.fallback_reason is None for g in graphs) and graphs
             kern = sum(g.executable.n_kernels for g in graphs) if ok else "-"
