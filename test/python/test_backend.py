@@ -197,3 +197,25 @@ def test_factory_ops_on_cuda_devices_import():
     fe = import_graph(gm)   # raised FrontendError before the rewrite
     assert "cuda" not in fe.torch_ir
     assert "func.func @main" in fe.linalg_ir
+
+
+def test_logs_areas(capfd):
+    def h(x, n):
+        y = x * 2
+        if y.sum().item() > 0:
+            y = y + 1
+        return y * n
+
+    mlircap.set_logs("graph_breaks", "recompiles", "guards", "progress")
+    try:
+        fast = mlircap.compile(h)
+        x = torch.ones(4)
+        fast(x, 2)
+        fast(x, 3)
+    finally:
+        mlircap.set_logs()
+    err = capfd.readouterr().err
+    assert "[mlircap:graph_breaks] data-dependent operation Tensor.item()" in err
+    assert "test_backend.py:" in err
+    assert "[mlircap:recompiles]" in err and "[mlircap:guards]" in err
+    assert "[mlircap:progress]" in err and "torch-mlir import + lowering done in" in err

@@ -41,6 +41,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
 from . import _ext
+from .. import logs as _logs
 
 PY312 = sys.version_info >= (3, 12)
 _E = _ext.load()
@@ -928,6 +929,7 @@ class _Recorder:
         self.ncalls += 1
         self.steps.append(("call", k, fe, ae, ke, reason))
         self.breaks.append((reason, _frame_loc(frame)))
+        _logs.log("graph_breaks", f"{reason} at {self.breaks[-1][1]}")
         self.ext_depth += 1
 
         def finish(fr):
@@ -987,6 +989,7 @@ class _Recorder:
             self.ncalls += 1
             self.steps.append(("call", k, fe, ae, ke, reason))
             self.breaks.append((reason, _user_location()))
+            _logs.log("graph_breaks", f"{reason} at {self.breaks[-1][1]}")
             self._call_result(k, res)
             return res
         if not self.uses_rng and any(w in name for w in _RNG_WORDS):
@@ -1890,6 +1893,7 @@ class _Captured:
                 return self._call_eager(func, args)
             if reason is not None:
                 self.stats.recompile_reasons.append(reason)
+                _logs.log("recompiles", f"{self.code.co_name}: {reason}")
             return self._record(func, args)
         finally:
             self.busy = False
@@ -1927,6 +1931,8 @@ class _Captured:
                 v = None
         if v is not None:
             self.variants.append(v)
+            if _logs.enabled("guards"):
+                _logs.log("guards", f"{self.code.co_name} variant {len(self.variants)}: " + "; ".join(p for _, p in v.pre))
         return _plain(result)
 
     # introspection
