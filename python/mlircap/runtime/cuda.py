@@ -103,10 +103,9 @@ class GpuExecutable(PlanExecutor):
         self._graph = None
 
     def _build_program(self):
-        """Kernel launches as a C++ LaunchProgram; segments alternate kernel runs and library calls."""
+        """Kernel launches as a C++ LaunchProgram, indexed by the plan's steps."""
         module = self._core.cuda_load_module(self.plan["ptx"]) if self.n_kernels else None
         self.program = self._core.LaunchProgram()
-        self.segments = []          # ("kernels", begin, end) | ("library", step)
         self.exec_steps = []        # per plan step: ("kernel", program index) | ("library", step)
         functions = {}
         for step in self.plan["steps"]:
@@ -126,12 +125,7 @@ class GpuExecutable(PlanExecutor):
                 self.program.add(functions[name], list(step["grid"]), list(step["block"]), step.get("smem", 0),
                                  consts, slots)
                 self.exec_steps.append(("kernel", n))
-                if self.segments and self.segments[-1][0] == "kernels":
-                    self.segments[-1] = ("kernels", self.segments[-1][1], n + 1)
-                else:
-                    self.segments.append(("kernels", n, n + 1))
             else:
-                self.segments.append(("library", step))
                 self.exec_steps.append(("library", step))
 
     def _table(self, t):
@@ -181,13 +175,7 @@ class GpuExecutable(PlanExecutor):
         t = self._materialize(ins)
         stream = torch.cuda.current_stream()
         table = [t[vid].data_ptr() for vid in self.slot]
-        descr, samples = [], []
-        for seg in self.segments:
-            if seg[0] == "kernels":
-                for i in range(seg[1], seg[2]):
-                    descr.append(("kernel", i))
-            else:
-                descr.append(("library", seg[1]))
+        descr, samples = list(self.exec_steps), []
         for _ in range(repeats):
             times = []
             for kind, item in descr:
@@ -277,5 +265,5 @@ class GpuExecutable(PlanExecutor):
         self._graph_outputs = [t[o] for o in self.outputs]
         logs.log("kernels", f"captured CUDA graph: {tail} of {len(self.exec_steps)} steps (the rest write "
                             f"fresh outputs each call), {self.n_kernels} kernels, "
-                            f"{sum(1 for s in self.segments if s[0] == 'library')} library calls, "
+                            f"{self.n_library} library calls, "
                             f"{len(static)} static / {len(dynamic)} copied inputs")
