@@ -174,7 +174,7 @@ class GpuExecutable(PlanExecutor):
         ins = self._prepare_inputs(args)
         t = self._materialize(ins)
         stream = torch.cuda.current_stream()
-        table = [t[vid].data_ptr() for vid in self.slot]
+        table = self._table(t)
         descr, samples = list(self.exec_steps), []
         for _ in range(repeats):
             times = []
