@@ -7,6 +7,7 @@ constants). IR leaves this module as text: torch-mlir runs on its own LLVM
 """
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass
 
@@ -38,30 +39,43 @@ def decomposition_table():
     return table
 
 
-def _prepare_for_import(gm: torch.fx.GraphModule) -> None:
-    """Graph rewrites before torch-mlir sees the graph:
+def _prepare_for_import(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Returns a copy of `gm` rewritten for torch-mlir (the caller's graph is
+    left as it is: it is the eager fallback):
     * uninitialized allocations (`aten.empty.memory_format`) become zeros, a
       valid value for them that lowers to a plain fill;
     * factory ops lose their device (CPU for all): the IR describes
       computation, not placement, and torch-mlir's lowering of allocations
-      rejects a CUDA device (seen with transformers' mask code on the GPU)."""
+      rejects a CUDA device (seen with transformers' mask code on the GPU);
+    * tensor constants (`get_attr`, e.g. a lifted `torch.tensor(0.0,
+      device="cuda")`) become CPU copies made outside any fake mode: the
+      importer reads them with `tolist()`, which on a CUDA tensor copies to the
+      host and, under aot_autograd's active FakeTensorMode, yields a tensor
+      without storage ("tolist() shouldn't be called on a tensor with
+      unallocated storage", GPT-2 on the H200)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
     aten = torch.ops.aten
     cpu = torch.device("cpu")
-    changed = False
+    gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
     for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            value = getattr(gm, node.target, None)
+            if isinstance(value, torch.Tensor) and value.device.type != "cpu":
+                with unset_fake_temporarily():
+                    setattr(gm, node.target, value.detach().to(cpu))
+            continue
         if node.op != "call_function":
             continue
         if node.target is aten.empty.memory_format:
             node.target = aten.zeros.default
             node.args = (node.args[0],)
             node.kwargs = {k: v for k, v in node.kwargs.items() if k in ("dtype", "device")}
-            changed = True
         dev = node.kwargs.get("device")
         if dev is not None and torch.device(dev).type != "cpu":
             node.kwargs = {**node.kwargs, "device": cpu}
-            changed = True
-    if changed:
-        gm.recompile()
+    gm.recompile()
+    return gm
 
 
 _CUMSUM_MAX = 2048
@@ -140,7 +154,7 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main") -> FrontendR
     from torch_mlir.dialects import torch as torch_d
     from torch_mlir.extras.fx_importer import FxImporter
 
-    _prepare_for_import(gm)
+    gm = _prepare_for_import(gm)
     ctx = ir.Context()
     torch_d.register_dialect(ctx)
     diags: list[tuple[str, str]] = []

@@ -196,6 +196,9 @@ def test_factory_ops_on_cuda_devices_import():
     gm.recompile()
     fe = import_graph(gm)   # raised FrontendError before the rewrite
     assert "cuda" not in fe.torch_ir
+    # The rewrite works on a copy: the caller's graph is the eager fallback and
+    # must keep its devices (it ran CUDA inputs against CPU factories before).
+    assert any(n.kwargs.get("device") == torch.device("cuda", 0) for n in gm.graph.nodes)
     assert "func.func @main" in fe.linalg_ir
 
 
