@@ -316,7 +316,7 @@ struct PlanBuilder {
     step["smem"] = cast<IntegerAttr>(launch.get("smem")).getInt();
     if (auto s = dyn_cast_or_null<StringAttr>(launch.get("strategy"))) {
       step["strategy"] = s.getValue().str();
-      if (s.getValue() == "pointwise_vec4")
+      if (s.getValue().starts_with("pointwise_vec"))
         step["align"] = 16;
     }
     json::Array args;

@@ -489,21 +489,35 @@ struct Codegen {
     return t.isF32() || t.isF16() || t.isBF16() || t.isInteger(32);
   }
 
+  /// Alignment of a `width`-lane access at an offset that is a multiple of
+  /// `width` elements from a 16-byte aligned base.
+  static unsigned vecAlign(int64_t width, Type t) {
+    return std::min<int64_t>(16, width * t.getIntOrFloatBitWidth() / 8);
+  }
+
   /// The kernel computes one elementwise generic with an identity output map
-  /// whose innermost dim is a multiple of 4: each thread then computes 4
-  /// consecutive elements and stores them with one vector store.
-  linalg::GenericOp vectorizable(int64_t n) {
+  /// whose innermost dim is a multiple of the vector width: each thread then
+  /// computes `width` consecutive elements and stores them with one 16-byte
+  /// vector store (4 lanes of f32/i32, 8 of bf16/f16). Returns the width, 0
+  /// when the kernel is not vectorizable.
+  int64_t vectorizable(int64_t n, linalg::GenericOp &out) {
     auto ret = cast<func::ReturnOp>(kfn.getBody().front().getTerminator());
-    if (ret.getNumOperands() != 1 || n % 4 != 0)
-      return {};
+    if (ret.getNumOperands() != 1)
+      return 0;
     auto g = ret.getOperand(0).getDefiningOp<linalg::GenericOp>();
     if (!g || !isAllParallel(g) || g.getNumResults() != 1 || g.getNumLoops() == 0)
-      return {};
+      return 0;
     auto type = cast<RankedTensorType>(g.getResult(0).getType());
     if (!g.getMatchingIndexingMap(g.getDpsInitOperand(0)).isIdentity() ||
-        type.getShape().back() % 4 != 0 || !vecType(type.getElementType()))
-      return {};
-    return g;
+        !vecType(type.getElementType()))
+      return 0;
+    int64_t last = type.getShape().back();
+    for (int64_t width : {128 / (int64_t)type.getElementTypeBitWidth(), int64_t(4)})
+      if (n % width == 0 && last % width == 0) {
+        out = g;
+        return width;
+      }
+    return 0;
   }
 
   void pointwise(Value tid, Value bid, bool allowVector) {
@@ -511,9 +525,10 @@ struct Codegen {
     for (auto [v, i] : outputs())
       maxN = std::max(maxN, product(cast<RankedTensorType>(v.getType()).getShape()));
     block = kPointwiseBlock;
-    linalg::GenericOp vecOp = allowVector ? vectorizable(maxN) : linalg::GenericOp();
-    bool vec = (bool)vecOp;
-    int64_t perThread = vec ? 4 : 1;
+    linalg::GenericOp vecOp;
+    int64_t width = allowVector ? vectorizable(maxN, vecOp) : 0;
+    bool vec = width > 0;
+    int64_t perThread = vec ? width : 1;
     int64_t work = (maxN + perThread - 1) / perThread;
     grid = std::max<int64_t>(1, std::min((work + block - 1) / block, numSMs * 8));
     Value gtid = arith::AddIOp::create(
@@ -529,7 +544,7 @@ struct Codegen {
       }
     };
     if (vec) {
-      strategy = "pointwise_vec4";
+      strategy = width == 4 ? "pointwise_vec4" : "pointwise_vec8";
       auto [out, k] = outputs().front();
       linalg::GenericOp g = vecOp;
       auto shape = cast<RankedTensorType>(out.getType()).getShape();
@@ -549,11 +564,11 @@ struct Codegen {
       b.setInsertionPointToStart(ifAligned.elseBlock());
       scalarLoops();
       b.setInsertionPointToStart(ifAligned.thenBlock());
-      gridStride(maxN / 4, gtid, [&](Value i) {
-        Value base = arith::MulIOp::create(b, loc, i, cIdx(4));
+      gridStride(maxN / width, gtid, [&](Value i) {
+        Value base = arith::MulIOp::create(b, loc, i, cIdx(width));
         SmallVector<Value> ivs0 = delinearize(base, shape);
         // Inputs read contiguously along the innermost loop: one aligned
-        // vector load; inputs not indexed by it: one scalar for the 4 lanes;
+        // vector load; inputs not indexed by it: one scalar for all lanes;
         // anything else is computed per lane.
         DenseMap<unsigned, Value> vecs, scalarsIn;
         for (OpOperand *in : g.getDpsInputOperands()) {
@@ -576,7 +591,7 @@ struct Codegen {
           auto lastExpr = dyn_cast<AffineDimExpr>(map.getResults().back());
           bool contiguous =
               arg && vecType(t.getElementType()) && lastExpr &&
-              lastExpr.getPosition() == last && t.getShape().back() % 4 == 0 &&
+              lastExpr.getPosition() == last && t.getShape().back() % width == 0 &&
               llvm::count_if(map.getResults(), [&](AffineExpr e) {
                 return e.isFunctionOfDim(last);
               }) == 1;
@@ -584,14 +599,15 @@ struct Codegen {
             continue;
           Value at = linearize(applyMap(map, ivs0), t.getShape());
           auto load = vector::LoadOp::create(
-              b, loc, VectorType::get({4}, t.getElementType()),
+              b, loc, VectorType::get({width}, t.getElementType()),
               argMem[arg.getArgNumber()], ValueRange{at});
-          // Alignment checked at the top of the kernel.
-          load.setAlignment(4 * t.getElementType().getIntOrFloatBitWidth() / 8);
+          // Base pointers are checked for 16-byte alignment at the top of
+          // the kernel; offsets are multiples of `width` elements.
+          load.setAlignment(vecAlign(width, t.getElementType()));
           vecs[in->getOperandNumber()] = load;
         }
         SmallVector<Value> results;
-        for (int64_t l = 0; l < 4; ++l) {
+        for (int64_t l = 0; l < width; ++l) {
           SmallVector<Value> ivs(ivs0);
           ivs[last] = arith::AddIOp::create(b, loc, ivs0[last], cIdx(l));
           DenseMap<unsigned, Value> given(scalarsIn);
@@ -607,12 +623,12 @@ struct Codegen {
             return;
           results.push_back(vals[0]);
         }
-        auto vt = VectorType::get({4}, results[0].getType());
+        auto vt = VectorType::get({width}, results[0].getType());
         Value acc = vector::BroadcastOp::create(b, loc, vt, results[0]);
-        for (int64_t l = 1; l < 4; ++l)
+        for (int64_t l = 1; l < width; ++l)
           acc = vector::InsertOp::create(b, loc, results[l], acc, l);
         auto st = vector::StoreOp::create(b, loc, acc, outMem[k], ValueRange{base});
-        st.setAlignment(4 * results[0].getType().getIntOrFloatBitWidth() / 8);
+        st.setAlignment(vecAlign(width, results[0].getType()));
       });
       return;
     }
@@ -637,7 +653,11 @@ struct Codegen {
     // Threads per row: about 4 elements per thread. Up to a warp, several
     // rows share a block (and a warp: shuffles stay within aligned groups of
     // `lanes` lanes); beyond, a block per row.
+    // Many rows of up to 1024 elements: a warp per row (no shared memory, no
+    // barriers) still fills the GPU, e.g. attention softmax over 256 keys.
     int64_t lanes = llvm::PowerOf2Ceil((len + 3) / 4);
+    if (lanes > 32 && len <= 1024 && rows >= numSMs * 32)
+      lanes = 32;
     int64_t rowsPerBlock = 1;
     if (lanes <= 32) {
       lanes = std::max<int64_t>(lanes, 1);

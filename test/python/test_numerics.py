@@ -92,7 +92,9 @@ func.func @main(%x: tensor<{R}x{L}xf32>) -> (tensor<{R}x{L}xf32>, tensor<{R}xf32
 
 @pytest.mark.parametrize("rows,length,strategy", [
     (3, 1, "row_thread"), (5, 16, "row_subwarp"), (9, 100, "row_warp"),
-    (2, 1000, "row_block"), (1, 3000, "row_block")])
+    (2, 1000, "row_block"), (1, 3000, "row_block"),
+    # many rows of up to 1024: a warp per row (132 SMs x 32 rows and more)
+    (4300, 256, "row_warp"), (100, 256, "row_block")])
 def test_softmax_strategies(rows, length, strategy):
     plan = check(ROW.format(R=rows, L=length))
     assert [s["strategy"] for s in plan["steps"]] == [strategy]
@@ -115,6 +117,32 @@ def test_pointwise_vec4_and_grid_stride():
     plan = check(ir)
     (k,) = plan["steps"]
     assert k["strategy"] == "pointwise_vec4" and k["grid"][0] == 293
+
+
+def test_pointwise_vec8_bf16_with_f32_operand():
+    # 16-byte accesses: 8 lanes for a bf16 output; the f32 operand is read
+    # as 8-lane (32-byte) vectors, the broadcast row vector once per lane.
+    ir = """
+    func.func @main(%x: tensor<96x64xbf16>, %y: tensor<96x64xf32>, %b: tensor<64xbf16>) -> tensor<96x64xbf16> {
+      %e = tensor.empty() : tensor<96x64xbf16>
+      %0 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>,
+                                            affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>],
+                           iterator_types = ["parallel", "parallel"]}
+          ins(%x, %y, %b : tensor<96x64xbf16>, tensor<96x64xf32>, tensor<64xbf16>) outs(%e : tensor<96x64xbf16>) {
+      ^bb0(%a: bf16, %c: f32, %d: bf16, %o: bf16):
+        %a32 = arith.extf %a : bf16 to f32
+        %d32 = arith.extf %d : bf16 to f32
+        %t = arith.mulf %a32, %c : f32
+        %u = arith.addf %t, %d32 : f32
+        %r = arith.truncf %u : f32 to bf16
+        linalg.yield %r : bf16
+      } -> tensor<96x64xbf16>
+      return %0 : tensor<96x64xbf16>
+    }"""
+    plan = check(ir, atol=1e-2, rtol=1e-2)
+    (k,) = plan["steps"]
+    assert k["strategy"] == "pointwise_vec8" and k["align"] == 16
+    assert "ld.global.v4.f32" in plan["ptx"] or "ld.global.v4.b32" in plan["ptx"]
 
 
 def test_column_reduction_f64_and_transpose():
