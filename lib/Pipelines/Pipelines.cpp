@@ -2,7 +2,7 @@
 //
 // mlircap-fuse          linalg-on-tensors -> fused linalg-on-tensors with every
 //                       GPU kernel outlined into a `mlircap.kernel` function
-//                       (drop-asserts, generalize, library-init,
+//                       (drop-asserts, simplify-math, generalize, library-init,
 //                       tensor-to-generic, fuse-elementwise, form-kernels)
 // mlircap-cpu-pipeline  linalg-on-tensors -> LLVM dialect, results as out-params
 //                       (elementwise fusion only: no kernel outlining, asserts
@@ -20,7 +20,8 @@ namespace mlir::mlircap {
 
 // Elementwise fusion only (what the CPU path runs).
 static const char *kFuseElementwise =
-    "func.func(mlircap-narrow-library-operands, mlircap-generalize-elementwise,"
+    "func.func(mlircap-narrow-library-operands, mlircap-simplify-math,"
+    " mlircap-generalize-elementwise,"
     " mlircap-library-init,"
     "mlircap-tensor-to-generic, mlircap-fuse-elementwise),"
     "canonicalize, cse";
