@@ -355,6 +355,11 @@ def MlircapSimplifyMath : Pass<"mlircap-simplify-math", "::mlir::func::FuncOp"> 
     a divide or (r)sqrt (upstream's math algebraic simplification patterns).
     On the GPU, `math.fpowi` otherwise lowers to a function call per element:
     GPT-2's tanh GELU (`x ** 3`) ran 3x slower than inductor's kernel.
+    `math.sqrt` of a constant folds (any float width), and a division by a
+    constant becomes a multiply by the reciprocal when that is exact (a power
+    of two) or the type is f16/bf16 (computed in f32, rounded to 16 bits); an
+    IEEE f32 division is a long instruction sequence on the GPU (erf GELU
+    divides by sqrt(2)).
 
     Before:
     ```mlir
@@ -363,7 +368,7 @@ def MlircapSimplifyMath : Pass<"mlircap-simplify-math", "::mlir::func::FuncOp"> 
     After:
     ```mlir
     %0 = arith.mulf %x, %x : bf16
-    %y = arith.mulf %x, %0 : bf16
+    %y = arith.mulf %0, %x : bf16
     ```
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",

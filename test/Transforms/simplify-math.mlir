@@ -43,3 +43,26 @@ func.func @powf_dynamic(%x: f32, %y: f32) -> f32 {
   %0 = math.powf %x, %y : f32
   return %0 : f32
 }
+
+// -----
+
+// erf GELU in bf16: x / sqrt(2) becomes x * (1/sqrt(2)); a power-of-two
+// divisor is exact in any type; an f32 division by 3 stays a division.
+// CHECK-LABEL: func.func @div_by_constants
+// CHECK-NOT: math.sqrt
+// CHECK-DAG: %[[R2:.*]] = arith.constant 7.070{{[0-9]*}}e-01 : bf16
+// CHECK-DAG: %[[EIGHTH:.*]] = arith.constant 1.250000e-01 : f32
+// CHECK-DAG: %[[THREE:.*]] = arith.constant 3.000000e+00 : f32
+// CHECK: arith.mulf %arg0, %[[R2]] : bf16
+// CHECK: arith.mulf %arg1, %[[EIGHTH]] : f32
+// CHECK: arith.divf %arg1, %[[THREE]] : f32
+func.func @div_by_constants(%x: bf16, %y: f32) -> (bf16, f32, f32) {
+  %two = arith.constant 2.0 : bf16
+  %eight = arith.constant 8.0 : f32
+  %three = arith.constant 3.0 : f32
+  %s = math.sqrt %two : bf16
+  %0 = arith.divf %x, %s : bf16
+  %1 = arith.divf %y, %eight : f32
+  %2 = arith.divf %y, %three : f32
+  return %0, %1, %2 : bf16, f32, f32
+}
