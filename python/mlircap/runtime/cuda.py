@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections import ChainMap
 from pathlib import Path
 
 import torch
@@ -197,38 +198,58 @@ class GpuExecutable(PlanExecutor):
         return sorted(out, key=lambda x: -x[1])
 
     def __call__(self, *args):
-        ins = self._prepare_inputs(args)
         self._calls += 1
+        if self._graph is not None and self._static_match(args):
+            return self._replay(args)
+        ins = self._prepare_inputs(args)
         if not self.use_graphs or self._calls == 1:
             if self._calls == 1:
                 self._first_ptrs = [x.data_ptr() for x in ins]
             t = self._materialize(ins)
             self._run(t, torch.cuda.current_stream().cuda_stream)
             return [t[o] for o in self.outputs]
-        if self._graph is None or any(ins[i].data_ptr() != p for i, p in self._static_inputs):
-            self._captures = getattr(self, "_captures", 0) + 1
-            if self._captures > 3:   # parameters keep moving: graphs do not pay off
-                logs.log("kernels", "CUDA graph recaptured 3 times; running without graphs")
-                self.use_graphs, self._graph = False, None
-                return self(*args)
-            self._capture(ins)
+        self._captures = getattr(self, "_captures", 0) + 1
+        if self._captures > 3:   # parameters keep moving: graphs do not pay off
+            logs.log("kernels", "CUDA graph recaptured 3 times; running without graphs")
+            self.use_graphs, self._graph = False, None
+            return self(*args)
+        self._capture(ins)
+        return self._replay(ins)
+
+    def _static_match(self, args):
+        """The replay fast path's input check: inputs used in place by the graph
+        (parameters, buffers) still have the address and dtype they had at
+        capture. Capture checked device and layout; a tensor keeping its
+        storage address and dtype keeps them too, short of reassigning `.data`
+        to a view of the same storage. Per input this costs two attribute
+        reads, which matters with hundreds of parameters (BERT: 200)."""
+        return all(args[i].data_ptr() == p and args[i].dtype is d for i, p, d in self._static_inputs)
+
+    def _replay(self, args):
         for i, buf in self._dynamic_inputs:
-            buf.copy_(ins[i])
+            x = args[i]
+            if x.dtype is not buf.dtype or x.shape != buf.shape or x.device != buf.device:
+                raise RuntimeError(f"input {i}: expected {buf.dtype} {tuple(buf.shape)} on {buf.device}, "
+                                   f"got {x.dtype} {tuple(x.shape)} on {x.device}")
+            buf.copy_(x)
         self._graph.replay()
         if self._tail == len(self.exec_steps):        # outputs are inputs/constants
             return [o.clone() for o in self._graph_outputs]
-        t = dict(self._graph_tensors)
-        table = list(self._base_table)
-        for v in self._tail_buffers:
-            b = torch.empty(v["shape"], dtype=DTYPES[v["dtype"]], device=self.device)
-            t[v["id"]] = b
-            table[self.slot[v["id"]]] = b.data_ptr()
+        # Steps after the graph write fresh buffers: only their table slots change
+        # (the graph has its own pointers baked in), so one table is reused.
+        fresh, table = {}, self._tail_table
+        for vid, slot, shape, dtype in self._tail_alloc:
+            b = torch.empty(shape, dtype=dtype, device=self.device)
+            fresh[vid] = b
+            table[slot] = b.data_ptr()
         for v in self._tail_views:
-            t.pop(v["id"], None)
-            view = self._view(v, t)
+            base = fresh[v["of"]]
+            view = base.as_strided(v["shape"], v["strides"], base.storage_offset() + v.get("offset", 0))
+            fresh[v["id"]] = view
             table[self.slot[v["id"]]] = view.data_ptr()
+        t = ChainMap(fresh, self._graph_tensors)
         self._run(t, torch.cuda.current_stream().cuda_stream, self._tail, None, table)
-        return [t[o] if o in self._fresh else t[o].clone() for o in self.outputs]
+        return [fresh[o] if o in fresh else self._graph_tensors[o].clone() for o in self.outputs]
 
     def _capture(self, ins):
         """Capture the whole plan as one CUDA graph (static shapes)."""
@@ -242,7 +263,8 @@ class GpuExecutable(PlanExecutor):
                 buf.copy_(x)
                 dynamic.append((i, buf))
                 graph_ins.append(buf)
-        self._static_inputs, self._dynamic_inputs = static, dynamic
+        self._static_inputs = [(i, p, ins[i].dtype) for i, p in static]
+        self._dynamic_inputs = dynamic
         t = self._materialize(graph_ins)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -257,11 +279,12 @@ class GpuExecutable(PlanExecutor):
             with torch.cuda.graph(g):
                 self._run(t, torch.cuda.current_stream().cuda_stream, 0, tail)
         self._graph, self._graph_tensors, self._tail = g, t, tail
-        self._base_table = self._table(t)
-        self._tail_buffers = [v for v in self.buffers if producer.get(v["id"], -1) >= tail]
-        fresh = {v["id"] for v in self._tail_buffers}
+        self._tail_table = self._table(t)
+        tail_buffers = [v for v in self.buffers if producer.get(v["id"], -1) >= tail]
+        self._tail_alloc = [(v["id"], self.slot[v["id"]], v["shape"], DTYPES[v["dtype"]])
+                            for v in tail_buffers]
+        fresh = {v["id"] for v in tail_buffers}
         self._tail_views = [v for v in self.views if v["of"] in fresh]
-        self._fresh = fresh | {v["id"] for v in self._tail_views}
         self._graph_outputs = [t[o] for o in self.outputs]
         logs.log("kernels", f"captured CUDA graph: {tail} of {len(self.exec_steps)} steps (the rest write "
                             f"fresh outputs each call), {self.n_kernels} kernels, "
