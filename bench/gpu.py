@@ -56,7 +56,8 @@ def bandwidth_check(dtype):
     k_us = sum(us for _, us in device_kernels(fast, (x, y)).values())
     kc_us = sum(us for _, us in device_kernels(lambda a: dst.copy_(a), (x,)).values())
     return dict(gbs=moved / t / 1e6, copy_gbs=copy_moved / t_copy / 1e6, kernels=kernels, err=err,
-                k_gbs=moved / k_us / 1e3, kc_gbs=copy_moved / kc_us / 1e3)
+                k_gbs=moved / k_us / 1e3 if k_us else float("nan"),
+                kc_gbs=copy_moved / kc_us / 1e3 if kc_us else float("nan"))
 
 
 def main():

@@ -40,7 +40,7 @@ def device_kernels(fn, args, calls=5):
             torch.cuda.synchronize()
     table = defaultdict(lambda: [0, 0.0])
     for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA and "Memcpy" not in e.name and "Memset" not in e.name:
+        if e.device_type == torch.autograd.DeviceType.CUDA:   # kernels, and memcpy/memset work
             table[e.name][0] += 1
             table[e.name][1] += e.device_time
     return {k: (n / calls, us / calls) for k, (n, us) in table.items()}
