@@ -23,7 +23,7 @@ import torch
 
 from .. import logs
 from .._core import core
-from .plan import DTYPES, PlanExecutor
+from .plan import DTYPES, PlanError, PlanExecutor
 
 # -- compile cache ---------------------------------------------------------------------------------
 
@@ -228,9 +228,9 @@ class GpuExecutable(PlanExecutor):
     def _replay(self, args):
         for i, buf in self._dynamic_inputs:
             x = args[i]
-            if x.dtype is not buf.dtype or x.shape != buf.shape or x.device != buf.device:
-                raise RuntimeError(f"input {i}: expected {buf.dtype} {tuple(buf.shape)} on {buf.device}, "
-                                   f"got {x.dtype} {tuple(x.shape)} on {x.device}")
+            self._check_input(self.inputs[i], x)
+            if x.shape != buf.shape:       # copy_ would broadcast
+                raise PlanError(f"input {i}: expected shape {tuple(buf.shape)}, got {tuple(x.shape)}")
             buf.copy_(x)
         self._graph.replay()
         if self._tail == len(self.exec_steps):        # outputs are inputs/constants
@@ -243,10 +243,7 @@ class GpuExecutable(PlanExecutor):
             fresh[vid] = b
             table[slot] = b.data_ptr()
         for v in self._tail_views:
-            base = fresh[v["of"]]
-            view = base.as_strided(v["shape"], v["strides"], base.storage_offset() + v.get("offset", 0))
-            fresh[v["id"]] = view
-            table[self.slot[v["id"]]] = view.data_ptr()
+            table[self.slot[v["id"]]] = self._view(v, fresh).data_ptr()
         t = ChainMap(fresh, self._graph_tensors)
         self._run(t, torch.cuda.current_stream().cuda_stream, self._tail, None, table)
         return [fresh[o] if o in fresh else self._graph_tensors[o].clone() for o in self.outputs]

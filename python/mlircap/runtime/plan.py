@@ -72,12 +72,15 @@ class PlanExecutor:
         self.n_kernels = len(self.kernel_steps)
         self.n_library = sum(1 for s in plan["steps"] if s["kind"] == "library")
 
+    def _check_input(self, v, x):
+        if x.device != self.device or x.dtype != DTYPES[v["dtype"]]:
+            raise PlanError(f"input {v['index']}: expected {v['dtype']} on {self.device}, "
+                            f"got {x.dtype} on {x.device}")
+
     def _prepare_inputs(self, args):
         ins = []
         for v, x in zip(self.inputs, args):
-            if x.device != self.device or x.dtype != DTYPES[v["dtype"]]:
-                raise PlanError(f"input {v['index']}: expected {v['dtype']} on {self.device}, "
-                                f"got {x.dtype} on {x.device}")
+            self._check_input(v, x)
             ins.append(x if x.is_contiguous() else x.contiguous())
         return ins
 
