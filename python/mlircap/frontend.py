@@ -57,14 +57,8 @@ def _prepare_for_import(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
     aten = torch.ops.aten
     cpu = torch.device("cpu")
-    gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
-    for node in gm.graph.nodes:
-        if node.op == "get_attr":
-            value = getattr(gm, node.target, None)
-            if isinstance(value, torch.Tensor) and value.device.type != "cpu":
-                with unset_fake_temporarily():
-                    setattr(gm, node.target, value.detach().to(cpu))
-            continue
+    graph = copy.deepcopy(gm.graph)
+    for node in graph.nodes:
         if node.op != "call_function":
             continue
         if node.target is aten.empty.memory_format:
@@ -74,8 +68,14 @@ def _prepare_for_import(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         dev = node.kwargs.get("device")
         if dev is not None and torch.device(dev).type != "cpu":
             node.kwargs = {**node.kwargs, "device": cpu}
-    gm.recompile()
-    return gm
+    out = torch.fx.GraphModule(gm, graph)   # takes gm's get_attr values; generates code once
+    for node in graph.nodes:
+        if node.op == "get_attr":
+            value = getattr(out, node.target, None)
+            if isinstance(value, torch.Tensor) and value.device.type != "cpu":
+                with unset_fake_temporarily():
+                    setattr(out, node.target, value.detach().to(cpu))
+    return out
 
 
 _CUMSUM_MAX = 2048
