@@ -48,13 +48,14 @@ def bandwidth_check(dtype):
     t = latency_ms(fast, (x, y), device="cuda", iters=30)
     moved = 3 * x.numel() * x.element_size()
     dst = torch.empty_like(x)
-    t_copy = latency_ms(lambda a: dst.copy_(a), (x,), device="cuda", iters=30)
+    copy = lambda a: dst.copy_(a)  # noqa: E731
+    t_copy = latency_ms(copy, (x,), device="cuda", iters=30)
     copy_moved = 2 * x.numel() * x.element_size()
     kernels = sum(g.executable.n_kernels for g in fast.graphs if g.fallback_reason is None)
     # The same, from the kernels' device time alone (CUPTI): the per-call numbers above
     # also hold the host time of a call (guards, launch), which a 0.1 ms kernel feels.
     k_us = sum(us for _, us in device_kernels(fast, (x, y)).values())
-    kc_us = sum(us for _, us in device_kernels(lambda a: dst.copy_(a), (x,)).values())
+    kc_us = sum(us for _, us in device_kernels(copy, (x,)).values())
     return dict(gbs=moved / t / 1e6, copy_gbs=copy_moved / t_copy / 1e6, kernels=kernels, err=err,
                 k_gbs=moved / k_us / 1e3 if k_us else float("nan"),
                 kc_gbs=copy_moved / kc_us / 1e3 if kc_us else float("nan"))
