@@ -153,6 +153,16 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, options: Options, re
         registry.append(graph)
     device = options.device if options.device != "auto" else _device_of(example_inputs)
     graph.device = device
+    # aot_autograd calls compilers under its FakeTensorMode: every tensor made
+    # here (plan constants, scratch buffers) must be real, or it reaches the
+    # user as a FakeTensor with no data (and its data_ptr() is garbage).
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        return _compile_graph(graph, gm, device, options)
+
+
+def _compile_graph(graph: CompiledGraph, gm: torch.fx.GraphModule, device: str, options: Options):
     try:
         _check_static(gm)
         outputs = _output_specs(gm)

@@ -84,4 +84,4 @@ class CpuPlanExecutable:
                 call(what, [(t[v].data_ptr(), shape, strides) for v, shape, strides in kargs])
             else:
                 exe._run_library(what, t)
-        return [t[o] for o in exe.outputs]
+        return exe._outputs(t)

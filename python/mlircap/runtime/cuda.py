@@ -207,7 +207,7 @@ class GpuExecutable(PlanExecutor):
                 self._first_ptrs = [x.data_ptr() for x in ins]
             t = self._materialize(ins)
             self._run(t, torch.cuda.current_stream().cuda_stream)
-            return [t[o] for o in self.outputs]
+            return self._outputs(t)
         self._captures = getattr(self, "_captures", 0) + 1
         if self._captures > 3:   # parameters keep moving: graphs do not pay off
             logs.log("kernels", "CUDA graph recaptured 3 times; running without graphs")

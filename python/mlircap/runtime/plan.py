@@ -98,6 +98,22 @@ class PlanExecutor:
             self._view(v, t)
         return t
 
+    def _base_kind(self, vid) -> str:
+        v = self.values[vid]
+        while v["kind"] == "view":
+            v = self.values[v["of"]]
+        return v["kind"]
+
+    def _outputs(self, t) -> list:
+        """The graph's outputs from value tensors `t`. An output that is (a view
+        of) a constant is copied: the constant is shared by every call and the
+        caller may write to what it gets back."""
+        if self._const_outputs is None:
+            self._const_outputs = {o for o in self.outputs if self._base_kind(o) == "constant"}
+        return [t[o].clone() if o in self._const_outputs else t[o] for o in self.outputs]
+
+    _const_outputs = None
+
     def _view(self, v, t):
         if v["id"] in t:
             return t[v["id"]]
