@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import types
 
 import torch
 
@@ -14,9 +15,20 @@ class Compiled:
     ``.graphs`` lists every graph compiled so far (one per captured region and
     recompile); ``.ir(stage)`` returns that stage's IR for all of them
     (stages: fx, torch, linalg, fused, llvm, ptx).
+
+    The wrapper of an ``nn.Module`` behaves like the module (as torch.compile's
+    OptimizedModule does): attribute reads, writes and deletes reach the module, and
+    its methods that return the module itself (``eval()``, ``train()``, ``to()``,
+    ``cuda()``, ``float()``, ``requires_grad_()``, ...) return this wrapper, so the
+    compiled path is kept.
     """
 
+    # attributes that live on the wrapper itself; everything else of a module wrapper
+    # is the module's
+    _OWN_ATTRS = frozenset({"_fn", "_options", "_is_module", "graphs", "_compiled", "capture"})
+
     def __init__(self, fn, options: Options, capture: str = "mlircap", cache_limit: int = 8):
+        object.__setattr__(self, "_is_module", isinstance(fn, torch.nn.Module))
         self._fn = fn
         self._options = options
         self.graphs: list[CompiledGraph] = []
@@ -34,7 +46,7 @@ class Compiled:
         else:
             raise ValueError(f"unknown capture front {capture!r} (mlircap or dynamo)")
         self.capture = capture
-        if not isinstance(fn, torch.nn.Module):
+        if not self._is_module:
             functools.update_wrapper(self, fn)
 
     def __call__(self, *args, **kwargs):
@@ -53,9 +65,47 @@ class Compiled:
             parts.append(f"// ===== {g.name} ({stage}) =====\n" + g.ir(stage))
         return "\n".join(parts)
 
-    def __getattr__(self, name):
-        # Module attributes (parameters, submodules, train()/eval()) pass through.
-        return getattr(self.__dict__["_fn"], name)
+    def __getattr__(self, name: str):
+        # Only reached for names the wrapper does not have: the wrapped object's.
+        d = self.__dict__
+        if "_fn" not in d:
+            raise AttributeError(name)
+        fn = d["_fn"]
+        value = getattr(fn, name)
+        if d["_is_module"] and isinstance(value, types.MethodType) and value.__self__ is fn:
+            return _returning_wrapper(self, fn, value)
+        return value
+
+    def __setattr__(self, name: str, value) -> None:
+        if self.__dict__.get("_is_module") and name not in Compiled._OWN_ATTRS:
+            setattr(self._fn, name, value)  # fast.scale = 5.0 changes the module
+        else:
+            object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if self.__dict__.get("_is_module") and name not in Compiled._OWN_ATTRS:
+            delattr(self._fn, name)
+        else:
+            object.__delattr__(self, name)
+
+    def __dir__(self):
+        names = set(super().__dir__())
+        if self.__dict__.get("_is_module"):
+            names.update(dir(self._fn))
+        return sorted(names)
+
+    def __repr__(self) -> str:
+        return f"mlircap.Compiled({self.__dict__.get('_fn')!r})"
+
+
+def _returning_wrapper(wrapper: "Compiled", module: torch.nn.Module, method: types.MethodType):
+    """``method`` of the wrapped module; where it returns the module itself (eval, train,
+    to, cuda, float, ...), the compiled wrapper is returned instead."""
+    @functools.wraps(method)
+    def call(*args, **kwargs):
+        result = method(*args, **kwargs)
+        return wrapper if result is module else result
+    return call
 
 
 def compile(fn=None, *, strict: bool = False, device: str = "auto", opt_level: int = 3,

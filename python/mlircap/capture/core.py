@@ -1966,18 +1966,48 @@ def capture(fn, backend, *, cache_limit=8):
 
 
 class _CapturedModuleCall:
-    def __init__(self, c):
-        self._mlircap_capture = c
-        self.module = c.fn
+    """The captured callable of an nn.Module: behaves like the module.  Attribute reads,
+    writes and deletes reach the module; module methods that return the module itself
+    (eval, train, to, ...) return this wrapper, so the captured path is kept."""
+    _OWN_ATTRS = frozenset({"_mlircap_capture", "module", "explain"})
+
+    def __init__(self, c: "_Captured") -> None:
+        object.__setattr__(self, "_mlircap_capture", c)
+        object.__setattr__(self, "module", c.fn)
 
     def __call__(self, *args, **kwargs):
         return self._mlircap_capture(*args, **kwargs)
 
-    def explain(self):
+    def explain(self) -> "ExplainOutput":
         return ExplainOutput(self._mlircap_capture)
 
-    def __getattr__(self, name):
-        return getattr(self.__dict__["module"], name)
+    def __getattr__(self, name: str):
+        d = self.__dict__
+        if "module" not in d:
+            raise AttributeError(name)
+        m = d["module"]
+        v = getattr(m, name)
+        if isinstance(v, types.MethodType) and v.__self__ is m:
+            meth = v
+
+            @functools.wraps(meth)
+            def call(*args, **kwargs):
+                r = meth(*args, **kwargs)
+                return self if r is m else r
+            return call
+        return v
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _CapturedModuleCall._OWN_ATTRS:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.__dict__["module"], name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name in _CapturedModuleCall._OWN_ATTRS:
+            object.__delattr__(self, name)
+        else:
+            delattr(self.__dict__["module"], name)
 
 
 # ======================================================================================
