@@ -11,6 +11,7 @@ with one warning naming the stage and every unsupported op; with
 """
 from __future__ import annotations
 
+import copy
 import warnings
 import weakref
 from dataclasses import dataclass, field
@@ -144,13 +145,18 @@ def _device_of(example_inputs) -> str:
 _counter = 0
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs, options: Options, registry: list | None = None):
-    """Compiles one aten-level graph; returns a callable (eager on fallback)."""
+def _next_id() -> int:
     global _counter
     _counter += 1
-    graph = CompiledGraph(name=f"graph{_counter}", gm=gm, strict=options.strict)
-    if registry is not None:
-        registry.append(graph)
+    return _counter
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, options: Options, registry: list | None = None,
+                  raise_unsupported: bool = False):
+    """Compiles one aten-level graph; returns a callable (eager on fallback).
+    `raise_unsupported`: ops torch-mlir rejects raise `_Unsupported` (the
+    caller runs them eagerly and recompiles the rest) instead of a fallback."""
+    graph = CompiledGraph(name=f"graph{_next_id()}", gm=gm, strict=options.strict)
     device = options.device if options.device != "auto" else _device_of(example_inputs)
     graph.device = device
     # aot_autograd calls compilers under its FakeTensorMode: every tensor made
@@ -159,10 +165,14 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, options: Options, re
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():
-        return _compile_graph(graph, gm, device, options)
+        result = _compile_graph(graph, gm, device, options, raise_unsupported)
+    if registry is not None:
+        registry.append(graph)
+    return result
 
 
-def _compile_graph(graph: CompiledGraph, gm: torch.fx.GraphModule, device: str, options: Options):
+def _compile_graph(graph: CompiledGraph, gm: torch.fx.GraphModule, device: str, options: Options,
+                   raise_unsupported: bool):
     try:
         _check_static(gm)
         outputs = _output_specs(gm)
@@ -192,6 +202,9 @@ def _compile_graph(graph: CompiledGraph, gm: torch.fx.GraphModule, device: str, 
         _dump(graph)
         return graph
     except Exception as e:  # noqa: BLE001 - every failure becomes a fallback or a strict error
+        unsupported = _unsupported_nodes(gm, e) if raise_unsupported and not options.strict else {}
+        if unsupported:
+            raise _Unsupported(unsupported, graph) from e
         report = _failure_report(graph, e)
         graph.fallback_reason = report
         if options.strict:
@@ -200,6 +213,127 @@ def _compile_graph(graph: CompiledGraph, gm: torch.fx.GraphModule, device: str, 
         graph.executable = gm
         _dump(graph)
         return graph
+
+
+class _Unsupported(Exception):
+    """torch-mlir rejected these graph nodes (node name -> 'op at file:line')."""
+
+    def __init__(self, nodes: dict[str, str], graph: CompiledGraph):
+        self.nodes, self.graph = nodes, graph
+        super().__init__(", ".join(nodes.values()))
+
+
+def _unsupported_nodes(gm: torch.fx.GraphModule, e: Exception) -> dict[str, str]:
+    """The nodes of `gm` whose ops torch-mlir reported as unsupported."""
+    from .partition import op_name
+
+    if not isinstance(e, FrontendError) or not e.unsupported:
+        return {}
+    found = {}
+    for op, loc in e.unsupported:
+        name = op[len("torch."):] if op.startswith("torch.") else op
+        for n in gm.graph.nodes:
+            if n.op == "call_function" and op_name(n.target).replace("::", ".") == name:
+                found[n.name] = f"{name} at {loc or '<unknown location>'}"
+    return found
+
+
+def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Options, registry: list | None = None):
+    """Compiles `gm` around its eager islands (python/mlircap/partition.py):
+    random ops, index ops with input-dependent indices, unsupported dtypes,
+    and ops torch-mlir rejects run through torch; the rest is compiled.
+    Without islands this is `compile_graph`."""
+    from .partition import extract, partition, rewrite_random_likes
+
+    gm = copy.copy(gm)
+    gm.graph = copy.deepcopy(gm.graph)
+    rewrite_random_likes(gm)
+    gm.recompile()
+    forced: dict[str, str] = {}
+    for _attempt in range(4):
+        parts = partition(gm, {k: "unsupported" for k in forced})
+        if options.strict:
+            _report_unsupported(gm, parts, forced, options)
+        if len(parts) == 1 and not parts[0].eager:
+            try:
+                return compile_graph(gm, example_inputs, options, registry, raise_unsupported=True)
+            except _Unsupported as u:
+                forced.update(u.nodes)
+                continue
+        compiled: list[CompiledGraph] = []
+        steps = []
+        try:
+            for part in parts:
+                inside = set(part.nodes)
+                used_later = {n for n in part.nodes if any(u not in inside for u in n.users)}
+                sub, ins, outs = extract(gm, part, used_later)
+                if part.eager or not outs:   # a part without outputs only has effects: run it as it is
+                    steps.append((_EagerIsland(sub, part.reasons), ins, outs))
+                    continue
+                examples = [n.meta.get("val") for n in ins] + [n.meta.get("val") for n in outs]
+                g = compile_graph(sub, examples, options, None, raise_unsupported=True)
+                compiled.append(g)
+                steps.append((g, ins, outs))
+        except _Unsupported as u:
+            forced.update(u.nodes)
+            continue
+        if registry is not None:
+            registry.extend(compiled)
+        islands = [f"{n}: {r}" for p in parts if p.eager for n, r in p.reasons.items()]
+        logs.log("fallback", f"graph split into {len(parts)} parts; eager islands: {', '.join(islands)}")
+        _report_unsupported(gm, parts, forced, options)
+        from .partition import PartitionedGraph
+
+        return PartitionedGraph(gm, steps)
+    # Unsupported ops keep appearing: run the whole graph eagerly.
+    graph = CompiledGraph(name=f"graph{_next_id()}", gm=gm, strict=options.strict)
+    graph.executable = gm
+    graph.fallback_reason = "unsupported ops: " + ", ".join(forced.values())
+    if registry is not None:
+        registry.append(graph)
+    warnings.warn(f"mlircap: running {graph.name} eagerly. {graph.fallback_reason}", stacklevel=2)
+    return graph
+
+
+def _node_loc(node: torch.fx.Node) -> str:
+    """The user's file:line a graph node came from, if recorded."""
+    import re
+
+    found = re.findall(r'File "([^"]+)", line (\d+)', node.meta.get("stack_trace") or "")
+    return f"{found[-1][0]}:{found[-1][1]}" if found else "<unknown location>"
+
+
+def _report_unsupported(gm: torch.fx.GraphModule, parts, forced: dict[str, str], options: Options) -> None:
+    """Ops that run through torch because the compiler cannot handle them
+    (not the by-design islands: random and index ops): one warning, or
+    MlircapCompileError in strict mode."""
+    from .partition import BY_DESIGN, op_name
+
+    nodes = {n.name: n for n in gm.graph.nodes}
+    lines = []
+    for p in parts:
+        for name, reason in p.reasons.items():
+            if reason in BY_DESIGN:
+                continue
+            n = nodes[name]
+            lines.append(forced.get(name) or f"{op_name(n.target).replace('::', '.')} at {_node_loc(n)} ({reason})")
+    if not lines:
+        return
+    text = ("these ops are not supported by the compiler and run through torch inside the compiled graph:\n"
+            + "\n".join(f"  {line}" for line in dict.fromkeys(lines)))
+    if options.strict:
+        raise MlircapCompileError(text)
+    warnings.warn(f"mlircap: {text}", stacklevel=3)
+
+
+class _EagerIsland:
+    """Ops of a compiled graph that run through torch (see partition.py)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, reasons: dict[str, str]):
+        self.gm, self.reasons = gm, reasons
+
+    def __call__(self, *args):
+        return self.gm(*args)
 
 
 def _dump(graph: CompiledGraph) -> None:
@@ -264,7 +398,7 @@ def make_backend(options: Options | None = None, registry: list | None = None):
     options = options or Options()
 
     def fw_compiler(gm, example_inputs):
-        compiled = compile_graph(gm, example_inputs, options, registry)
+        compiled = compile_partitioned(gm, example_inputs, options, registry)
 
         def run(args):
             return compiled(*args)

@@ -23,8 +23,10 @@ def test_model_matches_eager(name):
     # One graph and no recompile; GPT-2 breaks once: transformers' masking_utils
     # tests a mask's value with Tensor.__bool__ outside torch.compile.
     expected = 2 if name == "gpt2" else 1
-    assert len(fast.graphs) == expected
     assert fast.explain().graph_count == expected
+    # Embedding lookups run through torch (bounds-checked), splitting a
+    # captured graph into compiled parts around them.
+    assert len(fast.graphs) >= expected
     assert all(g.fallback_reason is None for g in fast.graphs)
     for stage in ("fx", "torch", "linalg"):
         assert fast.ir(stage)

@@ -1,0 +1,238 @@
+"""Partitioning an aten graph into compiled parts and eager islands.
+
+Some ops must not be compiled even when torch-mlir imports them:
+* random ops draw from torch's generator, so `torch.manual_seed` works, two
+  graphs never share a stream and results equal eager's;
+* ops that index with a tensor computed from the graph's inputs (embedding,
+  gather, index, index_put, scatter, nll_loss targets, ...) raise IndexError in
+  eager when an index is out of range: compiled code would read or write out
+  of bounds. Indices that depend on no input are constants, already checked by
+  the eager recording run on the same shapes, so those ops stay compiled;
+* dtypes the compiler does not handle (complex, unsigned, quantized);
+* ops torch-mlir rejected (`forced`), so one unsupported op no longer sends
+  the whole graph to eager.
+
+Such ops run through torch as *eager islands*; everything else is grouped into
+as few compiled parts as the data dependencies allow. Parts run in stage
+order C0, E0, C1, E1, ...: a compiled node that reads an eager result moves
+to the next stage, an eager node that reads a compiled result runs after that
+compiled part. Random ops keep their program order (one RNG stream).
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx as fx
+
+aten = torch.ops.aten
+
+# Op name -> positions of its index-tensor arguments.
+_INDEX_ARGS: dict[str, tuple[int, ...]] = {
+    "aten::embedding": (1,), "aten::embedding_bag": (1, 2), "aten::_embedding_bag": (1, 2),
+    "aten::_embedding_bag_forward_only": (1, 2),
+    "aten::gather": (2,), "aten::index_select": (2,), "aten::take": (1,), "aten::take_along_dim": (1,),
+    "aten::index": (1,), "aten::index_put": (1,), "aten::index_put_": (1,),
+    "aten::_unsafe_index": (1,), "aten::_unsafe_index_put": (1,), "aten::_index_put_impl": (1,),
+    "aten::scatter": (2,), "aten::scatter_add": (2,), "aten::scatter_reduce": (2,),
+    "aten::index_add": (2,), "aten::index_copy": (2,), "aten::index_fill": (2,), "aten::index_reduce": (2,),
+    "aten::nll_loss_forward": (1,), "aten::nll_loss2d_forward": (1,), "aten::nll_loss": (1,),
+    "aten::nll_loss_nd": (1,), "aten::multi_margin_loss": (1,), "aten::multilabel_margin_loss_forward": (1,),
+    "aten::max_unpool2d": (1,), "aten::max_unpool3d": (1,),
+    "aten::embedding_dense_backward": (1,), "aten::nll_loss_backward": (2,),
+}
+
+# Random ops whose tensor argument only gives a shape: rewritten to the
+# factory form so they depend on nothing and join the first eager island.
+_LIKE_FACTORY = {"aten::rand_like": aten.rand.default, "aten::randn_like": aten.randn.default}
+
+# Eager islands that are part of the design, not a limitation to report.
+BY_DESIGN = ("random", "index")
+
+SUPPORTED_DTYPES = {torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
+                    torch.int16, torch.int8, torch.bool}
+
+
+def op_name(target) -> str:
+    schema = getattr(target, "_schema", None)
+    return schema.name if schema is not None else str(target)
+
+
+def _tensors(val):
+    if isinstance(val, torch.Tensor):
+        yield val
+    elif isinstance(val, (list, tuple)):
+        for v in val:
+            yield from _tensors(v)
+
+
+def _flat_nodes(arg):
+    if isinstance(arg, fx.Node):
+        yield arg
+    elif isinstance(arg, (list, tuple)):
+        for a in arg:
+            yield from _flat_nodes(a)
+
+
+def is_random(node: fx.Node) -> bool:
+    return node.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+
+
+def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
+    """Why `node` must run through torch, or None."""
+    if is_random(node):
+        return "random"
+    name = op_name(node.target)
+    for pos in _INDEX_ARGS.get(name, ()):
+        if pos < len(node.args) and any(n in from_input for n in _flat_nodes(node.args[pos])):
+            return "index"
+    vals = list(_tensors(node.meta.get("val")))
+    for a in _flat_nodes((node.args, tuple(node.kwargs.values()))):
+        vals += list(_tensors(a.meta.get("val")))
+    for v in vals:
+        if v.dtype not in SUPPORTED_DTYPES:
+            return f"dtype {str(v.dtype).replace('torch.', '')}"
+    return None
+
+
+@dataclass
+class Part:
+    eager: bool
+    stage: int
+    nodes: list[fx.Node] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)   # node name -> why eager
+
+
+def rewrite_random_likes(gm: fx.GraphModule) -> None:
+    """rand_like(x) -> rand(shape of x): the value of x is not read."""
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function":
+            continue
+        factory = _LIKE_FACTORY.get(op_name(node.target))
+        val = node.meta.get("val")
+        if factory is None or not isinstance(val, torch.Tensor):
+            continue
+        with gm.graph.inserting_before(node):
+            new = gm.graph.call_function(factory, (list(val.shape),),
+                                         {"dtype": val.dtype, "device": val.device})
+        new.meta = dict(node.meta)
+        node.replace_all_uses_with(new)
+        gm.graph.erase_node(node)
+    gm.graph.lint()
+
+
+def partition(gm: fx.GraphModule, forced: dict[str, str] | None = None) -> list[Part]:
+    """Parts in execution order. `forced`: node name -> reason to run it eagerly."""
+    forced = forced or {}
+    from_input: set[fx.Node] = set()   # nodes whose value depends on a graph input
+    stage: dict[fx.Node, int] = {}
+    eager: dict[fx.Node, str | None] = {}
+    last_random = 0
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            from_input.add(node)
+            continue
+        if node.op != "call_function":
+            continue
+        deps = [d for d in node.all_input_nodes if d.op == "call_function"]
+        if any(d in from_input for d in node.all_input_nodes):
+            from_input.add(node)
+        if node.target is operator.getitem and deps:
+            src = node.args[0]
+            eager[node], stage[node] = eager[src], stage[src]
+            continue
+        reason = forced.get(node.name) or _eager_reason(node, from_input)
+        eager[node] = reason
+        if reason is not None:
+            s = max([stage[d] for d in deps], default=0)
+            if is_random(node):
+                s = last_random = max(s, last_random)
+        else:
+            s = max([stage[d] + (1 if eager[d] else 0) for d in deps], default=0)
+        stage[node] = s
+    parts: dict[tuple[int, bool], Part] = {}
+    for node in gm.graph.nodes:
+        if node in stage:
+            key = (stage[node], eager[node] is not None)
+            part = parts.setdefault(key, Part(eager=key[1], stage=key[0]))
+            part.nodes.append(node)
+            if eager[node] is not None and node.target is not operator.getitem:
+                part.reasons[node.name] = eager[node]
+    # Stage order; within a stage the compiled part first (eager nodes of
+    # stage s read compiled results of stage s).
+    return [parts[k] for k in sorted(parts, key=lambda k: (k[0], k[1]))]
+
+
+def extract(gm: fx.GraphModule, part: Part, used_later: set[fx.Node]) -> tuple[fx.GraphModule, list, list]:
+    """A GraphModule computing `part`: (module, input nodes, output nodes).
+    Constants (get_attr) are copied into the part; every other value from
+    outside becomes a placeholder with the original node's meta."""
+    inside = set(part.nodes)
+    inputs: list[fx.Node] = []
+    for node in part.nodes:
+        for d in node.all_input_nodes:
+            if d not in inside and d.op != "get_attr" and d not in inputs:
+                inputs.append(d)
+    g = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for d in inputs:
+        p = g.placeholder(d.name)
+        p.meta = dict(d.meta)
+        env[d] = p
+
+    def arg(n: fx.Node) -> fx.Node:
+        if n not in env:   # a constant
+            env[n] = g.node_copy(n)
+        return env[n]
+
+    for node in part.nodes:
+        env[node] = g.node_copy(node, arg)
+    outputs = [n for n in part.nodes if n in used_later and isinstance(n.meta.get("val"), torch.Tensor)]
+    g.output(tuple(env[n] for n in outputs))
+    module = fx.GraphModule(gm, g)
+    return module, inputs, outputs
+
+
+class PartitionedGraph:
+    """Runs the parts of a graph in order, each either a compiled graph or an
+    eager island (an FX GraphModule run by torch). Values are dropped after
+    their last use."""
+
+    def __init__(self, gm: fx.GraphModule, steps: list[tuple[object, list[fx.Node], list[fx.Node]]]):
+        slots: dict[fx.Node, int] = {}
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        for n in placeholders:
+            slots[n] = len(slots)
+        self.n_inputs = len(placeholders)
+        for _, _, outs in steps:
+            for n in outs:
+                slots[n] = len(slots)
+        out_args = gm.graph.output_node().args[0]
+        self._single = isinstance(out_args, fx.Node)
+        outs = [out_args] if self._single else list(out_args)
+        self._out = [(slots[o], None) if isinstance(o, fx.Node) and o in slots else (None, o) for o in outs]
+        for o in outs:
+            if isinstance(o, fx.Node) and o not in slots:
+                raise RuntimeError(f"graph output {o.name} is produced by no part")
+        last_use: dict[int, int] = {}
+        for k, (_, ins, _) in enumerate(steps):
+            for n in ins:
+                last_use[slots[n]] = k
+        keep = {s for s, _ in self._out if s is not None}
+        self.steps = []
+        for k, (fn, ins, outs_k) in enumerate(steps):
+            free = [s for s, last in last_use.items() if last == k and s not in keep and s >= self.n_inputs]
+            self.steps.append((fn, [slots[n] for n in ins], [slots[n] for n in outs_k], free))
+        self.n_slots = len(slots)
+
+    def __call__(self, *args):
+        env = list(args) + [None] * (self.n_slots - len(args))
+        for fn, ins, outs, free in self.steps:
+            res = fn(*[env[i] for i in ins])
+            for s, v in zip(outs, res):
+                env[s] = v
+            for s in free:
+                env[s] = None
+        result = [env[s] if s is not None else lit for s, lit in self._out]
+        return result[0] if self._single else result
