@@ -11,8 +11,9 @@ def cache(tmp_path, monkeypatch):
 
 
 def test_round_trip(cache):
-    rt.store_cached_plan("k1", '{"a": 1}')
-    assert rt.load_cached_plan("k1") == '{"a": 1}'
+    plan = '{"values": [], "steps": [], "outputs": []}'
+    rt.store_cached_plan("k1", plan)
+    assert rt.load_cached_plan("k1") == plan
 
 
 def test_missing_is_a_miss(cache):
@@ -21,7 +22,7 @@ def test_missing_is_a_miss(cache):
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "empty"])
 def test_corrupted_entry_is_rejected_and_removed(cache, damage):
-    rt.store_cached_plan("k2", '{"ptx": "' + "x" * 1000 + '"}')
+    rt.store_cached_plan("k2", '{"values": [], "steps": [], "outputs": [], "ptx": "' + "x" * 1000 + '"}')
     path = cache / "k2.plan"
     data = path.read_bytes()
     if damage == "truncate":
@@ -32,6 +33,17 @@ def test_corrupted_entry_is_rejected_and_removed(cache, damage):
     else:
         path.write_bytes(b"")
     assert rt.load_cached_plan("k2") is None
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("body", [b"not json", b'{"a": 1}', b"\xff\xfe", b"[]"])
+def test_valid_checksum_bad_body_is_rejected_and_removed(cache, body):
+    # shared/repro/r21: a well-formed entry whose body is not a launch plan.
+    import hashlib
+
+    path = cache / "k3.plan"
+    path.write_bytes(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+    assert rt.load_cached_plan("k3") is None
     assert not path.exists()
 
 

@@ -48,11 +48,22 @@ def load_cached_plan(key: str) -> str | None:
     except OSError:
         return None
     head, _, body = data.partition(b"\n")
+    problem = None
     if head != hashlib.sha256(body).hexdigest().encode():
-        logs.log("progress", f"compile cache: corrupted entry {path.name} removed, recompiling")
+        problem = "checksum mismatch"
+    else:
+        try:   # a valid checksum over a bad body (written by a buggy or foreign writer)
+            text = body.decode()
+            plan = json.loads(text)
+            if not isinstance(plan, dict) or not all(k in plan for k in ("values", "steps", "outputs")):
+                problem = "not a launch plan"
+        except (UnicodeDecodeError, ValueError) as e:
+            problem = f"unreadable ({type(e).__name__})"
+    if problem:
+        logs.log("progress", f"compile cache: bad entry {path.name} ({problem}) removed, recompiling")
         path.unlink(missing_ok=True)
         return None
-    return body.decode()
+    return text
 
 
 def store_cached_plan(key: str, plan: str) -> None:
