@@ -299,6 +299,22 @@ class _Recorder:
             return repr(v)
         return self.const(v)
 
+    def _number_guard(self, expr: str, v, tname: str) -> str:
+        """Exact guard for a number: -0.0 is not 0.0 (1/x, copysign, atan2 tell them
+        apart) and a NaN matches a NaN (NaN != NaN would fail the guard on every call)."""
+        tg = f"type({expr}) is {tname}"
+        if isinstance(v, complex):
+            # repr tells -0.0 from 0.0 and matches NaN parts; only for the rare complex
+            return f"{tg} and {self.const(repr)}({self.const(complex)}({expr})) == {repr(complex(v))!r}"
+        if isinstance(v, float):
+            if v != v:
+                return f"{tg} and {expr} != {expr}"
+            if v == 0.0:
+                sign = math.copysign(1.0, v)
+                return f"{tg} and {expr} == 0.0 and {self.const(math.copysign)}(1.0, {expr}) == {sign!r}"
+            return f"{tg} and {expr} == {self._lit(float(v))}"
+        return f"{tg} and {expr} == {self._lit(v if type(v) in (int, bytes) else int(v))}"
+
     def guard(self, expr, pretty, pos=None):
         if expr in self.guard_exprs:
             return
@@ -379,11 +395,11 @@ class _Recorder:
             self.guard(f"{expr} == {self._lit(v)}", f"{pretty} == {v!r}")
             return
         if t in (int, float, bytes, complex):
-            if t is float and v != v:
-                self.guard(f"type({expr}) is float and {expr} != {expr}", f"{pretty} is nan")
-                return
-            self.guard(f"type({expr}) is {t.__name__} and {expr} == {self._lit(v)}",
-                       f"{pretty} == {v!r}")
+            self.guard(self._number_guard(expr, v, t.__name__), f"{pretty} == {v!r}")
+            return
+        if isinstance(v, (int, float, complex)) and t.__module__ == "numpy":
+            # numpy scalars (np.float64 subclasses float): immutable, guarded by value
+            self.guard(self._number_guard(expr, v, self.const(t)), f"{pretty} == {t.__name__}({v!r})")
             return
         vid = id(v)
         if vid in self.src:

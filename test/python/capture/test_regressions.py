@@ -77,3 +77,27 @@ def test_r07_compiled_module_wrapper_behaves_like_module():
         _check_module_wrapper(fast, m)
         assert type(compile_(m).eval()).__name__ == "Compiled"
         assert fast.graphs, "the compiled path was used"
+
+
+# ------------------------------------------------------------------ r12: -0.0 / NaN guards
+def test_r12_negative_zero_and_nan_are_guarded():
+    """r12_negzero_guard.py: -0.0 reused the 0.0 variant (1/(x*z) gave +inf)."""
+    nan = float("nan")
+    x = torch.ones(2)
+    run_program("""
+def make():
+    def f(x, z):
+        return 1.0 / (x * z) + torch.atan2(torch.tensor(z), torch.tensor(-1.0))
+    return f
+""", [(x, 0.0), (x, -0.0), (x, 0.0), (x, nan), (x, nan), (x, -0.0), (x, 2.5)], recompiles=3)
+
+
+def test_r12_numpy_scalar_guarded_by_value():
+    np = pytest.importorskip("numpy")
+    x = torch.ones(2)
+    run_program("""
+def make():
+    def f(x, z):
+        return x * float(z)
+    return f
+""", [(x, np.float64(2.0)), (x, np.float64(2.0)), (x, np.float64(-0.0)), (x, np.float64(3.0))], recompiles=2)
