@@ -265,8 +265,10 @@ class _Recorder:
         self.breaks = []       # (reason, location)
         self.uses_rng = False
         self.versions = {}     # id(t) -> (t, version at first sight) for external tensors
-        self.grad0 = torch.is_grad_enabled()
-        self.amb0 = _ambient()
+        self.tensor_meta: dict[str, tuple[str, torch.Tensor]] = {}  # guard expr -> (tensor expr, example)
+        self.state0 = _GlobalState()
+        self.grad0 = self.state0.grad
+        self.amb0 = self.state0.ambient
         self.const_names = {}
         # roots
         try:
@@ -314,6 +316,15 @@ class _Recorder:
                 return f"{tg} and {expr} == 0.0 and {self.const(math.copysign)}(1.0, {expr}) == {sign!r}"
             return f"{tg} and {expr} == {self._lit(float(v))}"
         return f"{tg} and {expr} == {self._lit(v if type(v) in (int, bytes) else int(v))}"
+
+    def _tensor_guard(self, expr: str, t: torch.Tensor) -> str:
+        """Metadata guard for a tensor: Python type, dispatch keys (device, autograd),
+        dtype, shape, strides and requires_grad, checked in C++ by torch's TensorGuards.
+        The variant's pre-call guard merges all of them into one check."""
+        tg = _tensor_guards(t)
+        g = f"{self.const(tg)}.check({expr})"
+        self.tensor_meta[g] = (expr, t)
+        return g
 
     def guard(self, expr, pretty, pos=None):
         if expr in self.guard_exprs:
@@ -409,31 +420,24 @@ class _Recorder:
             return
         self.keep.append(v)
         if isinstance(v, torch.Tensor):
+            meta = f"{type(v).__name__}[{str(v.dtype)[6:]}, {v.device}, shape={tuple(v.shape)}, " \
+                   f"stride={tuple(v.stride())}, requires_grad={v.requires_grad}]"
             if argrooted:
                 if expr.startswith("L["):
                     self.arg_tensors.append(expr)
-                cls = self.const(type(v))
-                g = (f"type({expr}) is {cls} and {expr}.dtype is {self.const(v.dtype)} and "
-                     f"{expr}.device == {self.const(v.device)} and {expr}.shape == {tuple(v.shape)!r} and "
-                     f"{expr}.stride() == {tuple(v.stride())!r} and {expr}.requires_grad is {v.requires_grad}")
-                self.guard(g, f"{pretty}: {type(v).__name__}[{str(v.dtype)[6:]}, {v.device}, "
-                              f"shape={tuple(v.shape)}, stride={tuple(v.stride())}, "
-                              f"requires_grad={v.requires_grad}]")
+                self.guard(self._tensor_guard(expr, v), f"{pretty}: {meta}")
                 self.src[vid] = (expr, pretty, argrooted)
             elif isinstance(v, torch.nn.Parameter):
+                # identity (so replay passes the constant) and metadata: `p.data = ...`,
+                # `.to()`, `resize_` keep the object but change shape, dtype, ...
                 c = self.const(v, pretty)
-                self.guard(f"{expr} is {c} and {c}.requires_grad is {v.requires_grad}",
-                           f"{pretty} is the same tensor (id) with requires_grad={v.requires_grad}")
+                self.guard(f"{expr} is {c}", f"{pretty} is the same tensor (id)")
+                self.guard(self._tensor_guard(c, v), f"{pretty}: {meta}")
                 self.src[vid] = (c, pretty, False)
             else:
-                # buffers / plain tensor attributes / globals: identity fast path, else metadata
-                c = self.const(v, pretty)
-                meta = (f"type({expr}) is {self.const(type(v))} and {expr}.dtype is {self.const(v.dtype)} and "
-                        f"{expr}.device == {self.const(v.device)} and {expr}.shape == {tuple(v.shape)!r} and "
-                        f"{expr}.stride() == {tuple(v.stride())!r} and {expr}.requires_grad is {v.requires_grad}")
-                self.guard(f"({expr} is {c} or ({meta}))",
-                           f"{pretty}: {type(v).__name__}[{str(v.dtype)[6:]}, {v.device}, shape={tuple(v.shape)}, "
-                           f"stride={tuple(v.stride())}, requires_grad={v.requires_grad}]")
+                # buffers / plain tensor attributes / globals: read through expr at replay,
+                # so any tensor with the same metadata will do
+                self.guard(self._tensor_guard(expr, v), f"{pretty}: {meta}")
                 self.src[vid] = (expr, pretty, False)
             self.versions[vid] = (v, v._version)
             return
@@ -621,8 +625,12 @@ class _Recorder:
                     gs = [mm._global_forward_hooks, mm._global_forward_pre_hooks, mm._global_backward_hooks,
                           mm._global_backward_pre_hooks, mm._global_forward_hooks_always_called]
                     n = tuple(len(x) for x in gs)
-                    self.guard("(" + "".join(f"len({self.const(x)}), " for x in gs) + f") == {n}",
-                               f"global nn.Module hook counts == {n}")
+                    if not any(n):
+                        self.guard("not (" + " or ".join(self.const(x) for x in gs) + ")",
+                                   "no global nn.Module hooks")
+                    else:
+                        self.guard("(" + "".join(f"len({self.const(x)}), " for x in gs) + f") == {n}",
+                                   f"global nn.Module hook counts == {n}")
         return self.local_trace
 
     def local_trace(self, frame, event, arg):
@@ -1561,7 +1569,8 @@ class _Variant:
         self.breaks = list(rec.breaks)
         self.reason = reason
         self.hits = 0
-        self.guard = _compile_guard(pre, self.consts, rec.grad0, rec.amb0)
+        self.state = rec.state0
+        self.guard = _compile_guard(_merge_tensor_guards(rec, pre), self.consts, self.state)
         self.grad0 = rec.grad0
         self.amb0 = rec.amb0
 
@@ -1570,8 +1579,10 @@ class _Variant:
             return f"torch.is_grad_enabled() == {self.grad0}"
         if _ambient() != self.amb0:
             return f"(inference_mode, autocast cpu, autocast cuda) == {self.amb0}"
+        if self.state.guard is not None and not self.state.guard.check():
+            return f"global torch state unchanged ({self.state.guard.reason().strip()} differs)"
         for expr, pretty in self.pre:
-            g = _compile_guard([(expr, pretty)], self.consts, None, None)
+            g = _compile_guard([(expr, pretty)], self.consts, None)
             if not g(args, func):
                 return pretty
         return None
@@ -1643,14 +1654,52 @@ def _ambient():
     return (torch.is_inference_mode_enabled(), torch.is_autocast_enabled("cpu"), torch.is_autocast_enabled("cuda"))
 
 
-def _compile_guard(pre, consts, grad0, amb0):
+def _tensor_guards(*ts: torch.Tensor):
+    """torch's C++ TensorGuards for these example tensors (static sizes and strides)."""
+    from torch._C._dynamo.guards import TensorGuards
+    return TensorGuards(*ts, dynamic_dims_sizes=[list(t.shape) for t in ts],
+                        dynamic_dims_strides=[list(t.stride()) for t in ts])
+
+
+def _merge_tensor_guards(rec: "_Recorder", pre: list) -> list:
+    """The pre-call guards with every tensor metadata check merged into one TensorGuards
+    call (about 80 ns a tensor), placed last so cheap identity checks fail first."""
+    tm = [e for e, _ in pre if e in rec.tensor_meta]
+    if len(tm) < 2:
+        return pre
+    exprs = [rec.tensor_meta[e][0] for e in tm]
+    tg = _tensor_guards(*(rec.tensor_meta[e][1] for e in tm))
+    rest = [(e, p) for e, p in pre if e not in rec.tensor_meta]
+    return rest + [(f"{rec.const(tg)}.check({', '.join(exprs)})", "tensor metadata")]
+
+
+class _GlobalState:
+    """The global torch state a variant was recorded under: grad mode, inference mode and
+    autocast, plus (through torch's C++ GlobalStateGuard, one ~100 ns check) default
+    dtype, deterministic algorithms, TF32 flags and thread count."""
+
+    def __init__(self) -> None:
+        self.grad = torch.is_grad_enabled()
+        self.ambient = _ambient()
+        try:
+            from torch._C._dynamo.guards import GlobalStateGuard
+            self.guard = GlobalStateGuard()
+        except Exception:  # pragma: no cover - older torch
+            self.guard = None
+
+    def expr(self) -> str:
+        inf, ac_cpu, ac_cuda = self.ambient
+        if self.guard is not None:  # grad mode and autocast are part of GlobalStateGuard
+            return f"(_gs.check() and _inf() is {inf})"
+        return f"(_ge() is {self.grad} and _inf() is {inf} and _ac('cpu') is {ac_cpu} and _ac('cuda') is {ac_cuda})"
+
+
+def _compile_guard(pre, consts, state: "_GlobalState | None"):
     parts = [f"({e})" for e, _ in pre]
-    if amb0 is not None:
-        parts.insert(0, f"(_inf() is {amb0[0]} and _ac('cpu') is {amb0[1]} and _ac('cuda') is {amb0[2]})")
-    if grad0 is not None:
-        parts.insert(0, f"(_ge() is {grad0})")
+    if state is not None:
+        parts.insert(0, state.expr())
     body = " and ".join(parts) or "True"
-    src = ("def _make(C, _ge, _inf, _ac):\n"
+    src = ("def _make(C, _ge, _inf, _ac, _gs):\n"
            "    def __guard(L, F):\n"
            "        try:\n"
            f"            return {body}\n"
@@ -1659,7 +1708,8 @@ def _compile_guard(pre, consts, grad0, amb0):
            "    return __guard\n")
     ns = {}
     exec(compile(src, "<mlircap guard>", "exec"), ns)
-    return ns["_make"](consts, torch.is_grad_enabled, torch.is_inference_mode_enabled, torch.is_autocast_enabled)
+    return ns["_make"](consts, torch.is_grad_enabled, torch.is_inference_mode_enabled, torch.is_autocast_enabled,
+                       state.guard if state is not None else None)
 
 
 class _GraphVariant(_Variant):

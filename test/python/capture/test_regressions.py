@@ -101,3 +101,41 @@ def make():
         return x * float(z)
     return f
 """, [(x, np.float64(2.0)), (x, np.float64(2.0)), (x, np.float64(-0.0)), (x, np.float64(3.0))], recompiles=2)
+
+
+# ------------------------------------------------------------------ r11: tensor metadata
+def test_r11_parameter_data_replaced_is_guarded():
+    """r11_identity_tensor_meta.py: `m.weight.data = torch.randn(5, 4)` kept the same
+    Parameter object, so the identity guard passed and a stale shape came back."""
+    x = torch.randn(2, 4)
+    run_program("""
+def make():
+    return nn.Linear(4, 3)
+def mutate(i, m):
+    with torch.no_grad():
+        if i == 2:
+            m.weight.data = torch.ones(5, 4); m.bias.data = torch.ones(5)
+        if i == 4:
+            m.double()                       # .data = ... inside Module._apply
+        if i == 6:
+            m.weight.requires_grad_(False)
+""", [(x,), (x,), (x,), (x,), (x.double(),), (x.double(),), (x.double(),), (x.double(),)], recompiles=3)
+
+
+def test_r11_global_tensor_resized_in_place():
+    """r11: `T.resize_(6)` on a global tensor replayed a stale result instead of raising."""
+    run_program("""
+T = torch.arange(4.0)
+B = torch.ones(4)
+def make():
+    def f(x):
+        return x + T * B
+    return f
+def mutate(i, f):
+    if i == 2:
+        T.resize_(6).fill_(2.0)              # eager raises a shape error now
+    if i == 3:
+        T.resize_(4)
+    if i == 4:
+        B.set_(torch.ones(8)[::2])           # same values, other strides
+""", [(torch.ones(4),)] * 6, recompiles=1)   # the raising call records no variant
