@@ -12,6 +12,7 @@ with one warning naming the stage and every unsupported op; with
 from __future__ import annotations
 
 import copy
+import threading
 import warnings
 import weakref
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import logs
-from .frontend import FrontendError, decomposition_table, import_graph
+from .frontend import FrontendError, decomposition_table, import_fx
 
 
 class MlircapCompileError(RuntimeError):
@@ -176,28 +177,27 @@ def _compile_graph(graph: CompiledGraph, gm: torch.fx.GraphModule, device: str, 
     try:
         _check_static(gm)
         outputs = _output_specs(gm)
-        with logs.stage(f"{graph.name}: torch-mlir import + lowering", graph.times):
-            fe = import_graph(gm, func_name="main")
-        graph.torch_ir, graph.linalg_ir = fe.torch_ir, fe.linalg_ir
+        with logs.stage(f"{graph.name}: torch-mlir FX import", graph.times):
+            raw_ir = import_fx(gm, func_name="main")
+        with logs.stage(f"{graph.name}: torch-mlir lowering + codegen check", graph.times):
+            fe = _lower(raw_ir, device, options)
+        graph.torch_ir, graph.linalg_ir = fe["torch_ir"], fe["linalg_ir"]
+        if fe["cpu_plan_error"]:
+            raise RuntimeError("the CPU launch-plan builder rejected the graph: "
+                               + fe["cpu_plan_error"].strip().splitlines()[-1])
         if device == "cuda":
             from .runtime.cuda import GpuExecutable
 
-            with logs.stage(f"{graph.name}: GPU codegen", graph.times):
-                graph.executable = GpuExecutable(fe.linalg_ir, options.chip)
+            with logs.stage(f"{graph.name}: GPU codegen (or plan cache) + load", graph.times):
+                graph.executable = GpuExecutable(graph.linalg_ir, options.chip)
         else:
             from .runtime.cpu import CpuExecutable, CpuPlanExecutable
 
             with logs.stage(f"{graph.name}: CPU codegen + JIT", graph.times):
-                graph.executable = None
                 if options.cpu_plan:
-                    try:
-                        graph.executable = CpuPlanExecutable(fe.linalg_ir, options.opt_level)
-                    except RuntimeError as e:   # the plan builder rejected the graph
-                        graph.notes.append("CPU launch plan failed, whole graph JIT-compiled as loops: "
-                                           + str(e).strip().splitlines()[-1])
-                        logs.log("fallback", f"{graph.name}: {graph.notes[-1]}")
-                if graph.executable is None:
-                    graph.executable = CpuExecutable(fe.linalg_ir, "main", outputs, options.opt_level)
+                    graph.executable = CpuPlanExecutable(graph.linalg_ir, options.opt_level)
+                else:   # the whole graph as one function of loops (debugging; slow)
+                    graph.executable = CpuExecutable(graph.linalg_ir, "main", outputs, options.opt_level)
         logs.log("progress", f"{graph.name}: compiled for {device}")
         _dump(graph)
         return graph
@@ -221,6 +221,26 @@ class _Unsupported(Exception):
     def __init__(self, nodes: dict[str, str], graph: CompiledGraph):
         self.nodes, self.graph = nodes, graph
         super().__init__(", ".join(nodes.values()))
+
+
+def _lower(raw_ir: str, device: str, options: Options) -> dict:
+    """torch-mlir's lowering and a codegen check, in the compile worker (a
+    crash there becomes a fallback) or, with MLIRCAP_COMPILE_WORKER=0, here."""
+    from . import worker
+
+    req = {"raw_ir": raw_ir, "device": device, "chip": options.chip, "features": "+ptx80",
+           "opt_level": options.opt_level}
+    if not options.cpu_plan and device == "cpu":
+        req["device"] = "none"
+    if not worker.enabled():   # the executable's own compile below is the check
+        return worker._compile({**req, "device": "none"}, lambda stage: logs.log("progress", stage))
+    try:
+        return worker.compile_in_worker(**req)
+    except worker.WorkerError as e:
+        info = e.info
+        if info.get("frontend"):
+            raise FrontendError(info["stage"], info["message"], [tuple(u) for u in info["unsupported"]]) from None
+        raise RuntimeError(f"{info['type']}: {info['message']}") from None
 
 
 def _unsupported_nodes(gm: torch.fx.GraphModule, e: Exception) -> dict[str, str]:
@@ -390,12 +410,18 @@ def _failure_report(graph: CompiledGraph, e: Exception) -> str:
     return f"{type(e).__name__}: {msg}"
 
 
+_COMPILE_LOCK = threading.RLock()
+
+
 def make_backend(options: Options | None = None, registry: list | None = None):
     """A torch.compile-style backend `(gm, example_inputs) -> callable`."""
     from functorch.compile import make_boxed_func
     from torch._functorch.aot_autograd import aot_module_simplified
 
     options = options or Options()
+    from . import worker
+
+    worker.prestart()   # its imports overlap the user's first (recording) call
 
     def fw_compiler(gm, example_inputs):
         compiled = compile_partitioned(gm, example_inputs, options, registry)
@@ -410,6 +436,12 @@ def make_backend(options: Options | None = None, registry: list | None = None):
         return make_boxed_func(gm.forward)
 
     def backend(gm, example_inputs):
+        # aot_autograd keeps process-wide tracing state (patchers, fake
+        # modes): graphs from several threads are compiled one at a time.
+        with _COMPILE_LOCK:
+            return _aot(gm, example_inputs)
+
+    def _aot(gm, example_inputs):
         return aot_module_simplified(
             gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
             decompositions=decomposition_table(),

@@ -149,17 +149,28 @@ def _unknown_operators(module) -> list[tuple[str, str]]:
 
 def import_graph(gm: torch.fx.GraphModule, func_name: str = "main") -> FrontendResult:
     """Imports an aten-level graph (every node has ``meta["val"]``) and lowers it."""
-    from torch_mlir import ir
-    from torch_mlir.compiler_utils import OutputType, lower_mlir_module, run_pipeline_with_repro_report
-    from torch_mlir.dialects import torch as torch_d
-    from torch_mlir.extras.fx_importer import FxImporter
+    return lower_torch_ir(import_fx(gm, func_name))
 
-    gm = _prepare_for_import(gm)
+
+def _context():
+    from torch_mlir import ir
+    from torch_mlir.dialects import torch as torch_d
+
     ctx = ir.Context()
     torch_d.register_dialect(ctx)
     diags: list[tuple[str, str]] = []
     # Collect torch-mlir's diagnostics instead of letting them print to stderr.
     ctx.attach_diagnostic_handler(lambda d: diags.append((_describe_loc(d.location), str(d.message))) or True)
+    return ctx, diags
+
+
+def import_fx(gm: torch.fx.GraphModule, func_name: str = "main") -> str:
+    """torch-mlir's FX importer: the graph as raw torch-dialect IR text, with
+    source locations (the lowering may run in another process)."""
+    from torch_mlir.extras.fx_importer import FxImporter
+
+    gm = _prepare_for_import(gm)
+    ctx, _ = _context()
     importer = FxImporter(context=ctx)
     try:
         importer.import_stateless_graph(gm.graph, func_name=func_name)
@@ -169,6 +180,19 @@ def import_graph(gm: torch.fx.GraphModule, func_name: str = "main") -> FrontendR
     unknown = _unknown_operators(module)
     if unknown:
         raise FrontendError("fx-import", f"{len(unknown)} op(s) unknown to torch-mlir", unknown)
+    return module.operation.get_asm(enable_debug_info=True)
+
+
+def lower_torch_ir(raw_ir: str) -> FrontendResult:
+    """torch-mlir's pipelines: raw torch IR -> torch backend IR -> linalg-on-tensors."""
+    from torch_mlir import ir
+    from torch_mlir.compiler_utils import OutputType, lower_mlir_module, run_pipeline_with_repro_report
+
+    ctx, diags = _context()
+    try:
+        module = ir.Module.parse(raw_ir, ctx)
+    except Exception as e:
+        raise FrontendError("torch-mlir parse", str(e), []) from e
     try:
         run_pipeline_with_repro_report(
             module,

@@ -225,4 +225,4 @@ def test_logs_areas(capfd):
     assert "[mlircap:graph_breaks] data-dependent operation Tensor.item()" in err
     assert "test_backend.py:" in err
     assert "[mlircap:recompiles]" in err and "[mlircap:guards]" in err
-    assert "[mlircap:progress]" in err and "torch-mlir import + lowering done in" in err
+    assert "[mlircap:progress]" in err and "torch-mlir lowering + codegen check done in" in err

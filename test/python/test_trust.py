@@ -151,3 +151,67 @@ def test_random_ops_keep_program_order_across_parts():
         want = f(x)
         torch.manual_seed(3)
         _same(fast(x), want)
+
+
+@pytest.mark.parametrize("fault", ["segv", "abort"])
+def test_compile_crash_is_isolated_in_the_worker(monkeypatch, fault):
+    # A native crash while compiling ends the worker, not this process: the
+    # graph runs eagerly with a warning naming the signal and the stage.
+    monkeypatch.setenv("MLIRCAP_WORKER_FAULT", fault)
+    f = lambda x: x.exp() + 1   # noqa: E731
+    fast = mlircap.compile(f)
+    x = torch.randn(5)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            _same(fast(x), f(x))
+    msgs = [str(m.message) for m in w if "compile worker" in str(m.message)]
+    assert msgs and ("SIGSEGV" if fault == "segv" else "SIGABRT") in msgs[0], msgs
+    monkeypatch.delenv("MLIRCAP_WORKER_FAULT")
+    again = mlircap.compile(lambda x: x.exp() + 2)   # a fresh worker compiles the next graph
+    for _ in range(2):
+        _same(again(x), x.exp() + 2)
+    assert _compiled_graphs_ran(again)
+
+
+def test_compile_timeout_is_a_fallback(monkeypatch):
+    monkeypatch.setenv("MLIRCAP_WORKER_FAULT", "hang")
+    monkeypatch.setenv("MLIRCAP_COMPILE_TIMEOUT", "2")
+    fast = mlircap.compile(lambda x: x * 3)
+    x = torch.randn(4)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        fast(x)
+        _same(fast(x), x * 3)
+    assert any("timed out" in str(m.message) for m in w)
+
+
+def test_r03_uint8_stays_uint8():
+    check(lambda x: x * 3, torch.tensor([100, 200], dtype=torch.uint8), compiled=False)
+    check(lambda x: (x.float() / 255).relu() * 2, torch.tensor([[0, 7, 255]], dtype=torch.uint8))
+
+
+def test_r20_threads_compiling_at_once_all_compile():
+    import threading
+
+    ms = [torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32)) for _ in range(3)]
+    cs = [mlircap.compile(m) for m in ms]
+    errors = []
+
+    def run(k):
+        try:
+            x = torch.randn(5, 16)
+            with torch.no_grad():
+                for _ in range(2):
+                    _same(cs[k](x), ms[k](x))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        ts = [threading.Thread(target=run, args=(k,)) for k in range(3)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+    assert not errors, errors
+    assert not [m for m in w if "mlircap" in str(m.message)]
+    assert all(_compiled_graphs_ran(c) for c in cs)

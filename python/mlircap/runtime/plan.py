@@ -60,7 +60,7 @@ class PlanExecutor:
             if v["kind"] == "constant":
                 dt = DTYPES[v["dtype"]]
                 data = torch.tensor(v["data"], dtype=torch.float64 if dt.is_floating_point else torch.int64)
-                t = data.expand(v["shape"]) if v.get("splat") else data.reshape(v["shape"])
+                t = data.reshape(-1)[0].expand(v["shape"]) if v.get("splat") else data.reshape(v["shape"])
                 self.constants[v["id"]] = t.to(dtype=dt, device=device).contiguous()
         for step in plan["steps"]:
             if step["kind"] == "library" and step["op"] not in LIBRARY:
