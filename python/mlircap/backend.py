@@ -247,9 +247,21 @@ def _unsupported_nodes(gm: torch.fx.GraphModule, e: Exception) -> dict[str, str]
     """The nodes of `gm` whose ops torch-mlir reported as unsupported."""
     from .partition import op_name
 
-    if not isinstance(e, FrontendError) or not e.unsupported:
+    if not isinstance(e, FrontendError):
         return {}
     found = {}
+    if not e.unsupported:
+        # The FX importer raises on the first node it cannot import and names
+        # its target (e.g. a higher-order op such as with_effects).
+        text = str(e)
+        for n in gm.graph.nodes:
+            if n.op != "call_function":
+                continue
+            name = op_name(n.target)
+            short = name.split("::")[-1]
+            if f"'{short}'" in text or f"'{name}'" in text or f"target={name}" in text:
+                found[n.name] = f"{name.replace('::', '.')} at {_node_loc(n)}"
+        return found
     for op, loc in e.unsupported:
         name = op[len("torch."):] if op.startswith("torch.") else op
         for n in gm.graph.nodes:
@@ -405,6 +417,10 @@ def _failure_report(graph: CompiledGraph, e: Exception) -> str:
             lines += [f"  {op} at {loc or '<unknown location>'}" for op, loc in e.unsupported]
         else:
             lines.append(str(e).strip().splitlines()[0] if str(e).strip() else repr(e))
+            named = _unsupported_nodes(graph.gm, e)
+            if named:
+                lines.append("Unsupported ops:")
+                lines += [f"  {v}" for v in dict.fromkeys(named.values())]
         return "\n".join(lines)
     msg = str(e).strip()
     return f"{type(e).__name__}: {msg}"

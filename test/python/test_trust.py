@@ -1,6 +1,7 @@
 """Trust regressions: compiled code returns eager's result or raises eager's
 error, never a FakeTensor, garbage or a crash. Each test names the repro in
 shared/repro it comes from."""
+import re
 import warnings
 
 import pytest
@@ -215,3 +216,21 @@ def test_r20_threads_compiling_at_once_all_compile():
     assert not errors, errors
     assert not [m for m in w if "mlircap" in str(m.message)]
     assert all(_compiled_graphs_ran(c) for c in cs)
+
+
+def test_r19_errors_name_the_op_and_the_users_line():
+    def inv(a):
+        return torch.linalg.inv(a) + 1
+
+    def cplx(x):
+        return x * x + 1
+
+    for fn, x, op in [(inv, torch.eye(3) * 2, "with_effects"), (cplx, torch.randn(3, dtype=torch.complex64), "aten.mul")]:
+        with pytest.raises(mlircap.MlircapCompileError, match=rf"{op} at .*test_trust.py:\d+"):
+            mlircap.compile(fn, strict=True)(x)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            fast = mlircap.compile(fn)
+            for _ in range(2):
+                _same(fast(x), fn(x))
+        assert any(re.search(rf"{op} at .*test_trust.py:\d+", str(m.message)) for m in w)
