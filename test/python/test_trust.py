@@ -234,3 +234,13 @@ def test_r19_errors_name_the_op_and_the_users_line():
             for _ in range(2):
                 _same(fast(x), fn(x))
         assert any(re.search(rf"{op} at .*test_trust.py:\d+", str(m.message)) for m in w)
+
+
+def test_int_mm_accumulates_in_int32():
+    a = torch.randint(-128, 127, (32, 24), dtype=torch.int8)
+    b = torch.randint(-128, 127, (24, 16), dtype=torch.int8)
+    fast = mlircap.compile(lambda a, b: torch._int_mm(a, b))
+    for _ in range(2):
+        out = fast(a, b)
+        assert out.dtype == torch.int32
+        assert torch.equal(out, torch._int_mm(a, b))

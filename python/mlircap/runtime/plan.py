@@ -126,6 +126,14 @@ class PlanExecutor:
     def _run_library(self, step, t):
         ins = [t[i] for i in step["ins"]]
         out = t[step["out"]]
+        if not out.dtype.is_floating_point and out.dtype != ins[0].dtype:
+            # Integer operands accumulating into a wider integer (torch._int_mm:
+            # int8 x int8 -> int32): compute wide, never in the operands' type.
+            # On CUDA (no integer GEMM for every shape) through float64, exact
+            # for 8/16-bit operands.
+            wide = torch.float64 if out.device.type == "cuda" else out.dtype
+            out.copy_(LIBRARY[step["op"]]([x.to(wide) for x in ins], step.get("attrs", {})))
+            return
         op = _OUT_VARIANTS.get(step["op"])
         if op is not None and out.is_contiguous():
             if out.dtype == ins[0].dtype:
