@@ -439,8 +439,11 @@ def make_backend(options: Options | None = None, registry: list | None = None):
 
     worker.prestart()   # its imports overlap the user's first (recording) call
 
+    compiled_now: list = []   # forward graphs of the backend call in progress (under the lock)
+
     def fw_compiler(gm, example_inputs):
         compiled = compile_partitioned(gm, example_inputs, options, registry)
+        compiled_now.append(compiled)
 
         def run(args):
             return compiled(*args)
@@ -455,7 +458,14 @@ def make_backend(options: Options | None = None, registry: list | None = None):
         # aot_autograd keeps process-wide tracing state (patchers, fake
         # modes): graphs from several threads are compiled one at a time.
         with _COMPILE_LOCK:
-            return _aot(gm, example_inputs)
+            compiled_now.clear()
+            fn = _aot(gm, example_inputs)
+            if compiled_now and all(isinstance(c, CompiledGraph) and c.executable is c.gm for c in compiled_now):
+                # Nothing compiled: run the captured graph as it is, with
+                # eager's own kernels, not aot_autograd's decomposed graph.
+                logs.log("fallback", "no part of the graph compiled; the captured graph runs as it is")
+                return gm.forward
+            return fn
 
     def _aot(gm, example_inputs):
         return aot_module_simplified(

@@ -244,3 +244,26 @@ def test_int_mm_accumulates_in_int32():
         out = fast(a, b)
         assert out.dtype == torch.int32
         assert torch.equal(out, torch._int_mm(a, b))
+
+
+def test_whole_graph_fallback_runs_the_captured_graph():
+    # A graph that cannot compile at all runs the user's ops, not
+    # aot_autograd's decomposition of them (which is slower than eager).
+    def f(x):
+        return torch.nn.functional.layer_norm(x, (8,)) * 2
+
+    fast = mlircap.compile(f)
+    x = torch.randn(4, 8)
+    import os
+
+    os.environ["MLIRCAP_WORKER_FAULT"] = "segv"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fast(x)
+            _same(fast(x), f(x))
+    finally:
+        del os.environ["MLIRCAP_WORKER_FAULT"]
+    (g,) = fast.graphs
+    assert g.fallback_reason and "SIGSEGV" in g.fallback_reason
+    assert g._recorded == 0   # the decomposed fallback graph is never called
