@@ -459,7 +459,15 @@ def make_backend(options: Options | None = None, registry: list | None = None):
         # modes): graphs from several threads are compiled one at a time.
         with _COMPILE_LOCK:
             compiled_now.clear()
-            fn = _aot(gm, example_inputs)
+            try:
+                fn = _aot(gm, example_inputs)
+            except MlircapCompileError:
+                raise
+            except Exception as e:
+                if options.strict:   # the capture front would run the graph eagerly
+                    raise MlircapCompileError(f"aot_autograd could not trace the graph: "
+                                              f"{type(e).__name__}: {str(e).strip()[:500]}") from e
+                raise
             if compiled_now and all(isinstance(c, CompiledGraph) and c.executable is c.gm for c in compiled_now):
                 # Nothing compiled: run the captured graph as it is, with
                 # eager's own kernels, not aot_autograd's decomposed graph.

@@ -267,3 +267,21 @@ def test_whole_graph_fallback_runs_the_captured_graph():
     (g,) = fast.graphs
     assert g.fallback_reason and "SIGSEGV" in g.fallback_reason
     assert g._recorded == 0   # the decomposed fallback graph is never called
+
+
+@torch.library.custom_op("mlircap_test::twice", mutates_args=())
+def _twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+def test_strict_raises_when_aot_autograd_cannot_trace():
+    # A custom op without a fake implementation: aot_autograd cannot trace it.
+    f = lambda x: _twice(x) + 1   # noqa: E731
+    x = torch.randn(3)
+    with pytest.raises(mlircap.MlircapCompileError, match="aot_autograd could not trace"):
+        mlircap.compile(f, strict=True)(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast = mlircap.compile(f)
+        for _ in range(2):
+            _same(fast(x), f(x))
