@@ -190,6 +190,8 @@ def _compile_graph(graph: CompiledGraph, gm: torch.fx.GraphModule, device: str, 
 
             with logs.stage(f"{graph.name}: GPU codegen (or plan cache) + load", graph.times):
                 graph.executable = GpuExecutable(graph.linalg_ir, options.chip)
+            if "plan_cache_hit" in fe:   # the worker compiled (or found) the plan this one loaded
+                graph.executable.cache_hit = fe["plan_cache_hit"]
         else:
             from .runtime.cpu import CpuExecutable, CpuPlanExecutable
 

@@ -191,7 +191,7 @@ def _compile(req: dict, report) -> dict:
         from .runtime.cuda import compile_plan
 
         report("mlircap GPU codegen")
-        compile_plan(fe.linalg_ir, req["chip"], req["features"])
+        out["plan_cache_hit"] = compile_plan(fe.linalg_ir, req["chip"], req["features"])[1]
     else:
         from ._core import core
 

@@ -1,0 +1,88 @@
+"""Trust on CUDA: the test_trust.py regressions whose code paths differ on the
+GPU (plan constants, CUDA-graph replay outputs, eager islands, isolation)."""
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+import mlircap
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on the GPU host)")
+
+
+def _compiled(fast) -> bool:
+    return bool(fast.graphs) and all(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs)
+
+
+def check(fn, *args, calls=4):
+    want = fn(*args)
+    fast = mlircap.compile(fn)
+    for _ in range(calls):   # first call records, then compiled, CUDA-graph capture, replays
+        got = fast(*args)
+        got, ref = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+        for a, b in zip(got, ref):
+            assert type(a) is torch.Tensor and a.device.type == "cuda"
+            torch.testing.assert_close(a, b, equal_nan=True)
+    assert _compiled(fast), [g.fallback_reason for g in fast.graphs]
+    return fast
+
+
+def test_constants_and_constant_outputs_on_cuda():
+    x = torch.ones(3, device="cuda")
+    check(lambda x: x * torch.tensor([2.0, 3.0, 4.0], device="cuda"), x)
+    fast = check(lambda x: (x + 1, torch.ones(3, device="cuda") * 5), x)
+    _, c = fast(x)
+    c.add_(100)   # the caller owns its outputs: replays must not see this
+    torch.testing.assert_close(fast(x)[1], torch.full((3,), 5.0, device="cuda"))
+
+
+def test_random_ops_follow_torch_generator_on_cuda():
+    f = lambda x: x + torch.rand_like(x)   # noqa: E731
+    fast = mlircap.compile(f)
+    x = torch.zeros(1000, device="cuda")
+    for _ in range(4):
+        torch.manual_seed(7)
+        want = f(x)
+        torch.manual_seed(7)
+        assert torch.equal(fast(x), want)
+    torch.manual_seed(8)
+    assert not torch.equal(fast(x), want)
+
+
+def test_islands_on_cuda():
+    emb = torch.nn.Embedding(100, 16).cuda()
+    with torch.no_grad():
+        check(lambda i: torch.nn.functional.layer_norm(emb(i), (16,)) * 2, torch.randint(0, 100, (4, 8), device="cuda"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check(lambda x: torch.special.i0(x.exp()) + 1, torch.rand(64, device="cuda"))
+        check(lambda x: (x.float() / 255).relu() * 2, torch.randint(0, 255, (8, 8), dtype=torch.uint8, device="cuda"))
+
+
+def test_out_of_bounds_index_raises_on_cuda():
+    # A bad index triggers a device-side assert, which ends the CUDA context:
+    # run it in a child process and check it raised instead of returning.
+    code = ("import torch, mlircap\n"
+            "emb = torch.nn.Embedding(10, 4).cuda(); f = mlircap.compile(lambda i: emb(i) * 2)\n"
+            "with torch.no_grad():\n"
+            "    good = torch.tensor([1, 2], device='cuda'); f(good); f(good)\n"
+            "    try:\n"
+            "        out = f(torch.tensor([1, 10**6], device='cuda')); torch.cuda.synchronize(); print('RETURNED', out)\n"
+            "    except Exception as e:\n"
+            "        print('RAISED', type(e).__name__)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+    assert "RAISED" in r.stdout and "RETURNED" not in r.stdout, r.stdout + r.stderr[-2000:]
+
+
+def test_bad_chip_is_a_fallback_not_an_abort():
+    f = lambda x: torch.softmax(x, -1)   # noqa: E731
+    fast = mlircap.compile(f, chip="sm_xx")
+    x = torch.randn(4, 8, device="cuda")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(2):
+            torch.testing.assert_close(fast(x), f(x))
+    assert fast.graphs[0].fallback_reason
