@@ -30,6 +30,7 @@ import dis
 import math
 import operator
 import os
+import re
 import sys
 import types
 import warnings
@@ -266,6 +267,8 @@ class _Recorder:
         self.uses_rng = False
         self.versions = {}     # id(t) -> (t, version at first sight) for external tensors
         self.tensor_meta: dict[str, tuple[str, torch.Tensor]] = {}  # guard expr -> (tensor expr, example)
+        self.vgroups: dict[tuple, str] = {}      # dict-group key -> version fast-path expression
+        self.vgroup_of: dict[str, tuple] = {}    # guard expr -> its dict-group key
         self.state0 = _GlobalState()
         self.grad0 = self.state0.grad
         self.amb0 = self.state0.ambient
@@ -290,6 +293,21 @@ class _Recorder:
             self.const_idx[id(v)] = k
             self.const_names[k] = name
         return f"C[{k}]"
+
+    def _lit_or_const(self, v) -> str:
+        return "None" if v is None else self.const(v)
+
+    def _source_ndarray(self, v, expr: str, pretty: str, argrooted: bool) -> None:
+        """A numpy array is mutable in place without any write the tracer sees: guard its
+        contents (small arrays) or give up capturing."""
+        if v.dtype.hasobject or v.nbytes > _NDARRAY_GUARD_BYTES:
+            raise Unreplayable(f"numpy array {pretty} ({v.dtype}, {v.nbytes} bytes) read: its contents "
+                               f"are not guarded above {_NDARRAY_GUARD_BYTES} bytes")
+        self.guard(f"type({expr}) is {self.const(type(v))} and {expr}.dtype == {self.const(v.dtype)} and "
+                   f"{expr}.shape == {tuple(v.shape)!r} and {expr}.tobytes() == {self.const(v.tobytes())}",
+                   f"{pretty}: ndarray[{v.dtype}, shape={tuple(v.shape)}] with the same contents")
+        self.src[id(v)] = (expr, pretty, argrooted)
+        self.keep.append(v)
 
     def _lit(self, v):
         t = type(v)
@@ -326,11 +344,25 @@ class _Recorder:
         self.tensor_meta[g] = (expr, t)
         return g
 
-    def guard(self, expr, pretty, pos=None):
+    def guard(self, expr, pretty, pos=None, group: "tuple | None" = None):
+        """Add a guard checked before the call (pos 0) or after break `pos - 1`.  `group`:
+        the dicts (module / class / instance dicts) whose contents alone decide this guard;
+        the variant checks a group of such guards through the dicts' version tags first."""
         if expr in self.guard_exprs:
             return
         self.guard_exprs.add(expr)
-        self.guards.append((self.ncalls if pos is None else pos, expr, pretty))
+        pos = self.ncalls if pos is None else pos
+        self.guards.append((pos, expr, pretty))
+        if group and pos == 0 and _dict_version is not None:
+            self.vgroup_of[expr] = self._group_key(group)
+
+    def _group_key(self, group: tuple) -> tuple:
+        key = tuple(id(d) for d in group)
+        if key not in self.vgroups and _dict_version is not None:
+            # versions as of the first read: a dict's version tag is unique to one state of
+            # it, so the fast path only passes if nothing was written since
+            self.vgroups[key] = " and ".join(f"_dv({self.const(d)}) == {_dict_version(d)}" for d in group)
+        return key
 
     # Lazy containers: lists/dicts/sets reached through attributes, globals or cells are
     # only guarded (from their snapshot, i.e. the pre-call state) once the program reads
@@ -396,27 +428,31 @@ class _Recorder:
                     if id(x) in self.lazy:
                         self.touch(x)
 
-    def _source(self, v, expr, pretty, argrooted, depth=0):
-        """v has just been read from an external location described by expr: guard it."""
+    def _source(self, v, expr, pretty, argrooted, depth=0, group: "tuple | None" = None):
+        """v has just been read from an external location described by expr: guard it.
+        `group`: the dicts expr reads from (see guard()); only guards that depend on
+        nothing but that read use it."""
         t = type(v)
         if v is None or t is bool:
-            self.guard(f"{expr} is {v!r}", f"{pretty} is {v!r}")
+            self.guard(f"{expr} is {v!r}", f"{pretty} is {v!r}", group=group)
             return
         if t is str:
-            self.guard(f"{expr} == {self._lit(v)}", f"{pretty} == {v!r}")
+            self.guard(f"{expr} == {self._lit(v)}", f"{pretty} == {v!r}", group=group)
             return
         if t in (int, float, bytes, complex):
-            self.guard(self._number_guard(expr, v, t.__name__), f"{pretty} == {v!r}")
+            self.guard(self._number_guard(expr, v, t.__name__), f"{pretty} == {v!r}", group=group)
             return
         if isinstance(v, (int, float, complex)) and t.__module__ == "numpy":
             # numpy scalars (np.float64 subclasses float): immutable, guarded by value
-            self.guard(self._number_guard(expr, v, self.const(t)), f"{pretty} == {t.__name__}({v!r})")
+            self.guard(self._number_guard(expr, v, self.const(t)), f"{pretty} == {t.__name__}({v!r})",
+                       group=group)
             return
         vid = id(v)
         if vid in self.src:
             old = self.src[vid][0]
             if old != expr:  # same object reached through another path: guard aliasing
-                self.guard(f"{expr} is {old}", f"{pretty} is {self.src[vid][1]}")
+                self.guard(f"{expr} is {old}", f"{pretty} is {self.src[vid][1]}",
+                           group=group if old.startswith("C[") else None)
             return
         self.keep.append(v)
         if isinstance(v, torch.Tensor):
@@ -431,7 +467,7 @@ class _Recorder:
                 # identity (so replay passes the constant) and metadata: `p.data = ...`,
                 # `.to()`, `resize_` keep the object but change shape, dtype, ...
                 c = self.const(v, pretty)
-                self.guard(f"{expr} is {c}", f"{pretty} is the same tensor (id)")
+                self.guard(f"{expr} is {c}", f"{pretty} is the same tensor (id)", group=group)
                 self.guard(self._tensor_guard(c, v), f"{pretty}: {meta}")
                 self.src[vid] = (c, pretty, False)
             else:
@@ -442,15 +478,25 @@ class _Recorder:
             self.versions[vid] = (v, v._version)
             return
         if isinstance(v, _IMMUTABLE_CONST):
-            self.guard(f"{expr} == {self.const(v)}", f"{pretty} == {v!r}")
+            self.guard(f"{expr} == {self.const(v)}", f"{pretty} == {v!r}", group=group)
+            return
+        if _is_ndarray(v):
+            self._source_ndarray(v, expr, pretty, argrooted)
             return
         if isinstance(v, (torch.nn.Module, types.FunctionType, types.BuiltinFunctionType,
                           types.ModuleType, type, types.MethodWrapperType,
                           types.WrapperDescriptorType, types.MethodDescriptorType)) or \
                 isinstance(v, (weakref.ref,)) or hasattr(type(v), "__members__"):
             c = self.const(v, pretty)
-            self.guard(f"{expr} is {c}", f"{pretty} is {_short(v)}")
+            self.guard(f"{expr} is {c}", f"{pretty} is {_short(v)}", group=group)
             self.src[vid] = (c, pretty, False)
+            if isinstance(v, types.FunctionType) and _classify(v.__code__) == "user":
+                # traced code: replacing __code__ / __defaults__ of the same function object
+                # changes what it does
+                self.guard(f"{c}.__code__ is {self.const(v.__code__)} and {c}.__defaults__ is "
+                           f"{self._lit_or_const(v.__defaults__)} and {c}.__kwdefaults__ is "
+                           f"{self._lit_or_const(v.__kwdefaults__)}",
+                           f"{pretty} has the same __code__ and defaults")
             if isinstance(v, torch.nn.Module):
                 self._snap(v, c, pretty)
                 if isinstance(v, (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict,
@@ -476,7 +522,7 @@ class _Recorder:
             raise Unreplayable(f"structure too deep at {pretty}")
         if t is tuple and not argrooted and len(v) <= 8 and all(type(x) in (int, str) for x in v):
             # e.g. conv stride/padding tuples read from module attributes
-            self.guard(f"type({expr}) is tuple and {expr} == {v!r}", f"{pretty} == {v!r}")
+            self.guard(f"type({expr}) is tuple and {expr} == {v!r}", f"{pretty} == {v!r}", group=group)
             return
         if isinstance(v, (list, dict, set)) and not argrooted:
             if len(v) > 512:
@@ -517,10 +563,14 @@ class _Recorder:
             self._source(v.keywords, f"{expr}.keywords", f"{pretty}.keywords", True, depth + 1)
             return
         if hasattr(v, "__dict__") and not isinstance(v, type) and not _pure_python_type(t):
-            # C-implemented state (functools.partial, ...): only identity is safe
+            # C-implemented type with an instance dict (SimpleNamespace, ...): identity; its
+            # attribute reads are guarded where they happen (op_load_attr), its instance
+            # dict and slots are snapshotted for writes
             c = self.const(v, pretty)
-            self.guard(f"{expr} is {c}", f"{pretty} is {_short(v)}")
+            self.guard(f"{expr} is {c}", f"{pretty} is {_short(v)}", group=group)
             self.src[vid] = (c, pretty, False)
+            if type(getattr(v, "__dict__", None)) is dict:
+                self._snap(v, c, pretty)
             return
         if hasattr(v, "__dict__") and not isinstance(v, type) and not argrooted and \
                 type(getattr(v, "__dict__", None)) is dict:
@@ -543,17 +593,21 @@ class _Recorder:
                 self._source(d[k], f"{expr}.__dict__[{k!r}]", f"{pretty}.{k}", argrooted, depth + 1)
             self._snap(v, expr, pretty)
             return
-        # unknown object without __dict__: identity
+        # object without __dict__ (__slots__ classes, C objects): identity; attribute reads
+        # are guarded where they happen (op_load_attr), slot values snapshotted for writes
         c = self.const(v, pretty)
-        self.guard(f"{expr} is {c}", f"{pretty} is {_short(v)}")
+        self.guard(f"{expr} is {c}", f"{pretty} is {_short(v)}", group=group)
         self.src[vid] = (c, pretty, False)
+        if _slot_names(t):
+            self._snap(v, c, pretty)
 
     def final_guards(self):
         saved, self.ncalls = self.ncalls, 0
         try:
             for g, names in self.builtin_reads.values():
                 self.guard(f"{self.const(g)}.keys().isdisjoint({self.const(frozenset(names))})",
-                           f"module {g.get('__name__')!r} does not shadow builtins {sorted(names)}")
+                           f"module {g.get('__name__')!r} does not shadow builtins {sorted(names)}",
+                           group=(g,) if self._group_key((g,)) in self.vgroups else None)
             if len(self.arg_tensors) > 1 and self.has_inplace:
                 n = len(self.arg_tensors)
                 self.guard("len({" + "".join(f"id({e}), " for e in self.arg_tensors) + f"}}) == {n}",
@@ -578,17 +632,22 @@ class _Recorder:
             snap, kind = dict(v), "dict"
         elif isinstance(v, set):
             snap, kind = set(v), "set"
+        elif type(getattr(v, "__dict__", None)) is not dict:
+            snap, kind = _slot_values(v), "slots"
         else:
             snap, kind = dict(v.__dict__), "obj"
+            slots = _slot_values(v)
+            if slots:
+                snap, kind = (snap, slots), "obj+slots"
         self.snaps[id(v)] = (kind, v, expr, pretty, snap)
 
-    def read(self, expr, pretty, v, owner_id=None, key=None):
+    def read(self, expr, pretty, v, owner_id=None, key=None, group: "tuple | None" = None):
         if owner_id is not None and (owner_id, key) in self.dirty:
             return
         if expr in self.read_exprs:
             return
         self.read_exprs.add(expr)
-        self._source(v, expr, pretty, argrooted=False)
+        self._source(v, expr, pretty, argrooted=False, group=group)
 
     # -- opcode tracing -----------------------------------------------------------
     def global_trace(self, frame, event, arg):
@@ -619,6 +678,16 @@ class _Recorder:
                 else:
                     self.guard("(" + "".join(f"len({self.const(h)}), " for h in hs) + f") == {n}",
                                f"{s[1]} hook counts == {n}")
+                # what `forward` resolves to (class monkeypatching, instance attribute); the
+                # root module's frame is only dispatched here when its code is the captured one
+                d = self_.__dict__
+                if self_ is self.args[0] and code is self.code:
+                    pass
+                elif "forward" in d:
+                    self.read(f"{self.const(d)}['forward']", f"{s[1]}.forward", d["forward"], id(self_),
+                              "forward", group=(d,))
+                else:
+                    self._class_attr(self_, "forward", s[1])
                 if not self.hooked_global:
                     self.hooked_global = True
                     mm = torch.nn.modules.module
@@ -668,25 +737,28 @@ class _Recorder:
 
     def op_load_global(self, frame, arg, name):
         g = frame.f_globals
-        if name in g:
-            d = g
-        else:
+        if name not in g:
             # resolved to a builtin: guard (once per module, at the end) that the module
-            # does not shadow it later
+            # does not shadow it later, and that builtins[name] is still the same object
             self.builtin_reads.setdefault(id(g), (g, set()))[1].add(name)
+            if self.ncalls == 0:
+                self._group_key((g,))  # pin the globals' version as of this read
+            b = frame.f_builtins
+            if name in b:
+                self.read(f"{self.const(b)}[{name!r}]", f"builtins.{name}", b[name], id(b), name, group=(b,))
             return
-        if (id(d), name) in self.dirty:
+        if (id(g), name) in self.dirty:
             return
-        v = d[name]
-        if isinstance(v, types.ModuleType) and v.__name__.split(".")[0] in ("torch", "math", "builtins", "operator"):
-            return
-        c = self.const(d, f"globals of {g.get('__name__')}")
-        self.read(f"{c}[{name!r}]", f"G[{name!r}]", v, id(d), name)
+        c = self.const(g, f"globals of {g.get('__name__')}")
+        self.read(f"{c}[{name!r}]", f"G[{name!r}]", g[name], id(g), name, group=(g,))
 
     def op_load_attr(self, frame, arg, name, obj=_NULL):
         if obj is _NULL:
             obj = _E.peek(frame, 0)
         s = self.src.get(id(obj))
+        if isinstance(obj, torch.Tensor):
+            self._tensor_attr(obj, name, s)
+            return
         if s is None or type(obj) in _PRIM:
             return
         expr, pretty, kind = s
@@ -703,69 +775,111 @@ class _Recorder:
             return
         if isinstance(obj, torch.nn.Module):
             d = obj.__dict__
-            cattr = getattr(type(obj), name, _NULL)
-            if cattr is not _NULL and (hasattr(cattr, "__set__") or hasattr(cattr, "__get__") and name not in d):
-                # property / method / descriptor: the getter itself is traced.  User methods
-                # are guarded against monkeypatching of the class.
+            _, raw = _mro_lookup(type(obj), name)
+            if raw is not _MISSING and (_is_data_descr(raw) or name not in d):
+                # property / method / class data: a getter itself is traced; the class
+                # attribute is guarded against monkeypatching and instance shadowing
                 self._class_attr(obj, name, pretty)
                 return
             # the module is identity-guarded, so its attribute dicts are bound as constants
             if name in d:
-                self.read(f"{self.const(d)}[{name!r}]", f"{pretty}.{name}", d[name], id(obj), name)
+                self.read(f"{self.const(d)}[{name!r}]", f"{pretty}.{name}", d[name], id(obj), name, group=(d,))
                 return
             for store in ("_parameters", "_buffers", "_modules"):
                 sd = d.get(store)
                 if sd is not None and name in sd:
-                    self.read(f"{self.const(sd)}[{name!r}]", f"{pretty}.{name}", sd[name], id(obj), name)
+                    self.read(f"{self.const(sd)}[{name!r}]", f"{pretty}.{name}", sd[name], id(obj), name,
+                              group=(sd,))
                     return
-            self._class_attr(obj, name, pretty)
             return
         if isinstance(obj, types.ModuleType):
-            if obj.__name__.split(".")[0] in ("torch", "math", "builtins", "operator", "numpy"):
-                return
             d = obj.__dict__
             if name in d:
-                self.read(f"{expr}.__dict__[{name!r}]", f"{pretty}.{name}", d[name], id(obj), name)
+                self.read(f"{self.const(d)}[{name!r}]", f"{pretty}.{name}", d[name], id(obj), name, group=(d,))
             return
         if isinstance(obj, type):
             try:
                 v = getattr(obj, name)
             except Exception:
                 return
-            if isinstance(v, (types.FunctionType, types.MethodType)) and name in getattr(obj, "__dict__", {}):
-                pass
-            self.read(f"{expr}.{name}", f"{pretty}.{name}", v, id(obj), name)
+            self.read(f"{expr}.{name}", f"{pretty}.{name}", v, id(obj), name,
+                      group=_class_dicts(obj) if expr.startswith("C[") else None)
             return
-        # argument objects are guarded eagerly (whole __dict__); others lazily, here
-        d = getattr(obj, "__dict__", None)
-        if id(obj) in self.lazy_objs and type(d) is dict and name in d:
-            cattr = getattr(type(obj), name, _NULL)
-            if cattr is _NULL or not hasattr(cattr, "__set__"):
-                self.read(f"{self.const(d)}[{name!r}]", f"{pretty}.{name}", d[name], id(obj), name)
-            return
-        if isinstance(d, dict) and name not in d and not isinstance(obj, (torch.Tensor,)) and \
-                type(obj).__module__ not in ("builtins",):
-            self._class_attr(obj, name, pretty)
-
-    def _class_attr(self, obj, name, pretty):
-        """Attribute found on the class (not the instance): guard plain class data and
-        user-defined methods against class mutation / monkeypatching."""
+        if _is_ndarray(obj):
+            return  # guarded by contents
+        argrooted = kind is True
         cls = type(obj)
-        for k in cls.__mro__:
-            if name in k.__dict__:
-                v = k.__dict__[name]
-                break
-        else:
+        _, raw = _mro_lookup(cls, name)
+        if raw is not _MISSING and _is_data_descr(raw):
+            if type(raw) in (types.MemberDescriptorType, types.GetSetDescriptorType):
+                # __slots__ member / C getset: the value read is the state to guard
+                try:
+                    v = getattr(obj, name)
+                except Exception:
+                    return
+                self.read(f"{expr}.{name}", f"{pretty}.{name}", v, id(obj), name)
+            self._class_guard(cls, name, raw, f"type({pretty}).{name}")
             return
-        if isinstance(v, (property, staticmethod, classmethod)) or (hasattr(v, "__get__") and
-                                                                   type(v) is not types.FunctionType):
+        d = getattr(obj, "__dict__", None)
+        if type(d) is dict and name in d:
+            # argument objects are guarded eagerly (whole __dict__); others lazily, here
+            if not argrooted:
+                self.read(f"{self.const(d)}[{name!r}]", f"{pretty}.{name}", d[name], id(obj), name, group=(d,))
             return
-        if type(v) is types.FunctionType and (v.__code__.co_filename.startswith(_TORCH_DIR) or
-                                              _classify(v.__code__) != "user"):
+        if raw is not _MISSING:
+            self._class_attr(obj, name, pretty, argrooted)
+
+    def _tensor_attr(self, t: torch.Tensor, name: str, s) -> None:
+        """An attribute read on a tensor: Python attributes set on it (`t.tag`) are guarded
+        by value, methods and properties against monkeypatching of the tensor class."""
+        cls = type(t)
+        _, raw = _mro_lookup(cls, name)
+        if (raw is _MISSING or not _is_data_descr(raw)) and s is not None and s[2] != "opaque":
+            expr, pretty = s[0], s[1]
+            if (id(t), name) in self.dirty:
+                return
+            d = t.__dict__
+            keys = list(d)
+            self.guard(f"not {expr}.__dict__" if not keys else f"list({expr}.__dict__) == {self.const(keys)}",
+                       f"vars({pretty}).keys() == {keys}")
+            if name in d:
+                self.read(f"{expr}.__dict__[{name!r}]", f"{pretty}.{name}", d[name], id(t), name)
+                return
+        self._class_guard(cls, name, raw, f"{cls.__name__}.{name}")
+
+    def _class_attr(self, obj, name: str, pretty: str, argrooted: bool = False) -> None:
+        """Attribute found on the class (not the instance): guard the class attribute against
+        monkeypatching, and (for non-data descriptors and plain class data) that no instance
+        attribute shadows it."""
+        cls = type(obj)
+        _, raw = _mro_lookup(cls, name)
+        if raw is _MISSING:
             return
-        if k.__module__.startswith("torch."):
+        if not _is_data_descr(raw) and not argrooted:  # arguments: their keys are guarded
+            d = getattr(obj, "__dict__", None)
+            if type(d) is dict:
+                self.guard(f"{name!r} not in {self.const(d)}", f"{pretty} has no instance attribute {name!r}",
+                           group=(d,))
+        self._class_guard(cls, name, raw, f"type({pretty}).{name}")
+
+    def _class_guard(self, cls: type, name: str, raw, pretty: str) -> None:
+        """Guard what `name` resolves to on `cls` (the raw MRO entry, or its absence)."""
+        group = _class_dicts(cls)
+        if not group:
+            return  # immutable (C) types cannot be monkeypatched
+        cc = self.const(cls)
+        if raw is _MISSING:
+            self.guard(f"not {self.const(hasattr)}({cc}, {name!r})", f"{pretty} is not defined", group=group)
             return
-        self.read(f"{self.const(cls)}.{name}", f"type({pretty}).{name}", getattr(cls, name))
+        try:
+            vis = getattr(cls, name)
+        except Exception:
+            vis = _MISSING
+        if vis is raw or (type(raw) is staticmethod and vis is raw.__func__):
+            self.read(f"{cc}.{name}", pretty, vis, id(cls), name, group=group)
+        else:  # classmethod or a custom descriptor: compare the raw MRO entry
+            self.guard(f"{self.const(_static_lookup)}({cc}, {name!r}) is {self.const(raw)}",
+                       f"{pretty} is {_short(raw)}", group=group)
 
     def op_load_deref(self, frame, arg, name):
         cell = _E.local_raw(frame, arg)
@@ -804,7 +918,16 @@ class _Recorder:
     def op_store_subscr(self, frame, arg, argval):
         obj = _E.peek(frame, 1)
         if id(obj) in self.src:
+            if _is_ndarray(obj):
+                raise Unreplayable("in-place write to a numpy array")
             self.dirty.add((id(obj), "*"))
+
+    def op_binary_op(self, frame, arg, argval):
+        # `arr += 1` mutates a numpy array in C without a call the tracer sees
+        if arg is not None and arg >= 13:  # NB_INPLACE_* (dis._nb_ops)
+            obj = _E.peek(frame, 1)
+            if _is_ndarray(obj) and id(obj) in self.src:
+                raise Unreplayable("in-place operator on a numpy array")
 
     def op_store_slice(self, frame, arg, argval):  # 3.12: [value, container, start, stop]
         obj = _E.peek(frame, 2)
@@ -1266,6 +1389,16 @@ class _Recorder:
                 d = v if kind == "dict" else v.__dict__
                 de = expr if kind == "dict" else f"{expr}.__dict__"
                 self._dict_diff(out, de, d, snap)
+            elif kind == "slots" or kind == "obj+slots":
+                if kind == "obj+slots":
+                    self._dict_diff(out, f"{expr}.__dict__", v.__dict__, snap[0])
+                    snap = snap[1]
+                now = _slot_values(v)
+                for k, x in now.items():
+                    if k not in snap or snap[k] is not x:
+                        out.append(("set", expr, k, x, None))
+                if any(k not in now for k in snap):
+                    raise Unreplayable("slot attribute deleted")
             else:  # module
                 md, mp, mb, mm = snap
                 self._dict_diff(out, f"{expr}.__dict__", v.__dict__, md,
@@ -1381,6 +1514,88 @@ def _pure_python_type(t):
                 isinstance(k.__slots__, (tuple, list)) and set(k.__slots__) <= {"__dict__", "__weakref__"}):
             return False
     return True
+
+
+_IMMUTABLETYPE = 1 << 8
+_NDARRAY_GUARD_BYTES = 1 << 16
+try:
+    from torch._C._dynamo.guards import dict_version as _dict_version
+except Exception:  # pragma: no cover - older torch: no version fast path
+    _dict_version = None
+
+
+def _mro_lookup(cls: type, name: str):
+    """(defining class, raw attribute) as type lookup finds it, or (None, _MISSING)."""
+    for k in cls.__mro__:
+        d = k.__dict__
+        if name in d:
+            return k, d[name]
+    return None, _MISSING
+
+
+def _static_lookup(cls: type, name: str):
+    return _mro_lookup(cls, name)[1]
+
+
+def _is_data_descr(raw) -> bool:
+    t = type(raw)
+    return hasattr(t, "__set__") or hasattr(t, "__delete__")
+
+
+_class_dicts_cache: "weakref.WeakKeyDictionary[type, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _class_dicts(cls: type) -> tuple:
+    """The real dicts (not the mappingproxies) of the mutable classes in cls's MRO: a
+    change to any of them can change an attribute lookup on cls."""
+    r = _class_dicts_cache.get(cls)
+    if r is None:
+        import gc
+        ds = []
+        for k in cls.__mro__:
+            if not k.__flags__ & _IMMUTABLETYPE:
+                ref = [x for x in gc.get_referents(k.__dict__) if type(x) is dict]
+                if len(ref) != 1:
+                    ds = None
+                    break
+                ds.append(ref[0])
+        r = tuple(ds) if ds is not None else ()
+        try:
+            _class_dicts_cache[cls] = r
+        except TypeError:
+            pass
+    return r
+
+
+_slot_cache: "weakref.WeakKeyDictionary[type, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _slot_names(t: type) -> tuple:
+    """Names of the __slots__ members of Python classes in t's MRO."""
+    r = _slot_cache.get(t)
+    if r is None:
+        r = tuple(n for k in t.__mro__ if k.__flags__ & _HEAPTYPE and "__slots__" in k.__dict__
+                  for n, d in k.__dict__.items() if type(d) is types.MemberDescriptorType)
+        try:
+            _slot_cache[t] = r
+        except TypeError:
+            pass
+    return r
+
+
+def _slot_values(v) -> dict:
+    out = {}
+    for n in _slot_names(type(v)):
+        try:
+            out[n] = getattr(v, n)
+        except AttributeError:
+            pass
+    return out
+
+
+def _is_ndarray(v) -> bool:
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(v, np.ndarray)
 
 
 def _is_opaque_value(v):
@@ -1532,6 +1747,7 @@ _HANDLERS = {
     "STORE_ATTR": _Recorder.op_store_attr,
     "DELETE_ATTR": _Recorder.op_store_attr,
     "STORE_SUBSCR": _Recorder.op_store_subscr,
+    "BINARY_OP": _Recorder.op_binary_op,
     "DELETE_SUBSCR": _Recorder.op_store_subscr,
     "STORE_SLICE": _Recorder.op_store_slice,
     "KW_NAMES": _Recorder.op_kw_names,
@@ -1570,7 +1786,7 @@ class _Variant:
         self.reason = reason
         self.hits = 0
         self.state = rec.state0
-        self.guard = _compile_guard(_merge_tensor_guards(rec, pre), self.consts, self.state)
+        self.guard = _compile_guard(_merge_guards(rec, pre), self.consts, self.state)
         self.grad0 = rec.grad0
         self.amb0 = rec.amb0
 
@@ -1661,9 +1877,29 @@ def _tensor_guards(*ts: torch.Tensor):
                         dynamic_dims_strides=[list(t.stride()) for t in ts])
 
 
-def _merge_tensor_guards(rec: "_Recorder", pre: list) -> list:
-    """The pre-call guards with every tensor metadata check merged into one TensorGuards
-    call (about 80 ns a tensor), placed last so cheap identity checks fail first."""
+def _merge_guards(rec: "_Recorder", pre: list) -> list:
+    """The pre-call guards as the variant checks them (explain() and recompile reasons
+    keep the individual ones):
+    * guards that only depend on entries of the same dicts (module globals, module and
+      class attributes, builtins), three or more, become one check of the dicts' version
+      tags (~50 ns each) that falls back to the individual guards when a dict changed;
+    * every tensor metadata check is merged into one TensorGuards call (about 80 ns a
+      tensor), placed last so cheap identity checks fail first."""
+    groups: dict[tuple, list[str]] = {}
+    for e, _ in pre:
+        k = rec.vgroup_of.get(e)
+        if k is not None:
+            groups.setdefault(k, []).append(e)
+    out, done = [], set()
+    for e, p in pre:
+        k = rec.vgroup_of.get(e)
+        if k is None or len(groups[k]) < 3:
+            out.append((e, p))
+        elif k not in done:
+            done.add(k)
+            slow = " and ".join(f"({x})" for x in groups[k])
+            out.append((f"({rec.vgroups[k]}) or ({slow})", f"{len(groups[k])} guards on unchanged dicts"))
+    pre = out
     tm = [e for e, _ in pre if e in rec.tensor_meta]
     if len(tm) < 2:
         return pre
@@ -1671,6 +1907,22 @@ def _merge_tensor_guards(rec: "_Recorder", pre: list) -> list:
     tg = _tensor_guards(*(rec.tensor_meta[e][1] for e in tm))
     rest = [(e, p) for e, p in pre if e not in rec.tensor_meta]
     return rest + [(f"{rec.const(tg)}.check({', '.join(exprs)})", "tensor metadata")]
+
+
+_CONST_REF = re.compile(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")|(?<![\w.\]])C\[(\d+)\]""")
+
+
+def _bind_consts(body: str) -> "tuple[str, set[int]]":
+    """`C[k]` -> a closure variable `_ck` bound once (one opcode instead of three per use);
+    string literals are left alone."""
+    used: set[int] = set()
+
+    def sub(m):
+        if m.group(1) is not None:
+            return m.group(1)
+        used.add(int(m.group(2)))
+        return f"_c{m.group(2)}"
+    return _CONST_REF.sub(sub, body), used
 
 
 class _GlobalState:
@@ -1698,8 +1950,9 @@ def _compile_guard(pre, consts, state: "_GlobalState | None"):
     parts = [f"({e})" for e, _ in pre]
     if state is not None:
         parts.insert(0, state.expr())
-    body = " and ".join(parts) or "True"
-    src = ("def _make(C, _ge, _inf, _ac, _gs):\n"
+    body, used = _bind_consts(" and ".join(parts) or "True")
+    binds = "".join(f"    _c{k} = C[{k}]\n" for k in sorted(used))
+    src = ("def _make(C, _ge, _inf, _ac, _gs, _dv):\n" + binds +
            "    def __guard(L, F):\n"
            "        try:\n"
            f"            return {body}\n"
@@ -1709,7 +1962,7 @@ def _compile_guard(pre, consts, state: "_GlobalState | None"):
     ns = {}
     exec(compile(src, "<mlircap guard>", "exec"), ns)
     return ns["_make"](consts, torch.is_grad_enabled, torch.is_inference_mode_enabled, torch.is_autocast_enabled,
-                       state.guard if state is not None else None)
+                       state.guard if state is not None else None, _dict_version)
 
 
 class _GraphVariant(_Variant):

@@ -139,3 +139,174 @@ def mutate(i, f):
     if i == 4:
         B.set_(torch.ones(8)[::2])           # same values, other strides
 """, [(torch.ones(4),)] * 6, recompiles=1)   # the raising call records no variant
+
+
+# ------------------------------------------------------------------ r09: monkeypatching
+@pytest.fixture
+def restore_torch():
+    """Tests below monkeypatch torch (shared by the eager and captured copies); undo it."""
+    import builtins
+
+    import torch.nn.functional as F
+    saved = [(torch, "relu", torch.relu), (F, "gelu", F.gelu), (torch.Tensor, "relu", torch.Tensor.__dict__.get("relu")),
+             (builtins, "divmod", builtins.divmod)]
+    yield
+    for obj, name, v in saved:
+        if v is None:
+            if name in vars(obj):
+                delattr(obj, name)
+        else:
+            setattr(obj, name, v)
+
+
+def test_r09_torch_function_monkeypatch(restore_torch):
+    """r09_monkeypatch.py: replacing torch.relu, F.gelu, Tensor.relu or a builtin was not seen."""
+    x = torch.randn(5)
+    run_program("""
+import builtins
+def make():
+    def f(x):
+        return torch.relu(x) + F.gelu(x) * 2 + x.relu() * 3 + divmod(7, 2)[0]
+    return f
+def mutate(i, f):
+    if i == 2:
+        torch.relu = lambda t: t * 100
+    if i == 3:
+        F.gelu = lambda t: t * 1000
+    if i == 4:
+        torch.Tensor.relu = lambda t: t - 5
+    if i == 5:
+        builtins.divmod = lambda a, b: (50, 0)
+""", [(x,)] * 7, recompiles=4)
+
+
+def test_r09_class_property_code_and_defaults_monkeypatch():
+    """r09: a class @property, a helper's __code__ / __defaults__, a submodule class's forward."""
+    x = torch.randn(5)
+    run_program("""
+class Sub(nn.Module):
+    def forward(self, x):
+        return x + 1
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.sub = Sub()
+    @property
+    def k(self):
+        return 2.0
+    def forward(self, x):
+        return helper(self.sub(x)) * self.k
+def helper(t, s=1.0):
+    return t * s
+def other(t, s=1.0):
+    return t - s
+def make():
+    return M()
+def mutate(i, m):
+    if i == 2:
+        type(m).k = property(lambda self: 3.0)
+    if i == 3:
+        helper.__code__ = other.__code__
+    if i == 4:
+        helper.__defaults__ = (4.0,)
+    if i == 5:
+        type(m.sub).forward = lambda self, x: x * 7
+""", [(x,)] * 7, recompiles=4)
+
+
+# ------------------------------------------------------------------ r10: object state
+def test_r10_slots_namespace_numpy_and_shadowing():
+    """r10_unguarded_object_state.py: __slots__ objects, SimpleNamespace, in-place numpy
+    writes, an instance attribute shadowing a class attribute."""
+    pytest.importorskip("numpy")
+    x = torch.ones(3)
+    run_program("""
+import types
+import numpy as np
+class Cfg:
+    __slots__ = ("scale",)
+    def __init__(self):
+        self.scale = 2.0
+class Obj:
+    K = 3.0
+CFG, NS, ARR, OBJ = Cfg(), types.SimpleNamespace(k=2.0), np.array([2.0, 1.0]), Obj()
+class M(nn.Module):
+    K = 2.0
+    def forward(self, x):
+        return x * CFG.scale + x * NS.k + x * float(ARR[0]) + x * self.K + x * OBJ.K
+def make():
+    return M()
+def mutate(i, m):
+    if i == 2:
+        CFG.scale = 9.0
+    if i == 3:
+        NS.k = 9.0
+    if i == 4:
+        ARR[0] = 9.0
+    if i == 5:
+        m.K = 7.0
+    if i == 6:
+        OBJ.K = 5.0
+""", [(x,)] * 8, recompiles=5)
+
+
+def test_r10_writes_to_slots_and_namespace_are_replayed():
+    x = torch.ones(3)
+    run_program("""
+import types
+class Cfg:
+    __slots__ = ("n", "__dict__")
+    def __init__(self):
+        self.n = 0
+CFG, NS = Cfg(), types.SimpleNamespace(calls=0)
+def make():
+    def f(x):
+        CFG.n = CFG.n + 1
+        CFG.extra = 1
+        NS.calls = NS.calls + 1
+        return x + 1
+    return f
+def state(f):
+    return (CFG.n, CFG.extra, NS.calls)
+""", [(x,)] * 4)
+
+
+def test_r10_numpy_writes_run_eagerly():
+    pytest.importorskip("numpy")
+    x = torch.ones(2)
+    run_program("""
+import numpy as np
+ARR = np.zeros(2)
+def make():
+    def f(x):
+        ARR[0] += 1
+        return x * float(ARR[0])
+    return f
+def state(f):
+    return float(ARR[0])
+""", [(x,)] * 3, allow_eager=True)
+
+
+def test_r10_python_attribute_on_tensor_argument():
+    """r10: `t.tag = 5.0` on a tensor argument (same tensor object) was not guarded."""
+    def g(x):
+        return x * x.tag if hasattr(x, "tag") else x * 2
+    c = capture(g, EAGER)
+    t = torch.ones(2)
+    for step in range(5):
+        if step == 2:
+            t.tag = 5.0
+        if step == 4:
+            t.tag = 6.0
+        assert torch.equal(c(t), g(t)), step
+    assert c._mlircap_capture.recompiles == 2
+
+
+def test_r10_tensor_method_monkeypatch_on_intermediate(restore_torch):
+    def f(x):
+        return (x + 1).relu()
+    c = capture(f, EAGER)
+    x = torch.randn(4)
+    assert torch.equal(c(x), f(x)) and torch.equal(c(x), f(x))
+    torch.Tensor.relu = lambda t: t * 10
+    assert torch.equal(c(x), f(x))
