@@ -118,7 +118,11 @@ PYBIND11_MODULE(_mlircap_evalframe, m) {
   g_registry = PySet_New(nullptr);
   g_nullSentinel = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
   g_notHandled = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
-  m.attr("API_VERSION") = 2;
+  // The loader looks for this tag in a prebuilt binary before importing it: a stale
+  // build imported first would shadow the fresh one (same module name).
+  static const char kApiTag[] = "mlircap-evalframe-api-3";
+  m.attr("API_VERSION") = 3;
+  m.attr("API_TAG") = kApiTag;
   m.attr("NULL") = py::handle(g_nullSentinel);
   m.attr("NOT_HANDLED") = py::handle(g_notHandled);
   m.def("set_callback", [](py::object cb) {
@@ -154,6 +158,27 @@ PYBIND11_MODULE(_mlircap_evalframe, m) {
     PyObject *v = fr->localsplus[fr->f_code->co_nlocalsplus + depth - 1 - n];
     if (!v) return py::reinterpret_borrow<py::object>(g_nullSentinel);
     return py::reinterpret_borrow<py::object>(v);
+  });
+  // Replace a value-stack entry (valid inside an opcode trace callback, before the
+  // instruction runs): the tracer swaps the callable of a CALL for a stand-in, or the
+  // argument iterable of CALL_FUNCTION_EX for the tuple it already consumed.
+  m.def("poke", [](py::handle f, int n, py::object value) {
+    _PyInterpreterFrame *fr = iframe(f);
+    int depth = fr->stacktop - fr->f_code->co_nlocalsplus;
+    if (n < 0 || n >= depth) throw py::index_error("stack poke out of range");
+    PyObject **slot = &fr->localsplus[fr->stacktop - 1 - n];
+    PyObject *old = *slot;
+    *slot = value.release().ptr();
+    Py_XDECREF(old);
+  });
+  m.def("poke_at", [](py::handle f, int depth, int n, py::object value) {
+    _PyInterpreterFrame *fr = iframe(f);
+    if (n < 0 || n >= depth || depth > fr->f_code->co_stacksize)
+      throw py::index_error("stack poke out of range");
+    PyObject **slot = &fr->localsplus[fr->f_code->co_nlocalsplus + depth - 1 - n];
+    PyObject *old = *slot;
+    *slot = value.release().ptr();
+    Py_XDECREF(old);
   });
   m.def("local_raw", [](py::handle f, int i) -> py::object {
     _PyInterpreterFrame *fr = iframe(f);

@@ -16,7 +16,18 @@ import sysconfig
 _SRC = os.path.join(os.path.dirname(__file__), "_evalframe.cpp")
 _mod = None
 _err = None
-API_VERSION = 2
+API_VERSION = 3
+_API_TAG = b"mlircap-evalframe-api-%d" % API_VERSION
+
+
+def _has_api_tag(path):
+    """True if the binary was built from a source of this API version.  Checked before
+    importing: once a stale build is imported, a fresh one of the same module name is not."""
+    try:
+        with open(path, "rb") as f:
+            return _API_TAG in f.read()
+    except OSError:
+        return False
 
 
 def _cache_dir():
@@ -56,7 +67,7 @@ def load():
         cands = [os.path.join(pkg, "_lib"), pkg]
     for cand in cands:
         path = os.path.join(cand, "_mlircap_evalframe" + suffix)
-        if os.path.exists(path):
+        if os.path.exists(path) and _has_api_tag(path):
             try:
                 m = _import_from(path)
                 if getattr(m, "API_VERSION", 0) == API_VERSION:

@@ -60,11 +60,31 @@ _MISSING = _Missing()
 
 
 class _Miss:
+    """A replay whose mid-replay guard failed.  `log`: the results of the uncapturable
+    calls it already ran (their side effects happened), in order; the next variant tried
+    and a re-recording take these results instead of running the calls again."""
+    __slots__ = ("log",)
+
+    def __init__(self, log: "list | None" = None) -> None:
+        self.log = log
+
     def __repr__(self):
         return "<MISS>"
 
 
 MISS = _Miss()
+
+
+class _Canned:
+    """Stands in for an uncapturable callable whose call already ran (catch-up after a
+    failed mid-replay guard): returns that call's result."""
+    __slots__ = ("value",)
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def __call__(self, *args, **kwargs):
+        return self.value
 
 
 class Unreplayable(Exception):
@@ -225,8 +245,10 @@ class _Seg:
 
 
 class _Recorder:
-    def __init__(self, captured, func, code, args, argnames):
+    def __init__(self, captured, func, code, args, argnames, catchup: "list | None" = None):
         self.captured = captured
+        self.catchup = catchup or []   # results of uncapturable calls that already ran
+        self.ext_seen = 0              # uncapturable calls met so far
         self.func = func
         self.code = code
         self.args = args
@@ -942,9 +964,11 @@ class _Recorder:
         meth = _E.peek(frame, argc + 1)
         if meth is not _NULL:
             f = meth
+            slot = argc + 1
             args = [_E.peek(frame, argc - i) for i in range(argc + 1)]
         else:
             f = _E.peek(frame, argc)
+            slot = argc
             args = [_E.peek(frame, argc - 1 - i) for i in range(argc)]
         nkw = len(kw)
         if nkw:
@@ -952,21 +976,31 @@ class _Recorder:
             args = args[:len(args) - nkw]
         else:
             kwargs = {}
-        self._on_call(frame, f, args, kwargs)
+        self._on_call(frame, f, args, kwargs, slot)
 
     def op_call_ex(self, frame, arg, argval):
         has_kw = arg & 1
         f = _E.peek(frame, 1 + has_kw)
         cargs = _E.peek(frame, has_kw)
         kwargs = _E.peek(frame, 0) if has_kw else {}
-        try:
-            args = list(cargs)
-            kwargs = dict(kwargs)
-        except Exception:
-            return
-        self._on_call(frame, f, args, kwargs)
+        if type(cargs) is not tuple:
+            # f(*it): CPython turns the iterable into a tuple when the call runs; do it
+            # now and hand it that tuple, so looking at the arguments does not exhaust an
+            # iterator (x.permute(*reversed(range(n))))
+            try:
+                cargs = tuple(cargs)
+            except Exception:
+                return  # the call raises the same error itself
+            _E.poke(frame, has_kw, cargs)
+        if has_kw and type(kwargs) is not dict:
+            try:
+                kwargs = dict(kwargs)
+            except Exception:
+                return
+            _E.poke(frame, 0, kwargs)
+        self._on_call(frame, f, list(cargs), dict(kwargs), 1 + has_kw)
 
-    def _on_call(self, frame, f, args, kwargs):
+    def _on_call(self, frame, f, args, kwargs, slot: "int | None" = None):
         kind = _call_kind(f)
         so = getattr(f, "__self__", None)
         if isinstance(so, torch.nn.Module) and getattr(f, "__name__", "") in _MODULE_WALKERS \
@@ -1034,7 +1068,7 @@ class _Recorder:
                 self.dirty.add((id(so), "*"))
             return
         # uncapturable call: replay it eagerly
-        self._external_call(frame, f, args, kwargs, f"call to uncapturable {_func_qualname(f)}")
+        self._external_call(frame, f, args, kwargs, f"call to uncapturable {_func_qualname(f)}", slot)
 
     def _source_module_tree(self, m, seen=None):
         seen = set() if seen is None else seen
@@ -1056,7 +1090,15 @@ class _Recorder:
     def _fake_load_attr(self, obj, name):
         self.op_load_attr(None, None, name, obj)
 
-    def _external_call(self, frame, f, args, kwargs, reason):
+    def _external_call(self, frame, f, args, kwargs, reason, slot: "int | None" = None):
+        i = self.ext_seen
+        self.ext_seen += 1
+        if i < len(self.catchup):
+            # this call already ran in a replay whose mid-replay guard then failed: its
+            # side effects happened, so the program gets that call's result instead
+            if slot is None:
+                raise Unreplayable("internal: cannot substitute an uncapturable call")
+            _E.poke(frame, slot, _Canned(self.catchup[i]))
         try:
             try:
                 fe = self.expr_of(f)
@@ -1074,7 +1116,7 @@ class _Recorder:
         self._close_seg()
         k = self.ncalls
         self.ncalls += 1
-        self.steps.append(("call", k, fe, ae, ke, reason))
+        self.steps.append(("call", k, fe, ae, ke, reason, True))
         self.breaks.append((reason, _frame_loc(frame)))
         _logs.log("graph_breaks", f"{reason} at {self.breaks[-1][1]}")
         self.ext_depth += 1
@@ -1134,7 +1176,7 @@ class _Recorder:
             self._close_seg()
             k = self.ncalls
             self.ncalls += 1
-            self.steps.append(("call", k, fe, ae, ke, reason))
+            self.steps.append(("call", k, fe, ae, ke, reason, False))
             self.breaks.append((reason, _user_location()))
             _logs.log("graph_breaks", f"{reason} at {self.breaks[-1][1]}")
             self._call_result(k, res)
@@ -1629,6 +1671,12 @@ if _E is not None:
                 return _E_real.peek_at(frame, _REC_TLS.rec.cur_depth, n)
             return _raw_peek(frame, n)
 
+        @staticmethod
+        def poke(frame, n, value):
+            if _STATIC_DEPTH:
+                return _E_real.poke_at(frame, _REC_TLS.rec.cur_depth, n, value)
+            return _E_real.poke(frame, n, value)
+
         local_raw = staticmethod(_E.local_raw)
     _E_real = _E
     _E = _EShim
@@ -1807,8 +1855,8 @@ class _Variant:
 class _EagerVariant(_Variant):
     eager = True
 
-    def run(self, st, func, args):
-        return st._call_eager(func, args)
+    def run(self, st, func, args, log=None):
+        return st._call_eager(func, args, log)
 
 
 def _compile_graph(backend, gm, examples, uses_rng):
@@ -1856,6 +1904,12 @@ class _FirstRunChecked:
             return self.fallback(*args)
         self.checked = True
         return out
+
+
+def _merge_log(log: "list | None", done: list) -> list:
+    """The uncapturable-call results known after a failed replay: those it ran (or took
+    from `log`), then any further ones an earlier variant had already run."""
+    return done + log[len(done):] if log and len(log) > len(done) else done
 
 
 def _rollback(saved, rng):
@@ -2005,29 +2059,25 @@ class _GraphVariant(_Variant):
             compiled.append(_compile_graph(backend, gm, list(seg.examples), rec.uses_rng))
         has_mid = any(pos > 0 for pos, _, _ in rec.guards)
         rollback = has_mid and (mutated or rec.uses_rng)
-        L = ["def _make(C, B, MISS, _mk, torch, _rollback, _io, _sys):", "    def __replay(L, F):"]
+        # Uncapturable calls ("external" steps) run in order, exactly once per call of the
+        # function: when a mid-replay guard fails after some of them ran, the miss carries
+        # their results (_lg) to the next variant tried or to the re-recording, which use
+        # them instead of calling again (no double print/write/append, no skipped random).
+        L = ["def _make(C, B, _Miss, _mk, torch, _rollback, _merge_log):", "    def __replay(L, F, _lg=None):"]
         ind = "        "
+        if any(st[0] == "call" and st[6] for st in rec.steps):
+            L.append(ind + "_n = len(_lg) if _lg else 0")
         if rollback:
             L.append(ind + "_sv = [(_t, _t.detach().clone()) for _t in (" + "".join(m + ", " for m in mutated) + ")]")
             L.append(ind + ("_rng = torch.get_rng_state()" if rec.uses_rng else "_rng = None"))
-            rb = "_rollback(_sv, _rng); return MISS"
+            rb = "_rollback(_sv, _rng); "
         else:
-            rb = "return MISS"
+            rb = ""
         midg = collections.defaultdict(list)
         for pos, e, p in rec.guards:
             if pos > 0:
                 midg[pos].append(e)
-        # print() breaks that precede a mid-replay guard write into a buffer that is flushed
-        # once no guard can fail any more, so a guard miss (which re-runs the function)
-        # does not print twice
-        last_mid = max((pos for pos, _, _ in rec.guards if pos > 0), default=0)
-        buffered = set()
-        for st in rec.steps:
-            if st[0] == "call" and st[1] + 1 < last_mid and "file" not in st[4] and st[2].startswith("C[") \
-                    and rec.consts[int(st[2][2:-1])] is builtins.print:
-                buffered.add(st[1])
-        if buffered:
-            L.append(ind + "_pbuf = _io.StringIO()")
+        ext_done: list[str] = []
         for st in rec.steps:
             if st[0] == "graph":
                 seg = st[1]
@@ -2037,17 +2087,19 @@ class _GraphVariant(_Variant):
                 else:
                     L.append(ind + call)
             else:
-                _, k, fe, ae, ke, reason = st
+                _, k, fe, ae, ke, reason, external = st
                 argl = list(ae) + [f"{kk}={vv}" for kk, vv in ke.items()]
-                if k in buffered:
-                    argl.append("file=_pbuf")
-                L.append(ind + f"b{k} = {fe}(" + ", ".join(argl) + ")")
+                call = f"{fe}(" + ", ".join(argl) + ")"
+                if external:
+                    j = len(ext_done)
+                    L.append(ind + f"b{k} = _lg[{j}] if _n > {j} else {call}")
+                    ext_done.append(f"b{k}")
+                else:  # a data-dependent tensor operation: no side effect, just run it
+                    L.append(ind + f"b{k} = {call}")
                 if midg.get(k + 1):
                     cond = " and ".join(f"({e})" for e in midg[k + 1])
                     L.append(ind + f"if not ({cond}):")
-                    L.append(ind + "    " + rb)
-                if buffered and k + 1 == last_mid:
-                    L.append(ind + "_sys.stdout.write(_pbuf.getvalue())")
+                    L.append(ind + f"    {rb}return _Miss(_merge_log(_lg, [{', '.join(ext_done)}]))")
         for name, e in lets:
             L.append(ind + f"{name} = {e}")
         for i, (kind, target, key, ve, fn) in enumerate(wexprs):
@@ -2076,11 +2128,11 @@ class _GraphVariant(_Variant):
         self.source = "\n".join(L)
         ns = {}
         exec(compile(self.source, "<mlircap replay>", "exec"), ns)
-        self.replay = ns["_make"](self.consts, compiled, MISS, _mk_obj, torch, _rollback, io, sys)
+        self.replay = ns["_make"](self.consts, compiled, _Miss, _mk_obj, torch, _rollback, _merge_log)
         self.mid_guards = [(pos, p) for pos, e, p in rec.guards if pos > 0]
 
-    def run(self, st, func, args):
-        return self.replay(args, func)
+    def run(self, st, func, args, log=None):
+        return self.replay(args, func, log)
 
 
 # ======================================================================================
@@ -2187,14 +2239,16 @@ class _Captured:
         self.busy = True
         try:
             self.stats.calls += 1
+            log = None  # results of uncapturable calls already run by a replay that missed
             for v in self.variants:
                 if v.guard(args, func):
-                    r = v.run(self, func, args)
-                    if r is not MISS:
+                    r = v.run(self, func, args, log)
+                    if type(r) is not _Miss:
                         if not v.eager:
                             self.stats.replays += 1
                         v.hits += 1
                         return r
+                    log = r.log or log
                     self.fail_counts["a data-dependent value (mid-replay guard)"] += 1
             reason = None
             if self.variants:
@@ -2209,21 +2263,26 @@ class _Captured:
                                   f"{self.code.co_name} ({self.code.co_filename}:{self.code.co_firstlineno}); "
                                   f"running eagerly from now on. Guard that kept failing: {worst}",
                                   RuntimeWarning, stacklevel=3)
-                return self._call_eager(func, args)
+                return self._call_eager(func, args, log)
             if reason is not None:
                 self.stats.recompile_reasons.append(reason)
                 _logs.log("recompiles", f"{self.code.co_name}: {reason}")
-            return self._record(func, args)
+            return self._record(func, args, log)
         finally:
             self.busy = False
 
-    def _call_eager(self, func, args):
+    def _call_eager(self, func, args, log: "list | None" = None):
         self.stats.eager_calls += 1
+        if log:  # some uncapturable calls already ran: the tracer substitutes their results
+            return self._record(func, args, log, store=False)
         return _call_bound(func, self.code, args)
 
-    def _record(self, func, args):
-        self.stats.records += 1
-        rec = _Recorder(self, func, self.code, args, self.argnames)
+    def _record(self, func, args, catchup: "list | None" = None, store: bool = True):
+        """Run the function for real under the tracer and (store) add the variant it
+        records.  `catchup`: results of the first uncapturable calls, which already ran."""
+        if store:
+            self.stats.records += 1
+        rec = _Recorder(self, func, self.code, args, self.argnames, catchup)
         prev_rec = getattr(_REC_TLS, "rec", None)
         _REC_TLS.rec = rec
         old = sys.gettrace()
@@ -2236,6 +2295,8 @@ class _Captured:
             finally:
                 sys.settrace(old)
                 _REC_TLS.rec = prev_rec
+        if not store:
+            return _plain(result)
         try:
             if rec.unreplayable:
                 raise Unreplayable(rec.unreplayable)

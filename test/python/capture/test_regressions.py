@@ -310,3 +310,105 @@ def test_r10_tensor_method_monkeypatch_on_intermediate(restore_torch):
     assert torch.equal(c(x), f(x)) and torch.equal(c(x), f(x))
     torch.Tensor.relu = lambda t: t * 10
     assert torch.equal(c(x), f(x))
+
+
+# ------------------------------------------------------------------ r13/r14: side effects
+def test_r13_side_effects_run_once_when_a_mid_replay_guard_fails():
+    """r13_side_effects_twice.py: a failing mid-replay guard re-ran the function from the
+    start, so file.write / deque.append before it ran twice."""
+    pos, neg, zero = torch.ones(2), -torch.ones(2), torch.zeros(2)
+    run_program("""
+import io, collections
+OUT = io.StringIO()
+DQ = collections.deque()
+def make():
+    def f(x):
+        OUT.write("hello\\n")
+        DQ.append(1)
+        y = x if x.sum() > 0 else -x
+        OUT.write("mid\\n")
+        if y.max() > 1.5:
+            y = y * 2
+        DQ.append(2)
+        return y
+    return f
+def state(f):
+    return (OUT.getvalue(), list(DQ))
+""", [(pos,), (neg,), (pos,), (neg,), (zero,), (pos * 2,), (neg * 2,), (pos * 2,), (zero,)])
+
+
+def test_r13_random_values_not_skipped():
+    """r13: x * random.random() consumed two random numbers per miss."""
+    x = torch.ones(1)
+    run_program("""
+import random
+RNG = random.Random(1)
+def make():
+    def f(x):
+        return x * RNG.random()
+    return f
+def state(f):
+    return RNG.getstate()
+""", [(x,)] * 6)
+
+
+def test_r13_side_effects_once_past_the_cache_limit():
+    x = torch.ones(1)
+    run_program("""
+import random
+RNG = random.Random(1)
+def make():
+    def f(x):
+        r = RNG.random()
+        print("r", file=OUT)
+        return x * r
+    return f
+import io
+OUT = io.StringIO()
+def state(f):
+    return (RNG.getstate(), OUT.getvalue())
+""", [(x,)] * 6, cache_limit=2, expect_warning=True, allow_eager=True)
+
+
+def test_r14_print_order_kept_on_replay(capsys):
+    """r14_print_order.py: print("A") before print("B", x) came out after it on replay."""
+    def f(x):
+        print("A")
+        print("B", x)
+        return x + 1
+    c = capture(f, EAGER)
+    x = torch.ones(2)
+    for _ in range(3):
+        assert torch.equal(c(x), f(x))
+    out = capsys.readouterr().out
+    assert out == "A\nB tensor([1., 1.])\n" * 6, out
+    assert c._mlircap_capture.stats.replays == 2
+
+
+def test_r14_print_before_failing_guard_printed_once(capsys):
+    def f(x):
+        print("A")
+        if x.sum() > 0:
+            print("pos")
+        print("B")
+        return x + 1
+    c = capture(f, EAGER)
+    for x in (torch.ones(2), -torch.ones(2), torch.ones(2), -torch.ones(2)):
+        c(x)
+        f(x)
+    out = capsys.readouterr().out
+    assert out == "A\npos\nB\n" * 2 + "A\nB\n" * 2 + "A\npos\nB\n" * 2 + "A\nB\n" * 2, out
+
+
+# ------------------------------------------------------------------ f(*iterator)
+def test_call_with_star_iterator_does_not_exhaust_it():
+    """x.permute(*reversed(range(x.dim()))) raised: the tracer consumed the iterator."""
+    x = torch.randn(2, 3, 4)
+    run_program("""
+def make():
+    def f(x):
+        y = x.permute(*reversed(range(x.dim())))
+        z = torch.sum(y, *map(int, [0]))
+        return y + 1, z, max(*iter([3, 4])), list(zip(*iter([(1, 2), (3, 4)])))
+    return f
+""", [(x,), (x,)])
