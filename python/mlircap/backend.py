@@ -95,6 +95,8 @@ class CompiledGraph:
         if self.executable is self.gm:
             return self.gm(*args)
         try:
+            if not torch.is_grad_enabled():   # aot_autograd already runs forwards under no_grad
+                return self.executable(*args)
             with torch.no_grad():   # autograd, if any, is aot_autograd's job outside this graph
                 return self.executable(*args)
         except Exception as e:  # noqa: BLE001
@@ -183,8 +185,7 @@ def _compile_graph(graph: CompiledGraph, gm: torch.fx.GraphModule, device: str, 
             fe = _lower(raw_ir, device, options)
         graph.torch_ir, graph.linalg_ir = fe["torch_ir"], fe["linalg_ir"]
         if fe["cpu_plan_error"]:
-            raise RuntimeError("the CPU launch-plan builder rejected the graph: "
-                               + fe["cpu_plan_error"].strip().splitlines()[-1])
+            raise _PlanRejected("CPU", fe["cpu_plan_error"])
         if device == "cuda":
             from .runtime.cuda import GpuExecutable
 
@@ -204,7 +205,13 @@ def _compile_graph(graph: CompiledGraph, gm: torch.fx.GraphModule, device: str, 
         _dump(graph)
         return graph
     except Exception as e:  # noqa: BLE001 - every failure becomes a fallback or a strict error
-        unsupported = _unsupported_nodes(gm, e) if raise_unsupported and not options.strict else {}
+        if not isinstance(e, _PlanRejected) and _PLAN_REJECTED in str(e):
+            e = _PlanRejected(device.upper(), str(e))
+        unsupported = {}
+        if raise_unsupported and not options.strict:
+            unsupported = _unsupported_nodes(gm, e)
+            if not unsupported and isinstance(e, _PlanRejected):
+                unsupported = _probe_rejected(gm, device, options)
         if unsupported:
             raise _Unsupported(unsupported, graph) from e
         report = _failure_report(graph, e)
@@ -225,24 +232,91 @@ class _Unsupported(Exception):
         super().__init__(", ".join(nodes.values()))
 
 
-def _lower(raw_ir: str, device: str, options: Options) -> dict:
+_PLAN_REJECTED = "mlircap: unsupported op"
+
+
+class _PlanRejected(RuntimeError):
+    """The core's plan builder has no kernel or library call for an op."""
+
+    def __init__(self, target: str, detail: str):
+        lines = detail.strip().splitlines() or [""]
+        first = next((ln.split("error:", 1)[1].strip() for ln in lines if "error:" in ln), lines[-1])
+        super().__init__(f"the {target} launch-plan builder rejected the graph: {first}")
+
+
+def _lower(raw_ir: str, device: str, options: Options, check: bool = False) -> dict:
     """torch-mlir's lowering and a codegen check, in the compile worker (a
-    crash there becomes a fallback) or, with MLIRCAP_COMPILE_WORKER=0, here."""
+    crash there becomes a fallback) or, with MLIRCAP_COMPILE_WORKER=0, here
+    (where the executable's own compile is the check, unless `check`)."""
     from . import worker
 
     req = {"raw_ir": raw_ir, "device": device, "chip": options.chip, "features": "+ptx80",
            "opt_level": options.opt_level}
     if not options.cpu_plan and device == "cpu":
         req["device"] = "none"
-    if not worker.enabled():   # the executable's own compile below is the check
-        return worker._compile({**req, "device": "none"}, lambda stage: logs.log("progress", stage))
+    if not worker.enabled():
+        return worker._compile(req if check else {**req, "device": "none"}, lambda stage: logs.log("progress", stage))
     try:
         return worker.compile_in_worker(**req)
     except worker.WorkerError as e:
         info = e.info
         if info.get("frontend"):
             raise FrontendError(info["stage"], info["message"], [tuple(u) for u in info["unsupported"]]) from None
+        if _PLAN_REJECTED in info["message"]:
+            raise _PlanRejected(device.upper(), info["message"]) from None
         raise RuntimeError(f"{info['type']}: {info['message']}") from None
+
+
+_PROBES: dict[tuple, bool] = {}   # (device, op, argument signature) -> the plan builder accepts it alone
+
+
+def _signature(x):
+    if isinstance(x, torch.fx.Node):
+        v = x.meta.get("val")
+        return ("T", tuple(v.shape), str(v.dtype)) if isinstance(v, torch.Tensor) else ("N", x.name)
+    if isinstance(x, (list, tuple)):
+        return tuple(_signature(a) for a in x)
+    if isinstance(x, dict):
+        return tuple((k, _signature(v)) for k, v in sorted(x.items()))
+    return repr(x)
+
+
+def _probe_rejected(gm: torch.fx.GraphModule, device: str, options: Options, limit: int = 32) -> dict[str, str]:
+    """The plan builder rejected `gm`: compile its non-pointwise ops one at a
+    time to find those it has no kernel for (they become eager islands).
+    Results are cached per op and argument signature; at most `limit` new
+    probes per graph."""
+    import operator
+
+    from .partition import Part, extract, op_name
+
+    found, probes = {}, 0
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or n.target is operator.getitem:
+            continue
+        if torch.Tag.pointwise in getattr(n.target, "tags", ()):
+            continue
+        key = (device, op_name(n.target), _signature(n.args), _signature(n.kwargs))
+        if key not in _PROBES:
+            if probes >= limit:
+                break
+            probes += 1
+            getitems = [u for u in n.users if u.target is operator.getitem]
+            sub, _, outs = extract(gm, Part(eager=False, stage=0, nodes=[n] + getitems), set(getitems) or {n})
+            ok = True
+            if outs:
+                try:
+                    fe = _lower(import_fx(sub), device, options, check=True)
+                    ok = not fe["cpu_plan_error"]
+                except _PlanRejected:
+                    ok = False
+                except Exception:  # noqa: BLE001 - another failure is not this op's plan
+                    ok = True
+            _PROBES[key] = ok
+            logs.log("fallback", f"probe {key[1]}: {'accepted' if ok else 'no kernel'}")
+        if not _PROBES[key]:
+            found[n.name] = f"{op_name(n.target).replace('::', '.')} at {_node_loc(n)} (no {device.upper()} kernel)"
+    return found
 
 
 def _unsupported_nodes(gm: torch.fx.GraphModule, e: Exception) -> dict[str, str]:
@@ -428,6 +502,14 @@ def _failure_report(graph: CompiledGraph, e: Exception) -> str:
     return f"{type(e).__name__}: {msg}"
 
 
+def _runs_nothing_compiled(c) -> bool:
+    from .partition import PartitionedGraph
+
+    if isinstance(c, PartitionedGraph):
+        return not any(isinstance(fn, CompiledGraph) and fn.executable is not fn.gm for fn, *_ in c.steps)
+    return isinstance(c, CompiledGraph) and c.executable is c.gm
+
+
 _COMPILE_LOCK = threading.RLock()
 
 
@@ -470,7 +552,7 @@ def make_backend(options: Options | None = None, registry: list | None = None):
                     raise MlircapCompileError(f"aot_autograd could not trace the graph: "
                                               f"{type(e).__name__}: {str(e).strip()[:500]}") from e
                 raise
-            if compiled_now and all(isinstance(c, CompiledGraph) and c.executable is c.gm for c in compiled_now):
+            if compiled_now and all(_runs_nothing_compiled(c) for c in compiled_now):
                 # Nothing compiled: run the captured graph as it is, with
                 # eager's own kernels, not aot_autograd's decomposed graph.
                 logs.log("fallback", "no part of the graph compiled; the captured graph runs as it is")

@@ -285,3 +285,14 @@ def test_strict_raises_when_aot_autograd_cannot_trace():
         fast = mlircap.compile(f)
         for _ in range(2):
             _same(fast(x), f(x))
+
+
+def test_ops_without_a_cpu_kernel_become_islands():
+    # The plan builder has no kernel for sort/topk (torch-mlir's tm_tensor):
+    # probing finds the op, which runs through torch; the rest compiles.
+    f = lambda x: (x.exp().sort(-1).values * 2, x.topk(3).values + 1)   # noqa: E731
+    x = torch.randn(4, 9)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        check(f, x, fronts=("mlircap",))
+    assert any("no CPU kernel" in str(m.message) for m in w)
