@@ -37,14 +37,20 @@ MLIRCAP_EXPORT char *mlircap_run_pipeline(const char *ir, const char *pipeline);
 
 /* Lowers linalg-on-tensors to PTX through the GPU dialect and NVVM
  * (mlircap-gpu-pipeline). Returns the PTX of every kernel module, each
- * preceded by a line "// mlircap-kernel-module: <name>". */
+ * preceded by a line "// mlircap-kernel-module: <name>". `chip` and
+ * `features` as for mlircap_gpu_compile (checked the same way). */
 MLIRCAP_EXPORT char *mlircap_to_ptx(const char *ir, const char *chip,
                                     const char *features);
 
 /* Compiles linalg-on-tensors (static shapes) for NVIDIA GPUs and returns the
  * launch plan as JSON text (NULL on error; mlircap_last_error() then names the
  * offending op and its loc(...)). `chip` defaults to "sm_90" and `features` to
- * "+ptx80" when NULL or "". The plan:
+ * "+ptx80" (or the chip's minimum PTX version when newer) when NULL or "".
+ * The target is checked before anything is compiled: `chip` must be an sm_<N>
+ * the NVPTX backend knows (sm_30 or newer), `features` comma-separated
+ * "+ptx<NN>" of at least the chip's minimum and 6.0; anything else returns
+ * NULL with the reason in mlircap_last_error() (the backend itself would
+ * abort the process). The plan:
  *
  * {"func": "main",
  *  "ptx": "<one PTX module with every kernel entry>",

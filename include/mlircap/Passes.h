@@ -31,6 +31,16 @@ std::string gpuPipeline(llvm::StringRef chip, llvm::StringRef features);
 std::string gpuKernelPipeline(llvm::StringRef chip, llvm::StringRef features,
                               int64_t numSMs);
 
+/// "" if `chip` (sm_<N>) and `features` (comma-separated +ptx<NN>) name a
+/// target the NVPTX backend can compile for, else a one-line error. Unknown
+/// chips or features, and PTX versions below the chip's minimum, abort the
+/// process inside LLVM, so every GPU entry point checks them first.
+std::string checkGpuTarget(llvm::StringRef chip, llvm::StringRef features);
+
+/// The features used when none are given: PTX 8.0, or the chip's minimum
+/// PTX version when that is newer (sm_100 and later).
+std::string defaultGpuFeatures(llvm::StringRef chip);
+
 /// Registers mlircap-cpu-pipeline and mlircap-gpu-pipeline.
 void registerPipelines();
 

@@ -189,6 +189,20 @@ extern "C" void mlircapMemrefCopy(int64_t elemSize, UnrankedDescriptor *src,
 } // namespace
 
 namespace {
+/// NULL or "" select the default target (sm_90; PTX 8.0 or the chip's minimum).
+const char *chipOrDefault(const char *chip) { return chip && *chip ? chip : "sm_90"; }
+std::string featuresOrDefault(const char *chip, const char *features) {
+  return features && *features ? std::string(features)
+                               : mlircap::defaultGpuFeatures(chipOrDefault(chip));
+}
+
+/// "" if the GPU target is valid, else the error (see checkGpuTarget): an
+/// unknown chip or feature aborts the process inside the NVPTX backend.
+std::string checkTarget(const char *chip, const char *features) {
+  initOnce();
+  return mlircap::checkGpuTarget(chipOrDefault(chip), featuresOrDefault(chip, features));
+}
+
 /// JIT-compiles a module already lowered to the LLVM dialect (ORC, -O`optLevel`).
 ExecutionEngine *createEngine(Session &session, ModuleOp module, int optLevel) {
   ExecutionEngineOptions options;
@@ -235,12 +249,15 @@ char *mlircap_run_pipeline(const char *ir, const char *pipeline) {
 
 char *mlircap_to_ptx(const char *ir, const char *chip, const char *features) {
   Session session;
+  std::string target = checkTarget(chip, features);
+  if (!target.empty()) {
+    (void)session.fail(target);
+    return nullptr;
+  }
   auto module = session.parse(ir);
   if (!module)
     return nullptr;
-  std::string pipeline = mlircap::gpuPipeline(chip && *chip ? chip : "sm_90",
-                                              features && *features ? features
-                                                                    : "+ptx80");
+  std::string pipeline = mlircap::gpuPipeline(chipOrDefault(chip), featuresOrDefault(chip, features));
   if (failed(session.run(*module, pipeline)))
     return nullptr;
   std::string out;
@@ -260,12 +277,16 @@ char *mlircap_to_ptx(const char *ir, const char *chip, const char *features) {
 char *mlircap_gpu_compile(const char *linalgIr, const char *chip,
                           const char *features) {
   Session session;
+  std::string target = checkTarget(chip, features);
+  if (!target.empty()) {
+    (void)session.fail(target);
+    return nullptr;
+  }
   auto module = session.parse(linalgIr);
   if (!module)
     return nullptr;
   std::string pipeline = mlircap::gpuKernelPipeline(
-      chip && *chip ? chip : "sm_90", features && *features ? features : "+ptx80",
-      132);
+      chipOrDefault(chip), featuresOrDefault(chip, features), 132);
   if (failed(session.run(*module, pipeline)))
     return nullptr;
   std::string ptx;

@@ -63,8 +63,43 @@ struct Checker {
 };
 } // namespace
 
+/// The parser recurses once per nested region, attribute list or type: input
+/// nested a few thousand levels deep overflows the stack (a segfault, with
+/// no diagnostic). Real IR nests a few dozen levels at most.
+static constexpr int kMaxNesting = 256;
+
 std::string checkKnownParserCrashes(StringRef text, StringRef bufferName) {
   Checker c{text, bufferName, {}};
+  // Bytecode ("ML\xefR") is binary: brackets in it mean nothing.
+  if (!text.starts_with("ML\xefR")) {
+    int depth = 0;
+    for (size_t i = 0, e = text.size(); i < e; ++i) {
+      char ch = text[i];
+      if (ch == '"') { // string literal, with escapes
+        for (++i; i < e && text[i] != '"' && text[i] != '\n'; ++i)
+          if (text[i] == '\\')
+            ++i;
+        continue;
+      }
+      if (ch == '/' && i + 1 < e && text[i + 1] == '/') { // comment
+        while (i < e && text[i] != '\n')
+          ++i;
+        continue;
+      }
+      if (ch == '(' || ch == '[' || ch == '{' || ch == '<') {
+        if (++depth > kMaxNesting) {
+          c.error(i, "input nested more than " + llvm::Twine(kMaxNesting) +
+                         " levels deep (regions, attributes, types); "
+                         "the parser would overflow its stack");
+          return c.out;
+        }
+      } else if (ch == ')' || ch == ']' || ch == '}' ||
+                 (ch == '>' && !(i > 0 && text[i - 1] == '-') &&
+                  !(i + 1 < e && text[i + 1] == '='))) {
+        depth = std::max(0, depth - 1);
+      }
+    }
+  }
   // linalg.generic asserts when an iterator type is not a string.
   c.forEachList("iterator_types", [&](StringRef body, size_t, size_t at) {
     llvm::SmallVector<StringRef> items;

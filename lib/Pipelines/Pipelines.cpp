@@ -14,7 +14,13 @@
 #include "mlircap/Passes.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/MC/MCSubtargetInfo.h"
+#include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/TargetParser/Triple.h"
+#include <memory>
 
 namespace mlir::mlircap {
 
@@ -60,6 +66,126 @@ std::string gpuKernelPipeline(llvm::StringRef chip, llvm::StringRef features,
       fusePipeline(), chip, features, numSMs);
 }
 
+/// `ptxNN` -> NN, else 0.
+static unsigned ptxVersionOf(llvm::StringRef feature) {
+  unsigned v = 0;
+  if (!feature.consume_front("ptx") || feature.getAsInteger(10, v))
+    return 0;
+  return v;
+}
+
+/// The minimum PTX version of an NVIDIA chip, as the NVPTX backend of LLVM
+/// 22 requires it (NVPTXSubtarget.cpp, getMinPTXVersionForSM: a lower
+/// explicit version is a fatal error there); 0 for a chip not in the table.
+static unsigned minPtxVersion(llvm::StringRef chip) {
+  return llvm::StringSwitch<unsigned>(chip)
+      .Cases({"sm_20", "sm_21", "sm_30", "sm_35"}, 32)
+      .Cases({"sm_32", "sm_50"}, 40)
+      .Cases({"sm_37", "sm_52"}, 41)
+      .Case("sm_53", 42)
+      .Cases({"sm_60", "sm_61", "sm_62"}, 50)
+      .Case("sm_70", 60)
+      .Case("sm_72", 61)
+      .Case("sm_75", 63)
+      .Case("sm_80", 70)
+      .Case("sm_86", 71)
+      .Case("sm_87", 74)
+      .Cases({"sm_89", "sm_90"}, 78)
+      .Case("sm_90a", 80)
+      .Cases({"sm_100", "sm_100a", "sm_101", "sm_101a"}, 86)
+      .Cases({"sm_120", "sm_120a"}, 87)
+      .Cases({"sm_100f", "sm_101f", "sm_103", "sm_103f", "sm_103a", "sm_120f",
+              "sm_121", "sm_121f", "sm_121a"},
+             88)
+      .Cases({"sm_88", "sm_110", "sm_110f", "sm_110a"}, 90)
+      .Default(0);
+}
+
+std::string checkGpuTarget(llvm::StringRef chip, llvm::StringRef features) {
+  // The NVPTX backend does not validate these: an unknown chip is a warning
+  // and then a fatal "Cannot select" in instruction selection, a feature
+  // without +/- an assertion, a PTX version below the chip's minimum a fatal
+  // error. Each of those ends the process, so check everything here.
+  if (chip.empty())
+    return "invalid GPU target: the chip is empty (expected e.g. 'sm_90')";
+  llvm::StringRef digits = chip;
+  if (!digits.consume_front("sm_") || digits.empty() ||
+      !llvm::isDigit(digits.front()))
+    return ("invalid GPU target: chip '" + chip +
+            "' is not an NVIDIA chip name of the form sm_<N> (e.g. 'sm_90')")
+        .str();
+  llvm::Triple triple("nvptx64-nvidia-cuda");
+  std::string error;
+  const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, error);
+  if (!target)
+    return "invalid GPU target: the NVPTX backend is not available: " + error;
+  std::unique_ptr<llvm::MCSubtargetInfo> sti(
+      target->createMCSubtargetInfo(triple, "", ""));
+  if (!sti)
+    return "invalid GPU target: cannot create the NVPTX subtarget";
+  if (!sti->isCPUStringValid(chip)) {
+    std::string known;
+    for (const llvm::SubtargetSubTypeKV &p : sti->getAllProcessorDescriptions()) {
+      llvm::StringRef name(p.Key);
+      if (name.starts_with("sm_"))
+        known += (known.empty() ? "" : ", ") + name.str();
+    }
+    return ("invalid GPU target: chip '" + chip +
+            "' is not known to the NVPTX backend (known: " + known + ")")
+        .str();
+  }
+  unsigned minPtx = minPtxVersion(chip);
+  if (!minPtx)
+    return ("invalid GPU target: chip '" + chip + "' is not supported").str();
+  unsigned smVersion = 0;
+  (void)digits.take_while(llvm::isDigit).getAsInteger(10, smVersion);
+  // Every reduction kernel uses warp shuffles (shfl.sync): sm_30 and PTX 6.0
+  // at least, else instruction selection fails (a fatal error).
+  if (smVersion < 30)
+    return ("invalid GPU target: chip '" + chip +
+            "' has no warp shuffles; mlircap needs sm_30 or newer")
+        .str();
+  unsigned ptx = 0;
+  llvm::SmallVector<llvm::StringRef> items;
+  features.split(items, ',', -1, /*KeepEmpty=*/false);
+  for (llvm::StringRef item : items) {
+    item = item.trim();
+    if (item.empty())
+      continue;
+    llvm::StringRef name = item;
+    unsigned v = name.consume_front("+") ? ptxVersionOf(name) : 0;
+    bool known = v && llvm::any_of(sti->getAllProcessorFeatures(),
+                                   [&](const llvm::SubtargetFeatureKV &f) {
+                                     return name == f.Key;
+                                   });
+    if (!known)
+      return ("invalid GPU target: feature '" + item +
+              "' is not a PTX version the NVPTX backend knows (expected "
+              "'+ptx<NN>', e.g. '+ptx80')")
+          .str();
+    if (v < minPtx)
+      return llvm::formatv("invalid GPU target: PTX version {0}.{1} ('{2}') "
+                           "is below the minimum {3}.{4} of chip '{5}'",
+                           v / 10, v % 10, item, minPtx / 10, minPtx % 10, chip)
+          .str();
+    ptx = std::max(ptx, v);
+  }
+  if (!ptx)
+    ptx = minPtx; // the backend's default for the chip
+  if (ptx < 60)
+    return llvm::formatv("invalid GPU target: PTX version {0}.{1} has no "
+                         "warp shuffles (shfl.sync); mlircap needs PTX 6.0 or "
+                         "newer (e.g. features=+ptx60)",
+                         ptx / 10, ptx % 10)
+        .str();
+  return "";
+}
+
+std::string defaultGpuFeatures(llvm::StringRef chip) {
+  unsigned minPtx = minPtxVersion(chip);
+  return minPtx > 80 ? llvm::formatv("+ptx{0}", minPtx).str() : "+ptx80";
+}
+
 std::string gpuPipeline(llvm::StringRef chip, llvm::StringRef features) {
   return gpuKernelPipeline(chip, features, 132);
 }
@@ -91,12 +217,27 @@ void registerPipelines() {
       "mlircap-cpu-pipeline",
       "Lower linalg-on-tensors to the LLVM dialect for the CPU JIT",
       [](OpPassManager &pm) { (void)addPipeline(pm, cpuPipeline()); });
-  PassPipelineRegistration<GpuPipelineOptions>(
+  // Registered with a builder that can fail: invalid options are a
+  // diagnostic (mlircap-opt exits 1), not an abort inside the NVPTX backend.
+  registerPassPipeline(
       "mlircap-gpu-pipeline",
       "mlircap-fuse, mlircap-gpu-codegen, NVVM (bare-pointer kernel params) "
       "and PTX in a gpu.binary",
-      [](OpPassManager &pm, const GpuPipelineOptions &o) {
-        (void)addPipeline(pm, gpuKernelPipeline(o.chip, o.features, o.numSMs));
+      [](OpPassManager &pm, llvm::StringRef optionsStr,
+         llvm::function_ref<LogicalResult(const llvm::Twine &)> errorHandler) {
+        GpuPipelineOptions o;
+        if (failed(o.parseFromString(optionsStr)))
+          return failure();
+        std::string bad = checkGpuTarget(o.chip, o.features);
+        if (!bad.empty())
+          return errorHandler("mlircap-gpu-pipeline: " + bad);
+        if (o.numSMs < 1 || o.numSMs > 4096)
+          return errorHandler("mlircap-gpu-pipeline: num-sms must be in [1, 4096], got " +
+                              llvm::Twine(o.numSMs));
+        return addPipeline(pm, gpuKernelPipeline(o.chip, o.features, o.numSMs));
+      },
+      [](llvm::function_ref<void(const detail::PassOptions &)> optHandler) {
+        optHandler(GpuPipelineOptions());
       });
 }
 

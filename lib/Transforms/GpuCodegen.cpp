@@ -955,12 +955,12 @@ struct GpuCodegen : impl::MlircapGpuCodegenBase<GpuCodegen> {
     int64_t largest = 0;
     for (func::FuncOp kfn : kernels) {
       for (Type t : llvm::concat<const Type>(kfn.getArgumentTypes(), kfn.getResultTypes()))
-        if (auto rt = dyn_cast<RankedTensorType>(t))
+        if (auto rt = dyn_cast<RankedTensorType>(t); rt && rt.hasStaticShape())
           largest = std::max(largest, product(rt.getShape()));
       SmallVector<Type> params;
       auto flat = [](Type t) {
         auto rt = dyn_cast<RankedTensorType>(t);
-        if (!rt)
+        if (!rt || !rt.hasStaticShape())
           return Type();
         // Bools are one byte per element (as torch stores them).
         Type et = rt.getElementType().isInteger(1)
@@ -972,7 +972,7 @@ struct GpuCodegen : impl::MlircapGpuCodegenBase<GpuCodegen> {
         Type m = flat(t);
         if (!m) {
           kfn.emitError("mlircap-gpu-codegen: kernel parameter of type ")
-              << t << " is not a tensor";
+              << t << " is not a statically shaped tensor";
           return signalPassFailure();
         }
         params.push_back(m);

@@ -35,10 +35,14 @@ struct LibraryInit : impl::MlircapLibraryInitBase<LibraryInit> {
       OpBuilder b(op);
       Location loc = op.getLoc();
       Value init = op.getDpsInitOperand(0)->get();
-      auto type = cast<RankedTensorType>(init.getType());
+      auto type = dyn_cast<RankedTensorType>(init.getType());
+      if (!type)
+        continue;
       Type et = type.getElementType();
       Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(et));
-      Value empty = tensor::EmptyOp::create(b, loc, type.getShape(), et);
+      // Dynamic dims take their sizes from the original init (tensor.dim).
+      Value empty = tensor::EmptyOp::create(
+          b, loc, tensor::getMixedSizes(b, loc, init), et);
       Value fill = linalg::FillOp::create(b, loc, zero, empty).getResult(0);
       op.getDpsInitOperand(0)->set(fill);
       b.setInsertionPointAfter(op);

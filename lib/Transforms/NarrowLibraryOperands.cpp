@@ -38,6 +38,8 @@ Value narrowSource(Value v) {
 
 template <typename OpTy>
 void narrow(OpTy op) {
+  if (!op.hasPureTensorSemantics())
+    return;
   SmallVector<Value> inputs;
   bool changed = false;
   for (Value in : op.getDpsInputs()) {
@@ -82,11 +84,13 @@ void narrow(OpTy op) {
     return;
   }
   auto narrowType = wideType.clone(narrowElem);
-  Value empty = tensor::EmptyOp::create(b, loc, narrowType.getShape(), narrowElem);
+  // Dynamic dims take their sizes from the original init (tensor.dim).
+  SmallVector<OpFoldResult> sizes = tensor::getMixedSizes(b, loc, init);
+  Value empty = tensor::EmptyOp::create(b, loc, sizes, narrowElem);
   Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(narrowElem));
   Value narrowInit = linalg::FillOp::create(b, loc, zero, empty).getResult(0);
   auto narrowed = OpTy::create(b, loc, TypeRange{narrowType}, inputs, ValueRange{narrowInit}, attrs);
-  Value wideEmpty = tensor::EmptyOp::create(b, loc, wideType.getShape(), wideType.getElementType());
+  Value wideEmpty = tensor::EmptyOp::create(b, loc, sizes, wideType.getElementType());
   AffineMap id = b.getMultiDimIdentityMap(wideType.getRank());
   SmallVector<utils::IteratorType> iters(wideType.getRank(), utils::IteratorType::parallel);
   auto ext = linalg::GenericOp::create(

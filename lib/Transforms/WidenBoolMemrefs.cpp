@@ -32,6 +32,10 @@ struct WidenBoolMemrefs : impl::MlircapWidenBoolMemrefsBase<WidenBoolMemrefs> {
     Operation *root = getOperation();
     // Function signatures and block arguments.
     root->walk([](FunctionOpInterface fn) {
+      // Only builtin function types carry memrefs (func.func, gpu.func);
+      // llvm.func and other function-like ops keep their own type.
+      if (!isa<FunctionType>(fn.getFunctionType()))
+        return;
       auto widenAll = [](ArrayRef<Type> ts) {
         SmallVector<Type> out;
         for (Type t : ts)

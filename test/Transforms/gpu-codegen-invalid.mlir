@@ -16,7 +16,7 @@ func.func @diag(%x: tensor<4x4xf32>) -> tensor<7xf32> {
 // Scalars cannot be kernel parameters (the plan passes tensors only).
 func.func @scalar(%x: tensor<4xf32>, %s: f32) -> tensor<4xf32> {
   %e = tensor.empty() : tensor<4xf32>
-  // expected-error @+1 {{mlircap-gpu-codegen: kernel parameter of type 'f32' is not a tensor}}
+  // expected-error @+1 {{mlircap-gpu-codegen: kernel parameter of type 'f32' is not a statically shaped tensor}}
   %0 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
       ins(%x : tensor<4xf32>) outs(%e : tensor<4xf32>) {
   ^bb0(%a: f32, %o: f32):
@@ -24,4 +24,13 @@ func.func @scalar(%x: tensor<4xf32>, %s: f32) -> tensor<4xf32> {
     linalg.yield %r : f32
   } -> tensor<4xf32>
   return %0 : tensor<4xf32>
+}
+
+// -----
+
+// A kernel function with dynamic shapes (hand-written: kernel formation
+// rejects them) is a diagnostic, not a negative memref size.
+// expected-error @+1 {{mlircap-gpu-codegen: kernel parameter of type 'tensor<?xf32>' is not a statically shaped tensor}}
+func.func private @dyn_k0(%x: tensor<?xf32>) -> tensor<?xf32> attributes {mlircap.kernel = "pointwise"} {
+  return %x : tensor<?xf32>
 }

@@ -43,3 +43,20 @@ func.func @ones(%x: tensor<1x2x6x6xf32>, %w: tensor<4x2x3x3xf32>) -> tensor<1x4x
       ins(%x, %w : tensor<1x2x6x6xf32>, tensor<4x2x3x3xf32>) outs(%f : tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
   return %0 : tensor<1x4x4x4xf32>
 }
+
+// -----
+
+// Dynamic shapes: the zero init takes its sizes from the original init (no
+// assertion in tensor.empty); kernel formation rejects the function later.
+// CHECK-LABEL: func.func @dynamic(
+// CHECK-SAME: %{{.*}}: tensor<?x?xf32>, %{{.*}}: tensor<?x?xf32>, %[[C:.*]]: tensor<?x?xf32>
+// CHECK-DAG: %[[D0:.*]] = tensor.dim %[[C]], %c0
+// CHECK-DAG: %[[D1:.*]] = tensor.dim %[[C]], %c1
+// CHECK: %[[E:.*]] = tensor.empty(%[[D0]], %[[D1]]) : tensor<?x?xf32>
+// CHECK: linalg.fill {{.*}} outs(%[[E]] : tensor<?x?xf32>)
+// CHECK: linalg.matmul
+// CHECK: linalg.generic
+func.func @dynamic(%a: tensor<?x?xf32>, %b: tensor<?x?xf32>, %c: tensor<?x?xf32>) -> tensor<?x?xf32> {
+  %0 = linalg.matmul ins(%a, %b : tensor<?x?xf32>, tensor<?x?xf32>) outs(%c : tensor<?x?xf32>) -> tensor<?x?xf32>
+  return %0 : tensor<?x?xf32>
+}

@@ -85,3 +85,19 @@ func.func @bf16_operands_f32_result(%a: tensor<2x8x16xbf16>, %b: tensor<2x16x4xb
   %m = linalg.batch_matmul ins(%a, %b : tensor<2x8x16xbf16>, tensor<2x16x4xbf16>) outs(%f : tensor<2x8x4xf32>) -> tensor<2x8x4xf32>
   return %m : tensor<2x8x4xf32>
 }
+
+// -----
+
+// Dynamic shapes: the narrow init and the extension take their sizes from the
+// original init (no assertion in tensor.empty).
+// CHECK-LABEL: func.func @dynamic
+// CHECK: %[[E:.*]] = tensor.empty(%{{.*}}) : tensor<?x4xbf16>
+// CHECK: %[[M:.*]] = linalg.matmul ins(%arg0, %arg1 : tensor<?x16xbf16>, tensor<16x4xbf16>) outs(%{{.*}} : tensor<?x4xbf16>)
+// CHECK: linalg.generic {{.*}} ins(%[[M]] : tensor<?x4xbf16>) outs(%{{.*}} : tensor<?x4xf32>)
+func.func @dynamic(%a: tensor<?x16xbf16>, %b: tensor<16x4xbf16>, %n: index) -> tensor<?x4xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty(%n) : tensor<?x4xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<?x4xf32>) -> tensor<?x4xf32>
+  %m = linalg.matmul ins(%a, %b : tensor<?x16xbf16>, tensor<16x4xbf16>) outs(%f : tensor<?x4xf32>) -> tensor<?x4xf32>
+  return %m : tensor<?x4xf32>
+}

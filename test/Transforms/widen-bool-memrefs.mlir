@@ -49,3 +49,13 @@ func.func @global() -> memref<3xi1> {
 func.func @untouched(%m: memref<4xf32>) {
   return
 }
+
+// -----
+
+// llvm.func (e.g. mlircap-cpu-pipeline output run through it again) has an
+// LLVM function type and no memrefs: left alone, no assertion.
+// CHECK-LABEL: llvm.func @lowered(%arg0: i64, %arg1: !llvm.ptr)
+func.func private @keep(memref<2xi1>)
+llvm.func @lowered(%a: i64, %p: !llvm.ptr) {
+  llvm.return
+}

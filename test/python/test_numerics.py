@@ -283,3 +283,27 @@ def test_column_split_reduction_with_consumer(dtype):
     plan = check(ir)
     assert [s["strategy"] for s in plan["steps"]] == ["reduction_split"]
     assert plan["steps"][0]["grid"] == [2, 1, 1]
+
+
+@pytest.mark.parametrize("chip,features,why", [
+    ("sm_xx", "+ptx80", "not an NVIDIA chip name"),
+    ("sm_1000", "+ptx80", "not known to the NVPTX backend"),
+    ("gfx90a", "+ptx80", "not an NVIDIA chip name"),
+    ("sm_90", "garbage", "feature 'garbage'"),
+    ("sm_90", "+ptx60", "below the minimum 7.8"),
+    ("sm_120", "+ptx80", "below the minimum 8.7"),
+])
+def test_invalid_gpu_target_is_an_error_not_an_abort(chip, features, why):
+    # The NVPTX backend aborts the process on these (r17: chip="sm_xx" ended in
+    # "LLVM ERROR: Cannot select"); the core checks the target first.
+    ir = ROW.format(R=4, L=8)
+    with pytest.raises(RuntimeError, match="invalid GPU target: .*" + why):
+        _mlircap.gpu_compile(ir, chip, features)
+    with pytest.raises(RuntimeError, match="invalid GPU target"):
+        _mlircap.to_ptx(ir, chip, features)
+
+
+def test_gpu_target_defaults_to_the_chips_ptx_version():
+    # No features: PTX 8.0, or the chip's minimum when newer (sm_120: 8.7).
+    plan = json.loads(_mlircap.gpu_compile(ROW.format(R=4, L=8), "sm_120", ""))
+    assert ".target sm_120" in plan["ptx"] and ".version 8.7" in plan["ptx"]
