@@ -22,6 +22,7 @@ Overview
 """
 import builtins
 import collections
+import contextlib
 import contextvars
 import functools
 import io
@@ -242,6 +243,7 @@ class _Seg:
         self.grad = grad
         self.nops = 0
         self.gm = None
+        self.inplace = False  # records an in-place op
 
 
 class _Recorder:
@@ -1277,6 +1279,7 @@ class _Recorder:
                 target, cargs, ckw = builtins.setattr, (cargs[0], attr, cargs[1]), {}
         if name.endswith("_") and not name.endswith("__") or name in ("__setitem__", "__set__", "copy_"):
             self.has_inplace = True
+            seg.inplace = True
         node = seg.graph.call_function(_fx_target(target), cargs, ckw)
         trace = _user_stack_trace()
         if trace:
@@ -1859,7 +1862,7 @@ class _EagerVariant(_Variant):
         return st._call_eager(func, args, log)
 
 
-def _compile_graph(backend, gm, examples, uses_rng):
+def _compile_graph(backend, gm, examples, uses_rng, double_backward: bool = False):
     """Compile one captured graph with the user backend.  If the backend fails to compile
     it, or its compiled function fails on the first run before touching any input, the
     captured FX graph itself is run instead (same semantics, just not backend-compiled)."""
@@ -1874,7 +1877,83 @@ def _compile_graph(backend, gm, examples, uses_rng):
         return gm.forward
     if fn is None:
         return gm.forward
-    return _FirstRunChecked(fn, gm.forward, uses_rng)
+    checked = _FirstRunChecked(fn, gm.forward, uses_rng)
+    if double_backward and fn != gm.forward:
+        return _HigherOrderGrad(checked, gm)
+    return checked
+
+
+class _HigherOrderGrad:
+    """A backend-compiled graph whose gradient can itself be differentiated.
+
+    aot_autograd-compiled graphs refuse double backward ("torch.compile with aot_autograd
+    does not currently support double backward"), while the first (eager, recording) call
+    of a captured function supports it.  When some input requires grad, the compiled call
+    runs inside _RecomputeForHigherOrder: a plain backward calls the compiled backward; a
+    backward with create_graph=True differentiates the captured FX graph re-run on the
+    saved inputs, which autograd can differentiate again.  Only used for graphs that do
+    not mutate or alias their inputs and draw no random numbers (_double_backward_ok).
+    Cost: one autograd Function around each training-mode call of such a graph."""
+    __slots__ = ("fn", "gm")
+
+    def __init__(self, fn, gm: fx.GraphModule) -> None:
+        self.fn, self.gm = fn, gm
+
+    def __call__(self, *args):
+        if torch.is_grad_enabled() and not torch._C._is_torch_function_mode_enabled():
+            for a in args:
+                if a.requires_grad:
+                    return _RecomputeForHigherOrder.apply(self, *args)
+        return self.fn(*args)
+
+
+def _keep_graph() -> bool:
+    """retain_graph / create_graph of the backward in progress."""
+    try:
+        return torch._C._autograd._get_current_graph_task_keep_graph()
+    except Exception:  # pragma: no cover - older torch
+        return True
+
+
+class _RecomputeForHigherOrder(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, runner: _HigherOrderGrad, *args):
+        with torch.enable_grad():
+            outs = tuple(runner.fn(*args))   # the compiled graph, with its own autograd node
+        ctx.runner, ctx.outs = runner, outs
+        ctx.save_for_backward(*args)
+        ctx.diff = [o.requires_grad for o in outs]
+        # a plain backward calls the compiled graph's backward directly (no nested
+        # autograd.grad) when its node produced exactly these outputs in order
+        node = next((o.grad_fn for o in outs if o.grad_fn is not None), None)
+        ctx.node = node if node is not None and hasattr(node, "apply") and all(
+            (o.grad_fn is node and o.output_nr == i) or not o.requires_grad for i, o in enumerate(outs)) else None
+        res = tuple(o.detach() for o in outs)
+        ctx.mark_non_differentiable(*[r for r, d in zip(res, ctx.diff) if not d])
+        return res
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ins = ctx.saved_tensors
+        create = torch.is_grad_enabled()
+        if not create and ctx.node is not None:
+            gi = ctx.node.apply(*grads)
+            if isinstance(gi, tuple) and len(gi) == len(ins):
+                return (None, *(g if x.requires_grad else None for g, x in zip(gi, ins)))
+        if create:  # create_graph=True: a gradient that can be differentiated again
+            with torch.enable_grad():
+                outs = ctx.runner.gm(*ins)
+        else:       # the compiled backward
+            outs = ctx.outs
+        pairs = [(o, g) for o, g, d in zip(outs, grads, ctx.diff) if d and o.requires_grad]
+        need = [i for i, x in enumerate(ins) if x.requires_grad]
+        gi = torch.autograd.grad([o for o, _ in pairs], [ins[i] for i in need], [g for _, g in pairs],
+                                 allow_unused=True, retain_graph=_keep_graph(), create_graph=create) \
+            if pairs and need else ()
+        out = [None] * len(ins)
+        for i, g in zip(need, gi):
+            out[i] = g
+        return (None, *out)
 
 
 class _FirstRunChecked:
@@ -1904,6 +1983,20 @@ class _FirstRunChecked:
             return self.fallback(*args)
         self.checked = True
         return out
+
+
+def _double_backward_ok(rec: "_Recorder", seg: "_Seg") -> bool:
+    """Can this graph run under _HigherOrderGrad: it takes some input that requires grad,
+    makes no in-place change, draws no random numbers (a recompute would draw others) and
+    returns no view of an input (a custom autograd Function would lose the view)."""
+    if seg.inplace or rec.uses_rng or not any(t.requires_grad for t in seg.examples):
+        return False
+    out_nodes = set(seg.outputs)
+    in_storages = {t.untyped_storage().data_ptr() for t in seg.examples}
+    for t, si, node in rec.env.values():
+        if si == seg.idx and node in out_nodes and t.untyped_storage().data_ptr() in in_storages:
+            return False
+    return True
 
 
 def _merge_log(log: "list | None", done: list) -> list:
@@ -2056,7 +2149,8 @@ class _GraphVariant(_Variant):
             gm = fx.GraphModule(torch.nn.Module(), seg.graph)
             seg.gm = gm
             self.graphs.append(gm)
-            compiled.append(_compile_graph(backend, gm, list(seg.examples), rec.uses_rng))
+            compiled.append(_compile_graph(backend, gm, list(seg.examples), rec.uses_rng,
+                                           double_backward=_double_backward_ok(rec, seg)))
         has_mid = any(pos > 0 for pos, _, _ in rec.guards)
         rollback = has_mid and (mutated or rec.uses_rng)
         # Uncapturable calls ("external" steps) run in order, exactly once per call of the

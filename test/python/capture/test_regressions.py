@@ -412,3 +412,75 @@ def make():
         return y + 1, z, max(*iter([3, 4])), list(zip(*iter([(1, 2), (3, 4)])))
     return f
 """, [(x,), (x,)])
+
+
+# ------------------------------------------------------------------ r22: double backward
+def _aot_backend(gm, examples):
+    """aot_autograd with the FX graphs run as they are (mlircap's backend structure without
+    its compiler): its compiled backward refuses double backward."""
+    from functorch.compile import make_boxed_func
+    from torch._functorch.aot_autograd import aot_module_simplified
+    return aot_module_simplified(gm, examples, fw_compiler=lambda g, ex: make_boxed_func(g.forward),
+                                 bw_compiler=lambda g, ex: make_boxed_func(g.forward))
+
+
+def test_r22_double_backward_after_the_first_call():
+    """r22_double_backward.py: from the second call (compiled replay) double backward raised."""
+    def g(x, w):
+        return ((x ** 3) * w).sum() + torch.tanh(x @ w.t()).sum()
+    c = capture(g, _aot_backend)
+    x = torch.randn(3, 3, requires_grad=True)
+    w = torch.randn(3, 3, requires_grad=True)
+    for i in range(3):
+        res = []
+        for fn in (g, c):
+            gx, gw = torch.autograd.grad(fn(x, w), (x, w), create_graph=True)
+            hx, hw = torch.autograd.grad(gx.sum() + (gw * gw).sum(), (x, w))
+            first = torch.autograd.grad(fn(x, w), (x, w))          # plain backward: compiled one
+            res.append((gx, gw, hx, hw) + first)
+        for a, b in zip(*res):
+            torch.testing.assert_close(a, b)
+    st = c._mlircap_capture.stats
+    assert st.replays >= 4 and st.records == 1
+
+
+def test_r22_no_grad_and_views_unchanged():
+    def g(x):
+        return x.view(-1), x.sin()          # a view of the input: not wrapped
+    c = capture(g, _aot_backend)
+    x = torch.randn(2, 2, requires_grad=True)
+    for _ in range(3):
+        a, b = c(x)
+        ea, eb = g(x)
+        assert a._base is x and torch.equal(a, ea) and torch.equal(b, eb)
+        (a.sum() + b.sum()).backward()
+    with torch.no_grad():
+        assert torch.equal(c(x)[1], g(x)[1])
+
+
+def test_r22_double_backward_mlircap_compile():
+    """r22 with mlircap's backend; plain training gradients unchanged."""
+    compile_ = _mlircap_compile()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g = lambda x: (x ** 3).sum()  # noqa: E731
+        c = compile_(g)
+        x = torch.randn(3, requires_grad=True)
+        for _ in range(3):
+            (gx,) = torch.autograd.grad(c(x), x, create_graph=True)
+            (hx,) = torch.autograd.grad(gx.sum(), x)
+            torch.testing.assert_close(gx, 3 * x * x)
+            torch.testing.assert_close(hx, 6 * x)
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 2))
+        fast = compile_(m)
+        xs = torch.randn(5, 4)
+        for _ in range(3):
+            m.zero_grad()
+            fast(xs).square().sum().backward()
+            got = [p.grad.clone() for p in m.parameters()]
+            m.zero_grad()
+            m(xs).square().sum().backward()
+            for a, b in zip(got, (p.grad for p in m.parameters())):
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+        assert fast.graphs
