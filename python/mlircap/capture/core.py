@@ -273,6 +273,10 @@ class _Recorder:
         self.cv_local = set()
         self.hooked_global = False
         self.dirty = set()     # (id(obj), key)
+        # keys the code stored into (attribute names, ("item", key) for subscripts): replayed
+        # even when the stored value is the one the object already had when recording, since
+        # the object may hold another value at replay
+        self.stored: dict[int, set] = collections.defaultdict(set)
         self.snaps = {}        # id -> (kind, obj, expr, pretty, snapshot)
         self.global_snaps = {} # (id(g), name) -> (g, name, had, old)
         self.ext_cells = {}    # id(cell) -> (expr, pretty)
@@ -938,6 +942,7 @@ class _Recorder:
         obj = _E.peek(frame, 0)
         if id(obj) in self.src:
             self.dirty.add((id(obj), name))
+            self.stored[id(obj)].add(name)
 
     def op_store_subscr(self, frame, arg, argval):
         obj = _E.peek(frame, 1)
@@ -945,6 +950,12 @@ class _Recorder:
             if _is_ndarray(obj):
                 raise Unreplayable("in-place write to a numpy array")
             self.dirty.add((id(obj), "*"))
+            key = _E.peek(frame, 0)
+            try:
+                hash(key)
+                self.stored[id(obj)].add(("item", key))
+            except TypeError:
+                pass
 
     def op_binary_op(self, frame, arg, argval):
         # `arr += 1` mutates a numpy array in C without a call the tracer sees
@@ -1036,6 +1047,8 @@ class _Recorder:
         if kind == "setattr":
             if args and id(args[0]) in self.src and len(args) >= 2:
                 self.dirty.add((id(args[0]), args[1]))
+                if type(args[1]) is str:
+                    self.stored[id(args[0])].add(args[1])
             return
         if kind == "ctxvar":
             # ContextVar state is modelled like other external state: reads of values not set
@@ -1398,24 +1411,28 @@ class _Recorder:
                     now = (True, cell.cell_contents)
                 except ValueError:
                     now = (False, None)
-                if now != (had, old) or (now[0] and now[1] is not old):
-                    if now[0]:
-                        out.append(("set", f"{e}", "cell_contents", now[1], True))
-                    else:
-                        raise Unreplayable("closure cell deleted")
+                # stored by the code: replayed even if the value did not change
+                if now[0]:
+                    out.append(("set", f"{e}", "cell_contents", now[1], True))
+                elif had:
+                    raise Unreplayable("closure cell deleted")
                 continue
             c = self.const(g)
-            if name in g:
-                if not had or g[name] is not old:
-                    out.append(("item", c, name, g[name], False))
+            if name in g:  # stored (STORE_GLOBAL) by the code: replayed even if unchanged
+                out.append(("item", c, name, g[name], False))
             elif had:
                 out.append(("delitem", c, name, None, False))
         for vid, (kind, v, expr, pretty, snap) in self.snaps.items():
+            stored = self.stored.get(vid, ())
+            items = {k[1] for k in stored if type(k) is tuple and len(k) == 2 and k[0] == "item"}
+            names = {k for k in stored if type(k) is str}
             if kind == "list":
-                if len(v) == len(snap) and all(a is b for a, b in zip(v, snap)):
-                    continue
                 if len(v) >= len(snap) and all(a is b for a, b in zip(v, snap)):
-                    out.append(("extend", expr, None, v[len(snap):], False))
+                    # unchanged prefix: the stored indices (lst[i] = x), then the appended tail
+                    for i in sorted(k for k in items if type(k) is int and -len(snap) <= k < len(snap)):
+                        out.append(("item", expr, i, v[i], False))
+                    if len(v) > len(snap):
+                        out.append(("extend", expr, None, v[len(snap):], False))
                 else:
                     if vid in self.lazy:  # the new contents depend on the old ones: guard them
                         self.touch(v)
@@ -1433,27 +1450,27 @@ class _Recorder:
             elif kind == "dict" or kind == "obj":
                 d = v if kind == "dict" else v.__dict__
                 de = expr if kind == "dict" else f"{expr}.__dict__"
-                self._dict_diff(out, de, d, snap)
+                self._dict_diff(out, de, d, snap, force=items if kind == "dict" else names)
             elif kind == "slots" or kind == "obj+slots":
                 if kind == "obj+slots":
-                    self._dict_diff(out, f"{expr}.__dict__", v.__dict__, snap[0])
+                    self._dict_diff(out, f"{expr}.__dict__", v.__dict__, snap[0], force=names)
                     snap = snap[1]
                 now = _slot_values(v)
                 for k, x in now.items():
-                    if k not in snap or snap[k] is not x:
+                    if k not in snap or snap[k] is not x or k in names:
                         out.append(("set", expr, k, x, None))
                 if any(k not in now for k in snap):
                     raise Unreplayable("slot attribute deleted")
             else:  # module
                 md, mp, mb, mm = snap
                 self._dict_diff(out, f"{expr}.__dict__", v.__dict__, md,
-                                skip=("_parameters", "_buffers", "_modules"))
-                self._dict_diff(out, f"{expr}._parameters", v._parameters, mp)
-                self._dict_diff(out, f"{expr}._buffers", v._buffers, mb)
-                self._dict_diff(out, f"{expr}._modules", v._modules, mm)
+                                skip=("_parameters", "_buffers", "_modules"), force=names)
+                self._dict_diff(out, f"{expr}._parameters", v._parameters, mp, force=names)
+                self._dict_diff(out, f"{expr}._buffers", v._buffers, mb, force=names)
+                self._dict_diff(out, f"{expr}._modules", v._modules, mm, force=names)
         return out
 
-    def _dict_diff(self, out, de, d, snap, skip=()):
+    def _dict_diff(self, out, de, d, snap, skip=(), force=()):
         # dict subclasses may override __setitem__ (key normalisation...): replay the raw
         # state change through the builtin base class
         if type(d) is dict:
@@ -1464,7 +1481,7 @@ class _Recorder:
         for k, x in dict.items(d):
             if k in skip:
                 continue
-            if k not in snap or snap[k] is not x:
+            if k not in snap or snap[k] is not x or k in force:
                 out.append(("item", de, k, x, setter))
         for k in snap:
             if k not in d and k not in skip:

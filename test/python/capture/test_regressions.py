@@ -484,3 +484,42 @@ def test_r22_double_backward_mlircap_compile():
             for a, b in zip(got, (p.grad for p in m.parameters())):
                 torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
         assert fast.graphs
+
+
+# ------------------------------------------------------------------ found by the fuzz test
+def test_store_of_an_unchanged_value_is_replayed():
+    """A store whose value equalled the old one while recording (SL.n = len(L) with the
+    same length) was dropped from the replay; at replay the target may hold another value."""
+    x = torch.ones(2)
+    run_program("""
+import types
+class Slotted:
+    __slots__ = ("n",)
+SL = Slotted()
+SL.n = 2
+NS = types.SimpleNamespace(n=2)
+D = {"n": 2}
+L = [2]
+class Obj:
+    pass
+O = Obj()
+O.n = 2
+G = 2
+def make():
+    def f(x):
+        global G
+        SL.n = 2
+        NS.n = 2
+        D["n"] = 2
+        L[0] = 2
+        O.n = 2
+        G = 2
+        return x + 1
+    return f
+def mutate(i, f):
+    global G
+    if i in (1, 3):
+        SL.n = NS.n = D["n"] = L[0] = O.n = G = 5
+def state(f):
+    return (SL.n, NS.n, D["n"], L[0], O.n, G)
+""", [(x,)] * 4)

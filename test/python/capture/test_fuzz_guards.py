@@ -1,0 +1,150 @@
+"""Guard-soundness fuzz test: between calls, mutate the state a captured function reads
+(globals, closure cells, object / slot / namespace attributes, module attributes, class
+attributes, methods and properties, function defaults and code, numpy arrays, tensor
+metadata and Python attributes on tensors, nn.Module attributes) and check every call
+against eager for outputs and program state (harness.run_program runs two independent
+copies of the program)."""
+import pytest
+
+from harness import run_program
+
+pytest.importorskip("numpy")
+
+PROGRAM = """
+import random, types
+import numpy as np
+G_F = 1.5
+G_I = 2
+G_S = "add"
+G_T = (1, 2)
+G_L = [1.0, 2.0]
+G_D = {"k": 3.0}
+COUNT = []
+class Plain:
+    pass
+OBJ = Plain()
+OBJ.a = 1.0
+OBJ.inner = Plain()
+OBJ.inner.v = 1.0
+ITEMS = [Plain(), Plain()]
+ITEMS[0].w = 1.0
+class Slotted:
+    __slots__ = ("s", "n")
+    def __init__(self):
+        self.s, self.n = 2.0, 0
+SL = Slotted()
+NS = types.SimpleNamespace(n=0.5, last=None)
+MOD = types.ModuleType("fuzzmod")
+MOD.c = 4.0
+class Base:
+    def twice(self, x):
+        return x * 2
+class K(Base):
+    CONST = 1.0
+    def meth(self, x):
+        return x + self.CONST
+    @property
+    def prop(self):
+        return 3.0
+def meth2(self, x):
+    return x - self.CONST
+KO = K()
+ARR = np.array([1.0, 2.0])
+TG = torch.ones(3)
+def helper(x, s=1.0):
+    return x * s
+def other_helper(x, s=1.0):
+    return x - s
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.scale = 1.0
+        self.register_buffer("buf", torch.zeros(3))
+    def forward(self, x):
+        y = self.lin(x) * self.scale + self.buf
+        return y if self.training else y * 2
+
+def make():
+    c = 0.25
+    m = M()
+    def f(x):
+        y = m(x) * G_F + G_I
+        y = y + (1.0 if G_S == "add" else -1.0)
+        y = y * G_T[0] + G_L[1] + G_D["k"] + len(G_L)
+        y = y * OBJ.a + SL.s + NS.n + MOD.c + c + OBJ.inner.v + ITEMS[0].w
+        y = KO.meth(y) * KO.prop + K.CONST + KO.twice(1.0)
+        y = y + float(ARR[0]) + getattr(TG, "tag", 0.0)
+        y = y + TG.sum() + TG.dim()
+        y = helper(y)
+        COUNT.append(G_I)              # writes that do not read the state they change
+        NS.last = G_S
+        SL.n = len(G_L)
+        return y
+    def set_c(v):
+        nonlocal c
+        c = v
+    f.set_c, f.m = set_c, m
+    return f
+
+def _mutations(f):
+    def set_global(name, v):
+        globals()[name] = v
+    return [
+        lambda r: set_global("G_F", r.choice([1.5, 2.5, -0.0, 0.0])),
+        lambda r: set_global("G_I", r.choice([2, 3])),
+        lambda r: set_global("G_S", r.choice(["add", "sub"])),
+        lambda r: set_global("G_T", r.choice([(1, 2), (2, 2)])),
+        lambda r: G_L.__setitem__(1, r.choice([2.0, 5.0])),
+        lambda r: G_L.append(1.0) if len(G_L) < 4 else G_L.pop(),
+        lambda r: G_D.__setitem__("k", r.choice([3.0, 4.0])),
+        lambda r: setattr(OBJ, "a", r.choice([1.0, 2.0])),
+        lambda r: setattr(SL, "s", r.choice([2.0, 3.0])),
+        lambda r: setattr(NS, "n", r.choice([0.5, 1.5])),
+        lambda r: setattr(MOD, "c", r.choice([4.0, 6.0])),
+        lambda r: setattr(K, "CONST", r.choice([1.0, 7.0])),
+        lambda r: setattr(KO, "CONST", 9.0) if "CONST" not in vars(KO) else delattr(KO, "CONST"),
+        lambda r: setattr(K, "meth", r.choice([K.__dict__["meth"], meth2])),
+        lambda r: setattr(K, "prop", r.choice([property(lambda s: 3.0), property(lambda s: 5.0)])),
+        lambda r: ARR.__setitem__(0, r.choice([1.0, 8.0])),
+        lambda r: setattr(TG, "tag", r.choice([0.5, 1.5])) if r.random() < 0.7 else vars(TG).pop("tag", None),
+        lambda r: TG.set_(torch.full((r.choice([3, 1]),), r.choice([1.0, 2.0]), dtype=TG.dtype)),
+        lambda r: set_global("TG", TG.to(r.choice([torch.float32, torch.float64]))),
+        lambda r: setattr(helper, "__defaults__", (r.choice([1.0, 3.0]),)),
+        lambda r: setattr(helper, "__code__", r.choice([helper.__code__, other_helper.__code__])),
+        lambda r: f.set_c(r.choice([0.25, 0.75])),
+        lambda r: setattr(f.m, "scale", r.choice([1.0, 2.0])),
+        lambda r: f.m.train(r.random() < 0.5),
+        lambda r: f.m.buf.fill_(r.choice([0.0, 1.0])),
+        lambda r: setattr(f.m.lin.weight, "data", torch.ones(3, r.choice([3, 3, 2]))),
+        lambda r: setattr(OBJ.inner, "v", r.choice([1.0, 2.0])),
+        lambda r: setattr(ITEMS[0], "w", r.choice([1.0, 2.0])),
+        lambda r: ITEMS.reverse() if hasattr(ITEMS[1], "w") else setattr(ITEMS[1], "w", 3.0),
+        lambda r: setattr(MOD, "c", r.choice([4, 4.0, True])),
+        lambda r: set_global("KO", r.choice([KO, K()])),
+        lambda r: setattr(K, "twice", r.choice([lambda self, x: x * 3, Base.twice])),
+        lambda r: setattr(Base, "twice", r.choice([lambda self, x: x * 4, Base.__dict__["twice"]])),
+        lambda r: G_D.__setitem__(r.choice(["z", "k"]), 1.0),
+        lambda r: TG.requires_grad_(r.random() < 0.3) if TG.is_leaf else None,
+        lambda r: setattr(f.m.lin, "bias", None if r.random() < 0.3 else nn.Parameter(torch.ones(3))),
+        lambda r: None,
+        lambda r: None,
+    ]
+
+def mutate(i, f):
+    r = random.Random(SEED * 1000 + i)
+    with torch.no_grad():
+        for _ in range(r.choice([1, 1, 2])):
+            r.choice(_mutations(f))(r)
+
+def state(f):
+    return (list(COUNT), NS.last, SL.n, list(G_L))
+"""
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_guard_fuzz(seed):
+    import torch
+    x = torch.randn(3)
+    run_program(f"SEED = {seed}\n" + PROGRAM, [(x,)] * 40, name=f"fuzz{seed}", cache_limit=1000)
