@@ -148,3 +148,46 @@ def test_guard_fuzz(seed):
     import torch
     x = torch.randn(3)
     run_program(f"SEED = {seed}\n" + PROGRAM, [(x,)] * 40, name=f"fuzz{seed}", cache_limit=1000)
+
+
+SIDE_EFFECTS = """
+import io, random, collections
+OUT = io.StringIO()
+RNG = random.Random(7)
+DQ = collections.deque(maxlen=50)
+TH = [0.0]
+def make():
+    def f(x):
+        OUT.write("a")
+        r = RNG.random() if x[0] > 0 else 0.5
+        y = x * r
+        if y.sum() > TH[0]:
+            OUT.write("p")
+            y = y + 1
+        DQ.append(round(r, 3))
+        n = int(x.abs().sum().item() * 2) % 3
+        for _ in range(n):
+            OUT.write("l")
+        print("x", n, file=OUT)
+        return y * n
+    return f
+def mutate(i, f):
+    r = random.Random(SEED * 77 + i)
+    if r.random() < 0.3:
+        TH[0] = r.choice([0.0, 1.0, -1.0])
+def state(f):
+    return (OUT.getvalue(), RNG.getstate(), list(DQ))
+"""
+
+
+@pytest.mark.parametrize("seed,cache_limit", [(0, 1000), (1, 1000), (2, 3)])
+def test_side_effect_fuzz(seed, cache_limit):
+    """Uncapturable calls (file writes, random, deque appends, print) mixed with
+    data-dependent breaks whose mid-replay guards keep failing: every call must run each
+    side effect exactly once, in order, as eager does; also past cache_limit."""
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    pool = [torch.randn(3, generator=g) * s for s in (0.1, 1.0, 3.0)] + [-torch.ones(3), -torch.ones(3) * 0.2]
+    calls = [(pool[int(i)],) for i in torch.randint(len(pool), (30,), generator=g)]
+    run_program(f"SEED = {seed}\n" + SIDE_EFFECTS, calls, name=f"side{seed}", cache_limit=cache_limit,
+                expect_warning=cache_limit < 30, allow_eager=cache_limit < 30)
