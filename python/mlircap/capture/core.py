@@ -709,7 +709,7 @@ class _Recorder:
                 # what `forward` resolves to (class monkeypatching, instance attribute); the
                 # root module's frame is only dispatched here when its code is the captured one
                 d = self_.__dict__
-                if self_ is self.args[0] and code is self.code:
+                if self.args and self_ is self.args[0] and code is self.code:
                     pass
                 elif "forward" in d:
                     self.read(f"{self.const(d)}['forward']", f"{s[1]}.forward", d["forward"], id(self_),

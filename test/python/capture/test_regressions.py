@@ -523,3 +523,19 @@ def mutate(i, f):
 def state(f):
     return (SL.n, NS.n, D["n"], L[0], O.n, G)
 """, [(x,)] * 4)
+
+
+def test_zero_argument_function_calling_a_module_is_captured():
+    lin = nn.Linear(2, 2)
+    X = torch.ones(2)
+
+    def f():
+        return lin(X) * 2
+    c = capture(f, EAGER)
+    for _ in range(3):
+        assert torch.equal(c(), f())
+    cc = c._mlircap_capture
+    assert not any(v.eager for v in cc.variants) and cc.stats.replays == 2
+    lin.weight.data = torch.ones(3, 2)     # a new shape is seen
+    lin.bias.data = torch.ones(3)
+    assert torch.equal(c(), f())
