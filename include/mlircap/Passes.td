@@ -348,6 +348,37 @@ def MlircapDumpPtx : Pass<"mlircap-dump-ptx", "::mlir::ModuleOp"> {
   ];
 }
 
+def MlircapPropagateNan : Pass<"mlircap-propagate-nan", "::mlir::func::FuncOp"> {
+  let summary = "Compare-and-select min/max become NaN-propagating maximumf/minimumf";
+  let description = [{
+    torch-mlir lowers `clamp`, `clamp_min`, `clamp_max`, `hardtanh`,
+    `maximum` and `minimum` to `arith.select(arith.cmpf(a, b), a, b)`. A
+    compare with NaN is false (ordered predicates) or true (unordered), so
+    the select returns the other operand for one of the two: `clamp(nan,
+    -1, 1)` was -1, `maximum(nan, 0)` 0, where eager torch returns NaN. Each
+    select of a float that picks one of the two operands of its `cmpf`
+    (gt/ge/lt/le, ordered or unordered) is the max or min of them, and
+    becomes `arith.maximumf` / `arith.minimumf`, which return NaN when either
+    operand is NaN (and lower to `llvm.maximum` / `max.NaN` on both targets).
+
+    Runs first in `mlircap-fuse` and the CPU pipeline, on the payloads as
+    torch-mlir produced them (one aten op each): a user's own `torch.where(x
+    > y, x, y)` is a compare op and a where op, two payloads, and keeps its
+    NaN behavior; only after elementwise fusion would it look the same.
+
+    Before:
+    ```mlir
+    %c = arith.cmpf ult, %x, %lo : f32
+    %y = arith.select %c, %lo, %x : f32
+    ```
+    After:
+    ```mlir
+    %y = arith.maximumf %x, %lo : f32
+    ```
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect"];
+}
+
 def MlircapSimplifyMath : Pass<"mlircap-simplify-math", "::mlir::func::FuncOp"> {
   let summary = "Strength-reduce math ops with constant exponents";
   let description = [{

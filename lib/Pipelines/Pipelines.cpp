@@ -2,8 +2,9 @@
 //
 // mlircap-fuse          linalg-on-tensors -> fused linalg-on-tensors with every
 //                       GPU kernel outlined into a `mlircap.kernel` function
-//                       (drop-asserts, simplify-math, generalize, library-init,
-//                       tensor-to-generic, fuse-elementwise, form-kernels)
+//                       (drop-asserts, propagate-nan, simplify-math, generalize,
+//                       library-init, tensor-to-generic, fuse-elementwise,
+//                       form-kernels)
 // mlircap-cpu-pipeline  linalg-on-tensors -> LLVM dialect, results as out-params
 //                       (elementwise fusion only: no kernel outlining, asserts
 //                       kept)
@@ -26,7 +27,8 @@ namespace mlir::mlircap {
 
 // Elementwise fusion only (what the CPU path runs).
 static const char *kFuseElementwise =
-    "func.func(mlircap-narrow-library-operands, mlircap-simplify-math,"
+    "func.func(mlircap-propagate-nan, mlircap-narrow-library-operands,"
+    " mlircap-simplify-math,"
     " mlircap-generalize-elementwise,"
     " mlircap-library-init,"
     "mlircap-tensor-to-generic, mlircap-fuse-elementwise),"

@@ -307,3 +307,80 @@ def test_gpu_target_defaults_to_the_chips_ptx_version():
     # No features: PTX 8.0, or the chip's minimum when newer (sm_120: 8.7).
     plan = json.loads(_mlircap.gpu_compile(ROW.format(R=4, L=8), "sm_120", ""))
     assert ".target sm_120" in plan["ptx"] and ".version 8.7" in plan["ptx"]
+
+
+def run_both(ir_text, inputs):
+    """Outputs of the GPU plan (kernels in the SIMT interpreter) and of the CPU
+    JIT (mlircap-cpu-pipeline) for the same inputs."""
+    plan = json.loads(_mlircap.gpu_compile(ir_text))
+    _, _, kernels = simt.load_kernels(str(BUILD / "bin" / "mlircap-opt"), ir_text)
+    gpu = simt.run_plan(plan, kernels, inputs)
+    vals = {v["id"]: v for v in plan["values"]}
+    cpu = simt.reference(_mlircap, ir_text, inputs, [vals[o] for o in plan["outputs"]])
+    return gpu, cpu
+
+
+def unary_ir(body, dtype="f32", n=8, binary=False):
+    """func @main(%x[, %y]) = elementwise `body` of %a = x[i] (and %b = y[i]),
+    with %lo = -1, %hi = 1, %zero = 0 in scope."""
+    t = f"tensor<{n}x{dtype}>"
+    args = f"%x: {t}, %y: {t}" if binary else f"%x: {t}"
+    ins, types = ("%x, %y", f"{t}, {t}") if binary else ("%x", t)
+    maps = ", ".join(["affine_map<(d0) -> (d0)>"] * (3 if binary else 2))
+    bargs = f"%a: {dtype}, %b: {dtype}, %o: {dtype}" if binary else f"%a: {dtype}, %o: {dtype}"
+    return f"""
+    func.func @main({args}) -> {t} {{
+      %lo = arith.constant -1.0 : {dtype}
+      %hi = arith.constant 1.0 : {dtype}
+      %zero = arith.constant 0.0 : {dtype}
+      %e = tensor.empty() : {t}
+      %0 = linalg.generic {{indexing_maps = [{maps}], iterator_types = ["parallel"]}}
+          ins({ins} : {types}) outs(%e : {t}) {{
+      ^bb0({bargs}):
+        {body}
+      }} -> {t}
+      return %0 : {t}
+    }}"""
+
+
+NAN = float("nan")
+# torch-mlir's lowerings (compare + select), as it emits them.
+NAN_CASES = {
+    "clamp": ("""%c0 = arith.cmpf ult, %a, %lo : f32
+        %s0 = arith.select %c0, %lo, %a : f32
+        %c1 = arith.cmpf ugt, %s0, %hi : f32
+        %s1 = arith.select %c1, %hi, %s0 : f32
+        linalg.yield %s1 : f32""", lambda x, y: x.clamp(-1, 1)),
+    "clamp_min": ("""%c0 = arith.cmpf ult, %a, %zero : f32
+        %s0 = arith.select %c0, %zero, %a : f32
+        linalg.yield %s0 : f32""", lambda x, y: x.clamp_min(0)),
+    "hardtanh": ("""%c0 = arith.cmpf ogt, %a, %lo : f32
+        %s0 = arith.select %c0, %a, %lo : f32
+        %c1 = arith.cmpf olt, %hi, %s0 : f32
+        %s1 = arith.select %c1, %hi, %s0 : f32
+        linalg.yield %s1 : f32""", lambda x, y: torch.nn.functional.hardtanh(x)),
+    "relu": ("""%c0 = arith.cmpf ugt, %a, %zero : f32
+        %s0 = arith.select %c0, %a, %zero : f32
+        linalg.yield %s0 : f32""", lambda x, y: torch.relu(x)),
+    "maximum": ("""%c0 = arith.cmpf ogt, %a, %b : f32
+        %s0 = arith.select %c0, %a, %b : f32
+        linalg.yield %s0 : f32""", lambda x, y: torch.maximum(x, y)),
+    "minimum": ("""%c0 = arith.cmpf olt, %a, %b : f32
+        %s0 = arith.select %c0, %a, %b : f32
+        linalg.yield %s0 : f32""", lambda x, y: torch.minimum(x, y)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NAN_CASES))
+def test_nan_propagates_through_min_max(name):
+    # r15: clamp / maximum / hardtanh of NaN gave a number (the bound or the
+    # other operand) where eager torch gives NaN, on the CPU and the GPU.
+    body, eager = NAN_CASES[name]
+    binary = "%b" in body
+    ir = unary_ir(body, binary=binary)
+    x = torch.tensor([NAN, 2.0, -3.0, 0.5, float("inf"), -float("inf"), NAN, 1.0])
+    y = torch.tensor([0.0, NAN, -1.0, 0.25, NAN, 0.0, NAN, -0.0])
+    want = eager(x, y)
+    gpu, cpu = run_both(ir, [x, y] if binary else [x])
+    for got in (gpu[0], cpu[0]):
+        torch.testing.assert_close(got, want, equal_nan=True, atol=0, rtol=0)

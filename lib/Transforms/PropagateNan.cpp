@@ -1,0 +1,77 @@
+//===- PropagateNan.cpp - compare+select min/max become NaN-propagating ---===//
+//
+// torch-mlir lowers clamp, clamp_min/max, hardtanh, maximum and minimum to
+// `select(cmpf(a, b), a, b)`. An ordered compare is false for NaN and an
+// unordered one true, so one of the operands' NaN is always dropped:
+// `clamp(nan, -1, 1)` gave -1 where eager torch gives nan. Every such
+// select within one op's payload is the min or max of its two operands, so
+// it becomes arith.maximumf / arith.minimumf, which return NaN when either
+// operand is NaN (torch's semantics). See Passes.td.
+//
+//===----------------------------------------------------------------------===//
+#include "mlircap/Passes.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+namespace mlir::mlircap {
+#define GEN_PASS_DEF_MLIRCAPPROPAGATENAN
+#include "mlircap/Passes.h.inc"
+
+namespace {
+using arith::CmpFPredicate;
+
+/// +1 if `p` holds when lhs > rhs (gt/ge), -1 when lhs < rhs (lt/le), else 0.
+int direction(CmpFPredicate p) {
+  switch (p) {
+  case CmpFPredicate::OGT:
+  case CmpFPredicate::OGE:
+  case CmpFPredicate::UGT:
+  case CmpFPredicate::UGE:
+    return 1;
+  case CmpFPredicate::OLT:
+  case CmpFPredicate::OLE:
+  case CmpFPredicate::ULT:
+  case CmpFPredicate::ULE:
+    return -1;
+  default:
+    return 0;
+  }
+}
+
+/// select(a > b, a, b) -> maximumf(a, b); select(a > b, b, a) -> minimumf;
+/// the same with <, >=, <= and ordered or unordered predicates.
+struct SelectToMinMax : OpRewritePattern<arith::SelectOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(arith::SelectOp op,
+                                PatternRewriter &rewriter) const override {
+    auto cmp = op.getCondition().getDefiningOp<arith::CmpFOp>();
+    if (!cmp || !isa<FloatType>(getElementTypeOrSelf(op.getType())))
+      return failure();
+    int dir = direction(cmp.getPredicate());
+    Value a = cmp.getLhs(), b = cmp.getRhs();
+    Value t = op.getTrueValue(), f = op.getFalseValue();
+    if (!dir || a == b || a.getType() != op.getType())
+      return failure();
+    bool keepsOrder = t == a && f == b;  // picks a when a <dir> b
+    bool swapsOrder = t == b && f == a;  // picks b when a <dir> b
+    if (!keepsOrder && !swapsOrder)
+      return failure();
+    bool isMax = (dir > 0) == keepsOrder;
+    if (isMax)
+      rewriter.replaceOpWithNewOp<arith::MaximumFOp>(op, a, b);
+    else
+      rewriter.replaceOpWithNewOp<arith::MinimumFOp>(op, a, b);
+    return success();
+  }
+};
+
+struct PropagateNan : impl::MlircapPropagateNanBase<PropagateNan> {
+  void runOnOperation() override {
+    RewritePatternSet patterns(&getContext());
+    patterns.add<SelectToMinMax>(&getContext());
+    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+      signalPassFailure();
+  }
+};
+} // namespace
+} // namespace mlir::mlircap

@@ -1,0 +1,98 @@
+// RUN: mlircap-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(mlircap-propagate-nan))" | FileCheck %s
+
+// torch-mlir's clamp(x, -1, 1): unordered compares pick the bound for NaN.
+// CHECK-LABEL: func.func @clamp(
+// CHECK-SAME: %[[X:.*]]: f32
+// CHECK-DAG: %[[LO:.*]] = arith.constant -1.0
+// CHECK-DAG: %[[HI:.*]] = arith.constant 1.0
+// CHECK: %[[A:.*]] = arith.maximumf %[[X]], %[[LO]] : f32
+// CHECK: %[[B:.*]] = arith.minimumf %[[A]], %[[HI]] : f32
+// CHECK-NOT: arith.select
+// CHECK: return %[[B]]
+func.func @clamp(%x: f32) -> f32 {
+  %lo = arith.constant -1.0 : f32
+  %hi = arith.constant 1.0 : f32
+  %0 = arith.cmpf ult, %x, %lo : f32
+  %1 = arith.select %0, %lo, %x : f32
+  %2 = arith.cmpf ugt, %1, %hi : f32
+  %3 = arith.select %2, %hi, %1 : f32
+  return %3 : f32
+}
+
+// -----
+
+// maximum / minimum / hardtanh: ordered compares pick the other operand for NaN.
+// CHECK-LABEL: func.func @ordered(
+// CHECK-SAME: %[[A:.*]]: f32, %[[B:.*]]: f32
+// CHECK: %[[MAX:.*]] = arith.maximumf %[[A]], %[[B]] : f32
+// CHECK: %[[MIN:.*]] = arith.minimumf %[[A]], %[[B]] : f32
+// CHECK: %[[MAX2:.*]] = arith.maximumf %[[A]], %[[B]] : f32
+// CHECK: %[[MIN2:.*]] = arith.minimumf %[[A]], %[[B]] : f32
+// CHECK: return %[[MAX]], %[[MIN]], %[[MAX2]], %[[MIN2]]
+func.func @ordered(%a: f32, %b: f32) -> (f32, f32, f32, f32) {
+  %0 = arith.cmpf ogt, %a, %b : f32
+  %1 = arith.select %0, %a, %b : f32
+  %2 = arith.cmpf olt, %a, %b : f32
+  %3 = arith.select %2, %a, %b : f32
+  %4 = arith.cmpf ole, %a, %b : f32
+  %5 = arith.select %4, %b, %a : f32
+  %6 = arith.cmpf oge, %a, %b : f32
+  %7 = arith.select %6, %b, %a : f32
+  return %1, %3, %5, %7 : f32, f32, f32, f32
+}
+
+// -----
+
+// Inside a payload (the form torch-mlir emits); the compare stays when it has
+// other users (argmax's index select).
+// CHECK-LABEL: func.func @payload
+// CHECK: ^bb0(%[[IN:.*]]: f32, %[[OUT:.*]]: f32, %[[IDX:.*]]: i64):
+// CHECK: %[[C:.*]] = arith.cmpf ogt, %[[IN]], %[[OUT]]
+// CHECK: %[[M:.*]] = arith.maximumf %[[IN]], %[[OUT]]
+// CHECK: %[[I:.*]] = arith.select %[[C]], %{{.*}}, %[[IDX]] : i64
+// CHECK: linalg.yield %[[M]], %[[I]]
+func.func @payload(%x: tensor<8xf32>, %m: tensor<f32>, %i: tensor<i64>) -> (tensor<f32>, tensor<i64>) {
+  %0:2 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> ()>],
+                         iterator_types = ["reduction"]}
+      ins(%x : tensor<8xf32>) outs(%m, %i : tensor<f32>, tensor<i64>) {
+  ^bb0(%in: f32, %out: f32, %idx: i64):
+    %k = linalg.index 0 : index
+    %ki = arith.index_cast %k : index to i64
+    %c = arith.cmpf ogt, %in, %out : f32
+    %v = arith.select %c, %in, %out : f32
+    %j = arith.select %c, %ki, %idx : i64
+    linalg.yield %v, %j : f32, i64
+  } -> (tensor<f32>, tensor<i64>)
+  return %0#0, %0#1 : tensor<f32>, tensor<i64>
+}
+
+// -----
+
+// Selects that are not a min/max of the compared values stay: relu written
+// as select(x > 0, x, 0) already keeps NaN, but a threshold with another
+// value, equality compares and a where between two payloads are not min/max.
+// CHECK-LABEL: func.func @untouched(
+// CHECK-NOT: arith.maximumf
+// CHECK-NOT: arith.minimumf
+// CHECK-COUNT-3: arith.select
+func.func @untouched(%x: f32, %y: f32, %c: i1) -> (f32, f32, f32) {
+  %zero = arith.constant 0.0 : f32
+  %six = arith.constant 6.0 : f32
+  %0 = arith.cmpf ogt, %x, %zero : f32
+  %1 = arith.select %0, %x, %six : f32
+  %2 = arith.cmpf oeq, %x, %y : f32
+  %3 = arith.select %2, %x, %y : f32
+  %4 = arith.select %c, %x, %y : f32
+  return %1, %3, %4 : f32, f32, f32
+}
+
+// -----
+
+// Vectors too.
+// CHECK-LABEL: func.func @vector(
+// CHECK: arith.maximumf {{.*}} : vector<4xf32>
+func.func @vector(%a: vector<4xf32>, %b: vector<4xf32>) -> vector<4xf32> {
+  %0 = arith.cmpf ugt, %a, %b : vector<4xf32>
+  %1 = arith.select %0, %a, %b : vector<4xi1>, vector<4xf32>
+  return %1 : vector<4xf32>
+}
