@@ -151,6 +151,23 @@ def partition(gm: fx.GraphModule, forced: dict[str, str] | None = None) -> list[
         else:
             s = max([stage[d] + (1 if eager[d] else 0) for d in deps], default=0)
         stage[node] = s
+    # Compiled nodes move to the latest stage their users allow: work that
+    # depends only on inputs (e.g. a weight's dtype conversion feeding a
+    # matmul) stays in the part that consumes it, where it fuses, instead of
+    # materializing in the first part.
+    last = max(stage.values(), default=0)
+    for node in reversed(list(stage)):
+        if eager[node] is not None or node.target is operator.getitem:
+            continue
+        late = last
+        for u in node.users:
+            for v in (u.users if u.target is operator.getitem else (u,)):
+                if v in stage:
+                    late = min(late, stage[v])
+        stage[node] = late
+        for u in node.users:
+            if u.target is operator.getitem:
+                stage[u] = late
     parts: dict[tuple[int, bool], Part] = {}
     for node in gm.graph.nodes:
         if node in stage:
@@ -159,6 +176,11 @@ def partition(gm: fx.GraphModule, forced: dict[str, str] | None = None) -> list[
             part.nodes.append(node)
             if eager[node] is not None and node.target is not operator.getitem:
                 part.reasons[node.name] = eager[node]
+    # A compiled part of views only (slices, expands of an input) computes
+    # nothing: it runs as torch views rather than as a launch plan.
+    for p in parts.values():
+        if not p.eager and all(n.target is operator.getitem or getattr(n.target, "is_view", False) for n in p.nodes):
+            p.eager = True
     # Stage order; within a stage the compiled part first (eager nodes of
     # stage s read compiled results of stage s).
     return [parts[k] for k in sorted(parts, key=lambda k: (k[0], k[1]))]

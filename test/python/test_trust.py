@@ -296,3 +296,19 @@ def test_ops_without_a_cpu_kernel_become_islands():
         warnings.simplefilter("always")
         check(f, x, fronts=("mlircap",))
     assert any("no CPU kernel" in str(m.message) for m in w)
+
+
+def test_islands_keep_input_only_work_with_its_consumer():
+    # Work that depends only on inputs (here bf16 weights converted for the
+    # matmul) belongs to the part that consumes it, after the embedding
+    # island: there it fuses and the matmul stays bf16.
+    m = torch.nn.Sequential(torch.nn.Embedding(50, 16), torch.nn.Linear(16, 8), torch.nn.GELU()).to(torch.bfloat16)
+    i = torch.randint(0, 50, (4, 6))
+    with torch.no_grad():
+        fast = mlircap.compile(m)
+        for _ in range(2):
+            torch.testing.assert_close(fast(i), m(i), rtol=2e-2, atol=2e-2)
+    (g,) = fast.graphs
+    exe = g.executable.exe
+    lib = [s for s in exe.plan["steps"] if s["kind"] == "library"]
+    assert lib and all(exe.values[v]["dtype"] == "bf16" for s in lib for v in s["ins"]), lib
