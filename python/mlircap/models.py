@@ -84,6 +84,36 @@ def _gpt2(layers=2, hidden=128, heads=4, seq=32, batch=2):
     return _LastHidden(m, use_cache=False).eval(), (torch.randint(0, cfg.vocab_size, (batch, seq)),)
 
 
+def _llama(layers=2, hidden=128, heads=4, seq=32, batch=2):
+    """Llama-style decoder: RMSNorm, SwiGLU, rotary embeddings, grouped-query SDPA."""
+    from transformers import LlamaConfig, LlamaModel
+
+    cfg = LlamaConfig(vocab_size=1000, hidden_size=hidden, intermediate_size=int(hidden * 8 / 3) // 8 * 8,
+                      num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=max(1, heads // 2),
+                      max_position_embeddings=512, attn_implementation="sdpa")
+    m = LlamaModel(cfg).eval()
+    return _LastHidden(m, use_cache=False).eval(), (torch.randint(0, cfg.vocab_size, (batch, seq)),)
+
+
+class _Pixels(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.m = model
+
+    def forward(self, pixels):
+        return self.m(pixel_values=pixels).last_hidden_state
+
+
+def _vit(layers=2, hidden=128, heads=4, image=64, batch=2):
+    """Vision transformer (patch embedding conv, SDPA attention, LayerNorm, GELU MLP)."""
+    from transformers import ViTConfig, ViTModel
+
+    cfg = ViTConfig(image_size=image, patch_size=16, hidden_size=hidden, num_hidden_layers=layers,
+                    num_attention_heads=heads, intermediate_size=4 * hidden, attn_implementation="sdpa")
+    m = ViTModel(cfg, add_pooling_layer=False).eval()
+    return _Pixels(m).eval(), (torch.randn(batch, 3, image, image),)
+
+
 def build(name: str, scale: str = "small", dtype=torch.float32, device="cpu"):
     """Returns (model_or_fn, inputs). scale "small" for tests, "bench" for benchmarks."""
     big = scale == "bench"
@@ -105,6 +135,10 @@ def build(name: str, scale: str = "small", dtype=torch.float32, device="cpu"):
         m, args = _bert(12, 768, 12, 128, 8) if big else _bert()
     elif name == "gpt2":
         m, args = _gpt2(12, 768, 12, 128, 8) if big else _gpt2()
+    elif name == "llama":
+        m, args = _llama(4, 1024, 16, 256, 8) if big else _llama()
+    elif name == "vit":
+        m, args = _vit(12, 768, 12, 224, 16) if big else _vit()
     else:
         raise ValueError(name)
     if isinstance(m, nn.Module):
@@ -114,3 +148,5 @@ def build(name: str, scale: str = "small", dtype=torch.float32, device="cpu"):
 
 
 NAMES = ("elementwise", "mlp", "cnn", "attention", "bert", "gpt2")
+# Models beyond the reference set (SDPA attention, RMSNorm, rotary, GQA, patch embeddings).
+ZOO = ("llama", "vit")

@@ -9,6 +9,8 @@ Some ops must not be compiled even when torch-mlir imports them:
   of bounds. Indices that depend on no input are constants, already checked by
   the eager recording run on the same shapes, so those ops stay compiled;
 * dtypes the compiler does not handle (complex, unsigned, quantized);
+* fused attention kernels (SDPA's flash/efficient/cudnn variants on CUDA):
+  library calls through torch, as matmul and conv are;
 * ops torch-mlir rejected (`forced`), so one unsupported op no longer sends
   the whole graph to eager.
 
@@ -47,8 +49,13 @@ _INDEX_ARGS: dict[str, tuple[int, ...]] = {
 # factory form so they depend on nothing and join the first eager island.
 _LIKE_FACTORY = {"aten::rand_like": aten.rand.default, "aten::randn_like": aten.randn.default}
 
+# Fused attention kernels (CUDA): library calls through torch, like matmul.
+_LIBRARY_OPS = {"aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
+                "aten::_scaled_dot_product_cudnn_attention", "aten::_flash_attention_forward",
+                "aten::_efficient_attention_forward", "aten::_scaled_dot_product_fused_attention_overrideable"}
+
 # Eager islands that are part of the design, not a limitation to report.
-BY_DESIGN = ("random", "index")
+BY_DESIGN = ("random", "index", "library")
 
 SUPPORTED_DTYPES = {torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
                     torch.int16, torch.int8, torch.bool}
@@ -84,6 +91,8 @@ def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
     if is_random(node):
         return "random"
     name = op_name(node.target)
+    if name in _LIBRARY_OPS:
+        return "library"
     for pos in _INDEX_ARGS.get(name, ()):
         if pos < len(node.args) and any(n in from_input for n in _flat_nodes(node.args[pos])):
             return "index"
