@@ -26,9 +26,12 @@
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/ToolOutputFile.h"
+#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/Orc/Mangling.h"
+#include "llvm/Target/TargetMachine.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
+#include "llvm/Passes/PassBuilder.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -189,6 +192,42 @@ extern "C" void mlircapMemrefCopy(int64_t elemSize, UnrankedDescriptor *src,
 } // namespace
 
 namespace {
+/// The LLVM -O`optLevel` pipeline for `target` (loop and SLP vectorization
+/// included). ExecutionEngine's makeOptimizingTransformer ran no pass at all
+/// in this build (the JIT compiled unoptimized IR: scalar loops, every
+/// memref descriptor rebuilt per access).
+void optimizeModule(llvm::Module &m, llvm::TargetMachine *target, int optLevel) {
+  if (target) {
+    m.setDataLayout(target->createDataLayout());
+    m.setTargetTriple(target->getTargetTriple());
+  }
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PipelineTuningOptions tuning;
+  tuning.LoopUnrolling = true;
+  tuning.LoopInterleaving = true;
+  tuning.LoopVectorization = true;
+  tuning.SLPVectorization = true;
+  llvm::PassBuilder pb(target, tuning);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::OptimizationLevel level = optLevel >= 3   ? llvm::OptimizationLevel::O3
+                                  : optLevel == 2 ? llvm::OptimizationLevel::O2
+                                  : optLevel == 1 ? llvm::OptimizationLevel::O1
+                                                  : llvm::OptimizationLevel::O0;
+  llvm::ModulePassManager mpm = level == llvm::OptimizationLevel::O0
+                                    ? pb.buildO0DefaultPipeline(level)
+                                    : pb.buildPerModuleDefaultPipeline(level);
+  mpm.run(m, mam);
+}
+} // namespace
+
+namespace {
 /// NULL or "" select the default target (sm_90; PTX 8.0 or the chip's minimum).
 const char *chipOrDefault(const char *chip) { return chip && *chip ? chip : "sm_90"; }
 std::string featuresOrDefault(const char *chip, const char *features) {
@@ -207,7 +246,26 @@ std::string checkTarget(const char *chip, const char *features) {
 ExecutionEngine *createEngine(Session &session, ModuleOp module, int optLevel) {
   ExecutionEngineOptions options;
   optLevel = std::max(0, std::min(3, optLevel));
-  options.transformer = makeOptimizingTransformer(optLevel, 0, nullptr);
+  // The optimizer needs the host's target machine: without it the loop
+  // vectorizer's cost model knows no vector unit and vectorizes nothing.
+  // (Only used while the engine is created, which runs the transformer.)
+  std::unique_ptr<llvm::TargetMachine> tm;
+  if (auto builder = llvm::orc::JITTargetMachineBuilder::detectHost()) {
+    builder->setCodeGenOptLevel(static_cast<llvm::CodeGenOptLevel>(optLevel));
+    if (auto created = builder->createTargetMachine())
+      tm = std::move(*created);
+    else
+      llvm::consumeError(created.takeError());
+  } else {
+    llvm::consumeError(builder.takeError());
+  }
+  llvm::TargetMachine *target = tm.get();
+  // options.transformer is a function_ref: the lambda must outlive create().
+  auto transformer = [optLevel, target](llvm::Module *m) -> llvm::Error {
+    optimizeModule(*m, target, optLevel);
+    return llvm::Error::success();
+  };
+  options.transformer = transformer;
   options.jitCodeGenOptLevel = static_cast<llvm::CodeGenOptLevel>(optLevel);
   auto engine = ExecutionEngine::create(module, options);
   if (!engine) {

@@ -6,8 +6,8 @@
 //                       library-init, tensor-to-generic, fuse-elementwise,
 //                       form-kernels)
 // mlircap-cpu-pipeline  linalg-on-tensors -> LLVM dialect, results as out-params
-//                       (elementwise fusion only: no kernel outlining, asserts
-//                       kept)
+//                       (f32 sums in f64, elementwise fusion only: no kernel
+//                       outlining, asserts kept)
 // mlircap-gpu-pipeline  linalg-on-tensors -> kernels outlined and called from the
 //                       caller (tensor level), gpu.binary holding their PTX (sm_90)
 //
@@ -47,7 +47,7 @@ std::string fusePipeline() {
 
 std::string cpuPipeline() {
   return llvm::formatv(
-      "{0},{1},mlircap-emit-c-interface,"
+      "func.func(mlircap-widen-sums),{0},{1},mlircap-emit-c-interface,"
       "buffer-deallocation-pipeline,"
       "func.func(convert-linalg-to-loops,mlircap-math-approx),mlircap-widen-bool-memrefs,convert-scf-to-cf,"
       "expand-strided-metadata,lower-affine,finalize-memref-to-llvm,"

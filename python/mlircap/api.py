@@ -27,7 +27,8 @@ class Compiled:
     # is the module's
     _OWN_ATTRS = frozenset({"_fn", "_options", "_is_module", "graphs", "_compiled", "capture"})
 
-    def __init__(self, fn, options: Options, capture: str = "mlircap", cache_limit: int = 8):
+    def __init__(self, fn, options: Options, capture: str = "mlircap", cache_limit: int = 8,
+                 break_limit: int = 64):
         object.__setattr__(self, "_is_module", isinstance(fn, torch.nn.Module))
         self._fn = fn
         self._options = options
@@ -38,7 +39,8 @@ class Compiled:
             # graph breaks that resume, side effects replayed.
             from .capture import capture as bytecode_capture
 
-            self._compiled = bytecode_capture(fn, backend, cache_limit=cache_limit)
+            self._compiled = bytecode_capture(fn, backend, cache_limit=cache_limit, strict=options.strict,
+                                              break_limit=break_limit)
         elif capture == "dynamo":
             # torch's Dynamo as the capture front. dynamic=False: mlircap
             # compiles static shapes; a new shape is a recompile.
@@ -109,7 +111,7 @@ def _returning_wrapper(wrapper: "Compiled", module: torch.nn.Module, method: typ
 
 
 def compile(fn=None, *, strict: bool = False, device: str = "auto", opt_level: int = 3,
-            chip: str = "sm_90", capture: str = "mlircap", cache_limit: int = 8):
+            chip: str = "sm_90", capture: str = "mlircap", cache_limit: int = 8, break_limit: int = 64):
     """Compile a PyTorch function or nn.Module with mlircap.
 
         fast = mlircap.compile(model)
@@ -117,14 +119,21 @@ def compile(fn=None, *, strict: bool = False, device: str = "auto", opt_level: i
         print(fast.ir("linalg"))
 
     Graphs mlircap cannot compile run eagerly with a warning naming every
-    unsupported op; ``strict=True`` raises instead. ``capture`` picks the
-    capture front: mlircap's own bytecode capture (default) or "dynamo".
+    unsupported op; ``strict=True`` raises ``MlircapCompileError`` instead, for
+    every part of the program that would not run compiled (unsupported ops,
+    graph breaks such as ``.item()`` or ``bool(t)``, capture giving up on a
+    function or side effect, ``cache_limit``), naming the cause and the user's
+    file:line. ``capture`` picks the capture front: mlircap's own bytecode
+    capture (default) or "dynamo".
     ``cache_limit``: compiled variants per function before it runs eagerly.
+    ``break_limit``: graph breaks in one call of a function past which it runs
+    eagerly for those arguments (one warning), instead of compiling hundreds of
+    graphs.
     """
     options = Options(strict=strict, device=device, opt_level=opt_level, chip=chip)
     if fn is None:
-        return lambda f: Compiled(f, options, capture, cache_limit)
-    return Compiled(fn, options, capture, cache_limit)
+        return lambda f: Compiled(f, options, capture, cache_limit, break_limit)
+    return Compiled(fn, options, capture, cache_limit, break_limit)
 
 
 def explain(fn):

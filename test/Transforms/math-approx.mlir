@@ -23,3 +23,31 @@ func.func @untouched(%x: f32) -> f32 {
   %a = math.sqrt %x : f32
   return %a : f32
 }
+
+// -----
+
+// sin/cos of f32 reduce their argument exactly (Cody-Waite below 120,
+// Payne-Hanek in integers above), in f64, branch-free: no libm call, no
+// math op left, vectors stay vectors.
+// CHECK-LABEL: func.func @sincos
+// CHECK-NOT: math.sin
+// CHECK-NOT: math.cos
+// CHECK-DAG: arith.extf {{.*}} : vector<8xf32> to vector<8xf64>
+// CHECK-DAG: arith.muli {{.*}} : vector<8xi64>
+// CHECK: arith.truncf {{.*}} : vector<8xf64> to vector<8xf32>
+// CHECK: return
+func.func @sincos(%x: vector<8xf32>) -> (vector<8xf32>, vector<8xf32>) {
+  %a = math.sin %x : vector<8xf32>
+  %b = math.cos %x : vector<8xf32>
+  return %a, %b : vector<8xf32>, vector<8xf32>
+}
+
+// -----
+
+// f64 sin is left to the backend (libm), which reduces exactly.
+// CHECK-LABEL: func.func @sin_f64
+// CHECK: math.sin
+func.func @sin_f64(%x: f64) -> f64 {
+  %a = math.sin %x : f64
+  return %a : f64
+}

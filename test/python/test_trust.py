@@ -312,3 +312,142 @@ def test_islands_keep_input_only_work_with_its_consumer():
     exe = g.executable.exe
     lib = [s for s in exe.plan["steps"] if s["kind"] == "library"]
     assert lib and all(exe.values[v]["dtype"] == "bf16" for s in lib for v in s["ins"]), lib
+
+
+# ------------------------------------------------------------------ strict=True contract (r18)
+def test_r18_strict_raises_for_data_dependent_output_shapes():
+    for f in (lambda x: torch.unique(x) * 2, lambda x: x.nonzero() + 1, lambda x: x[x > 1] * 3):
+        x = torch.tensor([1, 1, 2, 3])
+        with pytest.raises(mlircap.MlircapCompileError, match="depends on tensor data|data-dependent"):
+            mlircap.compile(f, strict=True)(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fast = mlircap.compile(f)
+            for _ in range(2):
+                _same(fast(x), f(x))
+
+
+def test_strict_raises_when_capture_gives_up_and_names_the_line():
+    gen = torch.Generator().manual_seed(0)
+
+    def f(x):
+        return x + torch.rand(x.shape, generator=gen)   # capture gives up: the call would run eagerly
+
+    with pytest.raises(mlircap.MlircapCompileError, match=r"test_trust\.py:\d+"):
+        mlircap.compile(f, strict=True)(torch.ones(2))
+
+
+def test_strict_raises_at_cache_limit():
+    def f(x, k):
+        return x * k
+
+    fast = mlircap.compile(f, strict=True, cache_limit=2)
+    fast(torch.ones(2), 1)
+    fast(torch.ones(2), 2)
+    with pytest.raises(mlircap.MlircapCompileError, match="cache_limit"):
+        fast(torch.ones(2), 3)
+
+
+def test_strict_allows_graph_breaks_whose_graphs_compile():
+    def f(x):
+        y = x.sin()
+        if y.sum() > 0:        # data-dependent branch: two graphs, both compiled
+            return y * 2
+        return y * 3
+
+    fast = mlircap.compile(f, strict=True)
+    x = torch.rand(8)
+    for _ in range(3):
+        _same(fast(x), f(x))
+
+
+def test_break_storm_runs_eagerly_with_one_warning():
+    def f(x):
+        for _ in range(40):
+            if x.sum() > 0:   # a graph break per iteration
+                x = x * 0.5
+        return x
+
+    x = torch.rand(4) + 1
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        fast = mlircap.compile(f, break_limit=10)
+        for _ in range(3):
+            _same(fast(x), f(x))
+    msgs = [str(m.message) for m in w if "broke the graph" in str(m.message)]
+    assert len(msgs) == 1 and "more than 10 times" in msgs[0] and "Tensor.__bool__" in msgs[0], msgs
+
+
+# ------------------------------------------------------------------ one code object, two wrappers
+def test_two_compiled_closures_of_one_def_follow_the_generator():
+    # Both wrappers share fn.__code__: each must dispatch its own frames only,
+    # and draw random numbers from torch's generator like eager.
+    def make(op):
+        def fn(x):
+            return op(torch.rand_like(x) + x)
+        return fn
+
+    x = torch.zeros(5)
+    for op in (torch.sin, torch.cos):
+        fast = mlircap.compile(make(op))
+        for _ in range(3):
+            torch.manual_seed(7)
+            got = fast(x)
+            torch.manual_seed(7)
+            _same(got, op(torch.rand_like(x) + x))
+
+
+def test_threads_recording_at_once_all_give_eager_results():
+    # Recording (opcode tracing) is process-wide: threads recording different
+    # functions at once take turns and all get their own result.
+    import threading
+    fns = [lambda x, k=k: (x * k).sin() + k for k in range(6)]
+    fasts = [mlircap.compile(f) for f in fns]
+    x = torch.randn(16)
+    errors, results = [], {}
+
+    def work(i):
+        try:
+            results[i] = [fasts[i](x) for _ in range(3)]
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(len(fns))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors
+    for i, f in enumerate(fns):
+        for r in results[i]:
+            _same(r, f(x))
+
+
+# ------------------------------------------------------------------ numerics
+def test_r16_sin_cos_of_large_arguments():
+    # Upstream's approximation reduced with one f32 multiple of pi/2:
+    # sin(1e6) was off by 0.024 and sin(1e10) returned 0.
+    special = torch.tensor([1e6, 1e10, -3e7, 123.4, 119.9, 120.0, 0.0, -0.0, 1e-30, 3.4e38, -3.4e38,
+                            float("inf"), -float("inf"), float("nan")])
+    g = torch.Generator().manual_seed(0)
+    wide = torch.randn(4096, generator=g) * torch.logspace(-3, 30, 4096).float()
+    for x in (special, wide):
+        for op in (torch.sin, torch.cos):
+            f = lambda x, op=op: op(x) * 1.0   # noqa: E731
+            fast = mlircap.compile(f)
+            fast(x)
+            got = fast(x)
+            assert _compiled_graphs_ran(fast)
+            torch.testing.assert_close(got, f(x), equal_nan=True, atol=2e-7, rtol=0)
+
+
+def test_large_sum_is_as_accurate_as_eager():
+    x = torch.rand(1_000_000, generator=torch.Generator().manual_seed(0))
+    f = lambda x: (x * 1.0001).sum()   # noqa: E731
+    fast = mlircap.compile(f)
+    fast(x)
+    exact = (x.double() * 1.0001).sum()
+    err = ((fast(x).double() - exact) / exact).abs().item()
+    eager_err = ((f(x).double() - exact) / exact).abs().item()
+    assert _compiled_graphs_ran(fast)
+    assert err <= max(10 * eager_err, 1e-6), (err, eager_err)

@@ -92,6 +92,28 @@ class Unreplayable(Exception):
     pass
 
 
+class _CaptureStrictError(RuntimeError):
+    """strict=True error when mlircap.backend (MlircapCompileError) cannot be imported."""
+    propagate = True
+
+
+def _strict_error(msg: str) -> Exception:
+    """The error strict=True raises for a part of the program that would not run compiled:
+    mlircap's MlircapCompileError (imported lazily: the capture layer runs without the
+    compiler half)."""
+    try:
+        from ..backend import MlircapCompileError
+    except Exception:  # pragma: no cover - capture used without the compiler
+        return _CaptureStrictError(msg)
+    return MlircapCompileError(msg)
+
+
+def _fn_name(fn) -> str:
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    return f"{name} ({code.co_filename}:{code.co_firstlineno})" if code is not None else name
+
+
 # ----------------------------------------------------------------------------------
 # code classification
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -182,15 +204,19 @@ def _func_qualname(func):
     return n
 
 
+_API_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "api.py")
+
+
 def _user_location():
     f = sys._getframe(1)
     while f is not None:
-        if _classify(f.f_code) == "user" and not f.f_code.co_filename.startswith(_TORCH_DIR):
+        if _classify(f.f_code) == "user" and not f.f_code.co_filename.startswith(_TORCH_DIR) and \
+                f.f_code.co_filename != _API_FILE:
             return f"{f.f_code.co_filename}:{f.f_lineno}"
         f = f.f_back
     f = sys._getframe(1)
     while f is not None:
-        if _classify(f.f_code) == "user":
+        if _classify(f.f_code) == "user" and f.f_code.co_filename != _API_FILE:
             return f"{f.f_code.co_filename}:{f.f_lineno}"
         f = f.f_back
     return "<unknown>"
@@ -290,8 +316,12 @@ class _Recorder:
         self.cur_depth = -1
         self.pending = {}
         self.kwnames = {}
-        self.unreplayable = None
+        self._unreplayable = None
+        self.unreplayable_loc = None   # the user's file:line where capture gave up
         self.breaks = []       # (reason, location)
+        self.break_limit = getattr(captured, "break_limit", None)
+        self.break_overflow = None     # set when the call broke the graph more than break_limit times
+        self.stopped = False           # recording stopped: the rest of the call runs untraced
         self.uses_rng = False
         self.versions = {}     # id(t) -> (t, version at first sight) for external tensors
         self.tensor_meta: dict[str, tuple[str, torch.Tensor]] = {}  # guard expr -> (tensor expr, example)
@@ -311,6 +341,32 @@ class _Recorder:
             for i, (c, n) in enumerate(zip(func.__closure__, code.co_freevars)):
                 self.ext_cells[id(c)] = (f"F.__closure__[{i}]", n)
                 self.keep.append(c)
+
+    @property
+    def unreplayable(self):
+        """Why this recording cannot be replayed (the call then runs eagerly), or None."""
+        return self._unreplayable
+
+    @unreplayable.setter
+    def unreplayable(self, why) -> None:
+        if why and not self._unreplayable:
+            self._unreplayable = why
+            try:
+                self.unreplayable_loc = _user_location()
+            except Exception:  # pragma: no cover
+                self.unreplayable_loc = "<unknown>"
+
+    def _add_break(self, reason: str, loc: str) -> None:
+        self.breaks.append((reason, loc))
+        _logs.log("graph_breaks", f"{reason} at {loc}")
+        lim = self.break_limit
+        if lim is not None and len(self.breaks) > lim and not self.stopped:
+            # hundreds of graphs would each be compiled and replayed: stop recording, the rest
+            # of the call and later calls with these arguments run eagerly
+            top, n = collections.Counter(self.breaks).most_common(1)[0]
+            self.break_overflow = f"most often: {top[0]} at {top[1]}, {n} times"
+            self.unreplayable = f"more than {lim} graph breaks in one call ({self.break_overflow})"
+            self.stopped = True
 
     # -- constants / guards -----------------------------------------------------
     def const(self, v, name=None):
@@ -679,7 +735,7 @@ class _Recorder:
 
     # -- opcode tracing -----------------------------------------------------------
     def global_trace(self, frame, event, arg):
-        if event != "call" or self.suspended or self.ext_depth:
+        if event != "call" or self.suspended or self.ext_depth or self.stopped:
             return None
         if _classify(frame.f_code) != "user":
             return None
@@ -731,6 +787,8 @@ class _Recorder:
         return self.local_trace
 
     def local_trace(self, frame, event, arg):
+        if self.stopped:
+            return None
         self.suspended += 1
         try:
             if event == "opcode":
@@ -1132,8 +1190,7 @@ class _Recorder:
         k = self.ncalls
         self.ncalls += 1
         self.steps.append(("call", k, fe, ae, ke, reason, True))
-        self.breaks.append((reason, _frame_loc(frame)))
-        _logs.log("graph_breaks", f"{reason} at {self.breaks[-1][1]}")
+        self._add_break(reason, _frame_loc(frame))
         self.ext_depth += 1
 
         def finish(fr):
@@ -1192,8 +1249,7 @@ class _Recorder:
             k = self.ncalls
             self.ncalls += 1
             self.steps.append(("call", k, fe, ae, ke, reason, False))
-            self.breaks.append((reason, _user_location()))
-            _logs.log("graph_breaks", f"{reason} at {self.breaks[-1][1]}")
+            self._add_break(reason, _user_location())
             self._call_result(k, res)
             return res
         if not self.uses_rng and any(w in name for w in _RNG_WORDS):
@@ -1832,7 +1888,7 @@ class _Mode(TorchFunctionMode):
     def __torch_function__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
         rec = self.rec
-        if rec.suspended or rec.ext_depth:
+        if rec.suspended or rec.ext_depth or rec.stopped:
             return func(*args, **kwargs)
         rec.suspended += 1
         try:
@@ -1879,14 +1935,50 @@ class _EagerVariant(_Variant):
         return st._call_eager(func, args, log)
 
 
-def _compile_graph(backend, gm, examples, uses_rng, double_backward: bool = False):
+def _graph_loc(gm: fx.GraphModule, text: str = "") -> str:
+    """The user's file:line of the node an error names (FX's "While executing %name"),
+    else of the graph's first node with a source location."""
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    m = re.search(r"While executing %(\w+)", text)
+    if m:
+        nodes = [n for n in nodes if n.name == m.group(1)] + nodes
+    for n in nodes:
+        t = n.meta.get("stack_trace") or ""
+        lm = re.search(r'File "([^"]+)", line (\d+)', t)
+        if lm:
+            return f"{lm.group(1)}:{lm.group(2)}"
+    return "<unknown>"
+
+
+_HAS_LOC = re.compile(r" at \S+:\d+")
+
+
+def _strict_backend_error(e: Exception, gm: fx.GraphModule, what: str) -> Exception:
+    """strict=True: the error for a captured graph the backend did not compile, naming the
+    user's file:line (kept as it is when the backend's message already names one)."""
+    text = str(e)
+    head, _, rest = text.partition("\n")
+    if getattr(e, "propagate", False) and _HAS_LOC.search(head):
+        return e
+    if "DynamicOutputShape" in head or "data-dependent" in head.lower() or "DataDependent" in head:
+        head += " (an operation whose output shape depends on tensor data)"
+    prefix = "" if getattr(e, "propagate", False) else f"{what}: {type(e).__name__}: "
+    err = _strict_error(f"{prefix}{head} at {_graph_loc(gm, text)}" + (f"\n{rest}" if rest else ""))
+    err.__cause__ = e
+    return err
+
+
+def _compile_graph(backend, gm, examples, uses_rng, double_backward: bool = False, strict: bool = False):
     """Compile one captured graph with the user backend.  If the backend fails to compile
     it, or its compiled function fails on the first run before touching any input, the
-    captured FX graph itself is run instead (same semantics, just not backend-compiled)."""
+    captured FX graph itself is run instead (same semantics, just not backend-compiled);
+    strict=True raises instead."""
     try:
         with torch._C.DisableTorchFunction():
             fn = backend(gm, examples)
     except Exception as e:
+        if strict:
+            raise _strict_backend_error(e, gm, "the backend failed to compile a captured graph")
         if getattr(e, "propagate", False):  # the backend asked for its error to reach the user (strict mode)
             raise
         warnings.warn(f"mlircap.capture: backend failed to compile a captured graph "
@@ -1894,7 +1986,7 @@ def _compile_graph(backend, gm, examples, uses_rng, double_backward: bool = Fals
         return gm.forward
     if fn is None:
         return gm.forward
-    checked = _FirstRunChecked(fn, gm.forward, uses_rng)
+    checked = _FirstRunChecked(fn, gm.forward, uses_rng, gm if strict else None)
     if double_backward and fn != gm.forward:
         return _HigherOrderGrad(checked, gm)
     return checked
@@ -1974,10 +2066,11 @@ class _RecomputeForHigherOrder(torch.autograd.Function):
 
 
 class _FirstRunChecked:
-    __slots__ = ("fn", "fallback", "uses_rng", "checked")
+    __slots__ = ("fn", "fallback", "uses_rng", "checked", "strict_gm")
 
-    def __init__(self, fn, fallback, uses_rng):
+    def __init__(self, fn, fallback, uses_rng, strict_gm: "fx.GraphModule | None" = None):
         self.fn, self.fallback, self.uses_rng, self.checked = fn, fallback, uses_rng, False
+        self.strict_gm = strict_gm   # strict=True: a failing first run raises (after the eager check)
 
     def __call__(self, *args):
         if self.checked:
@@ -1992,6 +2085,9 @@ class _FirstRunChecked:
                 raise
             if rng is not None:
                 torch.set_rng_state(rng)
+            if self.strict_gm is not None:
+                self.fallback(*args)   # the same error eagerly: the user's, raised as eager raises it
+                raise _strict_backend_error(e, self.strict_gm, "the backend-compiled graph failed on its first run")
             warnings.warn(f"mlircap.capture: backend-compiled graph failed on its first run "
                           f"({type(e).__name__}: {str(e)[:200]}); running the captured graph without it",
                           RuntimeWarning)
@@ -2167,7 +2263,8 @@ class _GraphVariant(_Variant):
             seg.gm = gm
             self.graphs.append(gm)
             compiled.append(_compile_graph(backend, gm, list(seg.examples), rec.uses_rng,
-                                           double_backward=_double_backward_ok(rec, seg)))
+                                           double_backward=_double_backward_ok(rec, seg),
+                                           strict=getattr(rec.captured, "strict", False)))
         has_mid = any(pos > 0 for pos, _, _ in rec.guards)
         rollback = has_mid and (mutated or rec.uses_rng)
         # Uncapturable calls ("external" steps) run in order, exactly once per call of the
@@ -2250,6 +2347,7 @@ class _GraphVariant(_Variant):
 import threading  # noqa: E402
 
 _TLS = threading.local()
+_RECORD_LOCK = threading.RLock()   # one recording run (opcode tracing) at a time in the process
 _HOOK_USERS = [0]   # captured calls in flight (all threads): the frame hook stays installed meanwhile
 _HOOK_LOCK = threading.Lock()
 
@@ -2262,10 +2360,20 @@ def _active():
 
 
 def _hook_cb(code, func, args):
+    # The frame is dispatched to the innermost captured call of this thread only if it is
+    # that call's own frame: the wrapper's function (and, for a module or bound method,
+    # its own instance), and only once per call.  Other functions sharing the code object
+    # (closures made by one `def`, other instances of a module class, e.g. called from a
+    # forward pre-hook) and recursive frames run normally.
     a = _active()
-    st = a[-1] if a else None
-    if st is None or st.busy or code is not st.code:
+    if not a:
         return NOT_HANDLED
+    e = a[-1]
+    st = e[0]
+    if not e[1] or code is not st.code or func is not st.func or \
+            (st.bound is not None and (not args or args[0] is not st.bound)):
+        return NOT_HANDLED
+    e[1] = False
     return st.dispatch(func, args)
 
 
@@ -2295,18 +2403,23 @@ class CaptureStats:
 
 
 class _Captured:
-    def __init__(self, fn, backend, cache_limit=8):
+    def __init__(self, fn, backend, cache_limit=8, strict=False, break_limit=64):
         self.fn = fn
         self.backend = backend
         self.cache_limit = cache_limit
+        self.strict = bool(strict)
+        self.break_limit = break_limit
         self.is_module = isinstance(fn, torch.nn.Module)
         func = type(fn).forward if self.is_module else fn
+        # the instance whose frames are this capture's: the module, or a bound method's self
+        self.bound = fn if self.is_module else getattr(fn, "__self__", None) \
+            if isinstance(fn, types.MethodType) else None
         func = getattr(func, "__func__", func)
         self.func = func if isinstance(func, types.FunctionType) else None
         self.code = self.func.__code__ if self.func is not None else None
         self.variants = []
-        self.busy = False
         self.warned = False
+        self.warned_breaks = False
         self.stats = CaptureStats()
         self.fail_counts = collections.Counter()
         if self.code is not None:
@@ -2315,16 +2428,22 @@ class _Captured:
             self.argnames = list(c.co_varnames[:n])
             if self.code.co_flags & (0x20 | 0x80 | 0x100 | 0x200):  # generator/coroutine
                 self.func = self.code = None
+                self.uncapturable = "generator or coroutine functions are not captured"
+        if self.code is None and not hasattr(self, "uncapturable"):
+            self.uncapturable = f"{type(fn).__name__} objects are not captured (a Python function or " \
+                                f"nn.Module is)"
         if self.code is not None and _E is not None:
             _E_real.register_code(self.code)
 
     # user-facing call
     def __call__(self, *args, **kwargs):
         if self.code is None:
+            if self.strict:
+                raise _strict_error(f"{_fn_name(self.fn)} would run eagerly: {self.uncapturable}")
             return self.fn(*args, **kwargs)
         if _E is not None:
             active = _active()
-            active.append(self)
+            active.append([self, True])   # [capture, its own frame not dispatched yet]
             with _HOOK_LOCK:
                 _HOOK_USERS[0] += 1
                 if _HOOK_USERS[0] == 1:
@@ -2339,6 +2458,9 @@ class _Captured:
                         _E_real.set_callback(None)
         # Pure-Python fallback (extension could not be built/imported): without the stack
         # peek helper external reads cannot be observed soundly, so we run eagerly.
+        if self.strict:
+            raise _strict_error(f"{self._where()} would run eagerly: the C++ frame hook is unavailable "
+                                f"({_ext.error()})")
         if not self.warned:
             self.warned = True
             warnings.warn(f"mlircap.capture: C++ frame hook unavailable ({_ext.error()}); "
@@ -2346,41 +2468,44 @@ class _Captured:
         self.stats.eager_calls += 1
         return self.fn(*args, **kwargs)
 
+    def _where(self) -> str:
+        return f"{self.code.co_name} ({self.code.co_filename}:{self.code.co_firstlineno})"
+
     def dispatch(self, func, args):
-        self.busy = True
-        try:
-            self.stats.calls += 1
-            log = None  # results of uncapturable calls already run by a replay that missed
-            for v in self.variants:
-                if v.guard(args, func):
-                    r = v.run(self, func, args, log)
-                    if type(r) is not _Miss:
-                        if not v.eager:
-                            self.stats.replays += 1
-                        v.hits += 1
-                        return r
-                    log = r.log or log
-                    self.fail_counts["a data-dependent value (mid-replay guard)"] += 1
-            reason = None
-            if self.variants:
-                v = self.variants[-1]
-                reason = v.first_failure(args, func) or "a data-dependent value changed (mid-replay guard)"
-                self.fail_counts[reason] += 1
-            if len(self.variants) >= self.cache_limit:
-                if not self.warned:
-                    self.warned = True
-                    worst = self.fail_counts.most_common(1)[0][0] if self.fail_counts else reason
-                    warnings.warn(f"mlircap.capture: cache_limit ({self.cache_limit}) reached for "
-                                  f"{self.code.co_name} ({self.code.co_filename}:{self.code.co_firstlineno}); "
-                                  f"running eagerly from now on. Guard that kept failing: {worst}",
-                                  RuntimeWarning, stacklevel=3)
-                return self._call_eager(func, args, log)
-            if reason is not None:
-                self.stats.recompile_reasons.append(reason)
-                _logs.log("recompiles", f"{self.code.co_name}: {reason}")
-            return self._record(func, args, log)
-        finally:
-            self.busy = False
+        self.stats.calls += 1
+        log = None  # results of uncapturable calls already run by a replay that missed
+        for v in self.variants:
+            if v.guard(args, func):
+                r = v.run(self, func, args, log)
+                if type(r) is not _Miss:
+                    if not v.eager:
+                        self.stats.replays += 1
+                    v.hits += 1
+                    return r
+                log = r.log or log
+                self.fail_counts["a data-dependent value (mid-replay guard)"] += 1
+        reason = None
+        if self.variants:
+            v = self.variants[-1]
+            reason = v.first_failure(args, func) or "a data-dependent value changed (mid-replay guard)"
+            self.fail_counts[reason] += 1
+        if len(self.variants) >= self.cache_limit:
+            if self.strict:
+                worst = self.fail_counts.most_common(1)[0][0] if self.fail_counts else reason
+                raise _strict_error(f"cache_limit ({self.cache_limit}) reached for {self._where()}: it would "
+                                    f"run eagerly. Guard that kept failing: {worst}")
+            if not self.warned:
+                self.warned = True
+                worst = self.fail_counts.most_common(1)[0][0] if self.fail_counts else reason
+                warnings.warn(f"mlircap.capture: cache_limit ({self.cache_limit}) reached for "
+                              f"{self.code.co_name} ({self.code.co_filename}:{self.code.co_firstlineno}); "
+                              f"running eagerly from now on. Guard that kept failing: {worst}",
+                              RuntimeWarning, stacklevel=3)
+            return self._call_eager(func, args, log)
+        if reason is not None:
+            self.stats.recompile_reasons.append(reason)
+            _logs.log("recompiles", f"{self.code.co_name}: {reason}")
+        return self._record(func, args, log)
 
     def _call_eager(self, func, args, log: "list | None" = None):
         self.stats.eager_calls += 1
@@ -2393,19 +2518,31 @@ class _Captured:
         records.  `catchup`: results of the first uncapturable calls, which already ran."""
         if store:
             self.stats.records += 1
-        rec = _Recorder(self, func, self.code, args, self.argnames, catchup)
-        prev_rec = getattr(_REC_TLS, "rec", None)
-        _REC_TLS.rec = rec
-        old = sys.gettrace()
-        with _Mode(rec):
-            if PY312:  # 3.12.0/1 only emit opcode events if a frame asked before settrace()
-                sys._getframe().f_trace_opcodes = True
-            sys.settrace(rec.global_trace)
-            try:
-                result = _call_bound(func, self.code, args)
-            finally:
-                sys.settrace(old)
-                _REC_TLS.rec = prev_rec
+        # One recording run at a time in the process: CPython's tracing (3.12: code object
+        # instrumentation) is process-wide, and opcode tracing in two threads at once crashed
+        # there.  Re-entrant: a recording nested in this thread's recording still runs; a thread
+        # that finds another one recording waits for it (the lock releases the GIL meanwhile).
+        with _RECORD_LOCK:
+            rec = _Recorder(self, func, self.code, args, self.argnames, catchup)
+            prev_rec = getattr(_REC_TLS, "rec", None)
+            _REC_TLS.rec = rec
+            old = sys.gettrace()
+            with _Mode(rec):
+                if PY312:  # 3.12.0/1 only emit opcode events if a frame asked before settrace()
+                    sys._getframe().f_trace_opcodes = True
+                sys.settrace(rec.global_trace)
+                try:
+                    result = _call_bound(func, self.code, args)
+                finally:
+                    sys.settrace(old)
+                    _REC_TLS.rec = prev_rec
+        if rec.break_overflow and not self.warned_breaks and not self.strict:
+            self.warned_breaks = True
+            warnings.warn(f"mlircap.capture: {self._where()} broke the graph more than {self.break_limit} times "
+                          f"in one call ({rec.break_overflow}); running it eagerly for these arguments",
+                          RuntimeWarning, stacklevel=4)
+        if self.strict:
+            self._check_strict(rec)
         if not store:
             return _plain(result)
         try:
@@ -2415,6 +2552,8 @@ class _Captured:
         except Exception as e:  # Unreplayable, or a backend / codegen failure: never crash
             if getattr(e, "propagate", False):  # strict mode: the backend's error reaches the user
                 raise
+            if self.strict:
+                raise _strict_error(f"{self._where()} would run eagerly: {type(e).__name__}: {e}") from e
             pre = [(ex, p) for pos, ex, p in rec.guards if pos == 0]
             try:
                 v = _EagerVariant(rec, pre, reason=str(e))
@@ -2425,6 +2564,15 @@ class _Captured:
             if _logs.enabled("guards"):
                 _logs.log("guards", f"{self.code.co_name} variant {len(self.variants)}: " + "; ".join(p for _, p in v.pre))
         return _plain(result)
+
+    def _check_strict(self, rec: "_Recorder") -> None:
+        """strict=True: every part of the call must run compiled.  Capture giving up
+        (uncapturable values or side effects, too many graph breaks) raises, naming the
+        cause and the user's file:line.  A graph break alone does not: the graphs on
+        both sides of it are compiled, and what runs between them is the user's Python."""
+        if rec.unreplayable:
+            raise _strict_error(f"{self._where()} would run eagerly (strict=True): capture gave up: "
+                                f"{rec.unreplayable} at {rec.unreplayable_loc}")
 
     # introspection
     @property
@@ -2440,9 +2588,16 @@ def _plain(x):
     return x
 
 
-def capture(fn, backend, *, cache_limit=8):
-    """Return a callable behaving like `fn` whose tensor graphs run through `backend`."""
-    c = _Captured(fn, backend, cache_limit)
+def capture(fn, backend, *, cache_limit=8, strict=False, break_limit=64):
+    """Return a callable behaving like `fn` whose tensor graphs run through `backend`.
+
+    cache_limit: variants (guard sets) per function before it runs eagerly.
+    break_limit: graph breaks in one call past which that call stops recording and the
+    function runs eagerly for these arguments (one warning names the cause).
+    strict: raise MlircapCompileError (mlircap.backend) instead of running any part of
+    the program uncompiled: graph breaks, capture giving up on a function or a side
+    effect, cache_limit, a backend that fails on a captured graph."""
+    c = _Captured(fn, backend, cache_limit, strict=strict, break_limit=break_limit)
     if isinstance(fn, torch.nn.Module):
         wrapper = _CapturedModuleCall(c)
     else:

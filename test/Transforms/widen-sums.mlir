@@ -1,0 +1,78 @@
+// RUN: mlircap-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(mlircap-widen-sums))" | FileCheck %s
+
+// An f32 sum accumulates in f64: init extended, term extended, result truncated.
+// CHECK-LABEL: func.func @row_sum
+// CHECK: %[[INIT:.*]] = linalg.generic {{.*}} outs(%{{.*}} : tensor<4xf64>)
+// CHECK:   arith.extf {{.*}} : f32 to f64
+// CHECK: %[[SUM:.*]] = linalg.generic {{.*}} ins(%{{.*}} : tensor<4x1000xf32>) outs(%[[INIT]] : tensor<4xf64>)
+// CHECK: ^bb0(%[[IN:.*]]: f32, %[[ACC:.*]]: f64):
+// CHECK:   %[[M:.*]] = arith.mulf %[[IN]], %{{.*}} : f32
+// CHECK:   %[[W:.*]] = arith.extf %[[M]] : f32 to f64
+// CHECK:   %[[A:.*]] = arith.addf %[[ACC]], %[[W]] : f64
+// CHECK:   linalg.yield %[[A]] : f64
+// CHECK: %[[OUT:.*]] = linalg.generic {{.*}} ins(%[[SUM]] : tensor<4xf64>) outs(%{{.*}} : tensor<4xf32>)
+// CHECK:   arith.truncf {{.*}} : f64 to f32
+// CHECK: return %[[OUT]]
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+func.func @row_sum(%arg0: tensor<4x1000xf32>) -> tensor<4xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %k = arith.constant 1.000100e+00 : f32
+  %0 = tensor.empty() : tensor<4xf32>
+  %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<4xf32>) -> tensor<4xf32>
+  %2 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : tensor<4x1000xf32>) outs(%1 : tensor<4xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %3 = arith.mulf %in, %k : f32
+    %4 = arith.addf %3, %out : f32
+    linalg.yield %4 : f32
+  } -> tensor<4xf32>
+  return %2 : tensor<4xf32>
+}
+
+// -----
+
+// A max reduction, and an accumulator used twice, stay f32; so do parallel ops.
+// CHECK-LABEL: func.func @untouched
+// CHECK-NOT: f64
+// CHECK: return
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+func.func @untouched(%arg0: tensor<4x8xf32>, %init: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4x8xf32>) {
+  %0 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : tensor<4x8xf32>) outs(%init : tensor<4xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %m = arith.maximumf %in, %out : f32
+    linalg.yield %m : f32
+  } -> tensor<4xf32>
+  %1 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : tensor<4x8xf32>) outs(%init : tensor<4xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %s = arith.mulf %out, %out : f32
+    %a = arith.addf %in, %s : f32
+    %b = arith.addf %a, %out : f32
+    linalg.yield %b : f32
+  } -> tensor<4xf32>
+  %2 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%arg0 : tensor<4x8xf32>) outs(%arg0 : tensor<4x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %a = arith.addf %in, %out : f32
+    linalg.yield %a : f32
+  } -> tensor<4x8xf32>
+  return %0, %1, %2 : tensor<4xf32>, tensor<4xf32>, tensor<4x8xf32>
+}
+
+// -----
+
+// Of a two-output reduction only the sum is widened.
+// CHECK-LABEL: func.func @sum_and_max
+// CHECK: ^bb0(%{{.*}}: f32, %[[S:.*]]: f64, %[[M:.*]]: f32):
+// CHECK:   arith.addf %[[S]], {{.*}} : f64
+// CHECK:   arith.maximumf {{.*}} : f32
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+func.func @sum_and_max(%arg0: tensor<4x8xf32>, %i0: tensor<4xf32>, %i1: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %0:2 = linalg.generic {indexing_maps = [#map, #map1, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : tensor<4x8xf32>) outs(%i0, %i1 : tensor<4xf32>, tensor<4xf32>) {
+  ^bb0(%in: f32, %s: f32, %m: f32):
+    %a = arith.addf %s, %in : f32
+    %b = arith.maximumf %m, %in : f32
+    linalg.yield %a, %b : f32, f32
+  } -> (tensor<4xf32>, tensor<4xf32>)
+  return %0#0, %0#1 : tensor<4xf32>, tensor<4xf32>
+}
