@@ -1,0 +1,213 @@
+"""`_Captured`: the per-function cache of variants (cache_limit, strict, break_limit,
+stats), dispatching a call to a variant or recording a new one."""
+import collections
+import sys
+import types
+import warnings
+
+import torch
+
+from . import _ext
+from .. import logs as _logs
+from .base import PY312, Unreplayable, _Miss, _fn_name, _strict_error
+from .frame_hook import (
+    _E, _E_real, _HOOK_LOCK, _HOOK_USERS, _RECORD_LOCK, _REC_TLS, _active, _call_bound, _hook_cb,
+)
+from .graph import _Mode
+from .recorder import _Recorder
+from .replay import _EagerVariant, _GraphVariant
+
+
+class CaptureStats:
+    def __init__(self):
+        self.calls = 0
+        self.replays = 0
+        self.records = 0
+        self.eager_calls = 0
+        self.recompile_reasons = []
+
+
+class _Captured:
+    def __init__(self, fn, backend, cache_limit=8, strict=False, break_limit=64):
+        self.fn = fn
+        self.backend = backend
+        self.cache_limit = cache_limit
+        self.strict = bool(strict)
+        self.break_limit = break_limit
+        self.is_module = isinstance(fn, torch.nn.Module)
+        func = type(fn).forward if self.is_module else fn
+        # the instance whose frames are this capture's: the module, or a bound method's self
+        self.bound = fn if self.is_module else getattr(fn, "__self__", None) \
+            if isinstance(fn, types.MethodType) else None
+        func = getattr(func, "__func__", func)
+        self.func = func if isinstance(func, types.FunctionType) else None
+        self.code = self.func.__code__ if self.func is not None else None
+        self.variants = []
+        self.warned = False
+        self.warned_breaks = False
+        self.stats = CaptureStats()
+        self.fail_counts = collections.Counter()
+        if self.code is not None:
+            c = self.code
+            n = c.co_argcount + c.co_kwonlyargcount + bool(c.co_flags & 0x04) + bool(c.co_flags & 0x08)
+            self.argnames = list(c.co_varnames[:n])
+            if self.code.co_flags & (0x20 | 0x80 | 0x100 | 0x200):  # generator/coroutine
+                self.func = self.code = None
+                self.uncapturable = "generator or coroutine functions are not captured"
+        if self.code is None and not hasattr(self, "uncapturable"):
+            self.uncapturable = f"{type(fn).__name__} objects are not captured (a Python function or " \
+                                f"nn.Module is)"
+        if self.code is not None and _E is not None:
+            _E_real.register_code(self.code)
+
+    # user-facing call
+    def __call__(self, *args, **kwargs):
+        if self.code is None:
+            if self.strict:
+                raise _strict_error(f"{_fn_name(self.fn)} would run eagerly: {self.uncapturable}")
+            return self.fn(*args, **kwargs)
+        if _E is not None:
+            active = _active()
+            active.append([self, True])   # [capture, its own frame not dispatched yet]
+            with _HOOK_LOCK:
+                _HOOK_USERS[0] += 1
+                if _HOOK_USERS[0] == 1:
+                    _E_real.set_callback(_hook_cb)
+            try:
+                return self.fn(*args, **kwargs)
+            finally:
+                active.pop()
+                with _HOOK_LOCK:
+                    _HOOK_USERS[0] -= 1
+                    if _HOOK_USERS[0] == 0:
+                        _E_real.set_callback(None)
+        # Pure-Python fallback (extension could not be built/imported): without the stack
+        # peek helper external reads cannot be observed soundly, so we run eagerly.
+        if self.strict:
+            raise _strict_error(f"{self._where()} would run eagerly: the C++ frame hook is unavailable "
+                                f"({_ext.error()})")
+        if not self.warned:
+            self.warned = True
+            warnings.warn(f"mlircap.capture: C++ frame hook unavailable ({_ext.error()}); "
+                          f"running {self.code.co_name} eagerly", RuntimeWarning, stacklevel=2)
+        self.stats.eager_calls += 1
+        return self.fn(*args, **kwargs)
+
+    def _where(self) -> str:
+        return f"{self.code.co_name} ({self.code.co_filename}:{self.code.co_firstlineno})"
+
+    def dispatch(self, func, args):
+        self.stats.calls += 1
+        log = None  # results of uncapturable calls already run by a replay that missed
+        for v in self.variants:
+            if v.guard(args, func):
+                r = v.run(self, func, args, log)
+                if type(r) is not _Miss:
+                    if not v.eager:
+                        self.stats.replays += 1
+                    v.hits += 1
+                    return r
+                log = r.log or log
+                self.fail_counts["a data-dependent value (mid-replay guard)"] += 1
+        reason = None
+        if self.variants:
+            v = self.variants[-1]
+            reason = v.first_failure(args, func) or "a data-dependent value changed (mid-replay guard)"
+            self.fail_counts[reason] += 1
+        if len(self.variants) >= self.cache_limit:
+            if self.strict:
+                worst = self.fail_counts.most_common(1)[0][0] if self.fail_counts else reason
+                raise _strict_error(f"cache_limit ({self.cache_limit}) reached for {self._where()}: it would "
+                                    f"run eagerly. Guard that kept failing: {worst}")
+            if not self.warned:
+                self.warned = True
+                worst = self.fail_counts.most_common(1)[0][0] if self.fail_counts else reason
+                warnings.warn(f"mlircap.capture: cache_limit ({self.cache_limit}) reached for "
+                              f"{self.code.co_name} ({self.code.co_filename}:{self.code.co_firstlineno}); "
+                              f"running eagerly from now on. Guard that kept failing: {worst}",
+                              RuntimeWarning, stacklevel=3)
+            return self._call_eager(func, args, log)
+        if reason is not None:
+            self.stats.recompile_reasons.append(reason)
+            _logs.log("recompiles", f"{self.code.co_name}: {reason}")
+        return self._record(func, args, log)
+
+    def _call_eager(self, func, args, log: "list | None" = None):
+        self.stats.eager_calls += 1
+        if log:  # some uncapturable calls already ran: the tracer substitutes their results
+            return self._record(func, args, log, store=False)
+        return _call_bound(func, self.code, args)
+
+    def _record(self, func, args, catchup: "list | None" = None, store: bool = True):
+        """Run the function for real under the tracer and (store) add the variant it
+        records.  `catchup`: results of the first uncapturable calls, which already ran."""
+        if store:
+            self.stats.records += 1
+        # One recording run at a time in the process: CPython's tracing (3.12: code object
+        # instrumentation) is process-wide, and opcode tracing in two threads at once crashed
+        # there.  Re-entrant: a recording nested in this thread's recording still runs; a thread
+        # that finds another one recording waits for it (the lock releases the GIL meanwhile).
+        with _RECORD_LOCK:
+            rec = _Recorder(self, func, self.code, args, self.argnames, catchup)
+            prev_rec = getattr(_REC_TLS, "rec", None)
+            _REC_TLS.rec = rec
+            old = sys.gettrace()
+            with _Mode(rec):
+                if PY312:  # 3.12.0/1 only emit opcode events if a frame asked before settrace()
+                    sys._getframe().f_trace_opcodes = True
+                sys.settrace(rec.global_trace)
+                try:
+                    result = _call_bound(func, self.code, args)
+                finally:
+                    sys.settrace(old)
+                    _REC_TLS.rec = prev_rec
+        if rec.break_overflow and not self.warned_breaks and not self.strict:
+            self.warned_breaks = True
+            warnings.warn(f"mlircap.capture: {self._where()} broke the graph more than {self.break_limit} times "
+                          f"in one call ({rec.break_overflow}); running it eagerly for these arguments",
+                          RuntimeWarning, stacklevel=4)
+        if self.strict:
+            self._check_strict(rec)
+        if not store:
+            return _plain(result)
+        try:
+            if rec.unreplayable:
+                raise Unreplayable(rec.unreplayable)
+            v = _GraphVariant(rec, result, self.backend)
+        except Exception as e:  # Unreplayable, or a backend / codegen failure: never crash
+            if getattr(e, "propagate", False):  # strict mode: the backend's error reaches the user
+                raise
+            if self.strict:
+                raise _strict_error(f"{self._where()} would run eagerly: {type(e).__name__}: {e}") from e
+            pre = [(ex, p) for pos, ex, p in rec.guards if pos == 0]
+            try:
+                v = _EagerVariant(rec, pre, reason=str(e))
+            except Exception:
+                v = None
+        if v is not None:
+            self.variants.append(v)
+            if _logs.enabled("guards"):
+                _logs.log("guards", f"{self.code.co_name} variant {len(self.variants)}: " + "; ".join(p for _, p in v.pre))
+        return _plain(result)
+
+    def _check_strict(self, rec: "_Recorder") -> None:
+        """strict=True: every part of the call must run compiled.  Capture giving up
+        (uncapturable values or side effects, too many graph breaks) raises, naming the
+        cause and the user's file:line.  A graph break alone does not: the graphs on
+        both sides of it are compiled, and what runs between them is the user's Python."""
+        if rec.unreplayable:
+            raise _strict_error(f"{self._where()} would run eagerly (strict=True): capture gave up: "
+                                f"{rec.unreplayable} at {rec.unreplayable_loc}")
+
+    # introspection
+    @property
+    def graph_count(self):
+        return sum(len(v.graphs) for v in self.variants)
+
+    @property
+    def recompiles(self):
+        return max(0, len(self.variants) - 1)
+
+
+def _plain(x):
+    return x

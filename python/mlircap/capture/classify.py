@@ -1,0 +1,181 @@
+"""Classification of code and callables: which code objects are traced (`_classify`),
+what a call does to external state (`_call_kind`), and the value categories used
+throughout (immutable constants, safe builtins, mutators, ...)."""
+import collections
+import contextvars
+import os
+import types
+import weakref
+
+import torch
+
+
+# ----------------------------------------------------------------------------------
+# code classification
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_TORCH_NN_MODULES = os.path.join(_TORCH_DIR, "nn", "modules") + os.sep
+_OWN_DIR = os.path.dirname(__file__) + os.sep
+_STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
+_OPAQUE_STDLIB = ("typing.py", "abc.py", "warnings.py", "threading.py", "weakref.py",
+                  "_weakrefset.py", "inspect.py", "enum.py", "functools.py", "contextlib.py",
+                  "linecache.py", "traceback.py", "logging/", "importlib/", "re/", "sre_",
+                  "dis.py", "copyreg.py", "codecs.py")
+_code_kind = {}
+
+
+def _classify(code):
+    k = _code_kind.get(code)
+    if k is None:
+        fn = code.co_filename
+        if fn.startswith(_OWN_DIR) or fn.startswith("<frozen"):
+            k = "opaque"
+        elif fn.startswith(_TORCH_DIR):
+            base = os.path.basename(fn)
+            if fn.startswith(_TORCH_NN_MODULES) and base not in ("module.py", "container.py", "_functions.py"):
+                k = "user"
+            else:
+                k = "opaque"
+        elif fn.startswith(_STDLIB_DIR):
+            rel = fn[len(_STDLIB_DIR):]
+            k = "opaque" if (rel.startswith(_OPAQUE_STDLIB) or "site-packages" in rel) else "user"
+            if "site-packages" in rel:
+                k = "user"
+        else:
+            k = "user"
+        _code_kind[code] = k
+    return k
+
+
+# ----------------------------------------------------------------------------------
+# value categories
+_PRIM = (bool, int, float, str, bytes, complex, type(None))
+_IMMUTABLE_CONST = (torch.dtype, torch.device, torch.Size, torch.layout, torch.memory_format,
+                    slice, range, type(Ellipsis), type(NotImplemented), frozenset)
+_SAFE_BUILTIN_NAMES = {
+    "len", "isinstance", "issubclass", "range", "enumerate", "zip", "map", "filter", "min",
+    "max", "sum", "abs", "round", "any", "all", "sorted", "reversed", "list", "tuple", "dict",
+    "set", "frozenset", "int", "float", "bool", "str", "format", "getattr", "hasattr", "iter",
+    "next", "divmod", "pow", "callable", "type", "super", "slice", "chr", "ord", "repr",
+    "object", "setattr", "delattr", "vars", "bytes", "complex", "property",
+    "staticmethod", "classmethod", "ascii", "bin", "hex", "oct", "StopIteration",
+}
+_SAFE_SELF_TYPES = (str, list, dict, tuple, int, float, set, frozenset, bytes, bool,
+                    collections.OrderedDict, type({}.keys()), type({}.values()), type({}.items()))
+_MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault",
+             "add", "discard", "sort", "reverse", "popitem", "__setitem__", "__delitem__",
+             "difference_update", "intersection_update", "symmetric_difference_update",
+             "move_to_end", "__iadd__"}
+_SAFE_MODULES = ("_abc", "abc", "math", "operator", "itertools", "functools", "_operator", "_functools",
+                 "collections", "_collections", "dataclasses", "copy", "numbers", "cmath",
+                 "string")
+
+# Tensor functions whose non-tensor result only depends on guarded metadata.
+_META_OK = {
+    "size", "dim", "ndimension", "numel", "nelement", "stride", "is_contiguous",
+    "is_floating_point", "is_complex", "element_size", "__len__", "shape", "dtype", "device",
+    "ndim", "requires_grad", "is_cuda", "is_leaf", "layout", "is_sparse", "is_quantized",
+    "is_meta", "is_grad_enabled", "is_tensor", "is_storage", "get_default_dtype",
+    "is_inference_mode_enabled", "names", "is_mkldnn", "_is_view", "is_nested", "is_cpu",
+    "itemsize", "nbytes", "is_autocast_enabled", "is_signed", "output_nr", "retains_grad",
+    "_version", "__torch_function__",
+}
+_RNG_WORDS = ("rand", "dropout", "bernoulli", "normal", "multinomial", "uniform", "rrelu",
+              "exponential", "cauchy", "geometric", "log_normal", "random_")
+
+
+def _fname(func):
+    n = getattr(func, "__name__", None)
+    if n == "__get__" or n == "__set__":
+        n = getattr(getattr(func, "__self__", None), "__name__", n)
+    return n or repr(func)
+
+
+def _func_qualname(func):
+    n = getattr(func, "__qualname__", None) or _fname(func)
+    if n == "__get__":
+        n = getattr(getattr(func, "__self__", None), "__name__", n)
+    return n
+
+
+_MODULE_WALKERS = {"parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children",
+                   "modules", "named_modules"}
+_WRITE_ONLY = {"append", "extend", "insert", "add", "update", "clear", "__setitem__", "__delitem__",
+               "discard", "sort", "reverse", "__iadd__"}
+
+
+_ID_HASHED = (type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType)
+_GLOBAL_STATE_FUNCS = {torch._C._set_grad_enabled, torch.set_grad_enabled, torch.is_grad_enabled}
+_DATA_DEP = {"item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__",
+             "__repr__", "__str__", "__format__", "__array__", "data_ptr", "equal", "allclose",
+             "__contains__", "__complex__", "is_nonzero", "__hash__"}
+
+
+_EXTERNAL_PY_MODULES = ("logging", "warnings", "torch.random", "torch.cuda.random", "random", "time", "os",
+                        "subprocess", "socket", "pdb", "builtins")
+_EXTERNAL_PY_NAMES = {"manual_seed", "seed", "set_rng_state", "set_default_dtype", "set_default_device",
+                      "set_printoptions", "use_deterministic_algorithms", "set_num_threads"}
+
+
+def _call_kind(f):
+    t = type(f)
+    if t is weakref.ref:
+        return "weakref"
+    if t is types.FunctionType or t is types.MethodType:
+        fn = f.__func__ if t is types.MethodType else f
+        code = getattr(fn, "__code__", None)
+        if code is not None and _classify(code) == "opaque":
+            mod = getattr(fn, "__module__", "") or ""
+            if fn.__name__ in _EXTERNAL_PY_NAMES or mod in _EXTERNAL_PY_MODULES or \
+                    mod.split(".")[0] in ("logging", "warnings"):
+                return "external"  # library code with global side effects: replay it
+        return "safe"  # Python code: traced (or side-effect-free library code)
+    if isinstance(f, type):
+        if f.__module__ == "builtins" and f.__name__ in _SAFE_BUILTIN_NAMES or \
+                issubclass(f, (list, dict, tuple, set, int, float, str, BaseException)):
+            return "safe"
+        return "safe"  # user classes: __init__ is Python code; torch classes are recorded or inert
+    if t in (types.BuiltinFunctionType, types.BuiltinMethodType):
+        so = getattr(f, "__self__", None)
+        name = f.__name__
+        if so is None or isinstance(so, types.ModuleType):
+            mod = getattr(f, "__module__", None) or (so.__name__ if isinstance(so, types.ModuleType) else "")
+            mod = mod or ""
+            if mod == "builtins":
+                if name in ("getattr", "hasattr"):
+                    return "getattr"
+                if name == "vars":
+                    return "vars"
+                if name in ("setattr", "delattr"):
+                    return "setattr"
+                return "safe" if name in _SAFE_BUILTIN_NAMES else "external"
+            if mod.startswith("torch") or mod.split(".")[0] in _SAFE_MODULES:
+                return "safe"
+            return "external"
+        if isinstance(so, contextvars.ContextVar) and name in ("get", "set", "reset"):
+            return "ctxvar"
+        if isinstance(so, torch.Generator) or name in _EXTERNAL_PY_NAMES:
+            return "external"
+        if isinstance(so, torch.Tensor) or type(so).__module__.startswith("torch"):
+            return "safe"
+        if isinstance(so, _SAFE_SELF_TYPES):
+            return "mutator" if name in _MUTATORS else "safe"
+        if isinstance(so, type):
+            return "safe"
+        return "external"
+    if t in (types.MethodDescriptorType, types.WrapperDescriptorType, types.ClassMethodDescriptorType,
+             types.MethodWrapperType):
+        objc = getattr(f, "__objclass__", None)
+        if objc is contextvars.ContextVar and f.__name__ in ("get", "set", "reset"):
+            return "ctxvar"
+        if objc is not None and (objc.__module__.startswith("torch") or objc is object):
+            return "safe"
+        if objc in (list, dict, set, collections.OrderedDict):
+            return "mutator" if f.__name__ in _MUTATORS else "safe"
+        if objc is not None and issubclass(objc, _SAFE_SELF_TYPES):
+            return "safe"
+        return "external"
+    mod = getattr(t, "__module__", "") or ""
+    if mod.startswith("torch") or mod.split(".")[0] in _SAFE_MODULES or hasattr(f, "__call__") and \
+            isinstance(getattr(t, "__call__", None), types.FunctionType):
+        return "safe"  # torch callables, functools.partial, objects with Python __call__
+    return "external"

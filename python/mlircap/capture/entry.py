@@ -1,0 +1,91 @@
+"""Public entry points: `capture()` (with the module wrapper) and `explain()`."""
+import functools
+import types
+
+import torch
+
+from .cache import _Captured
+from .explanation import ExplainOutput
+
+
+def capture(fn, backend, *, cache_limit=8, strict=False, break_limit=64):
+    """Return a callable behaving like `fn` whose tensor graphs run through `backend`.
+
+    cache_limit: variants (guard sets) per function before it runs eagerly.
+    break_limit: graph breaks in one call past which that call stops recording and the
+    function runs eagerly for these arguments (one warning names the cause).
+    strict: raise MlircapCompileError (mlircap.backend) instead of running any part of
+    the program uncompiled: graph breaks, capture giving up on a function or a side
+    effect, cache_limit, a backend that fails on a captured graph."""
+    c = _Captured(fn, backend, cache_limit, strict=strict, break_limit=break_limit)
+    if isinstance(fn, torch.nn.Module):
+        wrapper = _CapturedModuleCall(c)
+    else:
+        import functools
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            return c(*args, **kwargs)
+    wrapper._mlircap_capture = c
+    wrapper.explain = lambda: ExplainOutput(c)
+    return wrapper
+
+
+class _CapturedModuleCall:
+    """The captured callable of an nn.Module: behaves like the module.  Attribute reads,
+    writes and deletes reach the module; module methods that return the module itself
+    (eval, train, to, ...) return this wrapper, so the captured path is kept."""
+    _OWN_ATTRS = frozenset({"_mlircap_capture", "module", "explain"})
+
+    def __init__(self, c: "_Captured") -> None:
+        object.__setattr__(self, "_mlircap_capture", c)
+        object.__setattr__(self, "module", c.fn)
+
+    def __call__(self, *args, **kwargs):
+        return self._mlircap_capture(*args, **kwargs)
+
+    def explain(self) -> "ExplainOutput":
+        return ExplainOutput(self._mlircap_capture)
+
+    def __getattr__(self, name: str):
+        d = self.__dict__
+        if "module" not in d:
+            raise AttributeError(name)
+        m = d["module"]
+        v = getattr(m, name)
+        if isinstance(v, types.MethodType) and v.__self__ is m:
+            meth = v
+
+            @functools.wraps(meth)
+            def call(*args, **kwargs):
+                r = meth(*args, **kwargs)
+                return self if r is m else r
+            return call
+        return v
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _CapturedModuleCall._OWN_ATTRS:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.__dict__["module"], name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name in _CapturedModuleCall._OWN_ATTRS:
+            object.__delattr__(self, name)
+        else:
+            delattr(self.__dict__["module"], name)
+
+
+def explain(fn, backend=None):
+    """`explain(fn)(*args)` -> ExplainOutput: graphs, each break with its reason and user
+    source file:line, guards in readable form, recompile reasons.  The returned runner keeps
+    its cache, so calling it again with other arguments accumulates variants and
+    recompile reasons: `ex = explain(f); ex(a); print(ex(b))`."""
+    backend = backend or (lambda gm, ex: gm.forward)
+    w = capture(fn, backend)
+
+    def run(*args, **kwargs):
+        w(*args, **kwargs)
+        return ExplainOutput(w._mlircap_capture)
+    run.captured = w
+    return run

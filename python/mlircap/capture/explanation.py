@@ -1,0 +1,41 @@
+"""`ExplainOutput`: the human-readable report of what capture did."""
+from .frame_hook import HOOK
+
+
+# ======================================================================================
+class ExplainOutput:
+    def __init__(self, c):
+        self.graphs = [g for v in c.variants for g in v.graphs]
+        self.graph_count = len(self.graphs)
+        self.variants = len(c.variants)
+        self.breaks = [b for v in c.variants for b in v.breaks]
+        self.break_count = len(self.breaks)
+        self.guards = [p for v in c.variants for _, p in v.pre]
+        self.mid_guards = [p for v in c.variants if not v.eager for _, p in v.mid_guards]
+        self.recompile_reasons = list(c.stats.recompile_reasons)
+        self.eager_reasons = [v.reason for v in c.variants if v.eager]
+        self.op_count = sum(len([n for n in g.graph.nodes if n.op == "call_function"]) for g in self.graphs)
+        self.hook = HOOK
+
+    def __str__(self):
+        L = [f"mlircap.capture explain (hook: {self.hook})",
+             f"Graph count: {self.graph_count}", f"Graph break count: {self.break_count}",
+             f"Op count: {self.op_count}", f"Variants: {self.variants}"]
+        if self.breaks:
+            L.append("Break reasons:")
+            for i, (r, loc) in enumerate(self.breaks):
+                L.append(f"  {i + 1}. {r}\n     at {loc}")
+        if self.eager_reasons:
+            L.append("Ran eagerly because:")
+            L += [f"  - {r}" for r in self.eager_reasons]
+        L.append("Guards:")
+        L += [f"  - {g}" for g in self.guards]
+        if self.mid_guards:
+            L.append("Guards checked after breaks:")
+            L += [f"  - {g}" for g in self.mid_guards]
+        if self.recompile_reasons:
+            L.append("Recompile reasons:")
+            L += [f"  - {r}" for r in self.recompile_reasons]
+        return "\n".join(L)
+
+    __repr__ = __str__

@@ -1,0 +1,86 @@
+"""Glue to the C++ frame hook (`_evalframe.cpp`): the extension handle `_E` (with the
+3.12 static-stack-depth shim), the per-thread stack of active captured calls and the
+callback that hands a captured function's frame to its `_Captured.dispatch`."""
+import threading
+import threading as _threading
+
+from . import _ext
+from ._bytecode import _STATIC_DEPTH
+
+
+_E = _ext.load()
+HOOK = "pep523" if _E is not None else "python-fallback"
+_NULL = _E.NULL if _E is not None else object()
+NOT_HANDLED = _E.NOT_HANDLED if _E is not None else object()
+
+
+_E_real = _E   # the extension itself (None without it); _E may become the shim below
+_REC_TLS = _threading.local()   # the recorder of this thread (for 3.12 static stack depths)
+if _E is not None:
+    _raw_peek = _E.peek
+
+    class _EShim:
+        NULL = _E.NULL
+
+        @staticmethod
+        def peek(frame, n):
+            if _STATIC_DEPTH:
+                return _E_real.peek_at(frame, _REC_TLS.rec.cur_depth, n)
+            return _raw_peek(frame, n)
+
+        @staticmethod
+        def poke(frame, n, value):
+            if _STATIC_DEPTH:
+                return _E_real.poke_at(frame, _REC_TLS.rec.cur_depth, n, value)
+            return _E_real.poke(frame, n, value)
+
+        local_raw = staticmethod(_E.local_raw)
+    _E_real = _E
+    _E = _EShim
+
+
+_TLS = threading.local()
+_RECORD_LOCK = threading.RLock()   # one recording run (opcode tracing) at a time in the process
+_HOOK_USERS = [0]   # captured calls in flight (all threads): the frame hook stays installed meanwhile
+_HOOK_LOCK = threading.Lock()
+
+
+def _active():
+    a = getattr(_TLS, "active", None)
+    if a is None:
+        a = _TLS.active = []
+    return a
+
+
+def _hook_cb(code, func, args):
+    # The frame is dispatched to the innermost captured call of this thread only if it is
+    # that call's own frame: the wrapper's function (and, for a module or bound method,
+    # its own instance), and only once per call.  Other functions sharing the code object
+    # (closures made by one `def`, other instances of a module class, e.g. called from a
+    # forward pre-hook) and recursive frames run normally.
+    a = _active()
+    if not a:
+        return NOT_HANDLED
+    e = a[-1]
+    st = e[0]
+    if not e[1] or code is not st.code or func is not st.func or \
+            (st.bound is not None and (not args or args[0] is not st.bound)):
+        return NOT_HANDLED
+    e[1] = False
+    return st.dispatch(func, args)
+
+
+def _call_bound(func, code, args):
+    n = code.co_argcount
+    pos = list(args[:n])
+    i = n
+    kw = {}
+    for name in code.co_varnames[n:n + code.co_kwonlyargcount]:
+        kw[name] = args[i]
+        i += 1
+    if code.co_flags & 0x04:
+        pos.extend(args[i])
+        i += 1
+    if code.co_flags & 0x08:
+        kw.update(args[i])
+    return func(*pos, **kw)

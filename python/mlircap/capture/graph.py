@@ -1,0 +1,269 @@
+"""FX recording: tensor operations seen by the TorchFunctionMode go into per-segment
+torch.fx graphs (`_GraphMixin`, `_Seg`, `_Mode`)."""
+import builtins
+import operator
+import types
+
+import torch
+import torch.fx as fx
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
+
+from .base import Unreplayable
+from .classify import (
+    _DATA_DEP, _GLOBAL_STATE_FUNCS, _IMMUTABLE_CONST, _META_OK, _PRIM, _RNG_WORDS, _fname, _func_qualname,
+)
+from .locations import _user_location, _user_stack_trace
+from .guards import _ambient
+
+
+# ----------------------------------------------------------------------------------
+def _new_placeholder(seg):
+    """Placeholders go before every computation node (some backends assume that)."""
+    first = next((n for n in seg.graph.nodes if n.op != "placeholder"), None)
+    if first is None:
+        return seg.graph.placeholder(f"in{len(seg.ph)}")
+    with seg.graph.inserting_before(first):
+        return seg.graph.placeholder(f"in{len(seg.ph)}")
+
+
+class _Seg:
+    def __init__(self, idx, grad):
+        self.idx = idx
+        self.graph = fx.Graph()
+        self.ph = {}          # key -> placeholder node
+        self.inputs = []      # python exprs producing each placeholder value
+        self.examples = []
+        self.outputs = []     # nodes needed later (ordered)
+        self.out_set = set()
+        self.start_grad = grad
+        self.grad = grad
+        self.nops = 0
+        self.gm = None
+        self.inplace = False  # records an in-place op
+
+
+_fx_ok = {}
+
+
+def _fx_target(f):
+    """FX codegen names call_function targets by module + name; some torch callables
+    (e.g. Tensor dunder wrappers in torch/_tensor.py) do not resolve that way.  Such
+    targets are routed through a resolvable module-level trampoline."""
+    try:
+        r = _fx_ok.get(f)
+    except TypeError:
+        r = None
+    if r is not None:
+        return r
+    from torch.fx.node import _get_qualified_name
+    ok = False
+    try:
+        q = _get_qualified_name(f)
+        mod, _, attr = q.rpartition(".")
+        import importlib
+        obj = None
+        parts = q.split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except Exception:
+                continue
+            for p_ in parts[i:]:
+                obj = getattr(obj, p_)
+            break
+        ok = obj is f or obj == f
+    except Exception:
+        ok = False
+    if ok:
+        r = f
+    else:
+        n = len(_fx_ok)
+        name = f"_fx_target_{n}_" + "".join(ch if ch.isalnum() else "_" for ch in _fname(f))
+
+        def tramp(*a, **k):
+            return f(*a, **k)
+        tramp.__name__ = tramp.__qualname__ = name
+        tramp.__module__ = __name__
+        globals()[name] = tramp
+        r = tramp
+    try:
+        _fx_ok[f] = r
+    except TypeError:
+        pass
+    return r
+
+
+class _GraphMixin:
+    """Part of `_Recorder` (recorder.py); uses its state."""
+
+    # -- torch function recording --------------------------------------------------
+    def on_torch(self, func, types_, args, kwargs):
+        name = _fname(func)
+        if func in _GLOBAL_STATE_FUNCS:
+            return func(*args, **kwargs)  # grad mode is tracked per recorded op
+        if name == "__iter__" and args and isinstance(args[0], torch.Tensor):
+            parts = self.on_torch(torch.Tensor.unbind, types_, (args[0],), {})
+            return iter(parts)
+        res = func(*args, **kwargs)
+        try:
+            return self._after_torch(func, name, args, kwargs, res)
+        except Exception as e:  # bookkeeping must never break the user's program
+            self.unreplayable = self.unreplayable or f"internal: {type(e).__name__}: {e}"
+            return res
+
+    def _after_torch(self, func, name, args, kwargs, res):
+        flat_res, _ = tree_flatten(res)
+        has_t = any(isinstance(x, torch.Tensor) for x in flat_res)
+        if not has_t and name not in ("__setitem__", "__set__", "__delitem__"):
+            if name in _META_OK:
+                return res
+            # data-dependent (or unknown) non-tensor result: graph break
+            reason = f"data-dependent operation Tensor.{name}()" if name in _DATA_DEP else \
+                f"non-tensor result of {_func_qualname(func)}"
+            try:
+                fe = self.const(func, _func_qualname(func))
+                ae = [self.expr_of(a) for a in args]
+                ke = {k: self.expr_of(v) for k, v in kwargs.items()}
+            except Unreplayable as e:
+                self.unreplayable = self.unreplayable or str(e)
+                return res
+            self._close_seg()
+            k = self.ncalls
+            self.ncalls += 1
+            self.steps.append(("call", k, fe, ae, ke, reason, False))
+            self._add_break(reason, _user_location())
+            self._call_result(k, res)
+            return res
+        if not self.uses_rng and any(w in name for w in _RNG_WORDS):
+            self.uses_rng = True
+        try:
+            self._record(func, name, args, kwargs, res)
+        except Unreplayable as e:
+            self.unreplayable = self.unreplayable or str(e)
+        return res
+
+    def _seg(self):
+        if self.cur is None:
+            self.cur = _Seg(len(self.segs), self.grad0)
+            self.segs.append(self.cur)
+            self.steps.append(("graph", self.cur))
+        return self.cur
+
+    def _close_seg(self):
+        seg = self.cur
+        if seg is None:
+            return
+        if seg.grad != seg.start_grad:
+            seg.graph.call_function(torch._C._set_grad_enabled, (seg.start_grad,))
+            seg.grad = seg.start_grad
+        self.cur = None
+
+    def _arg_node(self, seg, t):
+        e = self.env.get(id(t))
+        if e is not None and e[0] is t:
+            _, si, node = e
+            if si == seg.idx:
+                return node
+            key = ("node", si, node)
+            ph = seg.ph.get(key)
+            if ph is None:
+                ph = _new_placeholder(seg)
+                seg.ph[key] = ph
+                seg.inputs.append(self._use_node(si, node))
+                seg.examples.append(t)
+            return ph
+        s = self.src.get(id(t))
+        if s is None:
+            if isinstance(t, torch.nn.Parameter):
+                raise Unreplayable("parameter reached through an untracked path")
+            raise Unreplayable("tensor of unknown origin (created outside the traced code)")
+        key = ("src", s[0])
+        ph = seg.ph.get(key)
+        if ph is None:
+            ph = _new_placeholder(seg)
+            seg.ph[key] = ph
+            seg.inputs.append(s[0])
+            seg.examples.append(t)
+        return ph
+
+    def _use_node(self, si, node):
+        seg = self.segs[si]
+        if node not in seg.out_set:
+            seg.out_set.add(node)
+            seg.outputs.append(node)
+        return f"n{si}_{node.name}"
+
+    def _record(self, func, name, args, kwargs, res):
+        if _ambient() != self.amb0:
+            raise Unreplayable("autocast / inference_mode changed inside the captured code")
+        seg = self._seg()
+        g = torch.is_grad_enabled()
+        if g != seg.grad:
+            seg.graph.call_function(torch._C._set_grad_enabled, (g,))
+            seg.grad = g
+
+        def conv(x):
+            if isinstance(x, torch.Tensor):
+                return self._arg_node(seg, x)
+            if isinstance(x, (list, tuple)):
+                r = [conv(y) for y in x]
+                return type(x)(r) if type(x) in (list, tuple) else tuple(r)
+            if isinstance(x, dict):
+                return {k: conv(v) for k, v in x.items()}
+            if type(x) in _PRIM or isinstance(x, _IMMUTABLE_CONST) or isinstance(x, (torch.dtype,)):
+                return x
+            if isinstance(x, (torch.Generator,)):
+                raise Unreplayable("explicit torch.Generator argument")
+            if callable(x) or isinstance(x, (types.ModuleType,)):
+                return x
+            raise Unreplayable(f"unsupported argument of type {type(x).__name__} to {name}")
+        cargs = tuple(conv(a) for a in args)
+        ckw = {k: conv(v) for k, v in kwargs.items()}
+        target = func
+        if getattr(func, "__name__", None) in ("__get__", "__set__"):
+            attr = getattr(getattr(func, "__self__", None), "__name__", None)
+            if attr is None:
+                raise Unreplayable(f"descriptor {func!r}")
+            if func.__name__ == "__get__":
+                target, cargs, ckw = builtins.getattr, (cargs[0], attr), {}
+            else:
+                target, cargs, ckw = builtins.setattr, (cargs[0], attr, cargs[1]), {}
+        if name.endswith("_") and not name.endswith("__") or name in ("__setitem__", "__set__", "copy_"):
+            self.has_inplace = True
+            seg.inplace = True
+        node = seg.graph.call_function(_fx_target(target), cargs, ckw)
+        trace = _user_stack_trace()
+        if trace:
+            node.meta["stack_trace"] = trace
+        seg.nops += 1
+        if isinstance(res, torch.Tensor):
+            self.env[id(res)] = (res, seg.idx, node)
+            self.keep.append(res)
+        elif isinstance(res, (tuple, list)):
+            for i, r in enumerate(res):
+                if isinstance(r, torch.Tensor):
+                    gi = seg.graph.call_function(operator.getitem, (node, i))
+                    self.env[id(r)] = (r, seg.idx, gi)
+                    self.keep.append(r)
+                elif isinstance(r, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in r):
+                    raise Unreplayable(f"nested tensor containers returned by {name}")
+        elif res is not None:
+            raise Unreplayable(f"unsupported result type {type(res).__name__} of {name}")
+
+
+class _Mode(TorchFunctionMode):
+    def __init__(self, rec):
+        super().__init__()
+        self.rec = rec
+
+    def __torch_function__(self, func, types_, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        rec = self.rec
+        if rec.suspended or rec.ext_depth or rec.stopped:
+            return func(*args, **kwargs)
+        rec.suspended += 1
+        try:
+            return rec.on_torch(func, types_, args, kwargs)
+        finally:
+            rec.suspended -= 1

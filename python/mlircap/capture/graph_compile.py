@@ -1,0 +1,186 @@
+"""Compiling captured graphs with the user backend: fallback to the FX graph when the
+backend fails, first-run check, higher-order gradients, strict-mode errors."""
+import re
+import warnings
+
+import torch
+import torch.fx as fx
+
+from .base import _strict_error
+
+
+def _graph_loc(gm: fx.GraphModule, text: str = "") -> str:
+    """The user's file:line of the node an error names (FX's "While executing %name"),
+    else of the graph's first node with a source location."""
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    m = re.search(r"While executing %(\w+)", text)
+    if m:
+        nodes = [n for n in nodes if n.name == m.group(1)] + nodes
+    for n in nodes:
+        t = n.meta.get("stack_trace") or ""
+        lm = re.search(r'File "([^"]+)", line (\d+)', t)
+        if lm:
+            return f"{lm.group(1)}:{lm.group(2)}"
+    return "<unknown>"
+
+
+_HAS_LOC = re.compile(r" at \S+:\d+")
+
+
+def _strict_backend_error(e: Exception, gm: fx.GraphModule, what: str) -> Exception:
+    """strict=True: the error for a captured graph the backend did not compile, naming the
+    user's file:line (kept as it is when the backend's message already names one)."""
+    text = str(e)
+    head, _, rest = text.partition("\n")
+    if getattr(e, "propagate", False) and _HAS_LOC.search(head):
+        return e
+    if "DynamicOutputShape" in head or "data-dependent" in head.lower() or "DataDependent" in head:
+        head += " (an operation whose output shape depends on tensor data)"
+    prefix = "" if getattr(e, "propagate", False) else f"{what}: {type(e).__name__}: "
+    err = _strict_error(f"{prefix}{head} at {_graph_loc(gm, text)}" + (f"\n{rest}" if rest else ""))
+    err.__cause__ = e
+    return err
+
+
+def _compile_graph(backend, gm, examples, uses_rng, double_backward: bool = False, strict: bool = False):
+    """Compile one captured graph with the user backend.  If the backend fails to compile
+    it, or its compiled function fails on the first run before touching any input, the
+    captured FX graph itself is run instead (same semantics, just not backend-compiled);
+    strict=True raises instead."""
+    try:
+        with torch._C.DisableTorchFunction():
+            fn = backend(gm, examples)
+    except Exception as e:
+        if strict:
+            raise _strict_backend_error(e, gm, "the backend failed to compile a captured graph")
+        if getattr(e, "propagate", False):  # the backend asked for its error to reach the user (strict mode)
+            raise
+        warnings.warn(f"mlircap.capture: backend failed to compile a captured graph "
+                      f"({type(e).__name__}: {str(e)[:200]}); running the graph without it", RuntimeWarning)
+        return gm.forward
+    if fn is None:
+        return gm.forward
+    checked = _FirstRunChecked(fn, gm.forward, uses_rng, gm if strict else None)
+    if double_backward and fn != gm.forward:
+        return _HigherOrderGrad(checked, gm)
+    return checked
+
+
+class _HigherOrderGrad:
+    """A backend-compiled graph whose gradient can itself be differentiated.
+
+    aot_autograd-compiled graphs refuse double backward ("torch.compile with aot_autograd
+    does not currently support double backward"), while the first (eager, recording) call
+    of a captured function supports it.  When some input requires grad, the compiled call
+    runs inside _RecomputeForHigherOrder: a plain backward calls the compiled backward; a
+    backward with create_graph=True differentiates the captured FX graph re-run on the
+    saved inputs, which autograd can differentiate again.  Only used for graphs that do
+    not mutate or alias their inputs and draw no random numbers (_double_backward_ok).
+    Cost: one autograd Function around each training-mode call of such a graph."""
+    __slots__ = ("fn", "gm")
+
+    def __init__(self, fn, gm: fx.GraphModule) -> None:
+        self.fn, self.gm = fn, gm
+
+    def __call__(self, *args):
+        if torch.is_grad_enabled() and not torch._C._is_torch_function_mode_enabled():
+            for a in args:
+                if a.requires_grad:
+                    return _RecomputeForHigherOrder.apply(self, *args)
+        return self.fn(*args)
+
+
+def _keep_graph() -> bool:
+    """retain_graph / create_graph of the backward in progress."""
+    try:
+        return torch._C._autograd._get_current_graph_task_keep_graph()
+    except Exception:  # pragma: no cover - older torch
+        return True
+
+
+class _RecomputeForHigherOrder(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, runner: _HigherOrderGrad, *args):
+        with torch.enable_grad():
+            outs = tuple(runner.fn(*args))   # the compiled graph, with its own autograd node
+        ctx.runner, ctx.outs = runner, outs
+        ctx.save_for_backward(*args)
+        ctx.diff = [o.requires_grad for o in outs]
+        # a plain backward calls the compiled graph's backward directly (no nested
+        # autograd.grad) when its node produced exactly these outputs in order
+        node = next((o.grad_fn for o in outs if o.grad_fn is not None), None)
+        ctx.node = node if node is not None and hasattr(node, "apply") and all(
+            (o.grad_fn is node and o.output_nr == i) or not o.requires_grad for i, o in enumerate(outs)) else None
+        res = tuple(o.detach() for o in outs)
+        ctx.mark_non_differentiable(*[r for r, d in zip(res, ctx.diff) if not d])
+        return res
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ins = ctx.saved_tensors
+        create = torch.is_grad_enabled()
+        if not create and ctx.node is not None:
+            gi = ctx.node.apply(*grads)
+            if isinstance(gi, tuple) and len(gi) == len(ins):
+                return (None, *(g if x.requires_grad else None for g, x in zip(gi, ins)))
+        if create:  # create_graph=True: a gradient that can be differentiated again
+            with torch.enable_grad():
+                outs = ctx.runner.gm(*ins)
+        else:       # the compiled backward
+            outs = ctx.outs
+        pairs = [(o, g) for o, g, d in zip(outs, grads, ctx.diff) if d and o.requires_grad]
+        need = [i for i, x in enumerate(ins) if x.requires_grad]
+        gi = torch.autograd.grad([o for o, _ in pairs], [ins[i] for i in need], [g for _, g in pairs],
+                                 allow_unused=True, retain_graph=_keep_graph(), create_graph=create) \
+            if pairs and need else ()
+        out = [None] * len(ins)
+        for i, g in zip(need, gi):
+            out[i] = g
+        return (None, *out)
+
+
+class _FirstRunChecked:
+    __slots__ = ("fn", "fallback", "uses_rng", "checked", "strict_gm")
+
+    def __init__(self, fn, fallback, uses_rng, strict_gm: "fx.GraphModule | None" = None):
+        self.fn, self.fallback, self.uses_rng, self.checked = fn, fallback, uses_rng, False
+        self.strict_gm = strict_gm   # strict=True: a failing first run raises (after the eager check)
+
+    def __call__(self, *args):
+        if self.checked:
+            return self.fn(*args)
+        vers = [a._version if isinstance(a, torch.Tensor) else None for a in args]
+        rng = torch.get_rng_state() if self.uses_rng else None
+        try:
+            out = self.fn(*args)
+        except Exception as e:
+            if getattr(e, "propagate", False) or any(
+                    isinstance(a, torch.Tensor) and a._version != v for a, v in zip(args, vers)):
+                raise
+            if rng is not None:
+                torch.set_rng_state(rng)
+            if self.strict_gm is not None:
+                self.fallback(*args)   # the same error eagerly: the user's, raised as eager raises it
+                raise _strict_backend_error(e, self.strict_gm, "the backend-compiled graph failed on its first run")
+            warnings.warn(f"mlircap.capture: backend-compiled graph failed on its first run "
+                          f"({type(e).__name__}: {str(e)[:200]}); running the captured graph without it",
+                          RuntimeWarning)
+            self.fn = self.fallback
+            self.checked = True
+            return self.fallback(*args)
+        self.checked = True
+        return out
+
+
+def _double_backward_ok(rec: "_Recorder", seg: "_Seg") -> bool:
+    """Can this graph run under _HigherOrderGrad: it takes some input that requires grad,
+    makes no in-place change, draws no random numbers (a recompute would draw others) and
+    returns no view of an input (a custom autograd Function would lose the view)."""
+    if seg.inplace or rec.uses_rng or not any(t.requires_grad for t in seg.examples):
+        return False
+    out_nodes = set(seg.outputs)
+    in_storages = {t.untyped_storage().data_ptr() for t in seg.examples}
+    for t, si, node in rec.env.values():
+        if si == seg.idx and node in out_nodes and t.untyped_storage().data_ptr() in in_storages:
+            return False
+    return True

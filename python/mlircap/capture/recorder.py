@@ -1,0 +1,112 @@
+"""`_Recorder`: the state of one recording run, combining the tracer, FX recording,
+side-effect, source, value and guard mixins."""
+import collections
+import types
+
+import torch
+
+from .. import logs as _logs
+from .locations import _user_location
+from .guards import _GlobalState, _GuardMixin
+from .values import _ValueMixin
+from .sources import _SourceMixin
+from .side_effects import _SideEffectMixin
+from .graph import _GraphMixin
+from .tracer import _TracerMixin
+
+
+class _Recorder(_TracerMixin, _GraphMixin, _SideEffectMixin, _SourceMixin, _ValueMixin, _GuardMixin):
+    def __init__(self, captured, func, code, args, argnames, catchup: "list | None" = None):
+        self.captured = captured
+        self.catchup = catchup or []   # results of uncapturable calls that already ran
+        self.ext_seen = 0              # uncapturable calls met so far
+        self.func = func
+        self.code = code
+        self.args = args
+        self.consts = []
+        self.const_idx = {}
+        self.src = {}          # id(obj) -> (expr, pretty, argrooted)
+        self.keep = []
+        self.guards = []       # (step_pos, expr, pretty)
+        self.guard_exprs = set()
+        self.read_exprs = set()
+        self.hooked = set()
+        self.memo = None
+        self.lets = []
+        self.lazy = {}
+        self.lazy_objs = {}
+        self.cv_snap = {}
+        self.builtin_reads = {}
+        self.arg_tensors = []
+        self.has_inplace = False
+        self.cv_local = set()
+        self.hooked_global = False
+        self.dirty = set()     # (id(obj), key)
+        # keys the code stored into (attribute names, ("item", key) for subscripts): replayed
+        # even when the stored value is the one the object already had when recording, since
+        # the object may hold another value at replay
+        self.stored: dict[int, set] = collections.defaultdict(set)
+        self.snaps = {}        # id -> (kind, obj, expr, pretty, snapshot)
+        self.global_snaps = {} # (id(g), name) -> (g, name, had, old)
+        self.ext_cells = {}    # id(cell) -> (expr, pretty)
+        self.segs = []
+        self.cur = None
+        self.env = {}          # id(tensor) -> (tensor, seg_idx, node)
+        self.steps = []        # ("graph", seg) | ("call", k, callee_expr, arg_exprs, kw_exprs, pretty)
+        self.ncalls = 0
+        self.suspended = 0
+        self.ext_depth = 0
+        self.cur_depth = -1
+        self.pending = {}
+        self.kwnames = {}
+        self._unreplayable = None
+        self.unreplayable_loc = None   # the user's file:line where capture gave up
+        self.breaks = []       # (reason, location)
+        self.break_limit = getattr(captured, "break_limit", None)
+        self.break_overflow = None     # set when the call broke the graph more than break_limit times
+        self.stopped = False           # recording stopped: the rest of the call runs untraced
+        self.uses_rng = False
+        self.versions = {}     # id(t) -> (t, version at first sight) for external tensors
+        self.tensor_meta: dict[str, tuple[str, torch.Tensor]] = {}  # guard expr -> (tensor expr, example)
+        self.vgroups: dict[tuple, str] = {}      # dict-group key -> version fast-path expression
+        self.vgroup_of: dict[str, tuple] = {}    # guard expr -> its dict-group key
+        self.state0 = _GlobalState()
+        self.grad0 = self.state0.grad
+        self.amb0 = self.state0.ambient
+        self.const_names = {}
+        # roots
+        try:
+            for i, (a, n) in enumerate(zip(args, argnames)):
+                self._source(a, f"L[{i}]", n, argrooted=True)
+        except Exception as e:  # e.g. an argument structure we cannot guard
+            self.unreplayable = f"{type(e).__name__}: {e}"
+        if isinstance(func, types.FunctionType) and func.__closure__:
+            for i, (c, n) in enumerate(zip(func.__closure__, code.co_freevars)):
+                self.ext_cells[id(c)] = (f"F.__closure__[{i}]", n)
+                self.keep.append(c)
+
+    @property
+    def unreplayable(self):
+        """Why this recording cannot be replayed (the call then runs eagerly), or None."""
+        return self._unreplayable
+
+    @unreplayable.setter
+    def unreplayable(self, why) -> None:
+        if why and not self._unreplayable:
+            self._unreplayable = why
+            try:
+                self.unreplayable_loc = _user_location()
+            except Exception:  # pragma: no cover
+                self.unreplayable_loc = "<unknown>"
+
+    def _add_break(self, reason: str, loc: str) -> None:
+        self.breaks.append((reason, loc))
+        _logs.log("graph_breaks", f"{reason} at {loc}")
+        lim = self.break_limit
+        if lim is not None and len(self.breaks) > lim and not self.stopped:
+            # hundreds of graphs would each be compiled and replayed: stop recording, the rest
+            # of the call and later calls with these arguments run eagerly
+            top, n = collections.Counter(self.breaks).most_common(1)[0]
+            self.break_overflow = f"most often: {top[0]} at {top[1]}, {n} times"
+            self.unreplayable = f"more than {lim} graph breaks in one call ({self.break_overflow})"
+            self.stopped = True

@@ -1,0 +1,193 @@
+"""Variants: a recording turned into guards plus generated replay code
+(`_GraphVariant`), or an eager fallback (`_EagerVariant`)."""
+import collections
+
+import torch
+import torch.fx as fx
+
+from .base import _Miss
+from .guards import _ambient, _compile_guard, _merge_guards
+from .graph_compile import _compile_graph, _double_backward_ok
+
+
+def _mk_obj(cls, d, base=None, items=None):
+    """Rebuild an object created during the captured call (fresh object per replay)."""
+    o = cls.__new__(cls)
+    if base is dict or base is collections.OrderedDict:
+        base.__init__(o)
+        for k, x in items:
+            base.__setitem__(o, k, x)
+    elif base is list:
+        list.extend(o, items)
+    o.__dict__.update(d)
+    return o
+
+
+# ======================================================================================
+# variants: guards + generated replay code
+class _Variant:
+    eager = False
+
+    def __init__(self, rec, pre, reason=None):
+        self.consts = rec.consts
+        self.pre = pre                      # [(expr, pretty)]
+        self.graphs = []
+        self.breaks = list(rec.breaks)
+        self.reason = reason
+        self.hits = 0
+        self.state = rec.state0
+        self.guard = _compile_guard(_merge_guards(rec, pre), self.consts, self.state)
+        self.grad0 = rec.grad0
+        self.amb0 = rec.amb0
+
+    def first_failure(self, args, func):
+        if torch.is_grad_enabled() is not self.grad0:
+            return f"torch.is_grad_enabled() == {self.grad0}"
+        if _ambient() != self.amb0:
+            return f"(inference_mode, autocast cpu, autocast cuda) == {self.amb0}"
+        if self.state.guard is not None and not self.state.guard.check():
+            return f"global torch state unchanged ({self.state.guard.reason().strip()} differs)"
+        for expr, pretty in self.pre:
+            g = _compile_guard([(expr, pretty)], self.consts, None)
+            if not g(args, func):
+                return pretty
+        return None
+
+
+class _EagerVariant(_Variant):
+    eager = True
+
+    def run(self, st, func, args, log=None):
+        return st._call_eager(func, args, log)
+
+
+def _merge_log(log: "list | None", done: list) -> list:
+    """The uncapturable-call results known after a failed replay: those it ran (or took
+    from `log`), then any further ones an earlier variant had already run."""
+    return done + log[len(done):] if log and len(log) > len(done) else done
+
+
+def _rollback(saved, rng):
+    with torch.no_grad():
+        for t, c in saved:
+            t.copy_(c)
+    if rng is not None:
+        torch.set_rng_state(rng)
+
+
+class _GraphVariant(_Variant):
+    def __init__(self, rec, result, backend):
+        rec.memo = {}
+        ret = rec.expr_of(result)
+        writes = rec.writes()
+        rec.keep.append(writes)
+        wexprs = []
+        for kind, target, key, val, fn in writes:
+            wexprs.append((kind, target, key, rec.expr_of(val) if kind != "delitem" else None, fn))
+        lets = list(rec.lets)
+        rec.memo = None
+        rec._close_seg()
+        # mutated external tensors (for rollback on a mid-replay guard failure)
+        mutated = [rec.src[vid][0] for vid, (t, ver) in rec.versions.items()
+                   if t._version != ver and vid in rec.src]
+        rec.final_guards()
+        pre = [(e, p) for pos, e, p in rec.guards if pos == 0]
+        super().__init__(rec, pre)
+        self.guards_all = [(pos, e, p) for pos, e, p in rec.guards]
+        compiled = []
+        try:
+            from torch._subclasses.fake_tensor import FakeTensorMode
+            fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        except Exception:  # pragma: no cover
+            fake_mode = None
+        for seg in rec.segs:
+            if fake_mode is not None:
+                phs = [n for n in seg.graph.nodes if n.op == "placeholder"]
+                for ph, ex in zip(phs, seg.examples):
+                    try:
+                        ph.meta["example_value"] = fake_mode.from_tensor(ex)
+                    except Exception:
+                        pass
+            seg.graph.output(tuple(seg.outputs))
+            gm = fx.GraphModule(torch.nn.Module(), seg.graph)
+            seg.gm = gm
+            self.graphs.append(gm)
+            compiled.append(_compile_graph(backend, gm, list(seg.examples), rec.uses_rng,
+                                           double_backward=_double_backward_ok(rec, seg),
+                                           strict=getattr(rec.captured, "strict", False)))
+        has_mid = any(pos > 0 for pos, _, _ in rec.guards)
+        rollback = has_mid and (mutated or rec.uses_rng)
+        # Uncapturable calls ("external" steps) run in order, exactly once per call of the
+        # function: when a mid-replay guard fails after some of them ran, the miss carries
+        # their results (_lg) to the next variant tried or to the re-recording, which use
+        # them instead of calling again (no double print/write/append, no skipped random).
+        L = ["def _make(C, B, _Miss, _mk, torch, _rollback, _merge_log):", "    def __replay(L, F, _lg=None):"]
+        ind = "        "
+        if any(st[0] == "call" and st[6] for st in rec.steps):
+            L.append(ind + "_n = len(_lg) if _lg else 0")
+        if rollback:
+            L.append(ind + "_sv = [(_t, _t.detach().clone()) for _t in (" + "".join(m + ", " for m in mutated) + ")]")
+            L.append(ind + ("_rng = torch.get_rng_state()" if rec.uses_rng else "_rng = None"))
+            rb = "_rollback(_sv, _rng); "
+        else:
+            rb = ""
+        midg = collections.defaultdict(list)
+        for pos, e, p in rec.guards:
+            if pos > 0:
+                midg[pos].append(e)
+        ext_done: list[str] = []
+        for st in rec.steps:
+            if st[0] == "graph":
+                seg = st[1]
+                call = f"B[{seg.idx}](" + "".join(i + ", " for i in seg.inputs) + ")"
+                if seg.outputs:
+                    L.append(ind + "".join(f"n{seg.idx}_{n.name}, " for n in seg.outputs) + "= " + call)
+                else:
+                    L.append(ind + call)
+            else:
+                _, k, fe, ae, ke, reason, external = st
+                argl = list(ae) + [f"{kk}={vv}" for kk, vv in ke.items()]
+                call = f"{fe}(" + ", ".join(argl) + ")"
+                if external:
+                    j = len(ext_done)
+                    L.append(ind + f"b{k} = _lg[{j}] if _n > {j} else {call}")
+                    ext_done.append(f"b{k}")
+                else:  # a data-dependent tensor operation: no side effect, just run it
+                    L.append(ind + f"b{k} = {call}")
+                if midg.get(k + 1):
+                    cond = " and ".join(f"({e})" for e in midg[k + 1])
+                    L.append(ind + f"if not ({cond}):")
+                    L.append(ind + f"    {rb}return _Miss(_merge_log(_lg, [{', '.join(ext_done)}]))")
+        for name, e in lets:
+            L.append(ind + f"{name} = {e}")
+        for i, (kind, target, key, ve, fn) in enumerate(wexprs):
+            if ve is not None:
+                L.append(ind + f"_w{i} = {ve}")
+        for i, (kind, target, key, ve, fn) in enumerate(wexprs):
+            kl = rec._lit(key) if key is not None else None
+            if kind == "item":
+                L.append(ind + (f"{fn}({target}, {kl}, _w{i})" if fn else f"{target}[{kl}] = _w{i}"))
+            elif kind == "delitem":
+                L.append(ind + (f"{fn}({target}, {kl}, None)" if fn else f"{target}.pop({kl}, None)"))
+            elif kind == "set":
+                L.append(ind + f"{target}.{key} = _w{i}")
+            elif kind == "extend":
+                L.append(ind + f"{target}.extend(_w{i})")
+            elif kind == "slice":
+                L.append(ind + f"{target}[:] = _w{i}")
+            elif kind == "cvset":
+                L.append(ind + f"{target}.set(_w{i})")
+            elif kind == "update":
+                L.append(ind + f"{target}.update(_w{i})")
+            elif kind == "discard":
+                L.append(ind + f"{target}.difference_update(_w{i})")
+        L.append(ind + f"return {ret}")
+        L.append("    return __replay")
+        self.source = "\n".join(L)
+        ns = {}
+        exec(compile(self.source, "<mlircap replay>", "exec"), ns)
+        self.replay = ns["_make"](self.consts, compiled, _Miss, _mk_obj, torch, _rollback, _merge_log)
+        self.mid_guards = [(pos, p) for pos, e, p in rec.guards if pos > 0]
+
+    def run(self, st, func, args, log=None):
+        return self.replay(args, func, log)

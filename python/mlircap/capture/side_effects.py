@@ -1,0 +1,156 @@
+"""Side effects: STORE_* opcodes mark external state dirty, and at the end of the
+recording the touched state is diffed against its snapshot into replayed writes
+(`_SideEffectMixin`)."""
+import collections
+
+from .base import Unreplayable, _MISSING
+from .frame_hook import _E
+from .classify import _PRIM
+from .typeinfo import _is_ndarray, _slot_values
+
+
+class _SideEffectMixin:
+    """Part of `_Recorder` (recorder.py); uses its state."""
+
+    def op_store_deref(self, frame, arg, name):
+        cell = _E.local_raw(frame, arg)
+        if id(cell) in self.ext_cells:
+            if (id(cell), "cell") not in self.dirty:
+                try:
+                    old = (True, cell.cell_contents)
+                except ValueError:
+                    old = (False, None)
+                self.global_snaps[("cell", id(cell))] = (cell, None, old[0], old[1])
+            self.dirty.add((id(cell), "cell"))
+
+    def op_store_global(self, frame, arg, name):
+        g = frame.f_globals
+        key = (id(g), name)
+        if key not in self.global_snaps:
+            self.global_snaps[key] = (g, name, name in g, g.get(name))
+        self.dirty.add(key)
+
+    def op_store_attr(self, frame, arg, name):
+        obj = _E.peek(frame, 0)
+        if id(obj) in self.src:
+            self.dirty.add((id(obj), name))
+            self.stored[id(obj)].add(name)
+
+    def op_store_subscr(self, frame, arg, argval):
+        obj = _E.peek(frame, 1)
+        if id(obj) in self.src:
+            if _is_ndarray(obj):
+                raise Unreplayable("in-place write to a numpy array")
+            self.dirty.add((id(obj), "*"))
+            key = _E.peek(frame, 0)
+            try:
+                hash(key)
+                self.stored[id(obj)].add(("item", key))
+            except TypeError:
+                pass
+
+    def op_binary_op(self, frame, arg, argval):
+        # `arr += 1` mutates a numpy array in C without a call the tracer sees
+        if arg is not None and arg >= 13:  # NB_INPLACE_* (dis._nb_ops)
+            obj = _E.peek(frame, 1)
+            if _is_ndarray(obj) and id(obj) in self.src:
+                raise Unreplayable("in-place operator on a numpy array")
+
+    def op_store_slice(self, frame, arg, argval):  # 3.12: [value, container, start, stop]
+        obj = _E.peek(frame, 2)
+        if id(obj) in self.src:
+            self.dirty.add((id(obj), "*"))
+
+    # -- finalisation ------------------------------------------------------------------
+    def writes(self):
+        """Compare touched external state with its snapshot: list of (stmt builder)."""
+        out = []
+        for cv, old in self.cv_snap.items():
+            now = cv.get(_MISSING)
+            if now is not old:
+                if now is _MISSING:
+                    raise Unreplayable("ContextVar left unset")
+                out.append(("cvset", self.const(cv), None, now, None))
+        for key, (g, name, had, old) in self.global_snaps.items():
+            if key[0] == "cell":
+                cell = g
+                e = self.ext_cells[id(cell)][0]
+                try:
+                    now = (True, cell.cell_contents)
+                except ValueError:
+                    now = (False, None)
+                # stored by the code: replayed even if the value did not change
+                if now[0]:
+                    out.append(("set", f"{e}", "cell_contents", now[1], True))
+                elif had:
+                    raise Unreplayable("closure cell deleted")
+                continue
+            c = self.const(g)
+            if name in g:  # stored (STORE_GLOBAL) by the code: replayed even if unchanged
+                out.append(("item", c, name, g[name], False))
+            elif had:
+                out.append(("delitem", c, name, None, False))
+        for vid, (kind, v, expr, pretty, snap) in self.snaps.items():
+            stored = self.stored.get(vid, ())
+            items = {k[1] for k in stored if type(k) is tuple and len(k) == 2 and k[0] == "item"}
+            names = {k for k in stored if type(k) is str}
+            if kind == "list":
+                if len(v) >= len(snap) and all(a is b for a, b in zip(v, snap)):
+                    # unchanged prefix: the stored indices (lst[i] = x), then the appended tail
+                    for i in sorted(k for k in items if type(k) is int and -len(snap) <= k < len(snap)):
+                        out.append(("item", expr, i, v[i], False))
+                    if len(v) > len(snap):
+                        out.append(("extend", expr, None, v[len(snap):], False))
+                else:
+                    if vid in self.lazy:  # the new contents depend on the old ones: guard them
+                        self.touch(v)
+                        for i, x in enumerate(snap):
+                            if id(x) not in self.src and type(x) not in _PRIM:
+                                raise Unreplayable("list rewritten in place")
+                    out.append(("slice", expr, None, list(v), False))
+            elif kind == "set":
+                if v != snap:
+                    add, rem = v - snap, snap - v
+                    if rem:
+                        out.append(("discard", expr, None, rem, False))
+                    if add:
+                        out.append(("update", expr, None, add, False))
+            elif kind == "dict" or kind == "obj":
+                d = v if kind == "dict" else v.__dict__
+                de = expr if kind == "dict" else f"{expr}.__dict__"
+                self._dict_diff(out, de, d, snap, force=items if kind == "dict" else names)
+            elif kind == "slots" or kind == "obj+slots":
+                if kind == "obj+slots":
+                    self._dict_diff(out, f"{expr}.__dict__", v.__dict__, snap[0], force=names)
+                    snap = snap[1]
+                now = _slot_values(v)
+                for k, x in now.items():
+                    if k not in snap or snap[k] is not x or k in names:
+                        out.append(("set", expr, k, x, None))
+                if any(k not in now for k in snap):
+                    raise Unreplayable("slot attribute deleted")
+            else:  # module
+                md, mp, mb, mm = snap
+                self._dict_diff(out, f"{expr}.__dict__", v.__dict__, md,
+                                skip=("_parameters", "_buffers", "_modules"), force=names)
+                self._dict_diff(out, f"{expr}._parameters", v._parameters, mp, force=names)
+                self._dict_diff(out, f"{expr}._buffers", v._buffers, mb, force=names)
+                self._dict_diff(out, f"{expr}._modules", v._modules, mm, force=names)
+        return out
+
+    def _dict_diff(self, out, de, d, snap, skip=(), force=()):
+        # dict subclasses may override __setitem__ (key normalisation...): replay the raw
+        # state change through the builtin base class
+        if type(d) is dict:
+            setter = deleter = None
+        else:
+            base = collections.OrderedDict if isinstance(d, collections.OrderedDict) else dict
+            setter, deleter = self.const(base.__setitem__), self.const(base.pop)
+        for k, x in dict.items(d):
+            if k in skip:
+                continue
+            if k not in snap or snap[k] is not x or k in force:
+                out.append(("item", de, k, x, setter))
+        for k in snap:
+            if k not in d and k not in skip:
+                out.append(("delitem", de, k, None, deleter))

@@ -1,0 +1,299 @@
+"""Sources of tracked values: guarding a value read from an external location
+(`_SourceMixin._source`), lazily guarded containers and objects, snapshots."""
+import functools
+import types
+import weakref
+
+import torch
+
+from .base import Unreplayable
+from .classify import _ID_HASHED, _IMMUTABLE_CONST, _PRIM, _classify
+from .locations import _short
+from .typeinfo import _NDARRAY_GUARD_BYTES, _is_ndarray, _pure_python_type, _slot_names, _slot_values
+
+
+class _SourceMixin:
+    """Part of `_Recorder` (recorder.py); uses its state."""
+
+    def _source_ndarray(self, v, expr: str, pretty: str, argrooted: bool) -> None:
+        """A numpy array is mutable in place without any write the tracer sees: guard its
+        contents (small arrays) or give up capturing."""
+        if v.dtype.hasobject or v.nbytes > _NDARRAY_GUARD_BYTES:
+            raise Unreplayable(f"numpy array {pretty} ({v.dtype}, {v.nbytes} bytes) read: its contents "
+                               f"are not guarded above {_NDARRAY_GUARD_BYTES} bytes")
+        self.guard(f"type({expr}) is {self.const(type(v))} and {expr}.dtype == {self.const(v.dtype)} and "
+                   f"{expr}.shape == {tuple(v.shape)!r} and {expr}.tobytes() == {self.const(v.tobytes())}",
+                   f"{pretty}: ndarray[{v.dtype}, shape={tuple(v.shape)}] with the same contents")
+        self.src[id(v)] = (expr, pretty, argrooted)
+        self.keep.append(v)
+
+    # Lazy containers: lists/dicts/sets reached through attributes, globals or cells are
+    # only guarded (from their snapshot, i.e. the pre-call state) once the program reads
+    # them; append-only / store-only use (logs, caches, histories) needs no guard at all.
+    def touch(self, obj):
+        lz = self.lazy.pop(id(obj), None)
+        if lz is None:
+            return
+        v, expr, pretty, depth, pos = lz
+        kind, _, _, _, snap = self.snaps[id(v)]
+        t = type(v)
+        saved = self.ncalls
+        self.ncalls = pos
+        try:
+            n = len(snap)
+            self.guard(f"type({expr}) is {self.const(t)} and len({expr}) == {n}",
+                       f"type({pretty}) is {t.__name__} and len({pretty}) == {n}")
+            if kind == "list":
+                for i, x in enumerate(snap):
+                    self._source(x, f"{expr}[{i}]", f"{pretty}[{i}]", False, depth + 1)
+            elif kind == "dict":
+                keys = list(snap.keys())
+                self.guard(f"list({expr}) == {self.const(keys)}", f"list({pretty}.keys()) == {keys!r}")
+                for k in keys:
+                    self._source(snap[k], self._item(v, expr, k), f"{pretty}[{k!r}]", False, depth + 1)
+            else:
+                if all(type(x) in _PRIM or isinstance(x, _ID_HASHED) for x in snap):
+                    self.guard(f"{expr} == {self.const(set(snap))}", f"{pretty} == {snap!r}")
+                else:
+                    raise Unreplayable(f"set of objects at {pretty}")
+        finally:
+            self.ncalls = saved
+
+    def full_obj(self, o):
+        """A lazily guarded object is used by code we do not trace: guard all of it."""
+        v, pos = self.lazy_objs.pop(id(o))
+        _, _, expr, pretty, snap = self.snaps[id(o)]
+        dc = self.const(v.__dict__)
+        saved = self.ncalls
+        self.ncalls = pos
+        try:
+            self.guard(f"list({dc}) == {self.const(list(snap))}", f"vars({pretty}).keys() == {list(snap)}")
+            for k, x in snap.items():
+                self.read(f"{dc}[{k!r}]", f"{pretty}.{k}", x, id(v), k)
+        finally:
+            self.ncalls = saved
+
+    def touch_deep(self, objs):
+        if not self.lazy and not self.lazy_objs:
+            return
+        for o in objs:
+            if id(o) in self.lazy_objs:
+                self.full_obj(o)
+            if id(o) in self.lazy:
+                self.touch(o)
+            d = getattr(o, "__dict__", None) if not isinstance(o, type) else None
+            if isinstance(d, dict):
+                for x in list(d.values()):
+                    if id(x) in self.lazy:
+                        self.touch(x)
+            if isinstance(o, (list, tuple)) and len(o) < 64:
+                for x in o:
+                    if id(x) in self.lazy:
+                        self.touch(x)
+
+    def _source(self, v, expr, pretty, argrooted, depth=0, group: "tuple | None" = None):
+        """v has just been read from an external location described by expr: guard it.
+        `group`: the dicts expr reads from (see guard()); only guards that depend on
+        nothing but that read use it."""
+        t = type(v)
+        if v is None or t is bool:
+            self.guard(f"{expr} is {v!r}", f"{pretty} is {v!r}", group=group)
+            return
+        if t is str:
+            self.guard(f"{expr} == {self._lit(v)}", f"{pretty} == {v!r}", group=group)
+            return
+        if t in (int, float, bytes, complex):
+            self.guard(self._number_guard(expr, v, t.__name__), f"{pretty} == {v!r}", group=group)
+            return
+        if isinstance(v, (int, float, complex)) and t.__module__ == "numpy":
+            # numpy scalars (np.float64 subclasses float): immutable, guarded by value
+            self.guard(self._number_guard(expr, v, self.const(t)), f"{pretty} == {t.__name__}({v!r})",
+                       group=group)
+            return
+        vid = id(v)
+        if vid in self.src:
+            old = self.src[vid][0]
+            if old != expr:  # same object reached through another path: guard aliasing
+                self.guard(f"{expr} is {old}", f"{pretty} is {self.src[vid][1]}",
+                           group=group if old.startswith("C[") else None)
+            return
+        self.keep.append(v)
+        if isinstance(v, torch.Tensor):
+            meta = f"{type(v).__name__}[{str(v.dtype)[6:]}, {v.device}, shape={tuple(v.shape)}, " \
+                   f"stride={tuple(v.stride())}, requires_grad={v.requires_grad}]"
+            if argrooted:
+                if expr.startswith("L["):
+                    self.arg_tensors.append(expr)
+                self.guard(self._tensor_guard(expr, v), f"{pretty}: {meta}")
+                self.src[vid] = (expr, pretty, argrooted)
+            elif isinstance(v, torch.nn.Parameter):
+                # identity (so replay passes the constant) and metadata: `p.data = ...`,
+                # `.to()`, `resize_` keep the object but change shape, dtype, ...
+                c = self.const(v, pretty)
+                self.guard(f"{expr} is {c}", f"{pretty} is the same tensor (id)", group=group)
+                self.guard(self._tensor_guard(c, v), f"{pretty}: {meta}")
+                self.src[vid] = (c, pretty, False)
+            else:
+                # buffers / plain tensor attributes / globals: read through expr at replay,
+                # so any tensor with the same metadata will do
+                self.guard(self._tensor_guard(expr, v), f"{pretty}: {meta}")
+                self.src[vid] = (expr, pretty, False)
+            self.versions[vid] = (v, v._version)
+            return
+        if isinstance(v, _IMMUTABLE_CONST):
+            self.guard(f"{expr} == {self.const(v)}", f"{pretty} == {v!r}", group=group)
+            return
+        if _is_ndarray(v):
+            self._source_ndarray(v, expr, pretty, argrooted)
+            return
+        if isinstance(v, (torch.nn.Module, types.FunctionType, types.BuiltinFunctionType,
+                          types.ModuleType, type, types.MethodWrapperType,
+                          types.WrapperDescriptorType, types.MethodDescriptorType)) or \
+                isinstance(v, (weakref.ref,)) or hasattr(type(v), "__members__"):
+            c = self.const(v, pretty)
+            self.guard(f"{expr} is {c}", f"{pretty} is {_short(v)}", group=group)
+            self.src[vid] = (c, pretty, False)
+            if isinstance(v, types.FunctionType) and _classify(v.__code__) == "user":
+                # traced code: replacing __code__ / __defaults__ of the same function object
+                # changes what it does
+                self.guard(f"{c}.__code__ is {self.const(v.__code__)} and {c}.__defaults__ is "
+                           f"{self._lit_or_const(v.__defaults__)} and {c}.__kwdefaults__ is "
+                           f"{self._lit_or_const(v.__kwdefaults__)}",
+                           f"{pretty} has the same __code__ and defaults")
+            if isinstance(v, torch.nn.Module):
+                self._snap(v, c, pretty)
+                if isinstance(v, (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict,
+                                  torch.nn.ParameterList, torch.nn.ParameterDict)):
+                    mods = v._modules if not isinstance(v, (torch.nn.ParameterList, torch.nn.ParameterDict)) else v._parameters
+                    an = "_modules" if mods is v._modules else "_parameters"
+                    self.guard(f"list({c}.{an}) == {self.const(list(mods.keys()))}",
+                               f"{pretty}.{an}.keys() == {list(mods.keys())}")
+                    mc = self.const(mods)
+                    for k, m in mods.items():
+                        self._source(m, f"{mc}[{k!r}]", f"{pretty}[{k!r}]", False, depth + 1)
+            elif isinstance(v, types.FunctionType) and v.__closure__:
+                for i, (cell, n) in enumerate(zip(v.__closure__, v.__code__.co_freevars)):
+                    self.ext_cells[id(cell)] = (f"{c}.__closure__[{i}]", f"{pretty}.<closure {n}>")
+                    self.keep.append(cell)
+            return
+        if t is types.MethodType:
+            self.guard(f"type({expr}) is {self.const(types.MethodType)}", f"{pretty} is a bound method")
+            self._source(v.__func__, f"{expr}.__func__", f"{pretty}.__func__", argrooted, depth + 1)
+            self._source(v.__self__, f"{expr}.__self__", f"{pretty}.__self__", argrooted, depth + 1)
+            return
+        if depth > 6:
+            raise Unreplayable(f"structure too deep at {pretty}")
+        if t is tuple and not argrooted and len(v) <= 8 and all(type(x) in (int, str) for x in v):
+            # e.g. conv stride/padding tuples read from module attributes
+            self.guard(f"type({expr}) is tuple and {expr} == {v!r}", f"{pretty} == {v!r}", group=group)
+            return
+        if isinstance(v, (list, dict, set)) and not argrooted:
+            if len(v) > 512:
+                raise Unreplayable(f"container too large at {pretty}")
+            self.src[vid] = (expr, pretty, argrooted)
+            self._snap(v, expr, pretty)
+            self.lazy[vid] = (v, expr, pretty, depth, self.ncalls)
+            return
+        if isinstance(v, (list, tuple, dict, set)):
+            n = len(v)
+            if n > 512:
+                raise Unreplayable(f"container too large at {pretty}")
+            self.guard(f"type({expr}) is {self.const(t)} and len({expr}) == {n}",
+                       f"type({pretty}) is {t.__name__} and len({pretty}) == {n}")
+            self.src[vid] = (expr, pretty, argrooted)
+            if isinstance(v, (list, tuple)):
+                for i, x in enumerate(v):
+                    self._source(x, f"{expr}[{i}]", f"{pretty}[{i}]", argrooted, depth + 1)
+            elif isinstance(v, dict):
+                keys = list(v.keys())
+                self.guard(f"list({expr}) == {self.const(keys)}", f"list({pretty}.keys()) == {keys!r}")
+                for k in keys:
+                    self._source(dict.__getitem__(v, k), self._item(v, expr, k), f"{pretty}[{k!r}]",
+                                 argrooted, depth + 1)
+            else:
+                if all(type(x) in _PRIM or isinstance(x, _ID_HASHED) for x in v):
+                    self.guard(f"{expr} == {self.const(set(v))}", f"{pretty} == {v!r}")
+                else:
+                    raise Unreplayable(f"set of objects at {pretty}")
+            if t is not tuple:
+                self._snap(v, expr, pretty)
+            return
+        if t is functools.partial:
+            self.guard(f"type({expr}) is {self.const(t)}", f"{pretty} is a functools.partial")
+            self.src[vid] = (expr, pretty, argrooted)
+            self._source(v.func, f"{expr}.func", f"{pretty}.func", True, depth + 1)
+            self._source(v.args, f"{expr}.args", f"{pretty}.args", True, depth + 1)
+            self._source(v.keywords, f"{expr}.keywords", f"{pretty}.keywords", True, depth + 1)
+            return
+        if hasattr(v, "__dict__") and not isinstance(v, type) and not _pure_python_type(t):
+            # C-implemented type with an instance dict (SimpleNamespace, ...): identity; its
+            # attribute reads are guarded where they happen (op_load_attr), its instance
+            # dict and slots are snapshotted for writes
+            c = self.const(v, pretty)
+            self.guard(f"{expr} is {c}", f"{pretty} is {_short(v)}", group=group)
+            self.src[vid] = (c, pretty, False)
+            if type(getattr(v, "__dict__", None)) is dict:
+                self._snap(v, c, pretty)
+            return
+        if hasattr(v, "__dict__") and not isinstance(v, type) and not argrooted and \
+                type(getattr(v, "__dict__", None)) is dict:
+            # object reached through a module attribute / global / cell (configs, helpers):
+            # identity, then attribute reads are guarded lazily like nn.Module attributes
+            c = self.const(v, pretty)
+            self.guard(f"{expr} is {c}", f"{pretty} is {_short(v)}")
+            self.src[vid] = (c, pretty, False)
+            self._snap(v, c, pretty)
+            self.lazy_objs[vid] = (v, self.ncalls)
+            return
+        if hasattr(v, "__dict__") and not isinstance(v, type):
+            # plain custom object / dataclass argument: guard its type and whole instance dict
+            self.guard(f"type({expr}) is {self.const(t)}", f"type({pretty}) is {t.__qualname__}")
+            self.src[vid] = (expr, pretty, argrooted)
+            d = v.__dict__
+            keys = list(d.keys())
+            self.guard(f"list({expr}.__dict__) == {self.const(keys)}", f"vars({pretty}).keys() == {keys}")
+            for k in keys:
+                self._source(d[k], f"{expr}.__dict__[{k!r}]", f"{pretty}.{k}", argrooted, depth + 1)
+            self._snap(v, expr, pretty)
+            return
+        # object without __dict__ (__slots__ classes, C objects): identity; attribute reads
+        # are guarded where they happen (op_load_attr), slot values snapshotted for writes
+        c = self.const(v, pretty)
+        self.guard(f"{expr} is {c}", f"{pretty} is {_short(v)}", group=group)
+        self.src[vid] = (c, pretty, False)
+        if _slot_names(t):
+            self._snap(v, c, pretty)
+
+    def _item(self, container, expr, key):
+        if type(container) in (dict, list, tuple):
+            return f"{expr}[{self._lit(key)}]"
+        return f"{self.const(dict.__getitem__)}({expr}, {self._lit(key)})"
+
+    def _snap(self, v, expr, pretty):
+        if id(v) in self.snaps:
+            return
+        if isinstance(v, torch.nn.Module):
+            snap = (dict(v.__dict__), dict(v._parameters), dict(v._buffers), dict(v._modules))
+            kind = "module"
+        elif isinstance(v, list):
+            snap, kind = list(v), "list"
+        elif isinstance(v, dict):
+            snap, kind = dict(v), "dict"
+        elif isinstance(v, set):
+            snap, kind = set(v), "set"
+        elif type(getattr(v, "__dict__", None)) is not dict:
+            snap, kind = _slot_values(v), "slots"
+        else:
+            snap, kind = dict(v.__dict__), "obj"
+            slots = _slot_values(v)
+            if slots:
+                snap, kind = (snap, slots), "obj+slots"
+        self.snaps[id(v)] = (kind, v, expr, pretty, snap)
+
+    def read(self, expr, pretty, v, owner_id=None, key=None, group: "tuple | None" = None):
+        if owner_id is not None and (owner_id, key) in self.dirty:
+            return
+        if expr in self.read_exprs:
+            return
+        self.read_exprs.add(expr)
+        self._source(v, expr, pretty, argrooted=False, group=group)

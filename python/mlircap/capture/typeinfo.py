@@ -1,0 +1,119 @@
+"""Introspection of Python types: MRO lookups, data descriptors, class dicts (for
+dict-version guards), __slots__ members, numpy arrays, opaque values."""
+import sys
+import types
+import weakref
+
+import torch
+
+from .base import _MISSING
+from .classify import _IMMUTABLE_CONST, _PRIM
+
+
+_HEAPTYPE = 1 << 9
+
+
+def _pure_python_type(t):
+    """True if all instance state of t lives in its __dict__ (no C-level slots)."""
+    for k in t.__mro__:
+        if k is object:
+            continue
+        if not (k.__flags__ & _HEAPTYPE):
+            return False
+        if getattr(k, "__slots__", ()) not in ((), [], None) and not (
+                isinstance(k.__slots__, (tuple, list)) and set(k.__slots__) <= {"__dict__", "__weakref__"}):
+            return False
+    return True
+
+
+_IMMUTABLETYPE = 1 << 8
+_NDARRAY_GUARD_BYTES = 1 << 16
+try:
+    from torch._C._dynamo.guards import dict_version as _dict_version
+except Exception:  # pragma: no cover - older torch: no version fast path
+    _dict_version = None
+
+
+def _mro_lookup(cls: type, name: str):
+    """(defining class, raw attribute) as type lookup finds it, or (None, _MISSING)."""
+    for k in cls.__mro__:
+        d = k.__dict__
+        if name in d:
+            return k, d[name]
+    return None, _MISSING
+
+
+def _static_lookup(cls: type, name: str):
+    return _mro_lookup(cls, name)[1]
+
+
+def _is_data_descr(raw) -> bool:
+    t = type(raw)
+    return hasattr(t, "__set__") or hasattr(t, "__delete__")
+
+
+_class_dicts_cache: "weakref.WeakKeyDictionary[type, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _class_dicts(cls: type) -> tuple:
+    """The real dicts (not the mappingproxies) of the mutable classes in cls's MRO: a
+    change to any of them can change an attribute lookup on cls."""
+    r = _class_dicts_cache.get(cls)
+    if r is None:
+        import gc
+        ds = []
+        for k in cls.__mro__:
+            if not k.__flags__ & _IMMUTABLETYPE:
+                ref = [x for x in gc.get_referents(k.__dict__) if type(x) is dict]
+                if len(ref) != 1:
+                    ds = None
+                    break
+                ds.append(ref[0])
+        r = tuple(ds) if ds is not None else ()
+        try:
+            _class_dicts_cache[cls] = r
+        except TypeError:
+            pass
+    return r
+
+
+_slot_cache: "weakref.WeakKeyDictionary[type, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _slot_names(t: type) -> tuple:
+    """Names of the __slots__ members of Python classes in t's MRO."""
+    r = _slot_cache.get(t)
+    if r is None:
+        r = tuple(n for k in t.__mro__ if k.__flags__ & _HEAPTYPE and "__slots__" in k.__dict__
+                  for n, d in k.__dict__.items() if type(d) is types.MemberDescriptorType)
+        try:
+            _slot_cache[t] = r
+        except TypeError:
+            pass
+    return r
+
+
+def _slot_values(v) -> dict:
+    out = {}
+    for n in _slot_names(type(v)):
+        try:
+            out[n] = getattr(v, n)
+        except AttributeError:
+            pass
+    return out
+
+
+def _is_ndarray(v) -> bool:
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(v, np.ndarray)
+
+
+def _is_opaque_value(v):
+    t = type(v)
+    if t in _PRIM or isinstance(v, (torch.Tensor, list, tuple, dict, set, frozenset, type, types.FunctionType,
+                                    types.ModuleType, torch.nn.Module) + _IMMUTABLE_CONST):
+        return False
+    if hasattr(v, "__dict__") or hasattr(t, "__bool__") or hasattr(t, "__len__") or hasattr(t, "__iter__") \
+            or hasattr(t, "__eq__") and t.__eq__ is not object.__eq__:
+        return False
+    return True

@@ -1,0 +1,118 @@
+"""Constants and value reconstruction: the recorder's constant table and the Python
+expressions that rebuild a value at replay (`_ValueMixin`)."""
+import collections
+import math
+import types
+
+import torch
+
+from .base import Unreplayable
+from .classify import _IMMUTABLE_CONST, _PRIM
+
+
+class _ValueMixin:
+    """Part of `_Recorder` (recorder.py); uses its state."""
+
+    # -- constants / guards -----------------------------------------------------
+    def const(self, v, name=None):
+        k = self.const_idx.get(id(v))
+        if k is None:
+            k = len(self.consts)
+            self.consts.append(v)
+            self.const_idx[id(v)] = k
+            self.const_names[k] = name
+        return f"C[{k}]"
+
+    def _lit_or_const(self, v) -> str:
+        return "None" if v is None else self.const(v)
+
+    def _lit(self, v):
+        t = type(v)
+        if v is None or t is bool:
+            return repr(v)
+        if t in (int, str) and len(repr(v)) < 60:
+            return repr(v)
+        if t is float and math.isfinite(v):
+            return repr(v)
+        return self.const(v)
+
+    # -- value reconstruction --------------------------------------------------------
+    def expr_of(self, v, depth=0):
+        # In the final phase (return value + deferred writes) rebuilt mutable objects are
+        # bound once, so aliasing between the result and stored state is preserved.
+        memo = self.memo
+        if memo is not None and type(v) not in _PRIM and not isinstance(v, torch.Tensor) and \
+                id(v) not in self.src and isinstance(v, (list, dict, set, tuple)) or \
+                (memo is not None and hasattr(v, "__dict__") and id(v) not in self.src and
+                 not isinstance(v, (type, types.FunctionType, types.ModuleType, torch.nn.Module, torch.Tensor))):
+            name = memo.get(id(v))
+            if name is not None:
+                return name
+            e = self._expr_of(v, depth)
+            name = f"_l{len(self.lets)}"
+            self.lets.append((name, e))
+            memo[id(v)] = name
+            return name
+        return self._expr_of(v, depth)
+
+    def _expr_of(self, v, depth=0):
+        if isinstance(v, torch.Tensor):
+            s = self.src.get(id(v))
+            if s is not None:
+                return s[0]
+            e = self.env.get(id(v))
+            if e is not None and e[0] is v:
+                return self._use_node(e[1], e[2])
+            raise Unreplayable("tensor of unknown origin escapes")
+        t = type(v)
+        if v is None or t in _PRIM:
+            return self._lit(v)
+        s = self.src.get(id(v))
+        if s is not None:
+            return s[0]
+        if depth > 8:
+            raise Unreplayable("value too deep")
+        if t is list:
+            return "[" + ", ".join(self.expr_of(x, depth + 1) for x in v) + "]"
+        if t is tuple:
+            return "(" + "".join(self.expr_of(x, depth + 1) + ", " for x in v) + ")"
+        if t is dict:
+            return "{" + ", ".join(f"{self.expr_of(k, depth + 1)}: {self.expr_of(x, depth + 1)}"
+                                   for k, x in v.items()) + "}"
+        if t is set:
+            return "{" + ", ".join(self.expr_of(x, depth + 1) for x in v) + "}" if v else "set()"
+        if isinstance(v, _IMMUTABLE_CONST) or isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type,
+                                                              types.ModuleType, torch.nn.Module)) \
+                and not (isinstance(v, types.FunctionType) and v.__closure__):
+            if isinstance(v, torch.nn.Module):
+                raise Unreplayable("module created during the call")
+            return self.const(v)
+        if isinstance(v, tuple) and hasattr(type(v), "_fields"):
+            return f"{self.const(t)}(" + ", ".join(self.expr_of(x, depth + 1) for x in v) + ")"
+        if isinstance(v, tuple) and type(v).__module__ == "torch.return_types":
+            return f"{self.const(t)}((" + "".join(self.expr_of(x, depth + 1) + ", " for x in v) + "))"
+        if t is types.MethodType:
+            return f"{self.const(types.MethodType)}({self.expr_of(v.__func__)}, {self.expr_of(v.__self__)})"
+        if hasattr(v, "__dict__") and not any(getattr(k, "__slots__", ()) for k in t.__mro__) \
+                and t.__module__ not in ("builtins",) \
+                and not callable(v) and not isinstance(v, BaseException):
+            d = {k: x for k, x in v.__dict__.items()}
+            self.keep.append(d)  # temporaries must stay alive: the rebuild memo is keyed by id
+            if isinstance(v, (set, frozenset)) or (isinstance(v, tuple) and not hasattr(t, "_fields")):
+                raise Unreplayable(f"cannot reproduce container subclass {t.__name__}")
+            if isinstance(v, dict):  # e.g. transformers ModelOutput (OrderedDict subclass)
+                base = collections.OrderedDict if isinstance(v, collections.OrderedDict) else dict
+                items = [(k, x) for k, x in dict.items(v)]
+                self.keep.append(items)
+                self.keep.extend(items)
+                return (f"_mk({self.const(t)}, {self.expr_of(d, depth + 1)}, {self.const(base)}, "
+                        f"{self.expr_of(items, depth + 1)})")
+            if isinstance(v, list):
+                items = list(list.__iter__(v))
+                self.keep.append(items)
+                return (f"_mk({self.const(t)}, {self.expr_of(d, depth + 1)}, {self.const(list)}, "
+                        f"{self.expr_of(items, depth + 1)})")
+            return f"_mk({self.const(t)}, {self.expr_of(d, depth + 1)})"
+        if hasattr(t, "__members__"):
+            return self.const(v)
+        raise Unreplayable(f"cannot reproduce value of type {t.__name__}")
