@@ -10,6 +10,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
 from .base import Unreplayable
+from .steps import CallStep, GraphStep
 from .classify import (
     _DATA_DEP, _GLOBAL_STATE_FUNCS, _IMMUTABLE_CONST, _META_OK, _PRIM, _RNG_WORDS, _fname, _func_qualname,
 )
@@ -131,7 +132,7 @@ class _GraphMixin:
             self._close_seg()
             k = self.ncalls
             self.ncalls += 1
-            self.steps.append(("call", k, fe, ae, ke, reason, False))
+            self.steps.append(CallStep(k, fe, ae, ke, reason, external=False))
             self._add_break(reason, _user_location())
             self._call_result(k, res)
             return res
@@ -147,7 +148,7 @@ class _GraphMixin:
         if self.cur is None:
             self.cur = _Seg(len(self.segs), self.grad0)
             self.segs.append(self.cur)
-            self.steps.append(("graph", self.cur))
+            self.steps.append(GraphStep(self.cur))
         return self.cur
 
     def _close_seg(self):

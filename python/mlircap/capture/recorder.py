@@ -6,6 +6,7 @@ import types
 import torch
 
 from .. import logs as _logs
+from .steps import Step
 from .locations import _user_location
 from .guards import _GlobalState, _GuardMixin
 from .values import _ValueMixin
@@ -52,7 +53,7 @@ class _Recorder(_TracerMixin, _GraphMixin, _SideEffectMixin, _SourceMixin, _Valu
         self.segs = []
         self.cur = None
         self.env = {}          # id(tensor) -> (tensor, seg_idx, node)
-        self.steps = []        # ("graph", seg) | ("call", k, callee_expr, arg_exprs, kw_exprs, pretty)
+        self.steps: list[Step] = []   # the replay plan: GraphStep | CallStep, in order
         self.ncalls = 0
         self.suspended = 0
         self.ext_depth = 0

@@ -6,6 +6,7 @@ import torch
 import torch.fx as fx
 
 from .base import _Miss
+from .steps import CallStep, GraphStep
 from .guards import _ambient, _compile_guard, _merge_guards
 from .graph_compile import _compile_graph, _double_backward_ok
 
@@ -81,9 +82,7 @@ class _GraphVariant(_Variant):
         ret = rec.expr_of(result)
         writes = rec.writes()
         rec.keep.append(writes)
-        wexprs = []
-        for kind, target, key, val, fn in writes:
-            wexprs.append((kind, target, key, rec.expr_of(val) if kind != "delitem" else None, fn))
+        wexprs = [w._replace(value=rec.expr_of(w.value) if w.kind != "delitem" else None) for w in writes]
         lets = list(rec.lets)
         rec.memo = None
         rec._close_seg()
@@ -123,7 +122,7 @@ class _GraphVariant(_Variant):
         # them instead of calling again (no double print/write/append, no skipped random).
         L = ["def _make(C, B, _Miss, _mk, torch, _rollback, _merge_log):", "    def __replay(L, F, _lg=None):"]
         ind = "        "
-        if any(st[0] == "call" and st[6] for st in rec.steps):
+        if any(isinstance(st, CallStep) and st.external for st in rec.steps):
             L.append(ind + "_n = len(_lg) if _lg else 0")
         if rollback:
             L.append(ind + "_sv = [(_t, _t.detach().clone()) for _t in (" + "".join(m + ", " for m in mutated) + ")]")
@@ -137,18 +136,18 @@ class _GraphVariant(_Variant):
                 midg[pos].append(e)
         ext_done: list[str] = []
         for st in rec.steps:
-            if st[0] == "graph":
-                seg = st[1]
+            if isinstance(st, GraphStep):
+                seg = st.seg
                 call = f"B[{seg.idx}](" + "".join(i + ", " for i in seg.inputs) + ")"
                 if seg.outputs:
                     L.append(ind + "".join(f"n{seg.idx}_{n.name}, " for n in seg.outputs) + "= " + call)
                 else:
                     L.append(ind + call)
             else:
-                _, k, fe, ae, ke, reason, external = st
-                argl = list(ae) + [f"{kk}={vv}" for kk, vv in ke.items()]
-                call = f"{fe}(" + ", ".join(argl) + ")"
-                if external:
+                k = st.k
+                argl = list(st.args) + [f"{kk}={vv}" for kk, vv in st.kwargs.items()]
+                call = f"{st.callee}(" + ", ".join(argl) + ")"
+                if st.external:
                     j = len(ext_done)
                     L.append(ind + f"b{k} = _lg[{j}] if _n > {j} else {call}")
                     ext_done.append(f"b{k}")
@@ -160,10 +159,10 @@ class _GraphVariant(_Variant):
                     L.append(ind + f"    {rb}return _Miss(_merge_log(_lg, [{', '.join(ext_done)}]))")
         for name, e in lets:
             L.append(ind + f"{name} = {e}")
-        for i, (kind, target, key, ve, fn) in enumerate(wexprs):
-            if ve is not None:
-                L.append(ind + f"_w{i} = {ve}")
-        for i, (kind, target, key, ve, fn) in enumerate(wexprs):
+        for i, w in enumerate(wexprs):
+            if w.value is not None:
+                L.append(ind + f"_w{i} = {w.value}")
+        for i, (kind, target, key, _, fn) in enumerate(wexprs):
             kl = rec._lit(key) if key is not None else None
             if kind == "item":
                 L.append(ind + (f"{fn}({target}, {kl}, _w{i})" if fn else f"{target}[{kl}] = _w{i}"))

@@ -4,6 +4,7 @@ recording the touched state is diffed against its snapshot into replayed writes
 import collections
 
 from .base import Unreplayable, _MISSING
+from .steps import Write
 from .frame_hook import _E
 from .classify import _PRIM
 from .typeinfo import _is_ndarray, _slot_values
@@ -62,15 +63,15 @@ class _SideEffectMixin:
             self.dirty.add((id(obj), "*"))
 
     # -- finalisation ------------------------------------------------------------------
-    def writes(self):
-        """Compare touched external state with its snapshot: list of (stmt builder)."""
+    def writes(self) -> "list[Write]":
+        """Compare touched external state with its snapshot: the writes to replay."""
         out = []
         for cv, old in self.cv_snap.items():
             now = cv.get(_MISSING)
             if now is not old:
                 if now is _MISSING:
                     raise Unreplayable("ContextVar left unset")
-                out.append(("cvset", self.const(cv), None, now, None))
+                out.append(Write("cvset", self.const(cv), None, now))
         for key, (g, name, had, old) in self.global_snaps.items():
             if key[0] == "cell":
                 cell = g
@@ -81,15 +82,15 @@ class _SideEffectMixin:
                     now = (False, None)
                 # stored by the code: replayed even if the value did not change
                 if now[0]:
-                    out.append(("set", f"{e}", "cell_contents", now[1], True))
+                    out.append(Write("set", f"{e}", "cell_contents", now[1]))
                 elif had:
                     raise Unreplayable("closure cell deleted")
                 continue
             c = self.const(g)
             if name in g:  # stored (STORE_GLOBAL) by the code: replayed even if unchanged
-                out.append(("item", c, name, g[name], False))
+                out.append(Write("item", c, name, g[name]))
             elif had:
-                out.append(("delitem", c, name, None, False))
+                out.append(Write("delitem", c, name, None))
         for vid, (kind, v, expr, pretty, snap) in self.snaps.items():
             stored = self.stored.get(vid, ())
             items = {k[1] for k in stored if type(k) is tuple and len(k) == 2 and k[0] == "item"}
@@ -98,23 +99,23 @@ class _SideEffectMixin:
                 if len(v) >= len(snap) and all(a is b for a, b in zip(v, snap)):
                     # unchanged prefix: the stored indices (lst[i] = x), then the appended tail
                     for i in sorted(k for k in items if type(k) is int and -len(snap) <= k < len(snap)):
-                        out.append(("item", expr, i, v[i], False))
+                        out.append(Write("item", expr, i, v[i]))
                     if len(v) > len(snap):
-                        out.append(("extend", expr, None, v[len(snap):], False))
+                        out.append(Write("extend", expr, None, v[len(snap):]))
                 else:
                     if vid in self.lazy:  # the new contents depend on the old ones: guard them
                         self.touch(v)
                         for i, x in enumerate(snap):
                             if id(x) not in self.src and type(x) not in _PRIM:
                                 raise Unreplayable("list rewritten in place")
-                    out.append(("slice", expr, None, list(v), False))
+                    out.append(Write("slice", expr, None, list(v)))
             elif kind == "set":
                 if v != snap:
                     add, rem = v - snap, snap - v
                     if rem:
-                        out.append(("discard", expr, None, rem, False))
+                        out.append(Write("discard", expr, None, rem))
                     if add:
-                        out.append(("update", expr, None, add, False))
+                        out.append(Write("update", expr, None, add))
             elif kind == "dict" or kind == "obj":
                 d = v if kind == "dict" else v.__dict__
                 de = expr if kind == "dict" else f"{expr}.__dict__"
@@ -126,7 +127,7 @@ class _SideEffectMixin:
                 now = _slot_values(v)
                 for k, x in now.items():
                     if k not in snap or snap[k] is not x or k in names:
-                        out.append(("set", expr, k, x, None))
+                        out.append(Write("set", expr, k, x))
                 if any(k not in now for k in snap):
                     raise Unreplayable("slot attribute deleted")
             else:  # module
@@ -150,7 +151,7 @@ class _SideEffectMixin:
             if k in skip:
                 continue
             if k not in snap or snap[k] is not x or k in force:
-                out.append(("item", de, k, x, setter))
+                out.append(Write("item", de, k, x, setter))
         for k in snap:
             if k not in d and k not in skip:
-                out.append(("delitem", de, k, None, deleter))
+                out.append(Write("delitem", de, k, None, deleter))

@@ -8,6 +8,7 @@ import torch
 
 from ._bytecode import _CHECK_DEPTH, _instrs
 from .base import Unreplayable, _Canned, _MISSING
+from .steps import CallStep
 from .frame_hook import _E, _E_real, _NULL
 from .classify import _MODULE_WALKERS, _PRIM, _WRITE_ONLY, _call_kind, _classify, _func_qualname
 from .locations import _frame_loc, _short
@@ -437,7 +438,7 @@ class _TracerMixin:
         self._close_seg()
         k = self.ncalls
         self.ncalls += 1
-        self.steps.append(("call", k, fe, ae, ke, reason, True))
+        self.steps.append(CallStep(k, fe, ae, ke, reason, external=True))
         self._add_break(reason, _frame_loc(frame))
         self.ext_depth += 1
 
