@@ -6,7 +6,7 @@
     print(explain(model_or_fn)(x))                # graphs, breaks (file:line), guards
     print(fast.explain())                         # same for an existing capture
 
-How it works (see core.py): a PEP 523 frame hook (C++ extension `_evalframe.cpp`,
+How it works (see the package modules; core.py lists them): a PEP 523 frame hook (C++ extension `_evalframe.cpp`,
 built on first import or by CMake) intercepts the captured code object's frames.  The
 first call of each variant runs for real under an opcode tracer that reads the value
 stack (CPython 3.11: live stack pointer; 3.12: statically computed depths), turning every

@@ -4,6 +4,7 @@ import collections
 import sys
 import types
 import warnings
+from typing import TypeVar
 
 import torch
 
@@ -16,6 +17,8 @@ from .frame_hook import (
 from .graph import _Mode
 from .recorder import _Recorder
 from .replay import _EagerVariant, _GraphVariant
+
+T = TypeVar("T")
 
 
 class CaptureStats:
@@ -209,5 +212,5 @@ class _Captured:
         return max(0, len(self.variants) - 1)
 
 
-def _plain(x):
+def _plain(x: T) -> T:
     return x

@@ -23,7 +23,9 @@ _OPAQUE_STDLIB = ("typing.py", "abc.py", "warnings.py", "threading.py", "weakref
 _code_kind = {}
 
 
-def _classify(code):
+def _classify(code: types.CodeType) -> str:
+    """"user" (traced) or "opaque" (runs untraced: torch internals, this package, parts
+    of the standard library), cached per code object."""
     k = _code_kind.get(code)
     if k is None:
         fn = code.co_filename
@@ -83,14 +85,14 @@ _RNG_WORDS = ("rand", "dropout", "bernoulli", "normal", "multinomial", "uniform"
               "exponential", "cauchy", "geometric", "log_normal", "random_")
 
 
-def _fname(func):
+def _fname(func) -> str:
     n = getattr(func, "__name__", None)
     if n == "__get__" or n == "__set__":
         n = getattr(getattr(func, "__self__", None), "__name__", n)
     return n or repr(func)
 
 
-def _func_qualname(func):
+def _func_qualname(func) -> str:
     n = getattr(func, "__qualname__", None) or _fname(func)
     if n == "__get__":
         n = getattr(getattr(func, "__self__", None), "__name__", n)
@@ -116,7 +118,9 @@ _EXTERNAL_PY_NAMES = {"manual_seed", "seed", "set_rng_state", "set_default_dtype
                       "set_printoptions", "use_deterministic_algorithms", "set_num_threads"}
 
 
-def _call_kind(f):
+def _call_kind(f) -> str:
+    """What calling f means for the recording: safe | external | mutator | getattr | vars |
+    setattr | ctxvar | weakref."""
     t = type(f)
     if t is weakref.ref:
         return "weakref"

@@ -20,8 +20,26 @@ Overview
 * Replay: generated Python code (one function per variant) evaluates the graphs compiled
   by the user backend, the eager break operations and the deferred side effects.
 
-The implementation lives in the modules of this package (see README.md, "Capture
-layout"); this module re-exports the names it used to define, for compatibility.
+Layout (each module imports only the ones listed before it; README.md, "Capture layout"):
+  base           sentinels (_MISSING, _Miss, _Canned) and errors (Unreplayable, strict errors)
+  steps          typed replay plan records: GraphStep, CallStep, Write
+  frame_hook     the C++ frame hook glue: _E (+ 3.12 stack-depth shim), _active, _hook_cb
+  classify       code classification (_classify), call kinds (_call_kind), value categories
+  locations      the user's file:line (_user_location, _frame_loc), short value descriptions
+  typeinfo       type introspection: MRO lookups, descriptors, class dicts, __slots__
+  guards         _GuardMixin, _GlobalState, guard merging and compilation
+  values         _ValueMixin: constants and value reconstruction (expr_of)
+  sources        _SourceMixin: guarding values read from external locations, snapshots
+  side_effects   _SideEffectMixin: STORE_* handlers and the writes replayed
+  graph          _GraphMixin, _Seg, _Mode: FX recording of tensor operations
+  tracer         _TracerMixin, _HANDLERS: the opcode tracer
+  recorder       _Recorder: the state of one recording run (all mixins)
+  graph_compile  compiling graphs with the backend (fallbacks, first-run check, double backward)
+  replay         _Variant, _GraphVariant (generated replay code), _EagerVariant
+  cache          _Captured: variants, cache_limit, strict, stats; dispatch and recording
+  explanation    ExplainOutput
+  entry          capture(), explain()
+This module only re-exports the names it used to define, for compatibility.
 """
 from .. import logs as _logs  # noqa: F401
 from . import _ext  # noqa: F401

@@ -1,6 +1,7 @@
 """Public entry points: `capture()` (with the module wrapper) and `explain()`."""
 import functools
 import types
+from collections.abc import Callable
 
 import torch
 
@@ -8,7 +9,8 @@ from .cache import _Captured
 from .explanation import ExplainOutput
 
 
-def capture(fn, backend, *, cache_limit=8, strict=False, break_limit=64):
+def capture(fn: Callable, backend: Callable, *, cache_limit: int = 8, strict: bool = False,
+            break_limit: int = 64) -> Callable:
     """Return a callable behaving like `fn` whose tensor graphs run through `backend`.
 
     cache_limit: variants (guard sets) per function before it runs eagerly.
@@ -76,7 +78,7 @@ class _CapturedModuleCall:
             delattr(self.__dict__["module"], name)
 
 
-def explain(fn, backend=None):
+def explain(fn: Callable, backend: "Callable | None" = None) -> Callable[..., ExplainOutput]:
     """`explain(fn)(*args)` -> ExplainOutput: graphs, each break with its reason and user
     source file:line, guards in readable form, recompile reasons.  The returned runner keeps
     its cache, so calling it again with other arguments accumulates variants and

@@ -1,10 +1,15 @@
 """`ExplainOutput`: the human-readable report of what capture did."""
+from typing import TYPE_CHECKING
+
 from .frame_hook import HOOK
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .cache import _Captured
 
 
 # ======================================================================================
 class ExplainOutput:
-    def __init__(self, c):
+    def __init__(self, c: "_Captured") -> None:
         self.graphs = [g for v in c.variants for g in v.graphs]
         self.graph_count = len(self.graphs)
         self.variants = len(c.variants)
@@ -17,7 +22,7 @@ class ExplainOutput:
         self.op_count = sum(len([n for n in g.graph.nodes if n.op == "call_function"]) for g in self.graphs)
         self.hook = HOOK
 
-    def __str__(self):
+    def __str__(self) -> str:
         L = [f"mlircap.capture explain (hook: {self.hook})",
              f"Graph count: {self.graph_count}", f"Graph break count: {self.break_count}",
              f"Op count: {self.op_count}", f"Variants: {self.variants}"]

@@ -2,7 +2,8 @@
 3.12 static-stack-depth shim), the per-thread stack of active captured calls and the
 callback that hands a captured function's frame to its `_Captured.dispatch`."""
 import threading
-import threading as _threading
+import types
+from typing import Any
 
 from . import _ext
 from ._bytecode import _STATIC_DEPTH
@@ -15,7 +16,7 @@ NOT_HANDLED = _E.NOT_HANDLED if _E is not None else object()
 
 
 _E_real = _E   # the extension itself (None without it); _E may become the shim below
-_REC_TLS = _threading.local()   # the recorder of this thread (for 3.12 static stack depths)
+_REC_TLS = threading.local()   # the recorder of this thread (for 3.12 static stack depths)
 if _E is not None:
     _raw_peek = _E.peek
 
@@ -35,7 +36,6 @@ if _E is not None:
             return _E_real.poke(frame, n, value)
 
         local_raw = staticmethod(_E.local_raw)
-    _E_real = _E
     _E = _EShim
 
 
@@ -45,14 +45,14 @@ _HOOK_USERS = [0]   # captured calls in flight (all threads): the frame hook sta
 _HOOK_LOCK = threading.Lock()
 
 
-def _active():
+def _active() -> list:
     a = getattr(_TLS, "active", None)
     if a is None:
         a = _TLS.active = []
     return a
 
 
-def _hook_cb(code, func, args):
+def _hook_cb(code: types.CodeType, func: types.FunctionType, args: tuple) -> Any:
     # The frame is dispatched to the innermost captured call of this thread only if it is
     # that call's own frame: the wrapper's function (and, for a module or bound method,
     # its own instance), and only once per call.  Other functions sharing the code object
@@ -70,7 +70,9 @@ def _hook_cb(code, func, args):
     return st.dispatch(func, args)
 
 
-def _call_bound(func, code, args):
+def _call_bound(func: types.FunctionType, code: types.CodeType, args: tuple) -> Any:
+    """Call func with the frame-bound argument tuple of `code` (positional, keyword-only,
+    *args, **kwargs in that order)."""
     n = code.co_argcount
     pos = list(args[:n])
     i = n

@@ -3,6 +3,7 @@ torch.fx graphs (`_GraphMixin`, `_Seg`, `_Mode`)."""
 import builtins
 import operator
 import types
+from collections.abc import Callable
 
 import torch
 import torch.fx as fx
@@ -19,7 +20,7 @@ from .guards import _ambient
 
 
 # ----------------------------------------------------------------------------------
-def _new_placeholder(seg):
+def _new_placeholder(seg: "_Seg") -> fx.Node:
     """Placeholders go before every computation node (some backends assume that)."""
     first = next((n for n in seg.graph.nodes if n.op != "placeholder"), None)
     if first is None:
@@ -47,7 +48,7 @@ class _Seg:
 _fx_ok = {}
 
 
-def _fx_target(f):
+def _fx_target(f: Callable) -> Callable:
     """FX codegen names call_function targets by module + name; some torch callables
     (e.g. Tensor dunder wrappers in torch/_tensor.py) do not resolve that way.  Such
     targets are routed through a resolvable module-level trampoline."""
@@ -96,7 +97,8 @@ def _fx_target(f):
 
 
 class _GraphMixin:
-    """Part of `_Recorder` (recorder.py); uses its state."""
+    """FX recording for `_Recorder`: torch functions seen by `_Mode` become nodes of the
+    current segment's graph; data-dependent results end the segment (graph break)."""
 
     # -- torch function recording --------------------------------------------------
     def on_torch(self, func, types_, args, kwargs):

@@ -2,6 +2,7 @@
 backend fails, first-run check, higher-order gradients, strict-mode errors."""
 import re
 import warnings
+from collections.abc import Callable
 
 import torch
 import torch.fx as fx
@@ -42,7 +43,8 @@ def _strict_backend_error(e: Exception, gm: fx.GraphModule, what: str) -> Except
     return err
 
 
-def _compile_graph(backend, gm, examples, uses_rng, double_backward: bool = False, strict: bool = False):
+def _compile_graph(backend: Callable, gm: fx.GraphModule, examples: list, uses_rng: bool,
+                   double_backward: bool = False, strict: bool = False) -> Callable:
     """Compile one captured graph with the user backend.  If the backend fails to compile
     it, or its compiled function fails on the first run before touching any input, the
     captured FX graph itself is run instead (same semantics, just not backend-compiled);

@@ -2,13 +2,14 @@
 variant depends on, and compiling the pre-call guards into one Python function."""
 import math
 import re
+from collections.abc import Callable
 
 import torch
 
 from .typeinfo import _dict_version
 
 
-def _ambient():
+def _ambient() -> tuple:
     return (torch.is_inference_mode_enabled(), torch.is_autocast_enabled("cpu"), torch.is_autocast_enabled("cuda"))
 
 
@@ -88,7 +89,9 @@ class _GlobalState:
         return f"(_ge() is {self.grad} and _inf() is {inf} and _ac('cpu') is {ac_cpu} and _ac('cuda') is {ac_cuda})"
 
 
-def _compile_guard(pre, consts, state: "_GlobalState | None"):
+def _compile_guard(pre: list, consts: list, state: "_GlobalState | None") -> Callable[[tuple, object], bool]:
+    """The pre-call guard function `guard(L, F) -> bool` (L: the frame's arguments, F: the
+    function) checking all of `pre` and the global torch state."""
     parts = [f"({e})" for e, _ in pre]
     if state is not None:
         parts.insert(0, state.expr())
@@ -108,7 +111,8 @@ def _compile_guard(pre, consts, state: "_GlobalState | None"):
 
 
 class _GuardMixin:
-    """Part of `_Recorder` (recorder.py); uses its state."""
+    """Guard building for `_Recorder`: exact number guards, tensor metadata guards, the
+    guard list with its positions (before the call / after a break) and dict-version groups."""
 
     def _number_guard(self, expr: str, v, tname: str) -> str:
         """Exact guard for a number: -0.0 is not 0.0 (1/x, copysign, atan2 tell them

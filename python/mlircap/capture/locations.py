@@ -12,7 +12,7 @@ from .classify import _TORCH_DIR, _classify
 _API_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "api.py")
 
 
-def _user_location():
+def _user_location() -> str:
     f = sys._getframe(1)
     while f is not None:
         if _classify(f.f_code) == "user" and not f.f_code.co_filename.startswith(_TORCH_DIR) and \
@@ -27,7 +27,7 @@ def _user_location():
     return "<unknown>"
 
 
-def _user_stack_trace():
+def _user_stack_trace() -> "str | None":
     """The innermost user frame in traceback form (FX `stack_trace` meta), so
     compilers can point diagnostics at the user's source line."""
     f = sys._getframe(1)
@@ -38,7 +38,7 @@ def _user_stack_trace():
     return None
 
 
-def _short(v):
+def _short(v) -> str:
     if isinstance(v, torch.nn.Module):
         return f"<{type(v).__name__} module>"
     if isinstance(v, types.FunctionType):
@@ -51,7 +51,7 @@ def _short(v):
     return r if len(r) < 60 else r[:57] + "..."
 
 
-def _frame_loc(frame):
+def _frame_loc(frame: "types.FrameType | None") -> str:
     if frame is None:
         return _user_location()
     return f"{frame.f_code.co_filename}:{frame.f_lineno}"

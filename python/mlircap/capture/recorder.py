@@ -17,6 +17,9 @@ from .tracer import _TracerMixin
 
 
 class _Recorder(_TracerMixin, _GraphMixin, _SideEffectMixin, _SourceMixin, _ValueMixin, _GuardMixin):
+    """The state of one recording run (the first call of a variant, run for real under the
+    tracer and the TorchFunctionMode); its behaviour lives in the mixins, one job each."""
+
     def __init__(self, captured, func, code, args, argnames, catchup: "list | None" = None):
         self.captured = captured
         self.catchup = catchup or []   # results of uncapturable calls that already ran

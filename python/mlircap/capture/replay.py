@@ -11,7 +11,7 @@ from .guards import _ambient, _compile_guard, _merge_guards
 from .graph_compile import _compile_graph, _double_backward_ok
 
 
-def _mk_obj(cls, d, base=None, items=None):
+def _mk_obj(cls: type, d: dict, base: "type | None" = None, items: "list | None" = None) -> object:
     """Rebuild an object created during the captured call (fresh object per replay)."""
     o = cls.__new__(cls)
     if base is dict or base is collections.OrderedDict:
@@ -68,7 +68,7 @@ def _merge_log(log: "list | None", done: list) -> list:
     return done + log[len(done):] if log and len(log) > len(done) else done
 
 
-def _rollback(saved, rng):
+def _rollback(saved: list, rng: "torch.Tensor | None") -> None:
     with torch.no_grad():
         for t, c in saved:
             t.copy_(c)

@@ -11,7 +11,8 @@ from .typeinfo import _is_ndarray, _slot_values
 
 
 class _SideEffectMixin:
-    """Part of `_Recorder` (recorder.py); uses its state."""
+    """Side effects for `_Recorder`: STORE_*/DELETE_* opcode handlers mark external
+    state dirty; `writes()` diffs the touched state against its snapshots."""
 
     def op_store_deref(self, frame, arg, name):
         cell = _E.local_raw(frame, arg)

@@ -13,7 +13,8 @@ from .typeinfo import _NDARRAY_GUARD_BYTES, _is_ndarray, _pure_python_type, _slo
 
 
 class _SourceMixin:
-    """Part of `_Recorder` (recorder.py); uses its state."""
+    """Sources for `_Recorder`: `_source` guards a value read from an external location;
+    lazily guarded containers/objects are guarded when first used; snapshots for writes."""
 
     def _source_ndarray(self, v, expr: str, pretty: str, argrooted: bool) -> None:
         """A numpy array is mutable in place without any write the tracer sees: guard its

@@ -30,7 +30,8 @@ def _touch_ops(*ns):
 
 
 class _TracerMixin:
-    """Part of `_Recorder` (recorder.py); uses its state."""
+    """Opcode tracing for `_Recorder`: the settrace callbacks, handlers for opcodes that
+    read external state, and calls (safe, mutating, or uncapturable: a graph break)."""
 
     # -- opcode tracing -----------------------------------------------------------
     def global_trace(self, frame, event, arg):

@@ -13,7 +13,7 @@ from .classify import _IMMUTABLE_CONST, _PRIM
 _HEAPTYPE = 1 << 9
 
 
-def _pure_python_type(t):
+def _pure_python_type(t: type) -> bool:
     """True if all instance state of t lives in its __dict__ (no C-level slots)."""
     for k in t.__mro__:
         if k is object:
@@ -34,7 +34,7 @@ except Exception:  # pragma: no cover - older torch: no version fast path
     _dict_version = None
 
 
-def _mro_lookup(cls: type, name: str):
+def _mro_lookup(cls: type, name: str) -> tuple:
     """(defining class, raw attribute) as type lookup finds it, or (None, _MISSING)."""
     for k in cls.__mro__:
         d = k.__dict__
@@ -108,7 +108,7 @@ def _is_ndarray(v) -> bool:
     return np is not None and isinstance(v, np.ndarray)
 
 
-def _is_opaque_value(v):
+def _is_opaque_value(v) -> bool:
     t = type(v)
     if t in _PRIM or isinstance(v, (torch.Tensor, list, tuple, dict, set, frozenset, type, types.FunctionType,
                                     types.ModuleType, torch.nn.Module) + _IMMUTABLE_CONST):

@@ -11,7 +11,8 @@ from .classify import _IMMUTABLE_CONST, _PRIM
 
 
 class _ValueMixin:
-    """Part of `_Recorder` (recorder.py); uses its state."""
+    """Constants and value reconstruction for `_Recorder`: the constant table `C` of
+    the generated code, literals, and `expr_of` (the replay expression of a value)."""
 
     # -- constants / guards -----------------------------------------------------
     def const(self, v, name=None):
