@@ -113,6 +113,7 @@ class GpuExecutable(PlanExecutor):
         self._build_program()
         self._calls = 0
         self._graph = None
+        self._unstable = set()   # inputs whose address changed after a capture: copied in
 
     def _build_program(self):
         """Kernel launches as a C++ LaunchProgram, indexed by the plan's steps."""
@@ -210,8 +211,14 @@ class GpuExecutable(PlanExecutor):
 
     def __call__(self, *args):
         self._calls += 1
-        if self._graph is not None and self._static_match(args):
-            return self._replay(args)
+        if self._graph is not None:
+            if self._static_match(args):
+                return self._replay(args)
+            # An input taken as fixed at capture moved (an intermediate tensor from
+            # eager code before this graph whose address repeated by chance): it is
+            # copied into the graph from now on.
+            self._unstable.update(i for i, p, d in self._static_inputs
+                                  if args[i].data_ptr() != p or args[i].dtype is not d)
         ins = self._prepare_inputs(args)
         if not self.use_graphs or self._calls == 1:
             if self._calls == 1:
@@ -226,6 +233,27 @@ class GpuExecutable(PlanExecutor):
             return self(*args)
         self._capture(ins)
         return self._replay(ins)
+
+    # Below this many bytes of outputs, copying them out of the graph costs less
+    # than running the plan's tail (steps from the first one that writes an
+    # output) step by step from Python after the replay.
+    _TAIL_STEP_S = 8e-6        # host time of one plan step run from Python
+    _COPY_BYTES_PER_S = 2e12   # device-to-device clone
+
+    def _capture_tail(self, tail: int) -> bool:
+        """Whether the whole plan goes into the graph, outputs cloned after each
+        replay, instead of stopping the graph at `tail`."""
+        n_tail = len(self.exec_steps) - tail
+        if n_tail <= 1:
+            return False
+        out_bytes = 0
+        for o in self.outputs:
+            v = self.values[self._base_of(o)]
+            n = 1
+            for d in v["shape"]:
+                n *= int(d)
+            out_bytes += n * DTYPES[v["dtype"]].itemsize
+        return out_bytes / self._COPY_BYTES_PER_S < (n_tail - 1) * self._TAIL_STEP_S
 
     def _static_match(self, args):
         """The replay fast path's input check: inputs used in place by the graph
@@ -263,7 +291,7 @@ class GpuExecutable(PlanExecutor):
         """Capture the whole plan as one CUDA graph (static shapes)."""
         static, dynamic, graph_ins = [], [], []
         for i, x in enumerate(ins):
-            if self._first_ptrs and x.data_ptr() == self._first_ptrs[i]:
+            if self._first_ptrs and x.data_ptr() == self._first_ptrs[i] and i not in self._unstable:
                 static.append((i, x.data_ptr()))
                 graph_ins.append(x)
             else:
@@ -280,6 +308,8 @@ class GpuExecutable(PlanExecutor):
             self._run(t, side.cuda_stream)
         torch.cuda.current_stream().wait_stream(side)
         tail, producer = self._tail_start()
+        if self._capture_tail(tail):
+            tail = len(self.exec_steps)
         if tail == 0:                          # the first step already writes an output
             g = _NoGraph()
         else:
