@@ -47,9 +47,35 @@ def _merge_guards(rec: "_Recorder", pre: list) -> list:
     if len(tm) < 2:
         return pre
     exprs = [rec.tensor_meta[e][0] for e in tm]
-    tg = _tensor_guards(*(rec.tensor_meta[e][1] for e in tm))
+    examples = [rec.tensor_meta[e][1] for e in tm]
+    tg = _tensor_guards(*examples)
     rest = [(e, p) for e, p in pre if e not in rec.tensor_meta]
-    return rest + [(f"{rec.const(tg)}.check({', '.join(exprs)})", "tensor metadata")]
+    out = rest + [(f"{rec.const(tg)}.check({', '.join(exprs)})", "tensor metadata")]
+    if any(t._version != ver for t, ver in rec.versions.values()):
+        # The recording wrote to a tensor in place: the graph is only right for inputs
+        # sharing storage exactly as the recorded ones did (r08: two views of one
+        # tensor, one written, the other read).
+        # Parameters are left out (weights aliasing an input is not a pattern models use,
+        # and a module has hundreds of them).
+        keep = [i for i, t in enumerate(examples) if not isinstance(t, torch.nn.Parameter)]
+        if len(keep) >= 2:
+            pattern = _alias_pattern(*(examples[i] for i in keep))
+            args = ", ".join(exprs[i] for i in keep)
+            out.append((f"{rec.const(_alias_pattern)}({args}) == {pattern!r}", "storage aliasing"))
+    return out
+
+
+def _alias_pattern(*ts: torch.Tensor) -> tuple:
+    """For each tensor, the index of the first one sharing its storage."""
+    first: dict[int, int] = {}
+    out = []
+    for i, t in enumerate(ts):
+        try:
+            key = t.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError):
+            key = -1 - i
+        out.append(first.setdefault(key, i) if key else i)
+    return tuple(out)
 
 
 _CONST_REF = re.compile(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")|(?<![\w.\]])C\[(\d+)\]""")

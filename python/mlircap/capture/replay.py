@@ -26,6 +26,17 @@ def _mk_obj(cls: type, d: dict, base: "type | None" = None, items: "list | None"
 
 # ======================================================================================
 # variants: guards + generated replay code
+
+# Replayed writes other than item/delitem: kind -> statement ({t} target, {k} attribute, {w} value).
+_WRITE_FORMS = {
+    "set": "{t}.{k} = {w}",
+    "extend": "{t}.extend({w})",
+    "slice": "{t}[:] = {w}",
+    "cvset": "{t}.set({w})",
+    "update": "{t}.update({w})",
+    "discard": "{t}.difference_update({w})",
+}
+
 class _Variant:
     eager = False
 
@@ -168,18 +179,8 @@ class _GraphVariant(_Variant):
                 L.append(ind + (f"{fn}({target}, {kl}, _w{i})" if fn else f"{target}[{kl}] = _w{i}"))
             elif kind == "delitem":
                 L.append(ind + (f"{fn}({target}, {kl}, None)" if fn else f"{target}.pop({kl}, None)"))
-            elif kind == "set":
-                L.append(ind + f"{target}.{key} = _w{i}")
-            elif kind == "extend":
-                L.append(ind + f"{target}.extend(_w{i})")
-            elif kind == "slice":
-                L.append(ind + f"{target}[:] = _w{i}")
-            elif kind == "cvset":
-                L.append(ind + f"{target}.set(_w{i})")
-            elif kind == "update":
-                L.append(ind + f"{target}.update(_w{i})")
-            elif kind == "discard":
-                L.append(ind + f"{target}.difference_update(_w{i})")
+            elif kind in _WRITE_FORMS:
+                L.append(ind + _WRITE_FORMS[kind].format(t=target, k=key, w=f"_w{i}"))
         L.append(ind + f"return {ret}")
         L.append("    return __replay")
         self.source = "\n".join(L)
