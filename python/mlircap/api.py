@@ -6,6 +6,7 @@ import types
 
 import torch
 
+from ._wrap import returning_wrapper
 from .backend import CompiledGraph, Options, make_backend
 
 
@@ -75,7 +76,7 @@ class Compiled:
         fn = d["_fn"]
         value = getattr(fn, name)
         if d["_is_module"] and isinstance(value, types.MethodType) and value.__self__ is fn:
-            return _returning_wrapper(self, fn, value)
+            return returning_wrapper(self, fn, value)
         return value
 
     def __setattr__(self, name: str, value) -> None:
@@ -100,16 +101,6 @@ class Compiled:
         return f"mlircap.Compiled({self.__dict__.get('_fn')!r})"
 
 
-def _returning_wrapper(wrapper: "Compiled", module: torch.nn.Module, method: types.MethodType):
-    """``method`` of the wrapped module; where it returns the module itself (eval, train,
-    to, cuda, float, ...), the compiled wrapper is returned instead."""
-    @functools.wraps(method)
-    def call(*args, **kwargs):
-        result = method(*args, **kwargs)
-        return wrapper if result is module else result
-    return call
-
-
 def compile(fn=None, *, strict: bool = False, device: str = "auto", opt_level: int = 3,
             chip: str = "sm_90", capture: str = "mlircap", cache_limit: int = 8, break_limit: int = 64):
     """Compile a PyTorch function or nn.Module with mlircap.
@@ -121,9 +112,10 @@ def compile(fn=None, *, strict: bool = False, device: str = "auto", opt_level: i
     Graphs mlircap cannot compile run eagerly with a warning naming every
     unsupported op; ``strict=True`` raises ``MlircapCompileError`` instead, for
     every part of the program that would not run compiled (unsupported ops,
-    graph breaks such as ``.item()`` or ``bool(t)``, capture giving up on a
-    function or side effect, ``cache_limit``), naming the cause and the user's
-    file:line. ``capture`` picks the capture front: mlircap's own bytecode
+    data-dependent output shapes, capture giving up on a function or side
+    effect, ``cache_limit``, ``break_limit``), naming the cause and the user's
+    file:line. A graph break alone (``.item()``, ``bool(t)``) does not raise:
+    the graphs on both sides of it are compiled. ``capture`` picks the capture front: mlircap's own bytecode
     capture (default) or "dynamo".
     ``cache_limit``: compiled variants per function before it runs eagerly.
     ``break_limit``: graph breaks in one call of a function past which it runs

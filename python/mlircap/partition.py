@@ -66,20 +66,13 @@ def op_name(target) -> str:
     return schema.name if schema is not None else str(target)
 
 
-def _tensors(val):
-    if isinstance(val, torch.Tensor):
-        yield val
-    elif isinstance(val, (list, tuple)):
-        for v in val:
-            yield from _tensors(v)
-
-
-def _flat_nodes(arg):
-    if isinstance(arg, fx.Node):
-        yield arg
-    elif isinstance(arg, (list, tuple)):
-        for a in arg:
-            yield from _flat_nodes(a)
+def _leaves(x, cls: type):
+    """The `cls` instances in `x`, a value nested in lists and tuples."""
+    if isinstance(x, cls):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _leaves(v, cls)
 
 
 def is_random(node: fx.Node) -> bool:
@@ -94,11 +87,11 @@ def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
     if name in _LIBRARY_OPS:
         return "library"
     for pos in _INDEX_ARGS.get(name, ()):
-        if pos < len(node.args) and any(n in from_input for n in _flat_nodes(node.args[pos])):
+        if pos < len(node.args) and any(n in from_input for n in _leaves(node.args[pos], fx.Node)):
             return "index"
-    vals = list(_tensors(node.meta.get("val")))
-    for a in _flat_nodes((node.args, tuple(node.kwargs.values()))):
-        vals += list(_tensors(a.meta.get("val")))
+    vals = list(_leaves(node.meta.get("val"), torch.Tensor))
+    for a in _leaves((node.args, tuple(node.kwargs.values())), fx.Node):
+        vals += list(_leaves(a.meta.get("val"), torch.Tensor))
     for v in vals:
         if v.dtype not in SUPPORTED_DTYPES:
             return f"dtype {str(v.dtype).replace('torch.', '')}"

@@ -1,4 +1,6 @@
 """The on-disk compile cache: round trip, corruption detection (no GPU needed)."""
+import json
+
 import pytest
 
 from mlircap.runtime import cuda as rt
@@ -13,7 +15,7 @@ def cache(tmp_path, monkeypatch):
 def test_round_trip(cache):
     plan = '{"values": [], "steps": [], "outputs": []}'
     rt.store_cached_plan("k1", plan)
-    assert rt.load_cached_plan("k1") == plan
+    assert rt.load_cached_plan("k1") == json.loads(plan)
 
 
 def test_missing_is_a_miss(cache):

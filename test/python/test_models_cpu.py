@@ -10,8 +10,9 @@ from mlircap import models
 RTOL, ATOL = 1e-4, 1e-4
 
 
-@pytest.mark.parametrize("name", models.NAMES)
-def test_model_matches_eager(name):
+def compiled_outputs_match_eager(name):
+    """(compiled model, its outputs of 3 calls), each checked against eager;
+    strict=True: nothing falls back."""
     m, args = models.build(name)
     with torch.no_grad():
         ref = m(*args)
@@ -19,6 +20,12 @@ def test_model_matches_eager(name):
         outs = [fast(*args) for _ in range(3)]   # the first call records (runs for real), then compiled code
     for out in outs:
         torch.testing.assert_close(out, ref, rtol=RTOL, atol=ATOL)
+    return fast, outs
+
+
+@pytest.mark.parametrize("name", models.NAMES)
+def test_model_matches_eager(name):
+    fast, outs = compiled_outputs_match_eager(name)
     torch.testing.assert_close(outs[2], outs[1], rtol=0, atol=0)   # compiled code is deterministic
     # One graph and no recompile; GPT-2 breaks once: transformers' masking_utils
     # tests a mask's value with Tensor.__bool__ outside torch.compile.
@@ -37,11 +44,5 @@ def test_model_matches_eager(name):
 def test_zoo_model_matches_eager(name):
     # Llama-style decoder (RMSNorm, SwiGLU, rotary, GQA) and a ViT: both run
     # compiled with strict=True (no fallback, no unsupported op).
-    m, args = models.build(name)
-    with torch.no_grad():
-        ref = m(*args)
-        fast = mlircap.compile(m, strict=True)
-        outs = [fast(*args) for _ in range(3)]
-    for out in outs:
-        torch.testing.assert_close(out, ref, rtol=RTOL, atol=ATOL)
+    fast, _ = compiled_outputs_match_eager(name)
     assert fast.graphs and all(g.fallback_reason is None for g in fast.graphs)

@@ -29,6 +29,20 @@ def _same(a, b):
     assert a == b
 
 
+def same_under_seed(fast, fn, *args, seed, exact=False):
+    """`fast(*args)` and `fn(*args)`, each run right after torch.manual_seed(seed),
+    give the same result (random ops draw from torch's generator like eager);
+    `exact`: bit for bit."""
+    torch.manual_seed(seed)
+    got = fast(*args)
+    torch.manual_seed(seed)
+    want = fn(*args)
+    if exact:
+        assert torch.equal(got, want), (got, want)
+    else:
+        _same(got, want)
+
+
 def check(fn, *args, calls=3, compiled=True, fronts=("mlircap", "torch.compile")):
     """Every call of every capture front gives eager's result; with
     `compiled`, the graphs really ran compiled (no silent fallback)."""
@@ -120,10 +134,7 @@ def test_r06_random_ops_follow_torch_generator():
     fast = mlircap.compile(f)
     x = torch.zeros(4)
     for _ in range(3):
-        torch.manual_seed(7)
-        want = f(x)
-        torch.manual_seed(7)
-        assert torch.equal(fast(x), want)
+        same_under_seed(fast, f, x, seed=7, exact=True)
     assert _compiled_graphs_ran(fast)
     # Two compiled dropouts never share a stream; seeds matter.
     a = mlircap.compile(lambda x: torch.nn.functional.dropout(x, 0.5))
@@ -148,10 +159,7 @@ def test_random_ops_keep_program_order_across_parts():
     fast = mlircap.compile(f)
     x = torch.randn(4)
     for _ in range(2):
-        torch.manual_seed(3)
-        want = f(x)
-        torch.manual_seed(3)
-        _same(fast(x), want)
+        same_under_seed(fast, f, x, seed=3)
 
 
 @pytest.mark.parametrize("fault", ["segv", "abort"])
@@ -388,10 +396,7 @@ def test_two_compiled_closures_of_one_def_follow_the_generator():
     for op in (torch.sin, torch.cos):
         fast = mlircap.compile(make(op))
         for _ in range(3):
-            torch.manual_seed(7)
-            got = fast(x)
-            torch.manual_seed(7)
-            _same(got, op(torch.rand_like(x) + x))
+            same_under_seed(fast, lambda x, op=op: op(torch.rand_like(x) + x), x, seed=7)
 
 
 def test_threads_recording_at_once_all_give_eager_results():

@@ -1,10 +1,10 @@
 """Public entry points: `capture()` (with the module wrapper) and `explain()`."""
-import functools
 import types
 from collections.abc import Callable
 
 import torch
 
+from .._wrap import returning_wrapper
 from .cache import _Captured
 from .explanation import ExplainOutput
 
@@ -17,8 +17,9 @@ def capture(fn: Callable, backend: Callable, *, cache_limit: int = 8, strict: bo
     break_limit: graph breaks in one call past which that call stops recording and the
     function runs eagerly for these arguments (one warning names the cause).
     strict: raise MlircapCompileError (mlircap.backend) instead of running any part of
-    the program uncompiled: graph breaks, capture giving up on a function or a side
-    effect, cache_limit, a backend that fails on a captured graph."""
+    the program uncompiled: capture giving up on a function or a side effect (too many
+    graph breaks included), cache_limit, a backend that fails on a captured graph.  A
+    graph break alone does not raise: the graphs on both sides of it are compiled."""
     c = _Captured(fn, backend, cache_limit, strict=strict, break_limit=break_limit)
     if isinstance(fn, torch.nn.Module):
         wrapper = _CapturedModuleCall(c)
@@ -56,13 +57,7 @@ class _CapturedModuleCall:
         m = d["module"]
         v = getattr(m, name)
         if isinstance(v, types.MethodType) and v.__self__ is m:
-            meth = v
-
-            @functools.wraps(meth)
-            def call(*args, **kwargs):
-                r = meth(*args, **kwargs)
-                return self if r is m else r
-            return call
+            return returning_wrapper(self, m, v)
         return v
 
     def __setattr__(self, name: str, value) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections import ChainMap
 from pathlib import Path
@@ -39,9 +40,10 @@ def _cache_key(linalg_ir: str, chip: str, features: str) -> str:
     return h.hexdigest()
 
 
-def load_cached_plan(key: str) -> str | None:
-    """The cached plan text, or None. An entry whose checksum does not match
-    (truncated, corrupted) is removed and reported as a miss."""
+def load_cached_plan(key: str) -> dict | None:
+    """The cached plan, parsed, or None. An entry whose checksum does not match
+    (truncated, corrupted) or whose body is not a launch plan is removed and
+    reported as a miss."""
     path = cache_dir() / f"{key}.plan"
     try:
         data = path.read_bytes()
@@ -53,8 +55,7 @@ def load_cached_plan(key: str) -> str | None:
         problem = "checksum mismatch"
     else:
         try:   # a valid checksum over a bad body (written by a buggy or foreign writer)
-            text = body.decode()
-            plan = json.loads(text)
+            plan = json.loads(body.decode())
             if not isinstance(plan, dict) or not all(k in plan for k in ("values", "steps", "outputs")):
                 problem = "not a launch plan"
         except (UnicodeDecodeError, ValueError) as e:
@@ -63,7 +64,7 @@ def load_cached_plan(key: str) -> str | None:
         logs.log("progress", f"compile cache: bad entry {path.name} ({problem}) removed, recompiling")
         path.unlink(missing_ok=True)
         return None
-    return text
+    return plan
 
 
 def store_cached_plan(key: str, plan: str) -> None:
@@ -81,13 +82,14 @@ def store_cached_plan(key: str, plan: str) -> None:
 def compile_plan(linalg_ir: str, chip: str = "sm_90", features: str = "+ptx80") -> tuple[dict, bool]:
     """(plan, cache_hit). Codegen runs only on a cache miss."""
     key = _cache_key(linalg_ir, chip, features)
-    text = load_cached_plan(key)
-    hit = text is not None
+    plan = load_cached_plan(key)
+    hit = plan is not None
     if not hit:
         text = core().gpu_compile(linalg_ir, chip, features)
         store_cached_plan(key, text)
+        plan = json.loads(text)
     logs.log("progress", f"compile cache {'hit' if hit else 'miss'} ({key[:12]})")
-    return json.loads(text), hit
+    return plan, hit
 
 
 # -- execution -------------------------------------------------------------------------------------
@@ -162,10 +164,6 @@ class GpuExecutable(PlanExecutor):
             else:
                 self._run_library(what, t)
                 i += 1
-
-    def _base_of(self, vid):
-        v = self.values[vid]
-        return v["of"] if v["kind"] == "view" else vid
 
     def _tail_start(self):
         """First step that produces (part of) an output. Steps from there on run
@@ -246,13 +244,8 @@ class GpuExecutable(PlanExecutor):
         n_tail = len(self.exec_steps) - tail
         if n_tail <= 1:
             return False
-        out_bytes = 0
-        for o in self.outputs:
-            v = self.values[self._base_of(o)]
-            n = 1
-            for d in v["shape"]:
-                n *= int(d)
-            out_bytes += n * DTYPES[v["dtype"]].itemsize
+        bases = [self.values[self._base_of(o)] for o in self.outputs]
+        out_bytes = sum(math.prod(v["shape"]) * DTYPES[v["dtype"]].itemsize for v in bases)
         return out_bytes / self._COPY_BYTES_PER_S < (n_tail - 1) * self._TAIL_STEP_S
 
     def _static_match(self, args):

@@ -68,6 +68,7 @@ class PlanExecutor:
             if step["kind"] not in ("kernel", "library"):
                 raise PlanError(f"unknown plan step kind {step['kind']!r}")
         self.outputs = plan["outputs"]
+        self._const_outputs = {o for o in self.outputs if values[self._base_of(o)]["kind"] == "constant"}
         self.kernel_steps = [s for s in plan["steps"] if s["kind"] == "kernel"]
         self.n_kernels = len(self.kernel_steps)
         self.n_library = sum(1 for s in plan["steps"] if s["kind"] == "library")
@@ -98,21 +99,17 @@ class PlanExecutor:
             self._view(v, t)
         return t
 
-    def _base_kind(self, vid) -> str:
-        v = self.values[vid]
-        while v["kind"] == "view":
-            v = self.values[v["of"]]
-        return v["kind"]
+    def _base_of(self, vid):
+        """The value a view (of a view ...) `vid` is a view of; `vid` itself if not a view."""
+        while self.values[vid]["kind"] == "view":
+            vid = self.values[vid]["of"]
+        return vid
 
     def _outputs(self, t) -> list:
         """The graph's outputs from value tensors `t`. An output that is (a view
         of) a constant is copied: the constant is shared by every call and the
         caller may write to what it gets back."""
-        if self._const_outputs is None:
-            self._const_outputs = {o for o in self.outputs if self._base_kind(o) == "constant"}
         return [t[o].clone() if o in self._const_outputs else t[o] for o in self.outputs]
-
-    _const_outputs = None
 
     def _view(self, v, t):
         if v["id"] in t:
