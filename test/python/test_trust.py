@@ -1,6 +1,7 @@
 """Trust regressions: compiled code returns eager's result or raises eager's
 error, never a FakeTensor, garbage or a crash. Each test names the repro in
 shared/repro it comes from."""
+import os
 import re
 import warnings
 
@@ -160,6 +161,56 @@ def test_random_ops_keep_program_order_across_parts():
     x = torch.randn(4)
     for _ in range(2):
         same_under_seed(fast, f, x, seed=3)
+
+
+def _seed_and_restore(fn, *args):
+    # library code (not traced) that reseeds torch's generator and restores it afterwards,
+    # as torch.testing's freeze_rng_state / wrapper_set_seed do
+    state = torch.get_rng_state()
+    torch.manual_seed(42)
+    try:
+        return fn(*args)
+    finally:
+        torch.set_rng_state(state)
+
+
+_seed_and_restore.__code__ = _seed_and_restore.__code__.replace(
+    co_filename=os.path.join(os.path.dirname(torch.__file__), "testing", "_mlircap_test_helper.py"))
+
+
+@pytest.mark.parametrize("helper", ["own", "torch.testing"])
+def test_rng_state_written_by_untraced_library_code(helper):
+    # The generator is reseeded and restored inside code the tracer does not follow: the
+    # recording cannot replay that, so the call runs eagerly; results and the generator's
+    # state afterwards are eager's on every call.
+    if helper == "own":
+        f = lambda x: _seed_and_restore(torch.randint, 2, 10, (5,)) + x   # noqa: E731
+    else:
+        from torch.testing._internal.common_methods_invocations import wrapper_set_seed
+        f = lambda x: wrapper_set_seed(torch.randint, 2, 10, (5,)) + x   # noqa: E731
+    fast = mlircap.compile(f)
+    x = torch.zeros(5, dtype=torch.int64)
+    for seed in range(3):
+        same_under_seed(fast, f, x, seed=seed, exact=True)
+        torch.manual_seed(seed)
+        fast(x)
+        after = torch.get_rng_state()
+        torch.manual_seed(seed)
+        f(x)
+        assert torch.equal(after, torch.get_rng_state())
+    assert "changed the RNG state" in str(fast.explain())
+
+
+def test_rng_reseeded_by_the_users_own_code_stays_compiled():
+    def f(x):
+        torch.manual_seed(7)
+        return torch.rand(3) + x
+
+    fast = mlircap.compile(f)
+    x = torch.zeros(3)
+    for seed in range(3):
+        same_under_seed(fast, f, x, seed=seed, exact=True)
+    assert _compiled_graphs_ran(fast)
 
 
 @pytest.mark.parametrize("fault", ["segv", "abort"])

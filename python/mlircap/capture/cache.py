@@ -158,10 +158,13 @@ class _Captured:
             with _Mode(rec):
                 if PY312:  # 3.12.0/1 only emit opcode events if a frame asked before settrace()
                     sys._getframe().f_trace_opcodes = True
+                old_prof = sys.getprofile()
                 sys.settrace(rec.global_trace)
+                sys.setprofile(rec.global_profile)
                 try:
                     result = _call_bound(func, self.code, args)
                 finally:
+                    sys.setprofile(old_prof)
                     sys.settrace(old)
                     _REC_TLS.rec = prev_rec
         if rec.break_overflow and not self.warned_breaks and not self.strict:

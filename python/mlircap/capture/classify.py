@@ -118,6 +118,25 @@ _EXTERNAL_PY_NAMES = {"manual_seed", "seed", "set_rng_state", "set_default_dtype
                       "set_printoptions", "use_deterministic_algorithms", "set_num_threads"}
 
 
+# C functions that write process-wide state a recording cannot see from the opcodes of
+# untraced (opaque) library code: the RNG (a helper that seeds or restores the generator
+# around a random op) and the default dtype.  Called from an uncapturable call they are
+# replayed with it; called from any other untraced code, capture gives up (eager).
+_GENERATOR_WRITERS = {"manual_seed", "seed", "set_state", "set_offset", "graphsafe_set_state"}
+_STATE_WRITERS = {torch._C._set_default_dtype, torch._C._set_default_tensor_type}
+
+
+def _global_state_writer(f) -> "str | None":
+    """What process-wide state calling the C function f writes ("the RNG state", ...), or None."""
+    so = getattr(f, "__self__", None)
+    if isinstance(so, torch.Generator):
+        return "the RNG state" if getattr(f, "__name__", "") in _GENERATOR_WRITERS else None
+    try:
+        return "the default dtype" if f in _STATE_WRITERS else None
+    except TypeError:  # unhashable
+        return None
+
+
 def _call_kind(f) -> str:
     """What calling f means for the recording: safe | external | mutator | getattr | vars |
     setattr | ctxvar | weakref."""

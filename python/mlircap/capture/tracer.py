@@ -1,6 +1,7 @@
 """The opcode tracer: `sys.settrace` callbacks and one handler per opcode that reads
 external state (globals, attributes, cells) or calls something (`_TracerMixin`)."""
 import contextvars
+import os
 import types
 from logging import Logger as logging_Logger
 
@@ -10,7 +11,8 @@ from ._bytecode import _CHECK_DEPTH, _instrs
 from .base import Unreplayable, _Canned, _MISSING
 from .steps import CallStep
 from .frame_hook import _E, _E_real, _NULL
-from .classify import _MODULE_WALKERS, _PRIM, _WRITE_ONLY, _call_kind, _classify, _func_qualname
+from .classify import (_MODULE_WALKERS, _PRIM, _WRITE_ONLY, _call_kind, _classify, _func_qualname,
+                       _global_state_writer)
 from .locations import _frame_loc, _short
 from .typeinfo import _class_dicts, _is_data_descr, _is_ndarray, _is_opaque_value, _mro_lookup, _static_lookup
 from .side_effects import _SideEffectMixin
@@ -47,6 +49,19 @@ class _TracerMixin:
         except Exception as e:
             self.unreplayable = self.unreplayable or f"internal: {type(e).__name__}: {e}"
         return self.local_trace
+
+    def global_profile(self, frame, event, arg):
+        """sys.setprofile callback while recording: C calls from code the tracer does not see
+        (untraced library code; not an uncapturable call, which is replayed whole, nor the
+        recorder itself) that write process-wide state make the recording unreplayable."""
+        if event != "c_call" or self.suspended or self.ext_depth or self.stopped or self._unreplayable:
+            return
+        what = _global_state_writer(arg)
+        if what is not None:
+            code = frame.f_code
+            self.unreplayable = (f"untraced library code {code.co_qualname if hasattr(code, 'co_qualname') else code.co_name} "
+                                 f"({os.path.basename(code.co_filename)}:{frame.f_lineno}) changed {what} "
+                                 f"(through {getattr(arg, '__qualname__', arg)})")
 
     def _hook_guard(self, frame, code):
         if code.co_argcount and code.co_name == "forward":
