@@ -57,6 +57,8 @@ class CompiledGraph:
     executable: object = None
     _stage_cache: dict = field(default_factory=dict)
     _recorded: int = 0
+    # uint8 computed as int32 (widen.py): which inputs to convert, which outputs to convert back
+    _widened: tuple | None = None
 
     STAGES = ("fx", "torch", "linalg", "fused", "llvm", "ptx")
 
@@ -95,6 +97,8 @@ class CompiledGraph:
         if self.executable is self.gm:
             return self.gm(*args)
         try:
+            if self._widened is not None:
+                return self._run_widened(args)
             if not torch.is_grad_enabled():   # aot_autograd already runs forwards under no_grad
                 return self.executable(*args)
             with torch.no_grad():   # autograd, if any, is aot_autograd's job outside this graph
@@ -110,6 +114,15 @@ class CompiledGraph:
             self.fallback_reason = report
             self.executable = self.gm
             return self.gm(*args)
+
+    def _run_widened(self, args):
+        ins, outs = self._widened
+        args = [a.to(torch.int32) if w else a for a, w in zip(args, ins)]
+        with torch.no_grad():
+            res = self.executable(*args)
+        single = not isinstance(res, (list, tuple))
+        res = [r.to(torch.uint8) if w else r for r, w in zip([res] if single else res, outs)]
+        return res[0] if single else res
 
     def last_inputs(self):
         """The inputs of an early compiled call, if they are still alive, else None."""
@@ -138,11 +151,32 @@ def _check_static(gm: torch.fx.GraphModule):
             raise MlircapCompileError(f"dynamic shape at node {n.name}: mlircap compiles static shapes only")
 
 
-def _device_of(example_inputs) -> str:
+def _device_of(example_inputs, gm: torch.fx.GraphModule | None = None) -> str:
+    """Where the graph runs: cuda if an input, or else a value the graph makes
+    (`torch.zeros(3, device="cuda")` has no input), lives on a GPU."""
     for t in example_inputs:
         if isinstance(t, torch.Tensor) and t.device.type == "cuda":
             return "cuda"
+    if gm is not None and any(v.device.type == "cuda" for v in _graph_tensors(gm)):
+        return "cuda"
     return "cpu"
+
+
+def _graph_tensors(gm: torch.fx.GraphModule):
+    from .partition import _leaves
+
+    for n in gm.graph.nodes:
+        yield from _leaves(n.meta.get("val"), torch.Tensor)
+
+
+def _check_devices(gm: torch.fx.GraphModule, device: str) -> None:
+    """Compiled code makes every output on `device`: a graph whose outputs live
+    elsewhere (a CPU tensor made beside GPU ones) runs eagerly."""
+    out = gm.graph.output_node().args[0]
+    for n in (out if isinstance(out, (list, tuple)) else [out]):
+        v = n.meta.get("val") if isinstance(n, torch.fx.Node) else None
+        if isinstance(v, torch.Tensor) and v.device.type != device:
+            raise MlircapCompileError(f"graph output {n.name} is on {v.device}, the graph is compiled for {device}")
 
 
 _counter = 0
@@ -160,7 +194,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, options: Options, re
     `raise_unsupported`: ops torch-mlir rejects raise `_Unsupported` (the
     caller runs them eagerly and recompiles the rest) instead of a fallback."""
     graph = CompiledGraph(name=f"graph{_next_id()}", gm=gm, strict=options.strict)
-    device = options.device if options.device != "auto" else _device_of(example_inputs)
+    device = options.device if options.device != "auto" else _device_of(example_inputs, gm)
     graph.device = device
     # aot_autograd calls compilers under its FakeTensorMode: every tensor made
     # here (plan constants, scratch buffers) must be real, or it reaches the
@@ -168,16 +202,27 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, options: Options, re
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():
-        result = _compile_graph(graph, gm, device, options, raise_unsupported)
+        from .widen import widen_uint8
+
+        widened = widen_uint8(gm)
+        if widened is None:
+            result = _compile_graph(graph, gm, device, options, raise_unsupported)
+        else:   # compile the int32 form; the fallback (graph.gm) stays the uint8 graph
+            result = _compile_graph(graph, widened[0], device, options, raise_unsupported, fallback=gm)
+            if graph.executable is not gm:
+                graph._widened = widened[1:]
     if registry is not None:
         registry.append(graph)
     return result
 
 
 def _compile_graph(graph: CompiledGraph, gm: torch.fx.GraphModule, device: str, options: Options,
-                   raise_unsupported: bool):
+                   raise_unsupported: bool, fallback: torch.fx.GraphModule | None = None):
+    fallback = gm if fallback is None else fallback
     try:
         _check_static(gm)
+        if options.device == "auto":
+            _check_devices(gm, device)
         outputs = _output_specs(gm)
         with logs.stage(f"{graph.name}: torch-mlir FX import", graph.times):
             raw_ir = import_fx(gm, func_name="main")
@@ -219,7 +264,7 @@ def _compile_graph(graph: CompiledGraph, gm: torch.fx.GraphModule, device: str, 
         if options.strict:
             raise MlircapCompileError(report) from e
         warnings.warn(f"mlircap: running {graph.name} eagerly. {report}", stacklevel=2)
-        graph.executable = gm
+        graph.executable = fallback
         _dump(graph)
         return graph
 

@@ -8,7 +8,8 @@ Some ops must not be compiled even when torch-mlir imports them:
   eager when an index is out of range: compiled code would read or write out
   of bounds. Indices that depend on no input are constants, already checked by
   the eager recording run on the same shapes, so those ops stay compiled;
-* dtypes the compiler does not handle (complex, unsigned, quantized);
+* dtypes the compiler does not handle (complex, quantized; uint8 except in the ops
+  widen.py computes as int32);
 * fused attention kernels (SDPA's flash/efficient/cudnn variants on CUDA):
   library calls through torch, as matmul and conv are;
 * ops torch-mlir rejected (`forced`), so one unsupported op no longer sends
@@ -27,6 +28,8 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.fx as fx
+
+from .widen import uint8_computable
 
 aten = torch.ops.aten
 
@@ -93,6 +96,8 @@ def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
     for a in _leaves((node.args, tuple(node.kwargs.values())), fx.Node):
         vals += list(_leaves(a.meta.get("val"), torch.Tensor))
     for v in vals:
+        if v.dtype == torch.uint8 and uint8_computable(node):
+            continue   # computed as int32 and wrapped (widen.py)
         if v.dtype not in SUPPORTED_DTYPES:
             return f"dtype {str(v.dtype).replace('torch.', '')}"
     return None

@@ -247,8 +247,34 @@ def test_compile_timeout_is_a_fallback(monkeypatch):
 
 
 def test_r03_uint8_stays_uint8():
-    check(lambda x: x * 3, torch.tensor([100, 200], dtype=torch.uint8), compiled=False)
+    check(lambda x: x * 3, torch.tensor([100, 200], dtype=torch.uint8))
     check(lambda x: (x.float() / 255).relu() * 2, torch.tensor([[0, 7, 255]], dtype=torch.uint8))
+
+
+_U8 = torch.tensor([[0, 7, 200, 255], [128, 1, 99, 254]], dtype=torch.uint8)
+_U8B = torch.tensor([[1, 250, 100, 3], [127, 255, 0, 9]], dtype=torch.uint8)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, y: x + y,                                   # wraps past 255
+    lambda x, y: (x - y) // 3,                            # wraps below 0, then divides
+    lambda x, y: ~x ^ (y << 3),                           # bitwise not, shift out of the byte
+    lambda x, y: -x * y,
+    lambda x, y: (x * y > 100) & (x > y),
+    lambda x, y: x.sum(dtype=torch.uint8) + y.sum(),      # uint8 sum wraps, default sum is int64
+    lambda x, y: (x.float() * 1.7 - 80).to(torch.uint8),  # float -> uint8 wraps negatives
+    lambda x, y: x + y.to(torch.int8),                    # uint8 with int8 promotes to int16
+    lambda x, y: torch.cat([x, y * 2]).amax(0) - torch.where(x > y, x, y).min(),
+    lambda x, y: torch.full((2, 4), 300 % 256, dtype=torch.uint8) - x,
+])
+def test_uint8_computed_like_eager(fn):
+    # compiled as int32 wrapped modulo 256 after every op (widen.py); exact dtype and values
+    want = fn(_U8, _U8B)
+    fast = mlircap.compile(fn)
+    for _ in range(2):
+        got = fast(_U8, _U8B)
+        assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
+    assert _compiled_graphs_ran(fast), [g.fallback_reason for g in fast.graphs]
 
 
 def test_r20_threads_compiling_at_once_all_compile():

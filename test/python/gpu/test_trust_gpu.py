@@ -39,6 +39,21 @@ def test_constants_and_constant_outputs_on_cuda():
     torch.testing.assert_close(fast(x)[1], torch.full((3,), 5.0, device="cuda"))
 
 
+def test_graph_without_inputs_runs_on_the_device_it_makes_tensors_on():
+    # OpInfo sweep on the H200 (157a7dd): arange/linspace/logspace/eye with device="cuda"
+    # and no tensor input were compiled for the CPU and returned CPU tensors
+    check(lambda: torch.linspace(0, 1, 50, device="cuda") * 3)
+    check(lambda: (torch.arange(10, device="cuda", dtype=torch.float32).exp(), torch.eye(4, device="cuda")))
+    # a CPU tensor beside GPU ones: each output stays on its own device
+    f = lambda x: (x + 1, torch.arange(4) * 2)   # noqa: E731
+    fast = mlircap.compile(f)
+    x = torch.ones(3, device="cuda")
+    for _ in range(3):
+        a, b = fast(x)
+        assert a.device.type == "cuda" and b.device.type == "cpu"
+        torch.testing.assert_close(b, torch.arange(4) * 2)
+
+
 def test_random_ops_follow_torch_generator_on_cuda():
     f = lambda x: x + torch.rand_like(x)   # noqa: E731
     fast = mlircap.compile(f)

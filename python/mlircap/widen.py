@@ -1,0 +1,170 @@
+"""uint8 in compiled code: computed as int32, wrapped to 0..255 after every op.
+
+torch-mlir's lowering has no unsigned integers (a `ui8` tensor becomes signless
+`i8`, so 200 reads as -56 and divisions, comparisons and conversions go wrong).
+A compiled graph therefore never sees uint8: `widen_uint8` rewrites a graph so
+that every uint8 value is an int32 holding the same number, and re-wraps each
+op's uint8 result with `& 255`.  Integer addition, subtraction, multiplication,
+negation, left shifts and conversions are exact modulo 256 in int32 (int32
+wraps modulo 2**32, a multiple of 256), so the wrap gives the uint8 result;
+comparisons, divisions, right shifts and conversions to float read wrapped
+values in 0..255, which are the uint8 values.  Inputs are converted to int32
+before the compiled code runs and uint8 outputs back to uint8 after it
+(`CompiledGraph.__call__`).
+
+Only the ops in `uint8_computable` are rewritten this way (the partitioner runs
+the others through torch): pointwise ops, reductions that are sums, products,
+minima or maxima, and ops that only move elements.  Ops whose uint8 kernel
+rounds in its own way (interpolation, pooling averages) or that reinterpret
+bits (`view(dtype)`) are not among them.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+# Ops that only move, select or compare elements, and reductions that commute
+# with wrapping modulo 256 (or pick an element).
+_UINT8_OPS = {
+    "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::expand", "aten::permute", "aten::t",
+    "aten::transpose", "aten::squeeze", "aten::unsqueeze", "aten::slice", "aten::select", "aten::cat",
+    "aten::stack", "aten::clone", "aten::contiguous", "aten::flip", "aten::roll", "aten::repeat",
+    "aten::unbind", "aten::split", "aten::split_with_sizes", "aten::chunk", "aten::narrow",
+    "aten::alias", "aten::detach", "aten::lift_fresh_copy", "aten::_to_copy", "aten::copy",
+    "aten::full", "aten::full_like", "aten::zeros", "aten::zeros_like", "aten::ones", "aten::ones_like",
+    "aten::scalar_tensor", "aten::arange", "aten::empty", "aten::empty_like", "aten::empty_strided",
+    "aten::new_full", "aten::new_zeros", "aten::new_ones", "aten::new_empty", "aten::fill",
+    "aten::sum", "aten::prod", "aten::amax", "aten::amin", "aten::max", "aten::min", "aten::argmax",
+    "aten::argmin", "aten::cumsum", "aten::cumprod", "aten::sort", "aten::topk", "aten::where",
+    "aten::masked_fill", "aten::constant_pad_nd", "aten::diagonal", "aten::tril", "aten::triu",
+    "aten::index_select", "aten::gather", "aten::index", "aten::embedding", "aten::take",
+    "aten::as_strided", "aten::expand_copy", "aten::permute_copy", "aten::view_copy",
+    "prims::convert_element_type", "aten::unfold", "aten::movedim", "aten::pixel_shuffle",
+    "aten::pixel_unshuffle", "aten::channel_shuffle", "aten::tile", "aten::diag_embed",
+}
+# Pointwise ops whose integer semantics differ from uint8's beyond wrapping.
+_UINT8_POINTWISE_EXCLUDED = {"aten::lerp", "aten::view_as_real", "aten::view_as_complex"}
+
+
+def _name(target) -> str:
+    schema = getattr(target, "_schema", None)
+    return schema.name if schema is not None else str(target)
+
+
+def uint8_computable(node: fx.Node) -> bool:
+    """Whether `node`, with uint8 operands or results, gives uint8's results
+    when computed in int32 and wrapped (see the module docstring)."""
+    if node.op != "call_function":
+        return True
+    if node.target is operator.getitem:
+        return True
+    name = _name(node.target)
+    if name in _UINT8_POINTWISE_EXCLUDED:
+        return False
+    if name == "aten::view" and "dtype" in str(getattr(node.target, "_overloadname", "")):
+        return False   # view(dtype): a bitcast
+    return name in _UINT8_OPS or torch.Tag.pointwise in getattr(node.target, "tags", ())
+
+
+def _is_uint8(val) -> bool:
+    return isinstance(val, torch.Tensor) and val.dtype == torch.uint8
+
+
+def _replace_dtype(x):
+    if x is torch.uint8:
+        return torch.int32
+    if isinstance(x, (list, tuple)):
+        return type(x)(_replace_dtype(v) for v in x)
+    return x
+
+
+def widen_uint8(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[bool], list[bool]] | None:
+    """(a copy of gm computing uint8 as int32, which inputs to convert to int32,
+    which outputs to convert back to uint8), or None when gm has no uint8."""
+    nodes = list(gm.graph.nodes)
+    if not any(_is_uint8(v) for n in nodes for v in _vals(n)):
+        return None
+    if any(n.op == "get_attr" and "." in n.target and _is_uint8(n.meta.get("val")) for n in nodes):
+        return None   # a uint8 constant inside a submodule (shared with gm): not widened
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    new = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    orig: dict[fx.Node, object] = {}   # new node -> the original node's val
+    wrap = []                          # new nodes whose uint8 result gets `& 255`
+    inputs: list[bool] = []
+    for n in nodes:
+        if n.op == "output":
+            continue
+        m = new.node_copy(n, lambda a: env[a])
+        if n.op == "call_function":
+            m.args = _replace_dtype(m.args)
+            m.kwargs = {k: _replace_dtype(v) for k, v in m.kwargs.items()}
+        m.meta = {k: v for k, v in n.meta.items() if k not in ("val", "tensor_meta", "example_value")}
+        env[n] = m
+        orig[m] = n.meta.get("val")
+        if n.op == "placeholder":
+            inputs.append(_is_uint8(n.meta.get("val")))
+        elif n.op == "call_function" and _is_uint8(n.meta.get("val")):
+            wrap.append(m)
+    out = gm.graph.output_node()
+    new.output(fx.map_arg(out.args[0], lambda a: env[a]))
+    outs = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
+    outputs = [isinstance(o, fx.Node) and _is_uint8(o.meta.get("val")) for o in outs]
+
+    # the results of uint8 ops, wrapped; results whose dtype the widening changed
+    # by type promotion (uint8 with int8 is int16; int32 with int8 is int32) converted back
+    wgm = _module(gm, new)
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = []
+    for n, is8 in zip([n for n in nodes if n.op == "placeholder"], inputs):
+        v = n.meta.get("val")
+        if isinstance(v, torch.Tensor):
+            with mode:
+                v = torch.empty_strided(v.shape, v.stride(), dtype=torch.int32 if is8 else v.dtype,
+                                        device=v.device)
+        fakes.append(v)
+    FakeTensorProp(wgm, mode).propagate(*fakes)
+    for m in list(new.nodes):
+        if m.op != "call_function":
+            continue
+        want, got = orig.get(m), m.meta.get("val")
+        if not (isinstance(want, torch.Tensor) and isinstance(got, torch.Tensor)):
+            continue
+        fix = None
+        if want.dtype == torch.uint8:
+            if got.dtype != torch.int32:
+                return None   # an op that keeps its input dtype no more: leave the graph alone
+            with new.inserting_after(m):
+                fix = new.call_function(aten.bitwise_and.Scalar, (m, 255))
+        elif got.dtype != want.dtype:
+            with new.inserting_after(m):
+                fix = new.call_function(prims.convert_element_type.default, (m, want.dtype))
+        if fix is not None:
+            m.replace_all_uses_with(fix, delete_user_cb=lambda u, fix=fix: u is not fix)
+    new.lint()
+    wgm = _module(gm, new)
+    FakeTensorProp(wgm, mode).propagate(*fakes)
+    return wgm, inputs, outputs
+
+
+def _module(gm: fx.GraphModule, graph: fx.Graph) -> fx.GraphModule:
+    """A module of `graph` whose uint8 tensor constants (get_attr) hold int32."""
+    wgm = fx.GraphModule(gm, graph)
+    for n in graph.nodes:
+        if n.op == "get_attr":
+            v = getattr(wgm, n.target, None) if "." not in n.target else None
+            if _is_uint8(v):   # (a top-level attribute: set on this module only, not on gm's)
+                setattr(wgm, n.target, v.to(torch.int32))
+    return wgm
+
+
+def _vals(n: fx.Node):
+    v = n.meta.get("val")
+    return v if isinstance(v, (list, tuple)) else [v]
