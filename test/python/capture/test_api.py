@@ -310,3 +310,27 @@ def test_aliased_tensor_arguments_recompile():
     assert torch.equal(w(z, z), torch.full((3,), 4.0))
     c = w._mlircap_capture
     assert c.recompiles == 1 and "distinct" in c.stats.recompile_reasons[0]
+
+
+def test_recording_answers_is_compiling_like_torch_compile():
+    # Library code keeps compiler-friendly paths behind torch.compiler.is_compiling()
+    # (transformers skips its data-dependent "mask is all ones" test there): a recording
+    # takes those paths, as a torch.compile trace does; outside recordings, and when a
+    # call falls back to eager, the answer is torch's own.
+    seen = []
+
+    def f(x):
+        seen.append(torch.compiler.is_compiling())
+        if not torch.compiler.is_compiling() and bool((x == 1).all()):
+            return x
+        return x * 2
+
+    w = capture(f, EAGER)
+    x = torch.ones(3)
+    assert torch.equal(w(x), x * 2)      # the recording: the compiler path
+    assert torch.equal(w(x), x * 2)      # the replay follows it, one graph, no break
+    assert seen == [True, True]          # the replay repeats the recorded append
+    c = w._mlircap_capture
+    assert c.graph_count == 1 and c.recompiles == 0
+    assert torch.compiler.is_compiling() is False
+    assert f(x) is x and seen[-1] is False   # eager
