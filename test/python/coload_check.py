@@ -26,7 +26,7 @@ def torch_mlir_jit():
     from torch_mlir.execution_engine import ExecutionEngine
     from torch_mlir.passmanager import PassManager
 
-    with ir.Context() as ctx:
+    with ir.Context():
         mod = ir.Module.parse(
             "func.func @f(%a: f32, %b: f32) -> f32 attributes {llvm.emit_c_interface} {\n"
             "  %e = math.exp %a : f32\n  %t = math.tanh %b : f32\n  %s = arith.addf %e, %t : f32\n"

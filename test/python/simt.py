@@ -8,7 +8,6 @@ in lockstep: every SSA value is a torch tensor with one element per thread,
 control flow is masked, so gpu.shuffle and gpu.barrier behave as on the GPU
 (every lane takes part in shuffles in mlircap's kernels).
 """
-import json
 import subprocess
 
 import torch

@@ -53,7 +53,7 @@ def load():
     if os.environ.get("MLIRCAP_CAPTURE_NO_EXT"):
         _err = "disabled by MLIRCAP_CAPTURE_NO_EXT"
         return None
-    if not (sys.version_info[:2] in ((3, 11), (3, 12))):
+    if sys.version_info[:2] not in ((3, 11), (3, 12)):
         _err = f"unsupported Python {sys.version_info[:2]}"
         return None
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"

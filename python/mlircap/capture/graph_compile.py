@@ -3,11 +3,16 @@ backend fails, first-run check, higher-order gradients, strict-mode errors."""
 import re
 import warnings
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.fx as fx
 
 from .base import _strict_error
+
+if TYPE_CHECKING:  # annotations only: recorder imports this module
+    from .graph import _Seg
+    from .recorder import _Recorder
 
 
 def _graph_loc(gm: fx.GraphModule, text: str = "") -> str:

@@ -3,10 +3,14 @@ variant depends on, and compiling the pre-call guards into one Python function."
 import math
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
 from .typeinfo import _dict_version
+
+if TYPE_CHECKING:  # annotations only: recorder imports this module
+    from .recorder import _Recorder
 
 
 def _ambient() -> tuple:

@@ -5,7 +5,7 @@ import torch
 torch.manual_seed(1234)
 
 
-from dataclasses import dataclass
+from dataclasses import dataclass  # noqa: E402
 
 
 @dataclass

@@ -3,7 +3,6 @@
 Runs on a CUDA host (scripts/gpu-bundle test); elsewhere every test is skipped
 with the reason shown (pytest -rs).
 """
-import warnings
 
 import pytest
 import torch
