@@ -8,11 +8,8 @@ and mlircap's max |diff| against eager on a compiled call.
 """
 import argparse
 import os
-import sys
 import warnings
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # Cold compile times for inductor too: no FX-graph / kernel cache from earlier runs.
 os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")

@@ -13,17 +13,14 @@ No GPU needed (the plan is built on any machine).
 import argparse
 import json
 import os
-import sys
 import warnings
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
 
 import mlircap  # noqa: E402
-from mlircap import models  # noqa: E402
+from mlircap import config, models  # noqa: E402
 from mlircap._core import core  # noqa: E402
 from mlircap.runtime.plan import DTYPES  # noqa: E402
 
@@ -96,7 +93,7 @@ def main():
             o, b = eager_stats(g.gm)
             e_ops, e_bytes = e_ops + o, e_bytes + b
             try:
-                kk, ll, pb = plan_stats(json.loads(core().gpu_compile(g.linalg_ir, "sm_90", "+ptx80")))
+                kk, ll, pb = plan_stats(json.loads(core().gpu_compile(g.linalg_ir, config.DEFAULT_CHIP, config.DEFAULT_PTX_FEATURES)))
             except RuntimeError as err:
                 print(f"  {name}: {g.name} has no GPU plan: {str(err).splitlines()[-1][:120]}")
                 continue

@@ -506,7 +506,6 @@ def worker_main(device: str) -> None:
     (the original stdout; the process's own stdout goes to stderr)."""
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
-    sys.path.insert(0, os.path.join(ROOT, "python"))
     import torch
 
     torch.set_num_threads(1)
@@ -628,6 +627,8 @@ class Pool:
         env.setdefault("OMP_NUM_THREADS", "1")
         env["PYTHONWARNINGS"] = "ignore"
         env["MLIRCAP_LOGS"] = "fallback"
+        # the workers import the same mlircap as this process (e.g. pytest's pythonpath)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         env.pop("MLIRCAP_DUMP_DIR", None)
         self.env = env
         self.nstarted = 0

@@ -14,6 +14,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Pass/Pass.h"
+#include "mlircap/TargetDefaults.h"
 #include <string>
 
 namespace mlir::mlircap {

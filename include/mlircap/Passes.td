@@ -323,7 +323,8 @@ def MlircapGpuCodegen : Pass<"mlircap-gpu-codegen", "::mlir::ModuleOp"> {
     ```
   }];
   let options = [
-    Option<"numSMs", "num-sms", "int64_t", /*default=*/"132",
+    Option<"numSMs", "num-sms", "int64_t",
+           /*default=*/"::mlir::mlircap::kDefaultNumSMs",
            "Streaming multiprocessors of the target (grid size cap)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect",

@@ -229,7 +229,9 @@ void optimizeModule(llvm::Module &m, llvm::TargetMachine *target, int optLevel) 
 
 namespace {
 /// NULL or "" select the default target (sm_90; PTX 8.0 or the chip's minimum).
-const char *chipOrDefault(const char *chip) { return chip && *chip ? chip : "sm_90"; }
+const char *chipOrDefault(const char *chip) {
+  return chip && *chip ? chip : mlircap::kDefaultChip;
+}
 std::string featuresOrDefault(const char *chip, const char *features) {
   return features && *features ? std::string(features)
                                : mlircap::defaultGpuFeatures(chipOrDefault(chip));
@@ -344,7 +346,8 @@ char *mlircap_gpu_compile(const char *linalgIr, const char *chip,
   if (!module)
     return nullptr;
   std::string pipeline = mlircap::gpuKernelPipeline(
-      chipOrDefault(chip), featuresOrDefault(chip, features), 132);
+      chipOrDefault(chip), featuresOrDefault(chip, features),
+      mlircap::kDefaultNumSMs);
   if (failed(session.run(*module, pipeline)))
     return nullptr;
   std::string ptx;

@@ -185,23 +185,24 @@ std::string checkGpuTarget(llvm::StringRef chip, llvm::StringRef features) {
 
 std::string defaultGpuFeatures(llvm::StringRef chip) {
   unsigned minPtx = minPtxVersion(chip);
-  return minPtx > 80 ? llvm::formatv("+ptx{0}", minPtx).str() : "+ptx80";
+  return minPtx > kDefaultPtxVersion ? llvm::formatv("+ptx{0}", minPtx).str()
+                                     : std::string(kDefaultPtxFeatures);
 }
 
 std::string gpuPipeline(llvm::StringRef chip, llvm::StringRef features) {
-  return gpuKernelPipeline(chip, features, 132);
+  return gpuKernelPipeline(chip, features, kDefaultNumSMs);
 }
 
 namespace {
 struct GpuPipelineOptions : PassPipelineOptions<GpuPipelineOptions> {
   Option<std::string> chip{*this, "chip", llvm::cl::desc("NVIDIA target chip"),
-                           llvm::cl::init("sm_90")};
+                           llvm::cl::init(kDefaultChip)};
   Option<std::string> features{*this, "features",
                                llvm::cl::desc("PTX features"),
-                               llvm::cl::init("+ptx80")};
+                               llvm::cl::init(kDefaultPtxFeatures)};
   Option<int64_t> numSMs{*this, "num-sms",
                          llvm::cl::desc("Streaming multiprocessors (grid cap)"),
-                         llvm::cl::init(132)};
+                         llvm::cl::init(kDefaultNumSMs)};
 };
 
 LogicalResult addPipeline(OpPassManager &pm, llvm::StringRef text) {

@@ -191,7 +191,7 @@ PYBIND11_MODULE(_mlircap, m) {
         py::gil_scoped_acquire acquire;
         return takeString(out);
       },
-      py::arg("ir"), py::arg("chip") = "sm_90", py::arg("features") = "+ptx80");
+      py::arg("ir"), py::arg("chip") = "", py::arg("features") = "");
 
   m.def(
       "gpu_compile",
@@ -204,8 +204,9 @@ PYBIND11_MODULE(_mlircap, m) {
         }
         return takeString(out);
       },
-      py::arg("ir"), py::arg("chip") = "sm_90", py::arg("features") = "+ptx80",
-      "Compile linalg-on-tensors for the GPU; returns the launch plan as JSON text.");
+      py::arg("ir"), py::arg("chip") = "", py::arg("features") = "",
+      "Compile linalg-on-tensors for the GPU; returns the launch plan as JSON text\n"
+      "(chip/features \"\" select the core's default target, TargetDefaults.h).");
 
   py::class_<Engine, std::shared_ptr<Engine>>(m, "Engine")
       .def("lookup", &Engine::lookup, py::arg("name"),
@@ -239,6 +240,9 @@ PYBIND11_MODULE(_mlircap, m) {
       py::arg("ir"), py::arg("opt_level") = 3,
       "(engine, plan JSON): kernels JIT-compiled for the CPU, library ops in the plan.");
   m.def("call_packed", &callPacked, py::arg("fn"), py::arg("args"));
+  m.def("set_num_threads", &mlircap_set_num_threads, py::arg("n"),
+        "Threads the CPU kernels may use (caller included).");
+  m.def("get_num_threads", &mlircap_get_num_threads);
 
   m.def(
       "cuda_load_module",

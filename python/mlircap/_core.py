@@ -7,9 +7,10 @@ editable install never runs a stale copy), then the package's own ``_lib/``
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from pathlib import Path
+
+from . import config
 
 _PKG = Path(__file__).resolve().parent
 _module = None
@@ -17,8 +18,8 @@ _module = None
 
 def lib_dirs() -> list[Path]:
     dirs = [_PKG.parent.parent / "build" / "lib", _PKG / "_lib"]
-    if os.environ.get("MLIRCAP_LIB_DIR"):
-        dirs.insert(0, Path(os.environ["MLIRCAP_LIB_DIR"]))
+    if config.env("MLIRCAP_LIB_DIR"):
+        dirs.insert(0, Path(config.env("MLIRCAP_LIB_DIR")))
     return dirs
 
 
@@ -30,6 +31,11 @@ def core():
     tried = []
     for d in lib_dirs():
         if any(d.glob("_mlircap*.so")):
+            # The binding is a top-level extension module named `_mlircap` that lives
+            # next to libmlircap_core.so (it finds the core through its $ORIGIN rpath),
+            # in whichever of these directories holds the current build. Importing it
+            # by name from that directory, only for this import, keeps that layout
+            # (the same .so works from build/lib, _lib/ and the GPU host's lib dir).
             sys.path.insert(0, str(d))
             try:
                 _module = importlib.import_module("_mlircap")

@@ -6,6 +6,7 @@ import types
 
 import torch
 
+from . import config
 from ._wrap import returning_wrapper
 from .backend import CompiledGraph, Options, make_backend
 
@@ -102,7 +103,7 @@ class Compiled:
 
 
 def compile(fn=None, *, strict: bool = False, device: str = "auto", opt_level: int = 3,
-            chip: str = "sm_90", capture: str = "mlircap", cache_limit: int = 8, break_limit: int = 64):
+            chip: str = config.DEFAULT_CHIP, capture: str = "mlircap", cache_limit: int = 8, break_limit: int = 64):
     """Compile a PyTorch function or nn.Module with mlircap.
 
         fast = mlircap.compile(model)

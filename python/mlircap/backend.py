@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import logs
+from . import config, logs
 from .frontend import FrontendError, decomposition_table, import_fx
 
 
@@ -35,7 +35,7 @@ class Options:
     strict: bool = False
     device: str = "auto"          # "auto" | "cpu" | "cuda": where compiled code runs
     opt_level: int = 3
-    chip: str = "sm_90"
+    chip: str = config.DEFAULT_CHIP
     # CPU: run fused kernels from a launch plan with matmul/conv through torch
     # (True), or JIT the whole graph as one function of loops (False).
     cpu_plan: bool = True
@@ -82,7 +82,7 @@ class CompiledGraph:
             elif stage == "llvm":
                 text = core().run_pipeline(self.linalg_ir, "mlircap-cpu-pipeline")
             else:
-                text = core().to_ptx(self.linalg_ir, chip="sm_90")
+                text = core().to_ptx(self.linalg_ir, chip=config.DEFAULT_CHIP)
             self._stage_cache[stage] = text
         return self._stage_cache[stage]
 
@@ -295,7 +295,7 @@ def _lower(raw_ir: str, device: str, options: Options, check: bool = False) -> d
     (where the executable's own compile is the check, unless `check`)."""
     from . import worker
 
-    req = {"raw_ir": raw_ir, "device": device, "chip": options.chip, "features": "+ptx80",
+    req = {"raw_ir": raw_ir, "device": device, "chip": options.chip, "features": config.DEFAULT_PTX_FEATURES,
            "opt_level": options.opt_level}
     if not options.cpu_plan and device == "cpu":
         req["device"] = "none"
@@ -491,11 +491,10 @@ class _EagerIsland:
 
 def _dump(graph: CompiledGraph) -> None:
     """MLIRCAP_DUMP_DIR=dir: every stage of every graph, plus a repro script."""
-    import os
     import shlex
     from pathlib import Path
 
-    root = os.environ.get("MLIRCAP_DUMP_DIR")
+    root = config.env("MLIRCAP_DUMP_DIR")
     if not root:
         return
     d = Path(root) / graph.name
@@ -525,7 +524,8 @@ def _dump(graph: CompiledGraph) -> None:
         f"cd {q(str(d.resolve()))}\n"
         "mlircap-opt linalg.mlir --mlircap-fuse -o fused.mlir\n"
         "mlircap-opt linalg.mlir --mlircap-cpu-pipeline -o llvm.mlir\n"
-        f"mlircap-opt linalg.mlir --mlircap-gpu-pipeline='chip=sm_90 features=+ptx80' -o gpu.mlir\n")
+        f"mlircap-opt linalg.mlir --mlircap-gpu-pipeline='chip={config.DEFAULT_CHIP} "
+        f"features={config.DEFAULT_PTX_FEATURES}' -o gpu.mlir\n")
     (d / "repro.sh").chmod(0o755)
     logs.log("progress", f"{graph.name}: stages dumped to {d}")
 

@@ -8,10 +8,11 @@ Warnings about eager fallbacks are always shown (once per graph) through the
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 from contextlib import contextmanager
+
+from . import config
 
 AREAS = ("progress", "graph_breaks", "guards", "recompiles", "kernels", "passes", "fallback")
 
@@ -26,7 +27,7 @@ def _parse(spec: str) -> set[str]:
     return names & set(AREAS)
 
 
-_enabled = _parse(os.environ.get("MLIRCAP_LOGS", ""))
+_enabled = _parse(config.env("MLIRCAP_LOGS"))
 
 
 def set_logs(*areas: str) -> None:

@@ -33,17 +33,17 @@ import sys
 import threading
 import time
 
-from . import logs
+from . import config, logs
 
 _HEADER = struct.Struct("<Q")
 
 
 def enabled() -> bool:
-    return os.environ.get("MLIRCAP_COMPILE_WORKER", "1") not in ("0", "", "false", "no")
+    return config.env_flag("MLIRCAP_COMPILE_WORKER")
 
 
 def timeout_s() -> float:
-    return float(os.environ.get("MLIRCAP_COMPILE_TIMEOUT", "900"))
+    return float(config.env("MLIRCAP_COMPILE_TIMEOUT"))
 
 
 class WorkerCrashed(RuntimeError):
@@ -169,7 +169,7 @@ def prestart() -> None:
 def compile_in_worker(raw_ir: str, device: str, chip: str, features: str, opt_level: int) -> dict:
     """Runs `_compile` in the worker: {"torch_ir", "linalg_ir", "cpu_plan_error"}."""
     return _worker.request({"raw_ir": raw_ir, "device": device, "chip": chip, "features": features,
-                            "opt_level": opt_level, "fault": os.environ.get("MLIRCAP_WORKER_FAULT")})
+                            "opt_level": opt_level, "fault": config.env("MLIRCAP_WORKER_FAULT")})
 
 
 def _compile(req: dict, report) -> dict:

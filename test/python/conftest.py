@@ -1,7 +1,5 @@
+# mlircap is imported from this checkout's python/ through pytest.ini's `pythonpath`
+# (ahead of any installed mlircap); no sys.path changes here.
 import os
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "python"))
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")

@@ -1,19 +1,17 @@
 """Launch plans executed on CPU (library ops with torch, kernels by the SIMT
 interpreter in simt.py) against mlircap's CPU JIT on the same IR."""
 import json
-import os
 import pathlib
-import sys
 
 import pytest
+import simt  # test/python/simt.py (pytest puts the test's directory on sys.path)
 import torch
 
+from mlircap._core import core, tool_path
+
+_mlircap = core()
+OPT = str(tool_path("mlircap-opt"))
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-BUILD = pathlib.Path(os.environ.get("MLIRCAP_BUILD", str(ROOT / "build")))
-sys.path.insert(0, str(BUILD / "lib"))
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-import _mlircap  # noqa: E402
-import simt  # noqa: E402
 
 MODELS = ["mlp", "gelu_mlp", "layernorm", "softmax", "attention", "resblock",
           "rmsnorm", "meanvar", "pool", "embedding", "cat", "convbn", "softmax_dim0",
@@ -32,7 +30,7 @@ def random_input(v, g):
 
 def check(ir_text, seed=0, atol=1e-4, rtol=1e-4):
     plan = json.loads(_mlircap.gpu_compile(ir_text))
-    _, _, kernels = simt.load_kernels(str(BUILD / "bin" / "mlircap-opt"), ir_text)
+    _, _, kernels = simt.load_kernels(OPT, ir_text)
     g = torch.Generator().manual_seed(seed)
     specs = sorted((v for v in plan["values"] if v["kind"] == "input"),
                    key=lambda v: v["index"])
@@ -202,7 +200,7 @@ def test_vec4_misaligned_pointer_takes_scalar_loop():
       return %0 : tensor<64xf32>
     }"""
     plan = json.loads(_mlircap.gpu_compile(ir))
-    _, _, kernels = simt.load_kernels(str(BUILD / "bin" / "mlircap-opt"), ir)
+    _, _, kernels = simt.load_kernels(OPT, ir)
     (k,) = plan["steps"]
     assert k["strategy"] == "pointwise_vec4"
     x = torch.randn(64)
@@ -313,7 +311,7 @@ def run_both(ir_text, inputs):
     """Outputs of the GPU plan (kernels in the SIMT interpreter) and of the CPU
     JIT (mlircap-cpu-pipeline) for the same inputs."""
     plan = json.loads(_mlircap.gpu_compile(ir_text))
-    _, _, kernels = simt.load_kernels(str(BUILD / "bin" / "mlircap-opt"), ir_text)
+    _, _, kernels = simt.load_kernels(OPT, ir_text)
     gpu = simt.run_plan(plan, kernels, inputs)
     vals = {v["id"]: v for v in plan["values"]}
     cpu = simt.reference(_mlircap, ir_text, inputs, [vals[o] for o in plan["outputs"]])

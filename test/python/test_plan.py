@@ -1,17 +1,17 @@
 """Launch plans from the binding's gpu_compile (mlircap_gpu_compile).
 
-Run: pytest test/python/test_plan.py  (MLIRCAP_BUILD_LIB overrides <repo>/build/lib)
+Run: pytest test/python/test_plan.py  (the binding is found as mlircap._core finds it:
+$MLIRCAP_LIB_DIR, <repo>/build/lib, then the package's _lib/)
 """
 import json
-import os
 import pathlib
-import sys
 
 import pytest
 
+from mlircap._core import core
+
+_mlircap = core()
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, os.environ.get("MLIRCAP_BUILD_LIB", str(ROOT / "build" / "lib")))
-import _mlircap  # noqa: E402
 
 PIPELINES = ROOT / "test" / "Pipelines"
 

@@ -22,14 +22,14 @@ from pathlib import Path
 
 import torch
 
-from .. import logs
+from .. import config, logs
 from .._core import core
 from .plan import DTYPES, PlanError, PlanExecutor
 
 # -- compile cache ---------------------------------------------------------------------------------
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("MLIRCAP_CACHE_DIR", Path.home() / ".cache" / "mlircap"))
+    return config.cache_dir()
 
 
 def _cache_key(linalg_ir: str, chip: str, features: str) -> str:
@@ -79,7 +79,7 @@ def store_cached_plan(key: str, plan: str) -> None:
         logs.log("progress", f"compile cache: cannot write ({e})")
 
 
-def compile_plan(linalg_ir: str, chip: str = "sm_90", features: str = "+ptx80") -> tuple[dict, bool]:
+def compile_plan(linalg_ir: str, chip: str = config.DEFAULT_CHIP, features: str = config.DEFAULT_PTX_FEATURES) -> tuple[dict, bool]:
     """(plan, cache_hit). Codegen runs only on a cache miss."""
     key = _cache_key(linalg_ir, chip, features)
     plan = load_cached_plan(key)
@@ -104,13 +104,13 @@ class _NoGraph:
 class GpuExecutable(PlanExecutor):
     """Executes one compiled graph on the current CUDA device."""
 
-    def __init__(self, linalg_ir: str, chip: str = "sm_90", features: str = "+ptx80",
+    def __init__(self, linalg_ir: str, chip: str = config.DEFAULT_CHIP, features: str = config.DEFAULT_PTX_FEATURES,
                  cuda_graphs: bool | None = None):
         self._core = core()
         plan, self.cache_hit = compile_plan(linalg_ir, chip, features)
         super().__init__(plan, torch.device("cuda", torch.cuda.current_device()))
         if cuda_graphs is None:
-            cuda_graphs = os.environ.get("MLIRCAP_CUDA_GRAPHS", "1") != "0"
+            cuda_graphs = config.env_flag("MLIRCAP_CUDA_GRAPHS")
         self.use_graphs = cuda_graphs
         self._build_program()
         self._calls = 0

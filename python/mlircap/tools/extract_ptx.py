@@ -12,6 +12,8 @@ import re
 import sys
 from pathlib import Path
 
+from .. import config
+
 _BINARY = re.compile(r'gpu\.binary @(\w+)\s.*?assembly = "((?:[^"\\]|\\.)*)"', re.S)
 
 
@@ -46,7 +48,7 @@ def _assemble(ptxas: str, mods: dict[str, str]) -> int:
     with tempfile.TemporaryDirectory() as d:
         for name, ptx in mods.items():
             m = re.search(r"^\.target\s+(sm_\w+)", ptx, re.M)
-            arch = m.group(1) if m else "sm_90"
+            arch = m.group(1) if m else config.DEFAULT_CHIP
             src = Path(d) / f"{name}.ptx"
             src.write_text(ptx)
             r = subprocess.run([ptxas, f"-arch={arch}", str(src), "-o", str(src.with_suffix(".cubin"))],

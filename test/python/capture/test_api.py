@@ -116,9 +116,7 @@ def test_guard_check_is_fast():
 
 def test_fallback_without_extension_runs_eagerly():
     code = (
-        "import sys, warnings, torch\n"
-        f"sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
-        "import conftest\n"
+        "import warnings, torch\n"
         "from mlircap.capture import capture, HOOK\n"
         "assert HOOK == 'python-fallback', HOOK\n"
         "f = lambda x: x.sin() * 2\n"
@@ -129,7 +127,8 @@ def test_fallback_without_extension_runs_eagerly():
         "    assert torch.equal(w(x), f(x)) and torch.equal(w(x), f(x))\n"
         "assert sum('eagerly' in str(m.message) for m in wl) == 1\n"
         "print('ok')\n")
-    env = dict(os.environ, MLIRCAP_CAPTURE_NO_EXT="1")
+    # the child imports the same mlircap as this process
+    env = dict(os.environ, MLIRCAP_CAPTURE_NO_EXT="1", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
 

@@ -3,16 +3,27 @@ at every LOAD_ATTR / STORE_ATTR / CALL the statically located stack values must 
 real operands.  Torch-free, so it can also be run directly: `python test_bytecode.py`."""
 import collections
 import dataclasses
+import importlib.util
 import json
 import os
 import sys
 import textwrap
 
-_PY = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "python"))
-sys.path.insert(0, os.path.join(_PY, "mlircap", "capture"))
 
-import _bytecode  # noqa: E402
-import _ext  # noqa: E402
+def _standalone(name):
+    """mlircap/capture/<name>.py (torch-free, no package imports) of the mlircap that
+    `import mlircap` would find, loaded without importing mlircap (which imports torch)."""
+    pkg = importlib.util.find_spec("mlircap")
+    assert pkg is not None, "mlircap is not importable: run ./scripts/setup (or pytest from the repo root)"
+    path = os.path.join(pkg.submodule_search_locations[0], "capture", name + ".py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_bytecode = _standalone("_bytecode")
+_ext = _standalone("_ext")
 
 
 class Obj:

@@ -1,0 +1,116 @@
+"""Every ``MLIRCAP_*`` environment variable and every target default, in one place.
+
+Torch-free and dependency-free, so setup code and tools can import it. Code reads a
+variable through :func:`env` (its default comes from :data:`ENV`), never with a literal
+``os.environ.get("MLIRCAP_...", default)``; ``test/python/test_config.py`` checks that
+every ``MLIRCAP_*`` name used in python/, scripts/, bench/, setup.py and the tests is
+listed here, and that the C++ defaults (include/mlircap/TargetDefaults.h) agree.
+
+The README's table is ``markdown_table()``:
+``python -c "from mlircap import config; print(config.markdown_table())"``.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+# --------------------------------------------------------------------------- targets
+# The default GPU target is the NVIDIA H200 (Hopper). The C++ core has the same
+# defaults as named constants in include/mlircap/TargetDefaults.h; NULL or "" for the
+# chip/features in the C API and binding select them there.
+DEFAULT_CHIP = "sm_90"
+"""NVIDIA chip that GPU code is compiled for (``chip=`` of mlircap-gpu-pipeline)."""
+DEFAULT_PTX_FEATURES = "+ptx80"
+"""PTX ISA version (``features=``); chips that need a newer one (sm_100+) get their minimum."""
+DEFAULT_NUM_SMS = 132
+"""Streaming multiprocessors of the default chip (H200): the grid-size cap of GPU kernels."""
+DEFAULT_CPU_OPT_LEVEL = 3
+"""LLVM optimization level of the CPU JIT."""
+
+
+# --------------------------------------------------------------------------- environment
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    default: str | None  # None: unset (the feature is off / the value is computed)
+    meaning: str
+    used_by: str
+
+
+def _vars(*vs: EnvVar) -> dict[str, EnvVar]:
+    return {v.name: v for v in vs}
+
+
+ENV: dict[str, EnvVar] = _vars(
+    # runtime
+    EnvVar("MLIRCAP_LOGS", "", "log areas printed on stderr: comma-separated "
+           "progress, graph_breaks, guards, recompiles, kernels, passes, fallback, or all",
+           "mlircap/logs.py"),
+    EnvVar("MLIRCAP_CACHE_DIR", None, "on-disk cache of GPU launch plans and the capture "
+           "extension build (default $XDG_CACHE_HOME/mlircap, else ~/.cache/mlircap)",
+           "mlircap/runtime/cuda.py, mlircap/capture/_ext.py"),
+    EnvVar("MLIRCAP_DUMP_DIR", None, "write every stage of every graph and a repro.sh there",
+           "mlircap/backend.py"),
+    EnvVar("MLIRCAP_COMPILE_WORKER", "1", "0 compiles in-process instead of in the isolated "
+           "compile worker (debugging)", "mlircap/worker.py"),
+    EnvVar("MLIRCAP_COMPILE_TIMEOUT", "900", "seconds a graph may compile before it runs "
+           "eagerly instead", "mlircap/worker.py"),
+    EnvVar("MLIRCAP_CUDA_GRAPHS", "1", "0 disables CUDA graphs for GPU plans",
+           "mlircap/runtime/cuda.py"),
+    EnvVar("MLIRCAP_LIB_DIR", None, "directory searched first for the built core "
+           "(_mlircap*.so, libmlircap_core.so); before <repo>/build/lib and the package's _lib/",
+           "mlircap/_core.py, scripts/gpu-bundle"),
+    # capture
+    EnvVar("MLIRCAP_CAPTURE_NO_EXT", None, "1 forces the capture layer's pure-Python "
+           "fallback (no C frame-evaluation extension; runs eagerly)", "mlircap/capture/_ext.py"),
+    EnvVar("MLIRCAP_CAPTURE_STATIC_DEPTH", None, "1 uses static value-stack depths on "
+           "Python 3.11 (always on 3.12); check also compares them with the real ones",
+           "mlircap/capture/_bytecode.py"),
+    EnvVar("MLIRCAP_PYBIND11_INCLUDE", None, "pybind11 include directory for building the "
+           "capture extension when the pybind11 package is not installed",
+           "mlircap/capture/_ext.py"),
+    # tests
+    EnvVar("MLIRCAP_WORKER_FAULT", None, "test hook: the compile worker aborts, segfaults or "
+           "hangs (abort, segv, hang)", "mlircap/worker.py, test/python/test_trust.py"),
+    # build and tools
+    EnvVar("MLIRCAP_BUILD_DIR", "build", "CMake build directory of `pip install` / "
+           "./scripts/setup (relative to the repository)", "setup.py"),
+    EnvVar("MLIRCAP_JOBS", None, "parallel build jobs (default: the number of CPUs)", "setup.py"),
+    EnvVar("MLIRCAP_LINT_BASE", None, "git revision the lint step compares against (default: "
+           "the merge-base with origin/main when that differs from HEAD, else HEAD~1)",
+           "scripts/lint"),
+    EnvVar("MLIRCAP_SITE", "/tmp/mlircap-site", "where scripts/gpu-bundle installs torch-mlir "
+           "on the GPU host", "scripts/gpu-bundle"),
+    EnvVar("MLIRCAP_GPU_LIB", "build-gpu/lib", "where scripts/gpu-bundle installs the core and "
+           "binding on the GPU host (relative to the repository)", "scripts/gpu-bundle"),
+    EnvVar("MLIRCAP_COMMIT", None, "commit recorded in bench/RESULTS.md (default: git HEAD)",
+           "bench/gpu.py"),
+)
+
+
+def env(name: str) -> str | None:
+    """The value of a listed MLIRCAP_* variable, or its default."""
+    return os.environ.get(name, ENV[name].default)
+
+
+def env_flag(name: str) -> bool:
+    """A listed on/off variable: unset means its default; 0, false, no and "" mean off."""
+    return (env(name) or "").strip().lower() not in ("0", "", "false", "no")
+
+
+def cache_dir() -> Path:
+    """MLIRCAP_CACHE_DIR, else $XDG_CACHE_HOME/mlircap, else ~/.cache/mlircap."""
+    d = env("MLIRCAP_CACHE_DIR")
+    if d:
+        return Path(d)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mlircap"
+
+
+def markdown_table() -> str:
+    """The README's table of environment variables."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for v in ENV.values():
+        default = "unset" if v.default is None else f"`{v.default}`" if v.default else '`""`'
+        rows.append(f"| `{v.name}` | {default} | {v.meaning} |")
+    return "\n".join(rows)
