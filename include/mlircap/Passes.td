@@ -367,6 +367,11 @@ def MlircapPropagateNan : Pass<"mlircap-propagate-nan", "::mlir::func::FuncOp"> 
     > y, x, y)` is a compare op and a where op, two payloads, and keeps its
     NaN behavior; only after elementwise fusion would it look the same.
 
+    Bools: the integer forms of the same ops are lowered with `arith.maxsi`,
+    `arith.minsi` and signed `arith.cmpi`, which on i1 read true as -1
+    (`clamp_min(true, false)` was false). A torch bool is 0 or 1: on i1 they
+    become `arith.maxui` / `arith.minui` and unsigned compares.
+
     Before:
     ```mlir
     %c = arith.cmpf ult, %x, %lo : f32

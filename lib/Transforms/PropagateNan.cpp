@@ -6,7 +6,12 @@
 // `clamp(nan, -1, 1)` gave -1 where eager torch gives nan. Every such
 // select within one op's payload is the min or max of its two operands, so
 // it becomes arith.maximumf / arith.minimumf, which return NaN when either
-// operand is NaN (torch's semantics). See Passes.td.
+// operand is NaN (torch's semantics).
+//
+// Bools: torch-mlir lowers the integer forms of the same ops with signed
+// min/max and compares, which on i1 read true as -1: clamp_min(true, false)
+// gave false. A torch bool is 0 or 1, so signed i1 min/max and ordering
+// compares become their unsigned forms. See Passes.td.
 //
 //===----------------------------------------------------------------------===//
 #include "mlircap/Passes.h"
@@ -65,10 +70,50 @@ struct SelectToMinMax : OpRewritePattern<arith::SelectOp> {
   }
 };
 
+bool isBool(Value v) { return getElementTypeOrSelf(v.getType()).isInteger(1); }
+
+/// maxsi/minsi on i1 -> maxui/minui (true is 1, not -1).
+template <typename SignedOp, typename UnsignedOp>
+struct UnsignedBoolMinMax : OpRewritePattern<SignedOp> {
+  using OpRewritePattern<SignedOp>::OpRewritePattern;
+  LogicalResult matchAndRewrite(SignedOp op,
+                                PatternRewriter &rewriter) const override {
+    if (!isBool(op.getLhs()))
+      return failure();
+    rewriter.replaceOpWithNewOp<UnsignedOp>(op, op.getLhs(), op.getRhs());
+    return success();
+  }
+};
+
+/// cmpi slt/sle/sgt/sge on i1 -> ult/ule/ugt/uge.
+struct UnsignedBoolCompare : OpRewritePattern<arith::CmpIOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(arith::CmpIOp op,
+                                PatternRewriter &rewriter) const override {
+    using P = arith::CmpIPredicate;
+    if (!isBool(op.getLhs()))
+      return failure();
+    P p;
+    switch (op.getPredicate()) {
+    case P::slt: p = P::ult; break;
+    case P::sle: p = P::ule; break;
+    case P::sgt: p = P::ugt; break;
+    case P::sge: p = P::uge; break;
+    default:
+      return failure();
+    }
+    rewriter.modifyOpInPlace(op, [&] { op.setPredicate(p); });
+    return success();
+  }
+};
+
 struct PropagateNan : impl::MlircapPropagateNanBase<PropagateNan> {
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    patterns.add<SelectToMinMax>(&getContext());
+    patterns.add<SelectToMinMax, UnsignedBoolCompare,
+                 UnsignedBoolMinMax<arith::MaxSIOp, arith::MaxUIOp>,
+                 UnsignedBoolMinMax<arith::MinSIOp, arith::MinUIOp>>(
+        &getContext());
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
       signalPassFailure();
   }

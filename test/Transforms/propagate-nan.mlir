@@ -96,3 +96,26 @@ func.func @vector(%a: vector<4xf32>, %b: vector<4xf32>) -> vector<4xf32> {
   %1 = arith.select %0, %a, %b : vector<4xi1>, vector<4xf32>
   return %1 : vector<4xf32>
 }
+
+// -----
+
+// Bools: torch-mlir's clamp_min/clamp_max of i1 use signed max/min, which read
+// true as -1. They become unsigned, as do signed ordering compares; i8 stays.
+// CHECK-LABEL: func.func @bool_min_max(
+// CHECK: arith.maxui %{{.*}}, %{{.*}} : i1
+// CHECK: arith.minui %{{.*}}, %{{.*}} : i1
+// CHECK: arith.cmpi ugt, %{{.*}}, %{{.*}} : i1
+// CHECK: arith.cmpi ule, %{{.*}}, %{{.*}} : i1
+// CHECK: arith.cmpi eq, %{{.*}}, %{{.*}} : i1
+// CHECK: arith.maxsi %{{.*}}, %{{.*}} : i8
+// CHECK: arith.cmpi slt, %{{.*}}, %{{.*}} : i8
+func.func @bool_min_max(%a: i1, %b: i1, %c: i8, %d: i8) -> (i1, i1, i1, i1, i1, i8, i1) {
+  %0 = arith.maxsi %a, %b : i1
+  %1 = arith.minsi %a, %b : i1
+  %2 = arith.cmpi sgt, %a, %b : i1
+  %3 = arith.cmpi sle, %a, %b : i1
+  %4 = arith.cmpi eq, %a, %b : i1
+  %5 = arith.maxsi %c, %d : i8
+  %6 = arith.cmpi slt, %c, %d : i8
+  return %0, %1, %2, %3, %4, %5, %6 : i1, i1, i1, i1, i1, i8, i1
+}
