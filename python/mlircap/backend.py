@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import config, logs
-from .frontend import FrontendError, decomposition_table, import_fx
+from .frontend import FrontendError, decomposition_table, eager_kernels_for_islands, import_fx
 
 
 class MlircapCompileError(RuntimeError):
@@ -605,10 +605,11 @@ def make_backend(options: Options | None = None, registry: list | None = None):
             return fn
 
     def _aot(gm, example_inputs):
-        return aot_module_simplified(
-            gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
-            decompositions=decomposition_table(),
-        )
+        with eager_kernels_for_islands():
+            return aot_module_simplified(
+                gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
+                decompositions=decomposition_table(),
+            )
 
     return backend
 

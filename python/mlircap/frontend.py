@@ -7,8 +7,10 @@ constants). IR leaves this module as text: torch-mlir runs on its own LLVM
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -28,7 +30,19 @@ class FrontendError(RuntimeError):
 
 
 def decomposition_table():
-    """torch-mlir's decompositions plus those its importer needs (BatchNorm)."""
+    """torch-mlir's decompositions plus those its importer needs (BatchNorm),
+    each guarded so that the graph keeps eager's numerics (see _guarded):
+    built once, shared by every backend call."""
+    global _TABLE
+    if _TABLE is None:
+        _TABLE = _build_table()
+    return _TABLE
+
+
+_TABLE: dict | None = None
+
+
+def _build_table() -> dict:
     from torch._decomp import get_decompositions
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
@@ -36,7 +50,151 @@ def decomposition_table():
     table = dict(get_decomposition_table())
     table.update(get_decompositions([aten.native_batch_norm, aten._native_batch_norm_legit_no_training]))
     table[aten.cumsum.default] = _cumsum_as_masked_sum
-    return table
+    for packet in _OPMATH_REDUCTIONS:
+        for name in packet.overloads():
+            op = getattr(packet, name)
+            table[op] = _in_float32(op, table.get(op))
+    return {op: _guarded(op, fn) for op, fn in table.items()}
+
+
+def _dtypes_in(args, kwargs):
+    """The dtypes of the tensors in an op's arguments, and its dtype= argument."""
+    leaves = list(args) + list(kwargs.values())
+    while leaves:
+        x = leaves.pop()
+        if isinstance(x, torch.Tensor):
+            yield x.dtype
+        elif isinstance(x, torch.dtype):
+            yield x
+        elif isinstance(x, (list, tuple)):
+            leaves.extend(x)
+
+
+def _keep_whole(op, args, kwargs) -> bool:
+    """`op` on these arguments becomes an eager island (partition.py) or
+    follows eager's numerics only as one op: it must not be decomposed."""
+    from .partition import SUPPORTED_DTYPES, eager_numerics
+    from .widen import uint8_computable
+
+    unsupported = {d for d in _dtypes_in(args, kwargs) if d not in SUPPORTED_DTYPES}
+    if unsupported and not (unsupported == {torch.uint8} and uint8_computable(_CallOf(op))):
+        return True
+    return eager_numerics(op, args, kwargs)
+
+
+@dataclass
+class _CallOf:
+    """A call of `target`, as partition/widen read a graph node."""
+    target: object
+    op: str = "call_function"
+
+
+def _guarded(op, fn):
+    """`fn`, the decomposition of `op`, applied only where the compiled graph
+    computes what eager computes; elsewhere `op` stays one node of the graph
+    (NotImplemented: aot_autograd records it as it is):
+    * an op on a dtype the compiler does not handle (complex, ..., uint8
+      outside widen.uint8_computable) runs as an eager island (partition.py),
+      and an island must run eager's own kernel: the decomposition of
+      upsample_bicubic2d on uint8 emulates torch's integer arithmetic and is
+      one off on some pixels;
+    * ops whose eager kernels round in a way no decomposition reproduces
+      (partition.EAGER_NUMERICS: integer and low-precision linspace/logspace,
+      low-precision upsampling) stay whole and run eagerly."""
+    def decomposition(*args, **kwargs):
+        if _keep_whole(op, args, kwargs):
+            return NotImplemented
+        return fn(*args, **kwargs)
+
+    return decomposition
+
+
+@contextlib.contextmanager
+def eager_kernels_for_islands():
+    """While aot_autograd traces: ops on dtypes the compiler does not handle,
+    and ops in dtypes whose eager numerics it does not reproduce
+    (partition.EAGER_NUMERICS), keep eager's C++ kernels.
+
+    Besides the decomposition table, torch registers Python decompositions of
+    some ops at the Autograd and CompositeImplicitAutograd keys (upsampling,
+    RNNs, ...), which aot_autograd's tracing runs whatever the table says. An
+    op on a dtype the compiler does not handle becomes an eager island
+    (partition.py) and must compute what eager computes: upsample_bicubic2d on
+    uint8 went through the decomposition's integer emulation, one off from
+    torch's uint8 kernel. During the trace those kernels send such calls to the
+    C++ dispatcher, so the op is recorded whole (the table's entries decline
+    it the same way: _guarded)."""
+    from torch._C import DispatchKey
+
+    import torch._decomp  # noqa: F401 - registers them
+
+    patched = []
+    with _PATCH_LOCK:
+        for op in _overloads_with_python_kernels():
+            kernels = op.py_kernels
+            for key in (DispatchKey.Autograd, DispatchKey.CompositeImplicitAutograd):
+                fn = kernels.get(key)
+                if fn is not None:
+                    kernels[key] = _unless_kept_whole(op, fn)
+                    patched.append((op, key, fn))
+            op._dispatch_cache.clear()
+        try:
+            yield
+        finally:
+            for op, key, fn in patched:
+                op.py_kernels[key] = fn
+                op._dispatch_cache.clear()
+
+
+_PATCH_LOCK = threading.RLock()
+
+
+def _overloads_with_python_kernels():
+    """The aten overloads with a Python kernel registered (py_impl): each was
+    looked up to register it, so it is cached on its packet."""
+    for packet in list(vars(torch.ops.aten).values()):
+        if isinstance(packet, torch._ops.OpOverloadPacket):
+            for op in list(vars(packet).values()):
+                if isinstance(op, torch._ops.OpOverload) and op.py_kernels:
+                    yield op
+
+
+def _unless_kept_whole(op, fn):
+    """`fn`, a Python kernel of `op`, except where `op` must stay whole: there
+    the C++ dispatcher runs it (under aot_autograd: records it as one node)."""
+
+    def kernel(*args, **kwargs):
+        if _keep_whole(op, args, kwargs):
+            with torch._C._DisablePythonDispatcher():
+                return op(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    return kernel
+
+
+# Reductions whose eager kernels accumulate bfloat16/float16 in float32 ("opmath")
+# and round once: torch-mlir's lowerings accumulate in the input's dtype.
+_aten = torch.ops.aten
+_OPMATH_REDUCTIONS = (_aten.sum, _aten.mean, _aten.avg_pool1d, _aten.avg_pool2d, _aten.avg_pool3d,
+                      _aten.adaptive_avg_pool1d, _aten.adaptive_avg_pool2d, _aten._adaptive_avg_pool2d,
+                      _aten.adaptive_avg_pool3d, _aten._adaptive_avg_pool3d)
+_LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def _in_float32(op, fn):
+    """`op` on a bfloat16/float16 tensor as eager computes it: the same op in
+    float32, rounded once to the input's dtype; other dtypes go to `fn` (the
+    op's decomposition, or none: NotImplemented keeps the op)."""
+
+    def decomposition(x, *args, **kwargs):
+        dtype = kwargs.get("dtype")
+        if (isinstance(x, torch.Tensor) and x.dtype in _LOW_PRECISION and dtype in (None, x.dtype)
+                and not op._schema.is_mutable and "out" not in kwargs):
+            kwargs = {k: v for k, v in kwargs.items() if k != "dtype"}
+            return op(x.float(), *args, **kwargs).to(x.dtype)
+        return fn(x, *args, **kwargs) if fn is not None else NotImplemented
+
+    return decomposition
 
 
 def _prepare_for_import(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -13,7 +13,11 @@ Some ops must not be compiled even when torch-mlir imports them:
 * fused attention kernels (SDPA's flash/efficient/cudnn variants on CUDA):
   library calls through torch, as matmul and conv are;
 * ops torch-mlir rejected (`forced`), so one unsupported op no longer sends
-  the whole graph to eager.
+  the whole graph to eager;
+* ops whose eager kernels round in a way compiled code does not reproduce
+  (`EAGER_NUMERICS`: integer and low-precision linspace/logspace, whose CPU
+  kernels truncate the endpoints to the dtype and step per vector lane;
+  low-precision upsampling).
 
 Such ops run through torch as *eager islands*; everything else is grouped into
 as few compiled parts as the data dependencies allow. Parts run in stage
@@ -57,8 +61,23 @@ _LIBRARY_OPS = {"aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_
                 "aten::_scaled_dot_product_cudnn_attention", "aten::_flash_attention_forward",
                 "aten::_efficient_attention_forward", "aten::_scaled_dot_product_fused_attention_overrideable"}
 
+# Ops whose eager kernels round in ways no decomposition reproduces: the op
+# name -> the output dtypes in which the compiled decomposition matches eager
+# (to the dtype's tolerance); in any other dtype the op stays whole and runs
+# through torch. linspace/logspace truncate the endpoints to the dtype and step
+# per vector lane on the CPU; the upsampling kernels round low-precision
+# intermediates between their separable passes.
+_FLOATS = (torch.float32, torch.float64)
+EAGER_NUMERICS: dict[str, tuple[torch.dtype, ...]] = {
+    "aten::linspace": _FLOATS, "aten::logspace": _FLOATS,
+    "aten::upsample_linear1d": _FLOATS, "aten::upsample_bilinear2d": _FLOATS,
+    "aten::upsample_trilinear3d": _FLOATS, "aten::upsample_bicubic2d": _FLOATS,
+    "aten::_upsample_bilinear2d_aa": _FLOATS, "aten::_upsample_bicubic2d_aa": _FLOATS,
+}
+_FACTORIES = ("aten::linspace", "aten::logspace")
+
 # Eager islands that are part of the design, not a limitation to report.
-BY_DESIGN = ("random", "index", "library")
+BY_DESIGN = ("random", "index", "library", "numerics")
 
 SUPPORTED_DTYPES = {torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
                     torch.int16, torch.int8, torch.bool}
@@ -78,6 +97,21 @@ def _leaves(x, cls: type):
             yield from _leaves(v, cls)
 
 
+def eager_numerics(target, args, kwargs) -> bool:
+    """`target(*args, **kwargs)` must run through torch to give eager's values
+    (EAGER_NUMERICS): its result's dtype is the dtype= argument of a factory,
+    else its input's."""
+    name = op_name(target)
+    exact = EAGER_NUMERICS.get(name)
+    if exact is None:
+        return False
+    if name in _FACTORIES or not args or not isinstance(args[0], torch.Tensor):
+        dtype = kwargs.get("dtype") or torch.get_default_dtype()
+    else:
+        dtype = args[0].dtype
+    return dtype not in exact
+
+
 def is_random(node: fx.Node) -> bool:
     return node.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
 
@@ -89,6 +123,9 @@ def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
     name = op_name(node.target)
     if name in _LIBRARY_OPS:
         return "library"
+    out = node.meta.get("val")
+    if name in EAGER_NUMERICS and isinstance(out, torch.Tensor) and out.dtype not in EAGER_NUMERICS[name]:
+        return "numerics"   # kept whole by frontend.decomposition_table: eager_numerics
     for pos in _INDEX_ARGS.get(name, ()):
         if pos < len(node.args) and any(n in from_input for n in _leaves(node.args[pos], fx.Node)):
             return "index"

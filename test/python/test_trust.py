@@ -547,3 +547,70 @@ def test_r08_inputs_aliasing_differently_from_the_recording_recompile():
     a, b = torch.zeros(3), torch.zeros(3)          # distinct again: the first variant
     _same(fast(a, b), torch.zeros(3))
     _same(a, torch.ones(3))
+
+
+def _compiled_matches_eager(fn, *args, exact=True, compiled=True, **tol):
+    """The second (compiled) call of mlircap.compile(fn) gives eager's result:
+    same dtype and shape, bit for bit (`exact`) or to assert_close's
+    tolerances (the dtype's defaults unless `tol`)."""
+    want = fn(*args)
+    fast = mlircap.compile(fn)
+    fast(*[a.clone() for a in args])
+    got = fast(*[a.clone() for a in args])
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if exact:
+        assert torch.equal(got, want), (got, want)
+    else:
+        torch.testing.assert_close(got, want, **tol)
+    if compiled:
+        assert _compiled_graphs_ran(fast), [g.fallback_reason for g in fast.graphs]
+    return fast
+
+
+def test_bool_clamp_min_max_compare_unsigned():
+    # torch-mlir lowers integer clamp to signed max/min: on i1 true read as -1.
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.rand(20, 25, generator=g) > 0.5, torch.rand(20, 25, generator=g) > 0.5
+    _compiled_matches_eager(lambda a, b: torch.clamp_min(a, b), a, b)
+    _compiled_matches_eager(lambda a, b: torch.clamp_max(a, b), a, b)
+    _compiled_matches_eager(lambda a, b: torch.clamp_min(a, b) ^ torch.clamp_max(b, a), a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int64, torch.uint8, torch.bfloat16])
+def test_linspace_logspace_round_like_eager(dtype):
+    # Eager truncates the endpoints to the dtype and steps in double (per vector
+    # lane on the CPU); the decompositions computed in float32 from 4.3.
+    x = torch.zeros((), dtype=dtype)
+    _compiled_matches_eager(lambda x: torch.linspace(4.3, -3, 50, dtype=dtype) + x, x, compiled=False)
+    _compiled_matches_eager(lambda x: torch.linspace(50, 50, 50, dtype=dtype) + x, x, compiled=False)
+    if dtype.is_floating_point:
+        _compiled_matches_eager(lambda x: torch.logspace(4.3, 2, 2, dtype=dtype) + x, x, compiled=False)
+
+
+def test_float32_linspace_stays_compiled():
+    _compiled_matches_eager(lambda x: torch.linspace(4.3, -3, 50) * x, torch.ones(50), exact=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_reductions_accumulate_in_float32(dtype):
+    # Eager sums bfloat16/float16 in float32 and rounds once; torch-mlir's
+    # lowerings accumulated in the input's dtype (avg_pool2d: 17/243 off).
+    F = torch.nn.functional
+    x = (torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0)) * 5).to(dtype)
+    for fn in (lambda a: a.sum(), lambda a: a.sum((2, 3)), lambda a: a.mean(-1),
+               lambda a: F.avg_pool2d(a, 3, 1, 1, True, False, 2), lambda a: F.avg_pool2d(a, 3, 1, 1),
+               lambda a: F.avg_pool1d(a.flatten(2), 5, 2), lambda a: F.adaptive_avg_pool2d(a, 3)):
+        _compiled_matches_eager(fn, x, exact=False)
+
+
+def test_island_runs_eagers_kernel_not_a_decomposition():
+    # uint8 is not compiled: upsample_bicubic2d runs as an eager island, and
+    # must be torch's uint8 kernel, not the Python decomposition aot_autograd
+    # traces through (its integer emulation is 1 off on some pixels).
+    x = torch.randint(0, 256, (1, 3, 16, 16), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
+    F = torch.nn.functional
+    _compiled_matches_eager(lambda a: F.interpolate(a, size=(24, 24), mode="bicubic"), x, compiled=False)
+    _compiled_matches_eager(lambda a: F.interpolate(a * 2, size=(24, 24), mode="bicubic") + 1, x, compiled=False)
+    # float32 still compiles (its decomposition sums the taps in another order)
+    _compiled_matches_eager(lambda a: F.interpolate(a, size=(24, 24), mode="bicubic") * 2, x.float(),
+                            exact=False, atol=1e-3, rtol=1e-5)
