@@ -108,6 +108,22 @@ MLIRCAP_EXPORT void *mlircap_cpu_lookup(void *engine, const char *func);
 
 MLIRCAP_EXPORT void mlircap_cpu_destroy(void *engine);
 
+/* Threads the CPU kernels may use (the caller's thread included; at least
+ * 1). Default: the number of hardware threads. The Python runtime sets it
+ * to torch.get_num_threads() before each call. */
+MLIRCAP_EXPORT void mlircap_set_num_threads(int n);
+MLIRCAP_EXPORT int mlircap_get_num_threads(void);
+
+/* Runs body(ctx, begin, end) over chunks of [lo, hi) that cover it exactly,
+ * on up to mlircap_get_num_threads() threads, each chunk at least `grain`
+ * iterations (a range of less than 2 * grain runs on the calling thread).
+ * Returns when every chunk is done. JIT-compiled kernels call it (see
+ * mlircap-outline-parallel); a call made while another is running, or from
+ * inside a body, runs on the calling thread. */
+MLIRCAP_EXPORT void mlircap_parallel_for(void (*body)(void *, int64_t, int64_t),
+                                         void *ctx, int64_t lo, int64_t hi,
+                                         int64_t grain);
+
 /* Runs the mlircap-opt driver (MlirOptMain) with all upstream dialects and
  * passes plus mlircap's. Returns the process exit code. */
 MLIRCAP_EXPORT int mlircap_opt_main(int argc, char **argv);

@@ -543,4 +543,71 @@ def MlircapWidenBoolMemrefs : Pass<"mlircap-widen-bool-memrefs"> {
   let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::memref::MemRefDialect"];
 }
 
+def MlircapOutlineParallel : Pass<"mlircap-outline-parallel", "::mlir::ModuleOp"> {
+  let summary = "Run outer parallel loops on the runtime's thread pool (CPU)";
+  let description = [{
+    Every outermost `scf.parallel` without reductions (from
+    `convert-linalg-to-parallel-loops`: only `parallel` iterator dims) whose
+    static work reaches `2 * min-work` innermost iterations is outlined into
+    a private body function `(ctx: !llvm.ptr, lo: i64, hi: i64)` and replaced
+    by a call to the runtime function
+
+      `mlircap_parallel_for(body, ctx, 0, n, grain)`
+
+    which runs `body(ctx, lo, hi)` on chunks of `[0, n)` on up to
+    `mlircap_set_num_threads` threads (libmlircap_core.so; the JIT resolves
+    the symbol), each chunk at least `grain` iterations, so about `min-work`
+    innermost iterations per thread. A range of less than `2 * grain` runs on
+    the calling thread. Smaller loops stay as they are (single-threaded, no
+    overhead).
+
+    The dispatched dims are all but the innermost one when the body is
+    straight-line code and the innermost dim has at least 16 iterations (it
+    stays a sequential loop that LLVM vectorizes), otherwise all of them;
+    they are linearized, outer dim slowest. Each iteration writes what it
+    wrote before, so results do not depend on the thread count.
+
+    What the loop uses from the parent travels through a stack struct that
+    `ctx` points to: memrefs as their LLVM descriptors (through
+    `unrealized_conversion_cast`, folded by the LLVM lowering), `index` as
+    i64, other LLVM-compatible scalars as they are; constants are cloned into
+    the body. Runs on bufferized IR after `convert-linalg-to-parallel-loops`,
+    before `convert-scf-to-cf`.
+
+    Before:
+    ```mlir
+    func.func @k(%x: memref<64x256xf32>, %y: memref<64x256xf32>) {
+      scf.parallel (%i, %j) = (%c0, %c0) to (%c64, %c256) step (%c1, %c1) {
+        %v = memref.load %x[%i, %j] : memref<64x256xf32>
+        memref.store %v, %y[%i, %j] : memref<64x256xf32>
+      }
+      return
+    }
+    ```
+    After (`min-work=1024`):
+    ```mlir
+    func.func private @k_parallel(%ctx: !llvm.ptr, %lo: i64, %hi: i64) {
+      %x = ... llvm.load (field 0 of %ctx), unrealized_conversion_cast to memref
+      scf.for %n = %lo' to %hi' step %c1 {      // rows of this chunk
+        scf.parallel (%j) = (%c0) to (%c256) step (%c1) { ... original body ... }
+      }
+      return
+    }
+    func.func @k(%x: memref<64x256xf32>, %y: memref<64x256xf32>) {
+      %ctx = llvm.alloca %c1 x !llvm.struct<(struct<(ptr, ptr, i64, ...)>, ...)>
+      llvm.store ... // the descriptors of %x and %y
+      %f = func.constant @k_parallel : (!llvm.ptr, i64, i64) -> ()
+      call @mlircap_parallel_for(%f, %ctx, %c0_i64, %c64_i64, %c4_i64)
+      return
+    }
+    ```
+  }];
+  let options = [
+    Option<"minWork", "min-work", "int64_t", /*default=*/"32768",
+           "Innermost iterations one thread gets at least">,
+  ];
+  let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",
+                           "::mlir::LLVM::LLVMDialect", "::mlir::scf::SCFDialect"];
+}
+
 #endif // MLIRCAP_PASSES

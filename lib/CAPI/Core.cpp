@@ -280,6 +280,9 @@ ExecutionEngine *createEngine(Session &session, ModuleOp module, int optLevel) {
     symbols[interner("memrefCopy")] = {
         llvm::orc::ExecutorAddr::fromPtr(&mlircapMemrefCopy),
         llvm::JITSymbolFlags::Exported};
+    symbols[interner("mlircap_parallel_for")] = {
+        llvm::orc::ExecutorAddr::fromPtr(&mlircap_parallel_for),
+        llvm::JITSymbolFlags::Exported};
     return symbols;
   });
   return engine->release();

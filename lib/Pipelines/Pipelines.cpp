@@ -7,7 +7,8 @@
 //                       form-kernels)
 // mlircap-cpu-pipeline  linalg-on-tensors -> LLVM dialect, results as out-params
 //                       (f32 sums in f64, elementwise fusion only: no kernel
-//                       outlining, asserts kept)
+//                       outlining, asserts kept; outer parallel loops with
+//                       enough work run on the runtime's thread pool)
 // mlircap-gpu-pipeline  linalg-on-tensors -> kernels outlined and called from the
 //                       caller (tensor level), gpu.binary holding their PTX (sm_90)
 //
@@ -49,7 +50,8 @@ std::string cpuPipeline() {
   return llvm::formatv(
       "func.func(mlircap-widen-sums),{0},{1},mlircap-emit-c-interface,"
       "buffer-deallocation-pipeline,"
-      "func.func(convert-linalg-to-loops,mlircap-math-approx),mlircap-widen-bool-memrefs,convert-scf-to-cf,"
+      "func.func(convert-linalg-to-parallel-loops,mlircap-math-approx),mlircap-widen-bool-memrefs,"
+      "mlircap-outline-parallel,convert-scf-to-cf,"
       "expand-strided-metadata,lower-affine,finalize-memref-to-llvm,"
       "convert-math-to-llvm,convert-math-to-libm,convert-to-llvm,"
       "reconcile-unrealized-casts",

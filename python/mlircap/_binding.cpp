@@ -240,6 +240,9 @@ PYBIND11_MODULE(_mlircap, m) {
       py::arg("ir"), py::arg("opt_level") = 3,
       "(engine, plan JSON): kernels JIT-compiled for the CPU, library ops in the plan.");
   m.def("call_packed", &callPacked, py::arg("fn"), py::arg("args"));
+  m.def("set_num_threads", &mlircap_set_num_threads, py::arg("n"),
+        "Threads the CPU kernels may use (caller included).");
+  m.def("get_num_threads", &mlircap_get_num_threads);
 
   m.def(
       "cuda_load_module",

@@ -12,6 +12,17 @@ import torch
 from .._core import core
 
 
+_threads = [0]   # the core's thread count, as last set from here
+
+
+def sync_threads(core_module) -> None:
+    """Kernels use as many threads as torch (torch.set_num_threads)."""
+    n = torch.get_num_threads()
+    if n != _threads[0]:
+        core_module.set_num_threads(n)
+        _threads[0] = n
+
+
 def contiguous_strides(shape) -> list[int]:
     strides, acc = [], 1
     for s in reversed(shape):
@@ -41,6 +52,7 @@ class CpuExecutable:
             o = torch.empty(shape, dtype=dtype)
             outs.append(o)
             args.append((o.data_ptr(), shape, strides))
+        sync_threads(self._core)
         self._core.call_packed(self.fn, args)
         return outs
 
@@ -79,6 +91,7 @@ class CpuPlanExecutable:
         exe = self.exe
         t = exe._materialize(exe._prepare_inputs(args))
         call = self._core.call_packed
+        sync_threads(self._core)
         for kind, what, kargs in self.steps:
             if kind == "kernel":
                 call(what, [(t[v].data_ptr(), shape, strides) for v, shape, strides in kargs])

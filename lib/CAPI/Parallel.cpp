@@ -1,0 +1,202 @@
+//===- Parallel.cpp - the thread pool JIT-compiled kernels run on ---------===//
+//
+// mlircap_parallel_for is what mlircap-outline-parallel's calls resolve to:
+// it splits [lo, hi) into at most num_threads chunks of at least `grain`
+// iterations and runs them on a small persistent pool (the calling thread
+// takes chunks too). Workers spin briefly after a job (kernels come back to
+// back) and then sleep on a condition variable. Chunks are claimed through
+// one atomic word holding (job generation, chunk count, next chunk), so a
+// worker waking late can never run a chunk of a finished job, and the caller
+// finishes the job alone if no worker shows up (no deadlock after fork()).
+// One job at a time: a call while the pool is busy (another thread, or a
+// nested call from inside a body) runs its range on the calling thread.
+//
+//===----------------------------------------------------------------------===//
+#define MLIRCAP_BUILDING_CORE
+#include "mlircap-c/Core.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <new>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define MLIRCAP_PAUSE() _mm_pause()
+#else
+#define MLIRCAP_PAUSE() std::this_thread::yield()
+#endif
+
+namespace {
+using Body = void (*)(void *, int64_t, int64_t);
+
+// Ticket layout: generation (32 bits) | chunk count (16) | next chunk (16).
+constexpr int kMaxChunks = (1 << 15) - 1;
+uint64_t makeTicket(uint64_t gen, uint64_t n, uint64_t next) {
+  return (gen << 32) | (n << 16) | next;
+}
+uint32_t genOf(uint64_t t) { return static_cast<uint32_t>(t >> 32); }
+int countOf(uint64_t t) { return static_cast<int>((t >> 16) & 0xffff); }
+int nextOf(uint64_t t) { return static_cast<int>(t & 0xffff); }
+
+thread_local bool insideBody = false;
+
+class Pool {
+public:
+  static Pool &get() {
+    static Pool *pool = new Pool(); // never destroyed: workers may outlive exit
+    return *pool;
+  }
+
+  void setThreads(int n) { wanted.store(std::max(1, std::min(n, kMaxChunks)), std::memory_order_relaxed); }
+  int threads() const { return wanted.load(std::memory_order_relaxed); }
+
+  void run(Body fn, void *ctx, int64_t lo, int64_t hi, int64_t grain) {
+    int64_t n = hi - lo;
+    if (n <= 0)
+      return;
+    grain = std::max<int64_t>(grain, 1);
+    int64_t chunks = std::min<int64_t>(threads(), n / grain);
+    if (chunks <= 1 || insideBody) {
+      fn(ctx, lo, hi);
+      return;
+    }
+    std::unique_lock<std::mutex> busy(dispatch, std::try_to_lock);
+    if (!busy.owns_lock()) {
+      fn(ctx, lo, hi);
+      return;
+    }
+    resize(threads() - 1);
+    job = {fn, ctx, lo, hi, static_cast<int>(chunks)};
+    done.store(0, std::memory_order_relaxed);
+    uint64_t gen = ++generation;
+    ticket.store(makeTicket(gen, chunks, 0), std::memory_order_seq_cst);
+    if (sleepers.load(std::memory_order_seq_cst) > 0) {
+      { std::lock_guard<std::mutex> lock(sleepMutex); }
+      wake.notify_all();
+    }
+    insideBody = true;
+    work(static_cast<uint32_t>(gen));
+    insideBody = false;
+    // Wait for chunks claimed by workers.
+    for (int spins = 0; done.load(std::memory_order_acquire) < chunks; ++spins) {
+      if (spins < 4096)
+        MLIRCAP_PAUSE();
+      else
+        std::this_thread::yield();
+    }
+  }
+
+private:
+  struct Job {
+    Body fn;
+    void *ctx;
+    int64_t lo, hi;
+    int chunks;
+  };
+
+  /// Claims and runs chunks of job `gen` until none is left.
+  void work(uint32_t gen) {
+    uint64_t t = ticket.load(std::memory_order_acquire);
+    while (genOf(t) == gen && nextOf(t) < countOf(t)) {
+      if (!ticket.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel))
+        continue;
+      // The job cannot finish before this chunk is done: `job` is stable.
+      int c = nextOf(t);
+      int64_t n = job.hi - job.lo;
+      int64_t begin = job.lo + n * c / job.chunks;
+      int64_t end = job.lo + n * (c + 1) / job.chunks;
+      job.fn(job.ctx, begin, end);
+      done.fetch_add(1, std::memory_order_release);
+      t = ticket.load(std::memory_order_acquire);
+    }
+  }
+
+  void workerLoop() {
+    insideBody = true; // a body calling parallel_for again runs inline
+    uint32_t seen = genOf(ticket.load(std::memory_order_acquire));
+    for (;;) {
+      uint32_t gen = seen;
+      auto spinUntil = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+      for (int i = 0;; ++i) {
+        gen = genOf(ticket.load(std::memory_order_acquire));
+        if (gen != seen || stop.load(std::memory_order_relaxed))
+          break;
+        if ((i & 63) == 63 && std::chrono::steady_clock::now() > spinUntil) {
+          std::unique_lock<std::mutex> lock(sleepMutex);
+          sleepers.fetch_add(1, std::memory_order_seq_cst);
+          wake.wait(lock, [&] {
+            return genOf(ticket.load(std::memory_order_seq_cst)) != seen ||
+                   stop.load(std::memory_order_relaxed);
+          });
+          sleepers.fetch_sub(1, std::memory_order_relaxed);
+          spinUntil = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+        }
+        MLIRCAP_PAUSE();
+      }
+      if (stop.load(std::memory_order_relaxed))
+        return;
+      seen = gen;
+      work(gen);
+    }
+  }
+
+  /// `n` workers (called with the dispatch lock held). After fork() the
+  /// child has none of the parent's threads: forget them (leaked) and start anew.
+  void resize(int n) {
+    pid_t pid = getpid();
+    if (pid != owner) {
+      workers.clear();
+      owner = pid;
+      sleepers.store(0);
+      new (&sleepMutex) std::mutex();
+      new (&wake) std::condition_variable();
+    }
+    if (static_cast<int>(workers.size()) == n)
+      return;
+    stop.store(true);
+    {
+      std::lock_guard<std::mutex> lock(sleepMutex);
+    }
+    wake.notify_all();
+    for (std::thread *w : workers) {
+      w->join();
+      delete w;
+    }
+    workers.clear();
+    stop.store(false);
+    for (int i = 0; i < n; ++i)
+      workers.push_back(new std::thread([this] { workerLoop(); }));
+  }
+
+  std::atomic<int> wanted{std::max(1u, std::thread::hardware_concurrency())};
+  std::mutex dispatch;
+  std::vector<std::thread *> workers;
+  pid_t owner = getpid();
+  Job job{};
+  uint64_t generation = 0;
+  std::atomic<uint64_t> ticket{0};
+  std::atomic<int> done{0};
+  std::atomic<bool> stop{false};
+  std::atomic<int> sleepers{0};
+  std::mutex sleepMutex;
+  std::condition_variable wake;
+};
+} // namespace
+
+extern "C" {
+void mlircap_set_num_threads(int n) { Pool::get().setThreads(n); }
+
+int mlircap_get_num_threads(void) { return Pool::get().threads(); }
+
+void mlircap_parallel_for(void (*body)(void *, int64_t, int64_t), void *ctx, int64_t lo,
+                          int64_t hi, int64_t grain) {
+  Pool::get().run(body, ctx, lo, hi, grain);
+}
+} // extern "C"

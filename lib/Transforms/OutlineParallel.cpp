@@ -1,0 +1,360 @@
+//===- OutlineParallel.cpp - run outer parallel loops on a thread pool ----===//
+//
+// Each outermost scf.parallel (no reductions) with enough work is outlined
+// into a body function `(ctx, lo, hi)` that runs iterations [lo, hi) of its
+// outer dims (linearized), and replaced by a call to the runtime's
+// `mlircap_parallel_for(body, ctx, 0, n, grain)`. Values the loop uses are
+// stored in a stack struct (memrefs as their LLVM descriptors) that `ctx`
+// points to. Inner dims stay sequential loops, for LLVM's vectorizer.
+// See Passes.td.
+//
+//===----------------------------------------------------------------------===//
+#include "mlircap/Passes.h"
+#include "mlir/Conversion/LLVMCommon/TypeConverter.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMTypes.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Transforms/RegionUtils.h"
+
+namespace mlir::mlircap {
+#define GEN_PASS_DEF_MLIRCAPOUTLINEPARALLEL
+#include "mlircap/Passes.h.inc"
+
+namespace {
+constexpr llvm::StringLiteral kRuntimeFn = "mlircap_parallel_for";
+
+/// Static trip count of one loop dim, if its bounds are constants.
+std::optional<int64_t> tripCount(Value lb, Value ub, Value step) {
+  auto l = getConstantIntValue(lb), u = getConstantIntValue(ub),
+       s = getConstantIntValue(step);
+  if (!l || !u || !s || *s <= 0)
+    return std::nullopt;
+  return *u <= *l ? 0 : llvm::divideCeil(*u - *l, *s);
+}
+
+/// Iterations of the innermost bodies per execution of `block`: the static
+/// trip counts of the loops nested in it (a loop whose bounds are not
+/// constants counts as one iteration; both sides of an scf.if are added).
+int64_t innerWork(Block &block) {
+  int64_t work = 0;
+  for (Operation &op : block) {
+    if (op.getNumRegions() == 0)
+      continue;
+    int64_t trips = 1;
+    if (auto f = dyn_cast<scf::ForOp>(op)) {
+      trips = tripCount(f.getLowerBound(), f.getUpperBound(), f.getStep()).value_or(1);
+    } else if (auto p = dyn_cast<scf::ParallelOp>(op)) {
+      for (auto [l, u, s] : llvm::zip(p.getLowerBound(), p.getUpperBound(), p.getStep()))
+        trips *= tripCount(l, u, s).value_or(1);
+    }
+    int64_t nested = 0;
+    for (Region &r : op.getRegions())
+      for (Block &b : r)
+        nested += innerWork(b);
+    work += trips * nested;
+  }
+  return std::max<int64_t>(work, 1);
+}
+
+/// True if the iterations of `loop` touch disjoint memory whatever the
+/// iteration of the loops around it: every memref the body writes is
+/// defined outside `root` and accessed only through one index list that
+/// holds every induction variable of `loop`; the body has no other writes.
+/// Then sequential loops between `root` and `loop` can move into each
+/// thread's chunk (a column reduction: `for r { parallel c }` runs
+/// `for r { for c in chunk }` on each thread).
+bool independentAcrossOuterLoops(scf::ParallelOp loop, Operation *root) {
+  llvm::DenseMap<Value, SmallVector<Value>> indexOf;
+  bool ok = true;
+  auto access = [&](Value memref, ValueRange indices, bool write) {
+    auto it = indexOf.find(memref);
+    if (it == indexOf.end()) {
+      if (write)
+        indexOf[memref] = llvm::to_vector(indices);
+      return;
+    }
+    if (!llvm::equal(it->second, indices))
+      ok = false;
+  };
+  // Stores first (they define each written memref's index list), then loads.
+  loop.getBody()->walk([&](Operation *op) {
+    if (auto store = dyn_cast<memref::StoreOp>(op)) {
+      if (root->isAncestor(store.getMemRef().getParentBlock()->getParentOp()))
+        ok = false;
+      access(store.getMemRef(), store.getIndices(), true);
+      for (Value iv : loop.getInductionVars())
+        if (!llvm::is_contained(store.getIndices(), iv))
+          ok = false;
+    } else if (!isa<memref::LoadOp>(op) && !isMemoryEffectFree(op) &&
+               !op->hasTrait<OpTrait::HasRecursiveMemoryEffects>()) {
+      auto effects = dyn_cast<MemoryEffectOpInterface>(op);
+      if (!effects || effects.hasEffect<MemoryEffects::Write>() ||
+          effects.hasEffect<MemoryEffects::Free>())
+        ok = false;
+    }
+  });
+  loop.getBody()->walk([&](memref::LoadOp load) {
+    access(load.getMemRef(), load.getIndices(), false);
+  });
+  return ok;
+}
+
+/// The sequential loops around `loop` that can run inside each chunk:
+/// scf.for ops without iter_args holding nothing else, outermost first.
+SmallVector<scf::ForOp> hoistableForLoops(scf::ParallelOp loop) {
+  SmallVector<scf::ForOp> fors;
+  Operation *inner = loop;
+  while (auto f = dyn_cast<scf::ForOp>(inner->getParentOp())) {
+    if (f.getNumRegionIterArgs() != 0 || f.getBody()->getOperations().size() != 2)
+      break;
+    fors.insert(fors.begin(), f);
+    inner = f;
+  }
+  while (!fors.empty()) {
+    Operation *root = fors.front();
+    // The parallel loop's bounds must not depend on the moved loops.
+    bool invariant = llvm::all_of(
+        llvm::concat<Value>(loop.getLowerBound(), loop.getUpperBound(), loop.getStep()),
+        [&](Value v) { return !root->isAncestor(v.getParentBlock()->getParentOp()); });
+    if (invariant && independentAcrossOuterLoops(loop, root))
+      break;
+    fors.erase(fors.begin());
+  }
+  return fors;
+}
+
+struct OutlineParallel : impl::MlircapOutlineParallelBase<OutlineParallel> {
+  using MlircapOutlineParallelBase::MlircapOutlineParallelBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<scf::ParallelOp> loops;
+    module.walk([&](scf::ParallelOp op) {
+      if (op.getNumReductions() == 0 && !op->getParentOfType<scf::ParallelOp>() &&
+          op->getParentOfType<func::FuncOp>())
+        loops.push_back(op);
+    });
+    if (loops.empty())
+      return;
+    SymbolTable symbols(module);
+    LLVMTypeConverter converter(module.getContext());
+    for (scf::ParallelOp loop : loops)
+      outline(loop, symbols, converter);
+  }
+
+  func::FuncOp runtimeDecl(SymbolTable &symbols) {
+    if (auto f = symbols.lookup<func::FuncOp>(kRuntimeFn))
+      return f;
+    MLIRContext *ctx = &getContext();
+    auto ptr = LLVM::LLVMPointerType::get(ctx);
+    auto i64 = IntegerType::get(ctx, 64);
+    auto bodyType = FunctionType::get(ctx, {ptr, i64, i64}, {});
+    OpBuilder b(ctx);
+    auto decl = func::FuncOp::create(b, UnknownLoc::get(ctx), kRuntimeFn,
+                                     FunctionType::get(ctx, {bodyType, ptr, i64, i64, i64}, {}));
+    decl.setPrivate();
+    symbols.insert(decl);
+    return decl;
+  }
+
+  void outline(scf::ParallelOp loop, SymbolTable &symbols, LLVMTypeConverter &converter) {
+    MLIRContext *ctx = &getContext();
+    Location loc = loop.getLoc();
+    unsigned rank = loop.getNumLoops();
+    SmallVector<std::optional<int64_t>> trips;
+    for (auto [l, u, s] : llvm::zip(loop.getLowerBound(), loop.getUpperBound(), loop.getStep()))
+      trips.push_back(tripCount(l, u, s));
+    SmallVector<scf::ForOp> fors = hoistableForLoops(loop);
+    Operation *root = fors.empty() ? loop.getOperation() : fors.front().getOperation();
+    std::optional<int64_t> forTrips = 1;
+    for (scf::ForOp f : fors) {
+      auto t = tripCount(f.getLowerBound(), f.getUpperBound(), f.getStep());
+      forTrips = t && forTrips ? std::optional<int64_t>(*t * *forTrips) : std::nullopt;
+    }
+    bool allStatic = forTrips && llvm::all_of(trips, [](auto t) { return t.has_value(); });
+    int64_t inner = innerWork(*loop.getBody());
+    auto product = [&](unsigned from, unsigned to) -> std::optional<int64_t> {
+      int64_t p = 1;
+      for (unsigned d = from; d < to; ++d) {
+        if (!trips[d])
+          return std::nullopt;
+        p *= *trips[d];
+      }
+      return p;
+    };
+    if (allStatic && *forTrips * *product(0, rank) * inner < 2 * minWork)
+      return; // too little work for a second thread
+    // Dispatched dims: all but the last when the last is a straight-line
+    // loop long enough to vectorize and the others give some parallelism;
+    // else all of them (linearized).
+    unsigned dispatched = rank;
+    if (rank > 1 && inner == 1 && trips.back() && *trips.back() >= 16) {
+      auto outer = product(0, rank - 1);
+      if (!outer || *outer >= 4)
+        dispatched = rank - 1;
+    }
+    std::optional<int64_t> rest = product(dispatched, rank);
+    int64_t perIteration = inner * rest.value_or(1) * forTrips.value_or(1);
+    int64_t grain = std::max<int64_t>(1, llvm::divideCeil(minWork, perIteration));
+
+    // What the body needs from the parent: constants are cloned, memrefs
+    // travel as LLVM descriptors, indices as i64, other scalars as they are.
+    llvm::SetVector<Value> used;
+    for (Region &r : root->getRegions())
+      getUsedValuesDefinedAbove(r, used);
+    for (Value v : root->getOperands())
+      used.insert(v);
+    for (Value v : llvm::concat<Value>(loop.getLowerBound(), loop.getUpperBound(), loop.getStep()))
+      used.insert(v);
+    SmallVector<Value> constants, captured;
+    SmallVector<Type> fieldTypes;
+    for (Value v : used) {
+      Operation *def = v.getDefiningOp();
+      if (def && def->getNumOperands() == 0 && def->getNumRegions() == 0 &&
+          def->hasTrait<OpTrait::ConstantLike>()) {
+        constants.push_back(v);
+        continue;
+      }
+      Type t = v.getType();
+      Type field;
+      if (isa<MemRefType>(t))
+        field = converter.convertType(t);
+      else if (t.isIndex())
+        field = IntegerType::get(ctx, 64);
+      else if (LLVM::isCompatibleType(t))
+        field = t;
+      if (!field || !LLVM::isCompatibleType(field))
+        return; // a value we cannot pass through memory: stays sequential
+      captured.push_back(v);
+      fieldTypes.push_back(field);
+    }
+
+    auto parent = loop->getParentOfType<func::FuncOp>();
+    auto ptr = LLVM::LLVMPointerType::get(ctx);
+    auto i64 = IntegerType::get(ctx, 64);
+    auto structType = LLVM::LLVMStructType::getLiteral(ctx, fieldTypes);
+
+    // The body function.
+    OpBuilder b(ctx);
+    b.setInsertionPoint(parent);
+    auto body = func::FuncOp::create(b, loc, (parent.getSymName() + "_parallel").str(),
+                                     FunctionType::get(ctx, {ptr, i64, i64}, {}));
+    body.setPrivate();
+    symbols.insert(body); // renames on a clash
+    Block *entry = body.addEntryBlock();
+    b.setInsertionPointToStart(entry);
+    IRMapping map;
+    for (Value c : constants)
+      map.map(c, b.clone(*c.getDefiningOp())->getResult(0));
+    for (auto [i, v] : llvm::enumerate(captured)) {
+      Value addr = LLVM::GEPOp::create(b, loc, ptr, structType, entry->getArgument(0),
+                                       ArrayRef<LLVM::GEPArg>{0, static_cast<int32_t>(i)});
+      Value field = LLVM::LoadOp::create(b, loc, fieldTypes[i], addr);
+      Type t = v.getType();
+      if (isa<MemRefType>(t))
+        field = UnrealizedConversionCastOp::create(b, loc, t, field).getResult(0);
+      else if (t.isIndex())
+        field = arith::IndexCastOp::create(b, loc, t, field);
+      map.map(v, field);
+    }
+    auto lookup = [&](ValueRange vs) {
+      return llvm::map_to_vector(vs, [&](Value v) { return map.lookupOrDefault(v); });
+    };
+    SmallVector<Value> lbs = lookup(loop.getLowerBound()), ubs = lookup(loop.getUpperBound()),
+                       steps = lookup(loop.getStep());
+    // Trip counts of the dispatched dims, in the body and in the parent.
+    auto tripValues = [&](OpBuilder &ob, ValueRange l, ValueRange u, ValueRange s) {
+      SmallVector<Value> out;
+      for (unsigned d = 0; d < dispatched; ++d) {
+        if (trips[d]) {
+          out.push_back(arith::ConstantIndexOp::create(ob, loc, *trips[d]));
+          continue;
+        }
+        Value zero = arith::ConstantIndexOp::create(ob, loc, 0);
+        Value span = arith::SubIOp::create(ob, loc, u[d], l[d]);
+        span = arith::MaxSIOp::create(ob, loc, span, zero);
+        out.push_back(arith::CeilDivSIOp::create(ob, loc, span, s[d]));
+      }
+      return out;
+    };
+    SmallVector<Value> bodyTrips = tripValues(b, lbs, ubs, steps);
+    Value lo = arith::IndexCastOp::create(b, loc, b.getIndexType(), entry->getArgument(1));
+    Value hi = arith::IndexCastOp::create(b, loc, b.getIndexType(), entry->getArgument(2));
+    Value one = arith::ConstantIndexOp::create(b, loc, 1);
+    func::ReturnOp::create(b, loc);
+    b.setInsertionPoint(entry->getTerminator());
+    for (scf::ForOp f : fors) {
+      auto moved = scf::ForOp::create(b, f.getLoc(), map.lookupOrDefault(f.getLowerBound()),
+                                      map.lookupOrDefault(f.getUpperBound()),
+                                      map.lookupOrDefault(f.getStep()));
+      map.map(f.getInductionVar(), moved.getInductionVar());
+      b.setInsertionPointToStart(moved.getBody());
+    }
+    auto forOp = scf::ForOp::create(b, loc, lo, hi, one);
+    b.setInsertionPointToStart(forOp.getBody());
+    // Delinearize the linear index (outer dim slowest) into the loop's IVs.
+    Value rem = forOp.getInductionVar();
+    SmallVector<Value> ivs(dispatched);
+    for (int d = dispatched - 1; d >= 0; --d) {
+      Value idx = rem;
+      if (d > 0) {
+        idx = arith::RemUIOp::create(b, loc, rem, bodyTrips[d]);
+        rem = arith::DivUIOp::create(b, loc, rem, bodyTrips[d]);
+      }
+      Value scaled = b.createOrFold<arith::MulIOp>(loc, idx, steps[d]);
+      ivs[d] = b.createOrFold<arith::AddIOp>(loc, lbs[d], scaled);
+    }
+    for (unsigned d = 0; d < dispatched; ++d)
+      map.map(loop.getInductionVars()[d], ivs[d]);
+    auto cloneBody = [&](OpBuilder &ob) {
+      for (Operation &op : loop.getBody()->without_terminator())
+        ob.clone(op, map);
+    };
+    if (dispatched == rank) {
+      cloneBody(b);
+    } else {
+      scf::ParallelOp::create(
+          b, loc, ArrayRef(lbs).drop_front(dispatched), ArrayRef(ubs).drop_front(dispatched),
+          ArrayRef(steps).drop_front(dispatched), [&](OpBuilder &ob, Location, ValueRange rest) {
+            for (unsigned d = dispatched; d < rank; ++d)
+              map.map(loop.getInductionVars()[d], rest[d - dispatched]);
+            cloneBody(ob);
+          });
+    }
+
+    // The parent: fill the context (on the stack, allocated once at entry)
+    // and call the runtime.
+    func::FuncOp runtime = runtimeDecl(symbols);
+    b.setInsertionPointToStart(&parent.getBody().front());
+    Value ctxPtr;
+    if (captured.empty()) {
+      ctxPtr = LLVM::ZeroOp::create(b, loc, ptr);
+    } else {
+      Value count = LLVM::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(1));
+      ctxPtr = LLVM::AllocaOp::create(b, loc, ptr, structType, count);
+    }
+    b.setInsertionPoint(root);
+    for (auto [i, v] : llvm::enumerate(captured)) {
+      Value field = v;
+      if (isa<MemRefType>(v.getType()))
+        field = UnrealizedConversionCastOp::create(b, loc, fieldTypes[i], v).getResult(0);
+      else if (v.getType().isIndex())
+        field = arith::IndexCastOp::create(b, loc, i64, v);
+      Value addr = LLVM::GEPOp::create(b, loc, ptr, structType, ctxPtr,
+                                       ArrayRef<LLVM::GEPArg>{0, static_cast<int32_t>(i)});
+      LLVM::StoreOp::create(b, loc, field, addr);
+    }
+    Value n = arith::ConstantIndexOp::create(b, loc, 1);
+    for (Value t : tripValues(b, loop.getLowerBound(), loop.getUpperBound(), loop.getStep()))
+      n = b.createOrFold<arith::MulIOp>(loc, n, t);
+    Value fn = func::ConstantOp::create(b, loc, body.getFunctionType(), body.getSymName());
+    Value zero = arith::ConstantIntOp::create(b, loc, i64, 0);
+    Value n64 = arith::IndexCastOp::create(b, loc, i64, n);
+    Value grainV = arith::ConstantIntOp::create(b, loc, i64, grain);
+    func::CallOp::create(b, loc, runtime, ValueRange{fn, ctxPtr, zero, n64, grainV});
+    root->erase();
+  }
+};
+} // namespace
+} // namespace mlir::mlircap

@@ -1,0 +1,171 @@
+// RUN: mlircap-opt %s --split-input-file --mlircap-outline-parallel="min-work=1024" | FileCheck %s
+// RUN: mlircap-opt %s --split-input-file --mlircap-outline-parallel="min-work=1024" --convert-scf-to-cf --expand-strided-metadata --lower-affine --finalize-memref-to-llvm --convert-to-llvm --reconcile-unrealized-casts | FileCheck %s --check-prefix=LLVM
+
+// Rows are dispatched, the innermost dim stays a loop of its own (vectorized
+// by LLVM); the memrefs travel as descriptors through the stack context.
+// CHECK-LABEL: func.func private @copy_parallel(
+// CHECK-SAME: %[[CTX:.*]]: !llvm.ptr, %[[LO:.*]]: i64, %[[HI:.*]]: i64)
+// CHECK: %[[P0:.*]] = llvm.getelementptr %[[CTX]][0, 0]
+// CHECK: %[[D0:.*]] = llvm.load %[[P0]] : !llvm.ptr -> !llvm.struct<(ptr, ptr, i64, array<2 x i64>, array<2 x i64>)>
+// CHECK: %[[X:.*]] = builtin.unrealized_conversion_cast %[[D0]] {{.*}} to memref<64x256xf32>
+// CHECK: %[[L:.*]] = arith.index_cast %[[LO]] : i64 to index
+// CHECK: %[[H:.*]] = arith.index_cast %[[HI]] : i64 to index
+// CHECK: scf.for %[[I:.*]] = %[[L]] to %[[H]]
+// CHECK:   scf.parallel (%[[J:.*]]) =
+// CHECK:     memref.load %[[X]][%{{.*}}, %[[J]]]
+// CHECK: return
+// CHECK-LABEL: func.func @copy(
+// CHECK: %[[C:.*]] = llvm.alloca %{{.*}} x !llvm.struct<(struct<(ptr, ptr, i64, array<2 x i64>, array<2 x i64>)>, struct<(ptr, ptr, i64, array<2 x i64>, array<2 x i64>)>)>
+// CHECK: llvm.store
+// CHECK: llvm.store
+// CHECK: %[[F:.*]] = constant @copy_parallel : (!llvm.ptr, i64, i64) -> ()
+// CHECK: call @mlircap_parallel_for(%[[F]], %[[C]], %c0_i64, %{{.*}}, %c4_i64)
+// CHECK-NOT: scf.parallel
+// LLVM-LABEL: llvm.func @copy_parallel(
+// LLVM-LABEL: llvm.func @copy(
+// LLVM: %[[F:.*]] = llvm.mlir.addressof @copy_parallel : !llvm.ptr
+// LLVM: llvm.call @mlircap_parallel_for(%[[F]],
+func.func @copy(%x: memref<64x256xf32>, %y: memref<64x256xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c64 = arith.constant 64 : index
+  %c256 = arith.constant 256 : index
+  scf.parallel (%i, %j) = (%c0, %c0) to (%c64, %c256) step (%c1, %c1) {
+    %v = memref.load %x[%i, %j] : memref<64x256xf32>
+    memref.store %v, %y[%i, %j] : memref<64x256xf32>
+  }
+  return
+}
+
+// -----
+
+// Too little work for two threads: unchanged.
+// CHECK-LABEL: func.func @small(
+// CHECK: scf.parallel
+// CHECK-NOT: mlircap_parallel_for
+func.func @small(%x: memref<8x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c8 = arith.constant 8 : index
+  %c32 = arith.constant 32 : index
+  %f = arith.constant 1.0 : f32
+  scf.parallel (%i, %j) = (%c0, %c0) to (%c8, %c32) step (%c1, %c1) {
+    memref.store %f, %x[%i, %j] : memref<8x32xf32>
+  }
+  return
+}
+
+// -----
+
+// A parallel loop with a reduction is never split.
+// CHECK-LABEL: func.func @reduce(
+// CHECK: scf.parallel
+// CHECK: scf.reduce
+// CHECK-NOT: mlircap_parallel_for
+func.func @reduce(%x: memref<65536xf32>) -> f32 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = arith.constant 65536 : index
+  %zero = arith.constant 0.0 : f32
+  %s = scf.parallel (%i) = (%c0) to (%n) step (%c1) init (%zero) -> f32 {
+    %v = memref.load %x[%i] : memref<65536xf32>
+    scf.reduce(%v : f32) {
+    ^bb0(%a: f32, %b: f32):
+      %r = arith.addf %a, %b : f32
+      scf.reduce.return %r : f32
+    }
+  }
+  return %s : f32
+}
+
+// -----
+
+// Row sums: both parallel dims are dispatched (linearized, delinearized in
+// the body), the reduction dim stays a sequential loop; the grain counts
+// rows: 1024 / 128 = 8. Scalars (f32) and indices (as i64) are captured.
+// CHECK-LABEL: func.func private @rowsum_parallel(
+// CHECK: llvm.load %{{.*}} : !llvm.ptr -> f32
+// CHECK: llvm.load %{{.*}} : !llvm.ptr -> i64
+// CHECK: scf.for %[[N:.*]] =
+// CHECK:   %[[R:.*]] = arith.remui %[[N]], %c16
+// CHECK:   arith.divui %[[N]], %c16
+// CHECK:   scf.for %{{.*}} = %c0 to %c128
+// CHECK-LABEL: func.func @rowsum(
+// CHECK: arith.index_cast %{{.*}} : index to i64
+// CHECK: call @mlircap_parallel_for(%{{.*}}, %{{.*}}, %c0_i64, %{{.*}}, %c8_i64)
+func.func @rowsum(%x: memref<8x16x128xf32>, %y: memref<8x16xf32>, %scale: f32, %k: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c8 = arith.constant 8 : index
+  %c16 = arith.constant 16 : index
+  %c128 = arith.constant 128 : index
+  scf.parallel (%i, %j) = (%c0, %c0) to (%c8, %c16) step (%c1, %c1) {
+    scf.for %r = %c0 to %c128 step %c1 {
+      %v = memref.load %x[%i, %j, %r] : memref<8x16x128xf32>
+      %a = memref.load %y[%i, %j] : memref<8x16xf32>
+      %w = arith.mulf %v, %scale : f32
+      %s = arith.addf %a, %w : f32
+      memref.store %s, %y[%i, %j] : memref<8x16xf32>
+    }
+    %kk = arith.index_cast %k : index to i32
+    scf.reduce
+  }
+  return
+}
+
+// -----
+
+// A column reduction: the sequential loop around the parallel one moves into
+// each chunk (every written memref is accessed at one index list holding
+// the parallel IV), so there is one dispatch, not one per row.
+// CHECK-LABEL: func.func private @colsum_parallel(
+// CHECK: scf.for %[[R:.*]] = %c0 to %c16
+// CHECK-NEXT: scf.for %[[C:.*]] =
+// CHECK: memref.load %{{.*}}[%[[R]], %[[C]]]
+// CHECK-LABEL: func.func @colsum(
+// CHECK-NOT: scf.for
+// CHECK: call @mlircap_parallel_for(%{{.*}}, %{{.*}}, %c0_i64, %{{.*}}, %c64_i64)
+// CHECK-NOT: scf.for
+// CHECK: return
+func.func @colsum(%x: memref<16x4096xf32>, %y: memref<4096xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c16 = arith.constant 16 : index
+  %c4096 = arith.constant 4096 : index
+  scf.for %i = %c0 to %c16 step %c1 {
+    scf.parallel (%j) = (%c0) to (%c4096) step (%c1) {
+      %v = memref.load %x[%i, %j] : memref<16x4096xf32>
+      %a = memref.load %y[%j] : memref<4096xf32>
+      %s = arith.addf %a, %v : f32
+      memref.store %s, %y[%j] : memref<4096xf32>
+      scf.reduce
+    }
+  }
+  return
+}
+
+// -----
+
+// A written memref read at another index: the loop around stays in the
+// parent and dispatches at each of its iterations; the context is allocated
+// once, at function entry.
+// CHECK-LABEL: func.func @neighbours(
+// CHECK-NEXT: llvm.mlir.constant(1 : i64)
+// CHECK-NEXT: llvm.alloca
+// CHECK: scf.for
+// CHECK:   call @mlircap_parallel_for
+func.func @neighbours(%y: memref<4097xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c16 = arith.constant 16 : index
+  %c4096 = arith.constant 4096 : index
+  scf.for %i = %c0 to %c16 step %c1 {
+    scf.parallel (%j) = (%c0) to (%c4096) step (%c1) {
+      %k = arith.addi %j, %c1 : index
+      %a = memref.load %y[%k] : memref<4097xf32>
+      memref.store %a, %y[%j] : memref<4097xf32>
+      scf.reduce
+    }
+  }
+  return
+}
