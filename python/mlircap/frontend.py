@@ -173,11 +173,11 @@ def _unless_kept_whole(op, fn):
 
 
 # Reductions whose eager kernels accumulate bfloat16/float16 in float32 ("opmath")
-# and round once: torch-mlir's lowerings accumulate in the input's dtype.
+# and round once: torch-mlir's lowerings accumulate in the input's dtype. (Not
+# adaptive_avg_pool3d: eager's CPU kernel sums in bfloat16, as torch-mlir's does.)
 _aten = torch.ops.aten
 _OPMATH_REDUCTIONS = (_aten.sum, _aten.mean, _aten.avg_pool1d, _aten.avg_pool2d, _aten.avg_pool3d,
-                      _aten.adaptive_avg_pool1d, _aten.adaptive_avg_pool2d, _aten._adaptive_avg_pool2d,
-                      _aten.adaptive_avg_pool3d, _aten._adaptive_avg_pool3d)
+                      _aten.adaptive_avg_pool1d, _aten.adaptive_avg_pool2d, _aten._adaptive_avg_pool2d)
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 

@@ -17,7 +17,10 @@ Some ops must not be compiled even when torch-mlir imports them:
 * ops whose eager kernels round in a way compiled code does not reproduce
   (`EAGER_NUMERICS`: integer and low-precision linspace/logspace, whose CPU
   kernels truncate the endpoints to the dtype and step per vector lane;
-  low-precision upsampling).
+  low-precision upsampling; arange with float arguments and an integer
+  dtype, whose lowering crashed torch-mlir);
+* ops on or producing tensors without elements: nothing to compute, and
+  torch-mlir's lowering divides by their zero sizes.
 
 Such ops run through torch as *eager islands*; everything else is grouped into
 as few compiled parts as the data dependencies allow. Parts run in stage
@@ -76,8 +79,14 @@ EAGER_NUMERICS: dict[str, tuple[torch.dtype, ...]] = {
 }
 _FACTORIES = ("aten::linspace", "aten::logspace")
 
-# Eager islands that are part of the design, not a limitation to report.
-BY_DESIGN = ("random", "index", "library", "numerics")
+# Eager islands that are part of the design, not a limitation to report
+# ("empty": an op on a tensor without elements computes nothing, and torch-mlir's
+# static shape arithmetic divides by its zero sizes: the compile worker died of
+# SIGFPE on stack/tile/unfold/group_norm/max_pool of empty tensors).
+BY_DESIGN = ("random", "index", "library", "numerics", "empty")
+# Effect tokens are empty tensors that order side effects (with_effects, a
+# higher-order op, is not an OpOverload): not an empty computation.
+_TOKEN_OPS = ("prims::_make_token", "prims::_sink_tokens")
 
 SUPPORTED_DTYPES = {torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
                     torch.int16, torch.int8, torch.bool}
@@ -132,6 +141,12 @@ def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
     vals = list(_leaves(node.meta.get("val"), torch.Tensor))
     for a in _leaves((node.args, tuple(node.kwargs.values())), fx.Node):
         vals += list(_leaves(a.meta.get("val"), torch.Tensor))
+    if isinstance(node.target, torch._ops.OpOverload) and name not in _TOKEN_OPS and any(
+            v.numel() == 0 for v in vals):
+        return "empty"
+    if name == "aten::arange" and isinstance(out, torch.Tensor) and not out.is_floating_point() and any(
+            isinstance(a, float) for a in _leaves((node.args, tuple(node.kwargs.values())), float)):
+        return "numerics"   # eager truncates a float start/step to the integer type
     for v in vals:
         if v.dtype == torch.uint8 and uint8_computable(node):
             continue   # computed as int32 and wrapped (widen.py)

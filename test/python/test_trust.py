@@ -614,3 +614,34 @@ def test_island_runs_eagers_kernel_not_a_decomposition():
     # float32 still compiles (its decomposition sums the taps in another order)
     _compiled_matches_eager(lambda a: F.interpolate(a, size=(24, 24), mode="bicubic") * 2, x.float(),
                             exact=False, atol=1e-3, rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["stack", "tile", "group_norm", "unfold", "max_pool3d", "arange", "mixed"])
+def test_empty_tensors_and_float_arange_run_eagerly_without_a_worker_crash(case):
+    # torch-mlir's lowering divided by the zero sizes of empty tensors (the
+    # compile worker died of SIGFPE) and crashed on arange(float, dtype=int):
+    # such ops are eager islands, the rest of the graph compiles.
+    F = torch.nn.functional
+    i16 = torch.int16
+    fn, args = {
+        "stack": (lambda a, b: torch.stack([a, b], 0), (torch.zeros(0, 1, 0, dtype=i16),) * 2),
+        "tile": (lambda a: a.tile((0, 2, 3)), (torch.ones(3, 2, dtype=i16),)),
+        "group_norm": (lambda a, w, b: F.group_norm(a, 1, w, b), (torch.zeros(0, 2), torch.randn(2), torch.randn(2))),
+        "unfold": (lambda a: F.unfold(a, (2, 3)), (torch.zeros(0, 1, 5, 5),)),
+        "max_pool3d": (lambda a: F.max_pool3d(a, 2), (torch.zeros(0, 1, 4, 4, 4, dtype=torch.int32),)),
+        "arange": (lambda a: torch.arange(1.1, 5.1, 2.0, dtype=torch.int8) + a, (torch.zeros((), dtype=torch.int8),)),
+        "mixed": (lambda a: (a + 1).sum() + torch.ones(0).sum(), (torch.ones(4),)),
+    }[case]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _compiled_matches_eager(fn, *args, compiled=False)
+    assert not [w for w in caught if "worker died" in str(w.message)], [str(w.message) for w in caught]
+
+
+def test_bfloat16_adaptive_avg_pool3d_sums_like_eager():
+    # eager's CPU kernel sums bfloat16 in bfloat16 (unlike the 1d/2d pools):
+    # computing it in float32 was more accurate, and 299/384 off from eager.
+    x = (torch.randn(2, 3, 9, 9, 9, generator=torch.Generator().manual_seed(0)) * 5).bfloat16()
+    _compiled_matches_eager(lambda a: torch.nn.functional.adaptive_avg_pool3d(a, 4), x, exact=False)
+    _compiled_matches_eager(lambda a: torch.nn.functional.interpolate(a, size=(4, 5, 6), mode="area"), x,
+                            exact=False)
