@@ -73,13 +73,21 @@ def _dtypes_in(args, kwargs):
 def _keep_whole(op, args, kwargs) -> bool:
     """`op` on these arguments becomes an eager island (partition.py) or
     follows eager's numerics only as one op: it must not be decomposed."""
-    from .partition import SUPPORTED_DTYPES, eager_numerics
+    from .partition import SUPPORTED_DTYPES, eager_numerics, op_name
     from .widen import uint8_computable
 
     unsupported = {d for d in _dtypes_in(args, kwargs) if d not in SUPPORTED_DTYPES}
-    if unsupported and not (unsupported == {torch.uint8} and uint8_computable(_CallOf(op))):
+    if unsupported and not (unsupported == {torch.uint8} and (
+            uint8_computable(_CallOf(op)) or op_name(op) in _GATHERS)):
         return True
     return eager_numerics(op, args, kwargs)
+
+
+# Ops whose decompositions only gather elements (exact in any dtype; on uint8
+# they become ops widen.uint8_computable accepts).
+_GATHERS = {f"aten::{n}" for n in ("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
+                                  "_upsample_nearest_exact1d", "_upsample_nearest_exact2d",
+                                  "_upsample_nearest_exact3d")}
 
 
 @dataclass

@@ -15,8 +15,9 @@ Some ops must not be compiled even when torch-mlir imports them:
 * ops torch-mlir rejected (`forced`), so one unsupported op no longer sends
   the whole graph to eager;
 * ops whose eager kernels round in a way compiled code does not reproduce
-  (`EAGER_NUMERICS`: integer and low-precision linspace/logspace, whose CPU
-  kernels truncate the endpoints to the dtype and step per vector lane;
+  (`EAGER_NUMERICS`: integer and low-precision linspace, whose CPU kernel
+  truncates the endpoints to the dtype and steps per vector lane, and
+  low-precision logspace;
   low-precision upsampling; arange with float arguments and an integer
   dtype, whose lowering crashed torch-mlir);
 * ops on or producing tensors without elements: nothing to compute, and
@@ -67,12 +68,14 @@ _LIBRARY_OPS = {"aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_
 # Ops whose eager kernels round in ways no decomposition reproduces: the op
 # name -> the output dtypes in which the compiled decomposition matches eager
 # (to the dtype's tolerance); in any other dtype the op stays whole and runs
-# through torch. linspace/logspace truncate the endpoints to the dtype and step
-# per vector lane on the CPU; the upsampling kernels round low-precision
-# intermediates between their separable passes.
+# through torch. linspace truncates the endpoints to the dtype and steps per
+# vector lane on the CPU, logspace rounds them to bfloat16/float16; the
+# upsampling kernels round low-precision intermediates between their separable
+# passes.
 _FLOATS = (torch.float32, torch.float64)
+_INTS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 EAGER_NUMERICS: dict[str, tuple[torch.dtype, ...]] = {
-    "aten::linspace": _FLOATS, "aten::logspace": _FLOATS,
+    "aten::linspace": _FLOATS, "aten::logspace": _FLOATS + _INTS,
     "aten::upsample_linear1d": _FLOATS, "aten::upsample_bilinear2d": _FLOATS,
     "aten::upsample_trilinear3d": _FLOATS, "aten::upsample_bicubic2d": _FLOATS,
     "aten::_upsample_bilinear2d_aa": _FLOATS, "aten::_upsample_bicubic2d_aa": _FLOATS,
