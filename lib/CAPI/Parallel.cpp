@@ -3,8 +3,9 @@
 // mlircap_parallel_for is what mlircap-outline-parallel's calls resolve to:
 // it splits [lo, hi) into at most num_threads chunks of at least `grain`
 // iterations and runs them on a small persistent pool (the calling thread
-// takes chunks too). Workers spin briefly after a job (kernels come back to
-// back) and then sleep on a condition variable. Chunks are claimed through
+// takes chunks too). Only the workers a job needs are woken, each through its
+// own flag and condition variable; a worker spins briefly after a job
+// (kernels come back to back) and then sleeps. Chunks are claimed through
 // one atomic word holding (job generation, chunk count, next chunk), so a
 // worker waking late can never run a chunk of a finished job, and the caller
 // finishes the job alone if no worker shows up (no deadlock after fork()).
@@ -21,7 +22,6 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
-#include <new>
 #include <thread>
 #include <vector>
 
@@ -77,10 +77,8 @@ public:
     done.store(0, std::memory_order_relaxed);
     uint64_t gen = ++generation;
     ticket.store(makeTicket(gen, chunks, 0), std::memory_order_seq_cst);
-    if (sleepers.load(std::memory_order_seq_cst) > 0) {
-      { std::lock_guard<std::mutex> lock(sleepMutex); }
-      wake.notify_all();
-    }
+    for (int i = 0; i + 1 < chunks; ++i)
+      workers[i]->request(static_cast<uint32_t>(gen));
     insideBody = true;
     work(static_cast<uint32_t>(gen));
     insideBody = false;
@@ -118,32 +116,46 @@ private:
     }
   }
 
-  void workerLoop() {
+  struct Worker {
+    std::thread thread;
+    std::atomic<uint32_t> go{0}; // the generation of the last job it was asked to join
+    std::atomic<bool> sleeping{false};
+    std::mutex mutex;
+    std::condition_variable wake;
+
+    void request(uint32_t gen) {
+      go.store(gen, std::memory_order_seq_cst);
+      if (sleeping.load(std::memory_order_seq_cst)) {
+        { std::lock_guard<std::mutex> lock(mutex); }
+        wake.notify_one();
+      }
+    }
+  };
+
+  void workerLoop(Worker *self) {
     insideBody = true; // a body calling parallel_for again runs inline
-    uint32_t seen = genOf(ticket.load(std::memory_order_acquire));
+    uint32_t seen = self->go.load(std::memory_order_acquire);
     for (;;) {
-      uint32_t gen = seen;
-      auto spinUntil = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+      auto spinUntil = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
       for (int i = 0;; ++i) {
-        gen = genOf(ticket.load(std::memory_order_acquire));
-        if (gen != seen || stop.load(std::memory_order_relaxed))
+        if (self->go.load(std::memory_order_acquire) != seen || stop.load(std::memory_order_relaxed))
           break;
         if ((i & 63) == 63 && std::chrono::steady_clock::now() > spinUntil) {
-          std::unique_lock<std::mutex> lock(sleepMutex);
-          sleepers.fetch_add(1, std::memory_order_seq_cst);
-          wake.wait(lock, [&] {
-            return genOf(ticket.load(std::memory_order_seq_cst)) != seen ||
+          std::unique_lock<std::mutex> lock(self->mutex);
+          self->sleeping.store(true, std::memory_order_seq_cst);
+          self->wake.wait(lock, [&] {
+            return self->go.load(std::memory_order_seq_cst) != seen ||
                    stop.load(std::memory_order_relaxed);
           });
-          sleepers.fetch_sub(1, std::memory_order_relaxed);
-          spinUntil = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+          self->sleeping.store(false, std::memory_order_relaxed);
+          break;
         }
         MLIRCAP_PAUSE();
       }
       if (stop.load(std::memory_order_relaxed))
         return;
-      seen = gen;
-      work(gen);
+      seen = self->go.load(std::memory_order_acquire);
+      work(seen);
     }
   }
 
@@ -154,39 +166,34 @@ private:
     if (pid != owner) {
       workers.clear();
       owner = pid;
-      sleepers.store(0);
-      new (&sleepMutex) std::mutex();
-      new (&wake) std::condition_variable();
     }
     if (static_cast<int>(workers.size()) == n)
       return;
     stop.store(true);
-    {
-      std::lock_guard<std::mutex> lock(sleepMutex);
-    }
-    wake.notify_all();
-    for (std::thread *w : workers) {
-      w->join();
+    for (Worker *w : workers) {
+      { std::lock_guard<std::mutex> lock(w->mutex); }
+      w->wake.notify_one();
+      w->thread.join();
       delete w;
     }
     workers.clear();
     stop.store(false);
-    for (int i = 0; i < n; ++i)
-      workers.push_back(new std::thread([this] { workerLoop(); }));
+    for (int i = 0; i < n; ++i) {
+      auto *w = new Worker();
+      w->thread = std::thread([this, w] { workerLoop(w); });
+      workers.push_back(w);
+    }
   }
 
   std::atomic<int> wanted{std::max(1u, std::thread::hardware_concurrency())};
   std::mutex dispatch;
-  std::vector<std::thread *> workers;
+  std::vector<Worker *> workers;
   pid_t owner = getpid();
   Job job{};
   uint64_t generation = 0;
   std::atomic<uint64_t> ticket{0};
   std::atomic<int> done{0};
   std::atomic<bool> stop{false};
-  std::atomic<int> sleepers{0};
-  std::mutex sleepMutex;
-  std::condition_variable wake;
 };
 } // namespace
 
