@@ -1,6 +1,6 @@
 """CPU benchmark: eager vs mlircap vs torch.compile (inductor), side by side in one run.
 
-    python bench/cpu.py [--models elementwise,mlp,...] [--no-inductor]
+    python bench/cpu.py [--models elementwise,mlp,...] [--no-inductor] [--threads N]
 
 Per model: latency (median ms), speedup over eager, cold compile time (first
 call, seconds: for mlircap capture + compile; inductor with its caches off),
@@ -27,7 +27,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--models", default=",".join(models.NAMES))
     ap.add_argument("--no-inductor", action="store_true")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch.set_num_threads(N) first (mlircap's kernels follow it); 0: torch's default")
     a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, small model configs (tests' sizes)")
     hdr = f"{'model':<12} {'eager ms':>9} {'mlircap ms':>11} {'x eager':>8} {'compile s':>10} {'max|diff|':>10}"
     if not a.no_inductor:
