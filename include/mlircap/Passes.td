@@ -423,9 +423,12 @@ def MlircapWidenSums : Pass<"mlircap-widen-sums", "::mlir::func::FuncOp"> {
     that is yielded (`acc' = acc + term`) accumulates in f64: its init is
     extended, the term extended, and the result truncated to f32 once, by
     elementwise generics around the op. Other outputs and payload ops are
-    kept. The loop was scalar already (floating-point adds are not
-    reassociated), so the cost is one conversion per element. Runs first in
-    `mlircap-cpu-pipeline`; the GPU's tree reductions do not need it.
+    kept. Every f64 sum (widened here, or f64 already, as torch-mlir's
+    var_mean) gets `fastmath<reassoc>` on its add, so the loop vectorizer
+    keeps several f64 partial sums instead of one scalar add chain (1M-element
+    sum: 1.63 -> 0.14 ms on one thread, eager 0.13; relative error ~3e-8).
+    Runs first in `mlircap-cpu-pipeline`; the GPU's tree reductions do not
+    need it.
 
     Before:
     ```mlir
@@ -443,7 +446,7 @@ def MlircapWidenSums : Pass<"mlircap-widen-sums", "::mlir::func::FuncOp"> {
         ins(%x : tensor<4x1000xf32>) outs(%zero64 : tensor<4xf64>) {
     ^bb0(%in: f32, %acc: f64):
       %w = arith.extf %in : f32 to f64
-      %a = arith.addf %acc, %w : f64
+      %a = arith.addf %acc, %w fastmath<reassoc> : f64
       linalg.yield %a : f64
     } -> tensor<4xf64>
     %s = linalg.generic ... { arith.truncf ... : f64 to f32 }

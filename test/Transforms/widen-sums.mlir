@@ -1,6 +1,7 @@
 // RUN: mlircap-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(mlircap-widen-sums))" | FileCheck %s
 
-// An f32 sum accumulates in f64: init extended, term extended, result truncated.
+// An f32 sum accumulates in f64: init extended, term extended, result truncated;
+// the f64 adds may be reassociated (vectorized partial sums).
 // CHECK-LABEL: func.func @row_sum
 // CHECK: %[[INIT:.*]] = linalg.generic {{.*}} outs(%{{.*}} : tensor<4xf64>)
 // CHECK:   arith.extf {{.*}} : f32 to f64
@@ -8,7 +9,7 @@
 // CHECK: ^bb0(%[[IN:.*]]: f32, %[[ACC:.*]]: f64):
 // CHECK:   %[[M:.*]] = arith.mulf %[[IN]], %{{.*}} : f32
 // CHECK:   %[[W:.*]] = arith.extf %[[M]] : f32 to f64
-// CHECK:   %[[A:.*]] = arith.addf %[[ACC]], %[[W]] : f64
+// CHECK:   %[[A:.*]] = arith.addf %[[ACC]], %[[W]] fastmath<reassoc> : f64
 // CHECK:   linalg.yield %[[A]] : f64
 // CHECK: %[[OUT:.*]] = linalg.generic {{.*}} ins(%[[SUM]] : tensor<4xf64>) outs(%{{.*}} : tensor<4xf32>)
 // CHECK:   arith.truncf {{.*}} : f64 to f32
@@ -75,4 +76,31 @@ func.func @sum_and_max(%arg0: tensor<4x8xf32>, %i0: tensor<4xf32>, %i1: tensor<4
     linalg.yield %a, %b : f32, f32
   } -> (tensor<4xf32>, tensor<4xf32>)
   return %0#0, %0#1 : tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+// A sum that accumulates in f64 already (torch-mlir's var_mean) is marked
+// reassociable; an f64 accumulator that is not a plain sum is not.
+// CHECK-LABEL: func.func @f64_sums
+// CHECK: arith.addf %{{.*}}, %{{.*}} fastmath<reassoc> : f64
+// CHECK: %[[P:.*]] = arith.mulf %{{.*}}, %{{.*}} : f64
+// CHECK-NEXT: arith.addf %[[P]], %{{.*}} : f64
+// CHECK-NOT: fastmath
+// CHECK: return
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+func.func @f64_sums(%arg0: tensor<4x8xf64>, %init: tensor<4xf64>) -> (tensor<4xf64>, tensor<4xf64>) {
+  %0 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : tensor<4x8xf64>) outs(%init : tensor<4xf64>) {
+  ^bb0(%in: f64, %out: f64):
+    %a = arith.addf %in, %out : f64
+    linalg.yield %a : f64
+  } -> tensor<4xf64>
+  %1 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : tensor<4x8xf64>) outs(%init : tensor<4xf64>) {
+  ^bb0(%in: f64, %out: f64):
+    %p = arith.mulf %out, %in : f64
+    %a = arith.addf %p, %out : f64
+    linalg.yield %a : f64
+  } -> tensor<4xf64>
+  return %0, %1 : tensor<4xf64>, tensor<4xf64>
 }
