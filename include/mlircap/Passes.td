@@ -67,7 +67,10 @@ def MlircapFuseElementwise
     * the producer has other users: fusing would recompute it in every
       consumer and still materialize it for the others (skipped unless the
       producer is a cheap broadcast/transpose/copy with no arithmetic,
-      whose recomputation is free);
+      whose recomputation is free, or a single type conversion such as
+      torch-mlir's f32 -> f64 extension feeding var_mean's two reductions,
+      which costs one conversion per element where materializing it costs a
+      wide tensor written and read back);
     * the fused op would take more than `max-operands` inputs (register
       pressure and argument count of the resulting kernel);
     * the producer is a reduction (its result is needed whole).

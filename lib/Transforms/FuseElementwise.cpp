@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 #include "mlircap/Passes.h"
 #include "KernelUtils.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Tensor/Transforms/Transforms.h"
@@ -27,6 +28,24 @@ bool isPureDataMovement(linalg::GenericOp op) {
                       [](Value v) { return isa<BlockArgument>(v); });
 }
 
+/// A generic whose body only converts one of its block arguments to another
+/// element type (extf, truncf, int<->float casts): recomputing it in each
+/// consumer costs one conversion per element, materializing it writes and
+/// reads back a (possibly wider) tensor. torch-mlir's var_mean extends its
+/// input to f64 once for the mean and the variance reductions.
+bool isPureConversion(linalg::GenericOp op) {
+  Block &body = op.getRegion().front();
+  if (body.getOperations().size() != 2 || op.getNumDpsInits() != 1)
+    return false;
+  Operation &conv = body.front();
+  if (!isa<arith::ExtFOp, arith::TruncFOp, arith::SIToFPOp, arith::UIToFPOp,
+           arith::FPToSIOp, arith::ExtSIOp, arith::ExtUIOp>(conv) ||
+      !isa<BlockArgument>(conv.getOperand(0)))
+    return false;
+  auto yield = cast<linalg::YieldOp>(body.getTerminator());
+  return yield.getValues().size() == 1 && yield.getValues()[0] == conv.getResult(0);
+}
+
 struct FuseElementwise : impl::MlircapFuseElementwiseBase<FuseElementwise> {
   using Base::Base;
   void runOnOperation() override {
@@ -38,7 +57,8 @@ struct FuseElementwise : impl::MlircapFuseElementwiseBase<FuseElementwise> {
         return false;
       if (producer.getNumReductionLoops() != 0)
         return false;
-      if (!producer->hasOneUse() && !isPureDataMovement(producer))
+      if (!producer->hasOneUse() && !isPureDataMovement(producer) &&
+          !isPureConversion(producer))
         return false;
       unsigned inputs = consumer.getNumDpsInputs() - 1 + producer.getNumDpsInputs();
       return inputs <= maxOps;

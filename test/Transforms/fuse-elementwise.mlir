@@ -107,3 +107,36 @@ func.func @into_reduction(%a: tensor<4x8xf32>) -> tensor<4xf32> {
   } -> tensor<4xf32>
   return %1 : tensor<4xf32>
 }
+
+// -----
+
+// A conversion used by two reductions (torch-mlir's var_mean extends its input
+// to f64 once) is recomputed in each of them, not materialized as an f64 tensor.
+// CHECK-LABEL: func.func @conversion_into_two_reductions
+// CHECK-NOT: tensor<4x8xf64>
+// CHECK: linalg.generic {{.*}} ins(%{{.*}} : tensor<4x8xf32>) outs(%{{.*}} : tensor<4xf64>)
+// CHECK: arith.extf
+// CHECK: linalg.generic {{.*}} ins(%{{.*}} : tensor<4x8xf32>) outs(%{{.*}} : tensor<4xf64>)
+// CHECK: arith.extf
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+func.func @conversion_into_two_reductions(%arg0: tensor<4x8xf32>, %init: tensor<4xf64>) -> (tensor<4xf64>, tensor<4xf64>) {
+  %e = tensor.empty() : tensor<4x8xf64>
+  %w = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%arg0 : tensor<4x8xf32>) outs(%e : tensor<4x8xf64>) {
+  ^bb0(%in: f32, %out: f64):
+    %x = arith.extf %in : f32 to f64
+    linalg.yield %x : f64
+  } -> tensor<4x8xf64>
+  %0 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%w : tensor<4x8xf64>) outs(%init : tensor<4xf64>) {
+  ^bb0(%in: f64, %out: f64):
+    %a = arith.addf %in, %out : f64
+    linalg.yield %a : f64
+  } -> tensor<4xf64>
+  %1 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%w : tensor<4x8xf64>) outs(%init : tensor<4xf64>) {
+  ^bb0(%in: f64, %out: f64):
+    %m = arith.mulf %in, %in : f64
+    %a = arith.addf %m, %out : f64
+    linalg.yield %a : f64
+  } -> tensor<4xf64>
+  return %0, %1 : tensor<4xf64>, tensor<4xf64>
+}
