@@ -159,7 +159,6 @@ class _Captured:
                 if PY312:  # 3.12.0/1 only emit opcode events if a frame asked before settrace()
                     sys._getframe().f_trace_opcodes = True
                 old_prof = sys.getprofile()
-                old_compiling = _compiling(True)
                 sys.settrace(rec.global_trace)
                 sys.setprofile(rec.global_profile)
                 try:
@@ -167,7 +166,6 @@ class _Captured:
                 finally:
                     sys.setprofile(old_prof)
                     sys.settrace(old)
-                    _compiling(old_compiling)
                     _REC_TLS.rec = prev_rec
         if rec.break_overflow and not self.warned_breaks and not self.strict:
             self.warned_breaks = True
@@ -215,21 +213,6 @@ class _Captured:
     @property
     def recompiles(self):
         return max(0, len(self.variants) - 1)
-
-
-def _compiling(flag: bool) -> bool:
-    """Sets what `torch.compiler.is_compiling()` answers; returns the old answer.  A
-    recording is a compilation: libraries take the paths they keep for compilers there, as
-    under torch.compile (transformers' masks then skip the data-dependent "is the mask all
-    ones?" check, a graph break and a device sync per call).  Replays run the recorded
-    graphs, so the path chosen while recording is the one they follow; eager fallbacks run
-    with the flag unset."""
-    import torch.compiler as tc
-
-    old = getattr(tc, "_is_compiling_flag", False)
-    if hasattr(tc, "_is_compiling_flag"):
-        tc._is_compiling_flag = flag
-    return old
 
 
 def _plain(x: T) -> T:

@@ -337,6 +337,14 @@ class _TracerMixin:
         self._on_call(frame, f, list(cargs), dict(kwargs), 1 + has_kw)
 
     def _on_call(self, frame, f, args, kwargs, slot: "int | None" = None):
+        if slot is not None and _is_compiling_query(f):
+            # A recording is a compilation: code the tracer follows (the user's, and
+            # libraries like transformers that keep data-dependent checks out of compiled
+            # graphs) asking torch.compiler.is_compiling() is answered True, as under
+            # torch.compile.  torch's own (untraced) code keeps torch's answer: there it
+            # selects Dynamo-only machinery.
+            _E.poke(frame, slot, _Canned(True))
+            return
         kind = _call_kind(f)
         so = getattr(f, "__self__", None)
         if isinstance(so, torch.nn.Module) and getattr(f, "__name__", "") in _MODULE_WALKERS \
@@ -478,6 +486,16 @@ class _TracerMixin:
                 self._source(res, name, f"<result of break {k}>", argrooted=True)
             except Unreplayable as e:
                 self.unreplayable = self.unreplayable or str(e)
+
+
+def _is_compiling_query(f) -> bool:
+    try:
+        return f in _COMPILING_QUERIES
+    except TypeError:  # unhashable callable
+        return False
+
+
+_COMPILING_QUERIES = {torch.compiler.is_compiling}
 
 
 _HANDLERS = {
