@@ -20,8 +20,8 @@ Some ops must not be compiled even when torch-mlir imports them:
   low-precision logspace;
   low-precision upsampling; arange with float arguments and an integer
   dtype, whose lowering crashed torch-mlir);
-* ops on or producing tensors without elements: nothing to compute, and
-  torch-mlir's lowering divides by their zero sizes.
+* shape-changing ops on or producing tensors without elements: nothing to
+  compute, and torch-mlir's lowering divides by their zero sizes.
 
 Such ops run through torch as *eager islands*; everything else is grouped into
 as few compiled parts as the data dependencies allow. Parts run in stage
@@ -82,10 +82,19 @@ EAGER_NUMERICS: dict[str, tuple[torch.dtype, ...]] = {
 }
 _FACTORIES = ("aten::linspace", "aten::logspace")
 
+# Ops whose torch-mlir lowering crashes (the compile worker dies: a contained
+# fallback, but a worker restart each time) outside these dtypes: they run
+# through torch without reaching torch-mlir. max_pool3d of integers: SIGSEGV.
+_LOWERS_ONLY: dict[str, tuple[torch.dtype, ...]] = {
+    "aten::max_pool3d": (torch.float32, torch.float64, torch.float16, torch.bfloat16),
+    "aten::max_pool3d_with_indices": (torch.float32, torch.float64, torch.float16, torch.bfloat16),
+}
+
 # Eager islands that are part of the design, not a limitation to report
-# ("empty": an op on a tensor without elements computes nothing, and torch-mlir's
-# static shape arithmetic divides by its zero sizes: the compile worker died of
-# SIGFPE on stack/tile/unfold/group_norm/max_pool of empty tensors).
+# ("empty": a shape-changing op on a tensor without elements computes nothing,
+# and torch-mlir's static shape arithmetic divides by its zero sizes: the compile
+# worker died of SIGFPE on stack/tile/unfold/group_norm/max_pool of empty
+# tensors; pointwise ops, fills and factories of empty tensors compile).
 BY_DESIGN = ("random", "index", "library", "numerics", "empty")
 # Effect tokens are empty tensors that order side effects (with_effects, a
 # higher-order op, is not an OpOverload): not an empty computation.
@@ -124,6 +133,15 @@ def eager_numerics(target, args, kwargs) -> bool:
     return dtype not in exact
 
 
+def _reshapes_empty(node: fx.Node, name: str, ins: list, vals: list) -> bool:
+    """A shape-changing op (not pointwise, not a fill or factory) on or making a
+    tensor without elements: torch-mlir's lowering divides by its zero sizes."""
+    target = node.target
+    return (isinstance(target, torch._ops.OpOverload) and bool(ins) and name not in _TOKEN_OPS
+            and not name.endswith("_like") and torch.Tag.pointwise not in target.tags
+            and any(v.numel() == 0 for v in vals))
+
+
 def is_random(node: fx.Node) -> bool:
     return node.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
 
@@ -138,14 +156,18 @@ def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
     out = node.meta.get("val")
     if name in EAGER_NUMERICS and isinstance(out, torch.Tensor) and out.dtype not in EAGER_NUMERICS[name]:
         return "numerics"   # kept whole by frontend.decomposition_table: eager_numerics
+    if name in _LOWERS_ONLY:
+        x = next(iter(_leaves(node.meta.get("val"), torch.Tensor)), None)
+        if x is not None and x.dtype not in _LOWERS_ONLY[name]:
+            return f"dtype {str(x.dtype).replace('torch.', '')} (torch-mlir's lowering crashes)"
     for pos in _INDEX_ARGS.get(name, ()):
         if pos < len(node.args) and any(n in from_input for n in _leaves(node.args[pos], fx.Node)):
             return "index"
-    vals = list(_leaves(node.meta.get("val"), torch.Tensor))
+    ins = []
     for a in _leaves((node.args, tuple(node.kwargs.values())), fx.Node):
-        vals += list(_leaves(a.meta.get("val"), torch.Tensor))
-    if isinstance(node.target, torch._ops.OpOverload) and name not in _TOKEN_OPS and any(
-            v.numel() == 0 for v in vals):
+        ins += list(_leaves(a.meta.get("val"), torch.Tensor))
+    vals = list(_leaves(node.meta.get("val"), torch.Tensor)) + ins
+    if _reshapes_empty(node, name, ins, vals):
         return "empty"
     if name == "aten::arange" and isinstance(out, torch.Tensor) and not out.is_floating_point() and any(
             isinstance(a, float) for a in _leaves((node.args, tuple(node.kwargs.values())), float)):

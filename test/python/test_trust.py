@@ -616,11 +616,12 @@ def test_island_runs_eagers_kernel_not_a_decomposition():
                             exact=False, atol=1e-3, rtol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["stack", "tile", "group_norm", "unfold", "max_pool3d", "arange", "mixed"])
+@pytest.mark.parametrize("case", ["stack", "tile", "group_norm", "unfold", "max_pool3d", "arange", "mixed",
+                                  "max_pool3d_int"])
 def test_empty_tensors_and_float_arange_run_eagerly_without_a_worker_crash(case):
     # torch-mlir's lowering divided by the zero sizes of empty tensors (the
-    # compile worker died of SIGFPE) and crashed on arange(float, dtype=int):
-    # such ops are eager islands, the rest of the graph compiles.
+    # compile worker died of SIGFPE) and crashed on arange(float, dtype=int) and
+    # on max_pool3d of integers: such ops are eager islands, the rest compiles.
     F = torch.nn.functional
     i16 = torch.int16
     fn, args = {
@@ -631,6 +632,7 @@ def test_empty_tensors_and_float_arange_run_eagerly_without_a_worker_crash(case)
         "max_pool3d": (lambda a: F.max_pool3d(a, 2), (torch.zeros(0, 1, 4, 4, 4, dtype=torch.int32),)),
         "arange": (lambda a: torch.arange(1.1, 5.1, 2.0, dtype=torch.int8) + a, (torch.zeros((), dtype=torch.int8),)),
         "mixed": (lambda a: (a + 1).sum() + torch.ones(0).sum(), (torch.ones(4),)),
+        "max_pool3d_int": (lambda a: F.max_pool3d(a, 2) + 1, ((torch.arange(432) % 37).view(1, 2, 6, 6, 6),)),
     }[case]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
