@@ -78,16 +78,18 @@ def _keep_whole(op, args, kwargs) -> bool:
 
     unsupported = {d for d in _dtypes_in(args, kwargs) if d not in SUPPORTED_DTYPES}
     if unsupported and not (unsupported == {torch.uint8} and (
-            uint8_computable(_CallOf(op)) or op_name(op) in _GATHERS)):
+            uint8_computable(_CallOf(op)) or op_name(op) in _UINT8_DECOMPOSABLE)):
         return True
     return eager_numerics(op, args, kwargs)
 
 
-# Ops whose decompositions only gather elements (exact in any dtype; on uint8
-# they become ops widen.uint8_computable accepts).
-_GATHERS = {f"aten::{n}" for n in ("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
-                                  "_upsample_nearest_exact1d", "_upsample_nearest_exact2d",
-                                  "_upsample_nearest_exact3d")}
+# Ops whose decompositions compute uint8 exactly as eager does: nearest
+# upsampling only gathers elements (on uint8 it becomes ops widen.uint8_computable
+# accepts); logspace computes in float and converts once, like eager's integer
+# kernel (0 wrong over the OpInfo sweep's integer samples).
+_UINT8_DECOMPOSABLE = {f"aten::{n}" for n in (
+    "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
+    "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "logspace")}
 
 
 @dataclass
