@@ -40,6 +40,22 @@ Value convertTensor(OpBuilder &b, Location loc, Value v, Type to) {
       .getResult(0);
 }
 
+/// The `arith.addf` of a plain sum into `init`'s accumulator (`acc' = acc +
+/// term`, the accumulator used by that add only, the add only yielded), when
+/// the accumulator has element type `elem`; else null.
+arith::AddFOp sumAdd(linalg::GenericOp op, OpOperand &init, Type elem) {
+  BlockArgument acc = op.getMatchingBlockArgument(&init);
+  if (acc.getType() != elem || !acc.hasOneUse())
+    return {};
+  auto add = dyn_cast<arith::AddFOp>(*acc.getUsers().begin());
+  auto yield = cast<linalg::YieldOp>(op.getBody()->getTerminator());
+  unsigned i = init.getOperandNumber() - op.getNumDpsInputs();
+  if (!add || !add->hasOneUse() || yield.getOperand(i) != add.getResult() ||
+      add.getLhs() == add.getRhs())
+    return {};
+  return add;
+}
+
 struct WidenSum : OpRewritePattern<linalg::GenericOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(linalg::GenericOp op, PatternRewriter &rw) const override {
@@ -50,17 +66,9 @@ struct WidenSum : OpRewritePattern<linalg::GenericOp> {
     // The outputs whose accumulator's only use is one addf, yielded and used
     // nowhere else: `acc' = acc + term`.
     llvm::DenseMap<Operation *, unsigned> adds; // addf -> output index
-    for (OpOperand &init : op.getDpsInitsMutable()) {
-      BlockArgument acc = op.getMatchingBlockArgument(&init);
-      if (!acc.getType().isF32() || !acc.hasOneUse())
-        continue;
-      auto add = dyn_cast<arith::AddFOp>(*acc.getUsers().begin());
-      unsigned i = init.getOperandNumber() - op.getNumDpsInputs();
-      if (!add || !add->hasOneUse() || yield.getOperand(i) != add.getResult() ||
-          add.getLhs() == add.getRhs())
-        continue;
-      adds[add] = i;
-    }
+    for (OpOperand &init : op.getDpsInitsMutable())
+      if (arith::AddFOp add = sumAdd(op, init, rw.getF32Type()))
+        adds[add] = init.getOperandNumber() - op.getNumDpsInputs();
     if (adds.empty())
       return failure();
 
@@ -116,21 +124,13 @@ struct WidenSum : OpRewritePattern<linalg::GenericOp> {
 /// is more eager's than another; f64 partial sums of the terms are as
 /// accurate as the sequential order.
 void reassociateF64Sums(Operation *root) {
-  root->walk([](linalg::GenericOp op) {
+  Type f64 = Float64Type::get(root->getContext());
+  root->walk([&](linalg::GenericOp op) {
     if (op.getNumReductionLoops() == 0)
       return;
-    auto yield = cast<linalg::YieldOp>(op.getBody()->getTerminator());
-    for (OpOperand &init : op.getDpsInitsMutable()) {
-      BlockArgument acc = op.getMatchingBlockArgument(&init);
-      if (!acc.getType().isF64() || !acc.hasOneUse())
-        continue;
-      auto add = dyn_cast<arith::AddFOp>(*acc.getUsers().begin());
-      unsigned i = init.getOperandNumber() - op.getNumDpsInputs();
-      if (!add || !add->hasOneUse() || yield.getOperand(i) != add.getResult() ||
-          add.getLhs() == add.getRhs())
-        continue;
-      add.setFastmath(add.getFastmath() | arith::FastMathFlags::reassoc);
-    }
+    for (OpOperand &init : op.getDpsInitsMutable())
+      if (arith::AddFOp add = sumAdd(op, init, f64))
+        add.setFastmath(add.getFastmath() | arith::FastMathFlags::reassoc);
   });
 }
 
