@@ -12,3 +12,12 @@ def returning_wrapper(wrapper: object, module: object, method: types.MethodType)
         result = method(*args, **kwargs)
         return wrapper if result is module else result
     return call
+
+
+def module_attr(wrapper: object, module: object, name: str):
+    """``module.name`` read through ``wrapper``: a method bound to the module comes back
+    as `returning_wrapper`, anything else as it is."""
+    value = getattr(module, name)
+    if isinstance(value, types.MethodType) and value.__self__ is module:
+        return returning_wrapper(wrapper, module, value)
+    return value

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import functools
-import types
 
 import torch
 
 from . import config
-from ._wrap import returning_wrapper
+from ._wrap import module_attr
 from .backend import CompiledGraph, Options, make_backend
 
 
@@ -75,10 +74,7 @@ class Compiled:
         if "_fn" not in d:
             raise AttributeError(name)
         fn = d["_fn"]
-        value = getattr(fn, name)
-        if d["_is_module"] and isinstance(value, types.MethodType) and value.__self__ is fn:
-            return returning_wrapper(self, fn, value)
-        return value
+        return module_attr(self, fn, name) if d["_is_module"] else getattr(fn, name)
 
     def __setattr__(self, name: str, value) -> None:
         if self.__dict__.get("_is_module") and name not in Compiled._OWN_ATTRS:

@@ -21,6 +21,7 @@ import torch
 
 from . import config, logs
 from .frontend import FrontendError, decomposition_table, eager_kernels_for_islands, import_fx
+from .fxutil import leaves
 
 
 class MlircapCompileError(RuntimeError):
@@ -97,12 +98,13 @@ class CompiledGraph:
         if self.executable is self.gm:
             return self.gm(*args)
         try:
-            if self._widened is not None:
-                return self._run_widened(args)
+            ins = args if self._widened is None else _widen_inputs(args, self._widened[0])
             if not torch.is_grad_enabled():   # aot_autograd already runs forwards under no_grad
-                return self.executable(*args)
-            with torch.no_grad():   # autograd, if any, is aot_autograd's job outside this graph
-                return self.executable(*args)
+                res = self.executable(*ins)
+            else:
+                with torch.no_grad():   # autograd, if any, is aot_autograd's job outside this graph
+                    res = self.executable(*ins)
+            return res if self._widened is None else _narrow_outputs(res, self._widened[1])
         except Exception as e:  # noqa: BLE001
             # Compiled code only writes buffers it allocated (aot_autograd keeps
             # input mutations outside the graph), so rerunning the graph eagerly
@@ -115,27 +117,34 @@ class CompiledGraph:
             self.executable = self.gm
             return self.gm(*args)
 
-    def _run_widened(self, args):
-        ins, outs = self._widened
-        args = [a.to(torch.int32) if w else a for a, w in zip(args, ins)]
-        with torch.no_grad():
-            res = self.executable(*args)
-        single = not isinstance(res, (list, tuple))
-        res = [r.to(torch.uint8) if w else r for r, w in zip([res] if single else res, outs)]
-        return res[0] if single else res
-
     def last_inputs(self):
         """The inputs of an early compiled call, if they are still alive, else None."""
         vals = [r() for r in getattr(self, "_last_inputs", [])]
         return None if any(v is None for v in vals) or not vals else vals
 
 
-def _output_specs(gm: torch.fx.GraphModule):
+def _widen_inputs(args, widened: list[bool]) -> list:
+    """uint8 inputs of a graph compiled with uint8 as int32 (widen.py), converted."""
+    return [a.to(torch.int32) if w else a for a, w in zip(args, widened)]
+
+
+def _narrow_outputs(res, widened: list[bool]):
+    """Its outputs that are uint8 in the graph, converted back from int32."""
+    single = not isinstance(res, (list, tuple))
+    res = [r.to(torch.uint8) if w else r for r, w in zip([res] if single else res, widened)]
+    return res[0] if single else res
+
+
+def _outputs(gm: torch.fx.GraphModule):
+    """(output node or constant, its example value or None), in output order."""
     out = gm.graph.output_node().args[0]
-    nodes = out if isinstance(out, (list, tuple)) else [out]
+    for n in (out if isinstance(out, (list, tuple)) else [out]):
+        yield n, (n.meta.get("val") if isinstance(n, torch.fx.Node) else None)
+
+
+def _output_specs(gm: torch.fx.GraphModule):
     specs = []
-    for n in nodes:
-        val = n.meta.get("val") if isinstance(n, torch.fx.Node) else None
+    for n, val in _outputs(gm):
         if not isinstance(val, torch.Tensor):
             raise MlircapCompileError(f"graph output {n!r} is not a tensor")
         specs.append((tuple(int(s) for s in val.shape), val.dtype))
@@ -163,18 +172,14 @@ def _device_of(example_inputs, gm: torch.fx.GraphModule | None = None) -> str:
 
 
 def _graph_tensors(gm: torch.fx.GraphModule):
-    from .partition import _leaves
-
     for n in gm.graph.nodes:
-        yield from _leaves(n.meta.get("val"), torch.Tensor)
+        yield from leaves(n.meta.get("val"), torch.Tensor)
 
 
 def _check_devices(gm: torch.fx.GraphModule, device: str) -> None:
     """Compiled code makes every output on `device`: a graph whose outputs live
     elsewhere (a CPU tensor made beside GPU ones) runs eagerly."""
-    out = gm.graph.output_node().args[0]
-    for n in (out if isinstance(out, (list, tuple)) else [out]):
-        v = n.meta.get("val") if isinstance(n, torch.fx.Node) else None
+    for n, v in _outputs(gm):
         if isinstance(v, torch.Tensor) and v.device.type != device:
             raise MlircapCompileError(f"graph output {n.name} is on {v.device}, the graph is compiled for {device}")
 

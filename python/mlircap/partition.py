@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx as fx
 
+from .fxutil import leaves as _leaves
+from .fxutil import op_name
 from .widen import uint8_computable
 
 aten = torch.ops.aten
@@ -102,20 +104,6 @@ _TOKEN_OPS = ("prims::_make_token", "prims::_sink_tokens")
 
 SUPPORTED_DTYPES = {torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
                     torch.int16, torch.int8, torch.bool}
-
-
-def op_name(target) -> str:
-    schema = getattr(target, "_schema", None)
-    return schema.name if schema is not None else str(target)
-
-
-def _leaves(x, cls: type):
-    """The `cls` instances in `x`, a value nested in lists and tuples."""
-    if isinstance(x, cls):
-        yield x
-    elif isinstance(x, (list, tuple)):
-        for v in x:
-            yield from _leaves(v, cls)
 
 
 def eager_numerics(target, args, kwargs) -> bool:

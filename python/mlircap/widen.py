@@ -25,6 +25,8 @@ import operator
 import torch
 import torch.fx as fx
 
+from .fxutil import leaves, op_name
+
 aten = torch.ops.aten
 prims = torch.ops.prims
 
@@ -51,11 +53,6 @@ _UINT8_OPS = {
 _UINT8_POINTWISE_EXCLUDED = {"aten::lerp", "aten::view_as_real", "aten::view_as_complex"}
 
 
-def _name(target) -> str:
-    schema = getattr(target, "_schema", None)
-    return schema.name if schema is not None else str(target)
-
-
 def uint8_computable(node: fx.Node) -> bool:
     """Whether `node`, with uint8 operands or results, gives uint8's results
     when computed in int32 and wrapped (see the module docstring)."""
@@ -63,7 +60,7 @@ def uint8_computable(node: fx.Node) -> bool:
         return True
     if node.target is operator.getitem:
         return True
-    name = _name(node.target)
+    name = op_name(node.target)
     if name in _UINT8_POINTWISE_EXCLUDED:
         return False
     if name == "aten::view" and "dtype" in str(getattr(node.target, "_overloadname", "")):
@@ -87,7 +84,7 @@ def widen_uint8(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[bool], list[bo
     """(a copy of gm computing uint8 as int32, which inputs to convert to int32,
     which outputs to convert back to uint8), or None when gm has no uint8."""
     nodes = list(gm.graph.nodes)
-    if not any(_is_uint8(v) for n in nodes for v in _vals(n)):
+    if not any(_is_uint8(v) for n in nodes for v in leaves(n.meta.get("val"), torch.Tensor)):
         return None
     if any(n.op == "get_attr" and "." in n.target and _is_uint8(n.meta.get("val")) for n in nodes):
         return None   # a uint8 constant inside a submodule (shared with gm): not widened
@@ -97,7 +94,6 @@ def widen_uint8(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[bool], list[bo
     new = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     orig: dict[fx.Node, object] = {}   # new node -> the original node's val
-    wrap = []                          # new nodes whose uint8 result gets `& 255`
     inputs: list[bool] = []
     for n in nodes:
         if n.op == "output":
@@ -111,8 +107,6 @@ def widen_uint8(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[bool], list[bo
         orig[m] = n.meta.get("val")
         if n.op == "placeholder":
             inputs.append(_is_uint8(n.meta.get("val")))
-        elif n.op == "call_function" and _is_uint8(n.meta.get("val")):
-            wrap.append(m)
     out = gm.graph.output_node()
     new.output(fx.map_arg(out.args[0], lambda a: env[a]))
     outs = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
@@ -164,7 +158,3 @@ def _module(gm: fx.GraphModule, graph: fx.Graph) -> fx.GraphModule:
                 setattr(wgm, n.target, v.to(torch.int32))
     return wgm
 
-
-def _vals(n: fx.Node):
-    v = n.meta.get("val")
-    return v if isinstance(v, (list, tuple)) else [v]

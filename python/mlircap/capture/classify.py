@@ -123,7 +123,7 @@ _EXTERNAL_PY_NAMES = {"manual_seed", "seed", "set_rng_state", "set_default_dtype
 # around a random op) and the default dtype.  Called from an uncapturable call they are
 # replayed with it; called from any other untraced code, capture gives up (eager).
 _GENERATOR_WRITERS = {"manual_seed", "seed", "set_state", "set_offset", "graphsafe_set_state"}
-_STATE_WRITERS = {torch._C._set_default_dtype, torch._C._set_default_tensor_type}
+_STATE_WRITERS = (torch._C._set_default_dtype, torch._C._set_default_tensor_type)
 
 
 def _global_state_writer(f) -> "str | None":
@@ -131,10 +131,7 @@ def _global_state_writer(f) -> "str | None":
     so = getattr(f, "__self__", None)
     if isinstance(so, torch.Generator):
         return "the RNG state" if getattr(f, "__name__", "") in _GENERATOR_WRITERS else None
-    try:
-        return "the default dtype" if f in _STATE_WRITERS else None
-    except TypeError:  # unhashable
-        return None
+    return "the default dtype" if any(f is w for w in _STATE_WRITERS) else None
 
 
 def _call_kind(f) -> str:

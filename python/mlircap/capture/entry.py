@@ -1,10 +1,9 @@
 """Public entry points: `capture()` (with the module wrapper) and `explain()`."""
-import types
 from collections.abc import Callable
 
 import torch
 
-from .._wrap import returning_wrapper
+from .._wrap import module_attr
 from .cache import _Captured
 from .explanation import ExplainOutput
 
@@ -54,11 +53,7 @@ class _CapturedModuleCall:
         d = self.__dict__
         if "module" not in d:
             raise AttributeError(name)
-        m = d["module"]
-        v = getattr(m, name)
-        if isinstance(v, types.MethodType) and v.__self__ is m:
-            return returning_wrapper(self, m, v)
-        return v
+        return module_attr(self, d["module"], name)
 
     def __setattr__(self, name: str, value) -> None:
         if name in _CapturedModuleCall._OWN_ATTRS:

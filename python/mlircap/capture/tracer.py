@@ -1,7 +1,6 @@
 """The opcode tracer: `sys.settrace` callbacks and one handler per opcode that reads
 external state (globals, attributes, cells) or calls something (`_TracerMixin`)."""
 import contextvars
-import os
 import types
 from logging import Logger as logging_Logger
 
@@ -58,10 +57,8 @@ class _TracerMixin:
             return
         what = _global_state_writer(arg)
         if what is not None:
-            code = frame.f_code
-            self.unreplayable = (f"untraced library code {code.co_qualname if hasattr(code, 'co_qualname') else code.co_name} "
-                                 f"({os.path.basename(code.co_filename)}:{frame.f_lineno}) changed {what} "
-                                 f"(through {getattr(arg, '__qualname__', arg)})")
+            self.unreplayable = (f"untraced library code {frame.f_code.co_name} ({_frame_loc(frame)}) "
+                                 f"changed {what} (through {getattr(arg, '__qualname__', arg)})")
 
     def _hook_guard(self, frame, code):
         if code.co_argcount and code.co_name == "forward":
@@ -337,7 +334,7 @@ class _TracerMixin:
         self._on_call(frame, f, list(cargs), dict(kwargs), 1 + has_kw)
 
     def _on_call(self, frame, f, args, kwargs, slot: "int | None" = None):
-        if slot is not None and _is_compiling_query(f):
+        if slot is not None and f is _IS_COMPILING:
             # A recording is a compilation: code the tracer follows (the user's, and
             # libraries like transformers that keep data-dependent checks out of compiled
             # graphs) asking torch.compiler.is_compiling() is answered True, as under
@@ -488,14 +485,7 @@ class _TracerMixin:
                 self.unreplayable = self.unreplayable or str(e)
 
 
-def _is_compiling_query(f) -> bool:
-    try:
-        return f in _COMPILING_QUERIES
-    except TypeError:  # unhashable callable
-        return False
-
-
-_COMPILING_QUERIES = {torch.compiler.is_compiling}
+_IS_COMPILING = torch.compiler.is_compiling
 
 
 _HANDLERS = {

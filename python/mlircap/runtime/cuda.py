@@ -99,13 +99,15 @@ _data_ptr = torch.Tensor.data_ptr
 _dtype_of = operator.attrgetter("dtype")
 
 
+_GET_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def _raw_stream() -> int:
     """The current CUDA stream's handle (what torch.cuda.current_stream().cuda_stream
     gives, without building a Stream object: a few microseconds per call)."""
-    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if get is None:
+    if _GET_RAW_STREAM is None:
         return torch.cuda.current_stream().cuda_stream
-    return get(torch._C._cuda_getDevice())
+    return _GET_RAW_STREAM(torch._C._cuda_getDevice())
 
 
 class _NoGraph:
@@ -269,7 +271,7 @@ class GpuExecutable(PlanExecutor):
         storage address and dtype keeps them too, short of reassigning `.data`
         to a view of the same storage. Per input this costs two attribute
         reads, which matters with hundreds of parameters (BERT: 200)."""
-        sel = self._static_get(args)
+        sel = list(map(args.__getitem__, self._static_idx))
         return list(map(_data_ptr, sel)) == self._static_ptrs and list(map(_dtype_of, sel)) == self._static_dtypes
 
     def _replay(self, args):
@@ -309,9 +311,7 @@ class GpuExecutable(PlanExecutor):
                 graph_ins.append(buf)
         self._static_inputs = [(i, p, ins[i].dtype) for i, p in static]
         # the same check without a Python frame per input (BERT: ~200 parameters)
-        idx = [i for i, _, _ in self._static_inputs]
-        self._static_get = (lambda a: ()) if not idx else \
-            (lambda a, g=operator.itemgetter(idx[0]): (g(a),)) if len(idx) == 1 else operator.itemgetter(*idx)
+        self._static_idx = [i for i, _, _ in self._static_inputs]
         self._static_ptrs = [p for _, p, _ in self._static_inputs]
         self._static_dtypes = [d for _, _, d in self._static_inputs]
         self._dynamic_inputs = dynamic
