@@ -459,6 +459,34 @@ def MlircapWidenSums : Pass<"mlircap-widen-sums", "::mlir::func::FuncOp"> {
                            "::mlir::tensor::TensorDialect"];
 }
 
+def MlircapEmulateLowPrecision
+    : Pass<"mlircap-emulate-low-precision", "::mlir::func::FuncOp"> {
+  let summary = "Compute bf16/f16 arith and math ops in f32, rounding after each op (CPU)";
+  let description = [{
+    x86 has no bf16 arithmetic: LLVM promotes it to f32 and rounds back with a
+    call to `__truncsfbf2`, which the CPU JIT cannot resolve (every bf16 graph
+    failed to load and ran eagerly). This pass extends every bf16/f16 `arith`
+    and `math` op to f32 and truncates its result back, so each op rounds as
+    eager's does (the conversions carry no `contract` flag, so no fold drops
+    a rounding), and expands f32 <-> bf16 conversions into integer code
+    (round to nearest even), which vectorizes. Runs before
+    `mlircap-math-approx`, so bf16 transcendentals get the f32 approximations.
+
+    Before:
+    ```mlir
+    %s = arith.subf %x, %y : bf16
+    ```
+    After:
+    ```mlir
+    %a = arith.extf %x : bf16 to f32     // as shifts and bitcasts
+    %b = arith.extf %y : bf16 to f32
+    %d = arith.subf %a, %b : f32
+    %s = arith.truncf %d : f32 to bf16   // as integer rounding code
+    ```
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect"];
+}
+
 def MlircapMathApprox : Pass<"mlircap-math-approx", "::mlir::func::FuncOp"> {
   let summary = "Replace transcendental math ops with polynomial approximations (CPU)";
   let description = [{

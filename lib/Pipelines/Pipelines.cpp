@@ -6,7 +6,8 @@
 //                       library-init, tensor-to-generic, fuse-elementwise,
 //                       form-kernels)
 // mlircap-cpu-pipeline  linalg-on-tensors -> LLVM dialect, results as out-params
-//                       (f32 sums in f64, elementwise fusion only: no kernel
+//                       (f32 sums in f64, bf16/f16 ops in f32 rounded per op,
+//                       elementwise fusion only: no kernel
 //                       outlining, asserts kept; outer parallel loops with
 //                       enough work run on the runtime's thread pool)
 // mlircap-gpu-pipeline  linalg-on-tensors -> kernels outlined and called from the
@@ -50,7 +51,8 @@ std::string cpuPipeline() {
   return llvm::formatv(
       "func.func(mlircap-widen-sums),{0},{1},mlircap-emit-c-interface,"
       "buffer-deallocation-pipeline,"
-      "func.func(convert-linalg-to-parallel-loops,mlircap-math-approx),mlircap-widen-bool-memrefs,"
+      "func.func(convert-linalg-to-parallel-loops,mlircap-emulate-low-precision,"
+      "mlircap-math-approx),mlircap-widen-bool-memrefs,"
       "mlircap-outline-parallel,convert-scf-to-cf,"
       "expand-strided-metadata,lower-affine,finalize-memref-to-llvm,"
       "convert-math-to-llvm,convert-math-to-libm,convert-to-llvm,"

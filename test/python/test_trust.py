@@ -647,3 +647,15 @@ def test_bfloat16_adaptive_avg_pool3d_sums_like_eager():
     _compiled_matches_eager(lambda a: torch.nn.functional.adaptive_avg_pool3d(a, 4), x, exact=False)
     _compiled_matches_eager(lambda a: torch.nn.functional.interpolate(a, size=(4, 5, 6), mode="area"), x,
                             exact=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_pointwise_compiles_and_rounds_like_eager(dtype):
+    # bf16 arithmetic reached LLVM as bf16 and its x86 lowering called
+    # __truncsfbf2, which the JIT could not resolve: every bf16 CPU graph with
+    # arithmetic ran eagerly. Each op computes in f32 and rounds, as eager does.
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(64, 33, generator=g) * 3).to(dtype), torch.randn(64, 33, generator=g).to(dtype)
+    _compiled_matches_eager(lambda a, b: a - b, a, b)
+    _compiled_matches_eager(lambda a, b: (a * b + a / b).relu() - torch.tanh(a), a, b, exact=False)
+    _compiled_matches_eager(lambda a: (a.float() * 2).to(dtype) + a, a)
