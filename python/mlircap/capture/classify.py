@@ -81,6 +81,32 @@ _META_OK = {
     "itemsize", "nbytes", "is_autocast_enabled", "is_signed", "output_nr", "retains_grad",
     "_version", "__torch_function__",
 }
+# Tensor functions whose results' shapes depend on tensor data (nonzero, boolean-mask
+# indexing, unique, ...); a shape read of such a result (or of anything computed from
+# one) is data-dependent, not metadata the guards cover.
+_DYN_SHAPE_OPS = {"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive", "_unique", "_unique2",
+                  "bincount"}
+# Metadata that depends on a tensor's shape.
+_SHAPE_META = {"size", "numel", "nelement", "__len__", "shape", "stride", "is_contiguous", "nbytes"}
+# Functions whose number of results follows a tensor's shape.
+_SPLITTERS = {"unbind", "split", "chunk", "tensor_split", "split_with_sizes", "unsafe_split", "hsplit", "vsplit",
+              "dsplit", "unsafe_chunk"}
+
+
+def _dyn_shape_op(name: str, args, kwargs) -> bool:
+    """Whether `name(*args, **kwargs)` makes a result whose shape depends on tensor data."""
+    if name in _DYN_SHAPE_OPS:
+        return True
+    if name == "where":   # where(cond): nonzero as a tuple
+        return len(args) + len(kwargs) == 1
+    if name == "repeat_interleave":   # repeats given as a tensor (or the one-argument form)
+        rep = args[1] if len(args) > 1 else kwargs.get("repeats")
+        return isinstance(rep, torch.Tensor) or len(args) == 1 and not kwargs
+    if name in ("__getitem__", "index"):   # indexing with a boolean mask
+        idx = args[1] if len(args) > 1 else None
+        idx = idx if isinstance(idx, (tuple, list)) else (idx,)
+        return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in idx)
+    return False
 _RNG_WORDS = ("rand", "dropout", "bernoulli", "normal", "multinomial", "uniform", "rrelu",
               "exponential", "cauchy", "geometric", "log_normal", "random_")
 

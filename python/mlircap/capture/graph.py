@@ -13,7 +13,8 @@ from torch.utils._pytree import tree_flatten
 from .base import Unreplayable
 from .steps import CallStep, GraphStep
 from .classify import (
-    _DATA_DEP, _GLOBAL_STATE_FUNCS, _IMMUTABLE_CONST, _META_OK, _PRIM, _RNG_WORDS, _fname, _func_qualname,
+    _DATA_DEP, _GLOBAL_STATE_FUNCS, _IMMUTABLE_CONST, _META_OK, _PRIM, _RNG_WORDS, _SHAPE_META, _SPLITTERS,
+    _dyn_shape_op, _fname, _func_qualname,
 )
 from .locations import _user_location, _user_stack_trace
 from .guards import _ambient
@@ -118,11 +119,13 @@ class _GraphMixin:
     def _after_torch(self, func, name, args, kwargs, res):
         flat_res, _ = tree_flatten(res)
         has_t = any(isinstance(x, torch.Tensor) for x in flat_res)
+        dyn = self._dyn_shape_args(args, kwargs)
         if not has_t and name not in ("__setitem__", "__set__", "__delitem__"):
-            if name in _META_OK:
+            if name in _META_OK and not (dyn and name in _SHAPE_META):
                 return res
             # data-dependent (or unknown) non-tensor result: graph break
             reason = f"data-dependent operation Tensor.{name}()" if name in _DATA_DEP else \
+                f"shape of a data-dependent-shape tensor (Tensor.{name})" if name in _META_OK else \
                 f"non-tensor result of {_func_qualname(func)}"
             try:
                 fe = self.const(func, _func_qualname(func))
@@ -141,10 +144,27 @@ class _GraphMixin:
         if not self.uses_rng and any(w in name for w in _RNG_WORDS):
             self.uses_rng = True
         try:
+            if dyn and (name in _SPLITTERS or name == "__iter__"):
+                raise Unreplayable(f"{name} of a tensor whose shape depends on tensor data")
             self._record(func, name, args, kwargs, res)
         except Unreplayable as e:
             self.unreplayable = self.unreplayable or str(e)
+            return res
+        if dyn or _dyn_shape_op(name, args, kwargs):
+            # its shape follows tensor data: reading it is a data-dependent operation
+            dyn_ids = self.__dict__.setdefault("dyn_shape", {})
+            for t in flat_res:
+                if isinstance(t, torch.Tensor):
+                    dyn_ids[id(t)] = t
         return res
+
+    def _dyn_shape_args(self, args, kwargs) -> bool:
+        """Whether a tensor argument's shape depends on tensor data (see `_dyn_shape_op`)."""
+        dyn_ids = self.__dict__.get("dyn_shape")
+        if not dyn_ids:
+            return False
+        flat, _ = tree_flatten((args, kwargs))
+        return any(isinstance(t, torch.Tensor) and dyn_ids.get(id(t)) is t for t in flat)
 
     def _seg(self):
         if self.cur is None:

@@ -539,3 +539,37 @@ def test_zero_argument_function_calling_a_module_is_captured():
     lin.weight.data = torch.ones(3, 2)     # a new shape is seen
     lin.bias.data = torch.ones(3)
     assert torch.equal(c(), f())
+
+
+# ------------------------------------------------------------------ data-dependent shapes
+def _shape_reads(x, m):
+    y = x[m]                               # boolean-mask indexing: shape follows m's data
+    z = torch.zeros(y.shape[0], 2)         # a size read from it, passed on
+    n = len(torch.unique(y.round()))
+    return y.sum(), z, n, torch.nonzero(m).shape[0], y.numel(), x.repeat_interleave(2, dim=0).shape
+
+
+def _rows_of_nonzero(m):
+    return [r.sum() for r in torch.nonzero(m)]   # as many results as m has True elements
+
+
+@pytest.mark.parametrize("fn", [_shape_reads, _rows_of_nonzero])
+def test_shape_of_data_dependent_result_is_not_a_constant(fn):
+    """bench/modules.py bool_mask_indexing: `torch.nonzero(m).shape[0]` was recorded as
+    metadata (guards cover the inputs' shapes, not the shapes of nonzero/mask-indexing
+    results) and replayed as the first call's count for every later mask."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast = capture(fn, EAGER)
+        g = torch.Generator().manual_seed(0)
+        for p in (0.5, 0.5, 0.2, 0.8):
+            x = torch.randn(4, 5, generator=g)
+            m = torch.rand(4, 5, generator=g) > p
+            args = (x, m) if fn is _shape_reads else (m,)
+            want, got = fn(*args), fast(*args)
+            assert len(got) == len(want)
+            for a, b in zip(want, got):
+                if isinstance(a, torch.Tensor):
+                    torch.testing.assert_close(b, a)
+                else:
+                    assert a == b
