@@ -426,7 +426,7 @@ def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Optio
                 used_later = {n for n in part.nodes if any(u not in inside for u in n.users)}
                 sub, ins, outs = extract(gm, part, used_later)
                 if part.eager or not outs:   # a part without outputs only has effects: run it as it is
-                    steps.append((_EagerIsland(sub, part.reasons), ins, outs))
+                    steps.append((_EagerIsland(sub, part.reasons, [n.meta.get("val") for n in ins]), ins, outs))
                     continue
                 examples = [n.meta.get("val") for n in ins] + [n.meta.get("val") for n in outs]
                 g = compile_graph(sub, examples, options, None, raise_unsupported=True)
@@ -485,13 +485,40 @@ def _report_unsupported(gm: torch.fx.GraphModule, parts, forced: dict[str, str],
 
 
 class _EagerIsland:
-    """Ops of a compiled graph that run through torch (see partition.py)."""
+    """Ops of a compiled graph that run through torch (see partition.py).
 
-    def __init__(self, gm: torch.fx.GraphModule, reasons: dict[str, str]):
+    Its inputs get the strides they have in eager execution: compiled parts return
+    contiguous tensors where eager has views (a permute, a transpose), and torch's
+    kernels follow the input's layout: `native_dropout` and the other random ops fill
+    a mask laid out like their input in memory order, so a contiguous input drops
+    other elements than eager's permuted one under the same seed."""
+
+    def __init__(self, gm: torch.fx.GraphModule, reasons: dict[str, str], examples: list | None = None):
         self.gm, self.reasons = gm, reasons
+        self.layouts = [_dense_layout(v) for v in examples or ()]
+        if not any(self.layouts):
+            self.layouts = None
 
     def __call__(self, *args):
+        if self.layouts is not None:
+            args = [_restride(a, lay) if lay is not None else a for a, lay in zip(args, self.layouts)]
         return self.gm(*args)
+
+
+def _dense_layout(v) -> tuple | None:
+    """(shape, strides) of an example value whose strides are not the contiguous ones
+    and that covers its storage densely (a permutation of dims), else None."""
+    from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
+
+    if not isinstance(v, torch.Tensor) or v.is_contiguous() or not is_non_overlapping_and_dense(v):
+        return None
+    return tuple(v.shape), tuple(v.stride())
+
+
+def _restride(t, layout):
+    if not isinstance(t, torch.Tensor) or tuple(t.shape) != layout[0] or tuple(t.stride()) == layout[1]:
+        return t
+    return torch.empty_strided(layout[0], layout[1], dtype=t.dtype, device=t.device).copy_(t)
 
 
 def _dump(graph: CompiledGraph) -> None:
