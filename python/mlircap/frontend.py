@@ -50,11 +50,29 @@ def _build_table() -> dict:
     table = dict(get_decomposition_table())
     table.update(get_decompositions([aten.native_batch_norm, aten._native_batch_norm_legit_no_training]))
     table[aten.cumsum.default] = _cumsum_as_masked_sum
+    table[aten.gelu.default] = _gelu_tanh_decomposed(table.get(aten.gelu.default))
     for packet in _OPMATH_REDUCTIONS:
         for name in packet.overloads():
             op = getattr(packet, name)
             table[op] = _in_float32(op, table.get(op))
     return {op: _guarded(op, fn) for op, fn in table.items()}
+
+
+def _gelu_tanh_decomposed(fallback):
+    """gelu(approximate="tanh") as torch's reference computes it: torch-mlir's lowering
+    uses 0.797724 for sqrt(2/pi) (0.7978846), which is 2e-3 off eager relative to the
+    result (nn.GELU("tanh"), GPT-2's gelu_new). The reference computes bfloat16/float16
+    in float32 and rounds once, as eager does. approximate="none" keeps `fallback`."""
+    from torch._decomp import get_decompositions
+
+    ref = get_decompositions([torch.ops.aten.gelu])[torch.ops.aten.gelu.default]
+
+    def gelu(x, approximate="none"):
+        if approximate == "tanh":
+            return ref(x, approximate=approximate)
+        return NotImplemented if fallback is None else fallback(x, approximate=approximate)
+
+    return gelu
 
 
 def _dtypes_in(args, kwargs):
