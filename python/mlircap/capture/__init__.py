@@ -19,6 +19,8 @@ Environment: MLIRCAP_CACHE_DIR (extension build cache), MLIRCAP_CAPTURE_NO_EXT=1
 (force the pure-Python fallback, which runs eagerly), MLIRCAP_CAPTURE_STATIC_DEPTH=check
 (3.11: cross-check static stack depths against the live stack pointer).
 """
+from __future__ import annotations
+
 from .core import HOOK, ExplainOutput, capture, explain  # noqa: F401
 
 __all__ = ["capture", "explain", "ExplainOutput", "HOOK"]

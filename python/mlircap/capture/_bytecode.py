@@ -1,13 +1,18 @@
 """Torch-free bytecode helpers for the opcode tracer (instruction decoding and static
 value-stack depths).  CPython 3.12 does not store the stack pointer before opcode trace
 events, so the tracer locates stack values through these statically computed depths."""
+from __future__ import annotations
+
 import dis
 import os
 import sys
+import types
 
 PY312 = sys.version_info >= (3, 12)
 
-_instr_cache = {}
+# code -> {offset: (opname, arg, argval, static stack depth or -1)}
+Instr = tuple[str, int | None, object, int]
+_instr_cache: dict[types.CodeType, dict[int, Instr]] = {}
 # MLIRCAP_CAPTURE_STATIC_DEPTH=1 forces static depths on 3.11; =check also compares them
 # with the live stack pointer at every traced instruction.
 _STATIC_DEPTH = PY312 or os.environ.get("MLIRCAP_CAPTURE_STATIC_DEPTH") in ("1", "check")
@@ -16,9 +21,9 @@ _UNCOND = {"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP"
 _TERMINAL = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE"}
 
 
-def _stack_depths(code, instrs):
+def _stack_depths(code: types.CodeType, instrs: list[dis.Instruction]) -> dict[int, int]:
     idx = {ins.offset: i for i, ins in enumerate(instrs)}
-    depth = {}
+    depth: dict[int, int] = {}
     work = [(0, 0)]
     try:
         for e in dis._parse_exception_table(code):
@@ -60,7 +65,7 @@ def _stack_depths(code, instrs):
     return depth
 
 
-def _instrs(code):
+def _instrs(code: types.CodeType) -> dict[int, Instr]:
     d = _instr_cache.get(code)
     if d is None:
         d = {}

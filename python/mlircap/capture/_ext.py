@@ -5,6 +5,8 @@ cache directory keyed by the Python version and the source hash.  If a prebuilt 
 exists next to the package (CMake target) it is used.  If nothing can be built,
 `load()` returns None and mlircap.capture falls back to pure Python dispatch.
 """
+from __future__ import annotations
+
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -12,15 +14,16 @@ import os
 import subprocess
 import sys
 import sysconfig
+import types
 
 _SRC = os.path.join(os.path.dirname(__file__), "_evalframe.cpp")
-_mod = None
-_err = None
+_mod: types.ModuleType | None = None
+_err: str | None = None
 API_VERSION = 3
 _API_TAG = b"mlircap-evalframe-api-%d" % API_VERSION
 
 
-def _has_api_tag(path):
+def _has_api_tag(path: str) -> bool:
     """True if the binary was built from a source of this API version.  Checked before
     importing: once a stale build is imported, a fresh one of the same module name is not."""
     try:
@@ -30,7 +33,7 @@ def _has_api_tag(path):
         return False
 
 
-def _cache_dir():
+def _cache_dir() -> str:
     base = os.environ.get("MLIRCAP_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "mlircap")
     with open(_SRC, "rb") as f:
@@ -39,14 +42,15 @@ def _cache_dir():
     return os.path.join(base, tag)
 
 
-def _import_from(path):
+def _import_from(path: str) -> types.ModuleType:
     spec = importlib.util.spec_from_file_location("_mlircap_evalframe", path)
+    assert spec is not None and spec.loader is not None
     m = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(m)
     return m
 
 
-def load():
+def load() -> types.ModuleType | None:
     global _mod, _err
     if _mod is not None or _err is not None:
         return _mod
@@ -79,7 +83,7 @@ def load():
         import shlex
         import tempfile
         d0 = _cache_dir()
-        last = None
+        last: OSError | None = None
         for d in (d0, os.path.join(tempfile.gettempdir(), "mlircap-" + os.path.basename(d0))):
             out = os.path.join(d, "_mlircap_evalframe" + suffix)
             try:
@@ -106,12 +110,12 @@ def load():
                 return _mod
             except OSError as e:  # e.g. read-only cache dir: try the temp dir
                 last = e
-        raise last
+        raise last if last is not None else RuntimeError("no cache directory")
     except Exception as e:  # pragma: no cover - depends on toolchain
         _err = f"{type(e).__name__}: {e}"
         _mod = None
         return None
 
 
-def error():
+def error() -> str | None:
     return _err

@@ -1,12 +1,15 @@
 """Sentinels and exceptions shared by every layer of the capture package."""
+from __future__ import annotations
+
 import sys
+from typing import Any
 
 
 PY312 = sys.version_info >= (3, 12)
 
 
 class _Missing:
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<unset>"
 
 
@@ -19,10 +22,10 @@ class _Miss:
     and a re-recording take these results instead of running the calls again."""
     __slots__ = ("log",)
 
-    def __init__(self, log: "list | None" = None) -> None:
+    def __init__(self, log: list | None = None) -> None:
         self.log = log
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<MISS>"
 
 
@@ -34,10 +37,10 @@ class _Canned:
     failed mid-replay guard): returns that call's result."""
     __slots__ = ("value",)
 
-    def __init__(self, value) -> None:
+    def __init__(self, value: Any) -> None:
         self.value = value
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.value
 
 
@@ -61,7 +64,7 @@ def _strict_error(msg: str) -> Exception:
     return MlircapCompileError(msg)
 
 
-def _fn_name(fn) -> str:
+def _fn_name(fn: object) -> str:
     code = getattr(getattr(fn, "__func__", fn), "__code__", None)
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
     return f"{name} ({code.co_filename}:{code.co_firstlineno})" if code is not None else name

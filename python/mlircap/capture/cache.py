@@ -1,10 +1,13 @@
 """`_Captured`: the per-function cache of variants (cache_limit, strict, break_limit,
 stats), dispatching a call to a variant or recording a new one."""
+from __future__ import annotations
+
 import collections
 import sys
 import types
 import warnings
-from typing import TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 
@@ -16,22 +19,26 @@ from .frame_hook import (
 )
 from .graph import _Mode
 from .recorder import _Recorder
-from .replay import _EagerVariant, _GraphVariant
+from .replay import _EagerVariant, _GraphVariant, _Variant
 
 T = TypeVar("T")
 
 
 class CaptureStats:
-    def __init__(self):
+    """Counters of one captured function (calls, replays, recordings, eager calls) and
+    the reason of each recompilation."""
+
+    def __init__(self) -> None:
         self.calls = 0
         self.replays = 0
         self.records = 0
         self.eager_calls = 0
-        self.recompile_reasons = []
+        self.recompile_reasons: list[str] = []
 
 
 class _Captured:
-    def __init__(self, fn, backend, cache_limit=8, strict=False, break_limit=64):
+    def __init__(self, fn: Callable, backend: Callable, cache_limit: int = 8, strict: bool = False,
+                 break_limit: int = 64) -> None:
         self.fn = fn
         self.backend = backend
         self.cache_limit = cache_limit
@@ -43,20 +50,20 @@ class _Captured:
         self.bound = fn if self.is_module else getattr(fn, "__self__", None) \
             if isinstance(fn, types.MethodType) else None
         func = getattr(func, "__func__", func)
-        self.func = func if isinstance(func, types.FunctionType) else None
-        self.code = self.func.__code__ if self.func is not None else None
-        self.variants = []
+        self.func: types.FunctionType | None = func if isinstance(func, types.FunctionType) else None
+        self.code: types.CodeType | None = self.func.__code__ if self.func is not None else None
+        self.variants: list[_Variant] = []
         self.warned = False
         self.warned_breaks = False
         self.stats = CaptureStats()
-        self.fail_counts = collections.Counter()
+        self.fail_counts: collections.Counter[str] = collections.Counter()
         if self.code is not None:
             c = self.code
             n = c.co_argcount + c.co_kwonlyargcount + bool(c.co_flags & 0x04) + bool(c.co_flags & 0x08)
-            self.argnames = list(c.co_varnames[:n])
+            self.argnames: list[str] = list(c.co_varnames[:n])
             if self.code.co_flags & (0x20 | 0x80 | 0x100 | 0x200):  # generator/coroutine
                 self.func = self.code = None
-                self.uncapturable = "generator or coroutine functions are not captured"
+                self.uncapturable: str = "generator or coroutine functions are not captured"
         if self.code is None and not hasattr(self, "uncapturable"):
             self.uncapturable = f"{type(fn).__name__} objects are not captured (a Python function or " \
                                 f"nn.Module is)"
@@ -64,7 +71,7 @@ class _Captured:
             _E_real.register_code(self.code)
 
     # user-facing call
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.code is None:
             if self.strict:
                 raise _strict_error(f"{_fn_name(self.fn)} would run eagerly: {self.uncapturable}")
@@ -99,7 +106,7 @@ class _Captured:
     def _where(self) -> str:
         return f"{self.code.co_name} ({self.code.co_filename}:{self.code.co_firstlineno})"
 
-    def dispatch(self, func, args):
+    def dispatch(self, func: types.FunctionType, args: tuple) -> Any:
         self.stats.calls += 1
         log = None  # results of uncapturable calls already run by a replay that missed
         for v in self.variants:
@@ -135,13 +142,14 @@ class _Captured:
             _logs.log("recompiles", f"{self.code.co_name}: {reason}")
         return self._record(func, args, log)
 
-    def _call_eager(self, func, args, log: "list | None" = None):
+    def _call_eager(self, func: types.FunctionType, args: tuple, log: list | None = None) -> Any:
         self.stats.eager_calls += 1
         if log:  # some uncapturable calls already ran: the tracer substitutes their results
             return self._record(func, args, log, store=False)
         return _call_bound(func, self.code, args)
 
-    def _record(self, func, args, catchup: "list | None" = None, store: bool = True):
+    def _record(self, func: types.FunctionType, args: tuple, catchup: list | None = None,
+                store: bool = True) -> Any:
         """Run the function for real under the tracer and (store) add the variant it
         records.  `catchup`: results of the first uncapturable calls, which already ran."""
         if store:
@@ -185,18 +193,17 @@ class _Captured:
                 raise
             if self.strict:
                 raise _strict_error(f"{self._where()} would run eagerly: {type(e).__name__}: {e}") from e
-            pre = [(ex, p) for pos, ex, p in rec.guards if pos == 0]
             try:
-                v = _EagerVariant(rec, pre, reason=str(e))
+                v = _EagerVariant(rec, [p for p in rec.guards if p.pos == 0], reason=str(e))
             except Exception:
                 v = None
         if v is not None:
             self.variants.append(v)
             if _logs.enabled("guards"):
-                _logs.log("guards", f"{self.code.co_name} variant {len(self.variants)}: " + "; ".join(p for _, p in v.pre))
+                _logs.log("guards", f"{self.code.co_name} variant {len(self.variants)}: " + "; ".join(g.describe() for g in v.pre))
         return _plain(result)
 
-    def _check_strict(self, rec: "_Recorder") -> None:
+    def _check_strict(self, rec: _Recorder) -> None:
         """strict=True: every part of the call must run compiled.  Capture giving up
         (uncapturable values or side effects, too many graph breaks) raises, naming the
         cause and the user's file:line.  A graph break alone does not: the graphs on
@@ -207,11 +214,11 @@ class _Captured:
 
     # introspection
     @property
-    def graph_count(self):
+    def graph_count(self) -> int:
         return sum(len(v.graphs) for v in self.variants)
 
     @property
-    def recompiles(self):
+    def recompiles(self) -> int:
         return max(0, len(self.variants) - 1)
 
 

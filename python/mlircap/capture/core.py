@@ -27,6 +27,7 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   classify       code classification (_classify), call kinds (_call_kind), value categories
   locations      the user's file:line (_user_location, _frame_loc), short value descriptions
   typeinfo       type introspection: MRO lookups, descriptors, class dicts, __slots__
+  guard_kinds    the guard kinds, one frozen record each (check / code / describe), Placed
   guards         _GuardMixin, _GlobalState, guard merging and compilation
   values         _ValueMixin: constants and value reconstruction (expr_of)
   sources        _SourceMixin: guarding values read from external locations, snapshots
@@ -41,6 +42,8 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   entry          capture(), explain()
 This module only re-exports the names it used to define, for compatibility.
 """
+from __future__ import annotations
+
 from .. import logs as _logs  # noqa: F401
 from . import _ext  # noqa: F401
 from ._bytecode import _CHECK_DEPTH, _STATIC_DEPTH, _instrs  # noqa: F401
@@ -130,8 +133,8 @@ from .guards import (  # noqa: F401
     _bind_consts,
     _compile_guard,
     _merge_guards,
-    _tensor_guards,
 )
+from .guard_kinds import _alias_pattern, _tensor_guards  # noqa: F401
 from .values import (  # noqa: F401
     _ValueMixin,
 )

@@ -1,5 +1,8 @@
 """Public entry points: `capture()` (with the module wrapper) and `explain()`."""
+from __future__ import annotations
+
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -26,10 +29,10 @@ def capture(fn: Callable, backend: Callable, *, cache_limit: int = 8, strict: bo
         import functools
 
         @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
             return c(*args, **kwargs)
-    wrapper._mlircap_capture = c
-    wrapper.explain = lambda: ExplainOutput(c)
+    wrapper._mlircap_capture = c  # type: ignore[attr-defined]
+    wrapper.explain = lambda: ExplainOutput(c)  # type: ignore[attr-defined]
     return wrapper
 
 
@@ -38,24 +41,26 @@ class _CapturedModuleCall:
     writes and deletes reach the module; module methods that return the module itself
     (eval, train, to, ...) return this wrapper, so the captured path is kept."""
     _OWN_ATTRS = frozenset({"_mlircap_capture", "module", "explain"})
+    _mlircap_capture: _Captured
+    module: torch.nn.Module
 
-    def __init__(self, c: "_Captured") -> None:
+    def __init__(self, c: _Captured) -> None:
         object.__setattr__(self, "_mlircap_capture", c)
         object.__setattr__(self, "module", c.fn)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._mlircap_capture(*args, **kwargs)
 
-    def explain(self) -> "ExplainOutput":
+    def explain(self) -> ExplainOutput:
         return ExplainOutput(self._mlircap_capture)
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         d = self.__dict__
         if "module" not in d:
             raise AttributeError(name)
         return module_attr(self, d["module"], name)
 
-    def __setattr__(self, name: str, value) -> None:
+    def __setattr__(self, name: str, value: Any) -> None:
         if name in _CapturedModuleCall._OWN_ATTRS:
             object.__setattr__(self, name, value)
         else:
@@ -68,7 +73,7 @@ class _CapturedModuleCall:
             delattr(self.__dict__["module"], name)
 
 
-def explain(fn: Callable, backend: "Callable | None" = None) -> Callable[..., ExplainOutput]:
+def explain(fn: Callable, backend: Callable | None = None) -> Callable[..., ExplainOutput]:
     """`explain(fn)(*args)` -> ExplainOutput: graphs, each break with its reason and user
     source file:line, guards in readable form, recompile reasons.  The returned runner keeps
     its cache, so calling it again with other arguments accumulates variants and
@@ -76,8 +81,8 @@ def explain(fn: Callable, backend: "Callable | None" = None) -> Callable[..., Ex
     backend = backend or (lambda gm, ex: gm.forward)
     w = capture(fn, backend)
 
-    def run(*args, **kwargs):
+    def run(*args: Any, **kwargs: Any) -> ExplainOutput:
         w(*args, **kwargs)
         return ExplainOutput(w._mlircap_capture)
-    run.captured = w
+    run.captured = w  # type: ignore[attr-defined]
     return run

@@ -1,4 +1,6 @@
 """`ExplainOutput`: the human-readable report of what capture did."""
+from __future__ import annotations
+
 from typing import TYPE_CHECKING
 
 from .frame_hook import HOOK
@@ -9,14 +11,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # ======================================================================================
 class ExplainOutput:
-    def __init__(self, c: "_Captured") -> None:
+    def __init__(self, c: _Captured) -> None:
         self.graphs = [g for v in c.variants for g in v.graphs]
         self.graph_count = len(self.graphs)
         self.variants = len(c.variants)
         self.breaks = [b for v in c.variants for b in v.breaks]
         self.break_count = len(self.breaks)
-        self.guards = [p for v in c.variants for _, p in v.pre]
-        self.mid_guards = [p for v in c.variants if not v.eager for _, p in v.mid_guards]
+        self.guards = [g.describe() for v in c.variants for g in v.pre]
+        self.mid_guards = [p.guard.describe() for v in c.variants if not v.eager for p in v.mid_guards]
         self.recompile_reasons = list(c.stats.recompile_reasons)
         self.eager_reasons = [v.reason for v in c.variants if v.eager]
         self.op_count = sum(len([n for n in g.graph.nodes if n.op == "call_function"]) for g in self.graphs)

@@ -1,6 +1,8 @@
 """Glue to the C++ frame hook (`_evalframe.cpp`): the extension handle `_E` (with the
 3.12 static-stack-depth shim), the per-thread stack of active captured calls and the
 callback that hands a captured function's frame to its `_Captured.dispatch`."""
+from __future__ import annotations
+
 import threading
 import types
 from typing import Any
@@ -24,13 +26,13 @@ if _E is not None:
         NULL = _E.NULL
 
         @staticmethod
-        def peek(frame, n):
+        def peek(frame: types.FrameType, n: int) -> Any:
             if _STATIC_DEPTH:
                 return _E_real.peek_at(frame, _REC_TLS.rec.cur_depth, n)
             return _raw_peek(frame, n)
 
         @staticmethod
-        def poke(frame, n, value):
+        def poke(frame: types.FrameType, n: int, value: Any) -> Any:
             if _STATIC_DEPTH:
                 return _E_real.poke_at(frame, _REC_TLS.rec.cur_depth, n, value)
             return _E_real.poke(frame, n, value)

@@ -1,9 +1,11 @@
 """Compiling captured graphs with the user backend: fallback to the FX graph when the
 backend fails, first-run check, higher-order gradients, strict-mode errors."""
+from __future__ import annotations
+
 import re
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx as fx
@@ -86,10 +88,10 @@ class _HigherOrderGrad:
     Cost: one autograd Function around each training-mode call of such a graph."""
     __slots__ = ("fn", "gm")
 
-    def __init__(self, fn, gm: fx.GraphModule) -> None:
+    def __init__(self, fn: Callable, gm: fx.GraphModule) -> None:
         self.fn, self.gm = fn, gm
 
-    def __call__(self, *args):
+    def __call__(self, *args: Any) -> Any:
         if torch.is_grad_enabled() and not torch._C._is_torch_function_mode_enabled():
             for a in args:
                 if a.requires_grad:
@@ -107,7 +109,7 @@ def _keep_graph() -> bool:
 
 class _RecomputeForHigherOrder(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, runner: _HigherOrderGrad, *args):
+    def forward(ctx: Any, runner: _HigherOrderGrad, *args: Any) -> Any:
         with torch.enable_grad():
             outs = tuple(runner.fn(*args))   # the compiled graph, with its own autograd node
         ctx.runner, ctx.outs = runner, outs
@@ -123,7 +125,7 @@ class _RecomputeForHigherOrder(torch.autograd.Function):
         return res
 
     @staticmethod
-    def backward(ctx, *grads):
+    def backward(ctx: Any, *grads: Any) -> Any:
         ins = ctx.saved_tensors
         create = torch.is_grad_enabled()
         if not create and ctx.node is not None:
@@ -149,11 +151,12 @@ class _RecomputeForHigherOrder(torch.autograd.Function):
 class _FirstRunChecked:
     __slots__ = ("fn", "fallback", "uses_rng", "checked", "strict_gm")
 
-    def __init__(self, fn, fallback, uses_rng, strict_gm: "fx.GraphModule | None" = None):
+    def __init__(self, fn: Callable, fallback: Callable, uses_rng: bool,
+                 strict_gm: fx.GraphModule | None = None) -> None:
         self.fn, self.fallback, self.uses_rng, self.checked = fn, fallback, uses_rng, False
         self.strict_gm = strict_gm   # strict=True: a failing first run raises (after the eager check)
 
-    def __call__(self, *args):
+    def __call__(self, *args: Any) -> Any:
         if self.checked:
             return self.fn(*args)
         vers = [a._version if isinstance(a, torch.Tensor) else None for a in args]
@@ -179,7 +182,7 @@ class _FirstRunChecked:
         return out
 
 
-def _double_backward_ok(rec: "_Recorder", seg: "_Seg") -> bool:
+def _double_backward_ok(rec: _Recorder, seg: _Seg) -> bool:
     """Can this graph run under _HigherOrderGrad: it takes some input that requires grad,
     makes no in-place change, draws no random numbers (a recompute would draw others) and
     returns no view of an input (a custom autograd Function would lose the view)."""

@@ -1,5 +1,7 @@
 """Source locations and short descriptions for messages: the user's file:line of the
 current operation, FX `stack_trace` metadata, readable value summaries."""
+from __future__ import annotations
+
 import os
 import sys
 import types
@@ -27,7 +29,7 @@ def _user_location() -> str:
     return "<unknown>"
 
 
-def _user_stack_trace() -> "str | None":
+def _user_stack_trace() -> str | None:
     """The innermost user frame in traceback form (FX `stack_trace` meta), so
     compilers can point diagnostics at the user's source line."""
     f = sys._getframe(1)
@@ -38,7 +40,7 @@ def _user_stack_trace() -> "str | None":
     return None
 
 
-def _short(v) -> str:
+def _short(v: object) -> str:
     if isinstance(v, torch.nn.Module):
         return f"<{type(v).__name__} module>"
     if isinstance(v, types.FunctionType):
@@ -51,7 +53,7 @@ def _short(v) -> str:
     return r if len(r) < 60 else r[:57] + "..."
 
 
-def _frame_loc(frame: "types.FrameType | None") -> str:
+def _frame_loc(frame: types.FrameType | None) -> str:
     if frame is None:
         return _user_location()
     return f"{frame.f_code.co_filename}:{frame.f_lineno}"

@@ -1,13 +1,17 @@
 """`_Recorder`: the state of one recording run, combining the tracer, FX recording,
 side-effect, source, value and guard mixins."""
+from __future__ import annotations
+
 import collections
 import types
+from typing import TYPE_CHECKING
 
 import torch
 
 from .. import logs as _logs
 from .steps import Step
 from .locations import _user_location
+from .guard_kinds import Placed
 from .guards import _GlobalState, _GuardMixin
 from .values import _ValueMixin
 from .sources import _SourceMixin
@@ -15,24 +19,29 @@ from .side_effects import _SideEffectMixin
 from .graph import _GraphMixin
 from .tracer import _TracerMixin
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .cache import _Captured
+    from .graph import _Seg
+
 
 class _Recorder(_TracerMixin, _GraphMixin, _SideEffectMixin, _SourceMixin, _ValueMixin, _GuardMixin):
     """The state of one recording run (the first call of a variant, run for real under the
     tracer and the TorchFunctionMode); its behaviour lives in the mixins, one job each."""
 
-    def __init__(self, captured, func, code, args, argnames, catchup: "list | None" = None):
+    def __init__(self, captured: _Captured, func: types.FunctionType, code: types.CodeType, args: tuple,
+                 argnames: list[str], catchup: list | None = None) -> None:
         self.captured = captured
         self.catchup = catchup or []   # results of uncapturable calls that already ran
         self.ext_seen = 0              # uncapturable calls met so far
         self.func = func
         self.code = code
         self.args = args
-        self.consts = []
-        self.const_idx = {}
-        self.src = {}          # id(obj) -> (expr, pretty, argrooted)
-        self.keep = []
-        self.guards = []       # (step_pos, expr, pretty)
-        self.guard_exprs = set()
+        self.consts: list = []                  # the constant table C of the generated code
+        self.const_idx: dict[int, int] = {}     # id(obj) -> its index in consts
+        self.src: dict[int, tuple] = {}         # id(obj) -> (expr, pretty, argrooted)
+        self.keep: list = []                    # objects kept alive while ids are keys
+        self.guards: list[Placed] = []   # the guards, in order, with their positions
+        self.guard_exprs: set[str] = set()
         self.read_exprs = set()
         self.hooked = set()
         self.memo = None
@@ -53,9 +62,9 @@ class _Recorder(_TracerMixin, _GraphMixin, _SideEffectMixin, _SourceMixin, _Valu
         self.snaps = {}        # id -> (kind, obj, expr, pretty, snapshot)
         self.global_snaps = {} # (id(g), name) -> (g, name, had, old)
         self.ext_cells = {}    # id(cell) -> (expr, pretty)
-        self.segs = []
-        self.cur = None
-        self.env = {}          # id(tensor) -> (tensor, seg_idx, node)
+        self.segs: list[_Seg] = []
+        self.cur: _Seg | None = None
+        self.env: dict[int, tuple] = {}   # id(tensor) -> (tensor, seg_idx, node)
         self.steps: list[Step] = []   # the replay plan: GraphStep | CallStep, in order
         self.ncalls = 0
         self.suspended = 0
@@ -63,17 +72,16 @@ class _Recorder(_TracerMixin, _GraphMixin, _SideEffectMixin, _SourceMixin, _Valu
         self.cur_depth = -1
         self.pending = {}
         self.kwnames = {}
-        self._unreplayable = None
-        self.unreplayable_loc = None   # the user's file:line where capture gave up
-        self.breaks = []       # (reason, location)
+        self._unreplayable: str | None = None
+        self.unreplayable_loc: str | None = None   # the user's file:line where capture gave up
+        self.breaks: list[tuple[str, str]] = []   # (reason, location)
         self.break_limit = getattr(captured, "break_limit", None)
-        self.break_overflow = None     # set when the call broke the graph more than break_limit times
+        self.break_overflow: str | None = None     # set when the call broke the graph more than break_limit times
         self.stopped = False           # recording stopped: the rest of the call runs untraced
         self.uses_rng = False
-        self.versions = {}     # id(t) -> (t, version at first sight) for external tensors
-        self.tensor_meta: dict[str, tuple[str, torch.Tensor]] = {}  # guard expr -> (tensor expr, example)
-        self.vgroups: dict[tuple, str] = {}      # dict-group key -> version fast-path expression
-        self.vgroup_of: dict[str, tuple] = {}    # guard expr -> its dict-group key
+        self.versions: dict[int, tuple[torch.Tensor, int]] = {}  # id(t) -> (t, version at first sight)
+        self.vgroups: dict[tuple, tuple[tuple, tuple[int, ...]]] = {}  # group key -> (dicts, versions)
+        self.tls0 = (torch._C._dispatch_tls_local_include_set(), torch._C._dispatch_tls_local_exclude_set())
         self.state0 = _GlobalState()
         self.grad0 = self.state0.grad
         self.amb0 = self.state0.ambient
@@ -90,12 +98,12 @@ class _Recorder(_TracerMixin, _GraphMixin, _SideEffectMixin, _SourceMixin, _Valu
                 self.keep.append(c)
 
     @property
-    def unreplayable(self):
+    def unreplayable(self) -> str | None:
         """Why this recording cannot be replayed (the call then runs eagerly), or None."""
         return self._unreplayable
 
     @unreplayable.setter
-    def unreplayable(self, why) -> None:
+    def unreplayable(self, why: str | None) -> None:
         if why and not self._unreplayable:
             self._unreplayable = why
             try:

@@ -1,17 +1,28 @@
 """Variants: a recording turned into guards plus generated replay code
 (`_GraphVariant`), or an eager fallback (`_EagerVariant`)."""
+from __future__ import annotations
+
 import collections
+import dataclasses
+import types
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx as fx
 
 from .base import _Miss
 from .steps import CallStep, GraphStep
+from .guard_kinds import Guard, GuardEnv, Placed, _holds
 from .guards import _ambient, _compile_guard, _merge_guards
 from .graph_compile import _compile_graph, _double_backward_ok
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .cache import _Captured
+    from .recorder import _Recorder
 
-def _mk_obj(cls: type, d: dict, base: "type | None" = None, items: "list | None" = None) -> object:
+
+def _mk_obj(cls: type, d: dict, base: type | None = None, items: list | None = None) -> object:
     """Rebuild an object created during the captured call (fresh object per replay)."""
     o = cls.__new__(cls)
     if base is dict or base is collections.OrderedDict:
@@ -40,46 +51,48 @@ _WRITE_FORMS = {
 class _Variant:
     eager = False
 
-    def __init__(self, rec, pre, reason=None):
+    def __init__(self, rec: _Recorder, pre: list[Placed], reason: str | None = None) -> None:
         self.consts = rec.consts
-        self.pre = pre                      # [(expr, pretty)]
+        self.pre: list[Guard] = [p.guard for p in pre]   # the pre-call guards, as recorded
         self.graphs = []
         self.breaks = list(rec.breaks)
         self.reason = reason
         self.hits = 0
         self.state = rec.state0
-        self.guard = _compile_guard(_merge_guards(rec, pre), self.consts, self.state)
+        # the hot path: every pre-call guard's code (merged) compiled into one function
+        self.guard = _compile_guard([p.expr for p in _merge_guards(rec, pre)], self.consts, self.state)
         self.grad0 = rec.grad0
         self.amb0 = rec.amb0
 
-    def first_failure(self, args, func):
+    def first_failure(self, args: tuple, func: object) -> str | None:
+        """The first guard the call with `args` fails, in words (None: all hold)."""
         if torch.is_grad_enabled() is not self.grad0:
             return f"torch.is_grad_enabled() == {self.grad0}"
         if _ambient() != self.amb0:
             return f"(inference_mode, autocast cpu, autocast cuda) == {self.amb0}"
         if self.state.guard is not None and not self.state.guard.check():
             return f"global torch state unchanged ({self.state.guard.reason().strip()} differs)"
-        for expr, pretty in self.pre:
-            g = _compile_guard([(expr, pretty)], self.consts, None)
-            if not g(args, func):
-                return pretty
+        env = GuardEnv(args, func, self.consts)
+        for g in self.pre:
+            if not _holds(g, env):
+                return g.describe()
         return None
 
 
 class _EagerVariant(_Variant):
     eager = True
 
-    def run(self, st, func, args, log=None):
+    def run(self, st: _Captured, func: types.FunctionType, args: tuple, log: list | None = None) -> Any:
         return st._call_eager(func, args, log)
 
 
-def _merge_log(log: "list | None", done: list) -> list:
+def _merge_log(log: list | None, done: list) -> list:
     """The uncapturable-call results known after a failed replay: those it ran (or took
     from `log`), then any further ones an earlier variant had already run."""
     return done + log[len(done):] if log and len(log) > len(done) else done
 
 
-def _rollback(saved: list, rng: "torch.Tensor | None") -> None:
+def _rollback(saved: list, rng: torch.Tensor | None) -> None:
     with torch.no_grad():
         for t, c in saved:
             t.copy_(c)
@@ -88,12 +101,13 @@ def _rollback(saved: list, rng: "torch.Tensor | None") -> None:
 
 
 class _GraphVariant(_Variant):
-    def __init__(self, rec, result, backend):
+    def __init__(self, rec: _Recorder, result: Any, backend: Callable) -> None:
         rec.memo = {}
         ret = rec.expr_of(result)
         writes = rec.writes()
         rec.keep.append(writes)
-        wexprs = [w._replace(value=rec.expr_of(w.value) if w.kind != "delitem" else None) for w in writes]
+        wexprs = [dataclasses.replace(w, value=rec.expr_of(w.value) if w.kind != "delitem" else None)
+                  for w in writes]
         lets = list(rec.lets)
         rec.memo = None
         rec._close_seg()
@@ -101,9 +115,7 @@ class _GraphVariant(_Variant):
         mutated = [rec.src[vid][0] for vid, (t, ver) in rec.versions.items()
                    if t._version != ver and vid in rec.src]
         rec.final_guards()
-        pre = [(e, p) for pos, e, p in rec.guards if pos == 0]
-        super().__init__(rec, pre)
-        self.guards_all = [(pos, e, p) for pos, e, p in rec.guards]
+        super().__init__(rec, [p for p in rec.guards if p.pos == 0])
         compiled = []
         try:
             from torch._subclasses.fake_tensor import FakeTensorMode
@@ -125,7 +137,7 @@ class _GraphVariant(_Variant):
             compiled.append(_compile_graph(backend, gm, list(seg.examples), rec.uses_rng,
                                            double_backward=_double_backward_ok(rec, seg),
                                            strict=getattr(rec.captured, "strict", False)))
-        has_mid = any(pos > 0 for pos, _, _ in rec.guards)
+        has_mid = any(p.pos > 0 for p in rec.guards)
         rollback = has_mid and (mutated or rec.uses_rng)
         # Uncapturable calls ("external" steps) run in order, exactly once per call of the
         # function: when a mid-replay guard fails after some of them ran, the miss carries
@@ -141,10 +153,10 @@ class _GraphVariant(_Variant):
             rb = "_rollback(_sv, _rng); "
         else:
             rb = ""
-        midg = collections.defaultdict(list)
-        for pos, e, p in rec.guards:
-            if pos > 0:
-                midg[pos].append(e)
+        midg: dict[int, list[str]] = collections.defaultdict(list)
+        for p in rec.guards:
+            if p.pos > 0:
+                midg[p.pos].append(p.expr)
         ext_done: list[str] = []
         for st in rec.steps:
             if isinstance(st, GraphStep):
@@ -173,7 +185,8 @@ class _GraphVariant(_Variant):
         for i, w in enumerate(wexprs):
             if w.value is not None:
                 L.append(ind + f"_w{i} = {w.value}")
-        for i, (kind, target, key, _, fn) in enumerate(wexprs):
+        for i, w in enumerate(wexprs):
+            kind, target, key, fn = w.kind, w.target, w.key, w.setter
             kl = rec._lit(key) if key is not None else None
             if kind == "item":
                 L.append(ind + (f"{fn}({target}, {kl}, _w{i})" if fn else f"{target}[{kl}] = _w{i}"))
@@ -187,7 +200,7 @@ class _GraphVariant(_Variant):
         ns = {}
         exec(compile(self.source, "<mlircap replay>", "exec"), ns)
         self.replay = ns["_make"](self.consts, compiled, _Miss, _mk_obj, torch, _rollback, _merge_log)
-        self.mid_guards = [(pos, p) for pos, e, p in rec.guards if pos > 0]
+        self.mid_guards: list[Placed] = [p for p in rec.guards if p.pos > 0]
 
-    def run(self, st, func, args, log=None):
+    def run(self, st: _Captured, func: types.FunctionType, args: tuple, log: list | None = None) -> Any:
         return self.replay(args, func, log)

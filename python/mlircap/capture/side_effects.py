@@ -1,7 +1,12 @@
 """Side effects: STORE_* opcodes mark external state dirty, and at the end of the
 recording the touched state is diffed against its snapshot into replayed writes
 (`_SideEffectMixin`)."""
+from __future__ import annotations
+
 import collections
+import types
+from collections.abc import Collection
+from typing import Any
 
 from .base import Unreplayable, _MISSING
 from .steps import Write
@@ -14,7 +19,7 @@ class _SideEffectMixin:
     """Side effects for `_Recorder`: STORE_*/DELETE_* opcode handlers mark external
     state dirty; `writes()` diffs the touched state against its snapshots."""
 
-    def op_store_deref(self, frame, arg, name):
+    def op_store_deref(self, frame: types.FrameType, arg: int | None, name: Any) -> None:
         cell = _E.local_raw(frame, arg)
         if id(cell) in self.ext_cells:
             if (id(cell), "cell") not in self.dirty:
@@ -25,20 +30,20 @@ class _SideEffectMixin:
                 self.global_snaps[("cell", id(cell))] = (cell, None, old[0], old[1])
             self.dirty.add((id(cell), "cell"))
 
-    def op_store_global(self, frame, arg, name):
+    def op_store_global(self, frame: types.FrameType, arg: int | None, name: Any) -> None:
         g = frame.f_globals
         key = (id(g), name)
         if key not in self.global_snaps:
             self.global_snaps[key] = (g, name, name in g, g.get(name))
         self.dirty.add(key)
 
-    def op_store_attr(self, frame, arg, name):
+    def op_store_attr(self, frame: types.FrameType, arg: int | None, name: Any) -> None:
         obj = _E.peek(frame, 0)
         if id(obj) in self.src:
             self.dirty.add((id(obj), name))
             self.stored[id(obj)].add(name)
 
-    def op_store_subscr(self, frame, arg, argval):
+    def op_store_subscr(self, frame: types.FrameType, arg: int | None, argval: Any) -> None:
         obj = _E.peek(frame, 1)
         if id(obj) in self.src:
             if _is_ndarray(obj):
@@ -51,20 +56,20 @@ class _SideEffectMixin:
             except TypeError:
                 pass
 
-    def op_binary_op(self, frame, arg, argval):
+    def op_binary_op(self, frame: types.FrameType, arg: int | None, argval: Any) -> None:
         # `arr += 1` mutates a numpy array in C without a call the tracer sees
         if arg is not None and arg >= 13:  # NB_INPLACE_* (dis._nb_ops)
             obj = _E.peek(frame, 1)
             if _is_ndarray(obj) and id(obj) in self.src:
                 raise Unreplayable("in-place operator on a numpy array")
 
-    def op_store_slice(self, frame, arg, argval):  # 3.12: [value, container, start, stop]
+    def op_store_slice(self, frame: types.FrameType, arg: int | None, argval: Any) -> None:  # 3.12: [value, container, start, stop]
         obj = _E.peek(frame, 2)
         if id(obj) in self.src:
             self.dirty.add((id(obj), "*"))
 
     # -- finalisation ------------------------------------------------------------------
-    def writes(self) -> "list[Write]":
+    def writes(self) -> list[Write]:
         """Compare touched external state with its snapshot: the writes to replay."""
         out = []
         for cv, old in self.cv_snap.items():
@@ -140,7 +145,8 @@ class _SideEffectMixin:
                 self._dict_diff(out, f"{expr}._modules", v._modules, mm, force=names)
         return out
 
-    def _dict_diff(self, out, de, d, snap, skip=(), force=()):
+    def _dict_diff(self, out: list[Write], de: str, d: dict, snap: dict, skip: Collection = (),
+                   force: Collection = ()) -> None:
         # dict subclasses may override __setitem__ (key normalisation...): replay the raw
         # state change through the builtin base class
         if type(d) is dict:

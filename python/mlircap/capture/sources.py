@@ -1,12 +1,19 @@
 """Sources of tracked values: guarding a value read from an external location
 (`_SourceMixin._source`), lazily guarded containers and objects, snapshots."""
+from __future__ import annotations
+
 import functools
 import types
+from collections.abc import Iterable
+from typing import Any
 import weakref
 
 import torch
 
 from .base import Unreplayable
+from .guard_kinds import (
+    Equals, FunctionCode, Is, Keys, NdarrayContents, Number, SameAs, TypeIs, TypeLen,
+)
 from .classify import _ID_HASHED, _IMMUTABLE_CONST, _PRIM, _classify
 from .locations import _short
 from .typeinfo import _NDARRAY_GUARD_BYTES, _is_ndarray, _pure_python_type, _slot_names, _slot_values
@@ -16,22 +23,20 @@ class _SourceMixin:
     """Sources for `_Recorder`: `_source` guards a value read from an external location;
     lazily guarded containers/objects are guarded when first used; snapshots for writes."""
 
-    def _source_ndarray(self, v, expr: str, pretty: str, argrooted: bool) -> None:
+    def _source_ndarray(self, v: Any, expr: str, pretty: str, argrooted: bool) -> None:
         """A numpy array is mutable in place without any write the tracer sees: guard its
         contents (small arrays) or give up capturing."""
         if v.dtype.hasobject or v.nbytes > _NDARRAY_GUARD_BYTES:
             raise Unreplayable(f"numpy array {pretty} ({v.dtype}, {v.nbytes} bytes) read: its contents "
                                f"are not guarded above {_NDARRAY_GUARD_BYTES} bytes")
-        self.guard(f"type({expr}) is {self.const(type(v))} and {expr}.dtype == {self.const(v.dtype)} and "
-                   f"{expr}.shape == {tuple(v.shape)!r} and {expr}.tobytes() == {self.const(v.tobytes())}",
-                   f"{pretty}: ndarray[{v.dtype}, shape={tuple(v.shape)}] with the same contents")
+        self.guard(NdarrayContents(expr, pretty, type(v), v.dtype, tuple(v.shape), v.tobytes()))
         self.src[id(v)] = (expr, pretty, argrooted)
         self.keep.append(v)
 
     # Lazy containers: lists/dicts/sets reached through attributes, globals or cells are
     # only guarded (from their snapshot, i.e. the pre-call state) once the program reads
     # them; append-only / store-only use (logs, caches, histories) needs no guard at all.
-    def touch(self, obj):
+    def touch(self, obj: object) -> None:
         lz = self.lazy.pop(id(obj), None)
         if lz is None:
             return
@@ -42,25 +47,24 @@ class _SourceMixin:
         self.ncalls = pos
         try:
             n = len(snap)
-            self.guard(f"type({expr}) is {self.const(t)} and len({expr}) == {n}",
-                       f"type({pretty}) is {t.__name__} and len({pretty}) == {n}")
+            self.guard(TypeLen(expr, pretty, t, n))
             if kind == "list":
                 for i, x in enumerate(snap):
                     self._source(x, f"{expr}[{i}]", f"{pretty}[{i}]", False, depth + 1)
             elif kind == "dict":
                 keys = list(snap.keys())
-                self.guard(f"list({expr}) == {self.const(keys)}", f"list({pretty}.keys()) == {keys!r}")
+                self.guard(Keys(expr, pretty, tuple(keys)))
                 for k in keys:
                     self._source(snap[k], self._item(v, expr, k), f"{pretty}[{k!r}]", False, depth + 1)
             else:
                 if all(type(x) in _PRIM or isinstance(x, _ID_HASHED) for x in snap):
-                    self.guard(f"{expr} == {self.const(set(snap))}", f"{pretty} == {snap!r}")
+                    self.guard(Equals(expr, pretty, set(snap)))
                 else:
                     raise Unreplayable(f"set of objects at {pretty}")
         finally:
             self.ncalls = saved
 
-    def full_obj(self, o):
+    def full_obj(self, o: object) -> None:
         """A lazily guarded object is used by code we do not trace: guard all of it."""
         v, pos = self.lazy_objs.pop(id(o))
         _, _, expr, pretty, snap = self.snaps[id(o)]
@@ -68,13 +72,13 @@ class _SourceMixin:
         saved = self.ncalls
         self.ncalls = pos
         try:
-            self.guard(f"list({dc}) == {self.const(list(snap))}", f"vars({pretty}).keys() == {list(snap)}")
+            self.guard(Keys(dc, f"vars({pretty})", tuple(snap)))
             for k, x in snap.items():
                 self.read(f"{dc}[{k!r}]", f"{pretty}.{k}", x, id(v), k)
         finally:
             self.ncalls = saved
 
-    def touch_deep(self, objs):
+    def touch_deep(self, objs: Iterable) -> None:
         if not self.lazy and not self.lazy_objs:
             return
         for o in objs:
@@ -92,57 +96,55 @@ class _SourceMixin:
                     if id(x) in self.lazy:
                         self.touch(x)
 
-    def _source(self, v, expr, pretty, argrooted, depth=0, group: "tuple | None" = None):
+    def _source(self, v: Any, expr: str, pretty: str, argrooted: bool | str, depth: int = 0,
+                group: tuple | None = None) -> None:
         """v has just been read from an external location described by expr: guard it.
         `group`: the dicts expr reads from (see guard()); only guards that depend on
         nothing but that read use it."""
         t = type(v)
         if v is None or t is bool:
-            self.guard(f"{expr} is {v!r}", f"{pretty} is {v!r}", group=group)
+            self.guard(Is(expr, pretty, v, repr(v)), group=group)
             return
         if t is str:
-            self.guard(f"{expr} == {self._lit(v)}", f"{pretty} == {v!r}", group=group)
+            self.guard(Equals(expr, pretty, v), group=group)
             return
         if t in (int, float, bytes, complex):
-            self.guard(self._number_guard(expr, v, t.__name__), f"{pretty} == {v!r}", group=group)
+            self.guard(Number(expr, pretty, v, t), group=group)
             return
         if isinstance(v, (int, float, complex)) and t.__module__ == "numpy":
             # numpy scalars (np.float64 subclasses float): immutable, guarded by value
-            self.guard(self._number_guard(expr, v, self.const(t)), f"{pretty} == {t.__name__}({v!r})",
-                       group=group)
+            self.guard(Number(expr, pretty, v, t), group=group)
             return
         vid = id(v)
         if vid in self.src:
             old = self.src[vid][0]
             if old != expr:  # same object reached through another path: guard aliasing
-                self.guard(f"{expr} is {old}", f"{pretty} is {self.src[vid][1]}",
+                self.guard(SameAs(expr, pretty, old, self.src[vid][1]),
                            group=group if old.startswith("C[") else None)
             return
         self.keep.append(v)
         if isinstance(v, torch.Tensor):
-            meta = f"{type(v).__name__}[{str(v.dtype)[6:]}, {v.device}, shape={tuple(v.shape)}, " \
-                   f"stride={tuple(v.stride())}, requires_grad={v.requires_grad}]"
             if argrooted:
                 if expr.startswith("L["):
                     self.arg_tensors.append(expr)
-                self.guard(self._tensor_guard(expr, v), f"{pretty}: {meta}")
+                self.guard(self._tensor_match(expr, pretty, v))
                 self.src[vid] = (expr, pretty, argrooted)
             elif isinstance(v, torch.nn.Parameter):
                 # identity (so replay passes the constant) and metadata: `p.data = ...`,
                 # `.to()`, `resize_` keep the object but change shape, dtype, ...
                 c = self.const(v, pretty)
-                self.guard(f"{expr} is {c}", f"{pretty} is the same tensor (id)", group=group)
-                self.guard(self._tensor_guard(c, v), f"{pretty}: {meta}")
+                self.guard(Is(expr, pretty, v, "the same tensor (id)"), group=group)
+                self.guard(self._tensor_match(c, pretty, v))
                 self.src[vid] = (c, pretty, False)
             else:
                 # buffers / plain tensor attributes / globals: read through expr at replay,
                 # so any tensor with the same metadata will do
-                self.guard(self._tensor_guard(expr, v), f"{pretty}: {meta}")
+                self.guard(self._tensor_match(expr, pretty, v))
                 self.src[vid] = (expr, pretty, False)
             self.versions[vid] = (v, v._version)
             return
         if isinstance(v, _IMMUTABLE_CONST):
-            self.guard(f"{expr} == {self.const(v)}", f"{pretty} == {v!r}", group=group)
+            self.guard(Equals(expr, pretty, v), group=group)
             return
         if _is_ndarray(v):
             self._source_ndarray(v, expr, pretty, argrooted)
@@ -152,23 +154,19 @@ class _SourceMixin:
                           types.WrapperDescriptorType, types.MethodDescriptorType)) or \
                 isinstance(v, (weakref.ref,)) or hasattr(type(v), "__members__"):
             c = self.const(v, pretty)
-            self.guard(f"{expr} is {c}", f"{pretty} is {_short(v)}", group=group)
+            self.guard(Is(expr, pretty, v, _short(v)), group=group)
             self.src[vid] = (c, pretty, False)
             if isinstance(v, types.FunctionType) and _classify(v.__code__) == "user":
                 # traced code: replacing __code__ / __defaults__ of the same function object
                 # changes what it does
-                self.guard(f"{c}.__code__ is {self.const(v.__code__)} and {c}.__defaults__ is "
-                           f"{self._lit_or_const(v.__defaults__)} and {c}.__kwdefaults__ is "
-                           f"{self._lit_or_const(v.__kwdefaults__)}",
-                           f"{pretty} has the same __code__ and defaults")
+                self.guard(FunctionCode(c, pretty, v.__code__, v.__defaults__, v.__kwdefaults__))
             if isinstance(v, torch.nn.Module):
                 self._snap(v, c, pretty)
                 if isinstance(v, (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict,
                                   torch.nn.ParameterList, torch.nn.ParameterDict)):
                     mods = v._modules if not isinstance(v, (torch.nn.ParameterList, torch.nn.ParameterDict)) else v._parameters
                     an = "_modules" if mods is v._modules else "_parameters"
-                    self.guard(f"list({c}.{an}) == {self.const(list(mods.keys()))}",
-                               f"{pretty}.{an}.keys() == {list(mods.keys())}")
+                    self.guard(Keys(f"{c}.{an}", f"{pretty}.{an}", tuple(mods.keys())))
                     mc = self.const(mods)
                     for k, m in mods.items():
                         self._source(m, f"{mc}[{k!r}]", f"{pretty}[{k!r}]", False, depth + 1)
@@ -178,7 +176,7 @@ class _SourceMixin:
                     self.keep.append(cell)
             return
         if t is types.MethodType:
-            self.guard(f"type({expr}) is {self.const(types.MethodType)}", f"{pretty} is a bound method")
+            self.guard(TypeIs(expr, pretty, types.MethodType))
             self._source(v.__func__, f"{expr}.__func__", f"{pretty}.__func__", argrooted, depth + 1)
             self._source(v.__self__, f"{expr}.__self__", f"{pretty}.__self__", argrooted, depth + 1)
             return
@@ -186,7 +184,7 @@ class _SourceMixin:
             raise Unreplayable(f"structure too deep at {pretty}")
         if t is tuple and not argrooted and len(v) <= 8 and all(type(x) in (int, str) for x in v):
             # e.g. conv stride/padding tuples read from module attributes
-            self.guard(f"type({expr}) is tuple and {expr} == {v!r}", f"{pretty} == {v!r}", group=group)
+            self.guard(Equals(expr, pretty, v, exact=tuple), group=group)
             return
         if isinstance(v, (list, dict, set)) and not argrooted:
             if len(v) > 512:
@@ -199,28 +197,27 @@ class _SourceMixin:
             n = len(v)
             if n > 512:
                 raise Unreplayable(f"container too large at {pretty}")
-            self.guard(f"type({expr}) is {self.const(t)} and len({expr}) == {n}",
-                       f"type({pretty}) is {t.__name__} and len({pretty}) == {n}")
+            self.guard(TypeLen(expr, pretty, t, n))
             self.src[vid] = (expr, pretty, argrooted)
             if isinstance(v, (list, tuple)):
                 for i, x in enumerate(v):
                     self._source(x, f"{expr}[{i}]", f"{pretty}[{i}]", argrooted, depth + 1)
             elif isinstance(v, dict):
                 keys = list(v.keys())
-                self.guard(f"list({expr}) == {self.const(keys)}", f"list({pretty}.keys()) == {keys!r}")
+                self.guard(Keys(expr, pretty, tuple(keys)))
                 for k in keys:
                     self._source(dict.__getitem__(v, k), self._item(v, expr, k), f"{pretty}[{k!r}]",
                                  argrooted, depth + 1)
             else:
                 if all(type(x) in _PRIM or isinstance(x, _ID_HASHED) for x in v):
-                    self.guard(f"{expr} == {self.const(set(v))}", f"{pretty} == {v!r}")
+                    self.guard(Equals(expr, pretty, set(v)))
                 else:
                     raise Unreplayable(f"set of objects at {pretty}")
             if t is not tuple:
                 self._snap(v, expr, pretty)
             return
         if t is functools.partial:
-            self.guard(f"type({expr}) is {self.const(t)}", f"{pretty} is a functools.partial")
+            self.guard(TypeIs(expr, pretty, t))
             self.src[vid] = (expr, pretty, argrooted)
             self._source(v.func, f"{expr}.func", f"{pretty}.func", True, depth + 1)
             self._source(v.args, f"{expr}.args", f"{pretty}.args", True, depth + 1)
@@ -231,7 +228,7 @@ class _SourceMixin:
             # attribute reads are guarded where they happen (op_load_attr), its instance
             # dict and slots are snapshotted for writes
             c = self.const(v, pretty)
-            self.guard(f"{expr} is {c}", f"{pretty} is {_short(v)}", group=group)
+            self.guard(Is(expr, pretty, v, _short(v)), group=group)
             self.src[vid] = (c, pretty, False)
             if type(getattr(v, "__dict__", None)) is dict:
                 self._snap(v, c, pretty)
@@ -241,18 +238,18 @@ class _SourceMixin:
             # object reached through a module attribute / global / cell (configs, helpers):
             # identity, then attribute reads are guarded lazily like nn.Module attributes
             c = self.const(v, pretty)
-            self.guard(f"{expr} is {c}", f"{pretty} is {_short(v)}")
+            self.guard(Is(expr, pretty, v, _short(v)))
             self.src[vid] = (c, pretty, False)
             self._snap(v, c, pretty)
             self.lazy_objs[vid] = (v, self.ncalls)
             return
         if hasattr(v, "__dict__") and not isinstance(v, type):
             # plain custom object / dataclass argument: guard its type and whole instance dict
-            self.guard(f"type({expr}) is {self.const(t)}", f"type({pretty}) is {t.__qualname__}")
+            self.guard(TypeIs(expr, pretty, t))
             self.src[vid] = (expr, pretty, argrooted)
             d = v.__dict__
             keys = list(d.keys())
-            self.guard(f"list({expr}.__dict__) == {self.const(keys)}", f"vars({pretty}).keys() == {keys}")
+            self.guard(Keys(f"{expr}.__dict__", f"vars({pretty})", tuple(keys)))
             for k in keys:
                 self._source(d[k], f"{expr}.__dict__[{k!r}]", f"{pretty}.{k}", argrooted, depth + 1)
             self._snap(v, expr, pretty)
@@ -260,17 +257,17 @@ class _SourceMixin:
         # object without __dict__ (__slots__ classes, C objects): identity; attribute reads
         # are guarded where they happen (op_load_attr), slot values snapshotted for writes
         c = self.const(v, pretty)
-        self.guard(f"{expr} is {c}", f"{pretty} is {_short(v)}", group=group)
+        self.guard(Is(expr, pretty, v, _short(v)), group=group)
         self.src[vid] = (c, pretty, False)
         if _slot_names(t):
             self._snap(v, c, pretty)
 
-    def _item(self, container, expr, key):
+    def _item(self, container: object, expr: str, key: object) -> str:
         if type(container) in (dict, list, tuple):
             return f"{expr}[{self._lit(key)}]"
         return f"{self.const(dict.__getitem__)}({expr}, {self._lit(key)})"
 
-    def _snap(self, v, expr, pretty):
+    def _snap(self, v: Any, expr: str, pretty: str) -> None:
         if id(v) in self.snaps:
             return
         if isinstance(v, torch.nn.Module):
@@ -291,7 +288,8 @@ class _SourceMixin:
                 snap, kind = (snap, slots), "obj+slots"
         self.snaps[id(v)] = (kind, v, expr, pretty, snap)
 
-    def read(self, expr, pretty, v, owner_id=None, key=None, group: "tuple | None" = None):
+    def read(self, expr: str, pretty: str, v: Any, owner_id: int | None = None, key: object = None,
+             group: tuple | None = None) -> None:
         if owner_id is not None and (owner_id, key) in self.dirty:
             return
         if expr in self.read_exprs:

@@ -1,7 +1,9 @@
 """Typed records of a recording's replay plan: the steps run in order at replay (a
 captured graph or a graph-break call) and the writes to external state replayed after."""
+from __future__ import annotations
+
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from .graph import _Seg
@@ -10,7 +12,7 @@ if TYPE_CHECKING:  # pragma: no cover
 @dataclass(slots=True)
 class GraphStep:
     """Run the (backend-compiled) graph of segment `seg` at this point of the replay."""
-    seg: "_Seg"
+    seg: _Seg
 
 
 @dataclass(slots=True)
@@ -29,11 +31,12 @@ class CallStep:
 Step = GraphStep | CallStep
 
 
-class Write(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Write:
     """One replayed write to external state.  `value` is the value when recording and
     the Python expression producing it in the replay plan (None for deletions)."""
     kind: str        # item | delitem | set | extend | slice | cvset | update | discard
     target: str      # expression of the object / container written
     key: Any         # item key or attribute name (None where the kind has none)
     value: Any
-    setter: "str | None" = None   # item/delitem on a dict subclass: the base class's setter/deleter
+    setter: str | None = None   # item/delitem on a dict subclass: the base class's setter/deleter

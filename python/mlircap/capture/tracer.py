@@ -1,24 +1,29 @@
 """The opcode tracer: `sys.settrace` callbacks and one handler per opcode that reads
 external state (globals, attributes, cells) or calls something (`_TracerMixin`)."""
+from __future__ import annotations
+
 import contextvars
 import types
+from collections.abc import Callable
+from typing import Any
 from logging import Logger as logging_Logger
 
 import torch
 
 from ._bytecode import _CHECK_DEPTH, _instrs
 from .base import Unreplayable, _Canned, _MISSING
+from .guard_kinds import ClassAttr, Keys, Lengths, NoClassAttr, NoKey
 from .steps import CallStep
 from .frame_hook import _E, _E_real, _NULL
 from .classify import (_MODULE_WALKERS, _PRIM, _WRITE_ONLY, _call_kind, _classify, _func_qualname,
                        _global_state_writer)
-from .locations import _frame_loc, _short
-from .typeinfo import _class_dicts, _is_data_descr, _is_ndarray, _is_opaque_value, _mro_lookup, _static_lookup
+from .locations import _frame_loc
+from .typeinfo import _class_dicts, _is_data_descr, _is_ndarray, _is_opaque_value, _mro_lookup
 from .side_effects import _SideEffectMixin
 
 
-def _touch_ops(*ns):
-    def h(self, frame, arg, argval):
+def _touch_ops(*ns: int) -> Callable[..., None]:
+    def h(self: Any, frame: types.FrameType, arg: int | None, argval: Any) -> None:
         if self.lazy:
             for n in ns:
                 try:
@@ -35,7 +40,7 @@ class _TracerMixin:
     read external state, and calls (safe, mutating, or uncapturable: a graph break)."""
 
     # -- opcode tracing -----------------------------------------------------------
-    def global_trace(self, frame, event, arg):
+    def global_trace(self, frame: types.FrameType, event: str, arg: Any) -> Callable | None:
         if event != "call" or self.suspended or self.ext_depth or self.stopped:
             return None
         if _classify(frame.f_code) != "user":
@@ -49,7 +54,7 @@ class _TracerMixin:
             self.unreplayable = self.unreplayable or f"internal: {type(e).__name__}: {e}"
         return self.local_trace
 
-    def global_profile(self, frame, event, arg):
+    def global_profile(self, frame: types.FrameType, event: str, arg: Any) -> None:
         """sys.setprofile callback while recording: C calls from code the tracer does not see
         (untraced library code; not an uncapturable call, which is replayed whole, nor the
         recorder itself) that write process-wide state make the recording unreplayable."""
@@ -60,7 +65,7 @@ class _TracerMixin:
             self.unreplayable = (f"untraced library code {frame.f_code.co_name} ({_frame_loc(frame)}) "
                                  f"changed {what} (through {getattr(arg, '__qualname__', arg)})")
 
-    def _hook_guard(self, frame, code):
+    def _hook_guard(self, frame: types.FrameType, code: types.CodeType) -> Callable:
         if code.co_argcount and code.co_name == "forward":
             self_ = _E.local_raw(frame, 0)
             s = self.src.get(id(self_))
@@ -69,11 +74,7 @@ class _TracerMixin:
                 hs = [self_._forward_hooks, self_._forward_pre_hooks, self_._backward_hooks,
                       self_._backward_pre_hooks]
                 n = tuple(len(h) for h in hs)
-                if not any(n):
-                    self.guard("not (" + " or ".join(self.const(h) for h in hs) + ")", f"{s[1]} has no hooks")
-                else:
-                    self.guard("(" + "".join(f"len({self.const(h)}), " for h in hs) + f") == {n}",
-                               f"{s[1]} hook counts == {n}")
+                self.guard(Lengths(tuple(hs), n, s[1]))
                 # what `forward` resolves to (class monkeypatching, instance attribute); the
                 # root module's frame is only dispatched here when its code is the captured one
                 d = self_.__dict__
@@ -90,15 +91,10 @@ class _TracerMixin:
                     gs = [mm._global_forward_hooks, mm._global_forward_pre_hooks, mm._global_backward_hooks,
                           mm._global_backward_pre_hooks, mm._global_forward_hooks_always_called]
                     n = tuple(len(x) for x in gs)
-                    if not any(n):
-                        self.guard("not (" + " or ".join(self.const(x) for x in gs) + ")",
-                                   "no global nn.Module hooks")
-                    else:
-                        self.guard("(" + "".join(f"len({self.const(x)}), " for x in gs) + f") == {n}",
-                                   f"global nn.Module hook counts == {n}")
+                    self.guard(Lengths(tuple(gs), n, "global nn.Module"))
         return self.local_trace
 
-    def local_trace(self, frame, event, arg):
+    def local_trace(self, frame: types.FrameType, event: str, arg: Any) -> Callable | None:
         if self.stopped:
             return None
         self.suspended += 1
@@ -132,7 +128,7 @@ class _TracerMixin:
             self.suspended -= 1
         return self.local_trace
 
-    def op_load_global(self, frame, arg, name):
+    def op_load_global(self, frame: types.FrameType, arg: int | None, name: Any) -> None:
         g = frame.f_globals
         if name not in g:
             # resolved to a builtin: guard (once per module, at the end) that the module
@@ -149,7 +145,7 @@ class _TracerMixin:
         c = self.const(g, f"globals of {g.get('__name__')}")
         self.read(f"{c}[{name!r}]", f"G[{name!r}]", g[name], id(g), name, group=(g,))
 
-    def op_load_attr(self, frame, arg, name, obj=_NULL):
+    def op_load_attr(self, frame: types.FrameType | None, arg: int | None, name: str, obj: Any = _NULL) -> None:
         if obj is _NULL:
             obj = _E.peek(frame, 0)
         s = self.src.get(id(obj))
@@ -226,7 +222,7 @@ class _TracerMixin:
         if raw is not _MISSING:
             self._class_attr(obj, name, pretty, argrooted)
 
-    def _tensor_attr(self, t: torch.Tensor, name: str, s) -> None:
+    def _tensor_attr(self, t: torch.Tensor, name: str, s: tuple | None) -> None:
         """An attribute read on a tensor: Python attributes set on it (`t.tag`) are guarded
         by value, methods and properties against monkeypatching of the tensor class."""
         cls = type(t)
@@ -237,14 +233,13 @@ class _TracerMixin:
                 return
             d = t.__dict__
             keys = list(d)
-            self.guard(f"not {expr}.__dict__" if not keys else f"list({expr}.__dict__) == {self.const(keys)}",
-                       f"vars({pretty}).keys() == {keys}")
+            self.guard(Keys(f"{expr}.__dict__", f"vars({pretty})", tuple(keys)))
             if name in d:
                 self.read(f"{expr}.__dict__[{name!r}]", f"{pretty}.{name}", d[name], id(t), name)
                 return
         self._class_guard(cls, name, raw, f"{cls.__name__}.{name}")
 
-    def _class_attr(self, obj, name: str, pretty: str, argrooted: bool = False) -> None:
+    def _class_attr(self, obj: object, name: str, pretty: str, argrooted: bool = False) -> None:
         """Attribute found on the class (not the instance): guard the class attribute against
         monkeypatching, and (for non-data descriptors and plain class data) that no instance
         attribute shadows it."""
@@ -255,18 +250,17 @@ class _TracerMixin:
         if not _is_data_descr(raw) and not argrooted:  # arguments: their keys are guarded
             d = getattr(obj, "__dict__", None)
             if type(d) is dict:
-                self.guard(f"{name!r} not in {self.const(d)}", f"{pretty} has no instance attribute {name!r}",
-                           group=(d,))
+                self.guard(NoKey(self.const(d), pretty, name), group=(d,))
         self._class_guard(cls, name, raw, f"type({pretty}).{name}")
 
-    def _class_guard(self, cls: type, name: str, raw, pretty: str) -> None:
+    def _class_guard(self, cls: type, name: str, raw: object, pretty: str) -> None:
         """Guard what `name` resolves to on `cls` (the raw MRO entry, or its absence)."""
         group = _class_dicts(cls)
         if not group:
             return  # immutable (C) types cannot be monkeypatched
         cc = self.const(cls)
         if raw is _MISSING:
-            self.guard(f"not {self.const(hasattr)}({cc}, {name!r})", f"{pretty} is not defined", group=group)
+            self.guard(NoClassAttr(cls, name, pretty), group=group)
             return
         try:
             vis = getattr(cls, name)
@@ -275,10 +269,9 @@ class _TracerMixin:
         if vis is raw or (type(raw) is staticmethod and vis is raw.__func__):
             self.read(f"{cc}.{name}", pretty, vis, id(cls), name, group=group)
         else:  # classmethod or a custom descriptor: compare the raw MRO entry
-            self.guard(f"{self.const(_static_lookup)}({cc}, {name!r}) is {self.const(raw)}",
-                       f"{pretty} is {_short(raw)}", group=group)
+            self.guard(ClassAttr(cls, name, raw, pretty), group=group)
 
-    def op_load_deref(self, frame, arg, name):
+    def op_load_deref(self, frame: types.FrameType, arg: int | None, name: Any) -> None:
         cell = _E.local_raw(frame, arg)
         e = self.ext_cells.get(id(cell))
         if e is None or (id(cell), "cell") in self.dirty:
@@ -289,10 +282,10 @@ class _TracerMixin:
             return
         self.read(f"{e[0]}.cell_contents", e[1], v, id(cell), "cell")
 
-    def op_kw_names(self, frame, arg, argval):
+    def op_kw_names(self, frame: types.FrameType, arg: int | None, argval: Any) -> None:
         self.kwnames[frame] = frame.f_code.co_consts[arg] if not isinstance(argval, tuple) else argval
 
-    def op_call(self, frame, argc, argval):
+    def op_call(self, frame: types.FrameType, argc: int, argval: Any) -> None:
         kw = self.kwnames.pop(frame, ())
         meth = _E.peek(frame, argc + 1)
         if meth is not _NULL:
@@ -311,7 +304,7 @@ class _TracerMixin:
             kwargs = {}
         self._on_call(frame, f, args, kwargs, slot)
 
-    def op_call_ex(self, frame, arg, argval):
+    def op_call_ex(self, frame: types.FrameType, arg: int | None, argval: Any) -> None:
         has_kw = arg & 1
         f = _E.peek(frame, 1 + has_kw)
         cargs = _E.peek(frame, has_kw)
@@ -333,7 +326,7 @@ class _TracerMixin:
             _E.poke(frame, 0, kwargs)
         self._on_call(frame, f, list(cargs), dict(kwargs), 1 + has_kw)
 
-    def _on_call(self, frame, f, args, kwargs, slot: "int | None" = None):
+    def _on_call(self, frame: types.FrameType, f: Any, args: list, kwargs: dict, slot: int | None = None) -> None:
         if slot is not None and f is _IS_COMPILING:
             # A recording is a compilation: code the tracer follows (the user's, and
             # libraries like transformers that keep data-dependent checks out of compiled
@@ -413,7 +406,7 @@ class _TracerMixin:
         # uncapturable call: replay it eagerly
         self._external_call(frame, f, args, kwargs, f"call to uncapturable {_func_qualname(f)}", slot)
 
-    def _source_module_tree(self, m, seen=None):
+    def _source_module_tree(self, m: torch.nn.Module, seen: set[int] | None = None) -> None:
         seen = set() if seen is None else seen
         if id(m) in seen:
             return
@@ -424,16 +417,17 @@ class _TracerMixin:
         for store in ("_parameters", "_buffers", "_modules"):
             d = m.__dict__[store]
             dc = self.const(d)
-            self.guard(f"list({dc}) == {self.const(list(d.keys()))}", f"{s[1]}.{store}.keys() == {list(d.keys())}")
+            self.guard(Keys(dc, f"{s[1]}.{store}", tuple(d.keys())))
             for k, v in d.items():
                 self.read(f"{dc}[{k!r}]", f"{s[1]}.{k}", v, id(m), k)
                 if isinstance(v, torch.nn.Module):
                     self._source_module_tree(v, seen)
 
-    def _fake_load_attr(self, obj, name):
+    def _fake_load_attr(self, obj: object, name: str) -> None:
         self.op_load_attr(None, None, name, obj)
 
-    def _external_call(self, frame, f, args, kwargs, reason, slot: "int | None" = None):
+    def _external_call(self, frame: types.FrameType, f: Any, args: list, kwargs: dict, reason: str,
+                       slot: int | None = None) -> None:
         i = self.ext_seen
         self.ext_seen += 1
         if i < len(self.catchup):
@@ -463,14 +457,14 @@ class _TracerMixin:
         self._add_break(reason, _frame_loc(frame))
         self.ext_depth += 1
 
-        def finish(fr):
+        def finish(fr: types.FrameType) -> None:
             self.ext_depth -= 1
             res = _E.peek(fr, 0)
             self._call_result(k, res)
-        finish.is_call = True
+        finish.is_call = True  # type: ignore[attr-defined]
         self.pending[frame] = finish
 
-    def _call_result(self, k, res):
+    def _call_result(self, k: int, res: Any) -> None:
         name = f"b{k}"
         if isinstance(res, torch.Tensor):
             self._source(res, name, f"<result of break {k}>", argrooted=True)

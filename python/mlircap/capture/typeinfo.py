@@ -1,5 +1,7 @@
 """Introspection of Python types: MRO lookups, data descriptors, class dicts (for
 dict-version guards), __slots__ members, numpy arrays, opaque values."""
+from __future__ import annotations
+
 import sys
 import types
 import weakref
@@ -43,16 +45,16 @@ def _mro_lookup(cls: type, name: str) -> tuple:
     return None, _MISSING
 
 
-def _static_lookup(cls: type, name: str):
+def _static_lookup(cls: type, name: str) -> object:
     return _mro_lookup(cls, name)[1]
 
 
-def _is_data_descr(raw) -> bool:
+def _is_data_descr(raw: object) -> bool:
     t = type(raw)
     return hasattr(t, "__set__") or hasattr(t, "__delete__")
 
 
-_class_dicts_cache: "weakref.WeakKeyDictionary[type, tuple]" = weakref.WeakKeyDictionary()
+_class_dicts_cache: weakref.WeakKeyDictionary[type, tuple] = weakref.WeakKeyDictionary()
 
 
 def _class_dicts(cls: type) -> tuple:
@@ -77,7 +79,7 @@ def _class_dicts(cls: type) -> tuple:
     return r
 
 
-_slot_cache: "weakref.WeakKeyDictionary[type, tuple]" = weakref.WeakKeyDictionary()
+_slot_cache: weakref.WeakKeyDictionary[type, tuple] = weakref.WeakKeyDictionary()
 
 
 def _slot_names(t: type) -> tuple:
@@ -93,7 +95,7 @@ def _slot_names(t: type) -> tuple:
     return r
 
 
-def _slot_values(v) -> dict:
+def _slot_values(v: object) -> dict:
     out = {}
     for n in _slot_names(type(v)):
         try:
@@ -103,12 +105,12 @@ def _slot_values(v) -> dict:
     return out
 
 
-def _is_ndarray(v) -> bool:
+def _is_ndarray(v: object) -> bool:
     np = sys.modules.get("numpy")
     return np is not None and isinstance(v, np.ndarray)
 
 
-def _is_opaque_value(v) -> bool:
+def _is_opaque_value(v: object) -> bool:
     t = type(v)
     if t in _PRIM or isinstance(v, (torch.Tensor, list, tuple, dict, set, frozenset, type, types.FunctionType,
                                     types.ModuleType, torch.nn.Module) + _IMMUTABLE_CONST):

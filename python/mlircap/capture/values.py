@@ -1,8 +1,11 @@
 """Constants and value reconstruction: the recorder's constant table and the Python
 expressions that rebuild a value at replay (`_ValueMixin`)."""
+from __future__ import annotations
+
 import collections
 import math
 import types
+from typing import Any
 
 import torch
 
@@ -15,7 +18,8 @@ class _ValueMixin:
     the generated code, literals, and `expr_of` (the replay expression of a value)."""
 
     # -- constants / guards -----------------------------------------------------
-    def const(self, v, name=None):
+    def const(self, v: object, name: str | None = None) -> str:
+        """`C[k]`: the index of `v` in the constant table (one entry per object)."""
         k = self.const_idx.get(id(v))
         if k is None:
             k = len(self.consts)
@@ -24,10 +28,10 @@ class _ValueMixin:
             self.const_names[k] = name
         return f"C[{k}]"
 
-    def _lit_or_const(self, v) -> str:
+    def _lit_or_const(self, v: object) -> str:
         return "None" if v is None else self.const(v)
 
-    def _lit(self, v):
+    def _lit(self, v: Any) -> str:
         t = type(v)
         if v is None or t is bool:
             return repr(v)
@@ -38,7 +42,7 @@ class _ValueMixin:
         return self.const(v)
 
     # -- value reconstruction --------------------------------------------------------
-    def expr_of(self, v, depth=0):
+    def expr_of(self, v: Any, depth: int = 0) -> str:
         # In the final phase (return value + deferred writes) rebuilt mutable objects are
         # bound once, so aliasing between the result and stored state is preserved.
         memo = self.memo
@@ -56,7 +60,7 @@ class _ValueMixin:
             return name
         return self._expr_of(v, depth)
 
-    def _expr_of(self, v, depth=0):
+    def _expr_of(self, v: Any, depth: int = 0) -> str:
         if isinstance(v, torch.Tensor):
             s = self.src.get(id(v))
             if s is not None:

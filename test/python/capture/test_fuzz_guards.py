@@ -143,8 +143,29 @@ def state(f):
 """
 
 
+@pytest.fixture
+def typed_checks_agree(monkeypatch):
+    """On every dispatch, each variant's compiled guard function and its guard records'
+    typed `check`s (first_failure) give the same answer: the two views of each guard kind
+    (guard_kinds.py) agree on the states the fuzz produces."""
+    from mlircap.capture.cache import _Captured
+    orig = _Captured.dispatch
+    seen = [0, 0]
+
+    def dispatch(self, func, args):
+        for v in self.variants:
+            fast = bool(v.guard(args, func))
+            why = v.first_failure(args, func)
+            assert fast == (why is None), f"compiled guard says {fast}, typed checks say {why!r}"
+            seen[fast] += 1
+        return orig(self, func, args)
+    monkeypatch.setattr(_Captured, "dispatch", dispatch)
+    yield seen
+    assert seen[0] and seen[1], seen  # both outcomes were exercised
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_guard_fuzz(seed):
+def test_guard_fuzz(seed, typed_checks_agree):
     import torch
     x = torch.randn(3)
     run_program(f"SEED = {seed}\n" + PROGRAM, [(x,)] * 40, name=f"fuzz{seed}", cache_limit=1000)
