@@ -1,6 +1,8 @@
 """Classification of code and callables: which code objects are traced (`_classify`),
 what a call does to external state (`_call_kind`), and the value categories used
 throughout (immutable constants, safe builtins, mutators, ...)."""
+from __future__ import annotations
+
 import collections
 import contextvars
 import os
@@ -93,7 +95,7 @@ _SPLITTERS = {"unbind", "split", "chunk", "tensor_split", "split_with_sizes", "u
               "dsplit", "unsafe_chunk"}
 
 
-def _dyn_shape_op(name: str, args, kwargs) -> bool:
+def _dyn_shape_op(name: str, args: tuple, kwargs: dict) -> bool:
     """Whether `name(*args, **kwargs)` makes a result whose shape depends on tensor data."""
     if name in _DYN_SHAPE_OPS:
         return True
@@ -111,14 +113,14 @@ _RNG_WORDS = ("rand", "dropout", "bernoulli", "normal", "multinomial", "uniform"
               "exponential", "cauchy", "geometric", "log_normal", "random_")
 
 
-def _fname(func) -> str:
+def _fname(func: object) -> str:
     n = getattr(func, "__name__", None)
     if n == "__get__" or n == "__set__":
         n = getattr(getattr(func, "__self__", None), "__name__", n)
     return n or repr(func)
 
 
-def _func_qualname(func) -> str:
+def _func_qualname(func: object) -> str:
     n = getattr(func, "__qualname__", None) or _fname(func)
     if n == "__get__":
         n = getattr(getattr(func, "__self__", None), "__name__", n)
@@ -152,7 +154,7 @@ _GENERATOR_WRITERS = {"manual_seed", "seed", "set_state", "set_offset", "graphsa
 _STATE_WRITERS = (torch._C._set_default_dtype, torch._C._set_default_tensor_type)
 
 
-def _global_state_writer(f) -> "str | None":
+def _global_state_writer(f: object) -> str | None:
     """What process-wide state calling the C function f writes ("the RNG state", ...), or None."""
     so = getattr(f, "__self__", None)
     if isinstance(so, torch.Generator):
@@ -160,7 +162,7 @@ def _global_state_writer(f) -> "str | None":
     return "the default dtype" if any(f is w for w in _STATE_WRITERS) else None
 
 
-def _call_kind(f) -> str:
+def _call_kind(f: object) -> str:
     """What calling f means for the recording: safe | external | mutator | getattr | vars |
     setattr | ctxvar | weakref."""
     t = type(f)

@@ -27,8 +27,8 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   classify       code classification (_classify), call kinds (_call_kind), value categories
   locations      the user's file:line (_user_location, _frame_loc), short value descriptions
   typeinfo       type introspection: MRO lookups, descriptors, class dicts, __slots__
-  guard_kinds    the guard kinds, one frozen record each (check / code / describe), Placed
-  guards         _GuardMixin, _GlobalState, guard merging and compilation
+  guard_kinds    the guard kinds, one frozen record each (check / code / describe)
+  guards         _GuardMixin, Placed, _GlobalState, guard merging and compilation
   values         _ValueMixin: constants and value reconstruction (expr_of)
   sources        _SourceMixin: guarding values read from external locations, snapshots
   side_effects   _SideEffectMixin: STORE_* handlers and the writes replayed

@@ -1,9 +1,12 @@
 """FX recording: tensor operations seen by the TorchFunctionMode go into per-segment
 torch.fx graphs (`_GraphMixin`, `_Seg`, `_Mode`)."""
+from __future__ import annotations
+
 import builtins
 import operator
 import types
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx as fx
@@ -29,24 +32,29 @@ def _new_placeholder(seg: "_Seg") -> fx.Node:
     with seg.graph.inserting_before(first):
         return seg.graph.placeholder(f"in{len(seg.ph)}")
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .recorder import _Recorder
+
 
 class _Seg:
-    def __init__(self, idx, grad):
+    """One captured graph (a segment of the call between graph breaks)."""
+
+    def __init__(self, idx: int, grad: bool) -> None:
         self.idx = idx
         self.graph = fx.Graph()
-        self.ph = {}          # key -> placeholder node
-        self.inputs = []      # python exprs producing each placeholder value
-        self.examples = []
-        self.outputs = []     # nodes needed later (ordered)
-        self.out_set = set()
+        self.ph: dict[tuple, fx.Node] = {}     # key -> placeholder node
+        self.inputs: list[str] = []           # python exprs producing each placeholder value
+        self.examples: list[torch.Tensor] = []
+        self.outputs: list[fx.Node] = []      # nodes needed later (ordered)
+        self.out_set: set[fx.Node] = set()
         self.start_grad = grad
         self.grad = grad
         self.nops = 0
-        self.gm = None
+        self.gm: fx.GraphModule | None = None
         self.inplace = False  # records an in-place op
 
 
-_fx_ok = {}
+_fx_ok: dict[Callable, Callable] = {}
 
 
 def _fx_target(f: Callable) -> Callable:
@@ -84,7 +92,7 @@ def _fx_target(f: Callable) -> Callable:
         n = len(_fx_ok)
         name = f"_fx_target_{n}_" + "".join(ch if ch.isalnum() else "_" for ch in _fname(f))
 
-        def tramp(*a, **k):
+        def tramp(*a: Any, **k: Any) -> Any:
             return f(*a, **k)
         tramp.__name__ = tramp.__qualname__ = name
         tramp.__module__ = __name__
@@ -102,7 +110,7 @@ class _GraphMixin:
     current segment's graph; data-dependent results end the segment (graph break)."""
 
     # -- torch function recording --------------------------------------------------
-    def on_torch(self, func, types_, args, kwargs):
+    def on_torch(self, func: Callable, types_: tuple, args: tuple, kwargs: dict) -> Any:
         name = _fname(func)
         if func in _GLOBAL_STATE_FUNCS:
             return func(*args, **kwargs)  # grad mode is tracked per recorded op
@@ -116,7 +124,7 @@ class _GraphMixin:
             self.unreplayable = self.unreplayable or f"internal: {type(e).__name__}: {e}"
             return res
 
-    def _after_torch(self, func, name, args, kwargs, res):
+    def _after_torch(self, func: Callable, name: str, args: tuple, kwargs: dict, res: Any) -> Any:
         flat_res, _ = tree_flatten(res)
         has_t = any(isinstance(x, torch.Tensor) for x in flat_res)
         dyn = self._dyn_shape_args(args, kwargs)
@@ -166,14 +174,14 @@ class _GraphMixin:
         flat, _ = tree_flatten((args, kwargs))
         return any(isinstance(t, torch.Tensor) and dyn_ids.get(id(t)) is t for t in flat)
 
-    def _seg(self):
+    def _seg(self) -> _Seg:
         if self.cur is None:
             self.cur = _Seg(len(self.segs), self.grad0)
             self.segs.append(self.cur)
             self.steps.append(GraphStep(self.cur))
         return self.cur
 
-    def _close_seg(self):
+    def _close_seg(self) -> None:
         seg = self.cur
         if seg is None:
             return
@@ -182,7 +190,7 @@ class _GraphMixin:
             seg.grad = seg.start_grad
         self.cur = None
 
-    def _arg_node(self, seg, t):
+    def _arg_node(self, seg: _Seg, t: torch.Tensor) -> fx.Node:
         e = self.env.get(id(t))
         if e is not None and e[0] is t:
             _, si, node = e
@@ -210,14 +218,14 @@ class _GraphMixin:
             seg.examples.append(t)
         return ph
 
-    def _use_node(self, si, node):
+    def _use_node(self, si: int, node: fx.Node) -> str:
         seg = self.segs[si]
         if node not in seg.out_set:
             seg.out_set.add(node)
             seg.outputs.append(node)
         return f"n{si}_{node.name}"
 
-    def _record(self, func, name, args, kwargs, res):
+    def _record(self, func: Callable, name: str, args: tuple, kwargs: dict, res: Any) -> None:
         if _ambient() != self.amb0:
             raise Unreplayable("autocast / inference_mode changed inside the captured code")
         seg = self._seg()
@@ -226,7 +234,7 @@ class _GraphMixin:
             seg.graph.call_function(torch._C._set_grad_enabled, (g,))
             seg.grad = g
 
-        def conv(x):
+        def conv(x: Any) -> Any:
             if isinstance(x, torch.Tensor):
                 return self._arg_node(seg, x)
             if isinstance(x, (list, tuple)):
@@ -276,11 +284,13 @@ class _GraphMixin:
 
 
 class _Mode(TorchFunctionMode):
-    def __init__(self, rec):
+    """Routes every torch function called while recording to the recorder."""
+
+    def __init__(self, rec: _Recorder) -> None:
         super().__init__()
         self.rec = rec
 
-    def __torch_function__(self, func, types_, args=(), kwargs=None):
+    def __torch_function__(self, func: Callable, types_: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         rec = self.rec
         if rec.suspended or rec.ext_depth or rec.stopped:

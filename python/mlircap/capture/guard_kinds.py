@@ -350,12 +350,10 @@ class FunctionCode(Guard):
     defaults: tuple | None
     kwdefaults: dict | None
 
-    def code(self, k: Consts) -> str:
-        def ref(v: object) -> str:
-            return "None" if v is None else k.const(v)
+    def code(self, k: Consts) -> str:  # (k._lit: None, else the object's constant)
         c = self.src
-        return (f"{c}.__code__ is {k.const(self.code_obj)} and {c}.__defaults__ is {ref(self.defaults)} "
-                f"and {c}.__kwdefaults__ is {ref(self.kwdefaults)}")
+        return (f"{c}.__code__ is {k.const(self.code_obj)} and {c}.__defaults__ is {k._lit(self.defaults)} "
+                f"and {c}.__kwdefaults__ is {k._lit(self.kwdefaults)}")
 
     def check(self, env: GuardEnv) -> bool:
         f = env.value(self.src)
@@ -522,13 +520,3 @@ class DictVersions(Guard):
     def describe(self) -> str:
         return f"{len(self.members)} guards on unchanged dicts"
 
-
-@dataclass(slots=True)
-class Placed:
-    """A guard in a recording: `pos` 0 is checked before the call, `pos` k + 1 after graph
-    break k (mid-replay); `expr` is its compiled code; `group` the key of the dicts whose
-    contents alone decide it (see DictVersions), None if it depends on anything else."""
-    guard: Guard
-    pos: int
-    expr: str
-    group: tuple | None = None

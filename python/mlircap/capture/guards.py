@@ -5,18 +5,29 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .guard_kinds import (
-    DictVersions, Distinct, Guard, NoShadowedBuiltins, Placed, StorageAliasing, TensorMatch, TensorMatchAll,
-    _alias_pattern,
+    DictVersions, Distinct, Guard, NoShadowedBuiltins, StorageAliasing, TensorMatch, TensorMatchAll, _alias_pattern,
 )
 from .typeinfo import _dict_version
 
 if TYPE_CHECKING:  # annotations only: recorder imports this module
     from .recorder import _Recorder
+
+
+@dataclass(slots=True)
+class Placed:
+    """A guard in a recording: `pos` 0 is checked before the call, `pos` k + 1 after graph
+    break k (mid-replay); `expr` is its compiled code; `group` the key of the dicts whose
+    contents alone decide it (see DictVersions), None if it depends on anything else."""
+    guard: Guard
+    pos: int
+    expr: str
+    group: tuple | None = None
 
 
 def _ambient() -> tuple:

@@ -11,8 +11,7 @@ import torch
 from .. import logs as _logs
 from .steps import Step
 from .locations import _user_location
-from .guard_kinds import Placed
-from .guards import _GlobalState, _GuardMixin
+from .guards import Placed, _GlobalState, _GuardMixin
 from .values import _ValueMixin
 from .sources import _SourceMixin
 from .side_effects import _SideEffectMixin

@@ -13,8 +13,8 @@ import torch.fx as fx
 
 from .base import _Miss
 from .steps import CallStep, GraphStep
-from .guard_kinds import Guard, GuardEnv, Placed, _holds
-from .guards import _ambient, _compile_guard, _merge_guards
+from .guard_kinds import Guard, GuardEnv, _holds
+from .guards import Placed, _ambient, _compile_guard, _merge_guards
 from .graph_compile import _compile_graph, _double_backward_ok
 
 if TYPE_CHECKING:  # pragma: no cover
