@@ -391,9 +391,20 @@ def _unsupported_nodes(gm: torch.fx.GraphModule, e: Exception) -> dict[str, str]
     for op, loc in e.unsupported:
         name = op[len("torch."):] if op.startswith("torch.") else op
         for n in gm.graph.nodes:
-            if n.op == "call_function" and op_name(n.target).replace("::", ".") == name:
+            if n.op == "call_function" and name in _mlir_names(n.target):
                 found[n.name] = f"{name} at {loc or '<unknown location>'}"
     return found
+
+
+def _mlir_names(target) -> tuple[str, ...]:
+    """The names torch-mlir may give the op of `target`, without the `torch.` prefix:
+    `aten.add` and, for an overload other than the default, `aten.add.Tensor` (its ops
+    are named after the overload: torch.aten.pow.Tensor_Scalar, torch.aten.median.dim)."""
+    from .partition import op_name
+
+    base = op_name(target).replace("::", ".")
+    overload = getattr(target, "_overloadname", "")
+    return (base, f"{base}.{overload}") if overload and overload != "default" else (base,)
 
 
 def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Options, registry: list | None = None):

@@ -700,3 +700,25 @@ def test_gelu_tanh_approximation_matches_eager(dtype):
     for _ in range(2):
         torch.testing.assert_close(fast(x), f(x), rtol=tol, atol=tol)
     assert _compiled_graphs_ran(fast), [g.fallback_reason for g in fast.graphs]
+
+
+@pytest.mark.parametrize("case", ["median_dim", "searchsorted", "int_pow"])
+def test_op_torch_mlir_rejects_by_overload_name_becomes_an_island(case):
+    # bench/modules.py norm_stats, one_hot_bucketize, int_arith_semantics: torch-mlir names
+    # the ops it rejects after their overload (torch.aten.median.dim,
+    # torch.aten.searchsorted.Tensor, torch.aten.pow.Tensor_Scalar); they matched no graph
+    # node (aten.median), so the whole graph ran eagerly instead of around an island.
+    fn, args = {
+        "median_dim": (lambda x: (x.exp() * 2).median(dim=-1).values + x.sum(-1), (torch.randn(4, 6),)),
+        "searchsorted": (lambda b, x: torch.searchsorted(b, x * 2) + 1, (torch.tensor([-1.0, 0.0, 0.5, 1.0]),
+                                                                      torch.randn(3, 4))),
+        "int_pow": (lambda a: a.abs().pow(2) + a * 3, (torch.randint(-20, 20, (3, 4)),)),
+    }[case]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fast = mlircap.compile(fn)
+        want = fn(*args)
+        for _ in range(2):
+            _same(fast(*args), want)
+    assert _compiled_graphs_ran(fast), [g.fallback_reason for g in fast.graphs]
+    assert any("run through torch inside the compiled graph" in str(w.message) for w in caught)
