@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .. import logs as _logs
-from .steps import Step
+from .steps import CallStep, Step
 from .locations import _user_location
 from .guards import Placed, _GlobalState, _GuardMixin
 from .values import _ValueMixin
@@ -73,7 +73,8 @@ class _Recorder(_TracerMixin, _GraphMixin, _SideEffectMixin, _SourceMixin, _Valu
         self.kwnames = {}
         self._unreplayable: str | None = None
         self.unreplayable_loc: str | None = None   # the user's file:line where capture gave up
-        self.breaks: list[tuple[str, str]] = []   # (reason, location)
+        self.breaks: list[tuple[str, str]] = []   # (reason, location), one per place the graphs split
+        self.break_events: list[tuple[str, str]] = []   # every break operation (break_limit counts them)
         self.break_limit = getattr(captured, "break_limit", None)
         self.break_overflow: str | None = None     # set when the call broke the graph more than break_limit times
         self.stopped = False           # recording stopped: the rest of the call runs untraced
@@ -111,13 +112,21 @@ class _Recorder(_TracerMixin, _GraphMixin, _SideEffectMixin, _SourceMixin, _Valu
                 self.unreplayable_loc = "<unknown>"
 
     def _add_break(self, reason: str, loc: str) -> None:
-        self.breaks.append((reason, loc))
+        """Record a graph break (its CallStep was just appended).  Breaks with no graph
+        between them split the graphs at one place, and count as one break (as Dynamo's
+        break count does): `f"{t.mean():.3f}"` then `print` is one break with both reasons."""
+        self.break_events.append((reason, loc))
         _logs.log("graph_breaks", f"{reason} at {loc}")
+        if self.breaks and len(self.steps) >= 2 and isinstance(self.steps[-2], CallStep):
+            r0, l0 = self.breaks[-1]
+            self.breaks[-1] = (f"{r0}; then {reason}" + ("" if loc == l0 else f" (at {loc})"), l0)
+        else:
+            self.breaks.append((reason, loc))
         lim = self.break_limit
-        if lim is not None and len(self.breaks) > lim and not self.stopped:
+        if lim is not None and len(self.break_events) > lim and not self.stopped:
             # hundreds of graphs would each be compiled and replayed: stop recording, the rest
             # of the call and later calls with these arguments run eagerly
-            top, n = collections.Counter(self.breaks).most_common(1)[0]
+            top, n = collections.Counter(self.break_events).most_common(1)[0]
             self.break_overflow = f"most often: {top[0]} at {top[1]}, {n} times"
             self.unreplayable = f"more than {lim} graph breaks in one call ({self.break_overflow})"
             self.stopped = True
