@@ -51,6 +51,8 @@ def _build_table() -> dict:
     table.update(get_decompositions([aten.native_batch_norm, aten._native_batch_norm_legit_no_training]))
     table[aten.cumsum.default] = _cumsum_as_masked_sum
     table[aten.gelu.default] = _gelu_tanh_decomposed(table.get(aten.gelu.default))
+    for op in (aten.argmax.default, aten.argmin.default, aten.max.dim, aten.min.dim):
+        table[op] = _first_nan_index(op, table.get(op))
     for packet in _OPMATH_REDUCTIONS:
         for name in packet.overloads():
             op = getattr(packet, name)
@@ -73,6 +75,40 @@ def _gelu_tanh_decomposed(fallback):
         return NotImplemented if fallback is None else fallback(x, approximate=approximate)
 
     return gelu
+
+
+_NAN_INDEX = threading.local()
+
+
+def _first_nan_index(op, fallback):
+    """argmax/argmin/max.dim/min.dim of a floating tensor as eager computes their index:
+    the first NaN where a row holds one. torch-mlir's lowering compares with `ogt`/`olt`,
+    false for NaN, so the index was the row's first element (or the max before the NaN)
+    while the values were NaN. The op itself computes the rest (recorded whole: a
+    reentrant call declines); the first NaN is the argmax of isnan as int32."""
+
+    def decomposition(x, *args, **kwargs):
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or getattr(_NAN_INDEX, "active", False):
+            return NotImplemented if fallback is None else fallback(x, *args, **kwargs)
+        _NAN_INDEX.active = True
+        try:
+            res = op(x, *args, **kwargs)
+        finally:
+            _NAN_INDEX.active = False
+        dim = args[0] if args else kwargs.get("dim")
+        keepdim = args[1] if len(args) > 1 else kwargs.get("keepdim", False)
+        nan = torch.isnan(x)
+        if dim is None:
+            has_nan = nan.any()
+            first = torch.ops.aten.argmax.default(nan.to(torch.int32), None, keepdim)
+        else:
+            has_nan = nan.any(dim, keepdim=keepdim)
+            first = torch.ops.aten.argmax.default(nan.to(torch.int32), dim, keepdim)
+        if isinstance(res, (tuple, list)):   # max.dim / min.dim: (values, indices)
+            return res[0], torch.where(has_nan, first, res[1])
+        return torch.where(has_nan, first, res)
+
+    return decomposition
 
 
 def _dtypes_in(args, kwargs):

@@ -722,3 +722,16 @@ def test_op_torch_mlir_rejects_by_overload_name_becomes_an_island(case):
             _same(fast(*args), want)
     assert _compiled_graphs_ran(fast), [g.fallback_reason for g in fast.graphs]
     assert any("run through torch inside the compiled graph" in str(w.message) for w in caught)
+
+@pytest.mark.parametrize("op", ["argmax", "argmin", "max_dim", "min_dim", "argmax_flat"])
+def test_arg_reductions_point_at_the_first_nan_like_eager(op):
+    # bench/modules.py nan_inf_semantics: torch-mlir's argmax/argmin (and max.dim/min.dim
+    # indices) compare with ogt/olt, false for NaN: a row [1, nan, 3] gave index 0 (eager 1)
+    # while its max value was NaN.
+    nan, inf = float("nan"), float("inf")
+    x = torch.tensor([[1.0, nan, 3.0, 2.0], [5.0, 1.0, nan, nan], [inf, 0.0, nan, 1.0], [0.5, 2.0, -1.0, 2.0]])
+    fn = {"argmax": lambda a: a.argmax(-1) + 0, "argmin": lambda a: a.argmin(0) + 0,
+          "max_dim": lambda a: a.max(-1, keepdim=True).indices + 0, "min_dim": lambda a: torch.min(a * 2, 1),
+          "argmax_flat": lambda a: a.argmax() + 0}[op]
+    check(fn, x, fronts=("mlircap",))
+    check(fn, torch.randn(4, 5), fronts=("mlircap",))
