@@ -260,7 +260,8 @@ def _compile_graph(graph: CompiledGraph, gm: torch.fx.GraphModule, device: str, 
         unsupported = {}
         if raise_unsupported and not options.strict:
             unsupported = _unsupported_nodes(gm, e)
-            if not unsupported and isinstance(e, _PlanRejected):
+            if not unsupported and (isinstance(e, _PlanRejected) or _lowering_failed(e)):
+                # the failure names no node of the graph: find the ops that fail alone
                 unsupported = _probe_rejected(gm, device, options)
         if unsupported:
             raise _Unsupported(unsupported, graph) from e
@@ -317,7 +318,9 @@ def _lower(raw_ir: str, device: str, options: Options, check: bool = False) -> d
         raise RuntimeError(f"{info['type']}: {info['message']}") from None
 
 
-_PROBES: dict[tuple, bool] = {}   # (device, op, argument signature) -> the plan builder accepts it alone
+# (device, op, argument signature) -> why the op does not compile alone (no kernel for it,
+# torch-mlir cannot lower it), or None
+_PROBES: dict[tuple, str | None] = {}
 
 
 def _signature(x):
@@ -332,8 +335,9 @@ def _signature(x):
 
 
 def _probe_rejected(gm: torch.fx.GraphModule, device: str, options: Options, limit: int = 32) -> dict[str, str]:
-    """The plan builder rejected `gm`: compile its non-pointwise ops one at a
-    time to find those it has no kernel for (they become eager islands).
+    """The plan builder (or torch-mlir's lowering, naming no op) rejected `gm`:
+    compile its non-pointwise ops one at a time to find those it has no kernel for
+    or torch-mlir cannot lower (they become eager islands).
     Results are cached per op and argument signature; at most `limit` new
     probes per graph."""
     import operator
@@ -353,20 +357,29 @@ def _probe_rejected(gm: torch.fx.GraphModule, device: str, options: Options, lim
             probes += 1
             getitems = [u for u in n.users if u.target is operator.getitem]
             sub, _, outs = extract(gm, Part(eager=False, stage=0, nodes=[n] + getitems), set(getitems) or {n})
-            ok = True
+            rejected = None   # why the op cannot compile alone, or None
             if outs:
                 try:
                     fe = _lower(import_fx(sub), device, options, check=True)
-                    ok = not fe["cpu_plan_error"]
+                    rejected = f"no {device.upper()} kernel" if fe["cpu_plan_error"] else None
                 except _PlanRejected:
-                    ok = False
+                    rejected = f"no {device.upper()} kernel"
+                except FrontendError as fe_err:   # torch-mlir cannot lower the op alone either
+                    rejected = "torch-mlir cannot lower it" if _lowering_failed(fe_err) else None
                 except Exception:  # noqa: BLE001 - another failure is not this op's plan
-                    ok = True
-            _PROBES[key] = ok
-            logs.log("fallback", f"probe {key[1]}: {'accepted' if ok else 'no kernel'}")
-        if not _PROBES[key]:
-            found[n.name] = f"{op_name(n.target).replace('::', '.')} at {_node_loc(n)} (no {device.upper()} kernel)"
+                    rejected = None
+            _PROBES[key] = rejected
+            logs.log("fallback", f"probe {key[1]}: {rejected or 'accepted'}")
+        if _PROBES[key]:
+            found[n.name] = f"{op_name(n.target).replace('::', '.')} at {_node_loc(n)} ({_PROBES[key]})"
     return found
+
+
+def _lowering_failed(e: Exception) -> bool:
+    """torch-mlir's torch-to-linalg lowering rejected the graph (a diagnostic that may
+    name no op of the graph: 'failed to legalize torch.constant.int' after
+    diagonal_scatter, a tensor.cast verifier error after adaptive_max_pool2d)."""
+    return isinstance(e, FrontendError) and e.stage == "torch-to-linalg"
 
 
 def _unsupported_nodes(gm: torch.fx.GraphModule, e: Exception) -> dict[str, str]:

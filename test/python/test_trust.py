@@ -735,3 +735,28 @@ def test_arg_reductions_point_at_the_first_nan_like_eager(op):
           "argmax_flat": lambda a: a.argmax() + 0}[op]
     check(fn, x, fronts=("mlircap",))
     check(fn, torch.randn(4, 5), fronts=("mlircap",))
+
+
+@pytest.mark.parametrize("case", ["diagonal_scatter", "adaptive_max_pool2d"])
+def test_lowering_failure_naming_no_op_becomes_an_island(case):
+    # bench/modules.py inplace_views_ring_buffer, adaptive_pools_uneven: torch-mlir's
+    # lowering failed with a diagnostic naming no op of the graph ("failed to legalize
+    # torch.constant.int" after diagonal_scatter, an invalid tensor.cast after
+    # adaptive_max_pool2d of 7x9 to 4x4) and the whole graph ran eagerly. The ops are
+    # now probed one at a time; the failing one runs through torch.
+    def diag(x):
+        y = x * 2
+        y.diagonal().mul_(-1)
+        return y + 1
+
+    fn = {"diagonal_scatter": diag,
+          "adaptive_max_pool2d": lambda x: torch.nn.functional.adaptive_max_pool2d(x.relu(), 4) * 2 + x.mean()}[case]
+    x = torch.randn(2, 3, 7, 9) if case == "adaptive_max_pool2d" else torch.randn(3, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fast = mlircap.compile(fn)
+        want = fn(x)
+        for _ in range(2):
+            _same(fast(x), want)
+    assert _compiled_graphs_ran(fast), [g.fallback_reason for g in fast.graphs]
+    assert any("torch-mlir cannot lower it" in str(w.message) for w in caught), [str(w.message) for w in caught]
