@@ -290,6 +290,7 @@ def _prepare_for_import(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         dev = node.kwargs.get("device")
         if dev is not None and torch.device(dev).type != "cpu":
             node.kwargs = {**node.kwargs, "device": cpu}
+        _self_equality_as_not_nan(graph, node)
     out = torch.fx.GraphModule(gm, graph)   # takes gm's get_attr values; generates code once
     for node in graph.nodes:
         if node.op == "get_attr":
@@ -298,6 +299,23 @@ def _prepare_for_import(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
                 with unset_fake_temporarily():
                     setattr(out, node.target, value.detach().to(cpu))
     return out
+
+
+def _self_equality_as_not_nan(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """`x == x` of a floating tensor becomes `~isnan(x)`: torch-mlir folds
+    aten.eq.Tensor with the same value on both sides to true, false for NaN in eager
+    (torch.isfinite decomposes to `x == x & |x| != inf`, isclose(x, x) to `x == x | ...`:
+    both reported NaN as finite / close)."""
+    if node.target is not torch.ops.aten.eq.Tensor or len(node.args) != 2 or node.args[0] is not node.args[1]:
+        return
+    x = node.args[0]
+    val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    if not (isinstance(val, torch.Tensor) and val.is_floating_point()):
+        return
+    with graph.inserting_before(node):
+        nan = graph.call_function(torch.ops.aten.isnan.default, (x,))
+    nan.meta = dict(node.meta)
+    node.target, node.args, node.kwargs = torch.ops.aten.logical_not.default, (nan,), {}
 
 
 _CUMSUM_MAX = 2048

@@ -760,3 +760,13 @@ def test_lowering_failure_naming_no_op_becomes_an_island(case):
             _same(fast(x), want)
     assert _compiled_graphs_ran(fast), [g.fallback_reason for g in fast.graphs]
     assert any("torch-mlir cannot lower it" in str(w.message) for w in caught), [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("case", ["eq_self", "isfinite", "isclose"])
+def test_float_self_equality_is_false_for_nan(case):
+    # bench/modules.py nan_inf_semantics: torch-mlir folds aten.eq.Tensor(x, x) to true,
+    # so `x == x`, torch.isfinite (decomposed to x == x & |x| != inf) and isclose(x, x)
+    # reported NaN as equal / finite.
+    fn = {"eq_self": lambda y: (lambda z: z == z)(y + 0), "isfinite": lambda y: torch.isfinite(y * 2),
+          "isclose": lambda y: (lambda z: torch.isclose(z, z))(y * 1)}[case]
+    check(fn, torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), 0.0]), fronts=("mlircap",))
