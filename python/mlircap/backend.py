@@ -262,7 +262,8 @@ def _compile_graph(graph: CompiledGraph, gm: torch.fx.GraphModule, device: str, 
             unsupported = _unsupported_nodes(gm, e)
             if not unsupported and (isinstance(e, _PlanRejected) or _lowering_failed(e)):
                 # the failure names no node of the graph: find the ops that fail alone
-                unsupported = _probe_rejected(gm, device, options)
+                # (torch-mlir may fail on a pointwise op too: fmod.Scalar of a float)
+                unsupported = _probe_rejected(gm, device, options, pointwise=_lowering_failed(e))
         if unsupported:
             raise _Unsupported(unsupported, graph) from e
         report = _failure_report(graph, e)
@@ -334,10 +335,11 @@ def _signature(x):
     return repr(x)
 
 
-def _probe_rejected(gm: torch.fx.GraphModule, device: str, options: Options, limit: int = 32) -> dict[str, str]:
+def _probe_rejected(gm: torch.fx.GraphModule, device: str, options: Options, limit: int = 32,
+                    pointwise: bool = False) -> dict[str, str]:
     """The plan builder (or torch-mlir's lowering, naming no op) rejected `gm`:
-    compile its non-pointwise ops one at a time to find those it has no kernel for
-    or torch-mlir cannot lower (they become eager islands).
+    compile its non-pointwise ops (`pointwise`: all ops) one at a time to find those
+    it has no kernel for or torch-mlir cannot lower (they become eager islands).
     Results are cached per op and argument signature; at most `limit` new
     probes per graph."""
     import operator
@@ -348,7 +350,7 @@ def _probe_rejected(gm: torch.fx.GraphModule, device: str, options: Options, lim
     for n in gm.graph.nodes:
         if n.op != "call_function" or n.target is operator.getitem:
             continue
-        if torch.Tag.pointwise in getattr(n.target, "tags", ()):
+        if not pointwise and torch.Tag.pointwise in getattr(n.target, "tags", ()):
             continue
         key = (device, op_name(n.target), _signature(n.args), _signature(n.kwargs))
         if key not in _PROBES:

@@ -770,3 +770,23 @@ def test_float_self_equality_is_false_for_nan(case):
     fn = {"eq_self": lambda y: (lambda z: z == z)(y + 0), "isfinite": lambda y: torch.isfinite(y * 2),
           "isclose": lambda y: (lambda z: torch.isclose(z, z))(y * 1)}[case]
     check(fn, torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), 0.0]), fronts=("mlircap",))
+
+
+def test_pointwise_op_torch_mlir_cannot_lower_becomes_an_island():
+    # bench/modules.py grid_sample_modes: grid_sample(padding_mode="reflection") decomposes
+    # to fmod.Scalar(x, 5.0), which torch-mlir does not lower ("failed to legalize
+    # torch.constant.float", naming no op); the probe skipped pointwise ops, found nothing,
+    # and the whole graph ran eagerly.
+    img, grid = torch.randn(1, 2, 5, 5), torch.rand(1, 4, 4, 2) * 2.4 - 1.2
+
+    def f(i, g):
+        return torch.nn.functional.grid_sample(i, g, mode="bilinear", padding_mode="reflection",
+                                               align_corners=False) * 2
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fast = mlircap.compile(f)
+        for _ in range(2):
+            torch.testing.assert_close(fast(img, grid), f(img, grid), rtol=1e-5, atol=1e-5)
+    assert _compiled_graphs_ran(fast), [g.fallback_reason for g in fast.graphs]
+    assert any("aten.fmod" in str(w.message) for w in caught), [str(w.message) for w in caught]
