@@ -1415,6 +1415,181 @@ case("strided_slicing", lambda: (R(4, 7),))(lambda: StridedSlicing())
 case("int64_positions_embedding", lambda: (torch.randint(0, 50, (2, 6)),))(lambda: Int64Embedding())
 
 
+# ============================================================================ detection, linalg, misc
+def _box_iou(a, b):
+    area_a = (a[:, 2] - a[:, 0]).clamp(min=0) * (a[:, 3] - a[:, 1]).clamp(min=0)
+    area_b = (b[:, 2] - b[:, 0]).clamp(min=0) * (b[:, 3] - b[:, 1]).clamp(min=0)
+    lt = torch.max(a[:, None, :2], b[None, :, :2])
+    rb = torch.min(a[:, None, 2:], b[None, :, 2:])
+    wh = (rb - lt).clamp(min=0)
+    inter = wh[..., 0] * wh[..., 1]
+    return inter / (area_a[:, None] + area_b[None] - inter + 1e-7)
+
+
+class BoxCoder(nn.Module):
+    """anchor generation, IoU matching and delta encode/decode (torchvision/mmdet style)."""
+
+    def __init__(self, stride=4, sizes=(8.0, 16.0)):
+        super().__init__()
+        self.stride = stride
+        self.register_buffer("sizes", torch.tensor(sizes))
+        self.weights = (10.0, 10.0, 5.0, 5.0)
+
+    def anchors(self, h, w):
+        sy, sx = torch.meshgrid(torch.arange(h) * self.stride, torch.arange(w) * self.stride, indexing="ij")
+        ctr = torch.stack([sx, sy, sx, sy], -1).reshape(-1, 1, 4).float()
+        half = torch.stack([-self.sizes, -self.sizes, self.sizes, self.sizes], -1) / 2
+        return (ctr + half[None]).reshape(-1, 4)
+
+    def forward(self, feat, gt, deltas):
+        anc = self.anchors(feat.shape[-2], feat.shape[-1])
+        iou = _box_iou(anc, gt)
+        best, idx = iou.max(1)
+        matched = gt[idx]
+        wx, wy, ww, wh = self.weights
+        aw, ah = anc[:, 2] - anc[:, 0], anc[:, 3] - anc[:, 1]
+        ax, ay = anc[:, 0] + 0.5 * aw, anc[:, 1] + 0.5 * ah
+        gw, gh = matched[:, 2] - matched[:, 0], matched[:, 3] - matched[:, 1]
+        gx, gy = matched[:, 0] + 0.5 * gw, matched[:, 1] + 0.5 * gh
+        enc = torch.stack([wx * (gx - ax) / aw, wy * (gy - ay) / ah, ww * torch.log(gw / aw), wh * torch.log(gh / ah)], 1)
+        dw = (deltas[:, 2] / ww).clamp(max=math.log(1000.0 / 16))
+        dec_w = torch.exp(dw) * aw
+        labels = torch.where(best >= 0.5, torch.ones_like(idx), torch.where(best < 0.3, torch.zeros_like(idx), -torch.ones_like(idx)))
+        return enc, dec_w, labels, best
+
+
+class GradientPenalty(nn.Module):
+    """WGAN-GP: gradient of the critic w.r.t. interpolates, create_graph=True, then backward."""
+
+    def __init__(self):
+        super().__init__()
+        self.critic = nn.Sequential(nn.Linear(4, 8), nn.LeakyReLU(0.2), nn.Linear(8, 1))
+
+    def forward(self, real, fake, alpha):
+        x = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
+        out = self.critic(x)
+        (g,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+        gp = ((g.norm(2, dim=1) - 1) ** 2).mean()
+        gp.backward()
+        return gp.detach(), self.critic[0].weight.grad.clone()
+
+
+class SpectralNormTrain(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.utils.spectral_norm(nn.Linear(5, 4))
+        self.conv = nn.utils.spectral_norm(nn.Conv2d(2, 3, 3))
+
+    def forward(self, x, img):
+        return self.fc(x), self.conv(img).mean((2, 3))
+
+
+class ForeachEMA(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.model = nn.Linear(4, 4)
+        self.shadow = [p.detach().clone() for p in self.model.parameters()]
+
+    def forward(self, x):
+        with torch.no_grad():
+            params = [p.detach() for p in self.model.parameters()]
+            torch._foreach_mul_(self.shadow, 0.9)
+            torch._foreach_add_(self.shadow, params, alpha=0.1)
+        return self.model(x), F.linear(x, self.shadow[0], self.shadow[1])
+
+
+class MatmulZoo(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(5, 3))
+        self.b = nn.Parameter(torch.randn(3))
+
+    def forward(self, a4, m):   # (2, 3, 4, 5), (4, 5)
+        return (a4 @ self.w, torch.matmul(a4, m.t()), torch.addmm(self.b, m, self.w, beta=0.5, alpha=2.0),
+                torch.baddbmm(torch.zeros(3, 4, 3), a4[0], self.w.expand(3, 5, 3), alpha=0.3),
+                torch.tensordot(a4, m, dims=([2, 3], [0, 1])), torch.einsum("...ij,jk->...ik", a4, self.w),
+                torch.outer(self.b, self.b), torch.kron(self.b[:2], self.b), torch.dot(self.b, self.b), m.mv(self.w[:, 0]))
+
+
+class LinalgOps(nn.Module):
+    def forward(self, a):   # (3, 3) well conditioned
+        spd = a @ a.t() + 3 * torch.eye(3)
+        return (torch.linalg.inv(spd), torch.linalg.det(spd), torch.linalg.solve(spd, a), torch.linalg.cholesky(spd),
+                torch.trace(spd), torch.linalg.matrix_norm(a), torch.linalg.slogdet(spd)[1])
+
+
+class FFTFeatures(nn.Module):
+    def forward(self, x):   # (B, T)
+        spec = torch.fft.rfft(x, dim=-1)
+        return spec.abs(), torch.angle(spec), torch.fft.irfft(spec, n=x.shape[-1])
+
+
+class FullTransformer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.t = nn.Transformer(d_model=8, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=16,
+                                dropout=0.0, batch_first=True)
+
+    def forward(self, src, tgt):
+        mask = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1])
+        return self.t(src, tgt, tgt_mask=mask, tgt_is_causal=True)
+
+
+class LongCumsum(nn.Module):
+    def forward(self, x):   # (2, 3000): past the masked-sum threshold
+        return x.cumsum(-1), x.cumsum(0), torch.cumsum(x > 0, -1)[:, -1]
+
+
+class MixupLoss(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 3)
+
+    def forward(self, x, y, lam, perm):
+        mixed = lam * x + (1 - lam) * x[perm]
+        logits = self.fc(mixed)
+        return lam * F.cross_entropy(logits, y) + (1 - lam) * F.cross_entropy(logits, y[perm])
+
+
+class PadSequence(nn.Module):
+    def forward(self, a, b, c):
+        padded = nn.utils.rnn.pad_sequence([a, b, c], batch_first=True, padding_value=-1.0)
+        lengths = torch.tensor([a.shape[0], b.shape[0], c.shape[0]])
+        mask = torch.arange(padded.shape[1])[None] < lengths[:, None]
+        return padded, (padded * mask[..., None]).sum(1) / lengths[:, None]
+
+
+class GridSampleModes(nn.Module):
+    def forward(self, img, grid):
+        return (F.grid_sample(img, grid, mode="nearest", padding_mode="zeros", align_corners=True),
+                F.grid_sample(img, grid, mode="bilinear", padding_mode="reflection", align_corners=False))
+
+
+class InterpRecompute(nn.Module):
+    def forward(self, x):
+        return (F.interpolate(x, scale_factor=1.7, mode="bilinear", recompute_scale_factor=True),
+                F.interpolate(x, scale_factor=0.5, mode="nearest"), F.interpolate(x, size=(3, 10), mode="bicubic",
+                                                                                  align_corners=True),
+                F.interpolate(x, scale_factor=2, mode="bilinear", antialias=False), F.upsample(x, scale_factor=2))
+
+
+case("box_coder_iou_matching", lambda: (R(1, 8, 3, 3), torch.tensor([[0.0, 0.0, 6.0, 7.0], [4.0, 3.0, 12.0, 12.0]]),
+                                        R(18, 4)))(lambda: BoxCoder())
+case("wgan_gradient_penalty", lambda: (R(4, 4), R(4, 4), torch.rand(4, 1)), train=True)(lambda: GradientPenalty())
+case("spectral_norm_train", lambda: (R(3, 5), R(2, 2, 5, 5)), train=True)(lambda: SpectralNormTrain())
+case("spectral_norm_eval", lambda: (R(3, 5), R(2, 2, 5, 5)))(lambda: SpectralNormTrain())
+case("foreach_ema", lambda: (R(2, 4),))(lambda: ForeachEMA())
+case("matmul_zoo", lambda: (R(2, 3, 4, 5), R(4, 5)))(lambda: MatmulZoo())
+case("linalg_ops", lambda: (R(3, 3),))(lambda: LinalgOps())
+case("fft_features", lambda: (R(2, 16),))(lambda: FFTFeatures())
+case("nn_transformer_causal", lambda: (R(2, 5, 8), R(2, 4, 8)))(lambda: FullTransformer())
+case("long_cumsum", lambda: (R(2, 3000),))(lambda: LongCumsum())
+case("mixup_loss", lambda: (R(4, 6), torch.randint(0, 3, (4,)), 0.7, torch.tensor([2, 0, 3, 1])))(lambda: MixupLoss())
+case("pad_sequence_mask", lambda: (R(3, 2), R(5, 2), R(1, 2)))(lambda: PadSequence())
+case("grid_sample_modes", lambda: (R(1, 2, 5, 5), torch.rand(1, 4, 4, 2) * 2.4 - 1.2))(lambda: GridSampleModes())
+case("interpolate_recompute_scale", lambda: (R(1, 2, 5, 6),))(lambda: InterpRecompute())
+
+
 # =============================================================================== comparison
 def _tol(dtype):
     return {torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1e-2), torch.float64: (1e-7, 1e-7),
