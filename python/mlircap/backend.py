@@ -207,11 +207,15 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, options: Options, re
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():
+        from .opmath import compute_in_float32
         from .widen import widen_uint8
 
-        widened = widen_uint8(gm)
+        # bf16/f16 ops round once, as eager's do (opmath.py); the fallback
+        # (graph.gm) stays the captured graph
+        target = (compute_in_float32(gm) if device == "cpu" else None) or gm
+        widened = widen_uint8(target)
         if widened is None:
-            result = _compile_graph(graph, gm, device, options, raise_unsupported)
+            result = _compile_graph(graph, target, device, options, raise_unsupported, fallback=gm)
         else:   # compile the int32 form; the fallback (graph.gm) stays the uint8 graph
             result = _compile_graph(graph, widened[0], device, options, raise_unsupported, fallback=gm)
             if graph.executable is not gm:

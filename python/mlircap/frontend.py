@@ -57,6 +57,9 @@ def _build_table() -> dict:
         for name in packet.overloads():
             op = getattr(packet, name)
             table[op] = _in_float32(op, table.get(op))
+    for op, fn in list(table.items()):
+        if torch.Tag.pointwise in op.tags and not op._schema.is_mutable:
+            table[op] = _pointwise_in_float32(op, fn)
     return {op: _guarded(op, fn) for op, fn in table.items()}
 
 
@@ -261,6 +264,32 @@ def _in_float32(op, fn):
     return decomposition
 
 
+def _pointwise_in_float32(op, fn):
+    """A pointwise `op` whose floating tensors are all bfloat16 (or all
+    float16) as eager computes it: in float32, float32 results rounded once to
+    that dtype. Its decomposition `fn` would otherwise compute (and round) each
+    intermediate in the low precision (logit: 3/125 elements one ulp off).
+    Other dtypes go to `fn`."""
+    from torch.utils._pytree import tree_leaves, tree_map
+
+    def decomposition(*args, **kwargs):
+        tensors = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        floats = {a.dtype for a in tensors if a.is_floating_point()}
+        # CPU only for now: on the GPU the float32 form of bf16 ops cost 10-30% on
+        # the bf16 transformer benchmarks (kernels matched in bf16 no longer do)
+        if len(floats) == 1 and "dtype" not in kwargs and "out" not in kwargs \
+                and all(a.device.type == "cpu" for a in tensors):
+            low = floats.pop()
+            if low in _LOW_PRECISION:
+                up = tree_map(lambda a: a.float() if isinstance(a, torch.Tensor) and a.dtype == low else a,
+                              (args, kwargs))
+                return tree_map(lambda r: r.to(low) if isinstance(r, torch.Tensor) and r.dtype == torch.float32
+                                else r, op(*up[0], **up[1]))
+        return fn(*args, **kwargs) if fn is not None else NotImplemented
+
+    return decomposition
+
+
 def _prepare_for_import(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """Returns a copy of `gm` rewritten for torch-mlir (the caller's graph is
     left as it is: it is the eager fallback):
@@ -290,6 +319,7 @@ def _prepare_for_import(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         dev = node.kwargs.get("device")
         if dev is not None and torch.device(dev).type != "cpu":
             node.kwargs = {**node.kwargs, "device": cpu}
+        _int8_scalars_as_tensors(graph, node)
         _self_equality_as_not_nan(graph, node)
     out = torch.fx.GraphModule(gm, graph)   # takes gm's get_attr values; generates code once
     for node in graph.nodes:
@@ -316,6 +346,29 @@ def _self_equality_as_not_nan(graph: torch.fx.Graph, node: torch.fx.Node) -> Non
         nan = graph.call_function(torch.ops.aten.isnan.default, (x,))
     nan.meta = dict(node.meta)
     node.target, node.args, node.kwargs = torch.ops.aten.logical_not.default, (nan,), {}
+
+
+def _int8_scalars_as_tensors(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """An int8 op with a Python int where its schema takes a tensor (`a * 3`,
+    `a - 2`, `a // 2`) gets a 0-d int8 tensor there instead: torch-mlir's
+    lowering of the scalar form died of SIGSEGV (contained by the compile
+    worker, but the graph ran eagerly). Same result dtype and values: an int
+    scalar does not promote int8, and the value fits."""
+    val = node.meta.get("val")
+    if not (isinstance(val, torch.Tensor) and val.dtype == torch.int8
+            and isinstance(node.target, torch._ops.OpOverload)):
+        return
+    schema = node.target._schema.arguments
+    args = list(node.args)
+    for i, a in enumerate(args):
+        if (type(a) is int and -128 <= a <= 127 and i < len(schema)
+                and isinstance(schema[i].type, torch.TensorType)):
+            with graph.inserting_before(node):
+                t = graph.call_function(torch.ops.aten.scalar_tensor.default, (a,), {"dtype": torch.int8})
+            with val.fake_mode:
+                t.meta["val"] = torch.empty((), dtype=torch.int8)
+            args[i] = t
+    node.args = tuple(args)
 
 
 _CUMSUM_MAX = 2048

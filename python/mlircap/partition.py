@@ -81,6 +81,13 @@ EAGER_NUMERICS: dict[str, tuple[torch.dtype, ...]] = {
     "aten::upsample_linear1d": _FLOATS, "aten::upsample_bilinear2d": _FLOATS,
     "aten::upsample_trilinear3d": _FLOATS, "aten::upsample_bicubic2d": _FLOATS,
     "aten::_upsample_bilinear2d_aa": _FLOATS, "aten::_upsample_bicubic2d_aa": _FLOATS,
+    # bfloat16/float16 kernels that round intermediates (logit's x/(1-x), cross's
+    # products): computing them in float32 and rounding once (opmath.py) is more
+    # accurate but differs from eager's
+    "aten::logit": _FLOATS, "aten::linalg_cross": _FLOATS + _INTS, "aten::cross": _FLOATS + _INTS,
+    # and rounding divisions (div only with a rounding_mode), whose bf16 kernels round their own way
+    "aten::floor_divide": _FLOATS + _INTS, "aten::fmod": _FLOATS + _INTS, "aten::remainder": _FLOATS + _INTS,
+    "aten::div": _FLOATS + _INTS,
 }
 _FACTORIES = ("aten::linspace", "aten::logspace")
 
@@ -90,6 +97,10 @@ _FACTORIES = ("aten::linspace", "aten::logspace")
 _LOWERS_ONLY: dict[str, tuple[torch.dtype, ...]] = {
     "aten::max_pool3d": (torch.float32, torch.float64, torch.float16, torch.bfloat16),
     "aten::max_pool3d_with_indices": (torch.float32, torch.float64, torch.float16, torch.bfloat16),
+    # int8 matrix products: SIGSEGV in torch-to-linalg
+    **{op: _FLOATS + (torch.float16, torch.bfloat16, torch.bool, torch.uint8, torch.int16, torch.int32, torch.int64)
+       for op in ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::mv",
+                  "aten::addmv", "aten::dot", "aten::vdot", "aten::addbmm")},
 }
 
 # Eager islands that are part of the design, not a limitation to report
@@ -112,7 +123,7 @@ def eager_numerics(target, args, kwargs) -> bool:
     else its input's."""
     name = op_name(target)
     exact = EAGER_NUMERICS.get(name)
-    if exact is None:
+    if exact is None or (name == "aten::div" and kwargs.get("rounding_mode") is None):
         return False
     if name in _FACTORIES or not args or not isinstance(args[0], torch.Tensor):
         dtype = kwargs.get("dtype") or torch.get_default_dtype()
@@ -142,7 +153,9 @@ def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
     if name in _LIBRARY_OPS:
         return "library"
     out = node.meta.get("val")
-    if name in EAGER_NUMERICS and isinstance(out, torch.Tensor) and out.dtype not in EAGER_NUMERICS[name]:
+    first = next(iter(_leaves(out, torch.Tensor)), None)
+    if name in EAGER_NUMERICS and first is not None and first.dtype not in EAGER_NUMERICS[name] \
+            and (name != "aten::div" or node.kwargs.get("rounding_mode") is not None):
         return "numerics"   # kept whole by frontend.decomposition_table: eager_numerics
     if name in _LOWERS_ONLY:
         x = next(iter(_leaves(node.meta.get("val"), torch.Tensor)), None)

@@ -723,6 +723,33 @@ def test_op_torch_mlir_rejects_by_overload_name_becomes_an_island(case):
     assert _compiled_graphs_ran(fast), [g.fallback_reason for g in fast.graphs]
     assert any("run through torch inside the compiled graph" in str(w.message) for w in caught)
 
+
+def test_low_precision_ops_round_once_like_eager():
+    # Eager computes one bf16 op in float32 and rounds once; the decompositions of
+    # silu/mish/softplus/lerp/addcmul rounded each intermediate to bf16.
+    # Rounding divisions, whose bf16 kernels round their own way, run through torch.
+    g = torch.Generator().manual_seed(0)
+    a = (torch.randn(40, 50, generator=g) * 4).bfloat16()
+    b = (torch.randn(40, 50, generator=g) + 0.1).bfloat16()
+    F = torch.nn.functional
+    _compiled_matches_eager(lambda a, b: torch.div(a, b, rounding_mode="floor") + torch.fmod(a, b), a, b,
+                            compiled=False)
+    for fn in (lambda a, b: a / b - 1, lambda a, b: F.silu(a) * b, lambda a, b: F.softplus(a) + F.mish(b), lambda a, b: torch.lerp(a, b, 0.3),
+               lambda a, b: torch.addcmul(a, a, b, value=0.5)):
+        _compiled_matches_eager(fn, a, b)
+
+
+def test_int8_arithmetic_with_python_scalars_compiles():
+    # torch-mlir's lowering of int8 `a * 3`, `a - 2` died of SIGSEGV (a contained
+    # compile-worker crash, the graph ran eagerly): the scalar becomes a 0-d tensor.
+    a = torch.randint(-100, 100, (64,), generator=torch.Generator().manual_seed(0)).to(torch.int8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _compiled_matches_eager(lambda a: a * 3 - 2, a)
+        _compiled_matches_eager(lambda a: (a * 1).view(8, 8) + a.view(8, 8), a)
+    assert not [w for w in caught if "worker died" in str(w.message)], [str(w.message) for w in caught]
+
+
 @pytest.mark.parametrize("op", ["argmax", "argmin", "max_dim", "min_dim", "argmax_flat"])
 def test_arg_reductions_point_at_the_first_nan_like_eager(op):
     # bench/modules.py nan_inf_semantics: torch-mlir's argmax/argmin (and max.dim/min.dim
@@ -770,6 +797,15 @@ def test_float_self_equality_is_false_for_nan(case):
     fn = {"eq_self": lambda y: (lambda z: z == z)(y + 0), "isfinite": lambda y: torch.isfinite(y * 2),
           "isclose": lambda y: (lambda z: torch.isclose(z, z))(y * 1)}[case]
     check(fn, torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), 0.0]), fronts=("mlircap",))
+
+
+def test_bfloat16_conv_batchnorm_eval_compiles():
+    # Keeping bf16 batch norm whole (an eager island) recursed through its own
+    # decomposition (RecursionError: the CNN bf16 benchmark captured no graph).
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).eval().bfloat16()
+    x = torch.randn(2, 3, 12, 12, generator=torch.Generator().manual_seed(0)).bfloat16()
+    with torch.no_grad():
+        _compiled_matches_eager(m, x, exact=False, atol=1e-2, rtol=2e-2)
 
 
 def test_pointwise_op_torch_mlir_cannot_lower_becomes_an_island():

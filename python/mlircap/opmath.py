@@ -1,0 +1,86 @@
+"""bfloat16/float16 ops computed as eager computes them: in float32, rounded once.
+
+Eager's CPU kernels compute a bfloat16/float16 op in float32 ("opmath") and
+round its result once.  torch-mlir lowers some single ops to several linalg
+operations (floor division is a division and a floor, gelu a polynomial, fmod
+a division, a truncation and a multiply-subtract), each computed in the
+tensor's dtype: every intermediate was rounded to bfloat16, and results
+differed from eager's (floor_divide 1.0 off, gelu on 17% of the elements).
+
+`compute_in_float32` rewrites an aten graph so that every pointwise op with a
+bfloat16/float16 operand reads float32 conversions of its operands and its
+result is converted back to the op's dtype: each op rounds exactly once, where
+eager rounds.  The conversions are exact (bf16/f16 -> f32) and fuse into the
+kernels around them.  Ops that only move or select elements, conversions and
+random ops are left alone; reductions already accumulate in float32
+(frontend._OPMATH_REDUCTIONS).
+"""
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+from .fxutil import op_name
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+LOW = (torch.bfloat16, torch.float16)
+
+# Not pointwise-tagged, but computed elementwise in opmath by eager.
+_EXTRA = {"aten::floor_divide", "aten::linalg_cross", "aten::cross", "aten::nansum"}
+# Pointwise-tagged ops that only select, copy or convert: nothing to round.
+_SKIP = {"prims::convert_element_type", "aten::clone", "aten::where", "aten::masked_fill",
+         "aten::_to_copy", "aten::copy", "aten::alias", "aten::detach", "aten::lift_fresh_copy"}
+
+
+def _computes(node: fx.Node) -> bool:
+    t = node.target
+    if node.op != "call_function" or not isinstance(t, torch._ops.OpOverload):
+        return False
+    if torch.Tag.nondeterministic_seeded in t.tags or "dtype" in node.kwargs:
+        return False
+    name = op_name(t)
+    return name not in _SKIP and (name in _EXTRA or torch.Tag.pointwise in t.tags)
+
+
+def _low(v) -> bool:
+    return isinstance(v, torch.Tensor) and v.dtype in LOW
+
+
+def _as(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`v` (a FakeTensor of the graph's metadata) converted to `dtype`."""
+    mode = getattr(v, "fake_mode", None)
+    if mode is None:
+        return v.to(dtype)
+    with mode:
+        return v.to(dtype)
+
+
+def compute_in_float32(gm: fx.GraphModule) -> fx.GraphModule | None:
+    """A copy of `gm` whose low-precision pointwise ops compute in float32 and
+    round once (module docstring), or None when there is nothing to rewrite.
+    Inputs and outputs keep their dtypes; node names are kept."""
+    targets = [n for n in gm.graph.nodes if _computes(n) and _low(n.meta.get("val"))]
+    if not targets:
+        return None
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    graph.output(graph.graph_copy(gm.graph, env))
+    for old in targets:
+        n, want = env[old], old.meta["val"]
+        with graph.inserting_before(n):
+            for a in n.all_input_nodes:
+                v = a.meta.get("val")
+                if _low(v):
+                    up = graph.call_function(prims.convert_element_type.default, (a, torch.float32))
+                    up.meta["val"] = _as(v, torch.float32)
+                    n.replace_input_with(a, up)
+        n.meta["val"] = _as(want, torch.float32)
+        n.meta.pop("tensor_meta", None)
+        with graph.inserting_after(n):
+            down = graph.call_function(prims.convert_element_type.default, (n, want.dtype))
+        down.meta["val"] = want
+        n.replace_all_uses_with(down, delete_user_cb=lambda u, down=down: u is not down)
+    graph.lint()
+    return fx.GraphModule(gm, graph)
