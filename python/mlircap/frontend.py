@@ -53,6 +53,8 @@ def _build_table() -> dict:
     table[aten.gelu.default] = _gelu_tanh_decomposed(table.get(aten.gelu.default))
     for op in (aten.argmax.default, aten.argmin.default, aten.max.dim, aten.min.dim):
         table[op] = _first_nan_index(op, table.get(op))
+    for op, nd in ((aten.max_pool2d_with_indices.default, 2), (aten.max_pool3d_with_indices.default, 3)):
+        table[op] = _pool_index_of_last_nan(op, nd, table.get(op))
     for packet in _OPMATH_REDUCTIONS:
         for name in packet.overloads():
             op = getattr(packet, name)
@@ -110,6 +112,36 @@ def _first_nan_index(op, fallback):
         if isinstance(res, (tuple, list)):   # max.dim / min.dim: (values, indices)
             return res[0], torch.where(has_nan, first, res[1])
         return torch.where(has_nan, first, res)
+
+    return decomposition
+
+
+def _pool_index_of_last_nan(op, nd, fallback):
+    """max_pool2d/3d_with_indices of a floating tensor as eager computes its indices: a
+    window holding a NaN points at its last NaN (eager's kernel takes every NaN it
+    meets). torch-mlir's lowering searches the window for an element equal to the max,
+    never true for NaN: the index stayed -1 (and max_unpool with it fails). The op
+    itself computes the rest (recorded whole: a reentrant call declines); a second
+    pool over `isnan(x) * (flat position + 1)` finds each window's last NaN."""
+
+    def decomposition(x, *args, **kwargs):
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or getattr(_NAN_INDEX, "active", False):
+            return NotImplemented if fallback is None else fallback(x, *args, **kwargs)
+        plane = x.shape[-nd:]
+        n = 1
+        for d in plane:
+            n *= int(d)
+        _NAN_INDEX.active = True
+        try:
+            values, indices = op(x, *args, **kwargs)
+            if n >= 2 ** 24:   # positions no longer exact in float32
+                return values, indices
+            pos = torch.arange(1, n + 1, dtype=torch.float32, device=x.device).view(plane)
+            key = torch.where(torch.isnan(x), pos, torch.zeros((), dtype=torch.float32, device=x.device))
+            last, at = op(key, *args, **kwargs)
+        finally:
+            _NAN_INDEX.active = False
+        return values, torch.where(last > 0, at, indices)
 
     return decomposition
 

@@ -826,3 +826,24 @@ def test_pointwise_op_torch_mlir_cannot_lower_becomes_an_island():
             torch.testing.assert_close(fast(img, grid), f(img, grid), rtol=1e-5, atol=1e-5)
     assert _compiled_graphs_ran(fast), [g.fallback_reason for g in fast.graphs]
     assert any("aten.fmod" in str(w.message) for w in caught), [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("case", ["2d", "2d_padded", "3d", "unpool"])
+def test_max_pool_index_of_a_nan_window_like_eager(case):
+    # bench/modules.py special-value sweep: torch-mlir's max_pool*_with_indices searches
+    # each window for an element equal to the max, never true for NaN: the index of a
+    # window holding a NaN stayed -1 (eager: its last NaN), and max_unpool2d with it failed.
+    nan = float("nan")
+    x = torch.randn(2, 3, 7, 9, generator=torch.Generator().manual_seed(0))
+    x[0, 0, 1, 1] = x[0, 0, 1, 2] = x[1, 2, 6, 8] = x[0, 1, 0, 0] = nan
+    x3 = torch.randn(1, 2, 4, 5, 6, generator=torch.Generator().manual_seed(1))
+    x3[0, 0, 1, 1, 1] = x3[0, 1, 2, 3, 4] = x3[0, 1, 3, 3, 4] = nan
+    F = torch.nn.functional
+    fn, a = {
+        "2d": (lambda a: F.max_pool2d(a * 1, 2, return_indices=True), x),
+        "2d_padded": (lambda a: F.max_pool2d(a * 1, 3, 2, 1, ceil_mode=True, return_indices=True), x),
+        "3d": (lambda a: F.max_pool3d(a * 1, 2, return_indices=True), x3),
+        "unpool": (lambda a: F.max_unpool2d(*F.max_pool2d(a * 1, 2, return_indices=True), 2,
+                                            output_size=a.shape[-2:]), x),
+    }[case]
+    check(fn, a, fronts=("mlircap",))
