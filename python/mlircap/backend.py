@@ -342,19 +342,26 @@ def _signature(x):
 def _probe_rejected(gm: torch.fx.GraphModule, device: str, options: Options, limit: int = 32,
                     pointwise: bool = False) -> dict[str, str]:
     """The plan builder (or torch-mlir's lowering, naming no op) rejected `gm`:
-    compile its non-pointwise ops (`pointwise`: all ops) one at a time to find those
-    it has no kernel for or torch-mlir cannot lower (they become eager islands).
+    compile its non-pointwise ops (`pointwise`: then its pointwise ones) one at a time
+    to find those it has no kernel for or torch-mlir cannot lower (they become eager
+    islands).
     Results are cached per op and argument signature; at most `limit` new
     probes per graph."""
     import operator
 
     from .partition import Part, extract, op_name
 
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem]
+    is_pointwise = [torch.Tag.pointwise in getattr(n.target, "tags", ()) for n in nodes]
+    # the non-pointwise ops first: pointwise ones (only for `pointwise`) get what is
+    # left of the budget, and only when no other op failed
+    order = [n for n, pw in zip(nodes, is_pointwise) if not pw] + [None] + \
+        ([n for n, pw in zip(nodes, is_pointwise) if pw] if pointwise else [])
     found, probes = {}, 0
-    for n in gm.graph.nodes:
-        if n.op != "call_function" or n.target is operator.getitem:
-            continue
-        if not pointwise and torch.Tag.pointwise in getattr(n.target, "tags", ()):
+    for n in order:
+        if n is None:
+            if found:
+                break
             continue
         key = (device, op_name(n.target), _signature(n.args), _signature(n.kwargs))
         if key not in _PROBES:

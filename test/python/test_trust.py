@@ -847,3 +847,24 @@ def test_max_pool_index_of_a_nan_window_like_eager(case):
                                             output_size=a.shape[-2:]), x),
     }[case]
     check(fn, a, fronts=("mlircap",))
+
+
+def test_probe_reaches_the_failing_op_after_many_pointwise_ops():
+    # bench/modules.py inplace_views_ring_buffer after 1cad378: with pointwise ops probed
+    # too, 32 probes of accepted pointwise ops used the budget before diagonal_scatter
+    # was reached, and the whole graph ran eagerly. Non-pointwise ops are probed first.
+    def f(x):
+        y = x * 2
+        for k in range(40):
+            y = y * 0.999 + k / 977.0
+        y.diagonal().mul_(-1)
+        return y + 1
+
+    x = torch.randn(3, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fast = mlircap.compile(f)
+        for _ in range(2):
+            _same(fast(x), f(x))
+    assert _compiled_graphs_ran(fast), [g.fallback_reason for g in fast.graphs]
+    assert any("aten.diagonal_scatter" in str(w.message) for w in caught), [str(w.message) for w in caught]
