@@ -3,6 +3,7 @@ stats), dispatching a call to a variant or recording a new one."""
 from __future__ import annotations
 
 import collections
+import os
 import sys
 import types
 import warnings
@@ -14,6 +15,7 @@ import torch
 from . import _ext
 from .. import logs as _logs
 from .base import PY312, Unreplayable, _Miss, _fn_name, _strict_error
+from .classify import _TORCH_DIR
 from .frame_hook import (
     _E, _E_real, _HOOK_LOCK, _HOOK_USERS, _RECORD_LOCK, _REC_TLS, _active, _call_bound, _hook_cb,
 )
@@ -55,6 +57,7 @@ class _Captured:
         self.variants: list[_Variant] = []
         self.warned = False
         self.warned_breaks = False
+        self.warned_giveups: set[str] = set()
         self.stats = CaptureStats()
         self.fail_counts: collections.Counter[str] = collections.Counter()
         if self.code is not None:
@@ -191,10 +194,16 @@ class _Captured:
         except Exception as e:  # Unreplayable, or a backend / codegen failure: never crash
             if getattr(e, "propagate", False):  # strict mode: the backend's error reaches the user
                 raise
+            why = rec.unreplayable or (str(e) if isinstance(e, Unreplayable) else f"{type(e).__name__}: {e}")
+            why = why.strip() or type(e).__name__
+            loc = (rec.unreplayable_loc if rec.unreplayable else None) or rec.return_loc or \
+                f"{self.code.co_filename}:{self.code.co_firstlineno}"
+            reason = f"{why} at {loc}"
             if self.strict:
-                raise _strict_error(f"{self._where()} would run eagerly: {type(e).__name__}: {e}") from e
+                raise _strict_error(f"{self._where()} would run eagerly: {reason}") from e
+            self._gave_up(reason)
             try:
-                v = _EagerVariant(rec, [p for p in rec.guards if p.pos == 0], reason=str(e))
+                v = _EagerVariant(rec, [p for p in rec.guards if p.pos == 0], reason=reason)
             except Exception:
                 v = None
         if v is not None:
@@ -202,6 +211,17 @@ class _Captured:
             if _logs.enabled("guards"):
                 _logs.log("guards", f"{self.code.co_name} variant {len(self.variants)}: " + "; ".join(g.describe() for g in v.pre))
         return _plain(result)
+
+    def _gave_up(self, reason: str) -> None:
+        """Capture gave up on a recording (the call, and later calls matching its guards,
+        run eagerly): a warning names the cause and the user's file:line, once per cause,
+        and the 'fallback' log area shows it every time."""
+        _logs.log("fallback", f"capture gave up on {self._where()}: {reason}")
+        if reason in self.warned_giveups or self.warned_breaks and "graph breaks in one call" in reason:
+            return
+        self.warned_giveups.add(reason)
+        warnings.warn(f"mlircap.capture: capture gave up on {self._where()}, which runs eagerly for these "
+                      f"arguments: {reason}", RuntimeWarning, stacklevel=_callers_level())
 
     def _check_strict(self, rec: _Recorder) -> None:
         """strict=True: every part of the call must run compiled.  Capture giving up
@@ -220,6 +240,19 @@ class _Captured:
     @property
     def recompiles(self) -> int:
         return max(0, len(self.variants) - 1)
+
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _callers_level() -> int:
+    """The `stacklevel` of warnings.warn, called by our caller, that points at the code
+    calling the captured function (the first frame outside mlircap and torch)."""
+    f, n = sys._getframe(2), 2   # stacklevel 2: our caller's caller
+    while f is not None and (f.f_code.co_filename.startswith(_PKG_DIR) or
+                             f.f_code.co_filename.startswith(_TORCH_DIR)):
+        f, n = f.f_back, n + 1
+    return n if f is not None else 1
 
 
 def _plain(x: T) -> T:

@@ -105,6 +105,24 @@ def _fx_target(f: Callable) -> Callable:
     return r
 
 
+def _op_name(func: Callable) -> str:
+    """A torch function's name as the user wrote it, for messages: Tensor.mul_, Tensor.data,
+    torch.stack (not TensorBase.mul_, getset_descriptor.__get__, _VariableFunctionsClass.stack)."""
+    if getattr(func, "__name__", None) in ("__get__", "__set__"):
+        attr = getattr(getattr(func, "__self__", None), "__name__", None)
+        if attr is not None:
+            return f"Tensor.{attr}" + (" = ..." if func.__name__ == "__set__" else "")
+    n = _func_qualname(func)
+    for prefix, user in (("TensorBase.", "Tensor."), ("_VariableFunctionsClass.", "torch."),
+                         ("_TensorBase.", "Tensor.")):
+        if n.startswith(prefix):
+            return user + n[len(prefix):]
+    mod = getattr(func, "__module__", None)
+    if mod and "." not in n and mod.startswith("torch"):
+        return f"{mod}.{n}"
+    return n
+
+
 class _GraphMixin:
     """FX recording for `_Recorder`: torch functions seen by `_Mode` become nodes of the
     current segment's graph; data-dependent results end the segment (graph break)."""
@@ -140,7 +158,7 @@ class _GraphMixin:
                 ae = [self.expr_of(a) for a in args]
                 ke = {k: self.expr_of(v) for k, v in kwargs.items()}
             except Unreplayable as e:
-                self.unreplayable = self.unreplayable or str(e)
+                self.unreplayable = self.unreplayable or f"{e} (an argument of {_op_name(func)})"
                 return res
             self._close_seg()
             k = self.ncalls
@@ -156,7 +174,7 @@ class _GraphMixin:
                 raise Unreplayable(f"{name} of a tensor whose shape depends on tensor data")
             self._record(func, name, args, kwargs, res)
         except Unreplayable as e:
-            self.unreplayable = self.unreplayable or str(e)
+            self.unreplayable = self.unreplayable or f"{e} (in {_op_name(func)})"
             return res
         if dyn or _dyn_shape_op(name, args, kwargs):
             # its shape follows tensor data: reading it is a data-dependent operation
@@ -206,9 +224,10 @@ class _GraphMixin:
             return ph
         s = self.src.get(id(t))
         if s is None:
+            what = f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
             if isinstance(t, torch.nn.Parameter):
-                raise Unreplayable("parameter reached through an untracked path")
-            raise Unreplayable("tensor of unknown origin (created outside the traced code)")
+                raise Unreplayable(f"parameter ({what}) reached through an untracked path")
+            raise Unreplayable(f"tensor ({what}) of unknown origin (created outside the traced code)")
         key = ("src", s[0])
         ph = seg.ph.get(key)
         if ph is None:
@@ -263,6 +282,12 @@ class _GraphMixin:
         if name.endswith("_") and not name.endswith("__") or name in ("__setitem__", "__set__", "copy_"):
             self.has_inplace = True
             seg.inplace = True
+        if target is builtins.getattr and cargs[1] == "data" and isinstance(res, torch.Tensor):
+            # t.data has a version counter of its own: writes through it (or its views) leave
+            # t._version as it was, so they are found by the alias's version instead
+            base = self.data_aliases.get(id(args[0]), (None, args[0]))[1]
+            if id(base) in self.versions:
+                self.data_aliases[id(res)] = (res, base, res._version)
         node = seg.graph.call_function(_fx_target(target), cargs, ckw)
         trace = _user_stack_trace()
         if trace:

@@ -139,6 +139,7 @@ class _GuardMixin:
     arg_tensors: list[str]
     has_inplace: bool
     versions: dict
+    data_aliases: dict
 
     def _tensor_match(self, expr: str, pretty: str, t: torch.Tensor) -> TensorMatch:
         """TensorMatch for `t` as first read, its dispatch keys as the caller's thread state
@@ -170,6 +171,13 @@ class _GuardMixin:
             self.vgroups[key] = (tuple(group), tuple(_dict_version(d) for d in group))
         return key
 
+    def mutated_ids(self) -> set[int]:
+        """The ids of the external tensors the recording wrote to in place (directly, or
+        through `t.data`, whose writes leave `t._version` unchanged)."""
+        out = {vid for vid, (t, ver) in self.versions.items() if t._version != ver}
+        out.update(id(base) for a, base, ver in self.data_aliases.values() if a._version != ver)
+        return out
+
     def final_guards(self) -> None:
         saved, self.ncalls = self.ncalls, 0
         try:
@@ -178,7 +186,7 @@ class _GuardMixin:
             if len(self.arg_tensors) > 1 and self.has_inplace:
                 self.guard(Distinct(tuple(self.arg_tensors),
                                     "tensor arguments are distinct objects (the graph mutates inputs)"))
-            if any(t._version != ver for t, ver in self.versions.values()):
+            if self.mutated_ids():
                 # The recording wrote to a tensor in place: the graph is only right for inputs
                 # sharing storage exactly as the recorded ones did.  Parameters are left out
                 # (weights aliasing an input is not a pattern models use, and a module has

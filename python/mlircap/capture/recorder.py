@@ -3,6 +3,7 @@ side-effect, source, value and guard mixins."""
 from __future__ import annotations
 
 import collections
+import sys
 import types
 from typing import TYPE_CHECKING
 
@@ -73,6 +74,7 @@ class _Recorder(_TracerMixin, _GraphMixin, _SideEffectMixin, _SourceMixin, _Valu
         self.kwnames = {}
         self._unreplayable: str | None = None
         self.unreplayable_loc: str | None = None   # the user's file:line where capture gave up
+        self.return_loc: str | None = None   # the file:line the captured function returned from
         self.breaks: list[tuple[str, str]] = []   # (reason, location), one per place the graphs split
         self.break_events: list[tuple[str, str]] = []   # every break operation (break_limit counts them)
         self.break_limit = getattr(captured, "break_limit", None)
@@ -80,6 +82,8 @@ class _Recorder(_TracerMixin, _GraphMixin, _SideEffectMixin, _SourceMixin, _Valu
         self.stopped = False           # recording stopped: the rest of the call runs untraced
         self.uses_rng = False
         self.versions: dict[int, tuple[torch.Tensor, int]] = {}  # id(t) -> (t, version at first sight)
+        # id(t.data) -> (t.data, t, its version when made), for t an external tensor
+        self.data_aliases: dict[int, tuple[torch.Tensor, torch.Tensor, int]] = {}
         self.vgroups: dict[tuple, tuple[tuple, tuple[int, ...]]] = {}  # group key -> (dicts, versions)
         self.tls0 = (torch._C._dispatch_tls_local_include_set(), torch._C._dispatch_tls_local_exclude_set())
         self.state0 = _GlobalState()
@@ -107,9 +111,22 @@ class _Recorder(_TracerMixin, _GraphMixin, _SideEffectMixin, _SourceMixin, _Valu
         if why and not self._unreplayable:
             self._unreplayable = why
             try:
-                self.unreplayable_loc = _user_location()
+                self.unreplayable_loc = self._give_up_location()
             except Exception:  # pragma: no cover
                 self.unreplayable_loc = "<unknown>"
+
+    def _give_up_location(self) -> str:
+        """The user's file:line where capture gives up: the innermost user frame, and the
+        line of the captured function's own frame that led there when that is another one
+        (a helper, or library code classified as user code, gave up)."""
+        loc = _user_location()
+        f = sys._getframe(1)
+        outer = None
+        while f is not None:
+            if f.f_code is self.code:
+                outer = f"{f.f_code.co_filename}:{f.f_lineno}"
+            f = f.f_back
+        return loc if outer is None or outer == loc else f"{loc} (reached from {outer})"
 
     def _add_break(self, reason: str, loc: str) -> None:
         """Record a graph break (its CallStep was just appended).  Breaks with no graph

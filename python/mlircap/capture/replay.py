@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.fx as fx
 
-from .base import _Miss
-from .steps import CallStep, GraphStep
+from .base import Unreplayable, _Miss
+from .steps import CallStep, GraphStep, Write
 from .guard_kinds import Guard, GuardEnv, _holds
 from .guards import Placed, _ambient, _compile_guard, _merge_guards
 from .graph_compile import _compile_graph, _double_backward_ok
@@ -86,6 +86,15 @@ class _EagerVariant(_Variant):
         return st._call_eager(func, args, log)
 
 
+def _written(rec: _Recorder, w: Write) -> str:
+    """The external location a replayed write stores into, in words (for messages)."""
+    t = next((s[1] for s in rec.src.values() if s[0] == w.target), None) or \
+        next((n for e, n in rec.ext_cells.values() if e == w.target), None) or "external state"
+    if w.kind in ("item", "delitem"):
+        return f"{t}[{w.key!r}]"
+    return f"{t}.{w.key}" if w.kind == "set" and w.key is not None else t
+
+
 def _merge_log(log: list | None, done: list) -> list:
     """The uncapturable-call results known after a failed replay: those it ran (or took
     from `log`), then any further ones an earlier variant had already run."""
@@ -103,17 +112,24 @@ def _rollback(saved: list, rng: torch.Tensor | None) -> None:
 class _GraphVariant(_Variant):
     def __init__(self, rec: _Recorder, result: Any, backend: Callable) -> None:
         rec.memo = {}
-        ret = rec.expr_of(result)
+        try:
+            ret = rec.expr_of(result)
+        except Unreplayable as e:
+            raise Unreplayable(f"{e} (in the value {rec.code.co_name} returns)") from None
         writes = rec.writes()
         rec.keep.append(writes)
-        wexprs = [dataclasses.replace(w, value=rec.expr_of(w.value) if w.kind != "delitem" else None)
-                  for w in writes]
+        wexprs = []
+        for w in writes:
+            try:
+                wexprs.append(dataclasses.replace(w, value=rec.expr_of(w.value) if w.kind != "delitem" else None))
+            except Unreplayable as e:
+                raise Unreplayable(f"{e} (in the value the call leaves in {_written(rec, w)})") from None
         lets = list(rec.lets)
         rec.memo = None
         rec._close_seg()
         # mutated external tensors (for rollback on a mid-replay guard failure)
-        mutated = [rec.src[vid][0] for vid, (t, ver) in rec.versions.items()
-                   if t._version != ver and vid in rec.src]
+        written = rec.mutated_ids()
+        mutated = [rec.src[vid][0] for vid in rec.versions if vid in written and vid in rec.src]
         rec.final_guards()
         super().__init__(rec, [p for p in rec.guards if p.pos == 0])
         compiled = []

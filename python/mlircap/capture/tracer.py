@@ -114,6 +114,8 @@ class _TracerMixin:
                     if h is not None:
                         h(self, frame, ins[1], ins[2])
             elif event == "exception" or event == "return":
+                if event == "return" and frame.f_code is self.code:
+                    self.return_loc = f"{frame.f_code.co_filename}:{frame.f_lineno}"
                 p = self.pending.pop(frame, None)
                 if p is not None and getattr(p, "is_call", False):
                     self.ext_depth -= 1
@@ -337,6 +339,8 @@ class _TracerMixin:
             return
         kind = _call_kind(f)
         so = getattr(f, "__self__", None)
+        if so is None and args and type(f) is types.FunctionType:
+            so = args[0]   # m.parameters() called as a method: f is the function, args[0] is m
         if isinstance(so, torch.nn.Module) and getattr(f, "__name__", "") in _MODULE_WALKERS \
                 and id(so) in self.src:
             # parameters()/modules()/... run in torch code we do not trace: source the whole

@@ -573,3 +573,146 @@ def test_shape_of_data_dependent_result_is_not_a_constant(fn):
                     torch.testing.assert_close(b, a)
                 else:
                     assert a == b
+
+
+# ------------------------------------------------------------------ silent give-ups (bench/modules.py)
+class _SpectralNorm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.utils.spectral_norm(nn.Linear(5, 4))
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class _SGDStep(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Linear(4, 2)
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1, momentum=0.9)
+
+    def forward(self, x):
+        self.opt.zero_grad()
+        loss = self.net(x).square().mean()
+        loss.backward()
+        self.opt.step()
+        return loss.detach()
+
+
+class _AutocastInside(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = self.fc(x)
+        return y.float()
+
+
+@pytest.mark.parametrize("make, x, construct", [
+    (_SpectralNorm, lambda: torch.randn(3, 5), "Tensor.reshape"),
+    (_SGDStep, lambda: torch.randn(6, 4), "Tensor.grad"),
+    (_AutocastInside, lambda: torch.randn(3, 8), "autocast"),
+])
+def test_capture_giving_up_names_the_construct_and_line(make, x, construct):
+    """bench/modules.py spectral_norm_*, sgd_momentum_step, autocast_cpu_bf16 ran eagerly
+    silently: no warning, and explain()'s "Ran eagerly because:" without a location (the
+    reason of a give-up in codegen was lost).  Every give-up warns, naming the construct and
+    the user's file:line, and explain() shows the same reason."""
+    torch.manual_seed(0)
+    ref = make()
+    m = make()
+    m.load_state_dict(ref.state_dict())
+    fast = capture(m, EAGER)
+    with warnings.catch_warnings(record=True) as wl:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            a = x()
+            torch.testing.assert_close(fast(a.clone()), ref(a.clone()))
+    reasons = fast.explain().eager_reasons
+    assert reasons and all(r.strip() for r in reasons), reasons
+    assert any(construct in r and f"{__file__}:" in r for r in reasons), reasons
+    msgs = [str(w.message) for w in wl if "capture gave up on forward" in str(w.message)]
+    assert msgs and any(construct in m and f"{__file__}:" in m for m in msgs), msgs
+    assert all(w.filename == __file__ for w in wl if "capture gave up" in str(w.message))
+    assert "Ran eagerly because:\n  - " in str(fast.explain())
+
+
+def test_parameters_walked_as_a_method_are_tracked():
+    """bench/modules.py momentum_encoder_no_grad: `zip(a.parameters(), b.parameters())` (a
+    method call: the tracer saw the function, the module as its first argument) did not
+    source the parameters, and `p.data` on them gave up.  Writes through `p.data` leave
+    `p._version` unchanged: a failed mid-replay guard (the branch on y.sum()) must still
+    roll them back, or the EMA step runs twice."""
+    x, y = torch.randn(3, 4), torch.randn(3, 4) + 5
+    c = run_program("""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.online = nn.Linear(4, 4)
+        self.target = nn.Linear(4, 4)
+    def forward(self, x):
+        with torch.no_grad():
+            for po, pt in zip(self.online.parameters(), self.target.parameters()):
+                pt.data.mul_(0.9).add_(po.data, alpha=0.1)
+            t = self.target(x)
+        if t.sum() > 0:
+            return self.online(x) * 2, t
+        return self.online(x) - 1, t
+def make():
+    return M()
+""", [(x,), (y,), (-y,), (x,), (y,)])
+    assert c.graph_count >= 2 and not any(v.eager for v in c.variants)
+
+
+def test_foreach_ema_of_parameters_is_captured():
+    """bench/modules.py foreach_ema: torch._foreach_mul_/_add_ on a list of tensors, from
+    `self.model.parameters()`, under no_grad."""
+    c = run_program("""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.model = nn.Linear(4, 4)
+        self.shadow = [p.detach().clone() for p in self.model.parameters()]
+    def forward(self, x):
+        with torch.no_grad():
+            params = [p.detach() for p in self.model.parameters()]
+            torch._foreach_mul_(self.shadow, 0.9)
+            torch._foreach_add_(self.shadow, params, alpha=0.1)
+        return self.model(x), F.linear(x, self.shadow[0], self.shadow[1])
+def make():
+    return M()
+""", [(torch.randn(2, 4),), (torch.randn(2, 4),), (torch.randn(2, 4),)], graphs=1)
+    assert c.stats.replays == 2
+
+
+def test_data_ema_compiled_like_eager():
+    """The momentum-encoder EMA through `p.data` with mlircap's backend: outputs and
+    parameters as eager's over 3 calls."""
+    compile_ = _mlircap_compile()
+    torch.manual_seed(0)
+    ref = nn.ModuleDict({"a": nn.Linear(4, 4), "b": nn.Linear(4, 4)})
+
+    class EMA(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.d = d
+
+        def forward(self, x):
+            with torch.no_grad():
+                for po, pt in zip(self.d["a"].parameters(), self.d["b"].parameters()):
+                    pt.data.mul_(0.99).add_(po.data, alpha=0.01)
+            return self.d["b"](x)
+
+    import copy
+    eager, mine = EMA(ref), EMA(copy.deepcopy(ref))
+    with warnings.catch_warnings(record=True) as wl:
+        warnings.simplefilter("always")
+        fast = compile_(mine)
+        for i in range(3):
+            x = torch.randn(3, 4)
+            torch.testing.assert_close(fast(x), eager(x))
+            for p, q in zip(eager.parameters(), mine.parameters()):
+                torch.testing.assert_close(q, p, rtol=0, atol=1e-6)
+    assert fast.graphs and not [w for w in wl if "capture gave up" in str(w.message)]
