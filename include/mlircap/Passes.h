@@ -27,7 +27,9 @@ namespace mlir::mlircap {
 
 /// Textual pass pipelines (anchored on builtin.module, without the wrapper).
 std::string fusePipeline();
-std::string cpuPipeline();
+/// `fused`: the input already went through fusePipeline (the CPU plan's
+/// kernels): NaN propagation, which must see unfused ops, is not run again.
+std::string cpuPipeline(bool fused = false);
 std::string gpuPipeline(llvm::StringRef chip, llvm::StringRef features);
 std::string gpuKernelPipeline(llvm::StringRef chip, llvm::StringRef features,
                               int64_t numSMs);

@@ -406,7 +406,7 @@ void *mlircap_cpu_plan_compile(const char *ir, int optLevel, char **planOut) {
     else
       func.setPublic();
   }
-  if (failed(session.run(*kernels, mlircap::cpuPipeline())))
+  if (failed(session.run(*kernels, mlircap::cpuPipeline(/*fused=*/true))))
     return nullptr;
   ExecutionEngine *engine = createEngine(session, *kernels, optLevel);
   if (engine)

@@ -27,9 +27,15 @@
 
 namespace mlir::mlircap {
 
+// NaN semantics of single torch ops (clamp/relu/max as cmpf+select): only
+// before fusion, where each payload is one op. After it, a comparison fused
+// with a separate `where` looks the same, and where(x > 0, x, 0) must give 0
+// for NaN, not maximumf's NaN.
+static const char *kPropagateNan = "func.func(mlircap-propagate-nan),";
+
 // Elementwise fusion only (what the CPU path runs).
 static const char *kFuseElementwise =
-    "func.func(mlircap-propagate-nan, mlircap-narrow-library-operands,"
+    "func.func(mlircap-narrow-library-operands,"
     " mlircap-simplify-math,"
     " mlircap-generalize-elementwise,"
     " mlircap-library-init,"
@@ -43,13 +49,13 @@ static const char *kBufferize =
     "canonicalize";
 
 std::string fusePipeline() {
-  return std::string("func.func(mlircap-drop-asserts),") + kFuseElementwise +
-         ",mlircap-form-kernels,canonicalize,cse";
+  return std::string("func.func(mlircap-drop-asserts),") + kPropagateNan +
+         kFuseElementwise + ",mlircap-form-kernels,canonicalize,cse";
 }
 
-std::string cpuPipeline() {
+std::string cpuPipeline(bool fused) {
   return llvm::formatv(
-      "func.func(mlircap-widen-sums),{0},{1},mlircap-emit-c-interface,"
+      "func.func(mlircap-widen-sums),{2}{0},{1},mlircap-emit-c-interface,"
       "buffer-deallocation-pipeline,"
       "func.func(convert-linalg-to-parallel-loops,mlircap-emulate-low-precision,"
       "mlircap-math-approx),mlircap-widen-bool-memrefs,"
@@ -57,7 +63,7 @@ std::string cpuPipeline() {
       "expand-strided-metadata,lower-affine,finalize-memref-to-llvm,"
       "convert-math-to-llvm,convert-math-to-libm,convert-to-llvm,"
       "reconcile-unrealized-casts",
-      kFuseElementwise, kBufferize);
+      kFuseElementwise, kBufferize, fused ? "" : kPropagateNan);
 }
 
 std::string gpuKernelPipeline(llvm::StringRef chip, llvm::StringRef features,

@@ -14,6 +14,7 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/Dialect/X86Vector/X86VectorDialect.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include <limits>
 
 namespace mlir::mlircap {
 #define GEN_PASS_DEF_MLIRCAPMATHAPPROX
@@ -161,6 +162,49 @@ struct SinCos : OpRewritePattern<OpTy> {
   }
 };
 
+/// atan2 of f32 with the special values of IEEE/libm that upstream's
+/// polynomial gets wrong: +-0/+-0 (NaN there; 0 or pi), +-inf/+-inf (NaN;
+/// pi/4 or 3pi/4), and the sign of the result, which is always y's (it gave
+/// +pi for atan2(-0, -1) and atan2(-1, -inf)). The approximation itself stays
+/// (a new math.atan2, approximated by the upstream patterns afterwards).
+void fixAtan2SpecialValues(math::Atan2Op op) {
+  Type type = op.getType();
+  auto vt = dyn_cast<VectorType>(type);
+  if (!getElementTypeOrSelf(type).isF32() || (vt && vt.isScalable()))
+    return;
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  auto cst = [&](float v) -> Value {
+    TypedAttr a = b.getF32FloatAttr(v);
+    if (vt)
+      return arith::ConstantOp::create(b, loc, DenseElementsAttr::get(vt, a));
+    return arith::ConstantOp::create(b, loc, a);
+  };
+  Type i32 = vt ? (Type)VectorType::get(vt.getShape(), b.getI32Type()) : b.getI32Type();
+  Value y = op.getLhs(), x = op.getRhs();
+  Value core = math::Atan2Op::create(b, loc, y, x);
+  Value ax = math::AbsFOp::create(b, loc, x), ay = math::AbsFOp::create(b, loc, y);
+  Value zero = cst(0.0f), inf = cst(std::numeric_limits<float>::infinity());
+  using P = arith::CmpFPredicate;
+  auto both = [&](P p, Value c) {
+    return arith::AndIOp::create(b, loc, arith::CmpFOp::create(b, loc, p, ax, c),
+                                 arith::CmpFOp::create(b, loc, p, ay, c));
+  };
+  Value xNeg = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
+                                     arith::BitcastOp::create(b, loc, i32, x),
+                                     arith::ConstantOp::create(
+                                         b, loc, vt ? (TypedAttr)DenseElementsAttr::get(cast<ShapedType>(i32), b.getI32IntegerAttr(0)) : (TypedAttr)b.getI32IntegerAttr(0)));
+  const float pi = 3.14159265358979f;
+  Value r = arith::SelectOp::create(b, loc, both(P::OEQ, inf),
+                                    arith::SelectOp::create(b, loc, xNeg, cst(0.75f * pi), cst(0.25f * pi)),
+                                    core);
+  r = arith::SelectOp::create(b, loc, both(P::OEQ, zero),
+                              arith::SelectOp::create(b, loc, xNeg, cst(pi), zero), r);
+  r = math::CopySignOp::create(b, loc, math::AbsFOp::create(b, loc, r), y);
+  op.replaceAllUsesWith(r);
+  op.erase();
+}
+
 struct MathApprox : impl::MlircapMathApproxBase<MathApprox> {
   void runOnOperation() override {
     // sin/cos first: upstream's approximations of them are only accurate
@@ -169,6 +213,7 @@ struct MathApprox : impl::MlircapMathApproxBase<MathApprox> {
     trig.add<SinCos<false, math::SinOp>, SinCos<true, math::CosOp>>(&getContext());
     if (failed(applyPatternsGreedily(getOperation(), std::move(trig))))
       return signalPassFailure();
+    getOperation().walk([](math::Atan2Op op) { fixAtan2SpecialValues(op); });
     RewritePatternSet patterns(&getContext());
     populateMathPolynomialApproximationPatterns(patterns);
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))

@@ -51,6 +51,8 @@ def _build_table() -> dict:
     table.update(get_decompositions([aten.native_batch_norm, aten._native_batch_norm_legit_no_training]))
     table[aten.cumsum.default] = _cumsum_as_masked_sum
     table[aten.gelu.default] = _gelu_tanh_decomposed(table.get(aten.gelu.default))
+    for op in (aten.div.Tensor_mode, aten.div.Scalar_mode, aten.floor_divide.default, aten.floor_divide.Scalar):
+        table[op] = _floor_division_like_eager(op, table.get(op))
     for op in (aten.argmax.default, aten.argmin.default, aten.max.dim, aten.min.dim):
         table[op] = _first_nan_index(op, table.get(op))
     for op, nd in ((aten.max_pool2d_with_indices.default, 2), (aten.max_pool3d_with_indices.default, 3)):
@@ -142,6 +144,28 @@ def _pool_index_of_last_nan(op, nd, fallback):
         finally:
             _NAN_INDEX.active = False
         return values, torch.where(last > 0, at, indices)
+
+    return decomposition
+
+
+def _floor_division_like_eager(op, fallback):
+    """Floating floor division as eager's kernel computes it (c10::div_floor_floating):
+    from fmod, so that inf // 0.7 is NaN (fmod(inf, b) is NaN) and the quotient is
+    the exact one's floor, rounded to nearest; torch-mlir's floor(a / b) gave inf."""
+
+    def decomposition(a, b, *args, **kwargs):
+        mode = kwargs.get("rounding_mode", args[0] if args else "floor")
+        x = a if isinstance(a, torch.Tensor) else None
+        if mode != "floor" or x is None or not x.is_floating_point() or isinstance(b, torch.Tensor) and (
+                not b.is_floating_point() or b.dtype != x.dtype):
+            return NotImplemented if fallback is None else fallback(a, b, *args, **kwargs)
+        mod = torch.fmod(a, b)
+        div = (a - mod) / b
+        div = torch.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+        floordiv = torch.floor(div)
+        floordiv = torch.where(div - floordiv > 0.5, floordiv + 1, floordiv)
+        floordiv = torch.where(div != 0, floordiv, torch.copysign(torch.zeros_like(div), a / b))
+        return torch.where(b == 0, a / b, floordiv)
 
     return decomposition
 

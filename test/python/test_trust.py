@@ -868,3 +868,37 @@ def test_probe_reaches_the_failing_op_after_many_pointwise_ops():
             _same(fast(x), f(x))
     assert _compiled_graphs_ran(fast), [g.fallback_reason for g in fast.graphs]
     assert any("aten.diagonal_scatter" in str(w.message) for w in caught), [str(w.message) for w in caught]
+
+
+def test_where_of_a_comparison_keeps_nan_semantics_after_fusion():
+    # The CPU plan's kernels ran NaN propagation again after fusion, where
+    # where(x > 0, x, 0) (a comparison fused into a select) looks like relu and
+    # became maximumf: NaN instead of eager's 0.
+    x = torch.tensor([1.0, float("nan"), -1.0, 0.0, float("inf")])
+    same = dict(exact=False, atol=0, rtol=0, equal_nan=True)
+    _compiled_matches_eager(lambda x: torch.where(x > 0, x, 0.0) * 2, x, **same)
+    _compiled_matches_eager(lambda x: torch.where(x < 1, 1.0, x) + 1, x, **same)
+    _compiled_matches_eager(lambda x: torch.relu(x) + x.clamp(0, 1), x, **same)
+
+
+def test_atan2_special_values_like_eager():
+    # The polynomial atan2 gave NaN for +-0/+-0 and +-inf/+-inf and +pi for atan2(-0, -1).
+    import itertools
+    v = [0.0, -0.0, 1.0, -1.0, float("inf"), -float("inf"), float("nan"), 1e-30, 3.0]
+    y, x = (torch.tensor(c) for c in zip(*itertools.product(v, v)))
+    _compiled_matches_eager(lambda y, x: torch.atan2(y * 1, x * 1), y, x, exact=False, atol=1e-6, rtol=1e-6, equal_nan=True)
+    got = mlircap.compile(lambda y, x: torch.atan2(y * 1, x * 1))
+    got(y, x)
+    r, want = got(y, x), torch.atan2(y, x)
+    num = ~want.isnan()
+    assert torch.equal(torch.signbit(r[num]), torch.signbit(want[num]))   # atan2(-0, x) is -0 or -pi
+
+
+def test_float_floor_division_like_eager():
+    # torch-mlir computed floor(a / b): inf // 0.7 gave inf (eager NaN, from fmod).
+    inf, nan = float("inf"), float("nan")
+    a = torch.tensor([inf, -inf, 1.0, -3.375, 7.0, -7.0, 0.0, -0.0, 5.0, nan, 1e30, 2.5])
+    b = torch.tensor([0.7, 0.7, 0.0, -0.0066223, 2.0, 2.0, 3.0, 3.0, -0.0, 1.0, 3e-30, -0.5])
+    same = dict(exact=False, atol=0, rtol=0, equal_nan=True)
+    _compiled_matches_eager(lambda a, b: torch.div(a * 1, b, rounding_mode="floor"), a, b, **same)
+    _compiled_matches_eager(lambda a, b: torch.floor_divide(a * 1, b) + 0, a, b, **same)
