@@ -190,10 +190,10 @@ void fixAtan2SpecialValues(math::Atan2Op op) {
     return arith::AndIOp::create(b, loc, arith::CmpFOp::create(b, loc, p, ax, c),
                                  arith::CmpFOp::create(b, loc, p, ay, c));
   };
-  Value xNeg = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
-                                     arith::BitcastOp::create(b, loc, i32, x),
-                                     arith::ConstantOp::create(
-                                         b, loc, vt ? (TypedAttr)DenseElementsAttr::get(cast<ShapedType>(i32), b.getI32IntegerAttr(0)) : (TypedAttr)b.getI32IntegerAttr(0)));
+  // x's sign bit (-0 counts as negative)
+  Value xNeg = arith::CmpIOp::create(
+      b, loc, arith::CmpIPredicate::slt, arith::BitcastOp::create(b, loc, i32, x),
+      arith::ConstantOp::create(b, loc, cast<TypedAttr>(b.getZeroAttr(i32))));
   const float pi = 3.14159265358979f;
   Value r = arith::SelectOp::create(b, loc, both(P::OEQ, inf),
                                     arith::SelectOp::create(b, loc, xNeg, cst(0.75f * pi), cst(0.25f * pi)),

@@ -117,13 +117,21 @@ SUPPORTED_DTYPES = {torch.float32, torch.float16, torch.bfloat16, torch.float64,
                     torch.int16, torch.int8, torch.bool}
 
 
+def _exact_dtypes(name: str, kwargs) -> tuple[torch.dtype, ...] | None:
+    """EAGER_NUMERICS' entry for op `name` called with `kwargs` (div only with a
+    rounding_mode), or None."""
+    if name == "aten::div" and kwargs.get("rounding_mode") is None:
+        return None
+    return EAGER_NUMERICS.get(name)
+
+
 def eager_numerics(target, args, kwargs) -> bool:
     """`target(*args, **kwargs)` must run through torch to give eager's values
     (EAGER_NUMERICS): its result's dtype is the dtype= argument of a factory,
     else its input's."""
     name = op_name(target)
-    exact = EAGER_NUMERICS.get(name)
-    if exact is None or (name == "aten::div" and kwargs.get("rounding_mode") is None):
+    exact = _exact_dtypes(name, kwargs)
+    if exact is None:
         return False
     if name in _FACTORIES or not args or not isinstance(args[0], torch.Tensor):
         dtype = kwargs.get("dtype") or torch.get_default_dtype()
@@ -154,13 +162,11 @@ def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
         return "library"
     out = node.meta.get("val")
     first = next(iter(_leaves(out, torch.Tensor)), None)
-    if name in EAGER_NUMERICS and first is not None and first.dtype not in EAGER_NUMERICS[name] \
-            and (name != "aten::div" or node.kwargs.get("rounding_mode") is not None):
+    exact = _exact_dtypes(name, node.kwargs)
+    if exact is not None and first is not None and first.dtype not in exact:
         return "numerics"   # kept whole by frontend.decomposition_table: eager_numerics
-    if name in _LOWERS_ONLY:
-        x = next(iter(_leaves(node.meta.get("val"), torch.Tensor)), None)
-        if x is not None and x.dtype not in _LOWERS_ONLY[name]:
-            return f"dtype {str(x.dtype).replace('torch.', '')} (torch-mlir's lowering crashes)"
+    if name in _LOWERS_ONLY and first is not None and first.dtype not in _LOWERS_ONLY[name]:
+        return f"dtype {str(first.dtype).replace('torch.', '')} (torch-mlir's lowering crashes)"
     for pos in _INDEX_ARGS.get(name, ()):
         if pos < len(node.args) and any(n in from_input for n in _leaves(node.args[pos], fx.Node)):
             return "index"
