@@ -479,7 +479,9 @@ def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Optio
         _report_unsupported(gm, parts, forced, options)
         from .partition import PartitionedGraph
 
-        return PartitionedGraph(gm, steps)
+        pg = PartitionedGraph(gm, steps)
+        _capture_whole_on_cuda(pg, compiled, parts, example_inputs)
+        return pg
     # Unsupported ops keep appearing: run the whole graph eagerly.
     graph = CompiledGraph(name=f"graph{_next_id()}", gm=gm, strict=options.strict)
     graph.executable = gm
@@ -488,6 +490,23 @@ def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Optio
         registry.append(graph)
     warnings.warn(f"mlircap: running {graph.name} eagerly. {graph.fallback_reason}", stacklevel=2)
     return graph
+
+
+def _capture_whole_on_cuda(pg, compiled: list[CompiledGraph], parts, example_inputs) -> None:
+    """On CUDA a partitioned graph whose islands draw no random numbers runs as
+    one CUDA graph (runtime.cuda.WholeGraph): its compiled parts and islands
+    (fused attention, index ops) replay together."""
+    if not config.env_flag("MLIRCAP_CUDA_GRAPHS") or any(
+            r == "random" for p in parts if p.eager for r in p.reasons.values()):
+        return
+    vals = [v for v in example_inputs if isinstance(v, torch.Tensor)]
+    if not vals or len(vals) != len(example_inputs) or not all(v.is_cuda for v in vals):
+        return
+    from .runtime.cuda import GpuExecutable, WholeGraph
+
+    exes = [g.executable for g in compiled]
+    if all(isinstance(e, GpuExecutable) for e in exes):
+        pg.whole = WholeGraph(pg.run_parts, exes)
 
 
 def _node_loc(node: torch.fx.Node) -> str:
@@ -525,14 +544,16 @@ class _EagerIsland:
     """Ops of a compiled graph that run through torch (see partition.py).
 
     Its inputs get the strides they have in eager execution: compiled parts return
-    contiguous tensors where eager has views (a permute, a transpose), and torch's
-    kernels follow the input's layout: `native_dropout` and the other random ops fill
-    a mask laid out like their input in memory order, so a contiguous input drops
-    other elements than eager's permuted one under the same seed."""
+    contiguous tensors where eager has views (a permute, a slice of a padded
+    tensor, an expand), and torch's kernels depend on the layout: `native_dropout`
+    and the other random ops fill a mask laid out like their input in memory
+    order, so a contiguous input drops other elements than eager's permuted one
+    under the same seed; memory-efficient attention requires the mask's strides
+    aligned, which eager gets by padding the mask and slicing it back."""
 
     def __init__(self, gm: torch.fx.GraphModule, reasons: dict[str, str], examples: list | None = None):
         self.gm, self.reasons = gm, reasons
-        self.layouts = [_dense_layout(v) for v in examples or ()]
+        self.layouts = [_eager_layout(v) for v in examples or ()]
         if not any(self.layouts):
             self.layouts = None
 
@@ -542,20 +563,39 @@ class _EagerIsland:
         return self.gm(*args)
 
 
-def _dense_layout(v) -> tuple | None:
-    """(shape, strides) of an example value whose strides are not the contiguous ones
-    and that covers its storage densely (a permutation of dims), else None."""
-    from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
-
-    if not isinstance(v, torch.Tensor) or v.is_contiguous() or not is_non_overlapping_and_dense(v):
+def _eager_layout(v) -> tuple | None:
+    """(shape, strides) of an example tensor whose strides are not the contiguous ones, else None."""
+    if not isinstance(v, torch.Tensor) or v.is_contiguous() or v.layout != torch.strided:
         return None
     return tuple(v.shape), tuple(v.stride())
 
 
 def _restride(t, layout):
+    """`t`'s values laid out with `layout`'s strides: dims of stride 0 are
+    expanded from one slice, the rest is copied into a buffer with those
+    strides (padding included). A layout whose elements overlap otherwise (an
+    unfold's windows) cannot be written: `t` is returned as it is."""
     if not isinstance(t, torch.Tensor) or tuple(t.shape) != layout[0] or tuple(t.stride()) == layout[1]:
         return t
-    return torch.empty_strided(layout[0], layout[1], dtype=t.dtype, device=t.device).copy_(t)
+    shape, strides = layout
+    expanded = [i for i, (n, s) in enumerate(zip(shape, strides)) if s == 0 and n > 1]
+    if expanded:
+        one = t[tuple(slice(0, 1) if i in expanded else slice(None) for i in range(len(shape)))]
+        return _restride(one, (tuple(one.shape), strides)).expand(shape)
+    if not _non_overlapping(shape, strides):
+        return t
+    return torch.empty_strided(shape, strides, dtype=t.dtype, device=t.device).copy_(t)
+
+
+def _non_overlapping(shape, strides) -> bool:
+    """No two elements of the layout share memory: dims by increasing stride,
+    each stride at least the extent of the dims inside it."""
+    extent = 1
+    for s, n in sorted((s, n) for n, s in zip(shape, strides) if n > 1):
+        if s < extent:
+            return False
+        extent = s * n
+    return True
 
 
 def _dump(graph: CompiledGraph) -> None:

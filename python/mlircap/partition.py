@@ -150,7 +150,22 @@ def _reshapes_empty(node: fx.Node, name: str, ins: list, vals: list) -> bool:
 
 
 def is_random(node: fx.Node) -> bool:
-    return node.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+    """`node` draws from torch's generator. The fused attention kernels are
+    tagged random for their dropout: without it they are deterministic."""
+    if node.op != "call_function" or torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
+        return False
+    return op_name(node.target) not in _LIBRARY_OPS or _argument(node, "dropout_p", 0.0) != 0
+
+
+def _argument(node: fx.Node, name: str, default):
+    """The value of the argument called `name` of the call `node`."""
+    schema = getattr(node.target, "_schema", None)
+    for i, a in enumerate(schema.arguments if schema is not None else ()):
+        if a.name == name:
+            if i < len(node.args) and not a.kwarg_only:
+                return node.args[i]
+            return node.kwargs.get(name, default)
+    return default
 
 
 def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
@@ -338,8 +353,14 @@ class PartitionedGraph:
             free = [s for s, last in last_use.items() if last == k and s not in keep and s >= self.n_inputs]
             self.steps.append((fn, [slots[n] for n in ins], [slots[n] for n in outs_k], free))
         self.n_slots = len(slots)
+        self.whole = None   # runtime.cuda.WholeGraph running it as one CUDA graph, if set
 
     def __call__(self, *args):
+        if self.whole is not None and self.whole.active:
+            return self.whole(*args)
+        return self.run_parts(*args)
+
+    def run_parts(self, *args):
         env = list(args) + [None] * (self.n_slots - len(args))
         for fn, ins, outs, free in self.steps:
             res = fn(*[env[i] for i in ins])

@@ -902,3 +902,45 @@ def test_float_floor_division_like_eager():
     same = dict(exact=False, atol=0, rtol=0, equal_nan=True)
     _compiled_matches_eager(lambda a, b: torch.div(a * 1, b, rounding_mode="floor"), a, b, **same)
     _compiled_matches_eager(lambda a, b: torch.floor_divide(a * 1, b) + 0, a, b, **same)
+
+
+def test_fused_attention_is_random_only_with_dropout():
+    # The fused attention kernels are tagged nondeterministic_seeded for their
+    # dropout: without it they are library steps, not random islands that pin
+    # program order (and keep a split graph out of one CUDA graph).
+    import torch.fx as fx
+
+    from mlircap.partition import _eager_reason, is_random
+
+    aten = torch.ops.aten
+    for p, want in ((0.0, "library"), (0.1, "random")):
+        g = fx.Graph()
+        q, k, v = (g.placeholder(n) for n in "qkv")
+        flash = g.call_function(aten._scaled_dot_product_flash_attention.default, (q, k, v, p))
+        eff = g.call_function(aten._scaled_dot_product_efficient_attention.default, (q, k, v, None, False),
+                              {"dropout_p": p})
+        eff_default = g.call_function(aten._scaled_dot_product_efficient_attention.default, (q, k, v, None, False))
+        assert [_eager_reason(n, {q, k, v}) for n in (flash, eff)] == [want, want]
+        assert is_random(flash) == (p != 0) and not is_random(eff_default)
+    g = fx.Graph()
+    x = g.placeholder("x")
+    assert is_random(g.call_function(aten.rand_like.default, (x,)))
+
+
+def test_island_inputs_get_eagers_strides():
+    # Memory-efficient attention on CUDA requires its mask's strides aligned: eager
+    # pads the mask and slices it back, while the compiled part that computes the
+    # mask returns it contiguous. Islands' inputs get the traced layout back.
+    from mlircap.backend import _eager_layout, _restride
+
+    x = torch.randn(2, 1, 197, 197)
+    cases = [torch.nn.functional.pad(x, (0, 11))[..., :197],          # padded rows
+             torch.randn(2, 1, 5, 5).expand(2, 4, 5, 5),              # broadcast dim
+             torch.randn(3, 4, 5).permute(2, 0, 1)]                   # permuted
+    for ref in cases:
+        got = _restride(ref.contiguous(), _eager_layout(ref))
+        assert got.stride() == ref.stride() and torch.equal(got, ref)
+    windows = torch.randn(10).unfold(0, 4, 2)   # overlapping: cannot be written, left contiguous
+    got = _restride(windows.contiguous(), _eager_layout(windows))
+    assert got.is_contiguous() and torch.equal(got, windows)
+    assert _eager_layout(torch.randn(3, 4)) is None

@@ -342,3 +342,109 @@ class GpuExecutable(PlanExecutor):
                             f"fresh outputs each call), {self.n_kernels} kernels, "
                             f"{self.n_library} library calls, "
                             f"{len(static)} static / {len(dynamic)} copied inputs")
+
+
+class WholeGraph:
+    """A graph split into compiled parts and eager islands (partition.py) run on
+    CUDA as one CUDA graph: the parts' plans and the islands' torch calls (fused
+    attention, index ops) are captured together on the second call and replayed,
+    instead of one graph replay per part with the islands launched from Python
+    in between.
+
+    `run(*args) -> outputs` runs the parts; `executables` are the compiled
+    parts' GpuExecutables, which stop capturing graphs of their own (a capture
+    cannot nest). Inputs that keep their address between the first two calls
+    (parameters, buffers) are used in place, the others are copied into static
+    buffers, and outputs are cloned out of the graph's memory after each
+    replay. Anything that cannot be captured (a host synchronization, a CPU
+    tensor in an island) leaves the graph running part by part, as before."""
+
+    def __init__(self, run, executables: list):
+        self.run = run
+        self.executables = executables
+        for e in executables:
+            e.use_graphs = False
+        self.active = True
+        self._calls = 0
+        self._captures = 0
+        self._graph = None
+        self._unstable: set[int] = set()
+
+    def _disable(self, why: str):
+        logs.log("kernels", f"whole-graph CUDA graph off ({why}): parts replay their own graphs")
+        self.active, self._graph = False, None
+        for e in self.executables:
+            e.use_graphs = config.env_flag("MLIRCAP_CUDA_GRAPHS")
+
+    def __call__(self, *args):
+        if not self.active:
+            return self.run(*args)
+        self._calls += 1
+        if self._graph is not None:
+            if self._static_match(args):
+                return self._replay(args)
+            self._unstable.update(i for i, p, d in self._static_inputs
+                                  if args[i].data_ptr() != p or args[i].dtype is not d)
+        if not all(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+            self._disable("an input is not a CUDA tensor")
+            return self.run(*args)
+        if self._calls == 1:
+            self._first_ptrs = [a.data_ptr() for a in args]
+            return self.run(*args)
+        self._captures += 1
+        if self._captures > 3:
+            self._disable("inputs keep moving")
+            return self.run(*args)
+        try:
+            self._capture(args)
+        except Exception as e:  # noqa: BLE001 - an uncapturable graph runs part by part
+            self._disable(f"{type(e).__name__}: {str(e).strip()[:200]}")
+            return self.run(*args)
+        return self._replay(args)
+
+    def _static_match(self, args) -> bool:
+        sel = list(map(args.__getitem__, self._static_idx))
+        return list(map(_data_ptr, sel)) == self._static_ptrs and list(map(_dtype_of, sel)) == self._static_dtypes
+
+    def _capture(self, args):
+        static, dynamic, graph_ins = [], [], []
+        for i, x in enumerate(args):
+            if x.data_ptr() == self._first_ptrs[i] and i not in self._unstable:
+                static.append(i)
+                graph_ins.append(x)
+            else:
+                buf = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+                buf.copy_(x)
+                dynamic.append((i, buf))
+                graph_ins.append(buf)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):          # warm-up outside capture (library workspaces)
+            self.run(*graph_ins)
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = self.run(*graph_ins)
+        self._single = not isinstance(out, (list, tuple))
+        outs = [out] if self._single else list(out)
+        # An output that is a static input is returned as it is; graph memory is cloned.
+        ins_by_id = {id(x): x for i, x in enumerate(graph_ins) if i in static}
+        self._outs = [(o, isinstance(o, torch.Tensor) and id(o) not in ins_by_id) for o in outs]
+        self._graph, self._dynamic = g, dynamic
+        self._static_inputs = [(i, args[i].data_ptr(), args[i].dtype) for i in static]
+        self._static_idx = list(static)
+        self._static_ptrs = [args[i].data_ptr() for i in static]
+        self._static_dtypes = [args[i].dtype for i in static]
+        logs.log("kernels", f"captured the partitioned graph as one CUDA graph: {len(static)} static / "
+                            f"{len(dynamic)} copied inputs, {len(outs)} outputs")
+
+    def _replay(self, args):
+        for i, buf in self._dynamic:
+            x = args[i]
+            if x.shape != buf.shape or x.stride() != buf.stride() or x.dtype != buf.dtype:
+                return self.run(*args)   # not what was captured (guards make this rare)
+        for i, buf in self._dynamic:
+            buf.copy_(args[i])
+        self._graph.replay()
+        res = [o.clone() if fresh else o for o, fresh in self._outs]
+        return res[0] if self._single else res

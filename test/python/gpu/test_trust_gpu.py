@@ -101,3 +101,35 @@ def test_bad_chip_is_a_fallback_not_an_abort():
         for _ in range(2):
             torch.testing.assert_close(fast(x), f(x))
     assert fast.graphs[0].fallback_reason
+
+
+def test_masked_attention_is_a_library_step_and_the_split_graph_one_cuda_graph(capsys):
+    # Attention with an explicit mask (transformers builds one while compiling)
+    # was decomposed into matmul + softmax + matmul: now torch's fused kernel runs
+    # as a library step, and the graph split around it replays as one CUDA graph.
+    from mlircap import logs
+
+    def f(q, k, v, mask, w):
+        a = torch.nn.functional.scaled_dot_product_attention(q.relu(), k, v, attn_mask=mask)
+        return (a * w).sum(-1) + 1, a.transpose(1, 2).reshape(2, 197, -1) @ torch.ones(256, 8, device="cuda",
+                                                                                      dtype=a.dtype)
+
+    logs.set_logs("kernels", "fallback")
+    try:
+        for dtype in (torch.float32, torch.bfloat16):
+            w = torch.randn(64, device="cuda", dtype=dtype)
+            fast = mlircap.compile(f)
+            for call in range(5):   # record, compiled, capture, replays; fresh inputs each call
+                q, k, v = (torch.randn(2, 4, 197, 64, device="cuda", dtype=dtype) for _ in range(3))
+                mask = torch.randn(2, 1, 197, 197, device="cuda", dtype=dtype)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")   # no fallback of any kind
+                    want, got = f(q, k, v, mask, w), fast(q, k, v, mask, w)
+                for a, b in zip(got, want):
+                    torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
+            assert _compiled(fast), [g.fallback_reason for g in fast.graphs]
+    finally:
+        logs.set_logs()
+    err = capsys.readouterr().err
+    assert "attention" in err and ": library" in err, err[-3000:]
+    assert err.count("captured the partitioned graph as one CUDA graph") == 2, err[-3000:]
