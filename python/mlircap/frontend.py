@@ -70,15 +70,21 @@ def _build_table() -> dict:
 
 
 def _attention_fused_on_cuda(fallback):
-    """scaled_dot_product_attention on CUDA is not decomposed: torch's own choice
-    of kernel runs as the graph is traced (flash, memory-efficient or cuDNN
-    attention, with or without a mask; the math variant where none applies), and
-    the fused kernels become library steps (partition._LIBRARY_OPS). torch-mlir's
-    table decomposed it into matmul + softmax + matmul always, which on the GPU
-    materializes the [batch, heads, seq, seq] scores. On the CPU the math
-    decomposition compiles and fuses."""
+    """scaled_dot_product_attention on CUDA is not decomposed: inference graphs
+    record it as one library op (attention.py: at run time torch picks the kernel
+    eager picks); otherwise torch's own kernel choice runs as the graph is traced
+    (flash, memory-efficient or cuDNN attention, masks included; the math variant
+    where none applies), and the fused kernels are library steps
+    (partition._LIBRARY_OPS). torch-mlir's table decomposed it into matmul +
+    softmax + matmul always, which on the GPU materializes the [batch, heads,
+    seq, seq] scores. On the CPU the math decomposition compiles and fuses."""
     def decomposition(query, *args, **kwargs):
-        if query.device.type == "cuda" or fallback is None:
+        if query.device.type == "cuda":
+            from .attention import as_library_op
+
+            out = as_library_op(query, *args, **kwargs)
+            return NotImplemented if out is None else out
+        if fallback is None:
             return NotImplemented
         return fallback(query, *args, **kwargs)
 
