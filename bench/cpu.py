@@ -1,10 +1,22 @@
 """CPU benchmark: eager vs mlircap vs torch.compile (inductor), side by side in one run.
 
     python bench/cpu.py [--models elementwise,mlp,...] [--no-inductor] [--threads N]
+    python bench/cpu.py --overhead [--calls 5000]
+    python bench/cpu.py --compile-times [--models mlp,bert]
 
 Per model: latency (median ms), speedup over eager, cold compile time (first
 call, seconds: for mlircap capture + compile; inductor with its caches off),
 and mlircap's max |diff| against eager on a compiled call.
+
+--overhead: per-call host time of tiny graphs (x + 1 on 8 floats; a 3-kernel
+graph), median microseconds of single calls, eager and compiled interleaved in
+one process: the compiled function (guards + graph), the graph's executable
+alone, and eager.
+
+--compile-times: the first call of each model (capture + compile + one run)
+and the compile stages summed over its graphs, in seconds. Run it twice in
+fresh processes with one MLIRCAP_CACHE_DIR to compare a cold CPU compile cache
+with a warm one (MLIRCAP_CPU_CACHE=0: no cache).
 """
 import argparse
 import os
@@ -23,15 +35,92 @@ from mlircap import models  # noqa: E402
 from mlircap.benchutil import geomean, latency_ms, max_err, timed_first_call  # noqa: E402
 
 
+def _overhead_cases():
+    def add_one(x):
+        return x + 1
+
+    def three_kernels(x):   # column sum, then a sum of its exp, then a scale: 3 kernels
+        return (x.sum(0) + 1).exp().sum() * x
+
+    return [("x + 1", add_one, (torch.randn(8),)), ("3 kernels", three_kernels, (torch.randn(4, 8),))]
+
+
+def _median_us(fns, args, calls):
+    """Median µs of single calls of each fn, run round-robin in blocks of 100 so
+    load changes hit every fn alike."""
+    import statistics
+    import time
+
+    samples = [[] for _ in fns]
+    clock = time.perf_counter_ns
+    with torch.no_grad():
+        for _ in range(calls // 100):
+            for fn, out in zip(fns, samples):
+                for _ in range(100):
+                    t0 = clock()
+                    fn(*args)
+                    out.append(clock() - t0)
+    return [statistics.median(s) / 1e3 for s in samples]
+
+
+def overhead(calls):
+    print(f"per-call time, median of {calls} single calls (µs), {torch.get_num_threads()} threads")
+    print(f"{'graph':<10} {'kernels':>7} {'eager':>8} {'compiled fn':>12} {'executable':>11} {'fn/eager':>9}")
+    for name, fn, args in _overhead_cases():
+        fast = mlircap.compile(fn)
+        with torch.no_grad():
+            fast(*args)
+            fast(*args)
+        (graph,) = fast.graphs
+        exe = graph.executable
+        assert not graph.fallback_reason, graph.fallback_reason
+        eager_us, fn_us, exe_us = _median_us([fn, fast, exe], args, calls)
+        print(f"{name:<10} {getattr(exe, 'n_kernels', '?'):>7} {eager_us:>8.2f} {fn_us:>12.2f} {exe_us:>11.2f}"
+              f" {fn_us / eager_us:>8.2f}x", flush=True)
+
+
+def compile_times(names):
+    import time
+
+    print(f"CPU compile cache {'on' if mlircap.config.env_flag('MLIRCAP_CPU_CACHE') else 'off'}, "
+          f"{mlircap.config.cache_dir()}")
+    for name in names:
+        m, args = models.build(name)
+        fast = mlircap.compile(m)
+        t0 = time.perf_counter()
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fast(*args)
+        first = time.perf_counter() - t0
+        stages = {}
+        for g in fast.graphs:
+            for stage, sec in g.times.items():
+                key = stage.split(": ", 1)[-1]
+                stages[key] = stages.get(key, 0.0) + sec
+        hits = [getattr(g.executable, "cache_hit", None) for g in fast.graphs]
+        print(f"{name:<8} first call {first:6.2f} s, {len(fast.graphs)} graphs, cache hits {hits}")
+        for stage, sec in stages.items():
+            print(f"    {stage:<45} {sec:6.2f} s")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--models", default=",".join(models.NAMES))
     ap.add_argument("--no-inductor", action="store_true")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch.set_num_threads(N) first (mlircap's kernels follow it); 0: torch's default")
+    ap.add_argument("--overhead", action="store_true", help="per-call host time of tiny graphs instead")
+    ap.add_argument("--calls", type=int, default=5000)
+    ap.add_argument("--compile-times", action="store_true", help="cold/warm compile times instead")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
+    if a.overhead:
+        overhead(a.calls)
+        return
+    if a.compile_times:
+        compile_times(a.models.split(","))
+        return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, small model configs (tests' sizes)")
     hdr = f"{'model':<12} {'eager ms':>9} {'mlircap ms':>11} {'x eager':>8} {'compile s':>10} {'max|diff|':>10}"
     if not a.no_inductor:

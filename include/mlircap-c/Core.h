@@ -10,6 +10,7 @@
 #ifndef MLIRCAP_C_CORE_H
 #define MLIRCAP_C_CORE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #if defined(MLIRCAP_BUILDING_CORE)
@@ -24,6 +25,14 @@ extern "C" {
 
 /* "mlircap <version> (LLVM <version>)". Static storage. */
 MLIRCAP_EXPORT const char *mlircap_version(void);
+
+/* What identifies the code of this library: its GNU build ID (hex), or when
+ * it has none its path, size and modification time. Compile caches key on it
+ * so that a rebuilt compiler never loads code an older one produced. */
+MLIRCAP_EXPORT const char *mlircap_build_id(void);
+
+/* "<triple> <cpu> <sorted features>" of this host: the target of the CPU JIT. */
+MLIRCAP_EXPORT const char *mlircap_cpu_target(void);
 
 /* Diagnostics of the last failed call on this thread ("" if none). */
 MLIRCAP_EXPORT const char *mlircap_last_error(void);
@@ -89,8 +98,9 @@ MLIRCAP_EXPORT char *mlircap_gpu_compile(const char *linalg_ir,
                                          const char *features);
 
 /* CPU JIT. `ir` is linalg-on-tensors; it is lowered with mlircap-cpu-pipeline
- * (results become trailing out-parameters) and compiled with ORC at -O3.
- * Returns an engine handle or NULL. */
+ * (results become trailing out-parameters), optimized at -O`opt_level` and
+ * compiled to one object file for this host (mlircap_cpu_target), which ORC
+ * links into the process. Returns an engine handle or NULL. */
 MLIRCAP_EXPORT void *mlircap_cpu_compile(const char *ir, int opt_level);
 
 /* CPU launch plan: kernels formed as for the GPU (mlircap-fuse), each
@@ -100,6 +110,16 @@ MLIRCAP_EXPORT void *mlircap_cpu_compile(const char *ir, int opt_level);
  * mlircap_gpu_compile, "ptx" empty) in *plan_out (free with mlircap_free). */
 MLIRCAP_EXPORT void *mlircap_cpu_plan_compile(const char *ir, int opt_level,
                                               char **plan_out);
+
+/* The engine's object code (valid while the engine lives): what
+ * mlircap_cpu_load takes to rebuild the same engine without compiling. */
+MLIRCAP_EXPORT const char *mlircap_cpu_object(void *engine, size_t *size);
+
+/* An engine from object code returned by mlircap_cpu_object (this host and
+ * this build of the library: see mlircap_build_id, mlircap_cpu_target), or
+ * NULL if it is not an object file. Symbols are resolved at the first
+ * mlircap_cpu_lookup, which returns NULL if one is missing. */
+MLIRCAP_EXPORT void *mlircap_cpu_load(const char *object, size_t size);
 
 /* Address of the packed C-interface wrapper of `func`: a function
  * `void f(void **args)` where args[i] points to a pointer to the i-th memref

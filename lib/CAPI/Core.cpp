@@ -1,7 +1,8 @@
 //===- Core.cpp - the C API of libmlircap_core.so -------------------------===//
 //
 // Everything here runs behind the narrow C interface of mlircap-c/Core.h:
-// IR text in; IR text, PTX, or a JIT-compiled CPU entry point out.
+// IR text in; IR text, PTX, or JIT-compiled CPU code (loadable again from its
+// object file) out.
 //
 //===----------------------------------------------------------------------===//
 #define MLIRCAP_BUILDING_CORE
@@ -11,8 +12,6 @@
 #include "LaunchPlan.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
-#include "mlir/ExecutionEngine/ExecutionEngine.h"
-#include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -25,17 +24,29 @@
 #include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Support/FileUtilities.h"
+#include "mlir/Target/LLVMIR/Export.h"
 #include "llvm/Support/ToolOutputFile.h"
+#include "llvm/ExecutionEngine/Orc/CompileUtils.h"
+#include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/ExecutionEngine/Orc/Mangling.h"
+#include "llvm/ExecutionEngine/Orc/RTDyldObjectLinkingLayer.h"
+#include "llvm/ExecutionEngine/SectionMemoryManager.h"
+#include "llvm/IR/IRBuilder.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/Passes/PassBuilder.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+
+#include <dlfcn.h>
+#include <link.h>
+#include <sys/stat.h>
 
 extern "C" {
 void LLVMInitializeNVPTXTargetInfo();
@@ -244,48 +255,193 @@ std::string checkTarget(const char *chip, const char *features) {
   return mlircap::checkGpuTarget(chipOrDefault(chip), featuresOrDefault(chip, features));
 }
 
-/// JIT-compiles a module already lowered to the LLVM dialect (ORC, -O`optLevel`).
-ExecutionEngine *createEngine(Session &session, ModuleOp module, int optLevel) {
-  ExecutionEngineOptions options;
+/// JIT-compiled CPU code: one relocatable object, linked into its own ORC
+/// LLJIT. The object is kept so that the runtime can store it on disk
+/// (mlircap_cpu_object) and a later process load it without compiling
+/// (mlircap_cpu_load). `object` is declared first: the JIT links from it and
+/// is destroyed before it.
+struct CpuEngine {
+  std::string object;
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+};
+
+llvm::Expected<std::unique_ptr<llvm::TargetMachine>> hostTargetMachine(int optLevel) {
+  auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();
+  if (!builder)
+    return builder.takeError();
+  builder->setCodeGenOptLevel(static_cast<llvm::CodeGenOptLevel>(optLevel));
+  return builder->createTargetMachine();
+}
+
+/// For every C-interface wrapper `_mlir_ciface_f(args...)`, an entry
+/// `_mlir__mlir_ciface_f(void **args)` that calls it with *args[i] (and stores
+/// a result, if any, to *args[n]): one calling convention for every function,
+/// the one mlircap_cpu_lookup documents.
+void addPackedEntries(llvm::Module &m) {
+  llvm::LLVMContext &ctx = m.getContext();
+  llvm::IRBuilder<> b(ctx);
+  llvm::SmallVector<llvm::Function *> wrapped;
+  for (llvm::Function &f : m)
+    if (!f.isDeclaration() && f.getName().starts_with("_mlir_ciface_"))
+      wrapped.push_back(&f);
+  auto *type = llvm::FunctionType::get(b.getVoidTy(), {b.getPtrTy()}, false);
+  for (llvm::Function *f : wrapped) {
+    auto *entry = llvm::Function::Create(type, llvm::GlobalValue::ExternalLinkage,
+                                         "_mlir_" + f->getName(), m);
+    b.SetInsertPoint(llvm::BasicBlock::Create(ctx, "entry", entry));
+    llvm::Value *packed = entry->getArg(0);
+    auto argPtr = [&](unsigned i) {
+      return b.CreateLoad(b.getPtrTy(), b.CreateConstGEP1_64(b.getPtrTy(), packed, i));
+    };
+    llvm::SmallVector<llvm::Value *> args;
+    for (llvm::Argument &arg : f->args())
+      args.push_back(b.CreateLoad(arg.getType(), argPtr(arg.getArgNo())));
+    llvm::Value *result = b.CreateCall(f, args);
+    if (!result->getType()->isVoidTy())
+      b.CreateStore(result, argPtr(f->arg_size()));
+    b.CreateRetVoid();
+  }
+}
+
+/// Links `object` (a relocatable object file for this host) into a new JIT.
+/// Unresolved symbols surface at the first mlircap_cpu_lookup (ORC links the
+/// whole object then).
+CpuEngine *loadCpuObject(std::string object) {
+  auto engine = std::make_unique<CpuEngine>();
+  engine->object = std::move(object);
+  auto jit =
+      llvm::orc::LLJITBuilder()
+          .setObjectLinkingLayerCreator([](llvm::orc::ExecutionSession &es)
+                                            -> llvm::Expected<std::unique_ptr<llvm::orc::ObjectLayer>> {
+            return std::make_unique<llvm::orc::RTDyldObjectLinkingLayer>(
+                es, [](const llvm::MemoryBuffer &) {
+                  return std::make_unique<llvm::SectionMemoryManager>();
+                });
+          })
+          .create();
+  if (!jit) {
+    lastError = "cannot create the CPU JIT: " + llvm::toString(jit.takeError());
+    return nullptr;
+  }
+  llvm::orc::JITDylib &jd = (*jit)->getMainJITDylib();
+  const llvm::DataLayout &layout = (*jit)->getDataLayout();
+  auto process =
+      llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(layout.getGlobalPrefix());
+  if (!process) {
+    lastError = "CPU JIT: " + llvm::toString(process.takeError());
+    return nullptr;
+  }
+  jd.addGenerator(std::move(*process));
+  // The core's own symbols are hidden: what the kernels call is defined here.
+  llvm::orc::MangleAndInterner interner((*jit)->getExecutionSession(), layout);
+  llvm::orc::SymbolMap symbols;
+  symbols[interner("memrefCopy")] = {llvm::orc::ExecutorAddr::fromPtr(&mlircapMemrefCopy),
+                                     llvm::JITSymbolFlags::Exported};
+  symbols[interner("mlircap_parallel_for")] = {
+      llvm::orc::ExecutorAddr::fromPtr(&mlircap_parallel_for), llvm::JITSymbolFlags::Exported};
+  llvm::Error err = jd.define(llvm::orc::absoluteSymbols(std::move(symbols)));
+  if (!err)
+    err = (*jit)->addObjectFile(llvm::MemoryBuffer::getMemBuffer(
+        engine->object, "mlircap-cpu-object", /*RequiresNullTerminator=*/false));
+  if (err) {
+    lastError = "cannot load the CPU object code: " + llvm::toString(std::move(err));
+    return nullptr;
+  }
+  engine->jit = std::move(*jit);
+  return engine.release();
+}
+
+/// Compiles a module already lowered to the LLVM dialect to an object for
+/// this host (LLVM -O`optLevel`) and loads it.
+CpuEngine *compileCpu(Session &session, ModuleOp module, int optLevel) {
   optLevel = std::max(0, std::min(3, optLevel));
   // The optimizer needs the host's target machine: without it the loop
   // vectorizer's cost model knows no vector unit and vectorizes nothing.
-  // (Only used while the engine is created, which runs the transformer.)
-  std::unique_ptr<llvm::TargetMachine> tm;
-  if (auto builder = llvm::orc::JITTargetMachineBuilder::detectHost()) {
-    builder->setCodeGenOptLevel(static_cast<llvm::CodeGenOptLevel>(optLevel));
-    if (auto created = builder->createTargetMachine())
-      tm = std::move(*created);
-    else
-      llvm::consumeError(created.takeError());
-  } else {
-    llvm::consumeError(builder.takeError());
-  }
-  llvm::TargetMachine *target = tm.get();
-  // options.transformer is a function_ref: the lambda must outlive create().
-  auto transformer = [optLevel, target](llvm::Module *m) -> llvm::Error {
-    optimizeModule(*m, target, optLevel);
-    return llvm::Error::success();
-  };
-  options.transformer = transformer;
-  options.jitCodeGenOptLevel = static_cast<llvm::CodeGenOptLevel>(optLevel);
-  auto engine = ExecutionEngine::create(module, options);
-  if (!engine) {
-    std::string msg = llvm::toString(engine.takeError());
-    (void)session.fail("JIT compilation failed: " + msg);
+  auto tm = hostTargetMachine(optLevel);
+  if (!tm) {
+    (void)session.fail("no target machine for this host: " + llvm::toString(tm.takeError()));
     return nullptr;
   }
-  (*engine)->registerSymbols([](llvm::orc::MangleAndInterner interner) {
-    llvm::orc::SymbolMap symbols;
-    symbols[interner("memrefCopy")] = {
-        llvm::orc::ExecutorAddr::fromPtr(&mlircapMemrefCopy),
-        llvm::JITSymbolFlags::Exported};
-    symbols[interner("mlircap_parallel_for")] = {
-        llvm::orc::ExecutorAddr::fromPtr(&mlircap_parallel_for),
-        llvm::JITSymbolFlags::Exported};
-    return symbols;
-  });
-  return engine->release();
+  llvm::LLVMContext llvmContext;
+  std::unique_ptr<llvm::Module> llvmModule = translateModuleToLLVMIR(module, llvmContext);
+  if (!llvmModule) {
+    (void)session.fail("cannot translate the CPU module to LLVM IR");
+    return nullptr;
+  }
+  if (llvmModule->getNamedGlobal("llvm.global_ctors")) {
+    (void)session.fail("CPU JIT: global constructors are not supported");
+    return nullptr;
+  }
+  addPackedEntries(*llvmModule);
+  optimizeModule(*llvmModule, tm->get(), optLevel);
+  llvm::orc::SimpleCompiler compiler(**tm);
+  auto object = compiler(*llvmModule);
+  if (!object) {
+    (void)session.fail("CPU code generation failed: " + llvm::toString(object.takeError()));
+    return nullptr;
+  }
+  return loadCpuObject((*object)->getBuffer().str());
+}
+
+/// The GNU build ID of the object holding this code (hex), else its path,
+/// size and modification time: what identifies the compiler that produced
+/// cached code.
+std::string findBuildId() {
+  Dl_info info;
+  if (!dladdr(reinterpret_cast<void *>(&findBuildId), &info))
+    return "";
+  struct Search {
+    uintptr_t address;
+    std::string id;
+  } search{reinterpret_cast<uintptr_t>(&findBuildId), ""};
+  dl_iterate_phdr(
+      [](dl_phdr_info *object, size_t, void *data) -> int {
+        auto *s = static_cast<Search *>(data);
+        bool mine = false;
+        for (int i = 0; i < object->dlpi_phnum; ++i) {
+          const auto &ph = object->dlpi_phdr[i];
+          uintptr_t start = object->dlpi_addr + ph.p_vaddr;
+          if (ph.p_type == PT_LOAD && s->address >= start && s->address < start + ph.p_memsz)
+            mine = true;
+        }
+        if (!mine)
+          return 0;
+        for (int i = 0; i < object->dlpi_phnum; ++i) {
+          const auto &ph = object->dlpi_phdr[i];
+          if (ph.p_type != PT_NOTE)
+            continue;
+          auto *p = reinterpret_cast<const unsigned char *>(object->dlpi_addr + ph.p_vaddr);
+          const unsigned char *end = p + ph.p_memsz;
+          while (p + 12 <= end) {
+            uint32_t nameSize, descSize, type;
+            std::memcpy(&nameSize, p, 4);
+            std::memcpy(&descSize, p + 4, 4);
+            std::memcpy(&type, p + 8, 4);
+            const unsigned char *name = p + 12;
+            const unsigned char *desc = name + ((nameSize + 3) & ~3u);
+            if (desc + descSize > end)
+              break;
+            if (type == NT_GNU_BUILD_ID && nameSize == 4 && std::memcmp(name, "GNU", 4) == 0) {
+              static const char hex[] = "0123456789abcdef";
+              for (uint32_t k = 0; k < descSize; ++k) {
+                s->id += hex[desc[k] >> 4];
+                s->id += hex[desc[k] & 15];
+              }
+              return 1;
+            }
+            p = desc + ((descSize + 3) & ~3u);
+          }
+        }
+        return 1;
+      },
+      &search);
+  if (!search.id.empty())
+    return search.id;
+  struct stat st;
+  if (info.dli_fname && stat(info.dli_fname, &st) == 0)
+    return std::string(info.dli_fname) + ":" + std::to_string(st.st_size) + ":" +
+           std::to_string(st.st_mtime);
+  return "";
 }
 } // namespace
 
@@ -296,6 +452,28 @@ const char *mlircap_version(void) {
 }
 
 const char *mlircap_last_error(void) { return lastError.c_str(); }
+
+const char *mlircap_build_id(void) {
+  static const std::string id = findBuildId();
+  return id.c_str();
+}
+
+const char *mlircap_cpu_target(void) {
+  static const std::string target = [] {
+    auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();
+    if (!builder) {
+      llvm::consumeError(builder.takeError());
+      return std::string("unknown");
+    }
+    std::vector<std::string> features = builder->getFeatures().getFeatures();
+    std::sort(features.begin(), features.end());
+    std::string out = builder->getTargetTriple().str() + " " + builder->getCPU() + " ";
+    for (size_t i = 0; i < features.size(); ++i)
+      out += (i ? "," : "") + features[i];
+    return out;
+  }();
+  return target.c_str();
+}
 
 void mlircap_free(void *p) { std::free(p); }
 
@@ -372,7 +550,7 @@ void *mlircap_cpu_compile(const char *ir, int optLevel) {
   auto module = session.parse(ir);
   if (!module || failed(session.run(*module, mlircap::cpuPipeline())))
     return nullptr;
-  return createEngine(session, *module, optLevel);
+  return compileCpu(session, *module, optLevel);
 }
 
 void *mlircap_cpu_plan_compile(const char *ir, int optLevel, char **planOut) {
@@ -408,26 +586,39 @@ void *mlircap_cpu_plan_compile(const char *ir, int optLevel, char **planOut) {
   }
   if (failed(session.run(*kernels, mlircap::cpuPipeline(/*fused=*/true))))
     return nullptr;
-  ExecutionEngine *engine = createEngine(session, *kernels, optLevel);
+  CpuEngine *engine = compileCpu(session, *kernels, optLevel);
   if (engine)
     *planOut = dupString(*plan);
   return engine;
 }
 
+void *mlircap_cpu_load(const char *object, size_t size) {
+  initOnce();
+  if (!object || size == 0) {
+    lastError = "no CPU object code given";
+    return nullptr;
+  }
+  return loadCpuObject(std::string(object, size));
+}
+
+const char *mlircap_cpu_object(void *engine, size_t *size) {
+  auto *e = static_cast<CpuEngine *>(engine);
+  *size = e->object.size();
+  return e->object.data();
+}
+
 void *mlircap_cpu_lookup(void *engine, const char *func) {
-  auto *ee = static_cast<ExecutionEngine *>(engine);
-  auto fn = ee->lookupPacked(std::string("_mlir_ciface_") + func);
+  auto *e = static_cast<CpuEngine *>(engine);
+  auto fn = e->jit->lookup(std::string("_mlir__mlir_ciface_") + func);
   if (!fn) {
     lastError = "no function '" + std::string(func) +
                 "' in the compiled module: " + llvm::toString(fn.takeError());
     return nullptr;
   }
-  return reinterpret_cast<void *>(*fn);
+  return fn->toPtr<void *>();
 }
 
-void mlircap_cpu_destroy(void *engine) {
-  delete static_cast<ExecutionEngine *>(engine);
-}
+void mlircap_cpu_destroy(void *engine) { delete static_cast<CpuEngine *>(engine); }
 
 int mlircap_opt_main(int argc, char **argv) {
   initOnce();

@@ -47,9 +47,74 @@ struct Engine {
       throw CompileError(mlircap_last_error());
     return reinterpret_cast<std::uintptr_t>(fn);
   }
+
+  py::bytes object() {
+    size_t size = 0;
+    const char *data = mlircap_cpu_object(handle, &size);
+    return py::bytes(data, size);
+  }
 };
 
 using Packed = void (*)(void **);
+
+/// The CPU counterpart of LaunchProgram: packed kernel calls prepared once
+/// (memref descriptors of the plan's static shapes, contiguous strides) and
+/// run with a table of data pointers, one C++ call for a run of kernels.
+struct CpuProgram {
+  struct Call {
+    Packed fn;
+    std::vector<int> slots;           // per argument: index into the pointer table
+    std::vector<size_t> offsets;      // per argument: its descriptor in `descriptors`
+    std::vector<int64_t> descriptors; // {ptr, ptr, 0, sizes..., strides...} per argument
+  };
+  std::vector<Call> calls;
+  size_t maxWords = 0, maxArgs = 0;
+
+  void add(std::uintptr_t fn, std::vector<int> slots, const std::vector<std::vector<int64_t>> &shapes) {
+    if (slots.size() != shapes.size())
+      throw std::invalid_argument("slots and shapes differ in length");
+    Call c{reinterpret_cast<Packed>(fn), std::move(slots), {}, {}};
+    for (const auto &shape : shapes) {
+      c.offsets.push_back(c.descriptors.size());
+      c.descriptors.insert(c.descriptors.end(), {0, 0, 0});
+      c.descriptors.insert(c.descriptors.end(), shape.begin(), shape.end());
+      std::vector<int64_t> strides(shape.size());
+      int64_t acc = 1;
+      for (size_t i = shape.size(); i-- > 0;) {
+        strides[i] = acc;
+        acc *= std::max<int64_t>(shape[i], 1);
+      }
+      c.descriptors.insert(c.descriptors.end(), strides.begin(), strides.end());
+    }
+    maxWords = std::max(maxWords, c.descriptors.size());
+    maxArgs = std::max(maxArgs, c.slots.size());
+    calls.push_back(std::move(c));
+  }
+
+  /// Runs calls [begin, end) without the GIL. The descriptors are copied per
+  /// call, so threads may run the same program at once.
+  void run(const std::vector<int64_t> &table, size_t begin, size_t end) {
+    end = std::min(end, calls.size());
+    for (size_t i = begin; i < end; ++i)
+      for (int slot : calls[i].slots)
+        if (slot < 0 || static_cast<size_t>(slot) >= table.size())
+          throw std::out_of_range("pointer table too short for the program");
+    py::gil_scoped_release release;
+    std::vector<int64_t> words(maxWords);
+    std::vector<void *> descriptors(maxArgs), packed(maxArgs);
+    for (size_t i = begin; i < end; ++i) {
+      const Call &c = calls[i];
+      std::copy(c.descriptors.begin(), c.descriptors.end(), words.begin());
+      for (size_t a = 0; a < c.slots.size(); ++a) {
+        int64_t *d = words.data() + c.offsets[a];
+        d[0] = d[1] = table[c.slots[a]];
+        descriptors[a] = d;
+        packed[a] = &descriptors[a];
+      }
+      c.fn(packed.data());
+    }
+  }
+};
 
 /// Calls a packed C-interface function. Each argument is
 /// (data_ptr, sizes, strides) in elements; a descriptor
@@ -208,9 +273,33 @@ PYBIND11_MODULE(_mlircap, m) {
       "Compile linalg-on-tensors for the GPU; returns the launch plan as JSON text\n"
       "(chip/features \"\" select the core's default target, TargetDefaults.h).");
 
+  m.def("build_id", [] { return std::string(mlircap_build_id()); }, "Identity of this build of the core (compile caches key on it).");
+  m.def("cpu_target", [] { return std::string(mlircap_cpu_target()); }, "'<triple> <cpu> <features>' the CPU JIT compiles for.");
   py::class_<Engine, std::shared_ptr<Engine>>(m, "Engine")
       .def("lookup", &Engine::lookup, py::arg("name"),
-           "Address of the packed C-interface wrapper of a function.");
+           "Address of the packed C-interface wrapper of a function.")
+      .def("object", &Engine::object, "The object code (cpu_load rebuilds the engine from it).");
+  m.def(
+      "cpu_load",
+      [](const py::bytes &object) {
+        std::string data = object;
+        void *h;
+        {
+          py::gil_scoped_release release;
+          h = mlircap_cpu_load(data.data(), data.size());
+        }
+        if (!h)
+          throw CompileError(mlircap_last_error());
+        return std::make_shared<Engine>(h);
+      },
+      py::arg("object"), "An engine from Engine.object() bytes, without compiling.");
+  py::class_<CpuProgram>(m, "CpuProgram")
+      .def(py::init<>())
+      .def("add", &CpuProgram::add, py::arg("fn"), py::arg("slots"), py::arg("shapes"),
+           "Append a call of packed function `fn` on the table's `slots`, contiguous `shapes`.")
+      .def("__len__", [](const CpuProgram &p) { return p.calls.size(); })
+      .def("run", &CpuProgram::run, py::arg("table"), py::arg("begin") = 0,
+           py::arg("end") = SIZE_MAX, "Run calls [begin, end) with data pointers `table`.");
   m.def(
       "cpu_compile",
       [](const std::string &ir, int optLevel) {

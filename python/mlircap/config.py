@@ -47,9 +47,11 @@ ENV: dict[str, EnvVar] = _vars(
     EnvVar("MLIRCAP_LOGS", "", "log areas printed on stderr: comma-separated "
            "progress, graph_breaks, guards, recompiles, kernels, passes, fallback, or all",
            "mlircap/logs.py"),
-    EnvVar("MLIRCAP_CACHE_DIR", None, "on-disk cache of GPU launch plans and the capture "
-           "extension build (default $XDG_CACHE_HOME/mlircap, else ~/.cache/mlircap)",
-           "mlircap/runtime/cuda.py, mlircap/capture/_ext.py"),
+    EnvVar("MLIRCAP_CACHE_DIR", None, "on-disk cache of GPU launch plans, compiled CPU code "
+           "and the capture extension build (default $XDG_CACHE_HOME/mlircap, else ~/.cache/mlircap)",
+           "mlircap/runtime/cuda.py, mlircap/runtime/cpu.py, mlircap/capture/_ext.py"),
+    EnvVar("MLIRCAP_CPU_CACHE", "1", "0 disables the on-disk cache of compiled CPU code "
+           "(every process compiles its graphs again)", "mlircap/runtime/cpu.py"),
     EnvVar("MLIRCAP_DUMP_DIR", None, "write every stage of every graph and a repro.sh there",
            "mlircap/backend.py"),
     EnvVar("MLIRCAP_COMPILE_WORKER", "1", "0 compiles in-process instead of in the isolated "

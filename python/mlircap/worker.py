@@ -193,11 +193,11 @@ def _compile(req: dict, report) -> dict:
         report("mlircap GPU codegen")
         out["plan_cache_hit"] = compile_plan(fe.linalg_ir, req["chip"], req["features"])[1]
     else:
-        from ._core import core
+        from .runtime.cpu import compile_cpu
 
         report("mlircap CPU codegen + JIT")
-        try:
-            core().cpu_plan_compile(fe.linalg_ir, req["opt_level"])
+        try:   # fills the CPU compile cache: the caller loads what this compiled
+            compile_cpu(fe.linalg_ir, req["opt_level"])
         except RuntimeError as e:   # the plan builder rejected the graph
             out["cpu_plan_error"] = str(e)
     return out
