@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 
 import torch
 
@@ -100,7 +101,7 @@ def store_cached(key: str, plan: str, obj: bytes) -> None:
     try:
         d.mkdir(parents=True, exist_ok=True)
         body = plan.encode() + b"\0" + obj
-        tmp = d / f".{key}.{os.getpid()}.tmp"
+        tmp = d / f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"
         tmp.write_bytes(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
         tmp.replace(_entry_path(key))   # atomic: readers never see half an entry
     except OSError as e:
