@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import operator
+import sys
 import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -149,6 +150,9 @@ class _GraphMixin:
         if not has_t and name not in ("__setitem__", "__set__", "__delitem__"):
             if name in _META_OK and not (dyn and name in _SHAPE_META):
                 return res
+            if name == "numpy" and len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor) and \
+                    not dyn and self.np_numpy_call(args[0], res):
+                return res   # tracked: its uses are recorded or break the graph (np_interop)
             # data-dependent (or unknown) non-tensor result: graph break
             reason = f"data-dependent operation Tensor.{name}()" if name in _DATA_DEP else \
                 f"shape of a data-dependent-shape tensor (Tensor.{name})" if name in _META_OK else \
@@ -172,6 +176,8 @@ class _GraphMixin:
         try:
             if dyn and (name in _SPLITTERS or name == "__iter__"):
                 raise Unreplayable(f"{name} of a tensor whose shape depends on tensor data")
+            if _has_np_scalar((args, kwargs)):
+                args, kwargs = self._np_scalar_args(func, name, args, kwargs, res)
             self._record(func, name, args, kwargs, res)
         except Unreplayable as e:
             self.unreplayable = self.unreplayable or f"{e} (in {_op_name(func)})"
@@ -183,6 +189,34 @@ class _GraphMixin:
                 if isinstance(t, torch.Tensor):
                     dyn_ids[id(t)] = t
         return res
+
+    def _np_scalar_args(self, func: Callable, name: str, args: tuple, kwargs: dict, res: Any) -> tuple:
+        """NumPy scalars among the arguments (`x * np.sqrt(d)`, `y[:, :np.int64(2)]`) become
+        the Python numbers they hold, which the graph can hold as constants.  torch reads
+        both the same except where it infers a dtype from them (`torch.tensor(np.float32(1))`
+        is float32, of 1.0 float32 too, but of np.float64 float64): the operation is run again
+        with the Python numbers (and else with the dtype of its result) and must give the same
+        result (in-place and random operations are not run twice: for them only the exact
+        Python types, float64 / int64 / bool_, convert)."""
+        args2, kwargs2 = _py_scalars(args), _py_scalars(kwargs)
+        once = name.endswith("_") and not name.endswith("__") or name in ("__setitem__", "__set__") or \
+            any(w in name for w in _RNG_WORDS)
+        if once:
+            flat, _ = tree_flatten((args, kwargs))
+            if all(type(x).__name__ in ("float64", "int64", "bool_") for x in flat if _is_np_scalar(x)):
+                return args2, kwargs2
+        else:
+            tries = [kwargs2]
+            if isinstance(res, torch.Tensor) and "dtype" not in kwargs:
+                tries.append(dict(kwargs2, dtype=res.dtype))   # the dtype torch inferred from it
+            for kw in tries:
+                try:
+                    res2 = func(*args2, **kw)
+                except Exception:
+                    continue
+                if _same_result(res, res2):
+                    return args2, kw
+        raise Unreplayable(f"numpy scalar argument to {name} whose dtype the result depends on")
 
     def _dyn_shape_args(self, args, kwargs) -> bool:
         """Whether a tensor argument's shape depends on tensor data (see `_dyn_shape_op`)."""
@@ -306,6 +340,38 @@ class _GraphMixin:
                     raise Unreplayable(f"nested tensor containers returned by {name}")
         elif res is not None:
             raise Unreplayable(f"unsupported result type {type(res).__name__} of {name}")
+
+
+def _is_np_scalar(x: Any) -> bool:
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(x, np.generic) and x.dtype.kind in "biufc"
+
+
+def _has_np_scalar(tree: Any) -> bool:
+    flat, _ = tree_flatten(tree)
+    return any(_is_np_scalar(x) or (type(x) is slice and any(_is_np_scalar(v) for v in (x.start, x.stop, x.step)))
+               for x in flat)
+
+
+def _py_scalars(tree: Any) -> Any:
+    if _is_np_scalar(tree):
+        return tree.item()
+    if type(tree) is slice:
+        return slice(*(_py_scalars(v) for v in (tree.start, tree.stop, tree.step)))
+    if type(tree) in (list, tuple):
+        return type(tree)(_py_scalars(x) for x in tree)
+    if type(tree) is dict:
+        return {k: _py_scalars(v) for k, v in tree.items()}
+    return tree
+
+
+def _same_result(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and \
+            a.requires_grad == b.requires_grad and torch.equal(torch.nan_to_num(a.detach()), torch.nan_to_num(b.detach()))
+    if type(a) in (list, tuple) or isinstance(a, tuple):
+        return type(a) is type(b) and len(a) == len(b) and all(_same_result(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
 
 
 class _Mode(TorchFunctionMode):

@@ -17,6 +17,7 @@ from .values import _ValueMixin
 from .sources import _SourceMixin
 from .side_effects import _SideEffectMixin
 from .graph import _GraphMixin
+from .np_interop import _NumpyMixin
 from .tracer import _TracerMixin
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .graph import _Seg
 
 
-class _Recorder(_TracerMixin, _GraphMixin, _SideEffectMixin, _SourceMixin, _ValueMixin, _GuardMixin):
+class _Recorder(_TracerMixin, _NumpyMixin, _GraphMixin, _SideEffectMixin, _SourceMixin, _ValueMixin, _GuardMixin):
     """The state of one recording run (the first call of a variant, run for real under the
     tracer and the TorchFunctionMode); its behaviour lives in the mixins, one job each."""
 
@@ -65,6 +66,7 @@ class _Recorder(_TracerMixin, _GraphMixin, _SideEffectMixin, _SourceMixin, _Valu
         self.segs: list[_Seg] = []
         self.cur: _Seg | None = None
         self.env: dict[int, tuple] = {}   # id(tensor) -> (tensor, seg_idx, node)
+        self.np_env: dict[int, tuple] = {}   # id(numpy array computed from a tensor) -> (array, shadow tensor)
         self.steps: list[Step] = []   # the replay plan: GraphStep | CallStep, in order
         self.ncalls = 0
         self.suspended = 0

@@ -3,16 +3,19 @@ external state (globals, attributes, cells) or calls something (`_TracerMixin`).
 from __future__ import annotations
 
 import contextvars
+import functools
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
+import logging
 from logging import Logger as logging_Logger
 
 import torch
 
 from ._bytecode import _CHECK_DEPTH, _instrs
 from .base import Unreplayable, _Canned, _MISSING
-from .guard_kinds import ClassAttr, Keys, Lengths, NoClassAttr, NoKey
+from .guard_kinds import ClassAttr, Equals, Keys, Lengths, NoClassAttr, NoKey
 from .steps import CallStep
 from .frame_hook import _E, _E_real, _NULL
 from .classify import (_MODULE_WALKERS, _PRIM, _WRITE_ONLY, _call_kind, _classify, _func_qualname,
@@ -110,6 +113,8 @@ class _TracerMixin:
                 if p is not None:
                     p(frame)
                 if ins is not None and self.suspended == 1 and not self.ext_depth:
+                    if self.np_env and self.np_opcode(frame, ins):
+                        return self.local_trace   # a NumPy operation the graph records
                     h = _HANDLERS.get(ins[0])
                     if h is not None:
                         h(self, frame, ins[1], ins[2])
@@ -337,7 +342,11 @@ class _TracerMixin:
             # selects Dynamo-only machinery.
             _E.poke(frame, slot, _Canned(True))
             return
+        if self.np_tensor_of_source(frame, f, args, kwargs, slot) or self._cached_call(frame, f, args, kwargs, slot):
+            return
         kind = _call_kind(f)
+        if kind == "external" and _pure_ufunc_call(f, args, kwargs):
+            kind = "safe"
         so = getattr(f, "__self__", None)
         if so is None and args and type(f) is types.FunctionType:
             so = args[0]   # m.parameters() called as a method: f is the function, args[0] is m
@@ -407,8 +416,75 @@ class _TracerMixin:
             if id(so) in self.src:
                 self.dirty.add((id(so), "*"))
             return
+        if self._disabled_log_call(f, args, kwargs):
+            return
         # uncapturable call: replay it eagerly
         self._external_call(frame, f, args, kwargs, f"call to uncapturable {_func_qualname(f)}", slot)
+
+    def _cached_call(self, frame: types.FrameType, f: Any, args: list, kwargs: dict, slot: int | None) -> bool:
+        """A `functools.lru_cache` / `functools.cache` function called with constant arguments:
+        its result may come from the cache (a tensor made by an earlier call, outside any
+        graph), so it is not traced: the result is read at replay by calling the cached
+        function again with the same arguments, and guarded like any value read."""
+        w = f.__func__ if type(f) is types.MethodType else f
+        if slot is None or type(w) is not _LRU_WRAPPER:
+            return False
+        consts = list(args) + list(kwargs.values()) + ([f.__self__] if w is not f else [])
+        if not all(x is None or type(x) in _PRIM or isinstance(x, (torch.dtype, torch.device)) or
+                   (type(x) is tuple and all(type(y) in _PRIM for y in x)) or
+                   (id(x) in self.src and not isinstance(x, torch.Tensor)) for x in consts):
+            return False   # tensors of the graph, objects made by the call: trace it
+        try:
+            fe = self.expr_of(f)
+            ae = [self.expr_of(a) for a in args] + [f"{k}={self.expr_of(v)}" for k, v in kwargs.items()]
+        except Unreplayable:
+            return False
+        expr = f"{fe}({', '.join(ae)})"
+        pretty = f"{getattr(w, '__qualname__', 'cached function')}(...)"
+        self.ext_depth += 1
+
+        def finish(fr: types.FrameType) -> None:
+            self.ext_depth -= 1
+            try:
+                self._source(_E.peek(fr, 0), expr, pretty, argrooted=True)
+            except Unreplayable as e:
+                self.unreplayable = self.unreplayable or f"result of {pretty}: {e}"
+        finish.is_call = True  # type: ignore[attr-defined]
+        self.pending[frame] = finish
+        return True
+
+    def _disabled_log_call(self, f: Any, args: list, kwargs: dict) -> bool:
+        """`log.debug(...)` (info, warning, ..., log(level, ...)) on a standard library logger
+        that is not enabled for that level does nothing: no graph break, a guard that the
+        logger is still disabled for the level instead (an enabled logger writes: a break)."""
+        fn = getattr(f, "__func__", f)
+        so = getattr(f, "__self__", None)
+        rest = list(args)
+        if so is None:
+            if not rest:
+                return False
+            so = rest.pop(0)
+        name = getattr(fn, "__name__", None)
+        if not isinstance(so, (logging.Logger, logging.LoggerAdapter)) or name not in _LOG_LEVELS:
+            return False
+        base = logging.Logger if isinstance(so, logging.Logger) else logging.LoggerAdapter
+        if base.__dict__.get(name) is not fn or type(so).isEnabledFor is not base.isEnabledFor:
+            return False   # an overriding subclass may do anything
+        level = _LOG_LEVELS[name]
+        if level is None:   # log(level, msg, ...)
+            level = rest[0] if rest else kwargs.get("level")
+            if type(level) is not int:
+                return False
+        s = self.src.get(id(so))
+        if s is None or s[2] == "opaque":
+            return False
+        try:
+            if so.isEnabledFor(level):
+                return False
+        except Exception:
+            return False
+        self.guard(Equals(f"{s[0]}.isEnabledFor({level})", f"{s[1]}.isEnabledFor({level})", False))
+        return True
 
     def _source_module_tree(self, m: torch.nn.Module, seen: set[int] | None = None) -> None:
         seen = set() if seen is None else seen
@@ -484,6 +560,25 @@ class _TracerMixin:
 
 
 _IS_COMPILING = torch.compiler.is_compiling
+_LRU_WRAPPER = type(functools.lru_cache(maxsize=1)(lambda: None))
+
+
+def _pure_ufunc_call(f: Any, args: list, kwargs: dict) -> bool:
+    """A NumPy ufunc called without an output argument (`np.sqrt(d)`, `np.maximum(a, 0)`):
+    a pure function of its arguments, which are guarded values (arrays are guarded by
+    contents, tracked arrays were translated or materialized before), so its result is
+    one too; ufunc methods (`np.add.at`, which writes) are not ufuncs."""
+    np = sys.modules.get("numpy")
+    if np is None or not isinstance(f, np.ufunc) or kwargs or len(args) > f.nin:
+        return False
+    # arrays and numbers only: a tensor argument is read by NumPy's C code (Tensor.__array__)
+    return all(type(a) in (int, float, bool, complex) or isinstance(a, (np.generic, np.ndarray)) for a in args)
+
+# logger methods that only write when the logger is enabled for their level (None: the
+# level is the first argument)
+_LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+               "error": logging.ERROR, "exception": logging.ERROR, "critical": logging.CRITICAL,
+               "fatal": logging.CRITICAL, "log": None}
 
 
 _HANDLERS = {

@@ -20,6 +20,10 @@ def same(a, b, path="out"):
         assert a.dtype == b.dtype and a.shape == b.shape and a.device == b.device, f"{path}: meta"
         assert a.requires_grad == b.requires_grad, f"{path}: requires_grad"
         assert torch.equal(torch.nan_to_num(a.detach()), torch.nan_to_num(b.detach())), f"{path}: values differ"
+    elif type(a).__module__ == "numpy" and hasattr(a, "dtype"):   # arrays and NumPy scalars
+        assert a.dtype == b.dtype and a.shape == b.shape, f"{path}: numpy meta {a.dtype}{a.shape} != {b.dtype}{b.shape}"
+        import numpy as np
+        assert np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"), f"{path}: values differ"
     elif isinstance(a, (list, tuple)):
         assert len(a) == len(b), f"{path}: len"
         for i, (x, y) in enumerate(zip(a, b)):

@@ -716,3 +716,80 @@ def test_data_ema_compiled_like_eager():
             for p, q in zip(eager.parameters(), mine.parameters()):
                 torch.testing.assert_close(q, p, rtol=0, atol=1e-6)
     assert fast.graphs and not [w for w in wl if "capture gave up" in str(w.message)]
+
+
+def test_disabled_logger_calls_do_not_break_the_graph():
+    """bench/capture.py warn_and_log: `log.debug(...)` on a logger not enabled for the level
+    does nothing, so it is no graph break; the variant guards that the logger is still
+    disabled for it.  Enabling the logger (setLevel) between calls records a variant where
+    the calls write (graph breaks, the handler runs each call); at ERROR the first variant
+    is used again (its replayed `log.warning` writes nothing then, as eager's); the records
+    written equal eager's."""
+    x = torch.randn(2, 4)
+    c = run_program("""
+import logging
+log = logging.getLogger(__name__ + ".capture_test")
+log.propagate = False
+log.setLevel(logging.WARNING)
+records = []
+class H(logging.Handler):
+    def emit(self, r):
+        records.append(r.getMessage())
+log.handlers[:] = [H()]
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+    def forward(self, x):
+        log.debug("in %s", tuple(x.shape))
+        log.log(logging.INFO, "info %d", 3)
+        y = self.fc(x)
+        log.info("out %s", y.shape[-1])
+        log.warning("always")
+        return y * 2
+def make():
+    return M()
+def mutate(i, m):
+    if i == 2:
+        log.setLevel(logging.DEBUG)
+    if i == 4:
+        log.setLevel(logging.ERROR)
+def state(m):
+    return list(records)
+""", [(x,)] * 6)
+    first = c.variants[0]
+    assert [r for r, _ in first.breaks] == ["call to uncapturable Logger.warning"], first.breaks
+    assert len(c.variants) == 2 and c.stats.replays == 4
+
+
+def test_lru_cached_helper_returning_a_cached_tensor():
+    """A `functools.lru_cache` helper (masks, position tables) warmed before the capture
+    returns a tensor made outside any graph ("tensor of unknown origin": capture gave up);
+    the call is now read at replay (the cached function called again with the same
+    arguments, its result guarded).  Clearing the cache and new shapes (misses) between
+    calls give eager's results."""
+    xs = [torch.randn(2, 4, 3), torch.randn(2, 4, 3), torch.randn(2, 4, 3), torch.randn(2, 5, 3), torch.randn(2, 4, 3)]
+    c = run_program("""
+import functools
+@functools.lru_cache(maxsize=4)
+def causal(n):
+    return torch.ones(n, n).tril()
+@functools.cache
+def offsets(n):
+    return tuple(range(0, n, 2))
+causal(4)
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+    def forward(self, x):
+        m = causal(x.shape[1])
+        y = self.fc(x) * m.sum(-1, keepdim=True)
+        return y[:, list(offsets(x.shape[1]))]
+def make():
+    return M()
+def mutate(i, m):
+    if i == 2:
+        causal.cache_clear()
+""", [(x,) for x in xs], breaks=0)
+    assert all(len(v.graphs) == 1 for v in c.variants) and c.stats.replays >= 2
