@@ -61,34 +61,10 @@ def _build_table() -> dict:
         for name in packet.overloads():
             op = getattr(packet, name)
             table[op] = _in_float32(op, table.get(op))
-    table[aten.scaled_dot_product_attention.default] = _attention_fused_on_cuda(
-        table.get(aten.scaled_dot_product_attention.default))
     for op, fn in list(table.items()):
         if torch.Tag.pointwise in op.tags and not op._schema.is_mutable:
             table[op] = _pointwise_in_float32(op, fn)
     return {op: _guarded(op, fn) for op, fn in table.items()}
-
-
-def _attention_fused_on_cuda(fallback):
-    """scaled_dot_product_attention on CUDA is not decomposed: inference graphs
-    record it as one library op (attention.py: at run time torch picks the kernel
-    eager picks); otherwise torch's own kernel choice runs as the graph is traced
-    (flash, memory-efficient or cuDNN attention, masks included; the math variant
-    where none applies), and the fused kernels are library steps
-    (partition._LIBRARY_OPS). torch-mlir's table decomposed it into matmul +
-    softmax + matmul always, which on the GPU materializes the [batch, heads,
-    seq, seq] scores. On the CPU the math decomposition compiles and fuses."""
-    def decomposition(query, *args, **kwargs):
-        if query.device.type == "cuda":
-            from .attention import as_library_op
-
-            out = as_library_op(query, *args, **kwargs)
-            return NotImplemented if out is None else out
-        if fallback is None:
-            return NotImplemented
-        return fallback(query, *args, **kwargs)
-
-    return decomposition
 
 
 def _gelu_tanh_decomposed(fallback):

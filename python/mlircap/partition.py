@@ -62,12 +62,10 @@ _INDEX_ARGS: dict[str, tuple[int, ...]] = {
 # factory form so they depend on nothing and join the first eager island.
 _LIKE_FACTORY = {"aten::rand_like": aten.rand.default, "aten::randn_like": aten.randn.default}
 
-# Fused attention kernels (CUDA): library calls through torch, like matmul
-# (mlircap::sdpa: attention.py).
+# Fused attention kernels (CUDA): library calls through torch, like matmul.
 _LIBRARY_OPS = {"aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
                 "aten::_scaled_dot_product_cudnn_attention", "aten::_flash_attention_forward",
-                "aten::_efficient_attention_forward", "aten::_scaled_dot_product_fused_attention_overrideable",
-                "mlircap::sdpa"}
+                "aten::_efficient_attention_forward", "aten::_scaled_dot_product_fused_attention_overrideable"}
 
 # Ops whose eager kernels round in ways no decomposition reproduces: the op
 # name -> the output dtypes in which the compiled decomposition matches eager

@@ -945,23 +945,3 @@ def test_island_inputs_get_eagers_strides():
     assert got.is_contiguous() and torch.equal(got, windows)
     assert _eager_layout(torch.randn(3, 4)) is None
 
-
-def test_attention_library_op_is_torchs_attention():
-    # mlircap::sdpa (attention.py) stands for scaled_dot_product_attention in CUDA
-    # inference graphs: it must compute exactly what torch does, and its fake
-    # kernel must give the shape torch gives (value's head dim may differ).
-    import torch.nn.functional as F
-
-    from mlircap.attention import as_library_op
-
-    q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 7, 8), torch.randn(2, 2, 7, 3)
-    mask = torch.randn(2, 1, 5, 7)
-    for kw in ({}, {"attn_mask": mask}, {"is_causal": True}, {"scale": 0.3}):
-        want = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, **kw)
-        got = torch.ops.mlircap.sdpa(q, k, v, kw.get("attn_mask"), kw.get("is_causal", False), kw.get("scale"), True)
-        assert torch.equal(got, want)
-        with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
-            fq, fk, fv = (mode.from_tensor(t) for t in (q, k, v))
-            assert torch.ops.mlircap.sdpa(fq, fk, fv, None, False, None, True).shape == want.shape
-    # only on CUDA, without dropout, in graphs that need no gradient
-    assert as_library_op(q, k, v) is None
