@@ -78,6 +78,7 @@ class _Recorder(_TracerMixin, _NumpyMixin, _GraphMixin, _SideEffectMixin, _Sourc
         self.unreplayable_loc: str | None = None   # the user's file:line where capture gave up
         self.return_loc: str | None = None   # the file:line the captured function returned from
         self.breaks: list[tuple[str, str]] = []   # (reason, location), one per place the graphs split
+        self.leading_breaks = 0   # of those, the ones before any graph operation (splitting nothing)
         self.break_events: list[tuple[str, str]] = []   # every break operation (break_limit counts them)
         self.break_limit = getattr(captured, "break_limit", None)
         self.break_overflow: str | None = None     # set when the call broke the graph more than break_limit times
@@ -141,6 +142,8 @@ class _Recorder(_TracerMixin, _NumpyMixin, _GraphMixin, _SideEffectMixin, _Sourc
             self.breaks[-1] = (f"{r0}; then {reason}" + ("" if loc == l0 else f" (at {loc})"), l0)
         else:
             self.breaks.append((reason, loc))
+            if not any(seg.nops for seg in self.segs):
+                self.leading_breaks += 1
         lim = self.break_limit
         if lim is not None and len(self.break_events) > lim and not self.stopped:
             # hundreds of graphs would each be compiled and replayed: stop recording, the rest

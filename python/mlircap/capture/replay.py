@@ -56,6 +56,9 @@ class _Variant:
         self.pre: list[Guard] = [p.guard for p in pre]   # the pre-call guards, as recorded
         self.graphs = []
         self.breaks = list(rec.breaks)
+        # the breaks that split the graphs: one before any graph operation splits nothing
+        # (Dynamo's explain() does not count those either)
+        self.splits = len(self.breaks) - rec.leading_breaks
         self.reason = reason
         self.hits = 0
         self.state = rec.state0

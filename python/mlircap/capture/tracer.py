@@ -3,6 +3,7 @@ external state (globals, attributes, cells) or calls something (`_TracerMixin`).
 from __future__ import annotations
 
 import contextvars
+import copy
 import functools
 import sys
 import types
@@ -345,7 +346,10 @@ class _TracerMixin:
         if self.np_tensor_of_source(frame, f, args, kwargs, slot) or self._cached_call(frame, f, args, kwargs, slot):
             return
         kind = _call_kind(f)
-        if kind == "external" and _pure_ufunc_call(f, args, kwargs):
+        if kind == "external" and (_pure_ufunc_call(f, args, kwargs) or
+                                   f is id and frame.f_code.co_filename == copy.__file__):
+            # id() in copy.deepcopy (dataclasses.asdict, ...): the keys of its memo of objects
+            # already copied, which never leave it
             kind = "safe"
         so = getattr(f, "__self__", None)
         if so is None and args and type(f) is types.FunctionType:
@@ -355,6 +359,10 @@ class _TracerMixin:
             # parameters()/modules()/... run in torch code we do not trace: source the whole
             # subtree now so the yielded modules/parameters/buffers are known and guarded
             self._source_module_tree(so)
+        elif isinstance(so, torch.nn.Module) and getattr(f, "__name__", "") == "state_dict" and \
+                id(so) in self.src and not args[1 if getattr(f, "__self__", None) is None else 0:] and \
+                set(kwargs) <= {"keep_vars"}:
+            self._state_dict_tree(so)
         if self.lazy or self.lazy_objs:
             ff = getattr(f, "__func__", f)
             traced = type(ff) is types.FunctionType and _classify(ff.__code__) == "user"
@@ -486,6 +494,30 @@ class _TracerMixin:
         self.guard(Equals(f"{s[0]}.isEnabledFor({level})", f"{s[1]}.isEnabledFor({level})", False))
         return True
 
+    def _state_dict_tree(self, root: torch.nn.Module) -> None:
+        """`m.state_dict()` runs in torch code we do not trace: when no module of the subtree
+        customizes it (state_dict / _save_to_state_dict / get_extra_state overridden, state
+        dict hooks), source the subtree (the parameters and buffers it returns are known and
+        guarded) and guard what else it reads: no hooks, the non-persistent buffer names, the
+        class methods."""
+        base = torch.nn.Module
+        mods = list(root.modules())
+        for m in mods:
+            cls = type(m)
+            if any(getattr(cls, n, None) is not getattr(base, n) for n in _STATE_DICT_METHODS) or \
+                    m._state_dict_hooks or m._state_dict_pre_hooks:
+                return
+        self._source_module_tree(root)
+        for m in mods:
+            s = self.src.get(id(m))
+            if s is None:
+                return
+            self.guard(Lengths((m._state_dict_hooks, m._state_dict_pre_hooks), (0, 0), f"{s[1]} state_dict"))
+            nps = m._non_persistent_buffers_set
+            self.guard(Equals(self.const(nps), f"{s[1]}._non_persistent_buffers_set", set(nps)))
+            for n in _STATE_DICT_METHODS:
+                self._class_attr(m, n, s[1])
+
     def _source_module_tree(self, m: torch.nn.Module, seen: set[int] | None = None) -> None:
         seen = set() if seen is None else seen
         if id(m) in seen:
@@ -561,6 +593,7 @@ class _TracerMixin:
 
 _IS_COMPILING = torch.compiler.is_compiling
 _LRU_WRAPPER = type(functools.lru_cache(maxsize=1)(lambda: None))
+_STATE_DICT_METHODS = ("state_dict", "_save_to_state_dict", "get_extra_state")
 
 
 def _pure_ufunc_call(f: Any, args: list, kwargs: dict) -> bool:

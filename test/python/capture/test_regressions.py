@@ -793,3 +793,71 @@ def mutate(i, m):
         causal.cache_clear()
 """, [(x,) for x in xs], breaks=0)
     assert all(len(v.graphs) == 1 for v in c.variants) and c.stats.replays >= 2
+
+
+def test_state_dict_read_in_forward():
+    """bench/capture.py state_dict_in_forward: `self.state_dict()` runs in untraced torch code,
+    whose `param.detach()` met a "parameter reached through an untracked path" (capture gave
+    up).  The subtree is now sourced and what state_dict reads is guarded: a new parameter, a
+    non-persistent buffer, a buffer of a submodule, then a state dict hook (not followed:
+    capture gives up for that variant) each give eager's outputs and keys."""
+    ids = [torch.randint(0, 10, (2, 5)) for _ in range(6)]
+    c = run_program("""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 8)
+        self.proj = nn.Linear(8, 8)
+    def forward(self, ids):
+        sd = self.state_dict()
+        h = self.proj(self.emb(ids))
+        return h @ sd["emb.weight"].t() + sd["proj.weight"].sum(), list(sd.keys())
+def make():
+    return M()
+def mutate(i, m):
+    if i == 2:
+        m.proj.weight = nn.Parameter(torch.ones(8, 8))
+    if i == 3:
+        m.register_buffer("extra", torch.ones(1), persistent=False)
+    if i == 4:
+        m.emb.register_buffer("scale", torch.ones(1))
+    if i == 5:
+        m._register_state_dict_hook(lambda mod, sd, prefix, meta: None)
+""", [(x,) for x in ids], allow_eager=True)
+    assert not c.variants[0].eager and len(c.variants[0].graphs) == 1 and not c.variants[0].breaks
+    assert c.variants[-1].eager
+
+
+def test_dataclass_asdict_and_deepcopy_in_forward():
+    """bench/capture.py dataclass_config_asdict: `dataclasses.asdict(cfg)` deep-copies, and
+    copy.deepcopy's `id()` (the keys of its memo) was an uncapturable call, a graph break.
+    Changing the config between calls (a field, a nested list) is caught; the dicts and
+    copies returned equal eager's and are new objects each call."""
+    c = run_program("""
+import copy
+import dataclasses
+@dataclasses.dataclass
+class Cfg:
+    dim: int = 4
+    eps: float = 1e-5
+    sizes: list = dataclasses.field(default_factory=lambda: [1, 2])
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cfg = Cfg()
+        self.fc = nn.Linear(4, 4)
+    def forward(self, x):
+        c = dataclasses.asdict(self.cfg)
+        s = copy.deepcopy(self.cfg.sizes)
+        s.append(len(s))
+        y = F.layer_norm(self.fc(x), (c["dim"],), eps=c["eps"]) * sum(s)
+        return y, c, s
+def make():
+    return M()
+def mutate(i, m):
+    if i == 2:
+        m.cfg.eps = 0.5
+    if i == 3:
+        m.cfg.sizes.append(5)
+""", [(torch.randn(2, 4),) for _ in range(5)], recompiles=2)
+    assert all(not v.breaks for v in c.variants)
