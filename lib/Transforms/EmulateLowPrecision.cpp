@@ -64,6 +64,41 @@ struct EmulateLowPrecision
             cast<arith::ArithFastMathInterface>(op).getFastMathAttrName());
     });
 
+    // f64 <-> bf16/f16 go through f32, as c10's conversions do (double ->
+    // float -> BFloat16/Half): LLVM lowers the direct ones to __truncdfbf2 /
+    // __truncdfhf2, which the JIT cannot resolve (var_mean of bf16, which
+    // accumulates in f64, failed to load). Extending through f32 is exact.
+    auto withF32 = [&](Type t) -> Type {
+      if (auto shaped = dyn_cast<ShapedType>(t))
+        return shaped.clone(f32);
+      return f32;
+    };
+    auto isLow = [](Type t) {
+      Type e = getElementTypeOrSelf(t);
+      return e.isBF16() || e.isF16();
+    };
+    root->walk([&](Operation *op) {
+      if (!isa<arith::TruncFOp, arith::ExtFOp>(op))
+        return;
+      Value in = op->getOperand(0);
+      Type from = in.getType(), to = op->getResult(0).getType();
+      bool narrowing = isa<arith::TruncFOp>(op);
+      if (!getElementTypeOrSelf(narrowing ? from : to).isF64() ||
+          !isLow(narrowing ? to : from))
+        return;
+      OpBuilder b(op);
+      Value mid, res;
+      if (narrowing) {
+        mid = arith::TruncFOp::create(b, op->getLoc(), withF32(from), in);
+        res = arith::TruncFOp::create(b, op->getLoc(), to, mid);
+      } else {
+        mid = arith::ExtFOp::create(b, op->getLoc(), withF32(to), in);
+        res = arith::ExtFOp::create(b, op->getLoc(), to, mid);
+      }
+      op->getResult(0).replaceAllUsesWith(res);
+      op->erase();
+    });
+
     RewritePatternSet expand(ctx);
     arith::populateExpandBFloat16Patterns(expand);
     if (failed(applyPatternsGreedily(root, std::move(expand))))

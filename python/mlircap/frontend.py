@@ -300,7 +300,8 @@ def _unless_kept_whole(op, fn):
 # adaptive_avg_pool3d: eager's CPU kernel sums in bfloat16, as torch-mlir's does.)
 _aten = torch.ops.aten
 _OPMATH_REDUCTIONS = (_aten.sum, _aten.mean, _aten.avg_pool1d, _aten.avg_pool2d, _aten.avg_pool3d,
-                      _aten.adaptive_avg_pool1d, _aten.adaptive_avg_pool2d, _aten._adaptive_avg_pool2d)
+                      _aten.adaptive_avg_pool1d, _aten.adaptive_avg_pool2d, _aten._adaptive_avg_pool2d,
+                      _aten.var, _aten.var_mean, _aten.std, _aten.std_mean)
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
@@ -314,7 +315,8 @@ def _in_float32(op, fn):
         if (isinstance(x, torch.Tensor) and x.dtype in _LOW_PRECISION and dtype in (None, x.dtype)
                 and not op._schema.is_mutable and "out" not in kwargs):
             kwargs = {k: v for k, v in kwargs.items() if k != "dtype"}
-            return op(x.float(), *args, **kwargs).to(x.dtype)
+            out = op(x.float(), *args, **kwargs)
+            return tuple(o.to(x.dtype) for o in out) if isinstance(out, tuple) else out.to(x.dtype)
         return fn(x, *args, **kwargs) if fn is not None else NotImplemented
 
     return decomposition

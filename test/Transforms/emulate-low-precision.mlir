@@ -37,3 +37,18 @@ func.func @f32_untouched(%a: f32) -> f32 {
   %0 = arith.addf %a, %a : f32
   return %0 : f32
 }
+
+// -----
+
+// f64 <-> bf16 go through f32 (c10 converts double -> float -> BFloat16); the
+// direct truncation was lowered to __truncdfbf2, which the JIT cannot resolve.
+// CHECK-LABEL: func.func @f64_bf16(
+// CHECK: arith.truncf %{{.*}} : f64 to f32
+// CHECK: arith.bitcast {{.*}} : i16 to bf16
+// CHECK: arith.extf %{{.*}} : f32 to f64
+// CHECK-NOT: f64 to bf16
+func.func @f64_bf16(%a: f64, %b: bf16) -> (bf16, f64) {
+  %0 = arith.truncf %a : f64 to bf16
+  %1 = arith.extf %b : bf16 to f64
+  return %0, %1 : bf16, f64
+}
