@@ -54,3 +54,22 @@ def test_key_depends_on_ir_and_target():
     assert k != rt._cache_key("ir2", "sm_90", "+ptx80")
     assert k != rt._cache_key("ir", "sm_80", "+ptx80")
     assert k == rt._cache_key("ir", "sm_90", "+ptx80")
+
+
+def test_key_names_this_build_of_the_core(monkeypatch):
+    # A rebuilt core keeps its version string: its plans must not be mistaken for
+    # those of the build that wrote the cache.
+    class Rebuilt:
+        def __init__(self, real):
+            self.real = real
+
+        def version(self):
+            return self.real.version()
+
+        def build_id(self):
+            return "0" * 40
+
+    k = rt._cache_key("ir", "sm_90", "+ptx80")
+    real = rt.core()
+    monkeypatch.setattr(rt, "core", lambda: Rebuilt(real))
+    assert rt._cache_key("ir", "sm_90", "+ptx80") != k
