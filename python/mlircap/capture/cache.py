@@ -52,6 +52,15 @@ class _Captured:
         self.bound = fn if self.is_module else getattr(fn, "__self__", None) \
             if isinstance(fn, types.MethodType) else None
         func = getattr(func, "__func__", func)
+        # a forward decorated with torch's context-manager decorators (@torch.no_grad(),
+        # @torch.inference_mode(), ...): the wrapper (torch code, shared by every decorated
+        # function, called with *args) enters the context and calls the function, whose
+        # frames are the ones captured; the state it sets is guarded like any entry state
+        while isinstance(func, types.FunctionType) and \
+                func.__code__.co_filename.endswith(_CONTEXT_DECORATORS) and \
+                func.__code__.co_filename.startswith(_TORCH_DIR) and \
+                isinstance(getattr(func, "__wrapped__", None), types.FunctionType):
+            func = func.__wrapped__
         self.func: types.FunctionType | None = func if isinstance(func, types.FunctionType) else None
         self.code: types.CodeType | None = self.func.__code__ if self.func is not None else None
         self.variants: list[_Variant] = []
@@ -253,6 +262,9 @@ def _callers_level() -> int:
                              f.f_code.co_filename.startswith(_TORCH_DIR)):
         f, n = f.f_back, n + 1
     return n if f is not None else 1
+
+
+_CONTEXT_DECORATORS = (os.path.join("utils", "_contextlib.py"), os.path.join("amp", "autocast_mode.py"))
 
 
 def _plain(x: T) -> T:

@@ -150,6 +150,8 @@ class _GraphMixin:
         if not has_t and name not in ("__setitem__", "__set__", "__delitem__"):
             if name in _META_OK and not (dyn and name in _SHAPE_META):
                 return res
+            if name == "_assert" and args and not isinstance(args[0], torch.Tensor):
+                return res   # torch._assert(cond: bool, msg): passed; cond is a traced Python value
             if name == "numpy" and len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor) and \
                     not dyn and self.np_numpy_call(args[0], res):
                 return res   # tracked: its uses are recorded or break the graph (np_interop)

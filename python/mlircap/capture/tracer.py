@@ -345,6 +345,13 @@ class _TracerMixin:
             return
         if self.np_tensor_of_source(frame, f, args, kwargs, slot) or self._cached_call(frame, f, args, kwargs, slot):
             return
+        if any(f is r for r in _FRAME_READERS):
+            if f is globals or f is sys._getframe:
+                raise Unreplayable(f"{f.__name__}() reads the calling frame, which a replay does not have")
+            if not (args or kwargs):
+                # locals() / vars() / dir(): a snapshot of this frame's variables, which the
+                # tracer sees (replayed elsewhere it would read the replay's own frame)
+                return
         kind = _call_kind(f)
         if kind == "external" and (_pure_ufunc_call(f, args, kwargs) or
                                    f is id and frame.f_code.co_filename == copy.__file__):
@@ -593,6 +600,7 @@ class _TracerMixin:
 
 _IS_COMPILING = torch.compiler.is_compiling
 _LRU_WRAPPER = type(functools.lru_cache(maxsize=1)(lambda: None))
+_FRAME_READERS = (locals, vars, dir, globals, sys._getframe)
 _STATE_DICT_METHODS = ("state_dict", "_save_to_state_dict", "get_extra_state")
 
 

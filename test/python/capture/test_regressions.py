@@ -861,3 +861,86 @@ def mutate(i, m):
         m.cfg.sizes.append(5)
 """, [(torch.randn(2, 4),) for _ in range(5)], recompiles=2)
     assert all(not v.breaks for v in c.variants)
+
+
+def test_frame_reading_builtins_are_not_replayed():
+    """`locals()` was an uncapturable call replayed in the replay function's own frame: an
+    `import` of a missing optional module inside forward runs setuptools' meta path finder
+    (`'{fullname}'.format(**locals())`), whose replayed locals() lacked the key: KeyError at
+    replay, a wrong result.  locals()/vars()/dir() read the frame the tracer sees (not
+    replayed); globals() and sys._getframe() make capture give up (located reason)."""
+    c = run_program("""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(4)
+    def forward(self, x):
+        try:
+            import mlircap_no_such_module_xyz  # noqa
+            fused = True
+        except ImportError:
+            fused = False
+        scale = 2.0
+        tag = "{scale}-{fused}".format(**locals())
+        return self.norm(x) * scale, fused, tag, sorted(vars())
+def make():
+    return M()
+""", [(torch.randn(2, 4),) for _ in range(3)], recompiles=0)
+    # the import system's finders (pytest's among them) may break before the first graph
+    # operation; the graph itself is not split
+    assert not any(v.eager for v in c.variants) and c.variants[0].splits == 0
+    run_program("""
+import sys
+K = 3.0
+def make():
+    def f(x):
+        return x * globals()["K"], sys._getframe().f_code.co_name
+    return f
+def mutate(i, m):
+    global K
+    K = float(i)
+""", [(torch.randn(2, 4),) for _ in range(3)], allow_eager=True)
+
+
+def test_forward_decorated_with_torch_context_managers_is_captured():
+    """`@torch.no_grad()` / `@torch.inference_mode()` / `@torch.autocast(..., enabled=False)`
+    on forward: the captured code was torch's decorator wrapper (called with *args, so no
+    frame was ever dispatched: the module ran eagerly, silently).  The decorated function is
+    captured, inside the context the wrapper enters on every call; calls with grad mode on
+    and off give eager's results (requires_grad included)."""
+    for deco in ("@torch.no_grad()", "@torch.inference_mode()", "@torch.autocast('cpu', enabled=False)"):
+        c = run_program(f"""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+    {deco}
+    def forward(self, x, scale=2.0):
+        return self.fc(x) * scale
+def make():
+    return M()
+""", [(torch.randn(2, 4),), ((torch.randn(2, 4), 3.0), {}), (torch.randn(2, 4),)], graphs=2, breaks=0)
+        assert c.stats.replays >= 1
+
+
+def test_torch_assert_on_a_python_condition_does_not_break():
+    """torch._assert(cond, msg) with a Python bool (a shape check) passed when recording:
+    nothing to replay (it was a graph break).  With a tensor condition it stays a
+    data-dependent break, and a failing one raises like eager."""
+    run_program("""
+def make():
+    def f(x):
+        y = x.relu()
+        torch._assert(y.dim() == 2, "need 2d")
+        return y * 2
+    return f
+""", [(torch.randn(2, 4),) for _ in range(3)], graphs=1, breaks=0)
+    run_program("""
+def make():
+    def f(x):
+        y = x.relu()
+        torch._assert((y >= 0).all(), "relu is nonnegative")
+        torch._assert((x > 0).all(), "positive input")
+        return y * 2
+    return f
+""", [(torch.rand(2, 4) + 0.5,), (torch.randn(2, 4) - 5,), (torch.rand(2, 4) + 0.5,)])
