@@ -4,11 +4,17 @@ Corpus of >=100 small real-world-style modules.  For every case both frontends r
 identical copies of the model (same weights, same RNG seed); we report whether the
 module was captured as a single graph, graph/break counts, capture time (first call),
 steady-state guard-check time, and correctness against eager (outputs + module state).
+Breaks are those of the first call, counted as Dynamo's explain() counts them: the places
+the graphs split (a break before the first graph operation, e.g. a random draw deciding a
+branch, splits nothing and is counted by neither).  A frame that runs eagerly after a break
+(ours: capture gave up; Dynamo: explain() reports -1 breaks, a break it could not resume
+from) is shown as E and counts the breaks met before, at least 1.
 
     PYTHONPATH=python python bench/capture.py [--no-dynamo] [--filter NAME]
 """
 import argparse
 import copy
+import functools
 import math
 import statistics
 import sys
@@ -1125,6 +1131,739 @@ case("nn_maxpool_unflatten", lambda: (R(2, 3, 8, 8),))(
     lambda: nn.Sequential(nn.MaxPool2d(2), nn.Flatten(), nn.Unflatten(1, (3, 16))))
 
 
+# ----------------------------------------------------------------------------- constructs from public model code
+import dataclasses  # noqa: E402
+import logging  # noqa: E402
+
+_log = logging.getLogger("mlircap.bench.corpus")
+
+
+@dataclasses.dataclass
+class EncoderOutput:
+    last_hidden: torch.Tensor
+    pooled: torch.Tensor
+    hidden_states: tuple = ()
+
+
+class DataclassEncoder(nn.Module):
+    """Returns a dataclass (not a namedtuple), like many research code bases."""
+    def __init__(self, n=2, return_all=True):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(n)])
+        self.return_all = return_all
+
+    def forward(self, x):
+        states = []
+        for layer in self.layers:
+            x = F.gelu(layer(x))
+            states.append(x)
+        return EncoderOutput(x, x.mean(1), tuple(states) if self.return_all else ())
+
+
+class ShapeAssertBlock(nn.Module):
+    """Shape checks with f-string messages, and a reshape driven by the input's rank."""
+    def __init__(self, d=8, heads=2):
+        super().__init__()
+        self.d, self.heads = d, heads
+        self.qkv = nn.Linear(d, 3 * d)
+
+    def forward(self, x):
+        assert x.shape[-1] == self.d, f"expected last dim {self.d}, got {tuple(x.shape)}"
+        squeeze = x.dim() == 2
+        if squeeze:
+            x = x.unsqueeze(0)
+        b, t, _ = x.shape
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, self.d)
+        return y.squeeze(0) if squeeze else y
+
+
+class ModuleDictRouter(nn.Module):
+    """Task heads in a ModuleDict, selected by a string key argument; losses in a dict."""
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Sequential(nn.Linear(8, 16), nn.ReLU())
+        self.heads = nn.ModuleDict({"cls": nn.Linear(16, 4), "reg": nn.Linear(16, 1)})
+
+    def forward(self, x, task="cls"):
+        h = self.trunk(x)
+        if task not in self.heads:
+            raise KeyError(f"unknown task {task!r}; have {list(self.heads)}")
+        return self.heads[task](h)
+
+
+class ParameterListMix(nn.Module):
+    """Iterating an nn.ParameterList / ParameterDict (mixture weights, per-layer scales)."""
+    def __init__(self, n=3):
+        super().__init__()
+        self.weights = nn.ParameterList([nn.Parameter(torch.randn(8, 8) * 0.1) for _ in range(n)])
+        self.gates = nn.ParameterDict({f"g{i}": nn.Parameter(torch.tensor(0.5 + i)) for i in range(n)})
+
+    def forward(self, x):
+        out = 0
+        for i, w in enumerate(self.weights):
+            out = out + torch.sigmoid(self.gates[f"g{i}"]) * (x @ w)
+        return out / len(self.weights)
+
+
+class ComprehensionFPN(nn.Module):
+    """Lateral convs applied with list comprehensions and zip over lists of feature maps,
+    top-down pathway with interpolate to the next map's size (FPN)."""
+    def __init__(self, chans=(4, 8, 16), out=8):
+        super().__init__()
+        self.lateral = nn.ModuleList([nn.Conv2d(c, out, 1) for c in chans])
+        self.smooth = nn.ModuleList([nn.Conv2d(out, out, 3, padding=1) for _ in chans])
+
+    def forward(self, feats):
+        lat = [conv(f) for conv, f in zip(self.lateral, feats)]
+        for i in range(len(lat) - 1, 0, -1):
+            lat[i - 1] = lat[i - 1] + F.interpolate(lat[i], size=lat[i - 1].shape[-2:], mode="nearest")
+        return [s(z) for s, z in zip(self.smooth, lat)]
+
+
+class IsinstanceDispatch(nn.Module):
+    """Accepts a tensor, a (tensor, mask) tuple or a dict batch, as data loaders hand them."""
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, batch):
+        if isinstance(batch, dict):
+            x, mask = batch["x"], batch.get("mask")
+        elif isinstance(batch, (tuple, list)):
+            x, mask = batch
+        else:
+            x, mask = batch, None
+        y = self.fc(x)
+        if mask is not None:
+            y = y.masked_fill(~mask.unsqueeze(-1), 0.0)
+        return y
+
+
+class SelfCacheMemo(nn.Module):
+    """Caches a positional table in a dict on self, keyed by sequence length (built on a
+    miss, reused afterwards), as rotary / ALiBi implementations do."""
+    def __init__(self, d=8):
+        super().__init__()
+        self.d = d
+        self._cache = {}
+        self.proj = nn.Linear(d, d)
+
+    def _table(self, n, device, dtype):
+        key = (n, device, dtype)
+        if key not in self._cache:
+            pos = torch.arange(n, device=device, dtype=dtype)[:, None]
+            inv = 1.0 / (10000 ** (torch.arange(0, self.d, 2, device=device, dtype=dtype) / self.d))
+            ang = pos * inv
+            self._cache[key] = torch.cat([ang.sin(), ang.cos()], -1)
+        return self._cache[key]
+
+    def forward(self, x):
+        return self.proj(x + self._table(x.shape[1], x.device, x.dtype))
+
+
+class TimeLoopRNN(nn.Module):
+    """Python loop over the time dimension of the input (x.size(1)), outputs stacked."""
+    def __init__(self, d=8):
+        super().__init__()
+        self.cell = nn.GRUCell(d, d)
+
+    def forward(self, x, h=None):
+        if h is None:
+            h = x.new_zeros(x.size(0), x.size(2))
+        outs = []
+        for t in range(x.size(1)):
+            h = self.cell(x[:, t], h)
+            outs.append(h)
+        return torch.stack(outs, 1), h
+
+
+class WarnOnceLegacy(nn.Module):
+    """Emits a deprecation warning (warnings.warn) and logs through `logging` every call."""
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x, legacy_scale=None):
+        if legacy_scale is not None:
+            warnings.warn("legacy_scale is deprecated", DeprecationWarning)
+            x = x * legacy_scale
+        _log.debug("forward with input of shape %s", tuple(x.shape))
+        return self.fc(x)
+
+
+class OptionalKwargsAttention(nn.Module):
+    """Optional attention mask / head mask / output_attentions kwargs, HF style."""
+    def __init__(self, d=8, heads=2):
+        super().__init__()
+        self.h = heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+
+    def forward(self, x, attention_mask=None, head_mask=None, output_attentions=False):
+        b, t, d = x.shape
+        sh = lambda z: z.view(b, t, self.h, d // self.h).transpose(1, 2)  # noqa: E731
+        q, k, v = sh(self.q(x)), sh(self.k(x)), sh(self.v(x))
+        s = q @ k.transpose(-1, -2) / math.sqrt(d // self.h)
+        if attention_mask is not None:
+            s = s + (1.0 - attention_mask[:, None, None, :].to(s.dtype)) * torch.finfo(s.dtype).min
+        p = s.softmax(-1)
+        if head_mask is not None:
+            p = p * head_mask[None, :, None, None]
+        y = self.o((p @ v).transpose(1, 2).reshape(b, t, d))
+        return (y, p) if output_attentions else (y,)
+
+
+class ConfigObjModel(nn.Module):
+    """A config object (SimpleNamespace-like class) read throughout forward."""
+    class Cfg:
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+
+    def __init__(self):
+        super().__init__()
+        self.cfg = self.Cfg(hidden=8, layers=2, act="silu", residual=True, dropout=0.0)
+        self.blocks = nn.ModuleList([nn.Linear(self.cfg.hidden, self.cfg.hidden) for _ in range(self.cfg.layers)])
+        self.act = getattr(F, self.cfg.act)
+
+    def forward(self, x):
+        for blk in self.blocks:
+            y = F.dropout(self.act(blk(x)), p=self.cfg.dropout, training=self.training)
+            x = x + y if self.cfg.residual else y
+        return x
+
+
+class EarlyReturnPadding(nn.Module):
+    """Returns early when no padding is needed (sequence length already a multiple)."""
+    def __init__(self, multiple=4):
+        super().__init__()
+        self.multiple = multiple
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        n = x.shape[1]
+        if n % self.multiple == 0:
+            return self.fc(x)
+        pad = self.multiple - n % self.multiple
+        return self.fc(F.pad(x, (0, 0, 0, pad)))[:, :n]
+
+
+class SequentialWithNames(nn.Module):
+    """named_children()/named_modules() walk, skipping modules by name and type."""
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Dropout(0.5), nn.Linear(8, 8), nn.Tanh())
+
+    def forward(self, x):
+        feats = {}
+        for name, mod in self.body.named_children():
+            if isinstance(mod, nn.Dropout) and not self.training:
+                continue
+            x = mod(x)
+            if isinstance(mod, nn.Linear):
+                feats[f"linear_{name}"] = x
+        return x, feats
+
+
+class NumpyScaleTable(nn.Module):
+    """A numpy table built in __init__ (float64), indexed with Python ints in forward."""
+    def __init__(self):
+        super().__init__()
+        import numpy as np
+        self.scales = np.linspace(0.5, 2.0, 4)
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x, level=2):
+        return self.fc(x) * float(self.scales[level])
+
+
+class NumpyAnchors(nn.Module):
+    """Detection-style anchors precomputed with numpy in __init__, converted with
+    torch.from_numpy in forward; box deltas decoded against them."""
+    def __init__(self):
+        super().__init__()
+        import numpy as np
+        ctr = np.stack(np.meshgrid(np.arange(4), np.arange(4)), -1).reshape(-1, 2).astype(np.float32) + 0.5
+        self.anchors = np.concatenate([ctr, np.full_like(ctr, 2.0)], 1)
+        self.head = nn.Linear(8, 16 * 4)
+
+    def forward(self, x):
+        d = self.head(x).view(x.shape[0], 16, 4)
+        a = torch.from_numpy(self.anchors).to(x.dtype)
+        xy = a[:, :2] + d[..., :2] * a[:, 2:]
+        wh = a[:, 2:] * d[..., 2:].exp()
+        return torch.cat([xy - wh / 2, xy + wh / 2], -1)
+
+
+class NumpyEntropyPost(nn.Module):
+    """Post-processing in numpy on detached probabilities (entropy, confidence mask),
+    converted back with torch.from_numpy / torch.as_tensor."""
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        import numpy as np
+        p = self.fc(x).softmax(-1)
+        q = np.clip(p.detach().numpy(), 1e-6, 1.0)
+        ent = -(q * np.log(q)).sum(axis=-1)
+        conf = (q.max(axis=-1) > 0.5).astype(np.float32)
+        return p, torch.from_numpy(ent), torch.as_tensor(conf)
+
+
+@functools.lru_cache(maxsize=16)
+def _causal_mask(n):
+    return torch.ones(n, n, dtype=torch.bool).tril()
+
+
+class LruCachedMaskAttention(nn.Module):
+    """A causal mask from an lru_cache'd helper: after the first call (the eager reference
+    runs first) the tensor comes from the cache, made outside any graph."""
+    def __init__(self, d=8):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, -1)
+        s = (q @ k.transpose(1, 2)) / math.sqrt(q.shape[-1])
+        s = s.masked_fill(~_causal_mask(x.shape[1]), float("-inf"))
+        return s.softmax(-1) @ v
+
+
+class NumpyScalarHparams(nn.Module):
+    """Hyper-parameters held as NumPy scalars (np.sqrt of a width, np.float32 / np.int64
+    config values), used as torch-op arguments and slice bounds."""
+    def __init__(self):
+        super().__init__()
+        import numpy as np
+        self.fc = nn.Linear(8, 8)
+        self.temp = np.sqrt(8.0)
+        self.keep = np.int64(6)
+        self.floor = np.float32(-0.5)
+
+    def forward(self, x):
+        import numpy as np
+        y = self.fc(x) / self.temp * np.sqrt(x.shape[-1])
+        return torch.clamp(y[:, : self.keep], min=self.floor)
+
+
+class NumpyRandomAugment(nn.Module):
+    """A NumPy RandomState decides a flip (data augmentation inside forward)."""
+    def __init__(self):
+        super().__init__()
+        import numpy as np
+        self.rng = np.random.RandomState(0)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        if self.training and self.rng.rand() < 0.5:
+            x = x.flip(-1)
+        return self.conv(x)
+
+
+@dataclasses.dataclass
+class _BlockCfg:
+    dim: int = 8
+    eps: float = 1e-5
+    act: str = "gelu"
+
+
+class DataclassConfigAsdict(nn.Module):
+    """A dataclass config turned into a dict with dataclasses.asdict inside forward."""
+    def __init__(self):
+        super().__init__()
+        self.cfg = _BlockCfg()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        c = dataclasses.asdict(self.cfg)
+        y = F.layer_norm(x, (c["dim"],), eps=c["eps"])
+        return getattr(F, c["act"])(self.fc(y))
+
+
+class StateDictInForward(nn.Module):
+    """Weights read through self.state_dict() in forward (weight tying / export helpers)."""
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 8)
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, ids):
+        sd = self.state_dict()
+        h = self.proj(self.emb(ids))
+        return h @ sd["emb.weight"].t()
+
+
+class ScriptableBits(nn.Module):
+    """TorchScript-friendly code run eagerly: torch._assert on a shape, torch.jit.annotate,
+    @torch.jit.ignore / @torch.jit.unused methods, torch.finfo, x.new_tensor."""
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    @torch.jit.ignore
+    def helper(self, x):
+        return x * 2
+
+    @torch.jit.unused
+    def unused(self, x):
+        return x
+
+    def forward(self, x):
+        h = torch.jit.annotate(torch.Tensor, self.fc(x))
+        torch._assert(h.dim() == 2, "need a batch of vectors")
+        return self.helper(h) + torch.finfo(x.dtype).eps + x.new_tensor([1.0, 2.0]).sum()
+
+
+class OptionalImportTry(nn.Module):
+    """`try: import <optional fused kernel> except ImportError` inside forward (the import
+    system's finders run on every call), try/except around a call."""
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, x):
+        try:
+            from mlircap_bench_no_such_fused_kernels import fused_layer_norm  # noqa: F401
+            fused = True
+        except ImportError:
+            fused = False
+        try:
+            y = self.norm(x)
+        except RuntimeError:
+            y = x
+        return y, fused
+
+
+class NoGradDecoratedForward(nn.Module):
+    """An inference-only module whose forward is decorated with @torch.no_grad()."""
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
+
+    @torch.no_grad()
+    def forward(self, x):
+        return F.normalize(self.body(x), dim=-1)
+
+
+class ClosureGeneratorHelpers(nn.Module):
+    """A closure defined in forward, itertools.pairwise over layers, enumerate(reversed(...)),
+    a generator method yielding features, torch.split / F.pad with list arithmetic / einsum."""
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(3)])
+
+    def feats(self, x):
+        for layer in self.layers:
+            x = F.relu(layer(x))
+            yield x
+
+    def forward(self, x):
+        import itertools
+        scale = x.abs().mean(-1, keepdim=True)
+
+        def apply(layer, h):
+            return layer(h) * scale
+        for a, b in itertools.pairwise(self.layers):
+            x = apply(b, apply(a, x))
+        for i, layer in enumerate(reversed(self.layers)):
+            x = x + layer(x) / (i + 1)
+        outs = list(self.feats(x))
+        c0, c1 = torch.split(outs[-1], [3, 5], dim=-1)
+        return torch.einsum("bi,bj->bij", F.pad(c0, [0, 2] * 1), c1).flatten(1)
+
+
+class GradCheckpointish(nn.Module):
+    """`if self.training and self.use_checkpoint` style branches with a per-layer flag list,
+    a layer-drop list and `zip(..., strict)` style iteration."""
+    def __init__(self, n=3):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(n)])
+        self.norms = nn.ModuleList([nn.LayerNorm(8) for _ in range(n)])
+        self.skip = [False, True, False]
+
+    def forward(self, x):
+        for i, (layer, norm, skip) in enumerate(zip(self.layers, self.norms, self.skip)):
+            if skip and not self.training:
+                continue
+            x = x + layer(norm(x)) * (1.0 / (i + 1))
+        return x
+
+
+class ChannelsLastCheck(nn.Module):
+    """Branches on memory format / dtype / device properties of the input."""
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        if x.dtype != torch.float32:
+            x = x.float()
+        if not x.is_contiguous():
+            x = x.contiguous()
+        if x.device.type == "cpu" and x.shape[-1] != x.shape[-2]:
+            x = F.interpolate(x, size=(x.shape[-2], x.shape[-2]))
+        return self.conv(x)
+
+
+class MultiScaleLoss(nn.Module):
+    """A loss summed over a list of predictions with per-scale weights from a dict config,
+    returning a dict with Python-float-weighted items."""
+    def __init__(self):
+        super().__init__()
+        self.weights = {"s0": 1.0, "s1": 0.5, "s2": 0.25}
+
+    def forward(self, preds, target):
+        losses = {}
+        for (k, w), p in zip(self.weights.items(), preds):
+            t = F.interpolate(target, size=p.shape[-2:], mode="bilinear", align_corners=False)
+            losses[k] = w * F.l1_loss(p, t)
+        losses["total"] = sum(losses.values())
+        return losses
+
+
+import random  # noqa: E402
+
+
+class PartialNormBlock(nn.Module):
+    """timm style: norm_layer=functools.partial(nn.LayerNorm, eps=1e-6), act_layer a class,
+    `torch.jit.is_scripting()` guard around a Python-only path, DropPath with new_empty().bernoulli_."""
+    def __init__(self, d=8, norm_layer=functools.partial(nn.LayerNorm, eps=1e-6), act_layer=nn.GELU, drop_path=0.2):
+        super().__init__()
+        self.norm = norm_layer(d)
+        self.fc1, self.act, self.fc2 = nn.Linear(d, 2 * d), act_layer(), nn.Linear(2 * d, d)
+        self.drop_path = drop_path
+
+    def _drop_path(self, x):
+        if self.drop_path == 0.0 or not self.training:
+            return x
+        keep = 1 - self.drop_path
+        shape = (x.shape[0],) + (1,) * (x.ndim - 1)
+        mask = x.new_empty(shape).bernoulli_(keep)
+        return x * mask / keep
+
+    def forward(self, x):
+        if not torch.jit.is_scripting() and not torch.jit.is_tracing():
+            assert x.ndim >= 2, "need a batch dimension"
+        return x + self._drop_path(self.fc2(self.act(self.fc1(self.norm(x)))))
+
+
+class LayerDrop(nn.Module):
+    """fairseq style LayerDrop: `random.random() < p` (Python's RNG) skips layers in training."""
+    def __init__(self, n=4, p=0.3):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(n)])
+        self.p = p
+
+    def forward(self, x):
+        for layer in self.layers:
+            if self.training and random.random() < self.p:
+                continue
+            x = x + torch.relu(layer(x))
+        return x
+
+
+class GetattrLayers(nn.Module):
+    """Layers named layer1..layerN reached with getattr(self, f"layer{i}") (torchvision ResNet
+    feature extractors), features collected in an OrderedDict."""
+    def __init__(self):
+        super().__init__()
+        for i in range(1, 4):
+            setattr(self, f"layer{i}", nn.Sequential(nn.Conv2d(3 if i == 1 else 4, 4, 3, padding=1), nn.ReLU()))
+        self.return_layers = ["layer1", "layer3"]
+
+    def forward(self, x):
+        import collections
+        out = collections.OrderedDict()
+        for i in range(1, 4):
+            name = f"layer{i}"
+            x = getattr(self, name)(x)
+            if name in self.return_layers:
+                out[name] = x
+        return out
+
+
+class TargetNetNoGrad(nn.Module):
+    """A target network evaluated under torch.no_grad() inside forward (DQN / BYOL)."""
+    def __init__(self):
+        super().__init__()
+        self.online = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4))
+        self.target = copy.deepcopy(self.online)
+        for p in self.target.parameters():
+            p.requires_grad_(False)
+
+    def forward(self, x, gamma=0.9):
+        q = self.online(x)
+        with torch.no_grad():
+            q_next = self.target(x).max(-1).values
+        return q.max(-1).values - gamma * q_next
+
+
+class PropertyAndSuper(nn.Linear):
+    """Subclass of nn.Linear calling super().forward, with a @property derived attribute."""
+    def __init__(self):
+        super().__init__(8, 8)
+        self.temperature = 2.0
+
+    @property
+    def inv_temp(self):
+        return 1.0 / self.temperature
+
+    def forward(self, x):
+        return super().forward(x) * self.inv_temp
+
+
+class EnvFlagDebug(nn.Module):
+    """Reads an environment variable (os.environ.get) to decide on a debug check."""
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        import os
+        if os.environ.get("MLIRCAP_BENCH_CORPUS_DEBUG", "0") == "1":
+            assert torch.isfinite(x).all()
+        return self.fc(x)
+
+
+class OneHotConst(nn.Module):
+    """F.one_hot with num_classes, a constant tensor built from a Python list in forward,
+    masked_fill with float('-inf') and torch.where with a Python scalar."""
+    def __init__(self, n=5):
+        super().__init__()
+        self.n = n
+        self.fc = nn.Linear(8, n)
+
+    def forward(self, x, labels):
+        prior = torch.tensor([0.1, 0.2, 0.3, 0.2, 0.2], device=x.device).log()
+        logits = self.fc(x) + prior
+        oh = F.one_hot(labels, num_classes=self.n).bool()
+        neg = logits.masked_fill(oh, float("-inf")).logsumexp(-1)
+        pos = torch.where(oh, logits, 0.0).sum(-1)
+        return (neg - pos).mean()
+
+
+class GenExprSum(nn.Module):
+    """sum() over a generator of per-layer penalties; any()/all() over Python lists;
+    math helpers on shapes."""
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(3)])
+
+    def forward(self, x):
+        if any(isinstance(m, nn.Linear) for m in self.layers):
+            x = x / math.sqrt(x.size(-1))
+        outs = [layer(x) for layer in self.layers]
+        reg = sum(o.pow(2).mean() for o in outs)
+        return torch.stack(outs).sum(0), reg
+
+
+class ContextNull(nn.Module):
+    """contextlib.nullcontext() vs torch.autocast(enabled=False) chosen by a flag."""
+    def __init__(self, use_amp=False):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.use_amp = use_amp
+
+    def forward(self, x):
+        import contextlib
+        ctx = torch.autocast("cpu", enabled=False) if self.use_amp else contextlib.nullcontext()
+        with ctx:
+            return self.fc(x).relu()
+
+
+class EnumModeModel(nn.Module):
+    """An enum selects the pooling mode."""
+    import enum
+
+    class Pool(enum.Enum):
+        MEAN = "mean"
+        MAX = "max"
+
+    def __init__(self, mode=None):
+        super().__init__()
+        self.mode = mode or self.Pool.MAX
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.fc(x)
+        if self.mode is self.Pool.MEAN:
+            return h.mean(1)
+        return h.amax(1)
+
+
+class TupleCacheDecoder(nn.Module):
+    """An incremental decoder step: past key/value tuples as an optional argument, returned
+    extended (use_cache), as generation loops do."""
+    def __init__(self, d=8):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.o = nn.Linear(d, d)
+
+    def forward(self, x, past=None, use_cache=True):
+        q, k, v = self.qkv(x).chunk(3, -1)
+        if past is not None:
+            pk, pv = past
+            k, v = torch.cat([pk, k], 1), torch.cat([pv, v], 1)
+        a = (q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])).softmax(-1)
+        y = self.o(a @ v)
+        return (y, (k, v)) if use_cache else (y, None)
+
+
+case("dataclass_encoder_output", lambda: (R(2, 3, 8),))(lambda: DataclassEncoder())
+case("shape_assert_fstring_3d", lambda: (R(2, 5, 8),))(lambda: ShapeAssertBlock())
+case("shape_assert_fstring_2d", lambda: (R(5, 8),))(lambda: ShapeAssertBlock())
+case("moduledict_router", V8)(lambda: ModuleDictRouter())
+case("moduledict_router_reg", lambda: (R(4, 8), "reg"))(lambda: ModuleDictRouter())
+case("parameterlist_mix", V8)(lambda: ParameterListMix())
+case("fpn_comprehensions", lambda: ([R(1, 4, 16, 16), R(1, 8, 8, 8), R(1, 16, 4, 4)],))(lambda: ComprehensionFPN())
+case("isinstance_dict_batch", lambda: ({"x": R(4, 8), "mask": torch.rand(4) > 0.3},))(lambda: IsinstanceDispatch())
+case("isinstance_tuple_batch", lambda: ((R(4, 8), torch.rand(4) > 0.3),))(lambda: IsinstanceDispatch())
+case("isinstance_tensor_batch", V8)(lambda: IsinstanceDispatch())
+case("self_cache_memo", lambda: (R(2, 6, 8),))(lambda: SelfCacheMemo())
+case("time_loop_gru_cell", lambda: (R(2, 5, 8),))(lambda: TimeLoopRNN())
+case("warn_and_log", lambda: (R(4, 8),))(lambda: WarnOnceLegacy())
+case("warn_deprecated_arg", lambda: (R(4, 8), 0.5))(lambda: WarnOnceLegacy())
+case("optional_kwargs_attention", lambda: (R(2, 5, 8),))(lambda: OptionalKwargsAttention())
+case("optional_kwargs_attention_mask", lambda: (R(2, 5, 8), (torch.rand(2, 5) > 0.2).float(), R(2), True))(
+    lambda: OptionalKwargsAttention())
+case("config_object_model", V8)(lambda: ConfigObjModel())
+case("early_return_padding", lambda: (R(2, 6, 8),))(lambda: EarlyReturnPadding())
+case("early_return_no_padding", lambda: (R(2, 8, 8),))(lambda: EarlyReturnPadding())
+case("named_children_walk", V8)(lambda: SequentialWithNames())
+case("named_children_walk_train", V8, train=True)(lambda: SequentialWithNames())
+case("numpy_table_float64", V8)(lambda: NumpyScaleTable())
+case("layer_skip_flags", V8)(lambda: GradCheckpointish())
+case("numpy_anchor_table", V8)(lambda: NumpyAnchors())
+case("numpy_entropy_postprocess", V8)(lambda: NumpyEntropyPost())
+case("lru_cached_mask_attention", lambda: (R(2, 5, 8),))(lambda: LruCachedMaskAttention())
+case("numpy_scalar_hparams", V8)(lambda: NumpyScalarHparams())
+case("numpy_random_augment_train", IMG, train=True)(lambda: NumpyRandomAugment())
+case("dataclass_config_asdict", V8)(lambda: DataclassConfigAsdict())
+case("state_dict_in_forward", lambda: (torch.randint(0, 10, (2, 5)),))(lambda: StateDictInForward())
+case("scriptable_bits", V8)(lambda: ScriptableBits())
+case("optional_import_try", V8)(lambda: OptionalImportTry())
+case("no_grad_decorated_forward", V8)(lambda: NoGradDecoratedForward())
+case("closure_generator_helpers", V8)(lambda: ClosureGeneratorHelpers())
+case("input_property_branches", lambda: (R(2, 3, 8, 6).double(),))(lambda: ChannelsLastCheck())
+case("multiscale_loss_dict", lambda: ([R(2, 1, 16, 16), R(2, 1, 8, 8), R(2, 1, 4, 4)], R(2, 1, 32, 32)))(
+    lambda: MultiScaleLoss())
+case("partial_norm_droppath_train", lambda: (R(4, 3, 8),), train=True)(lambda: PartialNormBlock())
+case("partial_norm_droppath_eval", lambda: (R(4, 3, 8),))(lambda: PartialNormBlock())
+case("layerdrop_python_random_train", V8, train=True)(lambda: LayerDrop())
+case("getattr_layers_ordereddict", lambda: (R(1, 3, 8, 8),))(lambda: GetattrLayers())
+case("target_net_no_grad", V8)(lambda: TargetNetNoGrad())
+case("property_and_super", V8)(lambda: PropertyAndSuper())
+case("env_flag_debug", V8)(lambda: EnvFlagDebug())
+case("one_hot_const_tensor", lambda: (R(4, 8), torch.randint(0, 5, (4,))))(lambda: OneHotConst())
+case("genexpr_sum_any", V8)(lambda: GenExprSum())
+case("nullcontext_or_autocast", V8)(lambda: ContextNull())
+case("nullcontext_or_autocast_amp", V8)(lambda: ContextNull(use_amp=True))
+case("enum_mode", lambda: (R(2, 5, 8),))(lambda: EnumModeModel())
+case("tuple_cache_decoder_first", lambda: (R(2, 1, 8),))(lambda: TupleCacheDecoder())
+case("tuple_cache_decoder_step", lambda: (R(2, 1, 8), (R(2, 3, 8), R(2, 3, 8))))(lambda: TupleCacheDecoder())
+
+
 # ----------------------------------------------------------------------------- Hugging Face (tiny configs)
 def _hf(kind):
     import transformers as T
@@ -1201,6 +1940,12 @@ def _clone(x):
 NCALLS = 3
 
 
+def _seed(k):
+    """Both RNGs a module may draw from: torch's and Python's `random` (layer drop)."""
+    torch.manual_seed(k)
+    random.seed(k)
+
+
 def run_mine(name, factory, inputs, train):
     torch.manual_seed(0)
     ref = factory().train(train)
@@ -1211,12 +1956,12 @@ def run_mine(name, factory, inputs, train):
     ok = True
     t_first = None
     for i, args in enumerate(calls):
-        torch.manual_seed(100 + i)
+        _seed(100 + i)
         import contextlib
         import io
         with contextlib.redirect_stdout(io.StringIO()):
             re = ref(*_clone(args))
-            torch.manual_seed(100 + i)
+            _seed(100 + i)
             t0 = time.perf_counter()
             rc = w(*_clone(args))
             dt = time.perf_counter() - t0
@@ -1225,8 +1970,12 @@ def run_mine(name, factory, inputs, train):
         ok = ok and _same(re, rc) and _same(_state(ref), _state(m))
     c = w._mlircap_capture
     graphs_first = len(c.variants[0].graphs) if c.variants else 0
-    breaks_first = len(c.variants[0].breaks) if c.variants else 0
+    v0 = c.variants[0] if c.variants else None
+    # graph splits, as Dynamo's explain() counts breaks: not one before any graph operation
+    breaks_first = getattr(v0, "splits", len(v0.breaks)) if v0 is not None else 0
     eager = any(v.eager for v in c.variants)
+    if c.variants and c.variants[0].eager:
+        breaks_first = max(1, breaks_first)   # gave up: at least the break that made it
     # guard-check time for the first variant with the first call's arguments
     gus = None
     if c.variants:
@@ -1286,9 +2035,9 @@ def run_dynamo(name, factory, inputs, train):
     import io
     for i, args in enumerate(calls):
         with contextlib.redirect_stdout(io.StringIO()):
-            torch.manual_seed(100 + i)
+            _seed(100 + i)
             re = ref(*_clone(args))
-            torch.manual_seed(100 + i)
+            _seed(100 + i)
             t0 = time.perf_counter()
             try:
                 rc = cm(*_clone(args))
@@ -1300,6 +2049,7 @@ def run_dynamo(name, factory, inputs, train):
             g_first = counts["graphs"]
         ok = ok and _same(re, rc) and _same(_state(ref), _state(m))
     breaks = None
+    eager = False
     try:
         dynamo.reset()
         torch.manual_seed(0)
@@ -1308,9 +2058,15 @@ def run_dynamo(name, factory, inputs, train):
         # branch) with graph_break_count == 0; count the reasons too
         breaks = max(e.graph_break_count, len(e.break_reasons))
         g_first = e.graph_count
+        if e.graph_break_count < 0:
+            # -1: a break Dynamo could not resume from ("graph break in loop", "Skipping the
+            # function and falling back to eager"): the frame runs eagerly.  Counted like ours
+            # (an eager fallback, with the break that caused it), not as 0 breaks.
+            eager = True
+            breaks = max(1, len(e.break_reasons))
     except Exception:  # noqa: BLE001
         pass
-    return dict(ok=ok, graphs=g_first, breaks=breaks, t_capture=t_first,
+    return dict(ok=ok, graphs=g_first, breaks=breaks, t_capture=t_first, eager=eager,
                 full=(g_first == 1 and (breaks or 0) == 0))
 
 
@@ -1343,7 +2099,8 @@ def main():
             if d.get("graphs") is None:
                 s += f" error {d.get('error', '')}"
             else:
-                s += (f" {d['graphs']:3d} {d['breaks'] if d['breaks'] is not None else -1:3d} {'Y' if d['full'] else '-':>4s} "
+                s += (f" {d['graphs']:3d} {d['breaks'] if d['breaks'] is not None else -1:3d} "
+                      f"{'Y' if d['full'] else ('E' if d.get('eager') else '-'):>4s} "
                       f"{'ok' if d['ok'] else 'BAD':>3s} {d['t_capture'] * 1e3:8.1f}")
         print(s)
     n = len(rows)
@@ -1368,7 +2125,8 @@ def main():
         dok = sum(d["ok"] for d in drows)
         dbrk = [d["breaks"] for d in drows if d.get("breaks") is not None]
         dt = [d["t_capture"] * 1e3 for d in drows if d.get("t_capture") is not None]
-        print(f"dynamo: full-graph {dfull}/{n} ({100.0 * dfull / n:.1f}%), correct {dok}/{n}, "
+        deager = sum(bool(d.get("eager")) for d in drows)
+        print(f"dynamo: full-graph {dfull}/{n} ({100.0 * dfull / n:.1f}%), correct {dok}/{n}, eager-fallback cases {deager}, "
               f"breaks/case {statistics.mean(dbrk) if dbrk else float('nan'):.2f}, capture ms/case median "
               f"{statistics.median(dt):.1f} mean {statistics.mean(dt):.1f}")
         both = sum(1 for r in rows if r[1]["full"] and r[2]["full"])
