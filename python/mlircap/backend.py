@@ -438,11 +438,12 @@ def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Optio
     random ops, index ops with input-dependent indices, unsupported dtypes,
     and ops torch-mlir rejects run through torch; the rest is compiled.
     Without islands this is `compile_graph`."""
-    from .partition import extract, partition, rewrite_random_likes
+    from .partition import extract, fill_empty_results, partition, rewrite_random_likes
 
     gm = copy.copy(gm)
     gm.graph = copy.deepcopy(gm.graph)
     rewrite_random_likes(gm)
+    fill_empty_results(gm)
     gm.recompile()
     forced: dict[str, str] = {}
     for _attempt in range(4):
@@ -462,6 +463,11 @@ def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Optio
                 inside = set(part.nodes)
                 used_later = {n for n in part.nodes if any(u not in inside for u in n.users)}
                 sub, ins, outs = extract(gm, part, used_later)
+                g = compile_views(sub, options) if part.views and outs else None
+                if g is not None:
+                    compiled.append(g)
+                    steps.append((g, ins, outs))
+                    continue
                 if part.eager or not outs:   # a part without outputs only has effects: run it as it is
                     steps.append((_EagerIsland(sub, part.reasons, [n.meta.get("val") for n in ins]), ins, outs))
                     continue
@@ -538,6 +544,53 @@ def _report_unsupported(gm: torch.fx.GraphModule, parts, forced: dict[str, str],
     if options.strict:
         raise MlircapCompileError(text)
     warnings.warn(f"mlircap: {text}", stacklevel=3)
+
+
+def compile_views(gm: torch.fx.GraphModule, options: Options) -> CompiledGraph | None:
+    """A graph of views only (partition.Part.views) as a CompiledGraph whose outputs
+    are `as_strided` views of its inputs, with the sizes, strides and storage offsets
+    (relative to the input's) the trace gave them: what a compiler emits for views
+    (inductor's reinterpret_tensor). Nothing is copied, so outputs alias the inputs
+    as eager's do. None when an output is no strided view of one input in its dtype
+    (view(dtype), complex views): then the views run through torch."""
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    index = {n: i for i, n in enumerate(phs)}
+    specs = []
+    for out, val in _outputs(gm):
+        base = out
+        while isinstance(base, torch.fx.Node) and base.op == "call_function":
+            base = base.args[0] if base.args else None
+        bval = base.meta.get("val") if isinstance(base, torch.fx.Node) else None
+        if base not in index or not isinstance(val, torch.Tensor) or not isinstance(bval, torch.Tensor) or \
+                val.dtype != bval.dtype or val.is_complex() or val.layout != torch.strided:
+            return None
+        specs.append((index[base], tuple(int(s) for s in val.shape), tuple(int(s) for s in val.stride()),
+                      int(val.storage_offset()) - int(bval.storage_offset())))
+    layouts = []
+    for n in phs:
+        v = n.meta.get("val")
+        layouts.append((tuple(int(s) for s in v.shape), tuple(int(s) for s in v.stride()))
+                       if isinstance(v, torch.Tensor) else None)
+    graph = CompiledGraph(name=f"graph{_next_id()}", gm=gm, strict=options.strict)
+    graph.executable = _ViewProgram(specs, layouts, gm)
+    graph.notes.append("views of the inputs only: as_strided, nothing computed")
+    logs.log("progress", f"{graph.name}: views only ({len(specs)} outputs)")
+    return graph
+
+
+class _ViewProgram:
+    """Outputs (input index, size, stride, storage offset relative to the input's) as
+    views of the inputs; inputs laid out unlike the trace's run the views through torch."""
+
+    def __init__(self, specs: list[tuple], layouts: list, gm: torch.fx.GraphModule):
+        self.specs, self.layouts, self.gm = specs, layouts, gm
+
+    def __call__(self, *args):
+        for a, lay in zip(args, self.layouts):
+            if lay is not None and (tuple(a.shape), a.stride()) != lay:
+                return self.gm(*args)
+        return tuple(args[i].as_strided(size, stride, args[i].storage_offset() + off)
+                     for i, size, stride, off in self.specs)
 
 
 class _EagerIsland:
@@ -678,16 +731,51 @@ def make_backend(options: Options | None = None, registry: list | None = None):
     worker.prestart()   # its imports overlap the user's first (recording) call
 
     compiled_now: list = []   # forward graphs of the backend call in progress (under the lock)
+    bounds_checked: list = []   # of them, those with bounds checks (bounds.py)
 
     def fw_compiler(gm, example_inputs):
-        compiled = compile_partitioned(gm, example_inputs, options, registry)
-        compiled_now.append(compiled)
+        compiled = _compile_bounds_checked(gm, example_inputs)
+        if compiled is None:
+            compiled = compile_partitioned(gm, example_inputs, options, registry)
+            compiled_now.append(compiled)
 
         def run(args):
             return compiled(*args)
 
         run._boxed_call = True
         return run
+
+    def _compile_bounds_checked(gm, example_inputs):
+        """`gm` compiled with its index ops bounds-checked (bounds.py), or None: no
+        index op to check (or not on the CPU), or the checked graph did not compile
+        whole (then `gm` is compiled as it was, its index ops as eager islands)."""
+        from .bounds import BoundsChecked, add_bounds_checks
+
+        if _device_of(example_inputs, gm) != "cpu":
+            return None
+        checked = copy.copy(gm)
+        checked.graph = copy.deepcopy(gm.graph)
+        flagged = add_bounds_checks(checked)
+        if not any(n.meta.get("mlircap_bounds_checked") for n in checked.graph.nodes):
+            return None
+        graphs: list = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                compiled = compile_partitioned(checked, example_inputs, options, graphs)
+            except MlircapCompileError:
+                return None
+        if _runs_nothing_compiled(compiled) or any(g.fallback_reason is not None for g in graphs):
+            return None
+        for w in caught:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        if registry is not None:
+            registry.extend(graphs)
+        compiled_now.append(compiled)
+        if flagged:
+            compiled = BoundsChecked(compiled, checked)
+            bounds_checked.append(compiled)
+        return compiled
 
     def bw_compiler(gm, example_inputs):
         return make_boxed_func(gm.forward)
@@ -697,6 +785,7 @@ def make_backend(options: Options | None = None, registry: list | None = None):
         # modes): graphs from several threads are compiled one at a time.
         with _COMPILE_LOCK:
             compiled_now.clear()
+            bounds_checked.clear()
             try:
                 fn = _aot(gm, example_inputs)
             except MlircapCompileError:
@@ -711,6 +800,10 @@ def make_backend(options: Options | None = None, registry: list | None = None):
                 # eager's own kernels, not aot_autograd's decomposed graph.
                 logs.log("fallback", "no part of the graph compiled; the captured graph runs as it is")
                 return gm.forward
+            if bounds_checked:
+                from .bounds import rerun_on_bad_index
+
+                return rerun_on_bad_index(fn, gm, any(b.uses_rng for b in bounds_checked))
             return fn
 
     def _aot(gm, example_inputs):

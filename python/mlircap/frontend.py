@@ -56,7 +56,7 @@ def _build_table() -> dict:
     for op in (aten.argmax.default, aten.argmin.default, aten.max.dim, aten.min.dim):
         table[op] = _first_nan_index(op, table.get(op))
     for op, nd in ((aten.max_pool2d_with_indices.default, 2), (aten.max_pool3d_with_indices.default, 3)):
-        table[op] = _pool_index_of_last_nan(op, nd, table.get(op))
+        table[op] = _pool_index_of_last_nan(op, nd)
     for packet in _OPMATH_REDUCTIONS:
         for name in packet.overloads():
             op = getattr(packet, name)
@@ -118,17 +118,33 @@ def _first_nan_index(op, fallback):
     return decomposition
 
 
-def _pool_index_of_last_nan(op, nd, fallback):
+def _lowers_max_pool(x, nd, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False) -> bool:
+    """Whether torch-mlir lowers max_pool{nd}d_with_indices of `x`: a batched floating
+    input without ceil_mode (on the CPU not bfloat16/float16, whose kernels failed to
+    load: __truncsfbf2 missing in the JIT)."""
+    low = x.dtype in (torch.bfloat16, torch.float16) and x.device.type == "cpu"
+    return x.is_floating_point() and not low and x.ndim == nd + 2 and not ceil_mode
+
+
+def _pool_index_of_last_nan(op, nd):
     """max_pool2d/3d_with_indices of a floating tensor as eager computes its indices: a
     window holding a NaN points at its last NaN (eager's kernel takes every NaN it
     meets). torch-mlir's lowering searches the window for an element equal to the max,
     never true for NaN: the index stayed -1 (and max_unpool with it fails). The op
     itself computes the rest (recorded whole: a reentrant call declines); a second
-    pool over `isnan(x) * (flat position + 1)` finds each window's last NaN."""
+    pool over `isnan(x) * (flat position + 1)` finds each window's last NaN, a third
+    the first element inside the input of a window of -inf only."""
 
     def decomposition(x, *args, **kwargs):
-        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or getattr(_NAN_INDEX, "active", False):
-            return NotImplemented if fallback is None else fallback(x, *args, **kwargs)
+        if getattr(_NAN_INDEX, "active", False):
+            return NotImplemented
+        if not isinstance(x, torch.Tensor):
+            return NotImplemented
+        if not _lowers_max_pool(x, nd, *args, **kwargs):
+            # integers, unbatched inputs, ceil_mode...: torch-mlir's lowering fails there
+            from .maxpool import max_pool_with_indices
+
+            return max_pool_with_indices(x, nd, *args, **kwargs)
         plane = x.shape[-nd:]
         n = 1
         for d in plane:
@@ -141,8 +157,12 @@ def _pool_index_of_last_nan(op, nd, fallback):
             pos = torch.arange(1, n + 1, dtype=torch.float32, device=x.device).view(plane)
             key = torch.where(torch.isnan(x), pos, torch.zeros((), dtype=torch.float32, device=x.device))
             last, at = op(key, *args, **kwargs)
+            # a window of -inf only: eager's index is its first element inside the input
+            # (torch-mlir's pointed into the padding, -7): the max of n + 1 - position
+            _, first = op(torch.flip(pos, list(range(nd))).expand(x.shape), *args, **kwargs)
         finally:
             _NAN_INDEX.active = False
+        indices = torch.where(values == float("-inf"), first, indices)
         return values, torch.where(last > 0, at, indices)
 
     return decomposition
@@ -199,10 +219,12 @@ def _keep_whole(op, args, kwargs) -> bool:
 # Ops whose decompositions compute uint8 exactly as eager does: nearest
 # upsampling only gathers elements (on uint8 it becomes ops widen.uint8_computable
 # accepts); logspace computes in float and converts once, like eager's integer
-# kernel (0 wrong over the OpInfo sweep's integer samples).
+# kernel (0 wrong over the OpInfo sweep's integer samples); max pooling only
+# compares and selects (maxpool.py).
 _UINT8_DECOMPOSABLE = {f"aten::{n}" for n in (
     "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
-    "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "logspace")}
+    "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "logspace", "max_pool2d_with_indices",
+    "max_pool3d_with_indices")}
 
 
 @dataclass
@@ -351,8 +373,9 @@ def _pointwise_in_float32(op, fn):
 def _prepare_for_import(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """Returns a copy of `gm` rewritten for torch-mlir (the caller's graph is
     left as it is: it is the eager fallback):
-    * uninitialized allocations (`aten.empty.memory_format`) become zeros, a
-      valid value for them that lowers to a plain fill;
+    * uninitialized allocations (`aten.empty.memory_format`, `empty_strided`,
+      `empty_permuted`) become zeros, a valid value for them that lowers to a plain
+      fill (compiled outputs are contiguous whatever the strides asked for);
     * factory ops lose their device (CPU for all): the IR describes
       computation, not placement, and torch-mlir's lowering of allocations
       rejects a CUDA device (seen with transformers' mask code on the GPU);
@@ -370,7 +393,7 @@ def _prepare_for_import(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     for node in graph.nodes:
         if node.op != "call_function":
             continue
-        if node.target is aten.empty.memory_format:
+        if node.target in (aten.empty.memory_format, aten.empty_strided.default, aten.empty_permuted.default):
             node.target = aten.zeros.default
             node.args = (node.args[0],)
             node.kwargs = {k: v for k, v in node.kwargs.items() if k in ("dtype", "device")}
@@ -380,13 +403,37 @@ def _prepare_for_import(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         _int8_scalars_as_tensors(graph, node)
         _self_equality_as_not_nan(graph, node)
     out = torch.fx.GraphModule(gm, graph)   # takes gm's get_attr values; generates code once
-    for node in graph.nodes:
+    bf16 = False
+    for node in list(graph.nodes):
         if node.op == "get_attr":
             value = getattr(out, node.target, None)
             if isinstance(value, torch.Tensor) and value.device.type != "cpu":
                 with unset_fake_temporarily():
                     setattr(out, node.target, value.detach().to(cpu))
+            if isinstance(value, torch.Tensor) and value.dtype == torch.bfloat16:
+                _bfloat16_constant_from_float32(out, graph, node)
+                bf16 = True
+    if bf16:
+        out.recompile()
     return out
+
+
+def _bfloat16_constant_from_float32(gm: torch.fx.GraphModule, graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """A bfloat16 tensor constant (masked reductions' lifted `torch.tensor(0)`) becomes a
+    float32 constant converted to bfloat16 (exact): torch-mlir's importer reads bfloat16
+    constants through the ml_dtypes package, which the stack does not install."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        setattr(gm, node.target, getattr(gm, node.target).detach().float())
+    val = node.meta.get("val")
+    with graph.inserting_after(node):
+        conv = graph.call_function(torch.ops.prims.convert_element_type.default, (node, torch.bfloat16))
+    node.replace_all_uses_with(conv, delete_user_cb=lambda u: u is not conv)
+    conv.meta = dict(node.meta)
+    if isinstance(val, torch.Tensor):
+        with unset_fake_temporarily():
+            node.meta["val"] = torch.empty(tuple(val.shape), dtype=torch.float32)
 
 
 def _self_equality_as_not_nan(graph: torch.fx.Graph, node: torch.fx.Node) -> None:

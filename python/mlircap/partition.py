@@ -183,7 +183,8 @@ def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
     if name in _LOWERS_ONLY and first is not None and first.dtype not in _LOWERS_ONLY[name]:
         return f"dtype {str(first.dtype).replace('torch.', '')} (torch-mlir's lowering crashes)"
     for pos in _INDEX_ARGS.get(name, ()):
-        if pos < len(node.args) and any(n in from_input for n in _leaves(node.args[pos], fx.Node)):
+        if pos < len(node.args) and any(n in from_input for n in _leaves(node.args[pos], fx.Node)) \
+                and not node.meta.get("mlircap_bounds_checked"):   # bounds.py clamps and checks
             return "index"
     ins = []
     for a in _leaves((node.args, tuple(node.kwargs.values())), fx.Node):
@@ -208,6 +209,7 @@ class Part:
     stage: int
     nodes: list[fx.Node] = field(default_factory=list)
     reasons: dict[str, str] = field(default_factory=dict)   # node name -> why eager
+    views: bool = False     # views of its inputs only: no launch plan (backend.compile_views)
 
 
 def rewrite_random_likes(gm: fx.GraphModule) -> None:
@@ -225,6 +227,43 @@ def rewrite_random_likes(gm: fx.GraphModule) -> None:
         new.meta = dict(node.meta)
         node.replace_all_uses_with(new)
         gm.graph.erase_node(node)
+    gm.graph.lint()
+
+
+def fill_empty_results(gm: fx.GraphModule) -> None:
+    """An op whose tensor results all have no elements computes nothing: it becomes a
+    fill of its result's shape and dtype (which compiles), instead of an eager island
+    for torch-mlir's zero-size arithmetic (see _reshapes_empty). Not random ops (the
+    generator's state is theirs to advance), mutating ops, token ops, or ops with a
+    non-tensor result."""
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) or is_random(node):
+            continue
+        if node.target._schema.is_mutable or op_name(node.target) in _TOKEN_OPS:
+            continue
+        val = node.meta.get("val")
+        vals = list(val) if isinstance(val, (tuple, list)) else [val]
+        if not vals or not all(isinstance(v, torch.Tensor) and v.numel() == 0 and v.layout == torch.strided
+                                and not v.is_complex() for v in vals):
+            continue
+        if not node.all_input_nodes:
+            continue   # already a factory
+        users = [node] if isinstance(val, torch.Tensor) else [u for u in node.users if u.target is operator.getitem]
+        if len(users) != len(node.users) and not isinstance(val, torch.Tensor):
+            continue   # the tuple itself is used
+        for u in users:
+            v = u.meta.get("val")
+            if not isinstance(v, torch.Tensor):
+                break
+            with gm.graph.inserting_before(node):
+                fill = gm.graph.call_function(aten.full.default, (list(v.shape), 0),
+                                              {"dtype": v.dtype, "device": v.device})
+            fill.meta = dict(u.meta)
+            u.replace_all_uses_with(fill)
+            if u is not node:
+                gm.graph.erase_node(u)
+        if not node.users:
+            gm.graph.erase_node(node)
     gm.graph.lint()
 
 
@@ -283,10 +322,10 @@ def partition(gm: fx.GraphModule, forced: dict[str, str] | None = None) -> list[
             if eager[node] is not None and node.target is not operator.getitem:
                 part.reasons[node.name] = eager[node]
     # A compiled part of views only (slices, expands of an input) computes
-    # nothing: it runs as torch views rather than as a launch plan.
+    # nothing: no launch plan (it would copy), its outputs are views of its inputs.
     for p in parts.values():
         if not p.eager and all(n.target is operator.getitem or getattr(n.target, "is_view", False) for n in p.nodes):
-            p.eager = True
+            p.eager = p.views = True
     # Stage order; within a stage the compiled part first (eager nodes of
     # stage s read compiled results of stage s).
     return [parts[k] for k in sorted(parts, key=lambda k: (k[0], k[1]))]

@@ -1,0 +1,184 @@
+"""Index ops whose indices come from the inputs, compiled with a bounds check.
+
+Eager raises when an index is out of range; compiled code would read or write out of
+bounds. These ops ran as eager islands (partition.py). With a check they compile:
+
+* every index tensor `t` of such an op, along a dimension of size `n`, is replaced in
+  the graph by `where(bad, 0, t)` with `bad = (t < 0) | (t >= n)`: the compiled
+  kernels only ever see indices inside the tensor, whatever the inputs hold;
+* `any(bad)` over all of them is one more output of the graph (an error flag, as
+  inductor's device asserts are checked after the launch);
+* after the compiled call, a set flag discards the results (IndexOutOfRange, before
+  aot_autograd writes anything back) and the backend reruns the captured graph, with
+  eager's kernels: eager's error (IndexError from cross_entropy, RuntimeError from
+  gather), or eager's result where eager accepts the index (negative indices of
+  `x[idx]`, `take`). Compiled parts only write buffers they allocated, so the rerun
+  starts from the program state eager would see; the random number generator is
+  rewound to where the compiled call found it.
+
+CPU only: reading the flag is a host synchronization on the GPU, whose islands stay.
+"""
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+from .fxutil import op_name
+
+aten = torch.ops.aten
+
+
+def _size(node, dim: int) -> int | None:
+    v = node.meta.get("val") if isinstance(node, fx.Node) else None
+    if not isinstance(v, torch.Tensor):
+        return None
+    if v.dim() == 0:
+        return 1 if dim in (0, -1) else None
+    return int(v.shape[dim])
+
+
+def _numel(node) -> int | None:
+    v = node.meta.get("val") if isinstance(node, fx.Node) else None
+    return int(v.numel()) if isinstance(v, torch.Tensor) else None
+
+
+def _dim_arg(node, i: int = 1) -> int:
+    return node.args[i] if len(node.args) > i else node.kwargs.get("dim", 0)
+
+
+def _along_dim(node):
+    """op(self, dim, index, ...): the index (argument 2) along self's `dim`."""
+    return [(("args", 2), _size(node.args[0], _dim_arg(node)))]
+
+
+def _embedding(node):
+    return [(("args", 1), _size(node.args[0], 0))]
+
+
+def _take(node):
+    return [(("args", 1), _numel(node.args[0]))]
+
+
+def _index_list(node):
+    """op(self, indices: list[Tensor?], ...): indices[j] along self's dim j."""
+    out = []
+    for j, t in enumerate(node.args[1]):
+        if t is None:
+            continue
+        v = t.meta.get("val") if isinstance(t, fx.Node) else None
+        if not isinstance(v, torch.Tensor) or v.dtype in (torch.bool, torch.uint8):
+            return None    # a mask: data-dependent shapes, never compiled
+        out.append((("list", 1, j), _size(node.args[0], j)))
+    return out
+
+
+# op name -> the index arguments it reads: [(where, size of the dimension it indexes)]
+_CHECKED = {
+    "aten::gather": _along_dim, "aten::index_select": _along_dim,
+    "aten::embedding": _embedding, "aten::take": _take,
+    "aten::index": _index_list,
+}
+# Not the ops that write at indices (scatter*, index_put, index_add/copy/fill/reduce):
+# their lowerings are torch-mlir's tm_tensor.scatter, which the CPU plan has no kernel
+# for, or crash torch-mlir (SIGSEGV/SIGABRT in the compile worker, OpInfo scatter_reduce).
+
+
+def checkable(node: fx.Node) -> bool:
+    return node.meta.get("mlircap_bounds_checked", False)
+
+
+def add_bounds_checks(gm: fx.GraphModule) -> bool:
+    """Rewrites `gm` as the module docstring says (index arguments clamped, the error
+    flag appended to the outputs): True where it appended the flag. Index ops whose
+    index tensors have no elements are only marked (nothing to read or check)."""
+    graph = gm.graph
+    flags = []
+    for node in list(graph.nodes):
+        if node.op != "call_function":
+            continue
+        spec = _CHECKED.get(op_name(node.target))
+        where = spec(node) if spec is not None else None
+        if not where or any(n is None or n <= 0 for _, n in where):
+            continue
+        args = list(node.args)
+        tensors = [args[p[1]] if p[0] == "args" else args[p[1]][p[2]] for p, _ in where]
+        vals = [t.meta.get("val") if isinstance(t, fx.Node) else None for t in tensors]
+        if not all(isinstance(v, torch.Tensor) and not v.is_floating_point() and not v.is_complex()
+                   and v.dtype != torch.bool for v in vals):
+            continue
+        for (path, n), t, v in zip(where, tensors, vals):
+            if v.numel() == 0:
+                continue     # no index to read
+            with graph.inserting_before(node):
+                low = graph.call_function(aten.lt.Scalar, (t, 0))
+                high = graph.call_function(aten.ge.Scalar, (t, n))
+                bad = graph.call_function(aten.logical_or.default, (low, high))
+                safe = graph.call_function(aten.where.ScalarSelf, (bad, 0, t))
+                flag = graph.call_function(aten.any.default, (bad,))
+            mask = v.new_empty(v.shape, dtype=torch.bool)
+            for x, val in ((low, mask), (high, mask), (bad, mask), (safe, v), (flag, v.new_empty((), dtype=torch.bool))):
+                x.meta["val"] = val
+            flags.append(flag)
+            if path[0] == "args":
+                args[path[1]] = safe
+            else:
+                lst = list(args[path[1]])
+                lst[path[2]] = safe
+                args[path[1]] = lst
+        node.args = tuple(args)
+        node.meta["mlircap_bounds_checked"] = True
+    if not flags:
+        return False    # nothing, or only empty index tensors (the marked ops compile as they are)
+    out = graph.output_node()
+    flag = flags[0]
+    with graph.inserting_before(out):
+        for f in flags[1:]:
+            flag = graph.call_function(aten.logical_or.default, (flag, f))
+            flag.meta["val"] = flags[0].meta["val"]
+    res = out.args[0]
+    single = isinstance(res, fx.Node)
+    out.args = ((*([res] if single else res), flag),)
+    graph.eliminate_dead_code()
+    graph.lint()
+    gm.recompile()
+    gm.meta["mlircap_bounds_single"] = single
+    return True
+
+
+class IndexOutOfRange(Exception):
+    """A bounds check failed: the backend reruns the captured graph (rerun_on_bad_index)."""
+
+
+class BoundsChecked:
+    """Runs `compiled` (the graph with its error flag last); a set flag raises
+    IndexOutOfRange before anything is returned or written back."""
+
+    def __init__(self, compiled, gm: fx.GraphModule):
+        from .partition import is_random
+
+        self.compiled, self.single = compiled, gm.meta["mlircap_bounds_single"]
+        self.uses_rng = any(is_random(n) for n in gm.graph.nodes)
+
+    def __call__(self, *args):
+        res = self.compiled(*args)
+        if bool(res[-1]):
+            raise IndexOutOfRange()
+        out = res[:-1]
+        return out[0] if self.single else type(res)(out)
+
+
+def rerun_on_bad_index(fn, gm: fx.GraphModule, uses_rng: bool):
+    """`fn` (aot_autograd's compiled function of the captured graph `gm`), except where a
+    bounds check fails: then `gm` itself runs, with eager's kernels (eager's error, or
+    eager's result), from the generator state `fn` started with."""
+
+    def run(*args):
+        rng = torch.get_rng_state() if uses_rng else None
+        try:
+            return fn(*args)
+        except IndexOutOfRange:
+            if rng is not None:
+                torch.set_rng_state(rng)
+            return gm.forward(*args)
+
+    return run

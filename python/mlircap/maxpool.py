@@ -1,0 +1,122 @@
+"""max_pool{2,3}d_with_indices as ops torch-mlir lowers for every input, with eager's
+values and indices.
+
+torch-mlir lowers max_pool2d_with_indices only for batched floating inputs without
+ceil_mode: on integers, unbatched (C, H, W) inputs and ceil_mode it fails (and its
+max_pool3d lowering of integers crashes), so those pools ran through torch. Here
+the pool is data movement and reductions only: the input padded, one strided slice
+per kernel position stacked on a last axis, and per window
+
+* the value: the maximum over the positions inside the input (padding never wins;
+  no sentinel value is needed, so int64 works too), NaN where the window holds one;
+* the index: eager's kernel (cpu_max_pool) scans the window in order and takes an
+  element when `val > maxval || isnan(val)`, starting from the first position inside
+  the input: the last NaN of a window that holds one, else the first position inside
+  the input whose value is the maximum (ties, and windows of -inf only);
+* the flat index into the input plane, from the window's position and the kernel
+  offset (integer arithmetic on constants and the local index).
+
+Exact in every dtype: nothing is rounded, values are only compared and selected.
+"""
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _expand(val, n: int, default=None) -> list[int]:
+    if not isinstance(val, (list, tuple)):
+        return [int(val)] * n
+    if not val:
+        return list(default)
+    return [int(v) for v in val] * n if len(val) == 1 else [int(v) for v in val]
+
+
+def _output_size(size: int, k: int, pad: int, stride: int, dilation: int, ceil_mode: bool) -> int:
+    from torch._meta_registrations import pooling_output_shape
+
+    return int(pooling_output_shape(size, k, pad, stride, dilation, ceil_mode))
+
+
+def max_pool_with_indices(x: torch.Tensor, nd: int, kernel_size, stride=(), padding=(0,), dilation=(1,),
+                          ceil_mode: bool = False):
+    """(values, indices) of max_pool{nd}d_with_indices(x, ...), as eager computes them
+    (see the module docstring); NotImplemented for inputs it does not handle."""
+    if x.dtype == torch.bool or x.is_complex() or x.ndim not in (nd + 1, nd + 2) or x.numel() == 0:
+        return NotImplemented
+    ks = _expand(kernel_size, nd)
+    st = _expand(stride, nd, default=ks)
+    pa = _expand(padding, nd)
+    di = _expand(dilation, nd)
+    batched = x.ndim == nd + 2
+    if not batched:
+        x = x.unsqueeze(0)
+    dtype = x.dtype
+    if dtype in (torch.bfloat16, torch.float16):
+        x = x.float()    # exact; the values selected convert back exactly
+    lead = x.ndim - nd
+    sizes = [int(s) for s in x.shape[lead:]]
+    outs = [_output_size(sizes[d], ks[d], pa[d], st[d], di[d], ceil_mode) for d in range(nd)]
+    if any(o <= 0 for o in outs) or not all(
+            any(0 <= o * st[d] - pa[d] + k * di[d] < sizes[d] for k in range(ks[d]))
+            for d in range(nd) for o in range(outs[d])):
+        return NotImplemented   # a window without an element of the input: eager's index is its own
+    # pad on both sides so that every window lies inside the padded tensor
+    pads = []
+    for d in reversed(range(nd)):
+        need = (outs[d] - 1) * st[d] + (ks[d] - 1) * di[d] + 1
+        pads += [pa[d], max(0, need - sizes[d] - pa[d])]
+    xp = aten.constant_pad_nd.default(x, pads, 0)
+    # one strided slice per kernel position, stacked on a last axis: (..., out_0, .., out_n-1, K)
+    slices = []
+    offsets = list(itertools.product(*[range(k) for k in ks]))
+    for off in offsets:
+        s = xp
+        for d in range(nd):
+            start = off[d] * di[d]
+            s = aten.slice.Tensor(s, lead + d, start, start + (outs[d] - 1) * st[d] + 1, st[d])
+        slices.append(s)
+    windows = aten.stack.default(slices, -1)
+    K = len(offsets)
+    # which window positions lie inside the input (not padding): constants of shape (out..., K)
+    dev = x.device
+    kpos = torch.arange(K, device=dev, dtype=torch.int64)
+    valid = None
+    div = K
+    for d in range(nd):
+        div //= ks[d]
+        o = torch.arange(outs[d], device=dev, dtype=torch.int64) * st[d] - pa[d]
+        k = (kpos // div) % ks[d] * di[d]    # offset along dim d of each kernel position
+        coord = o.unsqueeze(1) + k.unsqueeze(0)     # (out_d, K)
+        ok = (coord >= 0) & (coord < sizes[d])
+        ok = ok.reshape([1] * d + [outs[d]] + [1] * (nd - 1 - d) + [K])
+        valid = ok if valid is None else valid & ok
+    low = float("-inf") if x.is_floating_point() else torch.iinfo(x.dtype).min
+    masked = torch.where(valid, windows, torch.full((), low, dtype=x.dtype, device=dev))
+    values = torch.amax(masked, -1)
+    first_max = torch.amin(torch.where(valid & (masked == values.unsqueeze(-1)), kpos, K), -1)
+    if x.is_floating_point():
+        nan = torch.isnan(windows) & valid
+        has_nan = torch.any(nan, -1)
+        last_nan = torch.amax(torch.where(nan, kpos, -1), -1)
+        values = torch.where(has_nan, torch.full((), float("nan"), dtype=x.dtype, device=dev), values)
+        local = torch.where(has_nan, last_nan, first_max)
+    else:
+        local = first_max
+    # flat index into the input plane: sum over dims of coord_d * (product of later sizes)
+    flat = None
+    div = K
+    for d in range(nd):
+        div //= ks[d]
+        kd = (local // div) % ks[d]
+        o = torch.arange(outs[d], device=dev, dtype=torch.int64) * st[d] - pa[d]
+        o = o.reshape([outs[d]] + [1] * (nd - 1 - d))
+        coord = o + kd * di[d]
+        flat = coord if flat is None else flat * sizes[d] + coord
+    values = values.to(dtype)
+    if not batched:
+        values, flat = values.squeeze(0), flat.squeeze(0)
+    return values, flat
