@@ -247,6 +247,8 @@ class _NumpyMixin:
         plan = None
         try:
             plan = self._np_plan(frame, op, ins, stack)
+            if plan is not None and plan[0] not in ("meta", ("to_tensor",)) and self._np_writes(plan):
+                plan = None   # writes into its operands: they are materialized first
         except Exception:
             plan = None
         if plan is not None:
@@ -268,6 +270,34 @@ class _NumpyMixin:
                     use = "return of" if returned else _use(op)
                     self.np_materialize(frame, o, f"{use} a numpy {what} computed from a tensor", guard=not returned)
         return False
+
+    def _np_writes(self, plan: tuple) -> bool:
+        """Whether the translated operation writes into an operand (`out=`, `a.sort()`,
+        `np.copyto`, ...): tried first on copies of the shadows, whose version counters an
+        in-place write bumps.  Such an operation is not translated (the shadow of an array
+        NumPy writes into would go stale), and running it on the shadows themselves would
+        write twice into a tensor the array shares memory with."""
+        _key, tfn, _nfn, operands, kwargs, _kind = plan
+        copies: list[torch.Tensor] = []
+
+        def cp(x: Any) -> Any:
+            if isinstance(x, torch.Tensor):
+                c = x.detach().clone()
+                copies.append(c)
+                return c
+            if type(x) in (tuple, list):
+                return type(x)(cp(y) for y in x)
+            return x
+        self.suspended += 1
+        try:
+            a, k = [cp(o) for o in operands], {n: cp(v) for n, v in kwargs.items()}
+            before = [c._version for c in copies]
+            _np_apply(tfn, tuple(a), k)
+        except Exception:
+            return False   # not translatable: _np_result finds it (a break running NumPy)
+        finally:
+            self.suspended -= 1
+        return any(c._version != v for c, v in zip(copies, before))
 
     def _np_returned(self, frame: types.FrameType) -> bool:
         """The captured function's own frame returns the values the current instruction
@@ -526,6 +556,23 @@ class _NumpyMixin:
         # not translatable: the replay runs NumPy's operation on the shadows' arrays
         reason = f"numpy operation {getattr(nfn, '__name__', key[-1])} the graph does not reproduce"
         self._np_break(frame, _np_call, [nfn] + list(operands), kwargs, res, reason)
+        self._np_resync(list(operands) + list(kwargs.values()))
+
+    def _np_resync(self, shadows: list) -> None:
+        """After NumPy ran an operation the graph does not hold: an array it wrote into (at
+        replay the step writes through `shadow.numpy()` into the shadow itself) gets its
+        shadow's example value updated, so later operations are checked against it."""
+        np = _np()
+        for arr, shadow in list(self.np_env.values()):
+            if not any(shadow is t for t in shadows) or not isinstance(arr, np.ndarray):
+                continue
+            try:
+                if _matches(arr, shadow):
+                    continue
+                with torch.no_grad():
+                    shadow.copy_(torch.from_numpy(np.array(arr, order="C", copy=True)))
+            except Exception:
+                self.unreplayable = self.unreplayable or "a numpy array computed from a tensor changed shape in place"
 
     def np_materialize(self, frame: types.FrameType, o: Any, reason: str, guard: bool = True) -> None:
         arr, shadow = self.np_env.pop(id(o))

@@ -193,3 +193,33 @@ def make():
         return x - 1
     return f
 """, [(x,) for x in xs], allow_eager=True)
+
+
+def test_numpy_operations_writing_into_arrays():
+    """NumPy operations that write into an array (`out=`, `b.sort()`, `np.copyto`) are
+    not translated: the translation ran after NumPy and wrote a second time into the tensor
+    the array shares memory with (x + 2 for np.add(a, 1, out=a)).  They run as NumPy at
+    replay (a break), the array's shadow follows what NumPy wrote, later operations on it
+    are recorded again; arguments and outputs as eager's."""
+    run_program("""
+import numpy as np
+def make():
+    def f(x):
+        a = x.numpy()
+        np.add(a, 1, out=a)
+        return x * 2
+    return f
+""", [(x,) for x in XI[:3]])
+    c = run_program("""
+import numpy as np
+def make():
+    def f(x):
+        b = (x * 1).numpy() * 2
+        b.sort(axis=-1)
+        c = b + 1
+        if c.sum() > 1e9:
+            return x
+        return torch.from_numpy(c) * 2, torch.from_numpy(b)
+    return f
+""", [(x,) for x in XI[:4]])
+    assert c.stats.replays >= 1 and not any(v.eager for v in c.variants)
