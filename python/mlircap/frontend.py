@@ -55,6 +55,9 @@ def _build_table() -> dict:
         table[op] = _floor_division_like_eager(op, table.get(op))
     for op in (aten.argmax.default, aten.argmin.default, aten.max.dim, aten.min.dim):
         table[op] = _first_nan_index(op, table.get(op))
+    from .search import searchsorted
+
+    table[aten.searchsorted.Tensor] = searchsorted    # torch-mlir has no lowering for it
     for op, nd in ((aten.max_pool2d_with_indices.default, 2), (aten.max_pool3d_with_indices.default, 3)):
         table[op] = _pool_index_of_last_nan(op, nd)
     for packet in _OPMATH_REDUCTIONS:
@@ -219,12 +222,12 @@ def _keep_whole(op, args, kwargs) -> bool:
 # Ops whose decompositions compute uint8 exactly as eager does: nearest
 # upsampling only gathers elements (on uint8 it becomes ops widen.uint8_computable
 # accepts); logspace computes in float and converts once, like eager's integer
-# kernel (0 wrong over the OpInfo sweep's integer samples); max pooling only
-# compares and selects (maxpool.py).
+# kernel (0 wrong over the OpInfo sweep's integer samples); max pooling and
+# searchsorted only compare and select (maxpool.py, search.py).
 _UINT8_DECOMPOSABLE = {f"aten::{n}" for n in (
     "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
     "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "logspace", "max_pool2d_with_indices",
-    "max_pool3d_with_indices")}
+    "max_pool3d_with_indices", "searchsorted")}
 
 
 @dataclass

@@ -260,3 +260,43 @@ def test_bounds_check_rerun_rewinds_the_generator():
     got = fast(x, torch.tensor([-1, 2]))       # negative: the flag is set, eager accepts it
     torch.manual_seed(3)
     assert torch.equal(got, fn(x, torch.tensor([-1, 2])))
+
+
+def test_searchsorted_is_eager_binary_search():
+    """search.py against eager on 2000 random cases: sorted and unsorted sequences,
+    NaN, duplicates, 1-D and batched sequences, both sides, int32 output."""
+    from mlircap.search import searchsorted
+
+    rnd = random.Random(0)
+    gen = torch.Generator().manual_seed(0)
+    checked = 0
+    for _ in range(2000):
+        dtype = rnd.choice([torch.float32, torch.bfloat16, torch.int32, torch.int64, torch.int8, torch.uint8])
+        n, m = rnd.randint(0, 9), rnd.randint(0, 5)
+        lead = [rnd.randint(1, 3)] if rnd.random() < 0.4 else []
+        seq = torch.randint(0, 5, lead + [n], generator=gen).to(dtype)
+        vals = torch.randint(0, 6, lead + [m] if lead else [m, 2], generator=gen).to(dtype)
+        if dtype.is_floating_point and n and rnd.random() < 0.3:
+            seq[..., -1] = float("nan")
+        if rnd.random() < 0.7:
+            seq = seq.sort(-1).values
+        right, out_int32 = rnd.random() < 0.5, rnd.random() < 0.3
+        try:
+            want = torch.searchsorted(seq, vals, right=right, out_int32=out_int32)
+        except RuntimeError:
+            continue
+        got = searchsorted(seq, vals, right=right, out_int32=out_int32)
+        checked += 1
+        assert got.dtype == want.dtype and torch.equal(got, want), (seq, vals, right)
+    assert checked > 1500
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.uint8, torch.bfloat16], ids=str)
+def test_searchsorted_compiles(dtype):
+    seq = torch.tensor([[1, 3, 5, 7, 9], [2, 4, 6, 8, 10]]).to(dtype)
+    vals = torch.tensor([[3, 6, 9, 0], [1, 2, 11, 8]]).to(dtype)
+    for fn in (lambda s, v: torch.searchsorted(s, v),
+               lambda s, v: torch.searchsorted(s[0], v, right=True, out_int32=True) + 1):
+        got, fast, warned = _run(fn, seq, vals)
+        assert torch.equal(got, fn(seq, vals))
+        _fully_compiled(fast, warned)
