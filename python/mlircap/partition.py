@@ -18,7 +18,7 @@ Some ops must not be compiled even when torch-mlir imports them:
   (`EAGER_NUMERICS`: integer and low-precision linspace, whose CPU kernel
   truncates the endpoints to the dtype and steps per vector lane, and
   low-precision logspace;
-  low-precision upsampling; arange with float arguments and an integer
+  low-precision upsampling and grid sampling; arange with float arguments and an integer
   dtype, whose lowering crashed torch-mlir);
 * shape-changing ops on or producing tensors without elements: nothing to
   compute, and torch-mlir's lowering divides by their zero sizes.
@@ -81,6 +81,9 @@ EAGER_NUMERICS: dict[str, tuple[torch.dtype, ...]] = {
     "aten::upsample_linear1d": _FLOATS, "aten::upsample_bilinear2d": _FLOATS,
     "aten::upsample_trilinear3d": _FLOATS, "aten::upsample_bicubic2d": _FLOATS,
     "aten::_upsample_bilinear2d_aa": _FLOATS, "aten::_upsample_bicubic2d_aa": _FLOATS,
+    # grid sampling: eager computes bfloat16/float16 in float32 and rounds once;
+    # its decomposition rounds each of its many steps (bf16: 125/150 elements off)
+    "aten::grid_sampler_2d": _FLOATS, "aten::grid_sampler_3d": _FLOATS,
     # bfloat16/float16 kernels that round intermediates (logit's x/(1-x), cross's
     # products): computing them in float32 and rounding once (opmath.py) is more
     # accurate but differs from eager's
