@@ -1573,6 +1573,26 @@ class ClosureGeneratorHelpers(nn.Module):
         return torch.einsum("bi,bj->bij", F.pad(c0, [0, 2] * 1), c1).flatten(1)
 
 
+def _count_calls(fn):
+    """A user decorator (profiling / logging style) wrapping forward with *args/**kwargs."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        wrapper.calls += 1
+        return fn(*args, **kwargs)
+    wrapper.calls = 0
+    return wrapper
+
+
+class UserDecoratedForward(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    @_count_calls
+    def forward(self, x):
+        return F.silu(self.fc(x))
+
+
 class GradCheckpointish(nn.Module):
     """`if self.training and self.use_checkpoint` style branches with a per-layer flag list,
     a layer-drop list and `zip(..., strict)` style iteration."""
@@ -1721,7 +1741,7 @@ class EnvFlagDebug(nn.Module):
 
     def forward(self, x):
         import os
-        if os.environ.get("MLIRCAP_BENCH_CORPUS_DEBUG", "0") == "1":
+        if os.environ.get("MODEL_DEBUG_CHECKS", "0") == "1":
             assert torch.isfinite(x).all()
         return self.fc(x)
 
@@ -1844,6 +1864,7 @@ case("state_dict_in_forward", lambda: (torch.randint(0, 10, (2, 5)),))(lambda: S
 case("scriptable_bits", V8)(lambda: ScriptableBits())
 case("optional_import_try", V8)(lambda: OptionalImportTry())
 case("no_grad_decorated_forward", V8)(lambda: NoGradDecoratedForward())
+case("user_decorated_forward", V8)(lambda: UserDecoratedForward())
 case("closure_generator_helpers", V8)(lambda: ClosureGeneratorHelpers())
 case("input_property_branches", lambda: (R(2, 3, 8, 6).double(),))(lambda: ChannelsLastCheck())
 case("multiscale_loss_dict", lambda: ([R(2, 1, 16, 16), R(2, 1, 8, 8), R(2, 1, 4, 4)], R(2, 1, 32, 32)))(

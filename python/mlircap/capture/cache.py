@@ -52,14 +52,18 @@ class _Captured:
         self.bound = fn if self.is_module else getattr(fn, "__self__", None) \
             if isinstance(fn, types.MethodType) else None
         func = getattr(func, "__func__", func)
-        # a forward decorated with torch's context-manager decorators (@torch.no_grad(),
-        # @torch.inference_mode(), ...): the wrapper (torch code, shared by every decorated
-        # function, called with *args) enters the context and calls the function, whose
-        # frames are the ones captured; the state it sets is guarded like any entry state
+        # a decorated function (functools.wraps): torch's context-manager decorators
+        # (@torch.no_grad(), @torch.inference_mode(), ...: torch code, shared by every
+        # decorated function), and for a module any wrapper taking only *args/**kwargs (its
+        # frame never has the module as first argument, so it was never dispatched: the
+        # module ran eagerly, silently).  The wrapper runs as it is on every call, the
+        # wrapped function's frames are the ones captured; the state the wrapper sets is
+        # guarded like any entry state.
         while isinstance(func, types.FunctionType) and \
-                func.__code__.co_filename.endswith(_CONTEXT_DECORATORS) and \
-                func.__code__.co_filename.startswith(_TORCH_DIR) and \
-                isinstance(getattr(func, "__wrapped__", None), types.FunctionType):
+                isinstance(getattr(func, "__wrapped__", None), types.FunctionType) and (
+                    func.__code__.co_filename.endswith(_CONTEXT_DECORATORS) and
+                    func.__code__.co_filename.startswith(_TORCH_DIR) or
+                    self.is_module and func.__code__.co_argcount == 0):
             func = func.__wrapped__
         self.func: types.FunctionType | None = func if isinstance(func, types.FunctionType) else None
         self.code: types.CodeType | None = self.func.__code__ if self.func is not None else None

@@ -944,3 +944,34 @@ def make():
         return y * 2
     return f
 """, [(torch.rand(2, 4) + 0.5,), (torch.randn(2, 4) - 5,), (torch.rand(2, 4) + 0.5,)])
+
+
+def test_forward_with_a_user_decorator_is_captured():
+    """A forward wrapped by a user decorator taking *args/**kwargs (timing, logging,
+    argument casting): the wrapper's frame never has the module as first argument, so it
+    was never dispatched (the module ran eagerly, silently).  The wrapped forward is
+    captured; the wrapper runs on every call (its side effects and argument changes as in
+    eager)."""
+    c = run_program("""
+import functools
+CALLS = []
+def logged(fn):
+    @functools.wraps(fn)
+    def w(*args, **kwargs):
+        CALLS.append(len(args))
+        args = (args[0], args[1] * 2) + args[2:]
+        return fn(*args, **kwargs)
+    return w
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+    @logged
+    def forward(self, x, shift=0.0):
+        return self.fc(x).relu() + shift
+def make():
+    return M()
+def state(m):
+    return list(CALLS)
+""", [(torch.randn(2, 4),), (torch.randn(2, 4),), ((torch.randn(2, 4),), {"shift": 1.0})], graphs=2, breaks=0)
+    assert c.stats.replays == 1
