@@ -1704,6 +1704,24 @@ def _islands(caught):
             if "run through torch inside the compiled graph" in str(w.message)]
 
 
+def _seed_all(seed):
+    import random
+
+    import numpy as np
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+
+
+def _rng_states():
+    """torch's generator state, and Python's and NumPy's as comparable values."""
+    import random
+
+    import numpy as np
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return torch.get_rng_state(), random.getstate(), (kind, keys.tolist(), pos, has_gauss, cached)
+
+
 def run_case(name, ncalls=3):
     import contextlib
     import io
@@ -1726,13 +1744,13 @@ def run_case(name, ncalls=3):
         err_e = err_c = None
         out_e = out_c = None
         with contextlib.redirect_stdout(io.StringIO()):
-            torch.manual_seed(100 + i)
+            _seed_all(100 + i)   # torch's, Python's and NumPy's generators: both sides draw the same
             try:
                 out_e = ref(*args_e)
             except Exception as e:  # noqa: BLE001
                 err_e = e
-            rng_e = torch.get_rng_state()
-            torch.manual_seed(100 + i)
+            rng_e = _rng_states()
+            _seed_all(100 + i)
             with warnings.catch_warnings(record=True) as w:
                 warnings.simplefilter("always")
                 try:
@@ -1740,7 +1758,7 @@ def run_case(name, ncalls=3):
                 except Exception as e:  # noqa: BLE001
                     err_c = e
             caught += w
-            rng_c = torch.get_rng_state()
+            rng_c = _rng_states()
         if err_c is not None and (err_e is None or type(err_e) is not type(err_c)):
             res["status"] = "error"
             res["detail"] = f"call {i}: {type(err_c).__name__}: {' '.join(str(err_c).split())[:400]}" + \
@@ -1755,8 +1773,10 @@ def run_case(name, ncalls=3):
             continue
         d = diff(out_e, out_c) or diff(list(args_e), list(args_c), "inputs after") or \
             diff(state(ref), state(mine), "state")
-        if not d and not torch.equal(rng_e, rng_c):
+        if not d and not torch.equal(rng_e[0], rng_c[0]):
             d = "torch's generator state after the call differs from eager's"
+        if not d and rng_e[1:] != rng_c[1:]:
+            d = "Python's or NumPy's generator state after the call differs from eager's"
         if d:
             res["status"] = "wrong"
             res["detail"] = f"call {i}: {d}"
