@@ -118,7 +118,36 @@ class _NoGraph:
         pass
 
 
-class GpuExecutable(PlanExecutor):
+class _StaticInputs:
+    """Inputs a CUDA graph uses in place (parameters, buffers), shared by the
+    graphs of one plan (GpuExecutable) and of a split graph (WholeGraph)."""
+
+    def _set_static(self, args, static: list[int]):
+        self._static_inputs = [(i, args[i].data_ptr(), args[i].dtype) for i in static]
+        # the replay check without a Python frame per input (BERT: ~200 parameters)
+        self._static_idx = list(static)
+        self._static_ptrs = [p for _, p, _ in self._static_inputs]
+        self._static_dtypes = [d for _, _, d in self._static_inputs]
+
+    def _static_match(self, args) -> bool:
+        """The replay fast path's input check: inputs used in place by the graph
+        (parameters, buffers) still have the address and dtype they had at
+        capture. Capture checked device and layout; a tensor keeping its
+        storage address and dtype keeps them too, short of reassigning `.data`
+        to a view of the same storage. Per input this costs two attribute
+        reads, which matters with hundreds of parameters (BERT: 200)."""
+        sel = list(map(args.__getitem__, self._static_idx))
+        return list(map(_data_ptr, sel)) == self._static_ptrs and list(map(_dtype_of, sel)) == self._static_dtypes
+
+    def _note_moved(self, args):
+        """An input taken as fixed at capture moved (an intermediate tensor from
+        eager code before this graph whose address repeated by chance): it is
+        copied into the graph from now on."""
+        self._unstable.update(i for i, p, d in self._static_inputs
+                              if args[i].data_ptr() != p or args[i].dtype is not d)
+
+
+class GpuExecutable(PlanExecutor, _StaticInputs):
     """Executes one compiled graph on the current CUDA device."""
 
     def __init__(self, linalg_ir: str, chip: str = config.DEFAULT_CHIP, features: str = config.DEFAULT_PTX_FEATURES,
@@ -229,11 +258,7 @@ class GpuExecutable(PlanExecutor):
         if self._graph is not None:
             if self._static_match(args):
                 return self._replay(args)
-            # An input taken as fixed at capture moved (an intermediate tensor from
-            # eager code before this graph whose address repeated by chance): it is
-            # copied into the graph from now on.
-            self._unstable.update(i for i, p, d in self._static_inputs
-                                  if args[i].data_ptr() != p or args[i].dtype is not d)
+            self._note_moved(args)
         ins = self._prepare_inputs(args)
         if not self.use_graphs or self._calls == 1:
             if self._calls == 1:
@@ -264,16 +289,6 @@ class GpuExecutable(PlanExecutor):
         bases = [self.values[self._base_of(o)] for o in self.outputs]
         out_bytes = sum(math.prod(v["shape"]) * DTYPES[v["dtype"]].itemsize for v in bases)
         return out_bytes / self._COPY_BYTES_PER_S < (n_tail - 1) * self._TAIL_STEP_S
-
-    def _static_match(self, args):
-        """The replay fast path's input check: inputs used in place by the graph
-        (parameters, buffers) still have the address and dtype they had at
-        capture. Capture checked device and layout; a tensor keeping its
-        storage address and dtype keeps them too, short of reassigning `.data`
-        to a view of the same storage. Per input this costs two attribute
-        reads, which matters with hundreds of parameters (BERT: 200)."""
-        sel = list(map(args.__getitem__, self._static_idx))
-        return list(map(_data_ptr, sel)) == self._static_ptrs and list(map(_dtype_of, sel)) == self._static_dtypes
 
     def _replay(self, args):
         for i, buf in self._dynamic_inputs:
@@ -310,11 +325,7 @@ class GpuExecutable(PlanExecutor):
                 buf.copy_(x)
                 dynamic.append((i, buf))
                 graph_ins.append(buf)
-        self._static_inputs = [(i, p, ins[i].dtype) for i, p in static]
-        # the same check without a Python frame per input (BERT: ~200 parameters)
-        self._static_idx = [i for i, _, _ in self._static_inputs]
-        self._static_ptrs = [p for _, p, _ in self._static_inputs]
-        self._static_dtypes = [d for _, _, d in self._static_inputs]
+        self._set_static(ins, [i for i, _ in static])
         self._dynamic_inputs = dynamic
         t = self._materialize(graph_ins)
         side = torch.cuda.Stream()
@@ -345,7 +356,7 @@ class GpuExecutable(PlanExecutor):
                             f"{len(static)} static / {len(dynamic)} copied inputs")
 
 
-class WholeGraph:
+class WholeGraph(_StaticInputs):
     """A graph split into compiled parts and eager islands (partition.py) run on
     CUDA as one CUDA graph: the parts' plans and the islands' torch calls (fused
     attention, index ops) are captured together on the second call and replayed,
@@ -384,8 +395,7 @@ class WholeGraph:
         if self._graph is not None:
             if self._static_match(args):
                 return self._replay(args)
-            self._unstable.update(i for i, p, d in self._static_inputs
-                                  if args[i].data_ptr() != p or args[i].dtype is not d)
+            self._note_moved(args)
         if not all(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
             self._disable("an input is not a CUDA tensor")
             return self.run(*args)
@@ -402,10 +412,6 @@ class WholeGraph:
             self._disable(f"{type(e).__name__}: {str(e).strip()[:200]}")
             return self.run(*args)
         return self._replay(args)
-
-    def _static_match(self, args) -> bool:
-        sel = list(map(args.__getitem__, self._static_idx))
-        return list(map(_data_ptr, sel)) == self._static_ptrs and list(map(_dtype_of, sel)) == self._static_dtypes
 
     def _capture(self, args):
         static, dynamic, graph_ins = [], [], []
@@ -432,10 +438,7 @@ class WholeGraph:
         ins_by_id = {id(x): x for i, x in enumerate(graph_ins) if i in static}
         self._outs = [(o, isinstance(o, torch.Tensor) and id(o) not in ins_by_id) for o in outs]
         self._graph, self._dynamic = g, dynamic
-        self._static_inputs = [(i, args[i].data_ptr(), args[i].dtype) for i in static]
-        self._static_idx = list(static)
-        self._static_ptrs = [args[i].data_ptr() for i in static]
-        self._static_dtypes = [args[i].dtype for i in static]
+        self._set_static(args, static)
         logs.log("kernels", f"captured the partitioned graph as one CUDA graph: {len(static)} static / "
                             f"{len(dynamic)} copied inputs, {len(outs)} outputs")
 
