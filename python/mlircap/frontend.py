@@ -123,10 +123,8 @@ def _first_nan_index(op, fallback):
 
 def _lowers_max_pool(x, nd, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False) -> bool:
     """Whether torch-mlir lowers max_pool{nd}d_with_indices of `x`: a batched floating
-    input without ceil_mode (on the CPU not bfloat16/float16, whose kernels failed to
-    load: __truncsfbf2 missing in the JIT)."""
-    low = x.dtype in (torch.bfloat16, torch.float16) and x.device.type == "cpu"
-    return x.is_floating_point() and not low and x.ndim == nd + 2 and not ceil_mode
+    input without ceil_mode."""
+    return x.is_floating_point() and x.ndim == nd + 2 and not ceil_mode
 
 
 def _pool_index_of_last_nan(op, nd):
@@ -144,10 +142,16 @@ def _pool_index_of_last_nan(op, nd):
         if not isinstance(x, torch.Tensor):
             return NotImplemented
         if not _lowers_max_pool(x, nd, *args, **kwargs):
-            # integers, unbatched inputs, ceil_mode...: torch-mlir's lowering fails there
+            # integers, unbatched inputs, ceil_mode: torch-mlir's lowering fails there
             from .maxpool import max_pool_with_indices
 
             return max_pool_with_indices(x, nd, *args, **kwargs)
+        if x.dtype in _LOW_PRECISION and x.device.type == "cpu":
+            # the pool in float32 (exact both ways: the maximum is one of the inputs):
+            # the CPU kernels of bfloat16/float16 pooling failed to load (__truncsfbf2
+            # missing in the JIT), and maxpool.py's form is 2.8x slower
+            values, indices = decomposition(x.float(), *args, **kwargs)
+            return values.to(x.dtype), indices
         plane = x.shape[-nd:]
         n = 1
         for d in plane:
