@@ -987,3 +987,18 @@ def test_low_precision_grid_sample_is_eagers():
             else:
                 torch.testing.assert_close(got, f(a, b))
                 assert fast.graphs and all(g.fallback_reason is None for g in fast.graphs), mode
+
+
+def test_integer_logspace_runs_eagers_kernel_on_cuda():
+    # H200 OpInfo sweep: logspace in int16/int32/int64 compiled on CUDA was one off
+    # from eager's CUDA kernel on 48 samples (the CPU's integer logspace compiles
+    # exactly). The rule is by device; checked here without a GPU.
+    from mlircap.partition import eager_numerics
+
+    logspace = torch.ops.aten.logspace.default
+    for dtype in (torch.int16, torch.int32, torch.int64):
+        assert eager_numerics(logspace, (0, 3, 5), {"dtype": dtype, "device": torch.device("cuda")})
+        assert not eager_numerics(logspace, (0, 3, 5), {"dtype": dtype, "device": torch.device("cpu")})
+        assert not eager_numerics(logspace, (0, 3, 5), {"dtype": dtype})
+    assert not eager_numerics(logspace, (0, 3, 5), {"dtype": torch.float32, "device": "cuda"})
+    assert eager_numerics(logspace, (0, 3, 5), {"dtype": torch.bfloat16, "device": "cuda"})
