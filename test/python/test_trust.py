@@ -1002,3 +1002,25 @@ def test_integer_logspace_runs_eagers_kernel_on_cuda():
         assert not eager_numerics(logspace, (0, 3, 5), {"dtype": dtype})
     assert not eager_numerics(logspace, (0, 3, 5), {"dtype": torch.float32, "device": "cuda"})
     assert eager_numerics(logspace, (0, 3, 5), {"dtype": torch.bfloat16, "device": "cuda"})
+
+
+def test_low_precision_bilinear_is_eagers():
+    # OpInfo seed 13 (CPU): nn.functional.bilinear of bfloat16 was decomposed and its
+    # partial products rounded unlike eager's _trilinear (11/48 elements, up to 0.25
+    # off). bf16 runs eager's kernel; float32 compiles.
+    torch.manual_seed(0)
+    x1, x2 = torch.randn(2, 3, 5) * 3, torch.randn(2, 3, 7) * 3
+    w, b = torch.randn(8, 5, 7), torch.randn(8)
+    for dtype in (torch.bfloat16, torch.float32):
+        f = lambda a, c, dtype=dtype: torch.nn.functional.bilinear(a, c, w.to(dtype), b.to(dtype))  # noqa: E731
+        fast = mlircap.compile(f)
+        a, c = x1.to(dtype), x2.to(dtype)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in range(2):
+                got = fast(a, c)
+        if dtype == torch.bfloat16:
+            assert torch.equal(got, f(a, c))
+        else:
+            torch.testing.assert_close(got, f(a, c))
+        assert fast.graphs and all(g.fallback_reason is None for g in fast.graphs)
