@@ -967,6 +967,25 @@ def test_low_precision_variance_compiles_like_eager():
             assert all(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs), fn.__name__
 
 
+def _eager_in_low_precision(f, args, calls=2, low_compiles=True):
+    """`f` on `args` in bfloat16 gives eager's result bit for bit (the op runs
+    eager's kernel), in float32 it compiles and is close; `low_compiles`: the
+    bf16 graph still has compiled parts around the op."""
+    for dtype in (torch.bfloat16, torch.float32):
+        fast = mlircap.compile(f)
+        typed = [a.to(dtype) for a in args]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in range(calls):
+                got = fast(*typed)
+        if dtype == torch.bfloat16:
+            assert torch.equal(got, f(*typed))
+        else:
+            torch.testing.assert_close(got, f(*typed))
+        if dtype == torch.float32 or low_compiles:
+            assert fast.graphs and all(g.fallback_reason is None for g in fast.graphs)
+
+
 def test_low_precision_grid_sample_is_eagers():
     # OpInfo (CPU): grid_sample of bfloat16 was decomposed and rounded at each
     # step, eager computes in float32 and rounds once (bilinear: 125 of 150
@@ -975,18 +994,7 @@ def test_low_precision_grid_sample_is_eagers():
     x, grid = torch.randn(2, 3, 5, 5), torch.rand(2, 5, 5, 2) * 2 - 1
     for mode in ("bilinear", "bicubic", "nearest"):
         f = lambda x, g, mode=mode: torch.nn.functional.grid_sample(x, g, mode=mode, align_corners=False)  # noqa: E731
-        for dtype in (torch.bfloat16, torch.float32):
-            fast = mlircap.compile(f)
-            a, b = x.to(dtype), grid.to(dtype)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                for _ in range(3):
-                    got = fast(a, b)
-            if dtype == torch.bfloat16:
-                assert torch.equal(got, f(a, b)), mode
-            else:
-                torch.testing.assert_close(got, f(a, b))
-                assert fast.graphs and all(g.fallback_reason is None for g in fast.graphs), mode
+        _eager_in_low_precision(f, (x, grid), calls=3, low_compiles=False)
 
 
 def test_integer_logspace_runs_eagers_kernel_on_cuda():
@@ -1011,16 +1019,5 @@ def test_low_precision_bilinear_is_eagers():
     torch.manual_seed(0)
     x1, x2 = torch.randn(2, 3, 5) * 3, torch.randn(2, 3, 7) * 3
     w, b = torch.randn(8, 5, 7), torch.randn(8)
-    for dtype in (torch.bfloat16, torch.float32):
-        f = lambda a, c, dtype=dtype: torch.nn.functional.bilinear(a, c, w.to(dtype), b.to(dtype))  # noqa: E731
-        fast = mlircap.compile(f)
-        a, c = x1.to(dtype), x2.to(dtype)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for _ in range(2):
-                got = fast(a, c)
-        if dtype == torch.bfloat16:
-            assert torch.equal(got, f(a, c))
-        else:
-            torch.testing.assert_close(got, f(a, c))
-        assert fast.graphs and all(g.fallback_reason is None for g in fast.graphs)
+    f = lambda a, c: torch.nn.functional.bilinear(a, c, w.to(a.dtype), b.to(a.dtype))  # noqa: E731
+    _eager_in_low_precision(f, (x1, x2))
