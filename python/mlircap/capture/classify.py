@@ -215,6 +215,8 @@ def _call_kind(f: object) -> str:
         objc = getattr(f, "__objclass__", None)
         if objc is contextvars.ContextVar and f.__name__ in ("get", "set", "reset"):
             return "ctxvar"
+        if isinstance(objc, type) and issubclass(objc, torch.Generator):
+            return "external"   # gen.manual_seed(s) / get_state(): replayed in order, like the bound form
         if objc is not None and (objc.__module__.startswith("torch") or objc is object):
             return "safe"
         if objc in (list, dict, set, collections.OrderedDict):

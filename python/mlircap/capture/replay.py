@@ -16,6 +16,7 @@ from .steps import CallStep, GraphStep, Write
 from .guard_kinds import Guard, GuardEnv, _holds
 from .guards import Placed, _ambient, _compile_guard, _merge_guards
 from .graph_compile import _compile_graph, _double_backward_ok
+from .rng import RngStates, _RngLogged, _rng_states, _set_rng_states, _unlog
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import _Captured
@@ -104,12 +105,12 @@ def _merge_log(log: list | None, done: list) -> list:
     return done + log[len(done):] if log and len(log) > len(done) else done
 
 
-def _rollback(saved: list, rng: torch.Tensor | None) -> None:
+def _rollback(saved: list, rng: RngStates | None) -> None:
     with torch.no_grad():
         for t, c in saved:
             t.copy_(c)
     if rng is not None:
-        torch.set_rng_state(rng)
+        _set_rng_states(rng)
 
 
 class _GraphVariant(_Variant):
@@ -162,13 +163,14 @@ class _GraphVariant(_Variant):
         # function: when a mid-replay guard fails after some of them ran, the miss carries
         # their results (_lg) to the next variant tried or to the re-recording, which use
         # them instead of calling again (no double print/write/append, no skipped random).
-        L = ["def _make(C, B, _Miss, _mk, torch, _rollback, _merge_log):", "    def __replay(L, F, _lg=None):"]
+        L = ["def _make(C, B, _Miss, _mk, torch, _rollback, _merge_log, _unlog, _RngLogged, _rng_states):",
+             "    def __replay(L, F, _lg=None):"]
         ind = "        "
         if any(isinstance(st, CallStep) and st.external for st in rec.steps):
             L.append(ind + "_n = len(_lg) if _lg else 0")
         if rollback:
             L.append(ind + "_sv = [(_t, _t.detach().clone()) for _t in (" + "".join(m + ", " for m in mutated) + ")]")
-            L.append(ind + ("_rng = torch.get_rng_state()" if rec.uses_rng else "_rng = None"))
+            L.append(ind + ("_rng = _rng_states()" if rec.uses_rng else "_rng = None"))
             rb = "_rollback(_sv, _rng); "
         else:
             rb = ""
@@ -191,8 +193,12 @@ class _GraphVariant(_Variant):
                 call = f"{st.callee}(" + ", ".join(argl) + ")"
                 if st.external:
                     j = len(ext_done)
-                    L.append(ind + f"b{k} = _lg[{j}] if _n > {j} else {call}")
-                    ext_done.append(f"b{k}")
+                    L.append(ind + f"b{k} = _unlog(_lg[{j}]) if _n > {j} else {call}")
+                    if rollback and rec.uses_rng:   # the RNG state it left, for a miss (rng.py)
+                        L.append(ind + f"_x{j} = _RngLogged(b{k}, _rng_states())")
+                        ext_done.append(f"_x{j}")
+                    else:
+                        ext_done.append(f"b{k}")
                 else:  # a data-dependent tensor operation: no side effect, just run it
                     L.append(ind + f"b{k} = {call}")
                 if midg.get(k + 1):
@@ -218,7 +224,8 @@ class _GraphVariant(_Variant):
         self.source = "\n".join(L)
         ns = {}
         exec(compile(self.source, "<mlircap replay>", "exec"), ns)
-        self.replay = ns["_make"](self.consts, compiled, _Miss, _mk_obj, torch, _rollback, _merge_log)
+        self.replay = ns["_make"](self.consts, compiled, _Miss, _mk_obj, torch, _rollback, _merge_log, _unlog,
+                                  _RngLogged, _rng_states)
         self.mid_guards: list[Placed] = [p for p in rec.guards if p.pos > 0]
 
     def run(self, st: _Captured, func: types.FunctionType, args: tuple, log: list | None = None) -> Any:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextvars
 import copy
-import functools
 import sys
 import types
 from collections.abc import Callable
@@ -24,6 +23,8 @@ from .classify import (_MODULE_WALKERS, _PRIM, _WRITE_ONLY, _call_kind, _classif
 from .locations import _frame_loc
 from .typeinfo import _class_dicts, _is_data_descr, _is_ndarray, _is_opaque_value, _mro_lookup
 from .side_effects import _SideEffectMixin
+from .rng import _unlog
+from .special_calls import _SpecialCallMixin, _is_context_manager
 
 
 def _touch_ops(*ns: int) -> Callable[..., None]:
@@ -39,7 +40,7 @@ def _touch_ops(*ns: int) -> Callable[..., None]:
     return h
 
 
-class _TracerMixin:
+class _TracerMixin(_SpecialCallMixin):
     """Opcode tracing for `_Recorder`: the settrace callbacks, handlers for opcodes that
     read external state, and calls (safe, mutating, or uncapturable: a graph break)."""
 
@@ -353,7 +354,10 @@ class _TracerMixin:
                 # tracer sees (replayed elsewhere it would read the replay's own frame)
                 return
         kind = _call_kind(f)
-        if kind == "external" and (_pure_ufunc_call(f, args, kwargs) or
+        recv = self._opaque_method(f, args)
+        if recv is not None:
+            kind = "external"
+        if kind == "external" and recv is None and (_pure_ufunc_call(f, args, kwargs) or
                                    f is id and frame.f_code.co_filename == copy.__file__):
             # id() in copy.deepcopy (dataclasses.asdict, ...): the keys of its memo of objects
             # already copied, which never leave it
@@ -434,39 +438,10 @@ class _TracerMixin:
         if self._disabled_log_call(f, args, kwargs):
             return
         # uncapturable call: replay it eagerly
-        self._external_call(frame, f, args, kwargs, f"call to uncapturable {_func_qualname(f)}", slot)
-
-    def _cached_call(self, frame: types.FrameType, f: Any, args: list, kwargs: dict, slot: int | None) -> bool:
-        """A `functools.lru_cache` / `functools.cache` function called with constant arguments:
-        its result may come from the cache (a tensor made by an earlier call, outside any
-        graph), so it is not traced: the result is read at replay by calling the cached
-        function again with the same arguments, and guarded like any value read."""
-        w = f.__func__ if type(f) is types.MethodType else f
-        if slot is None or type(w) is not _LRU_WRAPPER:
-            return False
-        consts = list(args) + list(kwargs.values()) + ([f.__self__] if w is not f else [])
-        if not all(x is None or type(x) in _PRIM or isinstance(x, (torch.dtype, torch.device)) or
-                   (type(x) is tuple and all(type(y) in _PRIM for y in x)) or
-                   (id(x) in self.src and not isinstance(x, torch.Tensor)) for x in consts):
-            return False   # tensors of the graph, objects made by the call: trace it
-        try:
-            fe = self.expr_of(f)
-            ae = [self.expr_of(a) for a in args] + [f"{k}={self.expr_of(v)}" for k, v in kwargs.items()]
-        except Unreplayable:
-            return False
-        expr = f"{fe}({', '.join(ae)})"
-        pretty = f"{getattr(w, '__qualname__', 'cached function')}(...)"
-        self.ext_depth += 1
-
-        def finish(fr: types.FrameType) -> None:
-            self.ext_depth -= 1
-            try:
-                self._source(_E.peek(fr, 0), expr, pretty, argrooted=True)
-            except Unreplayable as e:
-                self.unreplayable = self.unreplayable or f"result of {pretty}: {e}"
-        finish.is_call = True  # type: ignore[attr-defined]
-        self.pending[frame] = finish
-        return True
+        reason = f"call to uncapturable {_func_qualname(f)}"
+        if recv is not None:
+            f, args = recv
+        self._external_call(frame, f, args, kwargs, reason, slot)
 
     def _disabled_log_call(self, f: Any, args: list, kwargs: dict) -> bool:
         """`log.debug(...)` (info, warning, ..., log(level, ...)) on a standard library logger
@@ -546,15 +521,20 @@ class _TracerMixin:
         self.op_load_attr(None, None, name, obj)
 
     def _external_call(self, frame: types.FrameType, f: Any, args: list, kwargs: dict, reason: str,
-                       slot: int | None = None) -> None:
+                       slot: int | None = None, substitute: Callable[[Any], None] | None = None) -> None:
         i = self.ext_seen
         self.ext_seen += 1
         if i < len(self.catchup):
             # this call already ran in a replay whose mid-replay guard then failed: its
-            # side effects happened, so the program gets that call's result instead
-            if slot is None:
+            # side effects happened, so the program gets that call's result instead (and
+            # the RNG state it left, where it wrote the RNG: rng.py)
+            value = _unlog(self.catchup[i])
+            if substitute is not None:
+                substitute(value)
+            elif slot is None:
                 raise Unreplayable("internal: cannot substitute an uncapturable call")
-            _E.poke(frame, slot, _Canned(self.catchup[i]))
+            else:
+                _E.poke(frame, slot, _Canned(value))
         try:
             try:
                 fe = self.expr_of(f)
@@ -579,15 +559,15 @@ class _TracerMixin:
         def finish(fr: types.FrameType) -> None:
             self.ext_depth -= 1
             res = _E.peek(fr, 0)
-            self._call_result(k, res)
+            self._call_result(k, res, external=True)
         finish.is_call = True  # type: ignore[attr-defined]
         self.pending[frame] = finish
 
-    def _call_result(self, k: int, res: Any) -> None:
+    def _call_result(self, k: int, res: Any, external: bool = False) -> None:
         name = f"b{k}"
         if isinstance(res, torch.Tensor):
             self._source(res, name, f"<result of break {k}>", argrooted=True)
-        elif _is_opaque_value(res):
+        elif _is_opaque_value(res) or external and _is_context_manager(res):
             # e.g. a ContextVar token: passed on to other replayed calls, never inspected
             self.src[id(res)] = (name, f"<result of break {k}>", "opaque")
             self.keep.append(res)
@@ -599,7 +579,6 @@ class _TracerMixin:
 
 
 _IS_COMPILING = torch.compiler.is_compiling
-_LRU_WRAPPER = type(functools.lru_cache(maxsize=1)(lambda: None))
 _FRAME_READERS = (locals, vars, dir, globals, sys._getframe)
 _STATE_DICT_METHODS = ("state_dict", "_save_to_state_dict", "get_extra_state")
 
@@ -654,6 +633,7 @@ _HANDLERS = {
     "BINARY_OP": _SideEffectMixin.op_binary_op,
     "DELETE_SUBSCR": _SideEffectMixin.op_store_subscr,
     "STORE_SLICE": _SideEffectMixin.op_store_slice,
+    "BEFORE_WITH": _TracerMixin.op_before_with,
     "KW_NAMES": _TracerMixin.op_kw_names,
     "CALL": _TracerMixin.op_call,
     "CALL_FUNCTION_EX": _TracerMixin.op_call_ex,

@@ -12,6 +12,9 @@ import torch
 from .base import Unreplayable
 from .classify import _IMMUTABLE_CONST, _PRIM
 
+# unbound methods of C types (`torch.Generator.manual_seed`): immutable, the same object at replay
+_DESCRIPTORS = (types.MethodDescriptorType, types.WrapperDescriptorType, types.ClassMethodDescriptorType)
+
 
 class _ValueMixin:
     """Constants and value reconstruction for `_Recorder`: the constant table `C` of
@@ -87,7 +90,7 @@ class _ValueMixin:
         if t is set:
             return "{" + ", ".join(self.expr_of(x, depth + 1) for x in v) + "}" if v else "set()"
         if isinstance(v, _IMMUTABLE_CONST) or isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type,
-                                                              types.ModuleType, torch.nn.Module)) \
+                                                              types.ModuleType, torch.nn.Module) + _DESCRIPTORS) \
                 and not (isinstance(v, types.FunctionType) and v.__closure__):
             if isinstance(v, torch.nn.Module):
                 raise Unreplayable("module created during the call")

@@ -1,0 +1,128 @@
+"""Calls the tracer replays in a way of their own (`_SpecialCallMixin`):
+* methods of the opaque values uncapturable calls return: the context manager of
+  `with torch.random.fork_rng():` (its `__enter__` and `__exit__` save and restore the RNG),
+  handles of library objects.  They run eagerly at their place in the replay, on the
+  replay's own value (`b{k}`), never inside a graph nor untraced;
+* `functools.lru_cache` functions called with constant arguments: read at replay."""
+from __future__ import annotations
+
+import functools
+import types
+from typing import Any
+
+import torch
+
+from .base import Unreplayable
+from .classify import _PRIM, _classify, _func_qualname
+from .frame_hook import _E
+from .values import _DESCRIPTORS
+
+
+def _traced(fn: Any) -> bool:
+    """Whether calling fn runs Python code the tracer follows (the user's)."""
+    fn = getattr(fn, "__func__", fn)
+    return type(fn) is types.FunctionType and _classify(fn.__code__) == "user"
+
+
+def _is_context_manager(v: object) -> bool:
+    """A context manager made by library code (`fork_rng()`, `torch.cuda.stream(s)`): a
+    handle whose `__enter__` / `__exit__` (and other methods) are replayed, never read."""
+    t = type(v)
+    return hasattr(t, "__enter__") and hasattr(t, "__exit__") and not _traced(getattr(t, "__enter__")) \
+        and not isinstance(v, (torch.Tensor, torch.nn.Module, types.ModuleType, type))
+
+
+class _CannedWith:
+    """Stands in for a context manager whose `__enter__` already ran (catch-up after a failed
+    mid-replay guard): returns that call's result; `__exit__` is the real one's."""
+    __slots__ = ("cm", "value")
+
+    def __init__(self, cm: Any, value: Any) -> None:
+        self.cm, self.value = cm, value
+
+    def __enter__(self) -> Any:
+        return self.value
+
+    def __exit__(self, *exc: Any) -> Any:
+        return type(self.cm).__exit__(self.cm, *exc)
+
+
+class _SpecialCallMixin:
+    """For `_Recorder` (through `_TracerMixin`): methods of opaque results, `with` on them,
+    cached functions."""
+
+    def _opaque_method(self, f: Any, args: list) -> tuple[Any, list] | None:
+        """A method called on an opaque value an uncapturable call returned (the context
+        manager of `with torch.random.fork_rng():`, whose `__exit__` restores the RNG): an
+        uncapturable call too, replayed in order on the replay's own value.  Returns the
+        unbound callable and the arguments, receiver first (the replay calls it on `b{k}`);
+        None for any other call and for methods the tracer follows (Python code of the user)."""
+        so = getattr(f, "__self__", None)
+        if type(so) is _CannedWith:
+            so = so.cm
+        if so is not None and not isinstance(so, type):
+            if not self._is_opaque_result(so):
+                return None
+            fn = getattr(type(so), getattr(f, "__name__", ""), None)
+            if fn is None or _traced(fn):
+                return None
+            return fn, [so] + list(args)
+        if args and self._is_opaque_result(args[0]) and not _traced(f) and \
+                isinstance(f, (types.FunctionType,) + _DESCRIPTORS):
+            return f, list(args)   # o.m(...) through LOAD_METHOD: the unbound function, o first
+        return None
+
+    def _is_opaque_result(self, o: object) -> bool:
+        s = self.src.get(id(o))
+        return s is not None and s[2] == "opaque" and s[0].startswith("b")
+
+    def op_before_with(self, frame: types.FrameType, arg: int | None, argval: Any) -> None:
+        """`with cm:` on an opaque value an uncapturable call returned: its `__enter__` is an
+        uncapturable call (its `__exit__`, called by the with statement's exit, is one too:
+        `_opaque_method`)."""
+        cm = _E.peek(frame, 0)
+        if not self._is_opaque_result(cm):
+            return
+        enter = getattr(type(cm), "__enter__", None)
+        if enter is None or _traced(enter):
+            return
+
+        def canned(value: Any) -> None:   # __enter__ already ran in a replay that missed
+            _E.poke(frame, 0, _CannedWith(cm, value))
+        self._external_call(frame, enter, [cm], {}, f"call to uncapturable {_func_qualname(enter)}",
+                            substitute=canned)
+
+    def _cached_call(self, frame: types.FrameType, f: Any, args: list, kwargs: dict, slot: int | None) -> bool:
+        """A `functools.lru_cache` / `functools.cache` function called with constant arguments:
+        its result may come from the cache (a tensor made by an earlier call, outside any
+        graph), so it is not traced: the result is read at replay by calling the cached
+        function again with the same arguments, and guarded like any value read."""
+        w = f.__func__ if type(f) is types.MethodType else f
+        if slot is None or type(w) is not _LRU_WRAPPER:
+            return False
+        consts = list(args) + list(kwargs.values()) + ([f.__self__] if w is not f else [])
+        if not all(x is None or type(x) in _PRIM or isinstance(x, (torch.dtype, torch.device)) or
+                   (type(x) is tuple and all(type(y) in _PRIM for y in x)) or
+                   (id(x) in self.src and not isinstance(x, torch.Tensor)) for x in consts):
+            return False   # tensors of the graph, objects made by the call: trace it
+        try:
+            fe = self.expr_of(f)
+            ae = [self.expr_of(a) for a in args] + [f"{k}={self.expr_of(v)}" for k, v in kwargs.items()]
+        except Unreplayable:
+            return False
+        expr = f"{fe}({', '.join(ae)})"
+        pretty = f"{getattr(w, '__qualname__', 'cached function')}(...)"
+        self.ext_depth += 1
+
+        def finish(fr: types.FrameType) -> None:
+            self.ext_depth -= 1
+            try:
+                self._source(_E.peek(fr, 0), expr, pretty, argrooted=True)
+            except Unreplayable as e:
+                self.unreplayable = self.unreplayable or f"result of {pretty}: {e}"
+        finish.is_call = True  # type: ignore[attr-defined]
+        self.pending[frame] = finish
+        return True
+
+
+_LRU_WRAPPER = type(functools.lru_cache(maxsize=1)(lambda: None))
