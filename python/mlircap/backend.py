@@ -791,6 +791,12 @@ def make_backend(options: Options | None = None, registry: list | None = None):
             except MlircapCompileError:
                 raise
             except Exception as e:
+                from .ddsplit import is_data_dependent_error, split_data_dependent
+
+                split = None if options.strict or not is_data_dependent_error(e) else \
+                    split_data_dependent(gm, example_inputs, backend)
+                if split is not None:
+                    return split
                 if options.strict:   # the capture front would run the graph eagerly
                     raise MlircapCompileError(f"aot_autograd could not trace the graph: "
                                               f"{type(e).__name__}: {str(e).strip()[:500]}") from e

@@ -99,6 +99,22 @@ class _HigherOrderGrad:
         return self.fn(*args)
 
 
+def _edges_are_inputs(node: Any, args: tuple) -> bool:
+    """`node`'s inputs are exactly `args` (so its gradients are theirs): not the case
+    when the graph ran as several autograd nodes (a split graph's last part)."""
+    from torch.autograd.graph import get_gradient_edge
+
+    edges = node.next_functions
+    if len(edges) != len(args):
+        return False
+    for (fn, nr), a in zip(edges, args):
+        if isinstance(a, torch.Tensor) and a.requires_grad:
+            e = get_gradient_edge(a)
+            if fn is not e.node or nr != e.output_nr:
+                return False
+    return True
+
+
 def _keep_graph() -> bool:
     """retain_graph / create_graph of the backward in progress."""
     try:
@@ -119,7 +135,8 @@ class _RecomputeForHigherOrder(torch.autograd.Function):
         # autograd.grad) when its node produced exactly these outputs in order
         node = next((o.grad_fn for o in outs if o.grad_fn is not None), None)
         ctx.node = node if node is not None and hasattr(node, "apply") and all(
-            (o.grad_fn is node and o.output_nr == i) or not o.requires_grad for i, o in enumerate(outs)) else None
+            (o.grad_fn is node and o.output_nr == i) or not o.requires_grad for i, o in enumerate(outs)) \
+            and _edges_are_inputs(node, args) else None
         res = tuple(o.detach() for o in outs)
         ctx.mark_non_differentiable(*[r for r, d in zip(res, ctx.diff) if not d])
         return res

@@ -1,0 +1,271 @@
+"""Graphs with an op whose output shape depends on tensor data.
+
+`unique`, `nonzero`, boolean-mask indexing (`x[x > 0]`), `masked_select`,
+`repeat_interleave` with tensor repeats and the like cannot be traced with fake
+tensors: aot_autograd fails on them (DynamicOutputShapeException /
+DataDependentOutputException) and the whole captured graph used to run eagerly.
+
+`split_data_dependent` cuts the captured graph at the first such op instead:
+
+    before   the nodes before it: compiled now, with the example inputs;
+    the op   (and the getitems of its tuple result) runs through torch;
+    after    the nodes after it: compiled on first use, once per signature of
+             its inputs (shapes, strides, dtypes; non-tensor values are baked
+             in as constants), at most `MAX_VARIANTS` signatures, then eagerly.
+
+Node order is kept, so in-place updates and reads happen in the program's
+order. `after` goes through the backend again, so a second data-dependent op
+in it splits it again. This is TorchDynamo's graph break on such ops (its
+default, capture_dynamic_output_shape_ops=False), done inside the backend so
+that both capture fronts get it. The op is reported as an eager island on the
+'fallback' log; strict=True keeps raising instead.
+"""
+from __future__ import annotations
+
+import operator
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from . import logs
+
+MAX_VARIANTS = 8   # compiled signatures of the part after the op; more run eagerly
+
+_DD_EXCEPTIONS = ("DynamicOutputShapeException", "DataDependentOutputException",
+                  "GuardOnDataDependentSymNode", "UnsupportedOperatorException")
+
+
+def is_data_dependent_error(e: BaseException) -> bool:
+    """aot_autograd (or fake propagation) failed on an op whose output depends on data."""
+    seen = 0
+    while e is not None and seen < 8:
+        if type(e).__name__ in _DD_EXCEPTIONS[:3]:
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
+
+
+def _fake_run(node: fx.Node, gm: fx.GraphModule, env: dict) -> Any:
+    args = fx.node.map_arg(node.args, lambda n: env[n])
+    kwargs = fx.node.map_arg(node.kwargs, lambda n: env[n])
+    if node.op == "call_function":
+        return node.target(*args, **kwargs)
+    if node.op == "call_method":
+        return getattr(args[0], node.target)(*args[1:], **kwargs)
+    if node.op == "call_module":
+        return gm.get_submodule(node.target)(*args, **kwargs)
+    if node.op == "get_attr":
+        obj = gm
+        for part in node.target.split("."):
+            obj = getattr(obj, part)
+        return obj
+    raise NotImplementedError(node.op)
+
+
+def first_data_dependent(gm: fx.GraphModule, example_inputs: Sequence) -> fx.Node | None:
+    """The first node of `gm` whose output shape (or value) needs tensor data, found by
+    running the graph on fake tensors; None when there is none or propagation fails
+    for another reason first."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    env: dict[fx.Node, Any] = {}
+    inputs = iter(example_inputs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                v = next(inputs, None)
+                env[node] = mode.from_tensor(v) if isinstance(v, torch.Tensor) else v
+                continue
+            if node.op == "output":
+                return None
+            try:
+                with mode, torch._C.DisableTorchFunction():
+                    env[node] = _fake_run(node, gm, env)
+            except Exception as e:  # noqa: BLE001 - any other failure: no split point known
+                return node if is_data_dependent_error(e) else None
+    return None
+
+
+def _subgraph(gm: fx.GraphModule, nodes: list[fx.Node], inputs: list[fx.Node],
+              outputs: list[fx.Node]) -> fx.GraphModule:
+    g = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for n in inputs:
+        p = g.placeholder(n.name)
+        p.meta = dict(n.meta)
+        env[n] = p
+    for n in nodes:
+        env[n] = g.node_copy(n, lambda a: env[a])
+    g.output(tuple(env[o] for o in outputs))
+    return fx.GraphModule(gm, g)
+
+
+def _uses(nodes: list[fx.Node]) -> list[fx.Node]:
+    """The values `nodes` read, in first-use order."""
+    seen: dict[fx.Node, None] = {}
+    for n in nodes:
+        fx.node.map_arg((n.args, n.kwargs), lambda a: seen.setdefault(a))
+    return list(seen)
+
+
+def split_data_dependent(gm: fx.GraphModule, example_inputs: Sequence,
+                         compile_fn: Callable[[fx.GraphModule, list], Callable]) -> Callable | None:
+    """`gm` as compiled parts around its first data-dependent op (module docstring),
+    or None when it has none. `compile_fn(gm, example_inputs)` is the backend."""
+    dd = first_data_dependent(gm, example_inputs)
+    if dd is None:
+        return None
+    nodes = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
+    i = nodes.index(dd)
+    op_nodes = [dd] + [u for u in dd.users if u.op == "call_function" and u.target is operator.getitem]
+    op_set = set(op_nodes)
+    before = [n for n in nodes[:i] if n not in op_set]
+    after = [n for n in nodes[i + 1:] if n not in op_set]
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    out_args = gm.graph.output_node().args[0]
+    final_nodes: list[fx.Node] = []
+    fx.node.map_arg(out_args, final_nodes.append)
+
+    def needed_later(part: list[fx.Node], later: list[fx.Node]) -> list[fx.Node]:
+        used = set(_uses(later)) | set(final_nodes)
+        return [n for n in part if n in used]
+
+    # the getitems (or the op itself when nothing unpacks it) are its outputs
+    op_outs = op_nodes[1:] + [dd] if any(u not in op_set for u in dd.users) or dd in final_nodes \
+        or len(op_nodes) == 1 else op_nodes[1:]
+    steps: list[tuple[Callable, list[fx.Node], list[fx.Node], str]] = []
+    name = getattr(dd.target, "__name__", str(dd.target))
+    if before:
+        outs = needed_later(before, op_nodes + after)
+        ins = [n for n in _uses(before) if n not in set(before)]
+        sub = _subgraph(gm, before, ins, outs)
+        if outs:
+            examples = [example_inputs[placeholders.index(n)] for n in ins]
+            steps.append((compile_fn(sub, examples), ins, outs, "compiled"))
+        else:   # only effects (in-place updates of inputs): run as it is
+            steps.append((sub, ins, outs, "eager"))
+    op_ins = [n for n in _uses(op_nodes) if n not in op_set]
+    steps.append((_subgraph(gm, op_nodes, op_ins, op_outs), op_ins, op_outs, "eager"))
+    if after:
+        outs = needed_later(after, [])
+        ins = [n for n in _uses(after) if n not in set(after)]
+        sub = _subgraph(gm, after, ins, outs)
+        steps.append((_Specialized(sub, compile_fn) if outs else sub, ins, outs, "lazy" if outs else "eager"))
+    parts = len(steps)
+    logs.log("fallback", f"graph split into {parts} parts; eager islands: "
+                         f"{name}: data-dependent (its output shape depends on tensor data)")
+    return DataDependentSplit(placeholders, steps, out_args)
+
+
+class DataDependentSplit:
+    """Runs the steps of `split_data_dependent` in order, freeing each value after its
+    last use."""
+
+    def __init__(self, placeholders: list[fx.Node], steps: list, out_args: Any) -> None:
+        self.placeholders, self.out_args = placeholders, out_args
+        self.steps = [(fn, ins, outs) for fn, ins, outs, _ in steps]
+        self.kinds = [kind for *_, kind in steps]
+        final = set()
+        fx.node.map_arg(out_args, lambda a: final.add(a))
+        last: dict[fx.Node, int] = {}
+        for k, (_, ins, _outs) in enumerate(self.steps):
+            for n in ins:
+                last[n] = k
+        self.free_after = [[n for n, k2 in last.items() if k2 == k and n not in final]
+                           for k in range(len(self.steps))]
+
+    def __call__(self, *args: Any) -> Any:
+        env = dict(zip(self.placeholders, args))
+        for (fn, ins, outs), free in zip(self.steps, self.free_after):
+            res = fn(*[env[n] for n in ins])
+            for n in free:
+                env.pop(n, None)
+            env.update(zip(outs, res))
+        return fx.node.map_arg(self.out_args, lambda n: env[n])
+
+
+def _signature(v: Any) -> tuple:
+    if isinstance(v, torch.Tensor):
+        return ("T", tuple(v.shape), v.stride(), v.storage_offset(), v.dtype, v.device, v.requires_grad)
+    return ("V", type(v).__name__, repr(v))
+
+
+class _Specialized:
+    """The part after a data-dependent op: compiled per signature of its inputs, with
+    non-tensor inputs baked in as constants; past MAX_VARIANTS signatures, or when a
+    compile or first run fails, that signature runs the FX graph eagerly."""
+
+    def __init__(self, gm: fx.GraphModule, compile_fn: Callable) -> None:
+        self.gm, self.compile_fn = gm, compile_fn
+        self.variants: dict[tuple, tuple[Callable, list[int]]] = {}
+
+    def __call__(self, *args: Any) -> Any:
+        key = tuple(_signature(a) for a in args)
+        hit = self.variants.get(key)
+        if hit is None:
+            hit = self._compile(args)
+            if hit is None:
+                return self.gm(*args)
+        fn, tensor_pos = hit
+        return fn(*[args[i] for i in tensor_pos])
+
+    def _compile(self, args: tuple) -> tuple[Callable, list[int]] | None:
+        if len(self.variants) >= MAX_VARIANTS:
+            logs.log("fallback", f"the part after a data-dependent op has {MAX_VARIANTS} compiled "
+                                 "input signatures: a new one runs eagerly")
+            return None
+        graph = fx.Graph()
+        env: dict[fx.Node, Any] = {}
+        tensor_pos = []
+        for k, (p, a) in enumerate(zip([n for n in self.gm.graph.nodes if n.op == "placeholder"], args)):
+            if isinstance(a, torch.Tensor):
+                env[p] = graph.placeholder(p.name)
+                env[p].meta = dict(p.meta)
+                tensor_pos.append(k)
+            else:
+                env[p] = a   # baked in
+        for n in self.gm.graph.nodes:
+            if n.op == "output":
+                graph.output(fx.node.map_arg(n.args[0], lambda a: env[a]))
+            elif n.op != "placeholder":
+                env[n] = graph.node_copy(n, lambda a: env[a])
+        gm = fx.GraphModule(self.gm, graph)
+        try:
+            fn = self.compile_fn(gm, [args[i] for i in tensor_pos])
+        except Exception as e:  # noqa: BLE001 - the part runs eagerly for this signature
+            logs.log("fallback", f"the part after a data-dependent op did not compile "
+                                 f"({type(e).__name__}: {str(e)[:200]}): it runs eagerly")
+            fn = gm.forward
+        entry = (_FirstRun(fn, gm.forward), tensor_pos)
+        self.variants[tuple(_signature(a) for a in args)] = entry
+        return entry
+
+
+class _FirstRun:
+    """A compiled part whose first run, if it fails before changing any input, is
+    replaced by the FX graph (run eagerly) for good."""
+    __slots__ = ("fn", "fallback", "checked")
+
+    def __init__(self, fn: Callable, fallback: Callable) -> None:
+        self.fn, self.fallback, self.checked = fn, fallback, fn is fallback
+
+    def __call__(self, *args: Any) -> Any:
+        if self.checked:
+            return self.fn(*args)
+        vers = [a._version for a in args if isinstance(a, torch.Tensor)]
+        try:
+            out = self.fn(*args)
+        except Exception as e:  # noqa: BLE001
+            if [a._version for a in args if isinstance(a, torch.Tensor)] != vers:
+                raise
+            logs.log("fallback", f"the part after a data-dependent op failed on its first run "
+                                 f"({type(e).__name__}: {str(e)[:200]}): it runs eagerly")
+            self.fn = self.fallback
+            out = self.fn(*args)
+        self.checked = True
+        return out
