@@ -22,6 +22,7 @@ from .classify import (
 )
 from .locations import _user_location, _user_stack_trace
 from .guards import _ambient
+from .typeinfo import _is_constant_value, _is_frozen_dataclass
 
 
 # ----------------------------------------------------------------------------------
@@ -292,6 +293,10 @@ class _GraphMixin:
         def conv(x: Any) -> Any:
             if isinstance(x, torch.Tensor):
                 return self._arg_node(seg, x)
+            if isinstance(x, tuple) and hasattr(type(x), "_make"):
+                # a named tuple: a constant when it holds only constants (an options object),
+                # else one holding the graph's values
+                return x if _is_constant_value(x) and not _has_dataclass(x) else type(x)._make(conv(y) for y in x)
             if isinstance(x, (list, tuple)):
                 r = [conv(y) for y in x]
                 return type(x)(r) if type(x) in (list, tuple) else tuple(r)
@@ -299,14 +304,22 @@ class _GraphMixin:
                 return {k: conv(v) for k, v in x.items()}
             if type(x) in _PRIM or isinstance(x, _IMMUTABLE_CONST) or isinstance(x, (torch.dtype,)):
                 return x
+            if _is_constant_value(x):
+                # an options object (frozen dataclass, enum member): a constant; FX writes
+                # dataclasses as code it cannot run, so those are bound to the target (below)
+                if _has_dataclass(x):
+                    raise Unreplayable(f"frozen dataclass {type(x).__name__} inside an argument to {name}")
+                return x
             if isinstance(x, (torch.Generator,)):
                 raise Unreplayable("explicit torch.Generator argument")
             if callable(x) or isinstance(x, (types.ModuleType,)):
                 return x
             raise Unreplayable(f"unsupported argument of type {type(x).__name__} to {name}")
-        cargs = tuple(conv(a) for a in args)
-        ckw = {k: conv(v) for k, v in kwargs.items()}
-        target = func
+        bind = {i: a for i, a in enumerate(args) if _has_dataclass(a) and _is_constant_value(a)}
+        bind_kw = {k: v for k, v in kwargs.items() if _has_dataclass(v) and _is_constant_value(v)}
+        cargs = tuple(None if i in bind else conv(a) for i, a in enumerate(args))
+        ckw = {k: conv(v) for k, v in kwargs.items() if k not in bind_kw}
+        target = func if not (bind or bind_kw) else _bind_constants(func, bind, bind_kw)
         if getattr(func, "__name__", None) in ("__get__", "__set__"):
             attr = getattr(getattr(func, "__self__", None), "__name__", None)
             if attr is None:
@@ -342,6 +355,22 @@ class _GraphMixin:
                     raise Unreplayable(f"nested tensor containers returned by {name}")
         elif res is not None:
             raise Unreplayable(f"unsupported result type {type(res).__name__} of {name}")
+
+
+def _has_dataclass(x: Any) -> bool:
+    return _is_frozen_dataclass(x) or isinstance(x, tuple) and any(_has_dataclass(y) for y in x)
+
+
+def _bind_constants(func: Callable, args: dict[int, Any], kwargs: dict[str, Any]) -> Callable:
+    """func with the constant arguments FX cannot write as code (frozen dataclasses: a
+    torch function's options object) bound: the graph passes None in their places."""
+    def bound(*a: Any, **k: Any) -> Any:
+        a2 = list(a)
+        for i, v in args.items():
+            a2[i] = v
+        return func(*a2, **k, **kwargs)
+    bound.__name__ = bound.__qualname__ = f"{_fname(func)}_with_constants"
+    return bound
 
 
 def _is_np_scalar(x: Any) -> bool:

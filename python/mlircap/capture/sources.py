@@ -16,7 +16,10 @@ from .guard_kinds import (
 )
 from .classify import _ID_HASHED, _IMMUTABLE_CONST, _PRIM, _classify
 from .locations import _short
-from .typeinfo import _NDARRAY_GUARD_BYTES, _is_ndarray, _pure_python_type, _slot_names, _slot_values
+from .typeinfo import (
+    _NDARRAY_GUARD_BYTES, _dataclass_fields, _is_constant_value, _is_frozen_dataclass, _is_ndarray, _pure_python_type,
+    _slot_names, _slot_values,
+)
 
 
 class _SourceMixin:
@@ -222,6 +225,14 @@ class _SourceMixin:
             self._source(v.func, f"{expr}.func", f"{pretty}.func", True, depth + 1)
             self._source(v.args, f"{expr}.args", f"{pretty}.args", True, depth + 1)
             self._source(v.keywords, f"{expr}.keywords", f"{pretty}.keywords", True, depth + 1)
+            return
+        if _is_frozen_dataclass(v) and _is_constant_value(v):
+            # an immutable options object: guarded by type and field values, so an equal one
+            # made for every call is no recompile (graphs hold it as a constant)
+            self.guard(TypeIs(expr, pretty, t))
+            self.src[vid] = (expr, pretty, argrooted)
+            for f in _dataclass_fields(t):
+                self._source(getattr(v, f), f"{expr}.{f}", f"{pretty}.{f}", argrooted, depth + 1)
             return
         if hasattr(v, "__dict__") and not isinstance(v, type) and not _pure_python_type(t):
             # C-implemented type with an instance dict (SimpleNamespace, ...): identity; its

@@ -119,3 +119,30 @@ def _is_opaque_value(v: object) -> bool:
             or hasattr(t, "__eq__") and t.__eq__ is not object.__eq__:
         return False
     return True
+
+
+def _is_constant_value(v: object, depth: int = 0) -> bool:
+    """An immutable value made only of constants, which a graph can hold as it is (a torch
+    function's options object, `LinearCrossEntropyOptions(...)`): Python scalars and strings,
+    dtypes / devices / ..., enum members, tuples (named or not) and frozensets of such, and
+    frozen dataclasses whose fields are all such.  Guarded by type and value, field by field."""
+    t = type(v)
+    if v is None or t in _PRIM or isinstance(v, _IMMUTABLE_CONST) or hasattr(t, "__members__") and \
+            not isinstance(v, type):
+        return not isinstance(v, frozenset) or all(_is_constant_value(x, depth + 1) for x in v)
+    if depth > 4:
+        return False
+    if isinstance(v, tuple):
+        return (t is tuple or hasattr(t, "_make")) and all(_is_constant_value(x, depth + 1) for x in v)
+    return _is_frozen_dataclass(v) and all(_is_constant_value(getattr(v, f), depth + 1)
+                                           for f in _dataclass_fields(t))
+
+
+def _is_frozen_dataclass(v: object) -> bool:
+    params = getattr(type(v), "__dataclass_params__", None)
+    return params is not None and getattr(params, "frozen", False) and not isinstance(v, type)
+
+
+def _dataclass_fields(t: type) -> tuple[str, ...]:
+    import dataclasses
+    return tuple(f.name for f in dataclasses.fields(t))
