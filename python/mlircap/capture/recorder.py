@@ -22,6 +22,7 @@ from .tracer import _TracerMixin
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import _Captured
+    from .counters import _Counter
     from .graph import _Seg
 
 
@@ -71,6 +72,7 @@ class _Recorder(_TracerMixin, _NumpyMixin, _GraphMixin, _SideEffectMixin, _Sourc
         self.ncalls = 0
         self.suspended = 0
         self.ext_depth = 0
+        self.counters: dict[tuple[int, str], _Counter] = {}   # (id(obj), attribute) -> int counter
         self.cur_depth = -1
         self.pending = {}
         self.kwnames = {}

@@ -120,7 +120,7 @@ class _GraphVariant(_Variant):
             ret = rec.expr_of(result)
         except Unreplayable as e:
             raise Unreplayable(f"{e} (in the value {rec.code.co_name} returns)") from None
-        writes = rec.writes()
+        writes = rec.counter_writes(rec.writes())
         rec.keep.append(writes)
         wexprs = []
         for w in writes:
@@ -166,6 +166,8 @@ class _GraphVariant(_Variant):
         L = ["def _make(C, B, _Miss, _mk, torch, _rollback, _merge_log, _unlog, _RngLogged, _rng_states):",
              "    def __replay(L, F, _lg=None):"]
         ind = "        "
+        for name, e in rec.counter_bindings():   # counters.py: values as the replay starts
+            L.append(ind + f"{name} = {e}")
         if any(isinstance(st, CallStep) and st.external for st in rec.steps):
             L.append(ind + "_n = len(_lg) if _lg else 0")
         if rollback:

@@ -39,6 +39,8 @@ class _SideEffectMixin:
 
     def op_store_attr(self, frame: types.FrameType, arg: int | None, name: Any) -> None:
         obj = _E.peek(frame, 0)
+        if self.counters:
+            self._counter_store(frame, obj, name)
         if id(obj) in self.src:
             self.dirty.add((id(obj), name))
             self.stored[id(obj)].add(name)

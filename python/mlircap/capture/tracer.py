@@ -25,6 +25,7 @@ from .typeinfo import _class_dicts, _is_data_descr, _is_ndarray, _is_opaque_valu
 from .side_effects import _SideEffectMixin
 from .rng import _unlog
 from .special_calls import _SpecialCallMixin, _is_context_manager
+from .counters import _CounterMixin
 
 
 def _touch_ops(*ns: int) -> Callable[..., None]:
@@ -40,7 +41,7 @@ def _touch_ops(*ns: int) -> Callable[..., None]:
     return h
 
 
-class _TracerMixin(_SpecialCallMixin):
+class _TracerMixin(_SpecialCallMixin, _CounterMixin):
     """Opcode tracing for `_Recorder`: the settrace callbacks, handlers for opcodes that
     read external state, and calls (safe, mutating, or uncapturable: a graph break)."""
 
@@ -166,6 +167,8 @@ class _TracerMixin(_SpecialCallMixin):
         expr, pretty, kind = s
         if kind == "opaque":
             raise Unreplayable(f"attribute {name!r} read from an opaque value returned by an uncapturable call")
+        if (id(obj), name) in self.counters and self._counter_read(frame, obj, obj.__dict__, name, "", pretty, ()):
+            return
         if (id(obj), name) in self.dirty:
             return
         if name == "__dict__":
@@ -184,6 +187,9 @@ class _TracerMixin(_SpecialCallMixin):
                 self._class_attr(obj, name, pretty)
                 return
             # the module is identity-guarded, so its attribute dicts are bound as constants
+            if name in d and type(d[name]) is int and \
+                    self._counter_read(frame, obj, d, name, f"{self.const(d)}[{name!r}]", f"{pretty}.{name}", (d,)):
+                return
             if name in d:
                 self.read(f"{self.const(d)}[{name!r}]", f"{pretty}.{name}", d[name], id(obj), name, group=(d,))
                 return
@@ -225,6 +231,9 @@ class _TracerMixin(_SpecialCallMixin):
         d = getattr(obj, "__dict__", None)
         if type(d) is dict and name in d:
             # argument objects are guarded eagerly (whole __dict__); others lazily, here
+            if not argrooted and type(d[name]) is int and id(obj) in self.lazy_objs and \
+                    self._counter_read(frame, obj, d, name, f"{self.const(d)}[{name!r}]", f"{pretty}.{name}", (d,)):
+                return
             if not argrooted:
                 self.read(f"{self.const(d)}[{name!r}]", f"{pretty}.{name}", d[name], id(obj), name, group=(d,))
             return

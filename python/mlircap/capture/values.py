@@ -11,6 +11,7 @@ import torch
 
 from .base import Unreplayable
 from .classify import _IMMUTABLE_CONST, _PRIM
+from .counters import _SymExpr
 
 # unbound methods of C types (`torch.Generator.manual_seed`): immutable, the same object at replay
 _DESCRIPTORS = (types.MethodDescriptorType, types.WrapperDescriptorType, types.ClassMethodDescriptorType)
@@ -75,6 +76,8 @@ class _ValueMixin:
         t = type(v)
         if v is None or t in _PRIM:
             return self._lit(v)
+        if t is _SymExpr:
+            return v.expr
         s = self.src.get(id(v))
         if s is not None:
             return s[0]
