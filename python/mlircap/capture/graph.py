@@ -172,7 +172,7 @@ class _GraphMixin:
             self.ncalls += 1
             self.steps.append(CallStep(k, fe, ae, ke, reason, external=False))
             self._add_break(reason, _user_location())
-            self._call_result(k, res)
+            self._data_result(k, res)
             return res
         if not self.uses_rng and any(w in name for w in _RNG_WORDS):
             self.uses_rng = True

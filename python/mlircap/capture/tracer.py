@@ -25,7 +25,7 @@ from .typeinfo import _class_dicts, _is_data_descr, _is_ndarray, _is_opaque_valu
 from .side_effects import _SideEffectMixin
 from .rng import _unlog
 from .special_calls import _SpecialCallMixin, _is_context_manager
-from .counters import _CounterMixin
+from .counters import _CompareMixin, _CounterMixin
 
 
 def _touch_ops(*ns: int) -> Callable[..., None]:
@@ -41,7 +41,7 @@ def _touch_ops(*ns: int) -> Callable[..., None]:
     return h
 
 
-class _TracerMixin(_SpecialCallMixin, _CounterMixin):
+class _TracerMixin(_SpecialCallMixin, _CounterMixin, _CompareMixin):
     """Opcode tracing for `_Recorder`: the settrace callbacks, handlers for opcodes that
     read external state, and calls (safe, mutating, or uncapturable: a graph break)."""
 
@@ -568,6 +568,8 @@ class _TracerMixin(_SpecialCallMixin, _CounterMixin):
         def finish(fr: types.FrameType) -> None:
             self.ext_depth -= 1
             res = _E.peek(fr, 0)
+            if type(res) in (int, float) and self._follow_result(fr, k, res):
+                return   # compared and branched on: its outcome is guarded (counters.py)
             self._call_result(k, res, external=True)
         finish.is_call = True  # type: ignore[attr-defined]
         self.pending[frame] = finish

@@ -116,3 +116,84 @@ def make():
 def state(f):
     return STATE.calls
 """, [(X,)] * 9, recompiles=1)
+
+
+def test_layerdrop_python_random_guards_the_decision_not_the_number():
+    """`rng.random() < self.p` skips a layer: the number is drawn eagerly between graphs and
+    the guard after it is the comparison's outcome, so every call replays one of the (at most
+    four) recorded paths instead of recording a new one per drawn number."""
+    c = run_program("""
+import random
+RNG = random.Random(0)
+class LayerDrop(nn.Module):
+    def __init__(self, n=2, p=0.4):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(n)])
+        self.p = p
+    def forward(self, x):
+        for layer in self.layers:
+            if self.training and RNG.random() < self.p:
+                continue
+            x = x + torch.relu(layer(x))
+        return x
+def make():
+    return LayerDrop()
+def state(m):
+    return RNG.getstate()
+""", [(X,)] * 16)
+    assert c.recompiles <= 3 and c.stats.replays >= 12, (c.recompiles, c.stats.replays)
+
+
+def test_random_numbers_compared_on_either_side():
+    c = run_program("""
+import random
+RNG = random.Random(1)
+def make():
+    def f(x, k):
+        if k * 0.5 > RNG.random() * 2:
+            x = x * 2
+        if RNG.random() - 0.5 <= 0:
+            x = x - 1
+        if RNG.random() * 4 // 1 == 2:
+            x = x + 3
+        return x
+    return f
+def state(f):
+    return RNG.getstate()
+""", [(X, 1)] * 14 + [(X, 3)] * 4, cache_limit=20)
+    assert c.recompiles <= 7 and c.stats.replays >= 6, (c.recompiles, c.stats.replays)
+    guards = [g.describe() for v in c.variants for p in [None] for g in v.pre] + \
+        [p.guard.describe() for v in c.variants for p in getattr(v, "mid_guards", [])]
+    assert any("<result of break 0> * 2)" in g for g in guards), guards
+
+
+def test_random_number_reaching_the_graph_is_guarded_by_value():
+    c = run_program("""
+import random
+RNG = random.Random(2)
+def make():
+    def f(x):
+        return x * RNG.random()
+    return f
+def state(f):
+    return RNG.getstate()
+""", [(X,)] * 4, cache_limit=20)
+    assert c.recompiles == 3
+
+
+def test_item_compared_and_branched_on():
+    """`if y.sum().item() > th:` / `if float(y.mean()) < 0:`: data-dependent breaks whose guards
+    are the branches taken, not the numbers (at most four variants for any inputs)."""
+    xs = [torch.randn(4) for _ in range(12)]
+    c = run_program("""
+def make():
+    def f(x, th):
+        y = x.sin()
+        if y.sum().item() > th:
+            y = y * 2
+        if float(y.mean()) < 0:
+            y = y - 1
+        return y
+    return f
+""", [(x, 0.1) for x in xs], cache_limit=20)
+    assert c.recompiles <= 3 and c.stats.replays >= 8, (c.recompiles, c.stats.replays)
