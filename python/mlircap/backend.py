@@ -446,7 +446,11 @@ def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Optio
     fill_empty_results(gm)
     gm.recompile()
     forced: dict[str, str] = {}
-    for _attempt in range(4):
+    # Each attempt compiles the parts; a part with unsupported ops names them and
+    # they become islands in the next attempt. Go on while attempts find new ones
+    # (a graph with many kinds of unsupported ops needs several).
+    calls = sum(n.op == "call_function" for n in gm.graph.nodes)
+    for _attempt in range(max(4, min(64, calls))):
         parts = partition(gm, {k: "unsupported" for k in forced})
         if options.strict:
             _report_unsupported(gm, parts, forced, options)
@@ -454,7 +458,8 @@ def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Optio
             try:
                 return compile_graph(gm, example_inputs, options, registry, raise_unsupported=True)
             except _Unsupported as u:
-                forced.update(u.nodes)
+                if not _force(forced, u):
+                    break
                 continue
         compiled: list[CompiledGraph] = []
         steps = []
@@ -476,7 +481,8 @@ def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Optio
                 compiled.append(g)
                 steps.append((g, ins, outs))
         except _Unsupported as u:
-            forced.update(u.nodes)
+            if not _force(forced, u):
+                break
             continue
         if registry is not None:
             registry.extend(compiled)
@@ -496,6 +502,13 @@ def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Optio
         registry.append(graph)
     warnings.warn(f"mlircap: running {graph.name} eagerly. {graph.fallback_reason}", stacklevel=2)
     return graph
+
+
+def _force(forced: dict[str, str], u: _Unsupported) -> bool:
+    """Adds the nodes `u` names to the islands; False when none is new (no progress)."""
+    new = set(u.nodes) - set(forced)
+    forced.update(u.nodes)
+    return bool(new)
 
 
 def _capture_whole_on_cuda(pg, compiled: list[CompiledGraph], parts, example_inputs) -> None:

@@ -114,6 +114,103 @@ def _vit(layers=2, hidden=128, heads=4, image=64, batch=2):
     return _Pixels(m).eval(), (torch.randn(batch, 3, image, image),)
 
 
+class _BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = None if stride == 1 and cin == cout else nn.Sequential(
+            nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return torch.relu(y + (x if self.down is None else self.down(x)))
+
+
+class ResNet(nn.Module):
+    """ResNet-18-style: stem conv + BatchNorm + max pool, 4 stages of basic blocks
+    (stride-2 downsampling with 1x1 projections), global average pool, classifier."""
+
+    def __init__(self, width=16, blocks=(2, 2, 2, 2), classes=100):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, width, 7, 2, 3, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                                  nn.MaxPool2d(3, 2, 1))
+        layers, cin = [], width
+        for i, n in enumerate(blocks):
+            cout = width * 2 ** i
+            for j in range(n):
+                layers.append(_BasicBlock(cin, cout, 2 if j == 0 and i > 0 else 1))
+                cin = cout
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        x = self.layers(self.stem(x))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+class UNet(nn.Module):
+    """UNet-style encoder-decoder: conv + GroupNorm + SiLU blocks, max-pool downsampling,
+    nearest upsampling, skip connections concatenated on channels."""
+
+    def __init__(self, c=16, depth=3, cin=3, cout=3):
+        super().__init__()
+
+        def block(i, o):
+            return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.GroupNorm(4, o), nn.SiLU(),
+                                 nn.Conv2d(o, o, 3, padding=1), nn.GroupNorm(4, o), nn.SiLU())
+
+        chans = [c * 2 ** i for i in range(depth + 1)]
+        self.inc = block(cin, chans[0])
+        self.down = nn.ModuleList(block(chans[i], chans[i + 1]) for i in range(depth))
+        self.up = nn.ModuleList(block(chans[i + 1] + chans[i], chans[i]) for i in reversed(range(depth)))
+        self.out = nn.Conv2d(chans[0], cout, 1)
+
+    def forward(self, x):
+        skips = [self.inc(x)]
+        for blk in self.down:
+            skips.append(blk(nn.functional.max_pool2d(skips[-1], 2)))
+        y = skips.pop()
+        for blk in self.up:
+            y = blk(torch.cat([nn.functional.interpolate(y, scale_factor=2.0, mode="nearest"), skips.pop()], 1))
+        return self.out(y)
+
+
+class _Seq2Seq(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.m = model
+
+    def forward(self, ids, decoder_ids):
+        return self.m(input_ids=ids, decoder_input_ids=decoder_ids, use_cache=False).last_hidden_state
+
+
+def _t5(layers=2, hidden=128, heads=4, seq=32, batch=2):
+    """T5 encoder-decoder (relative position bias, RMS-style layer norm, cross-attention)."""
+    from transformers import T5Config, T5Model
+
+    cfg = T5Config(vocab_size=1000, d_model=hidden, d_kv=hidden // heads, d_ff=4 * hidden, num_layers=layers,
+                   num_decoder_layers=layers, num_heads=heads, dropout_rate=0.0, attn_implementation="eager")
+    m = T5Model(cfg).eval()
+    ids = torch.randint(0, cfg.vocab_size, (batch, seq))
+    return _Seq2Seq(m).eval(), (ids, torch.randint(0, cfg.vocab_size, (batch, seq // 2)))
+
+
+def _moe(layers=2, hidden=128, heads=4, seq=32, batch=2, experts=8):
+    """Mixtral-style mixture of experts: top-2 routing over SwiGLU experts (token
+    selection by expert is data-dependent)."""
+    from transformers import MixtralConfig, MixtralModel
+
+    cfg = MixtralConfig(vocab_size=1000, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                        num_attention_heads=heads, num_key_value_heads=max(1, heads // 2), num_local_experts=experts,
+                        num_experts_per_tok=2, max_position_embeddings=512, attn_implementation="sdpa")
+    m = MixtralModel(cfg).eval()
+    return _LastHidden(m, use_cache=False).eval(), (torch.randint(0, cfg.vocab_size, (batch, seq)),)
+
+
 def build(name: str, scale: str = "small", dtype=torch.float32, device="cpu"):
     """Returns (model_or_fn, inputs). scale "small" for tests, "bench" for benchmarks."""
     big = scale == "bench"
@@ -139,6 +236,16 @@ def build(name: str, scale: str = "small", dtype=torch.float32, device="cpu"):
         m, args = _llama(4, 1024, 16, 256, 8) if big else _llama()
     elif name == "vit":
         m, args = _vit(12, 768, 12, 224, 16) if big else _vit()
+    elif name == "resnet":
+        m = ResNet(64) if big else ResNet()
+        args = (torch.randn(32 if big else 2, 3, 224 if big else 64, 224 if big else 64, generator=g),)
+    elif name == "unet":
+        m = UNet(64, 3) if big else UNet()
+        args = (torch.randn(8 if big else 2, 3, 128 if big else 32, 128 if big else 32, generator=g),)
+    elif name == "t5":
+        m, args = _t5(6, 512, 8, 128, 8) if big else _t5()
+    elif name == "moe":
+        m, args = _moe(4, 1024, 16, 256, 8) if big else _moe()
     else:
         raise ValueError(name)
     if isinstance(m, nn.Module):
@@ -148,5 +255,6 @@ def build(name: str, scale: str = "small", dtype=torch.float32, device="cpu"):
 
 
 NAMES = ("elementwise", "mlp", "cnn", "attention", "bert", "gpt2")
-# Models beyond the reference set (SDPA attention, RMSNorm, rotary, GQA, patch embeddings).
-ZOO = ("llama", "vit")
+# Models beyond the reference set (SDPA attention, RMSNorm, rotary, GQA, patch embeddings,
+# residual conv nets with BatchNorm, a GroupNorm UNet, an encoder-decoder, mixture of experts).
+ZOO = ("llama", "vit", "resnet", "unet", "t5", "moe")
