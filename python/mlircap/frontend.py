@@ -60,6 +60,9 @@ def _build_table() -> dict:
     table[aten.searchsorted.Tensor] = searchsorted    # torch-mlir has no lowering for it
     for op, nd in ((aten.max_pool2d_with_indices.default, 2), (aten.max_pool3d_with_indices.default, 3)):
         table[op] = _pool_index_of_last_nan(op, nd)
+    for op, nd in ((aten.max_pool2d_with_indices_backward.default, 2),
+                   (aten.max_pool3d_with_indices_backward.default, 3)):
+        table[op] = _max_pool_backward(nd)   # torch-mlir's lowering is a scatter: no CPU kernel
     for packet in _OPMATH_REDUCTIONS:
         for name in packet.overloads():
             op = getattr(packet, name)
@@ -67,7 +70,15 @@ def _build_table() -> dict:
     for op, fn in list(table.items()):
         if torch.Tag.pointwise in op.tags and not op._schema.is_mutable:
             table[op] = _pointwise_in_float32(op, fn)
-    return {op: _guarded(op, fn) for op, fn in table.items()}
+    from . import ranges
+
+    # eager's own numerics, where _keep_whole would keep the op (EAGER_NUMERICS)
+    exact = {}
+    for packet, fn in ((aten.linspace, ranges.linspace), (aten.logspace, ranges.logspace)):
+        for name in packet.overloads():
+            if name != "out" and not name.endswith("_out"):
+                exact[getattr(packet, name)] = fn
+    return {op: _guarded(op, table.get(op), exact.get(op)) for op in set(table) | set(exact)}
 
 
 def _gelu_tanh_decomposed(fallback):
@@ -175,6 +186,16 @@ def _pool_index_of_last_nan(op, nd):
     return decomposition
 
 
+def _max_pool_backward(nd):
+    """max_pool{nd}d_with_indices_backward without a scatter (maxpool.max_pool_backward)."""
+    from .maxpool import max_pool_backward
+
+    def decomposition(grad_output, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+        return max_pool_backward(grad_output, x, nd, kernel_size, stride, padding, dilation, ceil_mode, indices)
+
+    return decomposition
+
+
 def _floor_division_like_eager(op, fallback):
     """Floating floor division as eager's kernel computes it (c10::div_floor_floating):
     from fmod, so that inf // 0.7 is NaN (fmod(inf, b) is NaN) and the quotient is
@@ -241,10 +262,12 @@ class _CallOf:
     op: str = "call_function"
 
 
-def _guarded(op, fn):
+def _guarded(op, fn, exact=None):
     """`fn`, the decomposition of `op`, applied only where the compiled graph
     computes what eager computes; elsewhere `op` stays one node of the graph
-    (NotImplemented: aot_autograd records it as it is):
+    (NotImplemented: aot_autograd records it as it is). `exact`, if given, is
+    tried first: a decomposition that follows eager's numerics wherever it does
+    not return NotImplemented (ranges.py):
     * an op on a dtype the compiler does not handle (complex, ..., uint8
       outside widen.uint8_computable) runs as an eager island (partition.py),
       and an island must run eager's own kernel: the decomposition of
@@ -254,7 +277,11 @@ def _guarded(op, fn):
       (partition.EAGER_NUMERICS: integer and low-precision linspace/logspace,
       low-precision upsampling) stay whole and run eagerly."""
     def decomposition(*args, **kwargs):
-        if _keep_whole(op, args, kwargs):
+        if exact is not None:
+            out = exact(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        if fn is None or _keep_whole(op, args, kwargs):
             return NotImplemented
         return fn(*args, **kwargs)
 

@@ -120,3 +120,73 @@ def max_pool_with_indices(x: torch.Tensor, nd: int, kernel_size, stride=(), padd
     if not batched:
         values, flat = values.squeeze(0), flat.squeeze(0)
     return values, flat
+
+
+_MAX_BACKWARD_POSITIONS = 64   # kernel positions: one full-size addend each
+
+
+def _spread(t: torch.Tensor, dim: int, step: int, offset: int, size: int) -> torch.Tensor:
+    """`t` laid out along `dim` on a grid of `size` positions: element o goes to position
+    o * step + offset, every other position holds zero; elements that land outside
+    [0, size) are dropped. Data movement only (pad, reshape, slice)."""
+    if step > 1:   # o -> o * step: a zero after each element
+        t = t.unsqueeze(dim + 1)
+        pads = [0, 0] * (t.ndim - dim - 2) + [0, step - 1]
+        t = aten.constant_pad_nd.default(t, pads, 0)
+        shape = list(t.shape)
+        t = t.reshape(shape[:dim] + [shape[dim] * step] + shape[dim + 2:])
+    length = int(t.shape[dim])
+    if offset < 0:   # drop the elements before position 0
+        t = aten.slice.Tensor(t, dim, min(-offset, length), length)
+        offset, length = 0, max(0, length + offset)
+    if offset + length > size:   # and those at size or after
+        t = aten.slice.Tensor(t, dim, 0, max(0, size - offset))
+        length = max(0, size - offset)
+    pads = [0, 0] * (t.ndim - dim - 1) + [offset, size - offset - length]
+    return aten.constant_pad_nd.default(t, pads, 0)
+
+
+def max_pool_backward(grad_output: torch.Tensor, x: torch.Tensor, nd: int, kernel_size, stride=(), padding=(0,),
+                      dilation=(1,), ceil_mode: bool = False, indices: torch.Tensor | None = None):
+    """max_pool{nd}d_with_indices_backward as eager's CPU kernel computes it, without a
+    scatter: eager adds each output position's gradient to the input element its index
+    names (`grad_input[index] += grad_output`, in the gradient's dtype, output positions
+    in row-major order). Here, for each kernel position k (row-major), the gradients of
+    the windows whose index is the element under k (compared with constants, so no
+    index is ever dereferenced) are laid out on the input grid at that element
+    (_spread); the input element of window o under k is o * stride + k * dilation -
+    padding, so later windows come from earlier kernel positions: summing the layouts
+    over kernel positions in reverse order, from zero, adds each element's gradients in
+    eager's order, with eager's rounding. Indices as max_pool_with_indices gives them
+    (each inside its window); NotImplemented for what it does not handle."""
+    if indices is None or not grad_output.is_floating_point() or x.ndim not in (nd + 1, nd + 2):
+        return NotImplemented
+    if grad_output.shape != indices.shape or grad_output.ndim != x.ndim or x.numel() == 0:
+        return NotImplemented
+    ks = _expand(kernel_size, nd)
+    st = _expand(stride, nd, default=ks)
+    pa = _expand(padding, nd)
+    di = _expand(dilation, nd)
+    K = 1
+    for k in ks:
+        K *= k
+    if K > _MAX_BACKWARD_POSITIONS:
+        return NotImplemented
+    lead = x.ndim - nd
+    sizes = [int(s) for s in x.shape[lead:]]
+    outs = [int(s) for s in grad_output.shape[lead:]]
+    dev = grad_output.device
+    zero = torch.zeros((), dtype=grad_output.dtype, device=dev)
+    grad = torch.zeros(x.shape, dtype=grad_output.dtype, device=dev)
+    for off in reversed(list(itertools.product(*[range(k) for k in ks]))):
+        # the flat input index of the element under kernel position `off` in each window
+        flat = None
+        for d in range(nd):
+            coord = torch.arange(outs[d], device=dev, dtype=torch.int64) * st[d] - pa[d] + off[d] * di[d]
+            coord = coord.reshape([outs[d]] + [1] * (nd - 1 - d))
+            flat = coord if flat is None else flat * sizes[d] + coord
+        mine = torch.where(indices == flat, grad_output, zero)
+        for d in range(nd):
+            mine = _spread(mine, lead + d, st[d], off[d] * di[d] - pa[d], sizes[d])
+        grad = grad + mine
+    return grad

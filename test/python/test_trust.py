@@ -578,13 +578,16 @@ def test_bool_clamp_min_max_compare_unsigned():
 
 @pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int64, torch.uint8, torch.bfloat16])
 def test_linspace_logspace_round_like_eager(dtype):
-    # Eager truncates the endpoints to the dtype and steps in double (per vector
-    # lane on the CPU); the decompositions computed in float32 from 4.3.
+    # Eager truncates the endpoints to the dtype and steps in double (a fused
+    # multiply-add); the decompositions computed in float32 from 4.3. With
+    # constant endpoints the range is eager's, evaluated at compile time (ranges.py).
     x = torch.zeros((), dtype=dtype)
-    _compiled_matches_eager(lambda x: torch.linspace(4.3, -3, 50, dtype=dtype) + x, x, compiled=False)
-    _compiled_matches_eager(lambda x: torch.linspace(50, 50, 50, dtype=dtype) + x, x, compiled=False)
+    _compiled_matches_eager(lambda x: torch.linspace(4.3, -3, 50, dtype=dtype) + x, x)
+    _compiled_matches_eager(lambda x: torch.linspace(50, 50, 50, dtype=dtype) + x, x)
     if dtype.is_floating_point:
-        _compiled_matches_eager(lambda x: torch.logspace(4.3, 2, 2, dtype=dtype) + x, x, compiled=False)
+        _compiled_matches_eager(lambda x: torch.logspace(4.3, 2, 2, dtype=dtype) + x, x)
+    # integer endpoints from tensors: eager's kernel still runs (an island)
+    _compiled_matches_eager(lambda s: torch.linspace(s, -3, 50, dtype=dtype), torch.tensor(4), compiled=False)
 
 
 def test_float32_linspace_stays_compiled():

@@ -1,0 +1,174 @@
+"""linspace/logspace in the dtypes whose eager CPU kernels round their own way.
+
+torch-mlir's decompositions compute linspace/logspace in float and convert once;
+eager's CPU kernels (RangeFactoriesKernel.cpp: linspace; RangeFactories.cpp:
+logspace) do not, so integer and bfloat16/float16 linspace and low-precision
+logspace ran through torch (partition.EAGER_NUMERICS). Here:
+
+* a call whose endpoints are Python numbers has a value known when the graph is
+  traced: it is evaluated then, by eager's own CPU kernel, and becomes a constant
+  of the graph (constant folding; only up to _FOLD_MAX elements);
+* bfloat16/float16 with tensor endpoints (linspace.Tensor_Tensor & co.) follow
+  eager's steps, each rounded to the dtype where eager's c10::BFloat16/Half
+  arithmetic rounds:
+      linspace: step = ((end - start) rounded) / ((steps - 1) rounded), rounded;
+                element i < steps // 2: start + (step * i~ rounded), rounded
+                element i >= steps // 2: end - (step * (steps - i - 1)~ rounded), rounded
+                (i~: the index converted to the dtype)
+      logspace: the exponent in double from the endpoints rounded to the dtype, and
+                (end - start) rounded; pow(base, exponent) in double, converted to
+                float32 and then to the dtype (eager's double -> BFloat16 conversion
+                goes through float); one step: pow(base, start), start not rounded.
+  Integer dtypes with tensor endpoints stay eager (their kernel computes
+  `start + step * i` with a fused multiply-add in double and truncates).
+
+CPU only: eager's CUDA kernels compute otherwise (partition._CUDA_EAGER_NUMERICS).
+"""
+from __future__ import annotations
+
+import torch
+
+_FOLD_MAX = 1 << 14
+_LOW = (torch.bfloat16, torch.float16)
+# the dtypes handled here; float32/float64 keep torch-mlir's decompositions
+_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64) + _LOW
+
+
+def _cpu(device, tensors) -> bool:
+    if device is None:
+        device = tensors[0].device if tensors else torch.get_default_device()
+    return torch.device(device).type == "cpu"
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float, bool)) and not isinstance(x, torch.SymInt)
+
+
+def _fold(op, args, kwargs, dtype):
+    """`op(*args, **kwargs)` evaluated now by eager's CPU kernel: a constant of the
+    graph being traced, or None when it is too large."""
+    steps = args[2]
+    if not isinstance(steps, int) or steps > _FOLD_MAX:
+        return None
+    # uint8 and bfloat16/float16 constants held as int16 / float32 (exact) and converted
+    held = {torch.uint8: torch.int16, torch.bfloat16: torch.float32, torch.float16: torch.float32}.get(dtype, dtype)
+    value = _now(lambda: op(*args, **{**kwargs, "device": "cpu"}).to(held))
+    return torch.ops.aten.lift_fresh_copy.default(value).to(dtype)   # a constant of the graph
+
+
+def _now(fn):
+    """`fn()` evaluated by eager torch while a graph is traced (a Python value)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+
+    with unset_fake_temporarily(), disable_proxy_modes_tracing():
+        return fn()
+
+
+def _rounded(v: float, dtype) -> float:
+    """The Python number `v` rounded to `dtype` through float32, as c10 converts it."""
+    return _now(lambda: torch.tensor(float(v), dtype=torch.float64).to(torch.float32).to(dtype).item())
+
+
+def _endpoint(x, dtype):
+    """An endpoint as a float32 tensor holding it rounded to `dtype` (eager:
+    Scalar::to<BFloat16>, through float)."""
+    if isinstance(x, torch.Tensor):
+        return x.reshape(()).to(torch.float32).to(dtype).to(torch.float32)
+    return torch.scalar_tensor(_rounded(x, dtype), dtype=torch.float32)
+
+
+def _round(x, dtype):
+    return x.to(dtype).to(torch.float32)
+
+
+def _linspace_low(start, end, steps, dtype, device):
+    s, e = _endpoint(start, dtype), _endpoint(end, dtype)
+    if steps == 1:
+        return s.to(dtype).reshape(1)
+    half = steps // 2
+    step = _round(_round(e - s, dtype) / _rounded(steps - 1, dtype), dtype)
+    i = torch.arange(steps, dtype=torch.int64, device=device)
+    first = i < half
+    count = torch.where(first, i, steps - i - 1).to(dtype).to(torch.float32)   # the index, rounded
+    delta = _round(step * count, dtype)
+    return torch.where(first, s + delta, e - delta).to(dtype)
+
+
+def _logspace_low(start, end, steps, base, dtype, device):
+    if steps == 1:   # eager: pow(base, start) of the start as it is, not rounded
+        s = start.reshape(()) if isinstance(start, torch.Tensor) else torch.scalar_tensor(float(start))
+        expo = s.to(torch.float64).reshape(1)
+    else:
+        s, e = _endpoint(start, dtype), _endpoint(end, dtype)
+        half = steps // 2
+        step = _round(e - s, dtype).to(torch.float64) / (steps - 1)
+        i = torch.arange(steps, dtype=torch.int64, device=device)
+        first = i < half
+        count = torch.where(first, i, steps - i - 1).to(torch.float64)
+        expo = torch.where(first, s.to(torch.float64) + step * count, e.to(torch.float64) - step * count)
+    value = torch.pow(torch.scalar_tensor(float(base), dtype=torch.float64), expo)
+    return value.to(torch.float32).to(dtype)
+
+
+def _checked(start, end, steps, dtype, device):
+    """(tensor endpoints, whether the value depends on no tensor) for a call this
+    module may handle, or None. With fewer than two steps only `start` is read."""
+    tensors = [x for x in (start, end) if isinstance(x, torch.Tensor)]
+    if not _cpu(device, tensors) or not isinstance(steps, int) or steps < 0 or any(x.numel() != 1 for x in tensors):
+        return None
+    used = (start,) if steps <= 1 else (start, end)
+    return tensors, not any(isinstance(x, torch.Tensor) for x in used)
+
+
+def _without_uint8(op, start, end, *args, **kwargs):
+    """`op` again with uint8 endpoint tensors as int16 (the same values: eager reads
+    them as Scalars), or None when there is none: torch's logspace decomposition
+    calls linspace on the endpoints converted to the result's dtype, and the compiler
+    holds no uint8 tensor that is not computed as int32 (widen.py)."""
+    if not any(isinstance(x, torch.Tensor) and x.dtype == torch.uint8 for x in (start, end)):
+        return None
+    start, end = ((x.to(torch.int16) if isinstance(x, torch.Tensor) and x.dtype == torch.uint8 else x)
+                  for x in (start, end))
+    return op(start, end, *args, **kwargs)
+
+
+def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """aten.linspace (all overloads) where eager's CPU kernel can be followed, else
+    NotImplemented (the op stays whole)."""
+    dtype = dtype or torch.get_default_dtype()
+    checked = _checked(start, end, steps, dtype, device)
+    if checked is None:
+        return NotImplemented
+    if dtype not in _DTYPES:
+        out = _without_uint8(torch.linspace, start, end, steps, dtype=dtype, device=device)
+        return NotImplemented if out is None else out
+    tensors, constant = checked
+    if constant:   # (with fewer than two steps `end` is not read)
+        end = end if steps > 1 else 0
+        folded = _fold(torch.linspace, (start, end, steps), {"dtype": dtype}, dtype)
+        if folded is not None:
+            return folded
+    if dtype in _LOW and steps >= 1:
+        return _linspace_low(start, end, steps, dtype, device)
+    return NotImplemented
+
+
+def logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """aten.logspace (all overloads): as `linspace`."""
+    dtype = dtype or torch.get_default_dtype()
+    checked = _checked(start, end, steps, dtype, device)
+    if checked is None or not _number(base):
+        return NotImplemented
+    if dtype not in _DTYPES:
+        out = _without_uint8(torch.logspace, start, end, steps, base, dtype=dtype, device=device)
+        return NotImplemented if out is None else out
+    tensors, constant = checked
+    if constant:
+        end = end if steps > 1 else 0
+        folded = _fold(torch.logspace, (start, end, steps, base), {"dtype": dtype}, dtype)
+        if folded is not None:
+            return folded
+    if dtype in _LOW and steps >= 1:
+        return _logspace_low(start, end, steps, base, dtype, device)
+    return NotImplemented

@@ -1,0 +1,137 @@
+"""Ops that ran through torch (eager islands, "no CPU kernel") and now compile with
+eager's values: each test checks the compiled result against eager, bit for bit,
+and that every graph compiled whole (no eager island, no fallback)."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+import mlircap
+from mlircap import logs
+
+
+@pytest.fixture
+def compiled_whole(capsys, monkeypatch):
+    """`check(fn, *args)`: the second (compiled) call of mlircap.compile(fn) gives
+    eager's result bit for bit (NaN where eager has NaN), every graph compiled and
+    no op ran as an eager island."""
+    monkeypatch.setattr(logs, "_enabled", logs._enabled | {"fallback"})
+
+    def check(fn, *args):
+        want = fn(*args)
+        fast = mlircap.compile(fn)
+        capsys.readouterr()
+        fast(*[a.clone() for a in args])
+        got = fast(*[a.clone() for a in args])
+        err = capsys.readouterr().err
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert torch.equal(got.isnan(), want.isnan()) if want.is_floating_point() else True
+        assert torch.equal(torch.nan_to_num(got), torch.nan_to_num(want)), (got, want)
+        assert fast.graphs and all(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs)
+        assert "eager islands" not in err and "no part of the graph compiled" not in err, err
+        return got
+
+    return check
+
+
+# --- max_pool{2,3}d_with_indices_backward: torch-mlir's scatter had no CPU kernel ---
+
+_POOLS = [  # shape, kernel, stride, padding, dilation, ceil_mode
+    ((2, 3, 9, 9), 3, 2, 1, 1, False), ((2, 3, 9, 9), 3, 1, 1, 1, False),
+    ((1, 2, 7, 8), (2, 3), (1, 2), (1, 1), (2, 1), True), ((3, 10, 10), 4, 1, 2, 1, True),
+    ((2, 2, 6, 6), 5, 1, 2, 1, False), ((1, 1, 5, 5), 2, 3, 0, 1, True),
+]
+
+
+def _pair(v, n):
+    return [v] * n if isinstance(v, int) else list(v)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", range(len(_POOLS)))
+def test_max_pool2d_backward_compiles_like_eager(compiled_whole, dtype, case):
+    # Overlapping windows (stride < kernel) and inputs of few distinct values: many
+    # windows pick the same element, whose gradients eager adds in window order,
+    # rounding each sum to the dtype (bfloat16: 1 + 2^-8 + 2^-8 stays 1).
+    shape, k, s, p, d, ceil = _POOLS[case]
+    g = torch.Generator().manual_seed(case)
+    x = torch.randint(0, 3, shape, generator=g).to(dtype)
+    _, idx = torch.nn.functional.max_pool2d(x, k, s, p, d, ceil, return_indices=True)
+    grad = torch.randn(idx.shape, generator=g).to(dtype)
+    args = (_pair(k, 2), _pair(s, 2), _pair(p, 2), _pair(d, 2), ceil)
+    compiled_whole(lambda gr, x, i: torch.ops.aten.max_pool2d_with_indices_backward(gr, x, *args, i), grad, x, idx)
+
+
+def test_max_pool2d_backward_low_precision_sums_in_window_order(compiled_whole):
+    x = torch.zeros(1, 1, 1, 9, dtype=torch.bfloat16)
+    x[..., 4] = 10                                  # every window of 5 picks element 4
+    grad = torch.tensor([[[[1.0, 2 ** -8, 2 ** -8, 2 ** -8, 2 ** -8]]]], dtype=torch.bfloat16)
+    _, idx = torch.nn.functional.max_pool2d(x, (1, 5), 1, return_indices=True)
+    got = compiled_whole(lambda gr, x, i: torch.ops.aten.max_pool2d_with_indices_backward(
+        gr, x, [1, 5], [1, 1], [0, 0], [1, 1], False, i), grad, x, idx)
+    assert got[..., 4].item() == 1.0                # float32 sums would give 1.015625
+
+
+def test_max_pool3d_backward_compiles_like_eager(compiled_whole):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 3, (2, 2, 5, 6, 7), generator=g).float()
+    _, idx = torch.nn.functional.max_pool3d(x, 3, 2, 1, return_indices=True)
+    grad = torch.randn(idx.shape, generator=g)
+    compiled_whole(lambda gr, x, i: torch.ops.aten.max_pool3d_with_indices_backward(
+        gr, x, [3, 3, 3], [2, 2, 2], [1, 1, 1], [1, 1, 1], False, i), grad, x, idx)
+
+
+def test_max_pool_backward_graph_like_eager(capsys, monkeypatch):
+    # the backward graph of a pooling layer (autograd's own indices), traced by
+    # aot_autograd with the decomposition
+    monkeypatch.setattr(logs, "_enabled", logs._enabled | {"fallback"})
+    f = lambda x: (torch.nn.functional.max_pool2d(x * 1.5, 3, 2, 1) ** 2).sum()   # noqa: E731
+    x = torch.randint(0, 4, (2, 3, 8, 8)).float()
+    want = x.clone().requires_grad_()
+    f(want).backward()
+    fast = mlircap.compile(f)
+    capsys.readouterr()
+    for _ in range(2):
+        got = x.clone().requires_grad_()
+        fast(got).backward()
+    assert torch.equal(got.grad, want.grad)
+    err = capsys.readouterr().err
+    assert "eager islands" not in err and "no part of the graph compiled" not in err, err
+
+
+# --- linspace / logspace in the dtypes whose eager kernels round their own way ---
+
+_RANGE_DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bfloat16, torch.float16]
+
+
+@pytest.mark.parametrize("dtype", _RANGE_DTYPES)
+def test_constant_linspace_logspace_fold_to_eagers_values(compiled_whole, dtype):
+    # Endpoints known when the graph is traced: eager's CPU kernel evaluates the
+    # range then (truncated endpoints, fused multiply-add in double, ...).
+    x = torch.zeros((), dtype=dtype)
+    hi = 255 if dtype == torch.uint8 else 100
+    for start, end, steps in ((4.3, -3 if dtype != torch.uint8 else 3, 50), (0, hi, 37), (50, 50, 7),
+                              (2.5, hi, 1), (0, 1, 0)):
+        compiled_whole(lambda x: torch.linspace(start, end, steps, dtype=dtype) + x, x)
+        compiled_whole(lambda x: torch.logspace(start / 30, end / 60, steps, 2.0, dtype=dtype) + x, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_linspace_logspace_of_tensors_round_like_eager(compiled_whole, dtype):
+    # Endpoints from tensors: the steps of eager's kernel, each rounded to the dtype.
+    rnd = random.Random(0)
+    for _ in range(6):
+        s = torch.tensor(rnd.uniform(-40, 40))
+        e = torch.tensor(rnd.uniform(-40, 40)).to(rnd.choice([torch.float32, torch.bfloat16, torch.float64]))
+        steps = rnd.choice([1, 2, 5, 17, 50, 301])
+        compiled_whole(lambda s, e: torch.linspace(s, e, steps, dtype=dtype), s, e)
+        compiled_whole(lambda s, e: torch.logspace(s / 10, e / 10, steps, 1.7, dtype=dtype), s, e)
+        compiled_whole(lambda s: torch.logspace(s / 10, 2, steps, dtype=dtype), s)
+
+
+def test_integer_logspace_of_a_uint8_tensor_compiles(compiled_whole):
+    # torch's logspace decomposition calls linspace on the start as uint8
+    compiled_whole(lambda s: torch.logspace(s, 6, 7, 2.0, dtype=torch.uint8), torch.tensor(0))
+    compiled_whole(lambda s: torch.logspace(s, 3, 4, dtype=torch.int16), torch.tensor(1, dtype=torch.uint8))
