@@ -36,6 +36,7 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   np_interop     _NumpyMixin: NumPy arrays computed from tensors, recorded through torch._numpy
   rng            the RNG state a replay that misses restores after logged uncapturable calls
   counters       _CounterMixin: int attributes incremented / compared (`self.step += 1`), not guarded by value
+  flows          _FlowMixin: numbers from graph breaks followed to their use (branch outcome guards, printed)
   special_calls  _SpecialCallMixin: methods of opaque call results (`with fork_rng()`), lru_cache calls
   tracer         _TracerMixin, _HANDLERS: the opcode tracer
   recorder       _Recorder: the state of one recording run (all mixins)

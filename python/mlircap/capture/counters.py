@@ -1,5 +1,4 @@
-"""Numbers that need no guard on their value: integer counters on modules and objects
-(`self.step += 1`) and numbers from graph breaks that only decide a branch.
+"""Integer counters on modules and objects (`self.step += 1`): the value is not guarded.
 
 A recording normally guards every value it reads, so a counter incremented on every call
 would make a new variant per call until cache_limit.  Here an `int` attribute read at the
@@ -14,23 +13,15 @@ after the read, without running anything:
   the attribute had before the call, exactly as an ordinary read does.
 The attribute's type (`int`) is guarded; writes to it the bytecode window did not predict
 end the symbolic tracking (the write is replayed as its value, as any other).
-
-A number returned by a graph break (`random.random() < self.p`, `if loss.item() > 5:`,
-`float(t) < 0`) that the calling code only compares and branches on is guarded by the
-outcome of the comparison (`_CompareMixin`), not by its value."""
+(flows.py does the same for numbers returned by graph breaks, following the run.)"""
 from __future__ import annotations
 
 import dis
-import operator
-import sys
 import types
 from dataclasses import dataclass
 from typing import Any
 
 from ._bytecode import _instrs
-from .base import PY312
-from .classify import _classify
-from .frame_hook import _E
 from .guard_kinds import Equals, TypeIs
 from .steps import Write
 
@@ -214,116 +205,3 @@ class _CounterMixin:
             if c.symbolic and c.tmpl != "{B}" and id(c) not in done:
                 self._counter_escape(c)   # no write found to give as an expression: guard the value
         return out
-
-
-# -- numbers returned by uncapturable calls, compared and branched on ------------------------
-_CMP = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
-        ">=": operator.ge}
-_PURE_LOADS = ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_DEREF", "LOAD_CLASSDEREF")
-
-
-def _compare_window(code: types.CodeType, off: int) -> tuple[str, int, bool] | None:
-    """What the bytecode from `off` on does with the number at the top of the stack: arithmetic
-    with constants, then a comparison with one other operand (a constant, a variable, an
-    attribute of one, or a value pushed before it), then a conditional jump.  Returns (the
-    compared side as an expression of {B}, the COMPARE_OP's offset, whether it is the left
-    operand); None: anything else."""
-    offs, index = _order(code)
-    ins = _instrs(code)
-    i = index.get(off)
-    if i is None:
-        return None
-    stack: list[tuple[str, str]] = [("sym", "{B}")]
-    for j in range(i, min(len(offs), i + _WINDOW)):
-        op, arg, argval, _ = ins[offs[j]]
-        if op == "LOAD_CONST" and type(argval) in (int, float):
-            stack.append(("const", repr(argval)))
-        elif op in _PURE_LOADS or op == "LOAD_GLOBAL" and not (arg or 0) & 1:
-            stack.append(("load", ""))
-        elif op == "LOAD_ATTR" and stack[-1][0] == "load" and not (PY312 and (arg or 0) & 1):
-            pass   # an attribute of the loaded value: still one value
-        elif op == "BINARY_OP" and len(stack) >= 2 and _binop(arg) is not None and \
-                {stack[-1][0], stack[-2][0]} == {"sym", "const"}:
-            b, a = stack.pop(), stack.pop()
-            stack.append(("sym", f"({a[1]} {_binop(arg)} {b[1]})"))
-        elif op == "COMPARE_OP" and argval in _CMP and j + 1 < len(offs) and \
-                ins[offs[j + 1]][0].startswith("POP_JUMP") and "IF_" in ins[offs[j + 1]][0] and \
-                "NONE" not in ins[offs[j + 1]][0]:
-            if len(stack) == 1 and stack[0][0] == "sym":
-                return stack[0][1], offs[j], False
-            if len(stack) == 2 and stack[0][0] == "sym" and stack[1][0] in ("load", "const"):
-                return stack[0][1], offs[j], True
-            return None
-        else:
-            return None
-    return None
-
-
-class _CompareMixin:
-    """Numbers returned by uncapturable calls (`random.random() < self.p`): guarded by the
-    outcome of the comparison they decide, not by their value."""
-
-    def _follow_result(self, frame: types.FrameType, k: int, res: Any) -> bool:
-        """res (an int or float, the result of break k) is at the top of frame's stack: when
-        the bytecode only compares it and branches, guard the outcome (True: handled)."""
-        w = _compare_window(frame.f_code, frame.f_lasti)
-        if w is None:
-            return False
-        tmpl, at, left = w
-        self.keep.append(res)
-
-        def at_compare(fr: types.FrameType) -> None:
-            if fr.f_lasti != at:
-                self.pending[fr] = at_compare   # not there yet: the loads before the comparison
-                return
-            a, b = _E.peek(fr, 1), _E.peek(fr, 0)
-            mine, other = (a, b) if left else (b, a)
-            op = _instrs(fr.f_code)[at][2]
-            try:
-                ok = type(other) in (int, float) and type(mine) in (int, float) and _eval(tmpl, res) == mine
-            except Exception:
-                ok = False
-            if not ok:
-                self._result_guard(k, res)   # guard the value, as any result
-                return
-            lhs, rhs = (tmpl, self._lit(other)) if left else (self._lit(other), tmpl)
-            expr = f"({lhs} {op} {rhs})"
-            self.guard(Equals(expr.replace("{B}", f"b{k}"), expr.replace("{B}", f"<result of break {k}>"),
-                              bool(_CMP[op](a, b)), exact=bool), pos=k + 1)
-        at_compare(frame)
-        return True
-
-    def _result_guard(self, k: int, res: Any) -> None:
-        """Guard the result of break k by value, right after the break (as `_call_result`)."""
-        saved, self.ncalls = self.ncalls, k + 1
-        try:
-            self._call_result(k, res)
-        finally:
-            self.ncalls = saved
-
-    def _data_result(self, k: int, res: Any) -> None:
-        """The non-tensor result of a data-dependent operation (`loss.item()`), break k: when
-        the user's code calling it only compares it and branches (`if loss.item() > 5:`), the
-        outcome is guarded, else (as before) its value."""
-        f = _calling_user_frame() if type(res) in (int, float) else None
-        if f is None or f in self.pending:
-            self._call_result(k, res)
-            return
-
-        def after(fr: types.FrameType) -> None:
-            if _E.peek(fr, 0) is res and self._follow_result(fr, k, res):
-                return
-            self._result_guard(k, res)
-        self.keep.append(res)
-        self.pending[f] = after
-
-
-def _calling_user_frame() -> types.FrameType | None:
-    """The innermost traced (user) frame, when it is at a call (whose result comes next)."""
-    f = sys._getframe(2)
-    while f is not None and _classify(f.f_code) != "user":
-        f = f.f_back
-    if f is None or f.f_trace is None or not f.f_trace_opcodes:
-        return None   # not followed opcode by opcode
-    ins = _instrs(f.f_code).get(f.f_lasti)
-    return f if ins is not None and ins[0] in ("CALL", "CALL_FUNCTION_EX") else None

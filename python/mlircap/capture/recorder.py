@@ -73,6 +73,12 @@ class _Recorder(_TracerMixin, _NumpyMixin, _GraphMixin, _SideEffectMixin, _Sourc
         self.suspended = 0
         self.ext_depth = 0
         self.counters: dict[tuple[int, str], _Counter] = {}   # (id(obj), attribute) -> int counter
+        # numbers from graph breaks followed by flows.py: break -> the number
+        self.flows_open: dict[int, object] = {}    # still followed
+        self.flows_given: dict[int, object] = {}   # handed to a call as (part of) an argument
+        self.flows_used: set[int] = set()          # ... which an uncapturable call replays
+        self.flow_call: tuple | None = None        # (frame, offset, id(arg) -> expression, break)
+        self.flow_frames: dict = {}                # frame -> its flows (flows._Flow)
         self.cur_depth = -1
         self.pending = {}
         self.kwnames = {}

@@ -120,6 +120,7 @@ class _GraphVariant(_Variant):
             ret = rec.expr_of(result)
         except Unreplayable as e:
             raise Unreplayable(f"{e} (in the value {rec.code.co_name} returns)") from None
+        rec.close_flows()
         writes = rec.counter_writes(rec.writes())
         rec.keep.append(writes)
         wexprs = []

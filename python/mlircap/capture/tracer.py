@@ -25,7 +25,8 @@ from .typeinfo import _class_dicts, _is_data_descr, _is_ndarray, _is_opaque_valu
 from .side_effects import _SideEffectMixin
 from .rng import _unlog
 from .special_calls import _SpecialCallMixin, _is_context_manager
-from .counters import _CompareMixin, _CounterMixin
+from .counters import _CounterMixin
+from .flows import _FlowMixin
 
 
 def _touch_ops(*ns: int) -> Callable[..., None]:
@@ -41,7 +42,7 @@ def _touch_ops(*ns: int) -> Callable[..., None]:
     return h
 
 
-class _TracerMixin(_SpecialCallMixin, _CounterMixin, _CompareMixin):
+class _TracerMixin(_SpecialCallMixin, _CounterMixin, _FlowMixin):
     """Opcode tracing for `_Recorder`: the settrace callbacks, handlers for opcodes that
     read external state, and calls (safe, mutating, or uncapturable: a graph break)."""
 
@@ -445,6 +446,7 @@ class _TracerMixin(_SpecialCallMixin, _CounterMixin, _CompareMixin):
                 self.dirty.add((id(so), "*"))
             return
         if self._disabled_log_call(f, args, kwargs):
+            self._flow_unused(frame)
             return
         # uncapturable call: replay it eagerly
         reason = f"call to uncapturable {_func_qualname(f)}"
@@ -553,8 +555,8 @@ class _TracerMixin(_SpecialCallMixin, _CounterMixin, _CompareMixin):
                         and not isinstance(so, (logging_Logger, torch.Generator)):
                     raise
                 fe = self.const(f)  # the same callable object is called again at replay
-            ae = [self.expr_of(a) for a in args]
-            ke = {k: self.expr_of(v) for k, v in kwargs.items()}
+            ae = [self._flow_arg(frame, a) or self.expr_of(a) for a in args]
+            ke = {k: self._flow_arg(frame, v) or self.expr_of(v) for k, v in kwargs.items()}
         except Unreplayable as e:
             self.unreplayable = self.unreplayable or f"{reason}: {e}"
             return
@@ -569,8 +571,10 @@ class _TracerMixin(_SpecialCallMixin, _CounterMixin, _CompareMixin):
             self.ext_depth -= 1
             res = _E.peek(fr, 0)
             if type(res) in (int, float) and self._follow_result(fr, k, res):
-                return   # compared and branched on: its outcome is guarded (counters.py)
+                return   # followed: guarded where the program uses it (flows.py)
             self._call_result(k, res, external=True)
+            if fr in self.flow_frames:
+                self._flow_tick(fr)   # flows of this frame: this step took their pending slot
         finish.is_call = True  # type: ignore[attr-defined]
         self.pending[frame] = finish
 
