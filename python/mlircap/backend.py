@@ -438,11 +438,13 @@ def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Optio
     random ops, index ops with input-dependent indices, unsupported dtypes,
     and ops torch-mlir rejects run through torch; the rest is compiled.
     Without islands this is `compile_graph`."""
+    from .attention import fuse_attention
     from .partition import extract, fill_empty_results, partition, rewrite_random_likes
 
     gm = copy.copy(gm)
     gm.graph = copy.deepcopy(gm.graph)
     rewrite_random_likes(gm)
+    fuse_attention(gm)
     fill_empty_results(gm)
     gm.recompile()
     forced: dict[str, str] = {}

@@ -58,6 +58,10 @@ ENV: dict[str, EnvVar] = _vars(
            "compile worker (debugging)", "mlircap/worker.py"),
     EnvVar("MLIRCAP_COMPILE_TIMEOUT", "900", "seconds a graph may compile before it runs "
            "eagerly instead", "mlircap/worker.py"),
+    EnvVar("MLIRCAP_FUSE_ATTENTION", "1", "0 keeps hand-written attention (matmul, softmax, "
+           "matmul) as it is instead of one fused attention kernel (flash / memory-efficient); "
+           "force fuses on the CPU at any size (by default only large scores)",
+           "mlircap/attention.py"),
     EnvVar("MLIRCAP_CUDA_GRAPHS", "1", "0 disables CUDA graphs for GPU plans",
            "mlircap/runtime/cuda.py"),
     EnvVar("MLIRCAP_LIB_DIR", None, "directory searched first for the built core "

@@ -65,7 +65,8 @@ _LIKE_FACTORY = {"aten::rand_like": aten.rand.default, "aten::randn_like": aten.
 # Fused attention kernels (CUDA): library calls through torch, like matmul.
 _LIBRARY_OPS = {"aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
                 "aten::_scaled_dot_product_cudnn_attention", "aten::_flash_attention_forward",
-                "aten::_efficient_attention_forward", "aten::_scaled_dot_product_fused_attention_overrideable"}
+                "aten::_efficient_attention_forward", "aten::_scaled_dot_product_fused_attention_overrideable",
+                "aten::_scaled_dot_product_flash_attention_for_cpu"}
 
 # Ops whose eager kernels round in ways no decomposition reproduces: the op
 # name -> the output dtypes in which the compiled decomposition matches eager

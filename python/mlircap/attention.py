@@ -1,0 +1,563 @@
+"""Hand-written attention as one fused attention call (an FX rewrite of aten graphs).
+
+Programs that write attention out by hand,
+
+    scores = q @ k.transpose(-2, -1) * scale      # or / sqrt(d)
+    scores = scores + mask                        # optional; or masked_fill / where
+    p = softmax(scores, -1)                       # optionally in float32, cast back
+    p = dropout(p)                                # in eval: nothing, or a clone
+    out = p @ v
+
+reach the backend as bmm + pointwise + softmax + bmm, materializing the
+[batch, heads, L, S] scores. :func:`fuse_attention` finds that subgraph in an
+aot_autograd forward graph (after the decomposition table) and replaces it by
+the fused attention kernel torch itself would run for
+``F.scaled_dot_product_attention(q, k, v, attn_mask=M, scale=scale)``: flash or
+memory-efficient attention on CUDA, flash attention on the CPU. Those kernels
+are library steps (partition._LIBRARY_OPS) that run through torch inside the
+compiled plan. The kernel is chosen as torch chooses it (its sdp_utils checks
+of dtype, head dims, mask, strides and alignment) by tracing that call with
+make_fx on the graph's fake tensors, with only the flash and memory-efficient
+backends enabled; when neither applies nothing is rewritten.
+
+The match is made on values, not on one fixed sequence of nodes:
+* q, k and v are read through the views, clones and same-shape expands that
+  matmul's decomposition puts around the bmm (the deepest tensor of the
+  [*batch, L, E] shape, so no copy of q, k or v remains); k^T that is a
+  transpose of the last two dims is read as k;
+* between the scores and the softmax: casts, multiplication or division by a
+  Python scalar (the scale, anywhere in the chain), additions of a mask tensor
+  (the additive mask), and where / masked_fill with a scalar fill value of -inf
+  or at most -1e4 (a boolean mask: -inf/finfo.min causal masks); these fold
+  into one additive mask ``M`` and one ``scale``;
+* between the softmax and the second bmm: casts, clones (dropout in eval) and views.
+
+Soundness: every node from the first bmm to the second has no other user (the
+scores and the softmax are not saved for backward nor returned; training
+graphs with dropout keep their random op and never match), the mask has the
+dtype of q (no rounding of a float32 mask to bfloat16), shapes are static and
+every step keeps the scores' shape (a mask never broadcasts the scores up).
+Numerics: the fused kernels do not round the scores or probabilities to the
+input dtype, so bfloat16/float16 results differ from eager's within their
+tolerance (as inductor's fuse_attention does); float32 agrees to rounding.
+Rows whose every entry is masked: a finite fill (-1e9) gives eager a uniform
+row where the fused kernel adds the fill to the scores; with -inf eager gives
+NaN and the fused kernels 0. MLIRCAP_FUSE_ATTENTION=0 turns the rewrite off.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx as fx
+
+from . import config, logs
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+_VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default}
+_SOFTMAX = {aten._softmax.default, aten._safe_softmax.default}
+_BMM = aten.bmm.default
+_FACTORIES = {aten.scalar_tensor.default, aten.full.default, aten.full_like.default, aten.empty_strided.default,
+              aten.empty.memory_format, aten.lift_fresh_copy.default}
+# Fill values of where / masked_fill that count as "masked out": exp(fill + s - max)
+# underflows to 0 in float32 for any row that has an unmasked entry.
+_MASKED_FILL_MAX = -1e4
+
+
+# On the CPU a fused kernel is an eager island between compiled parts (about
+# 0.1 ms of glue each) and torch's CPU flash kernel beats mlircap's bmm + softmax
+# + bmm only on large scores: measured on 1 thread (SelfAttention, d/h = 32..64),
+# float32 from about 1M score elements (8x8x128x128: 1.2x; 4x4x128x128: 1.0x;
+# 2x4x64x64: 0.8x), bfloat16/float16 from about 32K (2x4x64x64: 1.4x, 4x4x128x128:
+# 1.7x; 2x4x16x16: 0.8x). CUDA has no such floor: a split graph replays as one
+# CUDA graph. MLIRCAP_FUSE_ATTENTION=force fuses at any size.
+_CPU_MIN_SCORES = {torch.float32: 1 << 20, torch.float64: 1 << 20}
+_CPU_MIN_SCORES_LOW_PRECISION = 1 << 15
+
+
+def enabled() -> bool:
+    return config.env_flag("MLIRCAP_FUSE_ATTENTION")
+
+
+def _worth_it(q: torch.Tensor, scores: int) -> bool:
+    if q.device.type != "cpu" or (config.env("MLIRCAP_FUSE_ATTENTION") or "").strip().lower() == "force":
+        return True
+    return scores >= _CPU_MIN_SCORES.get(q.dtype, _CPU_MIN_SCORES_LOW_PRECISION)
+
+
+def _val(n):
+    return n.meta.get("val") if isinstance(n, fx.Node) else None
+
+
+def _shape(n) -> tuple[int, ...] | None:
+    v = _val(n)
+    if not isinstance(v, torch.Tensor) or not all(isinstance(s, int) for s in v.shape):
+        return None
+    return tuple(v.shape)
+
+
+def _is_cast(n: fx.Node) -> bool:
+    """A dtype conversion that changes nothing else."""
+    if n.target is prims.convert_element_type.default:
+        return True
+    if n.target is aten._to_copy.default:
+        src, out = _val(n.args[0]), _val(n)
+        return (isinstance(src, torch.Tensor) and isinstance(out, torch.Tensor) and src.device == out.device
+                and set(n.kwargs) <= {"dtype", "device", "layout", "memory_format"}
+                and n.kwargs.get("layout", torch.strided) == torch.strided)
+    return False
+
+
+def _is_identity(n: fx.Node) -> bool:
+    """An op whose result has the value and logical shape of its first argument
+    (layouts may differ): a clone, an alias, an expand or view to the same shape."""
+    if n.op != "call_function" or not n.args or not isinstance(n.args[0], fx.Node):
+        return False
+    if n.target in (aten.clone.default, aten.alias.default):
+        return True
+    if n.target in (aten.expand.default, *_VIEWS):
+        return _shape(n) is not None and _shape(n) == _shape(n.args[0])
+    return False
+
+
+def _is_reshape(n: fx.Node) -> bool:
+    """A row-major reinterpretation of its argument's values (views of any shape,
+    clones, same-shape expands)."""
+    return _is_identity(n) or (n.op == "call_function" and n.target in _VIEWS and isinstance(n.args[0], fx.Node))
+
+
+def _single_user(n: fx.Node) -> fx.Node | None:
+    users = list(n.users)
+    return users[0] if len(users) == 1 else None
+
+
+def _scalar(x) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    return float(x)
+
+
+def _fill_value(x) -> float | None:
+    """The value of a scalar fill: a Python number, or a 0-d/one-element constant
+    node (scalar_tensor, full, full_like)."""
+    s = _scalar(x)
+    if s is not None or not isinstance(x, fx.Node):
+        return s
+    if x.op == "get_attr":   # a tensor constant of the program (torch.tensor(-inf))
+        t = x.graph.owning_module
+        for part in x.target.split("."):
+            t = getattr(t, part, None)
+        if not isinstance(t, torch.Tensor) or t.numel() != 1 or t.is_complex():
+            return None
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():
+            return float(t.item())
+    if x.op != "call_function":
+        return None
+    if x.target is aten.lift_fresh_copy.default:
+        return _fill_value(x.args[0])
+    v = _val(x)
+    if not isinstance(v, torch.Tensor) or v.numel() != 1:
+        return None
+    if x.target is aten.scalar_tensor.default:
+        return _scalar(x.args[0])
+    if x.target in (aten.full.default, aten.full_like.default) and len(x.args) > 1:
+        return _scalar(x.args[1])
+    return None
+
+
+def _scalar_factor(n: fx.Node) -> tuple[fx.Node, float] | None:
+    """(x, c) when `n` is x * c or x / c for a positive finite Python scalar c."""
+    if n.op != "call_function" or len(n.args) != 2:
+        return None
+    t, a = n.target, n.args
+    if t in (aten.mul.Tensor, aten.mul.Scalar):
+        i = 0 if isinstance(a[0], fx.Node) else 1
+        c = _scalar(a[1 - i])
+    elif t in (aten.div.Tensor, aten.div.Scalar) and isinstance(a[0], fx.Node):
+        i, c = 0, _scalar(a[1])
+        c = None if c is None or c == 0 else 1.0 / c
+    else:
+        return None
+    if c is None or not (math.isfinite(c) and c > 0) or not isinstance(a[i], fx.Node):
+        return None
+    return a[i], c
+
+
+def _peel(n: fx.Node, want: tuple[int, ...], scales: bool = False) -> tuple[fx.Node | None, float]:
+    """The deepest node x of shape `want` and the factor c such that c * x, read
+    row-major, has the values of `n` (through views, clones, same-shape expands
+    and, with `scales`, multiplications by positive scalars)."""
+    best, c = (None, 1.0), 1.0
+    while True:
+        if _shape(n) == want:
+            best = (n, c)
+        if n.op != "call_function":
+            return best
+        f = _scalar_factor(n) if scales else None
+        if f is not None and _shape(n) == _shape(f[0]) and _val(n).dtype == _val(f[0]).dtype:
+            n, c = f[0], c * f[1]
+        elif _is_reshape(n):
+            n = n.args[0]
+        else:
+            return best
+
+
+def _last_two_swapped(n: fx.Node) -> fx.Node | None:
+    """x when `n` is x with its last two dims swapped (permute or transpose)."""
+    if n.op != "call_function" or not n.args or not isinstance(n.args[0], fx.Node):
+        return None
+    shape = _shape(n.args[0])
+    if shape is None:
+        return None
+    r = len(shape)
+    if n.target is aten.permute.default:
+        perm = [d % r for d in n.args[1]]
+        if perm == [*range(r - 2), r - 1, r - 2]:
+            return n.args[0]
+    if n.target is aten.transpose.int and sorted(d % r for d in n.args[1:3]) == [r - 2, r - 1]:
+        return n.args[0]
+    return None
+
+
+def _safe_softmax_tail(sm: fx.Node) -> tuple[fx.Node, list[fx.Node]] | None:
+    """(w, nodes) when softmax `sm` is followed by the decomposition of
+    _safe_softmax: w = where(all(x == -inf, -1, keepdim), full_like(sm, 0), sm)
+    for its input x; `nodes` are those of that tail."""
+    x = sm.args[0]
+    w = next((u for u in sm.users if u.target is aten.where.self and u.args[2] is sm), None)
+    if w is None or not isinstance(w.args[1], fx.Node) or not isinstance(w.args[0], fx.Node):
+        return None
+    zero, cond = w.args[1], w.args[0]
+    if zero.target is not aten.full_like.default or zero.args[0] is not sm or _scalar(zero.args[1]) != 0:
+        return None
+    if set(sm.users) != {w, zero} or set(zero.users) != {w} or set(cond.users) != {w}:
+        return None
+    r = len(_shape(sm) or ())
+    if cond.target is not aten.all.dim or len(cond.args) < 3 or cond.args[1] not in (-1, r - 1) \
+            or cond.args[2] is not True or not isinstance(cond.args[0], fx.Node):
+        return None
+    eq = cond.args[0]
+    if eq.target is not aten.eq.Scalar or eq.args[0] is not x or eq.args[1] != -math.inf or set(eq.users) != {cond}:
+        return None
+    return w, [zero, w, cond, eq]
+
+
+def _select(m: fx.Node) -> tuple[fx.Node, float, float] | None:
+    """(cond, a, b) when mask `m` is where(cond, a, b) of two scalar constants:
+    it is built again in q's dtype (a float32 0/-inf mask of bfloat16 scores)."""
+    if m.op != "call_function" or m.target not in (aten.where.self, aten.where.Scalar, aten.where.ScalarOther,
+                                                   aten.where.ScalarSelf) or len(m.args) != 3:
+        return None
+    a, b = _fill_value(m.args[1]), _fill_value(m.args[2])
+    if a is None or b is None or not isinstance(m.args[0], fx.Node):
+        return None
+    return m.args[0], a, b
+
+
+def _exact_in(x: float, dtype: torch.dtype) -> bool:
+    """x is exact in `dtype`, or masks out (at most -1e4: rounds to a value that still does)."""
+    return x <= _MASKED_FILL_MAX or torch.tensor(x, dtype=torch.float64).to(dtype).double().item() == x
+
+
+@dataclass
+class _Match:
+    q: fx.Node                      # the tensor fed as q: [*batch, L, E] or [N, L, E]
+    k: fx.Node                      # k ([*, S, E]) or, when kt is True, k^T ([*, E, S])
+    kt: bool
+    v: fx.Node
+    batch: tuple[int, ...]          # the scores' leading dims
+    # in graph order: ("scale", c) | ("add", mask) | ("where", cond, fill, keep) | ("select", cond, a, b)
+    steps: list = field(default_factory=list)
+    out: fx.Node = None             # the node whose uses take the result
+    out_shape: tuple[int, ...] = ()
+    chain: list = field(default_factory=list)   # the nodes replaced
+    bmm2: fx.Node = None
+    fills: list = field(default_factory=list)   # scalar fill nodes of where / masked_fill
+
+
+def _match(sm: fx.Node) -> _Match | str:
+    """The attention around softmax node `sm`, or why there is none."""
+    x_shape = _shape(sm)
+    if x_shape is None or len(x_shape) < 3:
+        return "shape"
+    if sm.args[1] not in (-1, len(x_shape) - 1):
+        return "softmax dim"
+    chain = [sm]
+    # softmax's decomposition for fully masked rows (_safe_softmax: 0, not NaN),
+    # as the fused kernels compute them
+    safe = _safe_softmax_tail(sm)
+    if safe is not None:
+        chain += safe[1]
+    p_last = safe[0] if safe is not None else sm
+    # ---- backwards from the softmax: pointwise steps, then the first bmm
+    steps, fills = [], []
+    n = sm.args[0]
+    while True:
+        if not isinstance(n, fx.Node) or n.op != "call_function" or not set(n.users) <= set(chain):
+            return "scores used elsewhere"
+        if _shape(n) != x_shape:
+            return "scores reshaped"
+        chain.append(n)
+        t, a = n.target, n.args
+        if _is_cast(n) or _is_identity(n):
+            n = a[0]
+        elif t in (aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar) and len(a) == 2:
+            i = 0 if isinstance(a[0], fx.Node) else 1
+            c = _scalar(a[1 - i])
+            if c is None or not (math.isfinite(c) and c > 0) or (i == 1 and t in (aten.div.Tensor, aten.div.Scalar)):
+                return "scores scaled by a tensor"
+            steps.append(("scale", c if t in (aten.mul.Tensor, aten.mul.Scalar) else 1.0 / c))
+            n = a[i]
+        elif t is aten.add.Tensor and len(a) == 2 and n.kwargs.get("alpha", 1) == 1 \
+                and all(isinstance(z, fx.Node) for z in a):
+            i = 0 if _shape(a[0]) == x_shape and set(a[0].users) == {n} else 1
+            m = a[1 - i]
+            if not isinstance(_val(m), torch.Tensor) or _shape(m) is None:
+                return "mask shape"
+            sel = _select(m)
+            steps.append(("select", *sel) if sel is not None else ("add", m))
+            if sel is not None:
+                fills.append(m)
+            n = a[i]
+        elif t in (aten.where.self, aten.where.ScalarOther, aten.where.ScalarSelf) and len(a) == 3:
+            keep = isinstance(a[1], fx.Node) and _shape(a[1]) == x_shape and _val(a[1]).dtype == _val(n).dtype
+            fill = _fill_value(a[2] if keep else a[1])
+            if fill is None or not fill <= _MASKED_FILL_MAX:
+                return "where fill"
+            steps.append(("where", a[0], fill, keep))
+            fills.append(a[2] if keep else a[1])
+            n = a[1] if keep else a[2]
+        elif t is aten.masked_fill.Scalar and len(a) == 3:
+            fill = _fill_value(a[2])
+            if fill is None or not fill <= _MASKED_FILL_MAX:
+                return "masked_fill value"
+            steps.append(("where", a[1], fill, False))
+            fills.append(a[2])
+            n = a[0]
+        elif t in _VIEWS or t is _BMM:
+            chain.pop()
+            break
+        else:
+            return f"scores op {t}"
+    steps.reverse()
+    # views from the bmm to the scores' shape (an unflatten of the leading dims)
+    while isinstance(n, fx.Node) and n.op == "call_function" and n.target in _VIEWS:
+        if not set(n.users) <= set(chain):
+            return "scores used elsewhere"
+        chain.append(n)
+        n = n.args[0]
+    bmm1 = n
+    if not isinstance(bmm1, fx.Node) or bmm1.target is not _BMM or len(bmm1.users) != 1:
+        return "no bmm before the softmax"
+    chain.append(bmm1)
+    batch, (L, S) = x_shape[:-2], x_shape[-2:]
+    N = math.prod(batch)
+    if _shape(bmm1) != (N, L, S):
+        return "bmm shape"
+    E = _shape(bmm1.args[0])[-1]
+    # ---- forwards from the softmax: casts, clones, views, then the second bmm
+    p = p_last
+    while True:
+        u = _single_user(p)
+        if u is None:
+            return "softmax used elsewhere"
+        if u.target is _BMM:
+            if u.args[0] is not p or _shape(p) != (N, L, S):
+                return "softmax not the bmm's left side"
+            bmm2 = u
+            break
+        if not (_is_cast(u) or _is_reshape(u)) or u.args[0] is not p:
+            return f"softmax op {u.target}"
+        chain.append(u)
+        p = u
+    chain.append(bmm2)
+    vshape = _shape(bmm2.args[1])
+    if vshape is None or vshape[:2] != (N, S):
+        return "v shape"
+    Ev = vshape[2]
+    # ---- q, k, v: the deepest tensors of the [*batch, L, E] shapes
+    # (a scalar factor of q or k, as in q * scale @ k^T, joins the scale)
+    q, cq = _peel(bmm1.args[0], batch + (L, E), scales=True)
+    kt, ck = _peel(bmm1.args[1], batch + (E, S), scales=True)
+    q = q or bmm1.args[0]
+    k = _last_two_swapped(kt) if kt is not None else None
+    v = _peel(bmm2.args[1], batch + (S, Ev))[0] or bmm2.args[1]
+    steps.insert(0, ("scale", cq * ck))
+    out, out_shape = bmm2, (N, L, Ev)
+    u = _single_user(bmm2)
+    if u is not None and u.target in _VIEWS and _shape(u) == batch + (L, Ev):
+        out, out_shape = u, batch + (L, Ev)
+        chain.append(u)
+    in_chain = set(chain)
+    if any(z in in_chain for z in (q, k, v, kt, *(s[1] for s in steps if s[0] != "scale"))):
+        return "inputs inside the pattern"
+    m = _Match(q=q, k=k if k is not None else (kt or bmm1.args[1]), kt=k is None, v=v, batch=batch,
+               steps=steps, out=out, out_shape=out_shape, chain=chain, bmm2=bmm2, fills=fills)
+    return m
+
+
+def _replacement(m: _Match, L: int, S: int):
+    """The function traced in place of the match: (q, k, v, *mask inputs) -> out."""
+    batch, steps = m.batch, m.steps
+
+    def to4(t, last2):
+        if tuple(t.shape) != batch + last2:
+            t = t.reshape(batch + last2)
+        return t.unsqueeze(1) if len(batch) == 1 else t
+
+    def fn(q, k, v, *mask_inputs):
+        E, Ev = q.shape[-1], v.shape[-1]
+        q4 = to4(q, (L, E))
+        k4 = to4(k.transpose(-2, -1) if m.kt else k, (S, E))
+        v4 = to4(v, (S, Ev))
+        it = iter(mask_inputs)
+        scale, mask = 1.0, None
+        for s in steps:
+            if s[0] == "scale":
+                scale *= s[1]
+                mask = None if mask is None else mask * s[1]
+            elif s[0] == "add":
+                t = next(it)
+                mask = t if mask is None else mask + t
+            elif s[0] == "select":
+                t = torch.where(next(it), torch.full((), s[2], dtype=q.dtype, device=q.device),
+                                torch.full((), s[3], dtype=q.dtype, device=q.device))
+                mask = t if mask is None else mask + t
+            else:
+                cond = next(it)
+                fill = torch.full((), s[2], dtype=q.dtype, device=q.device)
+                base = mask if mask is not None else torch.zeros((), dtype=q.dtype, device=q.device)
+                mask = torch.where(cond, base, fill) if s[3] else torch.where(cond, fill, base)
+        if mask is not None:
+            mask = mask.to(q.dtype)
+            while mask.dim() < len(batch) + 2:
+                mask = mask.unsqueeze(0)
+            if len(batch) == 1:
+                mask = mask.unsqueeze(1)
+        o = torch.nn.functional.scaled_dot_product_attention(q4, k4, v4, attn_mask=mask, scale=scale)
+        if len(batch) == 1:
+            o = o.squeeze(1)
+        return o if tuple(o.shape) == m.out_shape else o.reshape(m.out_shape)
+
+    return fn
+
+
+def _fused_ops() -> set[str]:
+    from .partition import _LIBRARY_OPS
+
+    return set(_LIBRARY_OPS) | {"aten::_scaled_dot_product_flash_attention_for_cpu"}
+
+
+def _trace(fn, vals: list):
+    """make_fx of `fn` on the graph's fake values, with torch choosing among the
+    flash and memory-efficient kernels only."""
+    from torch._guards import detect_fake_mode
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    mode = detect_fake_mode(vals)
+    if mode is None:
+        mode = FakeTensorMode()
+        vals = [mode.from_tensor(v) for v in vals]
+    with mode, sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # torch's "kernel not used because ..." notes
+        return make_fx(fn, tracing_mode="real")(*vals)
+
+
+def fuse_attention(gm: fx.GraphModule) -> int:
+    """Rewrites every hand-written attention of `gm` that a fused kernel computes
+    (see the module docstring); returns how many. `gm.recompile()` is the caller's."""
+    if not enabled():
+        return 0
+    from .fxutil import op_name
+
+    fused_names = _fused_ops()
+    count = 0
+    for sm in [n for n in gm.graph.nodes if n.op == "call_function" and n.target in _SOFTMAX]:
+        try:
+            m = _match(sm)
+        except Exception as e:  # noqa: BLE001 - a graph this matcher does not understand stays as it is
+            m = f"{type(e).__name__}: {e}"
+        if isinstance(m, str):
+            logs.log("passes", f"fuse_attention: {sm.name} not fused ({m})")
+            continue
+        L, S = _shape(sm)[-2:]
+        ins = [m.q, m.k, m.v]
+        for s in m.steps:
+            if s[0] in ("add", "where", "select"):
+                ins.append(s[1])
+        vals = [_val(z) for z in ins]
+        if not all(isinstance(v, torch.Tensor) and all(isinstance(d, int) for d in v.shape) for v in vals):
+            continue
+        if len({v.dtype for v in vals[:3]}) != 1 or not vals[0].is_floating_point():
+            logs.log("passes", f"fuse_attention: {sm.name} not fused (q, k, v dtypes)")
+            continue
+        if any(s[0] == "add" and _val(s[1]).dtype != vals[0].dtype for s in m.steps) or \
+                any(s[0] == "select" and not (_exact_in(s[2], vals[0].dtype) and _exact_in(s[3], vals[0].dtype))
+                    for s in m.steps):
+            logs.log("passes", f"fuse_attention: {sm.name} not fused (mask dtype is not q's)")
+            continue
+        if not _worth_it(vals[0], math.prod(_shape(sm))):
+            logs.log("passes", f"fuse_attention: {sm.name} not fused (scores too small for the CPU kernel)")
+            continue
+        try:
+            traced = _trace(_replacement(m, L, S), vals)
+        except Exception as e:  # noqa: BLE001 - no fused kernel applies (torch's checks)
+            logs.log("passes", f"fuse_attention: {sm.name} not fused (no fused kernel: {e})")
+            continue
+        if not any(n.op == "call_function" and op_name(n.target) in fused_names for n in traced.graph.nodes):
+            logs.log("passes", f"fuse_attention: {sm.name} not fused (torch chose the math kernel)")
+            continue
+        _inline(gm, traced, ins, m)
+        count += 1
+    if count:
+        gm.graph.lint()
+        logs.log("passes", f"fuse_attention: {count} attention(s) fused")
+    return count
+
+
+def _inline(gm: fx.GraphModule, traced: fx.GraphModule, ins: list[fx.Node], m: _Match) -> None:
+    """Copies `traced` into gm before the second bmm, its placeholders bound to
+    `ins`; the match's output takes its result and the matched nodes go."""
+    env: dict[fx.Node, fx.Node] = {}
+    placeholders = iter(ins)
+    result = None
+    stack = m.chain[0].meta.get("stack_trace")
+    with gm.graph.inserting_before(m.bmm2):
+        for n in traced.graph.nodes:
+            if n.op == "placeholder":
+                env[n] = next(placeholders)
+            elif n.op == "output":
+                result = env[n.args[0][0] if isinstance(n.args[0], (tuple, list)) else n.args[0]]
+            else:
+                new = gm.graph.node_copy(n, lambda a: env[a])
+                if stack is not None:
+                    new.meta.setdefault("stack_trace", stack)
+                env[n] = new
+    m.out.replace_all_uses_with(result)
+    for n in sorted(m.chain, key=_order(gm), reverse=True):
+        if not n.users:
+            gm.graph.erase_node(n)
+    # the scalar fills of where / masked_fill, and the empty tensors full_like read
+    dead = [z for z in m.fills if isinstance(z, fx.Node)]
+    while dead:
+        z = dead.pop()
+        if z.op == "get_attr" and not z.users:
+            gm.graph.erase_node(z)
+        elif z.op == "call_function" and not z.users and (z.target in _FACTORIES or z in m.fills):
+            dead.extend(a for a in z.all_input_nodes)
+            gm.graph.erase_node(z)
+
+
+def _order(gm: fx.GraphModule):
+    pos = {n: i for i, n in enumerate(gm.graph.nodes)}
+    return pos.__getitem__
+
