@@ -232,9 +232,10 @@ class _FlowMixin:
                 self._flow_escape(k)
 
     def _data_result(self, k: int, res: Any) -> None:
-        """The non-tensor result of a data-dependent operation (`loss.item()`), break k: followed
-        from the user's code calling it, when that is where it returns to."""
-        f = _calling_user_frame() if type(res) in (int, float) else None
+        """The number or text a data-dependent operation returned (`loss.item()`, `float(t)`,
+        `f"{t.mean():.3f}"`), break k: followed from the user's code calling it, when that is
+        where it returns to."""
+        f = _calling_user_frame() if type(res) in (int, float, str) else None
         if f is None or f in self.pending and self.pending[f] != self._flow_tick:
             self._call_result(k, res)
             return
@@ -245,14 +246,15 @@ class _FlowMixin:
 
 
 def _calling_user_frame() -> types.FrameType | None:
-    """The innermost traced (user) frame, when it is at a call (whose result comes next)."""
+    """The innermost traced (user) frame, when it is at a call or an f-string's formatting of a
+    value (`f"{t.mean():.3f}"`: Tensor.__format__), whose result comes next."""
     f = sys._getframe(2)
     while f is not None and _classify(f.f_code) != "user":
         f = f.f_back
     if f is None or f.f_trace is None or not f.f_trace_opcodes:
         return None   # not followed opcode by opcode
     ins = _instrs(f.f_code).get(f.f_lasti)
-    return f if ins is not None and ins[0] in ("CALL", "CALL_FUNCTION_EX") else None
+    return f if ins is not None and ins[0] in ("CALL", "CALL_FUNCTION_EX", "FORMAT_VALUE") else None
 
 
 def _shift(fl: _Flow, pops: int, pushes: int, top: tuple[str, frozenset[int]] | None = None) -> bool:

@@ -60,3 +60,14 @@ def test_number_used_otherwise_is_guarded():
         return x * v, n               # and returned
     c = _check(f, [(torch.ones(3),), (torch.ones(3),), (torch.full((3,), 2.0),)])
     assert len(c.variants) == 2 and c.stats.replays == 1
+
+
+def test_formatted_tensor_printed():
+    """`print(f"mean {y.mean():.3f}")`: Tensor.__format__ is the break; its text is printed."""
+    def f(x, verbose=True):
+        y = x.relu()
+        if verbose:
+            print(f"[debug] mean {y.mean():.3f} max {y.max()}", str(y.sum()))
+        return y
+    c = _check(f, [(torch.randn(6),) for _ in range(5)])
+    assert len(c.variants) == 1 and c.stats.replays == 4
