@@ -1885,6 +1885,72 @@ case("tuple_cache_decoder_first", lambda: (R(2, 1, 8),))(lambda: TupleCacheDecod
 case("tuple_cache_decoder_step", lambda: (R(2, 1, 8), (R(2, 3, 8), R(2, 3, 8))))(lambda: TupleCacheDecoder())
 
 
+class StepCounterLogEvery(nn.Module):
+    """A training step counter on the module, with a branch every N steps (logging, EMA
+    updates, schedule changes)."""
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.step = 0
+        self.logged = 0
+
+    def forward(self, x):
+        self.step += 1
+        y = torch.tanh(self.lin(x))
+        if self.step % 100 == 0:
+            self.logged = self.logged + 1
+            y = y.detach()
+        return y
+
+
+class SeededNoiseForkRng(nn.Module):
+    """Reproducible noise inside torch.random.fork_rng() (the caller's RNG state is left as
+    it was), then ordinary dropout drawing from the caller's state."""
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.drop = nn.Dropout(0.2)
+
+    def forward(self, x):
+        with torch.random.fork_rng():
+            torch.manual_seed(1234)
+            noise = torch.randn_like(x) * 0.1
+        return self.drop(self.lin(x + noise))
+
+
+class ChunkedCEOptions(nn.Module):
+    """An LM head's loss with torch's chunked linear cross entropy: an options dataclass
+    passed to a torch function."""
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(8, 16, bias=False)
+        self.opts = torch.nn.LinearCrossEntropyOptions(batch_chunk_size=2)
+
+    def forward(self, h, labels):
+        return F.linear_cross_entropy(h, self.head.weight, labels, options=self.opts)
+
+
+class LossThresholdBranch(nn.Module):
+    """`if loss.item() > threshold:` (loss spike handling): a data-dependent break whose
+    number only decides the branch."""
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 1)
+        self.threshold = 10.0
+
+    def forward(self, x, y):
+        loss = F.mse_loss(self.lin(x).squeeze(-1), y)
+        if loss.item() > self.threshold:
+            loss = loss * 0.1
+        return loss
+
+
+case("step_counter_log_every", V8, train=True)(lambda: StepCounterLogEvery())
+case("seeded_noise_fork_rng_train", V8, train=True)(lambda: SeededNoiseForkRng())
+case("chunked_ce_options", lambda: (R(6, 8), torch.randint(0, 16, (6,))))(lambda: ChunkedCEOptions())
+case("loss_threshold_item_branch", lambda: (R(4, 8), R(4)))(lambda: LossThresholdBranch())
+
+
 # ----------------------------------------------------------------------------- Hugging Face (tiny configs)
 def _hf(kind):
     import transformers as T
@@ -2134,6 +2200,9 @@ def main():
     print("-" * len(hdr))
     print(f"cases: {n}")
     print(f"ours:   graphs/case mean {statistics.mean(r[1]['graphs'] for r in rows):.2f}")
+    recomp = [r[0] for r in rows if r[1]["variants"] > 1]
+    print(f"ours:   variants/case over {NCALLS} calls mean {statistics.mean(r[1]['variants'] for r in rows):.3f}, "
+          f"cases recompiled {len(recomp)}: {recomp}")
     print(f"ours:   full-graph {full}/{n} ({100.0 * full / n:.1f}%), correct {ok}/{n}, eager-fallback cases {eager}, "
           f"breaks/case {statistics.mean(brk):.2f}, capture ms/case median {statistics.median(tcap):.1f} "
           f"mean {statistics.mean(tcap):.1f}")
