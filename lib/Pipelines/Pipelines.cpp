@@ -73,6 +73,9 @@ std::string gpuKernelPipeline(llvm::StringRef chip, llvm::StringRef features,
       "nvvm-attach-target{{chip={1} features={2} O=3},"
       "gpu.module(lower-affine,convert-scf-to-cf,"
       "convert-gpu-to-nvvm{{use-bare-ptr-memref-call-conv=true},"
+      // math ops without a libdevice function (integer math.absi: T5's
+      // relative position buckets) become LLVM intrinsics
+      "convert-math-to-llvm,"
       "canonicalize,cse,reconcile-unrealized-casts),"
       "gpu-module-to-binary{{format=isa}",
       fusePipeline(), chip, features, numSMs);

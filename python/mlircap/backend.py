@@ -264,10 +264,13 @@ def _compile_graph(graph: CompiledGraph, gm: torch.fx.GraphModule, device: str, 
         unsupported = {}
         if raise_unsupported and not options.strict:
             unsupported = _unsupported_nodes(gm, e)
-            if not unsupported and (isinstance(e, _PlanRejected) or _lowering_failed(e)):
+            if not unsupported and (isinstance(e, _PlanRejected) or _lowering_failed(e)
+                                    or _codegen_failed(e, device)):
                 # the failure names no node of the graph: find the ops that fail alone
-                # (torch-mlir may fail on a pointwise op too: fmod.Scalar of a float)
-                unsupported = _probe_rejected(gm, device, options, pointwise=_lowering_failed(e))
+                # (torch-mlir may fail on a pointwise op too: fmod.Scalar of a float;
+                # so may the GPU codegen: integer abs before convert-math-to-llvm)
+                unsupported = _probe_rejected(gm, device, options,
+                                              pointwise=_lowering_failed(e) or _codegen_failed(e, device))
         if unsupported:
             raise _Unsupported(unsupported, graph) from e
         report = _failure_report(graph, e)
@@ -379,13 +382,19 @@ def _probe_rejected(gm: torch.fx.GraphModule, device: str, options: Options, lim
                     rejected = f"no {device.upper()} kernel"
                 except FrontendError as fe_err:   # torch-mlir cannot lower the op alone either
                     rejected = "torch-mlir cannot lower it" if _lowering_failed(fe_err) else None
-                except Exception:  # noqa: BLE001 - another failure is not this op's plan
-                    rejected = None
+                except Exception as other:  # noqa: BLE001 - another failure is not this op's plan
+                    rejected = "GPU codegen failed" if _codegen_failed(other, device) else None
             _PROBES[key] = rejected
             logs.log("fallback", f"probe {key[1]}: {rejected or 'accepted'}")
         if _PROBES[key]:
             found[n.name] = f"{op_name(n.target).replace('::', '.')} at {_node_loc(n)} ({_PROBES[key]})"
     return found
+
+
+def _codegen_failed(e: Exception, device: str) -> bool:
+    """mlircap's GPU pass pipeline failed on the graph (an op its codegen cannot
+    lower): its ops are probed one by one, as for a rejected plan."""
+    return device == "cuda" and "pass pipeline failed" in str(e)
 
 
 def _lowering_failed(e: Exception) -> bool:

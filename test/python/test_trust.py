@@ -1024,3 +1024,28 @@ def test_low_precision_bilinear_is_eagers():
     w, b = torch.randn(8, 5, 7), torch.randn(8)
     f = lambda a, c: torch.nn.functional.bilinear(a, c, w.to(a.dtype), b.to(a.dtype))  # noqa: E731
     _eager_in_low_precision(f, (x1, x2))
+
+
+def test_gpu_codegen_failure_is_probed_to_the_failing_op(monkeypatch):
+    # T5 on the H200: the GPU pass pipeline failed on integer abs (fixed in the pipeline)
+    # and the whole graph ran eagerly, as for any codegen failure. Now such a failure is
+    # probed op by op, as a rejected plan is, and only the failing op becomes an island.
+    # (The GPU codegen is simulated: it rejects graphs holding aten.abs.)
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from mlircap import backend
+
+    def fake_lower(raw_ir, device, options, check=False):
+        assert device == "cuda"
+        if "aten.abs" in raw_ir:
+            raise RuntimeError("CoreError: pass pipeline failed")
+        return {"cpu_plan_error": None}
+
+    gm = make_fx(lambda x: (torch.abs(x * 3) + 1).sum(0))(torch.arange(12).reshape(3, 4))
+    monkeypatch.setattr(backend, "_lower", fake_lower)
+    monkeypatch.setattr(backend, "_PROBES", {})
+    found = backend._probe_rejected(gm, "cuda", backend.Options(), pointwise=True)
+    assert [v.split(" at ")[0] for v in found.values()] == ["aten.abs"], found
+    assert all("GPU codegen failed" in v for v in found.values())
+    assert backend._codegen_failed(RuntimeError("CoreError: pass pipeline failed"), "cuda")
+    assert not backend._codegen_failed(RuntimeError("CoreError: pass pipeline failed"), "cpu")
