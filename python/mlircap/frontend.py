@@ -58,6 +58,11 @@ def _build_table() -> dict:
     from .search import searchsorted
 
     table[aten.searchsorted.Tensor] = searchsorted    # torch-mlir has no lowering for it
+    from .movement import roll, sort, sort_stable
+
+    table[aten.roll.default] = roll   # torch-mlir's lowerings: no CPU kernel
+    table[aten.sort.default] = sort
+    table[aten.sort.stable] = sort_stable
     for op, nd in ((aten.max_pool2d_with_indices.default, 2), (aten.max_pool3d_with_indices.default, 3)):
         table[op] = _pool_index_of_last_nan(op, nd)
     for op, nd in ((aten.max_pool2d_with_indices_backward.default, 2),

@@ -135,3 +135,40 @@ def test_integer_logspace_of_a_uint8_tensor_compiles(compiled_whole):
     # torch's logspace decomposition calls linspace on the start as uint8
     compiled_whole(lambda s: torch.logspace(s, 6, 7, 2.0, dtype=torch.uint8), torch.tensor(0))
     compiled_whole(lambda s: torch.logspace(s, 3, 4, dtype=torch.int16), torch.tensor(1, dtype=torch.uint8))
+
+
+# --- roll and sort: torch-mlir's lowerings had no CPU kernel ---
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.uint8, torch.bool, torch.bfloat16])
+def test_roll_compiles_like_eager(compiled_whole, dtype):
+    x = (torch.arange(60) % 7).view(3, 4, 5).to(dtype)
+    compiled_whole(lambda x: torch.roll(x, 2, 0), x)
+    compiled_whole(lambda x: torch.roll(x, (1, -7), (1, 2)), x)
+    compiled_whole(lambda x: torch.roll(x, 13), x)            # flattened
+    compiled_whole(lambda x: torch.fft.fftshift(x), x)
+
+
+def _sortable(dtype, shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-3, 4, shape, generator=g)
+    if dtype.is_floating_point:
+        x = x.float()
+        x[torch.rand(shape, generator=g) < 0.2] = float("nan")
+        x[torch.rand(shape, generator=g) < 0.2] = -0.0       # equal to 0.0: input order kept
+    elif dtype in (torch.uint8, torch.bool):
+        x = x.abs()
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.int8, torch.uint8, torch.bool])
+def test_sort_compiles_like_eager(compiled_whole, dtype):
+    # many equal elements, NaN and -0.0: values and indices bit for bit (stable
+    # order; NaN last ascending, first descending)
+    x = _sortable(dtype, (4, 16), 0)
+    for descending in (False, True):
+        compiled_whole(lambda x: torch.sort(x, dim=1, descending=descending, stable=True).values, x)
+        compiled_whole(lambda x: torch.sort(x, dim=0, descending=descending, stable=True).indices, x)
+        compiled_whole(lambda x: torch.argsort(x, dim=-1, descending=descending, stable=True), x)
+    y = _sortable(dtype, (3, 9), 1)   # unstable sort of short slices: insertion sort, stable
+    compiled_whole(lambda x: torch.sort(x, dim=1).values, y)
+    compiled_whole(lambda x: torch.sort(x, dim=1).indices, y)
