@@ -61,6 +61,7 @@ prims = torch.ops.prims
 _VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default}
 _SOFTMAX = {aten._softmax.default, aten._safe_softmax.default}
 _BMM = aten.bmm.default
+_UNSQUEEZE = {aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default}
 _FACTORIES = {aten.scalar_tensor.default, aten.full.default, aten.full_like.default, aten.empty_strided.default,
               aten.empty.memory_format, aten.lift_fresh_copy.default}
 # Fill values of where / masked_fill that count as "masked out": exp(fill + s - max)
@@ -83,10 +84,10 @@ def enabled() -> bool:
     return config.env_flag("MLIRCAP_FUSE_ATTENTION")
 
 
-def _worth_it(q: torch.Tensor, scores: int) -> bool:
-    if q.device.type != "cpu" or (config.env("MLIRCAP_FUSE_ATTENTION") or "").strip().lower() == "force":
+def _worth_it(device: torch.device, dtype: torch.dtype, scores: int) -> bool:
+    if device.type != "cpu" or (config.env("MLIRCAP_FUSE_ATTENTION") or "").strip().lower() == "force":
         return True
-    return scores >= _CPU_MIN_SCORES.get(q.dtype, _CPU_MIN_SCORES_LOW_PRECISION)
+    return scores >= _CPU_MIN_SCORES.get(dtype, _CPU_MIN_SCORES_LOW_PRECISION)
 
 
 def _val(n):
@@ -112,6 +113,23 @@ def _is_cast(n: fx.Node) -> bool:
     return False
 
 
+_WIDER = {torch.bfloat16: (torch.float32, torch.float64), torch.float16: (torch.float32, torch.float64),
+          torch.float32: (torch.float64,)}
+
+
+def _holds(wide: torch.dtype, narrow: torch.dtype) -> bool:
+    """Every value of `narrow` is one of `wide` (bf16 in f32)."""
+    return wide == narrow or wide in _WIDER.get(narrow, ())
+
+
+def _zero_fill(m: fx.Node) -> bool:
+    """`m` is a tensor of zeros (full / full_like of 0, maybe cast)."""
+    while m.op == "call_function" and _is_cast(m):
+        m = m.args[0]
+    return m.op == "call_function" and m.target in (aten.full.default, aten.full_like.default) \
+        and len(m.args) > 1 and _scalar(m.args[1]) == 0
+
+
 def _is_identity(n: fx.Node) -> bool:
     """An op whose result has the value and logical shape of its first argument
     (layouts may differ): a clone, an alias, an expand or view to the same shape."""
@@ -126,8 +144,19 @@ def _is_identity(n: fx.Node) -> bool:
 
 def _is_reshape(n: fx.Node) -> bool:
     """A row-major reinterpretation of its argument's values (views of any shape,
-    clones, same-shape expands)."""
-    return _is_identity(n) or (n.op == "call_function" and n.target in _VIEWS and isinstance(n.args[0], fx.Node))
+    clones, same-shape expands, unsqueeze/squeeze, permutes that only move dims of
+    size 1, as einsum's decomposition makes)."""
+    if _is_identity(n):
+        return True
+    if n.op != "call_function" or not n.args or not isinstance(n.args[0], fx.Node):
+        return False
+    if n.target in _VIEWS or n.target in _UNSQUEEZE:
+        return True
+    shape = _shape(n.args[0])
+    if n.target is aten.permute.default and shape is not None:
+        moved = [d % len(shape) for d in n.args[1] if shape[d] != 1]
+        return moved == sorted(moved)
+    return False
 
 
 def _single_user(n: fx.Node) -> fx.Node | None:
@@ -142,51 +171,72 @@ def _scalar(x) -> float | None:
 
 
 def _fill_value(x) -> float | None:
-    """The value of a scalar fill: a Python number, or a 0-d/one-element constant
-    node (scalar_tensor, full, full_like)."""
+    """The value of a scalar: a Python number, or a one-element tensor the program
+    computes from constants alone (scalar_tensor, full, torch.tensor(...) constants,
+    pointwise ops of those: torch.tensor(d).sqrt())."""
     s = _scalar(x)
     if s is not None or not isinstance(x, fx.Node):
         return s
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        t = _constant(x, 0)
+        return float(t.item()) if t is not None and not t.is_complex() else None
+
+
+def _constant(x, depth: int) -> torch.Tensor | None:
+    """A one-element node's value as a real CPU tensor, when it depends on constants only."""
+    if not isinstance(x, fx.Node):
+        return x if x is None or isinstance(x, (bool, int, float, torch.dtype)) else None
+    v = _val(x)
+    if depth > 8 or (isinstance(v, torch.Tensor) and v.numel() != 1):
+        return None
     if x.op == "get_attr":   # a tensor constant of the program (torch.tensor(-inf))
         t = x.graph.owning_module
         for part in x.target.split("."):
             t = getattr(t, part, None)
-        if not isinstance(t, torch.Tensor) or t.numel() != 1 or t.is_complex():
+        return t.detach().cpu() if isinstance(t, torch.Tensor) and t.numel() == 1 else None
+    if x.op != "call_function" or not isinstance(v, torch.Tensor):
+        return None
+    t, a = x.target, x.args
+    if t is aten.scalar_tensor.default and _scalar(a[0]) is not None:
+        return torch.scalar_tensor(a[0], dtype=v.dtype)
+    if t in (aten.full.default, aten.full_like.default) and len(a) > 1 and _scalar(a[1]) is not None:
+        return torch.full(v.shape, a[1], dtype=v.dtype)
+    if t in (aten.lift_fresh_copy.default, aten.clone.default, aten.alias.default):
+        return _constant(a[0], depth + 1)
+    if t is prims.convert_element_type.default or t is aten._to_copy.default:
+        c = _constant(a[0], depth + 1)
+        return None if c is None else c.to(v.dtype)
+    if torch.Tag.pointwise in getattr(t, "tags", ()) and not x.kwargs:
+        args = [_constant(z, depth + 1) for z in a]
+        if any(z is None for z in args):
             return None
-        from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-        with unset_fake_temporarily():
-            return float(t.item())
-    if x.op != "call_function":
-        return None
-    if x.target is aten.lift_fresh_copy.default:
-        return _fill_value(x.args[0])
-    v = _val(x)
-    if not isinstance(v, torch.Tensor) or v.numel() != 1:
-        return None
-    if x.target is aten.scalar_tensor.default:
-        return _scalar(x.args[0])
-    if x.target in (aten.full.default, aten.full_like.default) and len(x.args) > 1:
-        return _scalar(x.args[1])
+        out = t(*args)
+        return out if isinstance(out, torch.Tensor) and out.numel() == 1 else None
     return None
 
 
 def _scalar_factor(n: fx.Node) -> tuple[fx.Node, float] | None:
-    """(x, c) when `n` is x * c or x / c for a positive finite Python scalar c."""
+    """(x, c) when `n` is x * c or x / c for a positive finite constant scalar c that
+    does not change x's shape or dtype."""
     if n.op != "call_function" or len(n.args) != 2:
         return None
     t, a = n.target, n.args
     if t in (aten.mul.Tensor, aten.mul.Scalar):
-        i = 0 if isinstance(a[0], fx.Node) else 1
-        c = _scalar(a[1 - i])
-    elif t in (aten.div.Tensor, aten.div.Scalar) and isinstance(a[0], fx.Node):
-        i, c = 0, _scalar(a[1])
+        i = 0 if isinstance(a[0], fx.Node) and _shape(a[0]) == _shape(n) else 1
+        c = _fill_value(a[1 - i])
+    elif t in (aten.div.Tensor, aten.div.Scalar):
+        i, c = 0, _fill_value(a[1])
         c = None if c is None or c == 0 else 1.0 / c
     else:
         return None
-    if c is None or not (math.isfinite(c) and c > 0) or not isinstance(a[i], fx.Node):
+    x = a[i]
+    if c is None or not (math.isfinite(c) and c > 0) or not isinstance(x, fx.Node):
         return None
-    return a[i], c
+    if _shape(x) != _shape(n) or _val(x).dtype != _val(n).dtype:
+        return None
+    return x, c
 
 
 def _peel(n: fx.Node, want: tuple[int, ...], scales: bool = False) -> tuple[fx.Node | None, float]:
@@ -265,6 +315,33 @@ def _exact_in(x: float, dtype: torch.dtype) -> bool:
     return x <= _MASKED_FILL_MAX or torch.tensor(x, dtype=torch.float64).to(dtype).double().item() == x
 
 
+def _path_from_bmm(sm: fx.Node, tail: set) -> tuple[fx.Node, list[fx.Node]] | str:
+    """(bmm, path): a bmm among the near ancestors of softmax `sm`'s input whose
+    single users lead to `sm`; path holds the nodes between (the softmax's input
+    last, whose users may also be the `tail` nodes of _safe_softmax)."""
+    x = sm.args[0]
+    seen, frontier, bmms = {x}, [x], []
+    while frontier and len(seen) < 48:
+        n = frontier.pop(0)
+        if n.op != "call_function":
+            continue
+        if n.target is _BMM:
+            bmms.append(n)
+            continue
+        for z in n.all_input_nodes:
+            if z not in seen:
+                seen.add(z)
+                frontier.append(z)
+    for b in bmms:
+        path, n = [], b
+        while n is not x and len(n.users) == 1 and len(path) < 32:
+            n = next(iter(n.users))
+            path.append(n)
+        if n is x and set(x.users) <= tail:
+            return b, path
+    return "no bmm before the softmax"
+
+
 @dataclass
 class _Match:
     q: fx.Node                      # the tensor fed as q: [*batch, L, E] or [N, L, E]
@@ -295,67 +372,54 @@ def _match(sm: fx.Node) -> _Match | str:
     if safe is not None:
         chain += safe[1]
     p_last = safe[0] if safe is not None else sm
-    # ---- backwards from the softmax: pointwise steps, then the first bmm
+    # ---- the path from the first bmm to the softmax: every node on it has one user
+    found = _path_from_bmm(sm, set(chain))
+    if isinstance(found, str):
+        return found
+    bmm1, path = found
+    chain += [bmm1, *path]
     steps, fills = [], []
-    n = sm.args[0]
-    while True:
-        if not isinstance(n, fx.Node) or n.op != "call_function" or not set(n.users) <= set(chain):
-            return "scores used elsewhere"
-        if _shape(n) != x_shape:
-            return "scores reshaped"
-        chain.append(n)
+    prev = bmm1
+    for n in path:
         t, a = n.target, n.args
-        if _is_cast(n) or _is_identity(n):
-            n = a[0]
-        elif t in (aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar) and len(a) == 2:
-            i = 0 if isinstance(a[0], fx.Node) else 1
-            c = _scalar(a[1 - i])
-            if c is None or not (math.isfinite(c) and c > 0) or (i == 1 and t in (aten.div.Tensor, aten.div.Scalar)):
-                return "scores scaled by a tensor"
-            steps.append(("scale", c if t in (aten.mul.Tensor, aten.mul.Scalar) else 1.0 / c))
-            n = a[i]
-        elif t is aten.add.Tensor and len(a) == 2 and n.kwargs.get("alpha", 1) == 1 \
-                and all(isinstance(z, fx.Node) for z in a):
-            i = 0 if _shape(a[0]) == x_shape and set(a[0].users) == {n} else 1
-            m = a[1 - i]
+        others = [z for z in n.all_input_nodes if z is not prev]
+        if sum(z is prev for z in a) > 1:
+            return "scores combined with themselves"
+        if _is_reshape(n) or _is_cast(n):
+            pass
+        elif _scalar_factor(n) is not None and _scalar_factor(n)[0] is prev:
+            steps.append(("scale", _scalar_factor(n)[1]))
+        elif _shape(n) != x_shape:
+            return "mask on reshaped scores"
+        elif t is aten.add.Tensor and len(a) == 2 and n.kwargs.get("alpha", 1) == 1 and len(others) == 1:
+            m = others[0]
             if not isinstance(_val(m), torch.Tensor) or _shape(m) is None:
                 return "mask shape"
             sel = _select(m)
-            steps.append(("select", *sel) if sel is not None else ("add", m))
-            if sel is not None:
+            if _zero_fill(m):
+                fills.append(m)   # adds nothing (baddbmm's decomposition: beta * zeros + scores)
+            elif sel is not None:
+                steps.append(("select", *sel))
                 fills.append(m)
-            n = a[i]
-        elif t in (aten.where.self, aten.where.ScalarOther, aten.where.ScalarSelf) and len(a) == 3:
-            keep = isinstance(a[1], fx.Node) and _shape(a[1]) == x_shape and _val(a[1]).dtype == _val(n).dtype
+            else:
+                steps.append(("add", m))
+        elif t in (aten.where.self, aten.where.ScalarOther, aten.where.ScalarSelf) and len(a) == 3 \
+                and a[0] is not prev:
+            keep = a[1] is prev
             fill = _fill_value(a[2] if keep else a[1])
             if fill is None or not fill <= _MASKED_FILL_MAX:
                 return "where fill"
             steps.append(("where", a[0], fill, keep))
             fills.append(a[2] if keep else a[1])
-            n = a[1] if keep else a[2]
-        elif t is aten.masked_fill.Scalar and len(a) == 3:
+        elif t is aten.masked_fill.Scalar and len(a) == 3 and a[0] is prev:
             fill = _fill_value(a[2])
             if fill is None or not fill <= _MASKED_FILL_MAX:
                 return "masked_fill value"
             steps.append(("where", a[1], fill, False))
             fills.append(a[2])
-            n = a[0]
-        elif t in _VIEWS or t is _BMM:
-            chain.pop()
-            break
         else:
             return f"scores op {t}"
-    steps.reverse()
-    # views from the bmm to the scores' shape (an unflatten of the leading dims)
-    while isinstance(n, fx.Node) and n.op == "call_function" and n.target in _VIEWS:
-        if not set(n.users) <= set(chain):
-            return "scores used elsewhere"
-        chain.append(n)
-        n = n.args[0]
-    bmm1 = n
-    if not isinstance(bmm1, fx.Node) or bmm1.target is not _BMM or len(bmm1.users) != 1:
-        return "no bmm before the softmax"
-    chain.append(bmm1)
+        prev = n
     batch, (L, S) = x_shape[:-2], x_shape[-2:]
     N = math.prod(batch)
     if _shape(bmm1) != (N, L, S):
@@ -402,8 +466,9 @@ def _match(sm: fx.Node) -> _Match | str:
     return m
 
 
-def _replacement(m: _Match, L: int, S: int):
-    """The function traced in place of the match: (q, k, v, *mask inputs) -> out."""
+def _replacement(m: _Match, L: int, S: int, dtype: torch.dtype, out_dtype: torch.dtype):
+    """The function traced in place of the match: (q, k, v, *mask inputs) -> out,
+    computed in `dtype` (the widest of q, k and v: a narrower one is widened exactly)."""
     batch, steps = m.batch, m.steps
 
     def to4(t, last2):
@@ -412,6 +477,7 @@ def _replacement(m: _Match, L: int, S: int):
         return t.unsqueeze(1) if len(batch) == 1 else t
 
     def fn(q, k, v, *mask_inputs):
+        q, k, v = (t.to(dtype) for t in (q, k, v))
         E, Ev = q.shape[-1], v.shape[-1]
         q4 = to4(q, (L, E))
         k4 = to4(k.transpose(-2, -1) if m.kt else k, (S, E))
@@ -443,6 +509,7 @@ def _replacement(m: _Match, L: int, S: int):
         o = torch.nn.functional.scaled_dot_product_attention(q4, k4, v4, attn_mask=mask, scale=scale)
         if len(batch) == 1:
             o = o.squeeze(1)
+        o = o.to(out_dtype)
         return o if tuple(o.shape) == m.out_shape else o.reshape(m.out_shape)
 
     return fn
@@ -497,19 +564,21 @@ def fuse_attention(gm: fx.GraphModule) -> int:
         vals = [_val(z) for z in ins]
         if not all(isinstance(v, torch.Tensor) and all(isinstance(d, int) for d in v.shape) for v in vals):
             continue
-        if len({v.dtype for v in vals[:3]}) != 1 or not vals[0].is_floating_point():
+        if not all(v.is_floating_point() and not v.is_complex() for v in vals[:3]):
+            continue
+        dtype = max((v.dtype for v in vals[:3]), key=lambda d: torch.finfo(d).bits)
+        if not all(_holds(dtype, v.dtype) for v in vals[:3]):
             logs.log("passes", f"fuse_attention: {sm.name} not fused (q, k, v dtypes)")
             continue
-        if any(s[0] == "add" and _val(s[1]).dtype != vals[0].dtype for s in m.steps) or \
-                any(s[0] == "select" and not (_exact_in(s[2], vals[0].dtype) and _exact_in(s[3], vals[0].dtype))
-                    for s in m.steps):
-            logs.log("passes", f"fuse_attention: {sm.name} not fused (mask dtype is not q's)")
+        if any(s[0] == "add" and not _holds(dtype, _val(s[1]).dtype) for s in m.steps) or \
+                any(s[0] == "select" and not (_exact_in(s[2], dtype) and _exact_in(s[3], dtype)) for s in m.steps):
+            logs.log("passes", f"fuse_attention: {sm.name} not fused (the mask would be rounded)")
             continue
-        if not _worth_it(vals[0], math.prod(_shape(sm))):
+        if not _worth_it(vals[0].device, dtype, math.prod(_shape(sm))):
             logs.log("passes", f"fuse_attention: {sm.name} not fused (scores too small for the CPU kernel)")
             continue
         try:
-            traced = _trace(_replacement(m, L, S), vals)
+            traced = _trace(_replacement(m, L, S, dtype, _val(m.bmm2).dtype), vals)
         except Exception as e:  # noqa: BLE001 - no fused kernel applies (torch's checks)
             logs.log("passes", f"fuse_attention: {sm.name} not fused (no fused kernel: {e})")
             continue
@@ -547,12 +616,15 @@ def _inline(gm: fx.GraphModule, traced: fx.GraphModule, ins: list[fx.Node], m: _
         if not n.users:
             gm.graph.erase_node(n)
     # the scalar fills of where / masked_fill, and the empty tensors full_like read
-    dead = [z for z in m.fills if isinstance(z, fx.Node)]
+    dead, gone = [z for z in m.fills if isinstance(z, fx.Node)], set()
     while dead:
         z = dead.pop()
+        if z in gone:
+            continue
+        gone.add(z)
         if z.op == "get_attr" and not z.users:
             gm.graph.erase_node(z)
-        elif z.op == "call_function" and not z.users and (z.target in _FACTORIES or z in m.fills):
+        elif z.op == "call_function" and not z.users and (z.target in _FACTORIES or z in m.fills or _is_cast(z)):
             dead.extend(a for a in z.all_input_nodes)
             gm.graph.erase_node(z)
 
