@@ -148,8 +148,8 @@ def _spread(t: torch.Tensor, dim: int, step: int, offset: int, size: int) -> tor
 
 def max_pool_backward(grad_output: torch.Tensor, x: torch.Tensor, nd: int, kernel_size, stride=(), padding=(0,),
                       dilation=(1,), ceil_mode: bool = False, indices: torch.Tensor | None = None):
-    """max_pool{nd}d_with_indices_backward as eager's CPU kernel computes it, without a
-    scatter: eager adds each output position's gradient to the input element its index
+    """max_pool{nd}d_with_indices_backward as eager's CPU kernel computes it (CPU only),
+    without a scatter: eager adds each output position's gradient to the input element its index
     names (`grad_input[index] += grad_output`, in the gradient's dtype, output positions
     in row-major order). Here, for each kernel position k (row-major), the gradients of
     the windows whose index is the element under k (compared with constants, so no
@@ -161,6 +161,8 @@ def max_pool_backward(grad_output: torch.Tensor, x: torch.Tensor, nd: int, kerne
     (each inside its window); NotImplemented for what it does not handle."""
     if indices is None or not grad_output.is_floating_point() or x.ndim not in (nd + 1, nd + 2):
         return NotImplemented
+    if grad_output.device.type != "cpu":
+        return NotImplemented   # CUDA's kernel sums bfloat16/float16 gradients in float32
     if grad_output.shape != indices.shape or grad_output.ndim != x.ndim or x.numel() == 0:
         return NotImplemented
     ks = _expand(kernel_size, nd)

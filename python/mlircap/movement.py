@@ -52,8 +52,8 @@ def sort(x, dim=-1, descending=False, *, stable=None):
     position selects its element by comparing positions (a one-hot sum: nothing is
     gathered). Unstable sorts (std::sort) of slices longer than 16 order equal
     elements their own way: NotImplemented, as for what else it does not handle."""
-    if not isinstance(x, torch.Tensor) or x.is_complex() or not isinstance(dim, int):
-        return NotImplemented
+    if not isinstance(x, torch.Tensor) or x.is_complex() or not isinstance(dim, int) or x.device.type != "cpu":
+        return NotImplemented   # (CUDA's sorts order -0.0/0.0 and equal elements their own way)
     n = int(x.shape[dim]) if x.ndim else 1
     if not stable and n > _STABLE_ALWAYS:
         return NotImplemented
