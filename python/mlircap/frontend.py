@@ -55,9 +55,10 @@ def _build_table() -> dict:
         table[op] = _floor_division_like_eager(op, table.get(op))
     for op in (aten.argmax.default, aten.argmin.default, aten.max.dim, aten.min.dim):
         table[op] = _first_nan_index(op, table.get(op))
-    from .search import searchsorted
+    from .search import searchsorted, searchsorted_scalar
 
     table[aten.searchsorted.Tensor] = searchsorted    # torch-mlir has no lowering for it
+    table[aten.searchsorted.Scalar] = searchsorted_scalar
     from .movement import roll, sort, sort_stable
 
     table[aten.roll.default] = roll   # torch-mlir's lowerings: no CPU kernel
@@ -239,8 +240,12 @@ def _dtypes_in(args, kwargs):
 def _keep_whole(op, args, kwargs) -> bool:
     """`op` on these arguments becomes an eager island (partition.py) or
     follows eager's numerics only as one op: it must not be decomposed."""
-    from .partition import SUPPORTED_DTYPES, eager_numerics, op_name
+    from .partition import SUPPORTED_DTYPES, cpu_library, eager_numerics, op_name
     from .widen import uint8_computable
+
+    first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+    if first is not None and cpu_library(op_name(op), first.device):
+        return True
 
     unsupported = {d for d in _dtypes_in(args, kwargs) if d not in SUPPORTED_DTYPES}
     if unsupported and not (unsupported == {torch.uint8} and (

@@ -26,9 +26,17 @@ _MAX_WORK = 1 << 22
 
 
 def searchsorted(seq, values, *, out_int32: bool = False, right: bool = False, side=None, sorter=None):
-    """aten.searchsorted.Tensor; NotImplemented where the op should stay whole."""
-    if sorter is not None or not isinstance(seq, torch.Tensor) or not isinstance(values, torch.Tensor):
+    """aten.searchsorted.Tensor; NotImplemented where the op should stay whole.
+    With a `sorter`, eager searches seq[sorter]: the sequence is gathered first (a
+    gather with indices from the inputs: bounds.py checks them, an index out of range
+    reruns the graph eagerly, which raises as eager does)."""
+    if not isinstance(seq, torch.Tensor) or not isinstance(values, torch.Tensor):
         return NotImplemented
+    if sorter is not None:
+        if not isinstance(sorter, torch.Tensor) or sorter.dtype != torch.int64 or sorter.shape != seq.shape \
+                or seq.dim() == 0 or seq.device.type != "cpu":
+            return NotImplemented
+        seq = torch.gather(seq, -1, sorter)
     if seq.dtype != values.dtype or seq.is_complex() or seq.dtype == torch.bool or seq.dim() == 0:
         return NotImplemented
     n = int(seq.shape[-1])
@@ -53,3 +61,16 @@ def searchsorted(seq, values, *, out_int32: bool = False, right: bool = False, s
             start = torch.where(active & go_right, mid + 1, start)
             end = torch.where(active & ~go_right, mid, end)
     return start.to(torch.int32) if out_int32 else start
+
+
+def searchsorted_scalar(seq, value, *, out_int32: bool = False, right: bool = False, side=None, sorter=None):
+    """aten.searchsorted.Scalar: eager makes the number a tensor and converts both
+    to their promoted dtype (a wrapped number: the sequence's kind decides)."""
+    if not isinstance(seq, torch.Tensor) or not isinstance(value, (int, float, bool)):
+        return NotImplemented
+    dtype = torch.result_type(seq, value)
+    if dtype.is_complex or dtype == torch.bool:
+        return NotImplemented
+    values = torch.scalar_tensor(value, dtype=torch.float64 if isinstance(value, float) else torch.int64,
+                                 device=seq.device).to(dtype)
+    return searchsorted(seq.to(dtype), values, out_int32=out_int32, right=right, side=side, sorter=sorter)

@@ -172,3 +172,33 @@ def test_sort_compiles_like_eager(compiled_whole, dtype):
     y = _sortable(dtype, (3, 9), 1)   # unstable sort of short slices: insertion sort, stable
     compiled_whole(lambda x: torch.sort(x, dim=1).values, y)
     compiled_whole(lambda x: torch.sort(x, dim=1).indices, y)
+
+
+# --- searchsorted with a sorter, and of a number ---
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.uint8])
+def test_searchsorted_with_sorter_compiles_like_eager(compiled_whole, dtype):
+    seq = torch.tensor([3, 1, 2, 5, 4, 0, 9, 7, 8, 6, 4, 4]).to(dtype)
+    values = torch.tensor([[2, 0, 9, 4], [4, 11, 1, 7]]).to(dtype)
+    sorter = torch.argsort(seq, stable=True)
+    for side in ("left", "right"):
+        compiled_whole(lambda s, v, o: torch.searchsorted(s, v, side=side, sorter=o), seq, values, sorter)
+
+
+def test_searchsorted_sorter_out_of_range_raises_like_eager():
+    f = lambda s, v, o: torch.searchsorted(s, v, sorter=o)   # noqa: E731
+    seq, values = torch.tensor([3.0, 1.0, 2.0]), torch.tensor([2.5])
+    fast = mlircap.compile(f)
+    for _ in range(2):
+        fast(seq, values, torch.tensor([1, 2, 0]))
+    with pytest.raises(RuntimeError, match="out of range"):
+        f(seq, values, torch.tensor([1, 5, 0]))
+    with pytest.raises(RuntimeError, match="out of range"):
+        fast(seq, values, torch.tensor([1, 5, 0]))
+
+
+def test_searchsorted_of_a_number_compiles_like_eager(compiled_whole):
+    # the number and the sequence converted to their promoted dtype, as eager does
+    compiled_whole(lambda s: torch.searchsorted(s, -1.6054), torch.linspace(-3, 3, 20))
+    compiled_whole(lambda s: torch.searchsorted(s, 3.5, right=True), torch.arange(20))
+    compiled_whole(lambda s: torch.searchsorted(s, 3), torch.arange(20, dtype=torch.int8))
