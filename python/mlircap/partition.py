@@ -68,6 +68,23 @@ _LIBRARY_OPS = {"aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_
                 "aten::_efficient_attention_forward", "aten::_scaled_dot_product_fused_attention_overrideable",
                 "aten::_scaled_dot_product_flash_attention_for_cpu"}
 
+# CPU: ops whose compiled form runs far slower than eager's vectorized kernel
+# (single thread, (2, 32, 32, 32) float32: group_norm 494 vs 52 us, softmax over
+# the last dim 647 vs 139 us; row reductions accumulate through memory in the CPU
+# codegen): library calls through torch there, kept whole by the decomposition
+# table (MLIRCAP_CPU_LIBRARY_OPS=0 compiles them). LayerNorm compiles (0.94x alone,
+# and it fuses with the residual add around it).
+CPU_LIBRARY_OPS = {"aten::_softmax", "aten::_log_softmax", "aten::native_group_norm"}
+
+
+def cpu_library(name: str, device) -> bool:
+    """Op `name` on `device` runs as a CPU library call (CPU_LIBRARY_OPS)."""
+    from . import config
+
+    return name in CPU_LIBRARY_OPS and device is not None and torch.device(device).type == "cpu" \
+        and config.env_flag("MLIRCAP_CPU_LIBRARY_OPS")
+
+
 # Ops whose eager kernels round in ways no decomposition reproduces: the op
 # name -> the output dtypes in which the compiled decomposition matches eager
 # (to the dtype's tolerance); in any other dtype the op stays whole and runs
@@ -191,6 +208,8 @@ def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
         return "library"
     out = node.meta.get("val")
     first = next(iter(_leaves(out, torch.Tensor)), None)
+    if first is not None and cpu_library(name, first.device):
+        return "library"
     exact = _exact_dtypes(name, node.kwargs, first.device if first is not None else None)
     if exact is not None and first is not None and first.dtype not in exact:
         return "numerics"   # kept whole by frontend.decomposition_table: eager_numerics

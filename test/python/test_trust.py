@@ -81,12 +81,17 @@ def test_r24_as_strided():
     check(lambda x: x.permute(2, 0, 1).as_strided((3, 4), (1, 5), 2) + 1, torch.randn(4, 5, 6))
 
 
-def test_r25_group_norm():
+@pytest.mark.parametrize("library", ["0", "1"])
+def test_r25_group_norm(monkeypatch, library):
+    # group_norm runs as a CPU library call by default (partition.CPU_LIBRARY_OPS, the
+    # compiled one is 10x slower); its compiled form must not crash either.
+    monkeypatch.setenv("MLIRCAP_CPU_LIBRARY_OPS", library)
+
     def f(x, w, b):
-        return torch.ops.aten.group_norm(x, 2, w, b, 1e-5, False)
+        return torch.ops.aten.group_norm(x, 2, w, b, 1e-5, False) * 2
 
     check(f, torch.rand(2, 4, 6, 7), torch.rand(4), torch.rand(4))
-    check(torch.nn.GroupNorm(2, 4).eval(), torch.rand(2, 4, 6, 7))
+    check(torch.nn.Sequential(torch.nn.GroupNorm(2, 4), torch.nn.ReLU()).eval(), torch.rand(2, 4, 6, 7))
 
 
 def test_no_fake_tensor_warning():
