@@ -25,11 +25,13 @@ def _traced(fn: Any) -> bool:
 
 
 def _is_context_manager(v: object) -> bool:
-    """A context manager made by library code (`fork_rng()`, `torch.cuda.stream(s)`): a
-    handle whose `__enter__` / `__exit__` (and other methods) are replayed, never read."""
+    """A context manager implemented in (untraced) Python library code (`fork_rng()`'s
+    contextlib manager, torch's context managers): a handle whose `__enter__` / `__exit__`
+    (and other methods) are replayed, never read.  C objects (files) are sourced as before."""
     t = type(v)
-    return hasattr(t, "__enter__") and hasattr(t, "__exit__") and not _traced(getattr(t, "__enter__")) \
-        and not isinstance(v, (torch.Tensor, torch.nn.Module, types.ModuleType, type))
+    ex = getattr(t, "__exit__", None)
+    return type(ex) is types.FunctionType and hasattr(t, "__enter__") and not _traced(ex) and \
+        not isinstance(v, (torch.Tensor, torch.nn.Module, types.ModuleType, type))
 
 
 class _CannedWith:

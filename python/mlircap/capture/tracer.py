@@ -15,7 +15,7 @@ import torch
 
 from ._bytecode import _CHECK_DEPTH, _instrs
 from .base import Unreplayable, _Canned, _MISSING
-from .guard_kinds import ClassAttr, Equals, Keys, Lengths, NoClassAttr, NoKey
+from .guard_kinds import ClassAttr, Equals, Keys, Lengths, NoClassAttr, NoKey, TypeIs
 from .steps import CallStep
 from .frame_hook import _E, _E_real, _NULL
 from .classify import (_MODULE_WALKERS, _PRIM, _WRITE_ONLY, _call_kind, _classify, _func_qualname,
@@ -167,6 +167,8 @@ class _TracerMixin(_SpecialCallMixin, _CounterMixin, _FlowMixin):
             return
         expr, pretty, kind = s
         if kind == "opaque":
+            if callable(_mro_lookup(type(obj), name)[1]) and name not in getattr(obj, "__dict__", ()):
+                return   # a method of its (guarded) type: calling it is a replayed call
             raise Unreplayable(f"attribute {name!r} read from an opaque value returned by an uncapturable call")
         if (id(obj), name) in self.counters and self._counter_read(frame, obj, obj.__dict__, name, "", pretty, ()):
             return
@@ -583,9 +585,12 @@ class _TracerMixin(_SpecialCallMixin, _CounterMixin, _FlowMixin):
         if isinstance(res, torch.Tensor):
             self._source(res, name, f"<result of break {k}>", argrooted=True)
         elif _is_opaque_value(res) or external and _is_context_manager(res):
-            # e.g. a ContextVar token: passed on to other replayed calls, never inspected
+            # e.g. a ContextVar token: passed on to other replayed calls, never inspected; a
+            # library's context manager (its methods are replayed calls: special_calls.py)
             self.src[id(res)] = (name, f"<result of break {k}>", "opaque")
             self.keep.append(res)
+            if not _is_opaque_value(res):
+                self.guard(TypeIs(name, f"type(<result of break {k}>)", type(res)))
         else:
             try:
                 self._source(res, name, f"<result of break {k}>", argrooted=True)
