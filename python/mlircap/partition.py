@@ -15,9 +15,9 @@ Some ops must not be compiled even when torch-mlir imports them:
 * ops torch-mlir rejected (`forced`), so one unsupported op no longer sends
   the whole graph to eager;
 * ops whose eager kernels round in a way compiled code does not reproduce
-  (`EAGER_NUMERICS`: integer and low-precision linspace, whose CPU kernel
-  truncates the endpoints to the dtype and steps per vector lane, and
-  low-precision logspace;
+  (`EAGER_NUMERICS`: integer and low-precision linspace and low-precision
+  logspace where ranges.py does not follow eager's kernel: integer linspace of
+  tensor endpoints, whose CPU kernel truncates a fused multiply-add in double, and CUDA;
   low-precision upsampling and grid sampling; arange with float arguments and an integer
   dtype, whose lowering crashed torch-mlir);
 * shape-changing ops on or producing tensors without elements: nothing to
@@ -88,8 +88,9 @@ def cpu_library(name: str, device) -> bool:
 # Ops whose eager kernels round in ways no decomposition reproduces: the op
 # name -> the output dtypes in which the compiled decomposition matches eager
 # (to the dtype's tolerance); in any other dtype the op stays whole and runs
-# through torch. linspace truncates the endpoints to the dtype and steps per
-# vector lane on the CPU, logspace rounds them to bfloat16/float16; the
+# through torch (unless a decomposition tried first follows eager: ranges.py for
+# linspace/logspace). linspace truncates the endpoints to the dtype and steps with
+# a fused multiply-add in double on the CPU, logspace rounds them to bfloat16/float16; the
 # upsampling kernels round low-precision intermediates between their separable
 # passes.
 _FLOATS = (torch.float32, torch.float64)
