@@ -596,6 +596,8 @@ def compile_views(gm: torch.fx.GraphModule, options: Options) -> CompiledGraph |
         layouts.append((tuple(int(s) for s in v.shape), tuple(int(s) for s in v.stride()))
                        if isinstance(v, torch.Tensor) else None)
     graph = CompiledGraph(name=f"graph{_next_id()}", gm=gm, strict=options.strict)
+    vals = [n.meta.get("val") for n in phs]
+    graph.device = next((v.device.type for v in vals if isinstance(v, torch.Tensor)), "cpu")
     graph.executable = _ViewProgram(specs, layouts, gm)
     graph.notes.append("views of the inputs only: as_strided, nothing computed")
     logs.log("progress", f"{graph.name}: views only ({len(specs)} outputs)")
@@ -605,6 +607,7 @@ def compile_views(gm: torch.fx.GraphModule, options: Options) -> CompiledGraph |
 class _ViewProgram:
     """Outputs (input index, size, stride, storage offset relative to the input's) as
     views of the inputs; inputs laid out unlike the trace's run the views through torch."""
+    n_kernels = n_library = 0   # launches nothing
 
     def __init__(self, specs: list[tuple], layouts: list, gm: torch.fx.GraphModule):
         self.specs, self.layouts, self.gm = specs, layouts, gm

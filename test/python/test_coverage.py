@@ -300,3 +300,20 @@ def test_searchsorted_compiles(dtype):
         got, fast, warned = _run(fn, seq, vals)
         assert torch.equal(got, fn(seq, vals))
         _fully_compiled(fast, warned)
+
+
+def test_views_only_graph_reports_device_and_no_launches():
+    # BERT/GPT-2 on the H200 after the attention rewrite: a views-only part came first
+    # in fast.graphs and had no device or kernel count (bench/gpu.py and the GPU model
+    # test failed on it).
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from mlircap import backend
+
+    x = torch.randn(4, 6)
+    gm = make_fx(lambda x: (x.t()[1:],), tracing_mode="fake")(x)   # fake: the offsets aot sees
+    g = backend.compile_views(gm, backend.Options())
+    assert g is not None and g.device == "cpu"
+    assert g.executable.n_kernels == 0 and g.executable.n_library == 0
+    out = g.executable(x)[0]
+    assert torch.equal(out, x.t()[1:]) and out.data_ptr() == x.t()[1:].data_ptr()
