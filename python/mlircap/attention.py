@@ -62,22 +62,20 @@ _VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default}
 _SOFTMAX = {aten._softmax.default, aten._safe_softmax.default}
 _BMM = aten.bmm.default
 _UNSQUEEZE = {aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default}
-_FACTORIES = {aten.scalar_tensor.default, aten.full.default, aten.full_like.default, aten.empty_strided.default,
-              aten.empty.memory_format, aten.lift_fresh_copy.default}
 # Fill values of where / masked_fill that count as "masked out": exp(fill + s - max)
 # underflows to 0 in float32 for any row that has an unmasked entry.
 _MASKED_FILL_MAX = -1e4
 
 
-# On the CPU a fused kernel is an eager island between compiled parts (about
-# 0.1 ms of glue each) and torch's CPU flash kernel beats mlircap's bmm + softmax
-# + bmm only on large scores: measured on 1 thread (SelfAttention, d/h = 32..64),
-# float32 from about 1M score elements (8x8x128x128: 1.2x; 4x4x128x128: 1.0x;
-# 2x4x64x64: 0.8x), bfloat16/float16 from about 32K (2x4x64x64: 1.4x, 4x4x128x128:
-# 1.7x; 2x4x16x16: 0.8x). CUDA has no such floor: a split graph replays as one
-# CUDA graph. MLIRCAP_FUSE_ATTENTION=force fuses at any size.
-_CPU_MIN_SCORES = {torch.float32: 1 << 20, torch.float64: 1 << 20}
-_CPU_MIN_SCORES_LOW_PRECISION = 1 << 15
+# On the CPU torch's flash kernel beats mlircap's bmm + softmax (a library call
+# there too) + bmm for float32 only on larger scores. Measured on 1 thread, process
+# CPU time (SelfAttention, head dim 32), fused vs not: float32 2x4x16x16 0.89x,
+# 2x4x64x64 0.98x, 4x4x128x128 1.11x, 8x8x128x128 1.08x; bfloat16 1.10x, 1.43x,
+# 1.86x (2x4x16x16, 2x4x64x64, 4x4x128x128). So float32/float64 from 256K score
+# elements, bfloat16/float16 always. CUDA has no floor (a split graph replays as one
+# CUDA graph). MLIRCAP_FUSE_ATTENTION=force fuses at any size.
+_CPU_MIN_SCORES = {torch.float32: 1 << 18, torch.float64: 1 << 18}
+_CPU_MIN_SCORES_LOW_PRECISION = 0
 
 
 def enabled() -> bool:
@@ -389,8 +387,8 @@ def _match(sm: fx.Node) -> _Match | str:
             pass
         elif _scalar_factor(n) is not None and _scalar_factor(n)[0] is prev:
             steps.append(("scale", _scalar_factor(n)[1]))
-        elif _shape(n) != x_shape:
-            return "mask on reshaped scores"
+        elif _shape(n) != x_shape or _shape(prev) != x_shape:
+            return "mask on reshaped scores"   # (or a mask that broadcasts the scores up)
         elif t is aten.add.Tensor and len(a) == 2 and n.kwargs.get("alpha", 1) == 1 and len(others) == 1:
             m = others[0]
             if not isinstance(_val(m), torch.Tensor) or _shape(m) is None:
@@ -458,6 +456,8 @@ def _match(sm: fx.Node) -> _Match | str:
     if u is not None and u.target in _VIEWS and _shape(u) == batch + (L, Ev):
         out, out_shape = u, batch + (L, Ev)
         chain.append(u)
+    if not _val(out).is_contiguous():
+        return "result not contiguous"
     in_chain = set(chain)
     if any(z in in_chain for z in (q, k, v, kt, *(s[1] for s in steps if s[0] != "scale"))):
         return "inputs inside the pattern"
@@ -510,7 +510,11 @@ def _replacement(m: _Match, L: int, S: int, dtype: torch.dtype, out_dtype: torch
         if len(batch) == 1:
             o = o.squeeze(1)
         o = o.to(out_dtype)
-        return o if tuple(o.shape) == m.out_shape else o.reshape(m.out_shape)
+        o = o if tuple(o.shape) == m.out_shape else o.reshape(m.out_shape)
+        # the bmm's result is contiguous and the nodes after it keep the strides
+        # they were traced with: so is the kernel's (its [b, L, h, E] layout is copied
+        # where it differs, a copy the next compiled kernel fuses)
+        return o.contiguous()
 
     return fn
 
@@ -612,21 +616,28 @@ def _inline(gm: fx.GraphModule, traced: fx.GraphModule, ins: list[fx.Node], m: _
                     new.meta.setdefault("stack_trace", stack)
                 env[n] = new
     m.out.replace_all_uses_with(result)
+    # the matched nodes, then what only they used: the views and copies of q, k
+    # and v that fed the bmms, the scalar fills of where / masked_fill, ...
+    dead = [*m.fills, *(z for n in m.chain for z in n.all_input_nodes)]
     for n in sorted(m.chain, key=_order(gm), reverse=True):
         if not n.users:
             gm.graph.erase_node(n)
-    # the scalar fills of where / masked_fill, and the empty tensors full_like read
-    dead, gone = [z for z in m.fills if isinstance(z, fx.Node)], set()
+    gone = set(m.chain)
     while dead:
         z = dead.pop()
-        if z in gone:
+        if not isinstance(z, fx.Node) or z in gone or z.users or not _pure(z):
             continue
         gone.add(z)
-        if z.op == "get_attr" and not z.users:
-            gm.graph.erase_node(z)
-        elif z.op == "call_function" and not z.users and (z.target in _FACTORIES or z in m.fills or _is_cast(z)):
-            dead.extend(a for a in z.all_input_nodes)
-            gm.graph.erase_node(z)
+        dead.extend(z.all_input_nodes)
+        gm.graph.erase_node(z)
+
+
+def _pure(n: fx.Node) -> bool:
+    """`n` computes a value and nothing else (no effect, no draw from the generator)."""
+    if n.op == "get_attr":
+        return True
+    return (n.op == "call_function" and not n.is_impure()
+            and torch.Tag.nondeterministic_seeded not in getattr(n.target, "tags", ()))
 
 
 def _order(gm: fx.GraphModule):

@@ -60,7 +60,7 @@ ENV: dict[str, EnvVar] = _vars(
            "eagerly instead", "mlircap/worker.py"),
     EnvVar("MLIRCAP_FUSE_ATTENTION", "1", "0 keeps hand-written attention (matmul, softmax, "
            "matmul) as it is instead of one fused attention kernel (flash / memory-efficient); "
-           "force fuses on the CPU at any size (by default only large scores)",
+           "force fuses at any size (by default float32 on the CPU only from 256K score elements)",
            "mlircap/attention.py"),
     EnvVar("MLIRCAP_CPU_LIBRARY_OPS", "1", "0 compiles softmax, log_softmax and group_norm on the CPU "
            "instead of calling torch's vectorized kernels (partition.CPU_LIBRARY_OPS)", "python/mlircap/partition.py"),

@@ -18,7 +18,7 @@ from mlircap import attention, models
 @pytest.fixture
 def fused(monkeypatch):
     """The number of attentions fused in each graph compiled in the test; fuses
-    at any size on the CPU (MLIRCAP_FUSE_ATTENTION=force), as tests' shapes are small."""
+    at any size on the CPU (MLIRCAP_FUSE_ATTENTION=force), as tests' float32 shapes are small."""
     counts = []
     orig = attention.fuse_attention
 
@@ -242,6 +242,13 @@ def test_not_fused_when_probabilities_are_used_elsewhere(fused):
     run(tensor_scale, *qkv(), torch.rand(2, 4, 16, 1) + 0.5)
     assert fused and not any(fused)
 
+    def mask_broadcasts_scores_up(q, k, v, m):   # scores [h, L, S] + mask [b, h, L, S]
+        return torch.softmax(q[0] @ k[0].transpose(-2, -1) + m, -1) @ v
+
+    fused.clear()
+    run(mask_broadcasts_scores_up, *qkv(), torch.randn(2, 4, 16, 16))
+    assert fused and not any(fused)
+
 
 def test_float32_mask_of_bfloat16_scores_is_not_rounded(fused):
     # a float32 mask promotes bf16 scores to float32 in eager; rounding it to
@@ -277,9 +284,10 @@ def test_switch_off(fused, monkeypatch):
 def test_cpu_size_floor(fused, monkeypatch):
     # by default the CPU fuses only where its flash kernel is faster than the compiled bmm + softmax + bmm
     monkeypatch.setenv("MLIRCAP_FUSE_ATTENTION", "1")
-    run(mul_scale, *qkv())                              # float32, 2K scores: not fused
-    run(mul_scale, *qkv(b=2, h=4, L=64, S=64, dtype=torch.bfloat16), tol=2e-2)   # bf16, 32K: fused
-    assert fused == [0, 1]
+    run(mul_scale, *qkv())                                          # float32, 2K scores: not fused
+    run(mul_scale, *qkv(b=4, h=4, L=128, S=128))                    # float32, 256K: fused
+    run(mul_scale, *qkv(dtype=torch.bfloat16), tol=5e-2, float64=True)   # bf16: any size
+    assert fused == [0, 1, 1]
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt2", "vit", "llama"])
