@@ -21,28 +21,41 @@ make_fx on the graph's fake tensors, with only the flash and memory-efficient
 backends enabled; when neither applies nothing is rewritten.
 
 The match is made on values, not on one fixed sequence of nodes:
-* q, k and v are read through the views, clones and same-shape expands that
-  matmul's decomposition puts around the bmm (the deepest tensor of the
-  [*batch, L, E] shape, so no copy of q, k or v remains); k^T that is a
-  transpose of the last two dims is read as k;
-* between the scores and the softmax: casts, multiplication or division by a
-  Python scalar (the scale, anywhere in the chain), additions of a mask tensor
-  (the additive mask), and where / masked_fill with a scalar fill value of -inf
-  or at most -1e4 (a boolean mask: -inf/finfo.min causal masks); these fold
-  into one additive mask ``M`` and one ``scale``;
-* between the softmax and the second bmm: casts, clones (dropout in eval) and views.
+* the scores are the path from a bmm to the softmax along which every node has
+  one user (found from the softmax's input back); on it: views (any row-major
+  reinterpretation: view, unsqueeze, permutes of size-1 dims as einsum makes),
+  clones, casts, multiplication or division by a constant scalar (a Python
+  number or a tensor computed from constants only), additions of a mask tensor
+  (either operand; baddbmm's zeros add nothing), and where / masked_fill with a
+  constant fill of -inf or at most -1e4; these fold into one additive mask
+  ``M`` and one ``scale``. A where(cond, 0, -inf) float32 mask of bf16 scores is
+  built again in bf16 (exact);
+* softmax is _softmax or _safe_softmax, or _softmax followed by _safe_softmax's
+  decomposition (SDPA's math variant); after it: casts, clones (dropout in
+  eval) and views up to the second bmm;
+* q, k and v are read through the views, clones, same-shape expands and scalar
+  factors (SDPA's sqrt(scale) on q and k) around the bmms: the deepest tensor of
+  the [*batch, L, E] shape, so no copy of q, k or v remains; k^T that is a
+  transpose of the last two dims is read as k. q, k and v of different float
+  dtypes run in the widest (exact widening); the result is cast to the second
+  bmm's dtype.
 
 Soundness: every node from the first bmm to the second has no other user (the
 scores and the softmax are not saved for backward nor returned; training
-graphs with dropout keep their random op and never match), the mask has the
-dtype of q (no rounding of a float32 mask to bfloat16), shapes are static and
-every step keeps the scores' shape (a mask never broadcasts the scores up).
-Numerics: the fused kernels do not round the scores or probabilities to the
-input dtype, so bfloat16/float16 results differ from eager's within their
-tolerance (as inductor's fuse_attention does); float32 agrees to rounding.
-Rows whose every entry is masked: a finite fill (-1e9) gives eager a uniform
-row where the fused kernel adds the fill to the scores; with -inf eager gives
-NaN and the fused kernels 0. MLIRCAP_FUSE_ATTENTION=0 turns the rewrite off.
+graphs with dropout keep their random op and never match), a mask is exact in
+the dtype the kernel runs in (no float32 mask rounded to bfloat16), shapes are
+static and no step broadcasts the scores up; the result is contiguous, as the
+bmm's was. Numerics: the fused kernels do not round the scores or probabilities
+to the input dtype, so bfloat16/float16 results differ from eager's within their
+tolerance, usually closer to the exact result (as inductor's fuse_attention);
+float32 agrees to rounding. Rows whose every entry is masked (which causal and
+padding masks never make): with a finite fill eager gives the row's uniform
+average, the fused kernel softmax(s + fill), the same when the fill absorbs the
+scores in float32 (-1e9, finfo.min; checked on the CPU kernel) but not for a
+fill like -1e4; with -inf eager gives NaN where the fused kernels give 0.
+On the CPU, float32 attention is fused only from 256K score elements (below,
+mlircap's own bmm + softmax + bmm is as fast); MLIRCAP_FUSE_ATTENTION=0 turns the
+rewrite off, =force fuses at any size.
 """
 from __future__ import annotations
 
