@@ -56,10 +56,14 @@ def _compile_graph(backend: Callable, gm: fx.GraphModule, examples: list, uses_r
     it, or its compiled function fails on the first run before touching any input, the
     captured FX graph itself is run instead (same semantics, just not backend-compiled);
     strict=True raises instead."""
+    grad = torch.is_grad_enabled()
     try:
         with torch._C.DisableTorchFunction():
             fn = backend(gm, examples)
     except Exception as e:
+        # a graph that switches grad mode (an optimizer step's no_grad) and failed to
+        # trace halfway left the process-wide grad mode switched: restore it
+        torch._C._set_grad_enabled(grad)
         if strict:
             raise _strict_backend_error(e, gm, "the backend failed to compile a captured graph")
         if getattr(e, "propagate", False):  # the backend asked for its error to reach the user (strict mode)
@@ -178,9 +182,11 @@ class _FirstRunChecked:
             return self.fn(*args)
         vers = [a._version if isinstance(a, torch.Tensor) else None for a in args]
         rng = torch.get_rng_state() if self.uses_rng else None
+        grad = torch.is_grad_enabled()
         try:
             out = self.fn(*args)
         except Exception as e:
+            torch._C._set_grad_enabled(grad)   # a graph failing after a grad-mode switch
             if getattr(e, "propagate", False) or any(
                     isinstance(a, torch.Tensor) and a._version != v for a, v in zip(args, vers)):
                 raise

@@ -975,3 +975,35 @@ def state(m):
     return list(CALLS)
 """, [(torch.randn(2, 4),), (torch.randn(2, 4),), ((torch.randn(2, 4),), {"shift": 1.0})], graphs=2, breaks=0)
     assert c.stats.replays == 1
+
+
+def test_training_step_leaves_grad_mode_as_eager_does():
+    # A compiled train step (zero_grad, forward, backward, SGD step) after an eager step of
+    # the same function on another model: the graph of the optimizer's update (under
+    # no_grad) failed to trace halfway, after its set_grad_enabled(False) node had run,
+    # and grad mode stayed off for the whole process: the next backward raised
+    # "element 0 of tensors does not require grad".
+    import mlircap
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    m2 = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    m2.load_state_dict(m.state_dict())
+    opt, opt2 = torch.optim.SGD(m.parameters(), lr=0.1), torch.optim.SGD(m2.parameters(), lr=0.1)
+
+    def step(model, opt, x, y):
+        opt.zero_grad()
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    fast = mlircap.compile(step)
+    for _ in range(4):
+        x, y = torch.randn(4, 8), torch.randn(4, 1)
+        want = step(m2, opt2, x, y)
+        got = fast(m, opt, x, y)
+        assert torch.is_grad_enabled()
+        torch.testing.assert_close(got, want)
+        for p, q in zip(m.parameters(), m2.parameters()):
+            torch.testing.assert_close(p, q)
