@@ -125,6 +125,9 @@ def _op_name(func: Callable) -> str:
     return n
 
 
+_AUTOGRAD_STATE = ("requires_grad_", "retain_grad")
+
+
 class _GraphMixin:
     """FX recording for `_Recorder`: torch functions seen by `_Mode` become nodes of the
     current segment's graph; data-dependent results end the segment (graph break)."""
@@ -176,6 +179,12 @@ class _GraphMixin:
             return res
         if not self.uses_rng and any(w in name for w in _RNG_WORDS):
             self.uses_rng = True
+        if name in _AUTOGRAD_STATE or name == "__set__" and \
+                getattr(getattr(func, "__self__", None), "__name__", "") == "requires_grad":
+            # a graph cannot make its own tensors leaves of autograd (x.detach().requires_grad_()
+            # then .backward() in the function raised on replay): run the function eagerly
+            self.unreplayable = self.unreplayable or "setting Tensor.requires_grad changes a tensor's autograd state"
+            return res
         try:
             if dyn and (name in _SPLITTERS or name == "__iter__"):
                 raise Unreplayable(f"{name} of a tensor whose shape depends on tensor data")

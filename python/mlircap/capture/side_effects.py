@@ -8,6 +8,8 @@ import types
 from collections.abc import Collection
 from typing import Any
 
+import torch
+
 from .base import Unreplayable, _MISSING
 from .steps import Write
 from .frame_hook import _E
@@ -39,6 +41,9 @@ class _SideEffectMixin:
 
     def op_store_attr(self, frame: types.FrameType, arg: int | None, name: Any) -> None:
         obj = _E.peek(frame, 0)
+        if name == "requires_grad" and isinstance(obj, torch.Tensor):
+            # as Tensor.requires_grad_() (graph.py): a graph cannot make a tensor an autograd leaf
+            raise Unreplayable("setting Tensor.requires_grad changes a tensor's autograd state")
         if self.counters:
             self._counter_store(frame, obj, name)
         if id(obj) in self.src:

@@ -1007,3 +1007,28 @@ def test_training_step_leaves_grad_mode_as_eager_does():
         torch.testing.assert_close(got, want)
         for p, q in zip(m.parameters(), m2.parameters()):
             torch.testing.assert_close(p, q)
+
+
+@pytest.mark.parametrize("form", ["method", "attribute"])
+def test_autograd_leaf_made_inside_the_function_runs_like_eager(form):
+    # x.detach().requires_grad_() then .backward() inside the function (input gradients,
+    # gradient penalties): the graph recorded requires_grad_ as an op, which does not make
+    # a leaf, and the replay's backward raised "element 0 of tensors does not require
+    # grad". Capture now gives up on such a function (it runs eagerly, named in explain).
+    import mlircap
+
+    def step(x):
+        x = x.detach()
+        if form == "method":
+            x.requires_grad_()
+        else:
+            x.requires_grad = True
+        y = torch.nn.functional.max_pool2d(x * 2, 2)
+        y.sum().backward()
+        return x.grad * 1
+
+    fast = mlircap.compile(step)
+    for _ in range(3):
+        x = torch.randn(1, 2, 4, 4)
+        assert torch.equal(fast(x), step(x))
+    assert "autograd state" in str(fast.explain())
