@@ -317,3 +317,14 @@ def test_bert_with_padding_mask(fused):
 
     run(f, ids, mask)
     assert sum(fused) == 2, fused
+
+
+def test_cuda_fuses_only_low_precision():
+    # H200 (d2be5b1): the ViT bf16 bench's attention runs in float32 after SDPA's
+    # decomposition upcasts q and k; fused, it ran as 12 memory-efficient float32 kernels
+    # (1.40 ms) and the model was slower than compiled math. float32 stays unfused on CUDA.
+    from mlircap.attention import _worth_it
+
+    cuda = torch.device("cuda")
+    assert _worth_it(cuda, torch.bfloat16, 16) and _worth_it(cuda, torch.float16, 16)
+    assert not _worth_it(cuda, torch.float32, 1 << 24)
