@@ -54,8 +54,11 @@ def check(fn, *args, tol):
 @pytest.mark.parametrize("fn", [plain, causal], ids=lambda f: f.__name__)
 def test_attention_fused_on_cuda(kernels, fn, dtype, tol):
     check(fn, *qkv(dtype), tol=tol)
+    if dtype == torch.float32:   # no float32 flash kernel: left to compiled math (attention._worth_it)
+        assert not kernels, kernels
+        return
     assert kernels and kernels[-1], kernels   # a fused kernel, not the math variant
-    if dtype != torch.float32 and fn is plain:
+    if fn is plain:
         assert "flash" in kernels[-1][0], kernels
 
 
@@ -65,4 +68,4 @@ def test_models_fused_on_cuda(kernels, name, dtype):
     m, args = models.build(name, dtype=dtype, device="cuda")
     with torch.no_grad():
         check(m, *args, tol=1e-4 if dtype == torch.float32 else 5e-2)
-    assert len([k for k in kernels if k]) == 2, kernels   # both layers
+    assert len([k for k in kernels if k]) == (0 if dtype == torch.float32 else 2), kernels   # both layers
