@@ -77,3 +77,14 @@ def _instrs(code: types.CodeType) -> dict[int, Instr]:
     return d
 
 
+_offset_index: dict[types.CodeType, tuple[list[int], dict[int, int]]] = {}
+
+
+def _order(code: types.CodeType) -> tuple[list[int], dict[int, int]]:
+    """The code's instruction offsets in order, and each offset's position among them."""
+    r = _offset_index.get(code)
+    if r is None:
+        offs = list(_instrs(code))
+        r = (offs, {o: i for i, o in enumerate(offs)})
+        _offset_index[code] = r
+    return r

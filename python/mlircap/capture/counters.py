@@ -21,7 +21,7 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
-from ._bytecode import _instrs
+from ._bytecode import _instrs, _order
 from .guard_kinds import Equals, TypeIs
 from .steps import Write
 
@@ -49,18 +49,6 @@ class _SymExpr:
 
     def __init__(self, expr: str) -> None:
         self.expr = expr
-
-
-_offset_index: dict[types.CodeType, tuple[list[int], dict[int, int]]] = {}
-
-
-def _order(code: types.CodeType) -> tuple[list[int], dict[int, int]]:
-    r = _offset_index.get(code)
-    if r is None:
-        offs = list(_instrs(code))
-        r = (offs, {o: i for i, o in enumerate(offs)})
-        _offset_index[code] = r
-    return r
 
 
 def _binop(arg: int | None) -> str | None:

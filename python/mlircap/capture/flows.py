@@ -23,7 +23,7 @@ import sys
 import types
 from typing import Any
 
-from ._bytecode import _instrs
+from ._bytecode import _instrs, _order
 from .base import PY312
 from .classify import _classify
 from .frame_hook import _E
@@ -289,14 +289,3 @@ def _next_offsets(code: types.CodeType, off: int, ins: tuple) -> tuple[int, ...]
         return (ins[2],)
     return (nxt, ins[2]) if ins[0].startswith("POP_JUMP") and type(ins[2]) is int else (nxt,)
 
-
-_offset_index: dict[types.CodeType, tuple[list[int], dict[int, int]]] = {}
-
-
-def _order(code: types.CodeType) -> tuple[list[int], dict[int, int]]:
-    r = _offset_index.get(code)
-    if r is None:
-        offs = list(_instrs(code))
-        r = (offs, {o: i for i, o in enumerate(offs)})
-        _offset_index[code] = r
-    return r
