@@ -88,3 +88,12 @@ def _order(code: types.CodeType) -> tuple[list[int], dict[int, int]]:
         r = (offs, {o: i for i, o in enumerate(offs)})
         _offset_index[code] = r
     return r
+
+
+def _nb_op(arg: int | None) -> str | None:
+    """The operator of BINARY_OP `arg` ("+", "//", ...; in-place forms as the plain one)."""
+    try:
+        s = dis._nb_ops[arg][1]   # type: ignore[attr-defined]
+    except (IndexError, TypeError):
+        return None
+    return s[:-1] if s.endswith("=") else s

@@ -16,12 +16,11 @@ end the symbolic tracking (the write is replayed as its value, as any other).
 (flows.py does the same for numbers returned by graph breaks, following the run.)"""
 from __future__ import annotations
 
-import dis
 import types
 from dataclasses import dataclass
 from typing import Any
 
-from ._bytecode import _instrs, _order
+from ._bytecode import _instrs, _nb_op, _order
 from .guard_kinds import Equals, TypeIs
 from .steps import Write
 
@@ -52,11 +51,7 @@ class _SymExpr:
 
 
 def _binop(arg: int | None) -> str | None:
-    try:
-        s = dis._nb_ops[arg][1]   # type: ignore[attr-defined]
-    except (IndexError, TypeError):
-        return None
-    s = s[:-1] if s.endswith("=") else s
+    s = _nb_op(arg)
     return s if s in _ARITH else None
 
 

@@ -16,14 +16,13 @@ operands are the program's own values, guarded where they were read: they enter 
 expressions as literals (numbers and strings only)."""
 from __future__ import annotations
 
-import dis
 import operator
 import re
 import sys
 import types
 from typing import Any
 
-from ._bytecode import _instrs, _order
+from ._bytecode import _instrs, _nb_op, _order
 from .base import PY312
 from .classify import _classify
 from .frame_hook import _E
@@ -40,11 +39,7 @@ _MAX_STEPS = 48
 
 
 def _binop(arg: int | None) -> str | None:
-    try:
-        s = dis._nb_ops[arg][1]   # type: ignore[attr-defined]
-    except (IndexError, TypeError):
-        return None
-    s = s[:-1] if s.endswith("=") else s
+    s = _nb_op(arg)
     return s if s in _ARITH else None
 
 
