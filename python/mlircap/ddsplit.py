@@ -31,6 +31,7 @@ import torch
 import torch.fx as fx
 
 from . import logs
+from .partition import PartitionedGraph
 
 MAX_VARIANTS = 8   # compiled signatures of the part after the op; more run eagerly
 
@@ -138,55 +139,30 @@ def split_data_dependent(gm: fx.GraphModule, example_inputs: Sequence,
     # the getitems (or the op itself when nothing unpacks it) are its outputs
     op_outs = op_nodes[1:] + [dd] if any(u not in op_set for u in dd.users) or dd in final_nodes \
         or len(op_nodes) == 1 else op_nodes[1:]
-    steps: list[tuple[Callable, list[fx.Node], list[fx.Node], str]] = []
+    steps: list[tuple[Callable, list[fx.Node], list[fx.Node]]] = []
     name = getattr(dd.target, "__name__", str(dd.target))
     if before:
         outs = needed_later(before, op_nodes + after)
-        ins = [n for n in _uses(before) if n not in set(before)]
+        inside = set(before)
+        ins = [n for n in _uses(before) if n not in inside]
         sub = _subgraph(gm, before, ins, outs)
         if outs:
             examples = [example_inputs[placeholders.index(n)] for n in ins]
-            steps.append((compile_fn(sub, examples), ins, outs, "compiled"))
+            steps.append((compile_fn(sub, examples), ins, outs))
         else:   # only effects (in-place updates of inputs): run as it is
-            steps.append((sub, ins, outs, "eager"))
+            steps.append((sub, ins, outs))
     op_ins = [n for n in _uses(op_nodes) if n not in op_set]
-    steps.append((_subgraph(gm, op_nodes, op_ins, op_outs), op_ins, op_outs, "eager"))
+    steps.append((_subgraph(gm, op_nodes, op_ins, op_outs), op_ins, op_outs))
     if after:
         outs = needed_later(after, [])
-        ins = [n for n in _uses(after) if n not in set(after)]
+        inside = set(after)
+        ins = [n for n in _uses(after) if n not in inside]
         sub = _subgraph(gm, after, ins, outs)
-        steps.append((_Specialized(sub, compile_fn) if outs else sub, ins, outs, "lazy" if outs else "eager"))
-    parts = len(steps)
-    logs.log("fallback", f"graph split into {parts} parts; eager islands: "
+        steps.append((_Specialized(sub, compile_fn) if outs else sub, ins, outs))
+    logs.log("fallback", f"graph split into {len(steps)} parts; eager islands: "
                          f"{name}: data-dependent (its output shape depends on tensor data)")
-    return DataDependentSplit(placeholders, steps, out_args)
-
-
-class DataDependentSplit:
-    """Runs the steps of `split_data_dependent` in order, freeing each value after its
-    last use."""
-
-    def __init__(self, placeholders: list[fx.Node], steps: list, out_args: Any) -> None:
-        self.placeholders, self.out_args = placeholders, out_args
-        self.steps = [(fn, ins, outs) for fn, ins, outs, _ in steps]
-        self.kinds = [kind for *_, kind in steps]
-        final = set()
-        fx.node.map_arg(out_args, lambda a: final.add(a))
-        last: dict[fx.Node, int] = {}
-        for k, (_, ins, _outs) in enumerate(self.steps):
-            for n in ins:
-                last[n] = k
-        self.free_after = [[n for n, k2 in last.items() if k2 == k and n not in final]
-                           for k in range(len(self.steps))]
-
-    def __call__(self, *args: Any) -> Any:
-        env = dict(zip(self.placeholders, args))
-        for (fn, ins, outs), free in zip(self.steps, self.free_after):
-            res = fn(*[env[n] for n in ins])
-            for n in free:
-                env.pop(n, None)
-            env.update(zip(outs, res))
-        return fx.node.map_arg(self.out_args, lambda n: env[n])
+    # run in order, each value freed after its last use: the partitioner's runner
+    return PartitionedGraph(gm, steps)
 
 
 def _signature(v: Any) -> tuple:
