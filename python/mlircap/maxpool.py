@@ -148,9 +148,10 @@ def _spread(t: torch.Tensor, dim: int, step: int, offset: int, size: int) -> tor
 
 def max_pool_backward(grad_output: torch.Tensor, x: torch.Tensor, nd: int, kernel_size, stride=(), padding=(0,),
                       dilation=(1,), ceil_mode: bool = False, indices: torch.Tensor | None = None):
-    """max_pool{nd}d_with_indices_backward as eager's CPU kernel computes it (CPU only),
-    without a scatter: eager adds each output position's gradient to the input element its index
-    names (`grad_input[index] += grad_output`, in the gradient's dtype, output positions
+    """max_pool{nd}d_with_indices_backward as eager's CPU kernel computes it (and CUDA's
+    max_pool2d kernel: bfloat16/float16 summed in float32), without a scatter: eager
+    adds each output position's gradient to the input element its index names
+    (`grad_input[index] += grad_output`, in the gradient's dtype, output positions
     in row-major order). Here, for each kernel position k (row-major), the gradients of
     the windows whose index is the element under k (compared with constants, so no
     index is ever dereferenced) are laid out on the input grid at that element
@@ -161,10 +162,18 @@ def max_pool_backward(grad_output: torch.Tensor, x: torch.Tensor, nd: int, kerne
     (each inside its window); NotImplemented for what it does not handle."""
     if indices is None or not grad_output.is_floating_point() or x.ndim not in (nd + 1, nd + 2):
         return NotImplemented
-    if grad_output.device.type != "cpu":
-        return NotImplemented   # CUDA's kernel sums bfloat16/float16 gradients in float32
+    cuda = grad_output.device.type == "cuda"
+    if not (grad_output.device.type == "cpu" or cuda and nd == 2):
+        return NotImplemented   # CUDA's max_pool3d backward adds with atomics, in any order
     if grad_output.shape != indices.shape or grad_output.ndim != x.ndim or x.numel() == 0:
         return NotImplemented
+    dtype = grad_output.dtype
+    if cuda and dtype in (torch.bfloat16, torch.float16):
+        # CUDA's kernel (max_pool_backward_nchw/_nhwc) sums each input element's
+        # gradients in the same order, in float32 (accscalar_t), and rounds once
+        out = max_pool_backward(grad_output.float(), x, nd, kernel_size, stride, padding, dilation, ceil_mode,
+                                indices)
+        return out if out is NotImplemented else out.to(dtype)
     ks = _expand(kernel_size, nd)
     st = _expand(stride, nd, default=ks)
     pa = _expand(padding, nd)

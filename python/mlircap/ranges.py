@@ -6,8 +6,9 @@ logspace) do not, so integer and bfloat16/float16 linspace and low-precision
 logspace ran through torch (partition.EAGER_NUMERICS). Here:
 
 * a call whose endpoints are Python numbers has a value known when the graph is
-  traced: it is evaluated then, by eager's own CPU kernel, and becomes a constant
-  of the graph (constant folding; only up to _FOLD_MAX elements);
+  traced: it is evaluated then, by eager's own kernel on the call's device (CPU or
+  CUDA), and becomes a constant of the graph on that device (constant folding; only
+  up to _FOLD_MAX elements);
 * bfloat16/float16 with tensor endpoints (linspace.Tensor_Tensor & co.) follow
   eager's steps, each rounded to the dtype where eager's c10::BFloat16/Half
   arithmetic rounds:
@@ -22,7 +23,9 @@ logspace ran through torch (partition.EAGER_NUMERICS). Here:
   Integer dtypes with tensor endpoints stay eager (their kernel computes
   `start + step * i` with a fused multiply-add in double and truncates).
 
-CPU only: eager's CUDA kernels compute otherwise (partition._CUDA_EAGER_NUMERICS).
+Tensor endpoints: CPU only; eager's CUDA kernels compute otherwise (single
+precision steps, contracted multiply-adds: partition._CUDA_EAGER_NUMERICS), so there
+those calls stay eager islands.
 """
 from __future__ import annotations
 
@@ -44,15 +47,17 @@ def _number(x) -> bool:
     return isinstance(x, (int, float, bool)) and not isinstance(x, torch.SymInt)
 
 
-def _fold(op, args, kwargs, dtype):
-    """`op(*args, **kwargs)` evaluated now by eager's CPU kernel: a constant of the
-    graph being traced, or None when it is too large."""
+def _fold(op, args, kwargs, dtype, device):
+    """`op(*args, **kwargs)` evaluated now by eager's kernel on `device` (the CPU's or
+    CUDA's, which compute differently): a constant of the graph being traced, on that
+    device, or None when it is too large."""
     steps = args[2]
     if not isinstance(steps, int) or steps > _FOLD_MAX:
         return None
+    device = torch.device(device) if device is not None else torch.get_default_device()
     # uint8 and bfloat16/float16 constants held as int16 / float32 (exact) and converted
     held = {torch.uint8: torch.int16, torch.bfloat16: torch.float32, torch.float16: torch.float32}.get(dtype, dtype)
-    value = _now(lambda: op(*args, **{**kwargs, "device": "cpu"}).to(held))
+    value = _now(lambda: op(*args, **{**kwargs, "device": device}).to(held))
     return torch.ops.aten.lift_fresh_copy.default(value).to(dtype)   # a constant of the graph
 
 
@@ -112,13 +117,19 @@ def _logspace_low(start, end, steps, base, dtype, device):
 
 
 def _checked(start, end, steps, dtype, device):
-    """(tensor endpoints, whether the value depends on no tensor) for a call this
-    module may handle, or None. With fewer than two steps only `start` is read."""
+    """(whether the call is on the CPU, whether the value depends on no tensor) for a
+    call this module may handle, or None. With fewer than two steps only `start` is
+    read. On another device only the constant fold applies (it runs that device's
+    own kernel)."""
     tensors = [x for x in (start, end) if isinstance(x, torch.Tensor)]
-    if not _cpu(device, tensors) or not isinstance(steps, int) or steps < 0 or any(x.numel() != 1 for x in tensors):
+    if not isinstance(steps, int) or steps < 0 or any(x.numel() != 1 for x in tensors):
         return None
     used = (start,) if steps <= 1 else (start, end)
-    return tensors, not any(isinstance(x, torch.Tensor) for x in used)
+    constant = not any(isinstance(x, torch.Tensor) for x in used)
+    cpu = _cpu(device, tensors)
+    if not cpu and not constant:
+        return None
+    return cpu, constant
 
 
 def _without_uint8(op, start, end, *args, **kwargs):
@@ -140,16 +151,16 @@ def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_mem
     checked = _checked(start, end, steps, dtype, device)
     if checked is None:
         return NotImplemented
+    cpu, constant = checked
     if dtype not in _DTYPES:
-        out = _without_uint8(torch.linspace, start, end, steps, dtype=dtype, device=device)
+        out = _without_uint8(torch.linspace, start, end, steps, dtype=dtype, device=device) if cpu else None
         return NotImplemented if out is None else out
-    tensors, constant = checked
     if constant:   # (with fewer than two steps `end` is not read)
         end = end if steps > 1 else 0
-        folded = _fold(torch.linspace, (start, end, steps), {"dtype": dtype}, dtype)
+        folded = _fold(torch.linspace, (start, end, steps), {"dtype": dtype}, dtype, device)
         if folded is not None:
             return folded
-    if dtype in _LOW and steps >= 1:
+    if cpu and dtype in _LOW and steps >= 1:
         return _linspace_low(start, end, steps, dtype, device)
     return NotImplemented
 
@@ -160,15 +171,15 @@ def logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, device=No
     checked = _checked(start, end, steps, dtype, device)
     if checked is None or not _number(base):
         return NotImplemented
+    cpu, constant = checked
     if dtype not in _DTYPES:
-        out = _without_uint8(torch.logspace, start, end, steps, base, dtype=dtype, device=device)
+        out = _without_uint8(torch.logspace, start, end, steps, base, dtype=dtype, device=device) if cpu else None
         return NotImplemented if out is None else out
-    tensors, constant = checked
     if constant:
         end = end if steps > 1 else 0
-        folded = _fold(torch.logspace, (start, end, steps, base), {"dtype": dtype}, dtype)
+        folded = _fold(torch.logspace, (start, end, steps, base), {"dtype": dtype}, dtype, device)
         if folded is not None:
             return folded
-    if dtype in _LOW and steps >= 1:
+    if cpu and dtype in _LOW and steps >= 1:
         return _logspace_low(start, end, steps, base, dtype, device)
     return NotImplemented
