@@ -29,16 +29,20 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   typeinfo       type introspection: MRO lookups, descriptors, class dicts, __slots__
   guard_kinds    the guard kinds, one frozen record each (check / code / describe)
   guards         _GuardMixin, Placed, _GlobalState, guard merging and compilation
+  counters       _CounterMixin: int attributes incremented / compared (`self.step += 1`), not guarded by value
   values         _ValueMixin: constants and value reconstruction (expr_of)
   sources        _SourceMixin: guarding values read from external locations, snapshots
   side_effects   _SideEffectMixin: STORE_* handlers and the writes replayed
   graph          _GraphMixin, _Seg, _Mode: FX recording of tensor operations
+  np_ops         the NumPy operations translated: operator tables, torch._numpy application, replay steps
+  np_plan        _NumpyPlanMixin: which instruction on a tracked array translates to what
   np_interop     _NumpyMixin: NumPy arrays computed from tensors, recorded through torch._numpy
   rng            the RNG state a replay that misses restores after logged uncapturable calls
-  counters       _CounterMixin: int attributes incremented / compared (`self.step += 1`), not guarded by value
   flows          _FlowMixin: numbers from graph breaks followed to their use (branch outcome guards, printed)
   special_calls  _SpecialCallMixin: methods of opaque call results (`with fork_rng()`), lru_cache calls
-  tracer         _TracerMixin, _HANDLERS: the opcode tracer
+  reads          _ReadMixin: LOAD_GLOBAL / LOAD_ATTR / LOAD_DEREF reads of external state, guarded
+  calls          _CallMixin: CALL handlers, call kinds, uncapturable calls replayed as graph breaks
+  tracer         _TracerMixin, _HANDLERS: the settrace callbacks and the opcode -> handler table
   recorder       _Recorder: the state of one recording run (all mixins)
   graph_compile  compiling graphs with the backend (fallbacks, first-run check, double backward)
   replay         _Variant, _GraphVariant (generated replay code), _EagerVariant

@@ -1,0 +1,305 @@
+"""Opcode handlers for calls (`_CallMixin`): CALL / CALL_FUNCTION_EX and what a call is
+(`classify._call_kind`): safe, a reflective read (getattr, vars), a write (setattr, a mutating
+method), a ContextVar access, a disabled logger's call (a guard, no break), or uncapturable:
+a graph break whose replay step runs the call eagerly and whose result is guarded or followed."""
+from __future__ import annotations
+
+import contextvars
+import copy
+import logging
+import sys
+import types
+from collections.abc import Callable
+from logging import Logger as logging_Logger
+from typing import Any
+
+import torch
+
+from .base import Unreplayable, _Canned, _MISSING
+from .guard_kinds import Equals, TypeIs
+from .steps import CallStep
+from .frame_hook import _E, _NULL
+from .classify import _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _func_qualname
+from .locations import _frame_loc
+from .typeinfo import _is_opaque_value
+from .rng import _unlog
+from .special_calls import _SpecialCallMixin, _is_context_manager
+from .flows import _FlowMixin
+from .reads import _ReadMixin
+
+
+class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
+    """For `_Recorder` (through `_TracerMixin`): the CALL handlers, the kinds of calls, and the
+    uncapturable call replayed as a graph break (`_external_call`, `_call_result`)."""
+
+    def op_kw_names(self, frame: types.FrameType, arg: int | None, argval: Any) -> None:
+        self.kwnames[frame] = frame.f_code.co_consts[arg] if not isinstance(argval, tuple) else argval
+
+    def op_call(self, frame: types.FrameType, argc: int, argval: Any) -> None:
+        kw = self.kwnames.pop(frame, ())
+        meth = _E.peek(frame, argc + 1)
+        if meth is not _NULL:
+            f = meth
+            slot = argc + 1
+            args = [_E.peek(frame, argc - i) for i in range(argc + 1)]
+        else:
+            f = _E.peek(frame, argc)
+            slot = argc
+            args = [_E.peek(frame, argc - 1 - i) for i in range(argc)]
+        nkw = len(kw)
+        if nkw:
+            kwargs = dict(zip(kw, args[len(args) - nkw:]))
+            args = args[:len(args) - nkw]
+        else:
+            kwargs = {}
+        self._on_call(frame, f, args, kwargs, slot)
+
+    def op_call_ex(self, frame: types.FrameType, arg: int | None, argval: Any) -> None:
+        has_kw = arg & 1
+        f = _E.peek(frame, 1 + has_kw)
+        cargs = _E.peek(frame, has_kw)
+        kwargs = _E.peek(frame, 0) if has_kw else {}
+        if type(cargs) is not tuple:
+            # f(*it): CPython turns the iterable into a tuple when the call runs; do it
+            # now and hand it that tuple, so looking at the arguments does not exhaust an
+            # iterator (x.permute(*reversed(range(n))))
+            try:
+                cargs = tuple(cargs)
+            except Exception:
+                return  # the call raises the same error itself
+            _E.poke(frame, has_kw, cargs)
+        if has_kw and type(kwargs) is not dict:
+            try:
+                kwargs = dict(kwargs)
+            except Exception:
+                return
+            _E.poke(frame, 0, kwargs)
+        self._on_call(frame, f, list(cargs), dict(kwargs), 1 + has_kw)
+
+    def _on_call(self, frame: types.FrameType, f: Any, args: list, kwargs: dict, slot: int | None = None) -> None:
+        if slot is not None and f is _IS_COMPILING:
+            # A recording is a compilation: code the tracer follows (the user's, and
+            # libraries like transformers that keep data-dependent checks out of compiled
+            # graphs) asking torch.compiler.is_compiling() is answered True, as under
+            # torch.compile.  torch's own (untraced) code keeps torch's answer: there it
+            # selects Dynamo-only machinery.
+            _E.poke(frame, slot, _Canned(True))
+            return
+        if self.np_tensor_of_source(frame, f, args, kwargs, slot) or self._cached_call(frame, f, args, kwargs, slot):
+            return
+        if any(f is r for r in _FRAME_READERS):
+            if f is globals or f is sys._getframe:
+                raise Unreplayable(f"{f.__name__}() reads the calling frame, which a replay does not have")
+            if not (args or kwargs):
+                # locals() / vars() / dir(): a snapshot of this frame's variables, which the
+                # tracer sees (replayed elsewhere it would read the replay's own frame)
+                return
+        kind = _call_kind(f)
+        recv = self._opaque_method(f, args)
+        if recv is not None:
+            kind = "external"
+        if kind == "external" and recv is None and (_pure_ufunc_call(f, args, kwargs) or
+                                   f is id and frame.f_code.co_filename == copy.__file__):
+            # id() in copy.deepcopy (dataclasses.asdict, ...): the keys of its memo of objects
+            # already copied, which never leave it
+            kind = "safe"
+        so = getattr(f, "__self__", None)
+        if so is None and args and type(f) is types.FunctionType:
+            so = args[0]   # m.parameters() called as a method: f is the function, args[0] is m
+        if isinstance(so, torch.nn.Module) and getattr(f, "__name__", "") in _MODULE_WALKERS \
+                and id(so) in self.src:
+            # parameters()/modules()/... run in torch code we do not trace: source the whole
+            # subtree now so the yielded modules/parameters/buffers are known and guarded
+            self._source_module_tree(so)
+        elif isinstance(so, torch.nn.Module) and getattr(f, "__name__", "") == "state_dict" and \
+                id(so) in self.src and not args[1 if getattr(f, "__self__", None) is None else 0:] and \
+                set(kwargs) <= {"keep_vars"}:
+            self._state_dict_tree(so)
+        if self.lazy or self.lazy_objs:
+            ff = getattr(f, "__func__", f)
+            traced = type(ff) is types.FunctionType and _classify(ff.__code__) == "user"
+            if not traced:
+                if kind == "mutator" and getattr(f, "__name__", "") in _WRITE_ONLY:
+                    self.touch_deep(list(args[1:] if getattr(f, "__self__", None) is None else args)
+                                    + list(kwargs.values()))
+                elif kind == "external":
+                    for o in list(self.lazy.values()):
+                        self.touch(o[0])
+                else:
+                    self.touch_deep(list(args) + list(kwargs.values()) +
+                                    ([f.__self__] if hasattr(f, "__self__") else []))
+        if kind == "safe":
+            return
+        if kind == "getattr":
+            if len(args) >= 2 and type(args[1]) is str and id(args[0]) in self.src:
+                self._fake_load_attr(args[0], args[1])
+            return
+        if kind == "vars":
+            if len(args) == 1 and id(args[0]) in self.src and hasattr(args[0], "__dict__"):
+                self._fake_load_attr(args[0], "__dict__")
+            return
+        if kind == "setattr":
+            if args and id(args[0]) in self.src and len(args) >= 2:
+                self.dirty.add((id(args[0]), args[1]))
+                if type(args[1]) is str:
+                    self.stored[id(args[0])].add(args[1])
+            return
+        if kind == "ctxvar":
+            # ContextVar state is modelled like other external state: reads of values not set
+            # by this call are guarded, the net change is replayed at the end
+            cv = getattr(f, "__self__", None)
+            if not isinstance(cv, contextvars.ContextVar):
+                cv = args[0]
+            if cv not in self.cv_snap:
+                self.cv_snap[cv] = cv.get(_MISSING)
+                self.keep.append(cv)
+            name = f.__name__
+            if name == "set":
+                self.cv_local.add(cv)
+            elif name == "reset":   # back to an earlier value (possibly the pre-call one)
+                self.cv_local.discard(cv)
+            elif cv not in self.cv_local:
+                # a read that depends on the value the variable had before this call
+                self.read(f"{self.const(cv)}.get({self.const(_MISSING)})", f"ContextVar {cv.name!r}",
+                          self.cv_snap[cv])
+            return
+        if kind == "weakref":
+            if id(f) in self.src:
+                r = f()
+                if r is not None:
+                    self.read(f"{self.src[id(f)][0]}()", f"{self.src[id(f)][1]}()", r)
+            return
+        if kind == "mutator":
+            so = getattr(f, "__self__", None)
+            if so is None or isinstance(so, type):
+                so = args[0] if args else None
+            if id(so) in self.src:
+                self.dirty.add((id(so), "*"))
+            return
+        if self._disabled_log_call(f, args, kwargs):
+            self._flow_unused(frame)
+            return
+        # uncapturable call: replay it eagerly
+        reason = f"call to uncapturable {_func_qualname(f)}"
+        if recv is not None:
+            f, args = recv
+        self._external_call(frame, f, args, kwargs, reason, slot)
+
+    def _disabled_log_call(self, f: Any, args: list, kwargs: dict) -> bool:
+        """`log.debug(...)` (info, warning, ..., log(level, ...)) on a standard library logger
+        that is not enabled for that level does nothing: no graph break, a guard that the
+        logger is still disabled for the level instead (an enabled logger writes: a break)."""
+        fn = getattr(f, "__func__", f)
+        so = getattr(f, "__self__", None)
+        rest = list(args)
+        if so is None:
+            if not rest:
+                return False
+            so = rest.pop(0)
+        name = getattr(fn, "__name__", None)
+        if not isinstance(so, (logging.Logger, logging.LoggerAdapter)) or name not in _LOG_LEVELS:
+            return False
+        base = logging.Logger if isinstance(so, logging.Logger) else logging.LoggerAdapter
+        if base.__dict__.get(name) is not fn or type(so).isEnabledFor is not base.isEnabledFor:
+            return False   # an overriding subclass may do anything
+        level = _LOG_LEVELS[name]
+        if level is None:   # log(level, msg, ...)
+            level = rest[0] if rest else kwargs.get("level")
+            if type(level) is not int:
+                return False
+        s = self.src.get(id(so))
+        if s is None or s[2] == "opaque":
+            return False
+        try:
+            if so.isEnabledFor(level):
+                return False
+        except Exception:
+            return False
+        self.guard(Equals(f"{s[0]}.isEnabledFor({level})", f"{s[1]}.isEnabledFor({level})", False))
+        return True
+
+    def _external_call(self, frame: types.FrameType, f: Any, args: list, kwargs: dict, reason: str,
+                       slot: int | None = None, substitute: Callable[[Any], None] | None = None) -> None:
+        i = self.ext_seen
+        self.ext_seen += 1
+        if i < len(self.catchup):
+            # this call already ran in a replay whose mid-replay guard then failed: its
+            # side effects happened, so the program gets that call's result instead (and
+            # the RNG state it left, where it wrote the RNG: rng.py)
+            value = _unlog(self.catchup[i])
+            if substitute is not None:
+                substitute(value)
+            elif slot is None:
+                raise Unreplayable("internal: cannot substitute an uncapturable call")
+            else:
+                _E.poke(frame, slot, _Canned(value))
+        try:
+            try:
+                fe = self.expr_of(f)
+            except Unreplayable:
+                so = getattr(f, "__self__", None)
+                if so is not None and not isinstance(so, types.ModuleType) and id(so) not in self.src \
+                        and not isinstance(so, (logging_Logger, torch.Generator)):
+                    raise
+                fe = self.const(f)  # the same callable object is called again at replay
+            ae = [self._flow_arg(frame, a) or self.expr_of(a) for a in args]
+            ke = {k: self._flow_arg(frame, v) or self.expr_of(v) for k, v in kwargs.items()}
+        except Unreplayable as e:
+            self.unreplayable = self.unreplayable or f"{reason}: {e}"
+            return
+        self._close_seg()
+        k = self.ncalls
+        self.ncalls += 1
+        self.steps.append(CallStep(k, fe, ae, ke, reason, external=True))
+        self._add_break(reason, _frame_loc(frame))
+        self.ext_depth += 1
+
+        def finish(fr: types.FrameType) -> None:
+            self.ext_depth -= 1
+            res = _E.peek(fr, 0)
+            if type(res) in (int, float) and self._follow_result(fr, k, res):
+                return   # followed: guarded where the program uses it (flows.py)
+            self._call_result(k, res, external=True)
+            if fr in self.flow_frames:
+                self._flow_tick(fr)   # flows of this frame: this step took their pending slot
+        finish.is_call = True  # type: ignore[attr-defined]
+        self.pending[frame] = finish
+
+    def _call_result(self, k: int, res: Any, external: bool = False) -> None:
+        name = f"b{k}"
+        if isinstance(res, torch.Tensor):
+            self._source(res, name, f"<result of break {k}>", argrooted=True)
+        elif _is_opaque_value(res) or external and _is_context_manager(res):
+            # e.g. a ContextVar token: passed on to other replayed calls, never inspected; a
+            # library's context manager (its methods are replayed calls: special_calls.py)
+            self.src[id(res)] = (name, f"<result of break {k}>", "opaque")
+            self.keep.append(res)
+            if not _is_opaque_value(res):
+                self.guard(TypeIs(name, f"type(<result of break {k}>)", type(res)))
+        else:
+            try:
+                self._source(res, name, f"<result of break {k}>", argrooted=True)
+            except Unreplayable as e:
+                self.unreplayable = self.unreplayable or str(e)
+
+
+_IS_COMPILING = torch.compiler.is_compiling
+_FRAME_READERS = (locals, vars, dir, globals, sys._getframe)
+
+
+def _pure_ufunc_call(f: Any, args: list, kwargs: dict) -> bool:
+    """A NumPy ufunc called without an output argument (`np.sqrt(d)`, `np.maximum(a, 0)`):
+    a pure function of its arguments, which are guarded values (arrays are guarded by
+    contents, tracked arrays were translated or materialized before), so its result is
+    one too; ufunc methods (`np.add.at`, which writes) are not ufuncs."""
+    np = sys.modules.get("numpy")
+    if np is None or not isinstance(f, np.ufunc) or kwargs or len(args) > f.nin:
+        return False
+    # arrays and numbers only: a tensor argument is read by NumPy's C code (Tensor.__array__)
+    return all(type(a) in (int, float, bool, complex) or isinstance(a, (np.generic, np.ndarray)) for a in args)
+
+# logger methods that only write when the logger is enabled for their level (None: the
+# level is the first argument)
+_LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+               "error": logging.ERROR, "exception": logging.ERROR, "critical": logging.CRITICAL,
+               "fatal": logging.CRITICAL, "log": None}

@@ -1,0 +1,233 @@
+"""Opcode handlers for reads of external state (`_ReadMixin`): globals and builtins, attributes
+of modules, classes, objects and tensors, closure cells, and the module trees untraced torch code
+walks (`m.parameters()`, `m.state_dict()`).  Each read becomes a guard on the value read (or on
+what it resolves to: class attributes against monkeypatching and instance shadowing)."""
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+
+from .base import Unreplayable, _MISSING
+from .guard_kinds import ClassAttr, Equals, Keys, Lengths, NoClassAttr, NoKey
+from .frame_hook import _E, _NULL
+from .classify import _PRIM
+from .typeinfo import _class_dicts, _is_data_descr, _is_ndarray, _mro_lookup
+from .counters import _CounterMixin
+
+
+class _ReadMixin(_CounterMixin):
+    """For `_Recorder` (through `_TracerMixin`): LOAD_GLOBAL / LOAD_ATTR / LOAD_DEREF and the
+    attribute reads of `getattr` / `vars` calls, turned into guards."""
+
+    def op_load_global(self, frame: types.FrameType, arg: int | None, name: Any) -> None:
+        g = frame.f_globals
+        if name not in g:
+            # resolved to a builtin: guard (once per module, at the end) that the module
+            # does not shadow it later, and that builtins[name] is still the same object
+            self.builtin_reads.setdefault(id(g), (g, set()))[1].add(name)
+            if self.ncalls == 0:
+                self._group_key((g,))  # pin the globals' version as of this read
+            b = frame.f_builtins
+            if name in b:
+                self.read(f"{self.const(b)}[{name!r}]", f"builtins.{name}", b[name], id(b), name, group=(b,))
+            return
+        if (id(g), name) in self.dirty:
+            return
+        c = self.const(g, f"globals of {g.get('__name__')}")
+        self.read(f"{c}[{name!r}]", f"G[{name!r}]", g[name], id(g), name, group=(g,))
+
+    def op_load_attr(self, frame: types.FrameType | None, arg: int | None, name: str, obj: Any = _NULL) -> None:
+        if obj is _NULL:
+            obj = _E.peek(frame, 0)
+        s = self.src.get(id(obj))
+        if isinstance(obj, torch.Tensor):
+            self._tensor_attr(obj, name, s)
+            return
+        if s is None or type(obj) in _PRIM:
+            return
+        expr, pretty, kind = s
+        if kind == "opaque":
+            if callable(_mro_lookup(type(obj), name)[1]) and name not in getattr(obj, "__dict__", ()):
+                return   # a method of its (guarded) type: calling it is a replayed call
+            raise Unreplayable(f"attribute {name!r} read from an opaque value returned by an uncapturable call")
+        if (id(obj), name) in self.counters and self._counter_read(frame, obj, obj.__dict__, name, "", pretty, ()):
+            return
+        if (id(obj), name) in self.dirty:
+            return
+        if name == "__dict__":
+            d = getattr(obj, "__dict__", None)
+            if id(obj) in self.lazy_objs:
+                self.full_obj(obj)
+            if isinstance(d, dict):
+                self.read(f"{expr}.__dict__", f"vars({pretty})", d)
+            return
+        if isinstance(obj, torch.nn.Module):
+            d = obj.__dict__
+            _, raw = _mro_lookup(type(obj), name)
+            if raw is not _MISSING and (_is_data_descr(raw) or name not in d):
+                # property / method / class data: a getter itself is traced; the class
+                # attribute is guarded against monkeypatching and instance shadowing
+                self._class_attr(obj, name, pretty)
+                return
+            # the module is identity-guarded, so its attribute dicts are bound as constants
+            if name in d and type(d[name]) is int and \
+                    self._counter_read(frame, obj, d, name, f"{self.const(d)}[{name!r}]", f"{pretty}.{name}", (d,)):
+                return
+            if name in d:
+                self.read(f"{self.const(d)}[{name!r}]", f"{pretty}.{name}", d[name], id(obj), name, group=(d,))
+                return
+            for store in ("_parameters", "_buffers", "_modules"):
+                sd = d.get(store)
+                if sd is not None and name in sd:
+                    self.read(f"{self.const(sd)}[{name!r}]", f"{pretty}.{name}", sd[name], id(obj), name,
+                              group=(sd,))
+                    return
+            return
+        if isinstance(obj, types.ModuleType):
+            d = obj.__dict__
+            if name in d:
+                self.read(f"{self.const(d)}[{name!r}]", f"{pretty}.{name}", d[name], id(obj), name, group=(d,))
+            return
+        if isinstance(obj, type):
+            try:
+                v = getattr(obj, name)
+            except Exception:
+                return
+            self.read(f"{expr}.{name}", f"{pretty}.{name}", v, id(obj), name,
+                      group=_class_dicts(obj) if expr.startswith("C[") else None)
+            return
+        if _is_ndarray(obj):
+            return  # guarded by contents
+        argrooted = kind is True
+        cls = type(obj)
+        _, raw = _mro_lookup(cls, name)
+        if raw is not _MISSING and _is_data_descr(raw):
+            if type(raw) in (types.MemberDescriptorType, types.GetSetDescriptorType):
+                # __slots__ member / C getset: the value read is the state to guard
+                try:
+                    v = getattr(obj, name)
+                except Exception:
+                    return
+                self.read(f"{expr}.{name}", f"{pretty}.{name}", v, id(obj), name)
+            self._class_guard(cls, name, raw, f"type({pretty}).{name}")
+            return
+        d = getattr(obj, "__dict__", None)
+        if type(d) is dict and name in d:
+            # argument objects are guarded eagerly (whole __dict__); others lazily, here
+            if not argrooted and type(d[name]) is int and id(obj) in self.lazy_objs and \
+                    self._counter_read(frame, obj, d, name, f"{self.const(d)}[{name!r}]", f"{pretty}.{name}", (d,)):
+                return
+            if not argrooted:
+                self.read(f"{self.const(d)}[{name!r}]", f"{pretty}.{name}", d[name], id(obj), name, group=(d,))
+            return
+        if raw is not _MISSING:
+            self._class_attr(obj, name, pretty, argrooted)
+
+    def _tensor_attr(self, t: torch.Tensor, name: str, s: tuple | None) -> None:
+        """An attribute read on a tensor: Python attributes set on it (`t.tag`) are guarded
+        by value, methods and properties against monkeypatching of the tensor class."""
+        cls = type(t)
+        _, raw = _mro_lookup(cls, name)
+        if (raw is _MISSING or not _is_data_descr(raw)) and s is not None and s[2] != "opaque":
+            expr, pretty = s[0], s[1]
+            if (id(t), name) in self.dirty:
+                return
+            d = t.__dict__
+            keys = list(d)
+            self.guard(Keys(f"{expr}.__dict__", f"vars({pretty})", tuple(keys)))
+            if name in d:
+                self.read(f"{expr}.__dict__[{name!r}]", f"{pretty}.{name}", d[name], id(t), name)
+                return
+        self._class_guard(cls, name, raw, f"{cls.__name__}.{name}")
+
+    def _class_attr(self, obj: object, name: str, pretty: str, argrooted: bool = False) -> None:
+        """Attribute found on the class (not the instance): guard the class attribute against
+        monkeypatching, and (for non-data descriptors and plain class data) that no instance
+        attribute shadows it."""
+        cls = type(obj)
+        _, raw = _mro_lookup(cls, name)
+        if raw is _MISSING:
+            return
+        if not _is_data_descr(raw) and not argrooted:  # arguments: their keys are guarded
+            d = getattr(obj, "__dict__", None)
+            if type(d) is dict:
+                self.guard(NoKey(self.const(d), pretty, name), group=(d,))
+        self._class_guard(cls, name, raw, f"type({pretty}).{name}")
+
+    def _class_guard(self, cls: type, name: str, raw: object, pretty: str) -> None:
+        """Guard what `name` resolves to on `cls` (the raw MRO entry, or its absence)."""
+        group = _class_dicts(cls)
+        if not group:
+            return  # immutable (C) types cannot be monkeypatched
+        cc = self.const(cls)
+        if raw is _MISSING:
+            self.guard(NoClassAttr(cls, name, pretty), group=group)
+            return
+        try:
+            vis = getattr(cls, name)
+        except Exception:
+            vis = _MISSING
+        if vis is raw or (type(raw) is staticmethod and vis is raw.__func__):
+            self.read(f"{cc}.{name}", pretty, vis, id(cls), name, group=group)
+        else:  # classmethod or a custom descriptor: compare the raw MRO entry
+            self.guard(ClassAttr(cls, name, raw, pretty), group=group)
+
+    def op_load_deref(self, frame: types.FrameType, arg: int | None, name: Any) -> None:
+        cell = _E.local_raw(frame, arg)
+        e = self.ext_cells.get(id(cell))
+        if e is None or (id(cell), "cell") in self.dirty:
+            return
+        try:
+            v = cell.cell_contents
+        except ValueError:
+            return
+        self.read(f"{e[0]}.cell_contents", e[1], v, id(cell), "cell")
+
+    def _state_dict_tree(self, root: torch.nn.Module) -> None:
+        """`m.state_dict()` runs in torch code we do not trace: when no module of the subtree
+        customizes it (state_dict / _save_to_state_dict / get_extra_state overridden, state
+        dict hooks), source the subtree (the parameters and buffers it returns are known and
+        guarded) and guard what else it reads: no hooks, the non-persistent buffer names, the
+        class methods."""
+        base = torch.nn.Module
+        mods = list(root.modules())
+        for m in mods:
+            cls = type(m)
+            if any(getattr(cls, n, None) is not getattr(base, n) for n in _STATE_DICT_METHODS) or \
+                    m._state_dict_hooks or m._state_dict_pre_hooks:
+                return
+        self._source_module_tree(root)
+        for m in mods:
+            s = self.src.get(id(m))
+            if s is None:
+                return
+            self.guard(Lengths((m._state_dict_hooks, m._state_dict_pre_hooks), (0, 0), f"{s[1]} state_dict"))
+            nps = m._non_persistent_buffers_set
+            self.guard(Equals(self.const(nps), f"{s[1]}._non_persistent_buffers_set", set(nps)))
+            for n in _STATE_DICT_METHODS:
+                self._class_attr(m, n, s[1])
+
+    def _source_module_tree(self, m: torch.nn.Module, seen: set[int] | None = None) -> None:
+        seen = set() if seen is None else seen
+        if id(m) in seen:
+            return
+        seen.add(id(m))
+        s = self.src.get(id(m))
+        if s is None:
+            return
+        for store in ("_parameters", "_buffers", "_modules"):
+            d = m.__dict__[store]
+            dc = self.const(d)
+            self.guard(Keys(dc, f"{s[1]}.{store}", tuple(d.keys())))
+            for k, v in d.items():
+                self.read(f"{dc}[{k!r}]", f"{s[1]}.{k}", v, id(m), k)
+                if isinstance(v, torch.nn.Module):
+                    self._source_module_tree(v, seen)
+
+    def _fake_load_attr(self, obj: object, name: str) -> None:
+        self.op_load_attr(None, None, name, obj)
+
+
+_STATE_DICT_METHODS = ("state_dict", "_save_to_state_dict", "get_extra_state")
