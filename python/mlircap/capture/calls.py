@@ -122,6 +122,8 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
                 if kind == "mutator" and getattr(f, "__name__", "") in _WRITE_ONLY:
                     self.touch_deep(list(args[1:] if getattr(f, "__self__", None) is None else args)
                                     + list(kwargs.values()))
+                elif kind == "external" and _reads_only_its_operands(f, args, kwargs):
+                    pass   # nothing it reads can be a container of the program's
                 elif kind == "external":
                     for o in list(self.lazy.values()):
                         self.touch(o[0])
@@ -297,6 +299,25 @@ def _pure_ufunc_call(f: Any, args: list, kwargs: dict) -> bool:
         return False
     # arrays and numbers only: a tensor argument is read by NumPy's C code (Tensor.__array__)
     return all(type(a) in (int, float, bool, complex) or isinstance(a, (np.generic, np.ndarray)) for a in args)
+
+def _reads_only_its_operands(f: Any, args: list, kwargs: dict) -> bool:
+    """A method of a built-in C type (a static type: `io.StringIO.write`, a file's write)
+    called with numbers and strings only: C code that reads its receiver and arguments and
+    runs no Python code, so it cannot read a list or deque of the program (which an
+    uncapturable call otherwise might: all lazily guarded containers are guarded then)."""
+    if type(f) is types.MethodDescriptorType and args and isinstance(args[0], f.__objclass__):
+        so, args = args[0], args[1:]   # o.write(s) as CALL runs it: the descriptor, o, s
+    elif type(f) is types.BuiltinMethodType:
+        so = f.__self__
+    else:
+        return False
+    if so is None or isinstance(so, (type, types.ModuleType)) or type(so).__flags__ & _HEAPTYPE:
+        return False
+    return all(type(a) in _SCALAR_ARGS for a in list(args) + list(kwargs.values()))
+
+
+_HEAPTYPE = 1 << 9   # Py_TPFLAGS_HEAPTYPE: classes made by Python code (and 3.12's heap C types)
+_SCALAR_ARGS = (str, bytes, int, float, bool, type(None))
 
 # logger methods that only write when the logger is enabled for their level (None: the
 # level is the first argument)

@@ -64,11 +64,11 @@ _SAFE_BUILTIN_NAMES = {
     "staticmethod", "classmethod", "ascii", "bin", "hex", "oct", "StopIteration",
 }
 _SAFE_SELF_TYPES = (str, list, dict, tuple, int, float, set, frozenset, bytes, bool,
-                    collections.OrderedDict, type({}.keys()), type({}.values()), type({}.items()))
+                    collections.OrderedDict, collections.deque, type({}.keys()), type({}.values()), type({}.items()))
 _MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault",
              "add", "discard", "sort", "reverse", "popitem", "__setitem__", "__delitem__",
              "difference_update", "intersection_update", "symmetric_difference_update",
-             "move_to_end", "__iadd__"}
+             "move_to_end", "__iadd__", "appendleft", "extendleft", "popleft", "rotate"}
 _SAFE_MODULES = ("_abc", "abc", "math", "operator", "itertools", "functools", "_operator", "_functools",
                  "collections", "_collections", "dataclasses", "copy", "numbers", "cmath",
                  "string")
@@ -219,7 +219,7 @@ def _call_kind(f: object) -> str:
             return "external"   # gen.manual_seed(s) / get_state(): replayed in order, like the bound form
         if objc is not None and (objc.__module__.startswith("torch") or objc is object):
             return "safe"
-        if objc in (list, dict, set, collections.OrderedDict):
+        if objc in (list, dict, set, collections.OrderedDict, collections.deque):
             return "mutator" if f.__name__ in _MUTATORS else "safe"
         if objc is not None and issubclass(objc, _SAFE_SELF_TYPES):
             return "safe"

@@ -122,6 +122,19 @@ class _SideEffectMixin:
                             if id(x) not in self.src and type(x) not in _PRIM:
                                 raise Unreplayable("list rewritten in place")
                     out.append(Write("slice", expr, None, list(v)))
+            elif kind == "deque":
+                if len(v) >= len(snap) and all(a is b for a, b in zip(v, snap)):
+                    if len(v) > len(snap):   # appended (as at replay: through the deque's maxlen)
+                        out.append(Write("extend", expr, None, list(v)[len(snap):]))
+                elif len(v) != len(snap) or any(a is not b for a, b in zip(v, snap)):
+                    # dropped at maxlen, popped, rotated, ...: the new contents are set whole,
+                    # and depend on the old ones, which are guarded
+                    if vid in self.lazy:
+                        self.touch(v)
+                    for x in snap:
+                        if id(x) not in self.src and type(x) not in _PRIM and any(x is y for y in v):
+                            raise Unreplayable("deque rewritten in place")
+                    out.append(Write("item", expr, None, list(v), self.const(_deque_assign)))
             elif kind == "set":
                 if v != snap:
                     add, rem = v - snap, snap - v
@@ -169,3 +182,9 @@ class _SideEffectMixin:
         for k in snap:
             if k not in d and k not in skip:
                 out.append(Write("delitem", de, k, None, deleter))
+
+
+def _deque_assign(d: collections.deque, _key: None, items: list) -> None:
+    """Replay of a deque's new contents (a Write of kind item with this setter)."""
+    d.clear()
+    d.extend(items)

@@ -2,6 +2,7 @@
 (`_SourceMixin._source`), lazily guarded containers and objects, snapshots."""
 from __future__ import annotations
 
+import collections
 import functools
 import types
 from collections.abc import Iterable
@@ -51,7 +52,9 @@ class _SourceMixin:
         try:
             n = len(snap)
             self.guard(TypeLen(expr, pretty, t, n))
-            if kind == "list":
+            if kind == "deque":
+                self.guard(Equals(f"{expr}.maxlen", f"{pretty}.maxlen", v.maxlen))
+            if kind == "list" or kind == "deque":
                 for i, x in enumerate(snap):
                     self._source(x, f"{expr}[{i}]", f"{pretty}[{i}]", False, depth + 1)
             elif kind == "dict":
@@ -189,20 +192,22 @@ class _SourceMixin:
             # e.g. conv stride/padding tuples read from module attributes
             self.guard(Equals(expr, pretty, v, exact=tuple), group=group)
             return
-        if isinstance(v, (list, dict, set)) and not argrooted:
+        if isinstance(v, (list, dict, set, collections.deque)) and not argrooted:
             if len(v) > 512:
                 raise Unreplayable(f"container too large at {pretty}")
             self.src[vid] = (expr, pretty, argrooted)
             self._snap(v, expr, pretty)
             self.lazy[vid] = (v, expr, pretty, depth, self.ncalls)
             return
-        if isinstance(v, (list, tuple, dict, set)):
+        if isinstance(v, (list, tuple, dict, set, collections.deque)):
             n = len(v)
             if n > 512:
                 raise Unreplayable(f"container too large at {pretty}")
             self.guard(TypeLen(expr, pretty, t, n))
             self.src[vid] = (expr, pretty, argrooted)
-            if isinstance(v, (list, tuple)):
+            if isinstance(v, collections.deque):
+                self.guard(Equals(f"{expr}.maxlen", f"{pretty}.maxlen", v.maxlen))
+            if isinstance(v, (list, tuple, collections.deque)):
                 for i, x in enumerate(v):
                     self._source(x, f"{expr}[{i}]", f"{pretty}[{i}]", argrooted, depth + 1)
             elif isinstance(v, dict):
@@ -286,6 +291,8 @@ class _SourceMixin:
             kind = "module"
         elif isinstance(v, list):
             snap, kind = list(v), "list"
+        elif isinstance(v, collections.deque):
+            snap, kind = list(v), "deque"
         elif isinstance(v, dict):
             snap, kind = dict(v), "dict"
         elif isinstance(v, set):
