@@ -26,7 +26,7 @@ class Compiled:
 
     # attributes that live on the wrapper itself; everything else of a module wrapper
     # is the module's
-    _OWN_ATTRS = frozenset({"_fn", "_options", "_is_module", "graphs", "_compiled", "capture"})
+    _OWN_ATTRS = frozenset({"_fn", "_options", "_is_module", "graphs", "_compiled", "_call", "capture"})
 
     def __init__(self, fn, options: Options, capture: str = "mlircap", cache_limit: int = 8,
                  break_limit: int = 64):
@@ -49,11 +49,14 @@ class Compiled:
         else:
             raise ValueError(f"unknown capture front {capture!r} (mlircap or dynamo)")
         self.capture = capture
+        # what a call runs: for mlircap's capture its _Captured itself (the wrapper
+        # capture() returns only forwards to it)
+        self._call = getattr(self._compiled, "_mlircap_capture", self._compiled)
         if not self._is_module:
             functools.update_wrapper(self, fn)
 
     def __call__(self, *args, **kwargs):
-        return self._compiled(*args, **kwargs)
+        return self._call(*args, **kwargs)
 
     def explain(self):
         """Graphs, breaks with the user's file:line, guards, recompile reasons

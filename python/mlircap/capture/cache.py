@@ -85,28 +85,62 @@ class _Captured:
                                 f"nn.Module is)"
         if self.code is not None and _E is not None:
             _E_real.register_code(self.code)
+        # A call whose frame arguments can be bound here (see _bind_args) is dispatched
+        # directly, without evaluating the function's frame for the PEP 523 hook to
+        # intercept: a plain function, a bound method (its instance first) or a module
+        # whose __call__ would go straight to its forward (_module_direct).
+        self._lead: tuple | None = None
+        if self.code is not None and _E is not None:
+            if self.is_module:
+                self._lead = (fn,)
+            elif fn is self.func:
+                self._lead = ()
+            elif isinstance(fn, types.MethodType) and fn.__func__ is self.func:
+                self._lead = (fn.__self__,)
+        # positional arguments that bind as they are (no defaults, *args, keyword-only
+        # parameters or **kwargs involved); -1: none do
+        c = self.code
+        self._npos = c.co_argcount - len(self._lead) if self._lead is not None and \
+            not c.co_kwonlyargcount and not c.co_flags & (_VARARGS | _VARKEYWORDS) else -1
 
     # user-facing call
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        lead = self._lead
+        if lead is not None:   # the direct path (see __init__)
+            active = _active()
+            if active and not active[-1][1]:
+                # Called while a captured call of this thread is being dispatched (from
+                # its replay or recording): the function runs as it is, as the frame hook
+                # lets every frame run while its callback is in progress.
+                return self.fn(*args, **kwargs)
+            if not self.is_module or _module_direct(self.fn, self.func):
+                if len(args) == self._npos and not kwargs:
+                    bound = lead + args
+                else:
+                    bound = _bind_args(self.code, self.func, lead + args, kwargs)
+                if bound is not None:
+                    # the frame's arguments, bound as CPython binds them: dispatched here,
+                    # marked as this thread's call being dispatched (as _hook_cb does)
+                    active.append([self, False])
+                    try:
+                        return self.dispatch(self.func, bound)
+                    finally:
+                        active.pop()
         if self.code is None:
             if self.strict:
                 raise _strict_error(f"{_fn_name(self.fn)} would run eagerly: {self.uncapturable}")
             return self.fn(*args, **kwargs)
         if _E is not None:
             active = _active()
+            if active and not active[-1][1]:
+                return self.fn(*args, **kwargs)   # as above
             active.append([self, True])   # [capture, its own frame not dispatched yet]
-            with _HOOK_LOCK:
-                _HOOK_USERS[0] += 1
-                if _HOOK_USERS[0] == 1:
-                    _E_real.set_callback(_hook_cb)
+            _hook_acquire()
             try:
                 return self.fn(*args, **kwargs)
             finally:
                 active.pop()
-                with _HOOK_LOCK:
-                    _HOOK_USERS[0] -= 1
-                    if _HOOK_USERS[0] == 0:
-                        _E_real.set_callback(None)
+                _hook_release()
         # Pure-Python fallback (extension could not be built/imported): without the stack
         # peek helper external reads cannot be observed soundly, so we run eagerly.
         if self.strict:
@@ -123,14 +157,15 @@ class _Captured:
         return f"{self.code.co_name} ({self.code.co_filename}:{self.code.co_firstlineno})"
 
     def dispatch(self, func: types.FunctionType, args: tuple) -> Any:
-        self.stats.calls += 1
+        stats = self.stats
+        stats.calls += 1
         log = None  # results of uncapturable calls already run by a replay that missed
         for v in self.variants:
             if v.guard(args, func):
-                r = v.run(self, func, args, log)
+                r = v.call(args, func, log)
                 if type(r) is not _Miss:
                     if not v.eager:
-                        self.stats.replays += 1
+                        stats.replays += 1
                     v.hits += 1
                     return r
                 log = r.log or log
@@ -151,7 +186,7 @@ class _Captured:
                 warnings.warn(f"mlircap.capture: cache_limit ({self.cache_limit}) reached for "
                               f"{self.code.co_name} ({self.code.co_filename}:{self.code.co_firstlineno}); "
                               f"running eagerly from now on. Guard that kept failing: {worst}",
-                              RuntimeWarning, stacklevel=3)
+                              RuntimeWarning, stacklevel=_callers_level())
             return self._call_eager(func, args, log)
         if reason is not None:
             self.stats.recompile_reasons.append(reason)
@@ -174,6 +209,17 @@ class _Captured:
         # instrumentation) is process-wide, and opcode tracing in two threads at once crashed
         # there.  Re-entrant: a recording nested in this thread's recording still runs; a thread
         # that finds another one recording waits for it (the lock releases the GIL meanwhile).
+        # The frame hook stays installed while recording, also for a call dispatched without
+        # it: with a frame evaluation function set, CPython 3.11 calls Python functions
+        # without inlining their frames, so a caller's value stack still holds the callee
+        # and its arguments (np_interop reads them).
+        _hook_acquire()
+        try:
+            return self._record_hooked(func, args, catchup, store)
+        finally:
+            _hook_release()
+
+    def _record_hooked(self, func: types.FunctionType, args: tuple, catchup: list | None, store: bool) -> Any:
         with _RECORD_LOCK:
             rec = _Recorder(self, func, self.code, args, self.argnames, catchup)
             prev_rec = getattr(_REC_TLS, "rec", None)
@@ -195,7 +241,7 @@ class _Captured:
             self.warned_breaks = True
             warnings.warn(f"mlircap.capture: {self._where()} broke the graph more than {self.break_limit} times "
                           f"in one call ({rec.break_overflow}); running it eagerly for these arguments",
-                          RuntimeWarning, stacklevel=4)
+                          RuntimeWarning, stacklevel=_callers_level())
         if self.strict:
             self._check_strict(rec)
         if not store:
@@ -269,6 +315,87 @@ def _callers_level() -> int:
 
 
 _CONTEXT_DECORATORS = (os.path.join("utils", "_contextlib.py"), os.path.join("amp", "autocast_mode.py"))
+
+def _hook_acquire() -> None:
+    """One more user of the frame hook (installed while any captured call or recording of
+    any thread is in flight)."""
+    with _HOOK_LOCK:
+        _HOOK_USERS[0] += 1
+        if _HOOK_USERS[0] == 1:
+            _E_real.set_callback(_hook_cb)
+
+
+def _hook_release() -> None:
+    with _HOOK_LOCK:
+        _HOOK_USERS[0] -= 1
+        if _HOOK_USERS[0] == 0:
+            _E_real.set_callback(None)
+
+
+_VARARGS, _VARKEYWORDS = 0x04, 0x08
+
+
+def _bind_args(code: types.CodeType, func: types.FunctionType, args: tuple, kwargs: dict) -> tuple | None:
+    """The arguments of a frame of `func` called with `args` and `kwargs`, as CPython binds
+    them into its first fast locals (positional parameters, keyword-only ones, the *args
+    tuple, the **kwargs dict: what the frame hook hands to dispatch), or None where the
+    call does not bind (CPython's TypeError is then raised by the call itself)."""
+    n = code.co_argcount
+    flags = code.co_flags
+    if not kwargs and len(args) == n and not code.co_kwonlyargcount and not flags & (_VARARGS | _VARKEYWORDS):
+        return args
+    if len(args) > n and not flags & _VARARGS:
+        return None
+    names = code.co_varnames
+    kw = dict(kwargs)
+    posonly = code.co_posonlyargcount
+    for i in range(posonly, min(len(args), n)):
+        if names[i] in kw:   # given by position and by keyword
+            return None
+    vals = list(args[:n])
+    defaults = func.__defaults__ or ()
+    first_default = n - len(defaults)
+    for i in range(len(vals), n):
+        name = names[i]
+        if i >= posonly and name in kw:
+            vals.append(kw.pop(name))
+        elif i >= first_default:
+            vals.append(defaults[i - first_default])
+        else:
+            return None
+    if code.co_kwonlyargcount:
+        kwdefaults = func.__kwdefaults__ or {}
+        for name in names[n:n + code.co_kwonlyargcount]:
+            if name in kw:
+                vals.append(kw.pop(name))
+            elif name in kwdefaults:
+                vals.append(kwdefaults[name])
+            else:
+                return None
+    if flags & _VARARGS:
+        vals.append(tuple(args[n:]))
+    if flags & _VARKEYWORDS:
+        vals.append(kw)
+    elif kw:
+        return None
+    return tuple(vals)
+
+
+_Module = torch.nn.Module
+_module_call = torch.nn.Module.__call__
+_mm = sys.modules[torch.nn.Module.__module__]   # torch.nn.modules.module: the global hooks
+_tracing_state = torch._C._get_tracing_state
+
+
+def _module_direct(m: torch.nn.Module, func: types.FunctionType) -> bool:
+    """`m(*args)` would call `func` (its class's forward) right away: Module.__call__
+    taking its path without hooks (no module or global forward/backward hooks, not
+    torch.compile'd, not under torch.jit tracing) and no `forward` set on the instance."""
+    t = type(m)
+    return t.__call__ is _module_call and t.forward is func and m._compiled_call_impl is None and \
+        not (m._backward_hooks or m._backward_pre_hooks or m._forward_hooks or m._forward_pre_hooks or
+             _mm._global_backward_pre_hooks or _mm._global_backward_hooks or _mm._global_forward_hooks or
+             _mm._global_forward_pre_hooks) and "forward" not in m.__dict__ and not _tracing_state()
 
 
 def _plain(x: T) -> T:

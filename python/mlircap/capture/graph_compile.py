@@ -90,17 +90,23 @@ class _HigherOrderGrad:
     saved inputs, which autograd can differentiate again.  Only used for graphs that do
     not mutate or alias their inputs and draw no random numbers (_double_backward_ok).
     Cost: one autograd Function around each training-mode call of such a graph."""
-    __slots__ = ("fn", "gm")
+    __slots__ = ("fns", "gm")
 
     def __init__(self, fn: Callable, gm: fx.GraphModule) -> None:
-        self.fn, self.gm = fn, gm
+        self.fns, self.gm = [fn], gm
+        if isinstance(fn, _FirstRunChecked):
+            fn.slot = (self.fns, 0)
+
+    @property
+    def fn(self) -> Callable:
+        return self.fns[0]
 
     def __call__(self, *args: Any) -> Any:
         if torch.is_grad_enabled() and not torch._C._is_torch_function_mode_enabled():
             for a in args:
                 if a.requires_grad:
                     return _RecomputeForHigherOrder.apply(self, *args)
-        return self.fn(*args)
+        return self.fns[0](*args)
 
 
 def _edges_are_inputs(node: Any, args: tuple) -> bool:
@@ -170,12 +176,24 @@ class _RecomputeForHigherOrder(torch.autograd.Function):
 
 
 class _FirstRunChecked:
-    __slots__ = ("fn", "fallback", "uses_rng", "checked", "strict_gm")
+    """Runs the backend-compiled `fn`; its first run falls back to the captured graph
+    when `fn` fails before touching an input.  `slot` (list, index): where the caller
+    holds this object; once checked, `fn` itself (or the fallback) takes its place
+    there, so later calls skip this layer."""
+    __slots__ = ("fn", "fallback", "uses_rng", "checked", "strict_gm", "slot")
 
     def __init__(self, fn: Callable, fallback: Callable, uses_rng: bool,
                  strict_gm: fx.GraphModule | None = None) -> None:
         self.fn, self.fallback, self.uses_rng, self.checked = fn, fallback, uses_rng, False
         self.strict_gm = strict_gm   # strict=True: a failing first run raises (after the eager check)
+        self.slot: tuple[list, int] | None = None
+
+    def _done(self) -> None:
+        self.checked = True
+        if self.slot is not None:
+            lst, i = self.slot
+            if lst[i] is self:
+                lst[i] = self.fn
 
     def __call__(self, *args: Any) -> Any:
         if self.checked:
@@ -199,9 +217,9 @@ class _FirstRunChecked:
                           f"({type(e).__name__}: {str(e)[:200]}); running the captured graph without it",
                           RuntimeWarning)
             self.fn = self.fallback
-            self.checked = True
+            self._done()
             return self.fallback(*args)
-        self.checked = True
+        self._done()
         return out
 
 

@@ -15,7 +15,7 @@ from .base import Unreplayable, _Miss
 from .steps import CallStep, GraphStep, Write
 from .guard_kinds import Guard, GuardEnv, _holds
 from .guards import Placed, _ambient, _compile_guard, _merge_guards
-from .graph_compile import _compile_graph, _double_backward_ok
+from .graph_compile import _FirstRunChecked, _compile_graph, _double_backward_ok
 from .rng import RngStates, _RngLogged, _rng_states, _set_rng_states, _unlog
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -67,6 +67,7 @@ class _Variant:
         self.guard = _compile_guard([p.expr for p in _merge_guards(rec, pre)], self.consts, self.state)
         self.grad0 = rec.grad0
         self.amb0 = rec.amb0
+        self.captured: _Captured = rec.captured
 
     def first_failure(self, args: tuple, func: object) -> str | None:
         """The first guard the call with `args` fails, in words (None: all hold)."""
@@ -86,8 +87,9 @@ class _Variant:
 class _EagerVariant(_Variant):
     eager = True
 
-    def run(self, st: _Captured, func: types.FunctionType, args: tuple, log: list | None = None) -> Any:
-        return st._call_eager(func, args, log)
+    def call(self, args: tuple, func: types.FunctionType, log: list | None = None) -> Any:
+        """Run the call (frame arguments `args`) eagerly."""
+        return self.captured._call_eager(func, args, log)
 
 
 def _written(rec: _Recorder, w: Write) -> str:
@@ -158,6 +160,9 @@ class _GraphVariant(_Variant):
             compiled.append(_compile_graph(backend, gm, list(seg.examples), rec.uses_rng,
                                            double_backward=_double_backward_ok(rec, seg),
                                            strict=getattr(rec.captured, "strict", False)))
+        for i, c in enumerate(compiled):
+            if isinstance(c, _FirstRunChecked):
+                c.slot = (compiled, i)   # replaced by what it runs once its first run passed
         has_mid = any(p.pos > 0 for p in rec.guards)
         rollback = has_mid and (mutated or rec.uses_rng)
         # Uncapturable calls ("external" steps) run in order, exactly once per call of the
@@ -230,6 +235,5 @@ class _GraphVariant(_Variant):
         self.replay = ns["_make"](self.consts, compiled, _Miss, _mk_obj, torch, _rollback, _merge_log, _unlog,
                                   _RngLogged, _rng_states)
         self.mid_guards: list[Placed] = [p for p in rec.guards if p.pos > 0]
-
-    def run(self, st: _Captured, func: types.FunctionType, args: tuple, log: list | None = None) -> Any:
-        return self.replay(args, func, log)
+        # call(args, func, log): the generated replay itself (no method in between)
+        self.call = self.replay

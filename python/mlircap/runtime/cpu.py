@@ -25,7 +25,7 @@ import torch
 
 from .. import config, logs
 from .._core import core
-from .plan import DTYPES, PlanError, PlanExecutor
+from .plan import _OUT_VARIANTS, DTYPES, PlanError, PlanExecutor
 
 _threads = [0]   # the core's thread count, as last set from here
 
@@ -245,8 +245,66 @@ class CpuPlanExecutable:
             else:
                 self._segments.append((step, 0, 0))
         self._outputs = [(o, o in exe._const_outputs) for o in exe.outputs]
+        self._call = self._generate()
+
+    def _generate(self):
+        """The per-call work of `_call_generic` as one generated function of straight-line
+        code: each value a local variable, buffer shapes and views' sizes as literals,
+        matmuls into buffers as direct torch.mm/bmm calls with out=; no template list,
+        no per-value loop."""
+        exe, values = self.exe, self.exe.values
+        g = {"dp": _data_ptr, "sync": sync_threads, "core": self._core, "run": self.program.run,
+             "CHK": exe._check_input, "RL": exe._run_library, "nthreads": torch.get_num_threads, "TH": _threads}
+        body = []
+        for vid, i, dtype, v in self._inputs:
+            g[f"D{vid}"], g[f"V{vid}"] = dtype, v
+            body += [f"x{vid} = A[{i}]",
+                     f"if x{vid}.dtype is not D{vid} or not x{vid}.is_cpu: CHK(V{vid}, x{vid})",
+                     f"if not x{vid}.is_contiguous(): x{vid} = x{vid}.contiguous()"]
+        for vid, new, sizes in self._alloc:
+            g[f"N{vid}"] = new
+            body.append(f"x{vid} = N{vid}({', '.join(repr(s) for s in sizes)})")
+        for vid, t in self.exe.constants.items():
+            g[f"K{vid}"] = t
+            body.append(f"x{vid} = K{vid}")
+        for vid, of, shape, strides, offset in self._views:
+            body.append(f"x{vid} = x{of}.as_strided({list(shape)!r}, {list(strides)!r}, "
+                        f"x{of}.storage_offset() + {int(offset)})")
+        ptr = {vid: (of, nbytes) for vid, of, nbytes in self._ptr_views}
+        body.append("table = [" + ", ".join(f"dp(x{ptr[vid][0]}) + {ptr[vid][1]}" if vid in ptr else f"dp(x{vid})"
+                                            for vid in range(len(values))) + "]")
+        body.append("if nthreads() != TH[0]: sync(core)")
+        generic = False
+        for k, (step, begin, end) in enumerate(self._segments):
+            if step is None:
+                body.append(f"run(table, {begin}, {end})")
+                continue
+            op, ins, out = _OUT_VARIANTS.get(step["op"]), step["ins"], step["out"]
+            if op is not None and values[out]["kind"] == "buffer" and \
+                    all(values[i]["dtype"] == values[out]["dtype"] for i in ins):
+                # what _run_library does for these: op(*ins, out=out) (a buffer is contiguous)
+                g[f"L{k}"] = op
+                body.append(f"L{k}({''.join(f'x{i}, ' for i in ins)}out=x{out})")
+            else:
+                g[f"S{k}"] = step
+                body.append(f"RL(S{k}, t)")
+                generic = True
+        if generic:   # the value list _run_library reads (pointer-only views: their base)
+            at = body.index("if nthreads() != TH[0]: sync(core)")
+            body.insert(at, "t = [" + ", ".join(f"x{ptr[vid][0]}" if vid in ptr else f"x{vid}"
+                                                for vid in range(len(values))) + "]")
+        body.append("return [" + ", ".join(f"x{o}.clone()" if const else f"x{o}" for o, const in self._outputs) + "]")
+        src = "def _plan_call(*A):\n" + "".join(f"    {line}\n" for line in body)
+        self.source = src
+        exec(compile(src, "<mlircap cpu plan>", "exec"), g)
+        return g["_plan_call"]
 
     def __call__(self, *args) -> list[torch.Tensor]:
+        return self._call(*args)
+
+    def _call_generic(self, *args) -> list[torch.Tensor]:
+        """What the generated `_call` does, step by step from the plan (the reference of
+        the generated code: test_cpu_program compares them)."""
         t = self._template.copy()
         for vid, i, dtype, v in self._inputs:
             x = args[i]

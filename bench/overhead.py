@@ -1,0 +1,165 @@
+"""Per-call host overhead of tiny programs: eager vs mlircap vs torch.compile (inductor),
+measured side by side in one process.
+
+    python bench/overhead.py [--calls 20000] [--no-inductor] [--grad] [--cases x+1,mlp,...]
+    python bench/overhead.py --profile mlp     # cProfile of mlircap's calls of one case
+
+Each program is tiny (a few elements), so its time is host time: the wrapper, guards,
+the compiled graph's call and the runtime's per-call work.  Times are process CPU time
+(time.process_time) per call over blocks of calls, the fronts interleaved block by block
+so load changes hit each alike; the number reported is the minimum over blocks (the
+least disturbed), with the median in parentheses.  torch runs on one thread.  By default
+the calls run under torch.no_grad() (inference); --grad runs them with grad mode on (no
+input requires grad).  Ratios, not assertions: the numbers depend on the machine.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+import warnings
+
+os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+warnings.filterwarnings("ignore", message="dynamo_pgo force disabled")
+
+import torch  # noqa: E402
+
+import mlircap  # noqa: E402
+
+SCALE = 2.0   # a global read by the `global` case
+
+
+def _add_one(x):
+    return x + 1
+
+
+def _int_arg(x, n: int, s: float):
+    return x * n + s
+
+
+def _global(x):
+    return x * SCALE + 1
+
+
+class _TenParams(torch.nn.Module):
+    """A module with 10 parameters, all used elementwise."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ps = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(8)) for _ in range(10)])
+
+    def forward(self, x):
+        for p in self.ps:
+            x = x * p
+        return x
+
+
+def cases() -> list[tuple[str, object, tuple]]:
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).eval()
+    return [
+        ("x+1", _add_one, (torch.randn(8),)),
+        ("mlp", mlp, (torch.randn(1, 16),)),
+        ("10 params", _TenParams().eval(), (torch.randn(8),)),
+        ("int/float arg", _int_arg, (torch.randn(8), 3, 0.5)),
+        ("global", _global, (torch.randn(8),)),
+    ]
+
+
+def _per_call_us(fns: list, args: tuple, calls: int, block: int) -> list[tuple[float, float]]:
+    """(min, median) µs of process CPU time per call of each fn, over blocks of `block`
+    calls run round-robin."""
+    clock = time.process_time_ns
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(max(1, calls // block)):
+        for fn, out in zip(fns, samples):
+            t0 = clock()
+            for _ in range(block):
+                fn(*args)
+            out.append((clock() - t0) / block / 1e3)
+    return [(min(s), statistics.median(s)) for s in samples]
+
+
+def _check(name: str, ref, out) -> None:
+    ref = ref if isinstance(ref, torch.Tensor) else ref[0]
+    out = out if isinstance(out, torch.Tensor) else out[0]
+    if not torch.allclose(ref, out, rtol=1e-5, atol=1e-5):
+        print(f"  !! {name}: result differs from eager (max |diff| {(ref - out).abs().max().item():.2e})")
+
+
+def run(names: list[str], calls: int, block: int, inductor: bool, grad: bool) -> None:
+    torch.set_num_threads(1)
+    mode = "grad mode on" if grad else "torch.no_grad()"
+    print(f"per-call process CPU time (µs), min over blocks of {block} calls (median), {calls} calls each, "
+          f"1 thread, {mode}")
+    hdr = f"{'program':<14} {'eager':>14} {'mlircap':>14} {'x eager':>8}"
+    if inductor:
+        hdr += f" {'inductor':>14} {'x eager':>8}"
+    print(hdr)
+    ctx = torch.enable_grad if grad else torch.no_grad
+    for name, fn, args in cases():
+        if name not in names:
+            continue
+        fronts = [fn]
+        with ctx(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = fn(*args)
+            fast = mlircap.compile(fn)
+            fast(*args)
+            _check(name, ref, fast(*args))
+            fronts.append(fast)
+            if inductor:
+                torch._dynamo.reset()
+                ind = torch.compile(fn)
+                ind(*args)
+                _check(name + " (inductor)", ref, ind(*args))
+                fronts.append(ind)
+            for f in fronts:   # warm up
+                for _ in range(200):
+                    f(*args)
+            res = _per_call_us(fronts, args, calls, block)
+        (e, em), (m, mm) = res[0], res[1]
+        line = f"{name:<14} {e:>6.2f} ({em:>5.2f}) {m:>6.2f} ({mm:>5.2f}) {m / e:>7.2f}x"
+        if inductor:
+            i, im = res[2]
+            line += f" {i:>6.2f} ({im:>5.2f}) {i / e:>7.2f}x"
+        print(line, flush=True)
+
+
+def profile(name: str, calls: int, grad: bool) -> None:
+    import cProfile
+    import pstats
+
+    torch.set_num_threads(1)
+    fn, args = next((f, a) for n, f, a in cases() if n == name)
+    ctx = torch.enable_grad if grad else torch.no_grad
+    with ctx():
+        fast = mlircap.compile(fn)
+        for _ in range(10):
+            fast(*args)
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(calls):
+            fast(*args)
+        pr.disable()
+    pstats.Stats(pr).sort_stats("tottime").print_stats(25)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--calls", type=int, default=20000)
+    ap.add_argument("--block", type=int, default=500)
+    ap.add_argument("--cases", default=",".join(n for n, _, _ in cases()))
+    ap.add_argument("--no-inductor", action="store_true")
+    ap.add_argument("--grad", action="store_true", help="calls with grad mode on (no input requires grad)")
+    ap.add_argument("--profile", metavar="CASE", help="cProfile mlircap's calls of one case instead")
+    a = ap.parse_args()
+    if a.profile:
+        profile(a.profile, a.calls, a.grad)
+        return
+    run(a.cases.split(","), a.calls, a.block, not a.no_inductor, a.grad)
+
+
+if __name__ == "__main__":
+    main()
