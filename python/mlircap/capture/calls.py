@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from .base import Unreplayable, _Canned, _MISSING
-from .guard_kinds import Equals, TypeIs
+from .guard_kinds import Equals, Lengths, TypeIs
 from .steps import CallStep
 from .frame_hook import _E, _NULL
 from .classify import _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _func_qualname
@@ -87,6 +87,12 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             return
         if self.np_tensor_of_source(frame, f, args, kwargs, slot) or self._cached_call(frame, f, args, kwargs, slot):
             return
+        if isinstance(f, torch.nn.Module) and id(f) not in self.hooked:
+            s = self.src.get(id(f))
+            if s is not None and s[2] != "opaque":
+                # m(x): nn.Module.__call__ (untraced) runs its hooks and what `forward`
+                # resolves to, which may be no method named forward (m.forward = lambda ...)
+                self._guard_module_call(f, s[1])
         if any(f is r for r in _FRAME_READERS):
             if f is globals or f is sys._getframe:
                 raise Unreplayable(f"{f.__name__}() reads the calling frame, which a replay does not have")
@@ -186,6 +192,26 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
         if recv is not None:
             f, args = recv
         self._external_call(frame, f, args, kwargs, reason, slot)
+
+    def _guard_module_call(self, mod: torch.nn.Module, pretty: str, forward: bool = True) -> None:
+        """What calling `mod` runs besides traced code: its hooks and the global module hooks
+        (guarded empty or by count), and (`forward`) what `mod.forward` resolves to (an
+        instance attribute, or the class's method, guarded against monkeypatching)."""
+        self.hooked.add(id(mod))
+        hs = [mod._forward_hooks, mod._forward_pre_hooks, mod._backward_hooks, mod._backward_pre_hooks]
+        self.guard(Lengths(tuple(hs), tuple(len(h) for h in hs), pretty))
+        d = mod.__dict__
+        if forward and "forward" in d:
+            self.read(f"{self.const(d)}['forward']", f"{pretty}.forward", d["forward"], id(mod), "forward",
+                      group=(d,))
+        elif forward:
+            self._class_attr(mod, "forward", pretty)
+        if not self.hooked_global:
+            self.hooked_global = True
+            mm = torch.nn.modules.module
+            gs = [mm._global_forward_hooks, mm._global_forward_pre_hooks, mm._global_backward_hooks,
+                  mm._global_backward_pre_hooks, mm._global_forward_hooks_always_called]
+            self.guard(Lengths(tuple(gs), tuple(len(x) for x in gs), "global nn.Module"))
 
     def _disabled_log_call(self, f: Any, args: list, kwargs: dict) -> bool:
         """`log.debug(...)` (info, warning, ..., log(level, ...)) on a standard library logger

@@ -11,7 +11,6 @@ import torch
 
 from ._bytecode import _CHECK_DEPTH, _instrs
 from .base import Unreplayable
-from .guard_kinds import Lengths
 from .frame_hook import _E, _E_real
 from .classify import _classify, _global_state_writer
 from .locations import _frame_loc
@@ -67,28 +66,9 @@ class _TracerMixin(_CallMixin):
             self_ = _E.local_raw(frame, 0)
             s = self.src.get(id(self_))
             if s is not None and isinstance(self_, torch.nn.Module) and id(self_) not in self.hooked:
-                self.hooked.add(id(self_))
-                hs = [self_._forward_hooks, self_._forward_pre_hooks, self_._backward_hooks,
-                      self_._backward_pre_hooks]
-                n = tuple(len(h) for h in hs)
-                self.guard(Lengths(tuple(hs), n, s[1]))
-                # what `forward` resolves to (class monkeypatching, instance attribute); the
-                # root module's frame is only dispatched here when its code is the captured one
-                d = self_.__dict__
-                if self.args and self_ is self.args[0] and code is self.code:
-                    pass
-                elif "forward" in d:
-                    self.read(f"{self.const(d)}['forward']", f"{s[1]}.forward", d["forward"], id(self_),
-                              "forward", group=(d,))
-                else:
-                    self._class_attr(self_, "forward", s[1])
-                if not self.hooked_global:
-                    self.hooked_global = True
-                    mm = torch.nn.modules.module
-                    gs = [mm._global_forward_hooks, mm._global_forward_pre_hooks, mm._global_backward_hooks,
-                          mm._global_backward_pre_hooks, mm._global_forward_hooks_always_called]
-                    n = tuple(len(x) for x in gs)
-                    self.guard(Lengths(tuple(gs), n, "global nn.Module"))
+                # the root module's frame is only dispatched here when its code is the captured one
+                root = bool(self.args) and self_ is self.args[0] and code is self.code
+                self._guard_module_call(self_, s[1], forward=not root)
         return self.local_trace
 
     def local_trace(self, frame: types.FrameType, event: str, arg: Any) -> Callable | None:

@@ -212,3 +212,113 @@ def test_side_effect_fuzz(seed, cache_limit):
     calls = [(pool[int(i)],) for i in torch.randint(len(pool), (30,), generator=g)]
     run_program(f"SEED = {seed}\n" + SIDE_EFFECTS, calls, name=f"side{seed}", cache_limit=cache_limit,
                 expect_warning=cache_limit < 30, allow_eager=cache_limit < 30)
+
+
+PROGRAM2 = """
+import random, types, collections, dataclasses, functools
+import numpy as np
+NA = np.arange(3.0)
+NSC = np.float64(1.5)
+RS = np.random.RandomState(0)
+TB = torch.arange(6.0).view(2, 3)
+DQ = collections.deque([1.0, 2.0], maxlen=3)
+GD = {"a": 2.0, "b": 3.0}
+@dataclasses.dataclass
+class Cfg:
+    alpha: float = 1.0
+    mode: str = "sum"
+CFG = Cfg()
+def scale(x, s=2.0):
+    return x * s
+P = functools.partial(scale, s=2.0)
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.act = nn.ReLU()
+    def forward(self, x):
+        return self.act(self.lin(x))
+
+def make():
+    hist = [1.0]
+    fn = lambda v: v + 1
+    m = M()
+    def f(x):
+        y = m(x)
+        y = y + torch.from_numpy(NA).to(y.dtype).sum() + NA.shape[0] + NSC
+        y = y + RS.randint(0, 3)   # an int from an uncapturable call: 3 values, few variants
+        y = y + TB.sum(0)[:3].sum() + TB.shape[0] + TB.stride()[0]
+        y = y + sum(DQ) + DQ[0] + len(DQ)
+        for k, v in GD.items():
+            y = y * v + len(k)
+        y = y * CFG.alpha if CFG.mode == "sum" else y - CFG.alpha
+        y = P(y) + hist[-1] + fn(1.0)
+        return y
+    def set_fn(g):
+        nonlocal fn
+        fn = g
+    f.m, f.hist, f.set_fn = m, hist, set_fn
+    return f
+
+def _linear(seed):
+    g = torch.Generator().manual_seed(seed)
+    lin = nn.Linear(3, 3)
+    lin.weight.copy_(torch.randn(3, 3, generator=g))
+    lin.bias.copy_(torch.randn(3, generator=g))
+    return lin
+
+def _hook(mod, inp, out):
+    return out * 3
+
+def _mutations(f):
+    def set_global(name, v):
+        globals()[name] = v
+    return [
+        lambda r: set_global("NA", r.choice([np.arange(3.0), np.arange(3), np.arange(4.0), np.ones(3, np.float32)])),
+        lambda r: NA.__setitem__(1, r.choice([1.0, 5.0])) if NA.flags.writeable else None,
+        lambda r: set_global("NSC", r.choice([np.float64(1.5), np.float32(1.5), 1.5, np.float64(2.5)])),
+        lambda r: RS.seed(r.choice([0, 1])),
+        lambda r: TB.t_(),
+        lambda r: TB.resize_(r.choice([(2, 3), (3, 2), (6, 1)])),
+        lambda r: setattr(TB, "data", torch.full((2, 3), r.choice([1.0, 2.0]), dtype=r.choice([torch.float32, torch.float64]))),
+        lambda r: set_global("TB", r.choice([TB.t(), TB.contiguous(), TB.clone()])),
+        lambda r: DQ.append(r.choice([1.0, 4.0])),
+        lambda r: DQ.popleft() if len(DQ) > 1 else DQ.appendleft(3.0),
+        lambda r: set_global("DQ", collections.deque(DQ, maxlen=r.choice([2, 3]))),
+        lambda r: GD.update({k: GD.pop(k) for k in [r.choice(list(GD))]}),   # reinsert: new order
+        lambda r: GD.__setitem__(r.choice(["a", "b"]), r.choice([2.0, 0.5])),
+        lambda r: setattr(CFG, "alpha", r.choice([1.0, 3.0])),
+        lambda r: setattr(CFG, "mode", r.choice(["sum", "diff"])),
+        lambda r: P.keywords.__setitem__("s", r.choice([2.0, 3.0])),
+        lambda r: set_global("P", functools.partial(scale, s=r.choice([2.0, 0.5]))),
+        lambda r: f.hist.append(r.choice([1.0, 6.0])),
+        lambda r: f.set_fn(r.choice([lambda v: v + 1, lambda v: v * 5])),
+        lambda r: setattr(f.m, "act", r.choice([nn.ReLU(), nn.Tanh(), nn.Identity()])),
+        lambda r: f.m.lin.register_forward_hook(_hook) if not f.m.lin._forward_hooks else f.m.lin._forward_hooks.clear(),
+        lambda r: setattr(f.m.lin, "forward", lambda x: x * 2) if "forward" not in vars(f.m.lin) else delattr(f.m.lin, "forward"),
+        lambda r: setattr(f.m, "lin", _linear(r.randrange(3))),
+        lambda r: None,
+    ]
+
+def mutate(i, f):
+    r = random.Random(SEED * 1000 + i)
+    with torch.no_grad():
+        for _ in range(r.choice([1, 1, 2])):
+            r.choice(_mutations(f))(r)
+
+def state(f):
+    return (RS.get_state()[1], list(DQ), list(GD.items()), list(f.hist))
+"""
+
+
+@pytest.mark.parametrize("seed", [0, 2])
+def test_guard_fuzz_numpy_tensor_metadata_containers(seed, typed_checks_agree):
+    """The second program mutates what the first does not: a NumPy array's dtype and
+    shape, NumPy scalar types, a RandomState's seed, a tensor's shape and strides in place
+    (t_, resize_, .data =), a deque's contents and maxlen, a dict's order, dataclass fields,
+    a partial's keywords, a closure cell holding a function and one holding a list, a
+    submodule swapped, a forward hook added and removed, `forward` set on an instance."""
+    import torch
+    x = torch.randn(3)
+    run_program(f"SEED = {seed}\n" + PROGRAM2, [(x,)] * 30, name=f"fuzz2_{seed}", cache_limit=1000)
