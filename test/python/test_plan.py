@@ -248,3 +248,29 @@ def test_fill_shared_by_library_init_and_result():
     plan = compile_plan(ir)
     check_well_formed(plan)
     assert sorted(kinds(plan)) == ["kernel", "library"]
+
+
+def test_library_matmuls_write_into_their_buffer():
+    # Every matmul variant runs through its out= form into the plan's buffer
+    # (no result tensor copied in); values as torch's.
+    import torch
+
+    from mlircap.runtime.plan import PlanExecutor
+
+    a, b, c = torch.randn(5, 7), torch.randn(3, 7), torch.randn(7, 3)
+    ba, bb = torch.randn(2, 5, 7), torch.randn(2, 3, 7)
+    cases = {"matmul": ((a, c), a @ c), "matmul_transpose_b": ((a, b), a @ b.t()),
+             "matmul_transpose_a": ((a.t().contiguous(), c), a @ c),
+             "batch_matmul": ((ba, bb.transpose(1, 2).contiguous()), ba @ bb.transpose(1, 2)),
+             "batch_matmul_transpose_b": ((ba, bb), ba @ bb.transpose(1, 2))}
+    for op, ((x, y), ref) in cases.items():
+        plan = {"values": [{"id": 0, "kind": "input", "index": 0, "shape": list(x.shape), "dtype": "f32"},
+                           {"id": 1, "kind": "input", "index": 1, "shape": list(y.shape), "dtype": "f32"},
+                           {"id": 2, "kind": "buffer", "shape": list(ref.shape), "dtype": "f32"}],
+                "steps": [{"kind": "library", "op": op, "ins": [0, 1], "out": 2}], "outputs": [2]}
+        ex = PlanExecutor(plan, torch.device("cpu"))
+        t = ex._materialize(ex._prepare_inputs([x, y]))
+        buf = t[2]
+        ex._run_library(plan["steps"][0], t)
+        assert t[2] is buf
+        torch.testing.assert_close(buf, ref, rtol=1e-5, atol=1e-5)

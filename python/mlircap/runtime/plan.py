@@ -38,7 +38,16 @@ LIBRARY = {
     "batch_matmul_transpose_b": lambda ins, attrs: torch.bmm(ins[0], ins[1].transpose(1, 2)),
     "conv2d_nchw_fchw": lambda ins, attrs: _conv2d(ins[0], ins[1], attrs),
 }
-_OUT_VARIANTS = {"matmul": torch.mm, "batch_matmul": torch.bmm}
+# Library ops with an out= form: (torch function, operands from the step's inputs).
+# The result is written into the plan's buffer directly; without an out= form
+# it is computed into a fresh tensor and copied (one more kernel per call).
+_OUT_VARIANTS = {
+    "matmul": (torch.mm, lambda a, b: (a, b)),
+    "matmul_transpose_b": (torch.mm, lambda a, b: (a, b.t())),
+    "matmul_transpose_a": (torch.mm, lambda a, b: (a.t(), b)),
+    "batch_matmul": (torch.bmm, lambda a, b: (a, b)),
+    "batch_matmul_transpose_b": (torch.bmm, lambda a, b: (a, b.transpose(1, 2))),
+}
 
 
 class PlanExecutor:
@@ -131,22 +140,32 @@ class PlanExecutor:
             wide = torch.float64 if out.device.type == "cuda" else out.dtype
             out.copy_(LIBRARY[step["op"]]([x.to(wide) for x in ins], step.get("attrs", {})))
             return
-        op = _OUT_VARIANTS.get(step["op"])
-        if op is not None and out.is_contiguous():
-            if out.dtype == ins[0].dtype:
-                op(*ins, out=out)
+        variant = _OUT_VARIANTS.get(step["op"])
+        if variant is not None and out.is_contiguous():
+            op, operands = variant
+            a, b = operands(*ins)
+            if out.dtype == a.dtype:
+                op(a, b, out=out)
                 return
             if out.device.type == "cuda" and self._wide_out_ok:
                 # bf16/f16 operands accumulating into an f32 result (see
-                # mlircap-narrow-library-operands): cuBLAS writes f32 directly.
+                # mlircap-narrow-library-operands): cuBLAS writes f32 directly
+                # (mm.dtype_out; CUDA only).
+                if self._wide_out_into:
+                    try:
+                        op(a, b, out_dtype=out.dtype, out=out)
+                        return
+                    except (RuntimeError, TypeError):
+                        self._wide_out_into = False
                 try:
-                    out.copy_(op(*ins, out_dtype=out.dtype))
+                    out.copy_(op(a, b, out_dtype=out.dtype))
                     return
                 except (RuntimeError, TypeError):
                     self._wide_out_ok = False
         out.copy_(LIBRARY[step["op"]](ins, step.get("attrs", {})))
 
     _wide_out_ok = True
+    _wide_out_into = True
 
     def describe_kernel(self, st) -> str:
         shapes = [self.values[a["value"]]["shape"] for a in st["args"] if "value" in a]
