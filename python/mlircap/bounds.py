@@ -81,6 +81,7 @@ _CHECKED = {
 # Not the ops that write at indices (scatter*, index_put, index_add/copy/fill/reduce):
 # their lowerings are torch-mlir's tm_tensor.scatter, which the CPU plan has no kernel
 # for, or crash torch-mlir (SIGSEGV/SIGABRT in the compile worker, OpInfo scatter_reduce).
+# Small ones are rewritten without a scatter and checked here (scatter.py).
 
 
 def checkable(node: fx.Node) -> bool:
@@ -91,10 +92,16 @@ def add_bounds_checks(gm: fx.GraphModule) -> bool:
     """Rewrites `gm` as the module docstring says (index arguments clamped, the error
     flag appended to the outputs): True where it appended the flag. Index ops whose
     index tensors have no elements are only marked (nothing to read or check)."""
+    from . import scatter
+
     graph = gm.graph
     flags = []
     for node in list(graph.nodes):
         if node.op != "call_function":
+            continue
+        if op_name(node.target) in scatter.WRITES:   # written at indices: unrolled (scatter.py)
+            written = scatter.rewrite(graph, node)
+            flags += written or []
             continue
         spec = _CHECKED.get(op_name(node.target))
         where = spec(node) if spec is not None else None

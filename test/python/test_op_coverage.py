@@ -202,3 +202,112 @@ def test_searchsorted_of_a_number_compiles_like_eager(compiled_whole):
     compiled_whole(lambda s: torch.searchsorted(s, -1.6054), torch.linspace(-3, 3, 20))
     compiled_whole(lambda s: torch.searchsorted(s, 3.5, right=True), torch.arange(20))
     compiled_whole(lambda s: torch.searchsorted(s, 3), torch.arange(20, dtype=torch.int8))
+
+
+# --- ops that write at indices from the inputs: unrolled without a scatter (scatter.py) ---
+
+def _data(shape, dtype, g):
+    if dtype.is_floating_point:
+        return (torch.randn(shape, generator=g) * 3).to(dtype)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    return torch.randint(-20, 50, shape, generator=g).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.int64])
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+def test_scatter_reduce_compiles_like_eager(compiled_whole, dtype, reduce):
+    # Duplicate indices (several sources per element, combined in index order; bf16
+    # sums and products accumulate in float32), an index block smaller than self.
+    g = torch.Generator().manual_seed(0)
+    x, src = _data((4, 5, 3), dtype, g), _data((4, 7, 3), dtype, g)
+    idx = torch.randint(0, 5, (3, 6, 2), generator=g)
+    for include_self in (True, False):
+        compiled_whole(lambda x, i, s: x.scatter_reduce(1, i, s, reduce, include_self=include_self), x, idx, src)
+        compiled_whole(lambda x, i, s: x.scatter_reduce(0, i[:, :4], s, reduce, include_self=include_self),
+                       x, idx[:2] % 4, src)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+def test_scatter_and_scatter_add_compile_like_eager(compiled_whole, dtype):
+    g = torch.Generator().manual_seed(1)
+    x, src = _data((5, 4), dtype, g), _data((6, 4), dtype, g)
+    idx = torch.randint(0, 5, (6, 3), generator=g)
+    compiled_whole(lambda x, i, s: x.scatter(0, i, s), x, idx, src)              # last write wins
+    compiled_whole(lambda x, i: x.scatter(-1, i[:5] % 4, 2), x, idx)
+    if dtype != torch.bool:
+        compiled_whole(lambda x, i, s: x.scatter_add(0, i, s), x, idx, src)
+        compiled_whole(lambda x, i, s: torch.zeros_like(x).scatter_add_(1, i[:5] % 4, s) * 2, x, idx, src)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32])
+def test_index_put_add_copy_reduce_compile_like_eager(compiled_whole, dtype):
+    # index_add/index_copy decompose to index_put; negative indices wrap
+    g = torch.Generator().manual_seed(2)
+    x = _data((5, 6, 3), dtype, g)
+    i = torch.tensor([0, -1, 2, 2, 4, 0])
+    compiled_whole(lambda x, i, v: x.index_put((i,), v, accumulate=True), x, i, _data((6, 6, 3), dtype, g))
+    compiled_whole(lambda x, i, v: x.index_put((i,), v), x, i % 5, _data((6, 3), dtype, g))
+    compiled_whole(lambda x, i, j, v: torch.ops.aten.index_put(x, [None, i, j], v, True), x, i, i % 3,
+                   _data((5, 6), dtype, g))
+    compiled_whole(lambda x, i, s: x.index_add(1, i, s, alpha=2), x, i % 6, _data((5, 6, 3), dtype, g))
+    compiled_whole(lambda x, i, s: x.index_copy(2, i, s), x, torch.tensor([2, 0]), _data((5, 6, 2), dtype, g))
+    for reduce in ("prod", "mean", "amax", "amin"):
+        for include_self in (True, False):
+            compiled_whole(lambda x, i, s: x.index_reduce(0, i, s, reduce, include_self=include_self),
+                           x, i % 5, _data((6, 6, 3), dtype, g))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_max_unpool_compiles_like_eager(compiled_whole, dtype):
+    g = torch.Generator().manual_seed(3)
+    y, idx = torch.nn.functional.max_pool2d(torch.randn(2, 3, 6, 6, generator=g).to(dtype), 2, return_indices=True)
+    compiled_whole(lambda y, i: torch.nn.functional.max_unpool2d(y, i, 2), y, idx)
+    y, idx = torch.nn.functional.max_pool1d(torch.randn(2, 3, 9, generator=g).to(dtype), 3, return_indices=True)
+    compiled_whole(lambda y, i: torch.nn.functional.max_unpool1d(y, i, 3), y, idx)
+    y, idx = torch.nn.functional.max_pool3d(torch.randn(1, 2, 3, 6, 5, generator=g).to(dtype), 2, return_indices=True)
+    compiled_whole(lambda y, i: torch.nn.functional.max_unpool3d(y, i, 2, output_size=(3, 6, 5)), y, idx)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.bool])
+def test_small_integer_index_writes_compile_like_eager(compiled_whole, dtype):
+    # uint8 (computed as int32, widen.py) and int8 (its mean divides in int64):
+    # sums wrap in the dtype at every step as eager's do; bool sums and maxima are
+    # logical ors, products and minima ands
+    g = torch.Generator().manual_seed(4)
+    x, src = _data((5, 4), dtype, g), _data((6, 4), dtype, g)
+    idx = torch.randint(0, 5, (6, 3), generator=g)
+    i = torch.tensor([3, 0, 3, 1])
+    compiled_whole(lambda x, i, s: x.scatter_add(0, i, s), x, idx, src)
+    compiled_whole(lambda x, i, s: x.index_copy(0, i, s), x, i[:3] + 1, src[:3])
+    compiled_whole(lambda x, i: x.index_fill(1, i, True), x, i % 4)
+    compiled_whole(lambda x, i, s: x.scatter(0, i, s, reduce="multiply"), x, idx.int(), src)   # int32 index
+    compiled_whole(lambda x, i, s: x.index_copy(0, i, s), x[0, 0], i[:1] * 0, src[0, 0])        # 0-dim
+    for reduce in ("sum", "prod", "amax", "amin") + (("mean",) if dtype != torch.bool else ()):
+        for include_self in (True, False):
+            compiled_whole(lambda x, i, s: x.scatter_reduce(0, i, s, reduce, include_self=include_self), x, idx, src)
+    if dtype != torch.bool:
+        compiled_whole(lambda x, i, s: x.index_add(0, i, s, alpha=3), x, i, src[:4])
+
+
+@pytest.mark.parametrize("case", ["scatter", "scatter_add", "scatter_reduce", "index_put", "index_add"])
+def test_index_write_out_of_range_raises_like_eager(case):
+    fns = {
+        "scatter": lambda x, i, s: x.scatter(0, i, s),
+        "scatter_add": lambda x, i, s: x.scatter_add(0, i, s),
+        "scatter_reduce": lambda x, i, s: x.scatter_reduce(0, i, s, "amax"),
+        "index_put": lambda x, i, s: x.index_put((i[:, 0],), s[:, 0], accumulate=True),
+        "index_add": lambda x, i, s: x.index_add(0, i[:, 0], s),
+    }
+    fn = fns[case]
+    x, s = torch.zeros(4, 3), torch.ones(3, 3)
+    good, bad = torch.tensor([[0, 1, 3]] * 3).T.contiguous(), torch.tensor([[0, 4, 1]] * 3).T.contiguous()
+    fast = mlircap.compile(fn)
+    fast(x, good, s)
+    assert torch.equal(fast(x, good, s), fn(x, good, s))
+    assert fast.graphs and all(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs)
+    with pytest.raises(Exception) as want:
+        fn(x, bad, s)
+    with pytest.raises(type(want.value)):
+        fast(x, bad, s)
+    assert torch.equal(fast(x, good, s), fn(x, good, s))
