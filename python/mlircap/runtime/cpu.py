@@ -245,22 +245,32 @@ class CpuPlanExecutable:
             else:
                 self._segments.append((step, 0, 0))
         self._outputs = [(o, o in exe._const_outputs) for o in exe.outputs]
-        self._call = self._generate()
+        self._call = self._generate(first=True)
 
-    def _generate(self):
+    def _generate(self, first: bool = False, tg=None):
         """The per-call work of `_call_generic` as one generated function of straight-line
         code: each value a local variable, buffer shapes and views' sizes as literals,
         matmuls into buffers as direct torch.mm/bmm calls with out=; no template list,
-        no per-value loop."""
+        no per-value loop.  `tg`: a TensorGuards of the inputs as the plan wants them
+        (dtype, CPU, shape, contiguous strides; see _inputs_guard): inputs it accepts
+        skip the per-input checks.  `first`: the function of the first call, which
+        builds that guard and the function of later calls."""
         exe, values = self.exe, self.exe.values
         g = {"dp": _data_ptr, "sync": sync_threads, "core": self._core, "run": self.program.run,
-             "CHK": exe._check_input, "RL": exe._run_library, "nthreads": torch.get_num_threads, "TH": _threads}
-        body = []
+             "CHK": exe._check_input, "RL": exe._run_library, "nthreads": torch.get_num_threads, "TH": _threads,
+             "TG": tg, "UP": self._upgrade}
+        checked = []
         for vid, i, dtype, v in self._inputs:
             g[f"D{vid}"], g[f"V{vid}"] = dtype, v
-            body += [f"x{vid} = A[{i}]",
-                     f"if x{vid}.dtype is not D{vid} or not x{vid}.is_cpu: CHK(V{vid}, x{vid})",
-                     f"if not x{vid}.is_contiguous(): x{vid} = x{vid}.contiguous()"]
+            checked += [f"x{vid} = A[{i}]",
+                        f"if x{vid}.dtype is not D{vid} or not x{vid}.is_cpu: CHK(V{vid}, x{vid})",
+                        f"if not x{vid}.is_contiguous(): x{vid} = x{vid}.contiguous()"]
+        if tg is not None and self._inputs:
+            body = [f"if TG.check({', '.join(f'A[{i}]' for _, i, _, _ in self._inputs)}):"]
+            body += [f"    x{vid} = A[{i}]" for vid, i, _, _ in self._inputs]
+            body += ["else:"] + ["    " + line for line in checked]
+        else:
+            body = checked
         for vid, new, sizes in self._alloc:
             g[f"N{vid}"] = new
             body.append(f"x{vid} = N{vid}({', '.join(repr(s) for s in sizes)})")
@@ -279,12 +289,13 @@ class CpuPlanExecutable:
             if step is None:
                 body.append(f"run(table, {begin}, {end})")
                 continue
-            op, ins, out = _OUT_VARIANTS.get(step["op"]), step["ins"], step["out"]
-            if op is not None and values[out]["kind"] == "buffer" and \
+            variant, ins, out = _OUT_VARIANTS.get(step["op"]), step["ins"], step["out"]
+            if variant is not None and values[out]["kind"] == "buffer" and \
                     all(values[i]["dtype"] == values[out]["dtype"] for i in ins):
-                # what _run_library does for these: op(*ins, out=out) (a buffer is contiguous)
-                g[f"L{k}"] = op
-                body.append(f"L{k}({''.join(f'x{i}, ' for i in ins)}out=x{out})")
+                # what _run_library does for these: op(*operands(*ins), out=out) (a buffer
+                # is contiguous, the operands have its dtype)
+                g[f"L{k}"], g[f"O{k}"] = variant
+                body.append(f"L{k}(*O{k}({', '.join(f'x{i}' for i in ins)}), out=x{out})")
             else:
                 g[f"S{k}"] = step
                 body.append(f"RL(S{k}, t)")
@@ -293,11 +304,43 @@ class CpuPlanExecutable:
             at = body.index("if nthreads() != TH[0]: sync(core)")
             body.insert(at, "t = [" + ", ".join(f"x{ptr[vid][0]}" if vid in ptr else f"x{vid}"
                                                 for vid in range(len(values))) + "]")
-        body.append("return [" + ", ".join(f"x{o}.clone()" if const else f"x{o}" for o, const in self._outputs) + "]")
+        body.append("out = [" + ", ".join(f"x{o}.clone()" if const else f"x{o}" for o, const in self._outputs) + "]")
+        if first:
+            body.append("UP(A)")
+        body.append("return out")
         src = "def _plan_call(*A):\n" + "".join(f"    {line}\n" for line in body)
         self.source = src
         exec(compile(src, "<mlircap cpu plan>", "exec"), g)
         return g["_plan_call"]
+
+    def _upgrade(self, args: tuple) -> None:
+        """After the first call: the function of later calls, with the inputs checked by
+        one TensorGuards call where the first call's inputs allow it."""
+        self._call = self._generate(tg=self._inputs_guard(args))
+
+    def _inputs_guard(self, args: tuple):
+        """TensorGuards accepting exactly the inputs the per-input checks pass unchanged:
+        the plan's dtype on the CPU, contiguous, with the plan's shape; the Python type,
+        requires_grad and dispatch keys of the first call's inputs (a later input that
+        differs in those takes the per-input checks).  None without TensorGuards or when
+        an input of the first call is not such a tensor."""
+        try:
+            from torch._C._dynamo.guards import TensorGuards
+        except ImportError:   # pragma: no cover - older torch
+            return None
+        examples = []
+        for _, i, dtype, v in self._inputs:
+            x = args[i]
+            shape = list(v["shape"])
+            if type(x) not in (torch.Tensor, torch.nn.Parameter) or x.dtype is not dtype or not x.is_cpu or \
+                    list(x.shape) != shape or list(x.stride()) != contiguous_strides(shape) or \
+                    x.layout is not torch.strided:
+                return None
+            examples.append(x)
+        if not examples:
+            return None
+        return TensorGuards(*examples, dynamic_dims_sizes=[list(t.shape) for t in examples],
+                            dynamic_dims_strides=[list(t.stride()) for t in examples])
 
     def __call__(self, *args) -> list[torch.Tensor]:
         return self._call(*args)
