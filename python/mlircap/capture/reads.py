@@ -4,6 +4,7 @@ walks (`m.parameters()`, `m.state_dict()`).  Each read becomes a guard on the va
 what it resolves to: class attributes against monkeypatching and instance shadowing)."""
 from __future__ import annotations
 
+import sys
 import types
 from typing import Any
 
@@ -37,6 +38,18 @@ class _ReadMixin(_CounterMixin):
             return
         c = self.const(g, f"globals of {g.get('__name__')}")
         self.read(f"{c}[{name!r}]", f"G[{name!r}]", g[name], id(g), name, group=(g,))
+
+    def op_import_name(self, frame: types.FrameType, arg: int | None, name: Any) -> None:
+        """`import numpy as np` inside the traced code: the module it binds is the one in
+        sys.modules, guarded there (then `np.random.beta` and other attribute reads through
+        it are sourced and guarded like reads through a global module)."""
+        def finish(fr: types.FrameType) -> None:
+            mod = _E.peek(fr, 0)
+            mname = getattr(mod, "__name__", None)
+            if isinstance(mod, types.ModuleType) and type(mname) is str and sys.modules.get(mname) is mod \
+                    and id(mod) not in self.src:
+                self.read(f"{self.const(sys.modules)}[{mname!r}]", f"sys.modules[{mname!r}]", mod)
+        self.pending[frame] = finish
 
     def op_load_attr(self, frame: types.FrameType | None, arg: int | None, name: str, obj: Any = _NULL) -> None:
         if obj is _NULL:

@@ -132,6 +132,8 @@ _HANDLERS = {
     "LOAD_ATTR": _TracerMixin.op_load_attr,
     "LOAD_METHOD": _TracerMixin.op_load_attr,
     "LOAD_DEREF": _TracerMixin.op_load_deref,
+    "IMPORT_NAME": _TracerMixin.op_import_name,
+    "IMPORT_FROM": _TracerMixin.op_load_attr,
     "LOAD_CLASSDEREF": _TracerMixin.op_load_deref,
     "STORE_DEREF": _SideEffectMixin.op_store_deref,
     "STORE_GLOBAL": _SideEffectMixin.op_store_global,
