@@ -142,11 +142,11 @@ class _RecomputeForHigherOrder(torch.autograd.Function):
         ctx.save_for_backward(*args)
         ctx.diff = [o.requires_grad for o in outs]
         # a plain backward calls the compiled graph's backward directly (no nested
-        # autograd.grad) when its node produced exactly these outputs in order
+        # autograd.grad) when its node produced exactly these outputs in order (and took
+        # exactly these inputs: checked in backward, which a forward-only call skips)
         node = next((o.grad_fn for o in outs if o.grad_fn is not None), None)
         ctx.node = node if node is not None and hasattr(node, "apply") and all(
-            (o.grad_fn is node and o.output_nr == i) or not o.requires_grad for i, o in enumerate(outs)) \
-            and _edges_are_inputs(node, args) else None
+            (o.grad_fn is node and o.output_nr == i) or not o.requires_grad for i, o in enumerate(outs)) else None
         res = tuple(o.detach() for o in outs)
         ctx.mark_non_differentiable(*[r for r, d in zip(res, ctx.diff) if not d])
         return res
@@ -155,7 +155,7 @@ class _RecomputeForHigherOrder(torch.autograd.Function):
     def backward(ctx: Any, *grads: Any) -> Any:
         ins = ctx.saved_tensors
         create = torch.is_grad_enabled()
-        if not create and ctx.node is not None:
+        if not create and ctx.node is not None and _edges_are_inputs(ctx.node, ins):
             gi = ctx.node.apply(*grads)
             if isinstance(gi, tuple) and len(gi) == len(ins):
                 return (None, *(g if x.requires_grad else None for g, x in zip(gi, ins)))
