@@ -22,7 +22,7 @@ from .classify import (
 )
 from .locations import _user_location, _user_stack_trace
 from .guards import _ambient
-from .typeinfo import _is_constant_value, _is_frozen_dataclass
+from .typeinfo import _is_constant_value, _is_frozen_dataclass, _is_ndarray
 
 
 # ----------------------------------------------------------------------------------
@@ -321,6 +321,15 @@ class _GraphMixin:
                 return x
             if isinstance(x, (torch.Generator,)):
                 raise Unreplayable("explicit torch.Generator argument")
+            if name in ("__getitem__", "__setitem__") and _is_ndarray(x) and not x.dtype.hasobject:
+                s = self.src.get(id(x))
+                if s is not None and s[2] != "opaque":
+                    # an index array with a source (guarded by contents, or computed from
+                    # such): the graph takes it as a tensor input, as indexing converts it
+                    t = torch.as_tensor(x)
+                    self.keep.append(t)
+                    self.src[id(t)] = (f"{self.const(torch.as_tensor)}({s[0]})", f"torch.as_tensor({s[1]})", s[2])
+                    return self._arg_node(seg, t)
             if callable(x) or isinstance(x, (types.ModuleType,)):
                 return x
             raise Unreplayable(f"unsupported argument of type {type(x).__name__} to {name}")

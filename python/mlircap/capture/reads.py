@@ -16,6 +16,7 @@ from .frame_hook import _E, _NULL
 from .classify import _PRIM
 from .typeinfo import _class_dicts, _is_data_descr, _is_ndarray, _mro_lookup
 from .counters import _CounterMixin
+from .np_ops import _static_index
 
 
 class _ReadMixin(_CounterMixin):
@@ -49,6 +50,28 @@ class _ReadMixin(_CounterMixin):
             if isinstance(mod, types.ModuleType) and type(mname) is str and sys.modules.get(mname) is mod \
                     and id(mod) not in self.src:
                 self.read(f"{self.const(sys.modules)}[{mname!r}]", f"sys.modules[{mname!r}]", mod)
+        self.pending[frame] = finish
+
+    def op_binary_subscr(self, frame: types.FrameType, arg: int | None, argval: Any) -> None:
+        """`c[i]`: a lazily guarded container is guarded now; a NumPy array with a source
+        (a break result or an argument, guarded by contents) indexed statically gives an
+        array or scalar reproducible by the same expression (`b0[:4]`), which replayed
+        calls (`np.sort(b0[:4])`) can then take."""
+        c = _E.peek(frame, 1)
+        if self.lazy and id(c) in self.lazy:
+            self.touch(c)
+        if not _is_ndarray(c):
+            return
+        s = self.src.get(id(c))
+        idx = _E.peek(frame, 0)
+        if s is None or s[2] == "opaque" or not _static_index(idx):
+            return
+
+        def finish(fr: types.FrameType) -> None:
+            r = _E.peek(fr, 0)
+            if (_is_ndarray(r) or type(r).__module__ == "numpy") and id(r) not in self.src:
+                self.src[id(r)] = (f"{s[0]}[{self._lit(idx)}]", f"{s[1]}[{idx!r}]", s[2])
+                self.keep.append(r)
         self.pending[frame] = finish
 
     def op_load_attr(self, frame: types.FrameType | None, arg: int | None, name: str, obj: Any = _NULL) -> None:

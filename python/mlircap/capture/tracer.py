@@ -111,7 +111,7 @@ class _TracerMixin(_CallMixin):
 
 
 _HANDLERS = {
-    "BINARY_SUBSCR": _touch_ops(1),
+    "BINARY_SUBSCR": _TracerMixin.op_binary_subscr,
     "BINARY_SLICE": _touch_ops(2),
     "GET_ITER": _touch_ops(0),
     "CONTAINS_OP": _touch_ops(0, 1),
