@@ -1951,6 +1951,202 @@ case("chunked_ce_options", lambda: (R(6, 8), torch.randint(0, 16, (6,))))(lambda
 case("loss_threshold_item_branch", lambda: (R(4, 8), R(4)))(lambda: LossThresholdBranch())
 
 
+
+# ----------------------------------------------------------------------------- issue 11's causes of giving up
+# tensors of unknown origin (autograd.Function outputs, caches filled in forward, a deque
+# of past batches), parameters reached through untracked paths (functools.partial, a bound
+# method, a plain list, a monkeypatched forward), NumPy RandomState / float64 values, and
+# frames that break hundreds of times (a loop of .item() / data-dependent branches).
+class _GradReverse(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, alpha):
+        ctx.alpha = alpha
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return -ctx.alpha * g, None
+
+
+class DomainAdversarial(nn.Module):
+    """DANN: a gradient-reversal autograd.Function between the features and the domain head."""
+    def __init__(self):
+        super().__init__()
+        self.feat, self.cls, self.dom = nn.Linear(8, 8), nn.Linear(8, 3), nn.Linear(8, 2)
+
+    def forward(self, x, alpha=0.5):
+        f = F.relu(self.feat(x))
+        return self.cls(f), self.dom(_GradReverse.apply(f, alpha))
+
+
+class YoloDetectGrid(nn.Module):
+    """YOLOv5 Detect head: a list of grid tensors rebuilt in forward when the feature map
+    size changes (a tensor cache filled by an earlier call)."""
+    def __init__(self, na=3, no=6):
+        super().__init__()
+        self.na, self.no, self.nl = na, no, 2
+        self.grid = [torch.zeros(1)] * self.nl
+        self.m = nn.ModuleList(nn.Conv2d(4, na * no, 1) for _ in range(self.nl))
+        self.register_buffer("stride", torch.tensor([8.0, 16.0]))
+
+    @staticmethod
+    def _make_grid(nx, ny):
+        yv, xv = torch.meshgrid(torch.arange(ny), torch.arange(nx), indexing="ij")
+        return torch.stack((xv, yv), 2).view(1, 1, ny, nx, 2).float()
+
+    def forward(self, xs):
+        z = []
+        for i in range(self.nl):
+            x = self.m[i](xs[i])
+            bs, _, ny, nx = x.shape
+            x = x.view(bs, self.na, self.no, ny, nx).permute(0, 1, 3, 4, 2).contiguous()
+            if self.grid[i].shape[2:4] != x.shape[2:4]:
+                self.grid[i] = self._make_grid(nx, ny)
+            y = x.sigmoid()
+            xy = (y[..., 0:2] * 2 - 0.5 + self.grid[i]) * self.stride[i]
+            z.append(torch.cat((xy, y[..., 2:]), -1).view(bs, -1, self.no))
+        return torch.cat(z, 1)
+
+
+class DequeFeatureBank(nn.Module):
+    """MoCo-style memory: a deque (maxlen) of past detached embeddings, read whole."""
+    def __init__(self):
+        super().__init__()
+        import collections
+        self.enc = nn.Linear(8, 4)
+        self.bank = collections.deque(maxlen=3)
+
+    def forward(self, x):
+        k = F.normalize(self.enc(x), dim=-1)
+        self.bank.append(k.detach())
+        return k @ torch.cat(list(self.bank), 0).t()
+
+
+class PartialHoldsParameter(nn.Module):
+    """A functools.partial built in __init__ holding a layer's weight and bias."""
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.proj = functools.partial(F.linear, weight=self.fc.weight, bias=self.fc.bias)
+
+    def forward(self, x):
+        return self.proj(x).relu()
+
+
+class TiedThroughPlainList(nn.Module):
+    """Weight tying through an unregistered list and a bound method stored as attribute."""
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 8)
+        self._tied = [self.emb]
+        self.embed_fn = self.emb.forward
+
+    def forward(self, ids):
+        return self.embed_fn(ids).mean(1) @ self._tied[0].weight.t()
+
+
+def _lora_forward(layer, x):
+    return F.linear(x, layer.weight, layer.bias) + (x @ layer.lora_a.t()) @ layer.lora_b.t() * layer.lora_scale
+
+
+class LoraMonkeypatched(nn.Module):
+    """peft-style LoRA: the adapters are parameters added to the Linear and its forward is
+    replaced on the instance by a functools.partial."""
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(8, 8)
+        self.q.lora_a = nn.Parameter(torch.randn(2, 8) * 0.1)
+        self.q.lora_b = nn.Parameter(torch.randn(8, 2) * 0.1)
+        self.q.lora_scale = 0.5
+        self.q.forward = functools.partial(_lora_forward, self.q)
+        self.out = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.out(F.gelu(self.q(x)))
+
+
+class MixupNumpyBeta(nn.Module):
+    """mixup: lam from NumPy's global RNG (a float), a torch permutation of the batch."""
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        import numpy as np
+        lam = np.random.beta(0.4, 0.4)
+        x = lam * x + (1 - lam) * x[torch.randperm(x.shape[0])]
+        return self.fc(x), lam
+
+
+class RandomStateNoise(nn.Module):
+    """Noise injection from a RandomState: a float64 array made a tensor, a float scale."""
+    def __init__(self):
+        super().__init__()
+        import numpy as np
+        self.rs = np.random.RandomState(0)
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        noise = self.rs.normal(0.0, 0.1, size=tuple(x.shape))
+        return self.fc(x + torch.from_numpy(noise).float()) * self.rs.uniform(0.9, 1.1)
+
+
+class RandomStateFeaturePerm(nn.Module):
+    """Random feature subset from a RandomState permutation, sorted with NumPy."""
+    def __init__(self):
+        super().__init__()
+        import numpy as np
+        self.rs = np.random.RandomState(1)
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        import numpy as np
+        keep = self.rs.permutation(x.shape[1])[: x.shape[1] // 2]
+        return self.fc(x[:, np.sort(keep)].repeat(1, 2))
+
+
+class PerSampleLengthLoop(nn.Module):
+    """A Python loop over a batch of 300 with int(lengths[i]) each: 300 data-dependent
+    breaks (a limit on breaks per call, then eager)."""
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x, lengths):
+        h = self.fc(x)
+        return torch.stack([h[i, :int(lengths[i])].mean(0) for i in range(h.shape[0])])
+
+
+class GreedyDecodeLoop(nn.Module):
+    """Greedy decoding for up to 150 steps with an early stop on a data-dependent test."""
+    def __init__(self):
+        super().__init__()
+        self.emb, self.cell, self.out = nn.Embedding(12, 8), nn.GRUCell(8, 8), nn.Linear(8, 12)
+
+    def forward(self, h, max_len=150):
+        tok = torch.zeros(h.shape[0], dtype=torch.long)
+        toks = []
+        for _ in range(max_len):
+            h = self.cell(self.emb(tok), h)
+            tok = self.out(h).argmax(-1)
+            toks.append(tok)
+            if (tok == 11).all():
+                break
+        return torch.stack(toks, 1)
+
+
+case("autograd_function_grad_reverse", V8)(lambda: DomainAdversarial())
+case("yolo_detect_grid_cache", lambda: ([R(2, 4, 8, 8), R(2, 4, 4, 4)],))(lambda: YoloDetectGrid())
+case("deque_feature_bank", V8)(lambda: DequeFeatureBank())
+case("partial_holds_parameter", V8)(lambda: PartialHoldsParameter())
+case("tied_through_plain_list", lambda: (torch.randint(0, 10, (2, 5)),))(lambda: TiedThroughPlainList())
+case("lora_monkeypatched_forward", lambda: (R(2, 5, 8),))(lambda: LoraMonkeypatched())
+case("mixup_numpy_beta_float64", V8, train=True)(lambda: MixupNumpyBeta())
+case("randomstate_noise_float64", V8, train=True)(lambda: RandomStateNoise())
+case("randomstate_feature_perm", V8, train=True)(lambda: RandomStateFeaturePerm())
+case("per_sample_item_loop_300", lambda: (R(300, 6, 8), torch.randint(1, 7, (300,))))(lambda: PerSampleLengthLoop())
+case("greedy_decode_150_steps", lambda: (R(2, 8),))(lambda: GreedyDecodeLoop())
+
 # ----------------------------------------------------------------------------- Hugging Face (tiny configs)
 def _hf(kind):
     import transformers as T
@@ -2028,9 +2224,13 @@ NCALLS = 3
 
 
 def _seed(k):
-    """Both RNGs a module may draw from: torch's and Python's `random` (layer drop)."""
+    """The RNGs a module may draw from: torch's, Python's `random` (layer drop) and
+    NumPy's global one (mixup)."""
     torch.manual_seed(k)
     random.seed(k)
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed(k)
 
 
 def run_mine(name, factory, inputs, train):
