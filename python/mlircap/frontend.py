@@ -50,6 +50,9 @@ def _build_table() -> dict:
     table = dict(get_decomposition_table())
     table.update(get_decompositions([aten.native_batch_norm, aten._native_batch_norm_legit_no_training]))
     table[aten.cumsum.default] = _cumsum_as_masked_sum
+    from .cumulative import cumprod
+
+    table[aten.cumprod.default] = cumprod   # torch-mlir's scan: no CPU kernel
     table[aten.gelu.default] = _gelu_tanh_decomposed(table.get(aten.gelu.default))
     for op in (aten.div.Tensor_mode, aten.div.Scalar_mode, aten.floor_divide.default, aten.floor_divide.Scalar):
         table[op] = _floor_division_like_eager(op, table.get(op))

@@ -1,6 +1,6 @@
 """Ops that write at indices from the inputs (scatter, scatter_add, scatter_reduce,
-index_reduce, index_put, and what decomposes to them: index_add, index_copy,
-max_unpool), compiled with a bounds check, without a scatter.
+index_reduce, index_put, put, index_add/copy/fill, and what decomposes to them:
+max_unpool, ...), compiled with a bounds check, without a scatter.
 
 torch-mlir lowers these ops to tm_tensor.scatter, which no launch plan has a kernel
 for, so they ran as eager islands (partition.py, reason "index"). Eager's CPU
@@ -296,6 +296,17 @@ def _spec(node: fx.Node):
             return None
         return (lambda x, i, s: index_reduce(x, dim, i, s * alpha if alpha != 1 else s, "sum"),
                 [x, index, source], checks)
+    if name == "aten::put":   # put(x, index, source, accumulate): index_put into the flattened x
+        if len(args) < 3:
+            return None
+        index, source = args[1], args[2]
+        accumulate = args[3] if len(args) > 3 else kw.get("accumulate", False)
+        iv, sv = _val(index), _val(source)
+        if not _is_index(iv) or iv.numel() == 0 or not isinstance(sv, torch.Tensor) or sv.dtype != xv.dtype \
+                or sv.numel() != iv.numel() or not _small(iv.numel(), xv.numel()):
+            return None
+        return (lambda x, i, s: index_put(x.reshape(-1), [i.reshape(-1)], s.reshape(-1), bool(accumulate)).view(x.shape),
+                [x, index, source], [(index, -xv.numel(), xv.numel())])
     if name in ("aten::index_put", "aten::_unsafe_index_put") and overload == "default":
         if len(args) < 3:
             return None
@@ -331,7 +342,7 @@ def _spec(node: fx.Node):
 
 
 WRITES = ("aten::scatter", "aten::scatter_add", "aten::scatter_reduce", "aten::index_reduce",
-          "aten::index_put", "aten::_unsafe_index_put", "aten::index_add", "aten::index_copy", "aten::index_fill")
+          "aten::index_put", "aten::_unsafe_index_put", "aten::index_add", "aten::index_copy", "aten::index_fill", "aten::put")
 
 
 def rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:

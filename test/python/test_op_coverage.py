@@ -311,3 +311,41 @@ def test_index_write_out_of_range_raises_like_eager(case):
     with pytest.raises(type(want.value)):
         fast(x, bad, s)
     assert torch.equal(fast(x, good, s), fn(x, good, s))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.uint8, torch.bool])
+def test_put_compiles_like_eager(compiled_whole, dtype):
+    # put: index_put into the flattened tensor; negative indices wrap, duplicates accumulate in order
+    g = torch.Generator().manual_seed(6)
+    x, src = _data((3, 4), dtype, g), _data((2, 3), dtype, g)
+    idx = torch.tensor([[0, -1, 5], [5, 11, -12]])
+    compiled_whole(lambda x, i, s: x.put(i, s, accumulate=True), x, idx, src)
+    compiled_whole(lambda x, i, s: x.put(i, s), x, idx, src)
+    fn = lambda x, i, s: x.put(i, s, accumulate=True)   # noqa: E731
+    fast = mlircap.compile(fn)
+    fast(x, idx, src)
+    with pytest.raises(Exception) as want:
+        fn(x, idx * 0 + 12, src)
+    with pytest.raises(type(want.value)):     # out of range: reruns eagerly, raises eager's error
+        fast(x, idx * 0 + 12, src)
+
+
+# --- cumprod: torch-mlir's scan had no CPU kernel ---
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.uint8, torch.bool])
+def test_cumprod_compiles_like_eager(compiled_whole, dtype):
+    # eager multiplies in double (float32) / float (bf16) and rounds each prefix:
+    # the masked product in the same wider type rounds to the same values
+    g = torch.Generator().manual_seed(7)
+    for shape, dim in (((5, 7), 1), ((4, 3, 6), 0), ((3, 40), -1)):
+        x = (torch.rand(shape, generator=g) * 2 + 0.3).to(dtype) if dtype.is_floating_point \
+            else torch.randint(0, 5, shape, generator=g).to(dtype)
+        compiled_whole(lambda x: torch.cumprod(x, dim), x)
+    x = torch.tensor([[2.0, float("inf"), 0.0, 3.0], [-0.0, 5.0, float("nan"), 1.0]])
+    compiled_whole(lambda x: torch.cumprod(x, 1), x.to(dtype) if dtype.is_floating_point else x.to(torch.int64))
+
+
+def test_uint8_count_nonzero_and_empty_permuted_compile(compiled_whole):
+    x = torch.tensor([[0, 255, 3], [7, 0, 200]], dtype=torch.uint8)
+    compiled_whole(lambda x: torch.count_nonzero(x + 1, 1), x)
+    compiled_whole(lambda x: torch.empty_permuted((2, 3), (1, 0), dtype=torch.uint8).fill_(3) + x, x)
