@@ -522,7 +522,7 @@ def MlircapMathApprox : Pass<"mlircap-math-approx", "::mlir::func::FuncOp"> {
 
 def MlircapNarrowLibraryOperands
     : Pass<"mlircap-narrow-library-operands", "::mlir::func::FuncOp"> {
-  let summary = "Library matmuls read bf16/f16 operands directly instead of f32 copies";
+  let summary = "Library matmuls and convolutions read (and store) bf16/f16 directly instead of f32 copies";
   let description = [{
     torch-mlir lowers a bf16 (or f16) `aten.mm` as `extf` of both operands
     followed by an f32 `linalg.matmul` (the accumulator type). Run literally,
@@ -533,6 +533,11 @@ def MlircapNarrowLibraryOperands
     starts from zero the result is stored narrow as well (as eager torch does:
     the library accumulates in f32 and rounds once on store), followed by an
     `extf` generic that elementwise fusion folds into the epilogue kernel.
+    A bf16/f16 `linalg.conv_2d_nchw_fchw` accumulating into f32 is stored
+    narrow too, whatever its init (torch's conv2d on narrow tensors, which
+    the runtime calls, rounds its result to the narrow type anyway): it
+    starts from a narrow zero and the init (a bias) is added after the
+    `extf`. This saves the f32 buffer and the conversion copy into it.
 
     Before:
     ```mlir

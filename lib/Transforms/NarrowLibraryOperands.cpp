@@ -103,17 +103,75 @@ void narrow(OpTy op) {
   op->erase();
 }
 
+/// A bf16/f16 convolution accumulating into f32: the library call (torch's
+/// conv2d on the narrow tensors) returns its result rounded to the narrow
+/// type, so storing it narrow loses nothing and saves the f32 buffer and the
+/// conversion copy into it. `conv(ins) outs(init)` becomes
+/// `extf(conv(ins) outs(0 narrow)) [+ init]`, the add left out when the init
+/// is a zero fill; elementwise fusion folds it into the epilogue kernel.
+void narrowConv(linalg::Conv2DNchwFchwOp op) {
+  if (!op.hasPureTensorSemantics())
+    return;
+  SmallVector<Value> inputs;
+  for (Value in : op.getDpsInputs()) {
+    Value src = narrowSource(in);
+    inputs.push_back(src ? src : in);
+  }
+  Type inElem = getElementTypeOrSelf(inputs[0].getType());
+  Value init = op.getDpsInits()[0];
+  auto wideType = cast<RankedTensorType>(init.getType());
+  if (!(inElem.isBF16() || inElem.isF16()) || !wideType.getElementType().isF32() ||
+      getElementTypeOrSelf(inputs[1].getType()) != inElem)
+    return;
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  SmallVector<NamedAttribute> attrs;
+  for (NamedAttribute a : op->getAttrs())
+    if (a.getName() != "operandSegmentSizes")
+      attrs.push_back(a);
+  SmallVector<OpFoldResult> sizes = tensor::getMixedSizes(b, loc, init);
+  Value empty = tensor::EmptyOp::create(b, loc, sizes, inElem);
+  Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(inElem));
+  Value narrowInit = linalg::FillOp::create(b, loc, zero, empty).getResult(0);
+  auto narrowed = linalg::Conv2DNchwFchwOp::create(b, loc, TypeRange{wideType.clone(inElem)},
+                                                   inputs, ValueRange{narrowInit}, attrs);
+  auto fill = init.getDefiningOp<linalg::FillOp>();
+  bool zeroInit = fill && matchPattern(fill.getInputs()[0], m_AnyZeroFloat());
+  SmallVector<Value> ins{narrowed->getResult(0)};
+  if (!zeroInit)
+    ins.push_back(init);
+  Value wideEmpty = tensor::EmptyOp::create(b, loc, sizes, wideType.getElementType());
+  AffineMap id = b.getMultiDimIdentityMap(wideType.getRank());
+  SmallVector<AffineMap> maps(ins.size() + 1, id);
+  SmallVector<utils::IteratorType> iters(wideType.getRank(), utils::IteratorType::parallel);
+  auto ext = linalg::GenericOp::create(
+      b, loc, TypeRange{wideType}, ins, ValueRange{wideEmpty}, maps, iters,
+      [&](OpBuilder &nb, Location nl, ValueRange args) {
+        Value e = arith::ExtFOp::create(nb, nl, wideType.getElementType(), args[0]);
+        if (args.size() > 2)
+          e = arith::AddFOp::create(nb, nl, args[1], e);
+        linalg::YieldOp::create(nb, nl, e);
+      });
+  op->replaceAllUsesWith(ext->getResults());
+  op->erase();
+}
+
 struct NarrowLibraryOperands
     : impl::MlircapNarrowLibraryOperandsBase<NarrowLibraryOperands> {
   void runOnOperation() override {
     SmallVector<linalg::MatmulOp> mms;
     SmallVector<linalg::BatchMatmulOp> bmms;
+    SmallVector<linalg::Conv2DNchwFchwOp> convs;
     getOperation().walk([&](Operation *op) {
       if (auto m = dyn_cast<linalg::MatmulOp>(op))
         mms.push_back(m);
       else if (auto m = dyn_cast<linalg::BatchMatmulOp>(op))
         bmms.push_back(m);
+      else if (auto c = dyn_cast<linalg::Conv2DNchwFchwOp>(op))
+        convs.push_back(c);
     });
+    for (auto op : convs)
+      narrowConv(op);
     for (auto op : mms)
       narrow(op);
     for (auto op : bmms)

@@ -101,3 +101,33 @@ func.func @dynamic(%a: tensor<?x16xbf16>, %b: tensor<16x4xbf16>, %n: index) -> t
   %m = linalg.matmul ins(%a, %b : tensor<?x16xbf16>, tensor<16x4xbf16>) outs(%f : tensor<?x4xf32>) -> tensor<?x4xf32>
   return %m : tensor<?x4xf32>
 }
+
+// -----
+
+// A bf16 convolution accumulating into f32 from a bias: the library call
+// rounds to bf16 anyway, so its result is stored bf16 from a zero init and
+// the bias is added after the extension (fused into the epilogue later).
+// CHECK-LABEL: func.func @conv_bias_bf16(
+// CHECK-SAME: %[[X:.*]]: tensor<1x4x8x8xbf16>, %[[W:.*]]: tensor<8x4x3x3xbf16>, %[[INIT:.*]]: tensor<1x8x6x6xf32>)
+// CHECK: %[[Z:.*]] = linalg.fill ins(%{{.*}} : bf16) outs(%{{.*}} : tensor<1x8x6x6xbf16>)
+// CHECK: %[[C:.*]] = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%[[X]], %[[W]] : tensor<1x4x8x8xbf16>, tensor<8x4x3x3xbf16>) outs(%[[Z]] : tensor<1x8x6x6xbf16>)
+// CHECK: linalg.generic {{.*}} ins(%[[C]], %[[INIT]] : tensor<1x8x6x6xbf16>, tensor<1x8x6x6xf32>)
+// CHECK:   %[[E:.*]] = arith.extf %{{.*}} : bf16 to f32
+// CHECK:   arith.addf %{{.*}}, %[[E]] : f32
+func.func @conv_bias_bf16(%x: tensor<1x4x8x8xbf16>, %w: tensor<8x4x3x3xbf16>, %init: tensor<1x8x6x6xf32>) -> tensor<1x8x6x6xf32> {
+  %0 = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>}
+      ins(%x, %w : tensor<1x4x8x8xbf16>, tensor<8x4x3x3xbf16>) outs(%init : tensor<1x8x6x6xf32>) -> tensor<1x8x6x6xf32>
+  return %0 : tensor<1x8x6x6xf32>
+}
+
+// -----
+
+// An f32 convolution is left alone.
+// CHECK-LABEL: func.func @conv_f32(
+// CHECK: linalg.conv_2d_nchw_fchw {{.*}} outs(%{{.*}} : tensor<1x8x6x6xf32>)
+// CHECK-NOT: arith.extf
+func.func @conv_f32(%x: tensor<1x4x8x8xf32>, %w: tensor<8x4x3x3xf32>, %init: tensor<1x8x6x6xf32>) -> tensor<1x8x6x6xf32> {
+  %0 = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>}
+      ins(%x, %w : tensor<1x4x8x8xf32>, tensor<8x4x3x3xf32>) outs(%init : tensor<1x8x6x6xf32>) -> tensor<1x8x6x6xf32>
+  return %0 : tensor<1x8x6x6xf32>
+}

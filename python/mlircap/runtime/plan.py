@@ -162,8 +162,21 @@ class PlanExecutor:
                     return
                 except (RuntimeError, TypeError):
                     self._wide_out_ok = False
+        if step["op"] == "conv2d_nchw_fchw" and self._cudnn_out_ok and out.dtype == ins[0].dtype \
+                and out.device.type == "cuda" and out.is_contiguous() and torch.backends.cudnn.enabled:
+            # cuDNN writes into the plan's buffer (F.conv2d has no out= form: its
+            # result would be copied in); same flags as F.conv2d would use.
+            attrs, cudnn = step.get("attrs", {}), torch.backends.cudnn
+            try:
+                torch.ops.aten.cudnn_convolution.out(
+                    ins[0], ins[1], [0, 0], attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1]), 1,
+                    cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32, out=out)
+                return
+            except (RuntimeError, TypeError, NotImplementedError):
+                PlanExecutor._cudnn_out_ok = False
         out.copy_(LIBRARY[step["op"]](ins, step.get("attrs", {})))
 
+    _cudnn_out_ok = True
     _wide_out_ok = True
     _wide_out_into = True
 
