@@ -149,7 +149,35 @@ def bench_one(a, name, dname, dtype, rows):
             del fast, m
 
 
+def fallback_overhead(name="bert", dtype=torch.bfloat16):
+    """A graph that cannot compile runs its captured FX graph: the cost of that
+    fallback over eager (issue: at most 5%). Forced with a chip no GPU has, so
+    every graph falls back whole. Eager and the fallback timed alternately, 3
+    rounds, the best of each."""
+    m, args = models.build(name, scale="bench", dtype=dtype, device="cuda")
+    fast = mlircap.compile(m, chip="sm_1")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref, out = m(*args), fast(*args)
+        fast(*args)
+    ok = bool(fast.graphs) and all(g.fallback_reason for g in fast.graphs)
+    t_e = t_f = float("inf")
+    for _ in range(3):
+        t_e = min(t_e, latency_ms(m, args, device="cuda"))
+        t_f = min(t_f, latency_ms(fast, args, device="cuda"))
+    return dict(model=name, eager=t_e, fallback=t_f, all_fell_back=ok, err=max_err(out, ref))
+
+
 def finish(a, rows, dev, commit):
+    try:
+        fb = fallback_overhead()
+    except Exception as e:  # noqa: BLE001 - the model table must still be written
+        print(f"whole-graph fallback: not measured ({type(e).__name__}: {str(e)[:200]})")
+        fb = None
+    if fb is not None:
+        print(f"whole-graph fallback ({fb['model']} bf16, every graph fell back: {fb['all_fell_back']}): "
+          f"{fb['fallback']:.3f} ms vs eager {fb['eager']:.3f} ms = {100 * (fb['fallback'] / fb['eager'] - 1):+.1f}%, "
+          f"max|diff| {fb['err']:.1e}", flush=True)
     bw = {d: bandwidth_check(DT[d]) for d in a.dtypes.split(",")}
     for d, b in bw.items():
         print(f"bandwidth {d}: mlircap fused elementwise {b['gbs']:.0f} GB/s vs copy {b['copy_gbs']:.0f} GB/s "
@@ -167,10 +195,10 @@ def finish(a, rows, dev, commit):
                f"mlircap/inductor+cudagraphs {gm_cg:.2f}x; inductor/eager {gm_ind_e:.2f}x, "
                f"inductor+cudagraphs/eager {gm_cg_e:.2f}x")
     print(summary)
-    write_results(Path(a.out), rows, bw, summary, dev, commit, errors)
+    write_results(Path(a.out), rows, bw, summary, dev, commit, errors, fb)
 
 
-def write_results(path, rows, bw, summary, dev, commit, errors=()):
+def write_results(path, rows, bw, summary, dev, commit, errors=(), fb=None):
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = ["# GPU benchmark results", "",
              f"Produced by one run of `bench/gpu.py` on {dev}, {now}, commit `{commit}`, torch {torch.__version__}.",
@@ -190,6 +218,11 @@ def write_results(path, rows, bw, summary, dev, commit, errors=()):
                      f"{100 * b['gbs'] / b['copy_gbs']:.0f}%; kernel device time only (CUPTI) "
                      f"{b['k_gbs']:.0f} GB/s vs copy kernel {b['kc_gbs']:.0f} GB/s = "
                      f"{100 * b['k_gbs'] / b['kc_gbs']:.0f}%")
+    if fb is not None:
+        lines += ["", "## Whole-graph fallback vs eager", "",
+                  f"- {fb['model']} bf16 compiled for a chip no GPU has (every graph falls back to its captured "
+                  f"FX graph: {fb['all_fell_back']}): {fb['fallback']:.3f} ms vs eager {fb['eager']:.3f} ms = "
+                  f"{100 * (fb['fallback'] / fb['eager'] - 1):+.1f}% (best of 3 alternating rounds)"]
     lines += ["", "## Where mlircap's time goes", "",
               "Device time of the kernels one compiled call launches (CUPTI via torch.profiler), the rest of "
               "the latency (host: capture guards, aot_autograd, launch; gaps between graph nodes), and the "
