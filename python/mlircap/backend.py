@@ -395,7 +395,29 @@ def _probe_rejected(gm: torch.fx.GraphModule, device: str, options: Options, lim
             logs.log("fallback", f"probe {key[1]}: {rejected or 'accepted'}")
         if _PROBES[key]:
             found[n.name] = f"{op_name(n.target).replace('::', '.')} at {_node_loc(n)} ({_PROBES[key]})"
+    if found and not _toolchain_works(device, options):
+        # x + 1 does not compile either (a bad chip, a broken toolchain): the failure
+        # is not these ops', and an island per op would run far slower than the
+        # captured graph falling back whole
+        logs.log("fallback", "x + 1 does not compile either: the whole graph falls back")
+        return {}
     return found
+
+
+def _toolchain_works(device: str, options: Options) -> bool:
+    """Whether a trivial graph (x + 1) compiles for `device` with these options
+    (cached)."""
+    key = ("x + 1", device, options.chip, options.opt_level)
+    if key not in _PROBES:
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        try:
+            _lower(import_fx(make_fx(lambda x: x + 1)(torch.zeros(4))), device, options, check=True)
+            _PROBES[key] = None
+        except Exception as e:  # noqa: BLE001 - any failure means the toolchain is broken
+            _PROBES[key] = f"{type(e).__name__}: {e}"[:300]
+        logs.log("fallback", f"toolchain check for {device}: {_PROBES[key] or 'ok'}")
+    return _PROBES[key] is None
 
 
 def _codegen_failed(e: Exception, device: str) -> bool:

@@ -226,3 +226,28 @@ def test_logs_areas(capfd):
     assert "test_backend.py:" in err
     assert "[mlircap:recompiles]" in err and "[mlircap:guards]" in err
     assert "[mlircap:progress]" in err and "torch-mlir lowering + codegen check done in" in err
+
+
+def test_broken_toolchain_falls_back_whole_not_one_island_per_op(monkeypatch):
+    # When nothing compiles (a chip no GPU has, a broken toolchain: here every
+    # lowering raises the plan builder's rejection), each op also fails alone. The
+    # probe must not turn that into one eager island per op (far slower than
+    # eager): x + 1 failing too shows the failure is not the ops', and the
+    # captured graph runs whole, as it was captured.
+    from mlircap import backend
+
+    def broken(raw_ir, device, options, check=False):
+        raise backend._PlanRejected(device.upper(), "error: mlircap: unsupported op 'any' (toolchain broken)")
+
+    monkeypatch.setattr(backend, "_lower", broken)
+    monkeypatch.setattr(backend, "_PROBES", {})
+    f = lambda x, w: torch.tanh(x @ w).relu() + x.sum()   # noqa: E731
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    fast = mlircap.compile(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        outs = [fast(x, w) for _ in range(3)]
+    for out in outs:
+        torch.testing.assert_close(out, f(x, w))
+    assert len(fast.graphs) == 1 and fast.graphs[0].fallback_reason
+    assert backend._PROBES[("x + 1", "cpu", "sm_90", 3)]

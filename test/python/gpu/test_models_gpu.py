@@ -16,7 +16,7 @@ TOL = {torch.float32: dict(rtol=2e-3, atol=2e-3), torch.bfloat16: dict(rtol=5e-2
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("name", models.NAMES + [n for n in models.ZOO if n != "moe"])
+@pytest.mark.parametrize("name", list(models.NAMES) + [n for n in models.ZOO if n != "moe"])
 def test_model_on_gpu(name, dtype):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
