@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+import torch.nn.functional as F
 
 
 class MLP(nn.Module):
@@ -211,6 +212,50 @@ def _moe(layers=2, hidden=128, heads=4, seq=32, batch=2, experts=8):
     return _LastHidden(m, use_cache=False).eval(), (torch.randint(0, cfg.vocab_size, (batch, seq)),)
 
 
+def layernorm_gelu_residual(x, w, b, r):
+    """LayerNorm + GELU + residual (a transformer block's epilogue)."""
+    return F.gelu(F.layer_norm(x, x.shape[-1:], w, b)) + r
+
+
+def rmsnorm(x, w):
+    """Llama's RMSNorm, computed in float32 as transformers does."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+    return w * h.to(x.dtype)
+
+
+def softmax_rows(x):
+    return torch.softmax(x, -1)
+
+
+def cross_entropy(logits, target):
+    return F.cross_entropy(logits.float(), target)
+
+
+def swiglu(gate, up):
+    return F.silu(gate) * up
+
+
+def _kernel_case(name: str, big: bool, g: torch.Generator):
+    """Row reductions and gated activations at LLM sizes ("bench"), small for tests."""
+    rows, cols = (8192, 4096) if big else (64, 256)
+    if name == "k_layernorm":
+        return layernorm_gelu_residual, (torch.randn(rows, cols, generator=g), torch.randn(cols, generator=g),
+                                         torch.randn(cols, generator=g), torch.randn(rows, cols, generator=g))
+    if name == "k_rmsnorm":
+        n = 16384 if big else 64
+        return rmsnorm, (torch.randn(n, cols, generator=g), torch.randn(cols, generator=g))
+    if name == "k_softmax":
+        return softmax_rows, (torch.randn(32 * 16 * 512 if big else 256, 512 if big else 64, generator=g),)
+    if name == "k_cross_entropy":
+        n, classes = (4096, 32000) if big else (32, 1000)
+        return cross_entropy, (torch.randn(n, classes, generator=g), torch.randint(0, classes, (n,), generator=g))
+    if name == "k_swiglu":
+        n, h = (8192, 11008) if big else (64, 256)
+        return swiglu, (torch.randn(n, h, generator=g), torch.randn(n, h, generator=g))
+    raise ValueError(name)
+
+
 def build(name: str, scale: str = "small", dtype=torch.float32, device="cpu"):
     """Returns (model_or_fn, inputs). scale "small" for tests, "bench" for benchmarks."""
     big = scale == "bench"
@@ -246,6 +291,8 @@ def build(name: str, scale: str = "small", dtype=torch.float32, device="cpu"):
         m, args = _t5(6, 512, 8, 128, 8) if big else _t5()
     elif name == "moe":
         m, args = _moe(4, 1024, 16, 256, 8) if big else _moe()
+    elif name in KERNELS:
+        m, args = _kernel_case(name, big, g)
     else:
         raise ValueError(name)
     if isinstance(m, nn.Module):
@@ -258,3 +305,5 @@ NAMES = ("elementwise", "mlp", "cnn", "attention", "bert", "gpt2")
 # Models beyond the reference set (SDPA attention, RMSNorm, rotary, GQA, patch embeddings,
 # residual conv nets with BatchNorm, a GroupNorm UNet, an encoder-decoder, mixture of experts).
 ZOO = ("llama", "vit", "resnet", "unet", "t5", "moe")
+# single fused kernels at LLM sizes (issue: row reductions at >= 80% of copy bandwidth)
+KERNELS = ("k_layernorm", "k_rmsnorm", "k_softmax", "k_cross_entropy", "k_swiglu")
