@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from .fxutil import op_name
+from .fxutil import bool_like, op_name
 
 aten = torch.ops.aten
 
@@ -122,8 +122,8 @@ def add_bounds_checks(gm: fx.GraphModule) -> bool:
                 bad = graph.call_function(aten.logical_or.default, (low, high))
                 safe = graph.call_function(aten.where.ScalarSelf, (bad, 0, t))
                 flag = graph.call_function(aten.any.default, (bad,))
-            mask = v.new_empty(v.shape, dtype=torch.bool)
-            for x, val in ((low, mask), (high, mask), (bad, mask), (safe, v), (flag, v.new_empty((), dtype=torch.bool))):
+            mask = bool_like(v, v.shape)
+            for x, val in ((low, mask), (high, mask), (bad, mask), (safe, v), (flag, bool_like(v, ()))):
                 x.meta["val"] = val
             flags.append(flag)
             if path[0] == "args":

@@ -15,3 +15,18 @@ def leaves(x, cls: type):
     elif isinstance(x, (list, tuple)):
         for v in x:
             yield from leaves(v, cls)
+
+
+def bool_like(v, shape):
+    """A bool meta value on `v`'s device, made in `v`'s own fake mode (the mode
+    active while a graph is compiled may be another one: a split graph's values
+    come from the capture's mode, and FakeTensor refuses to mix modes)."""
+    import torch
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    mode = getattr(v, "fake_mode", None)
+    with unset_fake_temporarily():
+        if mode is None:
+            return torch.empty(shape, dtype=torch.bool, device="meta")
+        with mode:
+            return torch.empty(shape, dtype=torch.bool, device=v.device)

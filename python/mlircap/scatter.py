@@ -27,7 +27,7 @@ import math
 import torch
 import torch.fx as fx
 
-from .fxutil import op_name
+from .fxutil import bool_like, op_name
 
 aten = torch.ops.aten
 
@@ -383,8 +383,8 @@ def rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
             ge = graph.call_function(aten.ge.Scalar, (index, n))
             bad = graph.call_function(aten.logical_or.default, (lt, ge))
             flag = graph.call_function(aten.any.default, (bad,))
-            mask = iv.new_empty(iv.shape, dtype=torch.bool)
-            for x, v in ((lt, mask), (ge, mask), (bad, mask), (flag, iv.new_empty((), dtype=torch.bool))):
+            mask = bool_like(iv, iv.shape)
+            for x, v in ((lt, mask), (ge, mask), (bad, mask), (flag, bool_like(iv, ()))):
                 x.meta["val"] = v
             flags.append(flag)
     # the copied nodes' values as the graph's fake tensors
