@@ -36,6 +36,16 @@ Value narrowSource(Value v) {
   return g.getDpsInputs()[0];
 }
 
+/// `op`'s attributes for a rebuilt op of its kind (operand segment sizes are
+/// the builder's).
+SmallVector<NamedAttribute> opAttrs(Operation *op) {
+  SmallVector<NamedAttribute> attrs;
+  for (NamedAttribute a : op->getAttrs())
+    if (a.getName() != "operandSegmentSizes")
+      attrs.push_back(a);
+  return attrs;
+}
+
 template <typename OpTy>
 void narrow(OpTy op) {
   if (!op.hasPureTensorSemantics())
@@ -64,10 +74,7 @@ void narrow(OpTy op) {
     return;
   OpBuilder b(op);
   Location loc = op.getLoc();
-  SmallVector<NamedAttribute> attrs;
-  for (NamedAttribute a : op->getAttrs())
-    if (a.getName() != "operandSegmentSizes")
-      attrs.push_back(a);
+  SmallVector<NamedAttribute> attrs = opAttrs(op);
   // The result is stored narrow too when it starts from zero, as eager torch
   // does for a bf16 matmul (the library still accumulates in f32): half the
   // bytes written and read back. An extf generic restores the wide type for
@@ -125,10 +132,7 @@ void narrowConv(linalg::Conv2DNchwFchwOp op) {
     return;
   OpBuilder b(op);
   Location loc = op.getLoc();
-  SmallVector<NamedAttribute> attrs;
-  for (NamedAttribute a : op->getAttrs())
-    if (a.getName() != "operandSegmentSizes")
-      attrs.push_back(a);
+  SmallVector<NamedAttribute> attrs = opAttrs(op);
   SmallVector<OpFoldResult> sizes = tensor::getMixedSizes(b, loc, init);
   Value empty = tensor::EmptyOp::create(b, loc, sizes, inElem);
   Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(inElem));
