@@ -104,6 +104,16 @@ inline TypedAttr getCombinerIdentity(Operation *comb, Type t) {
   return {};
 }
 
+/// True if every parallel loop of `op` comes before every reduction loop.
+inline bool parallelLoopsFirst(linalg::GenericOp op) {
+  auto iters = op.getIteratorTypesArray();
+  unsigned np = op.getNumParallelLoops();
+  for (unsigned i = 0; i < iters.size(); ++i)
+    if ((i < np) != (iters[i] == utils::IteratorType::parallel))
+      return false;
+  return true;
+}
+
 /// A reduction that a block per row can compute: one result with a recognized
 /// combiner, all parallel loops before all reduction loops, the output map a
 /// projection on the parallel loops (unit dims may be constant 0).
@@ -113,11 +123,9 @@ inline bool isRowReduction(linalg::GenericOp op) {
   Operation *comb = getCombiner(op);
   if (!comb || !getCombinerIdentity(comb, comb->getResult(0).getType()))
     return false;
-  auto iters = op.getIteratorTypesArray();
+  if (!parallelLoopsFirst(op))
+    return false;
   unsigned np = op.getNumParallelLoops();
-  for (unsigned i = 0; i < iters.size(); ++i)
-    if ((i < np) != (iters[i] == utils::IteratorType::parallel))
-      return false;
   AffineMap out = op.getDpsInitOperand(0) ? op.getMatchingIndexingMap(op.getDpsInitOperand(0)) : AffineMap();
   unsigned next = 0;
   for (AffineExpr e : out.getResults()) {

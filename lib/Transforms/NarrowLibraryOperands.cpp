@@ -46,107 +46,47 @@ SmallVector<NamedAttribute> opAttrs(Operation *op) {
   return attrs;
 }
 
-template <typename OpTy>
-void narrow(OpTy op) {
-  if (!op.hasPureTensorSemantics())
-    return;
+/// `op`'s inputs with each elementwise `extf` looked through; `changed` tells
+/// whether any was.
+SmallVector<Value> narrowInputs(Operation *op, bool &changed) {
   SmallVector<Value> inputs;
-  bool changed = false;
-  for (Value in : op.getDpsInputs()) {
+  changed = false;
+  for (Value in : cast<DestinationStyleOpInterface>(op).getDpsInputs()) {
     Value src = narrowSource(in);
     inputs.push_back(src ? src : in);
     changed |= bool(src);
   }
-  // Both operands must be narrow, in the same type: a mixed bf16 x f32 library
-  // call would need its own upcast anyway.
-  Type inElem = getElementTypeOrSelf(inputs[0].getType());
-  if (!(inElem.isBF16() || inElem.isF16()) || llvm::any_of(inputs, [&](Value v) {
-        return getElementTypeOrSelf(v.getType()) != inElem;
-      }))
-    return;
-  // Operands already narrow (torch-mlir emits bf16 x bf16 -> f32 batch
-  // matmuls directly): only the result can still be narrowed.
-  Value init0 = op.getDpsInits()[0];
-  auto fill0 = init0.getDefiningOp<linalg::FillOp>();
-  bool wideZeroInit = getElementTypeOrSelf(init0.getType()) != inElem && fill0 &&
-                      matchPattern(fill0.getInputs()[0], m_AnyZeroFloat());
-  if (!changed && !wideZeroInit)
-    return;
+  return inputs;
+}
+
+/// True if `v` is a zero-filled tensor.
+bool isZeroFill(Value v) {
+  auto fill = v.getDefiningOp<linalg::FillOp>();
+  return fill && matchPattern(fill.getInputs()[0], m_AnyZeroFloat());
+}
+
+/// Replaces `op` by the same library op on `inputs` whose result is stored in
+/// `narrowElem` from a zero fill, followed by an `extf` generic back to the
+/// wide result type (plus `addend`, the original init, when given) that
+/// elementwise fusion folds into the epilogue kernel.
+template <typename OpTy>
+void rebuildNarrow(OpTy op, ValueRange inputs, Type narrowElem, Value addend) {
   OpBuilder b(op);
   Location loc = op.getLoc();
-  SmallVector<NamedAttribute> attrs = opAttrs(op);
-  // The result is stored narrow too when it starts from zero, as eager torch
-  // does for a bf16 matmul (the library still accumulates in f32): half the
-  // bytes written and read back. An extf generic restores the wide type for
-  // the users; elementwise fusion folds it into the epilogue kernel.
   Value init = op.getDpsInits()[0];
   auto wideType = cast<RankedTensorType>(init.getType());
-  Type narrowElem = getElementTypeOrSelf(inputs[0].getType());
-  auto fill = init.getDefiningOp<linalg::FillOp>();
-  bool zeroInit = fill && (matchPattern(fill.getInputs()[0], m_AnyZeroFloat()));
-  if (!zeroInit) {
-    auto narrowed = OpTy::create(b, loc, op->getResultTypes(), inputs, op.getDpsInits(), attrs);
-    op->replaceAllUsesWith(narrowed->getResults());
-    op->erase();
-    return;
-  }
-  auto narrowType = wideType.clone(narrowElem);
   // Dynamic dims take their sizes from the original init (tensor.dim).
   SmallVector<OpFoldResult> sizes = tensor::getMixedSizes(b, loc, init);
   Value empty = tensor::EmptyOp::create(b, loc, sizes, narrowElem);
   Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(narrowElem));
   Value narrowInit = linalg::FillOp::create(b, loc, zero, empty).getResult(0);
-  auto narrowed = OpTy::create(b, loc, TypeRange{narrowType}, inputs, ValueRange{narrowInit}, attrs);
-  Value wideEmpty = tensor::EmptyOp::create(b, loc, sizes, wideType.getElementType());
-  AffineMap id = b.getMultiDimIdentityMap(wideType.getRank());
-  SmallVector<utils::IteratorType> iters(wideType.getRank(), utils::IteratorType::parallel);
-  auto ext = linalg::GenericOp::create(
-      b, loc, TypeRange{wideType}, ValueRange{narrowed->getResult(0)}, ValueRange{wideEmpty},
-      ArrayRef<AffineMap>{id, id}, iters, [&](OpBuilder &nb, Location nl, ValueRange args) {
-        Value e = arith::ExtFOp::create(nb, nl, wideType.getElementType(), args[0]);
-        linalg::YieldOp::create(nb, nl, e);
-      });
-  op->replaceAllUsesWith(ext->getResults());
-  op->erase();
-}
-
-/// A bf16/f16 convolution accumulating into f32: the library call (torch's
-/// conv2d on the narrow tensors) returns its result rounded to the narrow
-/// type, so storing it narrow loses nothing and saves the f32 buffer and the
-/// conversion copy into it. `conv(ins) outs(init)` becomes
-/// `extf(conv(ins) outs(0 narrow)) [+ init]`, the add left out when the init
-/// is a zero fill; elementwise fusion folds it into the epilogue kernel.
-void narrowConv(linalg::Conv2DNchwFchwOp op) {
-  if (!op.hasPureTensorSemantics())
-    return;
-  SmallVector<Value> inputs;
-  for (Value in : op.getDpsInputs()) {
-    Value src = narrowSource(in);
-    inputs.push_back(src ? src : in);
-  }
-  Type inElem = getElementTypeOrSelf(inputs[0].getType());
-  Value init = op.getDpsInits()[0];
-  auto wideType = cast<RankedTensorType>(init.getType());
-  if (!(inElem.isBF16() || inElem.isF16()) || !wideType.getElementType().isF32() ||
-      getElementTypeOrSelf(inputs[1].getType()) != inElem)
-    return;
-  OpBuilder b(op);
-  Location loc = op.getLoc();
-  SmallVector<NamedAttribute> attrs = opAttrs(op);
-  SmallVector<OpFoldResult> sizes = tensor::getMixedSizes(b, loc, init);
-  Value empty = tensor::EmptyOp::create(b, loc, sizes, inElem);
-  Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(inElem));
-  Value narrowInit = linalg::FillOp::create(b, loc, zero, empty).getResult(0);
-  auto narrowed = linalg::Conv2DNchwFchwOp::create(b, loc, TypeRange{wideType.clone(inElem)},
-                                                   inputs, ValueRange{narrowInit}, attrs);
-  auto fill = init.getDefiningOp<linalg::FillOp>();
-  bool zeroInit = fill && matchPattern(fill.getInputs()[0], m_AnyZeroFloat());
+  auto narrowed = OpTy::create(b, loc, TypeRange{wideType.clone(narrowElem)}, inputs,
+                               ValueRange{narrowInit}, opAttrs(op));
   SmallVector<Value> ins{narrowed->getResult(0)};
-  if (!zeroInit)
-    ins.push_back(init);
+  if (addend)
+    ins.push_back(addend);
   Value wideEmpty = tensor::EmptyOp::create(b, loc, sizes, wideType.getElementType());
-  AffineMap id = b.getMultiDimIdentityMap(wideType.getRank());
-  SmallVector<AffineMap> maps(ins.size() + 1, id);
+  SmallVector<AffineMap> maps(ins.size() + 1, b.getMultiDimIdentityMap(wideType.getRank()));
   SmallVector<utils::IteratorType> iters(wideType.getRank(), utils::IteratorType::parallel);
   auto ext = linalg::GenericOp::create(
       b, loc, TypeRange{wideType}, ins, ValueRange{wideEmpty}, maps, iters,
@@ -158,6 +98,58 @@ void narrowConv(linalg::Conv2DNchwFchwOp op) {
       });
   op->replaceAllUsesWith(ext->getResults());
   op->erase();
+}
+
+template <typename OpTy>
+void narrow(OpTy op) {
+  if (!op.hasPureTensorSemantics())
+    return;
+  bool changed;
+  SmallVector<Value> inputs = narrowInputs(op, changed);
+  // Both operands must be narrow, in the same type: a mixed bf16 x f32 library
+  // call would need its own upcast anyway.
+  Type inElem = getElementTypeOrSelf(inputs[0].getType());
+  if (!(inElem.isBF16() || inElem.isF16()) || llvm::any_of(inputs, [&](Value v) {
+        return getElementTypeOrSelf(v.getType()) != inElem;
+      }))
+    return;
+  // Operands already narrow (torch-mlir emits bf16 x bf16 -> f32 batch
+  // matmuls directly): only the result can still be narrowed.
+  Value init = op.getDpsInits()[0];
+  bool zeroInit = isZeroFill(init);
+  if (!changed && !(zeroInit && getElementTypeOrSelf(init.getType()) != inElem))
+    return;
+  // The result is stored narrow too when it starts from zero, as eager torch
+  // does for a bf16 matmul (the library still accumulates in f32): half the
+  // bytes written and read back.
+  if (zeroInit) {
+    rebuildNarrow(op, inputs, inElem, Value());
+    return;
+  }
+  OpBuilder b(op);
+  auto narrowed = OpTy::create(b, op.getLoc(), op->getResultTypes(), inputs, op.getDpsInits(),
+                               opAttrs(op));
+  op->replaceAllUsesWith(narrowed->getResults());
+  op->erase();
+}
+
+/// A bf16/f16 convolution accumulating into f32: the library call (torch's
+/// conv2d on the narrow tensors) returns its result rounded to the narrow
+/// type, so storing it narrow loses nothing and saves the f32 buffer and the
+/// conversion copy into it. `conv(ins) outs(init)` becomes
+/// `extf(conv(ins) outs(0 narrow)) [+ init]`, the add left out when the init
+/// is a zero fill.
+void narrowConv(linalg::Conv2DNchwFchwOp op) {
+  if (!op.hasPureTensorSemantics())
+    return;
+  bool changed;
+  SmallVector<Value> inputs = narrowInputs(op, changed);
+  Type inElem = getElementTypeOrSelf(inputs[0].getType());
+  Value init = op.getDpsInits()[0];
+  if (!(inElem.isBF16() || inElem.isF16()) || !getElementTypeOrSelf(init.getType()).isF32() ||
+      getElementTypeOrSelf(inputs[1].getType()) != inElem)
+    return;
+  rebuildNarrow(op, inputs, inElem, isZeroFill(init) ? Value() : init);
 }
 
 struct NarrowLibraryOperands

@@ -18,8 +18,10 @@
 //
 //===----------------------------------------------------------------------===//
 #include "mlircap/Passes.h"
+#include "KernelUtils.h"
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Utils/Utils.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -36,13 +38,9 @@ namespace {
 /// passes keep in registers as they are (no bf16/f16 emulation of
 /// loop-carried values).
 bool isTrailingReduction(linalg::GenericOp op) {
-  if (!op.hasPureBufferSemantics() || op.getNumReductionLoops() == 0)
+  if (!op.hasPureBufferSemantics() || op.getNumReductionLoops() == 0 || !parallelLoopsFirst(op))
     return false;
-  auto iters = op.getIteratorTypesArray();
-  unsigned numParallel = op.getNumParallelLoops();
-  for (unsigned i = 0; i < iters.size(); ++i)
-    if ((i < numParallel) != (iters[i] == utils::IteratorType::parallel))
-      return false;
+  unsigned numParallel = op.getNumParallelLoops(), numLoops = op.getNumLoops();
   for (OpOperand &out : op.getDpsInitsMutable()) {
     auto type = dyn_cast<MemRefType>(out.get().getType());
     if (!type)
@@ -53,7 +51,7 @@ bool isTrailingReduction(linalg::GenericOp op) {
     if (!elem.isIntOrFloat())
       return false;
     for (AffineExpr e : op.getMatchingIndexingMap(&out).getResults())
-      for (unsigned d = numParallel; d < iters.size(); ++d)
+      for (unsigned d = numParallel; d < numLoops; ++d)
         if (e.isFunctionOfDim(d))
           return false;
   }
@@ -63,20 +61,13 @@ bool isTrailingReduction(linalg::GenericOp op) {
   return true;
 }
 
-/// The indices of `map` at loop IVs `ivs` (a dim or a constant directly, else
-/// an affine.apply that lower-affine expands later).
+/// The indices of `map` at loop IVs `ivs` (dims and constants folded). An
+/// output's map is given the parallel IVs only: it uses no dim past them.
 SmallVector<Value> indices(OpBuilder &b, Location loc, AffineMap map, ValueRange ivs) {
-  SmallVector<Value> out;
-  for (AffineExpr e : map.getResults()) {
-    if (auto d = dyn_cast<AffineDimExpr>(e))
-      out.push_back(ivs[d.getPosition()]);
-    else if (auto c = dyn_cast<AffineConstantExpr>(e))
-      out.push_back(arith::ConstantIndexOp::create(b, loc, c.getValue()));
-    else
-      out.push_back(affine::AffineApplyOp::create(
-          b, loc, AffineMap::get(map.getNumDims(), map.getNumSymbols(), e), ivs));
-  }
-  return out;
+  SmallVector<OpFoldResult> dims = getAsOpFoldResult(ivs);
+  dims.resize(map.getNumDims(), b.getIndexAttr(0));
+  return getValueOrCreateConstantIndexOp(
+      b, loc, affine::makeComposedFoldedMultiResultAffineApply(b, loc, map, dims));
 }
 
 void lower(linalg::GenericOp op) {
