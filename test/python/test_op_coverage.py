@@ -8,60 +8,21 @@ import random
 import pytest
 import torch
 
+import op_cases  # test/python/op_cases.py
+
 import mlircap
 from mlircap import logs
 
 
-@pytest.fixture
-def compiled_whole(capsys, monkeypatch):
-    """`check(fn, *args)`: the second (compiled) call of mlircap.compile(fn) gives
-    eager's result bit for bit (NaN where eager has NaN), every graph compiled and
-    no op ran as an eager island."""
-    monkeypatch.setattr(logs, "_enabled", logs._enabled | {"fallback"})
-
-    def check(fn, *args):
-        want = fn(*args)
-        fast = mlircap.compile(fn)
-        capsys.readouterr()
-        fast(*[a.clone() for a in args])
-        got = fast(*[a.clone() for a in args])
-        err = capsys.readouterr().err
-        assert got.dtype == want.dtype and got.shape == want.shape
-        assert torch.equal(got.isnan(), want.isnan()) if want.is_floating_point() else True
-        assert torch.equal(torch.nan_to_num(got), torch.nan_to_num(want)), (got, want)
-        assert fast.graphs and all(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs)
-        assert "eager islands" not in err and "no part of the graph compiled" not in err, err
-        return got
-
-    return check
-
-
 # --- max_pool{2,3}d_with_indices_backward: torch-mlir's scatter had no CPU kernel ---
 
-_POOLS = [  # shape, kernel, stride, padding, dilation, ceil_mode
-    ((2, 3, 9, 9), 3, 2, 1, 1, False), ((2, 3, 9, 9), 3, 1, 1, 1, False),
-    ((1, 2, 7, 8), (2, 3), (1, 2), (1, 1), (2, 1), True), ((3, 10, 10), 4, 1, 2, 1, True),
-    ((2, 2, 6, 6), 5, 1, 2, 1, False), ((1, 1, 5, 5), 2, 3, 0, 1, True),
-]
-
-
-def _pair(v, n):
-    return [v] * n if isinstance(v, int) else list(v)
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("case", range(len(_POOLS)))
+@pytest.mark.parametrize("case", range(len(op_cases.POOLS)))
 def test_max_pool2d_backward_compiles_like_eager(compiled_whole, dtype, case):
     # Overlapping windows (stride < kernel) and inputs of few distinct values: many
     # windows pick the same element, whose gradients eager adds in window order,
     # rounding each sum to the dtype (bfloat16: 1 + 2^-8 + 2^-8 stays 1).
-    shape, k, s, p, d, ceil = _POOLS[case]
-    g = torch.Generator().manual_seed(case)
-    x = torch.randint(0, 3, shape, generator=g).to(dtype)
-    _, idx = torch.nn.functional.max_pool2d(x, k, s, p, d, ceil, return_indices=True)
-    grad = torch.randn(idx.shape, generator=g).to(dtype)
-    args = (_pair(k, 2), _pair(s, 2), _pair(p, 2), _pair(d, 2), ceil)
-    compiled_whole(lambda gr, x, i: torch.ops.aten.max_pool2d_with_indices_backward(gr, x, *args, i), grad, x, idx)
+    compiled_whole(*op_cases.max_pool2d_backward(case, dtype, "cpu"))
 
 
 def test_max_pool2d_backward_low_precision_sums_in_window_order(compiled_whole):

@@ -4,32 +4,10 @@ bit for bit, and every graph compiles whole (no eager island)."""
 import pytest
 import torch
 
-import mlircap
-from mlircap import logs
+import op_cases  # test/python/op_cases.py
+
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on the GPU host)")
-
-
-@pytest.fixture
-def compiled_whole(capsys, monkeypatch):
-    monkeypatch.setattr(logs, "_enabled", logs._enabled | {"fallback"})
-
-    def check(fn, *args):
-        want = fn(*args)
-        fast = mlircap.compile(fn)
-        capsys.readouterr()
-        for _ in range(3):   # records, compiled, CUDA-graph replay
-            got = fast(*[a.clone() for a in args])
-        err = capsys.readouterr().err
-        assert got.device == want.device and got.dtype == want.dtype and got.shape == want.shape
-        if want.is_floating_point():
-            assert torch.equal(got.isnan(), want.isnan())
-        assert torch.equal(torch.nan_to_num(got), torch.nan_to_num(want)), (got, want)
-        assert fast.graphs and all(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs)
-        assert "eager islands" not in err and "no part of the graph compiled" not in err, err
-        return got
-
-    return check
 
 
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
@@ -46,29 +24,12 @@ def test_constant_linspace_logspace_fold_to_eager_cuda_values(compiled_whole, dt
                        x)
 
 
-_POOLS = [  # shape, kernel, stride, padding, dilation, ceil_mode
-    ((2, 3, 9, 9), 3, 2, 1, 1, False), ((2, 3, 9, 9), 3, 1, 1, 1, False),
-    ((1, 2, 7, 8), (2, 3), (1, 2), (1, 1), (2, 1), True), ((3, 10, 10), 4, 1, 2, 1, True),
-    ((2, 2, 6, 6), 5, 1, 2, 1, False), ((1, 1, 5, 5), 2, 3, 0, 1, True),
-]
-
-
-def _pair(v, n):
-    return [v] * n if isinstance(v, int) else list(v)
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("case", range(len(_POOLS)))
+@pytest.mark.parametrize("case", range(len(op_cases.POOLS)))
 def test_max_pool2d_backward_compiles_like_eager_cuda(compiled_whole, dtype, case):
     # Overlapping windows and few distinct values: many windows pick the same element;
     # CUDA's kernel adds their gradients in window order in float32, rounds once.
-    shape, k, s, p, d, ceil = _POOLS[case]
-    g = torch.Generator().manual_seed(case)
-    x = torch.randint(0, 3, shape, generator=g).to(dtype).cuda()
-    _, idx = torch.nn.functional.max_pool2d(x, k, s, p, d, ceil, return_indices=True)
-    grad = torch.randn(idx.shape, generator=g).to(dtype).cuda()
-    args = (_pair(k, 2), _pair(s, 2), _pair(p, 2), _pair(d, 2), ceil)
-    compiled_whole(lambda gr, x, i: torch.ops.aten.max_pool2d_with_indices_backward(gr, x, *args, i), grad, x, idx)
+    compiled_whole(*op_cases.max_pool2d_backward(case, dtype, "cuda"))
 
 
 def test_max_pool2d_backward_low_precision_sums_in_float32_cuda(compiled_whole):
