@@ -17,7 +17,6 @@ import torch
 
 from .base import Unreplayable, _Canned, _MISSING
 from .guard_kinds import Equals, Lengths, TypeIs
-from .steps import CallStep
 from .frame_hook import _E, _NULL
 from .classify import _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _func_qualname
 from .locations import _frame_loc
@@ -275,10 +274,7 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
         except Unreplayable as e:
             self.unreplayable = self.unreplayable or f"{reason}: {e}"
             return
-        self._close_seg()
-        k = self.ncalls
-        self.ncalls += 1
-        self.steps.append(CallStep(k, fe, ae, ke, reason, external=True))
+        k = self._call_step(fe, ae, ke, reason, external=True)
         self._add_break(reason, _frame_loc(frame))
         self.ext_depth += 1
 

@@ -170,10 +170,7 @@ class _GraphMixin:
             except Unreplayable as e:
                 self.unreplayable = self.unreplayable or f"{e} (an argument of {_op_name(func)})"
                 return res
-            self._close_seg()
-            k = self.ncalls
-            self.ncalls += 1
-            self.steps.append(CallStep(k, fe, ae, ke, reason, external=False))
+            k = self._call_step(fe, ae, ke, reason, external=False)
             self._add_break(reason, _user_location())
             self._data_result(k, res)
             return res
@@ -244,6 +241,15 @@ class _GraphMixin:
             self.segs.append(self.cur)
             self.steps.append(GraphStep(self.cur))
         return self.cur
+
+    def _call_step(self, fe: str, ae: list[str], ke: dict[str, str], reason: str, external: bool) -> int:
+        """Ends the open graph segment and records a call replayed outside graphs
+        (its arguments as replay expressions); returns its call number."""
+        self._close_seg()
+        k = self.ncalls
+        self.ncalls += 1
+        self.steps.append(CallStep(k, fe, ae, ke, reason, external=external))
+        return k
 
     def _close_seg(self) -> None:
         seg = self.cur

@@ -25,7 +25,6 @@ import torch
 
 from ._bytecode import _instrs
 from .base import Unreplayable
-from .steps import CallStep
 from .frame_hook import _E, _E_real, _NULL
 from .classify import _OWN_DIR, _classify
 from .locations import _frame_loc
@@ -288,10 +287,7 @@ class _NumpyMixin(_NumpyPlanMixin):
         except Unreplayable as e:
             self.unreplayable = self.unreplayable or f"{e} ({reason})"
             return
-        self._close_seg()
-        k = self.ncalls
-        self.ncalls += 1
-        self.steps.append(CallStep(k, fe, ae, ke, reason, external=False))
+        k = self._call_step(fe, ae, ke, reason, external=False)
         if guard:
             self._add_break(reason, _frame_loc(frame))
             self._call_result(k, res)
