@@ -769,11 +769,17 @@ def _failure_report(graph: CompiledGraph, e: Exception) -> str:
 
 
 def _runs_nothing_compiled(c) -> bool:
+    """No part of `c` runs a compiled kernel or library step: every part fell back,
+    or only computes views (as_strided, which the captured graph does as well)."""
     from .partition import PartitionedGraph
 
+    def compiled(fn) -> bool:
+        return isinstance(fn, CompiledGraph) and fn.executable is not fn.gm and \
+            not isinstance(fn.executable, _ViewProgram)
+
     if isinstance(c, PartitionedGraph):
-        return not any(isinstance(fn, CompiledGraph) and fn.executable is not fn.gm for fn, *_ in c.steps)
-    return isinstance(c, CompiledGraph) and c.executable is c.gm
+        return not any(compiled(fn) for fn, *_ in c.steps)
+    return isinstance(c, CompiledGraph) and not compiled(c)
 
 
 _COMPILE_LOCK = threading.RLock()
@@ -861,8 +867,13 @@ def make_backend(options: Options | None = None, registry: list | None = None):
             except Exception as e:
                 from .ddsplit import is_data_dependent_error, split_data_dependent
 
-                split = None if options.strict or not is_data_dependent_error(e) else \
-                    split_data_dependent(gm, example_inputs, backend)
+                # an op fake tensors cannot run (data-dependent output shape, a meta
+                # kernel that rejects what the real one takes) runs through torch, and
+                # the graph is compiled around it
+                split = None if options.strict else split_data_dependent(
+                    gm, example_inputs, backend, *(() if is_data_dependent_error(e) else
+                                                   (f"fake tensors cannot run it ({type(e).__name__}: "
+                                                    f"{str(e).strip().splitlines()[0][:200]})",)))
                 if split is not None:
                     return split
                 if options.strict:   # the capture front would run the graph eagerly

@@ -66,10 +66,12 @@ def _fake_run(node: fx.Node, gm: fx.GraphModule, env: dict) -> Any:
     raise NotImplementedError(node.op)
 
 
-def first_data_dependent(gm: fx.GraphModule, example_inputs: Sequence) -> fx.Node | None:
+def first_data_dependent(gm: fx.GraphModule, example_inputs: Sequence, any_failure: bool = False) -> fx.Node | None:
     """The first node of `gm` whose output shape (or value) needs tensor data, found by
     running the graph on fake tensors; None when there is none or propagation fails
-    for another reason first."""
+    for another reason first. `any_failure`: the first node fake tensors cannot run
+    at all, whatever the reason (a meta kernel stricter than the real one:
+    `_grouped_mm` with int64 offsets on torch 2.11)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
@@ -88,7 +90,7 @@ def first_data_dependent(gm: fx.GraphModule, example_inputs: Sequence) -> fx.Nod
                 with mode, torch._C.DisableTorchFunction():
                     env[node] = _fake_run(node, gm, env)
             except Exception as e:  # noqa: BLE001 - any other failure: no split point known
-                return node if is_data_dependent_error(e) else None
+                return node if any_failure or is_data_dependent_error(e) else None
     return None
 
 
@@ -115,10 +117,13 @@ def _uses(nodes: list[fx.Node]) -> list[fx.Node]:
 
 
 def split_data_dependent(gm: fx.GraphModule, example_inputs: Sequence,
-                         compile_fn: Callable[[fx.GraphModule, list], Callable]) -> Callable | None:
+                         compile_fn: Callable[[fx.GraphModule, list], Callable],
+                         why: str = "data-dependent (its output shape depends on tensor data)") -> Callable | None:
     """`gm` as compiled parts around its first data-dependent op (module docstring),
-    or None when it has none. `compile_fn(gm, example_inputs)` is the backend."""
-    dd = first_data_dependent(gm, example_inputs)
+    or None when it has none. `compile_fn(gm, example_inputs)` is the backend.
+    `why` other than the default: aot_autograd failed for another reason, and the
+    op split off is the first one fake tensors cannot run (`why` says what failed)."""
+    dd = first_data_dependent(gm, example_inputs, any_failure=not why.startswith("data-dependent"))
     if dd is None:
         return None
     nodes = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
@@ -160,7 +165,12 @@ def split_data_dependent(gm: fx.GraphModule, example_inputs: Sequence,
         sub = _subgraph(gm, after, ins, outs)
         steps.append((_Specialized(sub, compile_fn) if outs else sub, ins, outs))
     logs.log("fallback", f"graph split into {len(steps)} parts; eager islands: "
-                         f"{name}: data-dependent (its output shape depends on tensor data)")
+                         f"{name}: {why}")
+    if not why.startswith("data-dependent"):   # not by design: the user hears of it
+        from .backend import _node_loc
+
+        warnings.warn(f"mlircap: {name} at {_node_loc(dd)} runs through torch, the graph is compiled "
+                      f"around it: {why}", stacklevel=2)
     # run in order, each value freed after its last use: the partitioner's runner
     return PartitionedGraph(gm, steps)
 

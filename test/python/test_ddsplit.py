@@ -122,3 +122,35 @@ def test_first_data_dependent_node():
     assert node is not None and node.target is torch.masked_select
     gm2 = fx.symbolic_trace(lambda x: (x + 1).sum())
     assert ddsplit.first_data_dependent(gm2, [torch.randn(4)]) is None
+
+
+@torch.library.custom_op("mlircap_test::picky_scale", mutates_args=())
+def _picky_scale(x: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    return x * offs.sum()
+
+
+@_picky_scale.register_fake
+def _(x, offs):
+    # a meta kernel stricter than the real one (torch 2.11's _grouped_mm rejects
+    # int64 offsets that its CUDA kernel takes: the MoE model fell back whole)
+    if offs.dtype != torch.int32:
+        raise RuntimeError("Offsets tensor must be integer (int32) tensor")
+    return torch.empty_like(x)
+
+
+def test_op_fake_tensors_cannot_run_is_split_off_and_the_rest_compiled():
+    def f(x, offs):
+        y = torch.tanh(x) + 1
+        z = torch.ops.mlircap_test.picky_scale(y, offs)
+        return torch.relu(z) * 2
+
+    x, offs = torch.randn(4, 8), torch.tensor([1, 2], dtype=torch.int64)
+    fast = mlircap.compile(f)
+    with pytest.warns(UserWarning, match=r"picky_scale at .*test_ddsplit.py:\d+ runs through torch.*int32"):
+        out = fast(x, offs)
+    _close(f(x, offs), out)
+    _close(f(x * 2, offs), fast(x * 2, offs))
+    compiled = [g for g in fast.graphs if g.fallback_reason is None and g.executable is not g.gm]
+    assert len(compiled) == 2, [g.fallback_reason for g in fast.graphs]   # tanh + 1, and relu * 2
+    with pytest.raises(mlircap.MlircapCompileError, match="int32"):
+        mlircap.compile(f, strict=True)(x, offs)
