@@ -514,7 +514,8 @@ def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Optio
                     steps.append((g, ins, outs))
                     continue
                 if part.eager or not outs:   # a part without outputs only has effects: run it as it is
-                    steps.append((_EagerIsland(sub, part.reasons, [n.meta.get("val") for n in ins]), ins, outs))
+                    steps.append((_EagerIsland(sub, part.reasons, [None if _any_layout(n, inside) else
+                                                                   n.meta.get("val") for n in ins]), ins, outs))
                     continue
                 examples = [n.meta.get("val") for n in ins] + [n.meta.get("val") for n in outs]
                 g = compile_graph(sub, examples, options, None, raise_unsupported=True)
@@ -668,11 +669,38 @@ class _EagerIsland:
         self.layouts = [_eager_layout(v) for v in examples or ()]
         if not any(self.layouts):
             self.layouts = None
+        else:
+            logs.log("fallback", f"island {', '.join(reasons)}: {sum(x is not None for x in self.layouts)} "
+                                 f"of {len(self.layouts)} inputs given eager's layout")
 
     def __call__(self, *args):
         if self.layouts is not None:
             args = [_restride(a, lay) if lay is not None else a for a, lay in zip(args, self.layouts)]
         return self.gm(*args)
+
+
+# fused attention kernels that take q, k and v in any layout with a unit last stride
+# (the memory-efficient kernel's alignment rules are the mask's, which keeps eager's)
+_ANY_QKV_LAYOUT = ("aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention")
+
+
+def _any_layout(node: torch.fx.Node, island: set) -> bool:
+    """`node`, an input of an eager island, is only read as q, k or v of fused attention
+    without dropout, so the island need not give it eager's layout: restriding q, k and
+    v was 3 of the 5 copy kernels per attention layer in GPT-2/BERT bf16 on the H200."""
+    from .partition import op_name
+
+    users = [u for u in node.users if u in island]
+    return bool(users) and all(
+        u.op == "call_function" and op_name(u.target) in _ANY_QKV_LAYOUT and
+        not _dropout(u) and node in u.args[:3] and node not in u.args[3:] and node not in u.kwargs.values()
+        for u in users)
+
+
+def _dropout(node: torch.fx.Node) -> bool:
+    from .partition import _argument
+
+    return _argument(node, "dropout_p", 0.0) != 0
 
 
 def _eager_layout(v) -> tuple | None:

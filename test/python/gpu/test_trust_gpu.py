@@ -134,3 +134,34 @@ def test_masked_attention_is_a_library_step_and_the_split_graph_one_cuda_graph(c
     err = capsys.readouterr().err
     assert err.count("attention: library") == 2, err[-3000:]
     assert err.count("captured the partitioned graph as one CUDA graph") == 2, err[-3000:]
+
+
+def test_bf16_sdpa_is_torchs_fused_kernel_not_float32_math(capsys):
+    # scaled_dot_product_attention in bf16 was decomposed into its math form, which
+    # upcasts q and k to float32 (ViT-B bf16: 24 float32 GEMMs per call). Now the
+    # fused kernel torch picks is a library step, and q, k, v reach it in the
+    # compiled part's layout (no copy back to eager's strides).
+    import re
+
+    from mlircap import logs
+
+    def f(x, w):
+        q, k, v = (x @ w).view(2, 197, 3, 4, 64).permute(2, 0, 3, 1, 4).unbind(0)
+        a = torch.nn.functional.scaled_dot_product_attention(q.relu(), k, v)
+        return a.transpose(1, 2).reshape(2, 197, 256) * 2 + 1
+
+    logs.set_logs("fallback")
+    try:
+        x = torch.randn(2, 197, 256, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(256, 768, device="cuda", dtype=torch.bfloat16) / 16
+        fast = mlircap.compile(f)
+        for _ in range(4):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")   # no fallback of any kind
+                torch.testing.assert_close(fast(x, w), f(x, w), rtol=2e-2, atol=2e-2)
+        assert _compiled(fast), [g.fallback_reason for g in fast.graphs]
+    finally:
+        logs.set_logs()
+    err = capsys.readouterr().err
+    assert re.search(r"_scaled_dot_product_(flash|efficient|cudnn)_attention\w*: library", err), err[-3000:]
+    assert not any("batch_matmul" in g.linalg_ir for g in fast.graphs), "attention's math form left"
