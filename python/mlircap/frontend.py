@@ -559,7 +559,9 @@ def _cumsum_as_masked_sum(x, dim, dtype=None):
     out_dtype = dtype if dtype is not None else (torch.int64 if not x.is_floating_point() and not x.is_complex() else x.dtype)
     xt = x.to(out_dtype).movedim(dim, -1)
     mask = torch.ones(n, n, dtype=torch.bool, device=x.device).tril()
-    res = torch.where(mask, xt.unsqueeze(-2), torch.zeros((), dtype=out_dtype, device=x.device)).sum(-1)
+    # sum(dtype=): a plain sum of int32 is int64 (cumsum(dtype=torch.int32) came out int64,
+    # and the MoE's grouped_mm rejected its int64 offsets)
+    res = torch.where(mask, xt.unsqueeze(-2), torch.zeros((), dtype=out_dtype, device=x.device)).sum(-1, dtype=out_dtype)
     return res.movedim(-1, dim)
 
 
