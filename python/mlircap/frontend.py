@@ -54,8 +54,6 @@ def _build_table() -> dict:
 
     table[aten.cumprod.default] = cumprod   # torch-mlir's scan: no CPU kernel
     table[aten.gelu.default] = _gelu_tanh_decomposed(table.get(aten.gelu.default))
-    sdpa = aten.scaled_dot_product_attention.default
-    table[sdpa] = _sdpa_fused_on_cuda(table.get(sdpa))
     for op in (aten.div.Tensor_mode, aten.div.Scalar_mode, aten.floor_divide.default, aten.floor_divide.Scalar):
         table[op] = _floor_division_like_eager(op, table.get(op))
     for op in (aten.argmax.default, aten.argmin.default, aten.max.dim, aten.min.dim):
@@ -90,23 +88,6 @@ def _build_table() -> dict:
             if name != "out" and not name.endswith("_out"):
                 exact[getattr(packet, name)] = fn
     return {op: _guarded(op, table.get(op), exact.get(op)) for op in set(table) | set(exact)}
-
-
-def _sdpa_fused_on_cuda(fallback):
-    """scaled_dot_product_attention of bfloat16/float16 on CUDA stays torch's: the
-    dispatcher picks its fused kernel (flash, memory-efficient, cuDNN) as eager
-    does, and that kernel is a library step (partition._LIBRARY_OPS). The table's
-    math decomposition upcasts q and k to float32 there: ViT-B bf16 on the H200
-    ran 24 float32 GEMMs (1.1 of 3.7 ms device time, b58c92b). Elsewhere (float32,
-    whose fused CUDA kernel is slower than the compiled math; the CPU, where
-    attention.py fuses by size) the decomposition stays."""
-
-    def sdpa(query, *args, **kwargs):
-        if isinstance(query, torch.Tensor) and query.is_cuda and query.dtype in (torch.bfloat16, torch.float16):
-            return NotImplemented
-        return NotImplemented if fallback is None else fallback(query, *args, **kwargs)
-
-    return sdpa
 
 
 def _gelu_tanh_decomposed(fallback):
