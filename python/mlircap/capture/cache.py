@@ -17,11 +17,11 @@ from .. import logs as _logs
 from .base import PY312, Unreplayable, _Miss, _fn_name, _strict_error
 from .classify import _TORCH_DIR
 from .frame_hook import (
-    _E, _E_real, _HOOK_LOCK, _HOOK_USERS, _RECORD_LOCK, _REC_TLS, _active, _call_bound, _hook_cb,
+    CALLEES, _E, _E_real, _HOOK_LOCK, _HOOK_USERS, _RECORD_LOCK, _REC_TLS, _active, _call_bound, _hook_cb,
 )
 from .graph import _Mode
 from .recorder import _Recorder
-from .replay import _EagerVariant, _GraphVariant, _Variant
+from .replay import _EagerVariant, _GraphVariant, _SkipFrameVariant, _Variant
 
 T = TypeVar("T")
 
@@ -73,6 +73,7 @@ class _Captured:
         self.warned_giveups: set[str] = set()
         self.stats = CaptureStats()
         self.fail_counts: collections.Counter[str] = collections.Counter()
+        self.callees = _Callees(self)   # captured on their own where the frame runs eagerly
         if self.code is not None:
             c = self.code
             n = c.co_argcount + c.co_kwonlyargcount + bool(c.co_flags & 0x04) + bool(c.co_flags & 0x08)
@@ -240,8 +241,15 @@ class _Captured:
         if rec.break_overflow and not self.warned_breaks and not self.strict:
             self.warned_breaks = True
             warnings.warn(f"mlircap.capture: {self._where()} broke the graph more than {self.break_limit} times "
-                          f"in one call ({rec.break_overflow}); running it eagerly for these arguments",
+                          f"in one call ({rec.break_overflow}); running it eagerly for these arguments, "
+                          f"the modules and functions it calls captured on their own",
                           RuntimeWarning, stacklevel=_callers_level())
+        elif rec.loop_break and not self.warned_breaks and not self.strict:
+            self.warned_breaks = True
+            r, loc, n = rec.loop_break
+            warnings.warn(f"mlircap.capture: {self._where()} broke the graph {n} times at one place in a loop "
+                          f"({r} at {loc}); running it eagerly for these arguments, the modules and functions "
+                          f"it calls captured on their own", RuntimeWarning, stacklevel=_callers_level())
         if self.strict:
             self._check_strict(rec)
         if not store:
@@ -261,8 +269,19 @@ class _Captured:
             if self.strict:
                 raise _strict_error(f"{self._where()} would run eagerly: {reason}") from e
             self._gave_up(reason)
+            pre = [p for p in rec.guards if p.pos == 0]
             try:
-                v = _EagerVariant(rec, [p for p in rec.guards if p.pos == 0], reason=reason)
+                if rec.loop_break or rec.break_overflow:
+                    brk = rec.loop_break[:2] if rec.loop_break else \
+                        collections.Counter(rec.break_events).most_common(1)[0][0]
+                    if any(isinstance(u, _SkipFrameVariant) and u.breaks[0] == brk for u in self.variants):
+                        # the same loop broke again for other arguments (its iteration count, a
+                        # list that grows): it breaks whatever the arguments; the frame runs
+                        # eagerly from now on where no earlier variant's guards hold
+                        pre = []
+                    v = _SkipFrameVariant(rec, pre, reason, brk)
+                else:
+                    v = _EagerVariant(rec, pre, reason=reason)
             except Exception:
                 v = None
         if v is not None:
@@ -276,7 +295,8 @@ class _Captured:
         run eagerly): a warning names the cause and the user's file:line, once per cause,
         and the 'fallback' log area shows it every time."""
         _logs.log("fallback", f"capture gave up on {self._where()}: {reason}")
-        if reason in self.warned_giveups or self.warned_breaks and "graph breaks in one call" in reason:
+        if reason in self.warned_giveups or self.warned_breaks and (
+                "graph breaks in one call" in reason or reason.startswith("a graph break in a loop")):
             return
         self.warned_giveups.add(reason)
         warnings.warn(f"mlircap.capture: capture gave up on {self._where()}, which runs eagerly for these "
@@ -299,6 +319,56 @@ class _Captured:
     @property
     def recompiles(self) -> int:
         return max(0, len(self.variants) - 1)
+
+
+class _Callees:
+    """The modules and functions called by a frame that runs eagerly (replay._SkipFrameVariant),
+    each captured on its own: while the frame runs, the frame hook hands their frames to
+    their own `_Captured` (frame_hook._hook_cb), as Dynamo compiles the callees of a frame it
+    skips.  A module is matched by instance, a function by identity."""
+
+    def __init__(self, parent: _Captured) -> None:
+        self.parent = parent
+        self.by_key: dict[tuple, tuple[object, _Captured]] = {}
+        self.seen: set[int] = set()
+        self.keep: list = []
+
+    def add(self, mods: list[torch.nn.Module], funcs: list[types.FunctionType]) -> None:
+        p = self.parent
+        for o in mods + funcs:
+            if id(o) in self.seen or o is p.fn or o is p.func:
+                continue
+            self.seen.add(id(o))
+            self.keep.append(o)
+            if isinstance(o, torch.nn.Module) and type(o).forward is torch.nn.Module.forward:
+                continue   # a container (ModuleList, ModuleDict): never called
+            ch = _Captured(o, p.backend, p.cache_limit, strict=p.strict, break_limit=p.break_limit)
+            if ch.code is None or ch.code is p.code:
+                continue
+            who = o if isinstance(o, torch.nn.Module) else ch.func
+            self.by_key[(ch.code, id(who))] = (who, ch)
+
+    def lookup(self, code: types.CodeType, func: types.FunctionType, args: tuple) -> _Captured | None:
+        """The capture of a frame (`code`, `func`, bound `args`) the eager frame calls, or None."""
+        if args:
+            r = self.by_key.get((code, id(args[0])))
+            if r is not None and r[0] is args[0]:
+                return r[1]
+        r = self.by_key.get((code, id(func)))
+        return r[1] if r is not None and r[0] is func else None
+
+    def run(self, func: types.FunctionType, code: types.CodeType, args: tuple) -> Any:
+        """Run the frame eagerly, its callees' frames dispatched to their captures."""
+        if not self.by_key:
+            return _call_bound(func, code, args)
+        a = _active()
+        a.append([self, CALLEES])
+        _hook_acquire()
+        try:
+            return _call_bound(func, code, args)
+        finally:
+            _hook_release()
+            a.pop()
 
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -86,6 +86,7 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             return
         if self.np_tensor_of_source(frame, f, args, kwargs, slot) or self._cached_call(frame, f, args, kwargs, slot):
             return
+        self._note_callee(frame, f)
         if isinstance(f, torch.nn.Module) and id(f) not in self.hooked:
             s = self.src.get(id(f))
             if s is not None and s[2] != "opaque":
@@ -191,6 +192,20 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
         if recv is not None:
             f, args = recv
         self._external_call(frame, f, args, kwargs, reason, slot)
+
+    def _note_callee(self, frame: types.FrameType, f: Any) -> None:
+        """What the call could be captured as if this frame ends up running eagerly (a loop
+        that breaks on every iteration: replay.SkipFrameVariant): a module called anywhere
+        in the traced code, or a user function called by the captured frame itself."""
+        if isinstance(f, torch.nn.Module):
+            if len(self.called_modules) < _MAX_CALLEES:
+                self.called_modules[id(f)] = f
+            return
+        fn = f.__func__ if type(f) is types.MethodType else f
+        if type(fn) is types.FunctionType and frame.f_code is self.code and \
+                len(self.called_funcs) < _MAX_CALLEES and _classify(fn.__code__) == "user" and \
+                fn.__code__ not in self.code.co_consts:   # not one the frame makes (a new one per call)
+            self.called_funcs[id(fn)] = fn
 
     def _guard_module_call(self, mod: torch.nn.Module, pretty: str, forward: bool = True) -> None:
         """What calling `mod` runs besides traced code: its hooks and the global module hooks
@@ -308,6 +323,7 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
 
 
 _IS_COMPILING = torch.compiler.is_compiling
+_MAX_CALLEES = 256   # modules / functions noted per recording (SkipFrameVariant captures them)
 _FRAME_READERS = (locals, vars, dir, globals, sys._getframe)
 
 

@@ -54,6 +54,9 @@ def _active() -> list:
     return a
 
 
+CALLEES = object()   # the mark of an _active() entry [callees, CALLEES] (cache._Callees)
+
+
 def _hook_cb(code: types.CodeType, func: types.FunctionType, args: tuple) -> Any:
     # The frame is dispatched to the innermost captured call of this thread only if it is
     # that call's own frame: the wrapper's function (and, for a module or bound method,
@@ -65,6 +68,16 @@ def _hook_cb(code: types.CodeType, func: types.FunctionType, args: tuple) -> Any
         return NOT_HANDLED
     e = a[-1]
     st = e[0]
+    if e[1] is CALLEES:
+        # a frame running eagerly whose callees are captured on their own (cache._Callees)
+        ch = st.lookup(code, func, args)
+        if ch is None:
+            return NOT_HANDLED
+        a.append([ch, False])   # its own frames and callees: dispatched / recorded by it
+        try:
+            return ch.dispatch(func, args)
+        finally:
+            a.pop()
     if not e[1] or code is not st.code or func is not st.func or \
             (st.bound is not None and (not args or args[0] is not st.bound)):
         return NOT_HANDLED

@@ -26,6 +26,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from .graph import _Seg
 
 
+# a break site (reason and file:line) met this many times in one call is a loop breaking on
+# every iteration: the frame runs eagerly, its calls captured (replay.SkipFrameVariant)
+LOOP_BREAKS = 8
+
+
 class _Recorder(_TracerMixin, _NumpyMixin, _GraphMixin, _SideEffectMixin, _SourceMixin, _ValueMixin, _GuardMixin):
     """The state of one recording run (the first call of a variant, run for real under the
     tracer and the TorchFunctionMode); its behaviour lives in the mixins, one job each."""
@@ -90,6 +95,12 @@ class _Recorder(_TracerMixin, _NumpyMixin, _GraphMixin, _SideEffectMixin, _Sourc
         self.break_events: list[tuple[str, str]] = []   # every break operation (break_limit counts them)
         self.break_limit = getattr(captured, "break_limit", None)
         self.break_overflow: str | None = None     # set when the call broke the graph more than break_limit times
+        # set when one break site was met LOOP_BREAKS times in one call: (reason, location, count)
+        self.loop_break: tuple[str, str, int] | None = None
+        self.break_sites: collections.Counter[tuple[str, str]] = collections.Counter()
+        # what the frame calls, captured on their own when the frame runs eagerly (SkipFrameVariant)
+        self.called_modules: dict[int, torch.nn.Module] = {}
+        self.called_funcs: dict[int, types.FunctionType] = {}
         self.stopped = False           # recording stopped: the rest of the call runs untraced
         self.uses_rng = False
         self.versions: dict[int, tuple[torch.Tensor, int]] = {}  # id(t) -> (t, version at first sight)
@@ -152,6 +163,18 @@ class _Recorder(_TracerMixin, _NumpyMixin, _GraphMixin, _SideEffectMixin, _Sourc
             self.breaks.append((reason, loc))
             if not any(seg.nops for seg in self.segs):
                 self.leading_breaks += 1
+        if not self.stopped:
+            self.break_sites[(reason, loc)] += 1
+            n = self.break_sites[(reason, loc)]
+            if n >= LOOP_BREAKS:
+                # a break met again and again at one place: a loop that breaks on every
+                # iteration.  Unrolled, each iteration would be a graph of its own and the
+                # iteration count a guard; instead (as Dynamo skips a frame with a break in a
+                # loop) this frame runs eagerly and what it calls is captured on its own
+                self.loop_break = (reason, loc, n)
+                self.unreplayable = f"a graph break in a loop ({reason} at {loc}, {n} times in one call)"
+                self.stopped = True
+                return
         lim = self.break_limit
         if lim is not None and len(self.break_events) > lim and not self.stopped:
             # hundreds of graphs would each be compiled and replayed: stop recording, the rest

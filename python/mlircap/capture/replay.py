@@ -92,6 +92,31 @@ class _EagerVariant(_Variant):
         return self.captured._call_eager(func, args, log)
 
 
+class _SkipFrameVariant(_EagerVariant):
+    """The frame runs eagerly and what it calls is captured on its own (cache._Callees), as
+    Dynamo skips a frame with a graph break in a loop: a break met again and again at one
+    place (recorder.LOOP_BREAKS) or too many breaks in one call (break_limit).  Unrolled,
+    the loop would be a graph per iteration, each compiled, and its iteration count a
+    guard.  It counts as one break: the one that made the frame run eagerly."""
+
+    def __init__(self, rec: _Recorder, pre: list[Placed], reason: str | None, brk: tuple[str, str]) -> None:
+        super().__init__(rec, pre, reason=reason)
+        self.breaks = [brk]
+        self.splits = 1
+        c = rec.captured
+        mods = list(rec.called_modules.values())
+        if rec.captured.is_module:   # its children, also those the loop reaches after the stop
+            mods += [m for _, m in rec.captured.fn.named_children()]
+        c.callees.add(mods, list(rec.called_funcs.values()))
+
+    def call(self, args: tuple, func: types.FunctionType, log: list | None = None) -> Any:
+        c = self.captured
+        c.stats.eager_calls += 1
+        if log:  # some uncapturable calls already ran: the tracer substitutes their results
+            return c._record(func, args, log, store=False)
+        return c.callees.run(func, c.code, args)
+
+
 def _written(rec: _Recorder, w: Write) -> str:
     """The external location a replayed write stores into, in words (for messages)."""
     t = next((s[1] for s in rec.src.values() if s[0] == w.target), None) or \
