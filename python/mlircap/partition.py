@@ -234,6 +234,8 @@ def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
         return "library"
     if name == "aten::convolution" and not _plan_convolution(node):
         return "library"
+    if name == "aten::cumsum":   # too long for frontend's masked sum: torch's scan
+        return "library"
     exact = _exact_dtypes(name, node.kwargs, first.device if first is not None else None)
     if exact is not None and first is not None and first.dtype not in exact:
         return "numerics"   # kept whole by frontend.decomposition_table: eager_numerics
