@@ -2105,6 +2105,21 @@ class RandomStateFeaturePerm(nn.Module):
         return self.fc(x[:, np.sort(keep)].repeat(1, 2))
 
 
+class RandomStateNoiseMask(nn.Module):
+    """Noise and a keep mask drawn as arrays from a RandomState (bound methods called with
+    `*x.shape`), a NumPy comparison on the draw: the arrays reach the graph as inputs."""
+    def __init__(self):
+        super().__init__()
+        import numpy as np
+        self.rs = np.random.RandomState(2)
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        noise = self.rs.normal(0.0, 0.1, size=tuple(x.shape))
+        keep = self.rs.rand(*x.shape) < 0.9
+        return self.fc(x * torch.from_numpy(keep) + torch.from_numpy(noise).float())
+
+
 class PerSampleLengthLoop(nn.Module):
     """A Python loop over a batch of 300 with int(lengths[i]) each: 300 data-dependent
     breaks (a limit on breaks per call, then eager)."""
@@ -2144,6 +2159,7 @@ case("lora_monkeypatched_forward", lambda: (R(2, 5, 8),))(lambda: LoraMonkeypatc
 case("mixup_numpy_beta_float64", V8, train=True)(lambda: MixupNumpyBeta())
 case("randomstate_noise_float64", V8, train=True)(lambda: RandomStateNoise())
 case("randomstate_feature_perm", V8, train=True)(lambda: RandomStateFeaturePerm())
+case("randomstate_noise_mask_arrays", V8, train=True)(lambda: RandomStateNoiseMask())
 case("per_sample_item_loop_300", lambda: (R(300, 6, 8), torch.randint(1, 7, (300,))))(lambda: PerSampleLengthLoop())
 case("greedy_decode_150_steps", lambda: (R(2, 8),))(lambda: GreedyDecodeLoop())
 

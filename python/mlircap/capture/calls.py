@@ -306,6 +306,8 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
 
     def _call_result(self, k: int, res: Any, external: bool = False) -> None:
         name = f"b{k}"
+        if external and self.np_track_result(k, res):
+            return
         if isinstance(res, torch.Tensor):
             self._source(res, name, f"<result of break {k}>", argrooted=True)
         elif _is_opaque_value(res) or external and _is_context_manager(res):

@@ -168,6 +168,11 @@ def _call_kind(f: object) -> str:
     t = type(f)
     if t is weakref.ref:
         return "weakref"
+    if t is types.MethodType and type(f.__func__) is not types.FunctionType:
+        # a bound method of a compiled function (Cython: `rs.uniform` of a NumPy RandomState,
+        # reached as a bound method through `rs.uniform(*b)` or `draw = rs.uniform`): no
+        # Python code to trace; what its unbound form is (the LOAD_METHOD call's callable)
+        return _call_kind(f.__func__)
     if t is types.FunctionType or t is types.MethodType:
         fn = f.__func__ if t is types.MethodType else f
         code = getattr(fn, "__code__", None)

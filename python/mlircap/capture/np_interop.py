@@ -33,6 +33,12 @@ from .np_ops import (_MOVES, _RETURN_PATH, _close, _matches, _np, _np_apply, _np
 from .np_plan import _NumpyPlanMixin
 
 
+def _tuple_len(frame: types.FrameType) -> int | None:
+    """The element count of the BUILD_TUPLE instruction about to run in frame."""
+    ins = _instrs(frame.f_code).get(frame.f_lasti)
+    return ins[1] if ins is not None and ins[0] == "BUILD_TUPLE" else None
+
+
 class _NumpyMixin(_NumpyPlanMixin):
     """NumPy interop for `_Recorder` (see the module docstring); `np_env` maps id(array or
     NumPy scalar) -> (the array, its shadow tensor)."""
@@ -105,6 +111,8 @@ class _NumpyMixin(_NumpyPlanMixin):
         hits = [i for i, o in enumerate(stack) if self._np_tracked(o) is not None or
                 (type(o) is types.BuiltinMethodType and self._np_tracked(getattr(o, "__self__", None)) is not None)]
         if not hits:
+            return False
+        if self._np_tensor_index(frame, op, stack):
             return False
         plan = None
         try:
@@ -271,7 +279,64 @@ class _NumpyMixin(_NumpyPlanMixin):
             except Exception:
                 self.unreplayable = self.unreplayable or "a numpy array computed from a tensor changed shape in place"
 
+    def _np_tensor_index(self, frame: types.FrameType, op: str, stack: list) -> bool:
+        """A tracked integer or boolean array indexing a tensor (`x[a]`, `x[:, a]`, the tuple
+        built right before the subscript): the array is replaced on the stack by its shadow,
+        which indexes the tensor the same way (torch turns an array index into such a tensor),
+        so the graph takes it instead of the array being materialized."""
+        np = _np()
+        if op == "BINARY_SUBSCR":
+            n, base = 1, 1
+        elif op == "BUILD_TUPLE":
+            nxt = _instrs(frame.f_code).get(frame.f_lasti + 2)
+            if nxt is None or nxt[0] != "BINARY_SUBSCR":
+                return False
+            n = base = _tuple_len(frame)
+        else:
+            return False
+        if n is None or len(stack) <= base or not isinstance(stack[base], torch.Tensor):
+            return False
+        swaps = []
+        for i in range(n):
+            e = self._np_tracked(stack[i])
+            if e is not None:
+                if type(e[0]) is not np.ndarray or e[0].dtype.kind not in "bi":
+                    return False
+                swaps.append((i, e[1]))
+        for i, shadow in swaps:
+            _E.poke(frame, i, shadow)
+        return bool(swaps)
+
+    def np_track_result(self, k: int, res: Any) -> bool:
+        """An array returned by an uncapturable call (break k: `rs.normal(size=...)`,
+        `np.random.permutation(n)`, a loaded table) is tracked like one computed from a tensor,
+        its shadow `torch.from_numpy(b{k})` a graph input: what NumPy operations and
+        `torch.from_numpy` make of it enters the graph as an input, so a new draw per call is
+        no recompile.  Its contents are guarded only where the program uses it otherwise
+        (np_materialize), as any break result was."""
+        np = _np()
+        if np is None or type(res) is not np.ndarray or res.dtype.kind not in "biuf" or \
+                not res.dtype.isnative or not res.flags.writeable or not res.size:
+            return False
+        try:
+            shadow = torch.from_numpy(res)
+        except Exception:   # a dtype torch has no tensor of
+            return False
+        self._source(shadow, f"{self.const(torch.from_numpy)}(b{k})", f"torch.from_numpy(<result of break {k}>)",
+                     argrooted=True)
+        self.np_track(res, shadow)
+        self.np_results[id(res)] = k
+        return True
+
     def np_materialize(self, frame: types.FrameType, o: Any, reason: str, guard: bool = True) -> None:
+        k = self.np_results.pop(id(o), None)
+        if k is not None:   # a break result (np_track_result): it is b{k}, guarded by contents from here on
+            arr, _ = self.np_env.pop(id(o))
+            if guard:
+                self._source_ndarray(arr, f"b{k}", f"<result of break {k}>", True)
+            else:
+                self.src[id(arr)] = (f"b{k}", f"<result of break {k}>", True)
+            return
         arr, shadow = self.np_env.pop(id(o))
         np = _np()
         self._np_break(frame, _np_from_tensor, [shadow, not isinstance(arr, np.ndarray)], {}, arr, reason, guard)
