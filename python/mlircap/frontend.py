@@ -54,6 +54,8 @@ def _build_table() -> dict:
 
     table[aten.cumprod.default] = cumprod   # torch-mlir's scan: no CPU kernel
     table[aten.gelu.default] = _gelu_tanh_decomposed(table.get(aten.gelu.default))
+    flash_cpu = aten._scaled_dot_product_flash_attention_for_cpu.default
+    table[flash_cpu] = _flash_for_cpu_with_logsumexp(table.get(flash_cpu))
     for op in (aten.div.Tensor_mode, aten.div.Scalar_mode, aten.floor_divide.default, aten.floor_divide.Scalar):
         table[op] = _floor_division_like_eager(op, table.get(op))
     for op in (aten.argmax.default, aten.argmin.default, aten.max.dim, aten.min.dim):
@@ -88,6 +90,35 @@ def _build_table() -> dict:
             if name != "out" and not name.endswith("_out"):
                 exact[getattr(packet, name)] = fn
     return {op: _guarded(op, table.get(op), exact.get(op)) for op in set(table) | set(exact)}
+
+
+def _flash_for_cpu_with_logsumexp(fallback):
+    """The CPU flash attention op as its math form (the table's decomposition, made for
+    export) with its second result computed: the log-sum-exp of the scaled, masked
+    scores, [N, H, L], float32 for bfloat16/float16 as the kernel returns it. The
+    table's form returns the attention probabilities there, and in training graphs
+    the op's own backward (which aot_autograd records) reads that result: every
+    gradient through F.scaled_dot_product_attention on the CPU was wrong (q, k, v
+    grads off by up to 0.47; a Qwen2 training step diverged from eager). Inference
+    graphs never use the second result (dead code). With dropout the op stays whole
+    (a random island: torch's kernel and its backward agree)."""
+
+    def flash_for_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+        if fallback is None or dropout_p != 0.0:
+            return NotImplemented
+        out, _ = fallback(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)
+        acc = torch.float32 if query.dtype in (torch.bfloat16, torch.float16) else query.dtype
+        k = key if key.size(1) == query.size(1) else key.repeat_interleave(query.size(1) // key.size(1), 1)
+        factor = scale if scale is not None else query.size(-1) ** -0.5
+        s = (query.to(acc) @ k.to(acc).transpose(-2, -1)) * factor
+        if is_causal:
+            keep = torch.ones(query.size(-2), key.size(-2), dtype=torch.bool, device=query.device).tril()
+            s = s.masked_fill(~keep, float("-inf"))
+        if attn_mask is not None:
+            s = s.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else s + attn_mask.to(acc)
+        return out, torch.logsumexp(s, -1)
+
+    return flash_for_cpu
 
 
 def _gelu_tanh_decomposed(fallback):
