@@ -1,0 +1,103 @@
+"""Differential gradient sweep over torch's OpInfo database (CPU, float32).
+
+For each op that supports autograd (shuffled by --seed, --start/--count of them) and its
+first sample: the gradients of a fixed random weighting of its float outputs with
+respect to its float inputs, eager against `mlircap.compile` (two compiled calls).
+A graph that falls back to eager counts as ok here: this sweep looks for wrong
+gradients (the forward-only sweep, bench/opinfo.py, measures what compiles). Prints
+one JSON record per sample and a summary. Run each chunk in its own process:
+
+    python bench/opinfo_grad.py --start 0 --count 80 --seed 7
+"""
+import argparse
+import collections
+import json
+import random
+import sys
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+
+import mlircap  # noqa: E402
+import opinfo as OI  # noqa: E402
+
+
+def _leaves(ts):
+    out = []
+    for t in ts:
+        c = t.detach().clone()
+        if c.is_floating_point():
+            c.requires_grad_(True)
+        out.append(c)
+    return out
+
+
+def _loss_and_grads(f, ts):
+    xs = _leaves(ts)
+    out = f(*xs)
+    outs = [o for o in (out if isinstance(out, (tuple, list)) else [out])
+            if isinstance(o, torch.Tensor) and o.is_floating_point() and o.requires_grad]
+    if not outs:
+        return None, None
+    g = torch.Generator().manual_seed(1)
+    loss = sum((o * torch.randn(o.shape, generator=g, dtype=o.dtype)).sum() for o in outs)
+    return loss.detach(), torch.autograd.grad(loss, [x for x in xs if x.requires_grad], allow_unused=True)
+
+
+def check(op, sample) -> dict:
+    fn, ts = OI.make_fn(op, sample)
+    try:
+        want_loss, want = _loss_and_grads(fn, ts)
+    except Exception:  # noqa: BLE001 - eager rejects the sample
+        return {"status": "eager_error"}
+    if want_loss is None:
+        return {"status": "no_grad"}
+    fast = mlircap.compile(fn)
+    for _ in range(2):
+        try:
+            loss, got = _loss_and_grads(fast, ts)
+        except Exception as e:  # noqa: BLE001 - eager ran: compiled must too
+            return {"status": "raised", "why": f"{type(e).__name__}: {str(e)[:150]}"}
+        if not torch.allclose(want_loss, loss, rtol=1e-4, atol=1e-4, equal_nan=True):
+            return {"status": "wrong", "why": f"loss {want_loss.item()} vs {loss.item()}"}
+        for a, b in zip(want, got):
+            if (a is None) != (b is None) or (a is not None and not torch.allclose(a, b, rtol=1e-3, atol=1e-4,
+                                                                                  equal_nan=True)):
+                diff = "None" if a is None or b is None else f"{(a - b).abs().max().item():.2e}"
+                return {"status": "wrong", "why": f"gradient differs (max {diff})"}
+    return {"status": "ok"}
+
+
+def main():
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--start", type=int, default=0)
+    ap.add_argument("--count", type=int, default=10 ** 6)
+    ap.add_argument("--seed", type=int, default=7)
+    a = ap.parse_args()
+    warnings.simplefilter("ignore")
+    ops = [o for o in op_db if o.supports_autograd and torch.float32 in o.supported_dtypes("cpu")]
+    random.Random(a.seed).shuffle(ops)
+    counts = collections.Counter()
+    for op in ops[a.start:a.start + a.count]:
+        name = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+        try:
+            samples = OI.generate_samples(op, "cpu", "float32", 1)
+        except Exception:  # noqa: BLE001
+            samples = []
+        for sample in samples:
+            try:
+                rec = check(op, sample)
+            except Exception as e:  # noqa: BLE001 - the harness cannot run the sample (sparse layouts)
+                rec = {"status": "harness", "why": f"{type(e).__name__}: {str(e)[:150]}"}
+            counts[rec["status"]] += 1
+            print(json.dumps({"op": name, **rec}), flush=True)
+    print(json.dumps({"summary": dict(counts)}))
+
+
+if __name__ == "__main__":
+    main()
