@@ -205,6 +205,34 @@ void fixAtan2SpecialValues(math::Atan2Op op) {
   op.erase();
 }
 
+/// log and log2 of a subnormal f32: upstream's approximation reads the
+/// exponent field as if the input were normal, so every subnormal came out as
+/// log(FLT_MIN) (-87.34 for log(1e-45), eager -103.28). Subnormals are scaled
+/// by 2^23 into the normal range first and 23 * log(2) subtracted again.
+template <typename OpTy>
+void scaleSubnormalLog(OpTy op, double log2Scale) {
+  Type type = op.getType();
+  auto vt = dyn_cast<VectorType>(type);
+  if (!getElementTypeOrSelf(type).isF32() || (vt && vt.isScalable()))
+    return;
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  auto cst = [&](float v) -> Value {
+    auto a = b.getF32FloatAttr(v);
+    if (vt)
+      return arith::ConstantOp::create(b, loc, DenseElementsAttr::get(vt, a));
+    return arith::ConstantOp::create(b, loc, a);
+  };
+  Value x = op.getOperand();
+  Value tiny = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT, x,
+                                     cst(std::numeric_limits<float>::min()));
+  Value scaled = arith::SelectOp::create(b, loc, tiny, arith::MulFOp::create(b, loc, x, cst(8388608.0f)), x);
+  Value core = OpTy::create(b, loc, scaled);
+  Value shift = arith::SelectOp::create(b, loc, tiny, cst(static_cast<float>(23.0 * log2Scale)), cst(0.0f));
+  op.replaceAllUsesWith(arith::SubFOp::create(b, loc, core, shift).getResult());
+  op.erase();
+}
+
 struct MathApprox : impl::MlircapMathApproxBase<MathApprox> {
   void runOnOperation() override {
     // sin/cos first: upstream's approximations of them are only accurate
@@ -214,6 +242,14 @@ struct MathApprox : impl::MlircapMathApproxBase<MathApprox> {
     if (failed(applyPatternsGreedily(getOperation(), std::move(trig))))
       return signalPassFailure();
     getOperation().walk([](math::Atan2Op op) { fixAtan2SpecialValues(op); });
+    SmallVector<math::LogOp> logs;
+    SmallVector<math::Log2Op> log2s;
+    getOperation().walk([&](math::LogOp op) { logs.push_back(op); });
+    getOperation().walk([&](math::Log2Op op) { log2s.push_back(op); });
+    for (math::LogOp op : logs)
+      scaleSubnormalLog(op, 0.69314718055994531);
+    for (math::Log2Op op : log2s)
+      scaleSubnormalLog(op, 1.0);
     RewritePatternSet patterns(&getContext());
     populateMathPolynomialApproximationPatterns(patterns);
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))

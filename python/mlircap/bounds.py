@@ -84,6 +84,34 @@ _CHECKED = {
 # Small ones are rewritten without a scatter and checked here (scatter.py).
 
 
+# Integer divisions: eager raises ZeroDivisionError on a zero divisor; compiled code
+# trapped (SIGFPE: remainder, fmod, the whole process died) or returned garbage (floor
+# division). The divisor is checked like an index: zeros replaced by 1, any(zero) the flag.
+_DIVISIONS = {"aten::div", "aten::floor_divide", "aten::remainder", "aten::fmod"}
+
+
+def _check_divisor(graph: fx.Graph, node: fx.Node):
+    """`node` (an integer division by a tensor) reads a divisor without zeros; returns
+    its error flag, or None where nothing is checked (floating or scalar divisors, true
+    division)."""
+    if len(node.args) < 2 or not isinstance(node.args[1], fx.Node):
+        return None
+    b, res = node.args[1].meta.get("val"), node.meta.get("val")
+    if not isinstance(b, torch.Tensor) or not isinstance(res, torch.Tensor) or b.numel() == 0:
+        return None
+    if res.is_floating_point() or res.is_complex() or res.dtype == torch.bool or b.is_floating_point() \
+            or b.is_complex() or b.dtype == torch.bool:
+        return None     # eager's floating division has no error
+    with graph.inserting_before(node):
+        zero = graph.call_function(aten.eq.Scalar, (node.args[1], 0))
+        safe = graph.call_function(aten.where.ScalarSelf, (zero, 1, node.args[1]))
+        flag = graph.call_function(aten.any.default, (zero,))
+    zero.meta["val"], safe.meta["val"], flag.meta["val"] = bool_like(b, b.shape), b, bool_like(b, ())
+    node.args = (node.args[0], safe, *node.args[2:])
+    node.meta["mlircap_bounds_checked"] = True
+    return flag
+
+
 def checkable(node: fx.Node) -> bool:
     return node.meta.get("mlircap_bounds_checked", False)
 
@@ -102,6 +130,11 @@ def add_bounds_checks(gm: fx.GraphModule) -> bool:
         if op_name(node.target) in scatter.WRITES:   # written at indices: unrolled (scatter.py)
             written = scatter.rewrite(graph, node)
             flags += written or []
+            continue
+        if op_name(node.target) in _DIVISIONS:
+            flag = _check_divisor(graph, node)
+            if flag is not None:
+                flags.append(flag)
             continue
         spec = _CHECKED.get(op_name(node.target))
         where = spec(node) if spec is not None else None

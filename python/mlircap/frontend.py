@@ -56,8 +56,15 @@ def _build_table() -> dict:
     table[aten.gelu.default] = _gelu_tanh_decomposed(table.get(aten.gelu.default))
     flash_cpu = aten._scaled_dot_product_flash_attention_for_cpu.default
     table[flash_cpu] = _flash_for_cpu_with_logsumexp(table.get(flash_cpu))
+    from . import intmath
+
     for op in (aten.div.Tensor_mode, aten.div.Scalar_mode, aten.floor_divide.default, aten.floor_divide.Scalar):
-        table[op] = _floor_division_like_eager(op, table.get(op))
+        table[op] = _floor_division_like_eager(op, intmath.floor_division(op, table.get(op)))
+    table[aten.neg.default] = intmath.neg(table.get(aten.neg.default))   # torch-mlir: through f32
+    table[aten.max.default] = intmath.full_reduction(aten.amax.default)   # int8: torch-mlir crashes
+    table[aten.min.default] = intmath.full_reduction(aten.amin.default)
+    table[aten.remainder.Scalar] = intmath.scalar_remainder(aten.remainder.Tensor)   # int8: torch-mlir crashes
+    table[aten.fmod.Scalar] = intmath.scalar_remainder(aten.fmod.Tensor)
     for op in (aten.argmax.default, aten.argmin.default, aten.max.dim, aten.min.dim):
         table[op] = _first_nan_index(op, table.get(op))
     from .search import searchsorted, searchsorted_scalar

@@ -1,0 +1,94 @@
+"""Integer ops that torch-mlir lowers through floating point, in integer arithmetic.
+
+torch-mlir lowers some integer ops by converting to float, computing there and
+converting back, which is exact only while the values fit the float's mantissa:
+* aten.neg on int32/int64 is `fptosi(negf(sitofp x))` in f32: -2147483646 became
+  -2147483648 and -(-2147483647) overflowed the conversion (INT_MIN); int64 too;
+* floor division (floor_divide, div(rounding_mode="floor")) of int64 goes through
+  f64: 9223372036854775807 // 3 was off by 170.
+Eager computes both in the integer type, wrapping on overflow (-INT_MIN == INT_MIN).
+The decompositions here do the same: negation as a multiplication by -1, floor
+division as C's truncating division corrected by one where the remainder is nonzero
+and its sign differs from the divisor's (both lower to integer instructions).
+Division by zero: eager raises; the compiled division is checked (bounds.py).
+"""
+from __future__ import annotations
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _integer(x) -> bool:
+    return isinstance(x, torch.Tensor) and not x.is_floating_point() and not x.is_complex() and x.dtype != torch.bool
+
+
+def neg(fallback):
+    """aten.neg: integer tensors as x * -1 (wraps like eager); others to `fallback`."""
+
+    def decomposition(x, *args, **kwargs):
+        if _integer(x) and not args and not kwargs:
+            return aten.mul.Tensor(x, -1)
+        return NotImplemented if fallback is None else fallback(x, *args, **kwargs)
+
+    return decomposition
+
+
+def floor_division(op, fallback):
+    """floor_divide / div(rounding_mode="floor") of integers as truncating division
+    plus a correction; truncating division by a Python int with a 0-dim divisor
+    (_as_tensor); anything else (floats, true division) to `fallback`."""
+
+    def decomposition(a, b, *args, **kwargs):
+        mode = kwargs.get("rounding_mode", args[0] if args else "floor")
+        if mode == "trunc" and _integer(a) and isinstance(b, int) and not isinstance(b, bool):
+            return aten.div.Tensor_mode(a, _as_tensor(a, b), rounding_mode="trunc")   # by a Python int
+        if mode != "floor" or not _integer(a) or not (
+                _integer(b) or isinstance(b, int) and not isinstance(b, bool)):
+            return NotImplemented if fallback is None else fallback(a, b, *args, **kwargs)
+        b = _as_tensor(a, b)
+        q = aten.div.Tensor_mode(a, b, rounding_mode="trunc")
+        r = aten.sub.Tensor(a, aten.mul.Tensor(q, b))
+        neg_r = aten.lt.Scalar(r, 0)
+        fix = aten.logical_and.default(aten.ne.Scalar(r, 0), aten.ne.Tensor(neg_r, aten.lt.Scalar(b, 0)))
+        return aten.sub.Tensor(q, aten._to_copy.default(fix, dtype=q.dtype))
+
+    return decomposition
+
+
+def _as_tensor(a, b):
+    """An integer divisor `b` of the integer tensor `a`: a Python int as a 0-dim tensor
+    of `a`'s dtype, wrapped into it as eager converts it (uint8 % -3 divides by 253,
+    int8 % 1000 by -24; the compiled code divided by -3 and 1000: wrong results), and
+    as a tensor because torch-mlir's lowerings of the .Scalar overloads crashed on
+    int8 (SIGSEGV in the compile worker)."""
+    if isinstance(b, torch.Tensor):
+        return b
+    info = torch.iinfo(a.dtype)
+    span = info.max - info.min + 1
+    return aten.full.default([], (b - info.min) % span + info.min, dtype=a.dtype, device=a.device)
+
+
+def scalar_remainder(op):
+    """remainder.Scalar / fmod.Scalar of an integer tensor by a Python int as the
+    .Tensor overload with a 0-dim divisor (see _as_tensor)."""
+
+    def decomposition(a, b):
+        if not _integer(a) or not isinstance(b, int) or isinstance(b, bool):
+            return NotImplemented
+        return op(a, _as_tensor(a, b))
+
+    return decomposition
+
+
+def full_reduction(reduce):
+    """aten.max/min over all elements of an integer tensor as amax/amin over every
+    dim: torch-mlir's lowering of max.default/min.default on int8 crashed the compile
+    worker (SIGSEGV), so the whole graph ran eagerly. Same values in every dtype."""
+
+    def decomposition(x, *args, **kwargs):
+        if _integer(x) and not args and not kwargs and x.numel() > 0:
+            return reduce(x, list(range(x.dim())))
+        return NotImplemented
+
+    return decomposition
