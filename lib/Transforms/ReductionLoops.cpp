@@ -3,29 +3,49 @@
 // convert-linalg-to-parallel-loops lowers a reduction `linalg.generic` to
 // loops that load the accumulator from the output memref and store it back on
 // every iteration. LLVM cannot keep it in a register (it cannot prove that the
-// output does not alias an input), so a row reduction runs as a serial chain
-// through memory and is never vectorized. A reduction generic on memrefs whose
-// parallel dims all come before its reduction dims becomes instead
+// output does not alias an input), so a reduction runs as a serial chain
+// through memory and is never vectorized. This pass lowers every reduction
+// generic on memrefs (static shapes for the tile form) itself, after
+// collapsing runs of dims that every operand indexes contiguously (NCHW's H,
+// W: one loop of 1024 instead of 32 fully unrolled 32-element rows):
 //
-//   scf.parallel (parallel dims) {
-//     acc = load outs
-//     acc' = scf.for (reduction dims) iter_args(acc) { payload }
-//     store acc' to outs
-//   }
+// * innermost dim a reduction dim (row sums, norms, BatchNorm statistics
+//   over N, H, W): accumulators in registers,
 //
-// in the generic's own loop order (so the same memory access order), with the
-// accumulators as loop-carried values. See Passes.td.
+//     scf.parallel (parallel dims) {
+//       acc = load outs
+//       acc' = scf.for (reduction dims) iter_args(acc) { payload }
+//       store acc' to outs
+//     }
+//
+// * innermost dim a parallel dim (column sums, x.sum(1) on NCHW): the
+//   trailing parallel dims stay innermost and contiguous, accumulated in a
+//   stack tile (memref.alloca: it aliases nothing, so LLVM vectorizes the
+//   inner loop) of at most 1024 elements per output; the other parallel
+//   dims, and tiles of the last dim when those give too few iterations for
+//   several threads, become the scf.parallel around
+//
+//     tile = outs; scf.for (reduction dims) { scf.for (inner) { tile =
+//     payload } }; outs = tile
+//
+// Moving parallel dims outside reduction dims keeps each output's order of
+// accumulation (the reduction dims run in the generic's order), so results
+// are the same as the generic's own loops, and the same on any thread
+// count. See Passes.td.
 //
 //===----------------------------------------------------------------------===//
 #include "mlircap/Passes.h"
-#include "KernelUtils.h"
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Arith/Utils/Utils.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/PatternMatch.h"
+#include "llvm/ADT/SmallBitVector.h"
 
 namespace mlir::mlircap {
 #define GEN_PASS_DEF_MLIRCAPREDUCTIONLOOPS
@@ -33,14 +53,13 @@ namespace mlir::mlircap {
 
 namespace {
 /// True for a generic this pass rewrites: buffer semantics, at least one
-/// reduction dim, every parallel dim before every reduction dim, outputs
-/// indexed by parallel dims only, and accumulators of a type the later CPU
-/// passes keep in registers as they are (no bf16/f16 emulation of
-/// loop-carried values).
-bool isTrailingReduction(linalg::GenericOp op) {
-  if (!op.hasPureBufferSemantics() || op.getNumReductionLoops() == 0 || !parallelLoopsFirst(op))
+/// reduction dim, outputs indexed by parallel dims only, and accumulators of
+/// a type the later CPU passes keep in registers as they are (no bf16/f16
+/// emulation of loop-carried values).
+bool isReduction(linalg::GenericOp op) {
+  if (!op.hasPureBufferSemantics() || op.getNumReductionLoops() == 0)
     return false;
-  unsigned numParallel = op.getNumParallelLoops(), numLoops = op.getNumLoops();
+  auto iters = op.getIteratorTypesArray();
   for (OpOperand &out : op.getDpsInitsMutable()) {
     auto type = dyn_cast<MemRefType>(out.get().getType());
     if (!type)
@@ -51,8 +70,8 @@ bool isTrailingReduction(linalg::GenericOp op) {
     if (!elem.isIntOrFloat())
       return false;
     for (AffineExpr e : op.getMatchingIndexingMap(&out).getResults())
-      for (unsigned d = numParallel; d < numLoops; ++d)
-        if (e.isFunctionOfDim(d))
+      for (unsigned d = 0; d < iters.size(); ++d)
+        if (iters[d] == utils::IteratorType::reduction && e.isFunctionOfDim(d))
           return false;
   }
   for (OpOperand *in : op.getDpsInputOperands())
@@ -70,65 +89,92 @@ SmallVector<Value> indices(OpBuilder &b, Location loc, AffineMap map, ValueRange
       b, loc, affine::makeComposedFoldedMultiResultAffineApply(b, loc, map, dims));
 }
 
-void lower(linalg::GenericOp op) {
+/// Clones the payload of `op` at the loop IVs `ivs` (one per dim, in dim
+/// order) with accumulators `accs`; returns the yielded values.
+SmallVector<Value> payload(OpBuilder &b, Location loc, linalg::GenericOp op, ValueRange ivs,
+                           ValueRange accs) {
+  IRMapping map;
+  for (OpOperand *in : op.getDpsInputOperands()) {
+    Value v = in->get();
+    if (isa<MemRefType>(v.getType()))
+      v = memref::LoadOp::create(b, loc, v, indices(b, loc, op.getMatchingIndexingMap(in), ivs));
+    map.map(op.getMatchingBlockArgument(in), v);
+  }
+  for (auto [i, out] : llvm::enumerate(op.getDpsInitsMutable()))
+    map.map(op.getMatchingBlockArgument(&out), accs[i]);
+  Block *body = op.getBody();
+  for (Operation &inner : body->without_terminator()) {
+    if (auto index = dyn_cast<linalg::IndexOp>(inner)) {
+      map.map(index.getResult(), ivs[index.getDim()]);
+      continue;
+    }
+    b.clone(inner, map);
+  }
+  auto yield = cast<linalg::YieldOp>(body->getTerminator());
+  return llvm::map_to_vector(yield.getValues(), [&](Value v) { return map.lookupOrDefault(v); });
+}
+
+/// The dims of `op` whose iterator type is `type`, in loop order.
+SmallVector<unsigned> dimsOf(linalg::GenericOp op, utils::IteratorType type) {
+  SmallVector<unsigned> dims;
+  for (auto [d, t] : llvm::enumerate(op.getIteratorTypesArray()))
+    if (t == type)
+      dims.push_back(d);
+  return dims;
+}
+
+/// Accumulators in registers: an scf.parallel over the parallel dims (in
+/// loop order) whose body loads the accumulators, reduces over the
+/// reduction dims (in loop order) in an scf.for nest carrying them, and
+/// stores them once. Moving parallel dims outside reduction dims keeps each
+/// output's order of accumulation.
+void lowerToRegisters(linalg::GenericOp op) {
   OpBuilder b(op);
   Location loc = op.getLoc();
-  unsigned numParallel = op.getNumParallelLoops();
   SmallVector<Range> ranges =
       cast<linalg::LinalgOp>(op.getOperation()).createLoopRanges(b, loc);
   auto value = [&](OpFoldResult r) { return getValueOrCreateConstantIndexOp(b, loc, r); };
-  SmallVector<Value> lbs, ubs, steps;
-  for (Range &r : ranges) {
-    lbs.push_back(value(r.offset));
-    ubs.push_back(value(r.size));
-    steps.push_back(value(r.stride));
-  }
-  Block *body = op.getBody();
-  auto yield = cast<linalg::YieldOp>(body->getTerminator());
+  SmallVector<unsigned> par = dimsOf(op, utils::IteratorType::parallel),
+                        red = dimsOf(op, utils::IteratorType::reduction);
+  auto bounds = [&](ArrayRef<unsigned> dims, SmallVector<Value> &lbs, SmallVector<Value> &ubs,
+                    SmallVector<Value> &steps) {
+    for (unsigned d : dims) {
+      lbs.push_back(value(ranges[d].offset));
+      ubs.push_back(value(ranges[d].size));
+      steps.push_back(value(ranges[d].stride));
+    }
+  };
+  SmallVector<Value> plbs, pubs, psteps, rlbs, rubs, rsteps;
+  bounds(par, plbs, pubs, psteps);
+  bounds(red, rlbs, rubs, rsteps);
+  Value zero = arith::ConstantIndexOp::create(b, loc, 0);
 
   // The body of one parallel iteration: load the accumulators, reduce, store.
   auto perPoint = [&](OpBuilder &pb, Location l, ValueRange pivs) {
+    SmallVector<Value> outIvs(op.getNumLoops(), zero);
+    for (auto [d, iv] : llvm::zip(par, pivs))
+      outIvs[d] = iv;
     SmallVector<Value> inits;
     for (OpOperand &out : op.getDpsInitsMutable())
       inits.push_back(memref::LoadOp::create(
-          pb, l, out.get(), indices(pb, l, op.getMatchingIndexingMap(&out), pivs)));
+          pb, l, out.get(), indices(pb, l, op.getMatchingIndexingMap(&out), outIvs)));
     scf::LoopNest nest = scf::buildLoopNest(
-        pb, l, ArrayRef(lbs).drop_front(numParallel), ArrayRef(ubs).drop_front(numParallel),
-        ArrayRef(steps).drop_front(numParallel), inits,
+        pb, l, rlbs, rubs, rsteps, inits,
         [&](OpBuilder &rb, Location rl, ValueRange rivs, ValueRange accs) {
-          SmallVector<Value> ivs(pivs.begin(), pivs.end());
-          ivs.append(rivs.begin(), rivs.end());
-          IRMapping map;
-          for (OpOperand *in : op.getDpsInputOperands()) {
-            Value v = in->get();
-            if (isa<MemRefType>(v.getType()))
-              v = memref::LoadOp::create(
-                  rb, rl, v, indices(rb, rl, op.getMatchingIndexingMap(in), ivs));
-            map.map(op.getMatchingBlockArgument(in), v);
-          }
-          for (auto [i, out] : llvm::enumerate(op.getDpsInitsMutable()))
-            map.map(op.getMatchingBlockArgument(&out), accs[i]);
-          for (Operation &inner : body->without_terminator()) {
-            if (auto index = dyn_cast<linalg::IndexOp>(inner)) {
-              map.map(index.getResult(), ivs[index.getDim()]);
-              continue;
-            }
-            rb.clone(inner, map);
-          }
-          return llvm::map_to_vector(yield.getValues(),
-                                     [&](Value v) { return map.lookupOrDefault(v); });
+          SmallVector<Value> ivs = outIvs;
+          for (auto [d, iv] : llvm::zip(red, rivs))
+            ivs[d] = iv;
+          return payload(rb, rl, op, ivs, accs);
         });
     for (auto [i, out] : llvm::enumerate(op.getDpsInitsMutable()))
       memref::StoreOp::create(pb, l, nest.results[i], out.get(),
-                              indices(pb, l, op.getMatchingIndexingMap(&out), pivs));
+                              indices(pb, l, op.getMatchingIndexingMap(&out), outIvs));
   };
 
-  if (numParallel == 0) {
+  if (par.empty()) {
     perPoint(b, loc, {});
   } else {
-    scf::ParallelOp::create(b, loc, ArrayRef(lbs).take_front(numParallel),
-                            ArrayRef(ubs).take_front(numParallel),
-                            ArrayRef(steps).take_front(numParallel),
+    scf::ParallelOp::create(b, loc, plbs, pubs, psteps,
                             [&](OpBuilder &pb, Location l, ValueRange pivs) {
                               perPoint(pb, l, pivs);
                             });
@@ -136,11 +182,261 @@ void lower(linalg::GenericOp op) {
   op.erase();
 }
 
+/// The most accumulator elements of a column reduction's tile, and the
+/// fewest parallel tiles it is split into when its outer parallel dims give
+/// less (so that it runs on several threads).
+constexpr int64_t kTileElems = 1024;
+constexpr int64_t kMinTiles = 8;
+
+/// Accumulators in a stack tile: for a reduction whose innermost dims are
+/// parallel (a column sum, BatchNorm statistics over N), the trailing
+/// parallel dims (`inner`, the last one cut into tiles of `tile` elements
+/// when `tile` is not 0) stay innermost and contiguous, accumulated in an
+/// `memref.alloca` tile (its stack space saved and restored around each
+/// iteration): LLVM vectorizes the inner loop, which it cannot do
+/// on the output buffer itself (it may alias the inputs). `outer` parallel
+/// dims (and the tiles) become an scf.parallel around
+///
+///   tile = output; for reduction dims { for inner { tile = payload } };
+///   output = tile
+void lowerToTile(linalg::GenericOp op, ArrayRef<int64_t> sizes, ArrayRef<unsigned> outer,
+                 ArrayRef<unsigned> inner, int64_t tile) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  SmallVector<unsigned> red = dimsOf(op, utils::IteratorType::reduction);
+  auto cst = [&](OpBuilder &ob, int64_t v) {
+    return arith::ConstantIndexOp::create(ob, loc, v).getResult();
+  };
+  unsigned last = inner.back();
+  if (tile == 0)
+    tile = sizes[last];
+
+  // `numTiles` tiles of `extent` elements of the last dim, the first one at
+  // `first`: an scf.parallel over the outer dims (and the tiles, if more
+  // than one) around one tile's reduction.
+  auto emit = [&](int64_t numTiles, int64_t first, int64_t extent) {
+    Value zero = cst(b, 0), one = cst(b, 1);
+    SmallVector<Value> plbs, pubs, psteps;
+    for (unsigned d : outer) {
+      plbs.push_back(zero);
+      pubs.push_back(cst(b, sizes[d]));
+      psteps.push_back(one);
+    }
+    if (numTiles > 1) {
+      plbs.push_back(zero);
+      pubs.push_back(cst(b, numTiles));
+      psteps.push_back(one);
+    }
+    SmallVector<int64_t> tileShape;
+    for (unsigned d : inner)
+      tileShape.push_back(d == last ? extent : sizes[d]);
+
+    auto perTile = [&](OpBuilder &pb, Location l, ValueRange pivs) {
+      // The tile's stack space is released after each iteration (the
+      // lowering of memref.alloca_scope, whose single-block region
+      // convert-scf-to-cf would break up).
+      OpBuilder sb = pb;
+      Value stack =
+          LLVM::StackSaveOp::create(sb, l, LLVM::LLVMPointerType::get(op.getContext()));
+      Value base = cst(sb, first);
+      if (numTiles > 1) {
+        Value offset = arith::MulIOp::create(sb, l, pivs.back(), cst(sb, extent));
+        base = first ? arith::AddIOp::create(sb, l, base, offset).getResult() : offset;
+      }
+      SmallVector<Value> tiles;
+      for (OpOperand &out : op.getDpsInitsMutable()) {
+        Type elem = cast<MemRefType>(out.get().getType()).getElementType();
+        tiles.push_back(memref::AllocaOp::create(sb, l, MemRefType::get(tileShape, elem)));
+      }
+      SmallVector<Value> lbs0(inner.size(), cst(sb, 0)), steps1(inner.size(), cst(sb, 1)),
+          innerUbs = llvm::map_to_vector(tileShape, [&](int64_t v) { return cst(sb, v); });
+      // Runs `fn(builder, ivs by dim, tile indices)` in a nest over the tile.
+      auto overTile = [&](OpBuilder &ob, ArrayRef<Value> fixed,
+                          function_ref<void(OpBuilder &, SmallVector<Value> &, ValueRange)> fn) {
+        scf::buildLoopNest(ob, l, lbs0, innerUbs, steps1,
+                           [&](OpBuilder &nb, Location nl, ValueRange tivs) {
+                             SmallVector<Value> ivs(fixed);
+                             for (auto [d, iv] : llvm::zip(inner, tivs))
+                               ivs[d] = d == last && extent != sizes[last]
+                                            ? arith::AddIOp::create(nb, nl, base, iv).getResult()
+                                            : iv;
+                             fn(nb, ivs, tivs);
+                           });
+      };
+      SmallVector<Value> fixed(op.getNumLoops(), cst(sb, 0));
+      for (auto [d, iv] : llvm::zip(outer, pivs))
+        fixed[d] = iv;
+      auto outs = op.getDpsInitsMutable();
+      overTile(sb, fixed, [&](OpBuilder &nb, SmallVector<Value> &ivs, ValueRange tivs) {
+        for (auto [out, t] : llvm::zip(outs, tiles)) {
+          Value v = memref::LoadOp::create(
+              nb, l, out.get(), indices(nb, l, op.getMatchingIndexingMap(&out), ivs));
+          memref::StoreOp::create(nb, l, v, t, tivs);
+        }
+      });
+      SmallVector<Value> rlbs(red.size(), cst(sb, 0)), rubs, rsteps(red.size(), cst(sb, 1));
+      for (unsigned d : red)
+        rubs.push_back(cst(sb, sizes[d]));
+      scf::buildLoopNest(
+          sb, l, rlbs, rubs, rsteps, [&](OpBuilder &rb, Location rl, ValueRange rivs) {
+            SmallVector<Value> withRed = fixed;
+            for (auto [d, iv] : llvm::zip(red, rivs))
+              withRed[d] = iv;
+            overTile(rb, withRed, [&](OpBuilder &nb, SmallVector<Value> &ivs, ValueRange tivs) {
+              SmallVector<Value> accs = llvm::map_to_vector(tiles, [&](Value t) -> Value {
+                return memref::LoadOp::create(nb, rl, t, tivs);
+              });
+              SmallVector<Value> res = payload(nb, rl, op, ivs, accs);
+              for (auto [v, t] : llvm::zip(res, tiles))
+                memref::StoreOp::create(nb, rl, v, t, tivs);
+            });
+          });
+      overTile(sb, fixed, [&](OpBuilder &nb, SmallVector<Value> &ivs, ValueRange tivs) {
+        for (auto [out, t] : llvm::zip(outs, tiles)) {
+          Value v = memref::LoadOp::create(nb, l, t, tivs);
+          memref::StoreOp::create(nb, l, v, out.get(),
+                                  indices(nb, l, op.getMatchingIndexingMap(&out), ivs));
+        }
+      });
+      LLVM::StackRestoreOp::create(sb, l, stack);
+    };
+
+    if (plbs.empty()) {
+      perTile(b, loc, {});
+    } else {
+      scf::ParallelOp::create(b, loc, plbs, pubs, psteps,
+                              [&](OpBuilder &pb, Location l, ValueRange pivs) {
+                                perTile(pb, l, pivs);
+                              });
+    }
+  };
+
+  // Full tiles, then the partial last one as a loop of its own: every loop
+  // bound stays static.
+  int64_t n = sizes[last], full = n / tile;
+  emit(full, 0, tile);
+  if (n % tile)
+    emit(1, full * tile, n % tile);
+  op.erase();
+}
+
+/// `op` with each run of consecutive dims of one iterator type that every
+/// operand indexes as one contiguous run (NCHW's H and W) collapsed into
+/// one dim: longer inner loops for LLVM's vectorizer (a 32-element row
+/// alone is fully unrolled, then the loop around it vectorized across rows).
+/// Only for operands with identity layouts and projected-permutation maps,
+/// and dims that `linalg.index` does not read; `op` itself when nothing collapses.
+linalg::GenericOp collapseDims(linalg::GenericOp op) {
+  for (OpOperand &operand : op->getOpOperands())
+    if (auto type = dyn_cast<MemRefType>(operand.get().getType());
+        type && !type.getLayout().isIdentity())
+      return op;
+  llvm::SmallBitVector indexed(op.getNumLoops());
+  op.getBody()->walk([&](linalg::IndexOp index) { indexed.set(index.getDim()); });
+  auto iters = op.getIteratorTypesArray();
+  SmallVector<AffineMap> maps = op.getIndexingMapsArray();
+  if (!llvm::all_of(maps, [](AffineMap m) { return m.isProjectedPermutation(); }))
+    return op;
+  SmallVector<ReassociationIndices> groups;
+  bool collapses = false;
+  for (unsigned d = 0; d < iters.size(); ++d) {
+    if (!groups.empty() && iters[d] == iters[groups.back().back()] && !indexed[d] &&
+        !indexed[groups.back().back()]) {
+      ReassociationIndices grown = groups.back();
+      grown.push_back(d);
+      if (linalg::areDimSequencesPreserved(maps, {grown})) {
+        groups.back() = grown;
+        collapses = true;
+        continue;
+      }
+    }
+    groups.push_back({static_cast<int64_t>(d)});
+  }
+  if (!collapses)
+    return op;
+  IRRewriter rewriter(op);
+  FailureOr<linalg::CollapseResult> collapsed =
+      linalg::collapseOpIterationDims(op, groups, rewriter);
+  if (failed(collapsed))
+    return op;
+  auto generic = dyn_cast<linalg::GenericOp>(collapsed->collapsedOp.getOperation());
+  if (!generic) {
+    rewriter.eraseOp(collapsed->collapsedOp);
+    return op;
+  }
+  rewriter.eraseOp(op);
+  return generic;
+}
+
+/// A tile length for a dim of `n` elements in [lo, hi]: a multiple of 8
+/// that divides `n` if there is one (static loop bounds in every tile, which
+/// mlircap-outline-parallel counts as work), else `lo` rounded up to 16.
+int64_t tileOf(int64_t n, int64_t lo, int64_t hi) {
+  for (int64_t t = llvm::alignTo(lo, 8); t <= hi; t += 8)
+    if (n % t == 0)
+      return t;
+  return llvm::alignTo(lo, 16);
+}
+
+/// Lowers `op` (an isReduction generic): in registers when its innermost
+/// dim is a reduction dim, else in a tile of its trailing parallel dims
+/// (static shapes only; others are left to convert-linalg-to-parallel-loops).
+void lower(linalg::GenericOp op) {
+  op = collapseDims(op);
+  auto iters = op.getIteratorTypesArray();
+  if (iters.back() == utils::IteratorType::reduction) {
+    lowerToRegisters(op);
+    return;
+  }
+  SmallVector<int64_t> sizes = op.getStaticLoopRanges();
+  if (llvm::any_of(sizes, ShapedType::isDynamic))
+    return;
+  // The trailing parallel dims, fewest outer ones moved out of the tile
+  // until it holds at most kTileElems elements per output.
+  unsigned firstInner = iters.size();
+  while (iters[firstInner - 1] == utils::IteratorType::parallel)
+    --firstInner;
+  int64_t elems = 1;
+  for (unsigned d = firstInner; d < iters.size(); ++d)
+    elems *= sizes[d];
+  while (firstInner + 1 < iters.size() && elems > kTileElems)
+    elems /= sizes[firstInner++];
+  SmallVector<unsigned> outer, inner;
+  int64_t outerIters = 1;
+  for (unsigned d = 0; d < iters.size(); ++d) {
+    if (d >= firstInner) {
+      inner.push_back(d);
+    } else if (iters[d] == utils::IteratorType::parallel) {
+      outer.push_back(d);
+      outerIters *= sizes[d];
+    }
+  }
+  // The last dim alone is cut into tiles when it is too long, or into
+  // kMinTiles tiles (of at least 64 elements) when the outer dims have too
+  // few iterations to share among threads.
+  int64_t n = sizes[inner.back()], tile = 0;
+  if (elems > kTileElems)
+    tile = tileOf(n, kTileElems / 2, kTileElems); // the last dim alone (elems == n)
+  if (outerIters < kMinTiles && n >= 128) {
+    int64_t split = std::max<int64_t>(64, llvm::divideCeil(n, kMinTiles * outerIters));
+    split = tileOf(n, split, std::max<int64_t>(64, 2 * split));
+    tile = tile ? std::min(tile, split) : split;
+  }
+  if (tile >= n)
+    tile = 0;
+  lowerToTile(op, sizes, outer, inner, tile);
+}
+
 struct ReductionLoopsPass : impl::MlircapReductionLoopsBase<ReductionLoopsPass> {
+  void getDependentDialects(DialectRegistry &registry) const override {
+    MlircapReductionLoopsBase::getDependentDialects(registry);
+    registry.insert<LLVM::LLVMDialect>(); // stacksave/stackrestore around tiles
+  }
+
   void runOnOperation() override {
     SmallVector<linalg::GenericOp> ops;
     getOperation().walk([&](linalg::GenericOp op) {
-      if (isTrailingReduction(op))
+      if (isReduction(op))
         ops.push_back(op);
     });
     for (linalg::GenericOp op : ops)

@@ -3,19 +3,19 @@
 // A row max: the accumulator is loaded once per row, carried through the
 // reduction loop, stored once.
 // CHECK-LABEL: func.func @row_max(
-// CHECK-SAME: %[[X:.*]]: memref<4x1000xf32>, %[[ACC:.*]]: memref<4xf32>)
+// CHECK-SAME: %[[X:.*]]: memref<4x1001xf32>, %[[ACC:.*]]: memref<4xf32>)
 // CHECK: scf.parallel (%[[I:.*]]) =
 // CHECK:   %[[INIT:.*]] = memref.load %[[ACC]][%[[I]]] : memref<4xf32>
 // CHECK:   %[[R:.*]] = scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[A:.*]] = %[[INIT]]) -> (f32) {
-// CHECK:     %[[V:.*]] = memref.load %[[X]][%[[I]], %[[J]]] : memref<4x1000xf32>
+// CHECK:     %[[V:.*]] = memref.load %[[X]][%[[I]], %[[J]]] : memref<4x1001xf32>
 // CHECK:     %[[M:.*]] = arith.maximumf %[[V]], %[[A]] : f32
 // CHECK:     scf.yield %[[M]] : f32
 // CHECK:   memref.store %[[R]], %[[ACC]][%[[I]]] : memref<4xf32>
 // CHECK-NOT: linalg.generic
-func.func @row_max(%x: memref<4x1000xf32>, %acc: memref<4xf32>) {
+func.func @row_max(%x: memref<4x1001xf32>, %acc: memref<4xf32>) {
   linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
                   iterator_types = ["parallel", "reduction"]}
-      ins(%x : memref<4x1000xf32>) outs(%acc : memref<4xf32>) {
+      ins(%x : memref<4x1001xf32>) outs(%acc : memref<4xf32>) {
   ^bb0(%in: f32, %out: f32):
     %m = arith.maximumf %in, %out : f32
     linalg.yield %m : f32
@@ -53,10 +53,28 @@ func.func @argmax_all(%x: memref<64xf32>, %m: memref<f32>, %i: memref<i64>) {
 
 // -----
 
-// A column sum (a parallel dim inside the reduction dim: its inner loop is
-// already contiguous) and bf16 accumulators are left alone.
+// A column sum (a parallel dim inside the reduction dim): the accumulators
+// of a row live in a stack tile (it cannot alias the input, so LLVM
+// vectorizes the contiguous inner loop), loaded from and stored to the
+// output once. bf16 accumulators are left alone.
 // CHECK-LABEL: func.func @column_sum(
-// CHECK: linalg.generic
+// CHECK-SAME: %[[X:.*]]: memref<64x32xf32>, %[[ACC:.*]]: memref<32xf32>)
+// CHECK-NOT: scf.parallel
+// CHECK: %[[SP:.*]] = llvm.intr.stacksave : !llvm.ptr
+// CHECK:   %[[T:.*]] = memref.alloca() : memref<32xf32>
+// CHECK:   scf.for %[[J0:.*]] =
+// CHECK:     %[[V0:.*]] = memref.load %[[ACC]][%[[J0]]]
+// CHECK:     memref.store %[[V0]], %[[T]][%[[J0]]]
+// CHECK:   scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step
+// CHECK:     scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step
+// CHECK:       %[[A:.*]] = memref.load %[[T]][%[[J]]]
+// CHECK:       %[[V:.*]] = memref.load %[[X]][%[[I]], %[[J]]]
+// CHECK:       %[[S:.*]] = arith.addf %[[V]], %[[A]] : f32
+// CHECK:       memref.store %[[S]], %[[T]][%[[J]]]
+// CHECK:   scf.for %[[J1:.*]] =
+// CHECK:     %[[V1:.*]] = memref.load %[[T]][%[[J1]]]
+// CHECK:     memref.store %[[V1]], %[[ACC]][%[[J1]]]
+// CHECK-NOT: linalg.generic
 // CHECK-LABEL: func.func @bf16_sum(
 // CHECK: linalg.generic
 func.func @column_sum(%x: memref<64x32xf32>, %acc: memref<32xf32>) {
@@ -105,6 +123,138 @@ func.func @two_reduction_dims(%x: memref<8x4x16xf32>, %w: memref<1x16xf32>, %s: 
     %q = arith.mulf %p, %si : f32
     %a = arith.addf %q, %out : f32
     linalg.yield %a : f32
+  }
+  return
+}
+
+// -----
+
+// A long column sum with no outer parallel dim: its columns are cut into
+// tiles of 128 that run as an scf.parallel (1001 columns: no multiple of 8
+// divides it, so 7 full tiles, then the last 105 columns as a tile of their
+// own; every bound static).
+// CHECK-LABEL: func.func @column_tiles(
+// CHECK-SAME: %[[X:.*]]: memref<4x1001xf32>, %[[ACC:.*]]: memref<1001xf32>)
+// CHECK-DAG: %[[C7:.*]] = arith.constant 7 : index
+// CHECK: scf.parallel (%[[T:.*]]) = (%{{.*}}) to (%[[C7]])
+// CHECK:   llvm.intr.stacksave
+// CHECK:   %[[BASE:.*]] = arith.muli %[[T]], %{{.*}} : index
+// CHECK:   memref.alloca() : memref<128xf32>
+// CHECK:   memref.store %{{.*}}, %{{.*}}[%{{.*}}] : memref<128xf32>
+// CHECK:   scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step
+// CHECK:     scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step
+// CHECK:       %[[C:.*]] = arith.addi %[[BASE]], %[[J]] : index
+// CHECK:       memref.load %[[X]][%[[I]], %[[C]]]
+// CHECK:   llvm.intr.stackrestore
+// CHECK: scf.reduce
+// CHECK: llvm.intr.stacksave
+// CHECK: memref.alloca() : memref<105xf32>
+// CHECK-NOT: arith.minsi
+func.func @column_tiles(%x: memref<4x1001xf32>, %acc: memref<1001xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>],
+                  iterator_types = ["reduction", "parallel"]}
+      ins(%x : memref<4x1001xf32>) outs(%acc : memref<1001xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %s = arith.addf %in, %out : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+// x.sum(1) on NCHW: H and W collapse into one contiguous dim of 1024 (a
+// 32-element row alone would be fully unrolled); N runs in parallel, each
+// N a tile of 1024 accumulators.
+// CHECK-LABEL: func.func @nchw_channel_sum(
+// CHECK: %[[X:.*]] = memref.collapse_shape %{{.*}} {{\[}}[0], [1], [2, 3]] : memref<8x64x32x32xf32> into memref<8x64x1024xf32>
+// CHECK: %[[ACC:.*]] = memref.collapse_shape %{{.*}} {{\[}}[0], [1, 2]] : memref<8x32x32xf32> into memref<8x1024xf32>
+// CHECK: scf.parallel (%[[N:.*]]) =
+// CHECK:   memref.alloca() : memref<1024xf32>
+// CHECK:   memref.store %{{.*}}, %{{.*}}[%{{.*}}] : memref<1024xf32>
+// CHECK:   scf.for %[[C:.*]] =
+// CHECK:     scf.for %[[HW:.*]] =
+// CHECK:       memref.load %[[X]][%[[N]], %[[C]], %[[HW]]]
+func.func @nchw_channel_sum(%x: memref<8x64x32x32xf32>, %acc: memref<8x32x32xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>,
+                                   affine_map<(d0, d1, d2, d3) -> (d0, d2, d3)>],
+                  iterator_types = ["parallel", "reduction", "parallel", "parallel"]}
+      ins(%x : memref<8x64x32x32xf32>) outs(%acc : memref<8x32x32xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %s = arith.addf %in, %out : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+// BatchNorm statistics, x.sum((0, 2, 3)): the parallel dim C moves outside
+// the reduction dims N and (H, W) (each channel's order of accumulation is
+// unchanged), which accumulate in registers.
+// CHECK-LABEL: func.func @per_channel_sum(
+// CHECK: %[[X:.*]] = memref.collapse_shape %{{.*}} {{\[}}[0], [1], [2, 3]]
+// CHECK: scf.parallel (%[[C:.*]]) =
+// CHECK:   %[[INIT:.*]] = memref.load %{{.*}}[%[[C]]] : memref<64xf32>
+// CHECK:   scf.for %[[N:.*]] = {{.*}} iter_args(%{{.*}} = %[[INIT]]) -> (f32) {
+// CHECK:     scf.for %[[HW:.*]] = {{.*}} iter_args
+// CHECK:       memref.load %[[X]][%[[N]], %[[C]], %[[HW]]] : memref<8x64x1024xf32>
+func.func @per_channel_sum(%x: memref<8x64x32x32xf32>, %acc: memref<64xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>,
+                                   affine_map<(d0, d1, d2, d3) -> (d1)>],
+                  iterator_types = ["reduction", "parallel", "reduction", "reduction"]}
+      ins(%x : memref<8x64x32x32xf32>) outs(%acc : memref<64xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %s = arith.addf %in, %out : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+// argmax over a middle dim: the index dim (C) is not collapsed; the value
+// and index accumulators get one tile each.
+// CHECK-LABEL: func.func @argmax_dim1(
+// CHECK: memref.collapse_shape %{{.*}} {{\[}}[0], [1], [2, 3]]
+// CHECK: scf.parallel (%[[N:.*]]) =
+// CHECK:   memref.alloca() : memref<16xf32>
+// CHECK:   memref.alloca() : memref<16xi64>
+// CHECK:   memref.store %{{.*}}, %{{.*}}[%{{.*}}] : memref<16xi64>
+// CHECK:   scf.for %[[C:.*]] =
+// CHECK:     arith.index_cast %[[C]] : index to i64
+func.func @argmax_dim1(%x: memref<2x8x4x4xf32>, %m: memref<2x4x4xf32>, %i: memref<2x4x4xi64>) {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>,
+                                   affine_map<(d0, d1, d2, d3) -> (d0, d2, d3)>,
+                                   affine_map<(d0, d1, d2, d3) -> (d0, d2, d3)>],
+                  iterator_types = ["parallel", "reduction", "parallel", "parallel"]}
+      ins(%x : memref<2x8x4x4xf32>) outs(%m, %i : memref<2x4x4xf32>, memref<2x4x4xi64>) {
+  ^bb0(%in: f32, %a: f32, %b: i64):
+    %c = linalg.index 1 : index
+    %cc = arith.index_cast %c : index to i64
+    %gt = arith.cmpf ogt, %in, %a : f32
+    %v = arith.select %gt, %in, %a : f32
+    %k = arith.select %gt, %cc, %b : i64
+    linalg.yield %v, %k : f32, i64
+  }
+  return
+}
+
+// -----
+
+// 1000 columns: tiles of 200, a divisor (static bounds in every tile).
+// CHECK-LABEL: func.func @column_tiles_divisor(
+// CHECK-DAG: %[[C5:.*]] = arith.constant 5 : index
+// CHECK: scf.parallel (%{{.*}}) = (%{{.*}}) to (%[[C5]])
+// CHECK-NOT: arith.minsi
+// CHECK: memref.alloca() : memref<200xf32>
+func.func @column_tiles_divisor(%x: memref<4x1000xf32>, %acc: memref<1000xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>],
+                  iterator_types = ["reduction", "parallel"]}
+      ins(%x : memref<4x1000xf32>) outs(%acc : memref<1000xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %s = arith.addf %in, %out : f32
+    linalg.yield %s : f32
   }
   return
 }
