@@ -688,19 +688,13 @@ def _any_layout(node: torch.fx.Node, island: set) -> bool:
     """`node`, an input of an eager island, is only read as q, k or v of fused attention
     without dropout, so the island need not give it eager's layout: restriding q, k and
     v was 3 of the 5 copy kernels per attention layer in GPT-2/BERT bf16 on the H200."""
-    from .partition import op_name
+    from .partition import is_random, op_name
 
     users = [u for u in node.users if u in island]
     return bool(users) and all(
         u.op == "call_function" and op_name(u.target) in _ANY_QKV_LAYOUT and
-        not _dropout(u) and node in u.args[:3] and node not in u.args[3:] and node not in u.kwargs.values()
+        not is_random(u) and node in u.args[:3] and node not in u.args[3:] and node not in u.kwargs.values()
         for u in users)
-
-
-def _dropout(node: torch.fx.Node) -> bool:
-    from .partition import _argument
-
-    return _argument(node, "dropout_p", 0.0) != 0
 
 
 def _eager_layout(v) -> tuple | None:
