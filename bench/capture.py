@@ -2163,6 +2163,37 @@ case("randomstate_noise_mask_arrays", V8, train=True)(lambda: RandomStateNoiseMa
 case("per_sample_item_loop_300", lambda: (R(300, 6, 8), torch.randint(1, 7, (300,))))(lambda: PerSampleLengthLoop())
 case("greedy_decode_150_steps", lambda: (R(2, 8),))(lambda: GreedyDecodeLoop())
 
+# ----------------------------------------------------------------------------- reparametrized weights
+class WeightNormPosConv(nn.Module):
+    """Wav2Vec2's positional convolution: a weight-normed grouped Conv1d (weight_norm over
+    dim 2, torch's parametrize property), then GELU, added to the input."""
+    def __init__(self):
+        super().__init__()
+        # (the old hook-style nn.utils.weight_norm: test_reparametrizations.py; such a
+        # module cannot be deep-copied, as this bench does)
+        self.conv = nn.utils.parametrizations.weight_norm(nn.Conv1d(8, 8, 5, padding=2, groups=2), dim=2)
+
+    def forward(self, x):
+        return x + F.gelu(self.conv(x.transpose(1, 2))).transpose(1, 2)
+
+
+class SpectralNormParam(nn.Module):
+    """A spectral-normed discriminator head (parametrizations.spectral_norm: power
+    iteration on its u/v buffers in training mode) and an orthogonal layer."""
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.utils.parametrizations.spectral_norm(nn.Linear(8, 8))
+        self.q = nn.utils.parametrizations.orthogonal(nn.Linear(8, 8))
+
+    def forward(self, x):
+        return self.q(F.leaky_relu(self.fc(x), 0.2))
+
+
+case("weight_norm_pos_conv", lambda: (R(2, 12, 8),))(lambda: WeightNormPosConv())
+case("weight_norm_pos_conv_train", lambda: (R(2, 12, 8),), train=True)(lambda: WeightNormPosConv())
+case("spectral_norm_orthogonal_train", V8, train=True)(lambda: SpectralNormParam())
+
+
 # ----------------------------------------------------------------------------- Hugging Face (tiny configs)
 def _hf(kind):
     import transformers as T
@@ -2177,6 +2208,11 @@ def _hf(kind):
                                                                         vocab_size=100, num_labels=3))
     if kind == "t5_encoder":
         return T.T5EncoderModel(T.T5Config(d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2, vocab_size=100))
+    if kind == "wav2vec2":
+        return T.Wav2Vec2Model(T.Wav2Vec2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                                intermediate_size=64, conv_dim=(16, 16), conv_stride=(5, 2),
+                                                conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+                                                num_conv_pos_embedding_groups=4, vocab_size=20))
     raise KeyError(kind)
 
 
@@ -2185,6 +2221,7 @@ case("hf_bert_tiny", IDS)(lambda: _hf("bert"))
 case("hf_gpt2_tiny", IDS)(lambda: _hf("gpt2"))
 case("hf_distilbert_cls_tiny", IDS)(lambda: _hf("distilbert_cls"))
 case("hf_t5_encoder_tiny", IDS)(lambda: _hf("t5_encoder"))
+case("hf_wav2vec2_tiny", lambda: (R(2, 400),))(lambda: _hf("wav2vec2"))
 
 
 # =============================================================================== runner

@@ -59,6 +59,9 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
         cargs = _E.peek(frame, has_kw)
         kwargs = _E.peek(frame, 0) if has_kw else {}
         if type(cargs) is not tuple:
+            if type(cargs) is types.GeneratorType and _classify(cargs.gi_code) == "user" and \
+                    self._defer_call_ex(frame, f, kwargs):
+                return
             # f(*it): CPython turns the iterable into a tuple when the call runs; do it
             # now and hand it that tuple, so looking at the arguments does not exhaust an
             # iterator (x.permute(*reversed(range(n))))
@@ -74,6 +77,36 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
                 return
             _E.poke(frame, 0, kwargs)
         self._on_call(frame, f, list(cargs), dict(kwargs), 1 + has_kw)
+
+    def _defer_call_ex(self, frame: types.FrameType, f: Any, kwargs: Any) -> bool:
+        """f(*gen) where gen is a generator of traced code (`self[0](*(getattr(self,
+        f"original{i}") for i in range(n)))`, torch's ParametrizationList): a handler runs
+        untraced, so turning gen into a tuple here would hide what it reads and records.
+        Where f is a call whose arguments the recording need not see before it runs (traced
+        Python code, a torch function the mode records, a module's forward), CPython runs
+        the generator itself, traced; True then.  Other calls: False (the caller
+        materializes the arguments now, untraced, as before)."""
+        if type(kwargs) is not dict or self.np_env:
+            return False
+        fn = f.__func__ if type(f) is types.MethodType else f
+        if isinstance(f, torch.nn.Module):
+            s = self.src.get(id(f))
+            if s is None or s[2] == "opaque" or type(f).__call__ is not torch.nn.Module.__call__:
+                return False
+            self._note_callee(frame, f)
+            if id(f) not in self.hooked:
+                self._guard_module_call(f, s[1])
+            if self.lazy or self.lazy_objs:
+                self.touch_deep(list(kwargs.values()) + [f])
+            return True
+        if type(fn) is types.FunctionType and _classify(fn.__code__) == "user" and f is not _IS_COMPILING:
+            self._note_callee(frame, f)
+            return True
+        if type(fn) in (types.FunctionType, types.BuiltinFunctionType) and f is not _IS_COMPILING and \
+                (getattr(fn, "__module__", None) or "").startswith("torch") and _call_kind(f) == "safe" and \
+                not (self.lazy or self.lazy_objs) and f not in (torch.from_numpy, torch.as_tensor, torch.tensor):
+            return True   # a torch function (torch.stack, torch.cat, ...): the mode records it
+        return False
 
     def _on_call(self, frame: types.FrameType, f: Any, args: list, kwargs: dict, slot: int | None = None) -> None:
         if slot is not None and f is _IS_COMPILING:

@@ -16,6 +16,13 @@ import torch
 # code classification
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _TORCH_NN_MODULES = os.path.join(_TORCH_DIR, "nn", "modules") + os.sep
+# Reparametrizations: Python code that computes a module's weight from other parameters at
+# every forward (a `parametrize` property and its ParametrizationList / _WeightNorm /
+# _SpectralNorm / _Orthogonal modules, the forward pre-hooks of the old `weight_norm` /
+# `spectral_norm` / `prune`).  Traced like nn/modules: the parameters they read are then
+# reached through tracked attribute loads, and their branches (training, caching) guarded.
+_TORCH_REPARAM = tuple(os.path.join(_TORCH_DIR, "nn", "utils", f) for f in (
+    "parametrize.py", "parametrizations.py", "weight_norm.py", "spectral_norm.py", "prune.py"))
 _OWN_DIR = os.path.dirname(__file__) + os.sep
 _STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
 _OPAQUE_STDLIB = ("typing.py", "abc.py", "warnings.py", "threading.py", "weakref.py",
@@ -35,7 +42,8 @@ def _classify(code: types.CodeType) -> str:
             k = "opaque"
         elif fn.startswith(_TORCH_DIR):
             base = os.path.basename(fn)
-            if fn.startswith(_TORCH_NN_MODULES) and base not in ("module.py", "container.py", "_functions.py"):
+            if fn.startswith(_TORCH_NN_MODULES) and base not in ("module.py", "container.py", "_functions.py") or \
+                    fn in _TORCH_REPARAM:
                 k = "user"
             else:
                 k = "opaque"
