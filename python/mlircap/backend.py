@@ -920,6 +920,9 @@ def make_backend(options: Options | None = None, registry: list | None = None):
             return fn
 
     def _aot(gm, example_inputs):
+        from .attention_masks import simplify_attention_masks
+
+        simplify_attention_masks(gm, example_inputs)
         with eager_kernels_for_islands():
             return aot_module_simplified(
                 gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,

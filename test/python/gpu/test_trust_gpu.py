@@ -165,3 +165,40 @@ def test_bf16_sdpa_is_torchs_fused_kernel_not_float32_math(capsys):
     err = capsys.readouterr().err
     assert re.search(r"_scaled_dot_product_(flash|efficient|cudnn)_attention\w*: library", err), err[-3000:]
     assert not any("batch_matmul" in g.linalg_ir for g in fast.graphs), "attention's math form left"
+
+
+def test_constant_masks_do_not_force_math_attention(capsys):
+    # transformers (5.17) builds ViT's "no mask" while compiling as an all-True
+    # [batch, 1, L, S] bool mask from arange; with it no fused kernel applies and
+    # bf16 attention ran as its float32 math form (ViT-B: 24 float32 GEMMs). The
+    # constant mask is dropped (attention_masks.py), and a constant causal mask
+    # becomes is_causal=True: torch's fused kernels run as in eager.
+    import re
+
+    from mlircap import logs
+
+    def f(x, w):
+        q, k, v = (x @ w).view(2, 197, 3, 4, 64).permute(2, 0, 3, 1, 4).unbind(0)
+        idx = torch.arange(197, device="cuda")
+        full = ((idx[:, None] >= 0) & (idx[None, :] < 197))[None, None].expand(2, 1, 197, 197)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=full)
+        b = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=idx[None, :] <= idx[:, None])
+        return (a + b).transpose(1, 2).reshape(2, 197, 256) * 2 + 1
+
+    logs.set_logs("fallback,passes")
+    try:
+        x = torch.randn(2, 197, 256, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(256, 768, device="cuda", dtype=torch.bfloat16) / 16
+        fast = mlircap.compile(f)
+        for _ in range(4):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")   # no fallback of any kind
+                torch.testing.assert_close(fast(x, w), f(x, w), rtol=2e-2, atol=2e-2)
+        assert _compiled(fast), [g.fallback_reason for g in fast.graphs]
+    finally:
+        logs.set_logs()
+    err = capsys.readouterr().err
+    assert "masks nothing: dropped" in err and "is causal: is_causal=True" in err, err[-3000:]
+    assert len(re.findall(r"_scaled_dot_product_(flash|efficient|cudnn)_attention\w*: library", err)) >= 2, \
+        err[-3000:]
+    assert not any("batch_matmul" in g.linalg_ir for g in fast.graphs), "attention's math form left"

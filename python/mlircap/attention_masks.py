@@ -1,0 +1,237 @@
+"""Constant attention masks in captured graphs: dropped when they mask nothing,
+turned into ``is_causal=True`` when they are the causal mask.
+
+Libraries build masks from constants when they are traced: transformers'
+``create_bidirectional_mask`` skips the mask in eager (its padding check reads
+data) but, while compiling, builds a [batch, 1, L, S] boolean mask of all True
+from ``arange``. Such a mask rules out the flash and cuDNN kernels (they take
+no mask), and torch's choice then falls to the memory-efficient kernel or to
+the math one, whose decomposition upcasts bfloat16 to float32 (a ViT bf16:
+float32 GEMMs for every attention). Eager, which passes no mask, runs cuDNN.
+
+``simplify_attention_masks`` runs on the captured graph, before aot_autograd
+decomposes ``scaled_dot_product_attention``. For each SDPA call whose
+``attn_mask`` is computed from constants only (no graph input, no parameter or
+buffer, no random or uninitialized op), it evaluates the mask once and
+* drops it when it masks nothing (boolean all True, or float all zero), and
+* replaces it by ``is_causal=True`` when it is exactly the lower-triangular
+  causal mask (boolean, or float with 0 and -inf) of a square L == S score
+  matrix, which is what ``is_causal`` means,
+provided the mask does not broadcast the result to a larger shape (checked
+against q, k and v's shapes). Both forms compute the same attention: a True
+entry (or + 0.0) leaves a score as it is; causal -inf/False entries become 0
+after the softmax as the causal kernels' are. Kernels may differ in rounding,
+as eager's own choice among them does. MLIRCAP_FUSE_ATTENTION=0 turns this off
+too.
+"""
+from __future__ import annotations
+
+import re
+
+import torch
+import torch.fx as fx
+
+from . import logs
+
+_SDPA = {torch._C._nn.scaled_dot_product_attention, torch.nn.functional.scaled_dot_product_attention,
+         torch.ops.aten.scaled_dot_product_attention.default}
+_SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+# ops whose value is not a function of their arguments (or that read uninitialized memory)
+_IMPURE_PREFIXES = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform", "exponential", "poisson",
+                    "cauchy", "geometric", "seed", "manual", "empty")
+_IMPURE_WORDS = {"set", "copy", "item", "tolist", "numpy", "data_ptr"}
+_MAX_MASK_ELEMENTS = 1 << 26
+
+
+def _target_name(t) -> str:
+    return str(getattr(t, "__name__", None) or t).lower()
+
+
+def _constant_subgraph(node: fx.Node) -> list[fx.Node] | None:
+    """The nodes `node` is computed from, in graph order, when all of them are
+    deterministic calls on constants; else None."""
+    order = {n: i for i, n in enumerate(node.graph.nodes)}
+    seen: set[fx.Node] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op not in ("call_function", "call_method"):
+            return None   # a graph input, a parameter or buffer, a submodule
+        words = re.split(r"[^a-z0-9]+", _target_name(n.target))
+        if any(w.startswith(_IMPURE_PREFIXES) or w in _IMPURE_WORDS for w in words):
+            return None
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and \
+                torch.Tag.nondeterministic_seeded in n.target.tags:
+            return None
+        todo.extend(n.all_input_nodes)
+    # every use stays inside: a user elsewhere could change a tensor in place
+    # (masked_fill_, fill_diagonal_) after the point this evaluation would read it
+    for n in seen:
+        for u in n.users:
+            if u not in seen and not (u.op == "call_function" and u.target in _SDPA and
+                                      _sdpa_args(u).get("attn_mask") is n and
+                                      n not in [_sdpa_args(u).get(k) for k in ("query", "key", "value")]):
+                return None
+    return sorted(seen, key=order.__getitem__)
+
+
+def _evaluate(nodes: list[fx.Node]):
+    env: dict[fx.Node, object] = {}
+
+    def load(a):
+        return fx.node.map_arg(a, env.__getitem__)
+
+    with torch.no_grad():
+        for n in nodes:
+            args, kwargs = load(n.args), load(n.kwargs)
+            if n.op == "call_function":
+                env[n] = n.target(*args, **kwargs)
+            else:
+                env[n] = getattr(args[0], n.target)(*args[1:], **kwargs)
+    return env[nodes[-1]]
+
+
+def _sdpa_args(n: fx.Node) -> dict:
+    out = dict(zip(_SDPA_ARGS, n.args))
+    out.update(n.kwargs)
+    return out
+
+
+def _set_args(n: fx.Node, **changes) -> None:
+    args = list(n.args)
+    kwargs = dict(n.kwargs)
+    for k, v in changes.items():
+        i = _SDPA_ARGS.index(k)
+        if i < len(args):
+            args[i] = v
+        else:
+            kwargs[k] = v
+    n.args, n.kwargs = tuple(args), kwargs
+
+
+def _kind(mask: torch.Tensor) -> str | None:
+    """"none" (masks nothing), "causal" (the square causal mask), or None."""
+    if mask.dim() < 2 or mask.numel() == 0:
+        return None
+    if mask.dtype == torch.bool:
+        allowed = mask
+    elif mask.is_floating_point():
+        if not bool(((mask == 0) | (mask == float("-inf"))).all()):
+            return None
+        allowed = mask == 0
+    else:
+        return None
+    if bool(allowed.all()):
+        return "none"
+    L, S = allowed.shape[-2:]
+    if L == S and L > 1:
+        causal = torch.ones(L, S, dtype=torch.bool, device=allowed.device).tril()
+        if bool((allowed == causal).all()):
+            return "causal"
+    return None
+
+
+def _shapes(gm: fx.GraphModule, example_inputs, nodes: list[fx.Node]) -> dict | None:
+    """Shapes of `nodes` (fake-tensor propagation of the graph), or None."""
+    from torch._guards import detect_fake_mode
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    try:
+        mode = detect_fake_mode(example_inputs) or FakeTensorMode(allow_non_fake_inputs=True)
+        ins = [mode.from_tensor(x) if isinstance(x, torch.Tensor) and not isinstance(
+            x, torch._subclasses.FakeTensor) else x for x in example_inputs]
+        vals = {}
+
+        class Prop(FakeTensorProp):
+            def run_node(self, n):
+                r = super().run_node(n)
+                if n in nodes:
+                    vals[n] = r
+                return r
+
+        Prop(gm, mode).propagate_dont_convert_inputs(*ins)
+        return {n: tuple(v.shape) for n, v in vals.items() if isinstance(v, torch.Tensor)}
+    except Exception as e:  # noqa: BLE001 - without shapes nothing is changed
+        logs.log("passes", f"attention masks: shapes unknown ({type(e).__name__}: {str(e)[:120]})")
+        return None
+
+
+def _classify(mask: fx.Node) -> tuple[str, tuple[int, ...]] | None:
+    nodes = _constant_subgraph(mask)
+    if nodes is None:
+        return None
+    try:
+        value = _evaluate(nodes)
+    except Exception as e:  # noqa: BLE001 - a mask we cannot evaluate stays
+        logs.log("passes", f"attention masks: {mask.name} not evaluated ({type(e).__name__})")
+        return None
+    if not isinstance(value, torch.Tensor) or value.numel() > _MAX_MASK_ELEMENTS:
+        return None
+    kind = _kind(value)
+    return None if kind is None else (kind, tuple(value.shape))
+
+
+def simplify_attention_masks(gm: fx.GraphModule, example_inputs) -> int:
+    """Drops or turns into is_causal the constant masks of `gm`'s SDPA calls (see
+    the module docstring). Returns how many calls changed; recompiles `gm` if any."""
+    from .attention import enabled
+
+    if not enabled():
+        return 0
+    found = []   # (sdpa node, mask node, kind, mask shape)
+    kinds: dict[fx.Node, tuple | None] = {}   # per mask node (one mask serves every layer)
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or n.target not in _SDPA:
+            continue
+        a = _sdpa_args(n)
+        mask = a.get("attn_mask")
+        if not isinstance(mask, fx.Node) or a.get("is_causal", False) is not False:
+            continue
+        if mask not in kinds:
+            kinds[mask] = _classify(mask)
+        if kinds[mask] is not None:
+            found.append((n, mask, *kinds[mask]))
+    if not found:
+        return 0
+    qkv = [x for n, *_ in found for x in (_sdpa_args(n)[k] for k in ("query", "key", "value"))
+           if isinstance(x, fx.Node)]
+    shapes = _shapes(gm, example_inputs, set(qkv))
+    if shapes is None:
+        return 0
+    changed = 0
+    for n, mask, kind, mshape in found:
+        a = _sdpa_args(n)
+        q, k, v = (a[x] for x in ("query", "key", "value"))
+        if not all(isinstance(x, fx.Node) and x in shapes for x in (q, k, v)):
+            continue
+        qs, ks = shapes[q], shapes[k]
+        scores = (*qs[:-1], ks[-2])
+        try:
+            if tuple(torch.broadcast_shapes(scores, mshape)) != tuple(scores):
+                continue   # the mask broadcasts the result up: keep it
+        except RuntimeError:
+            continue
+        if kind == "causal" and qs[-2] != ks[-2]:
+            continue
+        _set_args(n, attn_mask=None, **({"is_causal": True} if kind == "causal" else {}))
+        changed += 1
+        logs.log("passes", f"attention masks: {n.name}'s constant mask {mshape} "
+                           f"{'masks nothing: dropped' if kind == 'none' else 'is causal: is_causal=True'}")
+    if changed:
+        # the mask's own nodes, now unused (only those: a global dead-code pass could
+        # drop in-place method calls whose result nobody reads)
+        dead = [m for _, m, *_ in found]
+        while dead:
+            z = dead.pop()
+            if isinstance(z, fx.Node) and z.graph is gm.graph and not z.users and \
+                    z.op in ("call_function", "call_method"):
+                inputs = z.all_input_nodes
+                gm.graph.erase_node(z)
+                dead.extend(inputs)
+        gm.recompile()
+    return changed
+

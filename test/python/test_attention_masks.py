@@ -1,0 +1,170 @@
+"""Constant attention masks (attention_masks.py): a mask built from constants that
+masks nothing is dropped, the square causal mask becomes is_causal=True, and
+everything else (masks read from inputs, masks changed in place, masks that
+broadcast the result up, random masks) stays as it is. Results against eager."""
+import operator
+
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+
+import mlircap
+from mlircap.attention_masks import simplify_attention_masks
+
+L = 16
+
+
+def _qkv(b=2, h=4, lq=L, lk=L, e=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(b, h, lq, e, generator=g), torch.randn(b, h, lk, e, generator=g),
+            torch.randn(b, h, lk, e, generator=g))
+
+
+def _sdpa_nodes(gm):
+    return [n for n in gm.graph.nodes if n.op == "call_function" and "scaled_dot_product" in str(n.target)]
+
+
+class _G:
+    """Builds a graph as the capture layer records one: the mask's ops are nodes on
+    constants (fx.symbolic_trace would fold them into one tensor attribute)."""
+
+    def __init__(self):
+        self.g = fx.Graph()
+        self.q, self.k, self.v = (self.g.placeholder(n) for n in "qkv")
+
+    def f(self, fn, *args, **kwargs):
+        return self.g.call_function(fn, args, kwargs)
+
+    def m(self, name, *args, **kwargs):
+        return self.g.call_method(name, args, kwargs)
+
+    def sdpa(self, mask, q=None, **kwargs):
+        out = self.f(F.scaled_dot_product_attention, q or self.q, self.k, self.v, attn_mask=mask, **kwargs)
+        self.g.output(out)
+        return fx.GraphModule(torch.nn.Module(), self.g)
+
+
+def _run_pass(gm, args):
+    ref = gm(*args)
+    n = simplify_attention_masks(gm, list(args))
+    torch.testing.assert_close(gm(*args), ref, rtol=1e-5, atol=1e-5)
+    (node,) = _sdpa_nodes(gm)
+    a = dict(zip(("query", "key", "value", "attn_mask", "dropout_p", "is_causal"), node.args))
+    a.update(node.kwargs)
+    return n, a
+
+
+def _idx(b, n=L):
+    idx = b.f(torch.arange, n)
+    return idx, b.f(operator.getitem, idx, (slice(None), None)), b.f(operator.getitem, idx, (None, slice(None)))
+
+
+def all_true():
+    b = _G()
+    _, col, row = _idx(b)
+    mask = b.f(operator.and_, b.f(operator.ge, col, 0), b.f(operator.lt, row, L))
+    mask = b.m("expand", b.f(operator.getitem, mask, (None, None)), 2, 1, L, L)
+    return b.sdpa(mask)
+
+
+def causal_bool():
+    b = _G()
+    _, col, row = _idx(b)
+    return b.sdpa(b.f(operator.le, row, col))
+
+
+def causal_float():
+    b = _G()
+    return b.sdpa(b.m("triu", b.f(torch.full, (L, L), float("-inf")), 1))
+
+
+def zeros_float():
+    b = _G()
+    return b.sdpa(b.f(torch.zeros, 1, 1, L, L))
+
+
+def test_all_true_mask_is_dropped():
+    n, a = _run_pass(all_true(), _qkv())
+    assert n == 1 and a.get("attn_mask") is None and not a.get("is_causal", False)
+
+
+def test_zero_float_mask_is_dropped():
+    n, a = _run_pass(zeros_float(), _qkv())
+    assert n == 1 and a.get("attn_mask") is None
+
+
+def test_causal_masks_become_is_causal():
+    for build in (causal_bool, causal_float):
+        n, a = _run_pass(build(), _qkv())
+        assert n == 1 and a.get("attn_mask") is None and a.get("is_causal") is True, build.__name__
+
+
+def test_other_masks_stay():
+    def padding():   # a constant mask that masks something and is not causal
+        b = _G()
+        idx, _, _ = _idx(b)
+        return b.sdpa(b.m("expand", b.f(operator.getitem, b.f(operator.lt, idx, 12), (None, slice(None))), L, L))
+
+    def band():      # causal minus a band: not the causal mask
+        b = _G()
+        _, col, row = _idx(b)
+        near = b.f(operator.lt, b.f(operator.sub, col, row), 4)
+        return b.sdpa(b.f(operator.and_, b.f(operator.le, row, col), near))
+
+    def from_input():
+        b = _G()
+        return b.sdpa(b.f(operator.gt, b.f(operator.getitem, b.q, (Ellipsis, slice(None, 1))), -100))
+
+    def random():
+        b = _G()
+        return b.sdpa(b.f(operator.ge, b.f(torch.rand, L, L), 0))
+
+    for build in (padding, band, from_input, random):
+        n, a = _run_pass(build(), _qkv())
+        assert n == 0 and a.get("attn_mask") is not None, build.__name__
+
+
+def test_mask_changed_in_place_elsewhere_stays():
+    b = _G()
+    m = b.f(torch.ones, L, L, dtype=torch.bool)
+    b.m("fill_diagonal_", m, False)       # result unused: changes m in place
+    n, a = _run_pass(b.sdpa(m), _qkv())
+    assert n == 0 and a.get("attn_mask") is not None
+
+
+def test_mask_that_broadcasts_the_result_stays():
+    # q, k, v of batch 1, the mask of batch 3: the math kernel's result would have
+    # batch 3 (the CPU kernels reject it), so dropping the mask changes the shape
+    b = _G()
+    gm = b.sdpa(b.f(torch.ones, 3, 1, L, L, dtype=torch.bool))
+    assert simplify_attention_masks(gm, list(_qkv(b=1))) == 0
+    assert _sdpa_nodes(gm)[0].kwargs["attn_mask"] is not None
+
+
+def test_causal_needs_square_scores():
+    b = _G()
+    n, a = _run_pass(b.sdpa(b.m("tril", b.f(torch.ones, L, L, dtype=torch.bool))), _qkv())
+    assert n == 1 and a.get("is_causal") is True
+    # the causal pattern of an 8x16 corner is not what is_causal means there
+    b = _G()
+    n, a = _run_pass(b.sdpa(b.m("tril", b.f(torch.ones, 8, L, dtype=torch.bool))), _qkv(lq=8))
+    assert n == 0
+
+
+def test_compiled_models_with_constant_masks_match_eager():
+    """Through mlircap.compile (the capture layer's graph), over two calls with new inputs."""
+    def model(x, w):
+        q = k = v = (x @ w).view(2, L, 4, 8).transpose(1, 2)
+        idx = torch.arange(x.shape[1], device=x.device)
+        full = ((idx[:, None] >= 0) & (idx[None, :] < x.shape[1]))[None, None].expand(2, 1, L, L)
+        causal = idx[None, :] <= idx[:, None]
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=full)
+        b = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
+        return a + b
+
+    fast = mlircap.compile(model)
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(32, 32, generator=g)
+    for _ in range(3):
+        x = torch.randn(2, L, 32, generator=g)
+        torch.testing.assert_close(fast(x, w), model(x, w), rtol=1e-4, atol=1e-4)
