@@ -2194,6 +2194,39 @@ case("weight_norm_pos_conv_train", lambda: (R(2, 12, 8),), train=True)(lambda: W
 case("spectral_norm_orthogonal_train", V8, train=True)(lambda: SpectralNormParam())
 
 
+# ----------------------------------------------------------------------------- copies made inside forward
+class DeepcopyTargetNet(nn.Module):
+    """A frozen target network copied from the online one inside forward (copy.deepcopy of
+    a module: new parameters, each a new autograd leaf), scaled under no_grad."""
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+    def forward(self, x):
+        target = copy.deepcopy(self.net)
+        with torch.no_grad():
+            for p in target.parameters():
+                p.mul_(0.99)
+        return self.net(x) - target(x).detach()
+
+
+class DeepcopyBufferSnapshot(nn.Module):
+    """The previous value of a running statistic, kept with copy.deepcopy before the update."""
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("running", torch.zeros(8))
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        prev = copy.deepcopy(self.running)
+        self.running.mul_(0.9).add_(0.1 * x.mean(0))
+        return self.fc(x - prev)
+
+
+case("deepcopy_target_net", V8)(lambda: DeepcopyTargetNet())
+case("deepcopy_buffer_snapshot", V8)(lambda: DeepcopyBufferSnapshot())
+
+
 # ----------------------------------------------------------------------------- Hugging Face (tiny configs)
 def _hf(kind):
     import transformers as T

@@ -119,6 +119,11 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             return
         if self.np_tensor_of_source(frame, f, args, kwargs, slot) or self._cached_call(frame, f, args, kwargs, slot):
             return
+        if slot is not None and getattr(f, "__func__", f) in _TENSOR_DEEPCOPY:
+            # x.__deepcopy__(memo): bound, or the function with x first (LOAD_METHOD)
+            xm = [f.__self__] + args if type(f) is types.MethodType else args
+            if len(xm) == 2 and isinstance(xm[0], torch.Tensor) and self._deepcopy_tensor(frame, xm[0], xm[1], slot):
+                return
         self._note_callee(frame, f)
         if isinstance(f, torch.nn.Module) and id(f) not in self.hooked:
             s = self.src.get(id(f))
@@ -145,7 +150,11 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
         so = getattr(f, "__self__", None)
         if so is None and args and type(f) is types.FunctionType:
             so = args[0]   # m.parameters() called as a method: f is the function, args[0] is m
-        if isinstance(so, torch.nn.Module) and getattr(f, "__name__", "") in _MODULE_WALKERS \
+        if f is copy.deepcopy and args and isinstance(args[0], torch.nn.Module) and id(args[0]) in self.src:
+            # copy.deepcopy(module): its parameters and buffers are reached through
+            # __reduce_ex__'s state (C code): source the subtree, as for parameters()
+            self._source_module_tree(args[0])
+        elif isinstance(so, torch.nn.Module) and getattr(f, "__name__", "") in _MODULE_WALKERS \
                 and id(so) in self.src:
             # parameters()/modules()/... run in torch code we do not trace: source the whole
             # subtree now so the yielded modules/parameters/buffers are known and guarded
@@ -225,6 +234,40 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
         if recv is not None:
             f, args = recv
         self._external_call(frame, f, args, kwargs, reason, slot)
+
+    def _deepcopy_tensor(self, frame: types.FrameType, x: torch.Tensor, memo: Any, slot: int) -> bool:
+        """`copy.deepcopy(t)` reaching torch's Tensor / Parameter `__deepcopy__` (copy.py is
+        traced; its `copier(memo)` is this call).  A tensor that needs no autograd leaf of
+        its own (no requires_grad, no .grad, no Python attributes, a plain strided Tensor)
+        is copied in the graph as `t.clone(memory_format=torch.preserve_format)`: the same
+        values, dtype and device (a view's copy is not a view into a copy of the whole storage
+        then).  A parameter or a tensor that requires grad gets a new autograd leaf: the
+        copy is a replayed step between graphs (`copy.deepcopy(t)` at replay) whose result
+        the graph after it takes as an input.  False (traced as before) where a tensor copied
+        before in the same deepcopy shares its storage (eager's copies share theirs)."""
+        if type(memo) is not dict:
+            return False
+        ptr = x.untyped_storage().data_ptr()
+        for o in memo.get(id(memo), ()):   # what this deepcopy copied before
+            o = o.untyped_storage() if isinstance(o, torch.Tensor) else o
+            if isinstance(o, torch.UntypedStorage) and o.data_ptr() == ptr:
+                return False   # a storage shared with a tensor copied before: the copies share theirs
+        if id(x) not in self.src and not (id(x) in self.env and self.env[id(x)][0] is x):
+            return False   # of unknown origin: as before (the give-up names it)
+        if type(x) is torch.Tensor and not x.requires_grad and x.grad is None and not x.__dict__ and \
+                x.layout == torch.strided and x.device.type not in ("meta", "lazy"):
+            # the program gets the real copy (its storage goes into the memo, as eager's);
+            # the graph makes it as a clone
+            res = x.__deepcopy__(memo)
+            self._after_torch(torch.Tensor.clone, "clone", (x,), {"memory_format": torch.preserve_format}, res)
+            _E.poke(frame, slot, _Canned(res))
+            return True
+        if not x.is_leaf:
+            return False   # deepcopy raises: as eager does
+        _E.poke(frame, slot, _CallWithout(_deepcopy_of, x))
+        self._external_call(frame, _deepcopy_of, [x], {}, "copy.deepcopy of a tensor that requires grad "
+                            "(a new autograd leaf)", slot)
+        return True
 
     def _note_callee(self, frame: types.FrameType, f: Any) -> None:
         """What the call could be captured as if this frame ends up running eagerly (a loop
@@ -358,6 +401,24 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
 
 
 _IS_COMPILING = torch.compiler.is_compiling
+_TENSOR_DEEPCOPY = (torch.Tensor.__deepcopy__, torch.nn.Parameter.__deepcopy__)
+
+
+def _deepcopy_of(x: Any) -> Any:
+    """copy.deepcopy(x): the replayed step of a deep copy that makes a new autograd leaf."""
+    return copy.deepcopy(x)
+
+
+class _CallWithout:
+    """Stands in for a callable on the value stack: calls f(x), whatever it is called with
+    (`copier(memo)` in copy.deepcopy becomes `_deepcopy_of(t)`)."""
+    __slots__ = ("f", "x")
+
+    def __init__(self, f: Callable, x: Any) -> None:
+        self.f, self.x = f, x
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.f(self.x)
 _MAX_CALLEES = 256   # modules / functions noted per recording (SkipFrameVariant captures them)
 _FRAME_READERS = (locals, vars, dir, globals, sys._getframe)
 

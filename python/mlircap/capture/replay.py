@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import re
 import dataclasses
 import types
 from collections.abc import Callable
@@ -21,6 +22,9 @@ from .rng import RngStates, _RngLogged, _rng_states, _set_rng_states, _unlog
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import _Captured
     from .recorder import _Recorder
+
+
+_BREAK_RESULT = re.compile(r"\bb\d+\b")
 
 
 def _mk_obj(cls: type, d: dict, base: type | None = None, items: list | None = None) -> object:
@@ -161,7 +165,10 @@ class _GraphVariant(_Variant):
         rec._close_seg()
         # mutated external tensors (for rollback on a mid-replay guard failure)
         written = rec.mutated_ids()
-        mutated = [rec.src[vid][0] for vid in rec.versions if vid in written and vid in rec.src]
+        # (not tensors the call's own replayed steps make, `b3` or reached from it: new
+        # objects of each call, which a rollback at the start could not even name)
+        mutated = [rec.src[vid][0] for vid in rec.versions if vid in written and vid in rec.src
+                   and not _BREAK_RESULT.search(rec.src[vid][0])]
         rec.final_guards()
         super().__init__(rec, [p for p in rec.guards if p.pos == 0])
         compiled = []
