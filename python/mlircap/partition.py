@@ -262,6 +262,11 @@ def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
     return None
 
 
+# The reason of a view that moved into the eager islands reading it (not reported:
+# a view in an island computes nothing).
+_VIEW_FOR_ISLAND = "view read by eager islands"
+
+
 @dataclass
 class Part:
     eager: bool
@@ -355,6 +360,19 @@ def partition(gm: fx.GraphModule, forced: dict[str, str] | None = None) -> list[
         else:
             s = max([stage[d] + (1 if eager[d] else 0) for d in deps], default=0)
         stage[node] = s
+    # A view only eager islands read joins them: in a compiled part it was a copy
+    # kernel, and the island copied it back to eager's strides (transformers' MoE
+    # on CUDA: each expert weight transposed for grouped_mm, two copies of 64 MiB
+    # per weight per call). Reverse order takes chains of views along.
+    for node in reversed(list(stage)):
+        if eager[node] is not None or node.target is operator.getitem or \
+                not getattr(node.target, "is_view", False):
+            continue
+        users = list(node.users)
+        if users and all(u in stage and eager[u] is not None and u.target is not operator.getitem
+                         for u in users):
+            eager[node] = _VIEW_FOR_ISLAND
+            stage[node] = min(stage[u] for u in users)
     # Compiled nodes move to the latest stage their users allow: work that
     # depends only on inputs (e.g. a weight's dtype conversion feeding a
     # matmul) stays in the part that consumes it, where it fuses, instead of
@@ -378,7 +396,7 @@ def partition(gm: fx.GraphModule, forced: dict[str, str] | None = None) -> list[
             key = (stage[node], eager[node] is not None)
             part = parts.setdefault(key, Part(eager=key[1], stage=key[0]))
             part.nodes.append(node)
-            if eager[node] is not None and node.target is not operator.getitem:
+            if eager[node] not in (None, _VIEW_FOR_ISLAND) and node.target is not operator.getitem:
                 part.reasons[node.name] = eager[node]
     # A compiled part of views only (slices, expands of an input) computes
     # nothing: no launch plan (it would copy), its outputs are views of its inputs.
