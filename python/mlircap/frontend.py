@@ -49,6 +49,9 @@ def _build_table() -> dict:
     aten = torch.ops.aten
     table = dict(get_decomposition_table())
     table.update(get_decompositions([aten.native_batch_norm, aten._native_batch_norm_legit_no_training]))
+    from . import batchnorm
+
+    batchnorm.install(table)   # bfloat16/float16 on the CPU: eager's rounding steps
     table[aten.cumsum.default] = _cumsum_as_masked_sum
     from .cumulative import cumprod
 
