@@ -266,6 +266,12 @@ class _Captured:
             loc = (rec.unreplayable_loc if rec.unreplayable else None) or rec.return_loc or \
                 f"{self.code.co_filename}:{self.code.co_firstlineno}"
             reason = f"{why} at {loc}"
+            if rec.relearn and rec.unreplayable:
+                # untraced library code wrote the RNG state (or the default dtype): its function
+                # is known now (classify._LEARNED_WRITERS), and the next call records again,
+                # replaying that call whole between graphs.  This call ran for real: correct.
+                _logs.log("fallback", f"{self._where()}: {reason}; recording again on the next call")
+                return _plain(result)
             if self.strict:
                 raise _strict_error(f"{self._where()} would run eagerly: {reason}") from e
             self._gave_up(reason)
@@ -307,7 +313,7 @@ class _Captured:
         (uncapturable values or side effects, too many graph breaks) raises, naming the
         cause and the user's file:line.  A graph break alone does not: the graphs on
         both sides of it are compiled, and what runs between them is the user's Python."""
-        if rec.unreplayable:
+        if rec.unreplayable and not rec.relearn:   # (relearn: the next call records again)
             raise _strict_error(f"{self._where()} would run eagerly (strict=True): capture gave up: "
                                 f"{rec.unreplayable} at {rec.unreplayable_loc}")
 

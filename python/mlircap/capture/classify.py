@@ -162,6 +162,31 @@ _GENERATOR_WRITERS = {"manual_seed", "seed", "set_state", "set_offset", "graphsa
 _STATE_WRITERS = (torch._C._set_default_dtype, torch._C._set_default_tensor_type)
 
 
+# Library functions (code objects) seen writing the RNG state or the default dtype from
+# untraced code (torch.testing's wrapper_set_seed: manual_seed, the op, set_rng_state): a
+# call of one from traced code is uncapturable from then on, replayed whole between graphs.
+_LEARNED_WRITERS: set[types.CodeType] = set()
+_CALL_MACHINERY = ("_call_impl", "_wrapped_call_impl", "__call__")
+
+
+def _learn_state_writer(frame: types.FrameType) -> bool:
+    """frame (untraced) writes process-wide state: the library function the traced code
+    called to get there (the outermost untraced frame below the innermost traced one) joins
+    _LEARNED_WRITERS.  True if it is new (a recording that gave up on it may be redone);
+    False where it is not a function of its own (nn.Module's call machinery, this package)."""
+    top, f = None, frame
+    while f is not None and not (_classify(f.f_code) == "user" and f.f_trace is not None):
+        top, f = f, f.f_back
+    if f is None or top is None:
+        return False
+    code = top.f_code
+    if code in _LEARNED_WRITERS or code.co_filename.startswith(_OWN_DIR) or \
+            code.co_name in _CALL_MACHINERY or code.co_filename == torch.nn.modules.module.__file__:
+        return False
+    _LEARNED_WRITERS.add(code)
+    return True
+
+
 def _global_state_writer(f: object) -> str | None:
     """What process-wide state calling the C function f writes ("the RNG state", ...), or None."""
     so = getattr(f, "__self__", None)
@@ -187,10 +212,12 @@ def _call_kind(f: object) -> str:
         if code is not None and _classify(code) == "opaque":
             mod = getattr(fn, "__module__", "") or ""
             if fn.__name__ in _EXTERNAL_PY_NAMES or mod in _EXTERNAL_PY_MODULES or \
-                    mod.split(".")[0] in ("logging", "warnings"):
+                    mod.split(".")[0] in ("logging", "warnings") or code in _LEARNED_WRITERS:
                 return "external"  # library code with global side effects: replay it
         return "safe"  # Python code: traced (or side-effect-free library code)
     if isinstance(f, type):
+        if issubclass(f, torch.Generator):
+            return "external"   # a new generator: an opaque value of the replay (its seed calls replayed)
         if f.__module__ == "builtins" and f.__name__ in _SAFE_BUILTIN_NAMES or \
                 issubclass(f, (list, dict, tuple, set, int, float, str, BaseException)):
             return "safe"

@@ -140,6 +140,9 @@ class _GraphMixin:
         if name == "__iter__" and args and isinstance(args[0], torch.Tensor):
             parts = self.on_torch(torch.Tensor.unbind, types_, (args[0],), {})
             return iter(parts)
+        if any(isinstance(a, torch.Generator) for a in args) or \
+                any(isinstance(a, torch.Generator) for a in kwargs.values()):
+            return self._generator_op(func, args, kwargs)
         res = func(*args, **kwargs)
         try:
             return self._after_torch(func, name, args, kwargs, res)
@@ -197,6 +200,35 @@ class _GraphMixin:
             for t in flat_res:
                 if isinstance(t, torch.Tensor):
                     dyn_ids[id(t)] = t
+        return res
+
+    def _generator_op(self, func: Callable, args: tuple, kwargs: dict) -> Any:
+        """A random op drawing from an explicit torch.Generator (`torch.rand(n, generator=g)`,
+        `t.normal_(generator=g)`): the generator's state is not the graph's to hold, so the op
+        is a replayed step between graphs, in order with the generator's other calls (its
+        manual_seed), run exactly once per call; its tensor result is an input of the graph
+        after it.  Same seed, same values as eager."""
+        i = self.ext_seen
+        self.ext_seen += 1
+        if i < len(self.catchup):
+            # this step already ran in a replay whose mid-replay guard then failed
+            from .rng import _unlog
+            res = _unlog(self.catchup[i])
+        else:
+            res = func(*args, **kwargs)
+        reason = f"random op {_op_name(func)} with an explicit generator"
+        try:
+            fe = self.const(func, _func_qualname(func))
+            ae = [self.expr_of(a) for a in args]
+            ke = {k: self.expr_of(v) for k, v in kwargs.items()}
+            if any(isinstance(t, torch.Tensor) and t.requires_grad for t in tree_flatten((args, kwargs))[0]):
+                raise Unreplayable("its tensor arguments require grad")
+        except Unreplayable as e:
+            self.unreplayable = self.unreplayable or f"{e} (an argument of {_op_name(func)})"
+            return res
+        k = self._call_step(fe, ae, ke, reason, external=True)
+        self._add_break(reason, _user_location())
+        self._call_result(k, res, external=True)
         return res
 
     def _np_scalar_args(self, func: Callable, name: str, args: tuple, kwargs: dict, res: Any) -> tuple:

@@ -89,6 +89,7 @@ class _Recorder(_TracerMixin, _NumpyMixin, _GraphMixin, _SideEffectMixin, _Sourc
         self.pending = {}
         self.kwnames = {}
         self._unreplayable: str | None = None
+        self.relearn = False   # gave up on a state writer now known: the next call records again
         self.unreplayable_loc: str | None = None   # the user's file:line where capture gave up
         self.return_loc: str | None = None   # the file:line the captured function returned from
         self.breaks: list[tuple[str, str]] = []   # (reason, location), one per place the graphs split

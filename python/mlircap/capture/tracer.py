@@ -12,7 +12,7 @@ import torch
 from ._bytecode import _CHECK_DEPTH, _instrs
 from .base import Unreplayable
 from .frame_hook import _E, _E_real
-from .classify import _classify, _global_state_writer
+from .classify import _classify, _global_state_writer, _learn_state_writer
 from .locations import _frame_loc
 from .side_effects import _SideEffectMixin
 from .calls import _CallMixin
@@ -58,6 +58,8 @@ class _TracerMixin(_CallMixin):
             return
         what = _global_state_writer(arg)
         if what is not None:
+            if not self._unreplayable and _learn_state_writer(frame):
+                self.relearn = True   # replayed whole from the next recording on
             self.unreplayable = (f"untraced library code {frame.f_code.co_name} ({_frame_loc(frame)}) "
                                  f"changed {what} (through {getattr(arg, '__qualname__', arg)})")
 
