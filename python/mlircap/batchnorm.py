@@ -259,12 +259,62 @@ def _no_training(fallback):
     return decomposition
 
 
+def _reserve(input):
+    """The reserve tensor of _batch_norm_with_update / _no_update: empty (cuDNN only uses it)."""
+    return torch.empty(0, dtype=torch.uint8, device=input.device)
+
+
+def _with_update(fallback):
+    def decomposition(input, weight, bias, running_mean, running_var, momentum, eps):
+        res = eager_cpu(input, weight, bias, running_mean, running_var, True, momentum, eps)
+        if res is NotImplemented:
+            return NotImplemented if fallback is None else fallback(
+                input, weight, bias, running_mean, running_var, momentum, eps)
+        out, save_mean, save_invstd, new_rm, new_rv = res
+        running_mean.copy_(new_rm)
+        running_var.copy_(new_rv)
+        return out, save_mean, save_invstd, _reserve(input)
+
+    return decomposition
+
+
+def _with_update_functional(fallback):
+    def decomposition(input, weight, bias, running_mean, running_var, momentum, eps):
+        res = eager_cpu(input, weight, bias, running_mean, running_var, True, momentum, eps)
+        if res is NotImplemented:
+            return NotImplemented if fallback is None else fallback(
+                input, weight, bias, running_mean, running_var, momentum, eps)
+        out, save_mean, save_invstd, new_rm, new_rv = res
+        return out, save_mean, save_invstd, _reserve(input), new_rm, new_rv
+
+    return decomposition
+
+
+def _no_update(fallback):
+    def decomposition(input, weight, bias, running_mean, running_var, momentum, eps):
+        res = eager_cpu(input, weight, bias, running_mean, running_var, False, momentum, eps)
+        if res is NotImplemented:
+            return NotImplemented if fallback is None else fallback(
+                input, weight, bias, running_mean, running_var, momentum, eps)
+        return (*res[:3], _reserve(input))
+
+    return decomposition
+
+
 def install(table: dict) -> None:
     """Puts the decompositions into `table` (op -> decomposition), each falling back to
-    the entry it replaces."""
-    for op, wrap in ((aten._native_batch_norm_legit_functional.default, _functional),
-                     (aten._native_batch_norm_legit.default, _in_place),
-                     (aten.native_batch_norm.default, _in_place),
-                     (aten._native_batch_norm_legit.no_stats, _no_stats),
-                     (aten._native_batch_norm_legit_no_training.default, _no_training)):
-        table[op] = wrap(table.get(op))
+    the entry it replaces (or torch's decomposition of the op: torch-mlir's table has
+    none for _batch_norm_with_update / _no_update, which then ran as eager islands)."""
+    from torch._decomp import get_decompositions
+
+    ops = ((aten._native_batch_norm_legit_functional.default, _functional),
+           (aten._native_batch_norm_legit.default, _in_place),
+           (aten.native_batch_norm.default, _in_place),
+           (aten._native_batch_norm_legit.no_stats, _no_stats),
+           (aten._native_batch_norm_legit_no_training.default, _no_training),
+           (aten._batch_norm_with_update.default, _with_update),
+           (aten._batch_norm_with_update_functional.default, _with_update_functional),
+           (aten._batch_norm_no_update.default, _no_update))
+    torch_table = get_decompositions([op for op, _ in ops])
+    for op, wrap in ops:
+        table[op] = wrap(table.get(op, torch_table.get(op)))
