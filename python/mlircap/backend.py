@@ -892,10 +892,10 @@ def make_backend(options: Options | None = None, registry: list | None = None):
                 # an op fake tensors cannot run (data-dependent output shape, a meta
                 # kernel that rejects what the real one takes) runs through torch, and
                 # the graph is compiled around it
-                split = None if options.strict else split_data_dependent(
-                    gm, example_inputs, backend, *(() if is_data_dependent_error(e) else
-                                                   (f"fake tensors cannot run it ({type(e).__name__}: "
-                                                    f"{str(e).strip().splitlines()[0][:200]})",)))
+                failure = None if is_data_dependent_error(e) else \
+                    f"fake tensors cannot run it ({type(e).__name__}: {str(e).strip().splitlines()[0][:200]})"
+                split = None if options.strict else split_data_dependent(gm, example_inputs, backend,
+                                                                         fake_failure=failure)
                 if split is not None:
                     return split
                 if options.strict:   # the capture front would run the graph eagerly

@@ -118,12 +118,13 @@ def _uses(nodes: list[fx.Node]) -> list[fx.Node]:
 
 def split_data_dependent(gm: fx.GraphModule, example_inputs: Sequence,
                          compile_fn: Callable[[fx.GraphModule, list], Callable],
-                         why: str = "data-dependent (its output shape depends on tensor data)") -> Callable | None:
+                         fake_failure: str | None = None) -> Callable | None:
     """`gm` as compiled parts around its first data-dependent op (module docstring),
     or None when it has none. `compile_fn(gm, example_inputs)` is the backend.
-    `why` other than the default: aot_autograd failed for another reason, and the
-    op split off is the first one fake tensors cannot run (`why` says what failed)."""
-    dd = first_data_dependent(gm, example_inputs, any_failure=not why.startswith("data-dependent"))
+    `fake_failure`: aot_autograd failed for another reason (what failed); the op
+    split off is then the first one fake tensors cannot run, and the user is warned."""
+    why = fake_failure or "data-dependent (its output shape depends on tensor data)"
+    dd = first_data_dependent(gm, example_inputs, any_failure=fake_failure is not None)
     if dd is None:
         return None
     nodes = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
@@ -166,7 +167,7 @@ def split_data_dependent(gm: fx.GraphModule, example_inputs: Sequence,
         steps.append((_Specialized(sub, compile_fn) if outs else sub, ins, outs))
     logs.log("fallback", f"graph split into {len(steps)} parts; eager islands: "
                          f"{name}: {why}")
-    if not why.startswith("data-dependent"):   # not by design: the user hears of it
+    if fake_failure is not None:   # not by design: the user hears of it
         from .backend import _node_loc
 
         warnings.warn(f"mlircap: {name} at {_node_loc(dd)} runs through torch, the graph is compiled "
