@@ -67,15 +67,41 @@ def _constant_subgraph(node: fx.Node) -> list[fx.Node] | None:
                 torch.Tag.nondeterministic_seeded in n.target.tags:
             return None
         todo.extend(n.all_input_nodes)
-    # every use stays inside: a user elsewhere could change a tensor in place
-    # (masked_fill_, fill_diagonal_) after the point this evaluation would read it
-    for n in seen:
+    # nothing that reads these values (or views of them) changes a tensor in place
+    # (masked_fill_, fill_diagonal_, x[i] = ..., out=): the evaluation would miss it
+    todo, reached = list(seen), set(seen)
+    while todo:
+        n = todo.pop()
+        if _mutates(n):
+            return None
+        if n.op == "call_function" and n.target in _SDPA:
+            continue   # a fresh result
         for u in n.users:
-            if u not in seen and not (u.op == "call_function" and u.target in _SDPA and
-                                      _sdpa_args(u).get("attn_mask") is n and
-                                      n not in [_sdpa_args(u).get(k) for k in ("query", "key", "value")]):
-                return None
+            if u not in reached:
+                reached.add(u)
+                todo.append(u)
     return sorted(seen, key=order.__getitem__)
+
+
+_IN_PLACE_OPERATORS = {"setitem", "delitem", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow",
+                       "iand", "ior", "ixor", "ilshift", "irshift", "imatmul", "iconcat"}
+
+
+def _mutates(n: fx.Node) -> bool:
+    """`n` may change one of its arguments in place (conservatively)."""
+    if n.op not in ("call_function", "call_method"):
+        return False
+    if "out" in n.kwargs:
+        return True
+    if isinstance(n.target, torch._ops.OpOverload):
+        return n.target._schema.is_mutable
+    name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+    if getattr(n.target, "__module__", None) in ("operator", "_operator"):   # and_, or_: not in place
+        return name in _IN_PLACE_OPERATORS
+    dunder = re.search(r"__(\w+?)__$", name)
+    if dunder:
+        return dunder.group(1) in _IN_PLACE_OPERATORS
+    return name in _IN_PLACE_OPERATORS or name.endswith("_")
 
 
 def _evaluate(nodes: list[fx.Node]):
@@ -142,8 +168,11 @@ def _shapes(gm: fx.GraphModule, example_inputs, nodes: list[fx.Node]) -> dict | 
 
     try:
         mode = detect_fake_mode(example_inputs) or FakeTensorMode(allow_non_fake_inputs=True)
-        ins = [mode.from_tensor(x) if isinstance(x, torch.Tensor) and not isinstance(
-            x, torch._subclasses.FakeTensor) else x for x in example_inputs]
+        with mode:
+            # fresh tensors of the inputs' shapes and strides: the graph may change its
+            # inputs in place (metadata included), and aot_autograd traces them next
+            ins = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+                   if isinstance(x, torch.Tensor) else x for x in example_inputs]
         vals = {}
 
         class Prop(FakeTensorProp):
@@ -153,7 +182,8 @@ def _shapes(gm: fx.GraphModule, example_inputs, nodes: list[fx.Node]) -> dict | 
                     vals[n] = r
                 return r
 
-        Prop(gm, mode).propagate_dont_convert_inputs(*ins)
+        with torch.no_grad():
+            Prop(gm, mode).propagate_dont_convert_inputs(*ins)
         return {n: tuple(v.shape) for n, v in vals.items() if isinstance(v, torch.Tensor)}
     except Exception as e:  # noqa: BLE001 - without shapes nothing is changed
         logs.log("passes", f"attention masks: shapes unknown ({type(e).__name__}: {str(e)[:120]})")

@@ -132,6 +132,33 @@ def test_mask_changed_in_place_elsewhere_stays():
     assert n == 0 and a.get("attn_mask") is not None
 
 
+def test_mask_changed_through_a_view_stays():
+    b = _G()
+    m = b.f(torch.ones, L, L, dtype=torch.bool)
+    row = b.f(operator.getitem, m, 0)
+    b.f(operator.setitem, row, 3, False)   # m[0][3] = False, through the view
+    n, a = _run_pass(b.sdpa(m), _qkv())
+    assert n == 0 and a.get("attn_mask") is not None
+
+
+def test_masks_sharing_constants_both_simplify():
+    # Dynamo's graphs share one arange between a padding-free and a causal mask
+    b = _G()
+    _, col, row = _idx(b)
+    causal = b.f(operator.le, row, col)
+    first = b.f(F.scaled_dot_product_attention, b.q, b.k, b.v, attn_mask=causal)
+    full = b.f(operator.and_, b.f(operator.ge, col, 0), b.f(operator.lt, row, L))
+    second = b.f(F.scaled_dot_product_attention, b.q, b.k, b.v, attn_mask=full)
+    b.g.output(b.f(operator.add, first, second))
+    gm = fx.GraphModule(torch.nn.Module(), b.g)
+    args = _qkv()
+    ref = gm(*args)
+    assert simplify_attention_masks(gm, list(args)) == 2
+    torch.testing.assert_close(gm(*args), ref, rtol=1e-5, atol=1e-5)
+    assert [n.kwargs.get("is_causal", False) for n in _sdpa_nodes(gm)] == [True, False]
+    assert all(n.kwargs.get("attn_mask") is None for n in _sdpa_nodes(gm))
+
+
 def test_mask_that_broadcasts_the_result_stays():
     # q, k, v of batch 1, the mask of batch 3: the math kernel's result would have
     # batch 3 (the CPU kernels reject it), so dropping the mask changes the shape
@@ -168,3 +195,18 @@ def test_compiled_models_with_constant_masks_match_eager():
     for _ in range(3):
         x = torch.randn(2, L, 32, generator=g)
         torch.testing.assert_close(fast(x, w), model(x, w), rtol=1e-4, atol=1e-4)
+
+
+def test_dynamo_graphs_too():
+    """torch.compile(backend="mlircap"): Dynamo's graph of the same model."""
+    def model(q):
+        idx = torch.arange(q.shape[-2])
+        full = ((idx[:, None] >= 0) & (idx[None, :] < q.shape[-2]))[None, None].expand(q.shape[0], 1, L, L)
+        return F.scaled_dot_product_attention(q, q, q, attn_mask=full) + \
+            F.scaled_dot_product_attention(q, q, q, attn_mask=idx[None, :] <= idx[:, None])
+
+    torch._dynamo.reset()
+    fast = torch.compile(model, backend="mlircap")
+    for seed in range(2):
+        q = _qkv(seed=seed)[0]
+        torch.testing.assert_close(fast(q), model(q), rtol=1e-4, atol=1e-4)
