@@ -374,6 +374,7 @@ class _Match:
     chain: list = field(default_factory=list)   # the nodes replaced
     bmm2: fx.Node = None
     fills: list = field(default_factory=list)   # scalar fill nodes of where / masked_fill
+    causal: bool = False            # a constant causal mask, run as is_causal=True
 
 
 def _match(sm: fx.Node) -> _Match | str:
@@ -486,6 +487,36 @@ def _match(sm: fx.Node) -> _Match | str:
     return m
 
 
+def _fold_constant_masks(m: _Match, L: int, S: int) -> None:
+    """Mask steps computed from constants only (attention_masks.py's rules) that mask
+    nothing are dropped, and a lone causal one becomes `m.causal`: the flash/cuDNN
+    kernels take no mask (transformers' eager attention adds an all-zero float mask and
+    selects with a constant causal one while compiling). Adding a zero leaves a score as
+    it is (up to the sign of a zero, which the softmax does not see)."""
+    from .attention_masks import constant_mask_kind
+
+    kept, causal = [], []
+    for s in m.steps:
+        if s[0] == "add":
+            kind = constant_mask_kind(s[1], float_zero_only=True)
+            if kind == "none":
+                continue
+        elif s[0] == "where":
+            kind = constant_mask_kind(s[1], negate=not s[3])   # where(cond, fill, scores) keeps ~cond
+            if kind == "none":
+                continue
+            if kind == "causal":
+                causal.append(s)
+        kept.append(s)
+    if len(causal) == 1 and L == S and [s for s in kept if s[0] != "scale"] == causal:
+        kept.remove(causal[0])
+        m.causal = True
+    if len(kept) != len(m.steps):
+        logs.log("passes", f"fuse_attention: constant masks folded ({len(m.steps) - len(kept)} step(s)"
+                           f"{', is_causal' if m.causal else ''})")
+        m.steps = kept
+
+
 def _replacement(m: _Match, L: int, S: int, dtype: torch.dtype, out_dtype: torch.dtype):
     """The function traced in place of the match: (q, k, v, *mask inputs) -> out,
     computed in `dtype` (the widest of q, k and v: a narrower one is widened exactly)."""
@@ -526,7 +557,8 @@ def _replacement(m: _Match, L: int, S: int, dtype: torch.dtype, out_dtype: torch
                 mask = mask.unsqueeze(0)
             if len(batch) == 1:
                 mask = mask.unsqueeze(1)
-        o = torch.nn.functional.scaled_dot_product_attention(q4, k4, v4, attn_mask=mask, scale=scale)
+        o = torch.nn.functional.scaled_dot_product_attention(q4, k4, v4, attn_mask=mask, scale=scale,
+                                                             is_causal=m.causal)
         if len(batch) == 1:
             o = o.squeeze(1)
         o = o.to(out_dtype)
@@ -581,6 +613,7 @@ def fuse_attention(gm: fx.GraphModule) -> int:
             logs.log("passes", f"fuse_attention: {sm.name} not fused ({m})")
             continue
         L, S = _shape(sm)[-2:]
+        _fold_constant_masks(m, L, S)
         ins = [m.q, m.k, m.v]
         for s in m.steps:
             if s[0] in ("add", "where", "select"):

@@ -61,7 +61,8 @@ def _constant_subgraph(node: fx.Node) -> list[fx.Node] | None:
         if n.op not in ("call_function", "call_method"):
             return None   # a graph input, a parameter or buffer, a submodule
         words = re.split(r"[^a-z0-9]+", _target_name(n.target))
-        if any(w.startswith(_IMPURE_PREFIXES) or w in _IMPURE_WORDS for w in words):
+        if any(w.startswith(_IMPURE_PREFIXES) or w in _IMPURE_WORDS for w in words) and \
+                not (words[0] == "empty" and _only_shape_read(n)):
             return None
         if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and \
                 torch.Tag.nondeterministic_seeded in n.target.tags:
@@ -74,13 +75,21 @@ def _constant_subgraph(node: fx.Node) -> list[fx.Node] | None:
         n = todo.pop()
         if _mutates(n):
             return None
-        if n.op == "call_function" and n.target in _SDPA:
-            continue   # a fresh result
+        if n not in seen and _fresh(n):
+            continue   # its result is a new tensor: what reads it cannot reach the mask's
         for u in n.users:
             if u not in reached:
                 reached.add(u)
                 todo.append(u)
     return sorted(seen, key=order.__getitem__)
+
+
+def _fresh(n: fx.Node) -> bool:
+    """`n`'s result is certainly no view of its arguments."""
+    if n.op == "call_function" and n.target in _SDPA:
+        return True
+    t = n.target
+    return isinstance(t, torch._ops.OpOverload) and all(r.alias_info is None for r in t._schema.returns)
 
 
 _IN_PLACE_OPERATORS = {"setitem", "delitem", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow",
@@ -104,19 +113,30 @@ def _mutates(n: fx.Node) -> bool:
     return name in _IN_PLACE_OPERATORS or name.endswith("_")
 
 
+# ops whose value depends on their tensor argument's shape and dtype only (ones and
+# zeros decompose into full_like of an empty_strided)
+_SHAPE_READERS = {"full_like", "zeros_like", "ones_like", "new_full", "new_zeros", "new_ones"}
+
+
+def _only_shape_read(n: fx.Node) -> bool:
+    """`n` (uninitialized memory) is only read for its shape: its values matter nowhere."""
+    return bool(n.users) and all(
+        _target_name(u.target).split(".")[0] in _SHAPE_READERS and u.args and u.args[0] is n and
+        n not in list(u.args[1:]) + list(u.kwargs.values()) for u in n.users)
+
+
 def _evaluate(nodes: list[fx.Node]):
     env: dict[fx.Node, object] = {}
 
     def load(a):
         return fx.node.map_arg(a, env.__getitem__)
 
-    with torch.no_grad():
-        for n in nodes:
-            args, kwargs = load(n.args), load(n.kwargs)
-            if n.op == "call_function":
-                env[n] = n.target(*args, **kwargs)
-            else:
-                env[n] = getattr(args[0], n.target)(*args[1:], **kwargs)
+    for n in nodes:
+        args, kwargs = load(n.args), load(n.kwargs)
+        if n.op == "call_function":
+            env[n] = n.target(*args, **kwargs)
+        else:
+            env[n] = getattr(args[0], n.target)(*args[1:], **kwargs)
     return env[nodes[-1]]
 
 
@@ -138,12 +158,16 @@ def _set_args(n: fx.Node, **changes) -> None:
     n.args, n.kwargs = tuple(args), kwargs
 
 
-def _kind(mask: torch.Tensor) -> str | None:
-    """"none" (masks nothing), "causal" (the square causal mask), or None."""
+def _kind(mask: torch.Tensor, negate: bool = False, float_zero_only: bool = False) -> str | None:
+    """"none" (masks nothing), "causal" (the square causal mask), or None. `negate`:
+    a boolean mask whose True entries are the masked ones; `float_zero_only`: an
+    additive float mask, "none" when all zero."""
     if mask.dim() < 2 or mask.numel() == 0:
         return None
+    if float_zero_only:
+        return "none" if mask.is_floating_point() and bool((mask == 0).all()) else None
     if mask.dtype == torch.bool:
-        allowed = mask
+        allowed = ~mask if negate else mask
     elif mask.is_floating_point():
         if not bool(((mask == 0) | (mask == float("-inf"))).all()):
             return None
@@ -190,19 +214,39 @@ def _shapes(gm: fx.GraphModule, example_inputs, nodes: list[fx.Node]) -> dict | 
         return None
 
 
-def _classify(mask: fx.Node) -> tuple[str, tuple[int, ...]] | None:
+def constant_mask_kind(mask, negate: bool = False, float_zero_only: bool = False) -> str | None:
+    """For attention.fuse_attention (aten graphs after aot_autograd): "none", "causal"
+    or None for mask node `mask` (see `_kind`), when it is computed from constants only."""
+    if not isinstance(mask, fx.Node):
+        return None
     nodes = _constant_subgraph(mask)
     if nodes is None:
         return None
+    found = _evaluate_kind(nodes, negate, float_zero_only)
+    return None if found is None else found[0]
+
+
+def _evaluate_kind(nodes: list[fx.Node], negate: bool = False,
+                   float_zero_only: bool = False) -> tuple[str, tuple[int, ...]] | None:
+    """(kind, shape) of the mask `nodes` compute, on real tensors (also while
+    aot_autograd's fake and proxy modes are active), or None."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
     try:
-        value = _evaluate(nodes)
+        with torch.no_grad(), _disable_current_modes():
+            value = _evaluate(nodes)
+            if not isinstance(value, torch.Tensor) or value.numel() > _MAX_MASK_ELEMENTS:
+                return None
+            kind = _kind(value, negate, float_zero_only)
     except Exception as e:  # noqa: BLE001 - a mask we cannot evaluate stays
-        logs.log("passes", f"attention masks: {mask.name} not evaluated ({type(e).__name__})")
+        logs.log("passes", f"attention masks: {nodes[-1].name} not evaluated ({type(e).__name__})")
         return None
-    if not isinstance(value, torch.Tensor) or value.numel() > _MAX_MASK_ELEMENTS:
-        return None
-    kind = _kind(value)
     return None if kind is None else (kind, tuple(value.shape))
+
+
+def _classify(mask: fx.Node) -> tuple[str, tuple[int, ...]] | None:
+    nodes = _constant_subgraph(mask)
+    return None if nodes is None else _evaluate_kind(nodes)
 
 
 def simplify_attention_masks(gm: fx.GraphModule, example_inputs) -> int:

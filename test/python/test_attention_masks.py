@@ -210,3 +210,42 @@ def test_dynamo_graphs_too():
     for seed in range(2):
         q = _qkv(seed=seed)[0]
         torch.testing.assert_close(fast(q), model(q), rtol=1e-4, atol=1e-4)
+
+
+def _hand_written(mask_kind):
+    def model(x, w):
+        q, k, v = (x @ w).view(2, L, 3, 4, 8).permute(2, 0, 3, 1, 4).unbind(0)
+        s = q @ k.transpose(-2, -1) * 0.35
+        idx = torch.arange(L)
+        # BERT-style extended mask of no padding: (1 - ones) * finfo.min, all (-)0
+        s = s + (1.0 - torch.ones(2, 1, 1, L, dtype=x.dtype)) * torch.finfo(x.dtype).min
+        if mask_kind == "causal":
+            s = s.masked_fill(~(idx[None, :] <= idx[:, None]), float("-inf"))
+        elif mask_kind == "band":                             # not causal: stays a mask
+            s = s.masked_fill((idx[:, None] - idx[None, :]).abs() > 3, float("-inf"))
+        return (s.softmax(-1) @ v).transpose(1, 2).reshape(2, L, 32)
+    return model
+
+
+def test_hand_written_attention_constant_masks_fold(capfd):
+    """After aot_autograd (attention.fuse_attention): a constant all-zero additive mask
+    is dropped and a constant causal masked_fill becomes is_causal; a constant band
+    mask stays (only the zero mask beside it goes). bf16 attention is fused on the CPU
+    at any size."""
+    from mlircap import logs
+
+    g = torch.Generator().manual_seed(3)
+    w = (torch.randn(32, 96, generator=g) / 6).bfloat16()
+    logs.set_logs("passes")
+    try:
+        for kind, want in (("causal", "2 step(s), is_causal)"), ("none", "1 step(s))"), ("band", "1 step(s))")):
+            model = _hand_written(kind)
+            fast = mlircap.compile(model)
+            for _ in range(3):
+                x = torch.randn(2, L, 32, generator=g).bfloat16()
+                torch.testing.assert_close(fast(x, w), model(x, w), rtol=2e-2, atol=2e-2)
+            err = capfd.readouterr().err
+            assert "attention(s) fused" in err, (kind, err[-2000:])
+            assert f"constant masks folded ({want}" in err, (kind, err[-2000:])
+    finally:
+        logs.set_logs()
