@@ -202,3 +202,36 @@ def test_constant_masks_do_not_force_math_attention(capsys):
     assert len(re.findall(r"_scaled_dot_product_(flash|efficient|cudnn)_attention\w*: library", err)) >= 2, \
         err[-3000:]
     assert not any("batch_matmul" in g.linalg_ir for g in fast.graphs), "attention's math form left"
+
+
+def test_hand_written_attention_with_constant_masks_runs_flash(capsys):
+    # transformers' eager attention while compiling: an extended "no padding" mask
+    # (1 - ones) * finfo.min added and a constant causal masked_fill; both fold, so the
+    # fused kernel is chosen without a mask (is_causal) as for eager's SDPA.
+    import re
+
+    from mlircap import logs
+
+    def f(x, w):
+        q, k, v = (x @ w).view(2, 128, 3, 4, 64).permute(2, 0, 3, 1, 4).unbind(0)
+        s = q @ k.transpose(-2, -1) * 0.125
+        s = s + (1.0 - torch.ones(2, 1, 1, 128, device="cuda", dtype=x.dtype)) * torch.finfo(x.dtype).min
+        idx = torch.arange(128, device="cuda")
+        s = s.masked_fill(~(idx[None, :] <= idx[:, None]), float("-inf"))
+        return (s.softmax(-1) @ v).transpose(1, 2).reshape(2, 128, 256) + 1
+
+    logs.set_logs("fallback,passes")
+    try:
+        x = torch.randn(2, 128, 256, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(256, 768, device="cuda", dtype=torch.bfloat16) / 16
+        fast = mlircap.compile(f)
+        for _ in range(4):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")   # no fallback of any kind
+                torch.testing.assert_close(fast(x, w), f(x, w), rtol=2e-2, atol=2e-2)
+        assert _compiled(fast), [g.fallback_reason for g in fast.graphs]
+    finally:
+        logs.set_logs()
+    err = capsys.readouterr().err
+    assert "constant masks folded (2 step(s), is_causal)" in err, err[-3000:]
+    assert re.search(r"_scaled_dot_product_(flash|cudnn)_attention\w*: library", err), err[-3000:]
