@@ -234,4 +234,4 @@ def test_hand_written_attention_with_constant_masks_runs_flash(capsys):
         logs.set_logs()
     err = capsys.readouterr().err
     assert "constant masks folded (2 step(s), is_causal)" in err, err[-3000:]
-    assert re.search(r"_scaled_dot_product_(flash|cudnn)_attention\w*: library", err), err[-3000:]
+    assert re.search(r"_scaled_dot_product_(flash|efficient|cudnn)_attention\w*: library", err), err[-3000:]
