@@ -136,23 +136,17 @@ def test_masked_attention_is_a_library_step_and_the_split_graph_one_cuda_graph(c
     assert err.count("captured the partitioned graph as one CUDA graph") == 2, err[-3000:]
 
 
-def test_bf16_sdpa_is_torchs_fused_kernel_not_float32_math(capsys):
-    # scaled_dot_product_attention in bf16 was decomposed into its math form, which
-    # upcasts q and k to float32 (ViT-B bf16: 24 float32 GEMMs per call). Now the
-    # fused kernel torch picks is a library step, and q, k, v reach it in the
-    # compiled part's layout (no copy back to eager's strides).
-    import re
+_FUSED = r"_scaled_dot_product_(flash|efficient|cudnn)_attention\w*: library"
 
+
+def _bf16_attention_logs(f, capsys, seq: int) -> tuple:
+    """Compiles `f(x, w)` (bf16, [2, seq, 256] @ [256, 768]), checks 4 calls against
+    eager with no fallback of any kind; (compiled function, fallback+passes log)."""
     from mlircap import logs
 
-    def f(x, w):
-        q, k, v = (x @ w).view(2, 197, 3, 4, 64).permute(2, 0, 3, 1, 4).unbind(0)
-        a = torch.nn.functional.scaled_dot_product_attention(q.relu(), k, v)
-        return a.transpose(1, 2).reshape(2, 197, 256) * 2 + 1
-
-    logs.set_logs("fallback")
+    logs.set_logs("fallback,passes")
     try:
-        x = torch.randn(2, 197, 256, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(2, seq, 256, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(256, 768, device="cuda", dtype=torch.bfloat16) / 16
         fast = mlircap.compile(f)
         for _ in range(4):
@@ -162,8 +156,23 @@ def test_bf16_sdpa_is_torchs_fused_kernel_not_float32_math(capsys):
         assert _compiled(fast), [g.fallback_reason for g in fast.graphs]
     finally:
         logs.set_logs()
-    err = capsys.readouterr().err
-    assert re.search(r"_scaled_dot_product_(flash|efficient|cudnn)_attention\w*: library", err), err[-3000:]
+    return fast, capsys.readouterr().err
+
+
+def test_bf16_sdpa_is_torchs_fused_kernel_not_float32_math(capsys):
+    # scaled_dot_product_attention in bf16 was decomposed into its math form, which
+    # upcasts q and k to float32 (ViT-B bf16: 24 float32 GEMMs per call). Now the
+    # fused kernel torch picks is a library step, and q, k, v reach it in the
+    # compiled part's layout (no copy back to eager's strides).
+    import re
+
+    def f(x, w):
+        q, k, v = (x @ w).view(2, 197, 3, 4, 64).permute(2, 0, 3, 1, 4).unbind(0)
+        a = torch.nn.functional.scaled_dot_product_attention(q.relu(), k, v)
+        return a.transpose(1, 2).reshape(2, 197, 256) * 2 + 1
+
+    fast, err = _bf16_attention_logs(f, capsys, 197)
+    assert re.search(_FUSED, err), err[-3000:]
     assert not any("batch_matmul" in g.linalg_ir for g in fast.graphs), "attention's math form left"
 
 
@@ -175,8 +184,6 @@ def test_constant_masks_do_not_force_math_attention(capsys):
     # becomes is_causal=True: torch's fused kernels run as in eager.
     import re
 
-    from mlircap import logs
-
     def f(x, w):
         q, k, v = (x @ w).view(2, 197, 3, 4, 64).permute(2, 0, 3, 1, 4).unbind(0)
         idx = torch.arange(197, device="cuda")
@@ -185,22 +192,9 @@ def test_constant_masks_do_not_force_math_attention(capsys):
         b = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=idx[None, :] <= idx[:, None])
         return (a + b).transpose(1, 2).reshape(2, 197, 256) * 2 + 1
 
-    logs.set_logs("fallback,passes")
-    try:
-        x = torch.randn(2, 197, 256, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(256, 768, device="cuda", dtype=torch.bfloat16) / 16
-        fast = mlircap.compile(f)
-        for _ in range(4):
-            with warnings.catch_warnings():
-                warnings.simplefilter("error")   # no fallback of any kind
-                torch.testing.assert_close(fast(x, w), f(x, w), rtol=2e-2, atol=2e-2)
-        assert _compiled(fast), [g.fallback_reason for g in fast.graphs]
-    finally:
-        logs.set_logs()
-    err = capsys.readouterr().err
+    fast, err = _bf16_attention_logs(f, capsys, 197)
     assert "masks nothing: dropped" in err and "is causal: is_causal=True" in err, err[-3000:]
-    assert len(re.findall(r"_scaled_dot_product_(flash|efficient|cudnn)_attention\w*: library", err)) >= 2, \
-        err[-3000:]
+    assert len(re.findall(_FUSED, err)) >= 2, err[-3000:]
     assert not any("batch_matmul" in g.linalg_ir for g in fast.graphs), "attention's math form left"
 
 
@@ -210,8 +204,6 @@ def test_hand_written_attention_with_constant_masks_runs_flash(capsys):
     # fused kernel is chosen without a mask (is_causal) as for eager's SDPA.
     import re
 
-    from mlircap import logs
-
     def f(x, w):
         q, k, v = (x @ w).view(2, 128, 3, 4, 64).permute(2, 0, 3, 1, 4).unbind(0)
         s = q @ k.transpose(-2, -1) * 0.125
@@ -220,18 +212,6 @@ def test_hand_written_attention_with_constant_masks_runs_flash(capsys):
         s = s.masked_fill(~(idx[None, :] <= idx[:, None]), float("-inf"))
         return (s.softmax(-1) @ v).transpose(1, 2).reshape(2, 128, 256) + 1
 
-    logs.set_logs("fallback,passes")
-    try:
-        x = torch.randn(2, 128, 256, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(256, 768, device="cuda", dtype=torch.bfloat16) / 16
-        fast = mlircap.compile(f)
-        for _ in range(4):
-            with warnings.catch_warnings():
-                warnings.simplefilter("error")   # no fallback of any kind
-                torch.testing.assert_close(fast(x, w), f(x, w), rtol=2e-2, atol=2e-2)
-        assert _compiled(fast), [g.fallback_reason for g in fast.graphs]
-    finally:
-        logs.set_logs()
-    err = capsys.readouterr().err
+    _, err = _bf16_attention_logs(f, capsys, 128)
     assert "constant masks folded (2 step(s), is_causal)" in err, err[-3000:]
-    assert re.search(r"_scaled_dot_product_(flash|efficient|cudnn)_attention\w*: library", err), err[-3000:]
+    assert re.search(_FUSED, err), err[-3000:]
