@@ -57,7 +57,7 @@ std::string cpuPipeline(bool fused) {
   return llvm::formatv(
       "func.func(mlircap-widen-sums),{2}{0},{1},mlircap-emit-c-interface,"
       "buffer-deallocation-pipeline,"
-      "func.func(mlircap-reduction-loops,convert-linalg-to-parallel-loops,"
+      "func.func(mlircap-reduction-loops,cse,convert-linalg-to-parallel-loops,"
       "mlircap-emulate-low-precision,"
       "mlircap-math-approx),mlircap-widen-bool-memrefs,"
       "mlircap-outline-parallel,convert-scf-to-cf,"

@@ -62,8 +62,8 @@ ENV: dict[str, EnvVar] = _vars(
            "matmul) as it is instead of one fused attention kernel (flash / memory-efficient); "
            "force fuses at any size (by default float32 on the CPU only from 256K score elements)",
            "mlircap/attention.py"),
-    EnvVar("MLIRCAP_CPU_LIBRARY_OPS", "1", "0 compiles softmax, log_softmax and group_norm on the CPU "
-           "instead of calling torch's vectorized kernels (partition.CPU_LIBRARY_OPS)", "python/mlircap/partition.py"),
+    EnvVar("MLIRCAP_CPU_LIBRARY_OPS", "1", "0 compiles log_softmax on the CPU "
+           "instead of calling torch's vectorized kernel (partition.CPU_LIBRARY_OPS)", "python/mlircap/partition.py"),
     EnvVar("MLIRCAP_CUDA_GRAPHS", "1", "0 disables CUDA graphs for GPU plans",
            "mlircap/runtime/cuda.py"),
     EnvVar("MLIRCAP_LIB_DIR", None, "directory searched first for the built core "

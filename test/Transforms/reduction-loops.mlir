@@ -100,15 +100,16 @@ func.func @bf16_sum(%x: memref<4x64xbf16>, %acc: memref<4xbf16>) {
 
 // -----
 
-// A broadcast input (constant index) and a scalar input; 3-D with two
-// trailing reduction dims: one loop nest carries the accumulator.
+// A broadcast input (constant index on a unit dim: read through a
+// collapse_shape without it) and a scalar input; 3-D with two trailing
+// reduction dims: one loop nest carries the accumulator.
 // CHECK-LABEL: func.func @two_reduction_dims(
 // CHECK: scf.parallel (%[[I:.*]]) =
 // CHECK:   %[[INIT:.*]] = memref.load %{{.*}}[%[[I]]]
 // CHECK:   %[[R:.*]] = scf.for %[[J:.*]] = {{.*}} iter_args(%[[A:.*]] = %[[INIT]]) -> (f32) {
 // CHECK:     %[[R2:.*]] = scf.for %[[K:.*]] = {{.*}} iter_args(%[[B:.*]] = %[[A]]) -> (f32) {
 // CHECK:       memref.load %{{.*}}[%[[I]], %[[J]], %[[K]]] : memref<8x4x16xf32>
-// CHECK:       memref.load %{{.*}}[%[[C0:.*]], %[[K]]] : memref<1x16xf32>
+// CHECK:       memref.load %{{.*}}[%[[K]]] : memref<16xf32>
 // CHECK:       arith.mulf %{{.*}}, %{{.*}} : f32
 // CHECK:       scf.yield
 // CHECK:     scf.yield %[[R2]]
@@ -255,6 +256,55 @@ func.func @column_tiles_divisor(%x: memref<4x1000xf32>, %acc: memref<1000xf32>) 
   ^bb0(%in: f32, %out: f32):
     %s = arith.addf %in, %out : f32
     linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+// Elementwise: a row's max broadcast over the row from a memref<2x8x1>
+// (constant 0 on its unit dim) is read through a collapse_shape without
+// that dim, the dims collapse to 16x32, and the max is loaded once per row,
+// outside the loop over the row (LLVM cannot hoist it past the stores).
+// CHECK-LABEL: func.func @row_broadcast(
+// CHECK-DAG: %[[X:.*]] = memref.collapse_shape %arg0 {{\[}}[0, 1], [2]] : memref<2x8x32xf32> into memref<16x32xf32>
+// CHECK-DAG: %[[M:.*]] = memref.collapse_shape %{{.*}} {{\[}}[0, 1]] : memref<2x8xf32> into memref<16xf32>
+// CHECK-DAG: %[[O:.*]] = memref.collapse_shape %arg2 {{\[}}[0, 1], [2]] : memref<2x8x32xf32> into memref<16x32xf32>
+// CHECK: scf.parallel (%[[I:.*]]) =
+// CHECK:   %[[MAX:.*]] = memref.load %[[M]][%[[I]]] : memref<16xf32>
+// CHECK:   scf.for %[[J:.*]] =
+// CHECK:     %[[V:.*]] = memref.load %[[X]][%[[I]], %[[J]]] : memref<16x32xf32>
+// CHECK:     %[[D:.*]] = arith.subf %[[V]], %[[MAX]] : f32
+// CHECK:     memref.store %{{.*}}, %[[O]][%[[I]], %[[J]]] : memref<16x32xf32>
+// CHECK-NOT: linalg.generic
+func.func @row_broadcast(%x: memref<2x8x32xf32>, %m: memref<2x8x1xf32>, %out: memref<2x8x32xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, 0)>,
+                                   affine_map<(d0, d1, d2) -> (d0, d1, d2)>],
+                  iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%x, %m : memref<2x8x32xf32>, memref<2x8x1xf32>) outs(%out : memref<2x8x32xf32>) {
+  ^bb0(%in: f32, %mi: f32, %o: f32):
+    %d = arith.subf %in, %mi : f32
+    %e = math.exp %d : f32
+    linalg.yield %e : f32
+  }
+  return
+}
+
+// -----
+
+// Elementwise without a broadcast input: collapsed (one loop of 512), left to
+// convert-linalg-to-parallel-loops.
+// CHECK-LABEL: func.func @plain_elementwise(
+// CHECK: memref.collapse_shape %arg0 {{\[}}[0, 1, 2]] : memref<2x8x32xf32> into memref<512xf32>
+// CHECK: linalg.generic
+// CHECK-SAME: iterator_types = ["parallel"]
+func.func @plain_elementwise(%x: memref<2x8x32xf32>, %out: memref<2x8x32xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>],
+                  iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%x : memref<2x8x32xf32>) outs(%out : memref<2x8x32xf32>) {
+  ^bb0(%in: f32, %o: f32):
+    %e = math.exp %in : f32
+    linalg.yield %e : f32
   }
   return
 }
