@@ -186,8 +186,9 @@ _seed_and_restore.__code__ = _seed_and_restore.__code__.replace(
 @pytest.mark.parametrize("helper", ["own", "torch.testing"])
 def test_rng_state_written_by_untraced_library_code(helper):
     # The generator is reseeded and restored inside code the tracer does not follow: the
-    # recording cannot replay that, so the call runs eagerly; results and the generator's
-    # state afterwards are eager's on every call.
+    # first recording learns the helper (capture.classify._LEARNED_WRITERS) and the next one
+    # replays its call whole between graphs; results and the generator's state afterwards
+    # are eager's on every call.
     if helper == "own":
         f = lambda x: _seed_and_restore(torch.randint, 2, 10, (5,)) + x   # noqa: E731
     else:
@@ -203,7 +204,8 @@ def test_rng_state_written_by_untraced_library_code(helper):
         torch.manual_seed(seed)
         f(x)
         assert torch.equal(after, torch.get_rng_state())
-    assert "changed the RNG state" in str(fast.explain())
+    ex = fast.explain()
+    assert "call to uncapturable" in str(ex) and not ex.eager_reasons, str(ex)
 
 
 def test_rng_reseeded_by_the_users_own_code_stays_compiled():
@@ -417,10 +419,8 @@ def test_r18_strict_raises_for_data_dependent_output_shapes():
 
 
 def test_strict_raises_when_capture_gives_up_and_names_the_line():
-    gen = torch.Generator().manual_seed(0)
-
     def f(x):
-        return x + torch.rand(x.shape, generator=gen)   # capture gives up: the call would run eagerly
+        return x.detach().requires_grad_() * 2   # capture gives up: the call would run eagerly
 
     with pytest.raises(mlircap.MlircapCompileError, match=r"test_trust\.py:\d+"):
         mlircap.compile(f, strict=True)(torch.ones(2))
