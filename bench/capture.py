@@ -2227,6 +2227,34 @@ case("deepcopy_target_net", V8)(lambda: DeepcopyTargetNet())
 case("deepcopy_buffer_snapshot", V8)(lambda: DeepcopyBufferSnapshot())
 
 
+# ----------------------------------------------------------------------------- floats that change every call
+class TemperatureHead(nn.Module):
+    """A softmax temperature passed as a float argument that changes every call (a sampling
+    schedule): a graph input, not a recompile per value."""
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x, temperature):
+        return F.log_softmax(self.fc(x) / temperature, -1)
+
+
+class ScaleJitter(nn.Module):
+    """Scale-jitter augmentation: a Python random draw (random.uniform) multiplies the batch."""
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        if self.training:
+            x = x * random.uniform(0.8, 1.2)
+        return self.fc(x)
+
+
+case("float_arg_temperature", lambda: (R(4, 8), 0.5 + float(torch.rand(()))))(lambda: TemperatureHead())
+case("scale_jitter_python_random_train", V8, train=True)(lambda: ScaleJitter())
+
+
 # ----------------------------------------------------------------------------- Hugging Face (tiny configs)
 def _hf(kind):
     import transformers as T

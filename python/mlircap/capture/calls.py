@@ -136,7 +136,9 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
                 raise Unreplayable(f"{f.__name__}() reads the calling frame, which a replay does not have")
             if not (args or kwargs):
                 # locals() / vars() / dir(): a snapshot of this frame's variables, which the
-                # tracer sees (replayed elsewhere it would read the replay's own frame)
+                # tracer sees (replayed elsewhere it would read the replay's own frame); float
+                # arguments in it are not followed (flows.py): guarded by value
+                self._flow_escape_args()
                 return
         kind = _call_kind(f)
         recv = self._opaque_method(f, args)

@@ -22,11 +22,13 @@ import sys
 import types
 from typing import Any
 
+import torch
+
 from ._bytecode import _instrs, _nb_op, _order
 from .base import PY312
 from .classify import _classify
 from .frame_hook import _E
-from .guard_kinds import Equals
+from .guard_kinds import Equals, Number
 
 _CMP = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
         ">=": operator.ge}
@@ -36,6 +38,11 @@ _NOOPS = ("PRECALL", "KW_NAMES", "NOP", "EXTENDED_ARG", "CACHE")
 _JUMPS = ("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP", "JUMP_NO_INTERRUPT")
 _CONV = {0: "{}", 1: "str({})", 2: "repr({})", 3: "ascii({})"}
 _MAX_STEPS = 48
+
+
+def _np_float(v: Any) -> bool:
+    """A NumPy float64 scalar (a float subclass: `np.float64(0.1)`, a float64 array's item)."""
+    return isinstance(v, float) and type(v).__module__ == "numpy"
 
 
 def _binop(arg: int | None) -> str | None:
@@ -61,7 +68,8 @@ class _Flow:
         self.slots: dict[int, tuple[str, frozenset[int]]] = {}
         self.steps = 0
         self.expect: tuple[int, ...] | None = None   # the offsets it may go on at (None: any)
-        self.waiting: list[tuple[int, Any]] = []     # (k, number) returned by the call running now
+        # (expression, breaks, number) returned by the call running now
+        self.waiting: list[tuple[str, frozenset[int], Any]] = []
 
 
 class _FlowMixin:
@@ -74,7 +82,7 @@ class _FlowMixin:
         """res (the result of break k, an int or float) is at the top of frame's stack."""
         self.keep.append(res)
         self.flows_open[k] = res
-        self.flow_frames.setdefault(frame, _Flow()).waiting.append((k, res))
+        self.flow_frames.setdefault(frame, _Flow()).waiting.append((f"b{k}", frozenset((k,)), res))
         self._flow_tick(frame)
         return True
 
@@ -86,11 +94,12 @@ class _FlowMixin:
         code = fr.f_code
         if fl.expect is not None and fr.f_lasti not in fl.expect:
             self._flow_escape_all(fl)   # a step was missed (another pending step ran instead)
-        for k, res in fl.waiting:
+        for expr, ks, res in fl.waiting:
             if _E.peek(fr, 0) is res and 0 not in fl.slots:
-                fl.slots[0] = (f"b{k}", frozenset((k,)))
+                fl.slots[0] = (expr, ks)
             else:
-                self._flow_escape(k)
+                for k in ks:
+                    self._flow_escape(k)
         fl.waiting = []
         ins = _instrs(code).get(fr.f_lasti)
         if fl.slots and (ins is None or fl.steps > _MAX_STEPS or self._flow_apply(fl, fr, ins) is None):
@@ -127,6 +136,8 @@ class _FlowMixin:
             if 0 not in slots and 1 not in slots:
                 return _shift(fl, 2, 1)
             sym = _binop(arg) if op == "BINARY_OP" else (argval if argval in _CMP else None)
+            if op == "BINARY_OP" and sym is not None and self._flow_tensor_operand(fl, fr):
+                return _shift(fl, 2, 1)   # a tensor: the number became a graph input (or is guarded)
             a, b = _operand(fl, fr, 1, None), _operand(fl, fr, 0, None)
             if sym is None or a is None or b is None:
                 return None
@@ -137,7 +148,7 @@ class _FlowMixin:
                 value = _E.peek(fr, 0)
                 if type(value) is not bool:
                     return None
-                self.guard(Equals(expr, _pretty(expr), value, exact=bool), pos=max(ks) + 1)
+                self.guard(Equals(expr, _pretty(expr), value, exact=bool), pos=max(max(ks) + 1, 0))
                 _shift(fl, 1, 0)
                 for k in ks:
                     self._flow_settled(k)
@@ -163,6 +174,8 @@ class _FlowMixin:
                 return None
             return _shift(fl, arg, 1, ("(" + " + ".join(x[0] for x in parts) + ")",
                                        frozenset().union(*(x[1] for x in parts))))
+        if op == "RETURN_VALUE" and 0 in slots:
+            return self._flow_return(fl, fr)
         if op == "CALL":
             if arg in slots or arg + 1 in slots:
                 return None   # the callable or the bound receiver
@@ -178,8 +191,48 @@ class _FlowMixin:
                 for k in ks:
                     if k in self.flows_open:
                         self.flows_given[k] = self.flows_open.pop(k)
+                    elif k in self.flows_scalar:   # also a graph input: this call needs it too
+                        self.flows_given[k] = self.flows_scalar[k]
             return _shift(fl, arg + 2, 1)
         return None
+
+    def _flow_return(self, fl: _Flow, fr: types.FrameType) -> bool | None:
+        """A traced function returns a followed number (`random.uniform(a, b)`: `a + (b - a) *
+        self.random()` in random.py) to the traced code calling it: followed on there."""
+        caller = fr.f_back
+        if caller is None or caller.f_trace is None or not caller.f_trace_opcodes or \
+                _classify(caller.f_code) != "user" or caller in self.pending and self.pending[caller] != self._flow_tick:
+            return None
+        ins = _instrs(caller.f_code).get(caller.f_lasti)
+        if ins is None or ins[0] not in ("CALL", "CALL_FUNCTION_EX"):
+            return None
+        expr, ks = fl.slots.pop(0)
+        obj = _E.peek(fr, 0)
+        self.keep.append(obj)
+        self.flow_frames.setdefault(caller, _Flow()).waiting.append((expr, ks, obj))
+        self.pending[caller] = self._flow_tick
+        self._flow_escape_all(fl)   # what else this frame followed ends with it
+        return True
+
+    def _flow_tensor_operand(self, fl: _Flow, fr: types.FrameType) -> bool:
+        """`x * r`, `(1 - r) * x`, `x / r` (a float computed from followed numbers, the other
+        operand a tensor): the torch operator that runs next may take the float as a graph
+        input (`flow_scalar`, graph.py `_scalar_input`) instead of a constant, so the value
+        needs no guard: a new draw of `random.random()` does not recompile.  Where it does
+        not, the number is guarded at the end (close_flows), as a value handed to a call."""
+        if (0 in fl.slots) == (1 in fl.slots):
+            return False
+        pos = 0 if 0 in fl.slots else 1
+        obj, other = _E.peek(fr, pos), _E.peek(fr, 1 - pos)
+        if not (type(obj) is float or _np_float(obj)) or not isinstance(other, torch.Tensor):
+            return False
+        expr, ks = fl.slots[pos]
+        self.flow_scalar = (id(obj), obj, expr, ks)
+        self.keep.append(obj)
+        for k in ks:
+            if k in self.flows_open:
+                self.flows_scalar[k] = self.flows_open.pop(k)
+        return True
 
     def _flow_settled(self, k: int) -> None:
         """Break k's number needs no guard of its own any more (unless still followed)."""
@@ -187,13 +240,49 @@ class _FlowMixin:
         if k not in fl_ks:
             self.flows_open.pop(k, None)
 
+    def op_load_fast(self, frame: types.FrameType, arg: int | None, name: Any) -> None:
+        """A float argument of the captured function loaded (`x * scale`, `if t > 0.5`):
+        followed like a break's number (key -(i + 1), expression L[i]), so that a new value
+        recompiles only where the program needs the value itself."""
+        fa = self.float_args.get(name)
+        if fa is None or frame.f_code is not self.code:
+            return
+        i, a = fa
+        if _E.local_raw(frame, arg) is not a:
+            return   # the variable holds another value now
+        k = -(i + 1)
+        p = self.pending.get(frame)
+        if p is not None and p != self._flow_tick:
+            self._flow_escape(k)
+            return
+        self.flows_open[k] = a
+        self.flow_frames.setdefault(frame, _Flow()).waiting.append((f"L[{i}]", frozenset((k,)), a))
+        self.pending[frame] = self._flow_tick
+
+    def _flow_escape_args(self) -> None:
+        """Every float argument guarded by value (its frame's variables are read otherwise:
+        locals(), vars())."""
+        for i, _ in list(self.float_args.values()):
+            self._flow_escape(-(i + 1))
+
     def _flow_escape(self, k: int) -> None:
-        """Guard the result of break k by value, right after the break (as `_call_result`)."""
+        """Guard the result of break k by value, right after the break (as `_call_result`);
+        a float argument (k < 0) before the call."""
+        if k < 0:
+            for n, (i, a) in list(self.float_args.items()):
+                if -(i + 1) == k:
+                    del self.float_args[n]   # guarded: not followed any more
+                    self.flows_open.pop(k, None)
+                    self.flows_given.pop(k, None)
+                    self.flows_scalar.pop(k, None)
+                    self.guard(Number(f"L[{i}]", n, a, type(a)), pos=0)
+            return
         res = self.flows_open.pop(k, None)
+        given = self.flows_given.pop(k, None)
+        scalar = self.flows_scalar.pop(k, None)
+        res = res if res is not None else given if given is not None else scalar
         if res is None:
-            res = self.flows_given.pop(k, None)
-            if res is None:
-                return
+            return
         saved, self.ncalls = self.ncalls, k + 1
         try:
             self._call_result(k, res)
@@ -225,6 +314,9 @@ class _FlowMixin:
         for k in list(self.flows_given):
             if k not in self.flows_used:
                 self._flow_escape(k)
+        for k in list(self.flows_scalar):
+            if k not in self.flows_scalar_ok:   # the operator did not take it as a graph input
+                self._flow_escape(k)
 
     def _data_result(self, k: int, res: Any) -> None:
         """The number or text a data-dependent operation returned (`loss.item()`, `float(t)`,
@@ -236,7 +328,7 @@ class _FlowMixin:
             return
         self.flows_open[k] = res
         self.keep.append(res)
-        self.flow_frames.setdefault(f, _Flow()).waiting.append((k, res))
+        self.flow_frames.setdefault(f, _Flow()).waiting.append((f"b{k}", frozenset((k,)), res))
         self.pending[f] = self._flow_tick
 
 

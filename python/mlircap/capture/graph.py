@@ -188,6 +188,11 @@ class _GraphMixin:
         try:
             if dyn and (name in _SPLITTERS or name == "__iter__"):
                 raise Unreplayable(f"{name} of a tensor whose shape depends on tensor data")
+            fs = self.flow_scalar
+            if fs is not None and name in _SCALAR_OPERATORS and len(args) == 2 and not kwargs and \
+                    any(a is fs[1] for a in args):
+                self.flow_scalar = None
+                args = self._scalar_input(func, args, res, fs)
             if _has_np_scalar((args, kwargs)):
                 args, kwargs = self._np_scalar_args(func, name, args, kwargs, res)
             self._record(func, name, args, kwargs, res)
@@ -230,6 +235,30 @@ class _GraphMixin:
         self._add_break(reason, _user_location())
         self._call_result(k, res, external=True)
         return res
+
+    def _scalar_input(self, func: Callable, args: tuple, res: Any, fs: tuple) -> tuple:
+        """`x * r` with r a float computed from graph-break results that flows.py follows
+        (`random.random()`, `rs.uniform(0.9, 1.1)`, `1 - lam`): r becomes an input of the
+        graph, a 0-d float64 tensor made from its replay expression, where the operator gives
+        the same result with it (torch reads a 0-d tensor's value as it reads a Python float's
+        for a floating tensor; an integer tensor times a float differs in dtype: kept a
+        constant, and the number guarded).  CPU tensors only."""
+        _, obj, expr, ks = fs
+        other = args[1] if args[0] is obj else args[0]
+        if not isinstance(other, torch.Tensor) or other.device.type != "cpu" or not isinstance(res, torch.Tensor):
+            return args
+        t = _scalar_tensor(obj)
+        args2 = tuple(t if a is obj else a for a in args)
+        try:
+            res2 = func(*args2)
+        except Exception:
+            return args
+        if not _same_result(res, res2):
+            return args
+        self.keep.append(t)
+        self.src[id(t)] = (f"{self.const(_scalar_tensor)}({expr})", f"<{_pretty_flow(expr)} as a graph input>", True)
+        self.flows_scalar_ok.update(ks)   # no guard for this use (close_flows)
+        return args2
 
     def _np_scalar_args(self, func: Callable, name: str, args: tuple, kwargs: dict, res: Any) -> tuple:
         """NumPy scalars among the arguments (`x * np.sqrt(d)`, `y[:, :np.int64(2)]`) become
@@ -411,6 +440,25 @@ class _GraphMixin:
                     raise Unreplayable(f"nested tensor containers returned by {name}")
         elif res is not None:
             raise Unreplayable(f"unsupported result type {type(res).__name__} of {name}")
+
+
+# the torch functions Python's arithmetic operators on a tensor and a float run
+_SCALAR_OPERATORS = {"mul", "add", "sub", "div", "rsub", "true_divide", "__mul__", "__rmul__", "__add__",
+                     "__radd__", "__sub__", "__rsub__", "__truediv__", "__rtruediv__", "__div__", "__rdiv__"}
+
+
+def _scalar_tensor(v: float) -> torch.Tensor:
+    """A float graph input (graph.py _scalar_input) as the graph takes it (a normal tensor
+    also under inference_mode: graphs read their inputs' version counters)."""
+    if torch.is_inference_mode_enabled():
+        with torch.inference_mode(False):
+            return torch.tensor(float(v), dtype=torch.float64)
+    return torch.tensor(float(v), dtype=torch.float64)
+
+
+def _pretty_flow(expr: str) -> str:
+    import re
+    return re.sub(r"\bb(\d+)\b", r"<result of break \1>", expr)
 
 
 def _has_dataclass(x: Any) -> bool:

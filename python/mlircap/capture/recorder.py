@@ -13,6 +13,7 @@ from .. import logs as _logs
 from .steps import CallStep, Step
 from .locations import _user_location
 from .guards import Placed, _GlobalState, _GuardMixin
+from .guard_kinds import TypeIs
 from .values import _ValueMixin
 from .sources import _SourceMixin
 from .side_effects import _SideEffectMixin
@@ -83,7 +84,10 @@ class _Recorder(_TracerMixin, _NumpyMixin, _GraphMixin, _SideEffectMixin, _Sourc
         self.flows_open: dict[int, object] = {}    # still followed
         self.flows_given: dict[int, object] = {}   # handed to a call as (part of) an argument
         self.flows_used: set[int] = set()          # ... which an uncapturable call replays
+        self.flows_scalar: dict[int, object] = {}  # a tensor operator's operand (flows._flow_tensor_operand)
+        self.flows_scalar_ok: set[int] = set()     # ... which it took as a graph input
         self.flow_call: tuple | None = None        # (frame, offset, id(arg) -> expression, break)
+        self.flow_scalar: tuple | None = None      # (id, float, expression, breaks): a tensor operand next
         self.flow_frames: dict = {}                # frame -> its flows (flows._Flow)
         self.cur_depth = -1
         self.pending = {}
@@ -115,8 +119,17 @@ class _Recorder(_TracerMixin, _NumpyMixin, _GraphMixin, _SideEffectMixin, _Sourc
         self.amb0 = self.state0.ambient
         self.const_names = {}
         # roots
+        # float arguments followed from their loads (flows.py) instead of guarded by value:
+        # name -> (index, value); a flow key -(index + 1)
+        self.float_args: dict[str, tuple[int, float]] = {}
         try:
             for i, (a, n) in enumerate(zip(args, argnames)):
+                if (type(a) is float or isinstance(a, float) and type(a).__module__ == "numpy") and \
+                        i < code.co_argcount + code.co_kwonlyargcount and n not in code.co_cellvars and a == a:
+                    self.guard(TypeIs(f"L[{i}]", n, type(a)))
+                    self.float_args[n] = (i, a)
+                    self.keep.append(a)
+                    continue
                 self._source(a, f"L[{i}]", n, argrooted=True)
         except Exception as e:  # e.g. an argument structure we cannot guard
             self.unreplayable = f"{type(e).__name__}: {e}"

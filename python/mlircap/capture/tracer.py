@@ -150,4 +150,6 @@ _HANDLERS = {
     "KW_NAMES": _TracerMixin.op_kw_names,
     "CALL": _TracerMixin.op_call,
     "CALL_FUNCTION_EX": _TracerMixin.op_call_ex,
+    "LOAD_FAST": _TracerMixin.op_load_fast,
+    "LOAD_FAST_CHECK": _TracerMixin.op_load_fast,
 }

@@ -132,7 +132,7 @@ def make():
         return out
     return f
 """, [((X34, X34b), {}), ((X34, X34b), {'scale': 2.0}), ((X34b, X34), {'scale': 2.0}),
-      ((X34, X34b), {'neg': True, 'scale': 2.0})], graphs=3, recompiles=2)
+      ((X34, X34b), {'neg': True, 'scale': 2.0})], graphs=2, recompiles=1)   # scale: a graph input
 
 prog("default_args", """
 def make():
@@ -141,7 +141,7 @@ def make():
             y = torch.ones_like(x)
         return x * alpha + y
     return f
-""", [(X34,), (X34, X34b), (X34b,), (X34, X34b, 2.0)], graphs=3, recompiles=2)
+""", [(X34,), (X34, X34b), (X34b,), (X34, X34b, 2.0)], graphs=2, recompiles=1)   # alpha: a graph input
 
 prog("globals_read", """
 ALPHA = 2.0
@@ -646,7 +646,7 @@ class M(nn.Module):
 def make():
     return M()
 """, [((X34,), {}), ((X34b,), {}), ((X34,), {'mask': X34 > 0}), ((X34,), {'mask': X34b > 0, 'scale': 2.0})],
-     graphs=3, recompiles=2)
+     graphs=2, recompiles=1)   # scale: a graph input
 
 prog("attention_block", """
 import math
@@ -813,7 +813,7 @@ def make():
     def f(x, k):
         return x * k
     return f
-""", [(X34, float(i)) for i in (0, 1, 2, 0, 3, 4, 1)], recompiles=2, cache_limit=3, expect_warning=True)
+""", [(X34, i) for i in (0, 1, 2, 0, 3, 4, 1)], recompiles=2, cache_limit=3, expect_warning=True)  # ints: guarded
 
 prog("submodule_hook_added", """
 class M(nn.Module):

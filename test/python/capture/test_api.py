@@ -34,7 +34,9 @@ def test_explain_reports_graphs_breaks_guards():
     assert any("Tensor.item()" in r for r in reasons) and any("print" in r for r in reasons)
     locs = [loc for _, loc in out.breaks]
     assert all(loc.startswith(__file__ + ":") for loc in locs), locs
-    assert any("scale == 3.0" in g for g in out.guards)
+    # scale only multiplies a tensor: an input of the graph, guarded by type, not by value
+    assert any("type(scale) is float" in g for g in out.guards), out.guards
+    assert not any("scale == 3.0" in g for g in out.guards), out.guards
     assert any("x: Tensor[float32, cpu, shape=(2, 2)" in g for g in out.guards)
     assert "Graph count: 2" in s and "Break reasons" in s
 

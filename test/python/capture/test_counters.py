@@ -167,13 +167,31 @@ def state(f):
     assert any("<result of break 0> * 2)" in g for g in guards), guards
 
 
-def test_random_number_reaching_the_graph_is_guarded_by_value():
+def test_random_number_reaching_the_graph_is_an_input():
+    """x * RNG.random(): the number is an input of the graph (a 0-d tensor), not a constant
+    guarded by value (which recompiled on every call): no recompile, values equal eager's."""
     c = run_program("""
 import random
 RNG = random.Random(2)
 def make():
     def f(x):
         return x * RNG.random()
+    return f
+def state(f):
+    return RNG.getstate()
+""", [(X,)] * 4, cache_limit=20)
+    assert c.recompiles == 0
+
+
+def test_random_number_the_graph_cannot_take_is_guarded_by_value():
+    """An integer tensor times a float is float32 (the default dtype), times a 0-d float64
+    tensor float64: the number stays a constant of the graph, guarded by value."""
+    c = run_program("""
+import random
+RNG = random.Random(2)
+def make():
+    def f(x):
+        return x.long() * RNG.random()
     return f
 def state(f):
     return RNG.getstate()
