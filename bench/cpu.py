@@ -4,9 +4,16 @@
     python bench/cpu.py --overhead [--calls 5000]
     python bench/cpu.py --compile-times [--models mlp,bert]
 
-Per model: latency (median ms), speedup over eager, cold compile time (first
-call, seconds: for mlircap capture + compile; inductor with its caches off),
-and mlircap's max |diff| against eager on a compiled call.
+Per model: latency (ms), speedup over eager, cold compile time (first call,
+seconds: for mlircap capture + compile; inductor with its caches off), and
+mlircap's max |diff| against eager on a compiled call.
+
+Latencies are measured side by side: eager, mlircap and inductor run in turns,
+a block of calls each (about 20 ms) per round, for --rounds rounds; each
+front's latency is the median over rounds of its mean per block. On one
+thread (--threads 1) the clock is the process CPU time, which other
+processes on a loaded machine do not inflate; on more threads, wall time.
+The load average is printed with the table.
 
 --overhead: per-call host time of tiny graphs (x + 1 on 8 floats; a 3-kernel
 graph), median microseconds of single calls, eager and compiled interleaved in
@@ -32,7 +39,7 @@ import torch  # noqa: E402
 
 import mlircap  # noqa: E402
 from mlircap import models  # noqa: E402
-from mlircap.benchutil import geomean, latency_ms, max_err, timed_first_call  # noqa: E402
+from mlircap.benchutil import geomean, max_err, timed_first_call  # noqa: E402
 
 
 def _overhead_cases():
@@ -79,6 +86,32 @@ def overhead(calls):
               f" {fn_us / eager_us:>8.2f}x", flush=True)
 
 
+def side_by_side_ms(fns, args, rounds=15, block_s=0.02):
+    """Latency in ms of each of `fns` on `args`, measured in turns (see the module
+    docstring): the median over `rounds` rounds of the mean time per call of a
+    block of calls, the block sized from a first timed call to last about `block_s`.
+    Process CPU time on one thread, wall time on more."""
+    import statistics
+    import time
+
+    clock = time.process_time if torch.get_num_threads() == 1 else time.perf_counter
+    with torch.no_grad():
+        for fn in fns:
+            for _ in range(3):
+                fn(*args)
+        t0 = time.perf_counter()
+        fns[0](*args)
+        calls = max(1, int(block_s / max(time.perf_counter() - t0, 1e-6)))
+        samples = [[] for _ in fns]
+        for _ in range(rounds):
+            for fn, out in zip(fns, samples):
+                t0 = clock()
+                for _ in range(calls):
+                    fn(*args)
+                out.append((clock() - t0) / calls * 1e3)
+    return [statistics.median(s) for s in samples]
+
+
 def compile_times(names):
     import time
 
@@ -112,6 +145,7 @@ def main():
     ap.add_argument("--overhead", action="store_true", help="per-call host time of tiny graphs instead")
     ap.add_argument("--calls", type=int, default=5000)
     ap.add_argument("--compile-times", action="store_true", help="cold/warm compile times instead")
+    ap.add_argument("--rounds", type=int, default=15, help="rounds of side-by-side timing per model")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -121,7 +155,9 @@ def main():
     if a.compile_times:
         compile_times(a.models.split(","))
         return
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, small model configs (tests' sizes)")
+    clock = "process CPU time" if torch.get_num_threads() == 1 else "wall time"
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, small model configs (tests' sizes); "
+          f"side by side, {clock}, median of {a.rounds} rounds; load average {os.getloadavg()[0]:.2f}")
     hdr = f"{'model':<12} {'eager ms':>9} {'mlircap ms':>11} {'x eager':>8} {'compile s':>10} {'max|diff|':>10}"
     if not a.no_inductor:
         hdr += f" {'inductor ms':>12} {'x eager':>8} {'compile s':>10}"
@@ -131,22 +167,25 @@ def main():
         m, args = models.build(name)
         with torch.no_grad():
             ref = m(*args)
-        t_eager = latency_ms(m, args)
         fast = mlircap.compile(m)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             c_mc, out = timed_first_call(fast, args)
         fb = " (eager fallback)" if any(g.fallback_reason for g in fast.graphs) else ""
-        t_mc = latency_ms(fast, args)
         with torch.no_grad():
             out = fast(*args)   # a compiled call: the first one records while running eagerly
-        ratios.append(t_eager / t_mc)
-        line = f"{name:<12} {t_eager:>9.3f} {t_mc:>11.3f} {t_eager / t_mc:>7.2f}x {c_mc:>10.2f} {max_err(out, ref):>10.1e}"
+        fns = [m, fast]
         if not a.no_inductor:
             torch._dynamo.reset()
             ind = torch.compile(m)
             c_ind, _ = timed_first_call(ind, args)
-            t_ind = latency_ms(ind, args)
+            fns.append(ind)
+        times = side_by_side_ms(fns, args, a.rounds)
+        t_eager, t_mc = times[:2]
+        ratios.append(t_eager / t_mc)
+        line = f"{name:<12} {t_eager:>9.3f} {t_mc:>11.3f} {t_eager / t_mc:>7.2f}x {c_mc:>10.2f} {max_err(out, ref):>10.1e}"
+        if not a.no_inductor:
+            t_ind = times[2]
             ind_ratios.append(t_eager / t_ind)
             line += f" {t_ind:>12.3f} {t_eager / t_ind:>7.2f}x {c_ind:>10.2f}"
         print(line + fb, flush=True)
