@@ -412,6 +412,47 @@ def partition(gm: fx.GraphModule, forced: dict[str, str] | None = None) -> list[
     return [parts[k] for k in sorted(parts, key=lambda k: (k[0], k[1]))]
 
 
+def _broadcast_in_dim(a, shape, broadcast_dimensions):
+    """prims.broadcast_in_dim through aten: a view of `a` with unit dims inserted
+    where `broadcast_dimensions` has none of its dims, expanded to `shape`."""
+    sizes = [1] * len(shape)
+    for i, d in enumerate(broadcast_dimensions):
+        sizes[d] = a.shape[i]
+    return a.view(sizes).expand(shape)
+
+
+def eager_prims_to_aten(graph: fx.Graph) -> None:
+    """prims ops of a graph that runs through torch, called as their aten
+    equivalents: eager prims ops are Python reference implementations, 35-160 µs
+    a call on the CPU (prims.squeeze 199 µs against aten.squeeze's 5.6), and the
+    decomposition table leaves them around views an eager island reads (an
+    nn.LSTM's mkldnn_rnn_layer island ran 0.41x eager, two prims.squeeze
+    included). Same values and views: each aten op computes what the prims op
+    does (collapse_view/split_dim as flatten/unflatten, which are views where
+    the prims op is defined)."""
+    P = torch.ops.prims
+    for n in graph.nodes:
+        if n.op != "call_function" or n.kwargs:
+            continue
+        t, args = n.target, n.args
+        if t is P.squeeze.default:
+            n.target = aten.squeeze.dims
+        elif t is P.convert_element_type.default and len(args) == 2:
+            n.target, n.args, n.kwargs = aten._to_copy.default, (args[0],), {"dtype": args[1]}
+        elif t is P.view_of.default:
+            n.target = aten.alias.default
+        elif t is P.transpose.default:
+            n.target = aten.permute.default
+        elif t is P.where.default:
+            n.target = aten.where.self
+        elif t is P.collapse_view.default and len(args) == 3:   # end inclusive, as flatten's
+            n.target = aten.flatten.using_ints
+        elif t is P.split_dim.default and len(args) == 3:
+            n.target, n.args = aten.unflatten.int, (args[0], args[1], [args[2], -1])
+        elif t is P.broadcast_in_dim.default and len(args) == 3:
+            n.target = _broadcast_in_dim
+
+
 def extract(gm: fx.GraphModule, part: Part, used_later: set[fx.Node]) -> tuple[fx.GraphModule, list, list]:
     """A GraphModule computing `part`: (module, input nodes, output nodes).
     Constants (get_attr) are copied into the part; every other value from
@@ -438,6 +479,8 @@ def extract(gm: fx.GraphModule, part: Part, used_later: set[fx.Node]) -> tuple[f
         env[node] = g.node_copy(node, arg)
     outputs = [n for n in part.nodes if n in used_later and isinstance(n.meta.get("val"), torch.Tensor)]
     g.output(tuple(env[n] for n in outputs))
+    if part.eager and not part.views:
+        eager_prims_to_aten(g)
     module = fx.GraphModule(gm, g)
     return module, inputs, outputs
 
