@@ -53,6 +53,8 @@ def _build_table() -> dict:
 
     batchnorm.install(table)   # bfloat16/float16 on the CPU: eager's rounding steps
     table[aten.cumsum.default] = _cumsum_as_masked_sum
+    for op in (aten._softmax.default, aten._log_softmax.default):
+        table[op] = _scalar_as_vector(op, table.get(op))   # rank 0: torch-mlir's lowering hangs
     from .cumulative import cumprod
 
     table[aten.cumprod.default] = cumprod   # torch-mlir's scan: no CPU kernel
@@ -129,6 +131,19 @@ def _flash_for_cpu_with_logsumexp(fallback):
         return out, torch.logsumexp(s, -1)
 
     return flash_for_cpu
+
+
+def _scalar_as_vector(op, fallback):
+    """`op(x, dim, ...)` of a 0-d tensor as the op on its one-element 1-d view: torch-mlir's
+    lowering of softmax over a rank-0 tensor never returned (the compile worker spun for
+    its whole 900 s timeout; OpInfo softmax/softmin #6). Other ranks go to `fallback`."""
+
+    def decomposition(x, dim, *args, **kwargs):
+        if isinstance(x, torch.Tensor) and x.dim() == 0 and dim in (0, -1):
+            return op(x.reshape(1), 0, *args, **kwargs).reshape(())
+        return NotImplemented if fallback is None else fallback(x, dim, *args, **kwargs)
+
+    return decomposition
 
 
 def _gelu_tanh_decomposed(fallback):
