@@ -162,6 +162,20 @@ struct SinCos : OpRewritePattern<OpTy> {
   }
 };
 
+/// f32 scalars and fixed-size f32 vectors: what the fixes below rewrite.
+bool isF32OrFixedF32Vector(Type type) {
+  auto vt = dyn_cast<VectorType>(type);
+  return getElementTypeOrSelf(type).isF32() && !(vt && vt.isScalable());
+}
+
+/// An f32 constant of type f32, or splat of vector type `vt` when given.
+Value f32Constant(OpBuilder &b, Location loc, VectorType vt, float v) {
+  TypedAttr a = b.getF32FloatAttr(v);
+  if (vt)
+    return arith::ConstantOp::create(b, loc, DenseElementsAttr::get(vt, a));
+  return arith::ConstantOp::create(b, loc, a);
+}
+
 /// atan2 of f32 with the special values of IEEE/libm that upstream's
 /// polynomial gets wrong: +-0/+-0 (NaN there; 0 or pi), +-inf/+-inf (NaN;
 /// pi/4 or 3pi/4), and the sign of the result, which is always y's (it gave
@@ -170,16 +184,11 @@ struct SinCos : OpRewritePattern<OpTy> {
 void fixAtan2SpecialValues(math::Atan2Op op) {
   Type type = op.getType();
   auto vt = dyn_cast<VectorType>(type);
-  if (!getElementTypeOrSelf(type).isF32() || (vt && vt.isScalable()))
+  if (!isF32OrFixedF32Vector(type))
     return;
   OpBuilder b(op);
   Location loc = op.getLoc();
-  auto cst = [&](float v) -> Value {
-    TypedAttr a = b.getF32FloatAttr(v);
-    if (vt)
-      return arith::ConstantOp::create(b, loc, DenseElementsAttr::get(vt, a));
-    return arith::ConstantOp::create(b, loc, a);
-  };
+  auto cst = [&](float v) { return f32Constant(b, loc, vt, v); };
   Type i32 = vt ? (Type)VectorType::get(vt.getShape(), b.getI32Type()) : b.getI32Type();
   Value y = op.getLhs(), x = op.getRhs();
   Value core = math::Atan2Op::create(b, loc, y, x);
@@ -213,16 +222,11 @@ template <typename OpTy>
 void scaleSubnormalLog(OpTy op, double log2Scale) {
   Type type = op.getType();
   auto vt = dyn_cast<VectorType>(type);
-  if (!getElementTypeOrSelf(type).isF32() || (vt && vt.isScalable()))
+  if (!isF32OrFixedF32Vector(type))
     return;
   OpBuilder b(op);
   Location loc = op.getLoc();
-  auto cst = [&](float v) -> Value {
-    auto a = b.getF32FloatAttr(v);
-    if (vt)
-      return arith::ConstantOp::create(b, loc, DenseElementsAttr::get(vt, a));
-    return arith::ConstantOp::create(b, loc, a);
-  };
+  auto cst = [&](float v) { return f32Constant(b, loc, vt, v); };
   Value x = op.getOperand();
   Value tiny = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT, x,
                                      cst(std::numeric_limits<float>::min()));
