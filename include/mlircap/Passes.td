@@ -592,19 +592,35 @@ def MlircapReductionLoops : Pass<"mlircap-reduction-loops", "::mlir::func::FuncO
     serial add chain through memory, never vectorized (x.amax(-1) on
     2x32x32x32 f32: 0.07x eager on one thread).
 
-    A reduction `linalg.generic` on memrefs whose parallel dims all come
-    before its reduction dims (the generic's loop order is kept, so is its
-    memory access order) becomes an `scf.parallel` over the parallel dims
-    whose body loads the accumulators, reduces in an `scf.for` nest over
-    the reduction dims with the accumulators as `iter_args`, and stores them
-    once. `linalg.index` becomes the loop's induction variable. The loop
-    vectorizer then vectorizes the innermost reduction (with several partial
-    accumulators where the payload may be reassociated: the f64 sums of
-    `mlircap-widen-sums`), and `mlircap-outline-parallel` spreads the
-    parallel dims over threads. Generics with a parallel dim inside a
-    reduction dim (a column sum: the inner loop is already contiguous and
-    vectorizable) and bf16/f16 accumulators (emulated later) are left to
-    `convert-linalg-to-parallel-loops`. Runs in `mlircap-cpu-pipeline`.
+    Every reduction `linalg.generic` on memrefs is lowered here, after runs
+    of dims that every operand indexes contiguously are collapsed (NCHW's H,
+    W: one loop of 1024 instead of 32 unrolled rows of 32):
+    * innermost dim a reduction dim (row sums, norms, BatchNorm statistics):
+      an `scf.parallel` over the parallel dims whose body loads the
+      accumulators, reduces in an `scf.for` nest over the reduction dims with
+      the accumulators as `iter_args`, and stores them once; `linalg.index`
+      becomes the loop's induction variable;
+    * innermost dim a parallel dim (column sums, `x.sum(1)` on NCHW): the
+      trailing parallel dims stay innermost and accumulate in a stack tile
+      (`memref.alloca`, at most 1024 elements: it aliases nothing, so LLVM
+      vectorizes the inner loop); the other parallel dims, and tiles of the
+      last dim when they give too few iterations for several threads, become
+      the `scf.parallel` around it.
+    Parallel dims move outside reduction dims, which run in the generic's
+    order: each output accumulates in the same order as the generic's own
+    loops, on any thread count. The loop vectorizer then vectorizes the
+    innermost loop (with partial accumulators where the payload may be
+    reassociated: the f64 sums of `mlircap-widen-sums`), and
+    `mlircap-outline-parallel` spreads the `scf.parallel` over threads.
+    bf16/f16 accumulators (emulated later) are left to
+    `convert-linalg-to-parallel-loops`.
+
+    Elementwise generics (all dims parallel) get the same dim collapsing,
+    after operands' unit dims read at constant 0 are dropped (a row's max
+    broadcast as `(d0, d1, d2, 0)`); one with an input its innermost dim does
+    not index becomes an `scf.parallel` over the outer dims that loads that
+    input once, around an `scf.for` over the innermost dim (a softmax's
+    divide by the row sum was a scalar loop). Runs in `mlircap-cpu-pipeline`.
 
     Before:
     ```mlir
