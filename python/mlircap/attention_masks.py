@@ -217,12 +217,7 @@ def _shapes(gm: fx.GraphModule, example_inputs, nodes: list[fx.Node]) -> dict | 
 def constant_mask_kind(mask, negate: bool = False, float_zero_only: bool = False) -> str | None:
     """For attention.fuse_attention (aten graphs after aot_autograd): "none", "causal"
     or None for mask node `mask` (see `_kind`), when it is computed from constants only."""
-    if not isinstance(mask, fx.Node):
-        return None
-    nodes = _constant_subgraph(mask)
-    if nodes is None:
-        return None
-    found = _evaluate_kind(nodes, negate, float_zero_only)
+    found = _classify(mask, negate, float_zero_only)
     return None if found is None else found[0]
 
 
@@ -244,9 +239,12 @@ def _evaluate_kind(nodes: list[fx.Node], negate: bool = False,
     return None if kind is None else (kind, tuple(value.shape))
 
 
-def _classify(mask: fx.Node) -> tuple[str, tuple[int, ...]] | None:
+def _classify(mask, negate: bool = False, float_zero_only: bool = False) -> tuple[str, tuple[int, ...]] | None:
+    """(kind, shape) of mask node `mask` when it is computed from constants only, else None."""
+    if not isinstance(mask, fx.Node):
+        return None
     nodes = _constant_subgraph(mask)
-    return None if nodes is None else _evaluate_kind(nodes)
+    return None if nodes is None else _evaluate_kind(nodes, negate, float_zero_only)
 
 
 def simplify_attention_masks(gm: fx.GraphModule, example_inputs) -> int:
