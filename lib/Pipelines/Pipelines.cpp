@@ -42,10 +42,15 @@ static const char *kFuseElementwise =
     "mlircap-tensor-to-generic, mlircap-fuse-elementwise),"
     "canonicalize, cse";
 
+// Results become out-params. Kernels (`fused`: one function per kernel, each
+// result computed once) write them in place: their allocations are hoisted.
+// A whole graph may return one value twice (`return %a, %a`), and upstream's
+// hoisting erases that allocation once per use (a use after free: SIGSEGV in
+// updateReturnOps), so there each result is copied into its out-param.
 static const char *kBufferize =
-    "one-shot-bufferize{bufferize-function-boundaries "
+    "one-shot-bufferize{{bufferize-function-boundaries "
     "function-boundary-type-conversion=identity-layout-map},"
-    "buffer-results-to-out-params{hoist-static-allocs=true modify-public-functions=true},"
+    "buffer-results-to-out-params{{hoist-static-allocs={0} modify-public-functions=true},"
     "canonicalize";
 
 std::string fusePipeline() {
@@ -64,7 +69,8 @@ std::string cpuPipeline(bool fused) {
       "expand-strided-metadata,lower-affine,finalize-memref-to-llvm,"
       "convert-math-to-llvm,convert-math-to-libm,convert-to-llvm,"
       "reconcile-unrealized-casts",
-      kFuseElementwise, kBufferize, fused ? "" : kPropagateNan);
+      kFuseElementwise, llvm::formatv(kBufferize, fused).str(),
+      fused ? "" : kPropagateNan);
 }
 
 std::string gpuKernelPipeline(llvm::StringRef chip, llvm::StringRef features,

@@ -65,7 +65,7 @@ class CompiledGraph:
 
     def ir(self, stage: str = "linalg") -> str:
         """IR of one stage: fx, torch, linalg, fused, llvm (CPU lowering), ptx."""
-        from ._core import core
+        from . import worker
 
         if stage == "fx":
             return self.gm.code
@@ -78,12 +78,12 @@ class CompiledGraph:
         if not self.linalg_ir:
             raise RuntimeError(f"graph {self.name} has no linalg IR ({self.fallback_reason})")
         if stage not in self._stage_cache:
-            if stage == "fused":
-                text = core().run_pipeline(self.linalg_ir, "mlircap-fuse")
-            elif stage == "llvm":
-                text = core().run_pipeline(self.linalg_ir, "mlircap-cpu-pipeline")
+            # these pipelines are native code run on the whole graph: in the compile
+            # worker when it is on, so that a crash in one is an error, not the process
+            if worker.enabled():
+                text = worker.stage_in_worker(self.linalg_ir, stage, config.DEFAULT_CHIP)
             else:
-                text = core().to_ptx(self.linalg_ir, chip=config.DEFAULT_CHIP)
+                text = worker.stage_text(self.linalg_ir, stage, config.DEFAULT_CHIP)
             self._stage_cache[stage] = text
         return self._stage_cache[stage]
 

@@ -172,10 +172,30 @@ def compile_in_worker(raw_ir: str, device: str, chip: str, features: str, opt_le
                             "opt_level": opt_level, "fault": config.env("MLIRCAP_WORKER_FAULT")})
 
 
+def stage_in_worker(linalg_ir: str, stage: str, chip: str) -> str:
+    """The text of a debugging stage of `linalg_ir` (see `stage_text`), computed in the
+    worker: a pipeline that crashes on it raises WorkerCrashed, not SIGSEGV here."""
+    return _worker.request({"stage_ir": linalg_ir, "stage": stage, "chip": chip})
+
+
+def stage_text(linalg_ir: str, stage: str, chip: str) -> str:
+    """fused (mlircap-fuse), llvm (mlircap-cpu-pipeline, the whole graph) or ptx."""
+    from ._core import core
+
+    if stage == "fused":
+        return core().run_pipeline(linalg_ir, "mlircap-fuse")
+    if stage == "llvm":
+        return core().run_pipeline(linalg_ir, "mlircap-cpu-pipeline")
+    return core().to_ptx(linalg_ir, chip=chip)
+
+
 def _compile(req: dict, report) -> dict:
     """The worker's job (also the in-process path's steps)."""
     from .frontend import lower_torch_ir
 
+    if "stage_ir" in req:
+        report(f"mlircap {req['stage']} stage")
+        return stage_text(req["stage_ir"], req["stage"], req["chip"])
     fault = req.get("fault")   # fault injection for the isolation tests: abort, segv, hang
     if fault:
         report(f"fault injection ({fault})")

@@ -109,6 +109,25 @@ def test_dump_dir_and_repro(tmp_path, monkeypatch):
     assert (d / "fused.mlir").read_text().strip() == expected.strip()
 
 
+def test_dump_dir_graph_returning_one_value_twice(tmp_path, monkeypatch):
+    # The dump lowers the whole graph with mlircap-cpu-pipeline; a graph that
+    # returns one tensor twice crashed it (SIGSEGV in buffer-results-to-out-params,
+    # in the user's process). The stage now succeeds, and runs in the worker.
+    monkeypatch.setenv("MLIRCAP_DUMP_DIR", str(tmp_path))
+
+    def twice(x):   # two equal computations: one value after CSE, returned twice
+        return torch.exp(x) + 1, x * 2, torch.exp(x) + 1
+
+    x = torch.randn(4, 8)
+    fast = mlircap.compile(twice)
+    for got, want in zip(fast(x), twice(x)):
+        torch.testing.assert_close(got, want)
+    d = tmp_path / fast.graphs[0].name
+    assert re.search(r"return (%\w+), %\w+, \1 :", (d / "linalg.mlir").read_text())
+    assert not (d / "llvm.mlir.error.txt").exists()
+    assert "llvm.func @main" in (d / "llvm.mlir").read_text()
+
+
 def test_fallback_names_every_unsupported_op_and_line():
     x = torch.randn(8)
 
