@@ -67,6 +67,7 @@ import torch
 import torch.fx as fx
 
 from . import config, logs
+from .attention_masks import MASKED_MAX
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -75,9 +76,8 @@ _VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default}
 _SOFTMAX = {aten._softmax.default, aten._safe_softmax.default}
 _BMM = aten.bmm.default
 _UNSQUEEZE = {aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default}
-# Fill values of where / masked_fill that count as "masked out": exp(fill + s - max)
-# underflows to 0 in float32 for any row that has an unmasked entry.
-_MASKED_FILL_MAX = -1e4
+# Fill values of where / masked_fill that count as "masked out" (attention_masks.py)
+_MASKED_FILL_MAX = MASKED_MAX
 
 
 # On the CPU torch's flash kernel beats mlircap's bmm + softmax (a library call
@@ -490,23 +490,35 @@ def _match(sm: fx.Node) -> _Match | str:
 def _fold_constant_masks(m: _Match, L: int, S: int) -> None:
     """Mask steps computed from constants only (attention_masks.py's rules) that mask
     nothing are dropped, and a lone causal one becomes `m.causal`: the flash/cuDNN
-    kernels take no mask (transformers' eager attention adds an all-zero float mask and
-    selects with a constant causal one while compiling). Adding a zero leaves a score as
-    it is (up to the sign of a zero, which the softmax does not see)."""
+    kernels take no mask. transformers' eager attention adds, while compiling, an
+    all-zero float mask, or where(causal, 0, finfo.min) (GPT-2), and selects with a
+    constant causal one. Adding a zero leaves a score as it is (up to the sign of a
+    zero, which the softmax does not see); a fill counts as masking when it is at
+    most -1e4 after the scale steps that follow it."""
     from .attention_masks import constant_mask_kind
 
     kept, causal = [], []
-    for s in m.steps:
-        if s[0] == "add":
-            kind = constant_mask_kind(s[1], float_zero_only=True)
-            if kind == "none":
-                continue
-        elif s[0] == "where":
-            kind = constant_mask_kind(s[1], negate=not s[3])   # where(cond, fill, scores) keeps ~cond
-            if kind == "none":
-                continue
-            if kind == "causal":
-                causal.append(s)
+    for i, s in enumerate(m.steps):
+        later = math.prod(t[1] for t in m.steps[i + 1:] if t[0] == "scale")
+        kind = None
+        if s[0] != "scale" and later > 0:
+            limit = _MASKED_FILL_MAX / later   # fill * later <= -1e4
+            if s[0] == "add":
+                kind = constant_mask_kind(s[1], additive=True, masked_max=limit)
+            elif s[0] == "select":   # + where(cond, a, b) of two scalars
+                a, b = s[2], s[3]
+                if a == 0 and b == 0:
+                    kind = "none"
+                elif a == 0 and b <= limit:
+                    kind = constant_mask_kind(s[1])
+                elif a <= limit and b == 0:
+                    kind = constant_mask_kind(s[1], negate=True)
+            else:   # where(cond, fill, scores) keeps ~cond
+                kind = constant_mask_kind(s[1], negate=not s[3])
+        if kind == "none":
+            continue
+        if kind == "causal":
+            causal.append(s)
         kept.append(s)
     if len(causal) == 1 and L == S and [s for s in kept if s[0] != "scale"] == causal:
         kept.remove(causal[0])

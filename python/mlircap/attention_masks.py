@@ -15,7 +15,8 @@ decomposes ``scaled_dot_product_attention``. For each SDPA call whose
 buffer, no random or uninitialized op), it evaluates the mask once and
 * drops it when it masks nothing (boolean all True, or float all zero), and
 * replaces it by ``is_causal=True`` when it is exactly the lower-triangular
-  causal mask (boolean, or float with 0 and -inf) of a square L == S score
+  causal mask (boolean, or float with 0 and -inf or another fill of at most -1e4,
+  such as transformers' finfo(dtype).min) of a square L == S score
   matrix, which is what ``is_causal`` means,
 provided the mask does not broadcast the result to a larger shape (checked
 against q, k and v's shapes). Both forms compute the same attention: a True
@@ -41,6 +42,9 @@ _IMPURE_PREFIXES = ("rand", "normal", "bernoulli", "dropout", "multinomial", "un
                     "cauchy", "geometric", "seed", "manual", "empty")
 _IMPURE_WORDS = {"set", "copy", "item", "tolist", "numpy", "data_ptr"}
 _MAX_MASK_ELEMENTS = 1 << 26
+# Fill values that count as "masked out": exp(fill + s - max) underflows to 0 in
+# float32 for any row that has an unmasked entry (and any score spread below 1e4).
+MASKED_MAX = -1e4
 
 
 def _target_name(t) -> str:
@@ -158,20 +162,21 @@ def _set_args(n: fx.Node, **changes) -> None:
     n.args, n.kwargs = tuple(args), kwargs
 
 
-def _kind(mask: torch.Tensor, negate: bool = False, float_zero_only: bool = False) -> str | None:
+def _kind(mask: torch.Tensor, negate: bool = False, additive: bool = False,
+          masked_max: float = MASKED_MAX) -> str | None:
     """"none" (masks nothing), "causal" (the square causal mask), or None. `negate`:
-    a boolean mask whose True entries are the masked ones; `float_zero_only`: an
-    additive float mask, "none" when all zero."""
+    a boolean mask whose True entries are the masked ones; `additive`: a mask added to
+    the scores, so float only. A float mask allows its 0 entries and masks those at
+    most `masked_max` (-inf, transformers' finfo.min, -1e4: exp(score + fill - max)
+    is 0 for any row with an allowed entry); any other value leaves it as it is."""
     if mask.dim() < 2 or mask.numel() == 0:
         return None
-    if float_zero_only:
-        return "none" if mask.is_floating_point() and bool((mask == 0).all()) else None
-    if mask.dtype == torch.bool:
+    if mask.dtype == torch.bool and not additive:
         allowed = ~mask if negate else mask
     elif mask.is_floating_point():
-        if not bool(((mask == 0) | (mask == float("-inf"))).all()):
-            return None
         allowed = mask == 0
+        if not bool((allowed | (mask <= masked_max)).all()):
+            return None
     else:
         return None
     if bool(allowed.all()):
@@ -214,17 +219,17 @@ def _shapes(gm: fx.GraphModule, example_inputs, nodes: list[fx.Node]) -> dict | 
         return None
 
 
-def constant_mask_kind(mask, negate: bool = False, float_zero_only: bool = False) -> str | None:
+def constant_mask_kind(mask, negate: bool = False, additive: bool = False,
+                       masked_max: float = MASKED_MAX) -> str | None:
     """For attention.fuse_attention (aten graphs after aot_autograd): "none", "causal"
     or None for mask node `mask` (see `_kind`), when it is computed from constants only."""
-    found = _classify(mask, negate, float_zero_only)
+    found = _classify(mask, negate, additive, masked_max)
     return None if found is None else found[0]
 
 
-def _evaluate_kind(nodes: list[fx.Node], negate: bool = False,
-                   float_zero_only: bool = False) -> tuple[str, tuple[int, ...]] | None:
-    """(kind, shape) of the mask `nodes` compute, on real tensors (also while
-    aot_autograd's fake and proxy modes are active), or None."""
+def _evaluate_kind(nodes: list[fx.Node], *how) -> tuple[str, tuple[int, ...]] | None:
+    """(kind, shape) of the mask `nodes` compute (`how`: _kind's options), on real
+    tensors (also while aot_autograd's fake and proxy modes are active), or None."""
     from torch.utils._python_dispatch import _disable_current_modes
 
     try:
@@ -232,19 +237,19 @@ def _evaluate_kind(nodes: list[fx.Node], negate: bool = False,
             value = _evaluate(nodes)
             if not isinstance(value, torch.Tensor) or value.numel() > _MAX_MASK_ELEMENTS:
                 return None
-            kind = _kind(value, negate, float_zero_only)
+            kind = _kind(value, *how)
     except Exception as e:  # noqa: BLE001 - a mask we cannot evaluate stays
         logs.log("passes", f"attention masks: {nodes[-1].name} not evaluated ({type(e).__name__})")
         return None
     return None if kind is None else (kind, tuple(value.shape))
 
 
-def _classify(mask, negate: bool = False, float_zero_only: bool = False) -> tuple[str, tuple[int, ...]] | None:
+def _classify(mask, *how) -> tuple[str, tuple[int, ...]] | None:
     """(kind, shape) of mask node `mask` when it is computed from constants only, else None."""
     if not isinstance(mask, fx.Node):
         return None
     nodes = _constant_subgraph(mask)
-    return None if nodes is None else _evaluate_kind(nodes, negate, float_zero_only)
+    return None if nodes is None else _evaluate_kind(nodes, *how)
 
 
 def simplify_attention_masks(gm: fx.GraphModule, example_inputs) -> int:

@@ -78,6 +78,11 @@ def causal_float():
     return b.sdpa(b.m("triu", b.f(torch.full, (L, L), float("-inf")), 1))
 
 
+def causal_finfo_min():   # transformers' float masks: finfo.min, not -inf
+    b = _G()
+    return b.sdpa(b.m("triu", b.f(torch.full, (L, L), torch.finfo(torch.float32).min), 1))
+
+
 def zeros_float():
     b = _G()
     return b.sdpa(b.f(torch.zeros, 1, 1, L, L))
@@ -94,7 +99,7 @@ def test_zero_float_mask_is_dropped():
 
 
 def test_causal_masks_become_is_causal():
-    for build in (causal_bool, causal_float):
+    for build in (causal_bool, causal_float, causal_finfo_min):
         n, a = _run_pass(build(), _qkv())
         assert n == 1 and a.get("attn_mask") is None and a.get("is_causal") is True, build.__name__
 
@@ -119,7 +124,11 @@ def test_other_masks_stay():
         b = _G()
         return b.sdpa(b.f(operator.ge, b.f(torch.rand, L, L), 0))
 
-    for build in (padding, band, from_input, random):
+    def small_fill():   # -100 does not mask: exp(s - 100) is not 0
+        b = _G()
+        return b.sdpa(b.m("triu", b.f(torch.full, (L, L), -100.0), 1))
+
+    for build in (padding, band, from_input, random, small_fill):
         n, a = _run_pass(build(), _qkv())
         assert n == 0 and a.get("attn_mask") is not None, build.__name__
 
@@ -223,6 +232,13 @@ def _hand_written(mask_kind):
             s = s.masked_fill(~(idx[None, :] <= idx[:, None]), float("-inf"))
         elif mask_kind == "band":                             # not causal: stays a mask
             s = s.masked_fill((idx[:, None] - idx[None, :]).abs() > 3, float("-inf"))
+        elif mask_kind == "gpt2":     # transformers' eager attention: + where(causal, 0, finfo.min)
+            zero = torch.tensor(0.0, dtype=x.dtype)
+            s = s + torch.where(idx[None, :] <= idx[:, None], zero, torch.finfo(x.dtype).min)
+        elif mask_kind == "additive":  # a float causal mask tensor, -1e9 above the diagonal
+            s = s + torch.full((L, L), -1e9, dtype=x.dtype).triu(1)
+        elif mask_kind == "scaled":   # a fill scaled after it to -1e-2: masks nothing
+            s = (s + torch.where(idx[None, :] <= idx[:, None], 0.0, -1e4).to(x.dtype)) * 1e-6
         return (s.softmax(-1) @ v).transpose(1, 2).reshape(2, L, 32)
     return model
 
@@ -238,7 +254,9 @@ def test_hand_written_attention_constant_masks_fold(capfd):
     w = (torch.randn(32, 96, generator=g) / 6).bfloat16()
     logs.set_logs("passes")
     try:
-        for kind, want in (("causal", "2 step(s), is_causal)"), ("none", "1 step(s))"), ("band", "1 step(s))")):
+        for kind, want in (("causal", "2 step(s), is_causal)"), ("none", "1 step(s))"), ("band", "1 step(s))"),
+                           ("gpt2", "2 step(s), is_causal)"), ("additive", "2 step(s), is_causal)"),
+                           ("scaled", "1 step(s))")):
             model = _hand_written(kind)
             fast = mlircap.compile(model)
             for _ in range(3):
