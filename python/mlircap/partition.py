@@ -298,12 +298,109 @@ def rewrite_random_likes(gm: fx.GraphModule) -> None:
     gm.graph.lint()
 
 
+def _real_empty(v):
+    """A real tensor standing for fake tensor `v` (no elements: nothing to read)."""
+    return torch.empty_strided(tuple(v.shape), tuple(v.stride()), dtype=v.dtype, device=v.device)
+
+
+_FOLD_LIMIT = 1024   # elements of a folded result that is not one repeated value
+
+
+def _fold(node: fx.Node, vals: list) -> list | None:
+    """(uniform, scalar, tensor) per result of `node` run twice on real empty inputs,
+    or None when torch rejects it, the runs disagree or a result is too large."""
+    try:
+        results = []
+        for _ in range(2):
+            args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: _real_empty(n.meta["val"]))
+            out = node.target(*args, **kwargs)
+            results.append([out] if isinstance(out, torch.Tensor) else list(out))
+    except Exception:  # noqa: BLE001 - torch rejects it: leave the node to the partitioner
+        return None
+    first, second = results
+    if len(first) != len(vals) or not all(
+            isinstance(a, torch.Tensor) and a.shape == v.shape and a.dtype == v.dtype
+            and torch.equal(torch.nan_to_num(a.cpu().double()), torch.nan_to_num(b.cpu().double()))
+            and torch.equal(a.isnan().cpu(), b.isnan().cpu())
+            for a, b, v in zip(first, second, vals)):
+        return None
+    consts = []
+    for a in first:
+        flat = a.detach().cpu().reshape(-1)
+        if flat.is_floating_point() and not bool(flat.isfinite().all()):
+            # a launch plan writes a constant's NaN/inf as JSON it cannot read back
+            # (the var of nothing, NaN, became a graph that ran eagerly): left as it was
+            return None
+        uniform = flat.numel() == 0
+        if not uniform:
+            nan = flat != flat   # NaN equals NaN; -0.0 is not 0.0
+            uniform = bool(((flat == flat[0]) | nan).all()) and bool((nan == nan[0]).all()) and (
+                not flat.is_floating_point() or bool((flat.signbit() == flat[0].signbit()).all()))
+        if not uniform and flat.numel() > _FOLD_LIMIT:
+            return None
+        consts.append((uniform, flat[0].item() if flat.numel() else 0, a.detach().clone().contiguous()))
+    return consts
+
+
+def _fold_empty_inputs(gm: fx.GraphModule, node: fx.Node) -> bool:
+    """An op whose tensor inputs all have no elements computes a result that depends on
+    their shapes alone (a norm or sum over nothing, a product with an empty inner
+    dim, the info of a 0x0 inverse): torch computes it once here, on real empty
+    tensors, and the node becomes a fill of that value (or, for a small result that
+    is not one repeated value, a tensor constant), instead of an eager island for
+    torch-mlir's zero-size arithmetic (see _reshapes_empty). Only deterministic,
+    non-mutating ops on strided real tensors; the result is computed twice and kept
+    only when both runs agree."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    name = op_name(node.target)
+    if "empty" in name or name in _TOKEN_OPS or torch.Tag.nondeterministic_bitwise in node.target.tags:
+        return False
+    ins = [a.meta.get("val") for a in node.all_input_nodes]
+    if not ins or not all(isinstance(v, torch.Tensor) and v.numel() == 0 and v.layout == torch.strided
+                          and not v.is_complex() for v in ins):
+        return False
+    val = node.meta.get("val")
+    vals = [val] if isinstance(val, torch.Tensor) else list(val) if isinstance(val, (tuple, list)) else []
+    if not vals or not all(isinstance(v, torch.Tensor) and v.layout == torch.strided and not v.is_complex()
+                           for v in vals):
+        return False
+    getitems = [u for u in node.users if u.target is operator.getitem]
+    if not isinstance(val, torch.Tensor) and len(getitems) != len(node.users):
+        return False   # the tuple itself is used
+    with unset_fake_temporarily():
+        consts = _fold(node, vals)
+    if consts is None:
+        return False
+    users = [node] if isinstance(val, torch.Tensor) else getitems
+    for u in users:
+        k = 0 if u is node else u.args[1]
+        v = vals[k]
+        uniform, scalar, tensor = consts[k]
+        with gm.graph.inserting_before(node):
+            if uniform:
+                new = gm.graph.call_function(aten.full.default, (list(v.shape), scalar),
+                                             {"dtype": v.dtype, "device": v.device})
+            else:
+                attr = f"_mlircap_folded_{node.name}_{k}"
+                setattr(gm, attr, tensor.to(v.device))   # not a buffer: gm's copies share those
+                new = gm.graph.get_attr(attr)
+        new.meta = dict(u.meta)
+        u.replace_all_uses_with(new)
+        if u is not node:
+            gm.graph.erase_node(u)
+    if not node.users:
+        gm.graph.erase_node(node)
+    return True
+
+
 def fill_empty_results(gm: fx.GraphModule) -> None:
     """An op whose tensor results all have no elements computes nothing: it becomes a
     fill of its result's shape and dtype (which compiles), instead of an eager island
     for torch-mlir's zero-size arithmetic (see _reshapes_empty). Not random ops (the
     generator's state is theirs to advance), mutating ops, token ops, or ops with a
-    non-tensor result."""
+    non-tensor result. An op whose tensor inputs all have no elements becomes the
+    constant it computes (_fold_empty_inputs)."""
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) or is_random(node):
             continue
@@ -313,6 +410,7 @@ def fill_empty_results(gm: fx.GraphModule) -> None:
         vals = list(val) if isinstance(val, (tuple, list)) else [val]
         if not vals or not all(isinstance(v, torch.Tensor) and v.numel() == 0 and v.layout == torch.strided
                                 and not v.is_complex() for v in vals):
+            _fold_empty_inputs(gm, node)
             continue
         if not node.all_input_nodes:
             continue   # already a factory
