@@ -183,6 +183,30 @@ class CpuExecutable:
 
 _data_ptr = torch.Tensor.data_ptr
 
+# _OUT_VARIANTS' operands as expressions of the step's inputs, written into the generated call
+# (test_call_overhead compares it with _call_generic, which calls _OUT_VARIANTS)
+_OPERANDS = {"matmul": "{0}, {1}", "matmul_transpose_b": "{0}, {1}.t()", "matmul_transpose_a": "{0}.t(), {1}",
+             "batch_matmul": "{0}, {1}", "batch_matmul_transpose_b": "{0}, {1}.transpose(1, 2)"}
+
+# Bytes of intermediate buffers a CPU plan keeps between calls (CpuPlanExecutable._workspace_buffers):
+# allocating a buffer costs about 1 µs of host time whatever its size, so small graphs gain most;
+# large intermediates are allocated per call as eager does, not held while the graph is idle.
+WORKSPACE_BYTES = 4 << 20
+
+
+def _view_maker(shape, strides, offset, cell):
+    """(base, its data pointer) -> the view; a view of a Parameter is remembered in `cell`
+    (base, pointer, view), which the generated call reuses while the same Parameter with
+    the same data pointer comes back (same pointer and sizes: the same view)."""
+    shape, strides, offset = list(shape), list(strides), int(offset)
+
+    def make(base, ptr):
+        view = base.as_strided(shape, strides, base.storage_offset() + offset)
+        if isinstance(base, torch.nn.Parameter):
+            cell[0] = (base, ptr, view)
+        return view
+    return make
+
 
 def _allocator(shape, dtype):
     """(function, args) allocating an empty contiguous CPU tensor: new_empty of a
@@ -226,6 +250,8 @@ class CpuPlanExecutable:
                 self._views.append((v["id"], v["of"], v["shape"], v["strides"], offset))
             else:
                 self._ptr_views.append((v["id"], v["of"], offset * DTYPES[v["dtype"]].itemsize))
+        self._workspace = self._workspace_buffers()
+        self._view_cells = {}   # view id -> [(Parameter, its data pointer, the view)] (_view_maker)
         self.program = self._core.CpuProgram()
         self._segments = []   # (None, begin, end): kernels [begin, end) | (library step, 0, 0)
         for step in self.plan["steps"]:
@@ -247,14 +273,55 @@ class CpuPlanExecutable:
         self._outputs = [(o, o in exe._const_outputs) for o in exe.outputs]
         self._call = self._generate(first=True)
 
+    def _workspace_buffers(self) -> set[int]:
+        """Buffers kept from call to call instead of allocated per call: those no
+        output is (a view of), smallest first while their bytes sum to at most
+        WORKSPACE_BYTES. Their contents never outlive a call, so a call reuses the
+        buffers of an earlier one (a pool: concurrent calls take different sets)."""
+        exe = self.exe
+        returned = {exe._base_of(o) for o in exe.outputs}
+        sizes = []
+        for v in exe.buffers:
+            if v["id"] not in returned:
+                n = DTYPES[v["dtype"]].itemsize
+                for s in v["shape"]:
+                    n *= int(s)
+                sizes.append((n, v["id"]))
+        kept, total = set(), 0
+        for n, vid in sorted(sizes):
+            if total + n > WORKSPACE_BYTES:
+                break
+            kept.add(vid)
+            total += n
+        return kept
+
+    def _new_workspace(self) -> tuple:
+        """One set of workspace buffers: (buffer and view tensors..., their data pointers...)
+        in the order the generated call unpacks them."""
+        tensors = {}
+        for vid, new, sizes in self._alloc:
+            if vid in self._workspace:
+                tensors[vid] = new(*sizes)
+        for vid, of, shape, strides, offset in self._views:
+            if of in self._workspace:
+                base = tensors[of]
+                tensors[vid] = base.as_strided(shape, strides, base.storage_offset() + offset)
+        order = sorted(tensors)
+        return tuple(tensors[v] for v in order) + tuple(_data_ptr(tensors[v]) for v in order)
+
     def _generate(self, first: bool = False, tg=None):
         """The per-call work of `_call_generic` as one generated function of straight-line
         code: each value a local variable, buffer shapes and views' sizes as literals,
         matmuls into buffers as direct torch.mm/bmm calls with out=; no template list,
-        no per-value loop.  `tg`: a TensorGuards of the inputs as the plan wants them
-        (dtype, CPU, shape, contiguous strides; see _inputs_guard): inputs it accepts
-        skip the per-input checks.  `first`: the function of the first call, which
-        builds that guard and the function of later calls."""
+        no per-value loop.  Data pointers are computed once per value (a view's from
+        its base's); buffers no output is (a view of) come from a pool of workspaces
+        (`_workspace_buffers`) instead of being allocated, with their views made once;
+        a view of a Parameter input is made once and reused while that Parameter,
+        with the same data pointer, is passed again.  `tg`: a TensorGuards of the
+        inputs as the plan wants them (dtype, CPU, shape, contiguous strides; see
+        _inputs_guard): inputs it accepts skip the per-input checks.  `first`: the
+        function of the first call, which builds that guard and the function of
+        later calls."""
         exe, values = self.exe, self.exe.values
         g = {"dp": _data_ptr, "sync": sync_threads, "core": self._core, "run": self.program.run,
              "CHK": exe._check_input, "RL": exe._run_library, "nthreads": torch.get_num_threads, "TH": _threads,
@@ -271,18 +338,40 @@ class CpuPlanExecutable:
             body += ["else:"] + ["    " + line for line in checked]
         else:
             body = checked
+        body += [f"p{vid} = dp(x{vid})" for vid, _, _, _ in self._inputs]
+        ws = self._workspace
+        ws_values = sorted(ws | {vid for vid, of, *_ in self._views if of in ws})
+        if ws_values:
+            g["POOL"], g["NEWWS"] = [], self._new_workspace
+            body.append("ws = POOL.pop() if POOL else NEWWS()")
+            body.append(", ".join([f"x{v}" for v in ws_values] + [f"p{v}" for v in ws_values]) + " = ws")
         for vid, new, sizes in self._alloc:
-            g[f"N{vid}"] = new
-            body.append(f"x{vid} = N{vid}({', '.join(repr(s) for s in sizes)})")
+            if vid not in ws:
+                g[f"N{vid}"] = new
+                body.append(f"x{vid} = N{vid}({', '.join(repr(s) for s in sizes)})")
+                body.append(f"p{vid} = dp(x{vid})")
         for vid, t in self.exe.constants.items():
             g[f"K{vid}"] = t
             body.append(f"x{vid} = K{vid}")
+            body.append(f"p{vid} = {_data_ptr(t)}")
+        inputs = {vid for vid, _, _, _ in self._inputs}
         for vid, of, shape, strides, offset in self._views:
-            body.append(f"x{vid} = x{of}.as_strided({list(shape)!r}, {list(strides)!r}, "
-                        f"x{of}.storage_offset() + {int(offset)})")
-        ptr = {vid: (of, nbytes) for vid, of, nbytes in self._ptr_views}
-        body.append("table = [" + ", ".join(f"dp(x{ptr[vid][0]}) + {ptr[vid][1]}" if vid in ptr else f"dp(x{vid})"
-                                            for vid in range(len(values))) + "]")
+            nbytes = int(offset) * DTYPES[values[vid]["dtype"]].itemsize
+            if of in ws:
+                continue
+            view = f"x{of}.as_strided({list(shape)!r}, {list(strides)!r}, x{of}.storage_offset() + {int(offset)})"
+            if of in inputs:   # reused while the same Parameter (same data) comes back
+                g[f"C{vid}"] = cell = self._view_cells.setdefault(vid, [(None, 0, None)])
+                g[f"MV{vid}"] = _view_maker(shape, strides, offset, cell)
+                body += [f"c = C{vid}[0]",
+                         f"x{vid} = c[2] if c[0] is x{of} and c[1] == p{of} else MV{vid}(x{of}, p{of})"]
+            else:
+                body.append(f"x{vid} = {view}")
+            body.append(f"p{vid} = p{of} + {nbytes}" if nbytes else f"p{vid} = p{of}")
+        for vid, of, nbytes in self._ptr_views:
+            body.append(f"p{vid} = p{of} + {nbytes}" if nbytes else f"p{vid} = p{of}")
+        ptr = {vid: of for vid, of, _ in self._ptr_views}
+        body.append("table = [" + ", ".join(f"p{vid}" for vid in range(len(values))) + "]")
         body.append("if nthreads() != TH[0]: sync(core)")
         generic = False
         for k, (step, begin, end) in enumerate(self._segments):
@@ -295,16 +384,21 @@ class CpuPlanExecutable:
                 # what _run_library does for these: op(*operands(*ins), out=out) (a buffer
                 # is contiguous, the operands have its dtype)
                 g[f"L{k}"], g[f"O{k}"] = variant
-                body.append(f"L{k}(*O{k}({', '.join(f'x{i}' for i in ins)}), out=x{out})")
+                operands = _OPERANDS.get(step["op"])
+                operands = operands.format(*(f"x{i}" for i in ins)) if operands else \
+                    f"*O{k}({', '.join(f'x{i}' for i in ins)})"
+                body.append(f"L{k}({operands}, out=x{out})")
             else:
                 g[f"S{k}"] = step
                 body.append(f"RL(S{k}, t)")
                 generic = True
         if generic:   # the value list _run_library reads (pointer-only views: their base)
             at = body.index("if nthreads() != TH[0]: sync(core)")
-            body.insert(at, "t = [" + ", ".join(f"x{ptr[vid][0]}" if vid in ptr else f"x{vid}"
+            body.insert(at, "t = [" + ", ".join(f"x{ptr[vid]}" if vid in ptr else f"x{vid}"
                                                 for vid in range(len(values))) + "]")
         body.append("out = [" + ", ".join(f"x{o}.clone()" if const else f"x{o}" for o, const in self._outputs) + "]")
+        if ws_values:
+            body.append("POOL.append(ws)")
         if first:
             body.append("UP(A)")
         body.append("return out")
