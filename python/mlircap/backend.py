@@ -478,11 +478,13 @@ def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Optio
     Without islands this is `compile_graph`."""
     from .attention import fuse_attention
     from .partition import extract, fill_empty_results, partition, rewrite_random_likes
+    from .split_reductions import split_reductions
 
     gm = copy.copy(gm)
     gm.graph = copy.deepcopy(gm.graph)
     rewrite_random_likes(gm)
     fuse_attention(gm)
+    split_reductions(gm)
     fill_empty_results(gm)
     gm.recompile()
     forced: dict[str, str] = {}

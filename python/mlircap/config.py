@@ -62,6 +62,9 @@ ENV: dict[str, EnvVar] = _vars(
            "matmul) as it is instead of one fused attention kernel (flash / memory-efficient); "
            "force fuses at any size (by default float32 on the CPU only from 256K score elements)",
            "mlircap/attention.py"),
+    EnvVar("MLIRCAP_SPLIT_REDUCTIONS", "1", "0 keeps long reductions over few rows (GroupNorm "
+           "statistics) in one level on CUDA instead of partial sums over row slices; force splits "
+           "them on the CPU too", "mlircap/split_reductions.py"),
     EnvVar("MLIRCAP_CPU_LIBRARY_OPS", "1", "0 compiles log_softmax on the CPU "
            "instead of calling torch's vectorized kernel (partition.CPU_LIBRARY_OPS)", "python/mlircap/partition.py"),
     EnvVar("MLIRCAP_CUDA_GRAPHS", "1", "0 disables CUDA graphs for GPU plans",
