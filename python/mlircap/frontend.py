@@ -86,6 +86,8 @@ def _build_table() -> dict:
     for op, nd in ((aten.max_pool2d_with_indices_backward.default, 2),
                    (aten.max_pool3d_with_indices_backward.default, 3)):
         table[op] = _max_pool_backward(nd)   # torch-mlir's lowering is a scatter: no CPU kernel
+    for op in (aten.fmax.default, aten.fmin.default):
+        table[op] = _broadcast_operands(op, table.get(op))   # torch-mlir: no broadcasting
     for packet in _OPMATH_REDUCTIONS:
         for name in packet.overloads():
             op = getattr(packet, name)
@@ -131,6 +133,22 @@ def _flash_for_cpu_with_logsumexp(fallback):
         return out, torch.logsumexp(s, -1)
 
     return flash_for_cpu
+
+
+def _broadcast_operands(op, fallback):
+    """`op(a, b)` of tensors of different shapes as `op` of both expanded to their
+    broadcast shape: torch-mlir's lowering of fmax/fmin does not broadcast (its NaN
+    masks keep their operand's shape: 'tensor.cast ... cast incompatible'; OpInfo
+    fmax/fmin: every sample with broadcasting ran eagerly). Same shapes go to
+    `fallback`."""
+
+    def decomposition(a, b, *args, **kwargs):
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape != b.shape:
+            shape = torch.broadcast_shapes(a.shape, b.shape)
+            return op(a.expand(shape), b.expand(shape), *args, **kwargs)
+        return NotImplemented if fallback is None else fallback(a, b, *args, **kwargs)
+
+    return decomposition
 
 
 def _scalar_as_vector(op, fallback):
@@ -482,6 +500,8 @@ def _prepare_for_import(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     * factory ops lose their device (CPU for all): the IR describes
       computation, not placement, and torch-mlir's lowering of allocations
       rejects a CUDA device (seen with transformers' mask code on the GPU);
+    * an op over a `dim` of 0-d tensors runs on their one-element views
+      (_scalar_dims_as_vector);
     * tensor constants (`get_attr`, e.g. a lifted `torch.tensor(0.0,
       device="cuda")`) become CPU copies made outside any fake mode: the
       importer reads them with `tolist()`, which on a CUDA tensor copies to the
@@ -493,6 +513,9 @@ def _prepare_for_import(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     aten = torch.ops.aten
     cpu = torch.device("cpu")
     graph = copy.deepcopy(gm.graph)
+    for node in list(graph.nodes):
+        if node.op == "call_function":
+            _scalar_dims_as_vector(graph, node)
     for node in graph.nodes:
         if node.op != "call_function":
             continue
@@ -537,6 +560,84 @@ def _bfloat16_constant_from_float32(gm: torch.fx.GraphModule, graph: torch.fx.Gr
     if isinstance(val, torch.Tensor):
         with unset_fake_temporarily():
             node.meta["val"] = torch.empty(tuple(val.shape), dtype=torch.float32)
+
+
+def _scalar_dims_as_vector(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """An op with a `dim` argument whose tensor inputs and results are all 0-d (a
+    reduction, scan, sort or softmax over dim 0 or -1 of a scalar, or over all dims)
+    runs on the one-element 1-d views of its inputs with dim 0, its results reshaped
+    back to 0-d: ATen defines dims of a 0-d tensor that way (maybe_wrap_dim treats it
+    as 1-d), and torch-mlir's lowerings over rank 0 were missing or broken (amax,
+    argmax, max.dim, prod, any.dim, median, mode: 'cannot lower'; var/std over dim 0:
+    SIGSEGV; OpInfo samples of a 0-d input with dim=0/-1 ran eagerly). Not views,
+    in-place ops, or dims other than 0/-1."""
+    import operator
+
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload) or target._schema.is_mutable:
+        return
+    schema = target._schema
+    names = [a.name for a in schema.arguments]
+    if "dim" not in names or any(r.alias_info is not None for r in schema.returns):
+        return
+    ins = node.all_input_nodes
+    vals = [a.meta.get("val") for a in ins]
+    if not ins or not all(isinstance(v, torch.Tensor) and v.dim() == 0 for v in vals):
+        return
+    val = node.meta.get("val")
+    outs = [val] if isinstance(val, torch.Tensor) else list(val) if isinstance(val, (tuple, list)) else []
+    if not outs or not all(isinstance(o, torch.Tensor) and o.dim() == 0 for o in outs):
+        return
+    if not isinstance(val, torch.Tensor) and any(u.target is not operator.getitem for u in node.users):
+        return
+    pos = names.index("dim")
+    positional = pos < len(node.args) and not schema.arguments[pos].kwarg_only
+    dim = node.args[pos] if positional else node.kwargs.get("dim")
+    if isinstance(dim, int) and dim in (0, -1):
+        dim = 0
+    elif isinstance(dim, (list, tuple)) and all(isinstance(d, int) and d in (0, -1) for d in dim):
+        dim = [0] * len(dim)
+    elif dim is not None:
+        return
+    aten = torch.ops.aten
+    fake = vals[0].fake_mode if hasattr(vals[0], "fake_mode") else contextlib.nullcontext()
+    views = {}
+    for a, v in zip(ins, vals):
+        with graph.inserting_before(node):
+            r = graph.call_function(aten.reshape.default, (a, [1]))
+        r.meta = {k: x for k, x in node.meta.items() if k not in ("val", "tensor_meta")}
+        with fake:
+            r.meta["val"] = v.reshape(1)
+        views[a] = r
+    args = list(torch.fx.node.map_arg(node.args, lambda n: views.get(n, n)))
+    kwargs = dict(torch.fx.node.map_arg(node.kwargs, lambda n: views.get(n, n)))
+    if positional:
+        args[pos] = dim
+    elif "dim" in kwargs:
+        kwargs["dim"] = dim
+    try:
+        with fake:
+            new_val = target(*torch.fx.node.map_arg(args, lambda n: n.meta["val"]),
+                             **torch.fx.node.map_arg(kwargs, lambda n: n.meta["val"]))
+    except Exception:  # noqa: BLE001 - the op rejects the view: leave the node as it was
+        for r in views.values():
+            graph.erase_node(r)
+        return
+    node.args, node.kwargs = tuple(args), kwargs
+    node.meta["val"] = new_val
+    node.meta.pop("tensor_meta", None)   # the importer reads it before "val"
+    results = [(node, new_val, val)] if isinstance(val, torch.Tensor) else \
+        [(u, new_val[u.args[1]], val[u.args[1]]) for u in node.users]
+    for n, new, old in results:
+        n.meta["val"] = new
+        n.meta.pop("tensor_meta", None)
+        if tuple(new.shape) == ():
+            continue
+        with graph.inserting_after(n):
+            back = graph.call_function(aten.reshape.default, (n, []))
+        back.meta = {k: x for k, x in node.meta.items() if k not in ("val", "tensor_meta")}
+        back.meta["val"] = old
+        n.replace_all_uses_with(back, delete_user_cb=lambda u, back=back: u is not back)
 
 
 def _self_equality_as_not_nan(graph: torch.fx.Graph, node: torch.fx.Node) -> None:

@@ -49,6 +49,8 @@ _UINT8_OPS = {
     "prims::convert_element_type", "aten::unfold", "aten::movedim", "aten::pixel_shuffle",
     "aten::pixel_unshuffle", "aten::channel_shuffle", "aten::tile", "aten::diag_embed", "prims::squeeze",
     "aten::slice_scatter", "aten::select_scatter", "aten::empty_permuted",
+    "aten::rsub",            # other - alpha * self: exact modulo 256 like sub (not tagged pointwise)
+    "aten::logsumexp",       # of the values 0..255 converted to float
     "aten::count_nonzero",   # (wrapped values 0..255 are the uint8 values; all/any of uint8:
                              # torch-mlir cannot lower all, its any crashed: SIGSEGV)
 }

@@ -88,3 +88,73 @@ def test_nan_result_of_empty_input_stays_correct():
     for _ in range(2):
         for a, b in zip(fast(x), f(x)):
             torch.testing.assert_close(a, b, equal_nan=True)
+
+
+# Ops over a dim of 0-d tensors run on their one-element views (frontend.
+# _scalar_dims_as_vector): torch-mlir could not lower them over rank 0.
+SCALAR_DIM_CASES = {
+    "amax": lambda x: torch.amax(x, 0),
+    "amin_keepdim": lambda x: torch.amin(x, -1, True),
+    "argmax_all": lambda x: torch.argmax(x),
+    "argmax_dim": lambda x: torch.argmax(x, 0, True),
+    "argmin_dim": lambda x: torch.argmin(x, -1),
+    "max_dim": lambda x: torch.max(x, 0),
+    "min_dim_keepdim": lambda x: torch.min(x, 0, True),
+    "prod_dim": lambda x: torch.prod(x, 0),
+    "logsumexp": lambda x: torch.logsumexp(x, (0,), True),
+    "sum_dim": lambda x: torch.sum(x, 0) + 1,
+    "any_all": lambda x: (torch.any(x, 0), torch.all(x, -1)),
+    "aminmax": lambda x: torch.aminmax(x, dim=0),
+    "gather": lambda x: torch.gather(x, 0, torch.tensor(0)) * 2,
+}
+FLOAT_ONLY = {"logsumexp"}   # of integers it promotes (covered by the float dtypes)
+
+
+@pytest.mark.parametrize("name,dtype", [(n, d) for n in sorted(SCALAR_DIM_CASES)
+                                        for d in (torch.float32, torch.int32, torch.bfloat16)
+                                        if d.is_floating_point or n not in FLOAT_ONLY])
+def test_op_over_a_dim_of_a_0d_tensor(fallback_log, name, dtype):
+    _check(SCALAR_DIM_CASES[name], [torch.tensor(-3.5).to(dtype)], fallback_log)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -0.0])
+def test_op_over_a_dim_of_a_0d_tensor_special_values(fallback_log, value):
+    def f(x):
+        v, i = torch.max(x, 0)
+        return v, i, torch.argmin(x), torch.var(x, 0, correction=0), torch.std(x, -1, correction=1)
+
+    _check(f, [torch.tensor(value)], fallback_log)
+
+
+def test_0d_dim_op_inside_a_larger_graph(fallback_log):
+    def f(x, y):
+        s = (x * 2).amax(0)
+        return torch.softmax(y, 0) * s + torch.argmax(x, 0)
+
+    _check(f, [torch.tensor(1.5), torch.randn(4)], fallback_log, exact=False)
+
+
+@pytest.mark.parametrize("op", [torch.fmax, torch.fmin])
+@pytest.mark.parametrize("shapes", [((5, 1), (5,)), ((10, 5), ()), ((5,), (10, 1, 5)), ((2, 1, 3), (1, 4, 1))])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.bool])
+def test_fmax_fmin_with_broadcasting(fallback_log, op, shapes, dtype):
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(s, generator=g) for s in shapes)
+    if dtype.is_floating_point:
+        a[a > 1] = float("nan")
+        b[b < -1] = float("nan")
+    _check(lambda x, y: op(x, y), [a.to(dtype), b.to(dtype)], fallback_log)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, y: torch.rsub(x, y),
+    lambda x, y: torch.rsub(x, y, alpha=3),
+    lambda x, y: torch.rsub(x, 7),
+    lambda x, y: torch.logsumexp(x, 1),
+    lambda x, y: torch.logsumexp(x.to(torch.uint8) * 3, 0, keepdim=True),
+], ids=["rsub", "rsub_alpha", "rsub_scalar", "logsumexp", "logsumexp_wrapped"])
+def test_uint8_rsub_and_logsumexp(fallback_log, fn):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (5, 7), generator=g, dtype=torch.uint8)
+    y = torch.randint(0, 256, (7,), generator=g, dtype=torch.uint8)
+    _check(fn, [x, y], fallback_log, exact=False)
