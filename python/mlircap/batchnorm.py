@@ -301,6 +301,38 @@ def _no_update(fallback):
     return decomposition
 
 
+def _layer_norm(fallback):
+    """native_layer_norm of a bfloat16/float16 input on the CPU as eager's mixed-type kernel
+    (cpu/layer_norm_kernel.cpp) computes it: mean and rstd in float, then
+    `(x * rstd + (-rstd * mean)) * gamma + beta` in float, each multiply-add fused where
+    the kernels contract (_contracts: a product exact in double, the sum rounded once).
+    torch's decomposition computes `(x - mean) * rstd`: where x equals the mean (a row
+    of one element, a constant row) eager's result is the rounding error of
+    `-rstd * mean`, not 0 (OpInfo native_layer_norm bf16 #10, #11: 1.2e-4 and 1e-3
+    against 0). float32 (no fused form in its kernel) and other devices: `fallback`."""
+
+    def decomposition(input, normalized_shape, weight, bias, eps):
+        params = [t for t in (weight, bias) if t is not None]
+        if not isinstance(input, torch.Tensor) or input.dtype not in LOW or input.device.type != "cpu" \
+                or input.numel() == 0 or not _contracts() \
+                or any(t.dtype != input.dtype or t.device != input.device for t in params):
+            return NotImplemented if fallback is None else fallback(input, normalized_shape, weight, bias, eps)
+        low = input.dtype
+        dims = list(range(input.dim() - len(normalized_shape), input.dim()))
+        x = input.to(F32)
+        mean = x.mean(dims, keepdim=True)
+        rstd = torch.rsqrt((x - mean).square().mean(dims, keepdim=True) + round_scalar(eps, F32))
+        shift = -rstd * mean   # const float bias = -rstd_val * mean_val
+        out = (x.to(F64) * rstd.to(F64) + shift.to(F64)).to(F32)
+        if weight is not None or bias is not None:
+            g = weight.to(F64) if weight is not None else 1.0
+            b = bias.to(F64) if bias is not None else 0.0
+            out = (out.to(F64) * g + b).to(F32)
+        return out.to(low), mean.to(low), rstd.to(low)
+
+    return decomposition
+
+
 def install(table: dict) -> None:
     """Puts the decompositions into `table` (op -> decomposition), each falling back to
     the entry it replaces (or torch's decomposition of the op: torch-mlir's table has
@@ -318,3 +350,4 @@ def install(table: dict) -> None:
     torch_table = get_decompositions([op for op, _ in ops])
     for op, wrap in ops:
         table[op] = wrap(table.get(op, torch_table.get(op)))
+    table[aten.native_layer_norm.default] = _layer_norm(table.get(aten.native_layer_norm.default))

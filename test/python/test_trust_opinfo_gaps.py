@@ -158,3 +158,27 @@ def test_uint8_rsub_and_logsumexp(fallback_log, fn):
     x = torch.randint(0, 256, (5, 7), generator=g, dtype=torch.uint8)
     y = torch.randint(0, 256, (7,), generator=g, dtype=torch.uint8)
     _check(fn, [x, y], fallback_log, exact=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("affine", ["none", "weight", "both"])
+@pytest.mark.parametrize("shape,normalized", [((1,), (1,)), ((4, 1), (1,)), ((3, 2, 1, 1), (1, 1)),
+                                              ((2, 16), (16,)), ((3, 35), (35,)), ((2, 3, 8), (3, 8))])
+def test_low_precision_layer_norm_rounds_like_eager(fallback_log, dtype, affine, shape, normalized):
+    # eager's CPU kernel computes x * rstd + (-rstd * mean) as a fused multiply-add: where
+    # x equals its row's mean (one element, a constant row) the result is that rounding
+    # error, not 0 (OpInfo native_layer_norm bf16 #10/#11 were wrong by 1e-3 / 1.2e-4)
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(shape, generator=g) * 3).to(dtype)
+    x[0] = -8.5   # a constant row
+    n = torch.Size(normalized).numel()
+    w = (torch.randn(n, generator=g).reshape(normalized) * 4).to(dtype) if affine != "none" else None
+    b = torch.randn(n, generator=g).reshape(normalized).to(dtype) if affine == "both" else None
+    args = [x] + [t for t in (w, b) if t is not None]
+
+    def f(x, *wb):
+        ww = wb[0] if wb else None
+        bb = wb[1] if len(wb) > 1 else None
+        return torch.native_layer_norm(x, list(normalized), ww, bb, 1e-5)
+
+    _check(f, args, fallback_log, exact=False)
