@@ -18,6 +18,12 @@
 //       store acc' to outs
 //     }
 //
+//   f32 sums that mlircap-widen-sums made f64 sums of f32 terms (and
+//   torch-mlir's var_mean) are summed in blocks of 256 elements of the
+//   innermost dim, each block in f32 (vectorized at f32's width), the blocks'
+//   sums in f64: as accurate as eager's blocked sums, twice the vector width
+//   of f64 accumulators;
+//
 // * innermost dim a parallel dim (column sums, x.sum(1) on NCHW): the
 //   trailing parallel dims stay innermost and contiguous, accumulated in a
 //   stack tile (memref.alloca: it aliases nothing, so LLVM vectorizes the
@@ -97,10 +103,48 @@ SmallVector<Value> indices(OpBuilder &b, Location loc, AffineMap map, ValueRange
       b, loc, affine::makeComposedFoldedMultiResultAffineApply(b, loc, map, dims));
 }
 
+/// The accumulator (a block argument) and the term of a sum's add.
+std::pair<Value, Value> sumOperands(arith::AddFOp add) {
+  return isa<BlockArgument>(add.getLhs()) ? std::pair{add.getLhs(), add.getRhs()}
+                                          : std::pair{add.getRhs(), add.getLhs()};
+}
+
+/// Elements of one block of a blocked sum (lowerToRegisters).
+constexpr int64_t kSumBlock = 256;
+
+/// For every output of `op`, the add of an f32 term widened to f64 into its
+/// f64 accumulator (`acc' = acc + extf(term)`, reassociable: the sums of
+/// mlircap-widen-sums and torch-mlir's var_mean), the accumulator used by
+/// that add only and the add only yielded; empty when some output is not
+/// such a sum.
+SmallVector<arith::AddFOp> widenedSums(linalg::GenericOp op) {
+  SmallVector<arith::AddFOp> adds;
+  auto yield = cast<linalg::YieldOp>(op.getBody()->getTerminator());
+  for (OpOperand &out : op.getDpsInitsMutable()) {
+    BlockArgument acc = op.getMatchingBlockArgument(&out);
+    if (!acc.getType().isF64() || !acc.hasOneUse())
+      return {};
+    auto add = dyn_cast<arith::AddFOp>(*acc.getUsers().begin());
+    unsigned i = out.getOperandNumber() - op.getNumDpsInputs();
+    if (!add || !add->hasOneUse() || yield.getOperand(i) != add.getResult() ||
+        add.getLhs() == add.getRhs() ||
+        !arith::bitEnumContainsAll(add.getFastmath(), arith::FastMathFlags::reassoc))
+      return {};
+    auto [a, term] = sumOperands(add);
+    auto ext = term.getDefiningOp<arith::ExtFOp>();
+    if (a != acc || !ext || !ext.getIn().getType().isF32())
+      return {};
+    adds.push_back(add);
+  }
+  return adds;
+}
+
 /// Clones the payload of `op` at the loop IVs `ivs` (one per dim, in dim
-/// order) with accumulators `accs`; returns the yielded values.
+/// order) with accumulators `accs`; returns the yielded values. `narrowed`
+/// (see widenedSums), when not empty: the accumulators are f32 partial sums,
+/// each add `acc + extf(term)` cloned as `acc + term` in f32.
 SmallVector<Value> payload(OpBuilder &b, Location loc, linalg::GenericOp op, ValueRange ivs,
-                           ValueRange accs) {
+                           ValueRange accs, ArrayRef<arith::AddFOp> narrowed = {}) {
   IRMapping map;
   for (OpOperand *in : op.getDpsInputOperands()) {
     Value v = in->get();
@@ -114,6 +158,14 @@ SmallVector<Value> payload(OpBuilder &b, Location loc, linalg::GenericOp op, Val
   for (Operation &inner : body->without_terminator()) {
     if (auto index = dyn_cast<linalg::IndexOp>(inner)) {
       map.map(index.getResult(), ivs[index.getDim()]);
+      continue;
+    }
+    if (auto add = dyn_cast<arith::AddFOp>(inner); add && llvm::is_contained(narrowed, add)) {
+      auto [acc, wide] = sumOperands(add);
+      Value term = map.lookupOrDefault(wide.getDefiningOp<arith::ExtFOp>().getIn());
+      map.map(add.getResult(), arith::AddFOp::create(b, loc, map.lookupOrDefault(acc), term,
+                                                     arith::FastMathFlags::reassoc)
+                                   .getResult());
       continue;
     }
     b.clone(inner, map);
@@ -247,6 +299,19 @@ void lowerToRegisters(linalg::GenericOp op) {
   bounds(par, plbs, pubs, psteps);
   bounds(red, rlbs, rubs, rsteps);
   Value zero = arith::ConstantIndexOp::create(b, loc, 0);
+  // Sums of f32 terms in f64 (widenedSums) over an innermost reduction dim of
+  // at least two blocks (static, from 0 by 1) are summed in blocks.
+  SmallVector<arith::AddFOp> narrowed = widenedSums(op);
+  int64_t blockedLen = 0;
+  if (!narrowed.empty()) {
+    std::optional<int64_t> lo = getConstantIntValue(ranges[red.back()].offset),
+                           len = getConstantIntValue(ranges[red.back()].size),
+                           step = getConstantIntValue(ranges[red.back()].stride);
+    if (lo == 0 && step == 1 && len && *len >= 2 * kSumBlock)
+      blockedLen = *len;
+    else
+      narrowed.clear();
+  }
 
   // The body of one parallel iteration: load the accumulators, reduce, store.
   auto perPoint = [&](OpBuilder &pb, Location l, ValueRange pivs) {
@@ -257,6 +322,56 @@ void lowerToRegisters(linalg::GenericOp op) {
     for (OpOperand &out : op.getDpsInitsMutable())
       inits.push_back(memref::LoadOp::create(
           pb, l, out.get(), indices(pb, l, op.getMatchingIndexingMap(&out), outIvs)));
+    if (!narrowed.empty()) {
+      // Blocked sums: the innermost reduction dim in blocks of kSumBlock
+      // elements, each summed in f32 (reassociable: LLVM keeps vectors of
+      // f32 partial sums), the blocks' sums added in f64. As accurate as
+      // eager's blocked (cascade) f32 sums, at f32's vector width.
+      int64_t n = blockedLen;
+      ArrayRef<Value> olbs(rlbs), oubs(rubs), osteps(rsteps);
+      scf::LoopNest nest = scf::buildLoopNest(
+          pb, l, olbs.drop_back(), oubs.drop_back(), osteps.drop_back(), inits,
+          [&](OpBuilder &rb, Location rl, ValueRange rivs, ValueRange accs) {
+            SmallVector<Value> ivs = outIvs;
+            for (auto [d, iv] : llvm::zip(red, rivs))
+              ivs[d] = iv;
+            Value zero32 = arith::ConstantOp::create(rb, rl, rb.getF32FloatAttr(0.0f));
+            SmallVector<Value> zeros(accs.size(), zero32);
+            auto cst = [&](OpBuilder &ob, int64_t v) {
+              return arith::ConstantIndexOp::create(ob, rl, v).getResult();
+            };
+            // f32 sums of elements [lo, hi), added to the f64 sums `wide`
+            auto block = [&](OpBuilder &bb, Value lo, Value hi, ValueRange wide) {
+              auto inner = scf::ForOp::create(
+                  bb, rl, lo, hi, cst(bb, 1), zeros,
+                  [&](OpBuilder &fb, Location fl, Value iv, ValueRange part) {
+                    SmallVector<Value> at = ivs;
+                    at[red.back()] = iv;
+                    scf::YieldOp::create(fb, fl, payload(fb, fl, op, at, part, narrowed));
+                  });
+              SmallVector<Value> sums;
+              for (auto [w, p] : llvm::zip(wide, inner.getResults()))
+                sums.push_back(arith::AddFOp::create(
+                    bb, rl, w, arith::ExtFOp::create(bb, rl, w.getType(), p)));
+              return sums;
+            };
+            int64_t full = n / kSumBlock * kSumBlock;
+            auto blocks = scf::ForOp::create(
+                rb, rl, cst(rb, 0), cst(rb, full), cst(rb, kSumBlock), accs,
+                [&](OpBuilder &fb, Location fl, Value kb, ValueRange wide) {
+                  Value end = arith::AddIOp::create(fb, fl, kb, cst(fb, kSumBlock));
+                  scf::YieldOp::create(fb, fl, block(fb, kb, end, wide));
+                });
+            SmallVector<Value> res(blocks.getResults());
+            if (n != full)
+              res = block(rb, cst(rb, full), cst(rb, n), res);
+            return res;
+          });
+      for (auto [i, out] : llvm::enumerate(op.getDpsInitsMutable()))
+        memref::StoreOp::create(pb, l, nest.results[i], out.get(),
+                                indices(pb, l, op.getMatchingIndexingMap(&out), outIvs));
+      return;
+    }
     scf::LoopNest nest = scf::buildLoopNest(
         pb, l, rlbs, rubs, rsteps, inits,
         [&](OpBuilder &rb, Location rl, ValueRange rivs, ValueRange accs) {

@@ -308,3 +308,73 @@ func.func @plain_elementwise(%x: memref<2x8x32xf32>, %out: memref<2x8x32xf32>) {
   }
   return
 }
+
+// -----
+
+// An f64 sum of f32 terms (mlircap-widen-sums' form) over 1000 elements: blocks of
+// 256 summed in f32 (reassociable), each block's sum added in f64; the last 232
+// elements are a partial block of their own.
+// CHECK-LABEL: func.func @blocked_sum(
+// CHECK: scf.parallel (%[[I:.*]]) =
+// CHECK:   %[[INIT:.*]] = memref.load %{{.*}}[%[[I]]] : memref<4xf64>
+// CHECK:   %[[FULL:.*]] = scf.for %[[B:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[W:.*]] = %[[INIT]]) -> (f64) {
+// CHECK:     %[[END:.*]] = arith.addi %[[B]], %{{.*}} : index
+// CHECK:     %[[P:.*]] = scf.for %[[J:.*]] = %[[B]] to %[[END]] step %{{.*}} iter_args(%[[S:.*]] = %{{.*}}) -> (f32) {
+// CHECK:       %[[V:.*]] = memref.load %{{.*}}[%[[I]], %[[J]]] : memref<4x1000xf32>
+// CHECK:       %[[M:.*]] = arith.mulf %[[V]], %{{.*}} : f32
+// CHECK:       %[[A:.*]] = arith.addf %[[S]], %[[M]] fastmath<reassoc> : f32
+// CHECK:       scf.yield %[[A]] : f32
+// CHECK:     %[[PW:.*]] = arith.extf %[[P]] : f32 to f64
+// CHECK:     %[[N:.*]] = arith.addf %[[W]], %[[PW]] : f64
+// CHECK:     scf.yield %[[N]] : f64
+// CHECK:   %[[T:.*]] = scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}) -> (f32) {
+// CHECK:   %[[TW:.*]] = arith.extf %[[T]] : f32 to f64
+// CHECK:   %[[R:.*]] = arith.addf %[[FULL]], %[[TW]] : f64
+// CHECK:   memref.store %[[R]], %{{.*}}[%[[I]]] : memref<4xf64>
+func.func @blocked_sum(%x: memref<4x1000xf32>, %acc: memref<4xf64>) {
+  %k = arith.constant 1.000100e+00 : f32
+  linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
+                  iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<4x1000xf32>) outs(%acc : memref<4xf64>) {
+  ^bb0(%in: f32, %out: f64):
+    %m = arith.mulf %in, %k : f32
+    %w = arith.extf %m : f32 to f64
+    %a = arith.addf %out, %w fastmath<reassoc> : f64
+    linalg.yield %a : f64
+  }
+  return
+}
+
+// -----
+
+// Not blocked: fewer than two blocks, an f64 term, an add without reassoc.
+// CHECK-LABEL: func.func @not_blocked(
+// CHECK-NOT: step %c256
+// CHECK: return
+func.func @not_blocked(%x: memref<4x511xf32>, %y: memref<4x1000xf64>, %z: memref<4x1000xf32>,
+                       %acc: memref<4xf64>) {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
+                  iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<4x511xf32>) outs(%acc : memref<4xf64>) {
+  ^bb0(%in: f32, %out: f64):
+    %w = arith.extf %in : f32 to f64
+    %a = arith.addf %out, %w fastmath<reassoc> : f64
+    linalg.yield %a : f64
+  }
+  linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
+                  iterator_types = ["parallel", "reduction"]}
+      ins(%y : memref<4x1000xf64>) outs(%acc : memref<4xf64>) {
+  ^bb0(%in: f64, %out: f64):
+    %a = arith.addf %out, %in fastmath<reassoc> : f64
+    linalg.yield %a : f64
+  }
+  linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
+                  iterator_types = ["parallel", "reduction"]}
+      ins(%z : memref<4x1000xf32>) outs(%acc : memref<4xf64>) {
+  ^bb0(%in: f32, %out: f64):
+    %w = arith.extf %in : f32 to f64
+    %a = arith.addf %out, %w : f64
+    linalg.yield %a : f64
+  }
+  return
+}

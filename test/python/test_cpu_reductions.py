@@ -134,3 +134,51 @@ def test_reduction_over_a_column_of_nan_and_inf_like_eager():
         fast = mlircap.compile(fn, strict=True)
         fast(x)
         torch.testing.assert_close(fast(x), fn(x), equal_nan=True)
+
+
+F = torch.nn.functional
+# f32 sums over an innermost dim of at least 512 elements are summed in blocks of 256
+# (mlircap-reduction-loops): each block in f32, the blocks' sums in f64
+BLOCKED = {
+    "row_sum_511": (lambda x: x.sum(-1), (8, 511)),       # one loop (fewer than two blocks)
+    "row_sum_512": (lambda x: x.sum(-1), (8, 512)),
+    "row_sum_513": (lambda x: x.sum(-1), (8, 513)),       # a partial last block
+    "row_sum_4097": (lambda x: x.sum(-1), (3, 4097)),
+    "mean_rows": (lambda x: x.mean(-1), (16, 3000)),
+    "var_rows": (lambda x: x.var(-1), (16, 3000)),
+    "layer_norm": (lambda x: F.layer_norm(x, (2048,)), (8, 2048)),
+    "softmax": (lambda x: torch.softmax(x, -1), (8, 2048)),
+    "logsumexp": (lambda x: torch.logsumexp(x, -1), (8, 2048)),
+    "norm": (lambda x: x.norm(dim=-1), (8, 2048)),
+    "sum_all": (lambda x: x.sum(), (1 << 20,)),
+    "sum_23_nchw": (lambda x: x.sum((2, 3)), (2, 4, 32, 32)),   # H, W collapsed to 1024
+}
+
+
+@pytest.mark.parametrize("name", BLOCKED)
+def test_blocked_sums_match_eager_and_are_accurate(name):
+    fn, shape = BLOCKED[name]
+    x = torch.rand(*shape, generator=_gen()) + 0.5      # positive: errors of a long f32 chain add up
+    fast = mlircap.compile(fn, strict=True)
+    with torch.no_grad():
+        fast(x)
+        got = fast(x)
+    want = fn(x)
+    torch.testing.assert_close(got, want)
+    exact = fn(x.double())
+
+    def err(t):   # largest error relative to the result's scale
+        return ((t.double() - exact).abs().max() / exact.abs().max()).item()
+    assert err(got) <= max(2 * err(want), 2.5e-7), (name, err(got), err(want))
+
+
+def test_blocked_sum_of_a_million_is_as_accurate_as_eager():
+    # one f32 chain over 2^20 terms in [0.5, 1.5): relative error ~1e-5; blocks of 256
+    # in f32 and their sums in f64 stay at a few ulps, as eager's cascade sum does
+    x = torch.rand(1 << 20, generator=_gen()) + 0.5
+    fast = mlircap.compile(lambda t: t.sum(-1), strict=True)
+    fast(x)
+    exact = x.double().sum()
+    err = abs(fast(x).double() - exact) / exact
+    eager_err = abs(x.sum().double() - exact) / exact
+    assert err <= max(2 * eager_err, 1.2e-7)
