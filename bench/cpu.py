@@ -39,7 +39,7 @@ import torch  # noqa: E402
 
 import mlircap  # noqa: E402
 from mlircap import models  # noqa: E402
-from mlircap.benchutil import geomean, max_err, timed_first_call  # noqa: E402
+from mlircap.benchutil import geomean, max_err, side_by_side_ms, timed_first_call  # noqa: E402
 
 
 def _overhead_cases():
@@ -84,32 +84,6 @@ def overhead(calls):
         eager_us, fn_us, exe_us = _median_us([fn, fast, exe], args, calls)
         print(f"{name:<10} {getattr(exe, 'n_kernels', '?'):>7} {eager_us:>8.2f} {fn_us:>12.2f} {exe_us:>11.2f}"
               f" {fn_us / eager_us:>8.2f}x", flush=True)
-
-
-def side_by_side_ms(fns, args, rounds=15, block_s=0.02):
-    """Latency in ms of each of `fns` on `args`, measured in turns (see the module
-    docstring): the median over `rounds` rounds of the mean time per call of a
-    block of calls, the block sized from a first timed call to last about `block_s`.
-    Process CPU time on one thread, wall time on more."""
-    import statistics
-    import time
-
-    clock = time.process_time if torch.get_num_threads() == 1 else time.perf_counter
-    with torch.no_grad():
-        for fn in fns:
-            for _ in range(3):
-                fn(*args)
-        t0 = time.perf_counter()
-        fns[0](*args)
-        calls = max(1, int(block_s / max(time.perf_counter() - t0, 1e-6)))
-        samples = [[] for _ in fns]
-        for _ in range(rounds):
-            for fn, out in zip(fns, samples):
-                t0 = clock()
-                for _ in range(calls):
-                    fn(*args)
-                out.append((clock() - t0) / calls * 1e3)
-    return [statistics.median(s) for s in samples]
 
 
 def compile_times(names):

@@ -31,6 +31,30 @@ def latency_ms(fn, args, warmup=3, iters=20, device="cpu", max_seconds=20.0) -> 
     return statistics.median(times)
 
 
+def side_by_side_ms(fns, args, rounds=15, block_s=0.02):
+    """Latency in ms of each of `fns` (CPU) on `args`, measured in turns so that load
+    changes hit each alike: the median over `rounds` rounds of the mean time per call
+    of a block of calls, the block sized from a first timed call to last about
+    `block_s`. Process CPU time on one thread (other processes on a loaded machine do
+    not inflate it), wall time on more."""
+    clock = time.process_time if torch.get_num_threads() == 1 else time.perf_counter
+    with torch.no_grad():
+        for fn in fns:
+            for _ in range(3):
+                fn(*args)
+        t0 = time.perf_counter()
+        fns[0](*args)
+        calls = max(1, int(block_s / max(time.perf_counter() - t0, 1e-6)))
+        samples = [[] for _ in fns]
+        for _ in range(rounds):
+            for fn, out in zip(fns, samples):
+                t0 = clock()
+                for _ in range(calls):
+                    fn(*args)
+                out.append((clock() - t0) / calls * 1e3)
+    return [statistics.median(s) for s in samples]
+
+
 def timed_first_call(fn, args, device="cpu"):
     """(seconds of the first call: capture, compile and one run; output of the
     second call). The output checked is the second call's: mlircap's first call

@@ -71,3 +71,22 @@ def test_llm_kernel_cases_match_eager(name):
     # values as eager's, and something of each compiled.
     fast, _ = compiled_outputs_match_eager(name)
     assert any(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs)
+
+
+def test_demo_reports_result_check_and_side_by_side_speed(capsys):
+    # ./scripts/demo's model part: max |diff| against eager, compile time, eager and
+    # mlircap latency measured in turns (benchutil.side_by_side_ms), on one thread
+    from mlircap import demo
+
+    n = torch.get_num_threads()
+    try:
+        demo.main(["--models", "mlp", "--device", "cpu", "--threads", "1"])
+    finally:
+        torch.set_num_threads(n)
+    out = capsys.readouterr().out
+    assert "cpu, 1 threads" in out
+    row = next(line.split() for line in out.splitlines() if line.startswith("mlp "))
+    err, compile_s, eager_ms, fast_ms, speedup = row[1:6]
+    assert float(err) < 1e-4 and float(compile_s) > 0
+    assert float(speedup.rstrip("x")) == pytest.approx(float(eager_ms) / float(fast_ms), rel=0.02, abs=0.01)
+    assert "fell back" not in out
