@@ -86,6 +86,9 @@ def _build_table() -> dict:
     for op, nd in ((aten.max_pool2d_with_indices_backward.default, 2),
                    (aten.max_pool3d_with_indices_backward.default, 3)):
         table[op] = _max_pool_backward(nd)   # torch-mlir's lowering is a scatter: no CPU kernel
+    from .nonzero import nonzero_static
+
+    table[aten.nonzero_static.default] = nonzero_static   # torch-mlir cannot lower it
     for op in (aten.fmax.default, aten.fmin.default):
         table[op] = _broadcast_operands(op, table.get(op))   # torch-mlir: no broadcasting
     for packet in _OPMATH_REDUCTIONS:

@@ -182,3 +182,16 @@ def test_low_precision_layer_norm_rounds_like_eager(fallback_log, dtype, affine,
         return torch.native_layer_norm(x, list(normalized), ww, bb, 1e-5)
 
     _check(f, args, fallback_log, exact=False)
+
+
+@pytest.mark.parametrize("shape", [(7,), (4, 5), (2, 3, 4), (5, 1, 5)])
+@pytest.mark.parametrize("size", [3, 64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int8, torch.bool])
+def test_nonzero_static(fallback_log, shape, size, dtype):
+    # a static-shape computation (mlircap/nonzero.py): torch-mlir cannot lower the op
+    g = torch.Generator().manual_seed(size)
+    x = torch.randint(-1, 2, shape, generator=g).to(dtype)
+    if dtype.is_floating_point:
+        x.view(-1)[:3] = torch.tensor([float("nan"), -0.0, float("inf")]).to(dtype)
+    _check(lambda t: torch.nonzero_static(t, size=size, fill_value=-7), [x], fallback_log)
+    _check(lambda t: torch.nonzero_static(t * 2, size=size) + 1, [x.to(torch.int32)], fallback_log)
