@@ -30,9 +30,10 @@ from mlircap.capture import HOOK, capture
 CASES = []
 
 
-def case(name, inputs, train=False):
+def case(name, inputs, train=False, mutate=None):
+    """mutate(model, i): run before call i on both copies (a training loop's schedule)."""
     def deco(factory):
-        CASES.append((name, factory, inputs, train))
+        CASES.append((name, factory, inputs, train, mutate))
         return factory
     return deco
 
@@ -2255,6 +2256,77 @@ case("float_arg_temperature", lambda: (R(4, 8), 0.5 + float(torch.rand(()))))(la
 case("scale_jitter_python_random_train", V8, train=True)(lambda: ScaleJitter())
 
 
+class GumbelSoftmaxAnnealed(nn.Module):
+    """Gumbel-softmax whose temperature `self.tau` a training loop anneals between steps
+    (`m.tau = max(0.5, math.exp(-r * step))`): an attribute that changes every call."""
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 6)
+        self.tau = 1.0
+
+    def forward(self, x):
+        logits = self.fc(x)
+        g = -torch.empty_like(logits).exponential_().log()
+        return F.softmax((logits + g) / self.tau, -1)
+
+
+class AdaptiveClipItem(nn.Module):
+    """Clip the update to a maximal norm with a Python coefficient computed from `.item()`:
+    `coef = min(1.0, max_norm / (norm + 1e-6))`, a new float every call."""
+    def __init__(self, max_norm=1.0):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.max_norm = max_norm
+
+    def forward(self, x):
+        u = self.fc(x)
+        norm = u.norm().item()
+        coef = min(1.0, self.max_norm / (norm + 1e-6))
+        return u * coef
+
+
+class NumpyFloat32Stats(nn.Module):
+    """Input normalisation by running statistics kept as NumPy float32 scalars that a data
+    pipeline refreshes between calls (`m.mean, m.std = np.float32(...)`)."""
+    def __init__(self):
+        super().__init__()
+        import numpy as np
+        self.fc = nn.Linear(8, 4)
+        self.mean, self.std = np.float32(0.0), np.float32(1.0)
+
+    def forward(self, x):
+        return self.fc((x - self.mean) * (1.0 / self.std))
+
+
+class WarmupScaleFloatArg(nn.Module):
+    """A learning-rate-like warmup factor computed in the function from a float argument
+    (`w = min(1.0, step / warmup)`) and kept in a variable before it scales the output."""
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x, step):
+        w = min(1.0, step / 100.0)
+        h = self.fc(x)
+        return h * w + (1.0 - w) * x
+
+
+def _anneal(m, i):
+    m.tau = max(0.5, math.exp(-0.3 * (i + 1)))
+
+
+def _refresh_stats(m, i):
+    import numpy as np
+    m.mean, m.std = np.float32(0.1 * i), np.float32(1.0 + 0.25 * i)
+
+
+_STEP = iter(range(1, 10 ** 6))
+case("float_attr_annealed_tau_train", V8, train=True, mutate=_anneal)(lambda: GumbelSoftmaxAnnealed())
+case("float_from_item_clip_coef", V8)(lambda: AdaptiveClipItem())
+case("numpy_float32_attr_stats", V8, mutate=_refresh_stats)(lambda: NumpyFloat32Stats())
+case("float_local_warmup_factor", lambda: (R(4, 8), float(next(_STEP))))(lambda: WarmupScaleFloatArg())
+
+
 # ----------------------------------------------------------------------------- Hugging Face (tiny configs)
 def _hf(kind):
     import transformers as T
@@ -2347,7 +2419,7 @@ def _seed(k):
         np.random.seed(k)
 
 
-def run_mine(name, factory, inputs, train):
+def run_mine(name, factory, inputs, train, mutate=None):
     torch.manual_seed(0)
     ref = factory().train(train)
     m = copy.deepcopy(ref)
@@ -2357,6 +2429,9 @@ def run_mine(name, factory, inputs, train):
     ok = True
     t_first = None
     for i, args in enumerate(calls):
+        if mutate is not None:
+            mutate(ref, i)
+            mutate(m, i)
         _seed(100 + i)
         import contextlib
         import io
@@ -2416,7 +2491,7 @@ def run_mine(name, factory, inputs, train):
                 full=(graphs_first == 1 and breaks_first == 0 and not eager))
 
 
-def run_dynamo(name, factory, inputs, train):
+def run_dynamo(name, factory, inputs, train, mutate=None):
     import torch._dynamo as dynamo
     dynamo.reset()
     torch.manual_seed(0)
@@ -2435,6 +2510,9 @@ def run_dynamo(name, factory, inputs, train):
     import contextlib
     import io
     for i, args in enumerate(calls):
+        if mutate is not None:
+            mutate(ref, i)
+            mutate(m, i)
         with contextlib.redirect_stdout(io.StringIO()):
             _seed(100 + i)
             re = ref(*_clone(args))
@@ -2449,6 +2527,8 @@ def run_dynamo(name, factory, inputs, train):
             t_first = dt
             g_first = counts["graphs"]
         ok = ok and _same(re, rc) and _same(_state(ref), _state(m))
+    # graphs compiled after the first call: a recompile (a guard failed on new values)
+    recompiled = counts["graphs"] > g_first
     breaks = None
     eager = False
     try:
@@ -2467,7 +2547,7 @@ def run_dynamo(name, factory, inputs, train):
             breaks = max(1, len(e.break_reasons))
     except Exception:  # noqa: BLE001
         pass
-    return dict(ok=ok, graphs=g_first, breaks=breaks, t_capture=t_first, eager=eager,
+    return dict(ok=ok, graphs=g_first, breaks=breaks, t_capture=t_first, eager=eager, recompiled=recompiled,
                 full=(g_first == 1 and (breaks or 0) == 0))
 
 
@@ -2482,11 +2562,11 @@ def main():
     BACKEND = _aot_backend if args.backend == "aot" else _eager_backend
     warnings.simplefilter("ignore")
     rows = []
-    for name, factory, inputs, train in CASES:
+    for name, factory, inputs, train, mutate in CASES:
         if args.filter and args.filter not in name:
             continue
-        mine = run_mine(name, factory, inputs, train)
-        dyn = None if args.no_dynamo else run_dynamo(name, factory, inputs, train)
+        mine = run_mine(name, factory, inputs, train, mutate)
+        dyn = None if args.no_dynamo else run_dynamo(name, factory, inputs, train, mutate)
         rows.append((name, mine, dyn))
     hdr = f"{'case':34s} | {'ours: gr brk full ok  capt_ms guard_us':40s} | {'dynamo: gr brk full ok  capt_ms':32s}"
     print(f"mlircap.capture bench (hook: {HOOK}, python {sys.version.split()[0]}, torch {torch.__version__})")
@@ -2530,6 +2610,8 @@ def main():
         dbrk = [d["breaks"] for d in drows if d.get("breaks") is not None]
         dt = [d["t_capture"] * 1e3 for d in drows if d.get("t_capture") is not None]
         deager = sum(bool(d.get("eager")) for d in drows)
+        drec = [r[0] for r in rows if r[2].get("recompiled")]
+        print(f"dynamo: cases recompiled within {NCALLS} calls {len(drec)}: {drec}")
         print(f"dynamo: full-graph {dfull}/{n} ({100.0 * dfull / n:.1f}%), correct {dok}/{n}, eager-fallback cases {deager}, "
               f"breaks/case {statistics.mean(dbrk) if dbrk else float('nan'):.2f}, capture ms/case median "
               f"{statistics.median(dt):.1f} mean {statistics.mean(dt):.1f}")

@@ -1677,7 +1677,7 @@ def all_cases():
     global ALL_CASES
     if ALL_CASES is None:
         import capture   # bench/capture.py: this script's directory is on sys.path
-        ALL_CASES = [(n, f, i, t, "capture") for n, f, i, t in capture.CASES] + \
+        ALL_CASES = [(n, f, i, t, "capture") for n, f, i, t, *_ in capture.CASES] + \
                     [(n, f, i, t, "new") for n, f, i, t in NEW_CASES]
         names = [c[0] for c in ALL_CASES]
         assert len(names) == len(set(names)), "duplicate case names"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextvars
 import copy
 import logging
+import random
 import sys
 import types
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from typing import Any
 
 import torch
 
+from .. import logs as _logs
 from .base import Unreplayable, _Canned, _MISSING
 from .guard_kinds import Equals, Lengths, TypeIs
 from .frame_hook import _E, _NULL
@@ -367,8 +369,12 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
         except Unreplayable as e:
             self.unreplayable = self.unreplayable or f"{reason}: {e}"
             return
-        k = self._call_step(fe, ae, ke, reason, external=True)
-        self._add_break(reason, _frame_loc(frame))
+        k = self._hoisted_step(fe, ae, ke, reason) if _rng_draw(f, args, kwargs) else None
+        if k is None:
+            k = self._call_step(fe, ae, ke, reason, external=True)
+            self._add_break(reason, _frame_loc(frame))
+        else:
+            _logs.log("graph_breaks", f"{reason} at {_frame_loc(frame)}: run before the graph, which it does not split")
         self.ext_depth += 1
 
         def finish(fr: types.FrameType) -> None:
@@ -454,6 +460,21 @@ def _reads_only_its_operands(f: Any, args: list, kwargs: dict) -> bool:
 
 _HEAPTYPE = 1 << 9   # Py_TPFLAGS_HEAPTYPE: classes made by Python code (and 3.12's heap C types)
 _SCALAR_ARGS = (str, bytes, int, float, bool, type(None))
+
+
+def _rng_draw(f: Any, args: list, kwargs: dict) -> bool:
+    """A method of a Python `random.Random` or a NumPy RandomState / Generator (their module
+    functions are bound methods of hidden instances) called with numbers and strings only:
+    it reads and writes its generator's state alone."""
+    so = getattr(f, "__self__", None)
+    if so is None and args and getattr(type(args[0]), getattr(f, "__name__", ""), None) is f:
+        so, args = args[0], args[1:]   # the LOAD_METHOD form: the method's class's, the receiver first
+    if so is None or not (isinstance(so, random.Random) or type(so).__name__ in ("RandomState", "Generator") and
+                          type(so).__module__.startswith("numpy.random")):
+        return False
+    flat = list(args) + list(kwargs.values())
+    flat += [y for x in flat if type(x) is tuple for y in x]
+    return all(type(x) in _SCALAR_ARGS or type(x) is tuple for x in flat)
 
 # logger methods that only write when the logger is enabled for their level (None: the
 # level is the first argument)

@@ -16,6 +16,8 @@ operands are the program's own values, guarded where they were read: they enter 
 expressions as literals (numbers and strings only)."""
 from __future__ import annotations
 
+import builtins
+import math
 import operator
 import re
 import sys
@@ -27,8 +29,9 @@ import torch
 from ._bytecode import _instrs, _nb_op, _order
 from .base import PY312
 from .classify import _classify
-from .frame_hook import _E
-from .guard_kinds import Equals, Number
+from .frame_hook import _E, _NULL
+from .guard_kinds import Equals, Number, TypeIs
+from .typeinfo import _np_float
 
 _CMP = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
         ">=": operator.ge}
@@ -38,11 +41,28 @@ _NOOPS = ("PRECALL", "KW_NAMES", "NOP", "EXTENDED_ARG", "CACHE")
 _JUMPS = ("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP", "JUMP_NO_INTERRUPT")
 _CONV = {0: "{}", 1: "str({})", 2: "repr({})", 3: "ascii({})"}
 _MAX_STEPS = 48
+# functions of numbers alone: called with followed numbers, their result is followed
+_PURE_NUMERIC = {f: n for n, f in [(n, getattr(builtins, n)) for n in ("max", "min", "abs", "float", "round", "pow")] +
+                 [(f"math.{n}", getattr(math, n)) for n in (
+                     "sqrt", "exp", "log", "log2", "log10", "log1p", "expm1", "sin", "cos", "tan", "tanh", "atan",
+                     "sinh", "cosh", "erf", "pow", "fabs", "floor", "ceil", "hypot", "copysign")]}
+_ATTR_KEYS = 1 << 20
+_BUILDS = ("BUILD_TUPLE", "BUILD_LIST", "BUILD_MAP", "BUILD_CONST_KEY_MAP")
+# (pops, pushes) of instructions that only touch their operands: with no followed operand,
+# the followed slots below them just move
+_EFFECTS = {
+    "BINARY_SUBSCR": lambda a: (2, 1), "BINARY_SLICE": lambda a: (3, 1), "BUILD_SLICE": lambda a: (a, 1),
+    "BUILD_TUPLE": lambda a: (a, 1), "BUILD_LIST": lambda a: (a, 1), "BUILD_MAP": lambda a: (2 * a, 1),
+    "BUILD_CONST_KEY_MAP": lambda a: (a + 1, 1), "UNARY_NOT": lambda a: (1, 1), "UNARY_INVERT": lambda a: (1, 1),
+    "UNARY_POSITIVE": lambda a: (1, 1), "CONTAINS_OP": lambda a: (2, 1), "IS_OP": lambda a: (2, 1),
+    "STORE_ATTR": lambda a: (2, 0), "STORE_SUBSCR": lambda a: (3, 0), "GET_LEN": lambda a: (1, 2),
+}   # flow keys of attributes: -(_ATTR_KEYS + i); of float arguments: -(index + 1)
 
 
-def _np_float(v: Any) -> bool:
-    """A NumPy float64 scalar (a float subclass: `np.float64(0.1)`, a float64 array's item)."""
-    return isinstance(v, float) and type(v).__module__ == "numpy"
+def _followable(v: Any) -> bool:
+    """A float a variable or a graph input may follow: a fresh object of each computation (not
+    an int: small ints are shared, so another int in a variable could look the same); not NaN."""
+    return (type(v) is float or _np_float(v)) and v == v
 
 
 def _binop(arg: int | None) -> str | None:
@@ -82,6 +102,7 @@ class _FlowMixin:
         """res (the result of break k, an int or float) is at the top of frame's stack."""
         self.keep.append(res)
         self.flows_open[k] = res
+        self.flow_vals[k] = res
         self.flow_frames.setdefault(frame, _Flow()).waiting.append((f"b{k}", frozenset((k,)), res))
         self._flow_tick(frame)
         return True
@@ -142,13 +163,27 @@ class _FlowMixin:
             if sym is None or a is None or b is None:
                 return None
             return _shift(fl, 2, 1, (f"({a[0]} {sym} {b[0]})", a[1] | b[1]))
+        if op == "POP_TOP":   # a value dropped: nothing computed from it is used
+            dropped = slots.get(0)
+            _shift(fl, 1, 0)
+            for k in dropped[1] if dropped else ():
+                self._flow_settled(k)
+            return True
+        eff = _EFFECTS.get(op)
+        if eff is not None and op not in _BUILDS:
+            pops, pushes = eff(arg)
+            return _shift(fl, pops, pushes) if not any(p < pops for p in slots) else None
+        if op == "UNARY_NEGATIVE":
+            if 0 in slots:
+                slots[0] = (f"(-{slots[0][0]})", slots[0][1])
+            return True
         if op.startswith("POP_JUMP") and ("IF_FALSE" in op or "IF_TRUE" in op):
             if 0 in slots:
                 expr, ks = slots[0]
                 value = _E.peek(fr, 0)
-                if type(value) is not bool:
+                if type(value) is not bool or self._flow_stale(ks):
                     return None
-                self.guard(Equals(expr, _pretty(expr), value, exact=bool), pos=max(max(ks) + 1, 0))
+                self.guard(Equals(expr, _pretty(expr), value, exact=bool), pos=self._flow_guard_pos(ks))
                 _shift(fl, 1, 0)
                 for k in ks:
                     self._flow_settled(k)
@@ -174,12 +209,43 @@ class _FlowMixin:
                 return None
             return _shift(fl, arg, 1, ("(" + " + ".join(x[0] for x in parts) + ")",
                                        frozenset().union(*(x[1] for x in parts))))
+        if op == "STORE_FAST":
+            if 0 not in slots:
+                self.flow_locals.pop((fr, arg), None)
+                return _shift(fl, 1, 0)
+            obj = _E.peek(fr, 0)
+            if not _followable(obj):
+                return None
+            # a variable holding a followed float: its loads are followed again (op_load_fast)
+            self.flow_locals[(fr, arg)] = (*slots[0], obj)
+            self.keep.append(obj)
+            return _shift(fl, 1, 0)
         if op == "RETURN_VALUE" and 0 in slots:
+            if self._flow_root_frame(fr):
+                return self._flow_returned(fl, fr, (0,), 1, 0)
             return self._flow_return(fl, fr)
+        if op in _BUILDS and not any(p < _EFFECTS[op](arg)[0] for p in slots):
+            return _shift(fl, *_EFFECTS[op](arg))
+        if op in _BUILDS and any(p < (2 * arg if op == "BUILD_MAP" else arg) for p in slots):
+            # `return y, lam`, `return {"loss": loss.item()}`: built and returned at once
+            n = 2 * arg if op == "BUILD_MAP" else arg + (op == "BUILD_CONST_KEY_MAP")
+            nxt = _instrs(fr.f_code).get(_next_offsets(fr.f_code, fr.f_lasti, ins)[0])
+            if nxt is None or nxt[0] != "RETURN_VALUE" or not self._flow_root_frame(fr):
+                return None
+            vals = range(1, n, 2) if op == "BUILD_MAP" else range(1 if op == "BUILD_CONST_KEY_MAP" else 0, n)
+            if any(p < n and p not in vals for p in slots):
+                return None   # a followed key
+            return self._flow_returned(fl, fr, tuple(p for p in vals if p in slots), n, 1)
         if op == "CALL":
             if arg in slots or arg + 1 in slots:
                 return None   # the callable or the bound receiver
             given = {p: t for p, t in slots.items() if p < arg}
+            if given:
+                pure = self._flow_pure_call(fl, fr, arg)
+                if pure is not None:
+                    return _shift(fl, arg + 2, 1, pure)
+            if given and self._flow_stale(frozenset().union(*(t[1] for t in given.values()))):
+                return None
             if given:
                 objs = [_E.peek(fr, p) for p in range(arg)]
                 for p in given:   # a value another argument also is (a cached small int) is ambiguous
@@ -188,13 +254,57 @@ class _FlowMixin:
                 ks = frozenset().union(*(t[1] for t in given.values()))
                 self.flow_call = (fr, fr.f_lasti, {id(objs[p]): t[0] for p, t in given.items()}, ks)
                 self.keep.extend(objs[p] for p in given)
-                for k in ks:
-                    if k in self.flows_open:
-                        self.flows_given[k] = self.flows_open.pop(k)
-                    elif k in self.flows_scalar:   # also a graph input: this call needs it too
-                        self.flows_given[k] = self.flows_scalar[k]
+                for k in ks:   # (also one a graph input took: this call needs it too)
+                    if k not in self.flows_guarded:
+                        self.flows_given[k] = self.flows_open.pop(k, self.flow_vals[k])
             return _shift(fl, arg + 2, 1)
         return None
+
+    def _flow_pure_call(self, fl: _Flow, fr: types.FrameType, argc: int) -> tuple[str, frozenset[int]] | None:
+        """`max(m, 1e-6)`, `math.sqrt(d)`, `float(r)`: a function of numbers alone, with no
+        state, called with followed numbers and literals: its result is followed, as the
+        expression of the call (None: any other call)."""
+        if self.kwnames.get(fr) or _E.peek(fr, argc + 1) is not _NULL:
+            return None
+        f = _E.peek(fr, argc)
+        try:
+            name = _PURE_NUMERIC.get(f)
+        except TypeError:   # unhashable
+            return None
+        if name is None:
+            return None
+        ops = []
+        for p in range(argc - 1, -1, -1):
+            v = _E.peek(fr, p)
+            o = _operand(fl, fr, p, None)
+            if o is None or not (type(v) in (int, float) or _np_float(v)):
+                return None
+            ops.append(o)
+        return (f"{self.const(f, name)}({', '.join(o[0] for o in ops)})", frozenset().union(*(o[1] for o in ops)))
+
+    def _flow_root_frame(self, fr: types.FrameType) -> bool:
+        """fr is the captured function's own frame (its return value is the call's)."""
+        caller = fr.f_back
+        return fr.f_code is self.code and (caller is None or caller.f_trace is None or _classify(caller.f_code) != "user")
+
+    def _flow_returned(self, fl: _Flow, fr: types.FrameType, pos: tuple[int, ...], pops: int, pushes: int) -> bool | None:
+        """Followed floats the captured function returns (at pos): the replay returns them as
+        their expressions (`expr_of`) instead of as the values of this recording, which then
+        need no guard.  Not an attribute: read at the end of the replay, after its writes."""
+        items = []
+        for p in pos:
+            expr, ks = fl.slots[p]
+            obj = _E.peek(fr, p)
+            if not (type(obj) is float or _np_float(obj)) or any(k in self.flow_pos for k in ks):
+                return None
+            items.append((obj, expr, ks))
+        _shift(fl, pops, pushes)
+        for obj, expr, ks in items:
+            self.flow_ret[id(obj)] = (obj, expr)
+            self.keep.append(obj)
+            for k in ks:
+                self._flow_settled(k)
+        return True
 
     def _flow_return(self, fl: _Flow, fr: types.FrameType) -> bool | None:
         """A traced function returns a followed number (`random.uniform(a, b)`: `a + (b - a) *
@@ -227,6 +337,10 @@ class _FlowMixin:
         if not (type(obj) is float or _np_float(obj)) or not isinstance(other, torch.Tensor):
             return False
         expr, ks = fl.slots[pos]
+        if self._flow_stale(ks):
+            return False
+        if self.flow_scalar is not None:   # an operand the operator never took (graph.py)
+            self._flow_escape_keys(self.flow_scalar[3])
         self.flow_scalar = (id(obj), obj, expr, ks)
         self.keep.append(obj)
         for k in ks:
@@ -243,46 +357,122 @@ class _FlowMixin:
     def op_load_fast(self, frame: types.FrameType, arg: int | None, name: Any) -> None:
         """A float argument of the captured function loaded (`x * scale`, `if t > 0.5`):
         followed like a break's number (key -(i + 1), expression L[i]), so that a new value
-        recompiles only where the program needs the value itself."""
+        recompiles only where the program needs the value itself.  So is a variable the
+        follower stored a followed float into (`s = t.item()`, `lr = base * decay`), while
+        it still holds that float."""
+        ent = self.flow_locals.get((frame, arg)) if self.flow_locals else None
+        if ent is not None:
+            expr, ks, obj = ent
+            if _E.local_raw(frame, arg) is obj:
+                self._flow_load(frame, expr, ks, obj)
+                return
+            del self.flow_locals[(frame, arg)]
         fa = self.float_args.get(name)
         if fa is None or frame.f_code is not self.code:
             return
         i, a = fa
         if _E.local_raw(frame, arg) is not a:
             return   # the variable holds another value now
-        k = -(i + 1)
+        self._flow_load(frame, f"L[{i}]", frozenset((-(i + 1),)), a)
+
+    def _flow_load(self, frame: types.FrameType, expr: str, ks: frozenset[int], obj: Any) -> None:
+        """obj (the value of expr, computed from the numbers ks) is pushed by the instruction
+        about to run in frame: followed from the next one on."""
         p = self.pending.get(frame)
         if p is not None and p != self._flow_tick:
-            self._flow_escape(k)
+            self._flow_escape_keys(ks)
             return
-        self.flows_open[k] = a
-        self.flow_frames.setdefault(frame, _Flow()).waiting.append((f"L[{i}]", frozenset((k,)), a))
+        for k in ks:
+            if k not in self.flows_guarded:
+                self.flows_open[k] = self.flow_vals[k]
+        self.flow_frames.setdefault(frame, _Flow()).waiting.append((expr, ks, obj))
         self.pending[frame] = self._flow_tick
 
+    def _flow_root(self, k: int | None, expr: str, pretty: str, v: Any, pos: int = 0,
+                   group: tuple | None = None) -> int:
+        """A float read from expr (an argument, an attribute) followed instead of guarded by
+        value (its type is guarded where it was read); returns its key (< 0; k, or a new one
+        for an attribute: None).  Its guard if it escapes: the value, at pos.  An attribute
+        is read again by the replay (a graph input, a guard, a replayed call): followed only
+        until the next break (an uncapturable call may write it)."""
+        if k is None:
+            k = -(_ATTR_KEYS + len(self.flow_pos))
+            self.flow_pos[k] = pos
+        self.flow_roots[k] = (expr, pretty, v, pos, group)
+        self.flow_vals[k] = v
+        self.keep.append(v)
+        return k
+
+    def _flow_attr(self, frame: types.FrameType | None, expr: str, pretty: str, v: Any, owner: int, name: str,
+                   group: tuple) -> bool:
+        """A float attribute read by LOAD_ATTR (`self.scale`, `cfg.temperature`): followed
+        like a float argument (its type guarded here, its value only where the program needs
+        it), so that a schedule changing it between calls does not recompile.  False: read
+        (and guarded) as any other value."""
+        if frame is None or not _followable(v) or (owner, name) in self.dirty:
+            return False
+        k = self.flow_attrs.get(expr)
+        if k is None:
+            p = self.pending.get(frame)
+            if expr in self.read_exprs or p is not None and p != self._flow_tick:
+                return False
+            self.read_exprs.add(expr)
+            self.guard(TypeIs(expr, pretty, type(v)), group=group)
+            k = self.flow_attrs[expr] = self._flow_root(None, expr, pretty, v, pos=self.ncalls, group=group)
+        elif k in self.flows_guarded:
+            return True   # guarded by value
+        elif self.flow_vals[k] is not v or self.flow_pos[k] != self.ncalls:
+            self._flow_escape(k)   # a break since it was read: guarded by the value read then
+            return True
+        self._flow_load(frame, expr, frozenset((k,)), v)
+        return True
+
+    def _flow_guard_pos(self, ks: frozenset[int]) -> int:
+        """Where a guard on an expression of the numbers ks goes: after the last break among
+        them, or where the attribute among them was read (a float argument: before the call)."""
+        return max(k + 1 if k >= 0 else self.flow_pos.get(k, 0) for k in ks)
+
+    def _flow_stale(self, ks: frozenset[int]) -> bool:
+        """An attribute among ks was read before the last break: reading it again at the
+        replay's step now may not give the value the program read (escape it instead)."""
+        return bool(self.flow_pos) and any(self.flow_pos.get(k, self.ncalls) != self.ncalls for k in ks)
+
     def _flow_escape_args(self) -> None:
-        """Every float argument guarded by value (its frame's variables are read otherwise:
-        locals(), vars())."""
+        """Every float argument and followed variable guarded by value (its frame's variables
+        are read otherwise: locals(), vars())."""
         for i, _ in list(self.float_args.values()):
             self._flow_escape(-(i + 1))
+        for _, ks, _ in list(self.flow_locals.values()):
+            self._flow_escape_keys(ks)
+
+    def _flow_escape_keys(self, ks: frozenset[int]) -> None:
+        for k in ks:
+            self._flow_escape(k)
 
     def _flow_escape(self, k: int) -> None:
         """Guard the result of break k by value, right after the break (as `_call_result`);
-        a float argument (k < 0) before the call."""
+        a float argument or attribute (k < 0) where it was read."""
         if k < 0:
-            for n, (i, a) in list(self.float_args.items()):
+            root = self.flow_roots.pop(k, None)
+            self.flows_open.pop(k, None)
+            self.flows_given.pop(k, None)
+            self.flows_scalar.pop(k, None)
+            if root is None:
+                return
+            self.flows_guarded.add(k)
+            for n, (i, _) in list(self.float_args.items()):
                 if -(i + 1) == k:
                     del self.float_args[n]   # guarded: not followed any more
-                    self.flows_open.pop(k, None)
-                    self.flows_given.pop(k, None)
-                    self.flows_scalar.pop(k, None)
-                    self.guard(Number(f"L[{i}]", n, a, type(a)), pos=0)
+            expr, pretty, a, pos, group = root
+            self.guard(Number(expr, pretty, a, type(a)), pos=pos, group=group)
             return
-        res = self.flows_open.pop(k, None)
-        given = self.flows_given.pop(k, None)
-        scalar = self.flows_scalar.pop(k, None)
-        res = res if res is not None else given if given is not None else scalar
-        if res is None:
+        self.flows_open.pop(k, None)
+        self.flows_given.pop(k, None)
+        self.flows_scalar.pop(k, None)
+        if k in self.flows_guarded or k not in self.flow_vals:
             return
+        res = self.flow_vals[k]
+        self.flows_guarded.add(k)
         saved, self.ncalls = self.ncalls, k + 1
         try:
             self._call_result(k, res)
@@ -309,14 +499,16 @@ class _FlowMixin:
     def close_flows(self) -> None:
         """End of the recording: numbers still followed, or handed to a call that was not
         replayed with their expression (a traced function, a torch function), are guarded."""
+        if self.flow_scalar is not None:   # an operand the operator never took (graph.py)
+            self._flow_escape_keys(self.flow_scalar[3])
+            self.flow_scalar = None
         for k in list(self.flows_open):
             self._flow_escape(k)
         for k in list(self.flows_given):
             if k not in self.flows_used:
                 self._flow_escape(k)
-        for k in list(self.flows_scalar):
-            if k not in self.flows_scalar_ok:   # the operator did not take it as a graph input
-                self._flow_escape(k)
+        for k in list(self.flows_scalar):   # (graph.py _scalar_input resolves each use)
+            self._flow_escape(k)
 
     def _data_result(self, k: int, res: Any) -> None:
         """The number or text a data-dependent operation returned (`loss.item()`, `float(t)`,
@@ -327,6 +519,7 @@ class _FlowMixin:
             self._call_result(k, res)
             return
         self.flows_open[k] = res
+        self.flow_vals[k] = res
         self.keep.append(res)
         self.flow_frames.setdefault(f, _Flow()).waiting.append((f"b{k}", frozenset((k,)), res))
         self.pending[f] = self._flow_tick

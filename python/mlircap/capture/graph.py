@@ -22,7 +22,7 @@ from .classify import (
 )
 from .locations import _user_location, _user_stack_trace
 from .guards import _ambient
-from .typeinfo import _is_constant_value, _is_frozen_dataclass, _is_ndarray
+from .typeinfo import _is_constant_value, _is_frozen_dataclass, _is_ndarray, _np_float
 
 
 # ----------------------------------------------------------------------------------
@@ -153,6 +153,15 @@ class _GraphMixin:
     def _after_torch(self, func: Callable, name: str, args: tuple, kwargs: dict, res: Any) -> Any:
         flat_res, _ = tree_flatten(res)
         has_t = any(isinstance(x, torch.Tensor) for x in flat_res)
+        fs = self.flow_scalar
+        if fs is not None:
+            # the operator of `x * r` flows.py expects: it takes r as a graph input, or r is
+            # guarded by value now (any other function: r did not reach it as expected)
+            self.flow_scalar = None
+            if not (has_t and name in _SCALAR_OPERATORS and len(args) == 2 and not kwargs and
+                    any(a is fs[1] for a in args)):
+                self._flow_escape_keys(fs[3])
+                fs = None
         dyn = self._dyn_shape_args(args, kwargs)
         if not has_t and name not in ("__setitem__", "__set__", "__delitem__"):
             if name in _META_OK and not (dyn and name in _SHAPE_META):
@@ -188,11 +197,10 @@ class _GraphMixin:
         try:
             if dyn and (name in _SPLITTERS or name == "__iter__"):
                 raise Unreplayable(f"{name} of a tensor whose shape depends on tensor data")
-            fs = self.flow_scalar
-            if fs is not None and name in _SCALAR_OPERATORS and len(args) == 2 and not kwargs and \
-                    any(a is fs[1] for a in args):
-                self.flow_scalar = None
-                args = self._scalar_input(func, args, res, fs)
+            if fs is not None:
+                args = self._scalar_input(func, name, args, res, fs)
+            elif name in _BOUND_OPS and self.flow_call is not None:
+                args, kwargs = self._scalar_bounds(func, args, kwargs, res)
             if _has_np_scalar((args, kwargs)):
                 args, kwargs = self._np_scalar_args(func, name, args, kwargs, res)
             self._record(func, name, args, kwargs, res)
@@ -236,29 +244,82 @@ class _GraphMixin:
         self._call_result(k, res, external=True)
         return res
 
-    def _scalar_input(self, func: Callable, args: tuple, res: Any, fs: tuple) -> tuple:
-        """`x * r` with r a float computed from graph-break results that flows.py follows
-        (`random.random()`, `rs.uniform(0.9, 1.1)`, `1 - lam`): r becomes an input of the
-        graph, a 0-d float64 tensor made from its replay expression, where the operator gives
-        the same result with it (torch reads a 0-d tensor's value as it reads a Python float's
-        for a floating tensor; an integer tensor times a float differs in dtype: kept a
-        constant, and the number guarded).  CPU tensors only."""
+    def _scalar_input(self, func: Callable, name: str, args: tuple, res: Any, fs: tuple) -> tuple:
+        """`x * r` with r a float computed from numbers flows.py follows (graph-break results
+        `random.random()`, `t.item()`; float arguments and attributes; `1 - lam`): r becomes
+        an input of the graph, a 0-d float64 tensor made from its replay expression, where
+        the operator gives the same result with it; else r is guarded by value now.
+        torch reads a 0-d float64 tensor as it reads a Python float, which it wraps as one:
+        on the CPU the two are the same operand.  On another device the tensor is made on
+        the other operand's device (a compiled graph takes its inputs there), which the
+        operator reads in that operand's dtype, whereas a Python float is read in the
+        operator's compute type (and `x / r` multiplies by 1 / r): the same for float32 and
+        float64 operands of +, - and * only.  An integer tensor times a float differs in
+        dtype: kept a constant, and r guarded."""
         _, obj, expr, ks = fs
         other = args[1] if args[0] is obj else args[0]
-        if not isinstance(other, torch.Tensor) or other.device.type != "cpu" or not isinstance(res, torch.Tensor):
+        dev = other.device if isinstance(other, torch.Tensor) else None
+        if dev is None or not isinstance(res, torch.Tensor) or dev.type != "cpu" and \
+                (other.dtype not in (torch.float32, torch.float64) or name not in _SCALAR_OPERATORS_ANY_DEVICE):
+            self._flow_escape_keys(ks)
             return args
-        t = _scalar_tensor(obj)
+        t = _scalar_tensor(obj, None if dev.type == "cpu" else dev)
         args2 = tuple(t if a is obj else a for a in args)
         try:
             res2 = func(*args2)
         except Exception:
-            return args
-        if not _same_result(res, res2):
+            res2 = None
+        if res2 is None or not _same_result(res, res2):
+            self._flow_escape_keys(ks)
             return args
         self.keep.append(t)
-        self.src[id(t)] = (f"{self.const(_scalar_tensor)}({expr})", f"<{_pretty_flow(expr)} as a graph input>", True)
-        self.flows_scalar_ok.update(ks)   # no guard for this use (close_flows)
+        made = f"{self.const(_scalar_tensor)}({expr})" if dev.type == "cpu" else \
+            f"{self.const(_scalar_tensor)}({expr}, {self.const(dev)})"
+        self.src[id(t)] = (made, f"<{_pretty_flow(expr)} as a graph input>", True)
+        for k in ks:   # this use needs no guard (close_flows)
+            self.flows_scalar.pop(k, None)
         return args2
+
+    def _scalar_bounds(self, func: Callable, args: tuple, kwargs: dict, res: Any) -> tuple[tuple, dict]:
+        """`x.clamp(-3 * s, 3 * s)` with s followed by flows.py (`s = float(x.std())`) and
+        called right from the user's frame: the bounds become graph inputs (0-d float64
+        tensors on x's device), as `_scalar_input` makes them for `x * s`.  torch casts a
+        bound, a Python float or a 0-d tensor, to x's dtype: the same for float32 and
+        float64 x on any device (not assumed for other dtypes: they stay constants)."""
+        fc = self.flow_call
+        f = sys._getframe(1)
+        while f is not None and (f.f_code.co_filename.startswith(_CAPTURE_DIR) or
+                                 f.f_code.co_filename == _OVERRIDES_FILE):
+            f = f.f_back
+        x = args[0] if args else None
+        if f is not fc[0] or f.f_lasti != fc[1] or not isinstance(x, torch.Tensor) or \
+                x.dtype not in (torch.float32, torch.float64) or not isinstance(res, torch.Tensor):
+            return args, kwargs
+        exprs, dev = fc[2], None if x.device.type == "cpu" else x.device
+        made: dict[int, torch.Tensor] = {}
+
+        def sub(v: Any) -> Any:
+            if id(v) in exprs and (type(v) is float or _np_float(v)):
+                made[id(v)] = made.get(id(v)) or _scalar_tensor(v, dev)
+                return made[id(v)]
+            return v
+        args2 = (x,) + tuple(sub(a) for a in args[1:])
+        kwargs2 = {k: sub(v) for k, v in kwargs.items()}
+        if len(made) != len(exprs):   # a followed value it takes otherwise (or elsewhere)
+            return args, kwargs
+        try:
+            res2 = func(*args2, **kwargs2)
+        except Exception:
+            return args, kwargs
+        if not _same_result(res, res2):
+            return args, kwargs
+        for vid, t in made.items():
+            self.keep.append(t)
+            e = exprs[vid]
+            c = f"{self.const(_scalar_tensor)}({e})" if dev is None else f"{self.const(_scalar_tensor)}({e}, {self.const(dev)})"
+            self.src[id(t)] = (c, f"<{_pretty_flow(e)} as a graph input>", True)
+        self.flows_used.update(fc[3])   # taken by the graph: no guard (close_flows)
+        return args2, kwargs2
 
     def _np_scalar_args(self, func: Callable, name: str, args: tuple, kwargs: dict, res: Any) -> tuple:
         """NumPy scalars among the arguments (`x * np.sqrt(d)`, `y[:, :np.int64(2)]`) become
@@ -310,6 +371,29 @@ class _GraphMixin:
         k = self.ncalls
         self.ncalls += 1
         self.steps.append(CallStep(k, fe, ae, ke, reason, external=external))
+        return k
+
+    def _hoisted_step(self, fe: str, ae: list[str], ke: dict[str, str], reason: str) -> int | None:
+        """A draw from a Python or NumPy RNG (`random.random()`, `rs.uniform(0.9, 1.1)`) with
+        no tensor argument, met inside a graph: it touches nothing but its generator's state,
+        so the replay runs it before the open graph instead of splitting the graph there (as
+        Dynamo runs Python random draws before its graph).  The guards placed after it (the
+        branch it decides) are then checked before that graph runs.  Not when the graph so far
+        draws from torch's RNG: a replay that misses after the draw logs the torch RNG state
+        it left (rng.py), which must be the state after those draws.  None: not hoisted."""
+        seg = self.cur
+        if seg is None or not seg.nops:
+            return None
+        for n in seg.graph.nodes:
+            if n.op == "call_function" and any(w in _fname(n.target) for w in _RNG_WORDS):
+                return None
+        at = next((i for i in range(len(self.steps) - 1, -1, -1)
+                   if isinstance(self.steps[i], GraphStep) and self.steps[i].seg is seg), None)
+        if at is None:
+            return None
+        k = self.ncalls
+        self.ncalls += 1
+        self.steps.insert(at, CallStep(k, fe, ae, ke, reason, external=True))
         return k
 
     def _close_seg(self) -> None:
@@ -447,13 +531,28 @@ _SCALAR_OPERATORS = {"mul", "add", "sub", "div", "rsub", "true_divide", "__mul__
                      "__radd__", "__sub__", "__rsub__", "__truediv__", "__rtruediv__", "__div__", "__rdiv__"}
 
 
-def _scalar_tensor(v: float) -> torch.Tensor:
+# ... of those, the ones where a 0-d float64 tensor on the other operand's device gives what a
+# Python float gives on any device, for a float32 or float64 operand (graph.py _scalar_input)
+_SCALAR_OPERATORS_ANY_DEVICE = {"mul", "add", "sub", "rsub", "__mul__", "__rmul__", "__add__", "__radd__",
+                                "__sub__", "__rsub__"}
+
+
+# torch functions taking float bounds, which graph.py _scalar_bounds makes graph inputs
+_BOUND_OPS = {"clamp", "clip", "clamp_min", "clamp_max"}
+_CAPTURE_DIR = __file__.rsplit("/", 1)[0] + "/"
+_OVERRIDES_FILE = torch.overrides.__file__
+
+
+def _scalar_tensor(v: float, device: torch.device | None = None) -> torch.Tensor:
     """A float graph input (graph.py _scalar_input) as the graph takes it (a normal tensor
-    also under inference_mode: graphs read their inputs' version counters)."""
+    also under inference_mode: graphs read their inputs' version counters).  On a device
+    other than the CPU made by a fill (the value a kernel argument: no host-to-device copy)."""
     if torch.is_inference_mode_enabled():
         with torch.inference_mode(False):
-            return torch.tensor(float(v), dtype=torch.float64)
-    return torch.tensor(float(v), dtype=torch.float64)
+            return _scalar_tensor(v, device)
+    if device is None:
+        return torch.tensor(float(v), dtype=torch.float64)
+    return torch.full((), float(v), dtype=torch.float64, device=device)
 
 
 def _pretty_flow(expr: str) -> str:

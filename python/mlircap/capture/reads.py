@@ -112,7 +112,9 @@ class _ReadMixin(_CounterMixin):
                     self._counter_read(frame, obj, d, name, f"{self.const(d)}[{name!r}]", f"{pretty}.{name}", (d,)):
                 return
             if name in d:
-                self.read(f"{self.const(d)}[{name!r}]", f"{pretty}.{name}", d[name], id(obj), name, group=(d,))
+                e = f"{self.const(d)}[{name!r}]"
+                if not self._flow_attr(frame, e, f"{pretty}.{name}", d[name], id(obj), name, (d,)):
+                    self.read(e, f"{pretty}.{name}", d[name], id(obj), name, group=(d,))
                 return
             for store in ("_parameters", "_buffers", "_modules"):
                 sd = d.get(store)
@@ -156,7 +158,9 @@ class _ReadMixin(_CounterMixin):
                     self._counter_read(frame, obj, d, name, f"{self.const(d)}[{name!r}]", f"{pretty}.{name}", (d,)):
                 return
             if not argrooted:
-                self.read(f"{self.const(d)}[{name!r}]", f"{pretty}.{name}", d[name], id(obj), name, group=(d,))
+                e = f"{self.const(d)}[{name!r}]"
+                if not self._flow_attr(frame, e, f"{pretty}.{name}", d[name], id(obj), name, (d,)):
+                    self.read(e, f"{pretty}.{name}", d[name], id(obj), name, group=(d,))
             return
         if raw is not _MISSING:
             self._class_attr(obj, name, pretty, argrooted)

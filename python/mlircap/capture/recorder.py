@@ -14,6 +14,7 @@ from .steps import CallStep, Step
 from .locations import _user_location
 from .guards import Placed, _GlobalState, _GuardMixin
 from .guard_kinds import TypeIs
+from .flows import _followable
 from .values import _ValueMixin
 from .sources import _SourceMixin
 from .side_effects import _SideEffectMixin
@@ -85,10 +86,17 @@ class _Recorder(_TracerMixin, _NumpyMixin, _GraphMixin, _SideEffectMixin, _Sourc
         self.flows_given: dict[int, object] = {}   # handed to a call as (part of) an argument
         self.flows_used: set[int] = set()          # ... which an uncapturable call replays
         self.flows_scalar: dict[int, object] = {}  # a tensor operator's operand (flows._flow_tensor_operand)
-        self.flows_scalar_ok: set[int] = set()     # ... which it took as a graph input
         self.flow_call: tuple | None = None        # (frame, offset, id(arg) -> expression, break)
         self.flow_scalar: tuple | None = None      # (id, float, expression, breaks): a tensor operand next
         self.flow_frames: dict = {}                # frame -> its flows (flows._Flow)
+        self.flow_vals: dict[int, object] = {}     # every followed key -> its number
+        self.flows_guarded: set[int] = set()       # keys guarded by value (escaped)
+        # key < 0 (float argument, attribute) -> (expr, pretty, value, pos, group): its guard if it escapes
+        self.flow_roots: dict[int, tuple] = {}
+        self.flow_pos: dict[int, int] = {}         # attribute key -> the break count where it was read
+        self.flow_locals: dict[tuple, tuple] = {}  # (frame, variable index) -> (expression, keys, float)
+        self.flow_attrs: dict[str, int] = {}       # attribute expression -> its key
+        self.flow_ret: dict[int, tuple] = {}       # id(float returned) -> (float, its expression)
         self.cur_depth = -1
         self.pending = {}
         self.kwnames = {}
@@ -124,11 +132,10 @@ class _Recorder(_TracerMixin, _NumpyMixin, _GraphMixin, _SideEffectMixin, _Sourc
         self.float_args: dict[str, tuple[int, float]] = {}
         try:
             for i, (a, n) in enumerate(zip(args, argnames)):
-                if (type(a) is float or isinstance(a, float) and type(a).__module__ == "numpy") and \
-                        i < code.co_argcount + code.co_kwonlyargcount and n not in code.co_cellvars and a == a:
+                if _followable(a) and i < code.co_argcount + code.co_kwonlyargcount and n not in code.co_cellvars:
                     self.guard(TypeIs(f"L[{i}]", n, type(a)))
                     self.float_args[n] = (i, a)
-                    self.keep.append(a)
+                    self._flow_root(-(i + 1), f"L[{i}]", n, a)
                     continue
                 self._source(a, f"L[{i}]", n, argrooted=True)
         except Exception as e:  # e.g. an argument structure we cannot guard

@@ -146,3 +146,13 @@ def _is_frozen_dataclass(v: object) -> bool:
 def _dataclass_fields(t: type) -> tuple[str, ...]:
     import dataclasses
     return tuple(f.name for f in dataclasses.fields(t))
+
+
+_NP_FLOATS = ("float64", "float32", "float16")
+
+
+def _np_float(v: object) -> bool:
+    """A NumPy floating scalar (`np.float64(0.1)`, a float subclass; `np.float32(0.1)`, an
+    array's item): arithmetic on it in a replay expression runs NumPy's own, as in the program."""
+    t = type(v)
+    return t.__module__ == "numpy" and t.__name__ in _NP_FLOATS

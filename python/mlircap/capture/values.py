@@ -74,6 +74,10 @@ class _ValueMixin:
                 return self._use_node(e[1], e[2])
             raise Unreplayable("tensor of unknown origin escapes")
         t = type(v)
+        if self.flow_ret:   # a followed float the function returns (flows.py): its expression
+            r = self.flow_ret.get(id(v))
+            if r is not None and r[0] is v:
+                return r[1]
         if v is None or t in _PRIM:
             return self._lit(v)
         if t is _SymExpr:

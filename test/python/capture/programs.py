@@ -698,10 +698,10 @@ def make():
 prog("item_value_changes", """
 def make():
     def f(x):
-        s = x.sum().item()
+        s = x.sum().item()   # a new value each call: a graph input through the variable s
         return x * s
     return f
-""", [(X34,), (X34b,), (X34,)], breaks=2, recompiles=1)
+""", [(X34,), (X34b,), (X34,)], breaks=1, recompiles=0)
 
 prog("data_dependent_branch", """
 def make():

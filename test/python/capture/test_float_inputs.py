@@ -116,3 +116,216 @@ def test_float_input_through_the_compiler():
         x = _x(i)
         torch.testing.assert_close(fast(x, s), f(x, s), rtol=1e-5, atol=1e-6)
     assert fast.explain().graph_count == 1
+
+
+# --------------------------------------------------------------------------------------
+# floats that reach the graph through a variable, an attribute, a NumPy scalar, .item()
+
+def test_float_in_a_variable_is_an_input():
+    """A float stored into a variable (`s = t * 2.0`, `s = t.item()`, `s = float(...)`) is
+    followed again where the variable is loaded: one variant over new values."""
+    run_program("""
+def make():
+    def f(x, t, u):
+        s = t * 2.0
+        r = u.item()
+        y = x * s
+        z = s * y - r * x          # loaded twice, each use an input
+        return y + z
+    return f
+""", [(_x(i), 0.1 * i + 0.05, torch.tensor(0.3 * i - 1.0)) for i in range(5)], recompiles=0)
+
+
+def test_float_variable_needed_by_value_is_guarded():
+    """A variable that holds a followed float and is returned, read through locals(), or
+    handed to an operation that is not + - * / of a floating tensor: guarded by value."""
+    for body, calls in (
+        ("s = t * 2.0\n        return x * s, [s]", 3),
+        ("s = t * 2.0\n        y = x * s\n        return y + x // s", 3),
+        ("s = t * 2.0\n        y = x * s\n        return y + x.long() * s", 3),
+        ("s = t * 2.0\n        return x * locals()['s']", 3),
+        ("s = t.item()\n        y = x * s\n        return y, [s]", 3),
+    ):
+        run_program(f"""
+def make():
+    def f(x, t):
+        {body}
+    return f
+""", [(_x(i), 0.25 * i + 0.5) if "item" not in body else (_x(i), torch.tensor(0.25 * i + 0.5))
+            for i in range(calls)], recompiles=calls - 1)
+
+
+def test_variable_rebound_to_a_constant_is_not_followed():
+    """`s = t * 2.0` then `s = 0.5`: the variable holds another object, a constant."""
+    run_program("""
+def make():
+    def f(x, t):
+        s = t * 2.0
+        y = x * s
+        s = 0.5
+        return y + x * s
+    return f
+""", [(_x(i), 0.1 * i + 0.2) for i in range(4)], recompiles=0)
+
+
+def test_float_argument_used_twice_once_by_value():
+    """`x * s` takes s as a graph input; `x // s` (floor division, not a scalar-input
+    operator) needs its value: guarded, so a new value recompiles and every result is
+    eager's (a value guard on the first use alone let the second one keep a stale constant)."""
+    for expr in ("x * s + x // s", "x * s + x.long() * s", "x * s + x % s", "(x * s, (s,))"):
+        run_program(f"""
+def make():
+    def f(x, s):
+        return {expr}
+    return f
+""", [(_x(i), v) for i, v in enumerate((0.7, 0.8, 0.3))], recompiles=2)
+
+
+def test_numpy_float32_argument():
+    run_program("""
+def make():
+    def f(x, s):
+        return x * s + (s - 1) * x.cos()
+    return f
+""", [(_x(i), np.float32(0.25 * i + 0.1)) for i in range(4)], recompiles=0)
+
+
+def test_float_attribute_changed_between_calls_is_an_input():
+    """`self.scale` (a module's float attribute) and `self.cfg.temperature` (a plain
+    object's) set between calls (a schedule): graph inputs, read by the replay, no
+    recompile; a branch on another float attribute is guarded by the branch it takes."""
+    run_program("""
+class Cfg:
+    def __init__(self):
+        self.temperature = 1.0
+        self.threshold = 0.5
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.scale = 0.5
+        self.cfg = Cfg()
+    def forward(self, x):
+        y = self.fc(x) * self.scale / self.cfg.temperature
+        if self.cfg.threshold > 0.25:
+            y = y.relu()
+        return y * (1.0 - self.scale)
+def make():
+    return M()
+def mutate(i, m):
+    m.scale = 0.5 + 0.1 * i
+    m.cfg.temperature = 1.0 + 0.5 * i
+    if i == 3:
+        m.cfg.threshold = 0.1
+""", [(_x(i),) for i in range(5)], recompiles=1)
+
+
+def test_float_attribute_read_before_a_break_is_guarded():
+    """`s = self.scale`, then an uncapturable call that writes self.scale (print's file),
+    then `x * s`: the replay cannot read s's value again after the call, so s is guarded by
+    the value read (a new variant per value, each call's result eager's)."""
+    run_program("""
+class Sink:
+    def __init__(self):
+        self.m = None
+    def write(self, s):
+        if self.m is not None:
+            self.m.scale = self.m.scale + 1.0
+    def flush(self):
+        pass
+SINK = Sink()
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = 0.5
+        SINK.m = self
+    def forward(self, x):
+        s = self.scale
+        print("step", file=SINK)
+        return x * s
+def make():
+    return M()
+""", [(_x(i),) for i in range(4)], recompiles=3)
+
+
+def test_float_attribute_written_by_the_function_is_guarded():
+    """`self.momentum = self.momentum * 0.9`: the value written is computed from the
+    attribute, written back as a constant: the attribute is guarded by value."""
+    run_program("""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.momentum = 0.5
+    def forward(self, x):
+        m = self.momentum
+        self.momentum = m * 0.9
+        return x * m
+def make():
+    return M()
+""", [(_x(i),) for i in range(4)], recompiles=3)
+
+
+def test_pure_numeric_functions_and_clamp_bounds():
+    """`max(m, 1e-6)`, `math.sqrt(d)`, `float(x.std())` as clamp bounds: expressions of
+    the followed numbers, the graph's inputs; one variant over new values."""
+    run_program("""
+import math
+def make():
+    def f(x, d):
+        m = x.abs().max().item()
+        y = x / max(m, 1e-6) * (1.0 / math.sqrt(d))
+        s = float(y.std())
+        return y.clamp(-3 * s, max=3 * s) + torch.clamp(x, min=-s)
+    return f
+""", [(_x(i), 2.0 + i) for i in range(5)], recompiles=0)
+
+
+def test_returned_float_is_its_expression():
+    """`return y, lam` / `return {"loss": ..., "r": r}` / `return r`: a followed float the
+    function returns is returned as its replay expression (a draw, an argument, `t.item()`),
+    not as the value of the recording, so it needs no guard: one variant."""
+    run_program("""
+import numpy as np
+RS = np.random.RandomState(0)
+def make():
+    def f(x, t, s):
+        lam = RS.beta(0.4, 0.4)
+        x = lam * x + (1 - lam) * x[torch.randperm(x.shape[0])]
+        r = t.item()
+        return {"y": x * r, "lam": lam, "r": r * s}
+    return f
+def state(f):
+    return RS.get_state()[1].tolist()
+""", [(_x(i), torch.tensor(0.5 + i), 0.25 * i) for i in range(4)], recompiles=0)
+    run_program("""
+def make():
+    def f(x, s):
+        return x * s, s * 2.0
+    return f
+""", [(_x(i), 0.25 * i) for i in range(4)], recompiles=0)
+    run_program("""
+def make():
+    def f(x, t):
+        r = t.item()
+        y = x * r
+        return r
+    return f
+""", [(_x(i), torch.tensor(0.5 + i)) for i in range(4)], recompiles=0)
+
+
+def test_returned_attribute_float_is_guarded():
+    """A float attribute returned: read by the replay only after its writes, so guarded."""
+    run_program("""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = 0.5
+    def forward(self, x):
+        s = self.scale
+        self.scale = 2.0
+        return x * s, s
+def make():
+    return M()
+def mutate(i, m):
+    m.scale = 0.5 + i
+""", [(_x(i),) for i in range(3)], recompiles=2)

@@ -98,9 +98,15 @@ def test_r12_numpy_scalar_guarded_by_value():
     run_program("""
 def make():
     def f(x, z):
-        return x * float(z)
+        return x * float(z), [float(z)]   # in a list: guarded by value (-0.0 is not 0.0)
     return f
 """, [(x, np.float64(2.0)), (x, np.float64(2.0)), (x, np.float64(-0.0)), (x, np.float64(3.0))], recompiles=2)
+    run_program("""
+def make():
+    def f(x, z):
+        return x * float(z)        # only multiplies: a graph input (flows.py)
+    return f
+""", [(x, np.float64(2.0)), (x, np.float64(2.0)), (x, np.float64(-0.0)), (x, np.float64(3.0))], recompiles=0)
 
 
 # ------------------------------------------------------------------ r11: tensor metadata
@@ -247,7 +253,7 @@ def mutate(i, m):
         m.K = 7.0
     if i == 6:
         OBJ.K = 5.0
-""", [(x,)] * 8, recompiles=5)
+""", [(x,)] * 8, recompiles=4)   # (NS.k, a float attribute times a tensor, is a graph input)
 
 
 def test_r10_writes_to_slots_and_namespace_are_replayed():
@@ -361,7 +367,7 @@ def make():
     def f(x):
         r = RNG.random()
         print("r", file=OUT)
-        return x * r
+        return x * r, [r]   # r in a list: guarded by value, a new variant every call
     return f
 import io
 OUT = io.StringIO()
