@@ -146,3 +146,24 @@ def test_views_of_plain_tensor_inputs_are_not_kept():
             torch.testing.assert_close(fast(x, w), f(x, w), rtol=1e-5, atol=1e-5)
     # a plain tensor is not held by the executable after the call
     assert all(c[0][0] is None for c in cells)
+
+
+def test_workspace_made_in_inference_mode_serves_calls_outside_it():
+    # the executable itself (no capture guard between the modes): workspace buffers and
+    # Parameter views made on a first call in inference mode are written with out= later
+    m = _mlp()
+    x = torch.randn(4, 16)
+    fast, _ = _compiled(m, x)
+    (graph,) = fast.graphs
+    ins = graph.last_inputs()
+    exe = cpu.CpuPlanExecutable(graph.linalg_ir)
+    with torch.no_grad():
+        want = m(x)
+    with torch.inference_mode():
+        for _ in range(3):
+            torch.testing.assert_close(exe(*ins)[0], want, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(exe(*ins)[0], want, rtol=1e-5, atol=1e-5)
+    ws = exe._call.__globals__["POOL"][0]
+    assert not any(t.is_inference() for t in ws if isinstance(t, torch.Tensor))

@@ -201,7 +201,8 @@ def _view_maker(shape, strides, offset, cell):
     shape, strides, offset = list(shape), list(strides), int(offset)
 
     def make(base, ptr):
-        view = base.as_strided(shape, strides, base.storage_offset() + offset)
+        with torch.inference_mode(False):   # usable by calls in and out of inference mode
+            view = base.as_strided(shape, strides, base.storage_offset() + offset)
         if isinstance(base, torch.nn.Parameter):
             cell[0] = (base, ptr, view)
         return view
@@ -297,7 +298,12 @@ class CpuPlanExecutable:
 
     def _new_workspace(self) -> tuple:
         """One set of workspace buffers: (buffer and view tensors..., their data pointers...)
-        in the order the generated call unpacks them."""
+        in the order the generated call unpacks them. Normal tensors, also when made in
+        inference mode: library ops write them with out= in and out of it."""
+        with torch.inference_mode(False):
+            return self._make_workspace()
+
+    def _make_workspace(self) -> tuple:
         tensors = {}
         for vid, new, sizes in self._alloc:
             if vid in self._workspace:
