@@ -349,8 +349,13 @@ struct PlanBuilder {
     step["kind"] = "library";
     step["op"] = mlircap::libraryOpName(op).str();
     json::Array ins;
+    std::optional<std::pair<int64_t, int64_t>> padding;
     for (OpOperand *in : op.getDpsInputOperands()) {
-      auto id = idOf(op, in->get());
+      Value v = in->get();
+      if (auto pad = v.getDefiningOp<tensor::PadOp>())
+        if ((padding = mlircap::convInputPadding(pad)))
+          v = pad.getSource(); // the convolution pads its input itself
+      auto id = idOf(op, v);
       if (failed(id))
         return failure();
       ins.push_back(*id);
@@ -375,6 +380,8 @@ struct PlanBuilder {
         d.push_back(x);
       attrs["strides"] = std::move(s);
       attrs["dilations"] = std::move(d);
+      if (padding)
+        attrs["padding"] = json::Array{padding->first, padding->second};
     }
     step["attrs"] = std::move(attrs);
     steps.push_back(std::move(step));
@@ -405,6 +412,8 @@ struct PlanBuilder {
         r = slice(s);
       else if (auto g = dyn_cast<linalg::GenericOp>(op); g && mlircap::isViewGeneric(g))
         r = viewGeneric(g);
+      else if (auto pad = dyn_cast<tensor::PadOp>(op); pad && mlircap::convInputPadding(pad))
+        r = success(); // applied by the convolutions that read it (library())
       else if (auto ret = dyn_cast<func::ReturnOp>(op)) {
         for (Value v : ret.getOperands()) {
           auto id = idOf(ret, v);

@@ -638,6 +638,8 @@ struct Former {
     return llvm::all_of(op->getUsers(), [](Operation *u) {
       if (isLibraryOp(u))
         return true;
+      if (auto pad = dyn_cast<tensor::PadOp>(u))
+        return convInputPadding(pad).has_value();
       auto g = dyn_cast<linalg::GenericOp>(u);
       if ((g && isViewGeneric(g)) ||
           isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp,
@@ -673,6 +675,8 @@ struct Former {
           continue;
       if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op))
         continue;
+      if (auto pad = dyn_cast<tensor::PadOp>(op); pad && convInputPadding(pad))
+        continue; // the convolution pads (the plan passes it the source)
       return op.emitError("mlircap: unsupported op '")
              << op.getName() << "' (no GPU kernel or library call for it)";
     }

@@ -39,6 +39,33 @@ inline llvm::StringRef libraryOpName(Operation *op) {
 }
 inline bool isLibraryOp(Operation *op) { return !libraryOpName(op).empty(); }
 
+/// The (height, width) padding a library convolution applies itself (cuDNN /
+/// oneDNN take a padding argument) when `pad` is the zero padding of an NCHW
+/// input that only such convolutions read: static, symmetric, spatial dims
+/// only. Such a pad is no kernel: the launch plan hands the convolution the
+/// pad's source and the padding (no padded copy, and the kernel producing the
+/// source keeps identity indexing).
+inline std::optional<std::pair<int64_t, int64_t>> convInputPadding(tensor::PadOp pad) {
+  auto srcType = pad.getSourceType();
+  if (srcType.getRank() != 4 || !srcType.hasStaticShape() ||
+      !pad.getResultType().hasStaticShape() || pad->use_empty())
+    return std::nullopt;
+  Value value = pad.getConstantPaddingValue();
+  if (!value || !(matchPattern(value, m_AnyZeroFloat()) || matchPattern(value, m_Zero())))
+    return std::nullopt;
+  ArrayRef<int64_t> low = pad.getStaticLow(), high = pad.getStaticHigh();
+  if (low.size() != 4 || high.size() != 4 || ShapedType::isDynamicShape(low) ||
+      ShapedType::isDynamicShape(high) || low[0] || low[1] || high[0] || high[1] ||
+      low[2] != high[2] || low[3] != high[3] || low[2] < 0 || low[3] < 0)
+    return std::nullopt;
+  for (OpOperand &use : pad->getUses()) {
+    auto conv = dyn_cast<linalg::Conv2DNchwFchwOp>(use.getOwner());
+    if (!conv || !isLibraryOp(conv) || use.getOperandNumber() != 0)
+      return std::nullopt;
+  }
+  return std::make_pair(low[2], low[3]);
+}
+
 /// The attribute marking an outlined kernel function; its value is the kernel
 /// kind chosen by kernel formation ("pointwise", "row_reduction", "reduction").
 inline constexpr llvm::StringLiteral kKernelAttr = "mlircap.kernel";

@@ -3,7 +3,8 @@
 // Padding and slice insertion (torch's cat lowers to tensor.insert_slice
 // chains, or tensor.concat) become elementwise generics over the result that
 // read their source with tensor.extract at clamped indices. They then fuse like
-// any elementwise op and compile into kernels. See Passes.td.
+// any elementwise op and compile into kernels. A zero padding that only library
+// convolutions read stays: they pad themselves (convInputPadding). See Passes.td.
 //
 //===----------------------------------------------------------------------===//
 #include "KernelUtils.h"
@@ -45,6 +46,8 @@ struct PadToGeneric : OpRewritePattern<tensor::PadOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(tensor::PadOp pad,
                                 PatternRewriter &rewriter) const override {
+    if (convInputPadding(pad))
+      return rewriter.notifyMatchFailure(pad, "padding applied by the library convolution");
     Value padValue = pad.getConstantPaddingValue();
     auto resultType = pad.getResultType();
     auto srcType = pad.getSourceType();

@@ -347,6 +347,7 @@ def run_plan(plan, kernels, inputs, debug=None):
                 r = torch.matmul(ins[0], ins[1].transpose(-1, -2))
             elif op == "conv2d_nchw_fchw":
                 r = torch.nn.functional.conv2d(ins[0], ins[1], stride=s["attrs"]["strides"],
+                                               padding=s["attrs"].get("padding", [0, 0]),
                                                dilation=s["attrs"]["dilations"])
             else:
                 raise NotImplementedError(op)

@@ -4,6 +4,7 @@
      "values": [{"id", "shape", "dtype", "kind": input|buffer|view|constant, ...}],
      "steps":  [{"kind": "kernel", "name", "grid", "block", "smem", "args": [{"value": id} | {"i64": n}]},
                 {"kind": "library", "op": "matmul"|..., "ins": [ids], "out": id, "attrs": {...}}],
+     (conv2d_nchw_fchw attrs: strides, dilations, padding: the input's zero padding)
      "outputs": [ids]}
 
 `PlanExecutor` holds what the CPU and CUDA executors share: value tensors
@@ -26,7 +27,10 @@ class PlanError(RuntimeError):
 
 
 def _conv2d(x, w, attrs):
+    # "padding": the zero padding of the input, applied by the convolution (the
+    # plan passes the unpadded input: see convInputPadding in KernelUtils.h)
     return torch.nn.functional.conv2d(x, w, stride=attrs.get("strides", [1, 1]),
+                                      padding=attrs.get("padding", [0, 0]),
                                       dilation=attrs.get("dilations", [1, 1]))
 
 
@@ -169,7 +173,7 @@ class PlanExecutor:
             attrs, cudnn = step.get("attrs", {}), torch.backends.cudnn
             try:
                 torch.ops.aten.cudnn_convolution.out(
-                    ins[0], ins[1], [0, 0], attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1]), 1,
+                    ins[0], ins[1], attrs.get("padding", [0, 0]), attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1]), 1,
                     cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32, out=out)
                 return
             except (RuntimeError, TypeError, NotImplementedError):
