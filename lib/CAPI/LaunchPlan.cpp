@@ -151,6 +151,12 @@ struct PlanBuilder {
     json::Array data;
     int64_t n = mlircap::product(t.getShape());
     auto pushFloat = [&](const APFloat &f) {
+      // JSON has no NaN or infinity (llvm::json would write a bare nan/inf,
+      // which no JSON reader takes): those are strings Python's float() reads.
+      if (f.isNaN() || f.isInfinity()) {
+        data.push_back(f.isNaN() ? "nan" : f.isNegative() ? "-inf" : "inf");
+        return;
+      }
       bool lost;
       APFloat d = f;
       d.convert(APFloat::IEEEdouble(), APFloat::rmNearestTiesToEven, &lost);

@@ -321,7 +321,8 @@ def run_plan(plan, kernels, inputs, debug=None):
             n = 1
             for s in v["shape"]:
                 n *= s
-            data = torch.tensor(v["data"], dtype=torch.float64).to(dt)
+            data = torch.tensor([float(x) if isinstance(x, str) else x for x in v["data"]],
+                                dtype=torch.float64).to(dt)
             t = data.expand(n).clone() if v.get("splat") else data
         else:
             n = 1

@@ -7,6 +7,7 @@ import json
 import pathlib
 
 import pytest
+import torch
 
 from mlircap._core import core
 
@@ -276,3 +277,22 @@ def test_library_matmuls_write_into_their_buffer():
         ex._run_library(plan["steps"][0], t)
         assert t[2] is buf
         torch.testing.assert_close(buf, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_nan_and_infinite_constants():
+    """NaN/inf constants travel as strings in the plan's JSON (no JSON literal for
+    them); before, the plan failed to parse and the graph ran eagerly."""
+    import mlircap
+
+    def f(x):
+        c = torch.tensor([float("nan"), float("inf"), -float("inf"), 1.5])
+        return x * c, torch.full((3,), float("inf")), x + 1
+
+    x = torch.randn(4)
+    fast = mlircap.compile(f)
+    for got, want in zip(fast(x), f(x)):
+        torch.testing.assert_close(got, want, equal_nan=True)
+    (g,) = fast.graphs
+    assert g.fallback_reason is None and hasattr(g.executable, "plan")
+    consts = [v["data"] for v in g.executable.plan["values"] if v["kind"] == "constant"]
+    assert ["nan", "inf", "-inf", 1.5] in consts

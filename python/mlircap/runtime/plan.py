@@ -72,7 +72,9 @@ class PlanExecutor:
         for v in values.values():
             if v["kind"] == "constant":
                 dt = DTYPES[v["dtype"]]
-                data = torch.tensor(v["data"], dtype=torch.float64 if dt.is_floating_point else torch.int64)
+                # NaN and infinities come as strings (JSON has no literal for them)
+                data = torch.tensor([float(x) if isinstance(x, str) else x for x in v["data"]],
+                                    dtype=torch.float64 if dt.is_floating_point else torch.int64)
                 t = data.reshape(-1)[0].expand(v["shape"]) if v.get("splat") else data.reshape(v["shape"])
                 self.constants[v["id"]] = t.to(dtype=dt, device=device).contiguous()
         for step in plan["steps"]:
