@@ -152,12 +152,17 @@ def MlircapLibraryInit : Pass<"mlircap-library-init", "::mlir::func::FuncOp"> {
 def MlircapTensorToGeneric : Pass<"mlircap-tensor-to-generic", "::mlir::func::FuncOp"> {
   let summary = "Turn tensor.pad, tensor.insert_slice and tensor.concat into linalg.generic";
   let description = [{
-    Padding (in front of convolutions) and slice insertion (torch's `cat`)
-    become elementwise generics over the result that read the source with
-    `tensor.extract` at clamped indices and select the padding value (or the
-    destination element) outside the source's bounds. `tensor.concat` is first
-    decomposed into `tensor.insert_slice`s. The generics fuse like any
-    elementwise op (a chain of insert_slices becomes one kernel).
+    Padding and slice insertion (torch's `cat`) become elementwise generics
+    over the result that read the source with `tensor.extract` at clamped
+    indices and select the padding value (or the destination element) outside
+    the source's bounds. `tensor.concat` is first decomposed into
+    `tensor.insert_slice`s. The generics fuse like any elementwise op (a chain
+    of insert_slices becomes one kernel).
+    A zero padding of the spatial dims (symmetric) that only library
+    convolutions read stays a `tensor.pad`: kernel formation leaves it in the
+    caller and the launch plan hands the convolution its source and the
+    padding (cuDNN/oneDNN pad themselves), so no kernel writes the padded
+    copy and the producer keeps identity indexing (vectorizable).
     Only static shapes, static offsets and unit strides are handled; anything
     else is left for kernel formation to reject.
 

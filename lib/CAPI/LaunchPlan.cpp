@@ -154,7 +154,8 @@ struct PlanBuilder {
       // JSON has no NaN or infinity (llvm::json would write a bare nan/inf,
       // which no JSON reader takes): those are strings Python's float() reads.
       if (f.isNaN() || f.isInfinity()) {
-        data.push_back(f.isNaN() ? "nan" : f.isNegative() ? "-inf" : "inf");
+        data.push_back(f.isNaN() ? "nan" : f.isNegative() ? "-inf"
+                                                          : "inf");
         return;
       }
       bool lost;
