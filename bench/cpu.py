@@ -4,6 +4,10 @@
     python bench/cpu.py --overhead [--calls 5000]
     python bench/cpu.py --compile-times [--models mlp,bert]
 
+Default models (mlircap.models.CPU_BENCH): elementwise, mlp, cnn, attention,
+bert, gpt2, and a ResNet-style conv net (BatchNorm), a Llama-style decoder
+(RMSNorm, SwiGLU, rotary, GQA) and a vision transformer, at the tests' sizes.
+
 Per model: latency (ms), speedup over eager, cold compile time (first call,
 seconds: for mlircap capture + compile; inductor with its caches off), and
 mlircap's max |diff| against eager on a compiled call.
@@ -112,7 +116,7 @@ def compile_times(names):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--models", default=",".join(models.NAMES))
+    ap.add_argument("--models", default=",".join(models.CPU_BENCH))
     ap.add_argument("--no-inductor", action="store_true")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch.set_num_threads(N) first (mlircap's kernels follow it); 0: torch's default")

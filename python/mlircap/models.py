@@ -305,5 +305,8 @@ NAMES = ("elementwise", "mlp", "cnn", "attention", "bert", "gpt2")
 # Models beyond the reference set (SDPA attention, RMSNorm, rotary, GQA, patch embeddings,
 # residual conv nets with BatchNorm, a GroupNorm UNet, an encoder-decoder, mixture of experts).
 ZOO = ("llama", "vit", "resnet", "unet", "t5", "moe")
+# bench/cpu.py's default set: the reference models plus a ResNet-style conv net (BatchNorm),
+# a Llama-style decoder (RMSNorm, SwiGLU, rotary, GQA) and a vision transformer, at CPU sizes.
+CPU_BENCH = NAMES + ("resnet", "llama", "vit")
 # single fused kernels at LLM sizes (issue: row reductions at >= 80% of copy bandwidth)
 KERNELS = ("k_layernorm", "k_rmsnorm", "k_softmax", "k_cross_entropy", "k_swiglu")
