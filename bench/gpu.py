@@ -124,9 +124,9 @@ def bench_one(a, name, dname, dtype, rows):
             names = {}
             for g in graphs:
                 ex = g.executable
-                for st in getattr(ex, "plan", {}).get("steps", []):
-                    if st["kind"] == "kernel":
-                        names.setdefault(st["name"], ex.describe_kernel(st))
+                plan = getattr(ex, "plan", None)
+                for st in plan.kernels if plan is not None else ():
+                    names.setdefault(st.name, ex.describe_kernel(st))
             ks = device_kernels(fast, args)
             worst = sorted(((names.get(k, k[:80]) + (f" x{n:.0f}" if n > 1 else ""), us / 1e3)
                             for k, (n, us) in ks.items()), key=lambda x: -x[1])[:4]

@@ -22,7 +22,7 @@ import torch  # noqa: E402
 import mlircap  # noqa: E402
 from mlircap import config, models  # noqa: E402
 from mlircap._core import core  # noqa: E402
-from mlircap.runtime.plan import DTYPES  # noqa: E402
+from mlircap.runtime.schema import Plan  # noqa: E402
 
 # Metadata-only aten ops: no kernel in eager.
 VIEW_OPS = {"view", "_unsafe_view", "reshape", "expand", "permute", "transpose", "t", "unsqueeze", "squeeze",
@@ -53,25 +53,13 @@ def eager_stats(gm):
     return ops, traffic
 
 
-def plan_stats(plan):
-    values = {v["id"]: v for v in plan["values"]}
-
+def plan_stats(plan: Plan):
     def size(vid):
-        v = values[vid]
-        n = 1
-        for s in v["shape"]:
-            n *= s
-        return n * torch.empty((), dtype=DTYPES[v["dtype"]]).element_size()
+        return plan.values[vid].nbytes
 
-    kernels = lib = traffic = 0
-    for s in plan["steps"]:
-        if s["kind"] == "kernel":
-            kernels += 1
-            traffic += sum(size(a["value"]) for a in s["args"] if "value" in a)
-        else:
-            lib += 1
-            traffic += sum(size(i) for i in s["ins"]) + size(s["out"])
-    return kernels, lib, traffic
+    traffic = sum(size(a) for s in plan.kernels for a in s.value_args)
+    traffic += sum(size(i) for s in plan.library_steps for i in (*s.ins, s.out))
+    return len(plan.kernels), len(plan.library_steps), traffic
 
 
 def main():
@@ -93,7 +81,7 @@ def main():
             o, b = eager_stats(g.gm)
             e_ops, e_bytes = e_ops + o, e_bytes + b
             try:
-                kk, ll, pb = plan_stats(json.loads(core().gpu_compile(g.linalg_ir, config.DEFAULT_CHIP, config.DEFAULT_PTX_FEATURES)))
+                kk, ll, pb = plan_stats(Plan.from_json(json.loads(core().gpu_compile(g.linalg_ir, config.DEFAULT_CHIP, config.DEFAULT_PTX_FEATURES))))
             except RuntimeError as err:
                 print(f"  {name}: {g.name} has no GPU plan: {str(err).splitlines()[-1][:120]}")
                 continue

@@ -3,7 +3,8 @@
 // Input: a module after mlircap's GPU kernel pipeline: the entry function on
 // tensors calls outlined kernels (func.call to `mlircap.kernel` functions that
 // carry `mlircap.launch`) and library ops; gpu.binary holds the PTX.
-// Output: the launch plan the runtime executes (schema in mlircap-c/Core.h).
+// Output: the launch plan the runtime executes (the contract, checked at load:
+// python/mlircap/runtime/schema.py).
 //
 // Every tensor SSA value the runtime must know gets an id:
 //   input     function argument (index = position)

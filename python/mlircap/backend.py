@@ -761,8 +761,9 @@ def _dump(graph: CompiledGraph) -> None:
     if plan is not None:
         import json
 
-        (d / "plan.json").write_text(json.dumps({k: v for k, v in plan.items() if k != "ptx"}, indent=1))
-        (d / "kernels.ptx").write_text(plan.get("ptx", ""))
+        wire = plan.to_json()
+        (d / "plan.json").write_text(json.dumps({k: v for k, v in wire.items() if k != "ptx"}, indent=1))
+        (d / "kernels.ptx").write_text(wire.get("ptx") or "")
     q = shlex.quote
     (d / "repro.sh").write_text(
         "#!/bin/sh\n# Reproduces each mlircap stage of this graph from linalg.mlir.\n"

@@ -4,6 +4,7 @@ import json
 import pytest
 
 from mlircap.runtime import cuda as rt
+from mlircap.runtime.schema import Plan
 
 
 @pytest.fixture
@@ -15,7 +16,7 @@ def cache(tmp_path, monkeypatch):
 def test_round_trip(cache):
     plan = '{"values": [], "steps": [], "outputs": []}'
     rt.store_cached_plan("k1", plan)
-    assert rt.load_cached_plan("k1") == json.loads(plan)
+    assert rt.load_cached_plan("k1") == Plan.from_json(json.loads(plan))
 
 
 def test_missing_is_a_miss(cache):
@@ -38,7 +39,10 @@ def test_corrupted_entry_is_rejected_and_removed(cache, damage):
     assert not path.exists()
 
 
-@pytest.mark.parametrize("body", [b"not json", b'{"a": 1}', b"\xff\xfe", b"[]"])
+@pytest.mark.parametrize("body", [b"not json", b'{"a": 1}', b"\xff\xfe", b"[]",
+                                  # has the keys, breaks the contract (a step reads a missing value)
+                                  b'{"values": [], "steps": [{"kind": "library", "op": "matmul", '
+                                  b'"ins": [0, 1], "out": 2}], "outputs": []}'])
 def test_valid_checksum_bad_body_is_rejected_and_removed(cache, body):
     # shared/repro/r21: a well-formed entry whose body is not a launch plan.
     import hashlib

@@ -37,11 +37,10 @@ def _check(m, x):
 
 def test_conv_applies_its_padding():
     plan = _check(Block(), torch.randn(2, 8, 16, 16))
-    convs = [s for s in plan["steps"] if s["kind"] == "library" and s["op"].startswith("conv")]
-    assert [c["attrs"].get("padding") for c in convs] == [[1, 1], [2, 2]]
-    ids = {v["id"]: v for v in plan["values"]}
+    convs = [s for s in plan.library_steps if s.op.startswith("conv")]
+    assert [c.padding for c in convs] == [(1, 1), (2, 2)]
     for c in convs:   # each reads the unpadded [2, 8, 16, 16] tensor
-        assert ids[c["ins"][0]]["shape"] == [2, 8, 16, 16]
+        assert plan.values[c.ins[0]].shape == (2, 8, 16, 16)
 
 
 def test_strided_and_padded_variants_match_eager():
@@ -49,8 +48,8 @@ def test_strided_and_padded_variants_match_eager():
     _check(Block(pad=(1, 2)), torch.randn(1, 8, 12, 12))
     # reflect padding is no zero padding: it stays a kernel
     plan = _check(Block(mode="reflect"), torch.randn(1, 8, 12, 12))
-    conv1 = next(s for s in plan["steps"] if s["kind"] == "library" and s["op"].startswith("conv"))
-    assert conv1["attrs"].get("padding") in (None, [0, 0])
+    conv1 = next(s for s in plan.library_steps if s.op.startswith("conv"))
+    assert conv1.padding in (None, (0, 0))
 
 
 def test_padded_input_also_returned():

@@ -31,7 +31,7 @@ def test_kernels_between_library_ops_run_in_one_call_each():
 
     args = (torch.randn(8, 32), torch.randn(32, 64) / 8, torch.randn(64, 16) / 8)
     fast, exe = compiled_executable(f, *args)
-    steps = [s["kind"] for s in exe.plan["steps"]]
+    steps = [s.kind for s in exe.plan.steps]
     assert steps.count("library") == 2
     # every maximal run of kernel steps is one program range, covering all kernels
     expected, i = [], 0

@@ -31,7 +31,7 @@ def test_intermediates_come_from_one_reused_workspace():
     m = _mlp()
     fast, exe = _compiled(m, torch.randn(4, 16))
     returned = {exe.exe._base_of(o) for o in exe.exe.outputs}
-    buffers = {v["id"] for v in exe.exe.buffers}
+    buffers = {v.id for v in exe.exe.buffers}
     assert exe._workspace and exe._workspace == buffers - returned
     outs = []
     with torch.no_grad():
@@ -79,7 +79,7 @@ def test_workspace_limit(monkeypatch, limit):
 
     args = (torch.randn(4, 16), torch.randn(16, 8), torch.randn(8, 3))
     fast, exe = _compiled(f, *args)
-    sizes = {v["id"]: 4 * torch.Size(v["shape"]).numel() for v in exe.exe.buffers}
+    sizes = {v.id: 4 * torch.Size(v.shape).numel() for v in exe.exe.buffers}
     assert sum(sizes[v] for v in exe._workspace) <= limit
     if limit:
         assert exe._workspace and any(sizes[v] > limit for v in sizes if v not in exe._workspace)

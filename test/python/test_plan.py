@@ -274,7 +274,7 @@ def test_library_matmuls_write_into_their_buffer():
         ex = PlanExecutor(plan, torch.device("cpu"))
         t = ex._materialize(ex._prepare_inputs([x, y]))
         buf = t[2]
-        ex._run_library(plan["steps"][0], t)
+        ex._run_library(ex.plan.steps[0], t)
         assert t[2] is buf
         torch.testing.assert_close(buf, ref, rtol=1e-5, atol=1e-5)
 
@@ -294,5 +294,6 @@ def test_nan_and_infinite_constants():
         torch.testing.assert_close(got, want, equal_nan=True)
     (g,) = fast.graphs
     assert g.fallback_reason is None and hasattr(g.executable, "plan")
-    consts = [v["data"] for v in g.executable.plan["values"] if v["kind"] == "constant"]
+    wire = g.executable.plan.to_json()
+    consts = [v["data"] for v in wire["values"] if v["kind"] == "constant"]
     assert ["nan", "inf", "-inf", 1.5] in consts

@@ -408,8 +408,8 @@ def test_islands_keep_input_only_work_with_its_consumer():
             torch.testing.assert_close(fast(i), m(i), rtol=2e-2, atol=2e-2)
     (g,) = fast.graphs
     exe = g.executable.exe
-    lib = [s for s in exe.plan["steps"] if s["kind"] == "library"]
-    assert lib and all(exe.values[v]["dtype"] == "bf16" for s in lib for v in s["ins"]), lib
+    lib = exe.plan.library_steps
+    assert lib and all(exe.values[v].dtype == "bf16" for s in lib for v in s.ins), lib
 
 
 # ------------------------------------------------------------------ strict=True contract (r18)

@@ -25,7 +25,8 @@ import torch
 
 from .. import config, logs
 from .._core import core
-from .plan import _OUT_VARIANTS, DTYPES, PlanError, PlanExecutor
+from .plan import _OUT_VARIANTS, PlanError, PlanExecutor
+from .schema import KernelStep, Plan
 
 _threads = [0]   # the core's thread count, as last set from here
 
@@ -80,8 +81,10 @@ def load_cached(key: str) -> tuple[str, bytes] | None:
     else:
         try:
             text = plan.decode()
-            if text and not all(k in json.loads(text) for k in ("values", "steps", "outputs")):
-                problem = "not a launch plan"
+            if text:
+                Plan.from_json(json.loads(text))
+        except PlanError as e:
+            problem = f"not a launch plan: {e}"
         except (UnicodeDecodeError, ValueError, TypeError) as e:
             problem = f"unreadable plan ({type(e).__name__})"
     if problem:
@@ -108,12 +111,12 @@ def store_cached(key: str, plan: str, obj: bytes) -> None:
         logs.log("progress", f"CPU compile cache: cannot write ({e})")
 
 
-def _kernel_names(plan: dict) -> list[str]:
-    return sorted({s["name"] for s in plan["steps"] if s["kind"] == "kernel"})
+def _kernel_names(plan: Plan) -> list[str]:
+    return sorted({s.name for s in plan.kernels})
 
 
 def compile_cpu(linalg_ir: str, opt_level: int = config.DEFAULT_CPU_OPT_LEVEL, plan: bool = True):
-    """(engine, plan dict or None, {function name: address}, cache_hit).
+    """(engine, schema.Plan or None, {function name: address}, cache_hit).
 
     plan=True: the launch plan's kernels (mlircap_cpu_plan_compile); False: the
     whole graph as one function `main` (mlircap_cpu_compile). A cached entry
@@ -126,17 +129,17 @@ def compile_cpu(linalg_ir: str, opt_level: int = config.DEFAULT_CPU_OPT_LEVEL, p
     if entry is not None:
         text, obj = entry
         try:
-            parsed = json.loads(text) if plan else None
+            parsed = Plan.from_json(json.loads(text)) if plan else None
             names = _kernel_names(parsed) if plan else ["main"]
             engine = c.cpu_load(obj)
             fns = {n: engine.lookup(n) for n in names}
             logs.log("progress", f"CPU compile cache hit ({key[:12]})")
             return engine, parsed, fns, True
-        except (RuntimeError, ValueError, KeyError, TypeError) as e:
+        except (RuntimeError, ValueError, KeyError, TypeError) as e:   # PlanError is a RuntimeError
             drop_cached(key, f"does not load: {str(e).strip()[:200]}")
     if plan:
         engine, text = c.cpu_plan_compile(linalg_ir, opt_level)
-        parsed = json.loads(text)
+        parsed = Plan.from_json(json.loads(text))
         names = _kernel_names(parsed)
     else:
         engine, text, parsed, names = c.cpu_compile(linalg_ir, opt_level), "", None, ["main"]
@@ -234,37 +237,34 @@ class CpuPlanExecutable:
 
     def _prepare(self, fns):
         exe, values = self.exe, self.exe.values
-        if list(values) != list(range(len(values))):
-            raise PlanError("CPU plan: value ids are not their positions")
         # views used by library ops or returned need tensors; the others only a pointer
-        needed = {vid for s in self.plan["steps"] if s["kind"] == "library" for vid in (*s["ins"], s["out"])}
+        needed = {vid for s in self.plan.library_steps for vid in (*s.ins, s.out)}
         needed.update(exe.outputs)
         self._template = [None] * len(values)
         for vid, t in exe.constants.items():
             self._template[vid] = t
-        self._inputs = [(v["id"], v["index"], DTYPES[v["dtype"]], v) for v in exe.inputs]
-        self._alloc = [(v["id"], *_allocator(v["shape"], DTYPES[v["dtype"]])) for v in exe.buffers]
+        self._inputs = [(v.id, v.index, v.torch_dtype, v) for v in exe.inputs]
+        self._alloc = [(v.id, *_allocator(v.shape, v.torch_dtype)) for v in exe.buffers]
         self._views, self._ptr_views = [], []
-        for v in exe.views:   # "of" is never itself a view
-            offset = v.get("offset", 0)
-            if v["id"] in needed:
-                self._views.append((v["id"], v["of"], v["shape"], v["strides"], offset))
+        for v in exe.views:   # "of" is never itself a view (schema.Plan checks it)
+            if v.id in needed:
+                self._views.append((v.id, v.of, v.shape, v.strides, v.offset))
             else:
-                self._ptr_views.append((v["id"], v["of"], offset * DTYPES[v["dtype"]].itemsize))
+                self._ptr_views.append((v.id, v.of, v.offset * v.torch_dtype.itemsize))
         self._workspace = self._workspace_buffers()
         self._view_cells = {}   # view id -> [(Parameter, its data pointer, the view)] (_view_maker)
         self.program = self._core.CpuProgram()
         self._segments = []   # (None, begin, end): kernels [begin, end) | (library step, 0, 0)
-        for step in self.plan["steps"]:
-            if step["kind"] == "kernel":
+        for step in self.plan.steps:
+            if isinstance(step, KernelStep):
                 slots, shapes = [], []
-                for a in step["args"]:
-                    if "value" not in a:
-                        raise PlanError(f"CPU kernel {step['name']}: scalar arguments are not supported")
-                    slots.append(a["value"])
-                    shapes.append(list(values[a["value"]]["shape"]))
+                for a in step.args:
+                    if a.value is None:
+                        raise PlanError(f"CPU kernel {step.name}: scalar arguments are not supported")
+                    slots.append(a.value)
+                    shapes.append(list(values[a.value].shape))
                 n = len(self.program)
-                self.program.add(fns[step["name"]], slots, shapes)
+                self.program.add(fns[step.name], slots, shapes)
                 if self._segments and self._segments[-1][0] is None:
                     self._segments[-1] = (None, self._segments[-1][1], n + 1)
                 else:
@@ -283,11 +283,8 @@ class CpuPlanExecutable:
         returned = {exe._base_of(o) for o in exe.outputs}
         sizes = []
         for v in exe.buffers:
-            if v["id"] not in returned:
-                n = DTYPES[v["dtype"]].itemsize
-                for s in v["shape"]:
-                    n *= int(s)
-                sizes.append((n, v["id"]))
+            if v.id not in returned:
+                sizes.append((v.nbytes, v.id))
         kept, total = set(), 0
         for n, vid in sorted(sizes):
             if total + n > WORKSPACE_BYTES:
@@ -362,7 +359,7 @@ class CpuPlanExecutable:
             body.append(f"p{vid} = {_data_ptr(t)}")
         inputs = {vid for vid, _, _, _ in self._inputs}
         for vid, of, shape, strides, offset in self._views:
-            nbytes = int(offset) * DTYPES[values[vid]["dtype"]].itemsize
+            nbytes = int(offset) * values[vid].torch_dtype.itemsize
             if of in ws:
                 continue
             view = f"x{of}.as_strided({list(shape)!r}, {list(strides)!r}, x{of}.storage_offset() + {int(offset)})"
@@ -384,13 +381,13 @@ class CpuPlanExecutable:
             if step is None:
                 body.append(f"run(table, {begin}, {end})")
                 continue
-            variant, ins, out = _OUT_VARIANTS.get(step["op"]), step["ins"], step["out"]
-            if variant is not None and values[out]["kind"] == "buffer" and \
-                    all(values[i]["dtype"] == values[out]["dtype"] for i in ins):
+            variant, ins, out = _OUT_VARIANTS.get(step.op), step.ins, step.out
+            if variant is not None and values[out].kind == "buffer" and \
+                    all(values[i].dtype == values[out].dtype for i in ins):
                 # what _run_library does for these: op(*operands(*ins), out=out) (a buffer
                 # is contiguous, the operands have its dtype)
                 g[f"L{k}"], g[f"O{k}"] = variant
-                operands = _OPERANDS.get(step["op"])
+                operands = _OPERANDS.get(step.op)
                 operands = operands.format(*(f"x{i}" for i in ins)) if operands else \
                     f"*O{k}({', '.join(f'x{i}' for i in ins)})"
                 body.append(f"L{k}({operands}, out=x{out})")
@@ -431,7 +428,7 @@ class CpuPlanExecutable:
         examples = []
         for _, i, dtype, v in self._inputs:
             x = args[i]
-            shape = list(v["shape"])
+            shape = list(v.shape)
             if type(x) not in (torch.Tensor, torch.nn.Parameter) or x.dtype is not dtype or not x.is_cpu or \
                     list(x.shape) != shape or list(x.stride()) != contiguous_strides(shape) or \
                     x.layout is not torch.strided:

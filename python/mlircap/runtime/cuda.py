@@ -1,6 +1,6 @@
 """CUDA executor: runs a launch plan produced by the compiler core.
 
-The plan (JSON, see `GpuExecutable`) lists values (inputs, intermediate
+The plan (schema.py) lists values (inputs, intermediate
 buffers, views, constants) and steps: kernel launches of PTX the core
 generated, and library calls (matmul, conv) that run through torch
 (cuBLAS/cuDNN). Buffers come from torch's caching allocator; every launch
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import operator
 import os
 from collections import ChainMap
@@ -25,7 +24,8 @@ import torch
 
 from .. import config, logs
 from .._core import core
-from .plan import DTYPES, PlanError, PlanExecutor
+from .plan import PlanError, PlanExecutor
+from .schema import KernelStep, Plan
 
 # -- compile cache ---------------------------------------------------------------------------------
 
@@ -42,10 +42,10 @@ def _cache_key(linalg_ir: str, chip: str, features: str) -> str:
     return h.hexdigest()
 
 
-def load_cached_plan(key: str) -> dict | None:
-    """The cached plan, parsed, or None. An entry whose checksum does not match
-    (truncated, corrupted) or whose body is not a launch plan is removed and
-    reported as a miss."""
+def load_cached_plan(key: str) -> Plan | None:
+    """The cached plan, parsed and checked, or None. An entry whose checksum does
+    not match (truncated, corrupted) or whose body is not a valid launch plan
+    (schema.Plan.from_json) is removed and reported as a miss."""
     path = cache_dir() / f"{key}.plan"
     try:
         data = path.read_bytes()
@@ -57,9 +57,9 @@ def load_cached_plan(key: str) -> dict | None:
         problem = "checksum mismatch"
     else:
         try:   # a valid checksum over a bad body (written by a buggy or foreign writer)
-            plan = json.loads(body.decode())
-            if not isinstance(plan, dict) or not all(k in plan for k in ("values", "steps", "outputs")):
-                problem = "not a launch plan"
+            plan = Plan.from_json(json.loads(body.decode()))
+        except PlanError as e:
+            problem = f"not a launch plan: {e}"
         except (UnicodeDecodeError, ValueError) as e:
             problem = f"unreadable ({type(e).__name__})"
     if problem:
@@ -81,15 +81,15 @@ def store_cached_plan(key: str, plan: str) -> None:
         logs.log("progress", f"compile cache: cannot write ({e})")
 
 
-def compile_plan(linalg_ir: str, chip: str = config.DEFAULT_CHIP, features: str = config.DEFAULT_PTX_FEATURES) -> tuple[dict, bool]:
+def compile_plan(linalg_ir: str, chip: str = config.DEFAULT_CHIP, features: str = config.DEFAULT_PTX_FEATURES) -> tuple[Plan, bool]:
     """(plan, cache_hit). Codegen runs only on a cache miss."""
     key = _cache_key(linalg_ir, chip, features)
     plan = load_cached_plan(key)
     hit = plan is not None
     if not hit:
         text = core().gpu_compile(linalg_ir, chip, features)
+        plan = Plan.from_json(json.loads(text))   # checked before it is cached
         store_cached_plan(key, text)
-        plan = json.loads(text)
     logs.log("progress", f"compile cache {'hit' if hit else 'miss'} ({key[:12]})")
     return plan, hit
 
@@ -165,26 +165,27 @@ class GpuExecutable(PlanExecutor, _StaticInputs):
 
     def _build_program(self):
         """Kernel launches as a C++ LaunchProgram, indexed by the plan's steps."""
-        module = self._core.cuda_load_module(self.plan["ptx"]) if self.n_kernels else None
+        if self.n_kernels and not self.plan.ptx:
+            raise PlanError("GPU launch plan: kernels but no PTX")
+        module = self._core.cuda_load_module(self.plan.ptx) if self.n_kernels else None
         self.program = self._core.LaunchProgram()
         self.exec_steps = []        # per plan step: ("kernel", program index) | ("library", step)
         functions = {}
-        for step in self.plan["steps"]:
-            if step["kind"] == "kernel":
-                name = step["name"]
+        for step in self.plan.steps:
+            if isinstance(step, KernelStep):
+                name = step.name
                 if name not in functions:
-                    functions[name] = self._core.cuda_get_function(module, name, step.get("smem", 0))
+                    functions[name] = self._core.cuda_get_function(module, name, step.smem)
                 consts, slots = [], []
-                for a in step["args"]:
-                    if "value" in a:
+                for a in step.args:
+                    if a.value is not None:
                         consts.append(0)
-                        slots.append(self.slot[a["value"]])
+                        slots.append(self.slot[a.value])
                     else:
-                        consts.append(int(a["i64"]))
+                        consts.append(a.i64)
                         slots.append(-1)
                 n = len(self.program)
-                self.program.add(functions[name], list(step["grid"]), list(step["block"]), step.get("smem", 0),
-                                 consts, slots)
+                self.program.add(functions[name], list(step.grid), list(step.block), step.smem, consts, slots)
                 self.exec_steps.append(("kernel", n))
             else:
                 self.exec_steps.append(("library", step))
@@ -215,13 +216,12 @@ class GpuExecutable(PlanExecutor, _StaticInputs):
         """First step that produces (part of) an output. Steps from there on run
         outside the CUDA graph, into fresh buffers, so outputs need no copy."""
         producer = {}
-        for i, step in enumerate(self.plan["steps"]):
-            ids = [a["value"] for a in step["args"] if "value" in a] if step["kind"] == "kernel" \
-                else list(step["ins"]) + [step["out"]]
+        for i, step in enumerate(self.plan.steps):
+            ids = step.value_args if isinstance(step, KernelStep) else (*step.ins, step.out)
             for vid in ids:
                 producer.setdefault(self._base_of(vid), i)
         starts = [producer[self._base_of(o)] for o in self.outputs
-                  if self.values[self._base_of(o)]["kind"] == "buffer" and self._base_of(o) in producer]
+                  if self.values[self._base_of(o)].kind == "buffer" and self._base_of(o) in producer]
         return min(starts) if starts else len(self.exec_steps), producer
 
     @torch.no_grad()
@@ -287,7 +287,7 @@ class GpuExecutable(PlanExecutor, _StaticInputs):
         if n_tail <= 1:
             return False
         bases = [self.values[self._base_of(o)] for o in self.outputs]
-        out_bytes = sum(math.prod(v["shape"]) * DTYPES[v["dtype"]].itemsize for v in bases)
+        out_bytes = sum(v.nbytes for v in bases)
         return out_bytes / self._COPY_BYTES_PER_S < (n_tail - 1) * self._TAIL_STEP_S
 
     def _replay(self, args):
@@ -308,7 +308,7 @@ class GpuExecutable(PlanExecutor, _StaticInputs):
             fresh[vid] = b
             table[slot] = b.data_ptr()
         for v in self._tail_views:
-            table[self.slot[v["id"]]] = self._view(v, fresh).data_ptr()
+            table[self.slot[v.id]] = self._view(v, fresh).data_ptr()
         t = ChainMap(fresh, self._graph_tensors)
         self._run(t, _raw_stream(), self._tail, None, table)
         return [fresh[o] if o in fresh else self._graph_tensors[o].clone() for o in self.outputs]
@@ -344,11 +344,10 @@ class GpuExecutable(PlanExecutor, _StaticInputs):
                 self._run(t, torch.cuda.current_stream().cuda_stream, 0, tail)
         self._graph, self._graph_tensors, self._tail = g, t, tail
         self._tail_table = self._table(t)
-        tail_buffers = [v for v in self.buffers if producer.get(v["id"], -1) >= tail]
-        self._tail_alloc = [(v["id"], self.slot[v["id"]], v["shape"], DTYPES[v["dtype"]])
-                            for v in tail_buffers]
-        fresh = {v["id"] for v in tail_buffers}
-        self._tail_views = [v for v in self.views if v["of"] in fresh]
+        tail_buffers = [v for v in self.buffers if producer.get(v.id, -1) >= tail]
+        self._tail_alloc = [(v.id, self.slot[v.id], v.shape, v.torch_dtype) for v in tail_buffers]
+        fresh = {v.id for v in tail_buffers}
+        self._tail_views = [v for v in self.views if v.of in fresh]
         self._graph_outputs = [t[o] for o in self.outputs]
         logs.log("kernels", f"captured CUDA graph: {tail} of {len(self.exec_steps)} steps (the rest write "
                             f"fresh outputs each call), {self.n_kernels} kernels, "

@@ -1,12 +1,6 @@
-"""Launch plans: what the compiler core hands the runtime (JSON).
+"""Launch plans: what the compiler core hands the runtime.
 
-    {"func": "main", "ptx": "...",
-     "values": [{"id", "shape", "dtype", "kind": input|buffer|view|constant, ...}],
-     "steps":  [{"kind": "kernel", "name", "grid", "block", "smem", "args": [{"value": id} | {"i64": n}]},
-                {"kind": "library", "op": "matmul"|..., "ins": [ids], "out": id, "attrs": {...}}],
-     (conv2d_nchw_fchw attrs: strides, dilations, padding: the input's zero padding)
-     "outputs": [ids]}
-
+The contract (JSON wire format, typed records, validation) is in schema.py.
 `PlanExecutor` holds what the CPU and CUDA executors share: value tensors
 (inputs, buffers from torch's allocator, views, constants) and library calls
 through torch. Subclasses launch the kernels.
@@ -15,32 +9,25 @@ from __future__ import annotations
 
 import torch
 
-DTYPES = {
-    "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "f64": torch.float64,
-    "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8, "i1": torch.bool,
-    "ui8": torch.uint8,
-}
+from .schema import DTYPES, KernelStep, LibraryStep, Plan, PlanError, Value
+
+__all__ = ["DTYPES", "LIBRARY", "Plan", "PlanError", "PlanExecutor"]
 
 
-class PlanError(RuntimeError):
-    pass
-
-
-def _conv2d(x, w, attrs):
-    # "padding": the zero padding of the input, applied by the convolution (the
+def _conv2d(x, w, st: LibraryStep):
+    # padding: the zero padding of the input, applied by the convolution (the
     # plan passes the unpadded input: see convInputPadding in KernelUtils.h)
-    return torch.nn.functional.conv2d(x, w, stride=attrs.get("strides", [1, 1]),
-                                      padding=attrs.get("padding", [0, 0]),
-                                      dilation=attrs.get("dilations", [1, 1]))
+    return torch.nn.functional.conv2d(x, w, stride=st.strides or (1, 1), padding=st.padding or (0, 0),
+                                      dilation=st.dilations or (1, 1))
 
 
 LIBRARY = {
-    "matmul": lambda ins, attrs: torch.mm(ins[0], ins[1]),
-    "matmul_transpose_b": lambda ins, attrs: torch.mm(ins[0], ins[1].t()),
-    "matmul_transpose_a": lambda ins, attrs: torch.mm(ins[0].t(), ins[1]),
-    "batch_matmul": lambda ins, attrs: torch.bmm(ins[0], ins[1]),
-    "batch_matmul_transpose_b": lambda ins, attrs: torch.bmm(ins[0], ins[1].transpose(1, 2)),
-    "conv2d_nchw_fchw": lambda ins, attrs: _conv2d(ins[0], ins[1], attrs),
+    "matmul": lambda ins, st: torch.mm(ins[0], ins[1]),
+    "matmul_transpose_b": lambda ins, st: torch.mm(ins[0], ins[1].t()),
+    "matmul_transpose_a": lambda ins, st: torch.mm(ins[0].t(), ins[1]),
+    "batch_matmul": lambda ins, st: torch.bmm(ins[0], ins[1]),
+    "batch_matmul_transpose_b": lambda ins, st: torch.bmm(ins[0], ins[1].transpose(1, 2)),
+    "conv2d_nchw_fchw": lambda ins, st: _conv2d(ins[0], ins[1], st),
 }
 # Library ops with an out= form: (torch function, operands from the step's inputs).
 # The result is written into the plan's buffer directly; without an out= form
@@ -59,38 +46,33 @@ class PlanExecutor:
     graphs are inference graphs or aot_autograd forwards whose autograd is
     handled outside them, and library calls with out= reject grad mode."""
 
-    def __init__(self, plan: dict, device: torch.device):
+    def __init__(self, plan: Plan | dict, device: torch.device):
+        plan = plan if isinstance(plan, Plan) else Plan.from_json(plan)
         self.plan = plan
         self.device = device
-        values = {v["id"]: v for v in plan["values"]}
-        self.values = values
-        self.slot = {vid: i for i, vid in enumerate(values)}
-        self.inputs = sorted((v for v in values.values() if v["kind"] == "input"), key=lambda v: v["index"])
-        self.buffers = [v for v in values.values() if v["kind"] == "buffer"]
-        self.views = [v for v in values.values() if v["kind"] == "view"]
+        self.values: tuple[Value, ...] = plan.values      # indexed by value id
+        self.slot = {v.id: v.id for v in plan.values}
+        self.inputs = sorted(plan.of_kind("input"), key=lambda v: v.index)
+        self.buffers = plan.of_kind("buffer")
+        self.views = plan.of_kind("view")
         self.constants = {}
-        for v in values.values():
-            if v["kind"] == "constant":
-                dt = DTYPES[v["dtype"]]
-                # NaN and infinities come as strings (JSON has no literal for them)
-                data = torch.tensor([float(x) if isinstance(x, str) else x for x in v["data"]],
-                                    dtype=torch.float64 if dt.is_floating_point else torch.int64)
-                t = data.reshape(-1)[0].expand(v["shape"]) if v.get("splat") else data.reshape(v["shape"])
-                self.constants[v["id"]] = t.to(dtype=dt, device=device).contiguous()
-        for step in plan["steps"]:
-            if step["kind"] == "library" and step["op"] not in LIBRARY:
-                raise PlanError(f"library op {step['op']!r} has no runtime implementation")
-            if step["kind"] not in ("kernel", "library"):
-                raise PlanError(f"unknown plan step kind {step['kind']!r}")
-        self.outputs = plan["outputs"]
-        self._const_outputs = {o for o in self.outputs if values[self._base_of(o)]["kind"] == "constant"}
-        self.kernel_steps = [s for s in plan["steps"] if s["kind"] == "kernel"]
+        for v in plan.of_kind("constant"):
+            dt = v.torch_dtype
+            data = torch.tensor(v.data, dtype=torch.float64 if dt.is_floating_point else torch.int64)
+            t = data.reshape(-1)[0].expand(v.shape) if v.splat else data.reshape(v.shape)
+            self.constants[v.id] = t.to(dtype=dt, device=device).contiguous()
+        for step in plan.library_steps:
+            if step.op not in LIBRARY:
+                raise PlanError(f"library op {step.op!r} has no runtime implementation")
+        self.outputs = list(plan.outputs)
+        self._const_outputs = {o for o in self.outputs if self.values[plan.base_of(o)].kind == "constant"}
+        self.kernel_steps = list(plan.kernels)
         self.n_kernels = len(self.kernel_steps)
-        self.n_library = sum(1 for s in plan["steps"] if s["kind"] == "library")
+        self.n_library = len(plan.library_steps)
 
-    def _check_input(self, v, x):
-        if x.device != self.device or x.dtype != DTYPES[v["dtype"]]:
-            raise PlanError(f"input {v['index']}: expected {v['dtype']} on {self.device}, "
+    def _check_input(self, v: Value, x):
+        if x.device != self.device or x.dtype != v.torch_dtype:
+            raise PlanError(f"input {v.index}: expected {v.dtype} on {self.device}, "
                             f"got {x.dtype} on {x.device}")
 
     def _prepare_inputs(self, args):
@@ -104,21 +86,18 @@ class PlanExecutor:
         """Tensors for every value id (inputs given, buffers allocated)."""
         t = {}
         for v, x in zip(self.inputs, inputs):
-            t[v["id"]] = x
+            t[v.id] = x
         if buffers is None:
-            buffers = {v["id"]: torch.empty(v["shape"], dtype=DTYPES[v["dtype"]], device=self.device)
-                       for v in self.buffers}
+            buffers = {v.id: torch.empty(v.shape, dtype=v.torch_dtype, device=self.device) for v in self.buffers}
         t.update(buffers)
         t.update(self.constants)
         for v in self.views:
             self._view(v, t)
         return t
 
-    def _base_of(self, vid):
-        """The value a view (of a view ...) `vid` is a view of; `vid` itself if not a view."""
-        while self.values[vid]["kind"] == "view":
-            vid = self.values[vid]["of"]
-        return vid
+    def _base_of(self, vid: int) -> int:
+        """The value a view `vid` is a view of; `vid` itself if not a view."""
+        return self.plan.base_of(vid)
 
     def _outputs(self, t) -> list:
         """The graph's outputs from value tensors `t`. An output that is (a view
@@ -126,27 +105,26 @@ class PlanExecutor:
         caller may write to what it gets back."""
         return [t[o].clone() if o in self._const_outputs else t[o] for o in self.outputs]
 
-    def _view(self, v, t):
-        if v["id"] in t:
-            return t[v["id"]]
-        base_v = self.values[v["of"]]
-        base = t[base_v["id"]] if base_v["id"] in t else self._view(base_v, t)
-        view = base.as_strided(v["shape"], v["strides"], base.storage_offset() + v.get("offset", 0))
-        t[v["id"]] = view
+    def _view(self, v: Value, t):
+        if v.id in t:
+            return t[v.id]
+        base = t[v.of]
+        view = base.as_strided(v.shape, v.strides, base.storage_offset() + v.offset)
+        t[v.id] = view
         return view
 
-    def _run_library(self, step, t):
-        ins = [t[i] for i in step["ins"]]
-        out = t[step["out"]]
+    def _run_library(self, step: LibraryStep, t):
+        ins = [t[i] for i in step.ins]
+        out = t[step.out]
         if not out.dtype.is_floating_point and out.dtype != ins[0].dtype:
             # Integer operands accumulating into a wider integer (torch._int_mm:
             # int8 x int8 -> int32): compute wide, never in the operands' type.
             # On CUDA (no integer GEMM for every shape) through float64, exact
             # for 8/16-bit operands.
             wide = torch.float64 if out.device.type == "cuda" else out.dtype
-            out.copy_(LIBRARY[step["op"]]([x.to(wide) for x in ins], step.get("attrs", {})))
+            out.copy_(LIBRARY[step.op]([x.to(wide) for x in ins], step))
             return
-        variant = _OUT_VARIANTS.get(step["op"])
+        variant = _OUT_VARIANTS.get(step.op)
         if variant is not None and out.is_contiguous():
             op, operands = variant
             a, b = operands(*ins)
@@ -168,27 +146,27 @@ class PlanExecutor:
                     return
                 except (RuntimeError, TypeError):
                     self._wide_out_ok = False
-        if step["op"] == "conv2d_nchw_fchw" and self._cudnn_out_ok and out.dtype == ins[0].dtype \
+        if step.op == "conv2d_nchw_fchw" and self._cudnn_out_ok and out.dtype == ins[0].dtype \
                 and out.device.type == "cuda" and out.is_contiguous() and torch.backends.cudnn.enabled:
             # cuDNN writes into the plan's buffer (F.conv2d has no out= form: its
             # result would be copied in); same flags as F.conv2d would use.
-            attrs, cudnn = step.get("attrs", {}), torch.backends.cudnn
+            cudnn = torch.backends.cudnn
             try:
                 torch.ops.aten.cudnn_convolution.out(
-                    ins[0], ins[1], attrs.get("padding", [0, 0]), attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1]), 1,
+                    ins[0], ins[1], step.padding or (0, 0), step.strides or (1, 1), step.dilations or (1, 1), 1,
                     cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32, out=out)
                 return
             except (RuntimeError, TypeError, NotImplementedError):
                 PlanExecutor._cudnn_out_ok = False
-        out.copy_(LIBRARY[step["op"]](ins, step.get("attrs", {})))
+        out.copy_(LIBRARY[step.op](ins, step))
 
     _cudnn_out_ok = True
     _wide_out_ok = True
     _wide_out_into = True
 
-    def describe_kernel(self, st) -> str:
-        shapes = [self.values[a["value"]]["shape"] for a in st["args"] if "value" in a]
-        return f"{st['name']} [{st.get('strategy', 'kernel')}] grid={st['grid'][0]} out={shapes[-1] if shapes else []}"
+    def describe_kernel(self, st: KernelStep) -> str:
+        shapes = [list(self.values[a].shape) for a in st.value_args]
+        return f"{st.name} [{st.strategy}] grid={st.grid[0]} out={shapes[-1] if shapes else []}"
 
-    def describe_library(self, st) -> str:
-        return f"library {st['op']} {[self.values[i]['shape'] for i in st['ins']]} {self.values[st['out']]['dtype']}"
+    def describe_library(self, st: LibraryStep) -> str:
+        return f"library {st.op} {[list(self.values[i].shape) for i in st.ins]} {self.values[st.out].dtype}"
