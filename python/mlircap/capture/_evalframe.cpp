@@ -2,6 +2,8 @@
 // Supports CPython 3.11 and 3.12 (internal frame layout differs; guarded by PY_VERSION_HEX).
 #define PY_SSIZE_T_CLEAN
 #include <pybind11/pybind11.h>
+
+#include <cstring>
 #define Py_BUILD_CORE 1
 #include <Python.h>
 #include <frameobject.h>
@@ -114,14 +116,97 @@ static _PyInterpreterFrame *iframe(py::handle f) {
   return ((PyFrameObject *)f.ptr())->f_frame;
 }
 
+// Dict version tags for the guards' fast path (guard_kinds.AllDictVersions): a dict's
+// ma_version_tag changes on every mutation (3.12: also when a watcher is added, which only
+// makes the fast path fail), so unchanged tags mean unchanged contents.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static uint64_t version_of(PyObject *d) { return ((PyDictObject *)d)->ma_version_tag; }
+#pragma GCC diagnostic pop
+
+// dict_version(d) -> int
+static PyObject *dict_version(PyObject *, PyObject *d) {
+  if (!PyDict_Check(d)) {
+    PyErr_SetString(PyExc_TypeError, "dict_version: a dict is expected");
+    return nullptr;
+  }
+  return PyLong_FromUnsignedLongLong(version_of(d));
+}
+
+// dicts_unchanged(dicts: tuple, versions: bytes of native uint64) -> bool
+static PyObject *dicts_unchanged(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyTuple_CheckExact(args[0]) || !PyBytes_CheckExact(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "dicts_unchanged(dicts: tuple, versions: bytes)");
+    return nullptr;
+  }
+  Py_ssize_t n = PyTuple_GET_SIZE(args[0]);
+  if (PyBytes_GET_SIZE(args[1]) != n * (Py_ssize_t)sizeof(uint64_t)) Py_RETURN_FALSE;
+  const char *vs = PyBytes_AS_STRING(args[1]);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *d = PyTuple_GET_ITEM(args[0], i);
+    uint64_t v;
+    memcpy(&v, vs + i * sizeof(uint64_t), sizeof(v));
+    if (!PyDict_Check(d) || version_of(d) != v) Py_RETURN_FALSE;
+  }
+  Py_RETURN_TRUE;
+}
+
+// funcs_unchanged(funcs: tuple, expected: tuple) -> bool: expected holds, for each function,
+// its __code__, __defaults__ and __kwdefaults__ (None for none), compared by identity
+// (guard_kinds.FunctionCodes).
+static PyObject *funcs_unchanged(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyTuple_CheckExact(args[0]) || !PyTuple_CheckExact(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "funcs_unchanged(funcs: tuple, expected: tuple)");
+    return nullptr;
+  }
+  Py_ssize_t n = PyTuple_GET_SIZE(args[0]);
+  if (PyTuple_GET_SIZE(args[1]) != 3 * n) Py_RETURN_FALSE;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *f = PyTuple_GET_ITEM(args[0], i);
+    if (!PyFunction_Check(f)) Py_RETURN_FALSE;
+    PyObject *const *e = &PyTuple_GET_ITEM(args[1], 3 * i);
+    PyObject *d = PyFunction_GET_DEFAULTS(f), *kd = PyFunction_GET_KW_DEFAULTS(f);
+    if (PyFunction_GET_CODE(f) != e[0] || (d ? d : Py_None) != e[1] || (kd ? kd : Py_None) != e[2])
+      Py_RETURN_FALSE;
+  }
+  Py_RETURN_TRUE;
+}
+
+// cells_hold(cells: tuple, expected: tuple) -> bool: each cell holds the expected object
+// (identity; an empty cell holds nothing).
+static PyObject *cells_hold(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyTuple_CheckExact(args[0]) || !PyTuple_CheckExact(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "cells_hold(cells: tuple, expected: tuple)");
+    return nullptr;
+  }
+  Py_ssize_t n = PyTuple_GET_SIZE(args[0]);
+  if (PyTuple_GET_SIZE(args[1]) != n) Py_RETURN_FALSE;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *c = PyTuple_GET_ITEM(args[0], i);
+    if (!PyCell_Check(c) || PyCell_GET(c) == nullptr || PyCell_GET(c) != PyTuple_GET_ITEM(args[1], i))
+      Py_RETURN_FALSE;
+  }
+  Py_RETURN_TRUE;
+}
+
+static PyMethodDef g_fast_methods[] = {
+    {"funcs_unchanged", (PyCFunction)(void (*)(void))funcs_unchanged, METH_FASTCALL,
+     "each function keeps its code, defaults and keyword defaults"},
+    {"cells_hold", (PyCFunction)(void (*)(void))cells_hold, METH_FASTCALL, "each cell holds its object"},
+    {"dict_version", (PyCFunction)dict_version, METH_O, "the version tag of a dict"},
+    {"dicts_unchanged", (PyCFunction)(void (*)(void))dicts_unchanged, METH_FASTCALL,
+     "all dicts still have these version tags"},
+    {nullptr, nullptr, 0, nullptr}};
+
 PYBIND11_MODULE(_mlircap_evalframe, m) {
+  if (PyModule_AddFunctions(m.ptr(), g_fast_methods) < 0) throw py::error_already_set();
   g_registry = PySet_New(nullptr);
   g_nullSentinel = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
   g_notHandled = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
   // The loader looks for this tag in a prebuilt binary before importing it: a stale
   // build imported first would shadow the fresh one (same module name).
-  static const char kApiTag[] = "mlircap-evalframe-api-3";
-  m.attr("API_VERSION") = 3;
+  static const char kApiTag[] = "mlircap-evalframe-api-4";
+  m.attr("API_VERSION") = 4;
   m.attr("API_TAG") = kApiTag;
   m.attr("NULL") = py::handle(g_nullSentinel);
   m.attr("NOT_HANDLED") = py::handle(g_notHandled);

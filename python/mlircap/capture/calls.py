@@ -293,7 +293,7 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
         instance attribute, or the class's method, guarded against monkeypatching)."""
         self.hooked.add(id(mod))
         hs = [mod._forward_hooks, mod._forward_pre_hooks, mod._backward_hooks, mod._backward_pre_hooks]
-        self.guard(Lengths(tuple(hs), tuple(len(h) for h in hs), pretty))
+        self.guard(Lengths(tuple(hs), tuple(len(h) for h in hs), pretty), group=tuple(hs))
         d = mod.__dict__
         if forward and "forward" in d:
             self.read(f"{self.const(d)}['forward']", f"{pretty}.forward", d["forward"], id(mod), "forward",
@@ -305,7 +305,7 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             mm = torch.nn.modules.module
             gs = [mm._global_forward_hooks, mm._global_forward_pre_hooks, mm._global_backward_hooks,
                   mm._global_backward_pre_hooks, mm._global_forward_hooks_always_called]
-            self.guard(Lengths(tuple(gs), tuple(len(x) for x in gs), "global nn.Module"))
+            self.guard(Lengths(tuple(gs), tuple(len(x) for x in gs), "global nn.Module"), group=tuple(gs))
 
     def _disabled_log_call(self, f: Any, args: list, kwargs: dict) -> bool:
         """`log.debug(...)` (info, warning, ..., log(level, ...)) on a standard library logger

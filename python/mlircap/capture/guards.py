@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .guard_batches import AllDictVersions, _cells_hold, _funcs_unchanged, batch_functions, make_cells_hold, \
+    make_function_codes
 from .guard_kinds import (
-    DictVersions, Distinct, Guard, NoShadowedBuiltins, StorageAliasing, TensorMatch, TensorMatchAll, _alias_pattern,
+    DictVersions, Distinct, Guard, Keys, NoShadowedBuiltins, StorageAliasing, TensorMatch, TensorMatchAll, _alias_pattern,
 )
-from .typeinfo import _dict_version
+from .typeinfo import _dict_version, _dicts_unchanged
 
 if TYPE_CHECKING:  # annotations only: recorder imports this module
     from .recorder import _Recorder
@@ -37,35 +39,74 @@ def _ambient() -> tuple:
 def _merge_guards(rec: _Recorder, pre: list[Placed]) -> list[Placed]:
     """The pre-call guards as the variant checks them (explain() and recompile reasons
     keep the individual ones):
-    * guards that only depend on entries of the same dicts (module globals, module and
-      class attributes, builtins), three or more, become one DictVersions check of the
-      dicts' version tags that falls back to the individual guards when a dict changed;
+    * guards that only depend on entries of the same dicts (module globals, module, object
+      and class attributes, module registries and hooks, builtins) form one DictVersions
+      group per set of dicts, which falls back to the individual guards when a dict changed.
+      The version tags are taken at install, where every member of the group holds (one
+      that does not, e.g. a flag the call flipped: the group is left as its members); the
+      groups are checked first all at once (AllDictVersions: one C call over every tag),
+      where the first of them stands;
     * every TensorMatch is merged into one TensorGuards call (TensorMatchAll), placed
       last so cheap identity checks fail first."""
     groups: dict[tuple, list[Placed]] = {}
     for p in pre:
         if p.group is not None:
             groups.setdefault(p.group, []).append(p)
+    merged: dict[tuple, DictVersions] = {}
+    for k, members in groups.items():
+        dicts = rec.vgroups[k][0]
+        codes = tuple(m.expr for m in members)
+        if _hold_now(codes, rec.consts):
+            # the tags now name the dicts' state after the recording, on which every member
+            # holds: unchanged tags at a call mean the members hold then too
+            versions = tuple(_dict_version(d) for d in dicts)
+            merged[k] = DictVersions(dicts, versions, tuple(m.guard for m in members), codes)
+    combined = _dicts_unchanged is not None and len(merged) >= 2
     out: list[Placed] = []
     done: set[tuple] = set()
     for p in pre:
         k = p.group
-        if k is None or len(groups[k]) < 3:
-            out.append(p)
+        if k is None or k not in merged or not combined and len(groups[k]) < 3:
+            out.append(p)   # (a group written by the recording: its members alone)
         elif k not in done:
             done.add(k)
-            dicts, versions = rec.vgroups[k]
-            members = groups[k]
-            g = DictVersions(dicts, versions, tuple(m.guard for m in members), tuple(m.expr for m in members))
-            out.append(Placed(g, 0, g.code(rec)))
+            if combined:
+                gs = tuple(merged.values())
+                slow = tuple(g.code(rec) if len(g.members) >= 3 else " and ".join(f"({e})" for e in g.member_code)
+                             for g in gs)
+                done.update(merged)
+                a = AllDictVersions(gs, slow)
+                out.append(Placed(a, 0, a.code(rec)))
+            else:
+                out.append(Placed(merged[k], 0, merged[k].code(rec)))
+    # FunctionCode guards on constant functions, and identity guards on their closure
+    # cells: one C call each, where the first of them stands
+    fcs, cells = batch_functions([p.guard for p in out], rec.consts)
+    for members, make in ((fcs, make_function_codes), (cells, make_cells_hold)):
+        if len(members) >= 2:
+            ids = {id(g) for g in members}
+            b = make(members, rec.consts)
+            first = next(i for i, p in enumerate(out) if id(p.guard) in ids)
+            rest = [p for p in out if id(p.guard) not in ids]
+            out = rest[:first] + [Placed(b, 0, b.code(rec))] + rest[first:]
     # The merged TensorGuards is built from the examples now (install time, the caller's
     # dispatch state): only those whose metadata the recording left as it was first read.
     tm = [p for p in out if type(p.guard) is TensorMatch and p.guard.unchanged()]
     if len(tm) < 2:
         return out
     g = TensorMatchAll.of(tuple(p.guard for p in tm))
-    merged = {id(p) for p in tm}
-    return [p for p in out if id(p) not in merged] + [Placed(g, 0, g.code(rec))]
+    merged_tm = {id(p) for p in tm}
+    return [p for p in out if id(p) not in merged_tm] + [Placed(g, 0, g.code(rec))]
+
+
+def _hold_now(codes: tuple[str, ...], consts: list) -> bool:
+    """Every guard expression in `codes` (of constants only: a dict group's members) holds
+    on the current state."""
+    env = {"C": consts}
+    try:
+        return all(eval(compile(c, "<mlircap guard>", "eval"), env) for c in codes)
+    except Exception:
+        return False
 
 
 _CONST_REF = re.compile(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")|(?<![\w.\]])C\[(\d+)\]""")
@@ -114,7 +155,7 @@ def _compile_guard(exprs: list[str], consts: list, state: _GlobalState | None) -
         parts.insert(0, state.expr())
     body, used = _bind_consts(" and ".join(parts) or "True")
     binds = "".join(f"    _c{k} = C[{k}]\n" for k in sorted(used))
-    src = ("def _make(C, _ge, _inf, _ac, _gs, _dv):\n" + binds +
+    src = ("def _make(C, _ge, _inf, _ac, _gs, _dv, _dvs, _fcs, _cells):\n" + binds +
            "    def __guard(L, F):\n"
            "        try:\n"
            f"            return {body}\n"
@@ -124,7 +165,7 @@ def _compile_guard(exprs: list[str], consts: list, state: _GlobalState | None) -
     ns: dict[str, Any] = {}
     exec(compile(src, "<mlircap guard>", "exec"), ns)
     return ns["_make"](consts, torch.is_grad_enabled, torch.is_inference_mode_enabled, torch.is_autocast_enabled,
-                       state.guard if state is not None else None, _dict_version)
+                       state.guard if state is not None else None, _dict_version, _dicts_unchanged, _funcs_unchanged, _cells_hold)
 
 
 class _GuardMixin:
@@ -160,6 +201,8 @@ class _GuardMixin:
             return
         self.guard_exprs.add(expr)
         pos = self.ncalls if pos is None else pos
+        if group and not all(type(d) is dict or isinstance(d, dict) and type(g) is not Keys for d in group):
+            group = None   # (an OrderedDict's order changes without a new version tag: move_to_end)
         key = self._group_key(group) if group and pos == 0 and _dict_version is not None else None
         self.guards.append(Placed(g, pos, expr, key))
 

@@ -138,6 +138,8 @@ class _ReadMixin(_CounterMixin):
             return
         if _is_ndarray(obj):
             return  # guarded by contents
+        if type(obj) is types.CodeType:
+            return  # immutable: its attributes are what the object (identity-guarded) was made with
         argrooted = kind is True
         cls = type(obj)
         _, raw = _mro_lookup(cls, name)
@@ -243,7 +245,8 @@ class _ReadMixin(_CounterMixin):
             s = self.src.get(id(m))
             if s is None:
                 return
-            self.guard(Lengths((m._state_dict_hooks, m._state_dict_pre_hooks), (0, 0), f"{s[1]} state_dict"))
+            hooks = (m._state_dict_hooks, m._state_dict_pre_hooks)
+            self.guard(Lengths(hooks, (0, 0), f"{s[1]} state_dict"), group=hooks)
             nps = m._non_persistent_buffers_set
             self.guard(Equals(self.const(nps), f"{s[1]}._non_persistent_buffers_set", set(nps)))
             for n in _STATE_DICT_METHODS:
@@ -260,9 +263,9 @@ class _ReadMixin(_CounterMixin):
         for store in ("_parameters", "_buffers", "_modules"):
             d = m.__dict__[store]
             dc = self.const(d)
-            self.guard(Keys(dc, f"{s[1]}.{store}", tuple(d.keys())))
+            self.guard(Keys(dc, f"{s[1]}.{store}", tuple(d.keys())), group=(d,))
             for k, v in d.items():
-                self.read(f"{dc}[{k!r}]", f"{s[1]}.{k}", v, id(m), k)
+                self.read(f"{dc}[{k!r}]", f"{s[1]}.{k}", v, id(m), k, group=(d,))
                 if isinstance(v, torch.nn.Module):
                     self._source_module_tree(v, seen)
 

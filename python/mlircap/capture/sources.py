@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import re
 import types
 from collections.abc import Iterable
 from typing import Any
@@ -21,6 +22,9 @@ from .typeinfo import (
     _NDARRAY_GUARD_BYTES, _dataclass_fields, _is_constant_value, _is_frozen_dataclass, _is_ndarray, _pure_python_type,
     _slot_names, _slot_values,
 )
+
+
+_BARE_CONST = re.compile(r"C\[\d+\]")
 
 
 class _SourceMixin:
@@ -44,14 +48,17 @@ class _SourceMixin:
         lz = self.lazy.pop(id(obj), None)
         if lz is None:
             return
-        v, expr, pretty, depth, pos = lz
+        v, expr, pretty, depth, pos, group = lz
         kind, _, _, _, snap = self.snaps[id(v)]
         t = type(v)
+        # a dict read from a dict group's entry: what is guarded here depends on that entry
+        # and on this dict's contents only
+        group = group + (v,) if group and t is dict else None
         saved = self.ncalls
         self.ncalls = pos
         try:
             n = len(snap)
-            self.guard(TypeLen(expr, pretty, t, n))
+            self.guard(TypeLen(expr, pretty, t, n), group=group)
             if kind == "deque":
                 self.guard(Equals(f"{expr}.maxlen", f"{pretty}.maxlen", v.maxlen))
             if kind == "list" or kind == "deque":
@@ -59,9 +66,9 @@ class _SourceMixin:
                     self._source(x, f"{expr}[{i}]", f"{pretty}[{i}]", False, depth + 1)
             elif kind == "dict":
                 keys = list(snap.keys())
-                self.guard(Keys(expr, pretty, tuple(keys)))
+                self.guard(Keys(expr, pretty, tuple(keys)), group=group)
                 for k in keys:
-                    self._source(snap[k], self._item(v, expr, k), f"{pretty}[{k!r}]", False, depth + 1)
+                    self._source(snap[k], self._item(v, expr, k), f"{pretty}[{k!r}]", False, depth + 1, group)
             else:
                 if all(type(x) in _PRIM or isinstance(x, _ID_HASHED) for x in snap):
                     self.guard(Equals(expr, pretty, set(snap)))
@@ -74,13 +81,16 @@ class _SourceMixin:
         """A lazily guarded object is used by code we do not trace: guard all of it."""
         v, pos = self.lazy_objs.pop(id(o))
         _, _, expr, pretty, snap = self.snaps[id(o)]
-        dc = self.const(v.__dict__)
+        d = v.__dict__
+        dc = self.const(d)
         saved = self.ncalls
         self.ncalls = pos
         try:
-            self.guard(Keys(dc, f"vars({pretty})", tuple(snap)))
+            # the instance dict's keys and entries: its version tag decides them all (see
+            # DictVersions)
+            self.guard(Keys(dc, f"vars({pretty})", tuple(snap)), group=(d,))
             for k, x in snap.items():
-                self.read(f"{dc}[{k!r}]", f"{pretty}.{k}", x, id(v), k)
+                self.read(f"{dc}[{k!r}]", f"{pretty}.{k}", x, id(v), k, group=(d,))
         finally:
             self.ncalls = saved
 
@@ -125,8 +135,10 @@ class _SourceMixin:
         if vid in self.src:
             old = self.src[vid][0]
             if old != expr:  # same object reached through another path: guard aliasing
+                # (in expr's dict group only when the other path is a constant: `C[a]['x'] is
+                # C[b]['y']` also depends on dict a)
                 self.guard(SameAs(expr, pretty, old, self.src[vid][1]),
-                           group=group if old.startswith("C[") else None)
+                           group=group if _BARE_CONST.fullmatch(old) else None)
             return
         self.keep.append(v)
         if isinstance(v, torch.Tensor):
@@ -197,7 +209,7 @@ class _SourceMixin:
                 raise Unreplayable(f"container too large at {pretty}")
             self.src[vid] = (expr, pretty, argrooted)
             self._snap(v, expr, pretty)
-            self.lazy[vid] = (v, expr, pretty, depth, self.ncalls)
+            self.lazy[vid] = (v, expr, pretty, depth, self.ncalls, group)
             return
         if isinstance(v, (list, tuple, dict, set, collections.deque)):
             n = len(v)
@@ -254,7 +266,7 @@ class _SourceMixin:
             # object reached through a module attribute / global / cell (configs, helpers):
             # identity, then attribute reads are guarded lazily like nn.Module attributes
             c = self.const(v, pretty)
-            self.guard(Is(expr, pretty, v, _short(v)))
+            self.guard(Is(expr, pretty, v, _short(v)), group=group)
             self.src[vid] = (c, pretty, False)
             self._snap(v, c, pretty)
             self.lazy_objs[vid] = (v, self.ncalls)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import types
 import weakref
+from collections.abc import Callable
 
 import torch
 
@@ -30,10 +31,24 @@ def _pure_python_type(t: type) -> bool:
 
 _IMMUTABLETYPE = 1 << 8
 _NDARRAY_GUARD_BYTES = 1 << 16
+# A dict's version tag (unique to one state of it), and all of several dicts unchanged in
+# one call: the capture extension's (one C loop), else torch's per dict.
+_dicts_unchanged: Callable[[tuple, bytes], bool] | None = None
 try:
-    from torch._C._dynamo.guards import dict_version as _dict_version
-except Exception:  # pragma: no cover - older torch: no version fast path
-    _dict_version = None
+    from . import _ext
+    _dict_version = _ext.load().dict_version
+    _dicts_unchanged = _ext.load().dicts_unchanged
+except Exception:  # the extension could not be built: capture runs eagerly anyway
+    try:
+        from torch._C._dynamo.guards import dict_version as _dict_version
+    except Exception:  # pragma: no cover - older torch: no version fast path
+        _dict_version = None
+
+
+def _pack_versions(vs: tuple[int, ...]) -> bytes:
+    """Version tags as `_dicts_unchanged` takes them (native uint64s)."""
+    import struct
+    return struct.pack(f"={len(vs)}Q", *vs)
 
 
 def _mro_lookup(cls: type, name: str) -> tuple:

@@ -322,3 +322,128 @@ def test_guard_fuzz_numpy_tensor_metadata_containers(seed, typed_checks_agree):
     import torch
     x = torch.randn(3)
     run_program(f"SEED = {seed}\n" + PROGRAM2, [(x,)] * 30, name=f"fuzz2_{seed}", cache_limit=1000)
+
+
+PROGRAM3 = """
+import random, types, collections
+class Cfg:
+    def __init__(self):
+        self.hidden = 3.0
+        self.act = "relu"
+        self.table = {"a": 1.0, "b": 2.0}
+        self.od = collections.OrderedDict(x=1.0, y=2.0)
+CF = Cfg()
+LST = [1.0]
+D1 = {"l": LST, "n": 1.0}
+D2 = {"l": LST}
+NEST = {"inner": {"k": 2.0, "j": 1.0}}
+def make_scaler(s):
+    def scaler(v, k=1.0, *, z=0.0):
+        return v * s * k + z
+    return scaler
+SC = make_scaler(2.0)
+def g2(v, a=1.0):
+    return v + a
+def g3(v, a=1.0):
+    return v - a
+
+class Blk(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.gain = 2.0
+    def forward(self, x):
+        return self.lin(x) * self.gain
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Blk(), Blk()])
+        self.cfg = CF
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x * self.cfg.hidden
+
+def make():
+    m = M()
+    def f(x):
+        y = m(x) + CF.table["a"] + len(CF.table)
+        y = y + (1.0 if CF.act == "relu" else 2.0)
+        for k, v in CF.od.items():
+            y = y * v + len(k)
+        for k, v in CF.__dict__.items():   # the whole instance dict: keys and entries
+            if type(v) is float:
+                y = y + v
+        y = SC(y) + g2(1.0) + NEST["inner"]["k"] + len(NEST["inner"])
+        D1["l"].append(1.0)
+        D2["l"].append(2.0)
+        y = y + D1["n"]
+        sd = m.state_dict()
+        return y + len(sd)
+    f.m = m
+    return f
+
+def _blk(k):
+    b = Blk()
+    with torch.no_grad():   # the same weights in both copies of the program
+        b.lin.weight.copy_(torch.arange(9.0).view(3, 3) * 0.1 * k)
+        b.lin.bias.fill_(0.1 * k)
+    return b
+
+def _cell(fn, v):
+    fn.__closure__[0].cell_contents = v
+
+def _mutations(f):
+    def set_global(name, v):
+        globals()[name] = v
+    return [
+        lambda r: setattr(CF, "hidden", r.choice([3.0, 4.0])),
+        lambda r: setattr(CF, "act", r.choice(["relu", "gelu"])),
+        lambda r: CF.table.__setitem__("a", r.choice([1.0, 5.0])),
+        lambda r: CF.table.__setitem__("c", 1.0) if "c" not in CF.table else CF.table.pop("c"),
+        lambda r: setattr(CF, "table", {"a": r.choice([1.0, 6.0]), "b": 2.0}),
+        lambda r: CF.od.move_to_end(r.choice(["x", "y"])),
+        lambda r: setattr(CF, "extra", r.choice([0.5, 1.5])) if r.random() < 0.6 else vars(CF).pop("extra", None),
+        lambda r: _cell(SC, r.choice([2.0, 3.0])),
+        lambda r: setattr(SC, "__kwdefaults__", {"z": r.choice([0.0, 1.0])}),
+        lambda r: setattr(SC, "__defaults__", (r.choice([1.0, 2.0]),)),
+        lambda r: setattr(g2, "__code__", r.choice([g2.__code__, g3.__code__])),
+        lambda r: D1.__setitem__("l", r.choice([[], D2["l"]])),
+        lambda r: D2.__setitem__("l", r.choice([[0.5], D1["l"]])),
+        lambda r: D1.__setitem__("n", r.choice([1.0, 2.0])),
+        lambda r: NEST["inner"].__setitem__("k", r.choice([2.0, 3.0])),
+        lambda r: NEST["inner"].update(z=1.0) if "z" not in NEST["inner"] else NEST["inner"].pop("z"),
+        lambda r: NEST.__setitem__("inner", {"k": r.choice([2.0, 4.0]), "j": 1.0}),
+        lambda r: setattr(f.m.blocks[r.randrange(2)], "gain", r.choice([2.0, 0.5])),
+        lambda r: f.m.blocks.__setitem__(r.randrange(2), _blk(r.randrange(1, 3))),
+        lambda r: f.m.blocks.append(_blk(3)) if len(f.m.blocks) < 3 else f.m.blocks.__delitem__(2),
+        lambda r: f.m.blocks[0].register_forward_hook(lambda mod, i, o: o * 3)
+        if not f.m.blocks[0]._forward_hooks else f.m.blocks[0]._forward_hooks.clear(),
+        lambda r: f.m.register_state_dict_pre_hook(lambda *a: None)
+        if not f.m._state_dict_pre_hooks else f.m._state_dict_pre_hooks.clear(),
+        lambda r: None,
+    ]
+
+def mutate(i, f):
+    r = random.Random(SEED * 1000 + i)
+    with torch.no_grad():
+        for _ in range(r.choice([1, 1, 2])):
+            r.choice(_mutations(f))(r)
+
+def state(f):
+    return (list(D1["l"]), list(D2["l"]), list(LST), list(CF.od.items()))
+"""
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_guard_fuzz_batched_guards(seed, typed_checks_agree):
+    """What the batched guard checks (guard_batches.py) cover, mutated between calls: a
+    config object's instance dict read whole (keys, entries, a dict and an OrderedDict in
+    it, the OrderedDict reordered: no new version tag), one list reached through two dicts
+    and rebound in either, a nested dict replaced or changed, a closure cell, the
+    __defaults__ / __kwdefaults__ / __code__ of functions the program calls, ModuleList
+    items swapped, appended and deleted, a block's attribute, forward and state_dict hooks."""
+    import torch
+    x = torch.randn(3)
+    run_program(f"SEED = {seed}\n" + PROGRAM3, [(x,)] * 40, name=f"fuzz3_{seed}", cache_limit=1000)
