@@ -1,0 +1,168 @@
+//===- GpuEmitPointwise.cpp - pointwise and naive reduction kernels --------===//
+//
+// Part of the mlircap-gpu-codegen emitter: see GpuKernelEmitter.h.
+//
+//===----------------------------------------------------------------------===//
+#include "GpuKernelEmitter.h"
+
+namespace mlir::mlircap::gpu_emit {
+
+void Codegen::gridStride(int64_t n, Value gtid, function_ref<void(Value)> body) {
+  auto loop = scf::ForOp::create(b, loc, gtid, cIdx(n), cIdx(grid * block));
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(loop.getBody());
+  body(loop.getInductionVar());
+}
+
+SmallVector<std::pair<Value, unsigned>> Codegen::outputs() {
+  SmallVector<std::pair<Value, unsigned>> outs;
+  auto ret = cast<func::ReturnOp>(kfn.getBody().front().getTerminator());
+  for (auto [i, v] : llvm::enumerate(ret.getOperands()))
+    outs.push_back({v, (unsigned)i});
+  return outs;
+}
+
+bool Codegen::vecType(Type t) {
+  return t.isF32() || t.isF16() || t.isBF16() || t.isInteger(32);
+}
+
+unsigned Codegen::vecAlign(int64_t width, Type t) {
+  return std::min<int64_t>(16, width * t.getIntOrFloatBitWidth() / 8);
+}
+
+int64_t Codegen::vectorizable(int64_t n, linalg::GenericOp &out) {
+  auto ret = cast<func::ReturnOp>(kfn.getBody().front().getTerminator());
+  if (ret.getNumOperands() != 1)
+    return 0;
+  auto g = ret.getOperand(0).getDefiningOp<linalg::GenericOp>();
+  if (!g || !isAllParallel(g) || g.getNumResults() != 1 || g.getNumLoops() == 0)
+    return 0;
+  auto type = cast<RankedTensorType>(g.getResult(0).getType());
+  if (!g.getMatchingIndexingMap(g.getDpsInitOperand(0)).isIdentity() ||
+      !vecType(type.getElementType()))
+    return 0;
+  int64_t last = type.getShape().back();
+  for (int64_t width : {128 / (int64_t)type.getElementTypeBitWidth(), int64_t(4)})
+    if (n % width == 0 && last % width == 0) {
+      out = g;
+      return width;
+    }
+  return 0;
+}
+
+void Codegen::pointwise(Value tid, Value bid, bool allowVector) {
+  int64_t maxN = 1;
+  for (auto [v, i] : outputs())
+    maxN = std::max(maxN, product(cast<RankedTensorType>(v.getType()).getShape()));
+  block = kPointwiseBlock;
+  linalg::GenericOp vecOp;
+  int64_t width = allowVector ? vectorizable(maxN, vecOp) : 0;
+  bool vec = width > 0;
+  int64_t perThread = vec ? width : 1;
+  int64_t work = (maxN + perThread - 1) / perThread;
+  grid = std::max<int64_t>(1, std::min((work + block - 1) / block, numSMs * 8));
+  Value gtid = arith::AddIOp::create(
+      b, loc, arith::MulIOp::create(b, loc, bid, cIdx(block)), tid);
+  auto scalarLoops = [&] {
+    for (auto [out, k] : outputs()) {
+      auto type = cast<RankedTensorType>(out.getType());
+      gridStride(product(type.getShape()), gtid, [&](Value i) {
+        auto idx = delinearize(i, type.getShape());
+        if (Value v = eval(out, idx))
+          store(k, v, idx);
+      });
+    }
+  };
+  if (vec) {
+    strategy = width == 4 ? "pointwise_vec4" : "pointwise_vec8";
+    auto [out, k] = outputs().front();
+    linalg::GenericOp g = vecOp;
+    auto shape = cast<RankedTensorType>(out.getType()).getShape();
+    unsigned last = g.getNumLoops() - 1;
+    // Vector accesses need 16-byte aligned pointers: check them at run time
+    // and take the scalar loop otherwise (e.g. a misaligned input view).
+    Value aligned;
+    for (Value mem : llvm::concat<Value>(argMem, outMem)) {
+      Value p = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, mem);
+      Value ok = arith::CmpIOp::create(
+          b, loc, arith::CmpIPredicate::eq,
+          arith::RemUIOp::create(b, loc, p, cIdx(16)), cIdx(0));
+      aligned = aligned ? arith::AndIOp::create(b, loc, aligned, ok).getResult() : ok;
+    }
+    auto ifAligned = scf::IfOp::create(b, loc, aligned, /*withElse=*/true);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifAligned.elseBlock());
+    scalarLoops();
+    b.setInsertionPointToStart(ifAligned.thenBlock());
+    gridStride(maxN / width, gtid, [&](Value i) {
+      Value base = arith::MulIOp::create(b, loc, i, cIdx(width));
+      SmallVector<Value> ivs0 = delinearize(base, shape);
+      // Inputs read contiguously along the innermost loop: one aligned
+      // vector load; inputs not indexed by it: one scalar for all lanes;
+      // anything else is computed per lane.
+      DenseMap<unsigned, Value> vecs, scalarsIn;
+      for (OpOperand *in : g.getDpsInputOperands()) {
+        Block &body = g.getRegion().front();
+        if (body.getArgument(in->getOperandNumber()).use_empty())
+          continue;
+        auto t = dyn_cast<RankedTensorType>(in->get().getType());
+        if (!t)
+          continue;
+        AffineMap map = g.getMatchingIndexingMap(in);
+        bool usesLast = map.isFunctionOfDim(last);
+        if (!usesLast) {
+          Value v = eval(in->get(), applyMap(map, ivs0));
+          if (!v)
+            return;
+          scalarsIn[in->getOperandNumber()] = v;
+          continue;
+        }
+        auto arg = dyn_cast<BlockArgument>(in->get());
+        auto lastExpr = dyn_cast<AffineDimExpr>(map.getResults().back());
+        bool contiguous =
+            arg && vecType(t.getElementType()) && lastExpr &&
+            lastExpr.getPosition() == last && t.getShape().back() % width == 0 &&
+            llvm::count_if(map.getResults(), [&](AffineExpr e) {
+              return e.isFunctionOfDim(last);
+            }) == 1;
+        if (!contiguous)
+          continue;
+        Value at = linearize(applyMap(map, ivs0), t.getShape());
+        auto load = vector::LoadOp::create(
+            b, loc, VectorType::get({width}, t.getElementType()),
+            argMem[arg.getArgNumber()], ValueRange{at});
+        // Base pointers are checked for 16-byte alignment at the top of
+        // the kernel; offsets are multiples of `width` elements.
+        load.setAlignment(vecAlign(width, t.getElementType()));
+        vecs[in->getOperandNumber()] = load;
+      }
+      SmallVector<Value> results;
+      for (int64_t l = 0; l < width; ++l) {
+        SmallVector<Value> ivs(ivs0);
+        ivs[last] = arith::AddIOp::create(b, loc, ivs0[last], cIdx(l));
+        DenseMap<unsigned, Value> given(scalarsIn);
+        for (auto [num, vv] : vecs)
+          given[num] = vector::ExtractOp::create(b, loc, vv, l);
+        SmallVector<Value> outs;
+        for (OpOperand &init : g.getDpsInitsMutable())
+          outs.push_back(body_uses(g, init)
+                             ? eval(init.get(), applyMap(g.getMatchingIndexingMap(&init), ivs))
+                             : Value());
+        auto vals = evalBody(g, ivs, outs, given);
+        if (vals.empty())
+          return;
+        results.push_back(vals[0]);
+      }
+      auto vt = VectorType::get({width}, results[0].getType());
+      Value acc = vector::BroadcastOp::create(b, loc, vt, results[0]);
+      for (int64_t l = 1; l < width; ++l)
+        acc = vector::InsertOp::create(b, loc, results[l], acc, l);
+      auto st = vector::StoreOp::create(b, loc, acc, outMem[k], ValueRange{base});
+      st.setAlignment(vecAlign(width, results[0].getType()));
+    });
+    return;
+  }
+  scalarLoops();
+}
+
+} // namespace mlir::mlircap::gpu_emit

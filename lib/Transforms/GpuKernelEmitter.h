@@ -1,0 +1,174 @@
+//===- GpuKernelEmitter.h - one kernel on tensors -> gpu.func body --*- C++ -*-===//
+//
+// The emitter behind mlircap-gpu-codegen (GpuCodegen.cpp): `Codegen` writes
+// the body of the gpu.func of one `mlircap.kernel` function. Its parts:
+//   GpuEmitValues.cpp    values on demand (eval: loads, index folding of
+//                        views, inlined elementwise bodies), stores, warp
+//                        shuffles and block reductions
+//   GpuEmitPointwise.cpp the pointwise strategy (grid-stride, vector stores)
+//                        and the naive one-thread-per-output reduction
+//   GpuEmitRows.cpp      row reductions: a block or warp per row
+//   GpuEmitColumns.cpp   column reductions split across threads
+//   GpuCodegen.cpp       strategy choice (Codegen::run) and the pass
+//
+//===----------------------------------------------------------------------===//
+#ifndef MLIRCAP_LIB_TRANSFORMS_GPUKERNELEMITTER_H
+#define MLIRCAP_LIB_TRANSFORMS_GPUKERNELEMITTER_H
+
+#include "KernelUtils.h"
+#include "mlir/Dialect/Affine/Utils.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/ScopeExit.h"
+
+namespace mlir::mlircap::gpu_emit {
+
+constexpr int64_t kPointwiseBlock = 256;
+
+struct Codegen {
+  func::FuncOp kfn;
+  gpu::GPUFuncOp gfn;
+  OpBuilder b;
+  Location loc;
+  int64_t numSMs;
+  SmallVector<Value> argMem;             // memrefs of kernel inputs
+  SmallVector<Value> outMem;             // memrefs of kernel results
+  IRMapping scalars;                     // scalar values of kfn -> gfn
+  DenseMap<Value, Value> materialized;   // row-reduced values (same row)
+  DenseMap<Value, unsigned> resultIndex; // kfn result values -> output index
+  int64_t grid = 1, block = 1;
+  int64_t rowLanes = 32; // threads cooperating on one row
+  std::string strategy;
+  bool failedFlag = false;
+
+  Codegen(func::FuncOp kfn, gpu::GPUFuncOp gfn, int64_t numSMs)
+      : kfn(kfn), gfn(gfn), b(gfn.getContext()), loc(kfn.getLoc()),
+        numSMs(numSMs) {}
+
+  InFlightDiagnostic error(Operation *op, const Twine &msg) {
+    failedFlag = true;
+    return op->emitError("mlircap-gpu-codegen: ") << msg;
+  }
+
+  Value cIdx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+
+  Value linearize(ArrayRef<Value> idx, ArrayRef<int64_t> shape) {
+    Value lin = cIdx(0);
+    for (auto [i, s] : llvm::zip(idx, shape))
+      lin = arith::AddIOp::create(
+          b, loc, arith::MulIOp::create(b, loc, lin, cIdx(s)), i);
+    return lin;
+  }
+
+  SmallVector<Value> delinearize(Value lin, ArrayRef<int64_t> shape) {
+    SmallVector<Value> idx(shape.size());
+    for (int i = shape.size() - 1; i >= 0; --i) {
+      if (shape[i] == 1) {
+        idx[i] = cIdx(0);
+        continue;
+      }
+      idx[i] = i == 0 ? lin : arith::RemUIOp::create(b, loc, lin, cIdx(shape[i])).getResult();
+      if (i > 0)
+        lin = arith::DivUIOp::create(b, loc, lin, cIdx(shape[i]));
+    }
+    return idx;
+  }
+
+  SmallVector<Value> applyMap(AffineMap map, ArrayRef<Value> ivs) {
+    SmallVector<Value> out;
+    for (AffineExpr e : map.getResults())
+      out.push_back(affine::expandAffineExpr(b, loc, e, ivs, {}));
+    return out;
+  }
+
+  /// Scalars of the kernel function are cloned at the top of the gpu.func.
+  Value scalar(Value v) {
+    if (Value m = scalars.lookupOrNull(v))
+      return m;
+    error(kfn, "scalar value not available in the kernel");
+    return {};
+  }
+
+  Value zeroOf(Type t) {
+    return arith::ConstantOp::create(b, loc, cast<TypedAttr>(b.getZeroAttr(t)));
+  }
+
+  /// The element of `tensor` at `idx`.
+  Value eval(Value tensor, ArrayRef<Value> idx);
+
+  /// Loop ivs of `g` that produce element `idx` of result `res`.
+  std::optional<SmallVector<Value>> invertOutput(linalg::GenericOp g,
+                                                 unsigned res,
+                                                 ArrayRef<Value> idx);
+
+  /// Clones the body of `g` at loop ivs `ivs` with the accumulators `outs`
+  /// (one per init) and returns the yielded values.
+  SmallVector<Value> evalBody(linalg::GenericOp g, ArrayRef<Value> ivs,
+                              ArrayRef<Value> outs,
+                              const DenseMap<unsigned, Value> &given = {});
+
+  Value evalGeneric(linalg::GenericOp g, unsigned res, ArrayRef<Value> idx);
+
+  static bool body_uses(linalg::GenericOp g, OpOperand &operand);
+
+  void store(unsigned out, Value v, ArrayRef<Value> idx);
+
+  //===--------------------------------------------------------------------===//
+  // Shuffles and block reductions.
+  //===--------------------------------------------------------------------===//
+
+  Value shuffleXor(Value v, int64_t offset);
+
+  Value combine(Operation *comb, Value a, Value c);
+
+  Value warpReduce(Value v, Operation *comb);
+
+  /// All threads of the block get the combination of every thread's `v`.
+  Value blockReduce(Value v, Operation *comb, TypedAttr identity, Value tid);
+
+  //===--------------------------------------------------------------------===//
+  // Strategies.
+  //===--------------------------------------------------------------------===//
+
+  /// Grid-stride loop over `n` elements; `body(i)`.
+  void gridStride(int64_t n, Value gtid, function_ref<void(Value)> body);
+
+  SmallVector<std::pair<Value, unsigned>> outputs();
+
+  static bool vecType(Type t);
+
+  /// Alignment of a `width`-lane access at an offset that is a multiple of
+  /// `width` elements from a 16-byte aligned base.
+  static unsigned vecAlign(int64_t width, Type t);
+
+  /// The kernel computes one elementwise generic with an identity output map
+  /// whose innermost dim is a multiple of the vector width: each thread then
+  /// computes `width` consecutive elements and stores them with one 16-byte
+  /// vector store (4 lanes of f32/i32, 8 of bf16/f16). Returns the width, 0
+  /// when the kernel is not vectorizable.
+  int64_t vectorizable(int64_t n, linalg::GenericOp &out);
+
+  void pointwise(Value tid, Value bid, bool allowVector);
+
+  void rowKernel(Value tid, Value bid);
+
+  /// A reduction kernel that splits the reduction loop across threads: one
+  /// single-result reduction R with a recognized combiner and a long
+  /// reduction, and outputs that are R or elementwise ops reading R at the
+  /// same element (identity maps over R's shape).
+  linalg::GenericOp columnReduction();
+
+  /// 32 output elements per block, 8 threads per element splitting the
+  /// reduction; partials combined through workgroup memory.
+  void columnKernel(linalg::GenericOp red, Value tid, Value bid);
+
+  LogicalResult run(StringRef kind);
+};
+
+} // namespace mlir::mlircap::gpu_emit
+
+#endif // MLIRCAP_LIB_TRANSFORMS_GPUKERNELEMITTER_H
