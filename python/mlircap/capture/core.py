@@ -39,6 +39,7 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   np_plan        _NumpyPlanMixin: which instruction on a tracked array translates to what
   np_interop     _NumpyMixin: NumPy arrays computed from tensors, recorded through torch._numpy
   rng            the RNG state a replay that misses restores after logged uncapturable calls
+  flow_writes    _FlowWriteMixin: floats written back to attributes (`self.tau *= 0.9`) replayed as expressions
   flows          _FlowMixin: numbers from graph breaks followed to their use (branch outcome guards, printed)
   special_calls  _SpecialCallMixin: methods of opaque call results (`with fork_rng()`), lru_cache calls
   reads          _ReadMixin: LOAD_GLOBAL / LOAD_ATTR / LOAD_DEREF reads of external state, guarded

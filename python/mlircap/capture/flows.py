@@ -29,6 +29,7 @@ import torch
 from ._bytecode import _instrs, _nb_op, _order
 from .base import PY312
 from .classify import _classify
+from .flow_writes import _FlowWriteMixin
 from .frame_hook import _E, _NULL
 from .guard_kinds import Equals, Number, TypeIs
 from .typeinfo import _np_float
@@ -92,7 +93,7 @@ class _Flow:
         self.waiting: list[tuple[str, frozenset[int], Any]] = []
 
 
-class _FlowMixin:
+class _FlowMixin(_FlowWriteMixin):
     """For `_Recorder` (through `_TracerMixin`): `_follow_result` after an uncapturable call,
     `_data_result` after a data-dependent operation, `_flow_arg` for the replayed call that
     takes a followed value, `close_flows` at the end of the recording.  A frame's numbers
@@ -167,6 +168,23 @@ class _FlowMixin:
             dropped = slots.get(0)
             _shift(fl, 1, 0)
             for k in dropped[1] if dropped else ():
+                self._flow_settled(k)
+            return True
+        if op == "SWAP":   # `self.tau *= 0.9`: ... COPY 1, LOAD_ATTR, BINARY_OP, SWAP 2, STORE_ATTR
+            top, other = slots.pop(0, None), slots.pop(arg - 1, None)
+            if top is not None:
+                slots[arg - 1] = top
+            if other is not None:
+                slots[0] = other
+            return True
+        if op == "COPY":
+            return None if arg - 1 in slots else _shift(fl, 0, 1)
+        if op == "STORE_ATTR" and 1 in slots and 0 not in slots:   # a float written back: flow_writes.py
+            if not self._flow_store(fr, argval, *slots[1]):
+                return None
+            ks = slots[1][1]
+            _shift(fl, 2, 0)
+            for k in ks:
                 self._flow_settled(k)
             return True
         eff = _EFFECTS.get(op)

@@ -77,6 +77,9 @@ class _ReadMixin(_CounterMixin):
     def op_load_attr(self, frame: types.FrameType | None, arg: int | None, name: str, obj: Any = _NULL) -> None:
         if obj is _NULL:
             obj = _E.peek(frame, 0)
+        if self.flow_stores:   # a float this call stored (flow_writes.py), or the whole __dict__
+            for key in [k for k in self.flow_stores if k[0] == id(obj) and (k[1] == name or name == "__dict__")]:
+                self._flow_store_read(*key)
         s = self.src.get(id(obj))
         if isinstance(obj, torch.Tensor):
             self._tensor_attr(obj, name, s)

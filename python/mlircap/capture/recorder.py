@@ -97,6 +97,8 @@ class _Recorder(_TracerMixin, _NumpyMixin, _GraphMixin, _SideEffectMixin, _Sourc
         self.flow_locals: dict[tuple, tuple] = {}  # (frame, variable index) -> (expression, keys, float)
         self.flow_attrs: dict[str, int] = {}       # attribute expression -> its key
         self.flow_ret: dict[int, tuple] = {}       # id(float returned) -> (float, its expression)
+        # (id(obj), attribute) -> (float, expression, keys, obj): a followed float stored (flow_writes.py)
+        self.flow_stores: dict[tuple[int, str], tuple] = {}
         self.cur_depth = -1
         self.pending = {}
         self.kwnames = {}

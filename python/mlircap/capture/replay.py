@@ -152,7 +152,7 @@ class _GraphVariant(_Variant):
         except Unreplayable as e:
             raise Unreplayable(f"{e} (in the value {rec.code.co_name} returns)") from None
         rec.close_flows()
-        writes = rec.counter_writes(rec.writes())
+        writes = rec.flow_writes(rec.counter_writes(rec.writes()))
         rec.keep.append(writes)
         wexprs = []
         for w in writes:
@@ -204,7 +204,7 @@ class _GraphVariant(_Variant):
         L = ["def _make(C, B, _Miss, _mk, torch, _rollback, _merge_log, _unlog, _RngLogged, _rng_states):",
              "    def __replay(L, F, _lg=None):"]
         ind = "        "
-        for name, e in rec.counter_bindings():   # counters.py: values as the replay starts
+        for name, e in rec.counter_bindings() + rec.flow_bindings():   # values as the replay starts
             L.append(ind + f"{name} = {e}")
         if any(isinstance(st, CallStep) and st.external for st in rec.steps):
             L.append(ind + "_n = len(_lg) if _lg else 0")

@@ -95,6 +95,11 @@ class _SourceMixin:
             self.ncalls = saved
 
     def touch_deep(self, objs: Iterable) -> None:
+        if self.flow_stores:   # untraced code may read a float this call stored (flow_writes.py)
+            objs = list(objs)
+            ids = {id(o) for o in objs}
+            for oid, name in [k for k in self.flow_stores if k[0] in ids]:
+                self._flow_store_read(oid, name)
         if not self.lazy and not self.lazy_objs:
             return
         for o in objs:

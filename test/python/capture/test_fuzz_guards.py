@@ -353,7 +353,9 @@ class Blk(nn.Module):
         self.lin = nn.Linear(3, 3)
         self.gain = 2.0
     def forward(self, x):
-        return self.lin(x) * self.gain
+        y = self.lin(x) * self.gain
+        self.gain = max(0.25, self.gain * 0.9)   # written back (flow_writes.py)
+        return y
 
 class M(nn.Module):
     def __init__(self):
@@ -415,7 +417,7 @@ def _mutations(f):
         lambda r: NEST["inner"].__setitem__("k", r.choice([2.0, 3.0])),
         lambda r: NEST["inner"].update(z=1.0) if "z" not in NEST["inner"] else NEST["inner"].pop("z"),
         lambda r: NEST.__setitem__("inner", {"k": r.choice([2.0, 4.0]), "j": 1.0}),
-        lambda r: setattr(f.m.blocks[r.randrange(2)], "gain", r.choice([2.0, 0.5])),
+        lambda r: setattr(f.m.blocks[r.randrange(2)], "gain", r.choice([2.0, 0.5, 1])),
         lambda r: f.m.blocks.__setitem__(r.randrange(2), _blk(r.randrange(1, 3))),
         lambda r: f.m.blocks.append(_blk(3)) if len(f.m.blocks) < 3 else f.m.blocks.__delitem__(2),
         lambda r: f.m.blocks[0].register_forward_hook(lambda mod, i, o: o * 3)
@@ -432,7 +434,7 @@ def mutate(i, f):
             r.choice(_mutations(f))(r)
 
 def state(f):
-    return (list(D1["l"]), list(D2["l"]), list(LST), list(CF.od.items()))
+    return (list(D1["l"]), list(D2["l"]), list(LST), list(CF.od.items()), [b.gain for b in f.m.blocks])
 """
 
 
@@ -443,7 +445,8 @@ def test_guard_fuzz_batched_guards(seed, typed_checks_agree):
     it, the OrderedDict reordered: no new version tag), one list reached through two dicts
     and rebound in either, a nested dict replaced or changed, a closure cell, the
     __defaults__ / __kwdefaults__ / __code__ of functions the program calls, ModuleList
-    items swapped, appended and deleted, a block's attribute, forward and state_dict hooks."""
+    items swapped, appended and deleted, a block's float attribute (also written back by
+    the call), forward and state_dict hooks."""
     import torch
     x = torch.randn(3)
     run_program(f"SEED = {seed}\n" + PROGRAM3, [(x,)] * 40, name=f"fuzz3_{seed}", cache_limit=1000)

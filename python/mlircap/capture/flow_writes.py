@@ -1,0 +1,92 @@
+"""Floats written back to attributes (`self.tau = max(0.5, self.tau * 0.9)`, `self.ema =
+0.9 * self.ema + 0.1 * loss.item()`), for `_FlowMixin`: the replayed write is the
+expression that computed the value (flows.py follows it), of the values the attribute and
+the other operands have at the replay, instead of the number this recording stored; the
+attribute needs no guard on its value, so a schedule that changes it on every call does not
+recompile.
+
+An attribute read before the first graph break is bound at the start of the replay
+(`_a{i}`: the replay writes at its end, after the graphs took the old value as an input).
+The followed value must reach exactly one STORE_ATTR to an attribute of an object the
+recording tracks, before any graph break, and be what the attribute holds at the end; a
+read of the attribute after the store (its value this call computed) or any other use ends
+it: the operands are then guarded by value, as every escaped number."""
+from __future__ import annotations
+
+import types
+from typing import Any
+
+from .counters import _SymExpr
+from .frame_hook import _E
+from .steps import Write
+
+_ATTR_KEYS = 1 << 20   # (as flows.py: attribute keys are <= -_ATTR_KEYS)
+
+
+class _FlowWriteMixin:
+    """`_flow_store` at a STORE_ATTR of a followed float, `_flow_store_read` at a read of
+    the attribute stored, `flow_bindings` / `flow_writes` for the replay."""
+
+    def _flow_store(self, fr: types.FrameType, name: str, expr: str, ks: frozenset[int]) -> bool:
+        """STORE_ATTR about to store the followed float (expression expr of the numbers ks)
+        into `obj.name` (obj at the top of the stack): True when its write is replayed as
+        the expression (the instruction is then done with the float)."""
+        obj, val = _E.peek(fr, 0), _E.peek(fr, 1)
+        if type(val) is not float or val != val or id(obj) not in self.src or self.ncalls or \
+                self._flow_stale(ks) or (id(obj), name) in self.flow_stores:
+            return False
+        if any(k <= -_ATTR_KEYS and self.flow_pos.get(k) != 0 for k in ks):
+            return False
+        if any(k >= 0 for k in ks):
+            return False   # a break's result: b{k}, with its own mid-replay guards (not followed here)
+        self.flow_stores[(id(obj), name)] = (val, expr, ks, obj)
+        self.keep.append(val)
+        return True
+
+    def _flow_store_read(self, oid: int, name: str) -> None:
+        """`obj.name` (obj: id oid) read after this call stored a followed float there: the
+        value is this call's, used as it is: the write is replayed as that number, its
+        operands guarded."""
+        st = self.flow_stores.pop((oid, name), None)
+        if st is not None:
+            self._flow_escape_keys(st[2])
+
+    def _flow_bound(self, k: int) -> str:
+        return f"_a{-k - _ATTR_KEYS}"
+
+    def flow_bindings(self) -> list[tuple[str, str]]:
+        """(name, attribute expression) bound at the start of the replay, for the attributes
+        the replayed writes' expressions read."""
+        out = {}
+        for _, _, ks, _ in self.flow_stores.values():
+            for k in ks:
+                if k <= -_ATTR_KEYS and k in self.flow_roots:
+                    out[self._flow_bound(k)] = self.flow_roots[k][0]
+        return sorted(out.items())
+
+    def flow_writes(self, writes: list[Write]) -> list[Write]:
+        """The replayed writes, a stored float as its expression (attributes read as bound
+        at the start); a store not found among the writes as that float (the attribute
+        written again, deleted, ...) guards its operands instead."""
+        if not self.flow_stores:
+            return writes
+        by_target: dict[tuple[str, Any], tuple] = {}
+        for (_, name), st in self.flow_stores.items():
+            snap = self.snaps.get(id(st[3]))
+            if snap is not None:
+                by_target[(f"{snap[2]}.__dict__", name)] = st
+        out, done = [], set()
+        for w in writes:
+            st = by_target.get((w.target, w.key)) if w.kind == "item" else None
+            if st is not None and w.value is st[0] and all(k in self.flow_roots or k > -_ATTR_KEYS for k in st[2]):
+                e = st[1]
+                for k in st[2]:
+                    if k <= -_ATTR_KEYS:
+                        e = e.replace(self.flow_roots[k][0], self._flow_bound(k))
+                w = Write(w.kind, w.target, w.key, _SymExpr(e), w.setter)
+                done.add(id(st))
+            out.append(w)
+        for st in self.flow_stores.values():
+            if id(st) not in done:
+                self._flow_escape_keys(st[2])
+        return out
