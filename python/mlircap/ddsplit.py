@@ -19,9 +19,14 @@ in it splits it again. This is TorchDynamo's graph break on such ops (its
 default, capture_dynamic_output_shape_ops=False), done inside the backend so
 that both capture fronts get it. The op is reported as an eager island on the
 'fallback' log; strict=True keeps raising instead.
+
+An op with a bounded form (bounded.py: unique, unique_consecutive) does not run
+through torch: it is computed at its static bound in the part before, and the
+graph is cut at the trim of its results to their size instead (no island).
 """
 from __future__ import annotations
 
+import copy
 import operator
 import warnings
 from collections.abc import Callable, Sequence
@@ -66,16 +71,18 @@ def _fake_run(node: fx.Node, gm: fx.GraphModule, env: dict) -> Any:
     raise NotImplementedError(node.op)
 
 
-def first_data_dependent(gm: fx.GraphModule, example_inputs: Sequence, any_failure: bool = False) -> fx.Node | None:
+def first_data_dependent(gm: fx.GraphModule, example_inputs: Sequence, any_failure: bool = False,
+                         env: dict | None = None) -> fx.Node | None:
     """The first node of `gm` whose output shape (or value) needs tensor data, found by
     running the graph on fake tensors; None when there is none or propagation fails
     for another reason first. `any_failure`: the first node fake tensors cannot run
     at all, whatever the reason (a meta kernel stricter than the real one:
-    `_grouped_mm` with int64 offsets on torch 2.11)."""
+    `_grouped_mm` with int64 offsets on torch 2.11). `env`, when given, receives
+    the fake value of every node before it."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
-    env: dict[fx.Node, Any] = {}
+    env = {} if env is None else env
     inputs = iter(example_inputs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -124,9 +131,21 @@ def split_data_dependent(gm: fx.GraphModule, example_inputs: Sequence,
     `fake_failure`: aot_autograd failed for another reason (what failed); the op
     split off is then the first one fake tensors cannot run, and the user is warned."""
     why = fake_failure or "data-dependent (its output shape depends on tensor data)"
-    dd = first_data_dependent(gm, example_inputs, any_failure=fake_failure is not None)
+    env: dict[fx.Node, Any] = {}
+    dd = first_data_dependent(gm, example_inputs, any_failure=fake_failure is not None, env=env)
     if dd is None:
         return None
+    if fake_failure is None and not getattr(dd.target, "mlircap_trim", False):
+        from . import bounded
+
+        # an op with a bounded form (unique, ...): computed compiled at its bound,
+        # and the graph split at the trim of its results to their size instead
+        g2 = copy.copy(gm)
+        g2.graph = copy.deepcopy(gm.graph)
+        by_name = {n.name: n for n in g2.graph.nodes}
+        env2 = {by_name[n.name]: v for n, v in env.items()}
+        if bounded.rewrite(g2, by_name[dd.name], env2):
+            return split_data_dependent(g2, example_inputs, compile_fn)
     nodes = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     i = nodes.index(dd)
     op_nodes = [dd] + [u for u in dd.users if u.op == "call_function" and u.target is operator.getitem]
@@ -165,8 +184,11 @@ def split_data_dependent(gm: fx.GraphModule, example_inputs: Sequence,
         ins = [n for n in _uses(after) if n not in inside]
         sub = _subgraph(gm, after, ins, outs)
         steps.append((_Specialized(sub, compile_fn) if outs else sub, ins, outs))
-    logs.log("fallback", f"graph split into {len(steps)} parts; eager islands: "
-                         f"{name}: {why}")
+    if getattr(dd.target, "mlircap_trim", False):   # bounded.py: the op itself compiled
+        logs.log("fallback", f"graph split into {len(steps)} parts at {name}: the results of an op of "
+                             "data-dependent size, computed compiled at their bound, trimmed to their size")
+    else:
+        logs.log("fallback", f"graph split into {len(steps)} parts; eager islands: {name}: {why}")
     if fake_failure is not None:   # not by design: the user hears of it
         from .backend import _node_loc
 

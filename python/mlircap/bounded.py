@@ -1,0 +1,208 @@
+"""Ops with a data-dependent output size, computed compiled at a static bound.
+
+`unique` and `unique_consecutive` return as many elements (or slices along `dim`)
+as their input has distinct values (runs of equal values): the size depends on
+the data, so aot_autograd cannot trace them and ddsplit.py used to run them as
+eager islands. Their size is bounded by the input's, though. `rewrite` replaces
+such an op in a captured graph by two nodes:
+
+    bounded   a static-shape computation of the op's results padded to the bound,
+              plus the number of valid rows and a flag saying whether this input
+              is one the computation models; ordinary tensor ops, compiled with
+              the graph before it;
+    trim      the padded results narrowed to that number (views, made contiguous
+              as eager's results are): the only step that reads tensor data on
+              the host, as eager's kernel does to size its outputs.
+
+ddsplit then cuts the graph at `trim` (its size needs data) and compiles the
+parts before and after it; nothing runs through torch's kernel for the op. When
+the flag says the input is not modelled (floating-point input with NaN, which
+eager orders by an unstable sort), `trim` reruns the original op through torch on
+the original input and reports it as an eager island on the 'fallback' log.
+
+Each element's group is found by pairwise comparisons (O(n^2) in the number of
+elements or slices, as movement.sort does): only up to `MAX_WORK` comparisons,
+larger inputs keep the op whole (an eager island, as before).
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from . import logs
+
+MAX_WORK = 1 << 22   # pairwise element comparisons of one bounded op
+
+
+def _unique_args(input, sorted=True, return_inverse=False, return_counts=False, dim=None):  # noqa: A002
+    return input, bool(return_inverse), bool(return_counts), dim
+
+
+def _consecutive_args(input, return_inverse=False, return_counts=False, dim=None):  # noqa: A002
+    return input, bool(return_inverse), bool(return_counts), dim
+
+
+# capture-level targets -> (binds (args, kwargs) to (input, inverse, counts, dim), consecutive)
+_TARGETS: dict[Any, tuple] = {
+    torch.unique: (_unique_args, False),
+    torch.Tensor.unique: (_unique_args, False),
+    torch.unique_consecutive: (_consecutive_args, True),
+    torch.Tensor.unique_consecutive: (_consecutive_args, True),
+}
+
+
+def _slices(x: torch.Tensor, dim):
+    """(n, m) rows of x: its elements (dim None) or its slices along dim, flattened."""
+    if dim is None:
+        return x.reshape(-1, 1)
+    return x.movedim(dim, 0).reshape(x.shape[dim], -1)
+
+
+def _key(s: torch.Tensor) -> torch.Tensor:
+    return s.to(torch.int32) if s.dtype == torch.bool else s
+
+
+def bounded_unique(x: torch.Tensor, dim, consecutive: bool):
+    """(values, inverse, counts, count, modelled): eager's unique / unique_consecutive
+    of x (sorted, as eager's CPU and CUDA kernels always are), values and counts
+    padded to n rows (n = elements, or slices along dim), `count` of them valid."""
+    s = _key(_slices(x, dim))                                 # (n, m)
+    n = s.shape[0]
+    dev = x.device
+    pos = torch.arange(n, device=dev)
+    si, sj = s.unsqueeze(1), s.unsqueeze(0)                   # (i, 1, m), (1, j, m)
+    diff = si != sj                                           # NaN differs from everything
+    if consecutive:
+        new = torch.ones(n, dtype=torch.bool, device=dev)     # row i starts a run
+        if n > 1:   # (a cat of an empty slice would be an eager island)
+            new = torch.cat([new[:1], (s[1:] != s[:-1]).any(-1)])
+        lower = pos.unsqueeze(0) <= pos.unsqueeze(1)          # [i, j]: j <= i
+        rank = (lower & new.unsqueeze(0)).sum(-1) - 1         # run of row i
+        first = new
+    else:
+        same = ~diff.any(-1)                                  # [i, j]: equal rows
+        earlier = pos.unsqueeze(0) < pos.unsqueeze(1)         # [i, j]: j < i
+        first = ~(same & earlier).any(-1)                     # first row of its value
+        # row j < row i lexicographically: at their first differing element
+        k = diff.to(torch.int32).argmax(-1, keepdim=True)     # (i, j, 1)
+        a = torch.gather(si.expand(n, n, -1), 2, k).squeeze(-1)
+        b = torch.gather(sj.expand(n, n, -1), 2, k).squeeze(-1)
+        less = diff.any(-1) & (b < a)                         # [i, j]
+        rank = (less & first.unsqueeze(0)).sum(-1)            # distinct values below row i
+    pick = (rank.unsqueeze(0) == pos.unsqueeze(1)) & first.unsqueeze(0)   # [r, i]: row i is value r
+    rows = x.movedim(dim, 0).reshape(n, -1) if dim is not None else x.reshape(n, 1)
+    if x.dtype == torch.bool:
+        vals = (pick.unsqueeze(-1) & rows.unsqueeze(0)).any(1)
+    else:
+        # the maximum of one element and the lowest value is that element (-0.0 too)
+        low = float("-inf") if x.is_floating_point() else torch.iinfo(x.dtype).min
+        vals = torch.amax(torch.where(pick.unsqueeze(-1), rows.unsqueeze(0),
+                                      torch.full((), low, dtype=x.dtype, device=dev)), 1)
+    counts = (rank.unsqueeze(0) == pos.unsqueeze(1)).sum(-1)               # rows of value r
+    count = first.sum()
+    if dim is None:
+        values = vals.reshape(n)
+        inverse = rank.reshape(x.shape)
+    else:
+        rest = list(x.movedim(dim, 0).shape[1:])
+        values = vals.reshape([n] + rest).movedim(0, dim)
+        inverse = rank
+    if x.is_floating_point() and not consecutive:
+        # eager's unstable sort orders NaN rows its own way, and picks -0.0 or 0.0 for
+        # a value both stand for: inputs with NaN or with zeros of both signs are rerun
+        zero = x == 0
+        neg = (1.0 / x) < 0   # (torch-mlir cannot lower signbit): -inf at -0.0
+        modelled = ~(torch.isnan(x).any() | ((zero & neg).any() & (zero & ~neg).any()))
+    else:
+        modelled = torch.ones((), dtype=torch.bool, device=dev)
+    return values, inverse, counts, count, modelled
+
+
+class Trim:
+    """The results of a bounded op from its padded form, in eager's structure (a
+    tensor, or a tuple of the requested results). A graph node's target (FX writes
+    non-primitive arguments as their repr): it holds the original op, rerun through
+    torch on an input the bounded form does not model."""
+
+    mlircap_trim = True   # ddsplit: splitting here runs nothing eagerly
+
+    def __init__(self, op, extra_args: tuple, kwargs: dict, dim, inv: bool, cnt: bool) -> None:
+        self.op, self.extra_args, self.kwargs = op, extra_args, kwargs
+        self.dim, self.inv, self.cnt = dim, inv, cnt
+        self.__name__ = "trim_" + getattr(op, "__name__", "op")
+        self.__module__ = __name__
+
+    def __call__(self, values, inverse, counts, count, modelled, x):
+        if not bool(modelled):
+            logs.log("fallback", f"graph split into 1 parts; eager islands: {self.op.__name__}: "
+                                 "an input its bounded form does not compute (NaN)")
+            return self.op(x, *self.extra_args, **self.kwargs)
+        n = int(count)
+        d = 0 if self.dim is None else self.dim % max(x.dim(), 1)
+        out = [values.narrow(d, 0, n).contiguous()]
+        if self.inv:
+            out.append(inverse)
+        if self.cnt:
+            out.append(counts.narrow(0, 0, n))
+        return out[0] if len(out) == 1 else tuple(out)
+
+
+def _fits(x, dim) -> bool:
+    if not isinstance(x, torch.Tensor) or x.is_complex() or x.layout != torch.strided or x.numel() == 0:
+        return False
+    if dim is not None:
+        if not isinstance(dim, int) or x.dim() == 0 or not -x.dim() <= dim < x.dim():
+            return False
+        n = x.shape[dim]
+    else:
+        n = x.numel()
+    return x.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.bool, torch.uint8,
+                       torch.int8, torch.int16, torch.int32, torch.int64) and n * x.numel() <= MAX_WORK
+
+
+def rewrite(gm: fx.GraphModule, node: fx.Node, env: dict) -> bool:
+    """Replaces `node` (an op of data-dependent size of `gm`) by its bounded form and
+    a trim, when it has one for the values `env` (fake tensors) gives its inputs."""
+    spec = _TARGETS.get(node.target) if node.op == "call_function" else None
+    if spec is None and node.op == "call_method" and node.target in ("unique", "unique_consecutive"):
+        spec = _TARGETS.get(getattr(torch.Tensor, node.target))
+    if spec is None:
+        return False
+    bind, consecutive = spec
+    try:
+        vals = fx.node.map_arg((node.args, node.kwargs), lambda a: env[a])
+        x, inv, cnt, dim = bind(*vals[0], **vals[1])
+        xn, _, _, _ = bind(*node.args, **node.kwargs)
+    except (TypeError, KeyError):
+        return False
+    if not isinstance(xn, fx.Node) or not _fits(x, dim):
+        return False
+    if not node.args or node.args[0] is not xn or any(isinstance(a, fx.Node)
+                                                       for a in _flat((node.args[1:], node.kwargs))):
+        return False   # only the input is a graph value: the op can be called again on it
+    op = node.target if node.op == "call_function" else getattr(torch.Tensor, node.target)
+    trim = Trim(op, tuple(node.args[1:]), dict(node.kwargs), dim, inv, cnt)
+    g = gm.graph
+    with g.inserting_before(node):
+        b = g.call_function(bounded_unique, (xn, dim, consecutive))
+        parts = [g.call_function(operator.getitem, (b, i)) for i in range(5)]
+        t = g.call_function(trim, (*parts, xn))
+    t.meta = dict(node.meta)
+    node.replace_all_uses_with(t)
+    g.erase_node(node)
+    gm.recompile()
+    return True
+
+
+def _flat(x):
+    if isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _flat(v)
+    elif isinstance(x, dict):
+        for v in x.values():
+            yield from _flat(v)
+    else:
+        yield x
