@@ -2327,6 +2327,74 @@ case("numpy_float32_attr_stats", V8, mutate=_refresh_stats)(lambda: NumpyFloat32
 case("float_local_warmup_factor", lambda: (R(4, 8), float(next(_STEP))))(lambda: WarmupScaleFloatArg())
 
 
+
+# ----------------------------------------------------------------------------- state the module updates itself
+class SelfAnnealedGumbel(nn.Module):
+    """A Gumbel-softmax quantizer that anneals its own temperature in forward while training
+    (`self.tau = max(self.min_tau, self.tau * self.decay)`, as some VQ / codebook layers do)."""
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 6)
+        self.tau, self.min_tau, self.decay = 2.0, 0.5, 0.999
+
+    def forward(self, x):
+        logits = self.fc(x)
+        g = -torch.empty_like(logits).exponential_().log()
+        y = F.softmax((logits + g) / self.tau, -1)
+        if self.training:
+            self.tau = max(self.min_tau, self.tau * self.decay)
+        return y
+
+
+class EmaMomentumTeacher(nn.Module):
+    """A DINO/BYOL-style head whose output sharpening temperature follows an EMA kept as a
+    Python float attribute (`self.center_t = m * self.center_t + (1 - m) * self.target_t`)."""
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.center_t, self.target_t, self.m = 0.04, 0.07, 0.9
+
+    def forward(self, x):
+        out = F.softmax(self.fc(x) / self.center_t, -1)
+        self.center_t = self.m * self.center_t + (1 - self.m) * self.target_t
+        return out
+
+
+class StepCounterWarmup(nn.Module):
+    """An int step counter the module increments itself and turns into a warmup factor
+    (`self.step += 1; w = min(1.0, self.step / self.warmup)`), as noise/dropout schedules do."""
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.step, self.warmup = 0, 1000
+
+    def forward(self, x):
+        self.step += 1
+        w = min(1.0, self.step / self.warmup)
+        return self.fc(x) * w
+
+
+class LossWeightsList(nn.Module):
+    """Multi-task loss weights kept as a list of floats that a schedule updates between steps
+    (`m.weights[0] = ...`)."""
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 4), nn.Linear(8, 4)
+        self.weights = [1.0, 0.5]
+
+    def forward(self, x):
+        return self.a(x).pow(2).mean() * self.weights[0] + self.b(x).abs().mean() * self.weights[1]
+
+
+def _reweight(m, i):
+    m.weights[0] = 1.0 / (1 + i)
+
+
+case("self_annealed_gumbel_tau_train", V8, train=True)(lambda: SelfAnnealedGumbel())
+case("ema_float_attr_teacher_temp", V8)(lambda: EmaMomentumTeacher())
+case("int_step_counter_warmup", V8)(lambda: StepCounterWarmup())
+case("float_list_loss_weights", V8, mutate=_reweight)(lambda: LossWeightsList())
+
 # ----------------------------------------------------------------------------- Hugging Face (tiny configs)
 def _hf(kind):
     import transformers as T

@@ -122,7 +122,8 @@ class _CounterMixin:
         else:
             w = _window(frame.f_code, frame.f_lasti, name) if frame is not None else None
             if w is None:
-                self._counter_escape(c, group)
+                if not self._counter_flow(frame, c, d.get(name), group):
+                    self._counter_escape(c, group)
                 return True   # written by this call: read without a guard, as any written value
         kind, tmpl, store = w
         tmpl = tmpl.replace("{B}", c.tmpl)
@@ -136,6 +137,20 @@ class _CounterMixin:
             self.guard(Equals(full, tmpl.replace("{B}", c.pretty), bool(value), exact=bool), pos=0)
         else:
             c.tmpl, c.value, c.expect = tmpl, value, store
+        return True
+
+    def _counter_flow(self, frame: types.FrameType | None, c: _Counter, now: Any, group: tuple) -> bool:
+        """The counter read back after this call stored its new value (`self.step += 1; w =
+        min(1.0, self.step / self.warmup)`): followed by flows.py as the expression of its
+        value before the call (`(C[k]['step'] + 1)`, which the replay reads before its writes
+        at the end), so that a float computed from it and given to a tensor operator is a
+        graph input; anything else flows.py does not follow guards that value (as
+        `_counter_escape`)."""
+        if frame is None or self.ncalls or c.expect is not None or type(now) is not int or now != c.value or \
+                self.pending.get(frame) not in (None, self._flow_tick):
+            return False
+        k = self._flow_root(None, c.base, c.pretty, c.value0, pos=0, group=group or None)
+        self._flow_load(frame, c.tmpl.replace("{B}", c.base), frozenset((k,)), now)
         return True
 
     def _counter_escape(self, c: _Counter, group: tuple | None = None) -> None:

@@ -215,3 +215,37 @@ def make():
     return f
 """, [(x, 0.1) for x in xs], cache_limit=20)
     assert c.recompiles <= 3 and c.stats.replays >= 8, (c.recompiles, c.stats.replays)
+
+
+def test_counter_read_back_into_a_warmup_factor_is_a_graph_input():
+    """`self.step += 1; w = min(1.0, self.step / self.warmup)`: the counter read back after
+    its store is followed as `(step before the call + 1)`; the float computed from it is a
+    graph input, so the warmup does not recompile on every call; past the warmup, `min`
+    returns 1.0 as computed by the replay.  Its uses flows.py does not follow (an int
+    times a tensor, a local variable holding the int, a return) still guard its value."""
+    run_program("""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.step, self.warmup = 0, 4
+    def forward(self, x):
+        self.step += 1
+        w = min(1.0, self.step / self.warmup)
+        self.last_w = w * 1.0
+        return self.lin(x) * w
+def make():
+    return M()
+""", [(X,)] * 8, recompiles=0, graphs=1)
+    for use in ("x * self.step", "x + [self.step][0]", "x.sum() + self.step"):
+        run_program("""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.step = 0
+    def forward(self, x):
+        self.step += 1
+        return USE
+def make():
+    return M()
+""".replace("USE", use), [(X,)] * 3, recompiles=2)
