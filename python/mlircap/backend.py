@@ -824,11 +824,25 @@ def make_backend(options: Options | None = None, registry: list | None = None):
     bounds_checked: list = []   # of them, those with bounds checks (bounds.py)
     inference_now: list = []   # (compiled, its aot graph) of inference graphs (no autograd)
 
+    speculating: list = []   # the plan of a speculated graph being compiled (speculate.py)
+
     def fw_compiler(gm, example_inputs):
+        expected = None
+        if speculating:
+            from .speculate import take_guards
+
+            expected = take_guards(gm, speculating[0])
+            speculating.append(expected)
+            if expected is None:
+                raise RuntimeError("mlircap: speculated data reads do not match the plan")
         compiled = _compile_bounds_checked(gm, example_inputs)
         if compiled is None:
             compiled = compile_partitioned(gm, example_inputs, options, registry)
             compiled_now.append(compiled)
+        if expected:
+            from .speculate import checked
+
+            compiled = checked(compiled, expected)
 
         def run(args):
             return compiled(*args)
@@ -892,6 +906,11 @@ def make_backend(options: Options | None = None, registry: list | None = None):
             except Exception as e:
                 from .ddsplit import is_data_dependent_error, split_data_dependent
 
+                if is_data_dependent_error(e) and not options.strict:
+                    spec = _speculate(gm, example_inputs)
+                    if spec is not None:
+                        return spec
+
                 # an op fake tensors cannot run (data-dependent output shape, a meta
                 # kernel that rejects what the real one takes) runs through torch, and
                 # the graph is compiled around it
@@ -921,6 +940,32 @@ def make_backend(options: Options | None = None, registry: list | None = None):
                 # compiled graph is called directly (about 2 µs less per call)
                 return inference_now[0][0]
             return fn
+
+    def _speculate(gm, example_inputs):
+        """`gm` compiled for the data-dependent decisions eager takes on the example
+        inputs, guarded (speculate.py), or None."""
+        from . import speculate
+
+        plan = speculate.observe(gm, example_inputs)
+        if plan is None:
+            return None
+        compiled_now.clear()
+        bounds_checked.clear()
+        inference_now.clear()
+        speculating[:] = [plan]
+        try:
+            with speculate.answering(plan):
+                fn = _aot(gm, example_inputs)
+        except Exception:  # noqa: BLE001 - the split below runs the op through torch instead
+            return None
+        finally:
+            taken = speculating[1:]
+            speculating.clear()
+        if len(taken) != 1 or not taken[0] or (compiled_now and all(_runs_nothing_compiled(c) for c in compiled_now)):
+            return None
+        logs.log("fallback", f"graph compiled for {len(plan)} data-dependent decision(s) taken as eager "
+                             "took them on the example inputs, guarded")
+        return speculate.rerun_on_failed_guard(fn, gm)
 
     def _aot(gm, example_inputs):
         from .attention_masks import simplify_attention_masks
