@@ -1,7 +1,8 @@
 """Ops with a data-dependent output size, computed compiled at a static bound.
 
 `unique` and `unique_consecutive` return as many elements (or slices along `dim`)
-as their input has distinct values (runs of equal values): the size depends on
+as their input has distinct values (runs of equal values), `nonzero` and
+`argwhere` as many rows as it has nonzero elements: the size depends on
 the data, so aot_autograd cannot trace them and ddsplit.py used to run them as
 eager islands. Their size is bounded by the input's, though. `rewrite` replaces
 such an op in a captured graph by two nodes:
@@ -20,6 +21,7 @@ the flag says the input is not modelled (floating-point input with NaN, which
 eager orders by an unstable sort), `trim` reruns the original op through torch on
 the original input and reports it as an eager island on the 'fallback' log.
 
+nonzero's padded indices are nonzero.py's static form (inputs up to 1024 elements).
 Each element's group is found by pairwise comparisons (O(n^2) in the number of
 elements or slices, as movement.sort does): only up to `MAX_WORK` comparisons,
 larger inputs keep the op whole (an eager island, as before).
@@ -150,6 +152,64 @@ class Trim:
         return out[0] if len(out) == 1 else tuple(out)
 
 
+def _nonzero_args(input, *, out=None, as_tuple=False):  # noqa: A002
+    return input, out, bool(as_tuple)
+
+
+_NONZERO_TARGETS = {torch.nonzero: _nonzero_args, torch.Tensor.nonzero: _nonzero_args,
+                    torch.argwhere: lambda input: (input, None, False),  # noqa: A006
+                    torch.Tensor.argwhere: lambda self: (self, None, False)}
+
+
+def bounded_nonzero(x: torch.Tensor):
+    """(indices, count): x's nonzero indices (nonzero.py's static form) padded to x.numel() rows."""
+    from .nonzero import nonzero_static
+
+    n = x.numel()
+    return nonzero_static(x, size=n, fill_value=0), (x != 0).sum()
+
+
+class TrimNonzero:
+    """nonzero / argwhere from the padded indices: the first `count` rows (as_tuple: their columns)."""
+
+    mlircap_trim = True
+
+    def __init__(self, name: str, as_tuple: bool) -> None:
+        self.as_tuple = as_tuple
+        self.__name__ = "trim_" + name
+        self.__module__ = __name__
+
+    def __call__(self, indices, count):
+        rows = indices.narrow(0, 0, int(count))
+        return tuple(rows.unbind(1)) if self.as_tuple else rows
+
+
+def _rewrite_nonzero(gm: fx.GraphModule, node: fx.Node, env: dict) -> bool:
+    target = node.target if node.op == "call_function" else getattr(torch.Tensor, str(node.target), None)
+    bind = _NONZERO_TARGETS.get(target)
+    if bind is None or not node.args:
+        return False
+    try:
+        x, out, as_tuple = bind(*fx.node.map_arg(node.args, lambda a: env[a]),
+                                **fx.node.map_arg(node.kwargs, lambda a: env[a]))
+    except (TypeError, KeyError):
+        return False
+    # nonzero.py's form: rank 1+, up to 1024 elements (n * n comparisons), no complex
+    if out is not None or not isinstance(node.args[0], fx.Node) or not isinstance(x, torch.Tensor) or \
+            x.is_complex() or x.layout != torch.strided or x.dim() == 0 or not 0 < x.numel() <= 1024:
+        return False
+    g = gm.graph
+    with g.inserting_before(node):
+        b = g.call_function(bounded_nonzero, (node.args[0],))
+        parts = [g.call_function(operator.getitem, (b, i)) for i in range(2)]
+        t = g.call_function(TrimNonzero(getattr(target, "__name__", "nonzero"), as_tuple), tuple(parts))
+    t.meta = dict(node.meta)
+    node.replace_all_uses_with(t)
+    g.erase_node(node)
+    gm.recompile()
+    return True
+
+
 def _fits(x, dim) -> bool:
     if not isinstance(x, torch.Tensor) or x.is_complex() or x.layout != torch.strided or x.numel() == 0:
         return False
@@ -170,7 +230,7 @@ def rewrite(gm: fx.GraphModule, node: fx.Node, env: dict) -> bool:
     if spec is None and node.op == "call_method" and node.target in ("unique", "unique_consecutive"):
         spec = _TARGETS.get(getattr(torch.Tensor, node.target))
     if spec is None:
-        return False
+        return _rewrite_nonzero(gm, node, env)
     bind, consecutive = spec
     try:
         vals = fx.node.map_arg((node.args, node.kwargs), lambda a: env[a])

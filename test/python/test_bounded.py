@@ -108,3 +108,21 @@ def test_larger_inputs_keep_the_island(monkeypatch):
     monkeypatch.setattr(bounded, "MAX_WORK", 100)
     fast, log = _run(lambda t: torch.unique(t) + 1, torch.randint(0, 5, (20,)))
     assert "eager islands: unique: data-dependent" in log, log
+
+
+@pytest.mark.parametrize("f,x", [
+    (lambda x: torch.nonzero(x) + 1, torch.tensor([[0, 1, 2], [3, 0, 0]])),
+    (lambda x: x.nonzero(as_tuple=True), torch.tensor([0.0, 1.0, 0.0, -0.0, 2.0])),
+    (lambda x: torch.argwhere(x > 0), torch.randn(3, 4)),
+    (lambda x: x.argwhere(), torch.tensor([True, False, True])),
+    (lambda x: torch.nonzero(x), torch.zeros(2, 3)),   # no row at all
+])
+def test_nonzero_forms_compile_and_match_eager(f, x):
+    fast, log = _run(f, x)
+    _all_compiled(fast, log)
+
+
+def test_larger_nonzero_keeps_the_island():
+    # beyond nonzero.py's static form (1024 elements): through torch, as before
+    fast, log = _run(lambda t: torch.nonzero(t) * 2, torch.randint(0, 2, (40, 40)))
+    assert "eager islands: nonzero: data-dependent" in log, log
