@@ -604,7 +604,16 @@ def MlircapReductionLoops : Pass<"mlircap-reduction-loops", "::mlir::func::FuncO
       an `scf.parallel` over the parallel dims whose body loads the
       accumulators, reduces in an `scf.for` nest over the reduction dims with
       the accumulators as `iter_args`, and stores them once; `linalg.index`
-      becomes the loop's induction variable;
+      becomes the loop's induction variable. With fewer than 8 parallel
+      iterations and a long innermost reduction dim (`x.sum()`, a norm of a
+      few rows: 64K innermost iterations or more), that dim is cut into at
+      most 64 chunks (of at least 4096 elements, a length that depends on
+      the shape only) whose partial results, each from the combining op's
+      neutral element, are computed in an `scf.parallel` over (parallel
+      dims, chunks) into a stack buffer, then combined into the output in
+      chunk order: the same bits on any thread count. Only for outputs
+      whose accumulator is used by one combining op (add, mul, min, max,
+      and, or, xor: not argmax);
     * innermost dim a parallel dim (column sums, `x.sum(1)` on NCHW): the
       trailing parallel dims stay innermost and accumulate in a stack tile
       (`memref.alloca`, at most 1024 elements: it aliases nothing, so LLVM

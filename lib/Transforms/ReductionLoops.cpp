@@ -19,10 +19,13 @@
 //     }
 //
 //   f32 sums that mlircap-widen-sums made f64 sums of f32 terms (and
-//   torch-mlir's var_mean) are summed in blocks of 256 elements of the
-//   innermost dim, each block in f32 (vectorized at f32's width), the blocks'
-//   sums in f64: as accurate as eager's blocked sums, twice the vector width
-//   of f64 accumulators;
+//   torch-mlir's var_mean) over at least 64 elements are summed in blocks of
+//   1024 elements of the innermost dim, each block in f32 (vectorized at
+//   f32's width: one horizontal add per block), the blocks' sums in f64: as
+//   accurate as eager's blocked sums, twice the vector width of f64
+//   accumulators. Few outputs over a long innermost dim (x.sum()) are
+//   split into chunks of that dim computed in parallel, their partial
+//   results combined in chunk order (the same bits on any thread count);
 //
 // * innermost dim a parallel dim (column sums, x.sum(1) on NCHW): the
 //   trailing parallel dims stay innermost and contiguous, accumulated in a
@@ -109,8 +112,10 @@ std::pair<Value, Value> sumOperands(arith::AddFOp add) {
                                           : std::pair{add.getRhs(), add.getLhs()};
 }
 
-/// Elements of one block of a blocked sum (lowerToRegisters).
-constexpr int64_t kSumBlock = 256;
+/// Elements of one block of a blocked sum (lowerToRegisters), and the
+/// fewest elements of a blocked sum's innermost dim.
+constexpr int64_t kSumBlock = 1024;
+constexpr int64_t kMinBlocked = 64;
 
 /// For every output of `op`, the add of an f32 term widened to f64 into its
 /// f64 accumulator (`acc' = acc + extf(term)`, reassociable: the sums of
@@ -274,11 +279,58 @@ SmallVector<unsigned> dimsOf(linalg::GenericOp op, utils::IteratorType type) {
   return dims;
 }
 
+/// The most accumulator elements of a column reduction's tile, and the
+/// fewest parallel tiles it is split into when its outer parallel dims give
+/// less (so that it runs on several threads).
+constexpr int64_t kTileElems = 1024;
+constexpr int64_t kMinTiles = 8;
+
+/// For every output of `op`, the op combining its accumulator with a term
+/// (`acc <op> term`: an add, mul, min, max, and, or, xor with a neutral
+/// element), when the accumulator is used by that op only and the op's
+/// result only yielded; empty when some output is not such a reduction (an
+/// argmax's compare and selects). Partial results of such a reduction over
+/// parts of its range combine with the same op.
+SmallVector<Operation *> combiners(linalg::GenericOp op) {
+  SmallVector<Operation *> ops;
+  auto yield = cast<linalg::YieldOp>(op.getBody()->getTerminator());
+  for (OpOperand &out : op.getDpsInitsMutable()) {
+    BlockArgument acc = op.getMatchingBlockArgument(&out);
+    if (!acc.hasOneUse())
+      return {};
+    Operation *user = *acc.getUsers().begin();
+    unsigned i = out.getOperandNumber() - op.getNumDpsInputs();
+    if (user->getBlock() != op.getBody() || user->getNumOperands() != 2 ||
+        user->getNumResults() != 1 || !user->getResult(0).hasOneUse() ||
+        yield.getOperand(i) != user->getResult(0) || user->getOperand(0) == user->getOperand(1) ||
+        user->getResult(0).getType() != acc.getType() || !arith::getNeutralElement(user))
+      return {};
+    ops.push_back(user);
+  }
+  return ops;
+}
+
+/// Reductions with fewer parallel iterations than this (a full sum, a
+/// norm of a few rows) and at least kSplitWork innermost iterations are
+/// split into chunks of their innermost reduction dim that run in parallel.
+constexpr int64_t kSplitWork = 65536;
+/// Chunks of at least kMinChunk elements, at most kMaxChunks of them.
+constexpr int64_t kMinChunk = 4096;
+constexpr int64_t kMaxChunks = 64;
+
 /// Accumulators in registers: an scf.parallel over the parallel dims (in
 /// loop order) whose body loads the accumulators, reduces over the
 /// reduction dims (in loop order) in an scf.for nest carrying them, and
 /// stores them once. Moving parallel dims outside reduction dims keeps each
 /// output's order of accumulation.
+///
+/// A reduction with few parallel iterations and a long innermost reduction
+/// dim (x.sum(), the statistics of a few long rows) would run on one
+/// thread: its innermost reduction dim is cut into chunks of a length that
+/// depends on the shape only, each chunk's partial result (from the neutral
+/// element) computed in an scf.parallel over (parallel dims, chunks) into a
+/// stack buffer, then the partials combined into the output in chunk order:
+/// the same bits on any thread count.
 void lowerToRegisters(linalg::GenericOp op) {
   OpBuilder b(op);
   Location loc = op.getLoc();
@@ -299,54 +351,57 @@ void lowerToRegisters(linalg::GenericOp op) {
   bounds(par, plbs, pubs, psteps);
   bounds(red, rlbs, rubs, rsteps);
   Value zero = arith::ConstantIndexOp::create(b, loc, 0);
-  // Sums of f32 terms in f64 (widenedSums) over an innermost reduction dim of
-  // at least two blocks (static, from 0 by 1) are summed in blocks.
-  SmallVector<arith::AddFOp> narrowed = widenedSums(op);
-  int64_t blockedLen = 0;
-  if (!narrowed.empty()) {
+  auto cst = [&](OpBuilder &ob, Location l, int64_t v) {
+    return arith::ConstantIndexOp::create(ob, l, v).getResult();
+  };
+  // The innermost reduction dim's static length when it runs from 0 by 1.
+  std::optional<int64_t> innerLen;
+  {
     std::optional<int64_t> lo = getConstantIntValue(ranges[red.back()].offset),
                            len = getConstantIntValue(ranges[red.back()].size),
                            step = getConstantIntValue(ranges[red.back()].stride);
-    if (lo == 0 && step == 1 && len && *len >= 2 * kSumBlock)
-      blockedLen = *len;
-    else
-      narrowed.clear();
+    if (lo == 0 && step == 1 && len)
+      innerLen = len;
   }
+  // Sums of f32 terms in f64 (widenedSums) over an innermost reduction dim of
+  // at least kMinBlocked elements (static, from 0 by 1) are summed in blocks.
+  SmallVector<arith::AddFOp> narrowed = widenedSums(op);
+  if (!innerLen || *innerLen < kMinBlocked)
+    narrowed.clear();
 
-  // The body of one parallel iteration: load the accumulators, reduce, store.
-  auto perPoint = [&](OpBuilder &pb, Location l, ValueRange pivs) {
-    SmallVector<Value> outIvs(op.getNumLoops(), zero);
-    for (auto [d, iv] : llvm::zip(par, pivs))
-      outIvs[d] = iv;
-    SmallVector<Value> inits;
-    for (OpOperand &out : op.getDpsInitsMutable())
-      inits.push_back(memref::LoadOp::create(
-          pb, l, out.get(), indices(pb, l, op.getMatchingIndexingMap(&out), outIvs)));
+  // The reduction over the reduction dims, the innermost one over [lo, hi)
+  // shifted by `offset` (when not null: static loop bounds, which
+  // mlircap-outline-parallel counts as work), from the accumulators
+  // `inits`; returns the results.
+  auto reduceRange = [&](OpBuilder &pb, Location l, ArrayRef<Value> outIvs, ValueRange inits,
+                         Value lo, Value hi, Value offset) -> SmallVector<Value> {
+    auto shifted = [&](OpBuilder &ob, Location ol, Value iv) -> Value {
+      return offset ? arith::AddIOp::create(ob, ol, offset, iv).getResult() : iv;
+    };
     if (!narrowed.empty()) {
       // Blocked sums: the innermost reduction dim in blocks of kSumBlock
       // elements, each summed in f32 (reassociable: LLVM keeps vectors of
       // f32 partial sums), the blocks' sums added in f64. As accurate as
       // eager's blocked (cascade) f32 sums, at f32's vector width.
-      int64_t n = blockedLen;
       ArrayRef<Value> olbs(rlbs), oubs(rubs), osteps(rsteps);
       scf::LoopNest nest = scf::buildLoopNest(
           pb, l, olbs.drop_back(), oubs.drop_back(), osteps.drop_back(), inits,
           [&](OpBuilder &rb, Location rl, ValueRange rivs, ValueRange accs) {
-            SmallVector<Value> ivs = outIvs;
+            SmallVector<Value> ivs(outIvs);
             for (auto [d, iv] : llvm::zip(red, rivs))
               ivs[d] = iv;
             Value zero32 = arith::ConstantOp::create(rb, rl, rb.getF32FloatAttr(0.0f));
             SmallVector<Value> zeros(accs.size(), zero32);
-            auto cst = [&](OpBuilder &ob, int64_t v) {
-              return arith::ConstantIndexOp::create(ob, rl, v).getResult();
-            };
-            // f32 sums of elements [lo, hi), added to the f64 sums `wide`
-            auto block = [&](OpBuilder &bb, Value lo, Value hi, ValueRange wide) {
+            // f32 sums of elements [blo, bhi), added to the f64 sums `wide`
+            // f32 sums of elements [base, base + len) (`len` a constant
+            // for a full block: static loop bounds), added to the f64 sums
+            // `wide`
+            auto block = [&](OpBuilder &bb, Value base, Value len, ValueRange wide) {
               auto inner = scf::ForOp::create(
-                  bb, rl, lo, hi, cst(bb, 1), zeros,
+                  bb, rl, cst(bb, rl, 0), len, cst(bb, rl, 1), zeros,
                   [&](OpBuilder &fb, Location fl, Value iv, ValueRange part) {
                     SmallVector<Value> at = ivs;
-                    at[red.back()] = iv;
+                    at[red.back()] = shifted(fb, fl, arith::AddIOp::create(fb, fl, base, iv));
                     scf::YieldOp::create(fb, fl, payload(fb, fl, op, at, part, narrowed));
                   });
               SmallVector<Value> sums;
@@ -355,34 +410,166 @@ void lowerToRegisters(linalg::GenericOp op) {
                     bb, rl, w, arith::ExtFOp::create(bb, rl, w.getType(), p)));
               return sums;
             };
-            int64_t full = n / kSumBlock * kSumBlock;
-            auto blocks = scf::ForOp::create(
-                rb, rl, cst(rb, 0), cst(rb, full), cst(rb, kSumBlock), accs,
-                [&](OpBuilder &fb, Location fl, Value kb, ValueRange wide) {
-                  Value end = arith::AddIOp::create(fb, fl, kb, cst(fb, kSumBlock));
-                  scf::YieldOp::create(fb, fl, block(fb, kb, end, wide));
-                });
-            SmallVector<Value> res(blocks.getResults());
-            if (n != full)
-              res = block(rb, cst(rb, full), cst(rb, n), res);
+            // full = lo + (hi - lo) / kSumBlock * kSumBlock (folded when static)
+            std::optional<int64_t> slo = getConstantIntValue(lo), shi = getConstantIntValue(hi);
+            Value full;
+            if (slo && shi)
+              full = cst(rb, rl, *slo + (*shi - *slo) / kSumBlock * kSumBlock);
+            else
+              full = arith::AddIOp::create(
+                  rb, rl, lo,
+                  arith::MulIOp::create(
+                      rb, rl,
+                      arith::DivUIOp::create(rb, rl, arith::SubIOp::create(rb, rl, hi, lo),
+                                             cst(rb, rl, kSumBlock)),
+                      cst(rb, rl, kSumBlock)));
+            SmallVector<Value> res(accs);
+            if (!(slo && shi && (*shi - *slo) < kSumBlock)) {
+              auto blocks = scf::ForOp::create(
+                  rb, rl, lo, full, cst(rb, rl, kSumBlock), accs,
+                  [&](OpBuilder &fb, Location fl, Value kb, ValueRange wide) {
+                    scf::YieldOp::create(fb, fl, block(fb, kb, cst(fb, fl, kSumBlock), wide));
+                  });
+              res = blocks.getResults();
+            }
+            if (!(slo && shi && (*shi - *slo) % kSumBlock == 0)) {
+              Value rest = slo && shi ? cst(rb, rl, (*shi - *slo) % kSumBlock)
+                                      : arith::SubIOp::create(rb, rl, hi, full).getResult();
+              res = block(rb, full, rest, res);
+            }
             return res;
           });
-      for (auto [i, out] : llvm::enumerate(op.getDpsInitsMutable()))
-        memref::StoreOp::create(pb, l, nest.results[i], out.get(),
-                                indices(pb, l, op.getMatchingIndexingMap(&out), outIvs));
-      return;
+      return nest.results;
     }
+    SmallVector<Value> lbs(rlbs), ubs(rubs);
+    lbs.back() = lo;
+    ubs.back() = hi;
     scf::LoopNest nest = scf::buildLoopNest(
-        pb, l, rlbs, rubs, rsteps, inits,
+        pb, l, lbs, ubs, rsteps, inits,
         [&](OpBuilder &rb, Location rl, ValueRange rivs, ValueRange accs) {
-          SmallVector<Value> ivs = outIvs;
+          SmallVector<Value> ivs(outIvs);
           for (auto [d, iv] : llvm::zip(red, rivs))
             ivs[d] = iv;
+          ivs[red.back()] = shifted(rb, rl, ivs[red.back()]);
           return payload(rb, rl, op, ivs, accs);
         });
-    for (auto [i, out] : llvm::enumerate(op.getDpsInitsMutable()))
-      memref::StoreOp::create(pb, l, nest.results[i], out.get(),
+    return nest.results;
+  };
+  auto outIvsOf = [&](ValueRange pivs) {
+    SmallVector<Value> outIvs(op.getNumLoops(), zero);
+    for (auto [d, iv] : llvm::zip(par, pivs))
+      outIvs[d] = iv;
+    return outIvs;
+  };
+  auto loadOuts = [&](OpBuilder &pb, Location l, ArrayRef<Value> outIvs) {
+    SmallVector<Value> vals;
+    for (OpOperand &out : op.getDpsInitsMutable())
+      vals.push_back(memref::LoadOp::create(
+          pb, l, out.get(), indices(pb, l, op.getMatchingIndexingMap(&out), outIvs)));
+    return vals;
+  };
+  auto storeOuts = [&](OpBuilder &pb, Location l, ArrayRef<Value> outIvs, ValueRange vals) {
+    for (auto [v, out] : llvm::zip(vals, op.getDpsInitsMutable()))
+      memref::StoreOp::create(pb, l, v, out.get(),
                               indices(pb, l, op.getMatchingIndexingMap(&out), outIvs));
+  };
+
+  // Split into chunks? Static parallel sizes with fewer than kMinTiles
+  // iterations, a static innermost reduction dim of at least two chunks,
+  // enough work, and outputs whose partial results combine.
+  int64_t parIters = 1, work = 1, chunk = 0, numChunks = 0;
+  bool staticShape = true;
+  for (unsigned d = 0; d < op.getNumLoops(); ++d) {
+    auto s = getConstantIntValue(ranges[d].size);
+    auto lo = getConstantIntValue(ranges[d].offset);
+    auto st = getConstantIntValue(ranges[d].stride);
+    if (!s || lo != 0 || st != 1) {
+      staticShape = false;
+      break;
+    }
+    work *= *s;
+    if (llvm::is_contained(par, d))
+      parIters *= *s;
+  }
+  SmallVector<Operation *> combine;
+  if (staticShape && innerLen && parIters < kMinTiles && work >= kSplitWork &&
+      *innerLen >= 2 * kMinChunk) {
+    combine = combiners(op);
+    chunk = std::max<int64_t>(kMinChunk,
+                              llvm::alignTo(llvm::divideCeil(*innerLen, kMaxChunks), kSumBlock));
+    numChunks = llvm::divideCeil(*innerLen, chunk);
+  }
+  if (!combine.empty() && numChunks >= 2) {
+    // numChunks - 1 full chunks in parallel (static bounds), the last one
+    // (full or partial) after them.
+    int64_t lastLen = *innerLen - (numChunks - 1) * chunk;
+    Value stack = LLVM::StackSaveOp::create(b, loc, LLVM::LLVMPointerType::get(op.getContext()));
+    SmallVector<int64_t> shape;
+    for (unsigned d : par)
+      shape.push_back(*getConstantIntValue(ranges[d].size));
+    shape.push_back(numChunks);
+    SmallVector<Value> partials;
+    for (OpOperand &out : op.getDpsInitsMutable())
+      partials.push_back(memref::AllocaOp::create(
+          b, loc,
+          MemRefType::get(shape, cast<MemRefType>(out.get().getType()).getElementType())));
+    // Chunk `c`'s partial results (from the neutral elements) over `len`
+    // elements, stored at partials[pivs..., c].
+    auto chunkPartial = [&](OpBuilder &pb, Location l, ValueRange pivs, Value c, int64_t len) {
+      SmallVector<Value> inits;
+      for (Operation *comb : combine)
+        inits.push_back(arith::ConstantOp::create(pb, l, *arith::getNeutralElement(comb)));
+      Value offset = arith::MulIOp::create(pb, l, c, cst(pb, l, chunk));
+      SmallVector<Value> res =
+          reduceRange(pb, l, outIvsOf(pivs), inits, cst(pb, l, 0), cst(pb, l, len), offset);
+      SmallVector<Value> at(pivs);
+      at.push_back(c);
+      for (auto [v, p] : llvm::zip(res, partials))
+        memref::StoreOp::create(pb, l, v, p, at);
+    };
+    SmallVector<Value> lbs(plbs), ubs(pubs), steps(psteps);
+    lbs.push_back(zero);
+    ubs.push_back(cst(b, loc, numChunks - 1));
+    steps.push_back(cst(b, loc, 1));
+    scf::ParallelOp::create(b, loc, lbs, ubs, steps,
+                            [&](OpBuilder &pb, Location l, ValueRange ivs) {
+                              chunkPartial(pb, l, ivs.drop_back(), ivs.back(), chunk);
+                            });
+    // The last chunk, then the partials combined in chunk order.
+    scf::buildLoopNest(b, loc, plbs, pubs, psteps, [&](OpBuilder &pb, Location l, ValueRange pivs) {
+      chunkPartial(pb, l, pivs, cst(pb, l, numChunks - 1), lastLen);
+      SmallVector<Value> outIvs = outIvsOf(pivs);
+      SmallVector<Value> accs = loadOuts(pb, l, outIvs);
+      auto loop = scf::ForOp::create(
+          pb, l, zero, cst(pb, l, numChunks), cst(pb, l, 1), accs,
+          [&](OpBuilder &fb, Location fl, Value c, ValueRange cur) {
+            SmallVector<Value> at(pivs);
+            at.push_back(c);
+            SmallVector<Value> next;
+            for (auto [comb, acc, p, out] :
+                 llvm::zip(combine, cur, partials, op.getDpsInitsMutable())) {
+              Value part = memref::LoadOp::create(fb, fl, p, at);
+              IRMapping map;
+              BlockArgument arg = op.getMatchingBlockArgument(&out);
+              for (Value operand : comb->getOperands())
+                map.map(operand, operand == arg ? acc : part);
+              next.push_back(fb.clone(*comb, map)->getResult(0));
+            }
+            scf::YieldOp::create(fb, fl, next);
+          });
+      storeOuts(pb, l, outIvs, loop.getResults());
+    });
+    LLVM::StackRestoreOp::create(b, loc, stack);
+    op.erase();
+    return;
+  }
+
+  // The body of one parallel iteration: load the accumulators, reduce, store.
+  auto perPoint = [&](OpBuilder &pb, Location l, ValueRange pivs) {
+    SmallVector<Value> outIvs = outIvsOf(pivs);
+    SmallVector<Value> res =
+        reduceRange(pb, l, outIvs, loadOuts(pb, l, outIvs), rlbs.back(), rubs.back(), Value());
+    storeOuts(pb, l, outIvs, res);
   };
 
   if (par.empty()) {
@@ -396,11 +583,6 @@ void lowerToRegisters(linalg::GenericOp op) {
   op.erase();
 }
 
-/// The most accumulator elements of a column reduction's tile, and the
-/// fewest parallel tiles it is split into when its outer parallel dims give
-/// less (so that it runs on several threads).
-constexpr int64_t kTileElems = 1024;
-constexpr int64_t kMinTiles = 8;
 
 /// Accumulators in a stack tile: for a reduction whose innermost dims are
 /// parallel (a column sum, BatchNorm statistics over N), the trailing

@@ -311,31 +311,31 @@ func.func @plain_elementwise(%x: memref<2x8x32xf32>, %out: memref<2x8x32xf32>) {
 
 // -----
 
-// An f64 sum of f32 terms (mlircap-widen-sums' form) over 1000 elements: blocks of
-// 256 summed in f32 (reassociable), each block's sum added in f64; the last 232
+// An f64 sum of f32 terms (mlircap-widen-sums' form) over 3000 elements: blocks of
+// 1024 summed in f32 (reassociable), each block's sum added in f64; the last 952
 // elements are a partial block of their own.
 // CHECK-LABEL: func.func @blocked_sum(
 // CHECK: scf.parallel (%[[I:.*]]) =
 // CHECK:   %[[INIT:.*]] = memref.load %{{.*}}[%[[I]]] : memref<4xf64>
 // CHECK:   %[[FULL:.*]] = scf.for %[[B:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[W:.*]] = %[[INIT]]) -> (f64) {
-// CHECK:     %[[END:.*]] = arith.addi %[[B]], %{{.*}} : index
-// CHECK:     %[[P:.*]] = scf.for %[[J:.*]] = %[[B]] to %[[END]] step %{{.*}} iter_args(%[[S:.*]] = %{{.*}}) -> (f32) {
-// CHECK:       %[[V:.*]] = memref.load %{{.*}}[%[[I]], %[[J]]] : memref<4x1000xf32>
+// CHECK:     %[[P:.*]] = scf.for %[[J:.*]] = %c0{{.*}} to %c1024{{.*}} step %{{.*}} iter_args(%[[S:.*]] = %{{.*}}) -> (f32) {
+// CHECK:       %[[K:.*]] = arith.addi %[[B]], %[[J]] : index
+// CHECK:       %[[V:.*]] = memref.load %{{.*}}[%[[I]], %[[K]]] : memref<4x3000xf32>
 // CHECK:       %[[M:.*]] = arith.mulf %[[V]], %{{.*}} : f32
 // CHECK:       %[[A:.*]] = arith.addf %[[S]], %[[M]] fastmath<reassoc> : f32
 // CHECK:       scf.yield %[[A]] : f32
 // CHECK:     %[[PW:.*]] = arith.extf %[[P]] : f32 to f64
 // CHECK:     %[[N:.*]] = arith.addf %[[W]], %[[PW]] : f64
 // CHECK:     scf.yield %[[N]] : f64
-// CHECK:   %[[T:.*]] = scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}) -> (f32) {
+// CHECK:   %[[T:.*]] = scf.for %{{.*}} = %c0{{.*}} to %c952 step %{{.*}} iter_args(%{{.*}} = %{{.*}}) -> (f32) {
 // CHECK:   %[[TW:.*]] = arith.extf %[[T]] : f32 to f64
 // CHECK:   %[[R:.*]] = arith.addf %[[FULL]], %[[TW]] : f64
 // CHECK:   memref.store %[[R]], %{{.*}}[%[[I]]] : memref<4xf64>
-func.func @blocked_sum(%x: memref<4x1000xf32>, %acc: memref<4xf64>) {
+func.func @blocked_sum(%x: memref<4x3000xf32>, %acc: memref<4xf64>) {
   %k = arith.constant 1.000100e+00 : f32
   linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
                   iterator_types = ["parallel", "reduction"]}
-      ins(%x : memref<4x1000xf32>) outs(%acc : memref<4xf64>) {
+      ins(%x : memref<4x3000xf32>) outs(%acc : memref<4xf64>) {
   ^bb0(%in: f32, %out: f64):
     %m = arith.mulf %in, %k : f32
     %w = arith.extf %m : f32 to f64
@@ -347,15 +347,39 @@ func.func @blocked_sum(%x: memref<4x1000xf32>, %acc: memref<4xf64>) {
 
 // -----
 
-// Not blocked: fewer than two blocks, an f64 term, an add without reassoc.
+// One partial block: 1000 elements summed in f32, then added in f64.
+// CHECK-LABEL: func.func @one_partial_block(
+// CHECK: scf.parallel (%[[I:.*]]) =
+// CHECK:   %[[INIT:.*]] = memref.load %{{.*}}[%[[I]]] : memref<4xf64>
+// CHECK-NOT: iter_args({{.*}}) -> (f64)
+// CHECK:   %[[P:.*]] = scf.for %{{.*}} = %c0{{.*}} to %c1000{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}) -> (f32) {
+// CHECK:     arith.addf %{{.*}}, %{{.*}} fastmath<reassoc> : f32
+// CHECK:   %[[PW:.*]] = arith.extf %[[P]] : f32 to f64
+// CHECK:   %[[R:.*]] = arith.addf %[[INIT]], %[[PW]] : f64
+// CHECK:   memref.store %[[R]], %{{.*}}[%[[I]]] : memref<4xf64>
+func.func @one_partial_block(%x: memref<4x1000xf32>, %acc: memref<4xf64>) {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
+                  iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<4x1000xf32>) outs(%acc : memref<4xf64>) {
+  ^bb0(%in: f32, %out: f64):
+    %w = arith.extf %in : f32 to f64
+    %a = arith.addf %out, %w fastmath<reassoc> : f64
+    linalg.yield %a : f64
+  }
+  return
+}
+
+// -----
+
+// Not blocked: fewer than 64 elements, an f64 term, an add without reassoc.
 // CHECK-LABEL: func.func @not_blocked(
-// CHECK-NOT: step %c256
+// CHECK-NOT: -> (f32)
 // CHECK: return
-func.func @not_blocked(%x: memref<4x511xf32>, %y: memref<4x1000xf64>, %z: memref<4x1000xf32>,
+func.func @not_blocked(%x: memref<4x40xf32>, %y: memref<4x1000xf64>, %z: memref<4x1000xf32>,
                        %acc: memref<4xf64>) {
   linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
                   iterator_types = ["parallel", "reduction"]}
-      ins(%x : memref<4x511xf32>) outs(%acc : memref<4xf64>) {
+      ins(%x : memref<4x40xf32>) outs(%acc : memref<4xf64>) {
   ^bb0(%in: f32, %out: f64):
     %w = arith.extf %in : f32 to f64
     %a = arith.addf %out, %w fastmath<reassoc> : f64
@@ -375,6 +399,115 @@ func.func @not_blocked(%x: memref<4x511xf32>, %y: memref<4x1000xf64>, %z: memref
     %w = arith.extf %in : f32 to f64
     %a = arith.addf %out, %w : f64
     linalg.yield %a : f64
+  }
+  return
+}
+
+// -----
+
+// A full sum of 2^20 elements: its one output would run on one thread. The
+// dim is cut into 64 chunks of 16384 (a length fixed by the shape), each
+// chunk's blocked sum from the neutral element (-0.0) stored to a stack
+// buffer: the first 63 in an scf.parallel over the chunks (static loop
+// bounds, the chunk's offset added to the index), the last one (here full)
+// after it; then the partials are added to the output in chunk order.
+// CHECK-LABEL: func.func @split_full_sum(
+// CHECK-SAME: %[[X:.*]]: memref<1048576xf32>, %[[ACC:.*]]: memref<f64>)
+// CHECK: %[[SP:.*]] = llvm.intr.stacksave
+// CHECK: %[[PART:.*]] = memref.alloca() : memref<64xf64>
+// CHECK: scf.parallel (%[[C:.*]]) = (%{{.*}}) to (%c63{{.*}}) step
+// CHECK:   %[[OFF:.*]] = arith.muli %[[C]], %c16384{{.*}} : index
+// CHECK:   scf.for %[[B:.*]] = %c0{{.*}} to %c16384{{.*}} step %c1024{{.*}} iter_args(%{{.*}} = %cst{{.*}}) -> (f64) {
+// CHECK:     scf.for %[[J:.*]] = %c0{{.*}} to %c1024{{.*}} step %{{.*}} -> (f32) {
+// CHECK:       %[[E:.*]] = arith.addi %[[B]], %[[J]] : index
+// CHECK:       %[[IX:.*]] = arith.addi %[[OFF]], %[[E]] : index
+// CHECK:       memref.load %[[X]][%[[IX]]]
+// CHECK:   memref.store %{{.*}}, %[[PART]][%[[C]]] : memref<64xf64>
+// CHECK: %[[LAST:.*]] = scf.for {{.*}} -> (f64) {
+// CHECK: memref.store %[[LAST]], %[[PART]][%c63{{.*}}] : memref<64xf64>
+// CHECK: %[[INIT:.*]] = memref.load %[[ACC]][] : memref<f64>
+// CHECK: %[[SUM:.*]] = scf.for %[[K:.*]] = %{{.*}} to %c64{{.*}} step %{{.*}} iter_args(%[[S:.*]] = %[[INIT]]) -> (f64) {
+// CHECK:   %[[P:.*]] = memref.load %[[PART]][%[[K]]] : memref<64xf64>
+// CHECK:   %[[N:.*]] = arith.addf %[[S]], %[[P]] fastmath<reassoc> : f64
+// CHECK:   scf.yield %[[N]] : f64
+// CHECK: memref.store %[[SUM]], %[[ACC]][] : memref<f64>
+// CHECK: llvm.intr.stackrestore %[[SP]]
+func.func @split_full_sum(%x: memref<1048576xf32>, %acc: memref<f64>) {
+  linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>],
+                  iterator_types = ["reduction"]}
+      ins(%x : memref<1048576xf32>) outs(%acc : memref<f64>) {
+  ^bb0(%in: f32, %out: f64):
+    %w = arith.extf %in : f32 to f64
+    %a = arith.addf %out, %w fastmath<reassoc> : f64
+    linalg.yield %a : f64
+  }
+  return
+}
+
+// -----
+
+// Two rows' max over 40000 elements: 10 chunks of 4096 per row, from -inf,
+// combined with maximumf; rows and the 9 full chunks are the parallel loop,
+// the last 3136 elements of each row a partial chunk after it.
+// CHECK-LABEL: func.func @split_row_max(
+// CHECK: %[[PART:.*]] = memref.alloca() : memref<2x10xf32>
+// CHECK: scf.parallel (%[[I:.*]], %[[C:.*]]) = (%{{.*}}, %{{.*}}) to (%c2{{.*}}, %c9{{.*}}) step
+// CHECK:   %[[OFF:.*]] = arith.muli %[[C]], %c4096{{.*}} : index
+// CHECK:   scf.for %[[J:.*]] = %c0{{.*}} to %c4096{{.*}} step %{{.*}} iter_args(%{{.*}} = %cst{{.*}}) -> (f32) {
+// CHECK:     arith.addi %[[OFF]], %[[J]] : index
+// CHECK:     arith.maximumf
+// CHECK:   memref.store %{{.*}}, %[[PART]][%[[I]], %[[C]]] : memref<2x10xf32>
+// CHECK: scf.for %[[R:.*]] = %{{.*}} to %c2{{.*}} step
+// CHECK:   scf.for %{{.*}} = %c0{{.*}} to %c3136 step
+// CHECK:   memref.store %{{.*}}, %[[PART]][%[[R]], %c9{{.*}}] : memref<2x10xf32>
+// CHECK:   %[[INIT:.*]] = memref.load %{{.*}}[%[[R]]] : memref<2xf32>
+// CHECK:   scf.for %[[K:.*]] = %{{.*}} to %c10{{.*}} step %{{.*}} iter_args(%[[S:.*]] = %[[INIT]]) -> (f32) {
+// CHECK:     %[[P:.*]] = memref.load %[[PART]][%[[R]], %[[K]]] : memref<2x10xf32>
+// CHECK:     arith.maximumf %[[P]], %[[S]] : f32
+func.func @split_row_max(%x: memref<2x40000xf32>, %acc: memref<2xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
+                  iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<2x40000xf32>) outs(%acc : memref<2xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %m = arith.maximumf %in, %out : f32
+    linalg.yield %m : f32
+  }
+  return
+}
+
+// -----
+
+// Not split: 8 rows (enough parallel iterations), an argmax (its accumulators
+// are compared, not combined), too little work.
+// CHECK-LABEL: func.func @not_split(
+// CHECK-NOT: memref.alloca
+// CHECK: return
+func.func @not_split(%x: memref<8x40000xf32>, %acc: memref<8xf32>, %y: memref<65536xf32>,
+                     %m: memref<f32>, %i: memref<i64>, %z: memref<16384xf32>, %s: memref<f32>) {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
+                  iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<8x40000xf32>) outs(%acc : memref<8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %a = arith.addf %in, %out : f32
+    linalg.yield %a : f32
+  }
+  linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> ()>],
+                  iterator_types = ["reduction"]}
+      ins(%y : memref<65536xf32>) outs(%m, %i : memref<f32>, memref<i64>) {
+  ^bb0(%in: f32, %a: f32, %b: i64):
+    %j = linalg.index 0 : index
+    %jj = arith.index_cast %j : index to i64
+    %gt = arith.cmpf ogt, %in, %a : f32
+    %v = arith.select %gt, %in, %a : f32
+    %k = arith.select %gt, %jj, %b : i64
+    linalg.yield %v, %k : f32, i64
+  }
+  linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>],
+                  iterator_types = ["reduction"]}
+      ins(%z : memref<16384xf32>) outs(%s : memref<f32>) {
+  ^bb0(%in: f32, %out: f32):
+    %a = arith.addf %in, %out : f32
+    linalg.yield %a : f32
   }
   return
 }
