@@ -352,7 +352,7 @@ class _FlowMixin(_FlowWriteMixin):
             return False
         pos = 0 if 0 in fl.slots else 1
         obj, other = _E.peek(fr, pos), _E.peek(fr, 1 - pos)
-        if not (type(obj) is float or _np_float(obj)) or not isinstance(other, torch.Tensor):
+        if not (type(obj) in (float, int) or _np_float(obj)) or not isinstance(other, torch.Tensor):
             return False
         expr, ks = fl.slots[pos]
         if self._flow_stale(ks):

@@ -263,7 +263,8 @@ class _GraphMixin:
                 (other.dtype not in (torch.float32, torch.float64) or name not in _SCALAR_OPERATORS_ANY_DEVICE):
             self._flow_escape_keys(ks)
             return args
-        t = _scalar_tensor(obj, None if dev.type == "cpu" else dev)
+        mk = _int_scalar_tensor if type(obj) is int else _scalar_tensor   # (an int: flows.py counters, .item())
+        t = mk(obj, None if dev.type == "cpu" else dev)
         args2 = tuple(t if a is obj else a for a in args)
         try:
             res2 = func(*args2)
@@ -273,8 +274,7 @@ class _GraphMixin:
             self._flow_escape_keys(ks)
             return args
         self.keep.append(t)
-        made = f"{self.const(_scalar_tensor)}({expr})" if dev.type == "cpu" else \
-            f"{self.const(_scalar_tensor)}({expr}, {self.const(dev)})"
+        made = f"{self.const(mk)}({expr})" if dev.type == "cpu" else f"{self.const(mk)}({expr}, {self.const(dev)})"
         self.src[id(t)] = (made, f"<{_pretty_flow(expr)} as a graph input>", True)
         for k in ks:   # this use needs no guard (close_flows)
             self.flows_scalar.pop(k, None)
@@ -553,6 +553,21 @@ def _scalar_tensor(v: float, device: torch.device | None = None) -> torch.Tensor
     if device is None:
         return torch.tensor(float(v), dtype=torch.float64)
     return torch.full((), float(v), dtype=torch.float64, device=device)
+
+
+def _int_scalar_tensor(v: int, device: torch.device | None = None) -> torch.Tensor:
+    """An int graph input: a 0-d int64 tensor, the operand torch makes of a Python int (a
+    wrapped int64 number: the same promotion for a dimensioned tensor, the same value cast
+    to the compute type).  The replay's expression of a value recorded as an int is an int
+    (its operands' types are guarded)."""
+    if type(v) is not int:
+        raise TypeError(f"mlircap.capture: an int graph input evaluated to {type(v).__name__}")
+    if torch.is_inference_mode_enabled():
+        with torch.inference_mode(False):
+            return _int_scalar_tensor(v, device)
+    if device is None:
+        return torch.tensor(v, dtype=torch.int64)
+    return torch.full((), v, dtype=torch.int64, device=device)
 
 
 def _pretty_flow(expr: str) -> str:

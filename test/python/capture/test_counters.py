@@ -50,7 +50,8 @@ def make():
 """, [(X,)] * 16, recompiles=1)
 
 
-def test_counter_reaching_the_graph_is_guarded():
+def test_counter_reaching_the_graph_is_a_graph_input():
+    """`x * self.step` after `self.step += 1`: the counter is an int graph input (0-d int64)."""
     run_program("""
 class M(nn.Module):
     def __init__(self):
@@ -61,7 +62,7 @@ class M(nn.Module):
         return x * self.step
 def make():
     return M()
-""", [(X,)] * 6, recompiles=5, cache_limit=10)
+""", [(X,)] * 6, recompiles=0, graphs=1)
 
 
 def test_counter_through_a_local_is_guarded():
@@ -221,8 +222,9 @@ def test_counter_read_back_into_a_warmup_factor_is_a_graph_input():
     """`self.step += 1; w = min(1.0, self.step / self.warmup)`: the counter read back after
     its store is followed as `(step before the call + 1)`; the float computed from it is a
     graph input, so the warmup does not recompile on every call; past the warmup, `min`
-    returns 1.0 as computed by the replay.  Its uses flows.py does not follow (an int
-    times a tensor, a local variable holding the int, a return) still guard its value."""
+    returns 1.0 as computed by the replay.  So is the int itself where a tensor operator
+    takes it (`x * self.step`: a 0-d int64 input, as torch wraps a Python int).  Its uses
+    flows.py does not follow (a list, a torch function's argument) still guard its value."""
     run_program("""
 class M(nn.Module):
     def __init__(self):
@@ -237,7 +239,8 @@ class M(nn.Module):
 def make():
     return M()
 """, [(X,)] * 8, recompiles=0, graphs=1)
-    for use in ("x * self.step", "x + [self.step][0]", "x.sum() + self.step"):
+    for use, n in (("x * self.step", 0), ("x.long() * self.step - self.step", 0), ("x + [self.step][0]", 2),
+                   ("torch.full_like(x, self.step)", 2)):
         run_program("""
 class M(nn.Module):
     def __init__(self):
@@ -248,4 +251,27 @@ class M(nn.Module):
         return USE
 def make():
     return M()
-""".replace("USE", use), [(X,)] * 3, recompiles=2)
+""".replace("USE", use), [(X,)] * 3, recompiles=n)
+
+
+def test_int_from_item_in_tensor_arithmetic_is_an_input():
+    """An int a graph break returns (`x.argmax().item()`) and a tensor operator takes right
+    away: a 0-d int64 graph input, so float, int64, uint8 (wrapping) and bool tensors get the
+    dtype and values a Python int gives them; a new value is no recompile.  Kept in a local
+    variable it is guarded (a small int in a variable cannot be told from another one)."""
+    torch.manual_seed(0)
+    calls = [(torch.randn(6) * 50,) for _ in range(5)]
+    run_program("""
+def make():
+    def f(x):
+        return (x * x.argmax().item(), x.long() * (x.argmin().item() - 3),
+                x.abs().to(torch.uint8) * (x.argmax().item() + 250), (x > 0) * x.argmax().item())
+    return f
+""", calls, recompiles=0)
+    run_program("""
+def make():
+    def f(x):
+        n = x.argmax().item()
+        return x * n
+    return f
+""", calls, recompiles=len({int(c[0].argmax()) for c in calls}) - 1)
