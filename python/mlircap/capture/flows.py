@@ -427,7 +427,12 @@ class _FlowMixin(_FlowWriteMixin):
         like a float argument (its type guarded here, its value only where the program needs
         it), so that a schedule changing it between calls does not recompile.  False: read
         (and guarded) as any other value."""
-        if frame is None or not _followable(v) or (owner, name) in self.dirty:
+        if frame is None:   # a reflective read (getattr(self, "tau")): its value is used as it is
+            k = self.flow_attrs.get(expr)
+            if k is not None:
+                self._flow_escape(k)
+            return False
+        if not _followable(v) or (owner, name) in self.dirty:
             return False
         k = self.flow_attrs.get(expr)
         if k is None:

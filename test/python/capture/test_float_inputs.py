@@ -330,3 +330,23 @@ def make():
 def mutate(i, m):
     m.scale = 0.5 + i
 """, [(_x(i),) for i in range(3)], recompiles=2)
+
+
+def test_float_attribute_also_read_reflectively_is_guarded():
+    """`x * self.tau + x * getattr(self, "tau")`: the LOAD_ATTR read is followed (a graph
+    input), the getattr read's value is used as it is: the attribute must be guarded by
+    value (it was not: the second read found the expression already read and added no
+    guard, and a new tau gave a stale result)."""
+    for use in ('getattr(self, "tau")', 'vars(self)["tau"]', 'self.__dict__.get("tau")'):
+        run_program("""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tau = 1.0
+    def forward(self, x):
+        return x * self.tau + x * USE
+def make():
+    return M()
+def mutate(i, m):
+    m.tau = 1.0 + i
+""".replace("USE", use), [(_x(i),) for i in range(4)], recompiles=3)
