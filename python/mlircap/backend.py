@@ -477,6 +477,7 @@ def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Optio
     and ops torch-mlir rejects run through torch; the rest is compiled.
     Without islands this is `compile_graph`."""
     from .attention import fuse_attention
+    from .constfold import fold_constants
     from .partition import extract, fill_empty_results, partition, rewrite_random_likes
     from .split_reductions import split_reductions
 
@@ -484,6 +485,7 @@ def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Optio
     gm.graph = copy.deepcopy(gm.graph)
     rewrite_random_likes(gm)
     fuse_attention(gm)
+    fold_constants(gm)
     split_reductions(gm)
     fill_empty_results(gm)
     gm.recompile()

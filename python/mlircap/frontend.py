@@ -531,6 +531,7 @@ def _prepare_for_import(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             node.kwargs = {**node.kwargs, "device": cpu}
         _int8_scalars_as_tensors(graph, node)
         _self_equality_as_not_nan(graph, node)
+    _one_get_attr_per_use(graph)
     out = torch.fx.GraphModule(gm, graph)   # takes gm's get_attr values; generates code once
     bf16 = False
     for node in list(graph.nodes):
@@ -545,6 +546,31 @@ def _prepare_for_import(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     if bf16:
         out.recompile()
     return out
+
+
+def _one_get_attr_per_use(graph: torch.fx.Graph) -> None:
+    """A tensor constant (`get_attr`) read by several ops, or twice by one, gets a
+    get_attr node per use: torch-mlir's FX importer binds a get_attr argument each
+    time it meets it (it checks for an existing value under the attribute name but
+    stores it under the node), and a second binding fails ("Node already has a
+    value")."""
+    for node in list(graph.nodes):
+        if node.op != "get_attr":
+            continue
+        first = True
+        for user in list(node.users):
+            def fresh(n, node=node, user=user):
+                nonlocal first
+                if n is not node:
+                    return n
+                if first:
+                    first = False
+                    return n
+                with graph.inserting_before(user):
+                    c = graph.get_attr(node.target)
+                c.meta = dict(node.meta)
+                return c
+            user.args, user.kwargs = torch.fx.node.map_arg((user.args, user.kwargs), fresh)
 
 
 def _bfloat16_constant_from_float32(gm: torch.fx.GraphModule, graph: torch.fx.Graph, node: torch.fx.Node) -> None:
@@ -814,6 +840,12 @@ def lower_torch_ir(raw_ir: str) -> FrontendResult:
         )
         torch_ir = str(module)
         lower_mlir_module(False, OutputType.LINALG_ON_TENSORS, module)
+        failing = _asserts_that_always_fail(module)
+        if failing:
+            # torch-mlir lowered an op it does not implement for these arguments
+            # ("unimplemented: only support cases with fixed kernel size") to code
+            # guarded by an assert that can never hold: its result would be wrong.
+            raise FrontendError("torch-to-linalg", "; ".join(f"{loc}: {msg}" for msg, loc in failing), [])
         linalg_ir = str(module)
         if "tm_tensor." in linalg_ir:
             linalg_ir = _lower_tm_tensor(module)
@@ -822,6 +854,27 @@ def lower_torch_ir(raw_ir: str) -> FrontendResult:
         detail = "\n".join(f"{loc}: {msg}" for loc, msg in diags) or str(e)
         raise FrontendError("torch-to-linalg", detail, ops) from e
     return FrontendResult(torch_ir=torch_ir, linalg_ir=linalg_ir)
+
+
+def _asserts_that_always_fail(module) -> list[tuple[str, str]]:
+    """(message, location) of each cf.assert whose condition is the constant false."""
+    from torch_mlir import ir
+
+    found = []
+
+    def visit(op):
+        if op.name == "cf.assert":
+            owner = op.operands[0].owner
+            if isinstance(owner, (ir.Operation, ir.OpView)) and owner.name == "arith.constant" and \
+                    str(owner.attributes["value"]) == "false":
+                msg = op.attributes["msg"]
+                item = (ir.StringAttr(msg).value if msg is not None else "assert", _describe_loc(op.location))
+                if item not in found:
+                    found.append(item)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return found
 
 
 def _lower_tm_tensor(module) -> str:
