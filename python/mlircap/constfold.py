@@ -154,6 +154,10 @@ def _fold(gm: fx.GraphModule) -> int:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")   # FX warns about get_attr of a non-buffer
                     new = gm.graph.get_attr(attr)
+                if any(u.op == "output" for u in node.users):
+                    # the partitioner places call_functions: a graph output is one
+                    new.meta = dict(node.meta)
+                    new = gm.graph.call_function(torch.ops.aten.clone.default, (new,))
             else:
                 continue
         new.meta = dict(node.meta)

@@ -126,3 +126,15 @@ def test_always_failing_assert_is_a_lowering_failure():
     # equal windows lower fine
     gm = make_fx(lambda x: F.adaptive_max_pool2d(x, 4))(torch.randn(1, 1, 8, 8))
     assert "pooling" in lower_torch_ir(import_fx(gm)).linalg_ir
+
+
+def test_graph_of_constants_only():
+    # every output folded: a graph output is a folded (non-uniform) constant
+    def f():
+        return torch.linspace(0, 1, 50) * 3, (torch.arange(10, dtype=torch.float32).exp(), torch.eye(4))
+
+    fast = mlircap.compile(f)
+    for _ in range(3):
+        got, want = fast(), f()
+        torch.testing.assert_close(got, want)
+    assert fast.graphs and all(g.fallback_reason is None for g in fast.graphs)
