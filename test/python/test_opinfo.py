@@ -26,15 +26,9 @@ BAD = ("wrong", "crash")
 # grouped by root-cause guess. Remove an entry when its fix lands (the test warns when one
 # passes). Observed at the commit that last edited this list.
 KNOWN: dict[tuple[str, str, int], str] = {
-    # NaN propagation: atan2(0, 0) on integer/bool inputs (promoted to float) gives NaN, eager 0.
-    ("atan2", "bool", 4): "wrong",
-    # bf16 precision: fmod in bfloat16 is off by up to the divisor on 6% of the elements
-    # (eager computes fmod exactly in float and rounds once).
-    ("fmod", "bfloat16", 7): "wrong",
-    # RNG: a random op replayed after the recording call does not reproduce eager's stream
-    # under the same torch.manual_seed (rand_like/randn_like/randint*, normal, bernoulli,
-    # dropout, ... in the full sweep).
-    ("rand_like", "float32", 3): "wrong",
+    # (op, dtype, sample index) -> the category a known defect gives. Emptied on 2026-12-02:
+    # atan2 of bool inputs (NaN at 0/0) is now right, bf16 fmod and rand_like (RNG) run
+    # through torch (fallback), so none of the sampled cases gives a wrong result.
 }
 
 
