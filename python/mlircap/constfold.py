@@ -12,7 +12,7 @@ So mlircap folds first: every node whose value the graph's inputs do not decide
 tensor constants, and deterministic ops on those) is computed here by torch, on
 the graph's device, and the ones read by the rest of the graph become constants
 (a fill when the value is one repeated element, else a tensor constant of at
-most `_CONST_LIMIT` elements). What torch-mlir gets then has no op left whose
+most `CONST_LIMIT` elements). What torch-mlir gets then has no op left whose
 operands are all literals. Random, mutating, uninitialized (`empty*`) and
 nondeterministic ops are never folded; nor is anything larger than `_EVAL_LIMIT`
 elements.
@@ -28,7 +28,7 @@ import torch.fx as fx
 from .fxutil import op_name
 
 _EVAL_LIMIT = 1 << 22    # elements of any tensor computed at compile time
-_CONST_LIMIT = 1024      # elements of a folded result that is not one repeated value
+CONST_LIMIT = 1024       # elements of a folded result that is not one repeated value
 _LIKE = {"aten::full_like", "aten::zeros_like", "aten::ones_like", "aten::new_full", "aten::new_zeros",
          "aten::new_ones", "aten::scalar_tensor"}
 _NEVER = ("empty", "rand", "normal", "bernoulli", "dropout", "multinomial", "poisson", "exponential",
@@ -56,9 +56,47 @@ def _foldable(node: fx.Node) -> bool:
     return _tensors(node.meta.get("val")) is not None
 
 
-def _real(v: torch.Tensor) -> torch.Tensor:
-    """A real tensor with `v`'s metadata, for ops that read only the shape (full_like)."""
+def real_like(v: torch.Tensor) -> torch.Tensor:
+    """A real (uninitialized) tensor with fake tensor `v`'s metadata, for ops that read
+    only its shape (full_like) or tensors with no elements (nothing to read)."""
     return torch.empty_strided(tuple(v.shape), tuple(v.stride()), dtype=v.dtype, device=v.device)
+
+
+def is_uniform(t: torch.Tensor) -> bool:
+    """`t` is one repeated value (NaN equals NaN; -0.0 is not 0.0), or has no elements."""
+    flat = t.reshape(-1)
+    if flat.numel() == 0:
+        return True
+    if not flat.is_floating_point():
+        return bool((flat == flat[0]).all())
+    nan = flat != flat
+    return bool((nan == nan[0]).all()) and bool(((flat == flat[0]) | nan).all()) and \
+        bool((flat.signbit() == flat[0].signbit()).all())
+
+
+def fill_node(graph: fx.Graph, v: torch.Tensor, scalar) -> fx.Node:
+    """`aten.full` of fake tensor `v`'s shape, dtype and device, at the insertion point."""
+    return graph.call_function(torch.ops.aten.full.default, (list(v.shape), scalar),
+                               {"dtype": v.dtype, "device": v.device})
+
+
+def constant_node(gm: fx.GraphModule, v: torch.Tensor, t: torch.Tensor, attr: str) -> fx.Node | None:
+    """A node giving value `t` for a node whose value metadata is `v`, at the graph's
+    insertion point: a fill when `t` is one repeated value, else a get_attr of a
+    contiguous copy of `t` stored as `gm.<attr>` (at most CONST_LIMIT elements; None
+    for a larger one)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():   # `t` is real; compile time may run under a FakeTensorMode
+        if is_uniform(t):
+            return fill_node(gm.graph, v, t.reshape(-1)[0].item() if t.numel() else 0)
+        if t.numel() > CONST_LIMIT:
+            return None
+        # a plain attribute, not a buffer: copies of gm share their buffer dict
+        setattr(gm, attr, t.detach().clone().contiguous().to(v.device))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # FX warns about get_attr of a non-buffer
+        return gm.graph.get_attr(attr)
 
 
 def _get_attr(gm: fx.GraphModule, target: str):
@@ -97,7 +135,7 @@ def _evaluate(gm: fx.GraphModule) -> dict[fx.Node, list[torch.Tensor]]:
         try:
             args, kwargs = fx.node.map_arg(
                 (node.args, node.kwargs),
-                lambda n: (known[n][0] if len(known[n]) == 1 else tuple(known[n])) if n in known else _real(n.meta["val"]))
+                lambda n: (known[n][0] if len(known[n]) == 1 else tuple(known[n])) if n in known else real_like(n.meta["val"]))
             out = node.target(*args, **kwargs)
         except Exception:  # noqa: BLE001 - torch rejects it here: the graph keeps the op
             continue
@@ -107,17 +145,6 @@ def _evaluate(gm: fx.GraphModule) -> dict[fx.Node, list[torch.Tensor]]:
             continue
         known[node] = [o.detach() for o in outs]
     return known
-
-
-def _uniform(t: torch.Tensor) -> bool:
-    flat = t.reshape(-1)
-    if flat.numel() == 0:
-        return True
-    if flat.dtype == torch.bool or not flat.is_floating_point():
-        return bool((flat == flat[0]).all())
-    nan = flat != flat
-    return bool((nan == nan[0]).all()) and bool(((flat == flat[0]) | nan).all()) and \
-        bool((flat.signbit() == flat[0].signbit()).all())   # -0.0 is not 0.0
 
 
 def fold_constants(gm: fx.GraphModule) -> int:
@@ -141,25 +168,14 @@ def _fold(gm: fx.GraphModule) -> int:
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
             continue
-        t = known[node][0]
         with gm.graph.inserting_before(node):
-            if _uniform(t):
-                scalar = t.reshape(-1)[0].item() if t.numel() else 0
-                new = gm.graph.call_function(torch.ops.aten.full.default, (list(val.shape), scalar),
-                                             {"dtype": val.dtype, "device": val.device})
-            elif t.numel() <= _CONST_LIMIT:
-                attr = f"_mlircap_const_{node.name}"
-                # a plain attribute, not a buffer: copies of gm share their buffer dict
-                setattr(gm, attr, t.clone(memory_format=torch.preserve_format))
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")   # FX warns about get_attr of a non-buffer
-                    new = gm.graph.get_attr(attr)
-                if any(u.op == "output" for u in node.users):
-                    # the partitioner places call_functions: a graph output is one
-                    new.meta = dict(node.meta)
-                    new = gm.graph.call_function(torch.ops.aten.clone.default, (new,))
-            else:
+            new = constant_node(gm, val, known[node][0], f"_mlircap_const_{node.name}")
+            if new is None:
                 continue
+            if new.op == "get_attr" and any(u.op == "output" for u in node.users):
+                # the partitioner places call_functions: a graph output is one
+                new.meta = dict(node.meta)
+                new = gm.graph.call_function(torch.ops.aten.clone.default, (new,))
         new.meta = dict(node.meta)
         node.replace_all_uses_with(new)
         folded += 1

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx as fx
 
+from .constfold import CONST_LIMIT, constant_node, fill_node, is_uniform, real_like
 from .fxutil import leaves as _leaves
 from .fxutil import op_name
 from .widen import uint8_computable
@@ -298,21 +299,13 @@ def rewrite_random_likes(gm: fx.GraphModule) -> None:
     gm.graph.lint()
 
 
-def _real_empty(v):
-    """A real tensor standing for fake tensor `v` (no elements: nothing to read)."""
-    return torch.empty_strided(tuple(v.shape), tuple(v.stride()), dtype=v.dtype, device=v.device)
-
-
-_FOLD_LIMIT = 1024   # elements of a folded result that is not one repeated value
-
-
 def _fold(node: fx.Node, vals: list) -> list | None:
-    """(uniform, scalar, tensor) per result of `node` run twice on real empty inputs,
-    or None when torch rejects it, the runs disagree or a result is too large."""
+    """The result tensors of `node` run twice on real empty inputs, or None when torch
+    rejects it, the runs disagree or a result is a tensor constant_node cannot hold."""
     try:
         results = []
         for _ in range(2):
-            args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: _real_empty(n.meta["val"]))
+            args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: real_like(n.meta["val"]))
             out = node.target(*args, **kwargs)
             results.append([out] if isinstance(out, torch.Tensor) else list(out))
     except Exception:  # noqa: BLE001 - torch rejects it: leave the node to the partitioner
@@ -324,22 +317,15 @@ def _fold(node: fx.Node, vals: list) -> list | None:
             and torch.equal(a.isnan().cpu(), b.isnan().cpu())
             for a, b, v in zip(first, second, vals)):
         return None
-    consts = []
     for a in first:
         flat = a.detach().cpu().reshape(-1)
         if flat.is_floating_point() and not bool(flat.isfinite().all()):
             # a launch plan writes a constant's NaN/inf as JSON it cannot read back
             # (the var of nothing, NaN, became a graph that ran eagerly): left as it was
             return None
-        uniform = flat.numel() == 0
-        if not uniform:
-            nan = flat != flat   # NaN equals NaN; -0.0 is not 0.0
-            uniform = bool(((flat == flat[0]) | nan).all()) and bool((nan == nan[0]).all()) and (
-                not flat.is_floating_point() or bool((flat.signbit() == flat[0].signbit()).all()))
-        if not uniform and flat.numel() > _FOLD_LIMIT:
+        if not is_uniform(flat) and flat.numel() > CONST_LIMIT:
             return None
-        consts.append((uniform, flat[0].item() if flat.numel() else 0, a.detach().clone().contiguous()))
-    return consts
+    return [a.detach() for a in first]
 
 
 def _fold_empty_inputs(gm: fx.GraphModule, node: fx.Node) -> bool:
@@ -375,16 +361,8 @@ def _fold_empty_inputs(gm: fx.GraphModule, node: fx.Node) -> bool:
     users = [node] if isinstance(val, torch.Tensor) else getitems
     for u in users:
         k = 0 if u is node else u.args[1]
-        v = vals[k]
-        uniform, scalar, tensor = consts[k]
         with gm.graph.inserting_before(node):
-            if uniform:
-                new = gm.graph.call_function(aten.full.default, (list(v.shape), scalar),
-                                             {"dtype": v.dtype, "device": v.device})
-            else:
-                attr = f"_mlircap_folded_{node.name}_{k}"
-                setattr(gm, attr, tensor.to(v.device))   # not a buffer: gm's copies share those
-                new = gm.graph.get_attr(attr)
+            new = constant_node(gm, vals[k], consts[k], f"_mlircap_folded_{node.name}_{k}")
         new.meta = dict(u.meta)
         u.replace_all_uses_with(new)
         if u is not node:
@@ -422,8 +400,7 @@ def fill_empty_results(gm: fx.GraphModule) -> None:
             if not isinstance(v, torch.Tensor):
                 break
             with gm.graph.inserting_before(node):
-                fill = gm.graph.call_function(aten.full.default, (list(v.shape), 0),
-                                              {"dtype": v.dtype, "device": v.device})
+                fill = fill_node(gm.graph, v, 0)
             fill.meta = dict(u.meta)
             u.replace_all_uses_with(fill)
             if u is not node:
