@@ -62,10 +62,10 @@ def _entry_path(key: str):
     return config.cache_dir() / f"{key}.cpu"
 
 
-def load_cached(key: str) -> tuple[str, bytes] | None:
-    """(plan JSON text, "" for whole-graph code; object code) or None. An entry
-    whose checksum does not match (truncated, corrupted) or whose body is not
-    an entry is removed and reported as a miss."""
+def load_cached(key: str) -> tuple[Plan | None, bytes] | None:
+    """(the checked launch plan, None for whole-graph code; object code) or None.
+    An entry whose checksum does not match (truncated, corrupted) or whose body
+    is not an entry is removed and reported as a miss."""
     path = _entry_path(key)
     try:
         data = path.read_bytes()
@@ -81,8 +81,7 @@ def load_cached(key: str) -> tuple[str, bytes] | None:
     else:
         try:
             text = plan.decode()
-            if text:
-                Plan.from_json(json.loads(text))
+            parsed = Plan.from_json(json.loads(text)) if text else None
         except PlanError as e:
             problem = f"not a launch plan: {e}"
         except (UnicodeDecodeError, ValueError, TypeError) as e:
@@ -90,7 +89,7 @@ def load_cached(key: str) -> tuple[str, bytes] | None:
     if problem:
         drop_cached(key, problem)
         return None
-    return text, obj
+    return parsed, obj
 
 
 def drop_cached(key: str, problem: str) -> None:
@@ -127,9 +126,10 @@ def compile_cpu(linalg_ir: str, opt_level: int = config.DEFAULT_CPU_OPT_LEVEL, p
     key = _cache_key("plan" if plan else "whole", linalg_ir, opt_level) if use_cache else None
     entry = load_cached(key) if use_cache else None
     if entry is not None:
-        text, obj = entry
+        parsed, obj = entry
         try:
-            parsed = Plan.from_json(json.loads(text)) if plan else None
+            if plan and parsed is None:
+                raise ValueError("a whole-graph entry under a plan key")
             names = _kernel_names(parsed) if plan else ["main"]
             engine = c.cpu_load(obj)
             fns = {n: engine.lookup(n) for n in names}

@@ -180,7 +180,7 @@ class GpuExecutable(PlanExecutor, _StaticInputs):
                 for a in step.args:
                     if a.value is not None:
                         consts.append(0)
-                        slots.append(self.slot[a.value])
+                        slots.append(a.value)
                     else:
                         consts.append(a.i64)
                         slots.append(-1)
@@ -191,7 +191,7 @@ class GpuExecutable(PlanExecutor, _StaticInputs):
                 self.exec_steps.append(("library", step))
 
     def _table(self, t):
-        return [t[vid].data_ptr() for vid in self.slot]
+        return [t[v.id].data_ptr() for v in self.values]   # table slot = value id
 
     def _run(self, t, stream, begin: int = 0, end: int | None = None, table=None):
         """Runs plan steps [begin, end): kernel runs through the C++ program,
@@ -303,12 +303,12 @@ class GpuExecutable(PlanExecutor, _StaticInputs):
         # Steps after the graph write fresh buffers: only their table slots change
         # (the graph has its own pointers baked in), so one table is reused.
         fresh, table = {}, self._tail_table
-        for vid, slot, shape, dtype in self._tail_alloc:
+        for vid, shape, dtype in self._tail_alloc:
             b = torch.empty(shape, dtype=dtype, device=self.device)
             fresh[vid] = b
-            table[slot] = b.data_ptr()
+            table[vid] = b.data_ptr()
         for v in self._tail_views:
-            table[self.slot[v.id]] = self._view(v, fresh).data_ptr()
+            table[v.id] = self._view(v, fresh).data_ptr()
         t = ChainMap(fresh, self._graph_tensors)
         self._run(t, _raw_stream(), self._tail, None, table)
         return [fresh[o] if o in fresh else self._graph_tensors[o].clone() for o in self.outputs]
@@ -345,7 +345,7 @@ class GpuExecutable(PlanExecutor, _StaticInputs):
         self._graph, self._graph_tensors, self._tail = g, t, tail
         self._tail_table = self._table(t)
         tail_buffers = [v for v in self.buffers if producer.get(v.id, -1) >= tail]
-        self._tail_alloc = [(v.id, self.slot[v.id], v.shape, v.torch_dtype) for v in tail_buffers]
+        self._tail_alloc = [(v.id, v.shape, v.torch_dtype) for v in tail_buffers]
         fresh = {v.id for v in tail_buffers}
         self._tail_views = [v for v in self.views if v.of in fresh]
         self._graph_outputs = [t[o] for o in self.outputs]

@@ -50,8 +50,7 @@ class PlanExecutor:
         plan = plan if isinstance(plan, Plan) else Plan.from_json(plan)
         self.plan = plan
         self.device = device
-        self.values: tuple[Value, ...] = plan.values      # indexed by value id
-        self.slot = {v.id: v.id for v in plan.values}
+        self.values: tuple[Value, ...] = plan.values      # indexed by value id (ids are positions)
         self.inputs = sorted(plan.of_kind("input"), key=lambda v: v.index)
         self.buffers = plan.of_kind("buffer")
         self.views = plan.of_kind("view")
