@@ -34,13 +34,17 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   values         _ValueMixin: constants and value reconstruction (expr_of)
   sources        _SourceMixin: guarding values read from external locations, snapshots
   side_effects   _SideEffectMixin: STORE_* handlers and the writes replayed
+  fx_targets     FX call targets FX code generation can name (_fx_target), constants bound into targets
+  scalar_inputs  _ScalarInputMixin: numbers a tensor operator takes as graph inputs (`x * r`, clamp bounds)
   graph          _GraphMixin, _Seg, _Mode: FX recording of tensor operations
   np_ops         the NumPy operations translated: operator tables, torch._numpy application, replay steps
   np_plan        _NumpyPlanMixin: which instruction on a tracked array translates to what
   np_interop     _NumpyMixin: NumPy arrays computed from tensors, recorded through torch._numpy
   rng            the RNG state a replay that misses restores after logged uncapturable calls
+  flow_state     _Flow: the stack slots followed in one frame, and their bookkeeping over one instruction
   flow_writes    _FlowWriteMixin: floats written back to attributes (`self.tau *= 0.9`) replayed as expressions
-  flows          _FlowMixin: numbers from graph breaks followed to their use (branch outcome guards, printed)
+  flow_roots     _FlowRootMixin: where followed numbers start (arguments, attributes, breaks) and escape (guards)
+  flows          _FlowMixin: numbers followed opcode by opcode to their use (branch outcome guards, printed)
   special_calls  _SpecialCallMixin: methods of opaque call results (`with fork_rng()`), lru_cache calls
   reads          _ReadMixin: LOAD_GLOBAL / LOAD_ATTR / LOAD_DEREF reads of external state, guarded
   calls          _CallMixin: CALL handlers, call kinds, uncapturable calls replayed as graph breaks
@@ -159,10 +163,9 @@ from .graph import (  # noqa: F401
     _GraphMixin,
     _Mode,
     _Seg,
-    _fx_ok,
-    _fx_target,
     _new_placeholder,
 )
+from .fx_targets import _fx_ok, _fx_target  # noqa: F401
 from .tracer import (  # noqa: F401
     _HANDLERS,
     _TracerMixin,

@@ -13,25 +13,26 @@ The follower models only the stack slots holding values computed from the number
 a few instructions (loads, arithmetic, comparisons, conditional jumps, f-string formatting,
 calls); any other instruction while such a slot is live ends it with the value guard.  Other
 operands are the program's own values, guarded where they were read: they enter the
-expressions as literals (numbers and strings only)."""
+expressions as literals (numbers and strings only).
+
+Where numbers start and where they escape: flow_roots.py; the per-frame state and stack
+bookkeeping: flow_state.py; floats written back to attributes: flow_writes.py."""
 from __future__ import annotations
 
 import builtins
 import math
 import operator
-import re
-import sys
 import types
-from typing import Any
 
 import torch
 
-from ._bytecode import _instrs, _nb_op, _order
+from ._bytecode import _instrs, _nb_op
 from .base import PY312
 from .classify import _classify
-from .flow_writes import _FlowWriteMixin
+from .flow_roots import _FlowRootMixin
+from .flow_state import _JUMPS, _Flow, _followable, _next_offsets, _operand, _pretty, _shift
 from .frame_hook import _E, _NULL
-from .guard_kinds import Equals, Number, TypeIs
+from .guard_kinds import Equals
 from .typeinfo import _np_float
 
 _CMP = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
@@ -39,7 +40,6 @@ _CMP = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.n
 _ARITH = {"+", "-", "*", "/", "//", "%"}
 _PUSH1 = ("LOAD_CONST", "LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_DEREF", "LOAD_CLASSDEREF")
 _NOOPS = ("PRECALL", "KW_NAMES", "NOP", "EXTENDED_ARG", "CACHE")
-_JUMPS = ("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP", "JUMP_NO_INTERRUPT")
 _CONV = {0: "{}", 1: "str({})", 2: "repr({})", 3: "ascii({})"}
 _MAX_STEPS = 48
 # functions of numbers alone: called with followed numbers, their result is followed
@@ -47,7 +47,6 @@ _PURE_NUMERIC = {f: n for n, f in [(n, getattr(builtins, n)) for n in ("max", "m
                  [(f"math.{n}", getattr(math, n)) for n in (
                      "sqrt", "exp", "log", "log2", "log10", "log1p", "expm1", "sin", "cos", "tan", "tanh", "atan",
                      "sinh", "cosh", "erf", "pow", "fabs", "floor", "ceil", "hypot", "copysign")]}
-_ATTR_KEYS = 1 << 20
 _BUILDS = ("BUILD_TUPLE", "BUILD_LIST", "BUILD_MAP", "BUILD_CONST_KEY_MAP")
 # (pops, pushes) of instructions that only touch their operands: with no followed operand,
 # the followed slots below them just move
@@ -60,53 +59,16 @@ _EFFECTS = {
 }   # flow keys of attributes: -(_ATTR_KEYS + i); of float arguments: -(index + 1)
 
 
-def _followable(v: Any) -> bool:
-    """A float a variable or a graph input may follow: a fresh object of each computation (not
-    an int: small ints are shared, so another int in a variable could look the same); not NaN."""
-    return (type(v) is float or _np_float(v)) and v == v
-
-
 def _binop(arg: int | None) -> str | None:
     s = _nb_op(arg)
     return s if s in _ARITH else None
 
 
-def _lit(v: Any) -> str | None:
-    """A number or string as a literal of a guard / replay expression (None: anything else)."""
-    if type(v) is str or type(v) is int:
-        return repr(v)
-    if type(v) is float:
-        return repr(v) if v == v and v not in (float("inf"), float("-inf")) else f"float({str(v)!r})"
-    return None
-
-
-class _Flow:
-    """The numbers followed in one frame: the stack slots (0 = top) holding values computed
-    from them, each an expression of the breaks' results (b3, ...) and the breaks it uses."""
-    __slots__ = ("slots", "steps", "expect", "waiting")
-
-    def __init__(self) -> None:
-        self.slots: dict[int, tuple[str, frozenset[int]]] = {}
-        self.steps = 0
-        self.expect: tuple[int, ...] | None = None   # the offsets it may go on at (None: any)
-        # (expression, breaks, number) returned by the call running now
-        self.waiting: list[tuple[str, frozenset[int], Any]] = []
-
-
-class _FlowMixin(_FlowWriteMixin):
+class _FlowMixin(_FlowRootMixin):
     """For `_Recorder` (through `_TracerMixin`): `_follow_result` after an uncapturable call,
     `_data_result` after a data-dependent operation, `_flow_arg` for the replayed call that
     takes a followed value, `close_flows` at the end of the recording.  A frame's numbers
     advance together, one pending step per instruction (`_flow_tick`)."""
-
-    def _follow_result(self, frame: types.FrameType, k: int, res: Any) -> bool:
-        """res (the result of break k, an int or float) is at the top of frame's stack."""
-        self.keep.append(res)
-        self.flows_open[k] = res
-        self.flow_vals[k] = res
-        self.flow_frames.setdefault(frame, _Flow()).waiting.append((f"b{k}", frozenset((k,)), res))
-        self._flow_tick(frame)
-        return True
 
     def _flow_tick(self, fr: types.FrameType) -> None:
         """Advance the numbers followed in frame fr over the instruction about to run."""
@@ -132,12 +94,6 @@ class _FlowMixin(_FlowWriteMixin):
             self.pending[fr] = self._flow_tick
         else:
             del self.flow_frames[fr]
-
-    def _flow_escape_all(self, fl: _Flow) -> None:
-        for _, ks in fl.slots.values():
-            for k in ks:
-                self._flow_escape(k)
-        fl.slots = {}
 
     def _flow_apply(self, fl: _Flow, fr: types.FrameType, ins: tuple) -> bool | None:
         """Move the followed slots over instruction ins (about to run); None: not followed."""
@@ -365,230 +321,3 @@ class _FlowMixin(_FlowWriteMixin):
             if k in self.flows_open:
                 self.flows_scalar[k] = self.flows_open.pop(k)
         return True
-
-    def _flow_settled(self, k: int) -> None:
-        """Break k's number needs no guard of its own any more (unless still followed)."""
-        fl_ks = {k2 for fl in self.flow_frames.values() for _, ks in fl.slots.values() for k2 in ks}
-        if k not in fl_ks:
-            self.flows_open.pop(k, None)
-
-    def op_load_fast(self, frame: types.FrameType, arg: int | None, name: Any) -> None:
-        """A float argument of the captured function loaded (`x * scale`, `if t > 0.5`):
-        followed like a break's number (key -(i + 1), expression L[i]), so that a new value
-        recompiles only where the program needs the value itself.  So is a variable the
-        follower stored a followed float into (`s = t.item()`, `lr = base * decay`), while
-        it still holds that float."""
-        ent = self.flow_locals.get((frame, arg)) if self.flow_locals else None
-        if ent is not None:
-            expr, ks, obj = ent
-            if _E.local_raw(frame, arg) is obj:
-                self._flow_load(frame, expr, ks, obj)
-                return
-            del self.flow_locals[(frame, arg)]
-        fa = self.float_args.get(name)
-        if fa is None or frame.f_code is not self.code:
-            return
-        i, a = fa
-        if _E.local_raw(frame, arg) is not a:
-            return   # the variable holds another value now
-        self._flow_load(frame, f"L[{i}]", frozenset((-(i + 1),)), a)
-
-    def _flow_load(self, frame: types.FrameType, expr: str, ks: frozenset[int], obj: Any) -> None:
-        """obj (the value of expr, computed from the numbers ks) is pushed by the instruction
-        about to run in frame: followed from the next one on."""
-        p = self.pending.get(frame)
-        if p is not None and p != self._flow_tick:
-            self._flow_escape_keys(ks)
-            return
-        for k in ks:
-            if k not in self.flows_guarded:
-                self.flows_open[k] = self.flow_vals[k]
-        self.flow_frames.setdefault(frame, _Flow()).waiting.append((expr, ks, obj))
-        self.pending[frame] = self._flow_tick
-
-    def _flow_root(self, k: int | None, expr: str, pretty: str, v: Any, pos: int = 0,
-                   group: tuple | None = None) -> int:
-        """A float read from expr (an argument, an attribute) followed instead of guarded by
-        value (its type is guarded where it was read); returns its key (< 0; k, or a new one
-        for an attribute: None).  Its guard if it escapes: the value, at pos.  An attribute
-        is read again by the replay (a graph input, a guard, a replayed call): followed only
-        until the next break (an uncapturable call may write it)."""
-        if k is None:
-            k = -(_ATTR_KEYS + len(self.flow_pos))
-            self.flow_pos[k] = pos
-        self.flow_roots[k] = (expr, pretty, v, pos, group)
-        self.flow_vals[k] = v
-        self.keep.append(v)
-        return k
-
-    def _flow_attr(self, frame: types.FrameType | None, expr: str, pretty: str, v: Any, owner: int, name: str,
-                   group: tuple) -> bool:
-        """A float attribute read by LOAD_ATTR (`self.scale`, `cfg.temperature`): followed
-        like a float argument (its type guarded here, its value only where the program needs
-        it), so that a schedule changing it between calls does not recompile.  False: read
-        (and guarded) as any other value."""
-        if frame is None:   # a reflective read (getattr(self, "tau")): its value is used as it is
-            k = self.flow_attrs.get(expr)
-            if k is not None:
-                self._flow_escape(k)
-            return False
-        if not _followable(v) or (owner, name) in self.dirty:
-            return False
-        k = self.flow_attrs.get(expr)
-        if k is None:
-            p = self.pending.get(frame)
-            if expr in self.read_exprs or p is not None and p != self._flow_tick:
-                return False
-            self.read_exprs.add(expr)
-            self.guard(TypeIs(expr, pretty, type(v)), group=group)
-            k = self.flow_attrs[expr] = self._flow_root(None, expr, pretty, v, pos=self.ncalls, group=group)
-        elif k in self.flows_guarded:
-            return True   # guarded by value
-        elif self.flow_vals[k] is not v or self.flow_pos[k] != self.ncalls:
-            self._flow_escape(k)   # a break since it was read: guarded by the value read then
-            return True
-        self._flow_load(frame, expr, frozenset((k,)), v)
-        return True
-
-    def _flow_guard_pos(self, ks: frozenset[int]) -> int:
-        """Where a guard on an expression of the numbers ks goes: after the last break among
-        them, or where the attribute among them was read (a float argument: before the call)."""
-        return max(k + 1 if k >= 0 else self.flow_pos.get(k, 0) for k in ks)
-
-    def _flow_stale(self, ks: frozenset[int]) -> bool:
-        """An attribute among ks was read before the last break: reading it again at the
-        replay's step now may not give the value the program read (escape it instead)."""
-        return bool(self.flow_pos) and any(self.flow_pos.get(k, self.ncalls) != self.ncalls for k in ks)
-
-    def _flow_escape_args(self) -> None:
-        """Every float argument and followed variable guarded by value (its frame's variables
-        are read otherwise: locals(), vars())."""
-        for i, _ in list(self.float_args.values()):
-            self._flow_escape(-(i + 1))
-        for _, ks, _ in list(self.flow_locals.values()):
-            self._flow_escape_keys(ks)
-
-    def _flow_escape_keys(self, ks: frozenset[int]) -> None:
-        for k in ks:
-            self._flow_escape(k)
-
-    def _flow_escape(self, k: int) -> None:
-        """Guard the result of break k by value, right after the break (as `_call_result`);
-        a float argument or attribute (k < 0) where it was read."""
-        if k < 0:
-            root = self.flow_roots.pop(k, None)
-            self.flows_open.pop(k, None)
-            self.flows_given.pop(k, None)
-            self.flows_scalar.pop(k, None)
-            if root is None:
-                return
-            self.flows_guarded.add(k)
-            for n, (i, _) in list(self.float_args.items()):
-                if -(i + 1) == k:
-                    del self.float_args[n]   # guarded: not followed any more
-            expr, pretty, a, pos, group = root
-            self.guard(Number(expr, pretty, a, type(a)), pos=pos, group=group)
-            return
-        self.flows_open.pop(k, None)
-        self.flows_given.pop(k, None)
-        self.flows_scalar.pop(k, None)
-        if k in self.flows_guarded or k not in self.flow_vals:
-            return
-        res = self.flow_vals[k]
-        self.flows_guarded.add(k)
-        saved, self.ncalls = self.ncalls, k + 1
-        try:
-            self._call_result(k, res)
-        finally:
-            self.ncalls = saved
-
-    def _flow_arg(self, frame: types.FrameType, a: Any) -> str | None:
-        """The replay expression of argument a of the uncapturable call about to run here, when
-        it is a value computed from a followed number (None: any other argument)."""
-        fc = self.flow_call
-        if fc is None or fc[0] is not frame or fc[1] != frame.f_lasti:
-            return None
-        e = fc[2].get(id(a))
-        if e is not None:
-            self.flows_used.update(fc[3])
-        return e
-
-    def _flow_unused(self, frame: types.FrameType) -> None:
-        """The call about to run here ignores its arguments (a logger not enabled for the level)."""
-        fc = self.flow_call
-        if fc is not None and fc[0] is frame and fc[1] == frame.f_lasti:
-            self.flows_used.update(fc[3])
-
-    def close_flows(self) -> None:
-        """End of the recording: numbers still followed, or handed to a call that was not
-        replayed with their expression (a traced function, a torch function), are guarded."""
-        if self.flow_scalar is not None:   # an operand the operator never took (graph.py)
-            self._flow_escape_keys(self.flow_scalar[3])
-            self.flow_scalar = None
-        for k in list(self.flows_open):
-            self._flow_escape(k)
-        for k in list(self.flows_given):
-            if k not in self.flows_used:
-                self._flow_escape(k)
-        for k in list(self.flows_scalar):   # (graph.py _scalar_input resolves each use)
-            self._flow_escape(k)
-
-    def _data_result(self, k: int, res: Any) -> None:
-        """The number or text a data-dependent operation returned (`loss.item()`, `float(t)`,
-        `f"{t.mean():.3f}"`), break k: followed from the user's code calling it, when that is
-        where it returns to."""
-        f = _calling_user_frame() if type(res) in (int, float, str) else None
-        if f is None or f in self.pending and self.pending[f] != self._flow_tick:
-            self._call_result(k, res)
-            return
-        self.flows_open[k] = res
-        self.flow_vals[k] = res
-        self.keep.append(res)
-        self.flow_frames.setdefault(f, _Flow()).waiting.append((f"b{k}", frozenset((k,)), res))
-        self.pending[f] = self._flow_tick
-
-
-def _calling_user_frame() -> types.FrameType | None:
-    """The innermost traced (user) frame, when it is at a call or an f-string's formatting of a
-    value (`f"{t.mean():.3f}"`: Tensor.__format__), whose result comes next."""
-    f = sys._getframe(2)
-    while f is not None and _classify(f.f_code) != "user":
-        f = f.f_back
-    if f is None or f.f_trace is None or not f.f_trace_opcodes:
-        return None   # not followed opcode by opcode
-    ins = _instrs(f.f_code).get(f.f_lasti)
-    return f if ins is not None and ins[0] in ("CALL", "CALL_FUNCTION_EX", "FORMAT_VALUE") else None
-
-
-def _shift(fl: _Flow, pops: int, pushes: int, top: tuple[str, frozenset[int]] | None = None) -> bool:
-    """The instruction pops `pops` slots and pushes `pushes` (the top one `top`, if followed)."""
-    fl.slots = {p - pops + pushes: t for p, t in fl.slots.items() if p >= pops}
-    if top is not None:
-        fl.slots[pushes - 1] = top
-    return True
-
-
-def _operand(fl: _Flow, fr: types.FrameType, pos: int, string: bool | None) -> tuple[str, frozenset] | None:
-    """The operand at stack position pos: followed, or a literal of the program's value (a
-    string where `string`, a number or string where None); None: anything else."""
-    t = fl.slots.get(pos)
-    if t is not None:
-        return t
-    v = _E.peek(fr, pos)
-    e = _lit(v) if string is None or (type(v) is str) == string else None
-    return None if e is None else (e, frozenset())
-
-
-def _pretty(expr: str) -> str:
-    return re.sub(r"\bb(\d+)\b", r"<result of break \1>", expr)
-
-
-def _next_offsets(code: types.CodeType, off: int, ins: tuple) -> tuple[int, ...]:
-    """Where execution goes on after the instruction at off: the next one, or a jump's target."""
-    order = _order(code)
-    i = order[1].get(off)
-    nxt = order[0][i + 1] if i is not None and i + 1 < len(order[0]) else -1
-    if ins[0] in _JUMPS and type(ins[2]) is int:
-        return (ins[2],)
-    return (nxt, ins[2]) if ins[0].startswith("POP_JUMP") and type(ins[2]) is int else (nxt,)
-

@@ -1,10 +1,10 @@
 """FX recording: tensor operations seen by the TorchFunctionMode go into per-segment
-torch.fx graphs (`_GraphMixin`, `_Seg`, `_Mode`)."""
+torch.fx graphs (`_GraphMixin`, `_Seg`, `_Mode`).  Call targets are in fx_targets.py,
+numbers a graph takes as inputs in scalar_inputs.py."""
 from __future__ import annotations
 
 import builtins
 import operator
-import sys
 import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -22,17 +22,10 @@ from .classify import (
 )
 from .locations import _user_location, _user_stack_trace
 from .guards import _ambient
-from .typeinfo import _is_constant_value, _is_frozen_dataclass, _is_ndarray, _np_float
+from .typeinfo import _is_constant_value, _is_ndarray
+from .fx_targets import _bind_constants, _fx_target, _has_dataclass, _op_name
+from .scalar_inputs import _BOUND_OPS, _SCALAR_OPERATORS, _ScalarInputMixin, _has_np_scalar
 
-
-# ----------------------------------------------------------------------------------
-def _new_placeholder(seg: "_Seg") -> fx.Node:
-    """Placeholders go before every computation node (some backends assume that)."""
-    first = next((n for n in seg.graph.nodes if n.op != "placeholder"), None)
-    if first is None:
-        return seg.graph.placeholder(f"in{len(seg.ph)}")
-    with seg.graph.inserting_before(first):
-        return seg.graph.placeholder(f"in{len(seg.ph)}")
 
 if TYPE_CHECKING:  # pragma: no cover
     from .recorder import _Recorder
@@ -56,79 +49,19 @@ class _Seg:
         self.inplace = False  # records an in-place op
 
 
-_fx_ok: dict[Callable, Callable] = {}
-
-
-def _fx_target(f: Callable) -> Callable:
-    """FX codegen names call_function targets by module + name; some torch callables
-    (e.g. Tensor dunder wrappers in torch/_tensor.py) do not resolve that way.  Such
-    targets are routed through a resolvable module-level trampoline."""
-    try:
-        r = _fx_ok.get(f)
-    except TypeError:
-        r = None
-    if r is not None:
-        return r
-    from torch.fx.node import _get_qualified_name
-    ok = False
-    try:
-        q = _get_qualified_name(f)
-        mod, _, attr = q.rpartition(".")
-        import importlib
-        obj = None
-        parts = q.split(".")
-        for i in range(len(parts), 0, -1):
-            try:
-                obj = importlib.import_module(".".join(parts[:i]))
-            except Exception:
-                continue
-            for p_ in parts[i:]:
-                obj = getattr(obj, p_)
-            break
-        ok = obj is f or obj == f
-    except Exception:
-        ok = False
-    if ok:
-        r = f
-    else:
-        n = len(_fx_ok)
-        name = f"_fx_target_{n}_" + "".join(ch if ch.isalnum() else "_" for ch in _fname(f))
-
-        def tramp(*a: Any, **k: Any) -> Any:
-            return f(*a, **k)
-        tramp.__name__ = tramp.__qualname__ = name
-        tramp.__module__ = __name__
-        globals()[name] = tramp
-        r = tramp
-    try:
-        _fx_ok[f] = r
-    except TypeError:
-        pass
-    return r
-
-
-def _op_name(func: Callable) -> str:
-    """A torch function's name as the user wrote it, for messages: Tensor.mul_, Tensor.data,
-    torch.stack (not TensorBase.mul_, getset_descriptor.__get__, _VariableFunctionsClass.stack)."""
-    if getattr(func, "__name__", None) in ("__get__", "__set__"):
-        attr = getattr(getattr(func, "__self__", None), "__name__", None)
-        if attr is not None:
-            return f"Tensor.{attr}" + (" = ..." if func.__name__ == "__set__" else "")
-    n = _func_qualname(func)
-    for prefix, user in (("TensorBase.", "Tensor."), ("_VariableFunctionsClass.", "torch."),
-                         ("_TensorBase.", "Tensor.")):
-        if n.startswith(prefix):
-            return user + n[len(prefix):]
-    mod = getattr(func, "__module__", None)
-    if mod and "." not in n and mod.startswith("torch"):
-        return f"{mod}.{n}"
-    return n
+def _new_placeholder(seg: _Seg) -> fx.Node:
+    """Placeholders go before every computation node (some backends assume that)."""
+    first = next((n for n in seg.graph.nodes if n.op != "placeholder"), None)
+    if first is None:
+        return seg.graph.placeholder(f"in{len(seg.ph)}")
+    with seg.graph.inserting_before(first):
+        return seg.graph.placeholder(f"in{len(seg.ph)}")
 
 
 _AUTOGRAD_STATE = ("requires_grad_", "retain_grad")
 
 
-class _GraphMixin:
+class _GraphMixin(_ScalarInputMixin):
     """FX recording for `_Recorder`: torch functions seen by `_Mode` become nodes of the
     current segment's graph; data-dependent results end the segment (graph break)."""
 
@@ -243,111 +176,6 @@ class _GraphMixin:
         self._add_break(reason, _user_location())
         self._call_result(k, res, external=True)
         return res
-
-    def _scalar_input(self, func: Callable, name: str, args: tuple, res: Any, fs: tuple) -> tuple:
-        """`x * r` with r a float computed from numbers flows.py follows (graph-break results
-        `random.random()`, `t.item()`; float arguments and attributes; `1 - lam`): r becomes
-        an input of the graph, a 0-d float64 tensor made from its replay expression, where
-        the operator gives the same result with it; else r is guarded by value now.
-        torch reads a 0-d float64 tensor as it reads a Python float, which it wraps as one:
-        on the CPU the two are the same operand.  On another device the tensor is made on
-        the other operand's device (a compiled graph takes its inputs there), which the
-        operator reads in that operand's dtype, whereas a Python float is read in the
-        operator's compute type (and `x / r` multiplies by 1 / r): the same for float32 and
-        float64 operands of +, - and * only.  An integer tensor times a float differs in
-        dtype: kept a constant, and r guarded."""
-        _, obj, expr, ks = fs
-        other = args[1] if args[0] is obj else args[0]
-        dev = other.device if isinstance(other, torch.Tensor) else None
-        if dev is None or not isinstance(res, torch.Tensor) or dev.type != "cpu" and \
-                (other.dtype not in (torch.float32, torch.float64) or name not in _SCALAR_OPERATORS_ANY_DEVICE):
-            self._flow_escape_keys(ks)
-            return args
-        mk = _int_scalar_tensor if type(obj) is int else _scalar_tensor   # (an int: flows.py counters, .item())
-        t = mk(obj, None if dev.type == "cpu" else dev)
-        args2 = tuple(t if a is obj else a for a in args)
-        try:
-            res2 = func(*args2)
-        except Exception:
-            res2 = None
-        if res2 is None or not _same_result(res, res2):
-            self._flow_escape_keys(ks)
-            return args
-        self.keep.append(t)
-        made = f"{self.const(mk)}({expr})" if dev.type == "cpu" else f"{self.const(mk)}({expr}, {self.const(dev)})"
-        self.src[id(t)] = (made, f"<{_pretty_flow(expr)} as a graph input>", True)
-        for k in ks:   # this use needs no guard (close_flows)
-            self.flows_scalar.pop(k, None)
-        return args2
-
-    def _scalar_bounds(self, func: Callable, args: tuple, kwargs: dict, res: Any) -> tuple[tuple, dict]:
-        """`x.clamp(-3 * s, 3 * s)` with s followed by flows.py (`s = float(x.std())`) and
-        called right from the user's frame: the bounds become graph inputs (0-d float64
-        tensors on x's device), as `_scalar_input` makes them for `x * s`.  torch casts a
-        bound, a Python float or a 0-d tensor, to x's dtype: the same for float32 and
-        float64 x on any device (not assumed for other dtypes: they stay constants)."""
-        fc = self.flow_call
-        f = sys._getframe(1)
-        while f is not None and (f.f_code.co_filename.startswith(_CAPTURE_DIR) or
-                                 f.f_code.co_filename == _OVERRIDES_FILE):
-            f = f.f_back
-        x = args[0] if args else None
-        if f is not fc[0] or f.f_lasti != fc[1] or not isinstance(x, torch.Tensor) or \
-                x.dtype not in (torch.float32, torch.float64) or not isinstance(res, torch.Tensor):
-            return args, kwargs
-        exprs, dev = fc[2], None if x.device.type == "cpu" else x.device
-        made: dict[int, torch.Tensor] = {}
-
-        def sub(v: Any) -> Any:
-            if id(v) in exprs and (type(v) is float or _np_float(v)):
-                made[id(v)] = made.get(id(v)) or _scalar_tensor(v, dev)
-                return made[id(v)]
-            return v
-        args2 = (x,) + tuple(sub(a) for a in args[1:])
-        kwargs2 = {k: sub(v) for k, v in kwargs.items()}
-        if len(made) != len(exprs):   # a followed value it takes otherwise (or elsewhere)
-            return args, kwargs
-        try:
-            res2 = func(*args2, **kwargs2)
-        except Exception:
-            return args, kwargs
-        if not _same_result(res, res2):
-            return args, kwargs
-        for vid, t in made.items():
-            self.keep.append(t)
-            e = exprs[vid]
-            c = f"{self.const(_scalar_tensor)}({e})" if dev is None else f"{self.const(_scalar_tensor)}({e}, {self.const(dev)})"
-            self.src[id(t)] = (c, f"<{_pretty_flow(e)} as a graph input>", True)
-        self.flows_used.update(fc[3])   # taken by the graph: no guard (close_flows)
-        return args2, kwargs2
-
-    def _np_scalar_args(self, func: Callable, name: str, args: tuple, kwargs: dict, res: Any) -> tuple:
-        """NumPy scalars among the arguments (`x * np.sqrt(d)`, `y[:, :np.int64(2)]`) become
-        the Python numbers they hold, which the graph can hold as constants.  torch reads
-        both the same except where it infers a dtype from them (`torch.tensor(np.float32(1))`
-        is float32, of 1.0 float32 too, but of np.float64 float64): the operation is run again
-        with the Python numbers (and else with the dtype of its result) and must give the same
-        result (in-place and random operations are not run twice: for them only the exact
-        Python types, float64 / int64 / bool_, convert)."""
-        args2, kwargs2 = _py_scalars(args), _py_scalars(kwargs)
-        once = name.endswith("_") and not name.endswith("__") or name in ("__setitem__", "__set__") or \
-            any(w in name for w in _RNG_WORDS)
-        if once:
-            flat, _ = tree_flatten((args, kwargs))
-            if all(type(x).__name__ in ("float64", "int64", "bool_") for x in flat if _is_np_scalar(x)):
-                return args2, kwargs2
-        else:
-            tries = [kwargs2]
-            if isinstance(res, torch.Tensor) and "dtype" not in kwargs:
-                tries.append(dict(kwargs2, dtype=res.dtype))   # the dtype torch inferred from it
-            for kw in tries:
-                try:
-                    res2 = func(*args2, **kw)
-                except Exception:
-                    continue
-                if _same_result(res, res2):
-                    return args2, kw
-        raise Unreplayable(f"numpy scalar argument to {name} whose dtype the result depends on")
 
     def _dyn_shape_args(self, args, kwargs) -> bool:
         """Whether a tensor argument's shape depends on tensor data (see `_dyn_shape_op`)."""
@@ -524,103 +352,6 @@ class _GraphMixin:
                     raise Unreplayable(f"nested tensor containers returned by {name}")
         elif res is not None:
             raise Unreplayable(f"unsupported result type {type(res).__name__} of {name}")
-
-
-# the torch functions Python's arithmetic operators on a tensor and a float run
-_SCALAR_OPERATORS = {"mul", "add", "sub", "div", "rsub", "true_divide", "__mul__", "__rmul__", "__add__",
-                     "__radd__", "__sub__", "__rsub__", "__truediv__", "__rtruediv__", "__div__", "__rdiv__"}
-
-
-# ... of those, the ones where a 0-d float64 tensor on the other operand's device gives what a
-# Python float gives on any device, for a float32 or float64 operand (graph.py _scalar_input)
-_SCALAR_OPERATORS_ANY_DEVICE = {"mul", "add", "sub", "rsub", "__mul__", "__rmul__", "__add__", "__radd__",
-                                "__sub__", "__rsub__"}
-
-
-# torch functions taking float bounds, which graph.py _scalar_bounds makes graph inputs
-_BOUND_OPS = {"clamp", "clip", "clamp_min", "clamp_max"}
-_CAPTURE_DIR = __file__.rsplit("/", 1)[0] + "/"
-_OVERRIDES_FILE = torch.overrides.__file__
-
-
-def _scalar_tensor(v: float, device: torch.device | None = None) -> torch.Tensor:
-    """A float graph input (graph.py _scalar_input) as the graph takes it (a normal tensor
-    also under inference_mode: graphs read their inputs' version counters).  On a device
-    other than the CPU made by a fill (the value a kernel argument: no host-to-device copy)."""
-    if torch.is_inference_mode_enabled():
-        with torch.inference_mode(False):
-            return _scalar_tensor(v, device)
-    if device is None:
-        return torch.tensor(float(v), dtype=torch.float64)
-    return torch.full((), float(v), dtype=torch.float64, device=device)
-
-
-def _int_scalar_tensor(v: int, device: torch.device | None = None) -> torch.Tensor:
-    """An int graph input: a 0-d int64 tensor, the operand torch makes of a Python int (a
-    wrapped int64 number: the same promotion for a dimensioned tensor, the same value cast
-    to the compute type).  The replay's expression of a value recorded as an int is an int
-    (its operands' types are guarded)."""
-    if type(v) is not int:
-        raise TypeError(f"mlircap.capture: an int graph input evaluated to {type(v).__name__}")
-    if torch.is_inference_mode_enabled():
-        with torch.inference_mode(False):
-            return _int_scalar_tensor(v, device)
-    if device is None:
-        return torch.tensor(v, dtype=torch.int64)
-    return torch.full((), v, dtype=torch.int64, device=device)
-
-
-def _pretty_flow(expr: str) -> str:
-    import re
-    return re.sub(r"\bb(\d+)\b", r"<result of break \1>", expr)
-
-
-def _has_dataclass(x: Any) -> bool:
-    return _is_frozen_dataclass(x) or isinstance(x, tuple) and any(_has_dataclass(y) for y in x)
-
-
-def _bind_constants(func: Callable, args: dict[int, Any], kwargs: dict[str, Any]) -> Callable:
-    """func with the constant arguments FX cannot write as code (frozen dataclasses: a
-    torch function's options object) bound: the graph passes None in their places."""
-    def bound(*a: Any, **k: Any) -> Any:
-        a2 = list(a)
-        for i, v in args.items():
-            a2[i] = v
-        return func(*a2, **k, **kwargs)
-    bound.__name__ = bound.__qualname__ = f"{_fname(func)}_with_constants"
-    return bound
-
-
-def _is_np_scalar(x: Any) -> bool:
-    np = sys.modules.get("numpy")
-    return np is not None and isinstance(x, np.generic) and x.dtype.kind in "biufc"
-
-
-def _has_np_scalar(tree: Any) -> bool:
-    flat, _ = tree_flatten(tree)
-    return any(_is_np_scalar(x) or (type(x) is slice and any(_is_np_scalar(v) for v in (x.start, x.stop, x.step)))
-               for x in flat)
-
-
-def _py_scalars(tree: Any) -> Any:
-    if _is_np_scalar(tree):
-        return tree.item()
-    if type(tree) is slice:
-        return slice(*(_py_scalars(v) for v in (tree.start, tree.stop, tree.step)))
-    if type(tree) in (list, tuple):
-        return type(tree)(_py_scalars(x) for x in tree)
-    if type(tree) is dict:
-        return {k: _py_scalars(v) for k, v in tree.items()}
-    return tree
-
-
-def _same_result(a: Any, b: Any) -> bool:
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and \
-            a.requires_grad == b.requires_grad and torch.equal(torch.nan_to_num(a.detach()), torch.nan_to_num(b.detach()))
-    if type(a) in (list, tuple) or isinstance(a, tuple):
-        return type(a) is type(b) and len(a) == len(b) and all(_same_result(x, y) for x, y in zip(a, b))
-    return type(a) is type(b) and a == b
 
 
 class _Mode(TorchFunctionMode):

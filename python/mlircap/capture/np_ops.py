@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from ._bytecode import _stack_depths
-from .graph import _fx_target
+from .fx_targets import _fx_target
 
 _BINOPS: dict[str, Callable] = {
     "+": operator.add, "&": operator.and_, "//": operator.floordiv, "<<": operator.lshift,

@@ -14,7 +14,7 @@ from .steps import CallStep, Step
 from .locations import _user_location
 from .guards import Placed, _GlobalState, _GuardMixin
 from .guard_kinds import TypeIs
-from .flows import _followable
+from .flow_state import _followable
 from .values import _ValueMixin
 from .sources import _SourceMixin
 from .side_effects import _SideEffectMixin
@@ -88,7 +88,7 @@ class _Recorder(_TracerMixin, _NumpyMixin, _GraphMixin, _SideEffectMixin, _Sourc
         self.flows_scalar: dict[int, object] = {}  # a tensor operator's operand (flows._flow_tensor_operand)
         self.flow_call: tuple | None = None        # (frame, offset, id(arg) -> expression, break)
         self.flow_scalar: tuple | None = None      # (id, float, expression, breaks): a tensor operand next
-        self.flow_frames: dict = {}                # frame -> its flows (flows._Flow)
+        self.flow_frames: dict = {}                # frame -> its flows (flow_state._Flow)
         self.flow_vals: dict[int, object] = {}     # every followed key -> its number
         self.flows_guarded: set[int] = set()       # keys guarded by value (escaped)
         # key < 0 (float argument, attribute) -> (expr, pretty, value, pos, group): its guard if it escapes

@@ -1,0 +1,216 @@
+"""Where followed numbers start and end, for `_FlowMixin` (flows.py): float arguments,
+attributes and variables followed from their loads (`op_load_fast`, `_flow_attr`), results
+of graph breaks (`_follow_result`, `_data_result`), and the guard by value a number gets
+when it escapes the follower (`_flow_escape`, `close_flows`)."""
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from typing import Any
+
+from .flow_state import _ATTR_KEYS, _Flow, _calling_user_frame, _followable
+from .flow_writes import _FlowWriteMixin
+from .frame_hook import _E
+from .guard_kinds import Number, TypeIs
+
+
+class _FlowRootMixin(_FlowWriteMixin):
+    """The roots and escapes of followed numbers; `_flow_tick` (flows.py) advances them."""
+
+    _flow_tick: Callable[[types.FrameType], None]   # (flows.py)
+
+    def _follow_result(self, frame: types.FrameType, k: int, res: Any) -> bool:
+        """res (the result of break k, an int or float) is at the top of frame's stack."""
+        self.keep.append(res)
+        self.flows_open[k] = res
+        self.flow_vals[k] = res
+        self.flow_frames.setdefault(frame, _Flow()).waiting.append((f"b{k}", frozenset((k,)), res))
+        self._flow_tick(frame)
+        return True
+
+    def _flow_escape_all(self, fl: _Flow) -> None:
+        for _, ks in fl.slots.values():
+            for k in ks:
+                self._flow_escape(k)
+        fl.slots = {}
+
+    def _flow_settled(self, k: int) -> None:
+        """Break k's number needs no guard of its own any more (unless still followed)."""
+        fl_ks = {k2 for fl in self.flow_frames.values() for _, ks in fl.slots.values() for k2 in ks}
+        if k not in fl_ks:
+            self.flows_open.pop(k, None)
+
+    def op_load_fast(self, frame: types.FrameType, arg: int | None, name: Any) -> None:
+        """A float argument of the captured function loaded (`x * scale`, `if t > 0.5`):
+        followed like a break's number (key -(i + 1), expression L[i]), so that a new value
+        recompiles only where the program needs the value itself.  So is a variable the
+        follower stored a followed float into (`s = t.item()`, `lr = base * decay`), while
+        it still holds that float."""
+        ent = self.flow_locals.get((frame, arg)) if self.flow_locals else None
+        if ent is not None:
+            expr, ks, obj = ent
+            if _E.local_raw(frame, arg) is obj:
+                self._flow_load(frame, expr, ks, obj)
+                return
+            del self.flow_locals[(frame, arg)]
+        fa = self.float_args.get(name)
+        if fa is None or frame.f_code is not self.code:
+            return
+        i, a = fa
+        if _E.local_raw(frame, arg) is not a:
+            return   # the variable holds another value now
+        self._flow_load(frame, f"L[{i}]", frozenset((-(i + 1),)), a)
+
+    def _flow_load(self, frame: types.FrameType, expr: str, ks: frozenset[int], obj: Any) -> None:
+        """obj (the value of expr, computed from the numbers ks) is pushed by the instruction
+        about to run in frame: followed from the next one on."""
+        p = self.pending.get(frame)
+        if p is not None and p != self._flow_tick:
+            self._flow_escape_keys(ks)
+            return
+        for k in ks:
+            if k not in self.flows_guarded:
+                self.flows_open[k] = self.flow_vals[k]
+        self.flow_frames.setdefault(frame, _Flow()).waiting.append((expr, ks, obj))
+        self.pending[frame] = self._flow_tick
+
+    def _flow_root(self, k: int | None, expr: str, pretty: str, v: Any, pos: int = 0,
+                   group: tuple | None = None) -> int:
+        """A float read from expr (an argument, an attribute) followed instead of guarded by
+        value (its type is guarded where it was read); returns its key (< 0; k, or a new one
+        for an attribute: None).  Its guard if it escapes: the value, at pos.  An attribute
+        is read again by the replay (a graph input, a guard, a replayed call): followed only
+        until the next break (an uncapturable call may write it)."""
+        if k is None:
+            k = -(_ATTR_KEYS + len(self.flow_pos))
+            self.flow_pos[k] = pos
+        self.flow_roots[k] = (expr, pretty, v, pos, group)
+        self.flow_vals[k] = v
+        self.keep.append(v)
+        return k
+
+    def _flow_attr(self, frame: types.FrameType | None, expr: str, pretty: str, v: Any, owner: int, name: str,
+                   group: tuple) -> bool:
+        """A float attribute read by LOAD_ATTR (`self.scale`, `cfg.temperature`): followed
+        like a float argument (its type guarded here, its value only where the program needs
+        it), so that a schedule changing it between calls does not recompile.  False: read
+        (and guarded) as any other value."""
+        if frame is None:   # a reflective read (getattr(self, "tau")): its value is used as it is
+            k = self.flow_attrs.get(expr)
+            if k is not None:
+                self._flow_escape(k)
+            return False
+        if not _followable(v) or (owner, name) in self.dirty:
+            return False
+        k = self.flow_attrs.get(expr)
+        if k is None:
+            p = self.pending.get(frame)
+            if expr in self.read_exprs or p is not None and p != self._flow_tick:
+                return False
+            self.read_exprs.add(expr)
+            self.guard(TypeIs(expr, pretty, type(v)), group=group)
+            k = self.flow_attrs[expr] = self._flow_root(None, expr, pretty, v, pos=self.ncalls, group=group)
+        elif k in self.flows_guarded:
+            return True   # guarded by value
+        elif self.flow_vals[k] is not v or self.flow_pos[k] != self.ncalls:
+            self._flow_escape(k)   # a break since it was read: guarded by the value read then
+            return True
+        self._flow_load(frame, expr, frozenset((k,)), v)
+        return True
+
+    def _flow_guard_pos(self, ks: frozenset[int]) -> int:
+        """Where a guard on an expression of the numbers ks goes: after the last break among
+        them, or where the attribute among them was read (a float argument: before the call)."""
+        return max(k + 1 if k >= 0 else self.flow_pos.get(k, 0) for k in ks)
+
+    def _flow_stale(self, ks: frozenset[int]) -> bool:
+        """An attribute among ks was read before the last break: reading it again at the
+        replay's step now may not give the value the program read (escape it instead)."""
+        return bool(self.flow_pos) and any(self.flow_pos.get(k, self.ncalls) != self.ncalls for k in ks)
+
+    def _flow_escape_args(self) -> None:
+        """Every float argument and followed variable guarded by value (its frame's variables
+        are read otherwise: locals(), vars())."""
+        for i, _ in list(self.float_args.values()):
+            self._flow_escape(-(i + 1))
+        for _, ks, _ in list(self.flow_locals.values()):
+            self._flow_escape_keys(ks)
+
+    def _flow_escape_keys(self, ks: frozenset[int]) -> None:
+        for k in ks:
+            self._flow_escape(k)
+
+    def _flow_escape(self, k: int) -> None:
+        """Guard the result of break k by value, right after the break (as `_call_result`);
+        a float argument or attribute (k < 0) where it was read."""
+        if k < 0:
+            root = self.flow_roots.pop(k, None)
+            self.flows_open.pop(k, None)
+            self.flows_given.pop(k, None)
+            self.flows_scalar.pop(k, None)
+            if root is None:
+                return
+            self.flows_guarded.add(k)
+            for n, (i, _) in list(self.float_args.items()):
+                if -(i + 1) == k:
+                    del self.float_args[n]   # guarded: not followed any more
+            expr, pretty, a, pos, group = root
+            self.guard(Number(expr, pretty, a, type(a)), pos=pos, group=group)
+            return
+        self.flows_open.pop(k, None)
+        self.flows_given.pop(k, None)
+        self.flows_scalar.pop(k, None)
+        if k in self.flows_guarded or k not in self.flow_vals:
+            return
+        res = self.flow_vals[k]
+        self.flows_guarded.add(k)
+        saved, self.ncalls = self.ncalls, k + 1
+        try:
+            self._call_result(k, res)
+        finally:
+            self.ncalls = saved
+
+    def _flow_arg(self, frame: types.FrameType, a: Any) -> str | None:
+        """The replay expression of argument a of the uncapturable call about to run here, when
+        it is a value computed from a followed number (None: any other argument)."""
+        fc = self.flow_call
+        if fc is None or fc[0] is not frame or fc[1] != frame.f_lasti:
+            return None
+        e = fc[2].get(id(a))
+        if e is not None:
+            self.flows_used.update(fc[3])
+        return e
+
+    def _flow_unused(self, frame: types.FrameType) -> None:
+        """The call about to run here ignores its arguments (a logger not enabled for the level)."""
+        fc = self.flow_call
+        if fc is not None and fc[0] is frame and fc[1] == frame.f_lasti:
+            self.flows_used.update(fc[3])
+
+    def close_flows(self) -> None:
+        """End of the recording: numbers still followed, or handed to a call that was not
+        replayed with their expression (a traced function, a torch function), are guarded."""
+        if self.flow_scalar is not None:   # an operand the operator never took (graph.py)
+            self._flow_escape_keys(self.flow_scalar[3])
+            self.flow_scalar = None
+        for k in list(self.flows_open):
+            self._flow_escape(k)
+        for k in list(self.flows_given):
+            if k not in self.flows_used:
+                self._flow_escape(k)
+        for k in list(self.flows_scalar):   # (graph.py _scalar_input resolves each use)
+            self._flow_escape(k)
+
+    def _data_result(self, k: int, res: Any) -> None:
+        """The number or text a data-dependent operation returned (`loss.item()`, `float(t)`,
+        `f"{t.mean():.3f}"`), break k: followed from the user's code calling it, when that is
+        where it returns to."""
+        f = _calling_user_frame() if type(res) in (int, float, str) else None
+        if f is None or f in self.pending and self.pending[f] != self._flow_tick:
+            self._call_result(k, res)
+            return
+        self.flows_open[k] = res
+        self.flow_vals[k] = res
+        self.keep.append(res)
+        self.flow_frames.setdefault(f, _Flow()).waiting.append((f"b{k}", frozenset((k,)), res))
+        self.pending[f] = self._flow_tick
