@@ -560,11 +560,16 @@ def _capture_whole_on_cuda(pg, compiled: list[CompiledGraph], parts, example_inp
     """On CUDA a partitioned graph whose islands draw no random numbers runs as
     one CUDA graph (runtime.cuda.WholeGraph): its compiled parts and islands
     (fused attention, index ops) replay together."""
-    if not config.env_flag("MLIRCAP_CUDA_GRAPHS") or any(
-            r == "random" for p in parts if p.eager for r in p.reasons.values()):
+    if not config.env_flag("MLIRCAP_CUDA_GRAPHS"):
+        return
+    if any(r == "random" for p in parts if p.eager for r in p.reasons.values()):
+        logs.log("kernels", "partitioned graph runs part by part: an island draws random numbers")
         return
     vals = [v for v in example_inputs if isinstance(v, torch.Tensor)]
     if not vals or len(vals) != len(example_inputs) or not all(v.is_cuda for v in vals):
+        kinds = sorted({type(v).__name__ if not isinstance(v, torch.Tensor) else f"{v.device.type} tensor"
+                        for v in example_inputs})
+        logs.log("kernels", f"partitioned graph runs part by part: its inputs are not all CUDA tensors ({kinds})")
         return
     from .runtime.cuda import GpuExecutable, WholeGraph
 
@@ -574,6 +579,9 @@ def _capture_whole_on_cuda(pg, compiled: list[CompiledGraph], parts, example_inp
     # part by part: 0.25x/0.35x inductor+CUDA graphs on the H200 at 312f632
     if all(isinstance(e, (GpuExecutable, _ViewProgram)) for e in exes):
         pg.whole = WholeGraph(pg.run_parts, [e for e in exes if isinstance(e, GpuExecutable)])
+    else:
+        kinds = sorted({type(e).__name__ for e in exes if not isinstance(e, (GpuExecutable, _ViewProgram))})
+        logs.log("kernels", f"partitioned graph runs part by part: parts of kind {kinds} cannot be captured")
 
 
 def _node_loc(node: torch.fx.Node) -> str:
