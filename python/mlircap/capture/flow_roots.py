@@ -11,7 +11,7 @@ from typing import Any
 from .flow_state import _ATTR_KEYS, _Flow, _calling_user_frame, _followable
 from .flow_writes import _FlowWriteMixin
 from .frame_hook import _E
-from .guard_kinds import Number, TypeIs
+from .guard_kinds import Number, TypeIs, TypeLen
 
 
 class _FlowRootMixin(_FlowWriteMixin):
@@ -116,6 +116,59 @@ class _FlowRootMixin(_FlowWriteMixin):
             self._flow_escape(k)   # a break since it was read: guarded by the value read then
             return True
         self._flow_load(frame, expr, frozenset((k,)), v)
+        return True
+
+    def _flow_item(self, frame: types.FrameType, c: Any, idx: Any) -> bool:
+        """`self.weights[0]`: a float item of a lazily guarded list (an attribute, a global,
+        a cell), read by BINARY_SUBSCR with an int index, followed like a float attribute:
+        the list is guarded for its type and length, its float items for their types, each
+        item's value only where the program needs it.  A schedule changing the floats
+        between calls then does not recompile.  Any other use of the list (iterating it,
+        handing it to a call, reading it after a break) guards every float item by value
+        (`_flow_items_escape`, through touch).  False: not such a read (touch the list)."""
+        fi = self.float_items.get(id(c))
+        if fi is None and id(c) not in self.lazy or type(c) is not list or type(idx) is not int or \
+                (id(c), "*") in self.dirty:
+            return False
+        if fi is None:
+            v, expr, pretty, depth, pos, group = self.lazy[id(c)]
+            kind, _, _, _, snap = self.snaps[id(c)]
+            if kind != "list" or pos != self.ncalls or len(snap) != len(c) or \
+                    any(a is not b for a, b in zip(snap, c)) or not any(_followable(x) for x in snap):
+                return False
+            del self.lazy[id(c)]   # (touch() must not guard it again)
+            keys: dict[int, int] = {}
+            self.guard(TypeLen(expr, pretty, list, len(snap)))
+            for i, x in enumerate(snap):
+                if _followable(x):
+                    self.guard(TypeIs(f"{expr}[{i}]", f"{pretty}[{i}]", type(x)))
+                    keys[i] = self._flow_root(None, f"{expr}[{i}]", f"{pretty}[{i}]", x, pos=self.ncalls)
+                else:
+                    self._source(x, f"{expr}[{i}]", f"{pretty}[{i}]", False, depth + 1)
+            fi = self.float_items[id(c)] = (c, keys)
+            self.lazy[id(c)] = (v, expr, pretty, depth, pos, group)   # other uses still touch it
+        n = len(c)
+        k = fi[1].get(idx + n if -n <= idx < 0 else idx)
+        if k is None:
+            return True   # an item guarded by value, or an IndexError
+        v = c[idx]
+        if k in self.flows_guarded:
+            return True
+        if self.flow_vals[k] is not v or self.flow_pos[k] != self.ncalls:
+            self._flow_escape(k)   # a break since it was read: guarded by the value read then
+            return True
+        self._flow_load(frame, self.flow_roots[k][0], frozenset((k,)), v)
+        return True
+
+    def _flow_items_escape(self, c: Any) -> bool:
+        """Any use of a list whose float items are followed (`_flow_item`) but a subscript:
+        every float item guarded by value.  False: no such list."""
+        fi = self.float_items.pop(id(c), None)
+        if fi is None:
+            return False
+        self.lazy.pop(id(c), None)
+        for k in fi[1].values():
+            self._flow_escape(k)
         return True
 
     def _flow_guard_pos(self, ks: frozenset[int]) -> int:

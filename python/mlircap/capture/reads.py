@@ -58,7 +58,7 @@ class _ReadMixin(_CounterMixin):
         array or scalar reproducible by the same expression (`b0[:4]`), which replayed
         calls (`np.sort(b0[:4])`) can then take."""
         c = _E.peek(frame, 1)
-        if self.lazy and id(c) in self.lazy:
+        if self.lazy and id(c) in self.lazy and not self._flow_item(frame, c, _E.peek(frame, 0)):
             self.touch(c)
         if not _is_ndarray(c):
             return

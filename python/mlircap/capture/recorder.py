@@ -96,6 +96,7 @@ class _Recorder(_TracerMixin, _NumpyMixin, _GraphMixin, _SideEffectMixin, _Sourc
         self.flow_pos: dict[int, int] = {}         # attribute key -> the break count where it was read
         self.flow_locals: dict[tuple, tuple] = {}  # (frame, variable index) -> (expression, keys, float)
         self.flow_attrs: dict[str, int] = {}       # attribute expression -> its key
+        self.float_items: dict[int, tuple] = {}    # id(list) -> (list, item index -> key): flow_roots._flow_item
         self.flow_ret: dict[int, tuple] = {}       # id(float returned) -> (float, its expression)
         # (id(obj), attribute) -> (float, expression, keys, obj): a followed float stored (flow_writes.py)
         self.flow_stores: dict[tuple[int, str], tuple] = {}

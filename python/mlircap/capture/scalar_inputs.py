@@ -39,7 +39,10 @@ class _ScalarInputMixin:
         operator reads in that operand's dtype, whereas a Python float is read in the
         operator's compute type (and `x / r` multiplies by 1 / r): the same for float32 and
         float64 operands of +, - and * only.  An integer tensor times a float differs in
-        dtype: kept a constant, and r guarded."""
+        dtype: kept a constant, and r guarded.  A 0-d float32 operand (a loss: `loss * w`)
+        would be promoted to float64 by a 0-d float64 tensor (a Python float, a wrapped
+        number, does not promote it): r is then a 0-d float32 tensor, the value the operator
+        casts the wrapped float to (the same rounding) before it computes in float32."""
         _, obj, expr, ks = fs
         other = args[1] if args[0] is obj else args[0]
         dev = other.device if isinstance(other, torch.Tensor) else None
@@ -47,7 +50,8 @@ class _ScalarInputMixin:
                 (other.dtype not in (torch.float32, torch.float64) or name not in _SCALAR_OPERATORS_ANY_DEVICE):
             self._flow_escape_keys(ks)
             return args
-        mk = _int_scalar_tensor if type(obj) is int else _scalar_tensor   # (an int: flows.py counters, .item())
+        mk = _int_scalar_tensor if type(obj) is int else \
+            _f32_scalar_tensor if other.dim() == 0 and other.dtype == torch.float32 else _scalar_tensor
         t = mk(obj, None if dev.type == "cpu" else dev)
         args2 = tuple(t if a is obj else a for a in args)
         try:
@@ -161,6 +165,18 @@ def _scalar_tensor(v: float, device: torch.device | None = None) -> torch.Tensor
     if device is None:
         return torch.tensor(float(v), dtype=torch.float64)
     return torch.full((), float(v), dtype=torch.float64, device=device)
+
+
+def _f32_scalar_tensor(v: float, device: torch.device | None = None) -> torch.Tensor:
+    """A float graph input taken by an operator with a 0-d float32 operand (`_scalar_input`):
+    a 0-d float32 tensor (no promotion to float64), the value rounded as the operator rounds
+    the Python float it stands for."""
+    if torch.is_inference_mode_enabled():
+        with torch.inference_mode(False):
+            return _f32_scalar_tensor(v, device)
+    if device is None:
+        return torch.tensor(float(v), dtype=torch.float32)
+    return torch.full((), float(v), dtype=torch.float32, device=device)
 
 
 def _int_scalar_tensor(v: int, device: torch.device | None = None) -> torch.Tensor:

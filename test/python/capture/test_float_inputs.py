@@ -350,3 +350,25 @@ def make():
 def mutate(i, m):
     m.tau = 1.0 + i
 """.replace("USE", use), [(_x(i),) for i in range(4)], recompiles=3)
+
+
+def test_float_times_a_0d_tensor_is_an_input():
+    """`loss * self.alpha` with loss a 0-d float32 tensor: a 0-d float64 input would promote
+    the result to float64 (a Python float does not), so the input is a 0-d float32 tensor
+    (scalar_inputs._f32_scalar_tensor); float64 0-d operands take a float64 one.  A 0-d
+    float16 operand computes with the float at a higher precision than its own: the value
+    stays a constant, guarded (a recompile per value)."""
+    for dtype, recompiles in ((torch.float32, 0), (torch.float64, 0), (torch.float16, 3)):
+        run_program(f"""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.alpha = 0.3
+    def forward(self, x):
+        loss = x.to({dtype}).pow(2).mean()
+        return loss * self.alpha + (1 - self.alpha) * loss.sqrt(), loss / 2 * self.alpha
+def make():
+    return M()
+def mutate(i, m):
+    m.alpha = 0.3 + 0.1 * i
+""", [(_x(i),) for i in range(4)], recompiles=recompiles, graphs=1 if recompiles == 0 else None)

@@ -450,3 +450,74 @@ def test_guard_fuzz_batched_guards(seed, typed_checks_agree):
     import torch
     x = torch.randn(3)
     run_program(f"SEED = {seed}\n" + PROGRAM3, [(x,)] * 40, name=f"fuzz3_{seed}", cache_limit=1000)
+
+
+PROGRAM4 = """
+import random
+REREAD_BUG_FIXED = False   # (test_reread_after_uncapturable_call)
+class Sink:
+    def write(self, s):
+        if FLAGS["sink_writes"]:
+            W[0] = W[0] + 1.0
+    def flush(self):
+        pass
+SINK = Sink()
+W = [1.0, 0.5, 2.0]
+FLAGS = {"sink_writes": False}
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.weights = [1.0, 0.25, 3]
+        self.mode = 0
+    def forward(self, x):
+        loss = self.lin(x).pow(2).mean()            # a 0-d float32 operand
+        y = loss * self.weights[0] + self.lin(x) * self.weights[-2]
+        w = W
+        y = y + x * w[0]
+        if self.mode == 1:
+            y = y + sum(self.weights[:2])           # the floats by value
+        elif self.mode == 2 and self.weights[1] > 0.3:
+            y = y * 2
+        elif self.mode == 3:
+            print("step", file=SINK)                # may rewrite W[0] (read again below)
+        y = y * w[0] + self.weights[2]
+        if self.mode == 4:
+            self.weights[0] = self.weights[0] * 0.5
+        return y * W[1] + len(W)
+
+def make():
+    return M()
+
+def mutate(i, m):
+    r = random.Random(SEED * 1000 + i)
+    ms = [
+        lambda: m.weights.__setitem__(0, r.choice([1.0, 0.5, -0.0, 2.5])),
+        lambda: m.weights.__setitem__(1, r.choice([0.25, 0.75, 1])),
+        lambda: m.weights.__setitem__(2, r.choice([3, 4, 3.0])),
+        lambda: setattr(m, "weights", [r.choice([1.0, 2.0]), 0.25, 3]),
+        lambda: m.weights.append(1.0) if len(m.weights) < 4 else m.weights.pop(),
+        lambda: setattr(m, "mode", r.randrange(5)),
+        lambda: W.__setitem__(r.randrange(2), r.choice([1.0, 0.5, 3.0])),
+        lambda: W.append(0.1) if len(W) < 4 else W.pop(),
+        lambda: FLAGS.__setitem__("sink_writes", r.random() < 0.5 and REREAD_BUG_FIXED),
+        lambda: None,
+    ]
+    for _ in range(r.choice([1, 1, 2])):
+        r.choice(ms)()
+
+def state(m):
+    return (list(W), list(m.weights))
+"""
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_guard_fuzz_float_items(seed, typed_checks_agree):
+    """Float items of lists (a module's loss weights, a global list, through a variable)
+    that are graph inputs (flow_roots._flow_item), with a 0-d float32 operand: items and
+    types changed, the list replaced, grown and shrunk, the list also read by value
+    (summed, branched on), rewritten by an uncapturable call between its reads, written by
+    the call itself."""
+    import torch
+    x = torch.randn(3)
+    run_program(f"SEED = {seed}\n" + PROGRAM4, [(x,)] * 40, name=f"fuzz4_{seed}", cache_limit=1000)
