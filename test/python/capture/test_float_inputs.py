@@ -372,3 +372,33 @@ def make():
 def mutate(i, m):
     m.alpha = 0.3 + 0.1 * i
 """, [(_x(i),) for i in range(4)], recompiles=recompiles, graphs=1 if recompiles == 0 else None)
+
+
+def test_scalar_input_tensors_are_shared_by_equal_values():
+    """A number that keeps its value is passed as the same read-only tensor (no tensor, and on
+    CUDA no fill kernel, per call); -0.0 and 0.0, float and int, and devices stay apart; NaN
+    is made anew each time."""
+    from mlircap.capture.scalar_inputs import _f32_scalar_tensor, _int_scalar_tensor, _scalar_tensor
+
+    a, b = _scalar_tensor(1e-6), _scalar_tensor(1e-6)
+    assert a is b and a.dtype == torch.float64 and a.item() == 1e-6
+    neg, pos = _scalar_tensor(-0.0), _scalar_tensor(0.0)
+    assert neg is not pos and str(neg.item()) == "-0.0" and str(pos.item()) == "0.0"
+    assert _int_scalar_tensor(1) is not _scalar_tensor(1.0) and _int_scalar_tensor(1).dtype == torch.int64
+    assert _f32_scalar_tensor(0.1).dtype == torch.float32 and _f32_scalar_tensor(0.1) is not _scalar_tensor(0.1)
+    n1, n2 = _scalar_tensor(float("nan")), _scalar_tensor(float("nan"))
+    assert n1 is not n2 and n1.isnan() and n2.isnan()
+    with torch.inference_mode():
+        c = _scalar_tensor(2.5e-3)
+    assert not c.is_inference() and _scalar_tensor(2.5e-3) is c
+
+
+def test_float_argument_sign_of_zero_reaches_the_graph():
+    """A float argument that feeds arithmetic (a graph input) changes between 0.0 and -0.0:
+    the shared scalar tensors must not mix them up (1 / (|x| * 0.0) is +inf, with -0.0 -inf)."""
+    run_program("""
+def make():
+    def f(x, s):
+        return 1 / (x.abs() * s) + x
+    return f
+""", [(_x(i), v) for i, v in enumerate((0.0, -0.0, 0.0, 2.0, -0.0))], recompiles=0, graphs=1)
