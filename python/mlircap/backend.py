@@ -282,6 +282,9 @@ def _compile_graph(graph: CompiledGraph, gm: torch.fx.GraphModule, device: str, 
             raise _Unsupported(unsupported, graph) from e
         report = _failure_report(graph, e)
         graph.fallback_reason = report
+        crash_ir = getattr(e, "ir", None) or getattr(e.__cause__, "ir", None) or {}
+        if crash_ir and not graph.linalg_ir:   # the worker died in codegen: keep its input for the dump
+            graph.torch_ir, graph.linalg_ir = crash_ir["torch_ir"], crash_ir["linalg_ir"]
         if options.strict:
             raise MlircapCompileError(report) from e
         warnings.warn(f"mlircap: running {graph.name} eagerly. {report}", stacklevel=2)
@@ -321,7 +324,7 @@ def _lower(raw_ir: str, device: str, options: Options, check: bool = False) -> d
     if not options.cpu_plan and device == "cpu":
         req["device"] = "none"
     if not worker.enabled():
-        return worker._compile(req if check else {**req, "device": "none"}, lambda stage: logs.log("progress", stage))
+        return worker._compile(req if check else {**req, "device": "none"}, lambda stage, ir=None: logs.log("progress", stage))
     try:
         return worker.compile_in_worker(**req)
     except worker.WorkerError as e:

@@ -49,8 +49,9 @@ def timeout_s() -> float:
 class WorkerCrashed(RuntimeError):
     """The compile worker died (signal, abort) or timed out in `stage`."""
 
-    def __init__(self, stage: str, how: str):
+    def __init__(self, stage: str, how: str, ir: dict | None = None):
         self.stage, self.how = stage, how
+        self.ir = ir or {}   # the IR the worker had made before it died (MLIRCAP_DUMP_DIR set)
         super().__init__(f"the compile worker {how} in stage '{stage}' (the graph runs eagerly; "
                          f"MLIRCAP_DUMP_DIR=dir saves its IR for a repro)")
 
@@ -125,7 +126,7 @@ class _Worker:
         with self.lock:
             self.start()
             proc = self.proc
-            stage = "start"
+            stage, ir = "start", {}
             deadline = time.monotonic() + timeout_s()
             try:
                 _write(proc.stdin, req)
@@ -135,6 +136,7 @@ class _Worker:
                         break
                     if "stage" in msg:
                         stage = msg["stage"]
+                        ir.update(msg.get("ir") or {})
                         logs.log("progress", f"compile worker: {stage}")
                         continue
                     if "error" in msg:
@@ -142,14 +144,14 @@ class _Worker:
                     return msg["result"]
             except TimeoutError:
                 self.stop()
-                raise WorkerCrashed(stage, f"timed out after {timeout_s():.0f} s") from None
+                raise WorkerCrashed(stage, f"timed out after {timeout_s():.0f} s", ir) from None
             except (BrokenPipeError, OSError, EOFError, pickle.UnpicklingError):
                 pass
             rc = _reap(proc)
             self.proc = None
             how = (f"died with {signal.Signals(-rc).name}" if rc < 0 and -rc in signal.Signals._value2member_map_
                    else f"exited with status {rc}")
-            raise WorkerCrashed(stage, how)
+            raise WorkerCrashed(stage, how, ir)
 
 
 _worker = _Worker()
@@ -169,7 +171,8 @@ def prestart() -> None:
 def compile_in_worker(raw_ir: str, device: str, chip: str, features: str, opt_level: int) -> dict:
     """Runs `_compile` in the worker: {"torch_ir", "linalg_ir", "cpu_plan_error"}."""
     return _worker.request({"raw_ir": raw_ir, "device": device, "chip": chip, "features": features,
-                            "opt_level": opt_level, "fault": config.env("MLIRCAP_WORKER_FAULT")})
+                            "opt_level": opt_level, "fault": config.env("MLIRCAP_WORKER_FAULT"),
+                            "send_ir": bool(config.env("MLIRCAP_DUMP_DIR"))})
 
 
 def stage_in_worker(linalg_ir: str, stage: str, chip: str) -> str:
@@ -196,8 +199,8 @@ def _compile(req: dict, report) -> dict:
     if "stage_ir" in req:
         report(f"mlircap {req['stage']} stage")
         return stage_text(req["stage_ir"], req["stage"], req["chip"])
-    fault = req.get("fault")   # fault injection for the isolation tests: abort, segv, hang
-    if fault:
+    fault = req.get("fault")   # fault injection for the isolation tests: abort, segv, hang, codegen-abort
+    if fault and fault != "codegen-abort":
         report(f"fault injection ({fault})")
         if fault == "hang":
             time.sleep(3600)
@@ -207,15 +210,21 @@ def _compile(req: dict, report) -> dict:
     out = {"torch_ir": fe.torch_ir, "linalg_ir": fe.linalg_ir, "cpu_plan_error": None}
     if req["device"] == "none":
         return out
+    # With MLIRCAP_DUMP_DIR set the parent gets the IR before codegen, so that a codegen
+    # crash here still leaves linalg.mlir for a repro (`mlircap-opt --mlircap-gpu-pipeline`).
+    ir = {"torch_ir": fe.torch_ir, "linalg_ir": fe.linalg_ir} if req.get("send_ir") else None
+    if fault == "codegen-abort":   # dies in codegen, after lowering
+        report("mlircap codegen (fault injection)", ir)
+        os.kill(os.getpid(), signal.SIGABRT)
     if req["device"] == "cuda":
         from .runtime.cuda import compile_plan
 
-        report("mlircap GPU codegen")
+        report("mlircap GPU codegen", ir)
         out["plan_cache_hit"] = compile_plan(fe.linalg_ir, req["chip"], req["features"])[1]
     else:
         from .runtime.cpu import compile_cpu
 
-        report("mlircap CPU codegen + JIT")
+        report("mlircap CPU codegen + JIT", ir)
         try:   # fills the CPU compile cache: the caller loads what this compiled
             compile_cpu(fe.linalg_ir, req["opt_level"])
         except RuntimeError as e:   # the plan builder rejected the graph
@@ -232,7 +241,7 @@ def _serve() -> None:
         if req is None:
             return
         try:
-            _write(out, {"result": _compile(req, lambda stage: _write(out, {"stage": stage}))})
+            _write(out, {"result": _compile(req, lambda stage, ir=None: _write(out, {"stage": stage, "ir": ir}))})
         except Exception as e:  # noqa: BLE001 - every error goes back to the parent
             from .frontend import FrontendError
 

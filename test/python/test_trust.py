@@ -241,6 +241,26 @@ def test_compile_crash_is_isolated_in_the_worker(monkeypatch, fault):
     assert _compiled_graphs_ran(again)
 
 
+def test_codegen_crash_leaves_the_linalg_ir_in_the_dump(monkeypatch, tmp_path):
+    # A worker that dies in codegen (after torch-mlir lowered the graph) has sent the IR it
+    # was compiling: MLIRCAP_DUMP_DIR gets linalg.mlir for a repro with mlircap-opt.
+    monkeypatch.setenv("MLIRCAP_WORKER_FAULT", "codegen-abort")
+    monkeypatch.setenv("MLIRCAP_DUMP_DIR", str(tmp_path))
+    f = lambda x: x.exp() * 5   # noqa: E731
+    fast = mlircap.compile(f)
+    x = torch.randn(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(2):
+            _same(fast(x), f(x))
+    (g,) = fast.graphs
+    assert "SIGABRT" in g.fallback_reason and "fault injection" in g.fallback_reason
+    (d,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    linalg = (d / "linalg.mlir").read_text()
+    assert "linalg.generic" in linalg and "math.exp" in linalg
+    assert "SIGABRT" in (d / "error.txt").read_text()
+
+
 def test_compile_timeout_is_a_fallback(monkeypatch):
     monkeypatch.setenv("MLIRCAP_WORKER_FAULT", "hang")
     monkeypatch.setenv("MLIRCAP_COMPILE_TIMEOUT", "2")
