@@ -379,6 +379,8 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
 
         def finish(fr: types.FrameType) -> None:
             self.ext_depth -= 1
+            if not _runs_no_python(f, args, kwargs):
+                self._new_epoch(k)
             res = _E.peek(fr, 0)
             if type(res) in (int, float) and self._follow_result(fr, k, res):
                 return   # followed: guarded where the program uses it (flows.py)
@@ -481,3 +483,25 @@ def _rng_draw(f: Any, args: list, kwargs: dict) -> bool:
 _LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
                "error": logging.ERROR, "exception": logging.ERROR, "critical": logging.CRITICAL,
                "fatal": logging.CRITICAL, "log": None}
+
+
+# builtins that run no Python code whatever their arguments (an uncapturable call to one
+# cannot write the state the program reads: no new epoch, sources._new_epoch)
+_NO_PYTHON: set[Any] = {id, torch._C._get_tracing_state, torch.is_grad_enabled, torch.is_inference_mode_enabled}
+_PLAIN_ARGS = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.Tensor)
+
+
+def _runs_no_python(f: Any, args: list, kwargs: dict) -> bool:
+    """f(*args, **kwargs) runs no Python code: one of _NO_PYTHON, or a builtin function or
+    method of torch or math called with plain values only (numbers, strings, tensors)."""
+    try:
+        if f in _NO_PYTHON:
+            return True
+    except TypeError:
+        return False
+    if type(f) is not types.BuiltinFunctionType:
+        return False
+    mod = getattr(f, "__module__", None) or getattr(type(getattr(f, "__self__", None)), "__module__", "")
+    if not (mod in ("math", "time") or mod.startswith("torch")):
+        return False
+    return all(type(a) in _PLAIN_ARGS for a in (*args, *kwargs.values()))

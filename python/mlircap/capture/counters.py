@@ -115,7 +115,7 @@ class _CounterMixin:
             c = _Counter(len(self.counters), name, expr, pretty, d[name], value=d[name], owner=obj)
             self.counters[key] = c
             self.keep.append(obj)
-            self.read_exprs.add(expr)
+            self.read_exprs[expr] = self.epoch
             self.guard(TypeIs(expr, pretty, int), group=group)
         elif not c.symbolic:
             return False

@@ -107,14 +107,15 @@ class _FlowRootMixin(_FlowWriteMixin):
             p = self.pending.get(frame)
             if expr in self.read_exprs or p is not None and p != self._flow_tick:
                 return False
-            self.read_exprs.add(expr)
+            self.read_exprs[expr] = self.epoch
             self.guard(TypeIs(expr, pretty, type(v)), group=group)
             k = self.flow_attrs[expr] = self._flow_root(None, expr, pretty, v, pos=self.ncalls, group=group)
         elif k in self.flows_guarded:
             return True   # guarded by value
         elif self.flow_vals[k] is not v or self.flow_pos[k] != self.ncalls:
             self._flow_escape(k)   # a break since it was read: guarded by the value read then
-            return True
+            # (and after an uncapturable call, which may have written it, read (and guarded) again)
+            return self.read_exprs.get(expr) == self.epoch
         self._flow_load(frame, expr, frozenset((k,)), v)
         return True
 
@@ -131,8 +132,11 @@ class _FlowRootMixin(_FlowWriteMixin):
                 (id(c), "*") in self.dirty:
             return False
         if fi is None:
-            v, expr, pretty, depth, pos, group = self.lazy[id(c)]
+            lz = self.lazy[id(c)]
+            v, expr, pretty, depth, pos, group = lz[:6]
             kind, _, _, _, snap = self.snaps[id(c)]
+            if len(lz) > 6:   # its contents after an uncapturable call (sources._new_epoch)
+                snap = lz[6]
             if kind != "list" or pos != self.ncalls or len(snap) != len(c) or \
                     any(a is not b for a, b in zip(snap, c)) or not any(_followable(x) for x in snap):
                 return False
@@ -146,7 +150,7 @@ class _FlowRootMixin(_FlowWriteMixin):
                 else:
                     self._source(x, f"{expr}[{i}]", f"{pretty}[{i}]", False, depth + 1)
             fi = self.float_items[id(c)] = (c, keys)
-            self.lazy[id(c)] = (v, expr, pretty, depth, pos, group)   # other uses still touch it
+            self.lazy[id(c)] = lz   # other uses still touch it
         n = len(c)
         k = fi[1].get(idx + n if -n <= idx < 0 else idx)
         if k is None:

@@ -3,6 +3,7 @@ variant depends on, and compiling the pre-call guards into one Python function (
 guard kinds themselves are in guard_kinds.py)."""
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -173,7 +174,8 @@ class _GuardMixin:
     before the call / after a break) and the dict-version groups."""
     guards: list[Placed]
     tls0: tuple   # the caller's thread-local dispatch key sets (included, excluded)
-    guard_exprs: set[str]
+    guard_exprs: set[tuple[str, int]]
+    epoch_starts: list[int]
     vgroups: dict[tuple, tuple[tuple, tuple[int, ...]]]
     ncalls: int
     builtin_reads: dict
@@ -197,10 +199,12 @@ class _GuardMixin:
         the dicts (module / class / instance dicts) whose contents alone decide `g`; the
         variant checks a group of such guards through the dicts' version tags first."""
         expr = g.code(self)
-        if expr in self.guard_exprs:
-            return
-        self.guard_exprs.add(expr)
         pos = self.ncalls if pos is None else pos
+        # once per epoch (the stretch between uncapturable calls, which may change any state)
+        key = (expr, bisect.bisect_right(self.epoch_starts, pos))
+        if key in self.guard_exprs:
+            return
+        self.guard_exprs.add(key)
         if group and not all(type(d) is dict or isinstance(d, dict) and type(g) is not Keys for d in group):
             group = None   # (an OrderedDict's order changes without a new version tag: move_to_end)
         key = self._group_key(group) if group and pos == 0 and _dict_version is not None else None

@@ -50,8 +50,10 @@ class _Recorder(_TracerMixin, _NumpyMixin, _GraphMixin, _SideEffectMixin, _Sourc
         self.src: dict[int, tuple] = {}         # id(obj) -> (expr, pretty, argrooted)
         self.keep: list = []                    # objects kept alive while ids are keys
         self.guards: list[Placed] = []   # the guards, in order, with their positions
-        self.guard_exprs: set[str] = set()
-        self.read_exprs = set()
+        self.guard_exprs: set[tuple[str, int]] = set()   # (guard code, epoch)
+        self.read_exprs: dict[str, int] = {}   # expression read -> the epoch it was read in
+        self.epoch = 0   # uncapturable calls (which may write any state) recorded so far
+        self.epoch_starts: list[int] = []   # the guard position each epoch after the first starts at
         self.hooked = set()
         self.memo = None
         self.lets = []

@@ -50,8 +50,10 @@ class _SourceMixin:
         lz = self.lazy.pop(id(obj), None)
         if lz is None:
             return
-        v, expr, pretty, depth, pos, group = lz
+        v, expr, pretty, depth, pos, group = lz[:6]
         kind, _, _, _, snap = self.snaps[id(v)]
+        if len(lz) > 6:   # its contents after an uncapturable call (_new_epoch)
+            snap = lz[6]
         t = type(v)
         # a dict read from a dict group's entry: what is guarded here depends on that entry
         # and on this dict's contents only
@@ -81,8 +83,10 @@ class _SourceMixin:
 
     def full_obj(self, o: object) -> None:
         """A lazily guarded object is used by code we do not trace: guard all of it."""
-        v, pos = self.lazy_objs.pop(id(o))
+        v, pos, *now = self.lazy_objs.pop(id(o))
         _, _, expr, pretty, snap = self.snaps[id(o)]
+        if now:   # its attributes after an uncapturable call (_new_epoch)
+            snap = now[0]
         d = v.__dict__
         dc = self.const(d)
         saved = self.ncalls
@@ -329,7 +333,48 @@ class _SourceMixin:
              group: tuple | None = None) -> None:
         if owner_id is not None and (owner_id, key) in self.dirty:
             return
-        if expr in self.read_exprs:
+        e = self.read_exprs.get(expr)
+        if e == self.epoch:
             return
-        self.read_exprs.add(expr)
+        self.read_exprs[expr] = self.epoch
+        if e is not None and id(v) in self.src:
+            self._reread(expr, pretty, v)
+            return
         self._source(v, expr, pretty, argrooted=False, group=group)
+
+    def _reread(self, expr: str, pretty: str, v: Any) -> None:
+        """expr, read before an uncapturable call (which may have written anything), read again
+        after it, giving an object the recording tracks.  An object the replay takes as a
+        constant (a module, a function, a parameter, ...) is guarded to be that object where
+        the program reads it now (a tensor: with its metadata); one it reads through expr
+        (a container, a buffer, an array) may be another object of the same kind: a tensor
+        guarded by metadata, an array by contents, a container lazily by its contents now
+        (_new_epoch already made it lazy: guarded where the program uses it)."""
+        s = self.src[id(v)]
+        if s[0] != expr:
+            self.guard(Is(expr, pretty, v, _short(v)))
+        if isinstance(v, torch.Tensor):
+            self.guard(self._tensor_match(expr, pretty, v))
+        elif _is_ndarray(v):
+            self._source_ndarray(v, expr, pretty, False)
+        elif s[0] == expr and id(v) not in self.lazy and type(v) not in (list, dict, set, collections.deque):
+            self.guard(Is(expr, pretty, v, _short(v)))
+
+    def _new_epoch(self, k: int) -> None:
+        """Uncapturable call k (print to a user object, a callback, a logger's handler) has
+        run: it may have written any state the program reads.  What is read again after it is
+        guarded again after it (mid-replay, `read`), and so are the containers the program
+        holds: lists, dicts, deques and sets are lazily guarded again, from their contents
+        now, where the program next uses them (touch); so are objects still lazily guarded."""
+        self.epoch += 1
+        self.epoch_starts.append(k + 1)
+        for vid in list(self.float_items):
+            self.lazy.pop(vid, None)
+            del self.float_items[vid]
+        for vid, (kind, v, expr, pretty, _) in self.snaps.items():
+            if kind in ("list", "dict", "deque", "set") and (vid, "*") not in self.dirty:
+                lz = self.lazy.get(vid)
+                now = list(v) if kind in ("list", "deque") else dict(v) if kind == "dict" else set(v)
+                self.lazy[vid] = (v, expr, pretty, lz[3] if lz else 0, k + 1, None, now)
+        for vid, (o, _, *_) in list(self.lazy_objs.items()):
+            self.lazy_objs[vid] = (o, k + 1, dict(o.__dict__))
