@@ -81,12 +81,14 @@ class _SpecialCallMixin:
     def op_before_with(self, frame: types.FrameType, arg: int | None, argval: Any) -> None:
         """`with cm:` on an opaque value an uncapturable call returned: its `__enter__` is an
         uncapturable call (its `__exit__`, called by the with statement's exit, is one too:
-        `_opaque_method`)."""
+        `_opaque_method`).  So is the `__enter__` of a C-implemented context manager the
+        program reads (`with _lock:` on a global threading.Lock): its `__exit__` is a replayed
+        call, and must not run at the replay without the `__enter__` it pairs with."""
         cm = _E.peek(frame, 0)
-        if not self._is_opaque_result(cm):
-            return
         enter = getattr(type(cm), "__enter__", None)
         if enter is None or _traced(enter):
+            return
+        if not self._is_opaque_result(cm) and (id(cm) not in self.src or type(enter) is types.FunctionType):
             return
 
         def canned(value: Any) -> None:   # __enter__ already ran in a replay that missed
