@@ -919,18 +919,21 @@ def make_backend(options: Options | None = None, registry: list | None = None):
             except Exception as e:
                 from .ddsplit import is_data_dependent_error, split_data_dependent
 
-                if is_data_dependent_error(e) and not options.strict:
+                # (under strict=True too: a speculated graph runs compiled, and a
+                # guard that fails raises instead of rerunning eagerly)
+                if is_data_dependent_error(e):
                     spec = _speculate(gm, example_inputs)
                     if spec is not None:
                         return spec
 
                 # an op fake tensors cannot run (data-dependent output shape, a meta
                 # kernel that rejects what the real one takes) runs through torch, and
-                # the graph is compiled around it
+                # the graph is compiled around it; under strict=True only where nothing
+                # runs through torch (ops computed at their bound, bounded.py)
                 failure = None if is_data_dependent_error(e) else \
                     f"fake tensors cannot run it ({type(e).__name__}: {str(e).strip().splitlines()[0][:200]})"
-                split = None if options.strict else split_data_dependent(gm, example_inputs, backend,
-                                                                         fake_failure=failure)
+                split = split_data_dependent(gm, example_inputs, backend, fake_failure=failure,
+                                             strict=options.strict)
                 if split is not None:
                     return split
                 if options.strict:   # the capture front would run the graph eagerly
@@ -978,7 +981,7 @@ def make_backend(options: Options | None = None, registry: list | None = None):
             return None
         logs.log("fallback", f"graph compiled for {len(plan)} data-dependent decision(s) taken as eager "
                              "took them on the example inputs, guarded")
-        return speculate.rerun_on_failed_guard(fn, gm)
+        return speculate.rerun_on_failed_guard(fn, gm, strict=options.strict)
 
     def _aot(gm, example_inputs):
         from .attention_masks import simplify_attention_masks

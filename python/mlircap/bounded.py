@@ -137,8 +137,15 @@ class Trim:
         self.__name__ = "trim_" + getattr(op, "__name__", "op")
         self.__module__ = __name__
 
+    strict = False   # strict=True: an input not modelled raises instead of rerunning (ddsplit)
+
     def __call__(self, values, inverse, counts, count, modelled, x):
         if not bool(modelled):
+            if self.strict:
+                from .backend import MlircapCompileError
+
+                raise MlircapCompileError(f"{self.op.__name__} of an input its bounded form does not compute "
+                                          "(NaN) would run through torch (strict=True)")
             logs.log("fallback", f"graph split into 1 parts; eager islands: {self.op.__name__}: "
                                  "an input its bounded form does not compute (NaN)")
             return self.op(x, *self.extra_args, **self.kwargs)
@@ -170,18 +177,29 @@ def bounded_nonzero(x: torch.Tensor):
 
 
 class TrimNonzero:
-    """nonzero / argwhere from the padded indices: the first `count` rows (as_tuple: their columns)."""
+    """nonzero / argwhere from the padded indices: the first `count` rows (as_tuple: their columns).
+    `scalar`: the input was 0-d, its indices those of its 1-element view: eager's result has
+    no column ((count, 0); as_tuple: the one column, as eager returns it)."""
 
     mlircap_trim = True
 
-    def __init__(self, name: str, as_tuple: bool) -> None:
-        self.as_tuple = as_tuple
+    def __init__(self, name: str, as_tuple: bool, scalar: bool = False) -> None:
+        self.as_tuple, self.scalar = as_tuple, scalar
         self.__name__ = "trim_" + name
         self.__module__ = __name__
 
     def __call__(self, indices, count):
         rows = indices.narrow(0, 0, int(count))
-        return tuple(rows.unbind(1)) if self.as_tuple else rows
+        if self.as_tuple:
+            return tuple(rows.unbind(1))
+        return rows.narrow(1, 0, 0) if self.scalar else rows
+
+
+def empty_nonzero(x: torch.Tensor, as_tuple: bool):
+    """nonzero / argwhere of a tensor without elements: no row, whatever the data."""
+    if as_tuple:
+        return tuple(torch.zeros(0, dtype=torch.int64, device=x.device) for _ in range(x.dim()))
+    return torch.zeros(0, x.dim(), dtype=torch.int64, device=x.device)
 
 
 def _rewrite_nonzero(gm: fx.GraphModule, node: fx.Node, env: dict) -> bool:
@@ -194,15 +212,21 @@ def _rewrite_nonzero(gm: fx.GraphModule, node: fx.Node, env: dict) -> bool:
                                 **fx.node.map_arg(node.kwargs, lambda a: env[a]))
     except (TypeError, KeyError):
         return False
-    # nonzero.py's form: rank 1+, up to 1024 elements (n * n comparisons), no complex
+    # nonzero.py's form: up to 1024 elements (n * n comparisons), no complex; a 0-d input
+    # as its 1-element view; no element: no row (static, nothing to trim)
     if out is not None or not isinstance(node.args[0], fx.Node) or not isinstance(x, torch.Tensor) or \
-            x.is_complex() or x.layout != torch.strided or x.dim() == 0 or not 0 < x.numel() <= 1024:
+            x.is_complex() or x.layout != torch.strided or x.numel() > 1024:
         return False
     g = gm.graph
     with g.inserting_before(node):
-        b = g.call_function(bounded_nonzero, (node.args[0],))
-        parts = [g.call_function(operator.getitem, (b, i)) for i in range(2)]
-        t = g.call_function(TrimNonzero(getattr(target, "__name__", "nonzero"), as_tuple), tuple(parts))
+        if x.numel() == 0:
+            t = g.call_function(empty_nonzero, (node.args[0], as_tuple))
+        else:
+            src = node.args[0] if x.dim() else g.call_function(torch.reshape, (node.args[0], (1,)))
+            b = g.call_function(bounded_nonzero, (src,))
+            parts = [g.call_function(operator.getitem, (b, i)) for i in range(2)]
+            t = g.call_function(TrimNonzero(getattr(target, "__name__", "nonzero"), as_tuple, x.dim() == 0),
+                                tuple(parts))
     t.meta = dict(node.meta)
     node.replace_all_uses_with(t)
     g.erase_node(node)
@@ -223,6 +247,73 @@ def _fits(x, dim) -> bool:
                        torch.int8, torch.int16, torch.int32, torch.int64) and n * x.numel() <= MAX_WORK
 
 
+def _empty_unique_fits(x, dim) -> bool:
+    """unique / unique_consecutive of `x` has no element to compare: x has none and the
+    op reduces along a dim of size 0 or over all elements (eager raises for another dim)."""
+    if not isinstance(x, torch.Tensor) or x.numel() != 0 or x.layout != torch.strided or x.is_complex():
+        return False
+    return dim is None or (isinstance(dim, int) and x.dim() > 0 and -x.dim() <= dim < x.dim()
+                           and x.shape[dim] == 0)
+
+
+def empty_unique(x: torch.Tensor, dim, inv: bool, cnt: bool):
+    """unique / unique_consecutive of a tensor without elements (_empty_unique_fits): no
+    value, no count; the inverse has a (no) entry per element or slice."""
+    dev = x.device
+    values = torch.zeros(0, dtype=x.dtype, device=dev) if dim is None else torch.zeros(x.shape, dtype=x.dtype,
+                                                                                       device=dev)
+    out = [values]
+    if inv:
+        out.append(torch.zeros(x.shape if dim is None else (0,), dtype=torch.int64, device=dev))
+    if cnt:
+        out.append(torch.zeros(0, dtype=torch.int64, device=dev))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def combinations(x: torch.Tensor, r: int = 2, with_replacement: bool = False):
+    """torch.combinations of a 1-d tensor: its output shape depends on the length alone,
+    so the index rows (itertools' order, eager's) are a constant and the result is x
+    indexed by them (fake tensors fail on eager's boolean-mask implementation)."""
+    import itertools
+
+    n = x.shape[0]
+    if r == 0:
+        return torch.zeros(0, dtype=x.dtype, device=x.device)
+    gen = itertools.combinations_with_replacement if with_replacement else itertools.combinations
+    rows = list(gen(range(n), r))
+    if not rows:
+        return torch.zeros(0, r, dtype=x.dtype, device=x.device)
+    return x[torch.tensor(rows, dtype=torch.int64, device=x.device)]
+
+
+_COMBINATIONS_MAX = 1 << 16   # index rows of a constant combinations index
+
+
+def _rewrite_combinations(gm: fx.GraphModule, node: fx.Node, env: dict) -> bool:
+    import math
+
+    if node.op != "call_function" or node.target is not torch.combinations:
+        return False
+    try:
+        x, r, rep = (lambda input, r=2, with_replacement=False: (input, r, with_replacement))(  # noqa: A006
+            *fx.node.map_arg(node.args, lambda a: env[a]), **fx.node.map_arg(node.kwargs, lambda a: env[a]))
+    except (TypeError, KeyError):
+        return False
+    if not isinstance(x, torch.Tensor) or x.dim() != 1 or not isinstance(r, int) or r < 0 or \
+            not isinstance(rep, bool) or not isinstance(node.args[0], fx.Node):
+        return False
+    n = x.shape[0]
+    if (math.comb(n + r - 1, r) if rep else math.comb(n, r)) > _COMBINATIONS_MAX:
+        return False
+    with gm.graph.inserting_before(node):
+        t = gm.graph.call_function(combinations, (node.args[0], r, rep))
+    t.meta = dict(node.meta)
+    node.replace_all_uses_with(t)
+    gm.graph.erase_node(node)
+    gm.recompile()
+    return True
+
+
 def rewrite(gm: fx.GraphModule, node: fx.Node, env: dict) -> bool:
     """Replaces `node` (an op of data-dependent size of `gm`) by its bounded form and
     a trim, when it has one for the values `env` (fake tensors) gives its inputs."""
@@ -230,7 +321,7 @@ def rewrite(gm: fx.GraphModule, node: fx.Node, env: dict) -> bool:
     if spec is None and node.op == "call_method" and node.target in ("unique", "unique_consecutive"):
         spec = _TARGETS.get(getattr(torch.Tensor, node.target))
     if spec is None:
-        return _rewrite_nonzero(gm, node, env)
+        return _rewrite_nonzero(gm, node, env) or _rewrite_combinations(gm, node, env)
     bind, consecutive = spec
     try:
         vals = fx.node.map_arg((node.args, node.kwargs), lambda a: env[a])
@@ -238,6 +329,15 @@ def rewrite(gm: fx.GraphModule, node: fx.Node, env: dict) -> bool:
         xn, _, _, _ = bind(*node.args, **node.kwargs)
     except (TypeError, KeyError):
         return False
+    if isinstance(xn, fx.Node) and _empty_unique_fits(x, dim) and not any(
+            isinstance(a, fx.Node) for a in _flat((node.args[1:], node.kwargs))):
+        with gm.graph.inserting_before(node):
+            t = gm.graph.call_function(empty_unique, (xn, dim, inv, cnt))
+        t.meta = dict(node.meta)
+        node.replace_all_uses_with(t)
+        gm.graph.erase_node(node)
+        gm.recompile()
+        return True
     if not isinstance(xn, fx.Node) or not _fits(x, dim):
         return False
     if not node.args or node.args[0] is not xn or any(isinstance(a, fx.Node)

@@ -40,3 +40,85 @@ def cumprod(x, dim, dtype=None):
     one = torch.ones((), dtype=acc, device=x.device)
     res = torch.where(mask, xt.unsqueeze(-2), one).prod(-1)
     return res.to(out_dtype).movedim(-1, dim)
+
+
+def _prefix_mask(n: int, device) -> torch.Tensor:
+    """[i, j]: j <= i."""
+    return torch.ones(n, n, dtype=torch.bool, device=device).tril()
+
+
+def _cum_extreme(x, dim, largest: bool):
+    """cummax (largest) / cummin of x along dim as eager's CPU kernel
+    (cummax_cummin_helper) computes them: element i holds the extreme of elements
+    0..i and the index of its last occurrence (`>=` / `<=` take later ties); a NaN
+    makes the value NaN from there on, its index that of the latest NaN. Here each
+    row i is a masked reduction over j <= i (O(n^2), only up to _MAX_WORK); the
+    value is the element at the index found (so a -0.0 / 0.0 tie keeps eager's sign).
+    Other inputs: NotImplemented."""
+    if not isinstance(x, torch.Tensor) or x.device.type != "cpu" or x.is_complex() or not isinstance(dim, int):
+        return NotImplemented
+    if x.ndim == 0:
+        return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
+    n = int(x.shape[dim])
+    if n == 0 or n > _MAX_LEN or x.numel() * n > _MAX_WORK:
+        return NotImplemented
+    xt = x.movedim(dim, -1)
+    if xt.dtype == torch.bool:
+        xt = xt.to(torch.int32)
+    mask = _prefix_mask(n, x.device)                                    # [i, j]
+    xj = xt.unsqueeze(-2)                                                # [..., 1, j]
+    pos = torch.arange(n, dtype=torch.int64, device=x.device)
+    none = torch.full((), -1, dtype=torch.int64, device=x.device)
+    if xt.is_floating_point():
+        low = torch.full((), float("-inf") if largest else float("inf"), dtype=xt.dtype, device=x.device)
+        nan = xj != xj
+        keep = mask & ~nan
+    else:
+        info = torch.iinfo(xt.dtype)
+        low = torch.full((), info.min if largest else info.max, dtype=xt.dtype, device=x.device)
+        nan, keep = None, mask.expand(xj.shape[:-2] + (n, n))
+    masked = torch.where(keep, xj, low)
+    best = masked.amax(-1, keepdim=True) if largest else masked.amin(-1, keepdim=True)   # [..., i, 1]
+    idx = torch.where(keep & (xj == best), pos, none).amax(-1)           # last occurrence
+    if nan is not None:
+        last_nan = torch.where(mask & nan, pos, none).amax(-1)
+        idx = torch.where(last_nan >= 0, last_nan, idx)
+    # the element at idx, exactly: the only one the mask keeps
+    pick = pos == idx.unsqueeze(-1)
+    lowest = torch.full((), float("-inf"), dtype=xt.dtype, device=x.device) if xt.is_floating_point() else \
+        torch.full((), torch.iinfo(xt.dtype).min, dtype=xt.dtype, device=x.device)
+    values = torch.where(pick, xj, lowest).amax(-1)
+    if x.dtype == torch.bool:
+        values = values.to(torch.bool)
+    return values.movedim(-1, dim), idx.movedim(-1, dim)
+
+
+def cummax(x, dim):
+    """aten.cummax (see _cum_extreme)."""
+    return _cum_extreme(x, dim, True)
+
+
+def cummin(x, dim):
+    """aten.cummin (see _cum_extreme)."""
+    return _cum_extreme(x, dim, False)
+
+
+def logcumsumexp(x, dim):
+    """aten.logcumsumexp: torch-mlir lowers it to its scan (no CPU kernel). Element i is
+    the log-sum-exp of elements 0..i (a masked logsumexp, -inf outside the prefix, O(n^2),
+    only up to _MAX_WORK) in float64, as eager's CPU kernel accumulates floats in double
+    (bfloat16/float16 in float), rounded once; infinities and NaN as torch.logsumexp
+    (an all -inf prefix gives -inf, +inf gives +inf, NaN propagates). Other inputs:
+    NotImplemented."""
+    if not isinstance(x, torch.Tensor) or x.device.type != "cpu" or not x.is_floating_point() or \
+            not isinstance(dim, int):
+        return NotImplemented
+    if x.ndim == 0:
+        return x.clone()
+    n = int(x.shape[dim])
+    if n == 0 or n > _MAX_LEN or x.numel() * n > _MAX_WORK:
+        return NotImplemented
+    xt = x.movedim(dim, -1).to(torch.float64)
+    low = torch.full((), float("-inf"), dtype=torch.float64, device=x.device)
+    masked = torch.where(_prefix_mask(n, x.device), xt.unsqueeze(-2), low)
+    return torch.logsumexp(masked, -1).to(x.dtype).movedim(-1, dim)

@@ -18,11 +18,14 @@ order. `after` goes through the backend again, so a second data-dependent op
 in it splits it again. This is TorchDynamo's graph break on such ops (its
 default, capture_dynamic_output_shape_ops=False), done inside the backend so
 that both capture fronts get it. The op is reported as an eager island on the
-'fallback' log; strict=True keeps raising instead.
+'fallback' log; strict=True raises instead.
 
-An op with a bounded form (bounded.py: unique, unique_consecutive) does not run
-through torch: it is computed at its static bound in the part before, and the
-graph is cut at the trim of its results to their size instead (no island).
+An op with a bounded form (bounded.py: unique, unique_consecutive, nonzero,
+argwhere) does not run through torch: it is computed at its static bound in the
+part before, and the graph is cut at the trim of its results to their size
+instead (no island; strict=True runs it). One whose result has a static shape
+(of a tensor without elements; combinations) is replaced and the graph compiled
+whole.
 """
 from __future__ import annotations
 
@@ -125,11 +128,17 @@ def _uses(nodes: list[fx.Node]) -> list[fx.Node]:
 
 def split_data_dependent(gm: fx.GraphModule, example_inputs: Sequence,
                          compile_fn: Callable[[fx.GraphModule, list], Callable],
-                         fake_failure: str | None = None) -> Callable | None:
+                         fake_failure: str | None = None, strict: bool = False) -> Callable | None:
     """`gm` as compiled parts around its first data-dependent op (module docstring),
     or None when it has none. `compile_fn(gm, example_inputs)` is the backend.
     `fake_failure`: aot_autograd failed for another reason (what failed); the op
-    split off is then the first one fake tensors cannot run, and the user is warned."""
+    split off is then the first one fake tensors cannot run, and the user is warned.
+    `strict` (strict=True): only splits that run nothing through torch (the op computed
+    at its bound, bounded.py); None where the op itself would run eagerly, and a part
+    after it that would run eagerly, or an input the bounded form does not model,
+    raises MlircapCompileError when called."""
+    if strict and fake_failure is not None:
+        return None
     why = fake_failure or "data-dependent (its output shape depends on tensor data)"
     env: dict[fx.Node, Any] = {}
     dd = first_data_dependent(gm, example_inputs, any_failure=fake_failure is not None, env=env)
@@ -145,7 +154,15 @@ def split_data_dependent(gm: fx.GraphModule, example_inputs: Sequence,
         by_name = {n.name: n for n in g2.graph.nodes}
         env2 = {by_name[n.name]: v for n, v in env.items()}
         if bounded.rewrite(g2, by_name[dd.name], env2):
-            return split_data_dependent(g2, example_inputs, compile_fn)
+            if strict:
+                for n in g2.graph.nodes:
+                    if getattr(n.target, "mlircap_trim", False):
+                        n.target.strict = True   # an unmodelled input raises instead of rerunning
+            again = split_data_dependent(g2, example_inputs, compile_fn, strict=strict)
+            # a static form (an op of an empty tensor, combinations): nothing left to split
+            return again if again is not None else compile_fn(g2, list(example_inputs))
+    if strict and not getattr(dd.target, "mlircap_trim", False):
+        return None   # the op would run through torch
     nodes = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     i = nodes.index(dd)
     op_nodes = [dd] + [u for u in dd.users if u.op == "call_function" and u.target is operator.getitem]
@@ -183,7 +200,7 @@ def split_data_dependent(gm: fx.GraphModule, example_inputs: Sequence,
         inside = set(after)
         ins = [n for n in _uses(after) if n not in inside]
         sub = _subgraph(gm, after, ins, outs)
-        steps.append((_Specialized(sub, compile_fn) if outs else sub, ins, outs))
+        steps.append((_Specialized(sub, compile_fn, strict) if outs else sub, ins, outs))
     if getattr(dd.target, "mlircap_trim", False):   # bounded.py: the op itself compiled
         logs.log("fallback", f"graph split into {len(steps)} parts at {name}: the results of an op of "
                              "data-dependent size, computed compiled at their bound, trimmed to their size")
@@ -198,6 +215,12 @@ def split_data_dependent(gm: fx.GraphModule, example_inputs: Sequence,
     return PartitionedGraph(gm, steps)
 
 
+def _strict_error(what: str) -> None:
+    from .backend import MlircapCompileError
+
+    raise MlircapCompileError(f"{what} (strict=True)")
+
+
 def _signature(v: Any) -> tuple:
     if isinstance(v, torch.Tensor):
         return ("T", tuple(v.shape), v.stride(), v.storage_offset(), v.dtype, v.device, v.requires_grad)
@@ -209,8 +232,8 @@ class _Specialized:
     non-tensor inputs baked in as constants; past MAX_VARIANTS signatures, or when a
     compile or first run fails, that signature runs the FX graph eagerly."""
 
-    def __init__(self, gm: fx.GraphModule, compile_fn: Callable) -> None:
-        self.gm, self.compile_fn = gm, compile_fn
+    def __init__(self, gm: fx.GraphModule, compile_fn: Callable, strict: bool = False) -> None:
+        self.gm, self.compile_fn, self.strict = gm, compile_fn, strict
         self.variants: dict[tuple, tuple[Callable, list[int]]] = {}
 
     def __call__(self, *args: Any) -> Any:
@@ -225,6 +248,9 @@ class _Specialized:
 
     def _compile(self, args: tuple) -> tuple[Callable, list[int]] | None:
         if len(self.variants) >= MAX_VARIANTS:
+            if self.strict:
+                _strict_error(f"the part after a data-dependent op has {MAX_VARIANTS} compiled input "
+                              "signatures: a new one would run eagerly")
             logs.log("fallback", f"the part after a data-dependent op has {MAX_VARIANTS} compiled "
                                  "input signatures: a new one runs eagerly")
             return None
@@ -247,10 +273,12 @@ class _Specialized:
         try:
             fn = self.compile_fn(gm, [args[i] for i in tensor_pos])
         except Exception as e:  # noqa: BLE001 - the part runs eagerly for this signature
+            if self.strict:
+                raise
             logs.log("fallback", f"the part after a data-dependent op did not compile "
                                  f"({type(e).__name__}: {str(e)[:200]}): it runs eagerly")
             fn = gm.forward
-        entry = (_FirstRun(fn, gm.forward), tensor_pos)
+        entry = (fn if self.strict else _FirstRun(fn, gm.forward), tensor_pos)
         self.variants[tuple(_signature(a) for a in args)] = entry
         return entry
 

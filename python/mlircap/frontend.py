@@ -55,9 +55,12 @@ def _build_table() -> dict:
     table[aten.cumsum.default] = _cumsum_as_masked_sum
     for op in (aten._softmax.default, aten._log_softmax.default):
         table[op] = _scalar_as_vector(op, table.get(op))   # rank 0: torch-mlir's lowering hangs
-    from .cumulative import cumprod
+    from .cumulative import cummax, cummin, cumprod, logcumsumexp
 
     table[aten.cumprod.default] = cumprod   # torch-mlir's scan: no CPU kernel
+    table[aten.logcumsumexp.default] = logcumsumexp
+    table[aten.cummax.default] = cummax     # torch-mlir has no lowering for these two
+    table[aten.cummin.default] = cummin
     table[aten.gelu.default] = _gelu_tanh_decomposed(table.get(aten.gelu.default))
     flash_cpu = aten._scaled_dot_product_flash_attention_for_cpu.default
     table[flash_cpu] = _flash_for_cpu_with_logsumexp(table.get(flash_cpu))
@@ -66,6 +69,8 @@ def _build_table() -> dict:
     for op in (aten.div.Tensor_mode, aten.div.Scalar_mode, aten.floor_divide.default, aten.floor_divide.Scalar):
         table[op] = _floor_division_like_eager(op, intmath.floor_division(op, table.get(op)))
     table[aten.neg.default] = intmath.neg(table.get(aten.neg.default))   # torch-mlir: through f32
+    table[aten.gcd.default] = intmath.gcd   # torch-mlir has no lowering for gcd and lcm
+    table[aten.lcm.default] = intmath.lcm
     table[aten.max.default] = intmath.full_reduction(aten.amax.default)   # int8: torch-mlir crashes
     table[aten.min.default] = intmath.full_reduction(aten.amin.default)
     table[aten.remainder.Scalar] = intmath.scalar_remainder(aten.remainder.Tensor)   # int8: torch-mlir crashes
@@ -106,6 +111,8 @@ def _build_table() -> dict:
         for name in packet.overloads():
             if name != "out" and not name.endswith("_out"):
                 exact[getattr(packet, name)] = fn
+    for op in (aten.all.default, aten.all.dim, aten.all.dims, aten.any.default, aten.any.dim, aten.any.dims):
+        exact[op] = intmath.truth_reduction(op, op.name().startswith("aten::all"))
     return {op: _guarded(op, table.get(op), exact.get(op)) for op in set(table) | set(exact)}
 
 
@@ -338,11 +345,12 @@ def _keep_whole(op, args, kwargs) -> bool:
 # upsampling only gathers elements (on uint8 it becomes ops widen.uint8_computable
 # accepts); logspace computes in float and converts once, like eager's integer
 # kernel (0 wrong over the OpInfo sweep's integer samples); max pooling and
-# searchsorted only compare and select (maxpool.py, search.py).
+# searchsorted, cummax and cummin only compare and select (maxpool.py, search.py,
+# cumulative.py).
 _UINT8_DECOMPOSABLE = {f"aten::{n}" for n in (
     "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
     "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "logspace", "max_pool2d_with_indices",
-    "max_pool3d_with_indices", "searchsorted")}
+    "max_pool3d_with_indices", "searchsorted", "cummax", "cummin")}
 
 
 @dataclass

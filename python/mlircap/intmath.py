@@ -92,3 +92,88 @@ def full_reduction(reduce):
         return NotImplemented
 
     return decomposition
+
+
+def truth_reduction(op, is_all: bool):
+    """all/any as a count of nonzero (any) or zero (all) elements compared with 0, for a
+    uint8 input (eager's result is uint8, 0 or 1: torch-mlir cannot lower all of
+    integers, and its any of a widened uint8 crashed, SIGSEGV) and for the `.dims`
+    overloads of any dtype (torch-mlir cannot lower them). An empty dim list reduces
+    nothing, as eager: the elementwise truth. NaN counts as nonzero, as in eager.
+    Anything else: NotImplemented (the op as it is)."""
+    dims_overload = op._overloadname == "dims"
+
+    def decomposition(x, *args, **kwargs):
+        if not isinstance(x, torch.Tensor) or x.is_complex() or not (x.dtype == torch.uint8 or dims_overload):
+            return NotImplemented
+        if op._overloadname == "default":
+            if args or kwargs:
+                return NotImplemented
+            dims, keepdim = None, False
+        else:
+            dims = args[0] if args else kwargs.get("dim")
+            keepdim = bool(args[1] if len(args) > 1 else kwargs.get("keepdim", False))
+            if isinstance(dims, int):
+                dims = [dims]
+        nz = x != 0
+        if dims is not None and len(dims) == 0:
+            r = nz
+        else:
+            pick = ~nz if is_all else nz
+            cnt = pick.sum(dim=None if dims is None else list(dims), keepdim=keepdim) if dims is not None or \
+                keepdim else pick.sum()
+            r = cnt == 0 if is_all else cnt > 0
+        return r.to(torch.uint8) if x.dtype == torch.uint8 else r
+
+    return decomposition
+
+
+# Euclid's algorithm takes at most this many steps on |values| below 2**(bits - 1)
+# (consecutive Fibonacci numbers are the worst case: F(k) < 2**(bits-1))
+def _euclid_steps(bits: int) -> int:
+    a, b, k = 0, 1, 0
+    while b < 2 ** (bits - 1):
+        a, b, k = b, a + b, k + 1
+    return k + 1
+
+
+def gcd(a, b):
+    """aten.gcd of integer tensors as eager's calc_gcd (|a|, |b|, then Euclid's loop
+    `while a != 0: a, b = b % a, a`) unrolled to the number of steps the dtype's
+    largest values need (Fibonacci bound: 11 for int8, 24 for int16, 47 for int32,
+    93 for int64); elements already done keep their value. `%` is C's truncating
+    remainder (fmod), as in eager's loop; abs(INT_MIN) stays INT_MIN as in eager.
+    Other dtypes: NotImplemented."""
+    if not (_integer(a) and _integer(b)) or a.dtype != b.dtype:
+        return NotImplemented
+    if a.dtype == torch.uint8:   # in int16 (uint8's own ops on the way recursed in the tracer)
+        return gcd(a.to(torch.int16), b.to(torch.int16)).to(torch.uint8)
+    bits = {torch.int8: 8, torch.int16: 16, torch.int32: 32, torch.int64: 64}.get(a.dtype)
+    if bits is None:
+        return NotImplemented
+    x, y = torch.broadcast_tensors(a.abs(), b.abs())
+    for _ in range(_euclid_steps(bits)):
+        nz = x != 0
+        safe = torch.where(nz, x, torch.ones_like(x))
+        x, y = torch.where(nz, torch.fmod(y, safe), x), torch.where(nz, x, y)
+    return y
+
+
+def lcm(a, b):
+    """aten.lcm of integer tensors as eager's calc_lcm: g = gcd(a, b), then
+    `g == 0 ? 0 : abs(a / g * b)` (a / g exact, the product wrapping in the dtype).
+    C++ computes `a / g * b` and abs of 8- and 16-bit integers in int (integer
+    promotion) and converts the result back: so does this, in int32. Other dtypes:
+    NotImplemented."""
+    if not (_integer(a) and _integer(b)) or a.dtype != b.dtype:
+        return NotImplemented
+    if a.dtype in (torch.uint8, torch.int8, torch.int16):
+        a32, b32 = a.to(torch.int32), b.to(torch.int32)
+        return lcm(a32, b32).to(a.dtype)
+    g = gcd(a, b)
+    if g is NotImplemented:
+        return NotImplemented
+    zero = g == 0
+    safe = torch.where(zero, torch.ones_like(g), g)
+    r = (torch.div(a, safe, rounding_mode="trunc") * b).abs()
+    return torch.where(zero, torch.zeros_like(r), r)

@@ -21,8 +21,10 @@ failed on the graph and ddsplit.py ran the whole op as an eager island.
   the graph runs eagerly for good (the data keeps taking another path).
 
 Only boolean reads, only when every example input is a real tensor and none
-requires grad (inference graphs), the graph reads no module state (the compile-time
-run would update a buffer), and not under strict=True.
+requires grad (inference graphs), and the graph reads no module state (the
+compile-time run would update a buffer). Under strict=True the graph runs compiled
+the same way, and a call whose guard fails raises MlircapCompileError instead of
+rerunning eagerly.
 """
 from __future__ import annotations
 
@@ -185,9 +187,10 @@ def checked(compiled, expected: list[bool]):
     return run
 
 
-def rerun_on_failed_guard(fn, gm: fx.GraphModule):
+def rerun_on_failed_guard(fn, gm: fx.GraphModule, strict: bool = False):
     """`fn` (aot_autograd's function of the speculated graph), except where a guard
-    fails: then `gm` runs eagerly, from the generator state `fn` started with."""
+    fails: then `gm` runs eagerly, from the generator state `fn` started with
+    (`strict`: MlircapCompileError instead)."""
     misses = [0]
 
     def run(*args):
@@ -197,6 +200,12 @@ def rerun_on_failed_guard(fn, gm: fx.GraphModule):
         try:
             return fn(*args)
         except GuardFailed:
+            if strict:
+                from .backend import MlircapCompileError
+
+                raise MlircapCompileError(
+                    "a data-dependent decision compiled as eager took it on the example inputs went the "
+                    "other way for these inputs: the graph would run eagerly (strict=True)") from None
             misses[0] += 1
             logs.log("fallback", f"graph split into 1 parts; eager islands: speculated data-dependent decision: "
                                  f"the data took another path (rerun eagerly, {misses[0]}/{MAX_MISSES})")

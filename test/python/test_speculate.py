@@ -91,7 +91,11 @@ def test_observe_records_boolean_reads_and_refuses_module_state():
     assert torch.equal(m.b, before)
 
 
-def test_strict_still_raises():
+def test_strict_runs_compiled_and_raises_where_a_guard_fails():
+    # strict=True raises only where the graph would run eagerly: a failed guard
     fast = mlircap.compile(lambda x, t, v: F.gaussian_nll_loss(x, t, v), strict=True)
+    x, t = torch.randn(3), torch.randn(3)
+    v = torch.rand(3) + 0.1
+    torch.testing.assert_close(fast(x, t, v), F.gaussian_nll_loss(x, t, v))
     with pytest.raises(mlircap.MlircapCompileError):
-        fast(torch.randn(3), torch.randn(3), torch.rand(3))
+        fast(x, t, -v)
