@@ -732,4 +732,59 @@ def MlircapOutlineParallel : Pass<"mlircap-outline-parallel", "::mlir::ModuleOp"
                            "::mlir::LLVM::LLVMDialect", "::mlir::scf::SCFDialect"];
 }
 
+def MlircapMarkNoAlias : Pass<"mlircap-mark-noalias", "::mlir::ModuleOp"> {
+  let summary = "Record which lowered arguments of kernels are non-aliasing data pointers (CPU)";
+  let description = [{
+    The buffers of a CPU launch-plan kernel are distinct allocations (each
+    result a buffer of its own, inputs only read), but after the LLVM
+    lowering its memref arguments are descriptors whose data pointers may
+    alias: LLVM keeps loads of per-channel parameters, and what is computed
+    from them (BatchNorm's `1/sqrt(var+eps)`), inside the element loop, and
+    vectorizes only behind runtime checks. The upstream lowering drops
+    `llvm.noalias` on memref arguments.
+
+    On each `func.func` with `mlircap.kernel` (every memref argument) or
+    with `mlircap.noalias` (only the memref arguments carrying
+    `mlircap.noalias`, which is removed), this pass records
+    `mlircap.noalias_slots = array<i64: N, p...>`: N the number of arguments
+    of the lowered signature (a ranked memref of rank r lowers to 3 + 2r:
+    allocated pointer, aligned pointer, offset, sizes, strides; an unranked
+    one to 2; anything else to 1), p the positions of the aligned pointers.
+    `mlircap-apply-noalias` uses it after the lowering. Runs on bufferized IR,
+    after every pass that changes a signature, before `convert-to-llvm`.
+
+    Before:
+    ```mlir
+    func.func @k(%a: memref<16xf32>, %b: memref<2x16xf32>) attributes {mlircap.kernel = "pointwise"}
+    ```
+    After:
+    ```mlir
+    func.func @k(%a: memref<16xf32>, %b: memref<2x16xf32>)
+        attributes {mlircap.kernel = "pointwise", mlircap.noalias_slots = array<i64: 12, 1, 6>}
+    ```
+  }];
+}
+
+def MlircapApplyNoAlias : Pass<"mlircap-apply-noalias", "::mlir::ModuleOp"> {
+  let summary = "Mark recorded kernel data pointers llvm.noalias (CPU)";
+  let description = [{
+    On each `llvm.func` carrying `mlircap.noalias_slots` (see
+    `mlircap-mark-noalias`) whose argument count is the recorded one, puts
+    `llvm.noalias` on the recorded pointer arguments; the attribute is
+    removed from every function (a C-interface wrapper inheriting it, with
+    another signature, gets nothing). Runs after the LLVM lowering.
+
+    Before:
+    ```mlir
+    llvm.func @k(%arg0: !llvm.ptr, %arg1: !llvm.ptr, %arg2: i64, ...)
+        attributes {mlircap.noalias_slots = array<i64: 12, 1, 6>}
+    ```
+    After:
+    ```mlir
+    llvm.func @k(%arg0: !llvm.ptr, %arg1: !llvm.ptr {llvm.noalias}, %arg2: i64, ...)
+    ```
+  }];
+  let dependentDialects = ["::mlir::LLVM::LLVMDialect"];
+}
+
 #endif // MLIRCAP_PASSES

@@ -9,7 +9,8 @@
 //                       (f32 sums in f64, bf16/f16 ops in f32 rounded per op,
 //                       elementwise fusion only: no kernel
 //                       outlining, asserts kept; outer parallel loops with
-//                       enough work run on the runtime's thread pool)
+//                       enough work run on the runtime's thread pool; kernels'
+//                       data pointers marked noalias)
 // mlircap-gpu-pipeline  linalg-on-tensors -> kernels outlined and called from the
 //                       caller (tensor level), gpu.binary holding their PTX (sm_90)
 //
@@ -65,10 +66,10 @@ std::string cpuPipeline(bool fused) {
       "func.func(mlircap-reduction-loops,cse,convert-linalg-to-parallel-loops,"
       "mlircap-emulate-low-precision,"
       "mlircap-math-approx),mlircap-widen-bool-memrefs,"
-      "mlircap-outline-parallel,convert-scf-to-cf,"
+      "mlircap-outline-parallel,mlircap-mark-noalias,convert-scf-to-cf,"
       "expand-strided-metadata,lower-affine,finalize-memref-to-llvm,"
       "convert-math-to-llvm,convert-math-to-libm,convert-to-llvm,"
-      "reconcile-unrealized-casts",
+      "reconcile-unrealized-casts,mlircap-apply-noalias",
       kFuseElementwise, llvm::formatv(kBufferize, fused).str(),
       fused ? "" : kPropagateNan);
 }
