@@ -128,7 +128,7 @@ class _FlowRootMixin(_FlowWriteMixin):
         handing it to a call, reading it after a break) guards every float item by value
         (`_flow_items_escape`, through touch).  False: not such a read (touch the list)."""
         fi = self.float_items.get(id(c))
-        if fi is None and id(c) not in self.lazy or type(c) is not list or type(idx) is not int or \
+        if fi is None and id(c) not in self.lazy or type(c) not in (list, tuple) or type(idx) is not int or \
                 (id(c), "*") in self.dirty:
             return False
         if fi is None:
@@ -137,12 +137,12 @@ class _FlowRootMixin(_FlowWriteMixin):
             kind, _, _, _, snap = self.snaps[id(c)]
             if len(lz) > 6:   # its contents after an uncapturable call (sources._new_epoch)
                 snap = lz[6]
-            if kind != "list" or pos != self.ncalls or len(snap) != len(c) or \
+            if kind not in ("list", "tuple") or pos != self.ncalls or len(snap) != len(c) or \
                     any(a is not b for a, b in zip(snap, c)) or not any(_followable(x) for x in snap):
                 return False
             del self.lazy[id(c)]   # (touch() must not guard it again)
             keys: dict[int, int] = {}
-            self.guard(TypeLen(expr, pretty, list, len(snap)))
+            self.guard(TypeLen(expr, pretty, type(c), len(snap)))
             for i, x in enumerate(snap):
                 if _followable(x):
                     self.guard(TypeIs(f"{expr}[{i}]", f"{pretty}[{i}]", type(x)))

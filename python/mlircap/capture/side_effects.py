@@ -108,6 +108,8 @@ class _SideEffectMixin:
             stored = self.stored.get(vid, ())
             items = {k[1] for k in stored if type(k) is tuple and len(k) == 2 and k[0] == "item"}
             names = {k for k in stored if type(k) is str}
+            if kind == "tuple":
+                continue   # (immutable: a lazily guarded tuple of numbers, sources.py)
             if kind == "list":
                 if len(v) >= len(snap) and all(a is b for a, b in zip(v, snap)):
                     # unchanged prefix: the stored indices (lst[i] = x), then the appended tail

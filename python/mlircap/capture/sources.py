@@ -19,7 +19,7 @@ from .guard_kinds import (
 from .classify import _ID_HASHED, _IMMUTABLE_CONST, _PRIM, _classify
 from .locations import _short
 from .typeinfo import (
-    _NDARRAY_GUARD_BYTES, _dataclass_fields, _is_constant_value, _is_frozen_dataclass, _is_ndarray, _pure_python_type,
+    _NDARRAY_GUARD_BYTES, _dataclass_fields, _np_float, _is_constant_value, _is_frozen_dataclass, _is_ndarray, _pure_python_type,
     _slot_names, _slot_values,
 )
 
@@ -65,7 +65,7 @@ class _SourceMixin:
             self.guard(TypeLen(expr, pretty, t, n), group=group)
             if kind == "deque":
                 self.guard(Equals(f"{expr}.maxlen", f"{pretty}.maxlen", v.maxlen))
-            if kind == "list" or kind == "deque":
+            if kind == "list" or kind == "deque" or kind == "tuple":
                 for i, x in enumerate(snap):
                     self._source(x, f"{expr}[{i}]", f"{pretty}[{i}]", False, depth + 1)
             elif kind == "dict":
@@ -214,6 +214,15 @@ class _SourceMixin:
         if t is tuple and not argrooted and len(v) <= 8 and all(type(x) in (int, str) for x in v):
             # e.g. conv stride/padding tuples read from module attributes
             self.guard(Equals(expr, pretty, v, exact=tuple), group=group)
+            return
+        if t is tuple and not argrooted and 0 < len(v) <= 64 and \
+                any(type(x) is float and x == x or _np_float(x) for x in v) and \
+                all(x is None or type(x) in _PRIM or _np_float(x) for x in v):
+            # numbers with floats (`self.loss_weights = (1.0, 0.5)`): guarded where the program
+            # uses them, as a list is (a float item read by a subscript: flow_roots._flow_item)
+            self.src[vid] = (expr, pretty, argrooted)
+            self.snaps[vid] = ("tuple", v, expr, pretty, list(v))
+            self.lazy[vid] = (v, expr, pretty, depth, self.ncalls, group)
             return
         if isinstance(v, (list, dict, set, collections.deque)) and not argrooted:
             if len(v) > 512:
@@ -372,9 +381,9 @@ class _SourceMixin:
             self.lazy.pop(vid, None)
             del self.float_items[vid]
         for vid, (kind, v, expr, pretty, _) in self.snaps.items():
-            if kind in ("list", "dict", "deque", "set") and (vid, "*") not in self.dirty:
+            if kind in ("list", "dict", "deque", "set", "tuple") and (vid, "*") not in self.dirty:
                 lz = self.lazy.get(vid)
-                now = list(v) if kind in ("list", "deque") else dict(v) if kind == "dict" else set(v)
+                now = list(v) if kind in ("list", "deque", "tuple") else dict(v) if kind == "dict" else set(v)
                 self.lazy[vid] = (v, expr, pretty, lz[3] if lz else 0, k + 1, None, now)
         for vid, (o, _, *_) in list(self.lazy_objs.items()):
             self.lazy_objs[vid] = (o, k + 1, dict(o.__dict__))

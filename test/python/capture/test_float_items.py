@@ -110,3 +110,29 @@ def make():
 def mutate(i, f):
     SCALES[0] = 0.5 + i
 """, [(_x(i),) for i in range(4)], recompiles=0, graphs=1)
+
+
+def test_float_items_of_a_tuple_attribute():
+    """`self.loss_weights = (w0, w1)` reassigned by a schedule between calls: the tuple's
+    float items read by a subscript are graph inputs (the tuple is guarded for its type
+    and length, its floats for their types); unpacked, its items are guarded by value."""
+    prog = """
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 2)
+        self.loss_weights = (1.0, 0.5, 2)
+    def forward(self, x):
+{body}
+def make():
+    return M()
+def mutate(i, m):
+    m.loss_weights = (1.0 / (1 + i), 0.5 + 0.25 * i, 2)
+"""
+    body = ("h = self.a(x)\nw = self.loss_weights\n"
+            "return h.pow(2).mean() * w[0] + h.abs().mean() * self.loss_weights[1] * w[2]")
+    run_program(prog.format(body="\n".join("        " + ln for ln in body.splitlines())),
+                [(_x(i),) for i in range(5)], recompiles=0, graphs=1)
+    body = "w0, w1, k = self.loss_weights\nreturn self.a(x) * w0 + w1"
+    run_program(prog.format(body="\n".join("        " + ln for ln in body.splitlines())),
+                [(_x(i),) for i in range(4)], recompiles=3)

@@ -470,14 +470,16 @@ class M(nn.Module):
         super().__init__()
         self.lin = nn.Linear(3, 3)
         self.weights = [1.0, 0.25, 3]
+        self.lw = (1.0, 0.5)
         self.mode = 0
     def forward(self, x):
         loss = self.lin(x).pow(2).mean()            # a 0-d float32 operand
+        loss = loss * self.lw[0] + x.sum() * self.lw[-1]
         y = loss * self.weights[0] + self.lin(x) * self.weights[-2]
         w, w2 = W, W2
         y = y + x * w[0]
         if self.mode == 1:
-            y = y + sum(self.weights[:2])           # the floats by value
+            y = y + sum(self.weights[:2]) + sum(self.lw)   # the floats by value
         elif self.mode == 2 and self.weights[1] > 0.3:
             y = y * 2
         elif self.mode == 3:
@@ -499,6 +501,7 @@ def mutate(i, m):
         lambda: setattr(m, "weights", [r.choice([1.0, 2.0]), 0.25, 3]),
         lambda: m.weights.append(1.0) if len(m.weights) < 4 else m.weights.pop(),
         lambda: setattr(m, "mode", r.randrange(5)),
+        lambda: setattr(m, "lw", r.choice([(1.0, 0.5), (2.0, 0.5), (1.0, 1), (1.0, 0.5, 3.0), (0.5, -0.0)])),
         lambda: W.__setitem__(r.randrange(2), r.choice([1.0, 0.5, 3.0])),
         lambda: W.append(0.1) if len(W) < 4 else W.pop(),
         lambda: W2.__setitem__(0, r.choice([1.0, 2.0])) if len(W2) < 3 else W2.pop(),
@@ -516,6 +519,7 @@ def state(m):
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_guard_fuzz_float_items(seed, typed_checks_agree):
     """Float items of lists (a module's loss weights, a global list, through a variable)
+    and of a tuple attribute (reassigned between calls: other values, types, lengths)
     that are graph inputs (flow_roots._flow_item), with a 0-d float32 operand: items and
     types changed, the list replaced, grown and shrunk, the list also read by value
     (summed, branched on), written by the call itself; a list the program holds (read
