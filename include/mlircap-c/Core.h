@@ -88,8 +88,9 @@ MLIRCAP_EXPORT char *mlircap_to_ptx(const char *ir, const char *chip,
  *
  * dtype: f32 f16 bf16 f64 i64 i32 i16 i8 i1 (i1: one byte per element).
  * Library ops: matmul, matmul_transpose_b, batch_matmul,
- * batch_matmul_transpose_b (ins [A, B]) and conv2d_nchw_fchw (ins [input,
- * filter], attrs strides/dilations; padding was made explicit in a kernel).
+ * batch_matmul_transpose_b (ins [A, B]), conv2d_nchw_fchw (ins [input,
+ * filter]) and conv2d_depthwise_nchw_chw (ins [input, filter (C, kh, kw)]),
+ * convolutions with attrs strides/dilations/padding.
  * `out` is a fresh buffer fully written by the op: a non-zero init is added
  * by the following kernel (mlircap-library-init). Kernel launch: every arg is
  * a raw device pointer (bare-pointer calling convention). */

@@ -380,17 +380,21 @@ struct PlanBuilder {
     step["ins"] = std::move(ins);
     step["out"] = *out;
     json::Object attrs;
-    if (auto conv = dyn_cast<linalg::Conv2DNchwFchwOp>(op.getOperation())) {
+    auto convAttrs = [&](auto conv) {
       json::Array s, d;
-      for (int64_t x : conv.getStrides().getValues<int64_t>())
+      for (int64_t x : conv.getStrides().template getValues<int64_t>())
         s.push_back(x);
-      for (int64_t x : conv.getDilations().getValues<int64_t>())
+      for (int64_t x : conv.getDilations().template getValues<int64_t>())
         d.push_back(x);
       attrs["strides"] = std::move(s);
       attrs["dilations"] = std::move(d);
       if (padding)
         attrs["padding"] = json::Array{padding->first, padding->second};
-    }
+    };
+    if (auto conv = dyn_cast<linalg::Conv2DNchwFchwOp>(op.getOperation()))
+      convAttrs(conv);
+    else if (auto dw = dyn_cast<linalg::DepthwiseConv2DNchwChwOp>(op.getOperation()))
+      convAttrs(dw);
     step["attrs"] = std::move(attrs);
     steps.push_back(std::move(step));
     return success();

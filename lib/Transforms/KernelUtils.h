@@ -35,9 +35,17 @@ inline llvm::StringRef libraryOpName(Operation *op) {
     return bmm.hasUserDefinedMaps() ? "" : "batch_matmul";
   if (isa<linalg::Conv2DNchwFchwOp>(op))
     return "conv2d_nchw_fchw";
+  if (isa<linalg::DepthwiseConv2DNchwChwOp>(op))
+    return "conv2d_depthwise_nchw_chw";
   return "";
 }
 inline bool isLibraryOp(Operation *op) { return !libraryOpName(op).empty(); }
+
+/// A library convolution (NCHW input as operand 0: conv2d_nchw_fchw,
+/// conv2d_depthwise_nchw_chw).
+inline bool isLibraryConv(Operation *op) {
+  return isa<linalg::Conv2DNchwFchwOp, linalg::DepthwiseConv2DNchwChwOp>(op) && isLibraryOp(op);
+}
 
 /// The (height, width) padding a library convolution applies itself (cuDNN /
 /// oneDNN take a padding argument) when `pad` is the zero padding of an NCHW
@@ -59,8 +67,7 @@ inline std::optional<std::pair<int64_t, int64_t>> convInputPadding(tensor::PadOp
       low[2] != high[2] || low[3] != high[3] || low[2] < 0 || low[3] < 0)
     return std::nullopt;
   for (OpOperand &use : pad->getUses()) {
-    auto conv = dyn_cast<linalg::Conv2DNchwFchwOp>(use.getOwner());
-    if (!conv || !isLibraryOp(conv) || use.getOperandNumber() != 0)
+    if (!isLibraryConv(use.getOwner()) || use.getOperandNumber() != 0)
       return std::nullopt;
   }
   return std::make_pair(low[2], low[3]);

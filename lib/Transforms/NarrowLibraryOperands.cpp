@@ -139,7 +139,8 @@ void narrow(OpTy op) {
 /// conversion copy into it. `conv(ins) outs(init)` becomes
 /// `extf(conv(ins) outs(0 narrow)) [+ init]`, the add left out when the init
 /// is a zero fill.
-void narrowConv(linalg::Conv2DNchwFchwOp op) {
+template <typename ConvOp>
+void narrowConv(ConvOp op) {
   if (!op.hasPureTensorSemantics())
     return;
   bool changed;
@@ -158,6 +159,7 @@ struct NarrowLibraryOperands
     SmallVector<linalg::MatmulOp> mms;
     SmallVector<linalg::BatchMatmulOp> bmms;
     SmallVector<linalg::Conv2DNchwFchwOp> convs;
+    SmallVector<linalg::DepthwiseConv2DNchwChwOp> depthwise;
     getOperation().walk([&](Operation *op) {
       if (auto m = dyn_cast<linalg::MatmulOp>(op))
         mms.push_back(m);
@@ -165,8 +167,12 @@ struct NarrowLibraryOperands
         bmms.push_back(m);
       else if (auto c = dyn_cast<linalg::Conv2DNchwFchwOp>(op))
         convs.push_back(c);
+      else if (auto d = dyn_cast<linalg::DepthwiseConv2DNchwChwOp>(op))
+        depthwise.push_back(d);
     });
     for (auto op : convs)
+      narrowConv(op);
+    for (auto op : depthwise)
       narrowConv(op);
     for (auto op : mms)
       narrow(op);

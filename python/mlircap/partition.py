@@ -205,14 +205,18 @@ def is_random(node: fx.Node) -> bool:
 
 
 def _plan_convolution(node: fx.Node) -> bool:
-    """A convolution the launch plans run as their own library step (2-D, ungrouped,
-    not transposed: cuDNN / oneDNN through torch, with the epilogue fused). Any other
-    (1-D, 3-D, grouped, depthwise, transposed) runs through torch as well, but as an
+    """A convolution the launch plans run as their own library step (2-D, not
+    transposed, ungrouped or depthwise with one filter per channel: cuDNN / oneDNN
+    through torch, with the epilogue fused). Any other (1-D, 3-D, grouped, depthwise
+    with a channel multiplier, transposed) runs through torch as well, but as an
     island: compiled as loops, single thread, they ran 5-9x slower than eager
     (conv3d 2x4x16^3 11.8 vs 1.25 ms, conv1d 7.1 vs 0.84, depthwise 3x3 11.9 vs 2.3)."""
     w = node.args[1].meta.get("val") if len(node.args) > 1 and isinstance(node.args[1], fx.Node) else None
-    return isinstance(w, torch.Tensor) and w.dim() == 4 and not _argument(node, "transposed", False) \
-        and _argument(node, "groups", 1) == 1
+    if not isinstance(w, torch.Tensor) or w.dim() != 4 or _argument(node, "transposed", False):
+        return False
+    groups = _argument(node, "groups", 1)
+    # depthwise (torch-mlir: linalg.depthwise_conv_2d_nchw_chw, the plan's conv2d_depthwise_nchw_chw)
+    return groups == 1 or (groups == w.shape[0] and w.shape[1] == 1)
 
 
 def _argument(node: fx.Node, name: str, default):

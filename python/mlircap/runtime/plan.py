@@ -21,6 +21,12 @@ def _conv2d(x, w, st: LibraryStep):
                                       dilation=st.dilations or (1, 1))
 
 
+def _conv2d_depthwise(x, w, st: LibraryStep):
+    # w: (channels, kh, kw), one filter per input channel
+    return torch.nn.functional.conv2d(x, w.unsqueeze(1), stride=st.strides or (1, 1), padding=st.padding or (0, 0),
+                                      dilation=st.dilations or (1, 1), groups=x.shape[1])
+
+
 LIBRARY = {
     "matmul": lambda ins, st: torch.mm(ins[0], ins[1]),
     "matmul_transpose_b": lambda ins, st: torch.mm(ins[0], ins[1].t()),
@@ -28,6 +34,7 @@ LIBRARY = {
     "batch_matmul": lambda ins, st: torch.bmm(ins[0], ins[1]),
     "batch_matmul_transpose_b": lambda ins, st: torch.bmm(ins[0], ins[1].transpose(1, 2)),
     "conv2d_nchw_fchw": lambda ins, st: _conv2d(ins[0], ins[1], st),
+    "conv2d_depthwise_nchw_chw": lambda ins, st: _conv2d_depthwise(ins[0], ins[1], st),
 }
 # Library ops with an out= form: (torch function, operands from the step's inputs).
 # The result is written into the plan's buffer directly; without an out= form
