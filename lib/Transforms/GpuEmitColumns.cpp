@@ -91,18 +91,16 @@ void Codegen::columnKernel(linalg::GenericOp red, Value tid, Value bid) {
       return;
     scf::YieldOp::create(b, loc, vals[0]);
   }
-  auto space = gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup);
-  Value partials = gfn.addWorkgroupAttribution(
-      MemRefType::get({kSlices * kCols}, t, MemRefLayoutAttrInterface{}, space), loc);
-  memref::StoreOp::create(b, loc, loop.getResult(0), partials, tid);
+  Value partials = sharedBuffer(kSlices * kCols, t);
+  sharedStore(loop.getResult(0), partials, tid);
   gpu::BarrierOp::create(b, loc);
   Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, ty, cIdx(0));
   auto ifOp = scf::IfOp::create(b, loc, arith::AndIOp::create(b, loc, first, valid), false);
   b.setInsertionPointToStart(ifOp.thenBlock());
-  Value acc = memref::LoadOp::create(b, loc, partials, tx);
+  Value acc = sharedLoad(partials, tx, t);
   for (int64_t sl = 1; sl < kSlices; ++sl) {
     Value at = arith::AddIOp::create(b, loc, cIdx(sl * kCols), tx);
-    acc = combine(comb, acc, memref::LoadOp::create(b, loc, partials, at).getResult());
+    acc = combine(comb, acc, sharedLoad(partials, at, t));
   }
   OpOperand *init = red.getDpsInitOperand(0);
   SmallVector<Value> ivs0(*ivsOpt);

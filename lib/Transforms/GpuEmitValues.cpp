@@ -56,6 +56,9 @@ Value Codegen::eval(Value tensor, ArrayRef<Value> idx) {
       auto sub = delinearize(idx[j], shape);
       src.append(sub.begin(), sub.end());
     }
+    // A collapse into a 0-d tensor has no groups: every source dim is a unit dim.
+    if (collapse.getReassociationIndices().empty())
+      src.assign(srcType.getRank(), cIdx(0));
     return eval(collapse.getSrc(), src);
   }
   if (auto slice = dyn_cast<tensor::ExtractSliceOp>(def)) {
@@ -315,12 +318,8 @@ Value Codegen::blockReduce(Value v, Operation *comb, TypedAttr identity, Value t
     return v;
   Type t = v.getType();
   int64_t warps = block / 32;
-  auto space = gpu::AddressSpaceAttr::get(b.getContext(),
-                                          gpu::AddressSpace::Workgroup);
-  auto scratchT = MemRefType::get({warps}, t, MemRefLayoutAttrInterface{}, space);
-  auto resultT = MemRefType::get({1}, t, MemRefLayoutAttrInterface{}, space);
-  Value scratch = gfn.addWorkgroupAttribution(scratchT, loc);
-  Value result = gfn.addWorkgroupAttribution(resultT, loc);
+  Value scratch = sharedBuffer(warps, t);
+  Value result = sharedBuffer(1, t);
   Value lane = arith::RemUIOp::create(b, loc, tid, cIdx(32));
   Value warp = arith::DivUIOp::create(b, loc, tid, cIdx(32));
   Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, cIdx(0));
@@ -328,7 +327,7 @@ Value Codegen::blockReduce(Value v, Operation *comb, TypedAttr identity, Value t
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(ifLane0.thenBlock());
-    memref::StoreOp::create(b, loc, v, scratch, warp);
+    sharedStore(v, scratch, warp);
   }
   gpu::BarrierOp::create(b, loc);
   Value isWarp0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, warp, cIdx(0));
@@ -338,7 +337,7 @@ Value Codegen::blockReduce(Value v, Operation *comb, TypedAttr identity, Value t
     b.setInsertionPointToStart(ifWarp0.thenBlock());
     Value inRange = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, lane, cIdx(warps));
     Value safeLane = arith::SelectOp::create(b, loc, inRange, lane, cIdx(0));
-    Value x = memref::LoadOp::create(b, loc, scratch, safeLane);
+    Value x = sharedLoad(scratch, safeLane, t);
     Value id = arith::ConstantOp::create(b, loc, identity);
     x = arith::SelectOp::create(b, loc, inRange, x, id);
     int64_t saved = rowLanes;
@@ -347,10 +346,31 @@ Value Codegen::blockReduce(Value v, Operation *comb, TypedAttr identity, Value t
     rowLanes = saved;
     auto ifFirst = scf::IfOp::create(b, loc, isLane0, false);
     b.setInsertionPointToStart(ifFirst.thenBlock());
-    memref::StoreOp::create(b, loc, x, result, cIdx(0));
+    sharedStore(x, result, cIdx(0));
   }
   gpu::BarrierOp::create(b, loc);
-  return memref::LoadOp::create(b, loc, result, cIdx(0));
+  return sharedLoad(result, cIdx(0), t);
+}
+
+Value Codegen::sharedBuffer(int64_t n, Type t) {
+  auto space = gpu::AddressSpaceAttr::get(b.getContext(),
+                                          gpu::AddressSpace::Workgroup);
+  Type st = t.isInteger(1) ? b.getI8Type() : t;
+  return gfn.addWorkgroupAttribution(
+      MemRefType::get({n}, st, MemRefLayoutAttrInterface{}, space), loc);
+}
+
+void Codegen::sharedStore(Value v, Value mem, Value i) {
+  if (v.getType().isInteger(1))
+    v = arith::ExtUIOp::create(b, loc, b.getI8Type(), v);
+  memref::StoreOp::create(b, loc, v, mem, i);
+}
+
+Value Codegen::sharedLoad(Value mem, Value i, Type t) {
+  Value v = memref::LoadOp::create(b, loc, mem, i);
+  if (t.isInteger(1))
+    v = arith::TruncIOp::create(b, loc, b.getI1Type(), v);
+  return v;
 }
 
 } // namespace mlir::mlircap::gpu_emit

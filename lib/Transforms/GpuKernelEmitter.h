@@ -130,6 +130,12 @@ struct Codegen {
   /// All threads of the block get the combination of every thread's `v`.
   Value blockReduce(Value v, Operation *comb, TypedAttr identity, Value tid);
 
+  /// Workgroup (shared) memory for `n` values of type `t`: bools are bytes there as
+  /// in global memory (LLVM cannot store i1); sharedStore/sharedLoad convert.
+  Value sharedBuffer(int64_t n, Type t);
+  void sharedStore(Value v, Value mem, Value i);
+  Value sharedLoad(Value mem, Value i, Type t);
+
   //===--------------------------------------------------------------------===//
   // Strategies.
   //===--------------------------------------------------------------------===//
