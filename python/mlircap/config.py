@@ -69,6 +69,9 @@ ENV: dict[str, EnvVar] = _vars(
            "instead of calling torch's vectorized kernel (partition.CPU_LIBRARY_OPS)", "python/mlircap/partition.py"),
     EnvVar("MLIRCAP_CUDA_GRAPHS", "1", "0 disables CUDA graphs for GPU plans",
            "mlircap/runtime/cuda.py"),
+    EnvVar("MLIRCAP_CUDNN_BENCHMARK", None, "1 lets cuDNN time its algorithms for the plan's "
+           "convolutions (once per shape, before a CUDA graph is captured); default: "
+           "torch.backends.cudnn.benchmark", "mlircap/runtime/plan.py"),
     EnvVar("MLIRCAP_LIB_DIR", None, "directory searched first for the built core "
            "(_mlircap*.so, libmlircap_core.so); before <repo>/build/lib and the package's _lib/",
            "mlircap/_core.py, scripts/gpu-bundle"),
