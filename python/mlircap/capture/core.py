@@ -28,6 +28,7 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   locations      the user's file:line (_user_location, _frame_loc), short value descriptions
   typeinfo       type introspection: MRO lookups, descriptors, class dicts, __slots__
   guard_kinds    the guard kinds, one frozen record each (check / code / describe)
+  guard_tensors  the tensor guard kinds: TensorMatch, TensorMatchAll (one C call: _tensor_ext), StorageAliasing
   guard_batches  guards checked many per call in C: dict version tags, function code, closure cells
   guards         _GuardMixin, Placed, _GlobalState, guard merging and compilation
   counters       _CounterMixin: int attributes incremented / compared (`self.step += 1`), not guarded by value
@@ -149,7 +150,7 @@ from .guards import (  # noqa: F401
     _compile_guard,
     _merge_guards,
 )
-from .guard_kinds import _alias_pattern, _tensor_guards  # noqa: F401
+from .guard_tensors import _alias_pattern, _tensor_guards  # noqa: F401
 from .values import (  # noqa: F401
     _ValueMixin,
 )

@@ -1,6 +1,6 @@
 """Guards: the recorder's guard building (`_GuardMixin`), the global torch state a
 variant depends on, and compiling the pre-call guards into one Python function (the
-guard kinds themselves are in guard_kinds.py)."""
+guard kinds themselves are in guard_kinds.py and guard_tensors.py)."""
 from __future__ import annotations
 
 import bisect
@@ -13,9 +13,8 @@ import torch
 
 from .guard_batches import AllDictVersions, _cells_hold, _funcs_unchanged, batch_functions, make_cells_hold, \
     make_function_codes
-from .guard_kinds import (
-    DictVersions, Distinct, Guard, Keys, NoShadowedBuiltins, StorageAliasing, TensorMatch, TensorMatchAll, _alias_pattern,
-)
+from .guard_kinds import DictVersions, Distinct, Guard, Keys, NoShadowedBuiltins
+from .guard_tensors import StorageAliasing, TensorMatch, TensorMatchAll, _alias_pattern
 from .typeinfo import _dict_version, _dicts_unchanged
 
 if TYPE_CHECKING:  # annotations only: recorder imports this module

@@ -7,8 +7,10 @@ copies of the program)."""
 import pytest
 
 from harness import run_program
+from mlircap.capture import _tensor_ext
 
 pytest.importorskip("numpy")
+_tensor_ext.load(block=True)   # the merged tensor guards are TensorMetas (where it builds): checked here
 
 PROGRAM = """
 import random, types

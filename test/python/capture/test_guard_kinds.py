@@ -7,8 +7,9 @@ import torch
 
 from mlircap.capture import capture
 from mlircap.capture.guard_kinds import (
-    Equals, GuardEnv, Is, Keys, Lengths, NoKey, Number, SameAs, TensorMatch, TypeLen,
+    Equals, GuardEnv, Is, Keys, Lengths, NoKey, Number, SameAs, TypeLen,
 )
+from mlircap.capture.guard_tensors import TensorMatch
 from mlircap.capture.guards import _compile_guard
 
 EAGER = lambda gm, ex: gm.forward  # noqa: E731

@@ -8,7 +8,7 @@ import mlircap.capture.core as core
 
 PKG = pathlib.Path(core.__file__).parent
 # helpers below the layout: imported by any module
-BASE = ["_bytecode", "_ext"]
+BASE = ["_bytecode", "_ext", "_tensor_ext"]
 
 
 def _layout():
