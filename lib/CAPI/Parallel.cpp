@@ -12,6 +12,12 @@
 // One job at a time: a call while the pool is busy (another thread, or a
 // nested call from inside a body) runs its range on the calling thread.
 //
+// Where torch's OpenMP runtime (libgomp.so.1) is loaded in the process, jobs
+// run on its thread team instead (GOMP_parallel, what torch's own kernels
+// and inductor's C++ kernels use): two pools of spinning workers on the same
+// cores took turns with each other between a library matmul and the next
+// kernel. MLIRCAP_CPU_POOL=own keeps the pool above.
+//
 //===----------------------------------------------------------------------===//
 #define MLIRCAP_BUILDING_CORE
 #include "mlircap-c/Core.h"
@@ -25,6 +31,9 @@
 #include <thread>
 #include <vector>
 
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
 #include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -47,6 +56,56 @@ int nextOf(uint64_t t) { return static_cast<int>(t & 0xffff); }
 
 thread_local bool insideBody = false;
 
+/// The OpenMP runtime already loaded in the process (torch's libgomp), or
+/// none (then the pool below runs every job).
+struct OpenMP {
+  using Parallel = void (*)(void (*)(void *), void *, unsigned, unsigned);
+  using IntFn = int (*)();
+  Parallel parallel = nullptr;
+  IntFn inParallel = nullptr;
+
+  static const OpenMP &get() {
+    static const OpenMP omp;
+    return omp;
+  }
+
+private:
+  OpenMP() {
+    const char *pool = std::getenv("MLIRCAP_CPU_POOL");
+    if (pool && std::strcmp(pool, "own") == 0)
+      return;
+    void *lib = dlopen("libgomp.so.1", RTLD_LAZY | RTLD_NOLOAD); // only if already loaded
+    if (!lib)
+      return;
+    auto p = reinterpret_cast<Parallel>(dlsym(lib, "GOMP_parallel"));
+    auto in = reinterpret_cast<IntFn>(dlsym(lib, "omp_in_parallel"));
+    if (p && in) {
+      parallel = p;
+      inParallel = in;
+    }
+  }
+};
+
+/// A job on the OpenMP team: each team thread claims chunks (fixed bounds,
+/// so the split does not depend on how many threads the runtime gives).
+struct OmpJob {
+  void (*fn)(void *, int64_t, int64_t);
+  void *ctx;
+  int64_t lo, hi;
+  int chunks;
+  std::atomic<int> next{0};
+};
+
+void ompBody(void *p) {
+  auto *job = static_cast<OmpJob *>(p);
+  bool outer = insideBody;
+  insideBody = true;
+  int64_t n = job->hi - job->lo;
+  for (int c = job->next.fetch_add(1); c < job->chunks; c = job->next.fetch_add(1))
+    job->fn(job->ctx, job->lo + n * c / job->chunks, job->lo + n * (c + 1) / job->chunks);
+  insideBody = outer;
+}
+
 class Pool {
 public:
   static Pool &get() {
@@ -65,6 +124,16 @@ public:
     int64_t chunks = std::min<int64_t>(threads(), n / grain);
     if (chunks <= 1 || insideBody) {
       fn(ctx, lo, hi);
+      return;
+    }
+    const OpenMP &omp = OpenMP::get();
+    if (omp.parallel) {
+      if (omp.inParallel()) { // inside an OpenMP region of someone else's: no nesting
+        fn(ctx, lo, hi);
+        return;
+      }
+      OmpJob j{fn, ctx, lo, hi, static_cast<int>(chunks)};
+      omp.parallel(ompBody, &j, static_cast<unsigned>(chunks), 0);
       return;
     }
     std::unique_lock<std::mutex> busy(dispatch, std::try_to_lock);

@@ -65,6 +65,31 @@ bool isZeroFill(Value v) {
   return fill && matchPattern(fill.getInputs()[0], m_AnyZeroFloat());
 }
 
+/// True if every use of `v` rounds it to `narrow` before anything else: each
+/// user is an elementwise generic reading `v` as an input whose block argument
+/// is only truncated to `narrow` (torch-mlir's bf16 matmul: f32 result, then
+/// truncf). Storing `v` narrow then loses nothing. A user that computes with
+/// the wide value (`a.float() @ b.float()` of bf16 tensors, an f32 bias added
+/// before one rounding) needs the wide result.
+bool onlyRoundedTo(Value v, Type narrow) {
+  if (v.use_empty())
+    return false;
+  for (OpOperand &use : v.getUses()) {
+    auto g = dyn_cast<linalg::GenericOp>(use.getOwner());
+    if (!g || g.getNumReductionLoops() != 0 || !g.isDpsInput(&use))
+      return false;
+    BlockArgument arg = g.getMatchingBlockArgument(&use);
+    if (arg.use_empty())
+      continue;
+    for (Operation *u : arg.getUsers()) {
+      auto t = dyn_cast<arith::TruncFOp>(u);
+      if (!t || t.getType() != narrow)
+        return false;
+    }
+  }
+  return true;
+}
+
 /// Replaces `op` by the same library op on `inputs` whose result is stored in
 /// `narrowElem` from a zero fill, followed by an `extf` generic back to the
 /// wide result type (plus `addend`, the original init, when given) that
@@ -117,12 +142,14 @@ void narrow(OpTy op) {
   // matmuls directly): only the result can still be narrowed.
   Value init = op.getDpsInits()[0];
   bool zeroInit = isZeroFill(init);
-  if (!changed && !(zeroInit && getElementTypeOrSelf(init.getType()) != inElem))
+  // The result is stored narrow too when it starts from zero and is only used
+  // rounded to the narrow type, as eager torch does for a bf16 matmul (the
+  // library still accumulates in f32): half the bytes written and read back.
+  bool narrowResult = zeroInit && getElementTypeOrSelf(init.getType()) != inElem &&
+                      onlyRoundedTo(op->getResult(0), inElem);
+  if (!changed && !narrowResult)
     return;
-  // The result is stored narrow too when it starts from zero, as eager torch
-  // does for a bf16 matmul (the library still accumulates in f32): half the
-  // bytes written and read back.
-  if (zeroInit) {
+  if (narrowResult) {
     rebuildNarrow(op, inputs, inElem, Value());
     return;
   }
@@ -138,7 +165,9 @@ void narrow(OpTy op) {
 /// type, so storing it narrow loses nothing and saves the f32 buffer and the
 /// conversion copy into it. `conv(ins) outs(init)` becomes
 /// `extf(conv(ins) outs(0 narrow)) [+ init]`, the add left out when the init
-/// is a zero fill.
+/// is a zero fill. Only when every use rounds the result to the narrow type
+/// (onlyRoundedTo): a convolution of upcast operands whose f32 result is used
+/// as f32 stays wide.
 template <typename ConvOp>
 void narrowConv(ConvOp op) {
   if (!op.hasPureTensorSemantics())
@@ -148,7 +177,7 @@ void narrowConv(ConvOp op) {
   Type inElem = getElementTypeOrSelf(inputs[0].getType());
   Value init = op.getDpsInits()[0];
   if (!(inElem.isBF16() || inElem.isF16()) || !getElementTypeOrSelf(init.getType()).isF32() ||
-      getElementTypeOrSelf(inputs[1].getType()) != inElem)
+      getElementTypeOrSelf(inputs[1].getType()) != inElem || !onlyRoundedTo(op->getResult(0), inElem))
     return;
   rebuildNarrow(op, inputs, inElem, isZeroFill(init) ? Value() : init);
 }

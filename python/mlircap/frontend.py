@@ -49,6 +49,8 @@ def _build_table() -> dict:
     aten = torch.ops.aten
     table = dict(get_decomposition_table())
     table.update(get_decompositions([aten.native_batch_norm, aten._native_batch_norm_legit_no_training]))
+    # torch-mlir cannot lower it: torch's decomposition (a view, copied)
+    table.update(get_decompositions([aten.as_strided_copy]))
     from . import batchnorm
 
     batchnorm.install(table)   # bfloat16/float16 on the CPU: eager's rounding steps
@@ -103,6 +105,13 @@ def _build_table() -> dict:
     for op, fn in list(table.items()):
         if torch.Tag.pointwise in op.tags and not op._schema.is_mutable:
             table[op] = _pointwise_in_float32(op, fn)
+    table[aten.convolution.default] = _cpu_convolution(table.get(aten.convolution.default))
+    from . import special
+
+    # torch-mlir has no lowering for these (they compute low precision in float32 themselves)
+    table[aten.digamma.default] = special.digamma
+    table[aten.polygamma.default] = special.polygamma
+    table[aten.hypot.default] = special.hypot
     from . import ranges
 
     # eager's own numerics, where _keep_whole would keep the op (EAGER_NUMERICS)
@@ -111,6 +120,8 @@ def _build_table() -> dict:
         for name in packet.overloads():
             if name != "out" and not name.endswith("_out"):
                 exact[getattr(packet, name)] = fn
+    exact[aten.addmm.default] = _product_plus_bias_rounded_once(aten.mm.default)
+    exact[aten.addmv.default] = _product_plus_bias_rounded_once(aten.mv.default)
     for op in (aten.all.default, aten.all.dim, aten.all.dims, aten.any.default, aten.any.dim, aten.any.dims):
         exact[op] = intmath.truth_reduction(op, op.name().startswith("aten::all"))
     return {op: _guarded(op, table.get(op), exact.get(op)) for op in set(table) | set(exact)}
@@ -143,6 +154,64 @@ def _flash_for_cpu_with_logsumexp(fallback):
         return out, torch.logsumexp(s, -1)
 
     return flash_for_cpu
+
+
+def _product_plus_bias_rounded_once(product):
+    """addmm / addmv (`product` mm / mv) of bfloat16/float16 on the CPU as eager's kernel
+    computes them: the product accumulated in float32 plus the bias in float32, rounded
+    once to the dtype. Products of bfloat16/float16 values are exact in float32, so the
+    float32 `product` of the converted operands differs from eager's only in the order of
+    its float32 sums (64x256x128 bfloat16: 1 element in 8192 one unit off; the plan's
+    bfloat16 library product rounded before the bias add: 2229). beta = alpha = 1 only
+    (linear's); anything else: NotImplemented (partition.EAGER_NUMERICS keeps the op whole
+    and runs it through torch)."""
+
+    def decomposition(bias, a, b, *, beta=1, alpha=1):
+        if not all(isinstance(t, torch.Tensor) for t in (bias, a, b)) or beta != 1 or alpha != 1:
+            return NotImplemented
+        dt = a.dtype
+        if dt not in (torch.bfloat16, torch.float16) or a.device.type != "cpu" or b.dtype != dt or bias.dtype != dt:
+            return NotImplemented
+        f32 = torch.float32
+        return (product(a.to(f32), b.to(f32)) + bias.to(f32)).to(dt)
+
+    return decomposition
+
+
+def _cpu_convolution(fallback):
+    """Convolutions on the CPU, as the launch plans run them well and as eager rounds them:
+    * a 1-D convolution (not transposed, any groups) as the 2-D one of its inputs with a unit height,
+      as ATen's _convolution computes it (view1d_as_2d): the plans run 2-D convolutions
+      as a library step (oneDNN), where a 1-D one was an eager island
+      (partition._plan_convolution);
+    * a bfloat16/float16 one with a bias (ungrouped, not transposed) as the float32
+      convolution of the converted operands plus the bias, rounded once: eager's oneDNN
+      kernel adds the bias before its one rounding; the plan rounded the library
+      convolution to bfloat16 and added the bias after (56 of 180 elements of a 6x4x1x3
+      conv2d off, up to 9% relative).
+    Anything else goes to `fallback`."""
+    aten = torch.ops.aten
+
+    def decomposition(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+        if not (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor)) or x.device.type != "cpu" or \
+                transposed or w.dim() not in (3, 4) or x.dim() != w.dim():
+            return NotImplemented if fallback is None else \
+                fallback(x, w, bias, stride, padding, dilation, transposed, output_padding, groups)
+        if w.dim() == 3:
+            if not len(stride) == len(padding) == len(dilation) == 1:
+                return NotImplemented
+            return aten.convolution.default(x.unsqueeze(2), w.unsqueeze(2), bias, [1, stride[0]], [0, padding[0]],
+                                            [1, dilation[0]], False, [0, 0], groups).squeeze(2)
+        dt = x.dtype
+        if bias is not None and groups == 1 and dt in (torch.bfloat16, torch.float16) and w.dtype == dt and \
+                bias.dtype == dt:
+            f32 = torch.float32
+            out = aten.convolution.default(x.to(f32), w.to(f32), None, stride, padding, dilation, False,
+                                           output_padding, groups)
+            return (out + bias.to(f32).view(1, -1, 1, 1)).to(dt)
+        return NotImplemented   # the op as it is
+
+    return decomposition
 
 
 def _broadcast_operands(op, fallback):

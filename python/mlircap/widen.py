@@ -53,7 +53,7 @@ _UINT8_OPS = {
     "aten::logsumexp",       # of the values 0..255 converted to float
     "aten::count_nonzero",   # (wrapped values 0..255 are the uint8 values; all/any of uint8:
                              # torch-mlir cannot lower all, its any crashed: SIGSEGV)
-    "aten::zero", "aten::rot90",
+    "aten::zero", "aten::rot90", "aten::as_strided_copy",
     "aten::floor_divide",    # of values 0..255 (not tagged pointwise, unlike div/remainder)
     # matrix products: sums of products, exact modulo 256 in int32 like add and mul
     "aten::mm", "aten::bmm", "aten::matmul", "aten::mv", "aten::dot", "aten::vdot", "aten::addmm",

@@ -108,3 +108,40 @@ def test_whole_graph_fallback_path_runs_parallel_loops(restore_threads):
         assert core().get_num_threads() == n
     assert torch.equal(outs[0], outs[1])
     torch.testing.assert_close(outs[0], torch.tanh(x), rtol=1e-5, atol=1e-6)
+
+
+_POOL_SCRIPT = """
+import torch, mlircap
+torch.set_num_threads(2)
+torch.manual_seed(0)
+x, b = torch.randn(64, 96, 256), torch.randn(256)
+f = lambda x, b: torch.nn.functional.gelu(x + b) * torch.sigmoid(x)
+fast = mlircap.compile(f, strict=True)
+with torch.no_grad():
+    fast(x, b)
+    for _ in range(3):   # alternate with torch's own OpenMP work
+        y = fast(x, b)
+        (x.view(-1, 256) @ x.view(-1, 256).t()[:256]).sum()
+    torch.testing.assert_close(y, f(x, b), rtol=1e-4, atol=1e-4)
+assert "mlircap_parallel_for" in fast.ir("llvm")
+torch.save(y, {path!r})
+"""
+
+
+def test_openmp_team_and_own_pool_give_the_same_bits(tmp_path):
+    """Where torch's libgomp is loaded, kernels run on its OpenMP team (one set of
+    threads with torch's own ops, no second pool spinning on the same cores);
+    MLIRCAP_CPU_POOL=own keeps the core's pool. Both split the work into the same
+    chunks: the same bits, and eager's values."""
+    import os
+    import subprocess
+    import sys
+
+    outs = {}
+    for pool in ("", "own"):
+        path = tmp_path / f"out{pool}.pt"
+        env = dict(os.environ, MLIRCAP_CPU_POOL=pool)
+        subprocess.run([sys.executable, "-c", _POOL_SCRIPT.format(path=str(path))], check=True, env=env,
+                       timeout=300)
+        outs[pool] = torch.load(path)
+    assert torch.equal(outs[""], outs["own"])

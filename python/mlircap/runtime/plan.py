@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import torch
 
-from .. import config
 from .schema import DTYPES, KernelStep, LibraryStep, Plan, PlanError, Value
 
 __all__ = ["DTYPES", "LIBRARY", "Plan", "PlanError", "PlanExecutor"]
@@ -47,11 +46,6 @@ _OUT_VARIANTS = {
     "batch_matmul": (torch.bmm, lambda a, b: (a, b)),
     "batch_matmul_transpose_b": (torch.bmm, lambda a, b: (a, b.transpose(1, 2))),
 }
-
-
-def _cudnn_benchmark() -> bool:
-    flag = config.env("MLIRCAP_CUDNN_BENCHMARK")
-    return torch.backends.cudnn.benchmark if flag is None else flag == "1"
 
 
 class PlanExecutor:
@@ -136,6 +130,13 @@ class PlanExecutor:
             wide = torch.float64 if out.device.type == "cuda" else out.dtype
             out.copy_(LIBRARY[step.op]([x.to(wide) for x in ins], step))
             return
+        if out.dtype.is_floating_point and out.dtype.itemsize > ins[0].dtype.itemsize and \
+                out.device.type == "cpu":
+            # bf16/f16 operands accumulating into an f32 result (mlircap-narrow-library-
+            # operands keeps the result wide where it is used wide): torch's bf16 kernels
+            # return a bf16 result, rounded; the f32 product of the converted operands
+            # (exact products, f32 sums) is the wide result
+            ins = [x.to(out.dtype) if x.dtype.is_floating_point else x for x in ins]
         variant = _OUT_VARIANTS.get(step.op)
         if variant is not None and out.is_contiguous():
             op, operands = variant
@@ -158,6 +159,8 @@ class PlanExecutor:
                     return
                 except (RuntimeError, TypeError):
                     self._wide_out_ok = False
+        if out.dtype.is_floating_point and out.dtype.itemsize > ins[0].dtype.itemsize:
+            ins = [x.to(out.dtype) if x.dtype.is_floating_point else x for x in ins]   # as on the CPU
         if step.op == "conv2d_nchw_fchw" and self._cudnn_out_ok and out.dtype == ins[0].dtype \
                 and out.device.type == "cuda" and out.is_contiguous() and torch.backends.cudnn.enabled:
             # cuDNN writes into the plan's buffer (F.conv2d has no out= form: its
@@ -166,7 +169,7 @@ class PlanExecutor:
             try:
                 torch.ops.aten.cudnn_convolution.out(
                     ins[0], ins[1], step.padding or (0, 0), step.strides or (1, 1), step.dilations or (1, 1), 1,
-                    _cudnn_benchmark(), cudnn.deterministic, cudnn.allow_tf32, out=out)
+                    cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32, out=out)
                 return
             except (RuntimeError, TypeError, NotImplementedError):
                 PlanExecutor._cudnn_out_ok = False

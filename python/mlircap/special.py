@@ -1,0 +1,91 @@
+"""Special functions torch-mlir has no lowering for, as eager's CPU kernels compute them.
+
+* digamma (and polygamma with n = 0, which is digamma): eager's calc_digamma
+  (aten/src/ATen/native/Math.h) in the input's float type: 0 gives -copysign(inf, x),
+  negative integers NaN, other negative x the reflection digamma(1 - x) - pi / tan(pi * r)
+  (r the fractional part of x, the tangent in double), then `result -= 1 / x; x += 1`
+  while x < 10 (at most 10 times for x > 0: unrolled, elements already past 10 keep
+  their value), x == 10 exactly gives result + psi(10), else the asymptotic series
+  log(x) - 0.5 / x - z * polevl(z, A) with z = 1 / x^2 (0 from 1e17). bfloat16/float16
+  are computed in float32 and rounded once, as eager's kernel does; integers in float32.
+* hypot: sqrt(a^2 + b^2) in float64 for float32/bfloat16/float16 (no overflow, rounded
+  once: eager's std::hypot is correctly rounded up to half an ulp), float64 scaled by
+  the larger magnitude; an infinite operand gives inf even with a NaN (C's hypot).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+_PSI_10 = 2.25175258906672110764
+_A = (8.33333333333333333333E-2, -2.10927960927960927961E-2, 7.57575757575757575758E-3,
+      -4.16666666666666666667E-3, 3.96825396825396825397E-3, -8.33333333333333333333E-3,
+      8.33333333333333333333E-2)
+
+
+def _digamma_positive(x: torch.Tensor) -> torch.Tensor:
+    """calc_digamma's steps for x > 0 (x in its computation dtype)."""
+    result = torch.zeros_like(x)
+    for _ in range(10):
+        below = x < 10
+        result = torch.where(below, result - 1 / x, result)
+        x = torch.where(below, x + 1, x)
+    z = 1 / (x * x)
+    poly = torch.full_like(x, _A[0])
+    for c in _A[1:]:
+        poly = poly * z + c
+    y = torch.where(x < 1.0e17, z * poly, torch.zeros_like(x))
+    series = result + torch.log(x) - (0.5 / x) - y
+    return torch.where(x == 10, result + _PSI_10, series)
+
+
+def digamma(x):
+    """aten.digamma on the CPU (module docstring); other inputs: NotImplemented."""
+    if not isinstance(x, torch.Tensor) or x.device.type != "cpu" or x.is_complex():
+        return NotImplemented
+    out = x.dtype if x.is_floating_point() else torch.get_default_dtype()
+    t = x.to(torch.float32 if out in (torch.bfloat16, torch.float16) else out)
+    neg = t < 0
+    is_int = t == torch.trunc(t)
+    # reflection for negative x: digamma(1 - x) - pi / tan(pi * r), r = x - trunc(x)
+    r = (t - torch.trunc(t)).to(torch.float64)
+    pi_over_tan = (math.pi / torch.tan(math.pi * r)).to(t.dtype)
+    pos = torch.where(neg, 1 - t, t)
+    pos = torch.where(pos > 0, pos, torch.ones_like(pos))   # 0 and NaN handled below
+    res = _digamma_positive(pos)
+    res = torch.where(neg, res - pi_over_tan, res)
+    res = torch.where(neg & is_int, torch.full_like(res, float("nan")), res)
+    zero = t == 0   # -copysign(inf, x): 1 / x is -inf for -0.0 (torch-mlir cannot lower signbit)
+    res = torch.where(zero, torch.where(1 / t < 0, torch.full_like(res, float("inf")),
+                                        torch.full_like(res, float("-inf"))), res)
+    res = torch.where(torch.isnan(t), t, res)
+    res = torch.where(t == float("inf"), t, res)   # log(inf) - 0 - 0
+    return res.to(out)
+
+
+def polygamma(n, x):
+    """aten.polygamma with n = 0 (digamma); other n: NotImplemented."""
+    if not isinstance(n, int) or n != 0:
+        return NotImplemented
+    return digamma(x)
+
+
+def hypot(a, b):
+    """aten.hypot of floating tensors (module docstring); other inputs: NotImplemented."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.dtype != b.dtype or \
+            not a.is_floating_point():
+        return NotImplemented
+    a, b = torch.broadcast_tensors(a, b)
+    inf = torch.isinf(a) | torch.isinf(b)
+    if a.dtype == torch.float64:
+        x, y = a.abs(), b.abs()
+        m, s = torch.maximum(x, y), torch.minimum(x, y)
+        safe = torch.where(m == 0, torch.ones_like(m), m)
+        q = s / safe
+        r = torch.where(m == 0, torch.zeros_like(m), m * torch.sqrt(1 + q * q))
+    else:
+        x, y = a.to(torch.float64), b.to(torch.float64)
+        r = torch.sqrt(x * x + y * y)
+    r = torch.where(inf, torch.full_like(r, float("inf")), r)
+    return r.to(a.dtype)
