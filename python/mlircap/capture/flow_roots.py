@@ -61,6 +61,16 @@ class _FlowRootMixin(_FlowWriteMixin):
             return   # the variable holds another value now
         self._flow_load(frame, f"L[{i}]", frozenset((-(i + 1),)), a)
 
+    def op_store_fast(self, frame: types.FrameType, arg: int | None, name: Any) -> None:
+        """STORE_FAST / DELETE_FAST (3.12: LOAD_FAST_AND_CLEAR) of a variable that held a
+        followed number (`n = t.item()` then `n = 3`): its loads are not followed any more,
+        unless this is the store of a followed number the follower just made (flows.py)."""
+        if not self.flow_locals:
+            return
+        key = (frame, arg)
+        if key in self.flow_locals and self.flow_stored != (frame, arg, frame.f_lasti):
+            del self.flow_locals[key]
+
     def _flow_load(self, frame: types.FrameType, expr: str, ks: frozenset[int], obj: Any) -> None:
         """obj (the value of expr, computed from the numbers ks) is pushed by the instruction
         about to run in frame: followed from the next one on."""

@@ -188,10 +188,12 @@ class _FlowMixin(_FlowRootMixin):
                 self.flow_locals.pop((fr, arg), None)
                 return _shift(fl, 1, 0)
             obj = _E.peek(fr, 0)
-            if not _followable(obj):
+            if not (_followable(obj) or type(obj) is int):
                 return None
-            # a variable holding a followed float: its loads are followed again (op_load_fast)
+            # a variable holding a followed number: its loads are followed again (op_load_fast;
+            # an int is told from an equal one by op_store_fast dropping every other store)
             self.flow_locals[(fr, arg)] = (*slots[0], obj)
+            self.flow_stored = (fr, arg, fr.f_lasti)
             self.keep.append(obj)
             return _shift(fl, 1, 0)
         if op == "RETURN_VALUE" and 0 in slots:

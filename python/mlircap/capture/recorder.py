@@ -96,7 +96,8 @@ class _Recorder(_TracerMixin, _NumpyMixin, _GraphMixin, _SideEffectMixin, _Sourc
         # key < 0 (float argument, attribute) -> (expr, pretty, value, pos, group): its guard if it escapes
         self.flow_roots: dict[int, tuple] = {}
         self.flow_pos: dict[int, int] = {}         # attribute key -> the break count where it was read
-        self.flow_locals: dict[tuple, tuple] = {}  # (frame, variable index) -> (expression, keys, float)
+        self.flow_locals: dict[tuple, tuple] = {}  # (frame, variable index) -> (expression, keys, number)
+        self.flow_stored: tuple | None = None      # (frame, variable index, offset) the follower stored last
         self.flow_attrs: dict[str, int] = {}       # attribute expression -> its key
         self.float_items: dict[int, tuple] = {}    # id(list) -> (list, item index -> key): flow_roots._flow_item
         self.flow_ret: dict[int, tuple] = {}       # id(float returned) -> (float, its expression)

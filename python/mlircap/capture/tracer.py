@@ -151,5 +151,8 @@ _HANDLERS = {
     "CALL": _TracerMixin.op_call,
     "CALL_FUNCTION_EX": _TracerMixin.op_call_ex,
     "LOAD_FAST": _TracerMixin.op_load_fast,
+    "STORE_FAST": _TracerMixin.op_store_fast,
+    "DELETE_FAST": _TracerMixin.op_store_fast,
+    "LOAD_FAST_AND_CLEAR": _TracerMixin.op_store_fast,
     "LOAD_FAST_CHECK": _TracerMixin.op_load_fast,
 }
