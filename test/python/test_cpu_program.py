@@ -125,3 +125,46 @@ func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
         program.run([a.data_ptr()])
     program.run([a.data_ptr(), out.data_ptr()])
     torch.testing.assert_close(out, a * 2)
+
+
+@pytest.mark.parametrize("case", ["returned", "viewed_by_matmul", "depthwise_sliced"])
+def test_convolution_results_are_used_not_copied(case):
+    """A convolution has no out= form: its result tensor becomes the plan's value (its
+    pointer, and its views' pointers, go into the table after the step) instead of being
+    copied into a preallocated buffer. Same values as the step-by-step reference and eager."""
+    torch.manual_seed(0)
+    w = torch.randn(6, 4, 3, 3)
+    dw = torch.randn(4, 1, 3, 3)
+    m = torch.randn(6 * 8 * 8, 5)
+
+    def returned(x):
+        c = torch.nn.functional.conv2d(x, w, padding=1)
+        return c, torch.relu(c) * 2             # the raw result is an output, and a kernel's input
+
+    def viewed_by_matmul(x):
+        c = torch.nn.functional.conv2d(x, w, padding=1)
+        return torch.tanh(c.flatten(1) @ m)     # a library step reads a view of it
+
+    def depthwise_sliced(x):
+        c = torch.nn.functional.conv2d(x, dw, padding=1, groups=4)
+        return c[:, 1:3] + c[:, :2], torch.nn.functional.conv2d(torch.sigmoid(c), w)
+
+    fn = {"returned": returned, "viewed_by_matmul": viewed_by_matmul, "depthwise_sliced": depthwise_sliced}[case]
+    x = torch.randn(2, 4, 8, 8)
+    fast, exe = compiled_executable(fn, x)
+    convs = [s for s in exe.plan.library_steps if s.op.startswith("conv2d")]
+    assert convs and all(s.out in exe._rebound for s in convs)
+    assert "copy_" not in exe.source and "RL(" not in exe.source
+    ins = fast.graphs[0].last_inputs()   # x and the captured weights
+    assert ins is not None
+    with torch.no_grad():
+        eager = fn(x)
+        eager = eager if isinstance(eager, tuple) else (eager,)
+        for _ in range(2):   # the second call reuses the workspace pool
+            got, ref = exe(*ins), exe._call_generic(*ins)
+            assert len(got) == len(ref) == len(eager)
+            for g, r, e in zip(got, ref, eager):
+                torch.testing.assert_close(g, r, rtol=0, atol=0)
+                torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+            for g, e in zip(fast(x) if isinstance(fn(x), tuple) else (fast(x),), eager):
+                torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)

@@ -25,7 +25,7 @@ import torch
 
 from .. import config, logs
 from .._core import core
-from .plan import _OUT_VARIANTS, PlanError, PlanExecutor
+from .plan import _OUT_VARIANTS, LIBRARY, PlanError, PlanExecutor
 from .schema import KernelStep, Plan
 
 _threads = [0]   # the core's thread count, as last set from here
@@ -191,6 +191,11 @@ _data_ptr = torch.Tensor.data_ptr
 _OPERANDS = {"matmul": "{0}, {1}", "matmul_transpose_b": "{0}, {1}.t()", "matmul_transpose_a": "{0}.t(), {1}",
              "batch_matmul": "{0}, {1}", "batch_matmul_transpose_b": "{0}, {1}.transpose(1, 2)"}
 
+# Library ops without an out= form (convolutions): their result tensor becomes the plan's
+# value (its pointer replaces the buffer's in the table) instead of being copied into a
+# buffer allocated for it: one pass over the result less per call.
+_REBOUND = ("conv2d_nchw_fchw", "conv2d_depthwise_nchw_chw")
+
 # Bytes of intermediate buffers a CPU plan keeps between calls (CpuPlanExecutable._workspace_buffers):
 # allocating a buffer costs about 1 µs of host time whatever its size, so small graphs gain most;
 # large intermediates are allocated per call as eager does, not held while the graph is idle.
@@ -251,6 +256,7 @@ class CpuPlanExecutable:
                 self._views.append((v.id, v.of, v.shape, v.strides, v.offset))
             else:
                 self._ptr_views.append((v.id, v.of, v.offset * v.torch_dtype.itemsize))
+        self._rebound = self._rebound_values()
         self._workspace = self._workspace_buffers()
         self._view_cells = {}   # view id -> [(Parameter, its data pointer, the view)] (_view_maker)
         self.program = self._core.CpuProgram()
@@ -274,6 +280,22 @@ class CpuPlanExecutable:
         self._outputs = [(o, o in exe._const_outputs) for o in exe.outputs]
         self._call = self._generate(first=True)
 
+    def _rebound_values(self) -> dict[int, list[int]]:
+        """Buffers written by a library step without an out= form (_REBOUND) whose operands
+        have the buffer's floating dtype: value id -> its views. The step's result is used
+        as the value itself, not copied into a buffer."""
+        exe, values = self.exe, self.exe.values
+        views: dict[int, list[int]] = {}
+        for v in exe.views:
+            views.setdefault(v.of, []).append(v.id)
+        rebound = {}
+        for st in self.plan.library_steps:
+            out = values[st.out]
+            if st.op in _REBOUND and out.kind == "buffer" and out.torch_dtype.is_floating_point and \
+                    all(values[i].dtype == out.dtype for i in st.ins):
+                rebound[st.out] = views.get(st.out, [])
+        return rebound
+
     def _workspace_buffers(self) -> set[int]:
         """Buffers kept from call to call instead of allocated per call: those no
         output is (a view of), smallest first while their bytes sum to at most
@@ -283,7 +305,7 @@ class CpuPlanExecutable:
         returned = {exe._base_of(o) for o in exe.outputs}
         sizes = []
         for v in exe.buffers:
-            if v.id not in returned:
+            if v.id not in returned and v.id not in self._rebound:
                 sizes.append((v.nbytes, v.id))
         kept, total = set(), 0
         for n, vid in sorted(sizes):
@@ -319,6 +341,8 @@ class CpuPlanExecutable:
         no per-value loop.  Data pointers are computed once per value (a view's from
         its base's); buffers no output is (a view of) come from a pool of workspaces
         (`_workspace_buffers`) instead of being allocated, with their views made once;
+        a convolution's result is the value itself (`_rebound_values`), its pointer and
+        its views' written into the table after the step;
         a view of a Parameter input is made once and reused while that Parameter,
         with the same data pointer, is passed again.  `tg`: a TensorGuards of the
         inputs as the plan wants them (dtype, CPU, shape, contiguous strides; see
@@ -348,8 +372,11 @@ class CpuPlanExecutable:
             g["POOL"], g["NEWWS"] = [], self._new_workspace
             body.append("ws = POOL.pop() if POOL else NEWWS()")
             body.append(", ".join([f"x{v}" for v in ws_values] + [f"p{v}" for v in ws_values]) + " = ws")
+        rebound = self._rebound
         for vid, new, sizes in self._alloc:
-            if vid not in ws:
+            if vid in rebound:
+                body += [f"x{vid} = None", f"p{vid} = 0"]
+            elif vid not in ws:
                 g[f"N{vid}"] = new
                 body.append(f"x{vid} = N{vid}({', '.join(repr(s) for s in sizes)})")
                 body.append(f"p{vid} = dp(x{vid})")
@@ -358,8 +385,15 @@ class CpuPlanExecutable:
             body.append(f"x{vid} = K{vid}")
             body.append(f"p{vid} = {_data_ptr(t)}")
         inputs = {vid for vid, _, _, _ in self._inputs}
+        view_code = {}   # view id -> lines computing x{vid} (if needed) and p{vid} from its base
         for vid, of, shape, strides, offset in self._views:
             nbytes = int(offset) * values[vid].torch_dtype.itemsize
+            if of in rebound:
+                view_code[vid] = [
+                    f"x{vid} = x{of}.as_strided({list(shape)!r}, {list(strides)!r}, x{of}.storage_offset() + "
+                    f"{int(offset)})", f"p{vid} = p{of} + {nbytes}" if nbytes else f"p{vid} = p{of}"]
+                body += [f"x{vid} = None", f"p{vid} = 0"]
+                continue
             if of in ws:
                 continue
             view = f"x{of}.as_strided({list(shape)!r}, {list(strides)!r}, x{of}.storage_offset() + {int(offset)})"
@@ -372,7 +406,11 @@ class CpuPlanExecutable:
                 body.append(f"x{vid} = {view}")
             body.append(f"p{vid} = p{of} + {nbytes}" if nbytes else f"p{vid} = p{of}")
         for vid, of, nbytes in self._ptr_views:
-            body.append(f"p{vid} = p{of} + {nbytes}" if nbytes else f"p{vid} = p{of}")
+            line = f"p{vid} = p{of} + {nbytes}" if nbytes else f"p{vid} = p{of}"
+            if of in rebound:
+                view_code[vid] = [line]
+                line = f"p{vid} = 0"
+            body.append(line)
         ptr = {vid: of for vid, of, _ in self._ptr_views}
         body.append("table = [" + ", ".join(f"p{vid}" for vid in range(len(values))) + "]")
         body.append("if nthreads() != TH[0]: sync(core)")
@@ -382,6 +420,16 @@ class CpuPlanExecutable:
                 body.append(f"run(table, {begin}, {end})")
                 continue
             variant, ins, out = _OUT_VARIANTS.get(step.op), step.ins, step.out
+            if out in rebound:
+                # the result is the value: its pointer (and its views') go into the table
+                g[f"S{k}"], g[f"F{k}"] = step, LIBRARY[step.op]
+                body += [f"x{out} = F{k}([{', '.join(f'x{i}' for i in ins)}], S{k})",
+                         f"if not x{out}.is_contiguous(): x{out} = x{out}.contiguous()",
+                         f"p{out} = dp(x{out})", f"table[{out}] = p{out}"]
+                for v in rebound[out]:
+                    body += view_code[v] + [f"table[{v}] = p{v}"]
+                body.append(f"#T{out}")   # the value list's update, if there is one (below)
+                continue
             if variant is not None and values[out].kind == "buffer" and \
                     all(values[i].dtype == values[out].dtype for i in ins):
                 # what _run_library does for these: op(*operands(*ins), out=out) (a buffer
@@ -399,6 +447,10 @@ class CpuPlanExecutable:
             at = body.index("if nthreads() != TH[0]: sync(core)")
             body.insert(at, "t = [" + ", ".join(f"x{ptr[vid]}" if vid in ptr else f"x{vid}"
                                                 for vid in range(len(values))) + "]")
+        for out, vs in rebound.items():   # after the step that makes them, for the steps after it
+            at = body.index(f"#T{out}")
+            body[at:at + 1] = [f"t[{out}] = x{out}"] + [f"t[{v}] = x{ptr[v]}" if v in ptr else f"t[{v}] = x{v}"
+                                                        for v in vs] if generic else []
         body.append("out = [" + ", ".join(f"x{o}.clone()" if const else f"x{o}" for o, const in self._outputs) + "]")
         if ws_values:
             body.append("POOL.append(ws)")
