@@ -20,7 +20,7 @@ from .. import logs as _logs
 from .base import Unreplayable, _Canned, _MISSING
 from .guard_kinds import Equals, Lengths, TypeIs
 from .frame_hook import _E, _NULL
-from .classify import _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _func_qualname
+from .classify import _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _func_qualname, _runs_no_python
 from .locations import _frame_loc
 from .typeinfo import _is_opaque_value
 from .rng import _unlog
@@ -484,24 +484,3 @@ _LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.
                "error": logging.ERROR, "exception": logging.ERROR, "critical": logging.CRITICAL,
                "fatal": logging.CRITICAL, "log": None}
 
-
-# builtins that run no Python code whatever their arguments (an uncapturable call to one
-# cannot write the state the program reads: no new epoch, sources._new_epoch)
-_NO_PYTHON: set[Any] = {id, torch._C._get_tracing_state, torch.is_grad_enabled, torch.is_inference_mode_enabled}
-_PLAIN_ARGS = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.Tensor)
-
-
-def _runs_no_python(f: Any, args: list, kwargs: dict) -> bool:
-    """f(*args, **kwargs) runs no Python code: one of _NO_PYTHON, or a builtin function or
-    method of torch or math called with plain values only (numbers, strings, tensors)."""
-    try:
-        if f in _NO_PYTHON:
-            return True
-    except TypeError:
-        return False
-    if type(f) is not types.BuiltinFunctionType:
-        return False
-    mod = getattr(f, "__module__", None) or getattr(type(getattr(f, "__self__", None)), "__module__", "")
-    if not (mod in ("math", "time") or mod.startswith("torch")):
-        return False
-    return all(type(a) in _PLAIN_ARGS for a in (*args, *kwargs.values()))

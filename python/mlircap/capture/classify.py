@@ -8,6 +8,7 @@ import contextvars
 import os
 import types
 import weakref
+from typing import Any
 
 import torch
 
@@ -269,3 +270,25 @@ def _call_kind(f: object) -> str:
             isinstance(getattr(t, "__call__", None), types.FunctionType):
         return "safe"  # torch callables, functools.partial, objects with Python __call__
     return "external"
+
+
+# builtins that run no Python code whatever their arguments (an uncapturable call to one
+# cannot write the state the program reads: no new epoch, sources._new_epoch)
+_NO_PYTHON: set[Any] = {id, torch._C._get_tracing_state, torch.is_grad_enabled, torch.is_inference_mode_enabled}
+_PLAIN_ARGS = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.Tensor)
+
+
+def _runs_no_python(f: Any, args: list, kwargs: dict) -> bool:
+    """f(*args, **kwargs) runs no Python code: one of _NO_PYTHON, or a builtin function or
+    method of torch or math called with plain values only (numbers, strings, tensors)."""
+    try:
+        if f in _NO_PYTHON:
+            return True
+    except TypeError:
+        return False
+    if type(f) is not types.BuiltinFunctionType:
+        return False
+    mod = getattr(f, "__module__", None) or getattr(type(getattr(f, "__self__", None)), "__module__", "")
+    if not (mod in ("math", "time") or mod.startswith("torch")):
+        return False
+    return all(type(a) in _PLAIN_ARGS for a in (*args, *kwargs.values()))
