@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import config
 from .schema import DTYPES, KernelStep, LibraryStep, Plan, PlanError, Value
 
 __all__ = ["DTYPES", "LIBRARY", "Plan", "PlanError", "PlanExecutor"]
@@ -46,6 +47,11 @@ _OUT_VARIANTS = {
     "batch_matmul": (torch.bmm, lambda a, b: (a, b)),
     "batch_matmul_transpose_b": (torch.bmm, lambda a, b: (a, b.transpose(1, 2))),
 }
+
+
+def _cudnn_benchmark() -> bool:
+    flag = config.env("MLIRCAP_CUDNN_BENCHMARK")
+    return torch.backends.cudnn.benchmark if flag is None else flag == "1"
 
 
 class PlanExecutor:
@@ -169,7 +175,7 @@ class PlanExecutor:
             try:
                 torch.ops.aten.cudnn_convolution.out(
                     ins[0], ins[1], step.padding or (0, 0), step.strides or (1, 1), step.dilations or (1, 1), 1,
-                    cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32, out=out)
+                    _cudnn_benchmark(), cudnn.deterministic, cudnn.allow_tf32, out=out)
                 return
             except (RuntimeError, TypeError, NotImplementedError):
                 PlanExecutor._cudnn_out_ok = False
