@@ -72,12 +72,16 @@ ENV: dict[str, EnvVar] = _vars(
     EnvVar("MLIRCAP_CUDNN_BENCHMARK", None, "1 lets cuDNN time its algorithms for the plan's "
            "convolutions (once per shape, before a CUDA graph is captured); default: "
            "torch.backends.cudnn.benchmark", "mlircap/runtime/plan.py"),
+    EnvVar("MLIRCAP_CPU_POOL", None, "own runs CPU kernels' parallel loops on the core's own thread "
+           "pool instead of torch's OpenMP team", "lib/CAPI/Parallel.cpp"),
     EnvVar("MLIRCAP_LIB_DIR", None, "directory searched first for the built core "
            "(_mlircap*.so, libmlircap_core.so); before <repo>/build/lib and the package's _lib/",
            "mlircap/_core.py, scripts/gpu-bundle"),
     # capture
     EnvVar("MLIRCAP_CAPTURE_NO_EXT", None, "1 forces the capture layer's pure-Python "
            "fallback (no C frame-evaluation extension; runs eagerly)", "mlircap/capture/_ext.py"),
+    EnvVar("MLIRCAP_CAPTURE_NO_TENSOR_EXT", None, "1 checks tensor guards with torch's TensorGuards "
+           "instead of the capture layer's compiled tensor-metadata check", "mlircap/capture/_tensor_ext.py"),
     EnvVar("MLIRCAP_CAPTURE_STATIC_DEPTH", None, "1 uses static value-stack depths on "
            "Python 3.11 (always on 3.12); check also compares them with the real ones",
            "mlircap/capture/_bytecode.py"),
