@@ -82,6 +82,13 @@ CALL_SEED = 1234    # torch.manual_seed before every eager and compiled call
 # Outputs (or parts) are uninitialized memory: compared on shape and dtype only.
 UNINITIALIZED = ("empty", "empty_like", "empty_strided", "empty_permuted", "new_empty",
                  "new_empty_strided", "resize_", "resize_as_")
+# Outputs (by position) compared on shape and dtype only: the fused attention kernels'
+# philox seed/offset. With dropout_p == 0 nothing writes them (on the H200 three eager calls
+# under one seed returned three different values of _flash_attention_forward's out[2] and
+# out[3]); with dropout they are the generator state the call drew, which compiled code draws
+# from the generator in its own order.
+UNINITIALIZED_OUTPUTS = {"torch.ops.aten._flash_attention_forward": (2, 3),
+                         "torch.ops.aten._efficient_attention_forward": (2, 3)}
 
 
 # --------------------------------------------------------------------------- shared helpers
@@ -458,6 +465,16 @@ def _exc_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {_first_lines(str(e), 1)[:200]}"
 
 
+def compare_outputs(op, actual, expected, tol, meta_only: bool = False):
+    """`compare` of an op's outputs, with UNINITIALIZED_OUTPUTS compared on shape and dtype."""
+    meta = UNINITIALIZED_OUTPUTS.get(op.name, ())
+    if not meta or not isinstance(expected, (list, tuple)) or not isinstance(actual, (list, tuple)) \
+            or len(actual) != len(expected):
+        return compare(actual, expected, "out", tol, meta_only)
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        compare(a, e, f"out[{i}]", tol, meta_only or i in meta)
+
+
 def run_sample(op, sample, dtype: str, device: str) -> dict:
     """Runs one sample eagerly and through mlircap (two calls); returns {category, detail}."""
     import warnings
@@ -486,7 +503,7 @@ def run_sample(op, sample, dtype: str, device: str) -> dict:
             try:
                 if exc_e2 is not None:
                     raise Mismatch("second eager run raised")
-                compare(out_e2, out_e, "out", tol)
+                compare_outputs(op, out_e2, out_e, tol)
                 compare(ins_e2, ins_e, "input", tol)
             except Mismatch:
                 meta_only = True     # eager is not deterministic under a fixed seed (empty*)
@@ -519,7 +536,7 @@ def run_sample(op, sample, dtype: str, device: str) -> dict:
     status = compiled_status(c, warn_msgs, log.getvalue(), notes)
     for i, (out, ins, _) in enumerate(results, 1):
         try:
-            compare(out, out_e, "out", tol, meta_only)
+            compare_outputs(op, out, out_e, tol, meta_only)
             compare(ins, ins_e, "input", tol, meta_only)
         except Mismatch as m:
             where = "recorded (eager) call" if i == 1 else (

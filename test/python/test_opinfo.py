@@ -75,3 +75,25 @@ def test_known_failure(records, op, dtype, index):
                     f"{r['detail']}")
     warnings.warn(f"KNOWN entry {op} {dtype} #{index} now gives {r['category']!r}: remove it from "
                   f"test_opinfo.py's KNOWN list", UserWarning)
+
+
+def test_uninitialized_outputs_are_compared_on_shape_and_dtype():
+    """The fused attention ops' philox seed/offset outputs (garbage when dropout_p is 0) are
+    compared on shape and dtype only; every other output, and their shapes, still by value."""
+    import types
+
+    import torch
+
+    opinfo = _load_opinfo()
+    op = types.SimpleNamespace(name="torch.ops.aten._flash_attention_forward")
+    other = types.SimpleNamespace(name="add")
+    out = torch.ones(2, 3)
+    eager = (out, out.sum(1), torch.tensor([5, 9]), torch.tensor(3), torch.empty(0))
+    junk = (out.clone(), out.sum(1), torch.tensor([123456789, 1]), torch.tensor(-7), torch.empty(0))
+    opinfo.compare_outputs(op, junk, eager, None)                       # seed/offset: meta only
+    with pytest.raises(opinfo.Mismatch, match=r"out\[2\]"):
+        opinfo.compare_outputs(other, junk, eager, None)                # any other op: by value
+    with pytest.raises(opinfo.Mismatch, match=r"out\[0\]"):
+        opinfo.compare_outputs(op, (out + 1,) + junk[1:], eager, None)  # the attention output
+    with pytest.raises(opinfo.Mismatch, match=r"out\[2\].*shape"):
+        opinfo.compare_outputs(op, junk[:2] + (torch.tensor([1, 2, 3]),) + junk[3:], eager, None)
