@@ -282,7 +282,7 @@ def _compile_graph(graph: CompiledGraph, gm: torch.fx.GraphModule, device: str, 
             raise _Unsupported(unsupported, graph) from e
         report = _failure_report(graph, e)
         graph.fallback_reason = report
-        crash_ir = getattr(e, "ir", None) or getattr(e.__cause__, "ir", None) or {}
+        crash_ir = getattr(e, "ir", None)   # worker.WorkerCrashed
         if crash_ir and not graph.linalg_ir:   # the worker died in codegen: keep its input for the dump
             graph.torch_ir, graph.linalg_ir = crash_ir["torch_ir"], crash_ir["linalg_ir"]
         if options.strict:

@@ -15,17 +15,26 @@ from .schema import DTYPES, KernelStep, LibraryStep, Plan, PlanError, Value
 __all__ = ["DTYPES", "LIBRARY", "Plan", "PlanError", "PlanExecutor"]
 
 
-def _conv2d(x, w, st: LibraryStep):
+def _conv2d(x, w, st: LibraryStep, groups: int = 1):
     # padding: the zero padding of the input, applied by the convolution (the
     # plan passes the unpadded input: see convInputPadding in KernelUtils.h)
     return torch.nn.functional.conv2d(x, w, stride=st.strides or (1, 1), padding=st.padding or (0, 0),
-                                      dilation=st.dilations or (1, 1))
+                                      dilation=st.dilations or (1, 1), groups=groups)
 
 
 def _conv2d_depthwise(x, w, st: LibraryStep):
     # w: (channels, kh, kw), one filter per input channel
-    return torch.nn.functional.conv2d(x, w.unsqueeze(1), stride=st.strides or (1, 1), padding=st.padding or (0, 0),
-                                      dilation=st.dilations or (1, 1), groups=x.shape[1])
+    return _conv2d(x, w.unsqueeze(1), st, groups=x.shape[1])
+
+
+def _widened(ins: list, out: torch.Tensor) -> list:
+    """bf16/f16 operands of a library step with a wider float result (mlircap-narrow-library-
+    operands keeps the result wide where it is used wide), converted to the result's type:
+    torch's bf16 kernels return a bf16 result, rounded; the product of the converted
+    operands (exact products, f32 sums) is the wide result."""
+    if out.dtype.is_floating_point and out.dtype.itemsize > ins[0].dtype.itemsize:
+        return [x.to(out.dtype) if x.dtype.is_floating_point else x for x in ins]
+    return ins
 
 
 LIBRARY = {
@@ -136,13 +145,8 @@ class PlanExecutor:
             wide = torch.float64 if out.device.type == "cuda" else out.dtype
             out.copy_(LIBRARY[step.op]([x.to(wide) for x in ins], step))
             return
-        if out.dtype.is_floating_point and out.dtype.itemsize > ins[0].dtype.itemsize and \
-                out.device.type == "cpu":
-            # bf16/f16 operands accumulating into an f32 result (mlircap-narrow-library-
-            # operands keeps the result wide where it is used wide): torch's bf16 kernels
-            # return a bf16 result, rounded; the f32 product of the converted operands
-            # (exact products, f32 sums) is the wide result
-            ins = [x.to(out.dtype) if x.dtype.is_floating_point else x for x in ins]
+        if out.device.type == "cpu":   # (CUDA first tries cuBLAS's out_dtype below)
+            ins = _widened(ins, out)
         variant = _OUT_VARIANTS.get(step.op)
         if variant is not None and out.is_contiguous():
             op, operands = variant
@@ -165,8 +169,7 @@ class PlanExecutor:
                     return
                 except (RuntimeError, TypeError):
                     self._wide_out_ok = False
-        if out.dtype.is_floating_point and out.dtype.itemsize > ins[0].dtype.itemsize:
-            ins = [x.to(out.dtype) if x.dtype.is_floating_point else x for x in ins]   # as on the CPU
+        ins = _widened(ins, out)
         if step.op == "conv2d_nchw_fchw" and self._cudnn_out_ok and out.dtype == ins[0].dtype \
                 and out.device.type == "cuda" and out.is_contiguous() and torch.backends.cudnn.enabled:
             # cuDNN writes into the plan's buffer (F.conv2d has no out= form: its
