@@ -3,10 +3,8 @@ code, one wrong result the new compiled forms exposed, the strict=True contract 
 that run compiled with bounded or speculated parts, and the sweep's classification of
 designed library calls. Each compiled case compares with eager and checks that every graph
 compiled and no eager island ran (the 'fallback' log)."""
-import importlib.util
 import re
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +12,7 @@ import torch.nn.functional as F
 
 import mlircap
 from mlircap import logs
+from test_opinfo import _load_opinfo   # bench/opinfo.py as a module
 
 
 @pytest.fixture
@@ -268,16 +267,8 @@ def test_strict_runs_speculated_graphs_and_raises_on_a_failed_guard():
 
 
 # ----------------------------------------------------------------- the sweep's classification
-def _opinfo():
-    path = Path(__file__).resolve().parents[2] / "bench" / "opinfo.py"
-    spec = importlib.util.spec_from_file_location("mlircap_bench_opinfo_gaps", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_sweep_counts_library_calls_next_to_compiled_parts_only():
-    opinfo = _opinfo()
+    opinfo = _load_opinfo()
     x = torch.randn(4, 5)
     with torch.no_grad():
         both = mlircap.compile(lambda t: F.log_softmax(t.double() * 2, 1) + 1)   # compiled parts + library call
