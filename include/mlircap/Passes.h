@@ -26,7 +26,8 @@ namespace mlir::mlircap {
 #include "mlircap/Passes.h.inc"
 
 /// Textual pass pipelines (anchored on builtin.module, without the wrapper).
-std::string fusePipeline();
+/// `channelsLast`: library convolutions in NHWC (the GPU pipeline).
+std::string fusePipeline(bool channelsLast = false);
 /// `fused`: the input already went through fusePipeline (the CPU plan's
 /// kernels): NaN propagation, which must see unfused ops, is not run again.
 std::string cpuPipeline(bool fused = false);

@@ -149,6 +149,44 @@ def MlircapLibraryInit : Pass<"mlircap-library-init", "::mlir::func::FuncOp"> {
                            "::mlir::arith::ArithDialect"];
 }
 
+def MlircapConvChannelsLast
+    : Pass<"mlircap-conv-channels-last", "::mlir::func::FuncOp"> {
+  let summary = "Library convolutions in NHWC, activations between them in NHWC (GPU)";
+  let description = [{
+    cuDNN's bf16/f16 convolutions run NHWC kernels; with NCHW tensors torch
+    transposes the input in and the result out on every call. This pass
+    rewrites each library `linalg.conv_2d_nchw_fchw` (static shapes, after
+    mlircap-library-init) as `linalg.conv_2d_nhwc_fhwc` between transposes
+    (data-movement generics; a zero spatial `tensor.pad` of the input moves
+    to the NHWC side), then pushes each input transpose up through the
+    elementwise generics producing it (their loops are permuted, so they
+    write NHWC with identity indexing) until it meets the transpose out of
+    the previous convolution, where the two cancel. Function results that
+    would be transposed views of an NHWC tensor are copied out
+    (`mlircap.materialize`): callers get NCHW-contiguous results as from
+    eager. A module with the unit attribute `mlircap.nchw_convs` is left
+    unchanged (MLIRCAP_GPU_CHANNELS_LAST=0).
+
+    Before:
+    ```mlir
+    %r = linalg.generic {maps = [id, id]} ins(%a) outs(%e)   // relu
+    %c = linalg.conv_2d_nchw_fchw ins(%r, %w : tensor<1x8x16x16xbf16>, tensor<8x8x1x1xbf16>)
+           outs(%zero : tensor<1x8x16x16xbf16>)
+    ```
+    After:
+    ```mlir
+    %at = linalg.generic {maps = [(n,h,w,c) -> (n,c,h,w), id]} ins(%a)   // a in NHWC
+    %r = linalg.generic {maps = [id, id]} ins(%at) outs(%e2)              // relu in NHWC
+    %wt = linalg.generic {maps = [(f,h,w,c) -> (f,c,h,w), id]} ins(%w)
+    %ct = linalg.conv_2d_nhwc_fhwc ins(%r, %wt) outs(%zero2 : tensor<1x16x16x8xbf16>)
+    %c = linalg.generic {maps = [(n,c,h,w) -> (n,h,w,c), id]} ins(%ct)   // view
+    ```
+  }];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect",
+                           "::mlir::tensor::TensorDialect",
+                           "::mlir::arith::ArithDialect"];
+}
+
 def MlircapTensorToGeneric : Pass<"mlircap-tensor-to-generic", "::mlir::func::FuncOp"> {
   let summary = "Turn tensor.pad, tensor.insert_slice and tensor.concat into linalg.generic";
   let description = [{

@@ -559,7 +559,7 @@ void *mlircap_cpu_plan_compile(const char *ir, int optLevel, char **planOut) {
   // (matmul, conv) stay in the plan for the runtime to run through torch.
   Session session;
   auto module = session.parse(ir);
-  if (!module || failed(session.run(*module, mlircap::fusePipeline())))
+  if (!module || failed(session.run(*module, mlircap::fusePipeline(/*channelsLast=*/true))))
     return nullptr;
   MLIRContext *ctx = &session.context;
   Builder b(ctx);

@@ -395,6 +395,8 @@ struct PlanBuilder {
       convAttrs(conv);
     else if (auto dw = dyn_cast<linalg::DepthwiseConv2DNchwChwOp>(op.getOperation()))
       convAttrs(dw);
+    else if (auto cl = dyn_cast<linalg::Conv2DNhwcFhwcOp>(op.getOperation()))
+      convAttrs(cl);
     step["attrs"] = std::move(attrs);
     steps.push_back(std::move(step));
     return success();

@@ -12,7 +12,8 @@
 //                       enough work run on the runtime's thread pool; kernels'
 //                       data pointers marked noalias)
 // mlircap-gpu-pipeline  linalg-on-tensors -> kernels outlined and called from the
-//                       caller (tensor level), gpu.binary holding their PTX (sm_90)
+//                       caller (tensor level), gpu.binary holding their PTX (sm_90);
+//                       library convolutions in NHWC (mlircap-conv-channels-last)
 //
 //===----------------------------------------------------------------------===//
 #include "mlircap/Passes.h"
@@ -54,9 +55,16 @@ static const char *kBufferize =
     "buffer-results-to-out-params{{hoist-static-allocs={0} modify-public-functions=true},"
     "canonicalize";
 
-std::string fusePipeline() {
-  return std::string("func.func(mlircap-drop-asserts),") + kPropagateNan +
-         kFuseElementwise + ",mlircap-form-kernels,canonicalize,cse";
+std::string fusePipeline(bool channelsLast) {
+  std::string fuse = kFuseElementwise;
+  if (channelsLast) {
+    // NHWC library convolutions (cuDNN's native layout), after library-init
+    // (zero-filled inits) and before pads become generics.
+    llvm::StringRef at = "mlircap-tensor-to-generic";
+    fuse.insert(fuse.find(at.str()), "mlircap-conv-channels-last,");
+  }
+  return std::string("func.func(mlircap-drop-asserts),") + kPropagateNan + fuse +
+         ",mlircap-form-kernels,canonicalize,cse";
 }
 
 std::string cpuPipeline(bool fused) {
@@ -86,7 +94,7 @@ std::string gpuKernelPipeline(llvm::StringRef chip, llvm::StringRef features,
       "convert-math-to-llvm,"
       "canonicalize,cse,reconcile-unrealized-casts),"
       "gpu-module-to-binary{{format=isa}",
-      fusePipeline(), chip, features, numSMs);
+      fusePipeline(/*channelsLast=*/true), chip, features, numSMs);
 }
 
 /// `ptxNN` -> NN, else 0.

@@ -35,22 +35,32 @@ inline llvm::StringRef libraryOpName(Operation *op) {
     return bmm.hasUserDefinedMaps() ? "" : "batch_matmul";
   if (isa<linalg::Conv2DNchwFchwOp>(op))
     return "conv2d_nchw_fchw";
+  if (isa<linalg::Conv2DNhwcFhwcOp>(op))
+    return "conv2d_nhwc_fhwc";
   if (isa<linalg::DepthwiseConv2DNchwChwOp>(op))
     return "conv2d_depthwise_nchw_chw";
   return "";
 }
 inline bool isLibraryOp(Operation *op) { return !libraryOpName(op).empty(); }
 
-/// A library convolution (NCHW input as operand 0: conv2d_nchw_fchw,
-/// conv2d_depthwise_nchw_chw).
+/// A library convolution (input as operand 0: conv2d_nchw_fchw,
+/// conv2d_depthwise_nchw_chw, conv2d_nhwc_fhwc).
 inline bool isLibraryConv(Operation *op) {
-  return isa<linalg::Conv2DNchwFchwOp, linalg::DepthwiseConv2DNchwChwOp>(op) && isLibraryOp(op);
+  return isa<linalg::Conv2DNchwFchwOp, linalg::DepthwiseConv2DNchwChwOp,
+             linalg::Conv2DNhwcFhwcOp>(op) &&
+         isLibraryOp(op);
+}
+
+/// The first of the two spatial dims of a library convolution's input: 2 for
+/// NCHW, 1 for NHWC (conv2d_nhwc_fhwc, see mlircap-conv-channels-last).
+inline unsigned convSpatialDim(Operation *conv) {
+  return isa<linalg::Conv2DNhwcFhwcOp>(conv) ? 1 : 2;
 }
 
 /// The (height, width) padding a library convolution applies itself (cuDNN /
 /// oneDNN take a padding argument) when `pad` is the zero padding of an NCHW
-/// input that only such convolutions read: static, symmetric, spatial dims
-/// only. Such a pad is no kernel: the launch plan hands the convolution the
+/// (or, for NHWC convolutions, NHWC) input that only such convolutions of one
+/// layout read: static, symmetric, spatial dims only. Such a pad is no kernel: the launch plan hands the convolution the
 /// pad's source and the padding (no padded copy, and the kernel producing the
 /// source keeps identity indexing).
 inline std::optional<std::pair<int64_t, int64_t>> convInputPadding(tensor::PadOp pad) {
@@ -63,14 +73,24 @@ inline std::optional<std::pair<int64_t, int64_t>> convInputPadding(tensor::PadOp
     return std::nullopt;
   ArrayRef<int64_t> low = pad.getStaticLow(), high = pad.getStaticHigh();
   if (low.size() != 4 || high.size() != 4 || ShapedType::isDynamicShape(low) ||
-      ShapedType::isDynamicShape(high) || low[0] || low[1] || high[0] || high[1] ||
-      low[2] != high[2] || low[3] != high[3] || low[2] < 0 || low[3] < 0)
+      ShapedType::isDynamicShape(high))
     return std::nullopt;
+  std::optional<unsigned> h;
   for (OpOperand &use : pad->getUses()) {
     if (!isLibraryConv(use.getOwner()) || use.getOperandNumber() != 0)
       return std::nullopt;
+    unsigned d = convSpatialDim(use.getOwner());
+    if (h && *h != d)
+      return std::nullopt;
+    h = d;
   }
-  return std::make_pair(low[2], low[3]);
+  unsigned w = *h + 1;
+  for (unsigned d = 0; d < 4; ++d)
+    if (d != *h && d != w && (low[d] || high[d]))
+      return std::nullopt;
+  if (low[*h] != high[*h] || low[w] != high[w] || low[*h] < 0 || low[w] < 0)
+    return std::nullopt;
+  return std::make_pair(low[*h], low[w]);
 }
 
 /// The attribute marking an outlined kernel function; its value is the kernel

@@ -72,6 +72,11 @@ ENV: dict[str, EnvVar] = _vars(
     EnvVar("MLIRCAP_CUDNN_BENCHMARK", None, "1 lets cuDNN time its algorithms for the plan's "
            "convolutions (once per shape, before a CUDA graph is captured); default: "
            "torch.backends.cudnn.benchmark", "mlircap/runtime/plan.py"),
+    EnvVar("MLIRCAP_GPU_CHANNELS_LAST", None, "0 keeps the GPU plan's convolutions NCHW (default: "
+           "NHWC convolutions, activations between them NHWC: mlircap-conv-channels-last)",
+           "mlircap/runtime/cuda.py"),
+    EnvVar("MLIRCAP_CPU_CHANNELS_LAST", None, "1 runs the CPU plan's convolutions in NHWC as the GPU "
+           "plan does (mlircap-conv-channels-last; default: NCHW)", "mlircap/runtime/cpu.py"),
     EnvVar("MLIRCAP_CPU_POOL", None, "own runs CPU kernels' parallel loops on the core's own thread "
            "pool instead of torch's OpenMP team", "lib/CAPI/Parallel.cpp"),
     EnvVar("MLIRCAP_LIB_DIR", None, "directory searched first for the built core "

@@ -127,13 +127,33 @@ def test_attention_views():
 
 
 def test_resblock_conv():
+    # NHWC convolutions (mlircap-conv-channels-last, the GPU default)
     plan = model("resblock")
+    check_well_formed(plan)
+    libs = [s for s in plan["steps"] if s["kind"] == "library"]
+    assert [s["op"] for s in libs] == ["conv2d_nhwc_fhwc"] * 2
+    assert libs[0]["attrs"] == {"strides": [1, 1], "dilations": [1, 1], "padding": [1, 1]}
+    vals = values(plan)
+    # the convolutions pad their inputs themselves: the first reads the graph input
+    # through a transposed view, the second the bias+relu kernel's NHWC result
+    x = vals[libs[0]["ins"][0]]
+    assert x["kind"] == "view" and vals[x["of"]]["kind"] == "input" and x["shape"] == [1, 8, 8, 4]
+    assert x["strides"] == [256, 8, 1, 64]
+    y = vals[libs[1]["ins"][0]]
+    assert y["kind"] == "buffer" and y["shape"] == [1, 8, 8, 8]
+    assert y["id"] in [a["value"] for a in kernels(plan)[0]["args"]]
+    assert len(kernels(plan)) == 2
+
+
+def test_resblock_conv_nchw():
+    from mlircap.runtime.plan import mark_layout
+
+    plan = compile_plan(mark_layout((PIPELINES / "resblock.mlir").read_text(), channels_last=False))
     check_well_formed(plan)
     libs = [s for s in plan["steps"] if s["kind"] == "library"]
     assert [s["op"] for s in libs] == ["conv2d_nchw_fchw"] * 2
     assert libs[0]["attrs"] == {"strides": [1, 1], "dilations": [1, 1], "padding": [1, 1]}
     vals = values(plan)
-    # the convolutions pad their inputs themselves: the first reads the graph input
     assert vals[libs[0]["ins"][0]] == {**vals[libs[0]["ins"][0]], "kind": "input", "shape": [1, 4, 8, 8]}
     assert vals[libs[1]["ins"][0]]["shape"][2:] == [8, 8]
     assert len(kernels(plan)) == 2

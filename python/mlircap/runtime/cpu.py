@@ -25,7 +25,7 @@ import torch
 
 from .. import config, logs
 from .._core import core
-from .plan import _OUT_VARIANTS, LIBRARY, PlanError, PlanExecutor
+from .plan import _OUT_VARIANTS, LIBRARY, PlanError, PlanExecutor, mark_layout
 from .schema import KernelStep, Plan
 
 _threads = [0]   # the core's thread count, as last set from here
@@ -122,6 +122,8 @@ def compile_cpu(linalg_ir: str, opt_level: int = config.DEFAULT_CPU_OPT_LEVEL, p
     is used when every function it should hold links; otherwise it is removed
     and the IR compiled again."""
     c = core()
+    if plan:
+        linalg_ir = mark_layout(linalg_ir, config.env("MLIRCAP_CPU_CHANNELS_LAST") == "1")
     use_cache = config.env_flag("MLIRCAP_CPU_CACHE")
     key = _cache_key("plan" if plan else "whole", linalg_ir, opt_level) if use_cache else None
     entry = load_cached(key) if use_cache else None
@@ -194,7 +196,7 @@ _OPERANDS = {"matmul": "{0}, {1}", "matmul_transpose_b": "{0}, {1}.t()", "matmul
 # Library ops without an out= form (convolutions): their result tensor becomes the plan's
 # value (its pointer replaces the buffer's in the table) instead of being copied into a
 # buffer allocated for it: one pass over the result less per call.
-_REBOUND = ("conv2d_nchw_fchw", "conv2d_depthwise_nchw_chw")
+_REBOUND = ("conv2d_nchw_fchw", "conv2d_depthwise_nchw_chw", "conv2d_nhwc_fhwc")
 
 # Bytes of intermediate buffers a CPU plan keeps between calls (CpuPlanExecutable._workspace_buffers):
 # allocating a buffer costs about 1 µs of host time whatever its size, so small graphs gain most;

@@ -7,12 +7,14 @@ through torch. Subclasses launch the kernels.
 """
 from __future__ import annotations
 
+import re
+
 import torch
 
 from .. import config
 from .schema import DTYPES, KernelStep, LibraryStep, Plan, PlanError, Value
 
-__all__ = ["DTYPES", "LIBRARY", "Plan", "PlanError", "PlanExecutor"]
+__all__ = ["DTYPES", "LIBRARY", "Plan", "PlanError", "PlanExecutor", "mark_layout"]
 
 
 def _conv2d(x, w, st: LibraryStep, groups: int = 1):
@@ -25,6 +27,12 @@ def _conv2d(x, w, st: LibraryStep, groups: int = 1):
 def _conv2d_depthwise(x, w, st: LibraryStep):
     # w: (channels, kh, kw), one filter per input channel
     return _conv2d(x, w.unsqueeze(1), st, groups=x.shape[1])
+
+
+def _conv2d_nhwc(x, w, st: LibraryStep):
+    # x (N, H, W, C), w (F, kh, kw, C), result (N, OH, OW, F): torch takes them as
+    # channels-last NCHW views (mlircap-conv-channels-last; cuDNN's native layout)
+    return _conv2d(x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2), st).permute(0, 2, 3, 1)
 
 
 def _widened(ins: list, out: torch.Tensor) -> list:
@@ -45,6 +53,7 @@ LIBRARY = {
     "batch_matmul_transpose_b": lambda ins, st: torch.bmm(ins[0], ins[1].transpose(1, 2)),
     "conv2d_nchw_fchw": lambda ins, st: _conv2d(ins[0], ins[1], st),
     "conv2d_depthwise_nchw_chw": lambda ins, st: _conv2d_depthwise(ins[0], ins[1], st),
+    "conv2d_nhwc_fhwc": lambda ins, st: _conv2d_nhwc(ins[0], ins[1], st),
 }
 # Library ops with an out= form: (torch function, operands from the step's inputs).
 # The result is written into the plan's buffer directly; without an out= form
@@ -58,9 +67,30 @@ _OUT_VARIANTS = {
 }
 
 
+# Convolutions cuDNN can write into the plan's buffer (aten.cudnn_convolution.out).
+_CUDNN_OUT = ("conv2d_nchw_fchw", "conv2d_nhwc_fhwc")
+
+
 def _cudnn_benchmark() -> bool:
     flag = config.env("MLIRCAP_CUDNN_BENCHMARK")
     return torch.backends.cudnn.benchmark if flag is None else flag == "1"
+
+
+def mark_layout(linalg_ir: str, channels_last: bool) -> str:
+    """The module as the plan compilers take it: without channels_last it is marked
+    (`mlircap.nchw_convs`) for mlircap-conv-channels-last to leave its convolutions
+    NCHW. The mark is part of the IR, so of the compile cache's key."""
+    if channels_last or "linalg.conv_2d_nchw_fchw" not in linalg_ir:
+        return linalg_ir
+    m = _MODULE.search(linalg_ir)    # after any attribute aliases (#map = ...)
+    if m is None:
+        return "module attributes {mlircap.nchw_convs} {\n" + linalg_ir + "\n}\n"
+    if m.group(1):
+        return linalg_ir[:m.end()] + "mlircap.nchw_convs, " + linalg_ir[m.end():]
+    return linalg_ir[:m.start()] + "module attributes {mlircap.nchw_convs} {" + linalg_ir[m.end():]
+
+
+_MODULE = re.compile(r"^module\s*(?:(attributes\s*\{)|\{)", re.M)
 
 
 class PlanExecutor:
@@ -170,15 +200,19 @@ class PlanExecutor:
                 except (RuntimeError, TypeError):
                     self._wide_out_ok = False
         ins = _widened(ins, out)
-        if step.op == "conv2d_nchw_fchw" and self._cudnn_out_ok and out.dtype == ins[0].dtype \
+        if step.op in _CUDNN_OUT and self._cudnn_out_ok and out.dtype == ins[0].dtype \
                 and out.device.type == "cuda" and out.is_contiguous() and torch.backends.cudnn.enabled:
             # cuDNN writes into the plan's buffer (F.conv2d has no out= form: its
-            # result would be copied in); same flags as F.conv2d would use.
+            # result would be copied in); same flags as F.conv2d would use. NHWC
+            # operands are passed as channels-last NCHW views.
             cudnn = torch.backends.cudnn
+            x, w, y = ins[0], ins[1], out
+            if step.op == "conv2d_nhwc_fhwc":
+                x, w, y = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2), y.permute(0, 3, 1, 2)
             try:
                 torch.ops.aten.cudnn_convolution.out(
-                    ins[0], ins[1], step.padding or (0, 0), step.strides or (1, 1), step.dilations or (1, 1), 1,
-                    _cudnn_benchmark(), cudnn.deterministic, cudnn.allow_tf32, out=out)
+                    x, w, step.padding or (0, 0), step.strides or (1, 1), step.dilations or (1, 1), 1,
+                    _cudnn_benchmark(), cudnn.deterministic, cudnn.allow_tf32, out=y)
                 return
             except (RuntimeError, TypeError, NotImplementedError):
                 PlanExecutor._cudnn_out_ok = False

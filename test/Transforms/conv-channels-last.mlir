@@ -1,0 +1,94 @@
+// RUN: mlircap-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(mlircap-conv-channels-last))' | FileCheck %s
+// RUN: mlircap-opt %s --split-input-file --mlircap-gpu-pipeline -o /dev/null
+
+// conv -> relu -> conv + residual: the relu between the convolutions runs in NHWC
+// (identity maps, reading the first convolution's NHWC result), the padding moves to
+// the NHWC side, the weights are transposed views, and the result (a graph output) is
+// copied out NCHW by a materialized transpose.
+#map = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+// CHECK-DAG: #[[ID:.*]] = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+// CHECK-DAG: #[[TO_NHWC:.*]] = affine_map<(d0, d1, d2, d3) -> (d0, d3, d1, d2)>
+// CHECK-DAG: #[[TO_NCHW:.*]] = affine_map<(d0, d1, d2, d3) -> (d0, d2, d3, d1)>
+// CHECK-LABEL: func.func @resblock(
+// CHECK-SAME: %[[X:.*]]: tensor<1x4x8x8xf32>, %[[W1:.*]]: tensor<8x4x3x3xf32>, %[[W2:.*]]: tensor<8x8x3x3xf32>
+// CHECK: %[[XT:.*]] = linalg.generic {indexing_maps = [#[[TO_NHWC]], #[[ID]]]{{.*}} ins(%[[X]] : tensor<1x4x8x8xf32>)
+// CHECK: %[[XP:.*]] = tensor.pad %[[XT]] low[0, 1, 1, 0] high[0, 1, 1, 0]
+// CHECK: %[[W1T:.*]] = linalg.generic {indexing_maps = [#[[TO_NHWC]], #[[ID]]]{{.*}} ins(%[[W1]] : tensor<8x4x3x3xf32>)
+// CHECK: %[[C1:.*]] = linalg.conv_2d_nhwc_fhwc {{.*}} ins(%[[XP]], %[[W1T]] : tensor<1x10x10x4xf32>, tensor<8x3x3x4xf32>)
+// CHECK: %[[C1N:.*]] = linalg.generic {indexing_maps = [#[[TO_NCHW]], #[[ID]]]{{.*}} ins(%[[C1]] : {{.*}}) {{.*}} attrs = {mlircap.from_nhwc}
+// the relu the residual add reads (NCHW, recomputed inside the add's kernel) ...
+// CHECK: %[[RN:.*]] = linalg.generic {indexing_maps = [#[[ID]], #[[ID]]]{{.*}} ins(%[[C1N]] :
+// ... and the relu the second convolution reads, NHWC from the first one's result
+// CHECK: %[[R:.*]] = linalg.generic {indexing_maps = [#[[ID]], #[[ID]]]{{.*}} ins(%[[C1]] :
+// CHECK: arith.maximumf
+// CHECK: %[[RP:.*]] = tensor.pad %[[R]] low[0, 1, 1, 0] high[0, 1, 1, 0]
+// CHECK: %[[W2T:.*]] = linalg.generic {indexing_maps = [#[[TO_NHWC]], #[[ID]]]{{.*}} ins(%[[W2]] :
+// CHECK: %[[C2:.*]] = linalg.conv_2d_nhwc_fhwc {{.*}} ins(%[[RP]], %[[W2T]] : tensor<1x10x10x8xf32>, tensor<8x3x3x8xf32>)
+// CHECK: %[[C2N:.*]] = linalg.generic {indexing_maps = [#[[TO_NCHW]], #[[ID]]]{{.*}} ins(%[[C2]] :
+// CHECK: %[[SUM:.*]] = linalg.generic {indexing_maps = [#[[ID]], #[[ID]], #[[ID]]]{{.*}} ins(%[[C2N]], %[[RN]] :
+// CHECK-NOT: linalg.conv_2d_nchw_fchw
+// CHECK: return %[[SUM]]
+func.func @resblock(%x: tensor<1x4x8x8xf32>, %w1: tensor<8x4x3x3xf32>, %w2: tensor<8x8x3x3xf32>) -> tensor<1x8x8x8xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %padded = tensor.pad %x low[0, 0, 1, 1] high[0, 0, 1, 1] {
+  ^bb0(%a: index, %b: index, %c: index, %d: index):
+    tensor.yield %cst : f32
+  } : tensor<1x4x8x8xf32> to tensor<1x4x10x10xf32>
+  %e = tensor.empty() : tensor<1x8x8x8xf32>
+  %z = linalg.fill ins(%cst : f32) outs(%e : tensor<1x8x8x8xf32>) -> tensor<1x8x8x8xf32>
+  %1 = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%padded, %w1 : tensor<1x4x10x10xf32>, tensor<8x4x3x3xf32>) outs(%z : tensor<1x8x8x8xf32>) -> tensor<1x8x8x8xf32>
+  %2 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%1 : tensor<1x8x8x8xf32>) outs(%e : tensor<1x8x8x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %6 = arith.maximumf %in, %cst : f32
+    linalg.yield %6 : f32
+  } -> tensor<1x8x8x8xf32>
+  %padded_4 = tensor.pad %2 low[0, 0, 1, 1] high[0, 0, 1, 1] {
+  ^bb0(%a: index, %b: index, %c: index, %d: index):
+    tensor.yield %cst : f32
+  } : tensor<1x8x8x8xf32> to tensor<1x8x10x10xf32>
+  %3 = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%padded_4, %w2 : tensor<1x8x10x10xf32>, tensor<8x8x3x3xf32>) outs(%z : tensor<1x8x8x8xf32>) -> tensor<1x8x8x8xf32>
+  %4 = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%3, %2 : tensor<1x8x8x8xf32>, tensor<1x8x8x8xf32>) outs(%e : tensor<1x8x8x8xf32>) {
+  ^bb0(%in: f32, %in_6: f32, %out: f32):
+    %6 = arith.addf %in, %in_6 : f32
+    linalg.yield %6 : f32
+  } -> tensor<1x8x8x8xf32>
+  return %4 : tensor<1x8x8x8xf32>
+}
+
+// -----
+
+// Two convolutions in a row, the first one's result also returned: the transposes
+// cancel (the second convolution reads the first's NHWC result), and the returned
+// value is copied out NCHW by a materialized transpose.
+// CHECK-LABEL: func.func @chain(
+// CHECK: %[[A:.*]] = linalg.conv_2d_nhwc_fhwc
+// CHECK: %[[B:.*]] = linalg.conv_2d_nhwc_fhwc {{.*}} ins(%[[A]], %{{.*}} : tensor<2x6x6x8xf32>
+// CHECK-DAG: %[[OA:.*]] = linalg.generic {{.*}} ins(%[[A]] : {{.*}}) {{.*}} attrs = {mlircap.materialize}
+// CHECK-DAG: %[[OB:.*]] = linalg.generic {{.*}} ins(%[[B]] : {{.*}}) {{.*}} attrs = {mlircap.materialize}
+// CHECK: return %[[OA]], %[[OB]]
+func.func @chain(%x: tensor<2x3x8x8xf32>, %w1: tensor<8x3x3x3xf32>, %w2: tensor<4x8x1x1xf32>) -> (tensor<2x8x6x6xf32>, tensor<2x4x6x6xf32>) {
+  %cst = arith.constant 0.000000e+00 : f32
+  %e1 = tensor.empty() : tensor<2x8x6x6xf32>
+  %z1 = linalg.fill ins(%cst : f32) outs(%e1 : tensor<2x8x6x6xf32>) -> tensor<2x8x6x6xf32>
+  %a = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%x, %w1 : tensor<2x3x8x8xf32>, tensor<8x3x3x3xf32>) outs(%z1 : tensor<2x8x6x6xf32>) -> tensor<2x8x6x6xf32>
+  %e2 = tensor.empty() : tensor<2x4x6x6xf32>
+  %z2 = linalg.fill ins(%cst : f32) outs(%e2 : tensor<2x4x6x6xf32>) -> tensor<2x4x6x6xf32>
+  %b = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%a, %w2 : tensor<2x8x6x6xf32>, tensor<4x8x1x1xf32>) outs(%z2 : tensor<2x4x6x6xf32>) -> tensor<2x4x6x6xf32>
+  return %a, %b : tensor<2x8x6x6xf32>, tensor<2x4x6x6xf32>
+}
+
+// -----
+
+// The module opts out (MLIRCAP_GPU_CHANNELS_LAST=0): the convolution stays NCHW.
+// CHECK-LABEL: func.func @opt_out(
+// CHECK: linalg.conv_2d_nchw_fchw
+// CHECK-NOT: linalg.conv_2d_nhwc_fhwc
+module attributes {mlircap.nchw_convs} {
+  func.func @opt_out(%x: tensor<1x3x8x8xf32>, %w: tensor<8x3x3x3xf32>) -> tensor<1x8x6x6xf32> {
+    %cst = arith.constant 0.000000e+00 : f32
+    %e = tensor.empty() : tensor<1x8x6x6xf32>
+    %z = linalg.fill ins(%cst : f32) outs(%e : tensor<1x8x6x6xf32>) -> tensor<1x8x6x6xf32>
+    %a = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%x, %w : tensor<1x3x8x8xf32>, tensor<8x3x3x3xf32>) outs(%z : tensor<1x8x6x6xf32>) -> tensor<1x8x6x6xf32>
+    return %a : tensor<1x8x6x6xf32>
+  }
+}
