@@ -20,7 +20,7 @@ from .. import logs as _logs
 from .base import Unreplayable, _Canned, _MISSING
 from .guard_kinds import Equals, Lengths, TypeIs
 from .frame_hook import _E, _NULL
-from .classify import _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _func_qualname, _runs_no_python
+from .classify import _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _func_qualname, _no_new_epoch
 from .locations import _frame_loc
 from .typeinfo import _is_opaque_value
 from .rng import _unlog
@@ -379,7 +379,7 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
 
         def finish(fr: types.FrameType) -> None:
             self.ext_depth -= 1
-            if not _runs_no_python(f, args, kwargs):
+            if not _no_new_epoch(f, args, kwargs):
                 self._new_epoch(k)
             res = _E.peek(fr, 0)
             if type(res) in (int, float) and self._follow_result(fr, k, res):

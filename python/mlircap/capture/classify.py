@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import collections
 import contextvars
+import io
 import os
+import random
 import types
 import weakref
 from typing import Any
@@ -292,3 +294,36 @@ def _runs_no_python(f: Any, args: list, kwargs: dict) -> bool:
     if not (mod in ("math", "time") or mod.startswith("torch")):
         return False
     return all(type(a) in _PLAIN_ARGS for a in (*args, *kwargs.values()))
+
+
+_TEXT_ARGS = (type(None), bool, int, float, str, bytes)
+
+
+def _no_new_epoch(f: Any, args: list, kwargs: dict) -> bool:
+    """An uncapturable call that cannot write the state the program reads, so that what the
+    program read before it needs no guard again after it (sources._new_epoch): one that runs
+    no Python code (_runs_no_python); a method of an in-memory text or bytes buffer
+    (`io.StringIO`, `io.BytesIO`, exactly: C code) or `print` to one, with numbers and
+    strings; a draw from a generator of the exact types `random.Random`, NumPy's
+    `RandomState` / `Generator` with numbers (it changes that generator's state only)."""
+    if _runs_no_python(f, args, kwargs):
+        return True
+    flat = list(args) + list(kwargs.values())
+    if f is print:
+        out = kwargs.get("file")
+        return type(out) in _BUFFERS and all(type(a) in _TEXT_ARGS for a in args) and \
+            all(type(v) in _TEXT_ARGS for k, v in kwargs.items() if k != "file")
+    so = getattr(f, "__self__", None)
+    if (so is None or isinstance(so, types.ModuleType)) and args and \
+            getattr(type(args[0]), getattr(f, "__name__", ""), None) is f:
+        so, flat = args[0], flat[1:]   # the LOAD_METHOD form: the method's class's, the receiver first
+    if type(so) in _BUFFERS:
+        return all(type(a) in _TEXT_ARGS for a in flat)
+    if type(so) is random.Random or type(so).__name__ in ("RandomState", "Generator") and \
+            type(so).__module__.startswith("numpy.random"):
+        return all(type(a) in _TEXT_ARGS or type(a) is tuple and all(type(x) in _TEXT_ARGS for x in a)
+                   for a in flat)
+    return False
+
+
+_BUFFERS = (io.StringIO, io.BytesIO)

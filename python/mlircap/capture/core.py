@@ -22,6 +22,7 @@ Overview
 
 Layout (each module imports only the ones listed before it; README.md, "Capture layout"):
   base           sentinels (_MISSING, _Miss, _Canned) and errors (Unreplayable, strict errors)
+  resume_code    continuations: the function's code started mid-frame with its variables and stack given
   steps          typed replay plan records: GraphStep, CallStep, Write
   frame_hook     the C++ frame hook glue: _E (+ 3.12 stack-depth shim), _active, _hook_cb
   classify       code classification (_classify), call kinds (_call_kind), value categories
@@ -50,6 +51,7 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   reads          _ReadMixin: LOAD_GLOBAL / LOAD_ATTR / LOAD_DEREF reads of external state, guarded
   calls          _CallMixin: CALL handlers, call kinds, uncapturable calls replayed as graph breaks
   tracer         _TracerMixin, _HANDLERS: the settrace callbacks and the opcode -> handler table
+  resumes        _ResumeMixin: the frame's state after breaks, where a failed guard continues it
   recorder       _Recorder: the state of one recording run (all mixins)
   graph_compile  compiling graphs with the backend (fallbacks, first-run check, double backward)
   replay         _Variant, _GraphVariant (generated replay code), _EagerVariant

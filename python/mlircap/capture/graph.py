@@ -199,6 +199,7 @@ class _GraphMixin(_ScalarInputMixin):
         k = self.ncalls
         self.ncalls += 1
         self.steps.append(CallStep(k, fe, ae, ke, reason, external=external))
+        self._resume_mark(k)
         return k
 
     def _hoisted_step(self, fe: str, ae: list[str], ke: dict[str, str], reason: str) -> int | None:

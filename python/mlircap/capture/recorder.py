@@ -21,6 +21,7 @@ from .side_effects import _SideEffectMixin
 from .graph import _GraphMixin
 from .np_interop import _NumpyMixin
 from .tracer import _TracerMixin
+from .resumes import ResumePoint, _ResumeMixin
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import _Captured
@@ -33,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
 LOOP_BREAKS = 8
 
 
-class _Recorder(_TracerMixin, _NumpyMixin, _GraphMixin, _SideEffectMixin, _SourceMixin, _ValueMixin, _GuardMixin):
+class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffectMixin, _SourceMixin, _ValueMixin, _GuardMixin):
     """The state of one recording run (the first call of a variant, run for real under the
     tracer and the TorchFunctionMode); its behaviour lives in the mixins, one job each."""
 
@@ -104,6 +105,16 @@ class _Recorder(_TracerMixin, _NumpyMixin, _GraphMixin, _SideEffectMixin, _Sourc
         # (id(obj), attribute) -> (float, expression, keys, obj): a followed float stored (flow_writes.py)
         self.flow_stores: dict[tuple[int, str], tuple] = {}
         self.cur_depth = -1
+        # resume points (resumes.py): the captured function's frame, the break whose call it
+        # makes now and the call's offset, and the points taken, by break
+        self.root_frame: types.FrameType | None = None
+        self.resume_at: tuple[int, int] | None = None
+        self.resumes: dict[int, ResumePoint] = {}
+        self.resume_missing: dict[int, str] = {}   # break -> why no resume point was taken there
+        # expression -> name: objects the frame read through a location before the first
+        # uncapturable call that may write, bound by the replay before that call
+        self.resume_paths: dict[str, str] = {}
+        self.src0: dict[int, str] = {}   # id(obj) -> its expression, as read before that call
         self.pending = {}
         self.kwnames = {}
         self._unreplayable: str | None = None

@@ -14,14 +14,16 @@ import torch.fx as fx
 
 from .base import Unreplayable, _Miss
 from .steps import CallStep, GraphStep, Write
-from .guard_kinds import Guard, GuardEnv, _holds
+from .guard_kinds import Guard, GuardEnv, SameAs, _holds
 from .guards import Placed, _ambient, _compile_guard, _merge_guards
 from .graph_compile import _FirstRunChecked, _compile_graph, _double_backward_ok
 from .rng import RngStates, _RngLogged, _rng_states, _set_rng_states, _unlog
+from .resume_code import Continuation, continuation_code
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import _Captured
     from .recorder import _Recorder
+    from .resumes import ResumePoint
 
 
 _BREAK_RESULT = re.compile(r"\bb\d+\b")
@@ -130,6 +132,33 @@ def _written(rec: _Recorder, w: Write) -> str:
     return f"{t}.{w.key}" if w.kind == "set" and w.key is not None else t
 
 
+def _continuations(rec: _Recorder) -> dict[int, tuple[str, ResumePoint]]:
+    """The continuation (its constant and resume point) each guard position after an
+    uncapturable call that may write any state needs: a replay that fails a guard there
+    runs the rest of the frame through it (resume_code.py).  Running the function again
+    from its start would read before that call what the call has written since.  A guard
+    there without one: the recording is not replayed (Unreplayable)."""
+    if not rec.epoch_starts or rec.uses_rng:   # (a miss restores the RNG state and records again)
+        return {}
+    k0 = min(rec.epoch_starts) - 1   # the first uncapturable call that may write any state
+    if any(isinstance(p.guard, SameAs) and p.pos > k0 and p.guard.other in rec.resume_paths for p in rec.guards):
+        # read again through another location after the call: not the object bound before it
+        raise Unreplayable("an object read before an uncapturable call that may write any state is "
+                           "reached through another location after it")
+    out = {}
+    for p in sorted({p.pos for p in rec.guards if p.pos > k0}):
+        rp = rec.resumes.get(p - 1)
+        if rp is None:
+            # Known gap: no continuation from there (the call made by a function the frame
+            # calls, a write to external state before it, ...): a replay that fails this
+            # guard records again, from the start (test_fuzz_guards.py, xfail)
+            continue
+        unbound = tuple(i for i, e in enumerate(rp.local_exprs) if e is None)
+        real = tuple(e is not None for e in rp.stack_exprs)
+        out[p - 1] = (rec.const(Continuation(continuation_code(rp.code, rp.offset, unbound, real), rec.captured)), rp)
+    return out
+
+
 def _merge_log(log: list | None, done: list) -> list:
     """The uncapturable-call results known after a failed replay: those it ran (or took
     from `log`), then any further ones an earlier variant had already run."""
@@ -170,6 +199,8 @@ class _GraphVariant(_Variant):
         mutated = [rec.src[vid][0] for vid in rec.versions if vid in written and vid in rec.src
                    and not _BREAK_RESULT.search(rec.src[vid][0])]
         rec.final_guards()
+        rec.root_frame = None
+        resumes = _continuations(rec)
         super().__init__(rec, [p for p in rec.guards if p.pos == 0])
         compiled = []
         try:
@@ -231,6 +262,8 @@ class _GraphVariant(_Variant):
                 k = st.k
                 argl = list(st.args) + [f"{kk}={vv}" for kk, vv in st.kwargs.items()]
                 call = f"{st.callee}(" + ", ".join(argl) + ")"
+                if resumes and st.k == min(rec.epoch_starts) - 1:   # (the objects continuations take)
+                    L.extend(ind + f"{name} = {e}" for e, name in rec.resume_paths.items())
                 if st.external:
                     j = len(ext_done)
                     L.append(ind + f"b{k} = _unlog(_lg[{j}]) if _n > {j} else {call}")
@@ -244,7 +277,13 @@ class _GraphVariant(_Variant):
                 if midg.get(k + 1):
                     cond = " and ".join(f"({e})" for e in midg[k + 1])
                     L.append(ind + f"if not ({cond}):")
-                    L.append(ind + f"    {rb}return _Miss(_merge_log(_lg, [{', '.join(ext_done)}]))")
+                    if k in resumes:   # after an uncapturable call that may write: the rest of the frame
+                        cont, rp = resumes[k]
+                        L.extend(ind + f"    {name} = {e}" for name, e in rp.lets)
+                        vals = [e or "None" for e in rp.local_exprs + rp.stack_exprs]
+                        L.append(ind + f"    return {cont}(F, {', '.join(vals)})")
+                    else:
+                        L.append(ind + f"    {rb}return _Miss(_merge_log(_lg, [{', '.join(ext_done)}]))")
         for name, e in lets:
             L.append(ind + f"{name} = {e}")
         for i, w in enumerate(wexprs):

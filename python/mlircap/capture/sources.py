@@ -375,6 +375,8 @@ class _SourceMixin:
         guarded again after it (mid-replay, `read`), and so are the containers the program
         holds: lists, dicts, deques and sets are lazily guarded again, from their contents
         now, where the program next uses them (touch); so are objects still lazily guarded."""
+        if self.epoch == 0:   # what was read before the first one (resumes.py binds it there)
+            self.src0 = {vid: s[0] for vid, s in self.src.items()}
         self.epoch += 1
         self.epoch_starts.append(k + 1)
         for vid in list(self.float_items):

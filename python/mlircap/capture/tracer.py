@@ -44,6 +44,8 @@ class _TracerMixin(_CallMixin):
         frame.f_trace_lines = False
         frame.f_trace_opcodes = True
         code = frame.f_code
+        if code is self.code and self.root_frame is None:
+            self.root_frame = frame
         try:
             self._hook_guard(frame, code)
         except Exception as e:
@@ -88,6 +90,8 @@ class _TracerMixin(_CallMixin):
                 p = self.pending.pop(frame, None)
                 if p is not None:
                     p(frame)
+                if self.resume_at is not None and frame is self.root_frame:
+                    self._resume_capture(frame)
                 if ins is not None and self.suspended == 1 and not self.ext_depth:
                     if self.np_env and self.np_opcode(frame, ins):
                         return self.local_trace   # a NumPy operation the graph records

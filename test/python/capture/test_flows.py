@@ -59,7 +59,9 @@ def test_number_used_otherwise_is_guarded():
         n = int(x.abs().max().item() * 10)
         return x * v, n               # and returned
     c = _check(f, [(torch.ones(3),), (torch.ones(3),), (torch.full((3,), 2.0),)])
-    assert len(c.variants) == 2 and c.stats.replays == 1
+    # (the third call fails the guard on the second .item() after the print: the frame
+    # continues from there, resume_code.py, instead of a second variant)
+    assert len(c.variants) == 1 and c.stats.replays == 2
 
 
 def test_formatted_tensor_printed():
