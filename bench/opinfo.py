@@ -18,11 +18,14 @@ equal_nan=True and exact dtype and shape. Each sample is one of
                  (at least one graph, each with fallback_reason None and an executable that
                  is not its FX graph, no eager island, no recompile). The one kind of island
                  allowed is a designed library call ("library": CPU log_softmax, convolutions
-                 the launch plans do not take, fused attention), the same call through torch
-                 that a plan's matmul/conv library step makes, and only next to compiled
+                 the launch plans do not take, fused attention, FFTs), the same call through
+                 torch that a plan's matmul/conv library step makes, and only next to compiled
                  parts: a graph that only runs library calls runs eagerly (a fallback). Such
                  samples are reported as ok with detail "library calls: ..." and counted
-                 separately in the report (ok_library)
+                 separately in the report (ok_library). A captured graph with no op (the
+                 result is an input or a constant: x.real of a real x) runs nothing, eagerly
+                 or compiled: ok when its variant replays, detail "nothing to compute",
+                 counted separately (ok_empty)
     fallback     correct, but (part of) it ran eagerly; the reason's first line is recorded
                  ("partial:" when some graphs compiled and some ops ran as eager islands;
                  a crash of mlircap's compile worker is contained by mlircap: a fallback,
@@ -386,6 +389,9 @@ def _islands(log_text: str) -> list[str]:
 # CPU log_softmax, convolutions the launch plans do not take, fused attention): the same
 # torch call as a plan's matmul/conv library step, made between compiled parts.
 LIBRARY = "library"
+# The note of an ok sample whose captured graph has no op (its result is an input or a
+# constant): nothing runs, eagerly or compiled; counted separately (ok_empty).
+NOTHING_TO_COMPUTE = "nothing to compute (empty graph)"
 
 
 def _library_islands(islands: list[str]) -> list[str] | None:
@@ -416,7 +422,12 @@ def compiled_status(c, warn_msgs, log_text: str = "", notes: list | None = None)
             return partial + _reason_line(re.sub(r"^mlircap[^:]*: ", "", w))
     islands = _islands(log_text)
     if islands == ["<empty>"] and not graphs:
-        return "empty graph: no op to compile"
+        # nothing to compute (x.real of a real x, conj of a real x, atleast_3d of a 3-D
+        # tensor): no part ran eagerly; still the variant must replay, not record again
+        why = _replay_status(cap)
+        if why is None and notes is not None:
+            notes.append(NOTHING_TO_COMPUTE)
+        return why
     islands = [i for i in islands if i != "<empty>"]
     library = _library_islands(islands) if islands and partial else None
     if islands and library is None:
@@ -433,6 +444,11 @@ def compiled_status(c, warn_msgs, log_text: str = "", notes: list | None = None)
     for g in graphs:
         if g.executable is g.gm:
             return "graph runs eagerly (executable is the FX graph)"
+    return _replay_status(cap)
+
+
+def _replay_status(cap) -> str | None:
+    """None when the second call replayed the variant the first one recorded, else why not."""
     if cap is not None:
         st = cap.stats
         if st.records > 1:
@@ -833,9 +849,10 @@ def summarize(records) -> dict:
     reasons = collections.Counter(_reason_key(r["detail"]) for r in fb)
     pct = (lambda n: 100.0 * n / denom if denom else 0.0)
     ok_library = sum(1 for r in records if r["category"] == "ok" and "library calls: " in str(r.get("detail")))
+    ok_empty = sum(1 for r in records if r["category"] == "ok" and NOTHING_TO_COMPUTE in str(r.get("detail")))
     return {"total": len(records), "eager_runs": denom, "counts": {c: cnt[c] for c in CATEGORIES},
             "ok_pct": round(pct(cnt["ok"]), 2), "fallback_pct": round(pct(cnt["fallback"]), 2),
-            "ok_library": ok_library,
+            "ok_library": ok_library, "ok_empty": ok_empty,
             "fallback_partial": sum(1 for r in fb if str(r["detail"]).startswith("partial: ")),
             "fallback_compile_crash": sum(1 for r in fb if _is_compile_crash(r)),
             "top_fallback_reasons": reasons.most_common(25)}
@@ -865,7 +882,8 @@ def report(records, out=sys.stdout, top=25, markdown=False) -> None:
           f"({s['fallback_pct']:.1f}%) | {c['wrong']} | {c['error']} | {c['crash']} | {c['timeout']} "
           f"| {c['eager-error']} |")
         p(f"\n{s['ok_library']} of the compiled-and-correct samples call a library op through torch "
-          "between compiled parts (log_softmax, convolutions the plans do not take; see LIBRARY).")
+          "between compiled parts (log_softmax, convolutions the plans do not take, FFTs; see LIBRARY); "
+          f"{s['ok_empty']} have nothing to compute (empty graph: the result is an input or a constant).")
     else:
         p("")
         p(f"{'total':>8} {'ok%':>7} {'fallback%':>9} {'wrong':>6} {'error':>6} {'crash':>6} {'timeout':>7}")
@@ -874,6 +892,7 @@ def report(records, out=sys.stdout, top=25, markdown=False) -> None:
         p("counts: " + ", ".join(f"{k}={c[k]}" for k in CATEGORIES)
           + f"  (percentages over the {s['eager_runs']} samples eager runs)")
         p(f"ok with library calls through torch between compiled parts: {s['ok_library']}")
+        p(f"ok with nothing to compute (empty graph: the result is an input or a constant): {s['ok_empty']}")
     by_dtype = collections.defaultdict(collections.Counter)
     for r in records:
         by_dtype[r["dtype"]][r["category"]] += 1

@@ -480,6 +480,7 @@ def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Optio
     and ops torch-mlir rejects run through torch; the rest is compiled.
     Without islands this is `compile_graph`."""
     from .attention import fuse_attention
+    from .complex_pairs import lower_complex
     from .constfold import fold_constants
     from .partition import extract, fill_empty_results, partition, rewrite_random_likes
     from .split_reductions import split_reductions
@@ -491,6 +492,7 @@ def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Optio
     fold_constants(gm)
     split_reductions(gm)
     fill_empty_results(gm)
+    lower_complex(gm)
     gm.recompile()
     forced: dict[str, str] = {}
     # Each attempt compiles the parts; a part with unsupported ops names them and

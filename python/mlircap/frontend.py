@@ -112,6 +112,7 @@ def _build_table() -> dict:
     table[aten.digamma.default] = special.digamma
     table[aten.polygamma.default] = special.polygamma
     table[aten.hypot.default] = special.hypot
+    table[aten.angle.default] = special.angle
     from . import ranges
 
     # eager's own numerics, where _keep_whole would keep the op (EAGER_NUMERICS)

@@ -40,6 +40,7 @@ import torch.fx as fx
 from .constfold import CONST_LIMIT, constant_node, fill_node, is_uniform, real_like
 from .fxutil import leaves as _leaves
 from .fxutil import op_name
+from .complex_pairs import BOUNDARY, FFT_OPS
 from .widen import uint8_computable
 
 aten = torch.ops.aten
@@ -67,7 +68,9 @@ _LIKE_FACTORY = {"aten::rand_like": aten.rand.default, "aten::randn_like": aten.
 _LIBRARY_OPS = {"aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
                 "aten::_scaled_dot_product_cudnn_attention", "aten::_flash_attention_forward",
                 "aten::_efficient_attention_forward", "aten::_scaled_dot_product_fused_attention_overrideable",
-                "aten::_scaled_dot_product_flash_attention_for_cpu"}
+                "aten::_scaled_dot_product_flash_attention_for_cpu",
+                # FFTs (pocketfft/MKL, cuFFT) on complex values as pairs of reals (complex_pairs.py)
+                *FFT_OPS}
 
 # CPU: ops whose compiled form runs slower than eager's vectorized kernel: library
 # calls through torch there, kept whole by the decomposition table
@@ -232,6 +235,8 @@ def _argument(node: fx.Node, name: str, default):
 
 def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
     """Why `node` must run through torch, or None."""
+    if node.meta.get(BOUNDARY):   # a pair viewed as complex for a library call, or back
+        return _VIEW_FOR_ISLAND
     if is_random(node):
         return "random"
     name = op_name(node.target)

@@ -89,3 +89,15 @@ def hypot(a, b):
         r = torch.sqrt(x * x + y * y)
     r = torch.where(inf, torch.full_like(r, float("inf")), r)
     return r.to(a.dtype)
+
+
+def angle(x):
+    """aten.angle of a real tensor (eager's angle_impl): pi where x < 0, else 0, NaN kept;
+    integers and bool give the default float dtype. Complex inputs: NotImplemented
+    (complex_pairs.py computes them)."""
+    if not isinstance(x, torch.Tensor) or x.is_complex():
+        return NotImplemented
+    out = x.dtype if x.is_floating_point() else torch.get_default_dtype()
+    t = x.to(out)
+    res = torch.where(t < 0, torch.full_like(t, math.pi), torch.zeros_like(t))
+    return torch.where(torch.isnan(t), t, res)

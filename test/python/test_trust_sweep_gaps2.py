@@ -1,0 +1,169 @@
+"""OpInfo sweep (bench/opinfo.py, issue 10), seeds 404 and 11 on 2026-12-02: fallbacks
+turned into compiled code. Complex values as pairs of reals with FFTs as library calls
+(complex_pairs.py), and the sweep's classification of graphs with nothing to compute.
+Each compiled case compares with eager and checks which islands ran (the 'fallback' log)."""
+import contextlib
+import io
+import re
+import warnings
+
+import pytest
+import torch
+
+import mlircap
+from mlircap import logs
+from test_opinfo import _load_opinfo   # bench/opinfo.py as a module
+
+
+@pytest.fixture
+def fallback_log(capsys):
+    logs.set_logs("fallback")
+    yield capsys
+    logs.set_logs()
+
+
+def _as_real(t):
+    return torch.view_as_real(t.resolve_conj()) if t.is_complex() else t
+
+
+def _islands(err: str) -> list[str]:
+    found = []
+    for m in re.finditer(r"eager islands: ([^\n]*)", err):
+        found += [i.strip() for i in m.group(1).split(", ") if i.strip()]
+    return found
+
+
+def _check(fn, args, log, library=(), exact=False):
+    """fn compiled: eager's values, every graph compiled, and the only islands the
+    `library` calls (node names' op part)."""
+    want = fn(*[a.clone() for a in args])
+    fast = mlircap.compile(fn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # no 'runs through torch' / 'eagerly' warning
+        for _ in range(3):
+            got = fast(*[a.clone() for a in args])
+            assert got.dtype == want.dtype and got.shape == want.shape
+            tol = {"rtol": 0, "atol": 0} if exact else {}
+            torch.testing.assert_close(_as_real(got), _as_real(want), equal_nan=True, **tol)
+    err = log.readouterr().err
+    islands = _islands(err)
+    assert all(i.endswith(": library") for i in islands), err
+    assert sorted({re.sub(r"_default(_\d+)?: library$", "", i) for i in islands}) == sorted(library), err
+    assert fast.graphs and all(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs), \
+        [g.fallback_reason for g in fast.graphs]
+    return fast
+
+
+# ----------------------------------------------------------------- complex values as pairs
+def _ints(dtype, shape=(4, 6)):
+    g = torch.Generator().manual_seed(0)
+    return torch.randint(0 if dtype == torch.uint8 else -5, 6, shape, generator=g).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int32, torch.uint8, torch.bool])
+@pytest.mark.parametrize("op,library", [
+    ("ifft", ["_fft_r2c"]),             # conversion, r2c, conjugate
+    ("ihfft", ["_fft_r2c"]),
+    ("fft", ["_fft_r2c"]),
+    ("ifft2", ["_fft_c2c"]),            # real -> complex, c2c
+    ("fftn", ["_fft_c2c"]),
+    ("hfftn", ["_fft_c2c", "_fft_c2r"]),  # conjugate and clone between two FFTs
+    ("ihfft2", ["_fft_r2c", "_fft_c2c"]),   # conj_physical between
+    ("irfft", ["_fft_c2r"]),
+])
+def test_fft_of_integers(fallback_log, op, library, dtype):
+    x = _ints(dtype) if dtype != torch.bool else _ints(torch.int8) > 0
+    fn = getattr(torch.fft, op)
+    _check(lambda t: fn(t), [x], fallback_log, library)
+
+
+def test_fft_padding_and_slicing(fallback_log):
+    # s= pads and crops the complex operand (constant_pad_nd, slice on pairs)
+    x = _ints(torch.int64)
+    _check(lambda t: torch.fft.ifft2(t, s=(3, 9)), [x], fallback_log, ["_fft_c2c"])
+    _check(lambda t: torch.fft.irfft(t, n=5), [x], fallback_log, ["_fft_c2r"])
+
+
+@pytest.mark.parametrize("case", ["complex", "polar", "cfloat", "cdouble", "view_as_complex_conj", "mul_add",
+                                  "real_imag_abs_angle", "views"])
+def test_complex_ops_compile_whole(fallback_log, case):
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(1))
+    fn = {
+        "complex": lambda t: torch.complex(t, t * 2),
+        "polar": lambda t: torch.polar(t.abs(), t),
+        "cfloat": lambda t: t.cfloat(),
+        "cdouble": lambda t: t.cdouble() * 2,
+        "view_as_complex_conj": lambda t: torch.view_as_complex((t + 1).reshape(3, 2, 2)).conj_physical(),
+        "mul_add": lambda t: torch.complex(t, -t) * torch.complex(t + 1, t) + torch.complex(t, t) * t - t.cfloat(),
+        "real_imag_abs_angle": lambda t: torch.stack([(c := torch.complex(t, 1 - t)).real, c.imag, c.abs(),
+                                                      c.angle()]),
+        "views": lambda t: torch.cat([torch.complex(t, t).t().unsqueeze(0)[..., 1:].reshape(2, 2, 2).permute(2, 0, 1)
+                                      .squeeze(), t.cfloat()[:2].reshape(2, 2, 2)], 0).transpose(0, 1).clone(),
+    }[case]
+    _check(fn, [x], fallback_log)
+
+
+def test_fft_then_compiled_abs(fallback_log):
+    # the library FFT's result read by compiled code as a pair (view_as_real, no copy)
+    x = torch.randn(3, 8)
+    _check(lambda t: torch.fft.rfft(t * 2).abs() + 1, [x], fallback_log, ["_fft_r2c"])
+
+
+def test_lone_fft_runs_as_captured():
+    # a graph of nothing but the library call compiles nothing: it runs as captured
+    x = torch.randn(8)
+    fast = mlircap.compile(lambda t: torch.fft.rfft(t))
+    for _ in range(2):
+        torch.testing.assert_close(fast(x), torch.fft.rfft(x))
+
+
+def test_unsupported_complex_op_stays_an_island():
+    # exp of a complex value has no pair form: the graph is left as it was (an island
+    # for the complex ops), and its result is still eager's
+    x = torch.randn(3, 4)
+    fn = lambda t: torch.exp(torch.complex(t, t)) + 1   # noqa: E731
+    fast = mlircap.compile(fn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(2):
+            torch.testing.assert_close(fast(x), fn(x))
+    with pytest.raises(mlircap.MlircapCompileError):
+        mlircap.compile(fn, strict=True)(x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.bool])
+def test_angle_of_reals(fallback_log, dtype):
+    x = torch.tensor([-2.0, -0.0, 0.0, 3.0, float("nan"), float("-inf")]).to(dtype) if dtype.is_floating_point \
+        else torch.tensor([-2, 0, 3, 1]).to(dtype)
+    _check(lambda t: torch.angle(t), [x], fallback_log, exact=True)
+
+
+# ----------------------------------------------------------------- the sweep's classification
+def _status(fast, *args):
+    opinfo = _load_opinfo()
+    logs.set_logs("fallback")
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(buf):
+            fast(*args)
+            fast(*args)
+    finally:
+        logs.set_logs()
+    notes = []
+    return opinfo.compiled_status(fast, [], buf.getvalue(), notes), notes, opinfo
+
+
+def test_sweep_counts_an_empty_graph_as_nothing_to_compute():
+    x = torch.randn(3)
+    status, notes, opinfo = _status(mlircap.compile(lambda t: t.real), x)
+    assert status is None and notes == [opinfo.NOTHING_TO_COMPUTE]
+    recs = [{"category": "ok", "detail": "; ".join(notes), "dtype": "float32", "op": "real"}]
+    assert opinfo.summarize(recs)["ok_empty"] == 1
+
+
+def test_sweep_counts_fft_between_compiled_parts_as_library_call():
+    x = torch.randint(-3, 4, (6,), dtype=torch.int8)
+    status, notes, _ = _status(mlircap.compile(lambda t: torch.fft.ifft(t)), x)
+    assert status is None and notes == ["library calls: _fft_r2c_default"], (status, notes)
+    status, notes, _ = _status(mlircap.compile(lambda t: torch.fft.rfft(t)), x.float())
+    assert status is not None   # the library call alone runs as captured: a fallback
