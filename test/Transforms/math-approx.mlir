@@ -51,3 +51,26 @@ func.func @sin_f64(%x: f64) -> f64 {
   %a = math.sin %x : f64
   return %a : f64
 }
+
+// -----
+
+// erf of f32 is one rational function of |x| clamped to 4 (10 FMAs, one
+// division), not upstream's coefficients selected per element from three
+// intervals: two unordered compares (clamps that keep NaN), no other select.
+// CHECK-LABEL: func.func @erf_rational
+// CHECK-NOT: math.erf
+// CHECK: math.absf %arg0 : vector<16xf32>
+// CHECK: arith.cmpf ult
+// CHECK-COUNT-5: math.fma
+// CHECK: arith.mulf
+// CHECK-COUNT-5: math.fma
+// CHECK: arith.divf
+// CHECK: arith.cmpf ult
+// CHECK: arith.select
+// CHECK-NEXT: math.copysign {{.*}}, %arg0 : vector<16xf32>
+// CHECK-NOT: arith.select
+// CHECK: return
+func.func @erf_rational(%x: vector<16xf32>) -> vector<16xf32> {
+  %a = math.erf %x : vector<16xf32>
+  return %a : vector<16xf32>
+}

@@ -66,3 +66,26 @@ func.func @div_by_constants(%x: bf16, %y: f32) -> (bf16, f32, f32) {
   %2 = arith.divf %y, %three : f32
   return %0, %1, %2 : bf16, f32, f32
 }
+
+// -----
+
+// A division by a constant that only feeds erf (erf GELU's x / sqrt(2) in
+// f32) becomes a multiply by the reciprocal, as eager's GELU kernels compute
+// it; one with another user stays a division.
+// CHECK-LABEL: func.func @div_into_erf
+// CHECK-DAG: %[[R2:.*]] = arith.constant 0.707106769 : f32
+// CHECK-DAG: %[[S2:.*]] = arith.constant 1.41421354 : f32
+// CHECK: %[[M:.*]] = arith.mulf %arg0, %[[R2]] : f32
+// CHECK: math.erf %[[M]] : f32
+// CHECK: %[[D:.*]] = arith.divf %arg1, %[[S2]] : f32
+// CHECK: math.erf %[[D]] : f32
+// CHECK: arith.addf %[[D]]
+func.func @div_into_erf(%x: f32, %y: f32) -> (f32, f32) {
+  %s = arith.constant 1.41421354 : f32
+  %0 = arith.divf %x, %s : f32
+  %1 = math.erf %0 : f32
+  %2 = arith.divf %y, %s : f32
+  %3 = math.erf %2 : f32
+  %4 = arith.addf %2, %3 : f32
+  return %1, %4 : f32, f32
+}

@@ -103,3 +103,44 @@ def test_attention_softmax_is_one_graph():
     q, k, v = (torch.randn(2, 4, 16, 32, generator=g) for _ in range(3))
     fast = _check(attn, q, k, v)
     assert len(fast.graphs) == 1 and _compiled(fast)
+
+
+def test_erf_is_accurate_over_its_range_and_keeps_special_values():
+    # mlircap-math-approx's erf: one rational function of |x| clamped to 4
+    x = torch.cat([torch.linspace(-5, 5, 400001), torch.logspace(-30, 0, 3001),
+                   torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 0.0, 4.0, 1e30, -1e30])])
+    fast = mlircap.compile(lambda t: torch.erf(t), strict=True)
+    fast(x)
+    got = fast(x)
+    exact = torch.erf(x.double())
+    finite = x.isfinite()
+    err = (got.double() - exact)[finite].abs()
+    assert err.max().item() <= 4e-7, err.max().item()
+    # relative error near 0 (erf(x) ~ 1.128 x): a few ulp
+    small = finite & (x.abs() < 1e-3) & (x != 0)
+    assert ((got.double() - exact)[small].abs() / exact[small].abs()).max().item() <= 4e-7
+    assert got[finite].abs().max().item() <= 1.0
+    assert got[-8].isnan()
+    assert got[-7].item() == 1.0 and got[-6].item() == -1.0
+    assert got[-5].item() == 0.0 and torch.signbit(got[-5]) and not torch.signbit(got[-4])
+    assert got[-2].item() == 1.0 and got[-1].item() == -1.0
+
+
+def test_bias_gelu_is_as_accurate_as_eager_with_one_division():
+    """erf GELU's x / sqrt(2) is a multiply (mlircap-simplify-math, as eager's
+    kernel computes it): the fused kernel's only division is the erf's."""
+    g = torch.Generator().manual_seed(0)
+    x, b = torch.randn(256, 512, generator=g) * 3, torch.randn(512, generator=g)
+
+    def f(x, b):
+        return torch.nn.functional.gelu(x + b)
+
+    fast = mlircap.compile(f, strict=True)
+    fast(x, b)
+    got = fast(x, b)
+    h = (x + b).double()
+    exact = h * 0.5 * (1 + torch.erf(h / 2 ** 0.5))
+    ours, eagers = (got.double() - exact).abs().max().item(), (f(x, b).double() - exact).abs().max().item()
+    assert ours <= max(eagers, 1e-6), (ours, eagers)
+    llvm = fast.ir("llvm")
+    assert llvm.count("llvm.fdiv") == 1 and "llvm.intr.fma" in llvm
