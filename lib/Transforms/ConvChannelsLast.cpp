@@ -12,12 +12,17 @@
 // are data-movement generics: strided views for library ops, indexing for the
 // kernels that read them. A function result is never left a transposed view
 // of an NHWC tensor: it is copied out (NCHW, contiguous) as eager returns it.
+// Transposes also pass through paddings and generics with reduction loops
+// after their result's (pooling). A convolution whose result is read any
+// other way (a reshape such as GroupNorm's groups, a reduction over its
+// spatial dims) stays NCHW: that reader would read NHWC data strided.
 // See Passes.td.
 //
 //===----------------------------------------------------------------------===//
 #include "KernelUtils.h"
 #include "mlircap/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Analysis/TopologicalSortUtils.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/DenseMap.h"
@@ -66,18 +71,54 @@ SmallVector<int64_t> permOf(Operation *op) {
   return perm;
 }
 
-/// An elementwise generic whose result can be computed transposed by
-/// permuting its loops: all parallel, one result with the identity map and an
-/// unread init, no linalg.index (the body does not depend on loop order).
-bool isPermutable(Operation *op) {
+/// The rank of the result a generic computes for each point of its leading
+/// parallel loops, when it can be computed transposed by permuting those
+/// loops: one result whose map is the identity on the leading loops (all
+/// reduction loops after them: elementwise ops, pooling, reductions), static
+/// shapes, an init that is unread or a fill; 0 when it cannot.
+unsigned permutableRank(Operation *op) {
   auto g = dyn_cast_or_null<linalg::GenericOp>(op);
-  if (!g || !g.hasPureTensorSemantics() || !isAllParallel(g) || g.getNumDpsInits() != 1 ||
-      g.getNumResults() != 1 || op->hasAttr(kMaterializeAttr) || !hasStaticShapes(op) ||
-      !g.getMatchingIndexingMap(g.getDpsInitOperand(0)).isIdentity() ||
-      g.payloadUsesValueFromOperand(g.getDpsInitOperand(0)))
+  if (!g || !g.hasPureTensorSemantics() || g.getNumDpsInits() != 1 || g.getNumResults() != 1 ||
+      op->hasAttr(kMaterializeAttr) || !hasStaticShapes(op))
+    return 0;
+  AffineMap out = g.getMatchingIndexingMap(g.getDpsInitOperand(0));
+  unsigned r = out.getNumResults();
+  if (r == 0 || out.getNumDims() != g.getNumLoops())
+    return 0;
+  for (unsigned i = 0; i < r; ++i) // (d0, ..., dn) -> (d0, ..., d(r-1))
+    if (out.getResult(i) != getAffineDimExpr(i, op->getContext()))
+      return 0;
+  auto iters = g.getIteratorTypesArray();
+  for (unsigned i = 0; i < iters.size(); ++i)
+    if ((i < r) != (iters[i] == utils::IteratorType::parallel))
+      return 0;
+  if (g.payloadUsesValueFromOperand(g.getDpsInitOperand(0)) &&
+      !g.getDpsInitOperand(0)->get().getDefiningOp<linalg::FillOp>())
+    return 0;
+  return r;
+}
+
+/// Whether operand map `m` of a generic indexes its operand along the result's
+/// dims: result i uses no leading (parallel) loop other than i. Such an operand
+/// can be read transposed like the result (pooling's input; identity and
+/// elementwise maps).
+bool alignedMap(AffineMap m, unsigned r) {
+  if (m.getNumResults() != r)
     return false;
-  return !g.getRegion().front().walk([](linalg::IndexOp) { return WalkResult::interrupt(); })
-              .wasInterrupted();
+  for (unsigned i = 0; i < r; ++i)
+    for (unsigned d = 0; d < r; ++d)
+      if (d != i && m.getResult(i).isFunctionOfDim(d))
+        return false;
+  return true;
+}
+
+/// A zero-or-constant padding with static sizes (transposable).
+tensor::PadOp staticPad(Operation *op) {
+  auto pad = dyn_cast_or_null<tensor::PadOp>(op);
+  if (!pad || !pad.getConstantPaddingValue() || !hasStaticShapes(pad) ||
+      ShapedType::isDynamicShape(pad.getStaticLow()) || ShapedType::isDynamicShape(pad.getStaticHigh()))
+    return {};
+  return pad;
 }
 
 struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
@@ -160,33 +201,66 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
       replace(t, src, perm, identity ? x : transposed(b, loc, x, both));
       return true;
     }
-    if (!isPermutable(def))
+    if (auto pad = staticPad(def); pad && pad.getSourceType().getRank() == (int64_t)perm.size()) {
+      // t(pad(x)) = pad'(t(x)), the padding's dims permuted
+      Value x = transposed(b, loc, pad.getSource(), perm);
+      SmallVector<OpFoldResult> lo, hi;
+      for (int64_t p : perm) {
+        lo.push_back(b.getIndexAttr(pad.getStaticLow()[p]));
+        hi.push_back(b.getIndexAttr(pad.getStaticHigh()[p]));
+      }
+      auto type = cast<RankedTensorType>(t->getResult(0).getType());
+      Value padded = tensor::PadOp::create(b, loc, type, x, lo, hi, pad.getConstantPaddingValue());
+      replace(t, src, perm, padded);
+      return true;
+    }
+    unsigned r = permutableRank(def);
+    if (r != perm.size())
       return false;
     auto g = cast<linalg::GenericOp>(def);
-    // The loops of t's result: old loop i is new loop inv[i], which is t's
-    // input map (new dims -> old dims).
-    AffineMap q = t.getMatchingIndexingMap(t.getDpsInputOperand(0));
+    unsigned n = g.getNumLoops();
+    // New loop k of the leading ones is old loop perm[k]; q maps the new loops
+    // to the old (reduction loops unchanged).
+    SmallVector<int64_t> inv(r);
+    for (unsigned k = 0; k < r; ++k)
+      inv[perm[k]] = k;
+    SmallVector<AffineExpr> old;
+    for (unsigned i = 0; i < n; ++i)
+      old.push_back(b.getAffineDimExpr(i < r ? inv[i] : i));
+    AffineMap q = AffineMap::get(n, 0, old, b.getContext());
     SmallVector<Value> ins;
     SmallVector<AffineMap> maps;
     for (OpOperand *in : g.getDpsInputOperands()) {
       AffineMap m = g.getMatchingIndexingMap(in);
       Operation *producer = in->get().getDefiningOp();
-      if (m.isIdentity() && (isPermutable(producer) || !permOf(producer).empty())) {
+      bool pushable = permutableRank(producer) == r || !permOf(producer).empty() || staticPad(producer);
+      if (pushable && alignedMap(m, r) && cast<ShapedType>(in->get().getType()).getRank() == (int64_t)r) {
+        // read the operand transposed like the result: result k of the map
+        // is old result perm[k]
+        SmallVector<AffineExpr> exprs;
+        for (int64_t p : perm)
+          exprs.push_back(m.getResult(p));
         ins.push_back(transposed(b, loc, in->get(), perm));
-        maps.push_back(b.getMultiDimIdentityMap(perm.size()));
+        maps.push_back(AffineMap::get(n, 0, exprs, b.getContext()).compose(q));
       } else {
         ins.push_back(in->get());
         maps.push_back(m.compose(q));
       }
     }
     auto type = cast<RankedTensorType>(t->getResult(0).getType());
-    Value empty = tensor::EmptyOp::create(b, loc, type.getShape(), type.getElementType());
-    maps.push_back(b.getMultiDimIdentityMap(perm.size()));
-    auto moved = linalg::GenericOp::create(
-        b, loc, TypeRange{type}, ins, ValueRange{empty}, maps,
-        SmallVector<utils::IteratorType>(perm.size(), utils::IteratorType::parallel));
+    Value init = tensor::EmptyOp::create(b, loc, type.getShape(), type.getElementType());
+    if (auto fill = g.getDpsInitOperand(0)->get().getDefiningOp<linalg::FillOp>())
+      init = linalg::FillOp::create(b, loc, fill.getInputs()[0], init).getResult(0);
+    maps.push_back(g.getMatchingIndexingMap(g.getDpsInitOperand(0)));
+    auto moved = linalg::GenericOp::create(b, loc, TypeRange{type}, ins, ValueRange{init}, maps,
+                                           g.getIteratorTypesArray());
     IRMapping none;
     g.getRegion().cloneInto(&moved.getRegion(), none);
+    // linalg.index of old loop i < r is new loop inv[i]
+    moved.getRegion().front().walk([&](linalg::IndexOp idx) {
+      if (idx.getDim() < r)
+        idx.setDim(inv[idx.getDim()]);
+    });
     replace(t, src, perm, moved.getResult(0));
     return true;
   }
@@ -198,13 +272,36 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
     made[{src, key(perm)}] = r;
   }
 
+  /// Whether every reader of a convolution's result can read it in NHWC at no
+  /// cost: generics that index it along their result's dims (elementwise
+  /// epilogues, pooling), convolutions, paddings. A reshape (GroupNorm's
+  /// groups) or a reduction over its spatial dims would read it transposed,
+  /// strided: such a convolution stays NCHW.
+  static bool readsAlign(Value v) {
+    for (OpOperand &use : v.getUses()) {
+      Operation *user = use.getOwner();
+      if (isLibraryConv(user) || isa<func::ReturnOp>(user))
+        continue;
+      if (auto pad = staticPad(user)) {
+        if (!readsAlign(pad.getResult()))
+          return false;
+        continue;
+      }
+      auto g = dyn_cast<linalg::GenericOp>(user);
+      unsigned r = permutableRank(user);
+      if (!g || r != 4 || !alignedMap(g.getMatchingIndexingMap(&use), r))
+        return false;
+    }
+    return true;
+  }
+
   void runOnOperation() override {
     func::FuncOp func = getOperation();
     if (auto module = func->getParentOfType<ModuleOp>(); module && module->hasAttr("mlircap.nchw_convs"))
       return;
     SmallVector<linalg::Conv2DNchwFchwOp> convs;
     func.walk([&](linalg::Conv2DNchwFchwOp c) {
-      if (isLibraryOp(c) && hasStaticShapes(c))
+      if (isLibraryOp(c) && hasStaticShapes(c) && readsAlign(c->getResult(0)))
         convs.push_back(c);
     });
     if (convs.empty())
@@ -215,6 +312,9 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
       linalg::GenericOp t = work.pop_back_val();
       (void)push(t);
     }
+    // A transpose requested again was reused where it was first built, which
+    // may come after the new reader: restore def-before-use order.
+    (void)sortTopologically(&func.getBody().front());
     // Results are returned as eager computes them: NCHW, contiguous.
     func.walk([&](func::ReturnOp ret) {
       for (OpOperand &use : ret->getOpOperands()) {

@@ -92,3 +92,63 @@ module attributes {mlircap.nchw_convs} {
     return %a : tensor<1x8x6x6xf32>
   }
 }
+
+// -----
+
+// conv -> relu -> max pool (a -inf padding and a generic with reduction loops) -> conv:
+// the pooling's parallel loops are permuted too (NHWC, reading the padded relu result
+// in NHWC), so both convolutions and everything between them run in NHWC.
+#id = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#pin = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2 * 2 + d4, d3 * 2 + d5)>
+#pwin = affine_map<(d0, d1, d2, d3, d4, d5) -> (d4, d5)>
+#pout = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3)>
+// CHECK-LABEL: func.func @pool(
+// CHECK: %[[C1:.*]] = linalg.conv_2d_nhwc_fhwc
+// CHECK: %[[R:.*]] = linalg.generic {{.*}} ins(%[[C1]] : tensor<1x8x8x8xf32>)
+// CHECK: %[[P:.*]] = tensor.pad %[[R]] low[0, 1, 1, 0] high[0, 1, 1, 0]
+// CHECK: %[[M:.*]] = linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction", "reduction"]} ins(%[[P]], %{{.*}} : tensor<1x10x10x8xf32>, tensor<3x3xf32>) outs(%{{.*}} : tensor<1x4x4x8xf32>)
+// CHECK: linalg.conv_2d_nhwc_fhwc {{.*}} ins(%[[M]], %{{.*}} : tensor<1x4x4x8xf32>
+func.func @pool(%x: tensor<1x3x8x8xf32>, %w1: tensor<8x3x1x1xf32>, %w2: tensor<4x8x1x1xf32>) -> tensor<1x4x4x4xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %ninf = arith.constant 0xFF800000 : f32
+  %e = tensor.empty() : tensor<1x8x8x8xf32>
+  %z = linalg.fill ins(%cst : f32) outs(%e : tensor<1x8x8x8xf32>) -> tensor<1x8x8x8xf32>
+  %1 = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%x, %w1 : tensor<1x3x8x8xf32>, tensor<8x3x1x1xf32>) outs(%z : tensor<1x8x8x8xf32>) -> tensor<1x8x8x8xf32>
+  %2 = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%1 : tensor<1x8x8x8xf32>) outs(%e : tensor<1x8x8x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %6 = arith.maximumf %in, %cst : f32
+    linalg.yield %6 : f32
+  } -> tensor<1x8x8x8xf32>
+  %padded = tensor.pad %2 low[0, 0, 1, 1] high[0, 0, 1, 1] {
+  ^bb0(%a: index, %b: index, %c: index, %d: index):
+    tensor.yield %ninf : f32
+  } : tensor<1x8x8x8xf32> to tensor<1x8x10x10xf32>
+  %win = tensor.empty() : tensor<3x3xf32>
+  %pe = tensor.empty() : tensor<1x8x4x4xf32>
+  %pf = linalg.fill ins(%ninf : f32) outs(%pe : tensor<1x8x4x4xf32>) -> tensor<1x8x4x4xf32>
+  %3 = linalg.generic {indexing_maps = [#pin, #pwin, #pout], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction", "reduction"]} ins(%padded, %win : tensor<1x8x10x10xf32>, tensor<3x3xf32>) outs(%pf : tensor<1x8x4x4xf32>) {
+  ^bb0(%in: f32, %in_1: f32, %out: f32):
+    %6 = arith.maximumf %in, %out : f32
+    linalg.yield %6 : f32
+  } -> tensor<1x8x4x4xf32>
+  %e2 = tensor.empty() : tensor<1x4x4x4xf32>
+  %z2 = linalg.fill ins(%cst : f32) outs(%e2 : tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+  %4 = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%3, %w2 : tensor<1x8x4x4xf32>, tensor<4x8x1x1xf32>) outs(%z2 : tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+  return %4 : tensor<1x4x4x4xf32>
+}
+
+// -----
+
+// A convolution whose result is reshaped (GroupNorm's groups) stays NCHW: the
+// reshape would read an NHWC result transposed and strided.
+// CHECK-LABEL: func.func @groups(
+// CHECK: linalg.conv_2d_nchw_fchw
+// CHECK-NOT: linalg.conv_2d_nhwc_fhwc
+func.func @groups(%x: tensor<1x3x8x8xf32>, %w: tensor<8x3x1x1xf32>) -> tensor<1x2x4x8x8xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %e = tensor.empty() : tensor<1x8x8x8xf32>
+  %z = linalg.fill ins(%cst : f32) outs(%e : tensor<1x8x8x8xf32>) -> tensor<1x8x8x8xf32>
+  %1 = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%x, %w : tensor<1x3x8x8xf32>, tensor<8x3x1x1xf32>) outs(%z : tensor<1x8x8x8xf32>) -> tensor<1x8x8x8xf32>
+  %2 = tensor.expand_shape %1 [[0], [1, 2], [3], [4]] output_shape [1, 2, 4, 8, 8] : tensor<1x8x8x8xf32> into tensor<1x2x4x8x8xf32>
+  return %2 : tensor<1x2x4x8x8xf32>
+}
