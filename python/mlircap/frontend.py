@@ -113,6 +113,11 @@ def _build_table() -> dict:
     table[aten.polygamma.default] = special.polygamma
     table[aten.hypot.default] = special.hypot
     table[aten.angle.default] = special.angle
+    from . import view_ops
+
+    table[aten.diagonal_scatter.default] = view_ops.diagonal_scatter   # torch-mlir cannot lower these
+    table[aten.as_strided_scatter.default] = view_ops.as_strided_scatter
+    table.update(view_ops.copy_decompositions())   # nor view_copy, permute_copy, unbind_copy, ...
     from . import ranges
 
     # eager's own numerics, where _keep_whole would keep the op (EAGER_NUMERICS)
@@ -125,6 +130,9 @@ def _build_table() -> dict:
     exact[aten.addmv.default] = _product_plus_bias_rounded_once(aten.mv.default)
     for op in (aten.all.default, aten.all.dim, aten.all.dims, aten.any.default, aten.any.dim, aten.any.dims):
         exact[op] = intmath.truth_reduction(op, op.name().startswith("aten::all"))
+    for name in intmath.INT8_PRODUCTS:   # int8 computed in int32 (torch-mlir's int8 lowering crashes)
+        op = getattr(aten, name.split(".")[0]).default
+        exact[op] = intmath.int8_product(op, exact.get(op))
     return {op: _guarded(op, table.get(op), exact.get(op)) for op in set(table) | set(exact)}
 
 
@@ -416,11 +424,11 @@ def _keep_whole(op, args, kwargs) -> bool:
 # accepts); logspace computes in float and converts once, like eager's integer
 # kernel (0 wrong over the OpInfo sweep's integer samples); max pooling and
 # searchsorted, cummax and cummin only compare and select (maxpool.py, search.py,
-# cumulative.py).
+# cumulative.py), the view scatters only gather (view_ops.py).
 _UINT8_DECOMPOSABLE = {f"aten::{n}" for n in (
     "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
     "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "logspace", "max_pool2d_with_indices",
-    "max_pool3d_with_indices", "searchsorted", "cummax", "cummin")}
+    "max_pool3d_with_indices", "searchsorted", "cummax", "cummin", "diagonal_scatter", "as_strided_scatter")}
 
 
 @dataclass

@@ -177,3 +177,34 @@ def lcm(a, b):
     safe = torch.where(zero, torch.ones_like(g), g)
     r = (torch.div(a, safe, rounding_mode="trunc") * b).abs()
     return torch.where(zero, torch.zeros_like(r), r)
+
+
+# Matrix products of int8 tensors: torch-mlir's lowering crashed on them (SIGSEGV in
+# torch-to-linalg; partition._LOWERS_ONLY kept them eager islands).
+INT8_PRODUCTS = ("mm.default", "bmm.default", "addmm.default", "baddbmm.default", "addbmm.default", "mv.default",
+                 "addmv.default", "dot.default", "vdot.default")
+
+
+def int8_product(op, other=None):
+    """`op` (a matrix product) of int8 tensors computed in int32 and converted back to
+    int8: sums of products (and alpha/beta multiples) are exact modulo 2**8 in int32,
+    which wraps modulo 2**32, so the conversion, which keeps the low 8 bits, gives
+    eager's wrapping int8 arithmetic. Other dtypes: `other` (or NotImplemented)."""
+
+    def decomposition(*args, **kwargs):
+        ts = [a for a in args if isinstance(a, torch.Tensor)]
+        if ts and all(t.dtype == torch.int8 for t in ts) and \
+                all(isinstance(v, int) and not isinstance(v, bool) for v in kwargs.values()):
+            wide = [a.to(torch.int32) if isinstance(a, torch.Tensor) else a for a in args]
+            name = op.name().split("::")[1]
+            if name.startswith("add"):   # beta * input + alpha * product, as the plain product
+                c, a, b = wide
+                prod = {"addmm": torch.mm, "baddbmm": torch.bmm, "addmv": torch.mv,
+                        "addbmm": lambda x, y: torch.bmm(x, y).sum(0)}[name](a, b)
+                out = kwargs.get("beta", 1) * c + kwargs.get("alpha", 1) * prod
+            else:
+                out = op(*wide, **kwargs)
+            return out.to(torch.int8)
+        return NotImplemented if other is None else other(*args, **kwargs)
+
+    return decomposition

@@ -54,6 +54,10 @@ _UINT8_OPS = {
     "aten::count_nonzero",   # (wrapped values 0..255 are the uint8 values; all/any of uint8:
                              # torch-mlir cannot lower all, its any crashed: SIGSEGV)
     "aten::zero", "aten::rot90", "aten::as_strided_copy",
+    # copies of views: they only move elements like the views
+    "aten::diagonal_copy", "aten::select_copy", "aten::slice_copy", "aten::transpose_copy", "aten::t_copy",
+    "aten::unsqueeze_copy", "aten::squeeze_copy", "aten::unfold_copy", "aten::alias_copy", "aten::detach_copy",
+    "aten::narrow_copy", "aten::unbind_copy", "aten::split_copy", "aten::split_with_sizes_copy", "prims::view_of",
     "aten::floor_divide",    # of values 0..255 (not tagged pointwise, unlike div/remainder)
     # matrix products: sums of products, exact modulo 256 in int32 like add and mul
     "aten::mm", "aten::bmm", "aten::matmul", "aten::mv", "aten::dot", "aten::vdot", "aten::addmm",

@@ -167,3 +167,80 @@ def test_sweep_counts_fft_between_compiled_parts_as_library_call():
     assert status is None and notes == ["library calls: _fft_r2c_default"], (status, notes)
     status, notes, _ = _status(mlircap.compile(lambda t: torch.fft.rfft(t)), x.float())
     assert status is not None   # the library call alone runs as captured: a fallback
+
+
+# ----------------------------------------------------------------- int8 matrix products (intmath.py)
+def _i8(*shape, seed=0):
+    return torch.randint(-128, 128, shape, dtype=torch.int8, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("case", ["mm", "bmm", "matmul", "mv", "dot", "addmm", "baddbmm", "addbmm", "addmv"])
+def test_int8_products_wrap_like_eager(fallback_log, case):
+    # computed in int32 and converted back: eager's wrapping int8 sums (full-range
+    # operands overflow int8 on almost every element)
+    fn, args = {
+        "mm": (lambda a, b: a @ b, (_i8(5, 7), _i8(7, 3, seed=1))),
+        "bmm": (lambda a, b: torch.bmm(a, b), (_i8(2, 5, 7), _i8(2, 7, 3, seed=1))),
+        "matmul": (lambda a, b: torch.matmul(a, b), (_i8(2, 5, 7), _i8(7, 3, seed=1))),
+        "mv": (lambda a, b: torch.mv(a, b), (_i8(5, 7), _i8(7, seed=1))),
+        "dot": (lambda a, b: torch.dot(a, b), (_i8(7), _i8(7, seed=1))),
+        "addmm": (lambda c, a, b: torch.addmm(c, a, b, beta=3, alpha=-2), (_i8(5, 3), _i8(5, 7, seed=1), _i8(7, 3, seed=2))),
+        "baddbmm": (lambda c, a, b: torch.baddbmm(c, a, b, alpha=5), (_i8(2, 5, 3), _i8(2, 5, 7, seed=1), _i8(2, 7, 3, seed=2))),
+        "addbmm": (lambda c, a, b: torch.addbmm(c, a, b), (_i8(5, 3), _i8(2, 5, 7, seed=1), _i8(2, 7, 3, seed=2))),
+        "addmv": (lambda c, a, b: torch.addmv(c, a, b, beta=2), (_i8(1), _i8(5, 7, seed=1), _i8(7, seed=2))),
+    }[case]
+    _check(fn, list(args), fallback_log, exact=True)
+
+
+# ----------------------------------------------------------------- view scatters and view copies (view_ops.py)
+@pytest.mark.parametrize("case", ["diag", "diag_neg_swapped", "diag_3d_bf16", "diag_uint8", "diag_empty",
+                                  "strided", "strided_transposed_input"])
+def test_view_scatters_compile(fallback_log, case):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 5, generator=g)
+    fn, args = {
+        "diag": (lambda a, s: torch.diagonal_scatter(a, s, 1), (x, torch.randn(4, generator=g))),
+        "diag_neg_swapped": (lambda a, s: torch.diagonal_scatter(a, s, -2, 1, 0), (x, torch.randn(3, generator=g))),
+        "diag_3d_bf16": (lambda a, s: torch.diagonal_scatter(a, s, 0, 0, 2),
+                         (torch.randn(3, 2, 3, generator=g).bfloat16(), torch.randn(2, 3, generator=g).bfloat16())),
+        "diag_uint8": (lambda a, s: torch.diagonal_scatter(a, s) + 1,
+                       (torch.randint(0, 255, (3, 3), dtype=torch.uint8, generator=g),
+                        torch.randint(0, 255, (3,), dtype=torch.uint8, generator=g))),
+        "diag_empty": (lambda a, s: torch.diagonal_scatter(a, s, 7), (x, torch.randn(0))),
+        "strided": (lambda a, s: torch.as_strided_scatter(a, s, (2, 2), (1, 2), 1) * 2, (x, torch.randn(2, 2, generator=g))),
+        # eager writes through the strides of its clone of the (transposed) input
+        "strided_transposed_input": (lambda a, s: torch.as_strided_scatter(a.t(), s, (3,), (3,), 2) + 0,
+                                     (x, torch.randn(3, generator=g))),
+    }[case]
+    _check(fn, list(args), fallback_log, exact=True)
+
+
+def test_overlapping_as_strided_scatter_stays_eager():
+    # a stride-0 view writes one element twice: eager refuses it, and so does the
+    # compiled function (the op is left to eager, not turned into a gather)
+    x, s = torch.randn(4, 5), torch.randn(2)
+    fn = lambda a, b: torch.as_strided_scatter(a, b, (2,), (0,)) + 1   # noqa: E731
+    with pytest.raises(RuntimeError, match="more than one element"):
+        fn(x, s)
+    fast = mlircap.compile(fn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match="more than one element"):
+                fast(x, s)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.uint8])
+@pytest.mark.parametrize("case", ["view_copy", "permute_copy", "unbind_copy", "narrow_copy", "diagonal_copy",
+                                  "transpose_copy"])
+def test_view_copies_compile(fallback_log, case, dtype):
+    x = torch.arange(24).reshape(2, 3, 4).to(dtype)
+    fn = {
+        "view_copy": lambda t: torch.view_copy(t, [6, 4]) + 1,
+        "permute_copy": lambda t: torch.permute_copy(t, [2, 0, 1]) + 1,
+        "unbind_copy": lambda t: torch.stack(torch.unbind_copy(t, 1)) + 1,
+        "narrow_copy": lambda t: torch.narrow_copy(t, 2, 1, 2) + 1,
+        "diagonal_copy": lambda t: torch.diagonal_copy(t, 0, 1, 2) + 1,
+        "transpose_copy": lambda t: torch.transpose_copy(t, 0, 2) + 1,
+    }[case]
+    _check(fn, [x], fallback_log, exact=True)
