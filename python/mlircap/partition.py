@@ -10,8 +10,8 @@ Some ops must not be compiled even when torch-mlir imports them:
   the eager recording run on the same shapes, so those ops stay compiled;
 * dtypes the compiler does not handle (complex, quantized; uint8 except in the ops
   widen.py computes as int32);
-* fused attention kernels (SDPA's flash/efficient/cudnn variants on CUDA):
-  library calls through torch, as matmul and conv are;
+* fused attention kernels (SDPA's flash/efficient/cudnn variants on CUDA), FFTs
+  and LAPACK factorizations/solvers: library calls through torch, as matmul and conv are;
 * ops torch-mlir rejected (`forced`), so one unsupported op no longer sends
   the whole graph to eager;
 * ops whose eager kernels round in a way compiled code does not reproduce
@@ -70,7 +70,14 @@ _LIBRARY_OPS = {"aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_
                 "aten::_efficient_attention_forward", "aten::_scaled_dot_product_fused_attention_overrideable",
                 "aten::_scaled_dot_product_flash_attention_for_cpu",
                 # FFTs (pocketfft/MKL, cuFFT) on complex values as pairs of reals (complex_pairs.py)
-                *FFT_OPS}
+                *FFT_OPS,
+                # LAPACK (cuSOLVER/MAGMA) factorizations and solvers, as inductor calls them
+                *(f"aten::{n}" for n in (
+                    "_linalg_svd", "linalg_cholesky_ex", "_linalg_slogdet", "_linalg_det", "_linalg_eigh",
+                    "linalg_eig", "linalg_qr", "linalg_lu_factor_ex", "linalg_lu", "linalg_lu_solve",
+                    "_linalg_solve_ex", "linalg_solve_triangular", "triangular_solve", "linalg_inv_ex",
+                    "cholesky_inverse", "cholesky_solve", "linalg_householder_product", "geqrf", "ormqr",
+                    "linalg_ldl_factor_ex", "linalg_ldl_solve", "lu_unpack"))}
 
 # CPU: ops whose compiled form runs slower than eager's vectorized kernel: library
 # calls through torch there, kept whole by the decomposition table

@@ -11,6 +11,7 @@
 * hypot: sqrt(a^2 + b^2) in float64 for float32/bfloat16/float16 (no overflow, rounded
   once: eager's std::hypot is correctly rounded up to half an ulp), float64 scaled by
   the larger magnitude; an infinite operand gives inf even with a NaN (C's hypot).
+* angle of real tensors (pi below zero, NaN kept) and dist (the vector norm of a - b).
 """
 from __future__ import annotations
 
@@ -101,3 +102,12 @@ def angle(x):
     t = x.to(out)
     res = torch.where(t < 0, torch.full_like(t, math.pi), torch.zeros_like(t))
     return torch.where(torch.isnan(t), t, res)
+
+
+def dist(a, b, p=2):
+    """aten.dist of floating tensors: the p-norm of a - b (eager computes norm(a - b, p));
+    other inputs: NotImplemented."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or not a.is_floating_point() or \
+            a.dtype != b.dtype or isinstance(p, complex):
+        return NotImplemented
+    return torch.linalg.vector_norm(a - b, p)

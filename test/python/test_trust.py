@@ -821,7 +821,11 @@ def test_lowering_failure_naming_no_op_becomes_an_island(case):
         for _ in range(2):
             _same(fast(x), want)
     assert _compiled_graphs_ran(fast), [g.fallback_reason for g in fast.graphs]
-    assert any("torch-mlir cannot lower it" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    msgs = [str(w.message) for w in caught]
+    if case == "diagonal_scatter":   # now a gather (view_ops.py): no island at all
+        assert not any("mlircap" in m for m in msgs), msgs
+    else:
+        assert any("torch-mlir cannot lower it" in m for m in msgs), msgs
 
 
 @pytest.mark.parametrize("case", ["eq_self", "isfinite", "isclose"])
@@ -888,21 +892,23 @@ def test_probe_reaches_the_failing_op_after_many_pointwise_ops():
     # bench/modules.py inplace_views_ring_buffer after 1cad378: with pointwise ops probed
     # too, 32 probes of accepted pointwise ops used the budget before diagonal_scatter
     # was reached, and the whole graph ran eagerly. Non-pointwise ops are probed first.
-    def f(x):
+    # (diagonal_scatter compiles now, view_ops.py: int32 addbmm's lowering fails the same
+    # way, "failed to legalize torch.constant.int", naming no op)
+    def f(x, a, b):
         y = x * 2
         for k in range(40):
-            y = y * 0.999 + k / 977.0
-        y.diagonal().mul_(-1)
-        return y + 1
+            y = y * 3 + k
+        return torch.addbmm(y, a, b) + 1
 
-    x = torch.randn(3, 4)
+    g = torch.Generator().manual_seed(0)
+    x, a, b = (torch.randint(-9, 9, s, generator=g, dtype=torch.int32) for s in ((3, 4), (2, 3, 5), (2, 5, 4)))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fast = mlircap.compile(f)
         for _ in range(2):
-            _same(fast(x), f(x))
+            _same(fast(x, a, b), f(x, a, b))
     assert _compiled_graphs_ran(fast), [g.fallback_reason for g in fast.graphs]
-    assert any("aten.diagonal_scatter" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    assert any("aten.addbmm" in str(w.message) for w in caught), [str(w.message) for w in caught]
 
 
 def test_where_of_a_comparison_keeps_nan_semantics_after_fusion():
