@@ -5,7 +5,9 @@
 // outer dims (linearized), and replaced by a call to the runtime's
 // `mlircap_parallel_for(body, ctx, 0, n, grain)`. Values the loop uses are
 // stored in a stack struct (memrefs as their LLVM descriptors) that `ctx`
-// points to. Inner dims stay sequential loops, for LLVM's vectorizer.
+// points to; the body loads them and calls `<fn>_parallel_body(values...,
+// lo, hi)`, whose memref arguments are noalias in a kernel. Inner dims stay
+// sequential loops, for LLVM's vectorizer.
 // See Passes.td.
 //
 //===----------------------------------------------------------------------===//
@@ -15,6 +17,7 @@
 #include "mlir/Dialect/LLVMIR/LLVMTypes.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/ViewLikeInterface.h"
 #include "mlir/Transforms/RegionUtils.h"
 
 namespace mlir::mlircap {
@@ -122,6 +125,39 @@ SmallVector<scf::ForOp> hoistableForLoops(scf::ParallelOp loop) {
     fors.erase(fors.begin());
   }
   return fors;
+}
+
+/// The buffer a memref value views (through subviews, casts, reshapes).
+Value rootBuffer(Value v) {
+  while (auto view = v.getDefiningOp<ViewLikeOpInterface>())
+    v = view.getViewSource();
+  return v;
+}
+
+/// For each captured value of a loop in `parent`: whether it can be a
+/// noalias argument of the outlined body. Only in a kernel (its memref
+/// arguments are distinct buffers, see KernelNoAlias.cpp), only memrefs that
+/// are one of them or an allocation of the kernel, and only where no other
+/// captured value views the same buffer.
+SmallVector<bool> noAliasCaptures(func::FuncOp parent, ArrayRef<Value> captured) {
+  SmallVector<bool> out(captured.size(), false);
+  if (!parent->hasAttr("mlircap.kernel"))
+    return out;
+  SmallVector<Value> roots;
+  llvm::DenseMap<Value, int> count;
+  for (Value v : captured) {
+    roots.push_back(isa<MemRefType>(v.getType()) ? rootBuffer(v) : Value());
+    if (roots.back())
+      ++count[roots.back()];
+  }
+  for (auto [i, r] : llvm::enumerate(roots)) {
+    if (!r || count[r] != 1)
+      continue;
+    auto arg = dyn_cast<BlockArgument>(r);
+    out[i] = (arg && arg.getOwner() == &parent.getBody().front()) ||
+             r.getDefiningOp<memref::AllocOp>() || r.getDefiningOp<memref::AllocaOp>();
+  }
+  return out;
 }
 
 struct OutlineParallel : impl::MlircapOutlineParallelBase<OutlineParallel> {
@@ -235,29 +271,63 @@ struct OutlineParallel : impl::MlircapOutlineParallelBase<OutlineParallel> {
     auto i64 = IntegerType::get(ctx, 64);
     auto structType = LLVM::LLVMStructType::getLiteral(ctx, fieldTypes);
 
-    // The body function.
+    // The body: `<parent>_parallel_body(captured..., lo, hi)` runs the
+    // chunk; the entry point `<parent>_parallel(ctx, lo, hi)` loads the
+    // captured values from the context and calls it. A kernel's memrefs are
+    // distinct buffers, and a captured memref that is one of them (no other
+    // captured value is a view of the same buffer) is an argument marked
+    // `mlircap.noalias` there (mlircap-mark-noalias), so its data pointer is
+    // an llvm.noalias argument: loads from the context alone lose the fact
+    // (the loops vectorized behind runtime alias checks, per-channel values
+    // were not hoisted). Where LLVM inlines the body it keeps the fact as
+    // alias-scope metadata.
+    auto kernelNoAlias = noAliasCaptures(parent, captured);
     OpBuilder b(ctx);
+    b.setInsertionPoint(parent);
+    SmallVector<Type> innerTypes = llvm::map_to_vector(captured, [](Value v) { return v.getType(); });
+    innerTypes.append({i64, i64});
+    auto chunkFn = func::FuncOp::create(b, loc, (parent.getSymName() + "_parallel_body").str(),
+                                        FunctionType::get(ctx, innerTypes, {}));
+    chunkFn.setPrivate();
+    symbols.insert(chunkFn); // renames on a clash
+    if (llvm::any_of(kernelNoAlias, [](bool m) { return m; })) {
+      chunkFn->setAttr("mlircap.noalias", UnitAttr::get(ctx));
+      for (auto [i, m] : llvm::enumerate(kernelNoAlias))
+        if (m)
+          chunkFn.setArgAttr(i, "mlircap.noalias", UnitAttr::get(ctx));
+    }
     b.setInsertionPoint(parent);
     auto body = func::FuncOp::create(b, loc, (parent.getSymName() + "_parallel").str(),
                                      FunctionType::get(ctx, {ptr, i64, i64}, {}));
     body.setPrivate();
-    symbols.insert(body); // renames on a clash
-    Block *entry = body.addEntryBlock();
+    symbols.insert(body);
+    {
+      Block *outer = body.addEntryBlock();
+      OpBuilder ob = OpBuilder::atBlockBegin(outer);
+      SmallVector<Value> operands;
+      for (auto [i, v] : llvm::enumerate(captured)) {
+        Value addr = LLVM::GEPOp::create(ob, loc, ptr, structType, outer->getArgument(0),
+                                         ArrayRef<LLVM::GEPArg>{0, static_cast<int32_t>(i)});
+        Value field = LLVM::LoadOp::create(ob, loc, fieldTypes[i], addr);
+        Type t = v.getType();
+        if (isa<MemRefType>(t))
+          field = UnrealizedConversionCastOp::create(ob, loc, t, field).getResult(0);
+        else if (t.isIndex())
+          field = arith::IndexCastOp::create(ob, loc, t, field);
+        operands.push_back(field);
+      }
+      operands.append({outer->getArgument(1), outer->getArgument(2)});
+      func::CallOp::create(ob, loc, chunkFn, operands);
+      func::ReturnOp::create(ob, loc);
+    }
+    Block *entry = chunkFn.addEntryBlock();
     b.setInsertionPointToStart(entry);
     IRMapping map;
     for (Value c : constants)
       map.map(c, b.clone(*c.getDefiningOp())->getResult(0));
-    for (auto [i, v] : llvm::enumerate(captured)) {
-      Value addr = LLVM::GEPOp::create(b, loc, ptr, structType, entry->getArgument(0),
-                                       ArrayRef<LLVM::GEPArg>{0, static_cast<int32_t>(i)});
-      Value field = LLVM::LoadOp::create(b, loc, fieldTypes[i], addr);
-      Type t = v.getType();
-      if (isa<MemRefType>(t))
-        field = UnrealizedConversionCastOp::create(b, loc, t, field).getResult(0);
-      else if (t.isIndex())
-        field = arith::IndexCastOp::create(b, loc, t, field);
-      map.map(v, field);
-    }
+    for (auto [i, v] : llvm::enumerate(captured))
+      map.map(v, entry->getArgument(i));
+    unsigned loArg = captured.size();
     auto lookup = [&](ValueRange vs) {
       return llvm::map_to_vector(vs, [&](Value v) { return map.lookupOrDefault(v); });
     };
@@ -279,8 +349,8 @@ struct OutlineParallel : impl::MlircapOutlineParallelBase<OutlineParallel> {
       return out;
     };
     SmallVector<Value> bodyTrips = tripValues(b, lbs, ubs, steps);
-    Value lo = arith::IndexCastOp::create(b, loc, b.getIndexType(), entry->getArgument(1));
-    Value hi = arith::IndexCastOp::create(b, loc, b.getIndexType(), entry->getArgument(2));
+    Value lo = arith::IndexCastOp::create(b, loc, b.getIndexType(), entry->getArgument(loArg));
+    Value hi = arith::IndexCastOp::create(b, loc, b.getIndexType(), entry->getArgument(loArg + 1));
     Value one = arith::ConstantIndexOp::create(b, loc, 1);
     func::ReturnOp::create(b, loc);
     b.setInsertionPoint(entry->getTerminator());

@@ -1,19 +1,28 @@
 // RUN: mlircap-opt %s --split-input-file --mlircap-outline-parallel="min-work=1024" | FileCheck %s
 // RUN: mlircap-opt %s --split-input-file --mlircap-outline-parallel="min-work=1024" --convert-scf-to-cf --expand-strided-metadata --lower-affine --finalize-memref-to-llvm --convert-to-llvm --reconcile-unrealized-casts | FileCheck %s --check-prefix=LLVM
+// RUN: mlircap-opt %s --split-input-file --mlircap-outline-parallel="min-work=1024" --mlircap-mark-noalias --convert-scf-to-cf --expand-strided-metadata --lower-affine --finalize-memref-to-llvm --convert-to-llvm --reconcile-unrealized-casts --mlircap-apply-noalias | FileCheck %s --check-prefix=NOALIAS
 
 // Rows are dispatched, the innermost dim stays a loop of its own (vectorized
-// by LLVM); the memrefs travel as descriptors through the stack context.
-// CHECK-LABEL: func.func private @copy_parallel(
-// CHECK-SAME: %[[CTX:.*]]: !llvm.ptr, %[[LO:.*]]: i64, %[[HI:.*]]: i64)
-// CHECK: %[[P0:.*]] = llvm.getelementptr %[[CTX]][0, 0]
-// CHECK: %[[D0:.*]] = llvm.load %[[P0]] : !llvm.ptr -> !llvm.struct<(ptr, ptr, i64, array<2 x i64>, array<2 x i64>)>
-// CHECK: %[[X:.*]] = builtin.unrealized_conversion_cast %[[D0]] {{.*}} to memref<64x256xf32>
+// by LLVM); the memrefs travel as descriptors through the stack context: the
+// entry point loads them and calls the chunk's body with them as arguments
+// (not a kernel: no noalias mark).
+// CHECK-LABEL: func.func private @copy_parallel_body(
+// CHECK-SAME: %[[X:.*]]: memref<64x256xf32>, %[[Y:.*]]: memref<64x256xf32>, %[[LO:.*]]: i64, %[[HI:.*]]: i64)
+// CHECK-NOT: mlircap.noalias
 // CHECK: %[[L:.*]] = arith.index_cast %[[LO]] : i64 to index
 // CHECK: %[[H:.*]] = arith.index_cast %[[HI]] : i64 to index
 // CHECK: scf.for %[[I:.*]] = %[[L]] to %[[H]]
 // CHECK:   scf.parallel (%[[J:.*]]) =
 // CHECK:     memref.load %[[X]][%{{.*}}, %[[J]]]
 // CHECK: return
+// CHECK-LABEL: func.func private @copy_parallel(
+// CHECK-SAME: %[[CTX:.*]]: !llvm.ptr, %[[CLO:.*]]: i64, %[[CHI:.*]]: i64)
+// CHECK: %[[P0:.*]] = llvm.getelementptr %[[CTX]][0, 0]
+// CHECK: %[[D0:.*]] = llvm.load %[[P0]] : !llvm.ptr -> !llvm.struct<(ptr, ptr, i64, array<2 x i64>, array<2 x i64>)>
+// CHECK: %[[X0:.*]] = builtin.unrealized_conversion_cast %[[D0]] {{.*}} to memref<64x256xf32>
+// CHECK: %[[X1:.*]] = builtin.unrealized_conversion_cast %{{.*}} to memref<64x256xf32>
+// CHECK: call @copy_parallel_body(%[[X0]], %[[X1]], %[[CLO]], %[[CHI]])
+// CHECK-NEXT: return
 // CHECK-LABEL: func.func @copy(
 // CHECK: %[[C:.*]] = llvm.alloca %{{.*}} x !llvm.struct<(struct<(ptr, ptr, i64, array<2 x i64>, array<2 x i64>)>, struct<(ptr, ptr, i64, array<2 x i64>, array<2 x i64>)>)>
 // CHECK: llvm.store
@@ -21,7 +30,9 @@
 // CHECK: %[[F:.*]] = constant @copy_parallel : (!llvm.ptr, i64, i64) -> ()
 // CHECK: call @mlircap_parallel_for(%[[F]], %[[C]], %c0_i64, %{{.*}}, %c4_i64)
 // CHECK-NOT: scf.parallel
+// LLVM-LABEL: llvm.func @copy_parallel_body(
 // LLVM-LABEL: llvm.func @copy_parallel(
+// LLVM: llvm.call @copy_parallel_body(
 // LLVM-LABEL: llvm.func @copy(
 // LLVM: %[[F:.*]] = llvm.mlir.addressof @copy_parallel : !llvm.ptr
 // LLVM: llvm.call @mlircap_parallel_for(%[[F]],
@@ -83,13 +94,15 @@ func.func @reduce(%x: memref<65536xf32>) -> f32 {
 // Row sums: both parallel dims are dispatched (linearized, delinearized in
 // the body), the reduction dim stays a sequential loop; the grain counts
 // rows: 1024 / 128 = 8. Scalars (f32) and indices (as i64) are captured.
-// CHECK-LABEL: func.func private @rowsum_parallel(
-// CHECK: llvm.load %{{.*}} : !llvm.ptr -> f32
-// CHECK: llvm.load %{{.*}} : !llvm.ptr -> i64
+// CHECK-LABEL: func.func private @rowsum_parallel_body(
+// CHECK-SAME: f32, %{{.*}}: index, %{{.*}}: i64, %{{.*}}: i64)
 // CHECK: scf.for %[[N:.*]] =
 // CHECK:   %[[R:.*]] = arith.remui %[[N]], %c16
 // CHECK:   arith.divui %[[N]], %c16
 // CHECK:   scf.for %{{.*}} = %c0 to %c128
+// CHECK-LABEL: func.func private @rowsum_parallel(
+// CHECK: llvm.load %{{.*}} : !llvm.ptr -> f32
+// CHECK: llvm.load %{{.*}} : !llvm.ptr -> i64
 // CHECK-LABEL: func.func @rowsum(
 // CHECK: arith.index_cast %{{.*}} : index to i64
 // CHECK: call @mlircap_parallel_for(%{{.*}}, %{{.*}}, %c0_i64, %{{.*}}, %c8_i64)
@@ -118,7 +131,7 @@ func.func @rowsum(%x: memref<8x16x128xf32>, %y: memref<8x16xf32>, %scale: f32, %
 // A column reduction: the sequential loop around the parallel one moves into
 // each chunk (every written memref is accessed at one index list holding
 // the parallel IV), so there is one dispatch, not one per row.
-// CHECK-LABEL: func.func private @colsum_parallel(
+// CHECK-LABEL: func.func private @colsum_parallel_body(
 // CHECK: scf.for %[[R:.*]] = %c0 to %c16
 // CHECK-NEXT: scf.for %[[C:.*]] =
 // CHECK: memref.load %{{.*}}[%[[R]], %[[C]]]
@@ -167,5 +180,44 @@ func.func @neighbours(%y: memref<4097xf32>) {
       scf.reduce
     }
   }
+  return
+}
+
+// -----
+
+// In a kernel (distinct buffers), captured memrefs that are kernel arguments
+// or allocations are noalias arguments of the chunk's body; two views of one
+// buffer are not. After the LLVM lowering their data pointers are llvm.noalias.
+// CHECK-LABEL: func.func private @kern_parallel_body(
+// CHECK-SAME: %{{.*}}: memref<64x256xf32> {mlircap.noalias},
+// CHECK-SAME: %{{.*}}: memref<256xf32> {mlircap.noalias},
+// CHECK-SAME: %{{.*}}: memref<64x128xf32, strided<[256, 1]>>,
+// CHECK-SAME: %{{.*}}: memref<64x128xf32, strided<[256, 1], offset: 128>>,
+// CHECK-SAME: %{{.*}}: memref<64x128xf32> {mlircap.noalias},
+// CHECK-SAME: attributes {mlircap.noalias}
+// NOALIAS-LABEL: llvm.func @kern_parallel_body(
+// NOALIAS-SAME: %arg1: !llvm.ptr {llvm.noalias}
+// NOALIAS-SAME: %arg8: !llvm.ptr {llvm.noalias}
+// NOALIAS-NOT: %arg13: !llvm.ptr {llvm.noalias}
+// NOALIAS-NOT: %arg20: !llvm.ptr {llvm.noalias}
+// NOALIAS-SAME: %arg27: !llvm.ptr {llvm.noalias}
+func.func @kern(%x: memref<64x256xf32>, %s: memref<256xf32>, %z: memref<64x256xf32>) attributes {mlircap.kernel = "pointwise"} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c64 = arith.constant 64 : index
+  %c128 = arith.constant 128 : index
+  %c256 = arith.constant 256 : index
+  %lo = memref.subview %z[0, 0] [64, 128] [1, 1] : memref<64x256xf32> to memref<64x128xf32, strided<[256, 1]>>
+  %hi = memref.subview %z[0, 128] [64, 128] [1, 1] : memref<64x256xf32> to memref<64x128xf32, strided<[256, 1], offset: 128>>
+  %t = memref.alloc() : memref<64x128xf32>
+  scf.parallel (%i, %j) = (%c0, %c0) to (%c64, %c128) step (%c1, %c1) {
+    %v = memref.load %x[%i, %j] : memref<64x256xf32>
+    %w = memref.load %s[%j] : memref<256xf32>
+    %r = arith.mulf %v, %w : f32
+    memref.store %r, %lo[%i, %j] : memref<64x128xf32, strided<[256, 1]>>
+    memref.store %r, %hi[%i, %j] : memref<64x128xf32, strided<[256, 1], offset: 128>>
+    memref.store %r, %t[%i, %j] : memref<64x128xf32>
+  }
+  memref.dealloc %t : memref<64x128xf32>
   return
 }
