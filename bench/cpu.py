@@ -3,6 +3,7 @@
     python bench/cpu.py [--models elementwise,mlp,...] [--no-inductor] [--threads N]
     python bench/cpu.py --overhead [--calls 5000]
     python bench/cpu.py --compile-times [--models mlp,bert]
+    python bench/cpu.py --kernels [--kernel-names bias_gelu,layernorm] [--threads N]
 
 Default models (mlircap.models.CPU_BENCH): elementwise, mlp, cnn, attention,
 bert, gpt2, and a ResNet-style conv net (BatchNorm), a Llama-style decoder
@@ -23,6 +24,10 @@ The load average is printed with the table.
 graph), median microseconds of single calls, eager and compiled interleaved in
 one process: the compiled function (guards + graph), the graph's executable
 alone, and eager.
+
+--kernels: single fused kernels at sizes where the kernel's own speed shows
+(bias + erf GELU, bias + tanh GELU, BatchNorm + ReLU, scale/shift + SiLU,
+LayerNorm, softmax), eager vs mlircap vs inductor side by side as above.
 
 --compile-times: the first call of each model (capture + compile + one run)
 and the compile stages summed over its graphs, in seconds. Run it twice in
@@ -90,6 +95,56 @@ def overhead(calls):
               f" {fn_us / eager_us:>8.2f}x", flush=True)
 
 
+def _kernel_cases():
+    F = torch.nn.functional
+    g = torch.Generator().manual_seed(0)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g)
+
+    bn = torch.nn.BatchNorm2d(64).eval()
+    with torch.no_grad():
+        bn.running_mean.uniform_(-1, 1, generator=g)
+        bn.running_var.uniform_(0.5, 2, generator=g)
+    return {
+        "bias_gelu": (lambda x, b: F.gelu(x + b), (r(128, 2048), r(2048))),
+        "bias_gelu_tanh": (lambda x, b: F.gelu(x + b, approximate="tanh"), (r(128, 2048), r(2048))),
+        "bn_relu": (lambda x: torch.relu(bn(x)), (r(8, 64, 32, 32),)),
+        "scale_shift_silu": (lambda x, s, t: F.silu(x * s[:, None, None] + t[:, None, None]),
+                             (r(4, 256, 32, 32), r(256), r(256))),
+        "layernorm": (lambda x, w, b: F.layer_norm(x, (1024,), w, b), (r(256, 1024), r(1024), r(1024))),
+        "softmax": (lambda x: torch.softmax(x, -1), (r(256, 1024),)),
+    }
+
+
+def kernels(names, rounds, inductor):
+    cases = _kernel_cases()
+    names = names.split(",") if names else list(cases)
+    clock = "process CPU time" if torch.get_num_threads() == 1 else "wall time"
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, single kernels; side by side, "
+          f"{clock}, median of {rounds} rounds; load average {os.getloadavg()[0]:.2f}")
+    hdr = f"{'kernel':<18} {'shape':<14} {'eager us':>9} {'mlircap us':>11} {'x eager':>8} {'max|diff|':>10}"
+    if inductor:
+        hdr += f" {'inductor us':>12} {'x eager':>8}"
+    print(hdr)
+    for name in names:
+        fn, args = cases[name]
+        fast = mlircap.compile(fn, strict=True)
+        with torch.no_grad():
+            fast(*args)
+            err = max_err(fast(*args), fn(*args))
+        fns = [fn, fast]
+        if inductor:
+            torch._dynamo.reset()
+            fns.append(torch.compile(fn))
+        times = [t * 1e3 for t in side_by_side_ms(fns, args, rounds)]
+        shape = "x".join(map(str, args[0].shape))
+        line = f"{name:<18} {shape:<14} {times[0]:>9.1f} {times[1]:>11.1f} {times[0] / times[1]:>7.2f}x {err:>10.1e}"
+        if inductor:
+            line += f" {times[2]:>12.1f} {times[0] / times[2]:>7.2f}x"
+        print(line, flush=True)
+
+
 def compile_times(names):
     import time
 
@@ -123,6 +178,8 @@ def main():
     ap.add_argument("--overhead", action="store_true", help="per-call host time of tiny graphs instead")
     ap.add_argument("--calls", type=int, default=5000)
     ap.add_argument("--compile-times", action="store_true", help="cold/warm compile times instead")
+    ap.add_argument("--kernels", action="store_true", help="single fused kernels instead of models")
+    ap.add_argument("--kernel-names", default="", help="comma-separated subset of --kernels' cases")
     ap.add_argument("--rounds", type=int, default=15, help="rounds of side-by-side timing per model")
     a = ap.parse_args()
     if a.threads:
@@ -132,6 +189,9 @@ def main():
         return
     if a.compile_times:
         compile_times(a.models.split(","))
+        return
+    if a.kernels:
+        kernels(a.kernel_names, a.rounds, not a.no_inductor)
         return
     clock = "process CPU time" if torch.get_num_threads() == 1 else "wall time"
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, small model configs (tests' sizes); "
