@@ -73,6 +73,11 @@ class _Captured:
         self.warned_giveups: set[str] = set()
         self.stats = CaptureStats()
         self.fail_counts: collections.Counter[str] = collections.Counter()
+        # int sources (an argument, an attribute, a global, a list item) -> the first value a
+        # recording read there, and those read with two values: followed from then on
+        # (flow_roots._varies)
+        self.int_seen: dict[tuple, int] = {}
+        self.dyn_ints: set[tuple] = set()
         self.callees = _Callees(self)   # captured on their own where the frame runs eagerly
         if self.code is not None:
             c = self.code

@@ -14,6 +14,11 @@ from .frame_hook import _E
 from .guard_kinds import Number, TypeIs, TypeLen
 
 
+# sources and call sites remembered per captured function (`_varies`)
+_MAX_INT_SOURCES = 4096
+_NOT_PLAIN = 0x04 | 0x08 | 0x20 | 0x80 | 0x100 | 0x200   # *args, **kwargs, generator, coroutine
+
+
 class _FlowRootMixin(_FlowWriteMixin):
     """The roots and escapes of followed numbers; `_flow_tick` (flows.py) advances them."""
 
@@ -59,17 +64,55 @@ class _FlowRootMixin(_FlowWriteMixin):
         i, a = fa
         if _E.local_raw(frame, arg) is not a:
             return   # the variable holds another value now
+        if type(a) is int and (arg != i or not self._flow_root_frame(frame)):
+            return   # (an int: another frame of the code may hold that same small int object)
         self._flow_load(frame, f"L[{i}]", frozenset((-(i + 1),)), a)
 
     def op_store_fast(self, frame: types.FrameType, arg: int | None, name: Any) -> None:
         """STORE_FAST / DELETE_FAST (3.12: LOAD_FAST_AND_CLEAR) of a variable that held a
         followed number (`n = t.item()` then `n = 3`): its loads are not followed any more,
         unless this is the store of a followed number the follower just made (flows.py)."""
+        fa = self.float_args.get(name) if self.float_args else None
+        if fa is not None and type(fa[1]) is int and fa[0] == arg and frame.f_code is self.code and \
+                self._flow_root_frame(frame):
+            # an int argument's variable rebound (`n = 3`): its later loads are not the argument,
+            # even where the variable holds the very (small int) object it held
+            del self.float_args[name]
         if not self.flow_locals:
             return
         key = (frame, arg)
         if key in self.flow_locals and self.flow_stored != (frame, arg, frame.f_lasti):
             del self.flow_locals[key]
+
+    def _flow_callee(self, frame: types.FrameType) -> None:
+        """A traced Python function starts (frame) from the CALL that hands it followed numbers
+        (flow_call: `F.batch_norm(x, ..., momentum, eps)` in BatchNorm.forward, a helper): its
+        parameters holding them are followed variables of its frame (op_load_fast), so what
+        it does with them is followed too instead of guarding them at the call.  Only a plain
+        function (no *args / **kwargs, no generator) that is the callable of that CALL, each
+        number found in exactly one parameter (not a closure cell); otherwise nothing changes
+        (the numbers are guarded as values handed to a call)."""
+        fc = self.flow_call
+        caller = frame.f_back
+        code = frame.f_code
+        if fc is None or caller is not fc[0] or caller.f_lasti != fc[1] or code.co_flags & _NOT_PLAIN:
+            return
+        f = fc[4]
+        if getattr(getattr(f, "__func__", f), "__code__", None) is not code:
+            return
+        n = code.co_argcount + code.co_kwonlyargcount
+        params = [_E.local_raw(frame, j) for j in range(n)]
+        found = {}
+        for j, v in enumerate(params):
+            if id(v) in fc[2] and code.co_varnames[j] not in code.co_cellvars and \
+                    sum(1 for w in params if w is v) == 1:
+                found[j] = v
+        if len({id(v) for v in found.values()}) != len(fc[2]):
+            return   # a number not bound to a parameter of its own
+        for j, v in found.items():
+            self.flow_locals[(frame, j)] = (fc[2][id(v)], fc[3], v)
+            self.keep.append(v)
+        self._flow_call_done(fc)   # followed in the callee (escaping there guards them)
 
     def _flow_load(self, frame: types.FrameType, expr: str, ks: frozenset[int], obj: Any) -> None:
         """obj (the value of expr, computed from the numbers ks) is pushed by the instruction
@@ -83,6 +126,35 @@ class _FlowRootMixin(_FlowWriteMixin):
                 self.flows_open[k] = self.flow_vals[k]
         self.flow_frames.setdefault(frame, _Flow()).waiting.append((expr, ks, obj))
         self.pending[frame] = self._flow_tick
+
+    def _varies(self, key: tuple, v: Any) -> bool:
+        """Whether recordings of this function have read two different values at `key`.
+        An int read from a source (("arg", index), ("item", id(dict), name) for an attribute
+        or a global, ("list", id(list), index), ("item", id(cell), "cell")) is followed like
+        a float (a graph input where a tensor operator takes it, guarded by the
+        branch it decides, by value wherever else it goes: a shape, an index, a call) once a
+        recording of this function has read two values there, as Dynamo's automatic dynamic;
+        until then it is guarded by value (a constant of the graph, a recompile per value).
+        Following is sound for any int; this only decides when it pays.  A torch call site
+        taking followed numbers (scalar_inputs._flow_torch_step) runs between graphs once its
+        numbers vary.  Values met twice by one recording are not compared with each other."""
+        cap = self.captured
+        seen, dyn = getattr(cap, "int_seen", None), getattr(cap, "dyn_ints", None)
+        if seen is None or dyn is None:
+            return False
+        if key in dyn:
+            return True
+        if key not in seen:
+            if len(seen) < _MAX_INT_SOURCES:
+                seen[key] = v
+                self.seen_here.add(key)
+            return False
+        if key in self.seen_here:
+            return False   # two values in one call (a helper called twice): not a change between calls
+        if seen[key] != v:
+            dyn.add(key)
+            return True
+        return False
 
     def _flow_root(self, k: int | None, expr: str, pretty: str, v: Any, pos: int = 0,
                    group: tuple | None = None) -> int:
@@ -101,21 +173,24 @@ class _FlowRootMixin(_FlowWriteMixin):
 
     def _flow_attr(self, frame: types.FrameType | None, expr: str, pretty: str, v: Any, owner: int, name: str,
                    group: tuple) -> bool:
-        """A float attribute read by LOAD_ATTR (`self.scale`, `cfg.temperature`): followed
-        like a float argument (its type guarded here, its value only where the program needs
-        it), so that a schedule changing it between calls does not recompile.  False: read
-        (and guarded) as any other value."""
+        """A float attribute read by LOAD_ATTR (`self.scale`, `cfg.temperature`), or an int
+        one seen with two values (`_varies`), or a global (op_load_global): followed like
+        a float argument (its type guarded here, its value only where the program needs it),
+        so that a schedule changing it between calls does not recompile.  False: read (and
+        guarded) as any other value."""
         if frame is None:   # a reflective read (getattr(self, "tau")): its value is used as it is
             k = self.flow_attrs.get(expr)
             if k is not None:
                 self._flow_escape(k)
             return False
-        if not _followable(v) or (owner, name) in self.dirty:
+        if not (_followable(v) or type(v) is int) or (owner, name) in self.dirty:
             return False
         k = self.flow_attrs.get(expr)
         if k is None:
             p = self.pending.get(frame)
             if expr in self.read_exprs or p is not None and p != self._flow_tick:
+                return False
+            if type(v) is int and not self._varies(("item", id(group[0]) if group else owner, name), v):
                 return False
             self.read_exprs[expr] = self.epoch
             self.guard(TypeIs(expr, pretty, type(v)), group=group)
@@ -130,8 +205,9 @@ class _FlowRootMixin(_FlowWriteMixin):
         return True
 
     def _flow_item(self, frame: types.FrameType, c: Any, idx: Any) -> bool:
-        """`self.weights[0]`: a float item of a lazily guarded list (an attribute, a global,
-        a cell), read by BINARY_SUBSCR with an int index, followed like a float attribute:
+        """`self.weights[0]`: a float item (or an int one seen with two values, `_varies`:
+        `N[0]`, a step counter) of a lazily guarded list (an attribute, a global, a cell), read
+        by BINARY_SUBSCR with an int index, followed like a float attribute:
         the list is guarded for its type and length, its float items for their types, each
         item's value only where the program needs it.  A schedule changing the floats
         between calls then does not recompile.  Any other use of the list (iterating it,
@@ -148,13 +224,17 @@ class _FlowRootMixin(_FlowWriteMixin):
             if len(lz) > 6:   # its contents after an uncapturable call (sources._new_epoch)
                 snap = lz[6]
             if kind not in ("list", "tuple") or pos != self.ncalls or len(snap) != len(c) or \
-                    any(a is not b for a, b in zip(snap, c)) or not any(_followable(x) for x in snap):
+                    any(a is not b for a, b in zip(snap, c)):
+                return False
+            follow = [_followable(x) or type(x) is int and self._varies(("list", id(c), i), x)
+                      for i, x in enumerate(snap)]
+            if not any(follow):
                 return False
             del self.lazy[id(c)]   # (touch() must not guard it again)
             keys: dict[int, int] = {}
             self.guard(TypeLen(expr, pretty, type(c), len(snap)))
             for i, x in enumerate(snap):
-                if _followable(x):
+                if follow[i]:
                     self.guard(TypeIs(f"{expr}[{i}]", f"{pretty}[{i}]", type(x)))
                     keys[i] = self._flow_root(None, f"{expr}[{i}]", f"{pretty}[{i}]", x, pos=self.ncalls)
                 else:
@@ -245,14 +325,20 @@ class _FlowRootMixin(_FlowWriteMixin):
             return None
         e = fc[2].get(id(a))
         if e is not None:
-            self.flows_used.update(fc[3])
+            self._flow_call_done(fc)
         return e
 
     def _flow_unused(self, frame: types.FrameType) -> None:
         """The call about to run here ignores its arguments (a logger not enabled for the level)."""
         fc = self.flow_call
         if fc is not None and fc[0] is frame and fc[1] == frame.f_lasti:
-            self.flows_used.update(fc[3])
+            self._flow_call_done(fc)
+
+    def _flow_call_done(self, fc: tuple) -> None:
+        """The call flow_call fc handed followed numbers to needs no guard on them: replayed
+        with their expressions, ignoring them, or following them (`_flow_callee`).  Per call:
+        the same numbers handed to another call are guarded unless that one is done too."""
+        self.flow_calls_done.add(id(fc))
 
     def close_flows(self) -> None:
         """End of the recording: numbers still followed, or handed to a call that was not
@@ -262,9 +348,9 @@ class _FlowRootMixin(_FlowWriteMixin):
             self.flow_scalar = None
         for k in list(self.flows_open):
             self._flow_escape(k)
-        for k in list(self.flows_given):
-            if k not in self.flows_used:
-                self._flow_escape(k)
+        for fc in self.flow_calls:   # each call handed followed numbers, not done (_flow_call_done)
+            if id(fc) not in self.flow_calls_done:
+                self._flow_escape_keys(fc[3])
         for k in list(self.flows_scalar):   # (graph.py _scalar_input resolves each use)
             self._flow_escape(k)
 

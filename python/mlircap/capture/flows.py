@@ -228,7 +228,10 @@ class _FlowMixin(_FlowRootMixin):
                     if any(objs[q] is objs[p] for q in range(arg) if q not in given):
                         return None
                 ks = frozenset().union(*(t[1] for t in given.values()))
-                self.flow_call = (fr, fr.f_lasti, {id(objs[p]): t[0] for p, t in given.items()}, ks)
+                m = _E.peek(fr, arg + 1)
+                self.flow_call = (fr, fr.f_lasti, {id(objs[p]): t[0] for p, t in given.items()}, ks,
+                                  _E.peek(fr, arg) if m is _NULL else m)
+                self.flow_calls.append(self.flow_call)
                 self.keep.extend(objs[p] for p in given)
                 for k in ks:   # (also one a graph input took: this call needs it too)
                     if k not in self.flows_guarded:

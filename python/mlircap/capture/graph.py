@@ -59,6 +59,8 @@ def _new_placeholder(seg: _Seg) -> fx.Node:
 
 
 _AUTOGRAD_STATE = ("requires_grad_", "retain_grad")
+# torch functions writing their running-statistics arguments without a version bump
+_UNVERSIONED_WRITERS = {"batch_norm", "instance_norm", "native_batch_norm", "_native_batch_norm_legit"}
 
 
 class _GraphMixin(_ScalarInputMixin):
@@ -76,6 +78,12 @@ class _GraphMixin(_ScalarInputMixin):
         if any(isinstance(a, torch.Generator) for a in args) or \
                 any(isinstance(a, torch.Generator) for a in kwargs.values()):
             return self._generator_op(func, args, kwargs)
+        if name in _UNVERSIONED_WRITERS:
+            self._note_unversioned(name, args, kwargs)
+        if self.flow_call is not None:
+            step = self._flow_torch_step(func, name, args, kwargs)
+            if step is not None:
+                return step[0]
         res = func(*args, **kwargs)
         try:
             return self._after_torch(func, name, args, kwargs, res)
@@ -147,6 +155,19 @@ class _GraphMixin(_ScalarInputMixin):
                 if isinstance(t, torch.Tensor):
                     dyn_ids[id(t)] = t
         return res
+
+    def _note_unversioned(self, name: str, args: tuple, kwargs: dict) -> None:
+        """A batch / instance norm using batch statistics writes its running mean and
+        variance in place without bumping their version counters: its external tensor
+        arguments that are not parameters are noted as written (guards.mutated_ids), so a
+        replay that misses after it restores them before the call records again."""
+        flag = kwargs.get("training", kwargs.get("use_input_stats", args[5] if len(args) > 5 else
+                                                 name == "instance_norm"))
+        if flag is False:
+            return
+        for a in list(args) + list(kwargs.values()):
+            if isinstance(a, torch.Tensor) and not isinstance(a, torch.nn.Parameter) and id(a) in self.versions:
+                self.unversioned.add(id(a))
 
     def _generator_op(self, func: Callable, args: tuple, kwargs: dict) -> Any:
         """A random op drawing from an explicit torch.Generator (`torch.rand(n, generator=g)`,

@@ -182,6 +182,7 @@ class _GuardMixin:
     has_inplace: bool
     versions: dict
     data_aliases: dict
+    unversioned: set
 
     def _tensor_match(self, expr: str, pretty: str, t: torch.Tensor) -> TensorMatch:
         """TensorMatch for `t` as first read, its dispatch keys as the caller's thread state
@@ -219,9 +220,12 @@ class _GuardMixin:
 
     def mutated_ids(self) -> set[int]:
         """The ids of the external tensors the recording wrote to in place (directly, or
-        through `t.data`, whose writes leave `t._version` unchanged)."""
+        through `t.data`, whose writes leave `t._version` unchanged, or as the running
+        statistics of a batch norm in training, which its kernels update without a version
+        bump: graph.py `_note_unversioned`)."""
         out = {vid for vid, (t, ver) in self.versions.items() if t._version != ver}
         out.update(id(base) for a, base, ver in self.data_aliases.values() if a._version != ver)
+        out.update(vid for vid in self.unversioned if vid in self.versions)
         return out
 
     def final_guards(self) -> None:

@@ -38,7 +38,10 @@ class _ReadMixin(_CounterMixin):
         if (id(g), name) in self.dirty:
             return
         c = self.const(g, f"globals of {g.get('__name__')}")
-        self.read(f"{c}[{name!r}]", f"G[{name!r}]", g[name], id(g), name, group=(g,))
+        v = g[name]
+        if type(v) is int and self._flow_attr(frame, f"{c}[{name!r}]", f"G[{name!r}]", v, id(g), name, (g,)):
+            return   # an int global seen with two values (flow_roots._varies)
+        self.read(f"{c}[{name!r}]", f"G[{name!r}]", v, id(g), name, group=(g,))
 
     def op_import_name(self, frame: types.FrameType, arg: int | None, name: Any) -> None:
         """`import numpy as np` inside the traced code: the module it binds is the one in
@@ -228,6 +231,8 @@ class _ReadMixin(_CounterMixin):
             v = cell.cell_contents
         except ValueError:
             return
+        if type(v) is int and self._flow_attr(frame, f"{e[0]}.cell_contents", e[1], v, id(cell), "cell", ()):
+            return   # an int closure variable seen with two values (flow_roots._varies)
         self.read(f"{e[0]}.cell_contents", e[1], v, id(cell), "cell")
 
     def _state_dict_tree(self, root: torch.nn.Module) -> None:

@@ -87,9 +87,10 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         # numbers from graph breaks followed by flows.py: break -> the number
         self.flows_open: dict[int, object] = {}    # still followed
         self.flows_given: dict[int, object] = {}   # handed to a call as (part of) an argument
-        self.flows_used: set[int] = set()          # ... which an uncapturable call replays
         self.flows_scalar: dict[int, object] = {}  # a tensor operator's operand (flows._flow_tensor_operand)
-        self.flow_call: tuple | None = None        # (frame, offset, id(arg) -> expression, break)
+        self.flow_call: tuple | None = None        # (frame, offset, id(arg) -> expression, breaks, callable)
+        self.flow_calls: list[tuple] = []          # every flow_call made (close_flows)
+        self.flow_calls_done: set[int] = set()     # ids of those needing no guard (flow_roots._flow_call_done)
         self.flow_scalar: tuple | None = None      # (id, float, expression, breaks): a tensor operand next
         self.flow_frames: dict = {}                # frame -> its flows (flow_state._Flow)
         self.flow_vals: dict[int, object] = {}     # every followed key -> its number
@@ -135,6 +136,7 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         self.stopped = False           # recording stopped: the rest of the call runs untraced
         self.uses_rng = False
         self.versions: dict[int, tuple[torch.Tensor, int]] = {}  # id(t) -> (t, version at first sight)
+        self.unversioned: set[int] = set()   # ids of external tensors written without a version bump
         # id(t.data) -> (t.data, t, its version when made), for t an external tensor
         self.data_aliases: dict[int, tuple[torch.Tensor, torch.Tensor, int]] = {}
         self.vgroups: dict[tuple, tuple[tuple, tuple[int, ...]]] = {}  # group key -> (dicts, versions)
@@ -144,12 +146,15 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         self.amb0 = self.state0.ambient
         self.const_names = {}
         # roots
-        # float arguments followed from their loads (flows.py) instead of guarded by value:
-        # name -> (index, value); a flow key -(index + 1)
+        # float arguments (and int ones seen with two values: flow_roots._varies) followed
+        # from their loads (flows.py) instead of guarded by value: name -> (index, value); a
+        # flow key -(index + 1)
         self.float_args: dict[str, tuple[int, float]] = {}
+        self.seen_here: set[tuple] = set()   # sources this recording noted first (flow_roots._varies)
         try:
             for i, (a, n) in enumerate(zip(args, argnames)):
-                if _followable(a) and i < code.co_argcount + code.co_kwonlyargcount and n not in code.co_cellvars:
+                if i < code.co_argcount + code.co_kwonlyargcount and n not in code.co_cellvars and \
+                        (_followable(a) or type(a) is int and self._varies(("arg", i), a)):
                     self.guard(TypeIs(f"L[{i}]", n, type(a)))
                     self.float_args[n] = (i, a)
                     self._flow_root(-(i + 1), f"L[{i}]", n, a)

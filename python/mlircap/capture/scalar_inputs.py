@@ -14,7 +14,11 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from .base import Unreplayable
-from .classify import _RNG_WORDS
+from .classify import _RNG_WORDS, _classify, _func_qualname
+from .frame_hook import _E
+from .fx_targets import _op_name
+from .guards import _ambient
+from .locations import _user_location
 from .typeinfo import _np_float
 
 
@@ -25,9 +29,9 @@ class _ScalarInputMixin:
     keep: list
     flow_call: tuple | None
     flows_scalar: dict[int, object]
-    flows_used: set[int]
     const: Callable[..., str]                            # (values.py)
     _flow_escape_keys: Callable[[frozenset[int]], None]  # (flow_roots.py)
+    _flow_call_done: Callable[[tuple], None]             # (flow_roots.py)
 
     def _scalar_input(self, func: Callable, name: str, args: tuple, res: Any, fs: tuple) -> tuple:
         """`x * r` with r a float computed from numbers flows.py follows (graph-break results
@@ -107,8 +111,63 @@ class _ScalarInputMixin:
             e = exprs[vid]
             c = f"{self.const(_scalar_tensor)}({e})" if dev is None else f"{self.const(_scalar_tensor)}({e}, {self.const(dev)})"
             self.src[id(t)] = (c, f"<{_pretty_flow(e)} as a graph input>", True)
-        self.flows_used.update(fc[3])   # taken by the graph: no guard (close_flows)
+        self._flow_call_done(fc)   # taken by the graph: no guard (close_flows)
         return args2, kwargs2
+
+    def _flow_torch_step(self, func: Callable, name: str, args: tuple, kwargs: dict) -> tuple | None:
+        """`torch.fake_quantize_per_tensor_affine(h, s, 0, -128, 127)`, `F.batch_norm(...,
+        momentum, eps)`: a torch function called right from the user's frame with floats
+        flows.py follows among its non-tensor arguments, where this call site has been
+        reached with other values before (`_varies`: a `.item()` of each call, a schedule).
+        Held by the graph, the number would be a constant guarded by value: a recompile on
+        every call.  Instead the function runs between graphs at the replay (a graph break, as
+        a data-dependent operation: no side effect the replay does not redo, external tensors
+        it writes rolled back on a miss), taking the replay's expressions of the numbers; its
+        results are inputs of the graph after it.  None: not such a call (recorded as usual);
+        else (its result,)."""
+        fc = self.flow_call
+        if name in _SCALAR_OPERATORS or name in _BOUND_OPS or self.flow_scalar is not None:
+            return None
+        f, untraced = sys._getframe(2), False
+        while f is not None and f is not fc[0] and _classify(f.f_code) != "user":
+            # this package, torch.overrides, or untraced library code the user's frame called
+            # (`F.batch_norm`, whose torch function dispatch hands the mode its arguments)
+            untraced = untraced or not (f.f_code.co_filename.startswith(_CAPTURE_DIR) or
+                                        f.f_code.co_filename == _OVERRIDES_FILE)
+            f = f.f_back
+        if f is not fc[0] or f.f_lasti != fc[1]:
+            return None
+        if untraced and fc[4] is not func:
+            return None   # (the untraced code may have used the numbers before this call)
+        exprs = fc[2]
+        top = list(args) + list(kwargs.values())
+        found = [a for a in top if id(a) in exprs]
+        if not found or len({id(a) for a in found}) != len(exprs) or len(found) != len(exprs) or \
+                not all(type(a) is float or _np_float(a) for a in found):
+            # (a number also given as another argument: which one is it; an int: a size, a
+            # dim, an index, whose value guard stays; untraced code may also pass on an int
+            # of its own that is the same small int object)
+            return None
+        if torch.is_grad_enabled() != self.grad0 or _ambient() != self.amb0:
+            return None   # (a step runs in the function's entry grad mode)
+        if not self._varies(_site(f), tuple(found)):
+            return None
+        res = func(*args, **kwargs)
+        reason = f"{_op_name(func)} taking a number that changes between calls"
+        try:
+            fe = self.const(func, _func_qualname(func))
+            ae = [exprs[id(a)] if id(a) in exprs else self.expr_of(a) for a in args]
+            ke = {k: exprs[id(v)] if id(v) in exprs else self.expr_of(v) for k, v in kwargs.items()}
+        except Unreplayable as e:
+            self.unreplayable = self.unreplayable or f"{e} (an argument of {_op_name(func)})"
+            return (res,)
+        if any(w in name for w in _RNG_WORDS):
+            self.uses_rng = True
+        k = self._call_step(fe, ae, ke, reason, external=False)
+        self._add_break(reason, _user_location())
+        self._flow_call_done(fc)   # replayed with their expressions: no guard
+        self._call_result(k, res)
+        return (res,)
 
     def _np_scalar_args(self, func: Callable, name: str, args: tuple, kwargs: dict, res: Any) -> tuple:
         """NumPy scalars among the arguments (`x * np.sqrt(d)`, `y[:, :np.int64(2)]`) become
@@ -137,6 +196,18 @@ class _ScalarInputMixin:
                 if _same_result(res, res2):
                     return args2, kw
         raise Unreplayable(f"numpy scalar argument to {name} whose dtype the result depends on")
+
+
+def _site(f: Any) -> tuple:
+    """The call site of frame f (at a CALL) as `_varies` tells sites apart: the code and
+    offset, the module whose method it is (nn.Dropout's `F.dropout(input, self.p, ...)` is
+    one site per module), and the calling frame's code and offset (a helper called from two
+    places)."""
+    code = f.f_code
+    me = _E.local_raw(f, 0) if code.co_argcount else None
+    back = f.f_back
+    return ("call", code, f.f_lasti, id(me) if isinstance(me, torch.nn.Module) else None,
+            (back.f_code, back.f_lasti) if back is not None else None)
 
 
 # the torch functions Python's arithmetic operators on a tensor and a float run

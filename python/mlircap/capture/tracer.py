@@ -46,6 +46,8 @@ class _TracerMixin(_CallMixin):
         code = frame.f_code
         if code is self.code and self.root_frame is None:
             self.root_frame = frame
+        if self.flow_call is not None:
+            self._flow_callee(frame)   # followed numbers handed to it (flow_roots.py)
         try:
             self._hook_guard(frame, code)
         except Exception as e:

@@ -4,6 +4,8 @@ attributes, methods and properties, function defaults and code, numpy arrays, te
 metadata and Python attributes on tensors, nn.Module attributes) and check every call
 against eager for outputs and program state (harness.run_program runs two independent
 copies of the program)."""
+import random
+
 import pytest
 
 from harness import run_program
@@ -683,3 +685,85 @@ def mutate(i, f):
     ON[0] = i >= 2
     globals()["GL"] = [1.0, 2.0]
 """, [(torch.ones(2),)] * 4)
+
+
+PROGRAM_INTS = """
+import random
+G_N = 2
+G_LIST = [1, 4]
+G_S = 0.5
+class Cfg:
+    pass
+CFG = Cfg()
+CFG.k = 3
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.heads = 2
+        self.bn = nn.BatchNorm1d(4, momentum=None)
+    def forward(self, x, n):
+        y = self.lin(x) * self.heads + n
+        y = self.bn(y) if self.training else y
+        if self.heads > 2:
+            y = y.relu()
+        return y[:, :self.heads] * (y.sum() / self.heads), y.sum(dim=self.heads % 2) - n
+def helper(t, k):
+    return t * k - k // 2
+def make():
+    m = M()
+    box = [1]
+    def f(x, n):
+        y, z = m(x, n)
+        y = y * G_N + G_LIST[0] - G_LIST[1] * n
+        y = helper(y, CFG.k) + (x.long() * box[0]).sum() + box[0]
+        w = torch.full_like(y, G_S) * y.mean().item()
+        for _ in range(G_LIST[0] % 3):
+            w = w + torch.full_like(w, G_S * n)
+        if n % 3 == 0:
+            w = w * -1
+        return y.sum(), z.sum() * n, w.sum(), torch.zeros(CFG.k % 3 + 1) + n
+    f.m, f.box = m, box
+    return f
+
+def _mutations(f):
+    def set_global(name, v):
+        globals()[name] = v
+    return [
+        lambda r: set_global("G_N", r.choice([2, 3, 5, -1])),
+        lambda r: G_LIST.__setitem__(0, r.choice([1, 2, 3, 4])),
+        lambda r: G_LIST.__setitem__(1, r.choice([4, 5, 256])),
+        lambda r: G_LIST.__setitem__(0, G_LIST[0] + 1),
+        lambda r: set_global("G_S", r.choice([0.5, 0.25, 1.5, -0.0])),
+        lambda r: setattr(CFG, "k", r.choice([3, 4, 7])),
+        lambda r: setattr(f.m, "heads", r.choice([1, 2, 3])),
+        lambda r: f.box.__setitem__(0, r.choice([1, 2, 1000])),
+        lambda r: f.m.train(r.random() < 0.5),
+        lambda r: set_global("G_N", r.choice([2, 2.5])),
+        lambda r: None,
+    ]
+
+def mutate(i, f):
+    r = random.Random(SEED * 1000 + i)
+    with torch.no_grad():
+        for _ in range(r.choice([1, 1, 2])):
+            r.choice(_mutations(f))(r)
+
+def state(f):
+    return (G_N, list(G_LIST), CFG.k, f.m.heads, f.box[0])
+"""
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_guard_fuzz_changing_ints(seed, typed_checks_agree):
+    """Ints that change between calls (an argument, a global, a global list item, an object
+    and a module attribute, a closure list item; also a float global and an int becoming a
+    float): after two values at a source they are followed (graph inputs in tensor
+    arithmetic, guarded by the branch, the shape, the loop count, the dim they decide); a
+    float handed to `full_like` and BatchNorm(momentum=None)'s momentum run between graphs
+    once they change (scalar_inputs._flow_torch_step).  Every call against eager."""
+    import torch
+    torch.manual_seed(seed)
+    calls = [(torch.randn(3, 4), random.Random(seed * 7 + i).choice([1, 2, 3, 6, 9]))
+             for i in range(40)]
+    run_program(f"SEED = {seed}\n" + PROGRAM_INTS, calls, name=f"fuzz_ints{seed}", cache_limit=1000)

@@ -1,0 +1,130 @@
+"""A number that changes on every call (a `.item()`, a float argument) handed to a torch
+function as a non-tensor argument (`fake_quantize_per_tensor_affine(h, s, ...)`, the
+momentum `F.batch_norm` gets from BatchNorm(momentum=None), `full_like(x, v)`): the graph
+would hold it as a constant guarded by value, a recompile on every call until cache_limit.
+Once the call site has seen two values (scalar_inputs._flow_torch_step), the function runs
+between graphs at the replay with the replay's value.  Every call is compared with eager
+(outputs, module state, gradients), the values changing back and forth."""
+import torch
+
+from harness import run_program
+
+
+def _x(i, scale=None):
+    torch.manual_seed(i)
+    return torch.randn(4, 8) * (scale if scale is not None else i + 1)
+
+
+def test_item_float_to_a_torch_function_runs_between_graphs():
+    c = run_program("""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+    def forward(self, x):
+        h = self.fc(x)
+        s = h.abs().max().item() / 127.0
+        return torch.fake_quantize_per_tensor_affine(h, s, 0, -128, 127) * 2, torch.full_like(h, s)
+def make():
+    return M()
+""", [(_x(i),) for i in (0, 1, 2, 1, 3, 0, 4)], recompiles=1)
+    assert [len(v.graphs) for v in c.variants] == [2, 2]
+
+
+def test_constant_item_keeps_one_graph():
+    """The same value on every call: no recompile, the function stays in the graph."""
+    c = run_program("""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("scale", torch.tensor(0.5))
+    def forward(self, x):
+        y = x.relu()
+        return torch.full_like(y, self.scale.item()) + y
+def make():
+    return M()
+""", [(_x(i),) for i in range(4)], recompiles=0)
+    assert len(c.variants[0].breaks) == 1
+
+
+def test_float_argument_to_a_torch_function():
+    run_program("""
+def make():
+    def f(x, v):
+        return torch.full_like(x, v) * x
+    return f
+""", [(_x(i), v) for i, v in enumerate((0.5, 0.25, 0.75, 0.5, 0.25, 1.5))], recompiles=1)
+
+
+def test_traced_helper_takes_the_number():
+    """The number handed to a traced Python helper (flow_roots._flow_callee) that passes it on."""
+    run_program("""
+def quant(h, s, bits=8):
+    q = 2 ** (bits - 1)
+    return torch.fake_quantize_per_tensor_affine(h, s, 0, -q, q - 1)
+def make():
+    def f(x):
+        s = x.abs().max().item() / 127.0
+        return quant(x.sin(), s) + 1
+    return f
+""", [(_x(i),) for i in (0, 1, 2, 1, 3)], recompiles=1)
+
+
+def test_cumulative_batchnorm_train_with_backward():
+    """BatchNorm1d(momentum=None) in training: `1.0 / float(num_batches_tracked)` is a new
+    momentum each call, handed to F.batch_norm (untraced torch code, dispatched to the
+    recorder with its arguments).  Running statistics, outputs and gradients match eager."""
+    c = run_program("""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 6)
+        self.bn = nn.BatchNorm1d(6, momentum=None)
+    def forward(self, x):
+        y = self.bn(self.fc(x))
+        y.sum().backward()
+        return y.detach(), self.fc.weight.grad.clone()
+def make():
+    return M().train()
+def mutate(i, m):
+    m.zero_grad()
+""", [(_x(i),) for i in range(6)], recompiles=1)
+    assert c.stats.replays >= 4
+
+
+def test_miss_after_the_step_rolls_back_what_it_wrote():
+    """A branch on data after the batch norm step: a replay that takes the other way misses
+    after the step wrote the running statistics; they are restored before the call records
+    again (replay._rollback), so each call updates them once."""
+    run_program("""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 6)
+        self.bn = nn.BatchNorm1d(6, momentum=None)
+    def forward(self, x):
+        y = self.bn(self.fc(x))
+        if y[0, 0].item() > 0:
+            return y * 2
+        return y - 1
+def make():
+    return M().train()
+""", [(_x(i, 1.0),) for i in range(10)])
+
+
+def test_number_printed_then_handed_to_a_traced_helper():
+    """A float replayed with its expression by one call (`print(s, file=...)`) and handed to
+    a traced helper by another: each call is resolved on its own (flow_roots._flow_call_done),
+    so the helper's use is still followed or guarded (it was taken for replayed too: the
+    helper's `x * s` kept the first call's value)."""
+    run_program("""
+import io
+OUT = io.StringIO()
+def helper(x, s):
+    return x * s
+def make():
+    def f(x, s):
+        print(s, file=OUT)
+        return helper(x, s)
+    return f
+""", [(torch.ones(3), v) for v in (0.5, 0.25, 0.75, 0.5)])
