@@ -15,6 +15,7 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 namespace mlir::mlircap {
@@ -22,9 +23,23 @@ namespace mlir::mlircap {
 #include "mlircap/Passes.h.inc"
 
 namespace {
-/// An elementwise generic converting `v` (a ranked f32/f64 tensor) to `to`.
+/// An elementwise generic converting `v` (a ranked f32/f64 tensor) to `to`;
+/// a fill with a constant becomes a fill with the converted constant, so a
+/// widened sum reads as a sum that accumulates in f64 from the start (CSE
+/// then merges it with the same sum in f64 next to it: LayerNorm's mean in
+/// f32 and the f64 one of its variance).
 Value convertTensor(OpBuilder &b, Location loc, Value v, Type to) {
   auto type = cast<RankedTensorType>(v.getType());
+  FloatAttr c;
+  if (auto fill = v.getDefiningOp<linalg::FillOp>();
+      fill && matchPattern(fill.value(), m_Constant(&c))) {
+    APFloat f = c.getValue();
+    bool lost;
+    f.convert(cast<FloatType>(to).getFloatSemantics(), APFloat::rmNearestTiesToEven, &lost);
+    Value k = arith::ConstantOp::create(b, loc, FloatAttr::get(to, f));
+    Value empty = tensor::EmptyOp::create(b, loc, type.getShape(), to);
+    return linalg::FillOp::create(b, loc, k, empty).getResult(0);
+  }
   Value empty = tensor::EmptyOp::create(b, loc, type.getShape(), to);
   unsigned rank = type.getRank();
   SmallVector<AffineMap> maps(2, b.getMultiDimIdentityMap(rank));
@@ -96,13 +111,17 @@ struct WidenSum : OpRewritePattern<linalg::GenericOp> {
             auto add = cast<arith::AddFOp>(inner);
             unsigned accNo = op.getNumDpsInputs() + it->second;
             Value acc = args[accNo];
-            Value term = add.getLhs() == body->getArgument(accNo) ? add.getRhs() : add.getLhs();
+            bool accFirst = add.getLhs() == body->getArgument(accNo);
+            Value term = accFirst ? add.getRhs() : add.getLhs();
             Value wide = arith::ExtFOp::create(nb, l, f64, map.lookupOrDefault(term));
             // reassoc: f64 partial sums of f32 terms stay far more accurate
             // than the f32 result, and let LLVM vectorize the reduction loop
             // (several f64 accumulators) instead of one scalar add chain.
-            map.map(add.getResult(),
-                    arith::AddFOp::create(nb, l, acc, wide, arith::FastMathFlags::reassoc).getResult());
+            // The operands keep their order (CSE sees the f64 sum as written).
+            map.map(add.getResult(), arith::AddFOp::create(nb, l, accFirst ? acc : wide,
+                                                           accFirst ? wide : acc,
+                                                           arith::FastMathFlags::reassoc)
+                                         .getResult());
           }
           SmallVector<Value> results;
           for (Value v : yield.getOperands())

@@ -1,15 +1,17 @@
 // RUN: mlircap-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(mlircap-widen-sums))" | FileCheck %s
+// RUN: mlircap-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(mlircap-widen-sums),cse)" | FileCheck %s --check-prefix=CSE
 
-// An f32 sum accumulates in f64: init extended, term extended, result truncated;
-// the f64 adds may be reassociated (vectorized partial sums).
+// An f32 sum accumulates in f64: init extended (a fill: filled with the
+// extended constant), term extended (the add keeps its operand order), result
+// truncated; the f64 adds may be reassociated (vectorized partial sums).
 // CHECK-LABEL: func.func @row_sum
-// CHECK: %[[INIT:.*]] = linalg.generic {{.*}} outs(%{{.*}} : tensor<4xf64>)
-// CHECK:   arith.extf {{.*}} : f32 to f64
+// CHECK: %[[Z:.*]] = arith.constant 0.000000e+00 : f64
+// CHECK: %[[INIT:.*]] = linalg.fill ins(%[[Z]] : f64) outs(%{{.*}} : tensor<4xf64>)
 // CHECK: %[[SUM:.*]] = linalg.generic {{.*}} ins(%{{.*}} : tensor<4x1000xf32>) outs(%[[INIT]] : tensor<4xf64>)
 // CHECK: ^bb0(%[[IN:.*]]: f32, %[[ACC:.*]]: f64):
 // CHECK:   %[[M:.*]] = arith.mulf %[[IN]], %{{.*}} : f32
 // CHECK:   %[[W:.*]] = arith.extf %[[M]] : f32 to f64
-// CHECK:   %[[A:.*]] = arith.addf %[[ACC]], %[[W]] fastmath<reassoc> : f64
+// CHECK:   %[[A:.*]] = arith.addf %[[W]], %[[ACC]] fastmath<reassoc> : f64
 // CHECK:   linalg.yield %[[A]] : f64
 // CHECK: %[[OUT:.*]] = linalg.generic {{.*}} ins(%[[SUM]] : tensor<4xf64>) outs(%{{.*}} : tensor<4xf32>)
 // CHECK:   arith.truncf {{.*}} : f64 to f32
@@ -103,4 +105,49 @@ func.func @f64_sums(%arg0: tensor<4x8xf64>, %init: tensor<4xf64>) -> (tensor<4xf
     linalg.yield %a : f64
   } -> tensor<4xf64>
   return %0, %1 : tensor<4xf64>, tensor<4xf64>
+}
+
+// -----
+
+// LayerNorm's mean in f32 next to the f64 sum of its variance (torch's
+// decomposition): widened, the f32 sum is the same f64 sum and CSE keeps one;
+// the mean is that sum truncated. An init that is not a fill is converted.
+// CSE-LABEL: func.func @mean_and_f64_sum
+// CSE-COUNT-1: "reduction"
+// CSE-NOT: "reduction"
+// CSE: return
+// CHECK-LABEL: func.func @init_not_a_fill
+// CHECK: %[[INIT:.*]] = linalg.generic {{.*}} ins(%arg1 : tensor<4xf32>) outs(%{{.*}} : tensor<4xf64>)
+// CHECK:   arith.extf {{.*}} : f32 to f64
+// CHECK: linalg.generic {{.*}} outs(%[[INIT]] : tensor<4xf64>)
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+func.func @mean_and_f64_sum(%arg0: tensor<4x1000xf32>) -> (tensor<4xf64>, tensor<4xf32>) {
+  %z = arith.constant 0.000000e+00 : f64
+  %zf = arith.constant 0.000000e+00 : f32
+  %e = tensor.empty() : tensor<4xf64>
+  %f = linalg.fill ins(%z : f64) outs(%e : tensor<4xf64>) -> tensor<4xf64>
+  %s = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : tensor<4x1000xf32>) outs(%f : tensor<4xf64>) {
+  ^bb0(%in: f32, %out: f64):
+    %w = arith.extf %in : f32 to f64
+    %a = arith.addf %w, %out : f64
+    linalg.yield %a : f64
+  } -> tensor<4xf64>
+  %ef = tensor.empty() : tensor<4xf32>
+  %ff = linalg.fill ins(%zf : f32) outs(%ef : tensor<4xf32>) -> tensor<4xf32>
+  %m = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : tensor<4x1000xf32>) outs(%ff : tensor<4xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %a = arith.addf %in, %out : f32
+    linalg.yield %a : f32
+  } -> tensor<4xf32>
+  return %s, %m : tensor<4xf64>, tensor<4xf32>
+}
+
+func.func @init_not_a_fill(%arg0: tensor<4x1000xf32>, %arg1: tensor<4xf32>) -> tensor<4xf32> {
+  %m = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : tensor<4x1000xf32>) outs(%arg1 : tensor<4xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %a = arith.addf %out, %in : f32
+    linalg.yield %a : f32
+  } -> tensor<4xf32>
+  return %m : tensor<4xf32>
 }
