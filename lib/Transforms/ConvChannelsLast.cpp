@@ -272,18 +272,20 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
     made[{src, key(perm)}] = r;
   }
 
-  /// Whether every reader of a convolution's result can read it in NHWC at no
-  /// cost: generics that index it along their result's dims (elementwise
-  /// epilogues, pooling), convolutions, paddings. A reshape (GroupNorm's
-  /// groups) or a reduction over its spatial dims would read it transposed,
-  /// strided: such a convolution stays NCHW.
-  static bool readsAlign(Value v) {
+  /// Whether the readers of a convolution's result can read it in NHWC at no
+  /// cost: convolutions, paddings, generics that index it along their result's
+  /// dims (elementwise epilogues, pooling). The elementwise readers' own
+  /// readers are checked the same way up to `depth` ops away: a reshape
+  /// (GroupNorm's groups) or a reduction over the spatial dims there would read
+  /// NHWC data strided (UNet: conv, bias add, GroupNorm). Past `depth` the
+  /// transposes have met other convolutions' (ResNet's residual stream).
+  static bool readsAlign(Value v, int depth) {
     for (OpOperand &use : v.getUses()) {
       Operation *user = use.getOwner();
       if (isLibraryConv(user) || isa<func::ReturnOp>(user))
         continue;
       if (auto pad = staticPad(user)) {
-        if (!readsAlign(pad.getResult()))
+        if (!readsAlign(pad.getResult(), depth))
           return false;
         continue;
       }
@@ -291,9 +293,13 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
       unsigned r = permutableRank(user);
       if (!g || r != 4 || !alignedMap(g.getMatchingIndexingMap(&use), r))
         return false;
+      if (isAllParallel(g) && depth > 0 && !readsAlign(g->getResult(0), depth - 1))
+        return false;
     }
     return true;
   }
+  /// How many elementwise ops past a convolution readsAlign looks.
+  static constexpr int kLookAhead = 8;
 
   void runOnOperation() override {
     func::FuncOp func = getOperation();
@@ -301,7 +307,7 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
       return;
     SmallVector<linalg::Conv2DNchwFchwOp> convs;
     func.walk([&](linalg::Conv2DNchwFchwOp c) {
-      if (isLibraryOp(c) && hasStaticShapes(c) && readsAlign(c->getResult(0)))
+      if (isLibraryOp(c) && hasStaticShapes(c) && readsAlign(c->getResult(0), kLookAhead))
         convs.push_back(c);
     });
     if (convs.empty())

@@ -152,3 +152,26 @@ func.func @groups(%x: tensor<1x3x8x8xf32>, %w: tensor<8x3x1x1xf32>) -> tensor<1x
   %2 = tensor.expand_shape %1 [[0], [1, 2], [3], [4]] output_shape [1, 2, 4, 8, 8] : tensor<1x8x8x8xf32> into tensor<1x2x4x8x8xf32>
   return %2 : tensor<1x2x4x8x8xf32>
 }
+
+// -----
+
+// The same through an elementwise op that is the result's only reader (here a bf16
+// convolution's result extended to f32; UNet: the bias add), then grouped: still NCHW.
+#id5 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+// CHECK-LABEL: func.func @groups_after_extf(
+// CHECK: linalg.conv_2d_nchw_fchw
+// CHECK-NOT: linalg.conv_2d_nhwc_fhwc
+func.func @groups_after_extf(%x: tensor<1x3x8x8xbf16>, %w: tensor<8x3x1x1xbf16>) -> tensor<1x2x4x8x8xf32> {
+  %cst = arith.constant 0.000000e+00 : bf16
+  %e = tensor.empty() : tensor<1x8x8x8xbf16>
+  %z = linalg.fill ins(%cst : bf16) outs(%e : tensor<1x8x8x8xbf16>) -> tensor<1x8x8x8xbf16>
+  %1 = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%x, %w : tensor<1x3x8x8xbf16>, tensor<8x3x1x1xbf16>) outs(%z : tensor<1x8x8x8xbf16>) -> tensor<1x8x8x8xbf16>
+  %ef = tensor.empty() : tensor<1x8x8x8xf32>
+  %2 = linalg.generic {indexing_maps = [#id5, #id5], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%1 : tensor<1x8x8x8xbf16>) outs(%ef : tensor<1x8x8x8xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %6 = arith.extf %in : bf16 to f32
+    linalg.yield %6 : f32
+  } -> tensor<1x8x8x8xf32>
+  %3 = tensor.expand_shape %2 [[0], [1, 2], [3], [4]] output_shape [1, 2, 4, 8, 8] : tensor<1x8x8x8xf32> into tensor<1x2x4x8x8xf32>
+  return %3 : tensor<1x2x4x8x8xf32>
+}
