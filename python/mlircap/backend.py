@@ -950,7 +950,7 @@ def make_backend(options: Options | None = None, registry: list | None = None):
             if bounds_checked:
                 from .bounds import rerun_on_bad_index
 
-                return rerun_on_bad_index(fn, gm, any(b.uses_rng for b in bounds_checked))
+                return rerun_on_bad_index(fn, gm, any(b.uses_rng for b in bounds_checked), options.strict)
             if len(inference_now) == 1 and compiled_now == [inference_now[0][0]] and not autocast and \
                     _aot_passes_through(inference_now[0][1], gm, example_inputs):
                 # aot_autograd's runtime wrapper would only turn grad mode off around the

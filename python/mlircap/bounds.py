@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
+from . import logs
 from .fxutil import bool_like, op_name
 
 aten = torch.ops.aten
@@ -120,7 +121,7 @@ def add_bounds_checks(gm: fx.GraphModule) -> bool:
     """Rewrites `gm` as the module docstring says (index arguments clamped, the error
     flag appended to the outputs): True where it appended the flag. Index ops whose
     index tensors have no elements are only marked (nothing to read or check)."""
-    from . import scatter
+    from . import polynomials, scatter
 
     graph = gm.graph
     flags = []
@@ -130,6 +131,9 @@ def add_bounds_checks(gm: fx.GraphModule) -> bool:
         if op_name(node.target) in scatter.WRITES:   # written at indices: unrolled (scatter.py)
             written = scatter.rewrite(graph, node)
             flags += written or []
+            continue
+        if op_name(node.target) in polynomials.OPS:   # loops bounded by a degree tensor
+            flags += polynomials.rewrite(graph, node) or []
             continue
         if op_name(node.target) in _DIVISIONS:
             flag = _check_divisor(graph, node)
@@ -207,10 +211,12 @@ class BoundsChecked:
         return out[0] if self.single else type(res)(out)
 
 
-def rerun_on_bad_index(fn, gm: fx.GraphModule, uses_rng: bool):
+def rerun_on_bad_index(fn, gm: fx.GraphModule, uses_rng: bool, strict: bool = False):
     """`fn` (aot_autograd's compiled function of the captured graph `gm`), except where a
     bounds check fails: then `gm` itself runs, with eager's kernels (eager's error, or
-    eager's result), from the generator state `fn` started with."""
+    eager's result), from the generator state `fn` started with; the 'fallback' log names
+    the rerun as an eager island. Under strict=True a rerun that eager completes raises
+    MlircapCompileError (the call ran eagerly); eager's own error propagates as it is."""
 
     def run(*args):
         rng = torch.get_rng_state() if uses_rng else None
@@ -219,6 +225,15 @@ def rerun_on_bad_index(fn, gm: fx.GraphModule, uses_rng: bool):
         except IndexOutOfRange:
             if rng is not None:
                 torch.set_rng_state(rng)
-            return gm.forward(*args)
+            logs.log("fallback", "graph split into 1 parts; eager islands: bounds check: an index out of range "
+                                 "or a value past a compiled bound (rerun eagerly)")
+            out = gm.forward(*args)
+            if strict:
+                from .backend import MlircapCompileError
+
+                raise MlircapCompileError("a bounds check of the compiled graph failed (an index out of range or "
+                                          "a value past a compiled bound, polynomials.py): the call ran eagerly "
+                                          "(strict=True)")
+            return out
 
     return run

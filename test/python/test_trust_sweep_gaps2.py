@@ -258,3 +258,60 @@ def test_dist_compiles(fallback_log, p):
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(3, 4, generator=g), torch.randn(4, generator=g)
     _check(lambda x, y: torch.dist(x, y, p), [a, b], fallback_log)
+
+
+# ----------------------------------------------------------------- Chebyshev polynomials (polynomials.py)
+_POLYS = ["chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v", "chebyshev_polynomial_w",
+          "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u", "shifted_chebyshev_polynomial_v",
+          "shifted_chebyshev_polynomial_w"]
+
+
+def _poly_inputs(shifted: bool):
+    # the recurrence's ranges only (no element in the trigonometric closed form): degrees
+    # -3..16, x outside [-1, 1] (shifted: [0, 1]) or small degrees, and the interval's ends
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.rand(60, generator=g) * 8 + 1.5, -torch.rand(60, generator=g) * 8 - 1.5,
+                   torch.rand(40, generator=g) * 2 - 1, torch.tensor([1.0, -1.0, 1.0, -1.0, -1.0, 1.0])])
+    n = torch.cat([torch.randint(-3, 17, (120,), generator=g), torch.randint(-2, 5, (40,), generator=g),
+                   torch.tensor([7, 8, 9, 10, 9, 12])]).float()
+    return ((x + 1) / 2 if shifted else x), n
+
+
+@pytest.mark.parametrize("name", _POLYS)
+def test_chebyshev_recurrence_compiles(fallback_log, name):
+    fn = getattr(torch.special, name)
+    x, n = _poly_inputs(name.startswith("shifted"))
+    _check(lambda a, b: fn(a, b), [x, n], fallback_log)
+    _check(lambda a, b: fn(a, b), [(x * 3).round().int(), n.int()], fallback_log)   # promoted to float
+
+
+@pytest.mark.parametrize("name", ["chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u"])
+def test_chebyshev_past_the_bound_reruns_eagerly(capsys, name):
+    # a degree above MAX_DEGREE, a closed-form element, a NaN degree: the flag is set and the
+    # call reruns eagerly (eager's values), logged as an island; strict=True raises
+    fn = getattr(torch.special, name)
+    x = torch.tensor([0.3, 2.0, 0.7])
+    fast = mlircap.compile(lambda a, b: fn(a, b))
+    strict = mlircap.compile(lambda a, b: fn(a, b), strict=True)
+    ok = torch.tensor([3.0, 4.0, 2.0])
+    for f in (fast, strict):
+        f(x, ok)
+        torch.testing.assert_close(f(x, ok), fn(x, ok))
+    for n in (torch.tensor([3.0, 40.0, 2.0]), torch.tensor([12.0, 3.0, 2.0]), torch.tensor([3.0, float("nan"), 2.0])):
+        logs.set_logs("fallback")
+        try:
+            torch.testing.assert_close(fast(x, n), fn(x, n), equal_nan=True)
+        finally:
+            logs.set_logs()
+        assert "bounds check" in capsys.readouterr().err
+        with pytest.raises(mlircap.MlircapCompileError, match="bounds check"):
+            strict(x, n)
+
+
+def test_sweep_counts_a_bounds_check_rerun_as_a_fallback():
+    fn = torch.special.chebyshev_polynomial_t
+    x, n = torch.tensor([0.3, 2.0]), torch.tensor([12.0, 3.0])
+    fast = mlircap.compile(lambda a, b: fn(a, b))
+    fast(x, torch.tensor([2.0, 3.0]))
+    status, _, _ = _status(fast, x, n)
+    assert status is not None and "bounds check" in status, status

@@ -1,0 +1,132 @@
+"""Chebyshev polynomials (`special.chebyshev_polynomial_{t,u,v,w}` and their shifted forms)
+compiled with a bounded loop and an error flag.
+
+torch-mlir has no lowering for them, and eager's kernel (ATen/native/Math.h) runs a loop
+whose trip count is the degree `n`, an input tensor: `r = 2y * q - p` for k = 2..n, after
+special cases (n < 0: 0; y at the ends of [-1, 1]: a closed value; n above a threshold
+with |y| < 1: a trigonometric closed form; n = 0, 1). Here the special cases are
+`where`, and the loop is unrolled to `MAX_DEGREE` steps, each masked by `k <= n`, in the
+same float arithmetic as eager's (same operations in the same order). An element that
+would need more steps, takes the trigonometric closed form (ill-conditioned: one ulp of
+libm's float acos is past the tolerance), or whose degree is not finite (eager casts it
+to int64), sets an error flag: bounds.py appends it to the graph's outputs, and a call where it is set reruns
+the captured graph eagerly (rerun_on_bad_index), as for an out-of-range index. CPU only
+(bounds.py); the shifted forms evaluate at y = 2x - 1 (`x + x - 1`, as eager writes it).
+"""
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+from .fxutil import op_name
+
+MAX_DEGREE = 16
+
+# kind -> (shifted, closed-form threshold)
+_KINDS = {
+    "aten::special_chebyshev_polynomial_t": ("t", False, 6),
+    "aten::special_chebyshev_polynomial_u": ("u", False, 8),
+    "aten::special_chebyshev_polynomial_v": ("v", False, 8),
+    "aten::special_chebyshev_polynomial_w": ("w", False, 8),
+    "aten::special_shifted_chebyshev_polynomial_t": ("t", True, 6),
+    "aten::special_shifted_chebyshev_polynomial_u": ("u", True, 6),
+    "aten::special_shifted_chebyshev_polynomial_v": ("v", True, 6),
+    "aten::special_shifted_chebyshev_polynomial_w": ("w", True, 4),
+}
+OPS = frozenset(_KINDS)
+
+
+def _signed(n, even_val, odd_val):
+    return torch.where(n % 2 == 0, even_val, odd_val)
+
+
+def chebyshev(kind: str, shifted: bool, threshold: int, dtype: torch.dtype):
+    """fn(x, n) -> (eager's value, flag: some element needs more than MAX_DEGREE steps)."""
+
+    def fn(x, n):
+        x, nf = torch.broadcast_tensors(x.to(dtype), n.to(dtype))
+        bad = (~torch.isfinite(nf)).any()
+        ni = torch.where(torch.isfinite(nf), nf, torch.zeros_like(nf)).to(torch.int64)   # static_cast<int64_t>
+        y = x + x - 1 if shifted else x
+        one = torch.ones_like(x)
+        two_n1 = (ni + ni + 1).to(dtype)
+        # values at the ends of the interval: y == 1 (pos) and y == -1 (neg)
+        if shifted:
+            pos, neg = x == 1, (x == 0) & (x != 1)
+        else:
+            pos, neg = (x.abs() == 1) & (x > 0), (x.abs() == 1) & ~(x > 0)
+        if kind == "t":
+            pos_val, neg_val = one, _signed(ni, one, -one)
+        elif kind == "u":
+            pos_val, neg_val = (ni + 1).to(dtype), _signed(ni, (ni + 1).to(dtype), (-(ni + 1)).to(dtype))
+        elif kind == "v":
+            pos_val, neg_val = one, _signed(ni, two_n1, -two_n1)
+        else:
+            pos_val, neg_val = two_n1, _signed(ni, one, -one)
+        if not shifted and kind in ("t", "u"):
+            # eager: abs(x) == 1 -> (x > 0 || n % 2 == 0) ? pos : -pos
+            neg_val = _signed(ni, pos_val, -pos_val)
+        # eager's trigonometric closed form (n > threshold, |y| < 1) is ill-conditioned:
+        # (n + 1) * acos(y) turns one ulp of libm's float acos into more than float32's
+        # tolerance, and compiled acos is not libm's bit for bit (2 of 508 elements off):
+        # such elements set the flag (eager computes them)
+        closed = (ni > threshold) & (y.abs() < 1)
+        q0 = {"t": y, "u": y + y, "v": y + y - 1, "w": y + y + 1}[kind]
+        p, q = one, q0
+        two_y = y + y
+        for k in range(2, MAX_DEGREE + 1):
+            active = ni >= k
+            r = two_y * q - p
+            p, q = torch.where(active, q, p), torch.where(active, r, q)
+        loops = ((ni > MAX_DEGREE) | closed) & ~pos & ~neg & (ni >= 0)
+        res = torch.where(ni == 0, one, q)
+        res = torch.where(neg, neg_val, res)
+        res = torch.where(pos, pos_val, res)
+        res = torch.where(ni < 0, torch.zeros_like(res), res)
+        return res, bad | loops.any()
+
+    return fn
+
+
+def rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
+    """Replaces `node` (an op in OPS, tensor operands) by the bounded form traced into
+    `graph`: its error flag, or None (left as it is)."""
+    from torch._guards import detect_fake_mode
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
+
+    from .frontend import decomposition_table
+
+    kind, shifted, threshold = _KINDS[op_name(node.target)]
+    if len(node.args) != 2 or node.kwargs or not all(isinstance(a, fx.Node) for a in node.args):
+        return None
+    vals = [a.meta.get("val") for a in node.args]
+    want = node.meta.get("val")
+    if not all(isinstance(v, torch.Tensor) for v in vals) or not isinstance(want, torch.Tensor) or \
+            want.dtype not in (torch.float32, torch.float64) or want.device.type != "cpu":
+        return None
+    fake = detect_fake_mode(vals)
+    fn = chebyshev(kind, shifted, threshold, want.dtype)
+    try:
+        with unset_fake_temporarily(), disable_proxy_modes_tracing():
+            examples = [torch.zeros(v.shape, dtype=v.dtype) for v in vals]
+            sub = make_fx(fn, decomposition_table=decomposition_table())(*examples)
+    except Exception:   # noqa: BLE001 - anything it does not handle stays an island
+        return None
+    out_vals = [n.meta.get("val") for n in sub.graph.output_node().args[0]]
+    if any(n.op == "get_attr" for n in sub.graph.nodes) or out_vals[0].shape != want.shape or \
+            out_vals[0].dtype != want.dtype:
+        return None
+    phs = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    with graph.inserting_before(node):
+        res, flag = graph.graph_copy(sub.graph, dict(zip(phs, node.args)))
+    if fake is not None:
+        for n in graph.nodes:
+            v = n.meta.get("val")
+            if isinstance(v, torch.Tensor) and not isinstance(v, torch._subclasses.FakeTensor):
+                with unset_fake_temporarily():
+                    n.meta["val"] = fake.from_tensor(v)
+    res.meta["mlircap_bounds_checked"] = True
+    node.replace_all_uses_with(res)
+    graph.erase_node(node)
+    return [flag]
