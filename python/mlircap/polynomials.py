@@ -91,12 +91,6 @@ def chebyshev(kind: str, shifted: bool, threshold: int, dtype: torch.dtype):
 def rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
     """Replaces `node` (an op in OPS, tensor operands) by the bounded form traced into
     `graph`: its error flag, or None (left as it is)."""
-    from torch._guards import detect_fake_mode
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
-
-    from .frontend import decomposition_table
-
     kind, shifted, threshold = _KINDS[op_name(node.target)]
     if len(node.args) != 2 or node.kwargs or not all(isinstance(a, fx.Node) for a in node.args):
         return None
@@ -105,8 +99,24 @@ def rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
     if not all(isinstance(v, torch.Tensor) for v in vals) or not isinstance(want, torch.Tensor) or \
             want.dtype not in (torch.float32, torch.float64) or want.device.type != "cpu":
         return None
+    flag = inline(graph, node, chebyshev(kind, shifted, threshold, want.dtype), list(node.args))
+    return None if flag is None else [flag]
+
+
+def inline(graph: fx.Graph, node: fx.Node, fn, inputs: list) -> fx.Node | None:
+    """Replaces `node` by `fn(*inputs)` -> (value, error flag) traced into `graph` (on
+    real zero tensors shaped like the inputs, meta values then as the graph's fake
+    tensors); returns the flag's node, or None (`node` left as it is) where tracing fails
+    or the value is not `node`'s shape and dtype."""
+    from torch._guards import detect_fake_mode
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
+
+    from .frontend import decomposition_table
+
+    vals = [a.meta.get("val") for a in inputs]
+    want = node.meta.get("val")
     fake = detect_fake_mode(vals)
-    fn = chebyshev(kind, shifted, threshold, want.dtype)
     try:
         with unset_fake_temporarily(), disable_proxy_modes_tracing():
             examples = [torch.zeros(v.shape, dtype=v.dtype) for v in vals]
@@ -119,7 +129,7 @@ def rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
         return None
     phs = [n for n in sub.graph.nodes if n.op == "placeholder"]
     with graph.inserting_before(node):
-        res, flag = graph.graph_copy(sub.graph, dict(zip(phs, node.args)))
+        res, flag = graph.graph_copy(sub.graph, dict(zip(phs, inputs)))
     if fake is not None:
         for n in graph.nodes:
             v = n.meta.get("val")
@@ -129,4 +139,4 @@ def rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
     res.meta["mlircap_bounds_checked"] = True
     node.replace_all_uses_with(res)
     graph.erase_node(node)
-    return [flag]
+    return flag

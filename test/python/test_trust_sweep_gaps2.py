@@ -315,3 +315,34 @@ def test_sweep_counts_a_bounds_check_rerun_as_a_fallback():
     fast(x, torch.tensor([2.0, 3.0]))
     status, _, _ = _status(fast, x, n)
     assert status is not None and "bounds check" in status, status
+
+
+# ----------------------------------------------------------------- segment_reduce (segments.py)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("reduce", ["max", "min", "sum", "mean", "prod"])
+@pytest.mark.parametrize("form", ["lengths", "offsets", "lengths_2d", "lengths_initial"])
+def test_segment_reduce_compiles(fallback_log, form, reduce, dtype):
+    g = torch.Generator().manual_seed(0)
+    data = torch.randn(6, 3, generator=g).to(dtype)
+    data[2, 1] = float("nan")
+    kw = {"lengths": torch.tensor([2, 0, 3, 1])} if form.startswith("lengths") else \
+        {"offsets": torch.tensor([0, 2, 2, 5, 6])}
+    if form == "lengths_2d":
+        data = torch.randn(2, 6, generator=g).to(dtype)
+        kw = {"lengths": torch.tensor([[2, 0, 3, 1], [1, 1, 4, 0]]), "axis": 1}
+    if form == "lengths_initial":
+        kw["initial"] = 2
+    fn = lambda d, b: torch.segment_reduce(d, reduce, **{**kw, next(iter(kw)): b})   # noqa: E731
+    _check(fn, [data, next(iter(kw.values()))], fallback_log, exact=True)
+
+
+def test_segment_reduce_bad_lengths_raise_like_eager():
+    data, ok, bad = torch.randn(6), torch.tensor([2, 0, 3, 1]), torch.tensor([2, 0, 3, 3])
+    fn = lambda d, b: torch.segment_reduce(d, "sum", lengths=b)   # noqa: E731
+    fast = mlircap.compile(fn)
+    for _ in range(2):
+        torch.testing.assert_close(fast(data, ok), fn(data, ok))
+    with pytest.raises(RuntimeError) as eager:
+        fn(data, bad)
+    with pytest.raises(type(eager.value)):
+        fast(data, bad)
