@@ -166,6 +166,7 @@ class _FlowRootMixin(_FlowWriteMixin):
         if k is None:
             k = -(_ATTR_KEYS + len(self.flow_pos))
             self.flow_pos[k] = pos
+            self.flow_ext[k] = self.ext_seen
         self.flow_roots[k] = (expr, pretty, v, pos, group)
         self.flow_vals[k] = v
         self.keep.append(v)
@@ -271,9 +272,11 @@ class _FlowRootMixin(_FlowWriteMixin):
         return max(k + 1 if k >= 0 else self.flow_pos.get(k, 0) for k in ks)
 
     def _flow_stale(self, ks: frozenset[int]) -> bool:
-        """An attribute among ks was read before the last break: reading it again at the
-        replay's step now may not give the value the program read (escape it instead)."""
-        return bool(self.flow_pos) and any(self.flow_pos.get(k, self.ncalls) != self.ncalls for k in ks)
+        """An attribute among ks was read before the last uncapturable call (which may write
+        it): reading it again at the replay's step now may not give the value the program
+        read (escape it instead).  A data-dependent tensor operation between (`.item()`, a
+        torch function run between graphs) runs no Python code that could write it."""
+        return bool(self.flow_ext) and any(self.flow_ext.get(k, self.ext_seen) != self.ext_seen for k in ks)
 
     def _flow_escape_args(self) -> None:
         """Every float argument and followed variable guarded by value (its frame's variables

@@ -5,12 +5,13 @@ the other operands have at the replay, instead of the number this recording stor
 attribute needs no guard on its value, so a schedule that changes it on every call does not
 recompile.
 
-An attribute read before the first graph break is bound at the start of the replay
+An attribute read before the first uncapturable call is bound at the start of the replay
 (`_a{i}`: the replay writes at its end, after the graphs took the old value as an input).
-The followed value must reach exactly one STORE_ATTR to an attribute of an object the
-recording tracks, before any graph break, and be what the attribute holds at the end; a
-read of the attribute after the store (its value this call computed) or any other use ends
-it: the operands are then guarded by value, as every escaped number."""
+The followed value (of such attributes, arguments, break results) must reach exactly one
+STORE_ATTR to an attribute of an object the recording tracks, before any uncapturable
+call, and be what the attribute holds at the end; the attribute read back after the store
+is followed as the store's expression (`_flow_store_load`); any other use ends it: the
+operands are then guarded by value, as every escaped number."""
 from __future__ import annotations
 
 import types
@@ -32,15 +33,31 @@ class _FlowWriteMixin:
         into `obj.name` (obj at the top of the stack): True when its write is replayed as
         the expression (the instruction is then done with the float)."""
         obj, val = _E.peek(fr, 0), _E.peek(fr, 1)
-        if type(val) is not float or val != val or id(obj) not in self.src or self.ncalls or \
+        if type(val) is not float or val != val or id(obj) not in self.src or self.ext_seen or \
                 self._flow_stale(ks) or (id(obj), name) in self.flow_stores:
             return False
-        if any(k <= -_ATTR_KEYS and self.flow_pos.get(k) != 0 for k in ks):
-            return False
-        if any(k >= 0 for k in ks):
-            return False   # a break's result: b{k}, with its own mid-replay guards (not followed here)
+        if any(k <= -_ATTR_KEYS and self.flow_ext.get(k) != 0 for k in ks):
+            return False   # (read after an uncapturable call: not the value bound at the start)
         self.flow_stores[(id(obj), name)] = (val, expr, ks, obj)
         self.keep.append(val)
+        return True
+
+    def _flow_store_load(self, frame: types.FrameType, oid: int, name: str) -> bool:
+        """`obj.name` read back by LOAD_ATTR after this call stored a followed float there
+        (`self.amax = max(self.amax, m.item()); s = self.amax / 127`): the value loaded is
+        followed as the store's expression (its attributes read mid-replay still hold their
+        values at the call: the replay writes at its end), so the write stays an expression.
+        False: not such a read (`_flow_store_read` then ends the store)."""
+        st = self.flow_stores.get((oid, name))
+        if st is None:
+            return False
+        val, expr, ks, obj = st
+        d = getattr(obj, "__dict__", None)
+        p = self.pending.get(frame)
+        if type(d) is not dict or d.get(name) is not val or self._flow_stale(ks) or \
+                p is not None and p != self._flow_tick:
+            return False
+        self._flow_load(frame, expr, ks, val)
         return True
 
     def _flow_store_read(self, oid: int, name: str) -> None:

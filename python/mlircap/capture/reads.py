@@ -82,6 +82,8 @@ class _ReadMixin(_CounterMixin):
             obj = _E.peek(frame, 0)
         if self.flow_stores:   # a float this call stored (flow_writes.py), or the whole __dict__
             for key in [k for k in self.flow_stores if k[0] == id(obj) and (k[1] == name or name == "__dict__")]:
+                if frame is not None and key[1] == name and self._flow_store_load(frame, *key):
+                    return   # read back, followed as the store's expression
                 self._flow_store_read(*key)
         s = self.src.get(id(obj))
         if isinstance(obj, torch.Tensor):

@@ -98,6 +98,7 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         # key < 0 (float argument, attribute) -> (expr, pretty, value, pos, group): its guard if it escapes
         self.flow_roots: dict[int, tuple] = {}
         self.flow_pos: dict[int, int] = {}         # attribute key -> the break count where it was read
+        self.flow_ext: dict[int, int] = {}         # ... and the uncapturable calls met before (ext_seen)
         self.flow_locals: dict[tuple, tuple] = {}  # (frame, variable index) -> (expression, keys, number)
         self.flow_stored: tuple | None = None      # (frame, variable index, offset) the follower stored last
         self.flow_attrs: dict[str, int] = {}       # attribute expression -> its key

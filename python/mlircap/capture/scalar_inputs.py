@@ -17,6 +17,7 @@ from .base import Unreplayable
 from .classify import _RNG_WORDS, _classify, _func_qualname
 from .frame_hook import _E
 from .fx_targets import _op_name
+from .guard_kinds import Number
 from .guards import _ambient
 from .locations import _user_location
 from .typeinfo import _np_float
@@ -32,6 +33,7 @@ class _ScalarInputMixin:
     const: Callable[..., str]                            # (values.py)
     _flow_escape_keys: Callable[[frozenset[int]], None]  # (flow_roots.py)
     _flow_call_done: Callable[[tuple], None]             # (flow_roots.py)
+    _flow_guard_pos: Callable[[frozenset[int]], int]     # (flow_roots.py)
 
     def _scalar_input(self, func: Callable, name: str, args: tuple, res: Any, fs: tuple) -> tuple:
         """`x * r` with r a float computed from numbers flows.py follows (graph-break results
@@ -151,6 +153,18 @@ class _ScalarInputMixin:
         if torch.is_grad_enabled() != self.grad0 or _ambient() != self.amb0:
             return None   # (a step runs in the function's entry grad mode)
         if not self._varies(_site(f), tuple(found)):
+            # held by the graph as constants.  Computed from a break's result: guarded as the
+            # values of their expressions (`max(self.amax, b0) / 127.0 == 0.0129`, not each
+            # operand: a new `.item()` below the running max does not recompile), after the
+            # breaks they are computed from.  Else their arguments and attributes are guarded
+            # (close_flows; an attribute's guard is checked with its dict's version tag)
+            if all(k < 0 for k in fc[3]):
+                return None
+            pos = self._flow_guard_pos(fc[3])
+            for a in found:
+                e = exprs[id(a)]
+                self.guard(Number(e, f"<{_pretty_flow(e)}>", a, type(a)), pos=pos)
+            self._flow_call_done(fc)
             return None
         res = func(*args, **kwargs)
         reason = f"{_op_name(func)} taking a number that changes between calls"

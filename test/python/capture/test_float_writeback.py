@@ -49,12 +49,18 @@ def mutate(i, m):
     run_program(src, _calls(6), recompiles=0, graphs=1)
 
 
+def test_stored_value_read_back_is_followed():
+    """The stored value read back by LOAD_ATTR in the same call (a graph takes it, another
+    attribute's write uses it) is followed as the store's expression (flow_writes
+    `_flow_store_load`): no recompile."""
+    _module("self.tau = self.tau * 0.9\n        y = y * self.tau", n=6, recompiles=0)
+    _module("self.tau = self.tau - 0.01\n        self.ema = 0.9 * self.ema + 0.1 * self.tau", n=6, recompiles=0)
+
+
 def test_stored_value_read_again_is_guarded():
-    """The stored value is read back in the same call (a graph takes it, it is returned, a
-    second store uses it): the call's value is used as it is, and the inputs are guarded."""
-    _module("self.tau = self.tau * 0.9\n        y = y * self.tau", n=4, recompiles=3)
+    """The stored value is read back otherwise (returned, stored again, read through
+    vars()): the call's value is used as it is, and the inputs are guarded."""
     _module("self.tau = self.tau * 0.9\n        self.tau = self.tau + 0.01", n=4, recompiles=3)
-    _module("self.tau = self.tau - 0.01\n        self.ema = 0.9 * self.ema + 0.1 * self.tau", n=4, recompiles=3)
     _module("self.tau = self.tau * 0.9\n        y = y * vars(self)['tau']", n=4, recompiles=3)
     run_program(MODULE.replace("{body}", "self.tau = self.tau * 0.9\n        return y, self.tau"), _calls(4),
                 recompiles=3)

@@ -702,9 +702,12 @@ class M(nn.Module):
         self.lin = nn.Linear(4, 4)
         self.heads = 2
         self.bn = nn.BatchNorm1d(4, momentum=None)
+        self.amax = 0.5
     def forward(self, x, n):
         y = self.lin(x) * self.heads + n
         y = self.bn(y) if self.training else y
+        self.amax = max(self.amax * 0.5, y.abs().max().item())
+        y = y / self.amax
         if self.heads > 2:
             y = y.relu()
         return y[:, :self.heads] * (y.sum() / self.heads), y.sum(dim=self.heads % 2) - n
@@ -750,7 +753,7 @@ def mutate(i, f):
             r.choice(_mutations(f))(r)
 
 def state(f):
-    return (G_N, list(G_LIST), CFG.k, f.m.heads, f.box[0])
+    return (G_N, list(G_LIST), CFG.k, f.m.heads, f.box[0], f.m.amax)
 """
 
 
@@ -761,7 +764,8 @@ def test_guard_fuzz_changing_ints(seed, typed_checks_agree):
     float): after two values at a source they are followed (graph inputs in tensor
     arithmetic, guarded by the branch, the shape, the loop count, the dim they decide); a
     float handed to `full_like` and BatchNorm(momentum=None)'s momentum run between graphs
-    once they change (scalar_inputs._flow_torch_step).  Every call against eager."""
+    once they change (scalar_inputs._flow_torch_step); a float attribute written back from
+    an `.item()` and read again (flow_writes.py).  Every call against eager."""
     import torch
     torch.manual_seed(seed)
     calls = [(torch.randn(3, 4), random.Random(seed * 7 + i).choice([1, 2, 3, 6, 9]))

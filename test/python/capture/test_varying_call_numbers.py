@@ -128,3 +128,52 @@ def make():
         return helper(x, s)
     return f
 """, [(torch.ones(3), v) for v in (0.5, 0.25, 0.75, 0.5)])
+
+
+def test_running_max_written_back_and_read_again():
+    """Quantization calibration: `self.amax = max(self.amax, h.abs().max().item())`, then
+    `s = self.amax / 127` given to fake_quantize.  The write is replayed as its expression
+    of the attribute at the call and the `.item()` (flow_writes.py, also after that break),
+    the value read back is followed as that expression, and fake_quantize runs between
+    graphs: no recompile per call.  The attribute matches eager after every call; the
+    input scale goes up and down, so the max changes on some calls only."""
+    src = """
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.amax = 0.0
+    def forward(self, x):
+        h = self.fc(x)
+        self.amax = max(self.amax, h.abs().max().item())
+        s = self.amax / 127.0
+        return torch.fake_quantize_per_tensor_affine(h, s, 0, -128, 127)
+def make():
+    return M()
+"""
+    c = run_program(src, [(_x(i, s),) for i, s in enumerate((1, 2, 1, 4, 3, 8, 1))], recompiles=1)
+    assert c.stats.replays == 5
+    # the max reached on the first call: a new `.item()` below it changes nothing fake_quantize
+    # takes (the guard is on `max(self.amax, <item>) / 127.0`, not on the item)
+    run_program(src, [(_x(i, s),) for i, s in enumerate((8, 1, 2, 1, 3))], recompiles=0)
+
+
+def test_batchnorm_then_a_branch_that_misses():
+    """BatchNorm in training (the default momentum: in the graph), then a branch on data: a
+    replay taking the other way misses after the graph updated the running statistics, which
+    its kernel does without a version bump; they are restored before the call records again
+    (graph._note_unversioned), so each call updates them once (they were updated twice)."""
+    run_program("""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 6)
+        self.bn = nn.BatchNorm1d(6)
+    def forward(self, x):
+        y = self.bn(self.fc(x))
+        if y[0, 0].item() > 0:
+            return y * 2
+        return y - 1
+def make():
+    return M().train()
+""", [(_x(i, 1.0),) for i in range(8)])
