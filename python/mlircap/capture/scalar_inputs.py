@@ -128,8 +128,9 @@ class _ScalarInputMixin:
         results are inputs of the graph after it.  None: not such a call (recorded as usual);
         else (its result,)."""
         fc = self.flow_call
-        if name in _SCALAR_OPERATORS or name in _BOUND_OPS or self.flow_scalar is not None:
-            return None
+        if name in _SCALAR_OPERATORS or name in _BOUND_OPS or self.flow_scalar is not None or \
+                name.endswith("_") and not name.endswith("__") or "out" in kwargs:
+            return None   # (an in-place op on a graph's result between graphs: not done)
         f, untraced = sys._getframe(2), False
         while f is not None and f is not fc[0] and _classify(f.f_code) != "user":
             # this package, torch.overrides, or untraced library code the user's frame called

@@ -177,3 +177,19 @@ class M(nn.Module):
 def make():
     return M().train()
 """, [(_x(i, 1.0),) for i in range(8)])
+
+
+def test_in_place_op_taking_the_number_keeps_its_guard():
+    """`y.mul_(s)` on a graph's result: not run between graphs (an in-place op there could
+    miss views the graph made of y); s stays guarded by value."""
+    calls = [(_x(i),) for i in (0, 1, 2, 1)]
+    run_program("""
+def make():
+    def f(x):
+        y = x.sin()
+        z = y[:2]
+        s = float(x.abs().max())
+        y.mul_(s)
+        return y, z + 1
+    return f
+""", calls, recompiles=2)
