@@ -121,6 +121,15 @@ tensor::PadOp staticPad(Operation *op) {
   return pad;
 }
 
+/// Ops that only re-index their first operand (views when the launch plan
+/// can express them so).
+bool isViewLike(Operation *op) {
+  if (isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp, tensor::ExtractSliceOp>(op))
+    return true;
+  auto g = dyn_cast<linalg::GenericOp>(op);
+  return g && isDataMovementGeneric(g);
+}
+
 struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
   // (producer, permutation) -> its transposed form, built once.
   llvm::DenseMap<std::pair<Value, unsigned>, Value> made;
@@ -321,14 +330,30 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
     // A transpose requested again was reused where it was first built, which
     // may come after the new reader: restore def-before-use order.
     (void)sortTopologically(&func.getBody().front());
-    // Results are returned as eager computes them: NCHW, contiguous.
+    // Results are returned as eager computes them: NCHW, contiguous. A result
+    // that is an NHWC convolution's result, or a view of one (a slice, a
+    // reshape), is copied out by a kernel.
     func.walk([&](func::ReturnOp ret) {
       for (OpOperand &use : ret->getOpOperands()) {
-        auto t = use.get().getDefiningOp<linalg::GenericOp>();
-        if (!t || !t->hasAttr(kFromNhwcAttr))
+        Operation *def = use.get().getDefiningOp();
+        while (def && !def->hasAttr(kFromNhwcAttr) && isViewLike(def))
+          def = def->getOperand(0).getDefiningOp();
+        if (!def || !def->hasAttr(kFromNhwcAttr))
           continue;
         OpBuilder b(ret);
-        auto copy = transpose(b, t.getLoc(), t.getDpsInputOperand(0)->get(), kToNchw);
+        linalg::GenericOp copy;
+        if (def == use.get().getDefiningOp()) {
+          copy = transpose(b, def->getLoc(), def->getOperand(0), kToNchw);
+        } else {
+          auto type = cast<RankedTensorType>(use.get().getType());
+          unsigned rank = type.getRank();
+          Value empty = tensor::EmptyOp::create(b, def->getLoc(), type.getShape(), type.getElementType());
+          copy = linalg::GenericOp::create(
+              b, def->getLoc(), TypeRange{type}, ValueRange{use.get()}, ValueRange{empty},
+              SmallVector<AffineMap>(2, b.getMultiDimIdentityMap(rank)),
+              SmallVector<utils::IteratorType>(rank, utils::IteratorType::parallel),
+              [](OpBuilder &nb, Location l, ValueRange args) { linalg::YieldOp::create(nb, l, args[0]); });
+        }
         copy->setAttr(kMaterializeAttr, b.getUnitAttr());
         use.set(copy.getResult(0));
       }

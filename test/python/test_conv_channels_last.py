@@ -87,23 +87,35 @@ def test_conv_models_match_eager_in_nhwc(channels_last, name):
 
 
 def test_conv_result_returned_with_a_view_of_it(channels_last):
-    # a conv's result returned twice, once reshaped: both NCHW-contiguous, equal to eager
+    # a conv's result returned, reshaped, selected and sliced, with and without a bias
+    # (without one the results are views of the NHWC result itself): equal to eager, and
+    # contiguous wherever eager's are (a view of the NHWC result would not be, and
+    # out.view(-1) would fail where eager's works)
     class Two(nn.Module):
         def __init__(self):
             super().__init__()
             self.c = nn.Conv2d(4, 6, 3)
+            self.d = nn.Conv2d(4, 6, 3, bias=False)
 
         def forward(self, x):
-            y = self.c(x)
-            return y, y.flatten(1), y.sum((2, 3))
+            outs = []
+            for y in (self.c(x), self.d(x)):
+                outs += [y, y.flatten(1), y.sum((2, 3)), y[1], y[:, 1:3]]
+            return outs
 
     m = Two().eval()
     x = torch.randn(2, 4, 9, 7)
     fast = mlircap.compile(m)
     with torch.no_grad():
-        for got, want in zip(fast(x), m(x)):
-            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
-            assert got.is_contiguous()
+        for _ in range(2):
+            for got, want in zip(fast(x), m(x)):
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+                if want.is_contiguous():
+                    assert got.is_contiguous(), got.stride()
+                    assert got.view(-1).shape == want.view(-1).shape
+    # reshaped, sliced and spatially summed results would read NHWC data strided: such
+    # convolutions stay NCHW (mlircap-conv-channels-last's readsAlign)
+    assert {s.op for s in _conv_steps(fast)} == {"conv2d_nchw_fchw"}
 
 
 def test_mark_layout_forms():
