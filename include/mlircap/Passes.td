@@ -161,8 +161,13 @@ def MlircapConvChannelsLast
     to the NHWC side), then pushes each input transpose up through the
     elementwise generics producing it (their loops are permuted, so they
     write NHWC with identity indexing) until it meets the transpose out of
-    the previous convolution, where the two cancel. Function results that
-    would be transposed views of an NHWC tensor are copied out
+    the previous convolution, where the two cancel; they also pass through
+    static paddings and generics with reduction loops after their result's
+    (max pooling). A convolution whose result is read, within a few
+    elementwise ops, by anything else (a reshape such as GroupNorm's groups,
+    a reduction over its spatial dims) stays NCHW: that reader would read
+    NHWC data strided. Function results that would be (views of) transposed
+    views of an NHWC tensor are copied out
     (`mlircap.materialize`): callers get NCHW-contiguous results as from
     eager. A module with the unit attribute `mlircap.nchw_convs` is left
     unchanged (MLIRCAP_GPU_CHANNELS_LAST=0).
