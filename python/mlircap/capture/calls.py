@@ -229,6 +229,8 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
                 so = args[0] if args else None
             if id(so) in self.src:
                 self.dirty.add((id(so), "*"))
+            if self.flow_stores:
+                self._flow_items_written(so)
             return
         if self._disabled_log_call(f, args, kwargs):
             self._flow_unused(frame)

@@ -60,6 +60,53 @@ class _FlowWriteMixin:
         self._flow_load(frame, expr, ks, val)
         return True
 
+    def _flow_store_item(self, fr: types.FrameType, expr: str, ks: frozenset[int]) -> bool:
+        """STORE_SUBSCR about to store the followed number (expression expr) into `lst[i]`,
+        a list the recording tracks (`N[0] = N[0] + 1`: a step counter in a global list):
+        True when its write is replayed as the expression (flow_writes).  The list must still
+        be lazily guarded, so that every later use of it is seen (sources.touch); read back
+        by a subscript it is followed as the expression (`_flow_item_load`), any other use or
+        write of the list (`_flow_items_written`) or an uncapturable call in the recording
+        ends it (an int is told from an equal one only by where it was stored)."""
+        key, lst, val = _E.peek(fr, 0), _E.peek(fr, 1), _E.peek(fr, 2)
+        snap = self.snaps.get(id(lst))
+        if type(lst) is not list or type(key) is not int or not -len(lst) <= key < len(lst) or \
+                id(lst) not in self.lazy or snap is None or snap[0] != "list" or not (type(val) is float and val == val or type(val) is int) or \
+                self.ext_seen or self._flow_stale(ks):
+            return False
+        i = key + len(lst) if key < 0 else key
+        if (id(lst), ("item", i)) in self.flow_stores or \
+                any(k <= -_ATTR_KEYS and self.flow_ext.get(k) != 0 for k in ks):
+            return False
+        self.flow_stores[(id(lst), ("item", i))] = (val, expr, ks, lst)
+        self.flow_item_at = (fr, fr.f_lasti)
+        self.keep.append(val)
+        return True
+
+    def _flow_item_load(self, frame: types.FrameType, lst: Any, idx: Any) -> bool:
+        """`N[0]` read back by BINARY_SUBSCR after this call stored a followed number there:
+        followed as the store's expression.  False: not such a read."""
+        if type(lst) is not list or type(idx) is not int or not -len(lst) <= idx < len(lst):
+            return False
+        st = self.flow_stores.get((id(lst), ("item", idx + len(lst) if idx < 0 else idx)))
+        if st is None:
+            return False
+        val, expr, ks, _ = st
+        p = self.pending.get(frame)
+        if lst[idx] is not val or self._flow_stale(ks) or p is not None and p != self._flow_tick:
+            return False
+        self._flow_load(frame, expr, ks, val)
+        return True
+
+    def _flow_items_written(self, lst: Any, frame: types.FrameType | None = None) -> None:
+        """Any use of a list but the followed store just made and a read back
+        (`_flow_item_load`): a store, a deletion, a mutating method, a read (sources.touch):
+        its items' followed stores end (the operands guarded)."""
+        if frame is not None and self.flow_item_at == (frame, frame.f_lasti):
+            return
+        for key in [k for k in self.flow_stores if k[0] == id(lst) and type(k[1]) is tuple]:
+            self._flow_escape_keys(self.flow_stores.pop(key)[2])
+
     def _flow_store_read(self, oid: int, name: str) -> None:
         """`obj.name` (obj: id oid) read after this call stored a followed float there: the
         value is this call's, used as it is: the write is replayed as that number, its
@@ -90,7 +137,10 @@ class _FlowWriteMixin:
         by_target: dict[tuple[str, Any], tuple] = {}
         for (_, name), st in self.flow_stores.items():
             snap = self.snaps.get(id(st[3]))
-            if snap is not None:
+            if snap is not None and type(name) is tuple:   # a list item (`_flow_store_item`)
+                if not self.ext_seen:
+                    by_target[(snap[2], name[1])] = st
+            elif snap is not None:
                 by_target[(f"{snap[2]}.__dict__", name)] = st
         out, done = [], set()
         for w in writes:

@@ -143,6 +143,15 @@ class _FlowMixin(_FlowRootMixin):
             for k in ks:
                 self._flow_settled(k)
             return True
+        if op == "STORE_SUBSCR" and 2 in slots and 0 not in slots and 1 not in slots:
+            # `N[0] = N[0] + 1`: a number written back into a list item (flow_writes.py)
+            if not self._flow_store_item(fr, *slots[2]):
+                return None
+            ks = slots[2][1]
+            _shift(fl, 3, 0)
+            for k in ks:
+                self._flow_settled(k)
+            return True
         eff = _EFFECTS.get(op)
         if eff is not None and op not in _BUILDS:
             pops, pushes = eff(arg)

@@ -61,6 +61,8 @@ class _ReadMixin(_CounterMixin):
         array or scalar reproducible by the same expression (`b0[:4]`), which replayed
         calls (`np.sort(b0[:4])`) can then take."""
         c = _E.peek(frame, 1)
+        if self.flow_stores and self._flow_item_load(frame, c, _E.peek(frame, 0)):
+            return   # an item this call stored, read back (flow_writes.py)
         if self.lazy and id(c) in self.lazy and not self._flow_item(frame, c, _E.peek(frame, 0)):
             self.touch(c)
         if not _is_ndarray(c):

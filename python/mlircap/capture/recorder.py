@@ -105,7 +105,8 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         self.float_items: dict[int, tuple] = {}    # id(list) -> (list, item index -> key): flow_roots._flow_item
         self.flow_ret: dict[int, tuple] = {}       # id(float returned) -> (float, its expression)
         # (id(obj), attribute) -> (float, expression, keys, obj): a followed float stored (flow_writes.py)
-        self.flow_stores: dict[tuple[int, str], tuple] = {}
+        self.flow_stores: dict[tuple[int, str | tuple], tuple] = {}   # (a list item: (id, ("item", i)))
+        self.flow_item_at: tuple | None = None     # (frame, offset) of the last item store followed
         self.cur_depth = -1
         # resume points (resumes.py): the captured function's frame, the break whose call it
         # makes now and the call's offset, and the points taken, by break

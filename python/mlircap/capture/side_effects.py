@@ -52,6 +52,8 @@ class _SideEffectMixin:
 
     def op_store_subscr(self, frame: types.FrameType, arg: int | None, argval: Any) -> None:
         obj = _E.peek(frame, 1)
+        if self.flow_stores:
+            self._flow_items_written(obj, frame)
         if id(obj) in self.src:
             if _is_ndarray(obj):
                 raise Unreplayable("in-place write to a numpy array")
@@ -72,6 +74,8 @@ class _SideEffectMixin:
 
     def op_store_slice(self, frame: types.FrameType, arg: int | None, argval: Any) -> None:  # 3.12: [value, container, start, stop]
         obj = _E.peek(frame, 2)
+        if self.flow_stores:
+            self._flow_items_written(obj)
         if id(obj) in self.src:
             self.dirty.add((id(obj), "*"))
 
@@ -111,7 +115,9 @@ class _SideEffectMixin:
             if kind == "tuple":
                 continue   # (immutable: a lazily guarded tuple of numbers, sources.py)
             if kind == "list":
-                if len(v) >= len(snap) and all(a is b for a, b in zip(v, snap)):
+                # items holding a followed number this call stored (flow_writes._flow_store_item)
+                fl = {k[1][1]: st[0] for k, st in self.flow_stores.items() if k[0] == vid and type(k[1]) is tuple}
+                if len(v) >= len(snap) and all(a is b or i in fl and a is fl[i] for i, (a, b) in enumerate(zip(v, snap))):
                     # unchanged prefix: the stored indices (lst[i] = x), then the appended tail
                     for i in sorted(k for k in items if type(k) is int and -len(snap) <= k < len(snap)):
                         out.append(Write("item", expr, i, v[i]))

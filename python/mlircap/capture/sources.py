@@ -45,6 +45,8 @@ class _SourceMixin:
     # only guarded (from their snapshot, i.e. the pre-call state) once the program reads
     # them; append-only / store-only use (logs, caches, histories) needs no guard at all.
     def touch(self, obj: object) -> None:
+        if self.flow_stores:   # a list item this call stored, used otherwise (flow_writes.py)
+            self._flow_items_written(obj)
         if self.float_items and self._flow_items_escape(obj):
             return   # (a list whose float items flow_roots.py follows: they are guarded now)
         lz = self.lazy.pop(id(obj), None)

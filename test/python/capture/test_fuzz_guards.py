@@ -692,6 +692,7 @@ import random
 G_N = 2
 G_LIST = [1, 4]
 G_S = 0.5
+STEPS = [0, 1.0]
 class Cfg:
     pass
 CFG = Cfg()
@@ -720,6 +721,9 @@ def make():
         y, z = m(x, n)
         y = y * G_N + G_LIST[0] - G_LIST[1] * n
         y = helper(y, CFG.k) + (x.long() * box[0]).sum() + box[0]
+        STEPS[0] += 1
+        STEPS[1] = STEPS[1] * 0.5
+        y = y * STEPS[0] + STEPS[1]
         w = torch.full_like(y, G_S) * y.mean().item()
         for _ in range(G_LIST[0] % 3):
             w = w + torch.full_like(w, G_S * n)
@@ -743,6 +747,8 @@ def _mutations(f):
         lambda r: f.box.__setitem__(0, r.choice([1, 2, 1000])),
         lambda r: f.m.train(r.random() < 0.5),
         lambda r: set_global("G_N", r.choice([2, 2.5])),
+        lambda r: STEPS.__setitem__(0, r.choice([0, 5])),
+        lambda r: STEPS.__setitem__(1, 1.0),
         lambda r: None,
     ]
 
@@ -753,7 +759,7 @@ def mutate(i, f):
             r.choice(_mutations(f))(r)
 
 def state(f):
-    return (G_N, list(G_LIST), CFG.k, f.m.heads, f.box[0], f.m.amax)
+    return (G_N, list(G_LIST), CFG.k, f.m.heads, f.box[0], f.m.amax, list(STEPS))
 """
 
 
@@ -765,7 +771,8 @@ def test_guard_fuzz_changing_ints(seed, typed_checks_agree):
     arithmetic, guarded by the branch, the shape, the loop count, the dim they decide); a
     float handed to `full_like` and BatchNorm(momentum=None)'s momentum run between graphs
     once they change (scalar_inputs._flow_torch_step); a float attribute written back from
-    an `.item()` and read again (flow_writes.py).  Every call against eager."""
+    an `.item()` and read again, an int and a float list item the function increments and
+    decays (flow_writes.py).  Every call against eager."""
     import torch
     torch.manual_seed(seed)
     calls = [(torch.randn(3, 4), random.Random(seed * 7 + i).choice([1, 2, 3, 6, 9]))

@@ -166,3 +166,33 @@ def make():
         return y
     return f
 """, [(_x(i),) for i in range(5)])
+
+
+def test_list_item_counter_written_by_the_function():
+    """`N[0] = N[0] + 1` / `N[0] += 1` in the function (a step counter in a global list): from
+    the second value on the write is replayed as that expression of the item at the call
+    (flow_writes._flow_store_item) and the item read back is followed: one recompile over the
+    calls.  A float item decayed in place (`W[0] = W[0] * 0.9`) is followed from the start."""
+    for body, recompiles in (
+            ("y = x * N[0]\n        N[0] = N[0] + 1\n        return y", 1),
+            ("N[0] += 1\n        return x * N[0]", 1),
+            ("N[-1] += 1\n        return x * N[-1]", 5),                # (a negative index: guarded)
+            ("W[0] = W[0] * 0.9\n        return x * W[0]", 0),
+            # the item rebound to a constant (the small int object the sum may be): the constant
+            # (N[0] is 3 at every later call: one recompile)
+            ("N[0] = N[0] + 1\n        N[0] = 3\n        return x * N[0]", 1),
+            ("N[0] = N[0] + 1\n        N[0] = N[0] - 1 + 1\n        return x * N[0]", 5),
+            ("N[0] += 1\n        return x * sum(N)", 5),                 # the list read otherwise
+            ("N[0] += 1\n        N.append(0)\n        return x * N[0]", 5),  # the list written otherwise
+            ("N[0] += 1\n        print(N[0], file=SINK)\n        return x * N[0]", 5),   # an uncapturable call
+    ):
+        run_program(f"""
+import io
+SINK = io.StringIO()
+N = [0]
+W = [1.0]
+def make():
+    def f(x):
+        {body}
+    return f
+""", [(_x(i),) for i in range(6)], recompiles=recompiles, cache_limit=20)
