@@ -121,7 +121,7 @@ def add_bounds_checks(gm: fx.GraphModule) -> bool:
     """Rewrites `gm` as the module docstring says (index arguments clamped, the error
     flag appended to the outputs): True where it appended the flag. Index ops whose
     index tensors have no elements are only marked (nothing to read or check)."""
-    from . import polynomials, scatter, segments
+    from . import polynomials, scatter, segments, zeta
 
     graph = gm.graph
     flags = []
@@ -137,6 +137,9 @@ def add_bounds_checks(gm: fx.GraphModule) -> bool:
             continue
         if op_name(node.target) == "aten::segment_reduce":   # segments from lengths/offsets tensors
             flags += segments.rewrite(graph, node) or []
+            continue
+        if op_name(node.target) == "aten::special_zeta":   # a sum whose length depends on q
+            flags += zeta.rewrite(graph, node) or []
             continue
         if op_name(node.target) in _DIVISIONS:
             flag = _check_divisor(graph, node)

@@ -1,0 +1,92 @@
+"""Hurwitz zeta (`special.zeta`) compiled as eager's Cephes loop, bounded, with a flag.
+
+torch-mlir has no lowering for it. Eager (ATen/native/Math.h `zeta`) computes in double
+for float32 and float64: special cases (x == 1: inf; x < 1: NaN; q <= 0 an integer: inf;
+q <= 0 and x not an integer: NaN), then s = pow(q, -x) in the input's type, a direct sum
+of (q + i)^-x while i < 9 or q + i <= 9, stopping early once a term is below MACHEP * s,
+then up to 12 Euler-Maclaurin terms, stopping once one is below MACHEP relative to s. Here
+both loops are unrolled with masks (the sum to `MAX_TERMS` steps: it runs while i < 9 or
+q + i <= 9, at most 10 steps for q > 0), each step the same float64 operations in the same
+order. Elements whose sum would run longer, and q <= 0 with an integer x (negative bases,
+which compiled pow does not take), set the error flag (bounds.py): the call reruns
+eagerly. CPU only.
+"""
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+from .polynomials import inline
+
+MAX_TERMS = 12
+_MACHEP = 1.11022302462515654042E-16
+_A = (12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9, 7.47242496e10,
+      -2.950130727918164224e12, 1.1646782814350067249e14, -4.5979787224074726105e15,
+      1.8152105401943546773e17, -7.1661652561756670113e18)
+
+
+def _zeta(dtype: torch.dtype):
+    def fn(x, q):
+        x, q = torch.broadcast_tensors(x.to(dtype), q.to(dtype))
+        inf = torch.full_like(x, float("inf"))
+        nan = torch.full_like(x, float("nan"))
+        special_val = torch.where(x == 1, inf, torch.where(x < 1, nan, torch.where(q == torch.floor(q), inf, nan)))
+        nonpos = q <= 0
+        special = (x == 1) | (x < 1) | (nonpos & ((q == torch.floor(q)) | (x != torch.floor(x))))
+        eager_only = nonpos & ~special          # negative non-integer q, integer x
+        x64 = x.to(torch.float64)
+        safe_q = torch.where(nonpos | special, torch.ones_like(q), q)
+        s = torch.pow(safe_q, -x).to(torch.float64)   # std::pow in the input's type
+        a = safe_q.to(torch.float64)
+        b = torch.zeros_like(a)
+        live = ~special & ~eager_only            # in the direct sum
+        result = torch.zeros_like(a)
+        finished = torch.zeros_like(live)
+        for i in range(MAX_TERMS):
+            step = live if i < 9 else live & (a <= 9.0)
+            a = torch.where(step, a + 1.0, a)
+            b = torch.where(step, torch.pow(a, -x64), b)
+            s = torch.where(step, s + b, s)
+            early = step & (-_MACHEP * s < b) & (b < _MACHEP * s)
+            result = torch.where(early, s, result)
+            finished = finished | early
+            live = step & ~early                 # a false loop condition leaves for the series
+        longer = live & (a <= 9.0)   # (MAX_TERMS >= 9)
+        series = ~special & ~eager_only & ~finished
+        w = a
+        s = s + b * w / (x64 - 1.0)
+        s = s - 0.5 * b
+        aa = torch.ones_like(a)
+        k = torch.zeros_like(a)
+        done = torch.zeros_like(series)
+        for coef in _A:
+            aa = aa * (x64 + k)
+            b = b / w
+            t = aa * b / coef
+            s = s + t
+            stop = ~done & (torch.abs(t / s) < _MACHEP)
+            result = torch.where(series & stop, s, result)
+            done = done | stop
+            k = k + 1.0
+            aa = aa * (x64 + k)
+            b = b / w
+            k = k + 1.0
+        result = torch.where(series & ~done, s, result)
+        out = torch.where(special, special_val, result.to(dtype))
+        return out, (eager_only | longer).any()
+
+    return fn
+
+
+def rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
+    """Replaces `node` (aten.special_zeta of two tensors) by the unrolled form traced into
+    `graph`: its error flag, or None (left as it is)."""
+    if len(node.args) != 2 or node.kwargs or not all(isinstance(a, fx.Node) for a in node.args):
+        return None
+    vals = [a.meta.get("val") for a in node.args]
+    want = node.meta.get("val")
+    if not all(isinstance(v, torch.Tensor) for v in vals) or not isinstance(want, torch.Tensor) or \
+            want.dtype not in (torch.float32, torch.float64) or want.device.type != "cpu":
+        return None
+    flag = inline(graph, node, _zeta(want.dtype), list(node.args))
+    return None if flag is None else [flag]
