@@ -141,6 +141,9 @@ def add_bounds_checks(gm: fx.GraphModule) -> bool:
         if op_name(node.target) == "aten::special_zeta":   # a sum whose length depends on q
             flags += zeta.rewrite(graph, node) or []
             continue
+        if op_name(node.target) == "aten::polygamma":   # n >= 2: a zeta
+            flags += zeta.polygamma_rewrite(graph, node) or []
+            continue
         if op_name(node.target) in _DIVISIONS:
             flag = _check_divisor(graph, node)
             if flag is not None:

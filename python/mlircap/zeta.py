@@ -90,3 +90,32 @@ def rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
         return None
     flag = inline(graph, node, _zeta(want.dtype), list(node.args))
     return None if flag is None else [flag]
+
+
+def polygamma_rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
+    """aten.polygamma(n, x) with n >= 2 as eager's calc_polygamma computes it:
+    (-1)^(n+1) * exp(lgamma(n + 1)) * zeta(n + 1, x) in x's float type (the factorial a
+    constant computed by torch here), zeta as above with its flag. n = 0 is digamma
+    (special.py); n = 1 (trigamma, its own series) is left as it is."""
+    if len(node.args) != 2 or node.kwargs or not isinstance(node.args[0], int) or node.args[0] < 2 or \
+            not isinstance(node.args[1], fx.Node):
+        return None
+    n = node.args[0]
+    want = node.meta.get("val")
+    if not isinstance(want, torch.Tensor) or want.dtype not in (torch.float32, torch.float64) or \
+            want.device.type != "cpu":
+        return None
+    from .view_ops import _real
+
+    with _real():
+        factor = float(torch.tensor(float(n) + 1.0, dtype=want.dtype).lgamma().exp())
+    sign = 1.0 if n % 2 else -1.0
+    zeta_fn = _zeta(want.dtype)
+
+    def fn(x):
+        x = x.to(want.dtype)
+        z, flag = zeta_fn(torch.full_like(x, float(n + 1)), x)
+        return sign * factor * z, flag
+
+    flag = inline(graph, node, fn, [node.args[1]])
+    return None if flag is None else [flag]

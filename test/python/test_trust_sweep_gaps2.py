@@ -371,3 +371,12 @@ def test_zeta_of_negative_q_reruns_eagerly(capsys):
     finally:
         logs.set_logs()
     assert "bounds check" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_polygamma_of_higher_order_compiles(fallback_log, n):
+    # (-1)^(n+1) n! zeta(n + 1, x), as eager's calc_polygamma
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.rand(100, generator=g) * 9 + 0.1, torch.tensor([1.0, 2.0, 0.5, 0.0])])
+    _check(lambda t: torch.polygamma(n, t), [x], fallback_log)
+    _check(lambda t: torch.special.polygamma(n, t), [torch.arange(1, 9)], fallback_log)
