@@ -137,8 +137,9 @@ Value rootBuffer(Value v) {
 /// For each captured value of a loop in `parent`: whether it can be a
 /// noalias argument of the outlined body. Only in a kernel (its memref
 /// arguments are distinct buffers, see KernelNoAlias.cpp), only memrefs that
-/// are one of them or an allocation of the kernel, and only where no other
-/// captured value views the same buffer.
+/// are one of them or an allocation of the kernel, only where no other
+/// captured value views the same buffer, and only where every captured
+/// memref is such a view or a global.
 SmallVector<bool> noAliasCaptures(func::FuncOp parent, ArrayRef<Value> captured) {
   SmallVector<bool> out(captured.size(), false);
   if (!parent->hasAttr("mlircap.kernel"))
@@ -150,13 +151,20 @@ SmallVector<bool> noAliasCaptures(func::FuncOp parent, ArrayRef<Value> captured)
     if (roots.back())
       ++count[roots.back()];
   }
-  for (auto [i, r] : llvm::enumerate(roots)) {
-    if (!r || count[r] != 1)
-      continue;
+  auto markable = [&](Value r) {
     auto arg = dyn_cast<BlockArgument>(r);
-    out[i] = (arg && arg.getOwner() == &parent.getBody().front()) ||
-             r.getDefiningOp<memref::AllocOp>() || r.getDefiningOp<memref::AllocaOp>();
-  }
+    return (arg && arg.getOwner() == &parent.getBody().front()) ||
+           r.getDefiningOp<memref::AllocOp>() || r.getDefiningOp<memref::AllocaOp>();
+  };
+  // A global is storage of its own (not marked: two get_global of one symbol
+  // are one buffer); a memref of another origin (an op that is no view but
+  // may return one) could alias any of them: then none is marked.
+  if (llvm::any_of(roots, [&](Value r) {
+        return r && !markable(r) && !r.getDefiningOp<memref::GetGlobalOp>();
+      }))
+    return out;
+  for (auto [i, r] : llvm::enumerate(roots))
+    out[i] = r && markable(r) && count[r] == 1;
   return out;
 }
 

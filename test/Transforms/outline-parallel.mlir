@@ -221,3 +221,45 @@ func.func @kern(%x: memref<64x256xf32>, %s: memref<256xf32>, %z: memref<64x256xf
   memref.dealloc %t : memref<64x128xf32>
   return
 }
+
+// -----
+
+// A global is storage of its own: the kernel's arguments stay noalias, the
+// global is not marked. A memref of unknown origin (a call's result) could
+// alias any of them: then no argument of the body is noalias.
+// CHECK-LABEL: func.func private @kern_global_parallel_body(
+// CHECK-SAME: %{{.*}}: memref<64x256xf32> {mlircap.noalias}, %{{.*}}: memref<256xf32>, %{{.*}}: memref<64x256xf32> {mlircap.noalias},
+// CHECK-LABEL: func.func private @kern_unknown_parallel_body(
+// CHECK-NOT: mlircap.noalias
+// CHECK: return
+memref.global "private" constant @table : memref<256xf32> = dense<1.0>
+func.func @kern_global(%x: memref<64x256xf32>, %y: memref<64x256xf32>) attributes {mlircap.kernel = "pointwise"} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c64 = arith.constant 64 : index
+  %c256 = arith.constant 256 : index
+  %t = memref.get_global @table : memref<256xf32>
+  scf.parallel (%i, %j) = (%c0, %c0) to (%c64, %c256) step (%c1, %c1) {
+    %v = memref.load %x[%i, %j] : memref<64x256xf32>
+    %w = memref.load %t[%j] : memref<256xf32>
+    %r = arith.mulf %v, %w : f32
+    memref.store %r, %y[%i, %j] : memref<64x256xf32>
+  }
+  return
+}
+
+func.func private @make() -> memref<256xf32>
+func.func @kern_unknown(%x: memref<64x256xf32>, %y: memref<64x256xf32>) attributes {mlircap.kernel = "pointwise"} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c64 = arith.constant 64 : index
+  %c256 = arith.constant 256 : index
+  %t = func.call @make() : () -> memref<256xf32>
+  scf.parallel (%i, %j) = (%c0, %c0) to (%c64, %c256) step (%c1, %c1) {
+    %v = memref.load %x[%i, %j] : memref<64x256xf32>
+    %w = memref.load %t[%j] : memref<256xf32>
+    %r = arith.mulf %v, %w : f32
+    memref.store %r, %y[%i, %j] : memref<64x256xf32>
+  }
+  return
+}
