@@ -114,6 +114,7 @@ def _build_table() -> dict:
     table[aten.hypot.default] = special.hypot
     table[aten.angle.default] = special.angle
     table[aten.dist.default] = special.dist
+    table[aten._cdist_forward.default] = special.cdist
     from . import view_ops
 
     table[aten.diagonal_scatter.default] = view_ops.diagonal_scatter   # torch-mlir cannot lower these

@@ -11,7 +11,8 @@
 * hypot: sqrt(a^2 + b^2) in float64 for float32/bfloat16/float16 (no overflow, rounded
   once: eager's std::hypot is correctly rounded up to half an ulp), float64 scaled by
   the larger magnitude; an infinite operand gives inf even with a NaN (C's hypot).
-* angle of real tensors (pi below zero, NaN kept) and dist (the vector norm of a - b).
+* angle of real tensors (pi below zero, NaN kept), dist (the vector norm of a - b) and cdist
+  (direct per-pair distances where eager does not use its matrix-product form).
 """
 from __future__ import annotations
 
@@ -111,3 +112,27 @@ def dist(a, b, p=2):
             a.dtype != b.dtype or isinstance(p, complex):
         return NotImplemented
     return torch.linalg.vector_norm(a - b, p)
+
+
+def cdist(x1, x2, p, compute_mode=None):
+    """aten._cdist_forward computed directly, as eager's CPU kernel does where it does not
+    take its matrix-product form for p = 2 (compute_mode 1, or unset/0 with more than 25
+    rows: NotImplemented, the op stays whole): per pair, the count of differing features
+    (p = 0), the sum of |d| (p = 1), sqrt of the sum of d^2 (p = 2), the largest |d|
+    (p = inf), else (sum |d|^p)^(1/p). Floating inputs with features only."""
+    if not (isinstance(x1, torch.Tensor) and isinstance(x2, torch.Tensor)) or not x1.is_floating_point() or \
+            x1.dtype != x2.dtype or x1.shape[-1] == 0 or x1.device.type != "cpu" or not isinstance(p, (int, float)):
+        return NotImplemented
+    r1, r2 = x1.shape[-2], x2.shape[-2]
+    if p == 2 and (compute_mode == 1 or (compute_mode in (None, 0) and (r1 > 25 or r2 > 25))):
+        return NotImplemented
+    d = x1.unsqueeze(-2) - x2.unsqueeze(-3)
+    if p == 0:
+        return (d != 0).sum(-1).to(x1.dtype)
+    if p == 1:
+        return d.abs().sum(-1)
+    if p == 2:
+        return torch.sqrt((d * d).sum(-1))
+    if p == math.inf:
+        return d.abs().amax(-1)
+    return torch.pow(torch.pow(d.abs(), p).sum(-1), 1.0 / p)

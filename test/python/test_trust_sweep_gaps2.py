@@ -380,3 +380,11 @@ def test_polygamma_of_higher_order_compiles(fallback_log, n):
     x = torch.cat([torch.rand(100, generator=g) * 9 + 0.1, torch.tensor([1.0, 2.0, 0.5, 0.0])])
     _check(lambda t: torch.polygamma(n, t), [x], fallback_log)
     _check(lambda t: torch.special.polygamma(n, t), [torch.arange(1, 9)], fallback_log)
+
+
+@pytest.mark.parametrize("p", [0, 1, 2, 1.5, float("inf")])
+def test_cdist_compiles(fallback_log, p):
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(2, 5, 3, generator=g), torch.randn(2, 4, 3, generator=g)
+    b[0, 1] = a[0, 2]   # a zero distance
+    _check(lambda x, y: torch.cdist(x, y, p), [a, b], fallback_log)
