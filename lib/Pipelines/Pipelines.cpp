@@ -5,6 +5,8 @@
 //                       (drop-asserts, propagate-nan, simplify-math, generalize,
 //                       library-init, tensor-to-generic, fuse-elementwise,
 //                       form-kernels)
+// mlircap-gpu-fuse      mlircap-fuse as the GPU pipeline runs it (plus
+//                       mlircap-conv-channels-last: NHWC library convolutions)
 // mlircap-cpu-pipeline  linalg-on-tensors -> LLVM dialect, results as out-params
 //                       (f32 sums in f64, bf16/f16 ops in f32 rounded per op,
 //                       elementwise fusion only: no kernel
@@ -245,6 +247,11 @@ void registerPipelines() {
       "Fuse linalg-on-tensors and outline every GPU kernel into a "
       "mlircap.kernel function (library ops stay in the caller)",
       [](OpPassManager &pm) { (void)addPipeline(pm, fusePipeline()); });
+  PassPipelineRegistration<>(
+      "mlircap-gpu-fuse",
+      "mlircap-fuse as mlircap-gpu-pipeline runs it: library convolutions in "
+      "NHWC (mlircap-conv-channels-last)",
+      [](OpPassManager &pm) { (void)addPipeline(pm, fusePipeline(/*channelsLast=*/true)); });
   PassPipelineRegistration<>(
       "mlircap-cpu-pipeline",
       "Lower linalg-on-tensors to the LLVM dialect for the CPU JIT",

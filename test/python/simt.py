@@ -2,7 +2,7 @@
 executor for launch plans built on it, so plans can be checked numerically on
 a machine without a GPU.
 
-The kernels are read from `mlircap-opt --mlircap-fuse --mlircap-gpu-codegen`
+The kernels are read from `mlircap-opt --mlircap-gpu-fuse --mlircap-gpu-codegen`
 output in generic form (parsed with torch_mlir's MLIR bindings). A block runs
 in lockstep: every SSA value is a torch tensor with one element per thread,
 control flow is masked, so gpu.shuffle and gpu.barrier behave as on the GPU
@@ -288,7 +288,7 @@ class Block:
 
 def load_kernels(mlircap_opt, ir_text):
     gen = subprocess.run(
-        [mlircap_opt, "-", "--mlircap-fuse", "--mlircap-gpu-codegen", "--canonicalize",
+        [mlircap_opt, "-", "--mlircap-gpu-fuse", "--mlircap-gpu-codegen", "--canonicalize",
          "--cse", "--mlir-print-op-generic"],
         input=ir_text, capture_output=True, text=True, check=True).stdout
     ctx = ir.Context()
@@ -346,10 +346,14 @@ def run_plan(plan, kernels, inputs, debug=None):
                 r = torch.matmul(ins[0], ins[1])
             elif op.endswith("transpose_b"):
                 r = torch.matmul(ins[0], ins[1].transpose(-1, -2))
-            elif op == "conv2d_nchw_fchw":
-                r = torch.nn.functional.conv2d(ins[0], ins[1], stride=s["attrs"]["strides"],
+            elif op in ("conv2d_nchw_fchw", "conv2d_nhwc_fhwc"):
+                nhwc = op == "conv2d_nhwc_fhwc"   # NHWC input/result, (F, kh, kw, C) weight
+                x, w = (t.permute(0, 3, 1, 2) for t in ins) if nhwc else ins
+                r = torch.nn.functional.conv2d(x, w, stride=s["attrs"]["strides"],
                                                padding=s["attrs"].get("padding", [0, 0]),
                                                dilation=s["attrs"]["dilations"])
+                if nhwc:
+                    r = r.permute(0, 2, 3, 1)
             else:
                 raise NotImplementedError(op)
             out = base(s["out"])
