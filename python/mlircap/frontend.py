@@ -115,6 +115,9 @@ def _build_table() -> dict:
     table[aten.angle.default] = special.angle
     table[aten.dist.default] = special.dist
     table[aten._cdist_forward.default] = special.cdist
+    from .sampling import grid_sampler_3d
+
+    table[aten.grid_sampler_3d.default] = grid_sampler_3d   # torch has no decomposition of it
     from . import view_ops
 
     table[aten.diagonal_scatter.default] = view_ops.diagonal_scatter   # torch-mlir cannot lower these

@@ -388,3 +388,17 @@ def test_cdist_compiles(fallback_log, p):
     a, b = torch.randn(2, 5, 3, generator=g), torch.randn(2, 4, 3, generator=g)
     b[0, 1] = a[0, 2]   # a zero distance
     _check(lambda x, y: torch.cdist(x, y, p), [a, b], fallback_log)
+
+
+# ----------------------------------------------------------------- grid_sampler_3d (sampling.py)
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+def test_grid_sample_3d_compiles(fallback_log, mode, padding, align_corners):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(2, 3, 4, 5, 6, generator=g)
+    grid = torch.rand(2, 3, 2, 4, 3, generator=g) * 6 - 3   # well outside [-1, 1] too
+    a[0, 0, 0, 0, 0] = float("inf")   # an outside corner clamped onto it must add nothing
+    fn = lambda x, gr: torch.nn.functional.grid_sample(x, gr, mode=mode, padding_mode=padding,   # noqa: E731
+                                                       align_corners=align_corners)
+    _check(fn, [a, grid], fallback_log)
