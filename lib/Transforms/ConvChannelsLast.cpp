@@ -112,11 +112,15 @@ bool alignedMap(AffineMap m, unsigned r) {
   return true;
 }
 
-/// A zero-or-constant padding with static sizes (transposable).
+/// A padding with static sizes and a constant value defined outside it
+/// (transposable: a new pad can yield the same value).
 tensor::PadOp staticPad(Operation *op) {
   auto pad = dyn_cast_or_null<tensor::PadOp>(op);
-  if (!pad || !pad.getConstantPaddingValue() || !hasStaticShapes(pad) ||
-      ShapedType::isDynamicShape(pad.getStaticLow()) || ShapedType::isDynamicShape(pad.getStaticHigh()))
+  if (!pad || !hasStaticShapes(pad) || ShapedType::isDynamicShape(pad.getStaticLow()) ||
+      ShapedType::isDynamicShape(pad.getStaticHigh()))
+    return {};
+  Value value = pad.getConstantPaddingValue();
+  if (!value || value.getParentRegion() == &pad.getRegion())
     return {};
   return pad;
 }
@@ -157,21 +161,8 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
     OpBuilder b(conv);
     Location loc = conv.getLoc();
     Value x = conv.getDpsInputOperand(0)->get(), w = conv.getDpsInputOperand(1)->get();
-    Value xt;
-    if (auto pad = x.getDefiningOp<tensor::PadOp>(); pad && convInputPadding(pad)) {
-      auto [ph, pw] = *convInputPadding(pad);
-      Value src = transposed(b, loc, pad.getSource(), kToNhwc);
-      auto st = cast<RankedTensorType>(src.getType());
-      SmallVector<int64_t> shape(st.getShape());
-      shape[1] += 2 * ph;
-      shape[2] += 2 * pw;
-      SmallVector<OpFoldResult> lo = {b.getIndexAttr(0), b.getIndexAttr(ph), b.getIndexAttr(pw),
-                                      b.getIndexAttr(0)};
-      xt = tensor::PadOp::create(b, loc, RankedTensorType::get(shape, st.getElementType()), src, lo, lo,
-                                 pad.getConstantPaddingValue());
-    } else {
-      xt = transposed(b, loc, x, kToNhwc);
-    }
+    // a padded input: push() moves the transpose through the padding
+    Value xt = transposed(b, loc, x, kToNhwc);
     Value wt = transpose(b, loc, w, kToNhwc).getResult(0);
     auto outType = cast<RankedTensorType>(conv->getResult(0).getType());
     SmallVector<int64_t> shape;
@@ -312,6 +303,8 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
 
   void runOnOperation() override {
     func::FuncOp func = getOperation();
+    made.clear(); // values of another function are dead here
+    work.clear();
     if (auto module = func->getParentOfType<ModuleOp>(); module && module->hasAttr("mlircap.nchw_convs"))
       return;
     SmallVector<linalg::Conv2DNchwFchwOp> convs;

@@ -60,9 +60,9 @@ inline unsigned convSpatialDim(Operation *conv) {
 /// The (height, width) padding a library convolution applies itself (cuDNN /
 /// oneDNN take a padding argument) when `pad` is the zero padding of an NCHW
 /// (or, for NHWC convolutions, NHWC) input that only such convolutions of one
-/// layout read: static, symmetric, spatial dims only. Such a pad is no kernel: the launch plan hands the convolution the
-/// pad's source and the padding (no padded copy, and the kernel producing the
-/// source keeps identity indexing).
+/// layout read: static, symmetric, spatial dims only. Such a pad is no kernel:
+/// the launch plan hands the convolution the pad's source and the padding (no
+/// padded copy, and the kernel producing the source keeps identity indexing).
 inline std::optional<std::pair<int64_t, int64_t>> convInputPadding(tensor::PadOp pad) {
   auto srcType = pad.getSourceType();
   if (srcType.getRank() != 4 || !srcType.hasStaticShape() ||
