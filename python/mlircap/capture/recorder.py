@@ -112,12 +112,14 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         # makes now and the call's offset, and the points taken, by break
         self.root_frame: types.FrameType | None = None
         self.resume_at: tuple[int, int] | None = None
+        self.resume_frame: types.FrameType | None = None   # the frame that made that call
         self.resumes: dict[int, ResumePoint] = {}
         self.resume_missing: dict[int, str] = {}   # break -> why no resume point was taken there
-        # expression -> name: objects the frame read through a location before the first
-        # uncapturable call that may write, bound by the replay before that call
-        self.resume_paths: dict[str, str] = {}
-        self.src0: dict[int, str] = {}   # id(obj) -> its expression, as read before that call
+        # uncapturable call k that may write -> (name, expression): objects the frame read
+        # through a location before it, bound by the replay right before it (sources._bind_held)
+        self.epoch_binds: dict[int, list[tuple[str, str]]] = {}
+        self.nbound = 0
+        self.src_first: dict[int, str] = {}   # id(obj) -> its expression before it was bound
         self.pending = {}
         self.kwnames = {}
         self._unreplayable: str | None = None

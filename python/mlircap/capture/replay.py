@@ -14,7 +14,7 @@ import torch.fx as fx
 
 from .base import Unreplayable, _Miss
 from .steps import CallStep, GraphStep, Write
-from .guard_kinds import Guard, GuardEnv, SameAs, _holds
+from .guard_kinds import Guard, GuardEnv, _holds
 from .guards import Placed, _ambient, _compile_guard, _merge_guards
 from .graph_compile import _FirstRunChecked, _compile_graph, _double_backward_ok
 from .rng import RngStates, _RngLogged, _rng_states, _set_rng_states, _unlog
@@ -132,8 +132,9 @@ def _written(rec: _Recorder, w: Write) -> str:
     return f"{t}.{w.key}" if w.kind == "set" and w.key is not None else t
 
 
-def _continuations(rec: _Recorder) -> dict[int, tuple[str, ResumePoint]]:
-    """The continuation (its constant and resume point) each guard position after an
+def _continuations(rec: _Recorder) -> dict[int, list[tuple[str, ResumePoint]]]:
+    """The continuations (constant and resume point, of the frame that made the call and
+    of each frame that call returns into, innermost first) each guard position after an
     uncapturable call that may write any state needs: a replay that fails a guard there
     runs the rest of the frame through it (resume_code.py).  Running the function again
     from its start would read before that call what the call has written since.  A guard
@@ -141,10 +142,6 @@ def _continuations(rec: _Recorder) -> dict[int, tuple[str, ResumePoint]]:
     if not rec.epoch_starts or rec.uses_rng:   # (a miss restores the RNG state and records again)
         return {}
     k0 = min(rec.epoch_starts) - 1   # the first uncapturable call that may write any state
-    if any(isinstance(p.guard, SameAs) and p.pos > k0 and p.guard.other in rec.resume_paths for p in rec.guards):
-        # read again through another location after the call: not the object bound before it
-        raise Unreplayable("an object read before an uncapturable call that may write any state is "
-                           "reached through another location after it")
     out = {}
     for p in sorted({p.pos for p in rec.guards if p.pos > k0}):
         rp = rec.resumes.get(p - 1)
@@ -153,9 +150,12 @@ def _continuations(rec: _Recorder) -> dict[int, tuple[str, ResumePoint]]:
             # calls, a write to external state before it, ...): a replay that fails this
             # guard records again, from the start (test_fuzz_guards.py, xfail)
             continue
-        unbound = tuple(i for i, e in enumerate(rp.local_exprs) if e is None)
-        real = tuple(e is not None for e in rp.stack_exprs)
-        out[p - 1] = (rec.const(Continuation(continuation_code(rp.code, rp.offset, unbound, real), rec.captured)), rp)
+        chain = []   # the break's frame first, then the frames its call returns into (ResumePoint.outer)
+        for r in [rp] + rp.outer:
+            unbound = tuple(i for i, e in enumerate(r.local_exprs) if e is None)
+            real = tuple(e is not None for e in r.stack_exprs)
+            chain.append((rec.const(Continuation(continuation_code(r.code, r.offset, unbound, real), rec.captured)), r))
+        out[p - 1] = chain
     return out
 
 
@@ -196,8 +196,8 @@ class _GraphVariant(_Variant):
         written = rec.mutated_ids()
         # (not tensors the call's own replayed steps make, `b3` or reached from it: new
         # objects of each call, which a rollback at the start could not even name)
-        mutated = [rec.src[vid][0] for vid in rec.versions if vid in written and vid in rec.src
-                   and not _BREAK_RESULT.search(rec.src[vid][0])]
+        mutated = [rec.src_first.get(vid, rec.src[vid][0]) for vid in rec.versions if vid in written and vid in rec.src
+                   and not _BREAK_RESULT.search(rec.src_first.get(vid, rec.src[vid][0]))]
         rec.final_guards()
         rec.root_frame = None
         resumes = _continuations(rec)
@@ -220,9 +220,12 @@ class _GraphVariant(_Variant):
             gm = fx.GraphModule(torch.nn.Module(), seg.graph)
             seg.gm = gm
             self.graphs.append(gm)
+            dyn = rec.__dict__.get("dyn_shape") or {}   # tensors whose shape depends on tensor data
             compiled.append(_compile_graph(backend, gm, list(seg.examples), rec.uses_rng,
                                            double_backward=_double_backward_ok(rec, seg),
-                                           strict=getattr(rec.captured, "strict", False)))
+                                           strict=getattr(rec.captured, "strict", False),
+                                           dyn_inputs=[i for i, t in enumerate(seg.examples)
+                                                       if dyn.get(id(t)) is t]))
         for i, c in enumerate(compiled):
             if isinstance(c, _FirstRunChecked):
                 c.slot = (compiled, i)   # replaced by what it runs once its first run passed
@@ -262,8 +265,8 @@ class _GraphVariant(_Variant):
                 k = st.k
                 argl = list(st.args) + [f"{kk}={vv}" for kk, vv in st.kwargs.items()]
                 call = f"{st.callee}(" + ", ".join(argl) + ")"
-                if resumes and st.k == min(rec.epoch_starts) - 1:   # (the objects continuations take)
-                    L.extend(ind + f"{name} = {e}" for e, name in rec.resume_paths.items())
+                # the objects the frame holds, read through locations the call may rebind
+                L.extend(ind + f"{name} = {e}" for name, e in rec.epoch_binds.get(k, ()))
                 if st.external:
                     j = len(ext_done)
                     L.append(ind + f"b{k} = _unlog(_lg[{j}]) if _n > {j} else {call}")
@@ -278,10 +281,14 @@ class _GraphVariant(_Variant):
                     cond = " and ".join(f"({e})" for e in midg[k + 1])
                     L.append(ind + f"if not ({cond}):")
                     if k in resumes:   # after an uncapturable call that may write: the rest of the frame
-                        cont, rp = resumes[k]
-                        L.extend(ind + f"    {name} = {e}" for name, e in rp.lets)
-                        vals = [e or "None" for e in rp.local_exprs + rp.stack_exprs]
-                        L.append(ind + f"    return {cont}(F, {', '.join(vals)})")
+                        chain = resumes[k]
+                        for cont, rp in chain:
+                            L.extend(ind + f"    {name} = {e}" for name, e in rp.lets)
+                        for j, (cont, rp) in enumerate(chain):
+                            # (a helper's continuation returns into its caller's: `_v` on its stack)
+                            vals = [e or "None" for e in rp.local_exprs + rp.stack_exprs]
+                            last = j == len(chain) - 1
+                            L.append(ind + f"    {'return' if last else '_v ='} {cont}({rp.func}, {', '.join(vals)})")
                     else:
                         L.append(ind + f"    {rb}return _Miss(_merge_log(_lg, [{', '.join(ext_done)}]))")
         for name, e in lets:

@@ -25,6 +25,12 @@ from .typeinfo import (
 
 
 _BARE_CONST = re.compile(r"C\[\d+\]")
+# the name the replay binds an object read through a location to, before an uncapturable
+# call that may write any state (after it, the location may hold another object)
+_BOUND = re.compile(r"_r\d+")
+# a location path (`C[1]['G']`, `L[0].cfg`, `b3[0]`, `_r0[1]`: attributes and subscripts with
+# literal keys from a root): what is bound
+_PATH = re.compile(r"(?:[CLF]\[\d+\]|F|b\d+|_r\d+)(?:\.\w+|\[[^\[\]()]*\])+")
 
 
 class _SourceMixin:
@@ -362,7 +368,11 @@ class _SourceMixin:
         guarded by metadata, an array by contents, a container lazily by its contents now
         (_new_epoch already made it lazy: guarded where the program uses it)."""
         s = self.src[id(v)]
-        if s[0] != expr:
+        if _BOUND.fullmatch(s[0]):
+            # the object the frame read before the call (bound there, _new_epoch): the
+            # location still holds it
+            self.guard(SameAs(expr, pretty, s[0], s[1]))
+        elif s[0] != expr:
             self.guard(Is(expr, pretty, v, _short(v)))
         if isinstance(v, torch.Tensor):
             self.guard(self._tensor_match(expr, pretty, v))
@@ -377,8 +387,7 @@ class _SourceMixin:
         guarded again after it (mid-replay, `read`), and so are the containers the program
         holds: lists, dicts, deques and sets are lazily guarded again, from their contents
         now, where the program next uses them (touch); so are objects still lazily guarded."""
-        if self.epoch == 0:   # what was read before the first one (resumes.py binds it there)
-            self.src0 = {vid: s[0] for vid, s in self.src.items()}
+        self._bind_held(k)
         self.epoch += 1
         self.epoch_starts.append(k + 1)
         for vid in list(self.float_items):
@@ -391,3 +400,30 @@ class _SourceMixin:
                 self.lazy[vid] = (v, expr, pretty, lz[3] if lz else 0, k + 1, None, now)
         for vid, (o, _, *_) in list(self.lazy_objs.items()):
             self.lazy_objs[vid] = (o, k + 1, dict(o.__dict__))
+
+    def _bind_held(self, k: int) -> None:
+        """Before uncapturable call k, which may rebind any location: every object the
+        recording tracks that the replay reaches through a location (a list read from a
+        global, `gl = GL`; a tensor attribute of an argument) is bound by the replay right
+        before the call (`_r0 = F.__globals__['GL']`, replay.py) and named by that binding
+        from then on: graph inputs, guards, arguments, continuations and writes after the call
+        then use the object the frame holds, not whatever the location holds after it (a
+        location read again after the call is guarded to still hold it: _reread)."""
+        binds = []
+        for vid, s in list(self.src.items()):
+            e = s[0]
+            if not _PATH.fullmatch(e):
+                continue
+            name = f"_r{self.nbound}"
+            self.nbound += 1
+            binds.append((name, e))
+            self.src[vid] = (name,) + tuple(s[1:])
+            self.src_first.setdefault(vid, e)
+            sn = self.snaps.get(vid)
+            if sn is not None and sn[2] == e:
+                self.snaps[vid] = sn[:2] + (name,) + sn[3:]
+            lz = self.lazy.get(vid)
+            if lz is not None and lz[1] == e:
+                self.lazy[vid] = lz[:1] + (name,) + lz[2:]
+        if binds:
+            self.epoch_binds[k] = binds

@@ -92,7 +92,7 @@ class _TracerMixin(_CallMixin):
                 p = self.pending.pop(frame, None)
                 if p is not None:
                     p(frame)
-                if self.resume_at is not None and frame is self.root_frame:
+                if self.resume_at is not None and frame is self.resume_frame:
                     self._resume_capture(frame)
                 if ins is not None and self.suspended == 1 and not self.ext_depth:
                     if self.np_env and self.np_opcode(frame, ins):

@@ -631,10 +631,11 @@ def test_state_written_by_an_uncapturable_call_fuzz(seed):
     assert c.stats.replays >= 1
 
 
-@pytest.mark.xfail(strict=True, reason="known unsound: the call made by a helper the frame calls has no "
-                   "continuation (resumes.py takes the frame's own breaks only): the guard after it fails and "
-                   "the function is recorded again from its start, reading the written value before the call")
 def test_state_written_by_a_call_a_helper_makes():
+    """The uncapturable call is made by a helper the frame calls: a replay whose guard after
+    it fails continues the helper's frame and then the captured frame from there (a chain of
+    continuations, resumes._resume_outer), instead of recording the function again from its
+    start, which read the written value before the call (before: a wrong result)."""
     import torch
     run_program("""
 class Sink:
@@ -659,11 +660,11 @@ def mutate(i, f):
 """, [(torch.ones(2),)] * 4)
 
 
-@pytest.mark.xfail(strict=True, reason="known unsound: a list the frame holds (read through a global before an "
-                   "uncapturable call) whose float items are graph inputs after the call, the global rebound by "
-                   "the call to a list of the same length and item types: the replay reads the items through the "
-                   "global, i.e. from the new list (no guard fails)")
 def test_float_items_of_a_held_list_whose_global_the_call_rebinds():
+    """A list the frame holds (read through a global before an uncapturable call) whose float
+    items are graph inputs after the call, the global rebound by the call to a list of the
+    same length and item types: the replay binds the list before the call (sources._bind_held)
+    and reads the items from it, not from the new list (before: the new list's items)."""
     import torch
     run_program("""
 class Sink:
@@ -685,6 +686,119 @@ def mutate(i, f):
     ON[0] = i >= 2
     globals()["GL"] = [1.0, 2.0]
 """, [(torch.ones(2),)] * 4)
+
+
+HELPER_CALLS = """
+class Sink:
+    def write(self, s):
+        if ON[0] and s.strip():         # (print writes "s", then a newline)
+            G[0] = 3 - G[0]
+    def flush(self):
+        pass
+SINK = Sink()
+G = [1]
+ON = [False]
+MODE = [0]
+def log():
+    print("s", file=SINK)
+def scaled(t, k):
+    print("t", file=SINK)
+    return t * G[0] + k
+def outer(t):
+    u = t + 1
+    log()
+    return u * G[0]
+class Helper:
+    def __init__(self):
+        self.w = 2
+    def note(self, t):
+        log()
+        return t - G[0] * self.w
+H = Helper()
+def make():
+    def f(x):
+        y = x * G[0]
+        if MODE[0] == 0:
+            log()
+        elif MODE[0] == 1:
+            y = y + scaled(y, 3)        # a tensor under the helper on the caller's stack
+        elif MODE[0] == 2:
+            y = outer(y)                # two helpers deep
+        else:
+            y = (y, H.note(y))[1]       # a method, a tuple being built on the stack
+        if G[0] > 1:                    # (the value read after the call decides a branch)
+            y = y * 2
+        return y * G[0]
+    return f
+def mutate(i, f):
+    r = random.Random(SEED * 100 + i)
+    ON[0] = r.random() < 0.5
+    MODE[0] = r.choice([0, 1, 2, 3])
+    if r.random() < 0.2:
+        G[0] = r.choice([1, 2])
+"""
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_state_written_by_a_call_a_helper_makes_fuzz(seed):
+    """Variants of the case above: the call made by a helper returning a value into an
+    expression (a tensor under it on the caller's stack), by a helper of a helper, by a
+    method; the call writing the state or not at each call.  Every call agrees with eager."""
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    calls = [(torch.randn(2, generator=g),) for _ in range(24)]
+    c = run_program(f"import random\nSEED = {seed}\n" + HELPER_CALLS, calls, name=f"helper{seed}", cache_limit=1000)
+    assert c.stats.replays >= 1
+
+
+HELD_ACROSS = """
+class Sink:
+    def write(self, s):
+        if ON[0]:
+            globals()["GL"] = [5.0, 6.0]
+            globals()["W"] = torch.full((2,), 7.0)
+            globals()["D"] = {"a": 3.0}
+    def flush(self):
+        pass
+SINK = Sink()
+GL = [1.0, 2.0]
+W = torch.ones(2)
+D = {"a": 1.0}
+ON = [False]
+def make():
+    def f(x):
+        gl, w, d = GL, W, D
+        print("s", file=SINK)
+        y = x * w + gl[0]
+        if MODE[0] == 1:
+            gl.append(4.0)            # written to the held list, not the new one
+        elif MODE[0] == 2:
+            y = y + GL[1]             # the global read again: the new list
+        elif MODE[0] == 3:
+            d["b"] = 2.0
+        elif MODE[0] == 4:
+            y = y * d["a"] + len(gl)
+        return y
+    return f
+MODE = [0]
+def mutate(i, f):
+    ON[0] = i % 3 == 2
+    MODE[0] = (i // 2) % 5
+    globals()["GL"] = [1.0, 2.0]
+    globals()["W"] = torch.ones(2)
+    globals()["D"] = {"a": 1.0}
+def state(f):
+    return (GL, W, D)
+"""
+
+
+def test_objects_held_across_a_call_that_rebinds_their_globals():
+    """A list, a tensor and a dict the frame read through globals before an uncapturable
+    call that rebinds those globals: after the call the frame uses the objects it holds
+    (graph inputs, items, writes to them, a length), and the global read again gives the
+    new object.  Every call agrees with eager."""
+    import torch
+    run_program(HELD_ACROSS, [(torch.randn(2),) for _ in range(16)], cache_limit=64)
 
 
 PROGRAM_INTS = """
