@@ -149,6 +149,25 @@ def _outputs(gm: torch.fx.GraphModule):
         yield n, (n.meta.get("val") if isinstance(n, torch.fx.Node) else None)
 
 
+def _eager_roots(gm: torch.fx.GraphModule) -> list:
+    """Per graph output, what it shares memory with in eager: ("input", k) for the
+    k-th placeholder, ("node", name) for an intermediate, through view ops (outputs
+    with one root alias each other; different roots never do)."""
+    index = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+    roots = []
+    for n, _ in _outputs(gm):
+        while isinstance(n, torch.fx.Node) and n.op == "call_function" and \
+                getattr(n.target, "is_view", False) and n.args and isinstance(n.args[0], torch.fx.Node):
+            n = n.args[0]
+        if not isinstance(n, torch.fx.Node):
+            roots.append(None)
+        elif n in index:
+            roots.append(("input", index[n]))
+        else:
+            roots.append(("node", n.name))
+    return roots
+
+
 def _output_specs(gm: torch.fx.GraphModule):
     specs = []
     for n, val in _outputs(gm):
@@ -262,6 +281,8 @@ def _compile_graph(graph: CompiledGraph, gm: torch.fx.GraphModule, device: str, 
                     graph.executable = CpuPlanExecutable(graph.linalg_ir, options.opt_level)
                 else:   # the whole graph as one function of loops (debugging; slow)
                     graph.executable = CpuExecutable(graph.linalg_ir, "main", outputs, options.opt_level)
+        if hasattr(graph.executable, "copy_aliased_outputs"):
+            graph.executable.copy_aliased_outputs(_eager_roots(gm))
         logs.log("progress", f"{graph.name}: compiled for {device}")
         _dump(graph)
         return graph

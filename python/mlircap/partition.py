@@ -265,6 +265,11 @@ def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
     for pos in _INDEX_ARGS.get(name, ()):
         if pos < len(node.args) and any(n in from_input for n in _leaves(node.args[pos], fx.Node)) \
                 and not node.meta.get("mlircap_bounds_checked"):   # bounds.py clamps and checks
+            if any(isinstance(v := n.meta.get("val"), torch.Tensor) and v.dtype in (torch.bool, torch.uint8)
+                   for n in _leaves(node.args[pos], fx.Node)):
+                # `t[mask] = v`: no index to check, nothing compiles it (bounds.py, scatter.py):
+                # not by design, reported (strict=True raises)
+                return "boolean mask index"
             return "index"
     ins = []
     for a in _leaves((node.args, tuple(node.kwargs.values())), fx.Node):

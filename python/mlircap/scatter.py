@@ -341,6 +341,50 @@ def _spec(node: fx.Node):
     return None
 
 
+def _mask_put(graph: fx.Graph, node: fx.Node) -> list | None:
+    """`x[..., mask] = v` (index_put with one boolean mask over dims at.. of x) whose
+    values broadcast over the dims after the mask's (a scalar, a row: every selected
+    element gets the same values) as `where(mask, v, x)` (accumulate: `where(mask, x + v,
+    x)`, eager's one addition per element): nothing is indexed, so there is nothing
+    to check ([] flags). Values with one row per selected element (their count is
+    tensor data) stay an island. None where it does not apply. The nodes are made
+    directly (not traced): their values are views of the mask's and the result's."""
+    if op_name(node.target) not in ("aten::index_put", "aten::_unsafe_index_put") or len(node.args) < 3:
+        return None
+    x, indices, values = node.args[0], list(node.args[1]), node.args[2]
+    accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
+    where = [i for i, t in enumerate(indices) if t is not None]
+    if len(where) != 1:
+        return None
+    at, mask = where[0], indices[where[0]]
+    xv, mv, vv, want = _val(x), _val(mask), _val(values), _val(node)
+    if not all(isinstance(t, torch.Tensor) for t in (xv, mv, vv, want)) or mv.dtype != torch.bool or \
+            vv.dtype != xv.dtype or want.shape != xv.shape or want.dtype != xv.dtype:
+        return None
+    tail = list(xv.shape[at + mv.ndim:])
+    if list(mv.shape) != list(xv.shape[at:at + mv.ndim]) or vv.ndim > len(tail):
+        return None
+    try:
+        if list(torch.broadcast_shapes(vv.shape, tail)) != tail:
+            return None
+    except RuntimeError:
+        return None
+    shape = list(mv.shape) + [1] * len(tail)
+    with graph.inserting_before(node):
+        m = graph.call_function(aten.view.default, (mask, shape))
+        m.meta["val"] = mv.view(shape)
+        new = values
+        if accumulate:
+            new = graph.call_function(aten.add.Tensor, (x, values))
+            new.meta["val"] = want
+        out = graph.call_function(aten.where.self, (m, new, x))
+        out.meta["val"] = want
+    out.meta["mlircap_bounds_checked"] = True
+    node.replace_all_uses_with(out)
+    graph.erase_node(node)
+    return []
+
+
 WRITES = ("aten::scatter", "aten::scatter_add", "aten::scatter_reduce", "aten::index_reduce",
           "aten::index_put", "aten::_unsafe_index_put", "aten::index_add", "aten::index_copy", "aten::index_fill", "aten::put")
 
@@ -349,6 +393,9 @@ def rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
     """Replaces `node` (an op in WRITES) by its unrolled form traced into `graph`:
     the error flags of its index tensors ([] where nothing is to check), or None
     (the node is left as it is)."""
+    masked = _mask_put(graph, node)
+    if masked is not None:
+        return masked
     spec = _spec(node)
     if spec is None:
         return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import operator
+import sys
 import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -61,6 +62,24 @@ def _new_placeholder(seg: _Seg) -> fx.Node:
 _AUTOGRAD_STATE = ("requires_grad_", "retain_grad")
 # torch functions writing their running-statistics arguments without a version bump
 _UNVERSIONED_WRITERS = {"batch_norm", "instance_norm", "native_batch_norm", "_native_batch_norm_legit"}
+
+
+_FUNCTION_APPLY = torch.autograd.function.Function.apply.__func__.__code__
+
+
+def _custom_function_forward(args: tuple, kwargs: dict) -> bool:
+    """Whether an op runs inside a custom autograd.Function's forward (Function.apply
+    up the stack) on a tensor that requires grad."""
+    if not any(isinstance(t, torch.Tensor) and t.requires_grad for t in tree_flatten((args, kwargs))[0]):
+        return False
+    f = sys._getframe(1)
+    for _ in range(64):
+        if f is None:
+            return False
+        if f.f_code is _FUNCTION_APPLY:
+            return True
+        f = f.f_back
+    return False
 
 
 class _GraphMixin(_ScalarInputMixin):
@@ -296,6 +315,12 @@ class _GraphMixin(_ScalarInputMixin):
             raise Unreplayable("autocast / inference_mode changed inside the captured code")
         seg = self._seg()
         g = torch.is_grad_enabled()
+        if not g and _custom_function_forward(args, kwargs):
+            # autograd runs a custom Function's forward without grad and attaches its
+            # backward to the outputs: recorded as plain ops under no_grad, the graph's
+            # outputs had no gradient at all (a gradient reversal layer's input got None)
+            raise Unreplayable("a custom torch.autograd.Function with inputs that require grad "
+                               "(its backward is not captured)")
         if g != seg.grad:
             seg.graph.call_function(torch._C._set_grad_enabled, (g,))
             seg.grad = g

@@ -51,11 +51,15 @@ def _strict_backend_error(e: Exception, gm: fx.GraphModule, what: str) -> Except
 
 
 def _compile_graph(backend: Callable, gm: fx.GraphModule, examples: list, uses_rng: bool,
-                   double_backward: bool = False, strict: bool = False) -> Callable:
+                   double_backward: bool = False, strict: bool = False, dyn_inputs: tuple = ()) -> Callable:
     """Compile one captured graph with the user backend.  If the backend fails to compile
     it, or its compiled function fails on the first run before touching any input, the
     captured FX graph itself is run instead (same semantics, just not backend-compiled);
-    strict=True raises instead."""
+    strict=True raises instead.  `dyn_inputs`: positions of inputs whose shape depends on
+    tensor data (made by `where(m)`, `x[mask]` before a graph break): the graph is
+    compiled per shape of those (_PerShape)."""
+    if dyn_inputs:
+        return _PerShape(backend, gm, examples, uses_rng, double_backward, strict, tuple(dyn_inputs))
     grad = torch.is_grad_enabled()
     try:
         with torch._C.DisableTorchFunction():
@@ -77,6 +81,45 @@ def _compile_graph(backend: Callable, gm: fx.GraphModule, examples: list, uses_r
     if double_backward and fn != gm.forward:
         return _HigherOrderGrad(checked, gm)
     return checked
+
+
+class _PerShape:
+    """A captured graph taking tensors whose shapes depend on tensor data: the function
+    guards checked the call's arguments, not these, so a later call hands the graph
+    other sizes than it was compiled for (a backend compiling static shapes then read
+    and wrote with the first call's sizes: wrong results). Compiled once per shape of
+    those inputs, at most MAX_VARIANTS, then the captured graph runs (strict=True:
+    raises)."""
+    MAX_VARIANTS = 8
+    __slots__ = ("backend", "gm", "uses_rng", "double_backward", "strict", "dyn", "variants")
+
+    def __init__(self, backend: Callable, gm: fx.GraphModule, examples: list, uses_rng: bool,
+                 double_backward: bool, strict: bool, dyn: tuple) -> None:
+        self.backend, self.gm, self.uses_rng = backend, gm, uses_rng
+        self.double_backward, self.strict, self.dyn = double_backward, strict, dyn
+        self.variants: dict[tuple, Callable] = {}
+        self.variants[self._key(examples)] = self._compile(examples)
+
+    def _key(self, args) -> tuple:
+        return tuple(tuple(args[i].shape) if isinstance(args[i], torch.Tensor) else None for i in self.dyn)
+
+    def _compile(self, examples) -> Callable:
+        return _compile_graph(self.backend, self.gm, list(examples), self.uses_rng, self.double_backward,
+                              self.strict)
+
+    def __call__(self, *args: Any) -> Any:
+        key = self._key(args)
+        fn = self.variants.get(key)
+        if fn is None:
+            if len(self.variants) >= self.MAX_VARIANTS:
+                if self.strict:
+                    raise _strict_error(f"a captured graph taking tensors whose shapes depend on tensor data "
+                                        f"met more than {self.MAX_VARIANTS} shapes at {_graph_loc(self.gm)}")
+                fn = self.gm.forward
+            else:
+                fn = self._compile(args)
+            self.variants[key] = fn
+        return fn(*args)
 
 
 class _HigherOrderGrad:

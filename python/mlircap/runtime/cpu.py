@@ -279,7 +279,14 @@ class CpuPlanExecutable:
                     self._segments.append((None, n, n + 1))
             else:
                 self._segments.append((step, 0, 0))
-        self._outputs = [(o, o in exe._const_outputs) for o in exe.outputs]
+        self._outputs = [(o, i in exe._copied) for i, o in enumerate(exe.outputs)]
+        self._call = self._generate(first=True)
+
+    def copy_aliased_outputs(self, roots: list) -> None:
+        """PlanExecutor.copy_aliased_outputs, and the call function regenerated with it
+        (before the first call)."""
+        copied = self.exe.copy_aliased_outputs(roots)
+        self._outputs = [(o, i in copied) for i, o in enumerate(self.exe.outputs)]
         self._call = self._generate(first=True)
 
     def _rebound_values(self) -> dict[int, list[int]]:
@@ -357,9 +364,10 @@ class CpuPlanExecutable:
              "TG": tg, "UP": self._upgrade}
         checked = []
         for vid, i, dtype, v in self._inputs:
-            g[f"D{vid}"], g[f"V{vid}"] = dtype, v
+            g[f"D{vid}"], g[f"V{vid}"], g[f"Z{vid}"] = dtype, v, torch.Size(v.shape)
             checked += [f"x{vid} = A[{i}]",
-                        f"if x{vid}.dtype is not D{vid} or not x{vid}.is_cpu: CHK(V{vid}, x{vid})",
+                        f"if x{vid}.dtype is not D{vid} or not x{vid}.is_cpu or x{vid}.shape != Z{vid}: "
+                        f"CHK(V{vid}, x{vid})",
                         f"if not x{vid}.is_contiguous(): x{vid} = x{vid}.contiguous()"]
         if tg is not None and self._inputs:
             body = [f"if TG.check({', '.join(f'A[{i}]' for _, i, _, _ in self._inputs)}):"]
@@ -502,7 +510,7 @@ class CpuPlanExecutable:
         t = self._template.copy()
         for vid, i, dtype, v in self._inputs:
             x = args[i]
-            if x.dtype is not dtype or not x.is_cpu:
+            if x.dtype is not dtype or not x.is_cpu or tuple(x.shape) != tuple(v.shape):
                 self.exe._check_input(v, x)
             t[vid] = x if x.is_contiguous() else x.contiguous()
         for vid, new, sizes in self._alloc:

@@ -117,6 +117,9 @@ class PlanExecutor:
                 raise PlanError(f"library op {step.op!r} has no runtime implementation")
         self.outputs = list(plan.outputs)
         self._const_outputs = {o for o in self.outputs if self.values[plan.base_of(o)].kind == "constant"}
+        # output positions returned as copies (_outputs): those of constants, and
+        # those copy_aliased_outputs finds sharing memory that eager's do not share
+        self._copied = {i for i, o in enumerate(self.outputs) if o in self._const_outputs}
         self.kernel_steps = list(plan.kernels)
         self.n_kernels = len(self.kernel_steps)
         self.n_library = len(plan.library_steps)
@@ -125,6 +128,11 @@ class PlanExecutor:
         if x.device != self.device or x.dtype != v.torch_dtype:
             raise PlanError(f"input {v.index}: expected {v.dtype} on {self.device}, "
                             f"got {x.dtype} on {x.device}")
+        if tuple(x.shape) != tuple(v.shape):
+            # kernels index with the plan's static sizes: another shape would read and
+            # write past (or short of) the tensor (a data-dependent size, `where(m)`'s,
+            # reaching a graph after a graph break that compiled it for one size)
+            raise PlanError(f"input {v.index}: expected shape {list(v.shape)}, got {list(x.shape)}")
 
     def _prepare_inputs(self, args):
         ins = []
@@ -154,7 +162,34 @@ class PlanExecutor:
         """The graph's outputs from value tensors `t`. An output that is (a view
         of) a constant is copied: the constant is shared by every call and the
         caller may write to what it gets back."""
-        return [t[o].clone() if o in self._const_outputs else t[o] for o in self.outputs]
+        copied = self._copied
+        return [t[o].clone() if i in copied else t[o] for i, o in enumerate(self.outputs)]
+
+    def copy_aliased_outputs(self, roots: list) -> set[int]:
+        """Output positions to return as copies so that outputs share memory only
+        where eager's do. `roots[i]`: what output i is (a view of) in eager, ("input",
+        k) for the k-th graph input, another hashable for an intermediate (the same
+        one for outputs that alias each other), None where unknown (a copy unless the
+        plan gives it memory of its own). The plan returns a value once per use: a
+        clone, `x * 1` or `y + 0` folds to the value it copies, so `return y,
+        y.clone()` got one buffer twice and `x.clone()` the caller's input itself
+        (an in-place op on one output then changed the other, or the input)."""
+        owner: dict[int, object] = {}
+        for i, o in enumerate(self.outputs):
+            base = self._base_of(o)
+            v = self.values[base]
+            root = roots[i] if i < len(roots) else None
+            if i in self._copied:
+                continue
+            if v.kind == "input":
+                if root != ("input", v.index):
+                    self._copied.add(i)
+            elif base in owner:
+                if root is None or owner[base] != root:
+                    self._copied.add(i)
+            else:
+                owner[base] = root if root is not None else ("position", i)
+        return self._copied
 
     def _view(self, v: Value, t):
         if v.id in t:

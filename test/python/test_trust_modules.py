@@ -1,0 +1,206 @@
+"""Trust regressions found by bench/modules2.py (real-world-style modules nobody
+here wrote): compiled code returns eager's result with eager's aliasing, and
+strict=True raises for whatever does not run compiled."""
+import warnings
+
+import pytest
+import torch
+
+import mlircap
+
+
+def _storage(t):
+    return t.untyped_storage().data_ptr()
+
+
+def _calls(fn, make, n=3):
+    """(eager result, compiled result) per call, on fresh copies of new inputs."""
+    fast = mlircap.compile(fn)
+    out = []
+    for i in range(n):
+        torch.manual_seed(i)
+        args = make()
+        want = fn(*[a.clone() for a in args])
+        got = fast(*[a.clone() for a in args])
+        out.append((want, got, fast))
+    return out
+
+
+# ------------------------------------------------------------------ output aliasing
+def test_clone_of_input_is_not_the_input():
+    """`x.clone()` (and `x * 1`) returned the caller's input itself after the first
+    call: the plan returned the input value the clone folded to."""
+    def fn(x):
+        return x.clone(), x * 1
+
+    fast = mlircap.compile(fn)
+    for _ in range(3):
+        x = torch.randn(3, 4)
+        a, b = fast(x)
+        assert _storage(a) != _storage(x) and _storage(b) != _storage(x) and _storage(a) != _storage(b)
+        a.add_(1)
+        b.add_(2)
+        torch.testing.assert_close(a - 1, x)
+        torch.testing.assert_close(b - 2, x)
+
+
+def test_output_and_its_clone_are_distinct():
+    """`y, y.clone()` came back as one buffer twice: an in-place op on the clone
+    changed y (bench/modules2.py bool_mask_index_put: `u = t.clone(); u[m] += 1`
+    changed t)."""
+    def fn(x):
+        y = x * 2
+        return y, y.clone(), y.view(-1), y + 0
+
+    fast = mlircap.compile(fn)
+    for _ in range(3):
+        x = torch.randn(3, 4)
+        y, c, v, z = fast(x)
+        assert _storage(y) == _storage(v), "a view of y must stay a view of y, as in eager"
+        assert len({_storage(y), _storage(c), _storage(z)}) == 3
+        c.zero_()
+        torch.testing.assert_close(y, x * 2)
+
+
+def test_inplace_on_clone_after_mask_index():
+    def fn(t, m):
+        t = t * 2
+        u = t.clone()
+        u[m] += 1
+        return t, u
+
+    for want, got, _ in _calls(fn, lambda: (torch.randn(3, 4), torch.rand(3, 4) > 0.5)):
+        torch.testing.assert_close(got, want)
+
+
+# ------------------------------------------------- data-dependent shapes across a break
+def _where_then_add(flat, m):
+    out = torch.zeros_like(flat)
+    (tok,) = torch.where(m)
+    if tok.numel() == 0:   # a graph break: tok's size reaches the next graph as an input
+        return out
+    out.index_add_(0, tok, flat[tok] * 2)
+    return out
+
+
+def test_graph_after_break_gets_other_sizes():
+    """The graph after `tok.numel()` was compiled for the first call's size of tok, and a
+    call with another size ran it with the old sizes (bench/modules2.py
+    moe_sparse_where_index_add: wrong rows). Now compiled per size (_PerShape)."""
+    fast = mlircap.compile(_where_then_add)
+    for n in (2, 4, 3, 4, 0, 6):
+        flat = torch.randn(6, 4)
+        m = torch.zeros(6, dtype=torch.bool)
+        m[torch.randperm(6)[:n]] = True
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")   # no eager fallback either
+            got = fast(flat, m)
+        torch.testing.assert_close(got, _where_then_add(flat, m))
+
+
+def test_plan_rejects_another_input_shape():
+    """A compiled plan given an input of another shape than its static one raises
+    PlanError (the graph then runs eagerly) instead of running its kernels past it."""
+    from mlircap.runtime.plan import PlanError
+
+    fast = mlircap.compile(lambda x: x * 2 + 1)
+    x = torch.randn(5)
+    for _ in range(3):
+        fast(x)
+    graph = fast.graphs[0]
+    with pytest.raises(PlanError, match="shape"):
+        graph.executable(torch.randn(7))
+    with pytest.raises(PlanError, match="shape"):
+        graph.executable(torch.randn(3))
+
+
+# ------------------------------------------------------------- custom autograd Functions
+class _GradReverse(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, lam):
+        ctx.lam = lam
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return -ctx.lam * g, None
+
+
+def test_custom_function_backward_reaches_inputs():
+    """A gradient reversal layer (custom autograd.Function): its forward's ops were
+    recorded under the no_grad autograd runs forward in, so the compiled call's
+    output had no gradient path and the layer below got no gradient (None)
+    (bench/modules2.py grad_reverse_dann_backward)."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4, 3)
+
+    def fn(x):
+        h = torch.relu(lin(x))
+        return (_GradReverse.apply(h, 0.5) ** 2).sum()
+
+    fast = mlircap.compile(fn)
+    for _ in range(3):
+        x = torch.randn(5, 4)
+        lin.zero_grad()
+        fn(x).backward()
+        want = lin.weight.grad.clone()
+        lin.zero_grad()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fast(x).backward()
+        assert lin.weight.grad is not None
+        torch.testing.assert_close(lin.weight.grad, want)
+
+
+# ----------------------------------------------------------------- boolean mask writes
+def _mask_fill(t, m, v):
+    t = t.clone()
+    t[m] = v
+    t[t < -1] = 0.0
+    return t
+
+
+def _mask_rows_add(t, m, row):
+    t = t.clone()
+    t[m] = row      # (B, N) mask over a (B, N, D) tensor: one row written to every selected element
+    return t.index_put((m,), row * 3, accumulate=True)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_mask_put_of_broadcast_values_compiles(strict):
+    """`t[mask] = v` with values shared by every selected element compiles as
+    where(mask, v, t) (it was an eager island that strict=True let through)."""
+    for fn, make in ((_mask_fill, lambda: (torch.randn(3, 4), torch.rand(3, 4) > 0.5, torch.tensor(7.0))),
+                     (_mask_rows_add, lambda: (torch.randn(2, 5, 3), torch.rand(2, 5) > 0.5, torch.randn(3)))):
+        fast = mlircap.compile(fn, strict=strict)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")   # no island warning, no fallback
+            for i in range(3):
+                torch.manual_seed(i)
+                args = make()
+                torch.testing.assert_close(fast(*args), fn(*args), rtol=0, atol=0)
+        assert fast.graphs and all(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs)
+
+
+def _mask_put_per_element(t, m, w):
+    t = t.clone()
+    t[m] = w        # one value per selected element: their count is tensor data
+    return t * 2
+
+
+def test_mask_put_island_raises_under_strict():
+    """An index_put with a boolean mask that stays an eager island is reported, and
+    strict=True raises (it ran eagerly without a word)."""
+    t = torch.randn(3, 4)
+    m = torch.zeros(3, 4, dtype=torch.bool)
+    m[0, :3] = True
+    w = torch.tensor([1.0, 2.0, 3.0])
+    with pytest.raises(mlircap.MlircapCompileError, match="boolean mask index"):
+        fast = mlircap.compile(_mask_put_per_element, strict=True)
+        for _ in range(2):
+            fast(t, m, w)
+    fast = mlircap.compile(_mask_put_per_element)
+    with pytest.warns(UserWarning, match="boolean mask index"):
+        for _ in range(3):
+            got = fast(t, m, w)
+    torch.testing.assert_close(got, _mask_put_per_element(t, m, w))
