@@ -138,7 +138,7 @@ def _continuations(rec: _Recorder) -> dict[int, list[tuple[str, ResumePoint]]]:
     uncapturable call that may write any state needs: a replay that fails a guard there
     runs the rest of the frame through it (resume_code.py).  Running the function again
     from its start would read before that call what the call has written since.  A guard
-    there without one: the recording is not replayed (Unreplayable)."""
+    there without one is a known gap (see below)."""
     if not rec.epoch_starts or rec.uses_rng:   # (a miss restores the RNG state and records again)
         return {}
     k0 = min(rec.epoch_starts) - 1   # the first uncapturable call that may write any state
@@ -146,9 +146,12 @@ def _continuations(rec: _Recorder) -> dict[int, list[tuple[str, ResumePoint]]]:
     for p in sorted({p.pos for p in rec.guards if p.pos > k0}):
         rp = rec.resumes.get(p - 1)
         if rp is None:
-            # Known gap: no continuation from there (the call made by a function the frame
-            # calls, a write to external state before it, ...): a replay that fails this
-            # guard records again, from the start (test_fuzz_guards.py, xfail)
+            # Known gap: no continuation from there (the call made through library code, a
+            # write to external state before it, ...): a replay failing this guard records
+            # again from the start (or tries another variant, whose guards before the call
+            # check the state the call left), reading what the call wrote before it
+            # (test_fuzz_guards.py, xfail).  Giving up on such recordings instead costs
+            # deepcopy, `with lock:`, fork_rng and print-after-write captures.
             continue
         chain = []   # the break's frame first, then the frames its call returns into (ResumePoint.outer)
         for r in [rp] + rp.outer:
