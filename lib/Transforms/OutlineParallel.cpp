@@ -8,6 +8,11 @@
 // points to; the body loads them and calls `<fn>_parallel_body(values...,
 // lo, hi)`, whose memref arguments are noalias in a kernel. Inner dims stay
 // sequential loops, for LLVM's vectorizer.
+//
+// Before that, in a kernel, each parallel loop is fused into the next one
+// over the same iteration space where that keeps every access order (see
+// fuseParallelLoops): a LayerNorm's or softmax's statistics loops and the
+// elementwise loop using them become one loop over rows, one dispatch.
 // See Passes.td.
 //
 //===----------------------------------------------------------------------===//
@@ -19,6 +24,7 @@
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
 #include "mlir/Transforms/RegionUtils.h"
+#include "llvm/ADT/SmallBitVector.h"
 
 namespace mlir::mlircap {
 #define GEN_PASS_DEF_MLIRCAPOUTLINEPARALLEL
@@ -168,11 +174,191 @@ SmallVector<bool> noAliasCaptures(func::FuncOp parent, ArrayRef<Value> captured)
   return out;
 }
 
+//===----------------------------------------------------------------------===//
+// Fusion of a kernel's parallel loops over one iteration space
+//===----------------------------------------------------------------------===//
+
+/// A buffer a kernel can name: an argument of the kernel (distinct buffers,
+/// see KernelNoAlias.cpp), an allocation, or a global (by symbol: two
+/// get_global of one symbol are one buffer); null for any other origin.
+const void *bufferKey(Value root, func::FuncOp kernel) {
+  if (auto arg = dyn_cast<BlockArgument>(root))
+    return arg.getOwner() == &kernel.getBody().front() ? root.getAsOpaquePointer() : nullptr;
+  if (root.getDefiningOp<memref::AllocOp>() || root.getDefiningOp<memref::AllocaOp>())
+    return root.getAsOpaquePointer();
+  if (auto g = root.getDefiningOp<memref::GetGlobalOp>())
+    return g.getNameAttr().getAsOpaquePointer();
+  return nullptr;
+}
+
+/// The memory accesses of one op (a parallel loop, or an op between two):
+/// per buffer, the loads and stores (memref and indices) and whether any
+/// access is of the whole buffer (a copy, a fill) or a write.
+struct Footprint {
+  struct Access {
+    Value memref;
+    ValueRange indices;
+  };
+  struct Buffer {
+    SmallVector<Access> accesses;
+    bool read = false, written = false, whole = false;
+  };
+  llvm::DenseMap<const void *, Buffer> buffers;
+  bool unknown = false; // an effect on something we cannot name
+
+  Footprint(Operation *op, func::FuncOp kernel) {
+    auto touch = [&](Value memref, bool write) -> Buffer * {
+      Value root = rootBuffer(memref);
+      // Storage allocated inside `op` (a stack tile) is private to it.
+      if (Operation *def = root.getDefiningOp(); def && op->isAncestor(def))
+        return nullptr;
+      const void *key = bufferKey(root, kernel);
+      if (!key) {
+        unknown = true;
+        return nullptr;
+      }
+      Buffer &b = buffers[key];
+      (write ? b.written : b.read) = true;
+      return &b;
+    };
+    op->walk([&](Operation *o) {
+      if (auto load = dyn_cast<memref::LoadOp>(o)) {
+        if (Buffer *b = touch(load.getMemRef(), false))
+          b->accesses.push_back({load.getMemRef(), load.getIndices()});
+        return;
+      }
+      if (auto store = dyn_cast<memref::StoreOp>(o)) {
+        if (Buffer *b = touch(store.getMemRef(), true))
+          b->accesses.push_back({store.getMemRef(), store.getIndices()});
+        return;
+      }
+      if (o->hasTrait<OpTrait::HasRecursiveMemoryEffects>() || isMemoryEffectFree(o))
+        return;
+      auto iface = dyn_cast<MemoryEffectOpInterface>(o);
+      if (!iface) {
+        unknown = true;
+        return;
+      }
+      SmallVector<MemoryEffects::EffectInstance> effects;
+      iface.getEffects(effects);
+      for (auto &e : effects) {
+        if (isa<MemoryEffects::Allocate>(e.getEffect()))
+          continue; // a new buffer: nothing else can be accessing it yet
+        Value v = e.getValue();
+        if (!v || !isa<BaseMemRefType>(v.getType())) {
+          unknown = true;
+          continue;
+        }
+        if (Buffer *b = touch(v, !isa<MemoryEffects::Read>(e.getEffect())))
+          b->whole = true;
+      }
+    });
+  }
+
+  /// True if neither op writes a buffer the other one accesses.
+  bool independentOf(const Footprint &other) const {
+    if (unknown || other.unknown)
+      return false;
+    for (auto &[key, b] : buffers) {
+      auto it = other.buffers.find(key);
+      if (it != other.buffers.end() && (b.written || it->second.written))
+        return false;
+    }
+    return true;
+  }
+};
+
+/// True if iteration `ivs` of a loop touches only elements of `b` whose
+/// coordinate at position p[d] is ivs[d], for one p common to all accesses
+/// of both loops: then each iteration of a fused loop touches elements no
+/// other iteration does, in the order the two loops touched them.
+bool rowLocal(const Footprint::Buffer &x, ValueRange xIvs, const Footprint::Buffer &y,
+              ValueRange yIvs) {
+  if (x.whole || y.whole || x.accesses.empty())
+    return false;
+  Value memref = x.accesses.front().memref;
+  SmallVector<llvm::SmallBitVector> positions; // per iv, candidate positions
+  for (unsigned d = 0; d < xIvs.size(); ++d)
+    positions.emplace_back(cast<MemRefType>(memref.getType()).getRank(), true);
+  auto check = [&](const Footprint::Buffer &b, ValueRange ivs) {
+    for (auto &a : b.accesses) {
+      if (a.memref != memref) // one view, so one coordinate system
+        return false;
+      for (auto [d, iv] : llvm::enumerate(ivs))
+        for (auto [p, index] : llvm::enumerate(a.indices))
+          if (index != iv)
+            positions[d].reset(p);
+    }
+    return true;
+  };
+  return check(x, xIvs) && check(y, yIvs) &&
+         llvm::all_of(positions, [](auto &p) { return p.any(); });
+}
+
+bool sameIterationSpace(scf::ParallelOp a, scf::ParallelOp b) {
+  return llvm::equal(a.getLowerBound(), b.getLowerBound()) &&
+         llvm::equal(a.getUpperBound(), b.getUpperBound()) &&
+         llvm::equal(a.getStep(), b.getStep());
+}
+
+/// Fuses `first` into `second` (its body runs first in each iteration) when
+/// that keeps every access order: the ops between them are independent of
+/// `first` (it moves down past them), and each buffer one loop writes and
+/// the other accesses is accessed row-locally by both.
+bool fuseInto(scf::ParallelOp first, scf::ParallelOp second, func::FuncOp kernel) {
+  if (first.getNumResults() || second.getNumResults() || !sameIterationSpace(first, second))
+    return false;
+  Footprint f(first, kernel);
+  if (f.unknown)
+    return false;
+  for (Operation *op = first->getNextNode(); op != second; op = op->getNextNode())
+    if (!isMemoryEffectFree(op) && !Footprint(op, kernel).independentOf(f))
+      return false;
+  Footprint s(second, kernel);
+  if (s.unknown)
+    return false;
+  for (auto &[key, fb] : f.buffers) {
+    auto it = s.buffers.find(key);
+    if (it == s.buffers.end() || !(fb.written || it->second.written))
+      continue;
+    if (!rowLocal(fb, first.getInductionVars(), it->second, second.getInductionVars()))
+      return false;
+  }
+  Block *to = second.getBody();
+  to->getOperations().splice(to->begin(), first.getBody()->getOperations(),
+                             first.getBody()->begin(), std::prev(first.getBody()->end()));
+  for (auto [a, b] : llvm::zip(first.getInductionVars(), second.getInductionVars()))
+    a.replaceAllUsesWith(b);
+  first->erase();
+  return true;
+}
+
+/// Fuses the parallel loops of a kernel's body over one iteration space
+/// (a row reduction's statistics, and the elementwise loop using them) into
+/// one loop, each loop into the next one it can join: a LayerNorm or softmax
+/// reads each row once from memory and keeps it in cache for the next
+/// steps, and the kernel dispatches one parallel loop instead of three.
+void fuseParallelLoops(func::FuncOp kernel) {
+  SmallVector<scf::ParallelOp> loops(kernel.getBody().front().getOps<scf::ParallelOp>());
+  for (auto [i, first] : llvm::enumerate(loops)) {
+    for (scf::ParallelOp second : ArrayRef(loops).drop_front(i + 1)) {
+      if (!second || !sameIterationSpace(first, second))
+        continue;
+      if (fuseInto(first, second, kernel))
+        loops[i] = nullptr;
+      break;
+    }
+  }
+}
+
 struct OutlineParallel : impl::MlircapOutlineParallelBase<OutlineParallel> {
   using MlircapOutlineParallelBase::MlircapOutlineParallelBase;
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    for (auto func : module.getOps<func::FuncOp>())
+      if (func->hasAttr("mlircap.kernel") && !func.isExternal())
+        fuseParallelLoops(func);
     SmallVector<scf::ParallelOp> loops;
     module.walk([&](scf::ParallelOp op) {
       if (op.getNumReductions() == 0 && !op->getParentOfType<scf::ParallelOp>() &&

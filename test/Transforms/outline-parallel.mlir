@@ -263,3 +263,157 @@ func.func @kern_unknown(%x: memref<64x256xf32>, %y: memref<64x256xf32>) attribut
   }
   return
 }
+
+// -----
+
+// A kernel's row loops over one iteration space are fused first (softmax:
+// row max, exp, row sum, in-place division): one parallel body, each row's
+// steps in their order. The fill loop over another iteration space (rows x
+// 1) writes a buffer the first loops do not touch: the max and exp loops
+// move down past it; the sum loop reads what the fill wrote and follows it.
+// CHECK-LABEL: func.func private @softmax_parallel_body(
+// CHECK: scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step
+// CHECK: scf.for {{.*}} iter_args
+// CHECK: arith.maximumf
+// CHECK: memref.store %{{.*}}, %{{.*}}[%[[I]]] : memref<64xf32>
+// CHECK: scf.for
+// CHECK: math.exp
+// CHECK: scf.for {{.*}} iter_args
+// CHECK: arith.addf
+// CHECK: memref.store %{{.*}}, %{{.*}}[%[[I]]] : memref<64xf32>
+// CHECK: scf.for
+// CHECK: arith.divf
+// CHECK: return
+// CHECK-NOT: func.func private @softmax_parallel_body
+// CHECK-LABEL: func.func @softmax(
+// CHECK: scf.parallel
+// CHECK: memref.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : memref<64x1xf32>
+// CHECK: call @mlircap_parallel_for(
+// CHECK-NOT: call @mlircap_parallel_for(
+// CHECK: return
+func.func @softmax(%x: memref<64x256xf32>, %y: memref<64x256xf32>) attributes {mlircap.kernel = "row_reduction"} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c64 = arith.constant 64 : index
+  %c256 = arith.constant 256 : index
+  %ninf = arith.constant 0xFF800000 : f32
+  %zero = arith.constant 0.0 : f32
+  %m = memref.alloc() : memref<64xf32>
+  scf.parallel (%i) = (%c0) to (%c64) step (%c1) {
+    %r = scf.for %j = %c0 to %c256 step %c1 iter_args(%a = %ninf) -> (f32) {
+      %v = memref.load %x[%i, %j] : memref<64x256xf32>
+      %n = arith.maximumf %v, %a : f32
+      scf.yield %n : f32
+    }
+    memref.store %r, %m[%i] : memref<64xf32>
+  }
+  scf.parallel (%i) = (%c0) to (%c64) step (%c1) {
+    %mx = memref.load %m[%i] : memref<64xf32>
+    scf.for %j = %c0 to %c256 step %c1 {
+      %v = memref.load %x[%i, %j] : memref<64x256xf32>
+      %d = arith.subf %v, %mx : f32
+      %e = math.exp %d : f32
+      memref.store %e, %y[%i, %j] : memref<64x256xf32>
+    }
+  }
+  %s2 = memref.alloc() : memref<64x1xf32>
+  scf.parallel (%i, %k) = (%c0, %c0) to (%c64, %c1) step (%c1, %c1) {
+    memref.store %zero, %s2[%i, %k] : memref<64x1xf32>
+  }
+  %s = memref.collapse_shape %s2 [[0, 1]] : memref<64x1xf32> into memref<64xf32>
+  scf.parallel (%i) = (%c0) to (%c64) step (%c1) {
+    %init = memref.load %s[%i] : memref<64xf32>
+    %r = scf.for %j = %c0 to %c256 step %c1 iter_args(%a = %init) -> (f32) {
+      %v = memref.load %y[%i, %j] : memref<64x256xf32>
+      %n = arith.addf %v, %a : f32
+      scf.yield %n : f32
+    }
+    memref.store %r, %s[%i] : memref<64xf32>
+  }
+  scf.parallel (%i) = (%c0) to (%c64) step (%c1) {
+    %t = memref.load %s[%i] : memref<64xf32>
+    scf.for %j = %c0 to %c256 step %c1 {
+      %v = memref.load %y[%i, %j] : memref<64x256xf32>
+      %q = arith.divf %v, %t : f32
+      memref.store %q, %y[%i, %j] : memref<64x256xf32>
+    }
+  }
+  memref.dealloc %m : memref<64xf32>
+  memref.dealloc %s2 : memref<64x1xf32>
+  return
+}
+
+// -----
+
+// Not fused: the second loop reads a column of what the first one wrote by
+// rows (another iteration's elements); an op between them writes a buffer
+// the first loop reads; a function that is no kernel (its arguments may be
+// one buffer).
+// CHECK-LABEL: func.func @transposed(
+// CHECK-COUNT-2: call @mlircap_parallel_for(
+// CHECK-LABEL: func.func @copy_between(
+// CHECK-COUNT-2: call @mlircap_parallel_for(
+// CHECK-LABEL: func.func @not_kernel(
+// CHECK-COUNT-2: call @mlircap_parallel_for(
+func.func @transposed(%x: memref<64x64xf32>, %y: memref<64x64xf32>) attributes {mlircap.kernel = "pointwise"} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c64 = arith.constant 64 : index
+  %t = memref.alloc() : memref<64x64xf32>
+  scf.parallel (%i) = (%c0) to (%c64) step (%c1) {
+    scf.for %j = %c0 to %c64 step %c1 {
+      %v = memref.load %x[%i, %j] : memref<64x64xf32>
+      memref.store %v, %t[%i, %j] : memref<64x64xf32>
+    }
+  }
+  scf.parallel (%i) = (%c0) to (%c64) step (%c1) {
+    scf.for %j = %c0 to %c64 step %c1 {
+      %v = memref.load %t[%j, %i] : memref<64x64xf32>
+      memref.store %v, %y[%i, %j] : memref<64x64xf32>
+    }
+  }
+  memref.dealloc %t : memref<64x64xf32>
+  return
+}
+
+func.func @copy_between(%x: memref<64x64xf32>, %y: memref<64x64xf32>, %z: memref<64x64xf32>) attributes {mlircap.kernel = "pointwise"} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c64 = arith.constant 64 : index
+  %t = memref.alloc() : memref<64x64xf32>
+  scf.parallel (%i) = (%c0) to (%c64) step (%c1) {
+    scf.for %j = %c0 to %c64 step %c1 {
+      %v = memref.load %t[%i, %j] : memref<64x64xf32>
+      memref.store %v, %y[%i, %j] : memref<64x64xf32>
+    }
+  }
+  memref.copy %x, %t : memref<64x64xf32> to memref<64x64xf32>
+  scf.parallel (%i) = (%c0) to (%c64) step (%c1) {
+    scf.for %j = %c0 to %c64 step %c1 {
+      %v = memref.load %t[%i, %j] : memref<64x64xf32>
+      memref.store %v, %z[%i, %j] : memref<64x64xf32>
+    }
+  }
+  memref.dealloc %t : memref<64x64xf32>
+  return
+}
+
+func.func @not_kernel(%x: memref<64x64xf32>, %y: memref<64x64xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c64 = arith.constant 64 : index
+  scf.parallel (%i) = (%c0) to (%c64) step (%c1) {
+    scf.for %j = %c0 to %c64 step %c1 {
+      %v = memref.load %x[%i, %j] : memref<64x64xf32>
+      memref.store %v, %y[%i, %j] : memref<64x64xf32>
+    }
+  }
+  scf.parallel (%i) = (%c0) to (%c64) step (%c1) {
+    scf.for %j = %c0 to %c64 step %c1 {
+      %v = memref.load %y[%i, %j] : memref<64x64xf32>
+      %w = arith.addf %v, %v : f32
+      memref.store %w, %x[%i, %j] : memref<64x64xf32>
+    }
+  }
+  return
+}
