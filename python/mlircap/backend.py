@@ -925,6 +925,7 @@ def make_backend(options: Options | None = None, registry: list | None = None):
         return compiled
 
     def bw_compiler(gm, example_inputs):
+        _drop_dead_random(gm)
         return make_boxed_func(gm.forward)
 
     def backend(gm, example_inputs):
@@ -1017,6 +1018,25 @@ def make_backend(options: Options | None = None, registry: list | None = None):
             )
 
     return backend
+
+
+def _drop_dead_random(gm: torch.fx.GraphModule) -> None:
+    """Random ops whose results nothing reads, erased from a backward graph. The
+    partitioner copies a forward random op into the backward graph with the
+    factories feeding it (Dropout2d's bernoulli of a mask the gradient does not
+    need: an input without grad); FX's dead code elimination keeps it, as random ops
+    are impure, so every backward drew from torch's generator where eager's draws
+    nothing, and random results after it differed from eager's. A backward never
+    draws (autograd's formulas read the masks the forward saved)."""
+    from .partition import is_random
+
+    dead = [n for n in gm.graph.nodes if n.op == "call_function" and not n.users and is_random(n)]
+    if not dead:
+        return
+    for n in dead:
+        gm.graph.erase_node(n)
+    gm.graph.eliminate_dead_code()   # the factories that fed them
+    gm.recompile()
 
 
 def _aot_passes_through(fw: torch.fx.GraphModule, gm: torch.fx.GraphModule, example_inputs) -> bool:

@@ -204,3 +204,36 @@ def test_mask_put_island_raises_under_strict():
         for _ in range(3):
             got = fast(t, m, w)
     torch.testing.assert_close(got, _mask_put_per_element(t, m, w))
+
+
+# ----------------------------------------------------------------------- random draws
+class _TwoDropouts(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2 = torch.nn.Linear(6, 8), torch.nn.Linear(8, 2)
+        self.alpha, self.drop2d = torch.nn.AlphaDropout(0.2), torch.nn.Dropout2d(0.5)
+
+    def forward(self, x, img):   # img needs no gradient: its dropout mask is not saved for backward
+        return self.l2(self.alpha(self.l1(x))) + self.drop2d(img).mean((1, 2, 3))[:, None]
+
+
+def test_backward_draws_no_random_numbers():
+    """The partitioner left the Dropout2d mask's bernoulli in the backward graph with no
+    user; every compiled backward drew from torch's generator, so what was drawn after
+    it differed from eager's (bench/modules2.py dropout_train_backward_sgd)."""
+    import copy
+
+    torch.manual_seed(0)
+    ref = _TwoDropouts().train()
+    fast = mlircap.compile(copy.deepcopy(ref))
+    for i in range(3):
+        x, img = torch.randn(4, 6), torch.randn(4, 3, 2, 2)
+        states, outs = [], []
+        for f in (ref, fast):
+            torch.manual_seed(10 + i)
+            out = f(x, img)
+            out.sum().backward()
+            states.append(torch.get_rng_state())
+            outs.append(out.detach())
+        torch.testing.assert_close(outs[1], outs[0])
+        assert torch.equal(states[0], states[1])
