@@ -1138,3 +1138,177 @@ case("scalar_0d_tensors", lambda: (R(2, 3), torch.tensor(1.5), torch.tensor(3), 
 case("dropout_train_backward_sgd", lambda: (R(4, 6), R(4, 3, 2, 2), torch.tensor([0, 1, 1, 0])), train=True)(
     lambda: DropoutTrainBackward())
 case("hist_quantile_search_ops", lambda: (R(12), torch.tensor([0, 0, 2, 3, 3, 3])))(lambda: HistQuantileOps())
+
+
+# ================================================================= more training idioms
+class WGANWeightClip(nn.Module):
+    """WGAN critic: weights clipped through .data in forward, RMS of the critic output."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4, 8), nn.LeakyReLU(0.2), nn.Linear(8, 1))
+
+    def forward(self, real, fake):
+        for p in self.net.parameters():
+            p.data.clamp_(-0.05, 0.05)
+        return self.net(real).mean() - self.net(fake).mean()
+
+
+class ClipGradNormStep(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(5, 3)
+
+    def forward(self, x, y):
+        loss = F.mse_loss(self.fc(x), y)
+        loss.backward()
+        norm = nn.utils.clip_grad_norm_(self.parameters(), 0.1)
+        return loss.detach(), norm, self.fc.weight.grad.clone()
+
+
+class DistillationKD(nn.Module):
+    """Knowledge distillation: teacher under no_grad, temperature-scaled KL + hard CE."""
+
+    def __init__(self, T=3.0):
+        super().__init__()
+        self.teacher = nn.Linear(6, 4)
+        self.student = nn.Linear(6, 4)
+        self.T = T
+
+    def forward(self, x, y):
+        with torch.no_grad():
+            t = self.teacher(x)
+        s = self.student(x)
+        kd = F.kl_div(F.log_softmax(s / self.T, -1), F.softmax(t / self.T, -1), reduction="batchmean") * self.T ** 2
+        return 0.7 * kd + 0.3 * F.cross_entropy(s, y)
+
+
+class DropPathBlock(nn.Module):
+    """Stochastic depth: per-sample keep mask from torch.rand + floor_, residual scaled."""
+
+    def __init__(self, p=0.3):
+        super().__init__()
+        self.p = p
+        self.fc = nn.Linear(5, 5)
+
+    def forward(self, x):
+        keep = 1 - self.p
+        mask = (keep + torch.rand(x.shape[0], 1, dtype=x.dtype)).floor_()
+        return x + self.fc(x).div(keep) * mask
+
+
+class MixtureDensity(nn.Module):
+    def __init__(self, d=3, k=4):
+        super().__init__()
+        self.k = k
+        self.head = nn.Linear(d, 3 * k)
+
+    def forward(self, x, y):   # y (B,)
+        logit_pi, mu, log_sigma = self.head(x).split(self.k, -1)
+        log_sigma = log_sigma.clamp(-5, 5)
+        log_pi = F.log_softmax(logit_pi, -1)
+        lp = -0.5 * ((y[:, None] - mu) / log_sigma.exp()) ** 2 - log_sigma - 0.5 * math.log(2 * math.pi)
+        return -torch.logsumexp(log_pi + lp, -1).mean(), (log_pi.exp() * mu).sum(-1)
+
+
+class SoftArgmaxKeypoints(nn.Module):
+    def __init__(self, beta=10.0):
+        super().__init__()
+        self.beta = beta
+        self.conv = nn.Conv2d(2, 3, 3, padding=1)
+
+    def forward(self, x):   # (B, 2, H, W) -> (B, K, 2)
+        heat = self.conv(x)
+        b, k, h, w = heat.shape
+        prob = F.softmax(self.beta * heat.flatten(2), -1).view(b, k, h, w)
+        ys, xs = torch.meshgrid(torch.arange(h, dtype=x.dtype), torch.arange(w, dtype=x.dtype), indexing="ij")
+        return torch.stack([(prob * xs).sum((2, 3)), (prob * ys).sum((2, 3))], -1), heat.flatten(2).argmax(-1)
+
+
+class RoIAffineCrop(nn.Module):
+    """Crops boxes with affine_grid + grid_sample (spatial-transformer RoI pooling)."""
+
+    def forward(self, feat, boxes):   # (1, C, H, W), (R, 4) normalized xyxy in [-1, 1]
+        r = boxes.size(0)
+        theta = feat.new_zeros(r, 2, 3)
+        theta[:, 0, 0] = (boxes[:, 2] - boxes[:, 0]) / 2
+        theta[:, 0, 2] = (boxes[:, 2] + boxes[:, 0]) / 2
+        theta[:, 1, 1] = (boxes[:, 3] - boxes[:, 1]) / 2
+        theta[:, 1, 2] = (boxes[:, 3] + boxes[:, 1]) / 2
+        grid = F.affine_grid(theta, (r, feat.size(1), 3, 3), align_corners=False)
+        return F.grid_sample(feat.expand(r, -1, -1, -1), grid, align_corners=False)
+
+
+class SinkhornLog(nn.Module):
+    def forward(self, cost, eps: float = 0.1, iters: int = 20):   # (B, N, M)
+        b, n, m = cost.shape
+        log_mu = torch.full((b, n), -math.log(n))
+        log_nu = torch.full((b, m), -math.log(m))
+        u = torch.zeros(b, n)
+        v = torch.zeros(b, m)
+        K = -cost / eps
+        for _ in range(iters):
+            u = log_mu - torch.logsumexp(K + v[:, None, :], 2)
+            v = log_nu - torch.logsumexp(K + u[:, :, None], 1)
+        P = torch.exp(K + u[:, :, None] + v[:, None, :])
+        return P, (P * cost).sum((1, 2))
+
+
+class TopKSparseAttention(nn.Module):
+    def forward(self, q, k, v, topk: int = 2):
+        s = q @ k.transpose(-1, -2)
+        vals, idx = s.topk(topk, dim=-1)
+        sparse = torch.full_like(s, float("-inf")).scatter(-1, idx, vals)
+        return sparse.softmax(-1) @ v
+
+
+class BYOLTargetEMA(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.online = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 3))
+        self.target = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 3))
+        for p in self.target.parameters():
+            p.requires_grad_(False)
+
+    def forward(self, a, b):
+        with torch.no_grad():
+            for po, pt in zip(self.online.parameters(), self.target.parameters()):
+                pt.lerp_(po, 0.01)
+            t = self.target(b)
+        p = self.online(a)
+        return 2 - 2 * F.cosine_similarity(p, t.detach(), dim=-1).mean()
+
+
+class AliasingOutputs(nn.Module):
+    """Returns views, detaches and clones of inputs and intermediates side by side; the caller writes to them."""
+
+    def forward(self, x):
+        y = x * 2
+        outs = (x, x.detach(), x.clone(), y, y.view(-1), y.clone(), y + 0, x[0], y.t())
+        outs[2].add_(1)
+        outs[5].mul_(3)
+        return outs
+
+
+class ListToTensorFactories(nn.Module):
+    def forward(self, x):
+        w = x.new_tensor([0.2, 0.3, 0.5])
+        c = torch.as_tensor([1, 2, 3], dtype=torch.long)
+        return (x * w).sum(-1), c.float().mean(), torch.tensor(x.shape[0]) * 2, x.new_full((2,), 3.5), \
+            torch.tensor([[1.0, 2.0]], dtype=x.dtype).expand(x.size(0), -1)
+
+
+case("wgan_weight_clip_data", lambda: (R(4, 4), R(4, 4)))(lambda: WGANWeightClip())
+case("clip_grad_norm_step", lambda: (R(4, 5), R(4, 3)), train=True)(lambda: ClipGradNormStep())
+case("distillation_kd_no_grad_teacher", lambda: (R(5, 6), torch.tensor([0, 3, 1, 2, 3])))(
+    lambda: DistillationKD())
+case("drop_path_rand_floor_train", lambda: (R(6, 5),), train=True)(lambda: DropPathBlock())
+case("mixture_density_nll", lambda: (R(5, 3), R(5)))(lambda: MixtureDensity())
+case("soft_argmax_keypoints", lambda: (R(2, 2, 5, 6),))(lambda: SoftArgmaxKeypoints())
+case("roi_affine_grid_crop", lambda: (R(1, 2, 6, 6), torch.tensor([[-1.0, -1.0, 0.0, 0.5], [-0.5, 0.0, 1.0, 1.0]])))(
+    lambda: RoIAffineCrop())
+case("sinkhorn_log_space", lambda: (torch.rand(2, 4, 5),))(lambda: SinkhornLog())
+case("topk_sparse_attention", lambda: (R(2, 4, 3), R(2, 5, 3), R(2, 5, 3)))(lambda: TopKSparseAttention())
+case("byol_target_lerp_ema_train", lambda: (R(4, 4), R(4, 4)), train=True)(lambda: BYOLTargetEMA())
+case("aliasing_outputs_written", lambda: (R(3, 4),))(lambda: AliasingOutputs())
+case("list_to_tensor_factories", lambda: (R(4, 3),))(lambda: ListToTensorFactories())
