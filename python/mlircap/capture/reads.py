@@ -11,12 +11,13 @@ from typing import Any
 import torch
 
 from .base import Unreplayable, _MISSING
-from .guard_kinds import ClassAttr, Equals, Keys, Lengths, NoClassAttr, NoKey
+from .guard_kinds import ClassAttr, Equals, Keys, Lengths, NoClassAttr, NoKey, TypeIs
 from .frame_hook import _E, _NULL
 from .classify import _PRIM
 from .typeinfo import _class_dicts, _is_data_descr, _is_ndarray, _mro_lookup
 from .counters import _CounterMixin
 from .np_ops import _static_index
+from .sources import _BARE_CONST
 
 
 class _ReadMixin(_CounterMixin):
@@ -91,6 +92,11 @@ class _ReadMixin(_CounterMixin):
         if isinstance(obj, torch.Tensor):
             self._tensor_attr(obj, name, s)
             return
+        if s is None and isinstance(obj, type) and _class_dicts(obj):
+            # a class reached otherwise than through a read (`cls` of a classmethod,
+            # `type(self)`): the class object is the same at replay, its attributes are
+            # what changes
+            s = (self.const(obj), obj.__qualname__, False)
         if s is None or type(obj) in _PRIM:
             return
         expr, pretty, kind = s
@@ -152,6 +158,10 @@ class _ReadMixin(_CounterMixin):
             return  # immutable: its attributes are what the object (identity-guarded) was made with
         argrooted = kind is True
         cls = type(obj)
+        if not argrooted and _BARE_CONST.fullmatch(expr) and _class_dicts(cls):
+            # an identity-guarded object: `obj.__class__ = Other` keeps the object and
+            # changes where its attributes come from
+            self.guard(TypeIs(expr, f"type({pretty})", cls))
         _, raw = _mro_lookup(cls, name)
         if raw is not _MISSING and _is_data_descr(raw):
             if type(raw) in (types.MemberDescriptorType, types.GetSetDescriptorType):
@@ -176,6 +186,12 @@ class _ReadMixin(_CounterMixin):
             return
         if raw is not _MISSING:
             self._class_attr(obj, name, pretty, argrooted)
+        elif type(d) is dict and not argrooted:
+            # on neither the instance nor its class (`__getattr__` answers, or it raises):
+            # guarded to stay so, as a class attribute or instance attribute set later is
+            # found first
+            self.guard(NoKey(self.const(d), pretty, name), group=(d,))
+            self._class_guard(cls, name, _MISSING, f"type({pretty}).{name}")
 
     def _tensor_attr(self, t: torch.Tensor, name: str, s: tuple | None) -> None:
         """An attribute read on a tensor: Python attributes set on it (`t.tag`) are guarded

@@ -1,6 +1,7 @@
 """Shared harness: every program is exec'd twice (eager copy, captured copy) so the two
 runs have fully independent program state (globals, modules, objects)."""
 import copy
+import enum
 import functools
 import math
 import textwrap
@@ -16,7 +17,9 @@ def same(a, b, path="out"):
     ta, tb = type(a), type(b)
     assert ta is tb or (ta.__qualname__ == tb.__qualname__ and {ta.__module__, tb.__module__} == {"prog_e", "prog_c"}), \
         f"{path}: type {ta} != {tb}"
-    if isinstance(a, torch.Tensor):
+    if isinstance(a, enum.Enum):   # (each copy of the program has its own enum classes)
+        assert a.name == b.name and a.value == b.value, f"{path}: {a!r} != {b!r}"
+    elif isinstance(a, torch.Tensor):
         assert a.dtype == b.dtype and a.shape == b.shape and a.device == b.device, f"{path}: meta"
         assert a.requires_grad == b.requires_grad, f"{path}: requires_grad"
         assert torch.equal(torch.nan_to_num(a.detach()), torch.nan_to_num(b.detach())), f"{path}: values differ"

@@ -832,6 +832,189 @@ def test_objects_held_across_a_call_that_rebinds_their_globals():
     run_program(HELD_ACROSS, [(torch.randn(2),) for _ in range(16)], cache_limit=64)
 
 
+PROGRAM5 = """
+import random, types, collections, dataclasses, enum, functools
+class Mode(enum.Enum):
+    ADD = 1
+    MUL = 2
+class Act(enum.IntEnum):
+    RELU = 0
+    TANH = 1
+MODE = Mode.ADD
+ACT = Act.RELU
+@dataclasses.dataclass(frozen=True)
+class Opts:
+    k: float = 1.0
+    n: int = 2
+OPTS = Opts()
+Pair = collections.namedtuple("Pair", "a b")
+PAIR = Pair(1.0, 2)
+def scale(a, x, s=1.0):
+    return x * a + s
+PP = functools.partial(scale, 2.0)
+PN = functools.partial(functools.partial(scale, 1.0), s=0.5)
+class A:
+    def val(self):
+        return 1.0
+    @staticmethod
+    def st(x):
+        return x + 1
+    @classmethod
+    def cm(cls, x):
+        return x * cls.F
+    F = 2.0
+class B(A):
+    def val(self):
+        return 4.0
+OBJ = A()
+OBJ.w = 1.0
+class Dyn:
+    def __getattr__(self, name):
+        return TABLE.get(name, 0.0)
+TABLE = {"g": 1.0}
+DYN = Dyn()
+SHAPE = [3]
+TUP = ([1.0, 2.0], "t")
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.register_buffer("mask", torch.ones(3))
+    def forward(self, x):
+        return self.lin(x) * self.mask
+def make():
+    m = M()
+    def f(x, a=1.0, *, b=2):
+        y = m(x) * a + b
+        y = y + 1.0 if MODE is Mode.ADD else y * 2.0
+        y = y.relu() if ACT == Act.RELU else y.tanh()
+        y = y + MODE.value + int(ACT)
+        y = y * OPTS.k + OPTS.n + PAIR.a * PAIR[1]
+        y = PP(y) + PN(y)
+        y = y + OBJ.val() + OBJ.st(1.0) + OBJ.cm(1.0) + OBJ.w
+        y = y + DYN.g
+        y = y.view(SHAPE[0], -1).sum(-1) + torch.tensor([1.5]).sum()
+        y = y + TUP[0][1]
+        return y
+    f.m = m
+    return f
+def _mutations(f):
+    def set_global(name, v):
+        globals()[name] = v
+    return [
+        lambda r: set_global("MODE", r.choice(list(Mode))),
+        lambda r: set_global("ACT", r.choice(list(Act))),
+        lambda r: set_global("OPTS", dataclasses.replace(OPTS, k=r.choice([1.0, 2.0]))),
+        lambda r: set_global("OPTS", Opts(n=r.choice([2, 3]))),
+        lambda r: set_global("PAIR", PAIR._replace(a=r.choice([1.0, 3.0]))),
+        lambda r: set_global("PAIR", Pair(PAIR.a, r.choice([2, 5]))),
+        lambda r: set_global("PP", functools.partial(scale, r.choice([2.0, 0.5]))),
+        lambda r: set_global("PN", functools.partial(functools.partial(scale, r.choice([1.0, 3.0])), s=0.5)),
+        lambda r: setattr(OBJ, "__class__", r.choice([A, B])),
+        lambda r: vars(OBJ).__setitem__("w", r.choice([1.0, 2.0])),
+        lambda r: OBJ.__dict__.update(val=lambda: 9.0) if "val" not in vars(OBJ) else vars(OBJ).pop("val"),
+        lambda r: setattr(A, "st", r.choice([staticmethod(lambda x: x + 1), staticmethod(lambda x: x - 5)])),
+        lambda r: setattr(A, "F", r.choice([2.0, 3.0])),
+        lambda r: setattr(A, "cm", r.choice([classmethod(lambda cls, x: x * cls.F), classmethod(lambda cls, x: -x)])),
+        lambda r: TABLE.__setitem__("g", r.choice([1.0, 4.0])),
+        lambda r: setattr(Dyn, "g", 7.0) if "g" not in vars(Dyn) else delattr(Dyn, "g"),
+        lambda r: TUP[0].__setitem__(1, r.choice([2.0, 6.0])),
+        lambda r: setattr(f, "__defaults__", (r.choice([1.0, 2.0]),)),
+        lambda r: setattr(f, "__kwdefaults__", {"b": r.choice([2, 4])}),
+        lambda r: f.m.lin.weight.requires_grad_(r.random() < 0.5),
+        lambda r: f.m.register_buffer("mask", torch.full((3,), r.choice([1.0, 2.0]))),
+        lambda r: torch.set_default_dtype(r.choice([torch.float32, torch.float64])),
+        lambda r: None,
+    ]
+def mutate(i, f):
+    r = random.Random(SEED * 1000 + i)
+    with torch.no_grad():
+        for _ in range(r.choice([1, 1, 2])):
+            r.choice(_mutations(f))(r)
+"""
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_guard_fuzz_enums_partials_classes_defaults(seed, typed_checks_agree):
+    """Mutation kinds the other programs do not make: a global Enum / IntEnum member
+    rebound (an `is` and an `==` branch, `.value`, int()), a frozen dataclass replaced
+    (dataclasses.replace), a namedtuple replaced, a partial's positional argument and a
+    nested partial, an instance's __class__ swapped, its __dict__ written through vars()
+    (an entry, a method shadowed), a staticmethod / classmethod / class attribute replaced,
+    a __getattr__ object's table and a class attribute shadowing it, a list inside a tuple
+    written, the captured function's own __defaults__ / __kwdefaults__, a parameter's
+    requires_grad, a buffer re-registered, the default dtype (torch.tensor([1.5]))."""
+    import torch
+    x = torch.randn(3)
+    dt = torch.get_default_dtype()
+    try:
+        run_program(f"SEED = {seed}\n" + PROGRAM5, [(x,)] * 40, name=f"fuzz5_{seed}", cache_limit=1000)
+    finally:
+        torch.set_default_dtype(dt)
+
+
+CLASS_SWAP = """
+class A:
+    def val(self):
+        return 1.0
+class B(A):
+    def val(self):
+        return 4.0
+OBJ = A()
+OBJ.w = 1.0
+def make():
+    def f(x):
+        return x + OBJ.val() + OBJ.w
+    return f
+def mutate(i, f):
+    OBJ.__class__ = B if i % 2 else A
+"""
+
+CLASSMETHOD_CLS = """
+class A:
+    @classmethod
+    def cm(cls, x):
+        return x * cls.F
+    F = 2.0
+OBJ = A()
+def make():
+    def f(x):
+        return x + OBJ.cm(1.0)
+    return f
+def mutate(i, f):
+    A.F = 3.0 if i % 2 else 2.0
+"""
+
+GETATTR_SHADOWED = """
+TABLE = {"g": 1.0}
+class Dyn:
+    def __getattr__(self, name):
+        return TABLE.get(name, 0.0)
+DYN = Dyn()
+def make():
+    def f(x):
+        return x + DYN.g
+    return f
+def mutate(i, f):
+    if i % 2:
+        Dyn.g = 7.0
+    elif "g" in vars(Dyn):
+        del Dyn.g
+"""
+
+
+@pytest.mark.parametrize("prog", [CLASS_SWAP, CLASSMETHOD_CLS, GETATTR_SHADOWED],
+                         ids=["class_swapped", "classmethod_cls_attr", "getattr_shadowed"])
+def test_attribute_lookups_the_fuzz_found_unguarded(prog):
+    """Found by the program above (each gave a stale result on the second call): an
+    identity-guarded object's __class__ swapped (reads.op_load_attr guards its type), a
+    class attribute read through a classmethod's `cls` (a class not reached through a read:
+    taken as its constant), an attribute `__getattr__` answers, then shadowed by a class
+    attribute (guarded absent from the instance and its class)."""
+    import torch
+    run_program(prog, [(torch.ones(2),)] * 4, recompiles=1)
+
+
 PROGRAM_INTS = """
 import random
 G_N = 2
