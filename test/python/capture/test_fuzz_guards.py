@@ -1015,6 +1015,104 @@ def test_attribute_lookups_the_fuzz_found_unguarded(prog):
     run_program(prog, [(torch.ones(2),)] * 4, recompiles=1)
 
 
+PROGRAM6 = """
+import random, types, functools, math
+class Act(nn.Module):
+    def forward(self, x):
+        return x.relu()
+class K:
+    def val(self):
+        return 1.0
+def val2(self):
+    return 2.0
+KO = K()
+G_I = 2
+G_F = 1.0
+TW = torch.ones(3)
+def helper(x):
+    return x + 1
+class Mul:
+    def __call__(self, x):
+        return x * 3
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.act = Act()
+    def forward(self, x):
+        return self.act(self.lin(x))
+def make():
+    m = M()
+    k = 1.0
+    def f(x):
+        y = m(x) + KO.val() + k
+        y = y * G_I + (G_F if G_F == G_F else 0.0)
+        y = y + TW
+        y = helper(y)
+        return y
+    f.m = m
+    return f
+def _mutations(f):
+    def set_global(name, v):
+        globals()[name] = v
+    return [
+        lambda r: setattr(K.val, "__code__", r.choice([K.__dict__["val"].__code__, val2.__code__])),
+        lambda r: set_global("G_I", r.choice([2, True, 2.0])),
+        lambda r: set_global("G_F", r.choice([1.0, float("nan"), -0.0])),
+        lambda r: set_global("TW", r.choice([torch.ones(3), nn.Parameter(torch.ones(3), requires_grad=False), torch.ones(3, dtype=torch.float64)])),
+        lambda r: set_global("helper", r.choice([helper, functools.partial(lambda a, x: x + a, 2.0), Mul()])),
+        lambda r: f.__closure__[[c for c in f.__code__.co_freevars].index("k")].__setattr__("cell_contents", r.choice([1.0, 5.0])),
+        lambda r: None,
+    ]
+def mutate(i, f):
+    r = random.Random(SEED * 1000 + i)
+    with torch.no_grad():
+        for _ in range(r.choice([1, 1, 2])):
+            r.choice(_mutations(f))(r)
+    if r.random() < 0.2:
+        torch.set_grad_enabled(r.random() < 0.5)
+"""
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_guard_fuzz_codes_numbers_callables_grad_mode(seed, typed_checks_agree):
+    """More kinds: a method's __code__ replaced on the class's function, a global int
+    rebound to True / 2.0, a float to NaN / -0.0, a global tensor to a Parameter / another
+    dtype, a helper rebound to a partial / a callable object, a closure cell written through
+    `__closure__[i].cell_contents`, the grad mode switched between calls."""
+    import torch
+    x = torch.randn(3)
+    try:
+        run_program(f"SEED = {seed}\n" + PROGRAM6, [(x,)] * 40, name=f"fuzz6_{seed}", cache_limit=1000)
+    finally:
+        torch.set_grad_enabled(True)
+
+
+@pytest.mark.xfail(strict=True, reason="known unsound: a submodule's __class__ swapped (m.act.__class__ = Act2) keeps "
+                   "the module object, and modules' types are not guarded (reads.op_load_attr guards the type of "
+                   "other identity-guarded objects; per module it would cost a guard per module on every call)")
+def test_module_class_swapped():
+    import torch
+    run_program("""
+class Act(nn.Module):
+    def forward(self, x):
+        return x.relu()
+class Act2(Act):
+    def forward(self, x):
+        return x.tanh()
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.act = Act()
+    def forward(self, x):
+        return self.act(x) + 1
+def make():
+    return M()
+def mutate(i, m):
+    m.act.__class__ = Act2 if i % 2 else Act
+""", [(torch.randn(3),)] * 4)
+
+
 PROGRAM_INTS = """
 import random
 G_N = 2
