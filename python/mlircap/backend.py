@@ -929,6 +929,14 @@ def make_backend(options: Options | None = None, registry: list | None = None):
         return make_boxed_func(gm.forward)
 
     def backend(gm, example_inputs):
+        hoisted = _hoist_grad_reads(gm, example_inputs)
+        if hoisted is not None:
+            gm, example_inputs, owners = hoisted
+            fn = backend_inner(gm, example_inputs)
+            return lambda *args: fn(*args, *[args[i].grad for i in owners])
+        return backend_inner(gm, example_inputs)
+
+    def backend_inner(gm, example_inputs):
         # aot_autograd keeps process-wide tracing state (patchers, fake
         # modes): graphs from several threads are compiled one at a time.
         with _COMPILE_LOCK:
@@ -1018,6 +1026,50 @@ def make_backend(options: Options | None = None, registry: list | None = None):
             )
 
     return backend
+
+
+def _reads_grad(node: torch.fx.Node) -> bool:
+    """`node` is `getattr(x, "grad")` (as capture records `p.grad`: a trampoline over getattr)."""
+    if node.op != "call_function" or len(node.args) != 2 or node.args[1] != "grad" or node.kwargs:
+        return False
+    t = node.target
+    if t is getattr:
+        return True
+    for c in getattr(t, "__closure__", None) or ():
+        try:
+            if c.cell_contents is getattr:
+                return True
+        except ValueError:   # an empty cell
+            pass
+    return False
+
+
+def _hoist_grad_reads(gm: torch.fx.GraphModule, example_inputs):
+    """A graph reading `p.grad` of an input (an optimizer step or a gradient returned after
+    a backward in the function): aot_autograd traces with its own tensors for the inputs,
+    whose .grad is None, so the graph failed to compile and ran uncompiled. Each such
+    read becomes one more input, the caller's `args[i].grad` passed at each call: (the
+    rewritten graph, its example inputs, the input positions whose .grad follow), or None."""
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    index = {n: i for i, n in enumerate(phs)}
+    reads = [n for n in gm.graph.nodes if _reads_grad(n) and n.args[0] in index]
+    reads = [n for n in reads if isinstance(example_inputs[index[n.args[0]]], torch.Tensor)
+             and isinstance(example_inputs[index[n.args[0]]].grad, torch.Tensor)]
+    if not reads:
+        return None
+    owners, extra = [], []
+    last = phs[-1]
+    for k, n in enumerate(reads):
+        i = index[n.args[0]]
+        with gm.graph.inserting_after(last):
+            ph = gm.graph.placeholder(f"grad_of_in{i}_{k}")
+        last = ph
+        n.replace_all_uses_with(ph)
+        gm.graph.erase_node(n)
+        owners.append(i)
+        extra.append(example_inputs[i].grad)
+    gm.recompile()
+    return gm, list(example_inputs) + extra, owners
 
 
 def _drop_dead_random(gm: torch.fx.GraphModule) -> None:

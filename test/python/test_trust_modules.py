@@ -237,3 +237,41 @@ def test_backward_draws_no_random_numbers():
             outs.append(out.detach())
         torch.testing.assert_close(outs[1], outs[0])
         assert torch.equal(states[0], states[1])
+
+
+# ------------------------------------------------------------ .grad read in a graph
+def test_graph_reading_grad_after_backward_compiles():
+    """`p.grad` read by the graph after an in-function backward (an optimizer step,
+    gradients returned): aot traced the inputs with tensors whose .grad is None and the
+    graph ran uncompiled. The grads are now inputs passed per call (new grad tensors
+    after zero_grad(set_to_none=True) included), written in place as eager writes them."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 2)
+
+    def fn(x):
+        loss = (lin(x) ** 2).sum()
+        loss.backward()
+        g = lin.weight.grad.clone() * 2
+        lin.bias.grad.mul_(0.5)      # an in-place write to a grad
+        with torch.no_grad():
+            lin.weight -= 0.1 * lin.weight.grad
+        return loss.detach(), g
+
+    ref = torch.nn.Linear(3, 2)
+    ref.load_state_dict(lin.state_dict())
+    fast = mlircap.compile(fn)
+    state = {k: v.clone() for k, v in lin.state_dict().items()}
+    for i in range(3):
+        x = torch.randn(4, 3)
+        lin.load_state_dict(state)
+        lin.zero_grad(set_to_none=True)
+        want = fn(x)
+        want_grads = (lin.weight.grad.clone(), lin.bias.grad.clone(), lin.weight.detach().clone())
+        lin.load_state_dict(state)
+        lin.zero_grad(set_to_none=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)   # no "backend failed to compile"
+            got = fast(x)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close((lin.weight.grad, lin.bias.grad, lin.weight.detach()), want_grads)
+    assert fast.graphs and all(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs)
