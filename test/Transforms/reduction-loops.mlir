@@ -1,17 +1,24 @@
 // RUN: mlircap-opt %s --split-input-file --mlircap-reduction-loops | FileCheck %s
 
 // A row max: the accumulator is loaded once per row, carried through the
-// reduction loop, stored once.
+// reduction loop, stored once. The max is a maxnumf that assumes no NaN (one
+// vector max on x86, not llvm.maximum's six ops) beside a flag of a NaN
+// term (or a NaN initial value); the result is NaN where it is set.
 // CHECK-LABEL: func.func @row_max(
 // CHECK-SAME: %[[X:.*]]: memref<4x1001xf32>, %[[ACC:.*]]: memref<4xf32>)
 // CHECK: scf.parallel (%[[I:.*]]) =
 // CHECK:   %[[INIT:.*]] = memref.load %[[ACC]][%[[I]]] : memref<4xf32>
-// CHECK:   %[[R:.*]] = scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[A:.*]] = %[[INIT]]) -> (f32) {
+// CHECK:   %[[N0:.*]] = arith.cmpf uno, %[[INIT]], %[[INIT]] : f32
+// CHECK:   %[[R:.*]]:2 = scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[A:.*]] = %[[INIT]], %[[N:.*]] = %[[N0]]) -> (f32, i1) {
 // CHECK:     %[[V:.*]] = memref.load %[[X]][%[[I]], %[[J]]] : memref<4x1001xf32>
-// CHECK:     %[[M:.*]] = arith.maximumf %[[V]], %[[A]] : f32
-// CHECK:     scf.yield %[[M]] : f32
-// CHECK:   memref.store %[[R]], %[[ACC]][%[[I]]] : memref<4xf32>
+// CHECK:     %[[M:.*]] = arith.maxnumf %[[V]], %[[A]] fastmath<nnan,nsz> : f32
+// CHECK:     %[[U:.*]] = arith.cmpf uno, %[[V]], %[[V]] : f32
+// CHECK:     %[[N1:.*]] = arith.ori %[[N]], %[[U]] : i1
+// CHECK:     scf.yield %[[M]], %[[N1]] : f32, i1
+// CHECK:   %[[S:.*]] = arith.select %[[R]]#1, %cst{{.*}}, %[[R]]#0 : f32
+// CHECK:   memref.store %[[S]], %[[ACC]][%[[I]]] : memref<4xf32>
 // CHECK-NOT: linalg.generic
+// CHECK-NOT: maximumf
 func.func @row_max(%x: memref<4x1001xf32>, %acc: memref<4xf32>) {
   linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
                   iterator_types = ["parallel", "reduction"]}
@@ -453,17 +460,17 @@ func.func @split_full_sum(%x: memref<1048576xf32>, %acc: memref<f64>) {
 // CHECK: %[[PART:.*]] = memref.alloca() : memref<2x10xf32>
 // CHECK: scf.parallel (%[[I:.*]], %[[C:.*]]) = (%{{.*}}, %{{.*}}) to (%c2{{.*}}, %c9{{.*}}) step
 // CHECK:   %[[OFF:.*]] = arith.muli %[[C]], %c4096{{.*}} : index
-// CHECK:   scf.for %[[J:.*]] = %c0{{.*}} to %c4096{{.*}} step %{{.*}} iter_args(%{{.*}} = %cst{{.*}}) -> (f32) {
+// CHECK:   scf.for %[[J:.*]] = %c0{{.*}} to %c4096{{.*}} step %{{.*}} iter_args(%{{.*}} = %cst{{.*}}, %{{.*}} = %{{.*}}) -> (f32, i1) {
 // CHECK:     arith.addi %[[OFF]], %[[J]] : index
-// CHECK:     arith.maximumf
+// CHECK:     arith.maxnumf
 // CHECK:   memref.store %{{.*}}, %[[PART]][%[[I]], %[[C]]] : memref<2x10xf32>
 // CHECK: scf.for %[[R:.*]] = %{{.*}} to %c2{{.*}} step
 // CHECK:   scf.for %{{.*}} = %c0{{.*}} to %c3136 step
 // CHECK:   memref.store %{{.*}}, %[[PART]][%[[R]], %c9{{.*}}] : memref<2x10xf32>
 // CHECK:   %[[INIT:.*]] = memref.load %{{.*}}[%[[R]]] : memref<2xf32>
-// CHECK:   scf.for %[[K:.*]] = %{{.*}} to %c10{{.*}} step %{{.*}} iter_args(%[[S:.*]] = %[[INIT]]) -> (f32) {
+// CHECK:   scf.for %[[K:.*]] = %{{.*}} to %c10{{.*}} step %{{.*}} iter_args(%[[S:.*]] = %[[INIT]], %{{.*}} = %{{.*}}) -> (f32, i1) {
 // CHECK:     %[[P:.*]] = memref.load %[[PART]][%[[R]], %[[K]]] : memref<2x10xf32>
-// CHECK:     arith.maximumf %[[P]], %[[S]] : f32
+// CHECK:     arith.maxnumf %[[P]], %[[S]] fastmath<nnan,nsz> : f32
 func.func @split_row_max(%x: memref<2x40000xf32>, %acc: memref<2xf32>) {
   linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
                   iterator_types = ["parallel", "reduction"]}

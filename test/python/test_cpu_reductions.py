@@ -146,6 +146,39 @@ def test_reduction_over_a_column_of_nan_and_inf_like_eager():
         torch.testing.assert_close(fast(x), fn(x), equal_nan=True)
 
 
+
+@pytest.mark.parametrize("where", ["none", "first", "middle", "last", "all_nan", "all_ninf"])
+def test_row_max_and_min_with_nan_and_inf_like_eager(where):
+    # Row max/min accumulate as a max that assumes no NaN plus a NaN flag
+    # (mlircap-reduction-loops): a NaN anywhere in a row, also in the middle of
+    # a multi-dim reduction or a chunk of a long row, gives NaN.
+    x = _randn(6, 5, 300)
+    x[1, :, 7] = float("inf")
+    x[2, 3, :] = float("-inf")
+    pos = {"first": 0, "middle": 150, "last": 299}.get(where)
+    if pos is not None:
+        x[0, 0, pos] = float("nan")
+        x[4, 2, pos] = float("nan")
+    elif where == "all_nan":
+        x[3] = float("nan")
+    elif where == "all_ninf":
+        x[3] = float("-inf")
+    long = _randn(2, 70000)
+    if pos is not None:
+        long[1, pos * 200] = float("nan")
+    fns = (lambda t: t.amax(-1), lambda t: t.amin(-1), lambda t: t.amax((1, 2)),
+           lambda t: t.amin((0, 2)), lambda t: torch.softmax(t, -1),
+           lambda t: F.max_pool2d(t.unsqueeze(0), 3, 2))
+    for fn in fns:
+        fast = mlircap.compile(fn, strict=True)
+        fast(x)
+        torch.testing.assert_close(fast(x), fn(x), equal_nan=True)
+    for fn in (lambda t: t.amax(-1), lambda t: t.amin(-1)):
+        fast = mlircap.compile(fn, strict=True)
+        fast(long)
+        torch.testing.assert_close(fast(long), fn(long), equal_nan=True)
+
+
 F = torch.nn.functional
 # f32 sums over an innermost dim of at least 64 elements are summed in blocks of 1024
 # (mlircap-reduction-loops): each block in f32, the blocks' sums in f64
