@@ -15,6 +15,7 @@ from logging import Logger as logging_Logger
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_flatten
 
 from .. import logs as _logs
 from .base import Unreplayable, _Canned, _MISSING
@@ -142,6 +143,16 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
                 # arguments in it are not followed (flows.py): guarded by value
                 self._flow_escape_args()
                 return
+        if (f is _FUNCTION_APPLY or getattr(f, "__func__", None) is _FUNCTION_APPLY) and torch.is_grad_enabled() and \
+                any(isinstance(t, torch.Tensor) and t.requires_grad for t in tree_flatten((args, kwargs))[0]):
+            # MyFunction.apply(x) (a custom autograd.Function) on a tensor that requires
+            # grad: run between graphs as it is, so that autograd attaches its own backward
+            # (its forward's ops, recorded, would give the ops' gradient, or none: autograd
+            # runs forward under no_grad)
+            cls = getattr(f, "__self__", None) or (args[0] if args else None)
+            self._external_call(frame, f, args, kwargs, f"a custom autograd.Function "
+                                f"({getattr(cls, '__qualname__', '?')}.apply) on a tensor that requires grad", slot)
+            return
         kind = _call_kind(f)
         recv = self._opaque_method(f, args)
         if recv is not None:
@@ -413,6 +424,7 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
 
 
 _IS_COMPILING = torch.compiler.is_compiling
+_FUNCTION_APPLY = torch.autograd.function.Function.apply.__func__
 _TENSOR_DEEPCOPY = (torch.Tensor.__deepcopy__, torch.nn.Parameter.__deepcopy__)
 
 
