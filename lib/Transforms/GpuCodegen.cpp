@@ -13,10 +13,14 @@
 //   pointwise  flattened grid-stride loop, 256 threads/block, grid capped at
 //              8 blocks per SM on 132 SMs; outputs of 4-aligned contiguous
 //              f32/f16/bf16/i32 kernels are stored 4 at a time (vector.store).
-//   row        a block (a single warp for rows of <= 32 elements) per row:
-//              strided per-thread partials, gpu.shuffle xor butterfly within
-//              warps, shared memory across warps; later ops of the row read
-//              the reduced values from registers.
+//   row        lanes of a block or warp per row; gpu.shuffle xor butterfly
+//              within warps, shared memory across warps; later ops of the row
+//              read the reduced values from registers. Rows of up to 32
+//              elements a thread are held in registers ("_regs"): each thread
+//              owns chunks of 8 (4) consecutive elements, read once with
+//              16-byte vector loads ("_vec8"/"_vec4", pointers checked aligned
+//              at run time) and reused by every reduction and output of the
+//              row (memoized eval). Longer rows: a strided loop per reduction.
 //   reduction  (column, windowed, multi-result reductions) one thread per
 //              output element with a serial scf.for over the reduction loops.
 //

@@ -9,8 +9,10 @@ namespace mlir::mlircap::gpu_emit {
 
 void Codegen::rowKernel(Value tid, Value bid) {
   int64_t rows = 0, len = 0;
+  linalg::GenericOp first;
   for (auto g : kfn.getBody().front().getOps<linalg::GenericOp>())
     if (isRowReduction(g)) {
+      first = g;
       rows = len = 1;
       for (auto [i, it] : llvm::enumerate(g.getIteratorTypesArray()))
         ((it == utils::IteratorType::parallel) ? rows : len) *= g.getStaticLoopRanges()[i];
@@ -22,14 +24,38 @@ void Codegen::rowKernel(Value tid, Value bid) {
     strategy = "empty";
     return;
   }
-  // Threads per row: about 4 elements per thread. Up to a warp, several
-  // rows share a block (and a warp: shuffles stay within aligned groups of
-  // `lanes` lanes); beyond, a block per row.
-  // Many rows of up to 1024 elements: a warp per row (no shared memory, no
-  // barriers) still fills the GPU, e.g. attention softmax over 256 keys.
-  int64_t lanes = llvm::PowerOf2Ceil((len + 3) / 4);
-  if (lanes > 32 && len <= 1024 && rows >= numSMs * 32)
-    lanes = 32;
+  SmallVector<int64_t> loops = first.getStaticLoopRanges();
+  unsigned np = first.getNumParallelLoops();
+  // The row in registers when every row reduction runs over the same loops
+  // and a thread's share is small: chunks of up to 8 consecutive elements
+  // (one 16-byte vector load of bf16, two of f32), about 4 chunks a thread,
+  // more threads per row while the GPU is not filled.
+  bool sameLoops = llvm::all_of(kfn.getBody().front().getOps<linalg::GenericOp>(),
+                                [&](linalg::GenericOp g) {
+                                  return !isRowReduction(g) || isCloneableIntoKernel(g) ||
+                                         (g.getStaticLoopRanges() == loops &&
+                                          g.getNumParallelLoops() == np);
+                                });
+  int64_t inner = loops.back();
+  int64_t width = inner % 8 == 0 ? 8 : inner % 4 == 0 ? 4
+                                                      : 1;
+  int64_t chunks = len / width;
+  int64_t lanes = std::clamp<int64_t>(llvm::PowerOf2Ceil((chunks + 3) / 4), 1, 1024);
+  while (lanes < 1024 && lanes < chunks && rows * lanes < numSMs * 1024)
+    lanes *= 2;
+  int64_t slots = (chunks + lanes - 1) / lanes;
+  bool persistent = sameLoops && slots * width <= 32;
+  if (!persistent) {
+    // Threads per row: about 4 elements per thread. Many rows of up to 1024
+    // elements: a warp per row (no shared memory, no barriers) still fills
+    // the GPU, e.g. attention softmax over 256 keys.
+    width = 1;
+    lanes = llvm::PowerOf2Ceil((len + 3) / 4);
+    if (lanes > 32 && len <= 1024 && rows >= numSMs * 32)
+      lanes = 32;
+  }
+  // Up to a warp, several rows share a block (and a warp: shuffles stay
+  // within aligned groups of `lanes` lanes); beyond, a block per row.
   int64_t rowsPerBlock = 1;
   if (lanes <= 32) {
     lanes = std::max<int64_t>(lanes, 1);
@@ -54,6 +80,181 @@ void Codegen::rowKernel(Value tid, Value bid) {
     row = arith::MinUIOp::create(b, loc, r, cIdx(rows - 1));
     tid = arith::RemUIOp::create(b, loc, tid, cIdx(lanes));
   }
+  if (!persistent) {
+    loopedRow(tid, row, valid, rows);
+    return;
+  }
+  strategy += width > 1 ? "_regs_vec" + std::to_string(width) : "_regs";
+  vecWidth = width;
+  if (width == 1) {
+    persistentRow(tid, row, valid, loops, np, slots);
+    return;
+  }
+  // Vector loads and stores need 16-byte aligned base pointers: checked at
+  // run time, the scalar version otherwise (e.g. a misaligned input view).
+  Value aligned;
+  for (Value mem : llvm::concat<Value>(argMem, outMem)) {
+    Value p = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, mem);
+    Value ok = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                     arith::RemUIOp::create(b, loc, p, cIdx(16)), cIdx(0));
+    aligned = aligned ? arith::AndIOp::create(b, loc, aligned, ok).getResult() : ok;
+  }
+  auto ifAligned = scf::IfOp::create(b, loc, aligned, /*withElse=*/true);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(ifAligned.thenBlock());
+  vecLoads = true;
+  persistentRow(tid, row, valid, loops, np, slots);
+  b.setInsertionPointToStart(ifAligned.elseBlock());
+  vecLoads = false;
+  persistentRow(tid, row, valid, loops, np, slots);
+}
+
+void Codegen::persistentRow(Value tid, Value row, Value valid, ArrayRef<int64_t> loops,
+                            unsigned np, int64_t slots) {
+  memo.clear();
+  laneOf.clear();
+  materialized.clear();
+  int64_t width = vecWidth;
+  ArrayRef<int64_t> redShape = loops.drop_front(np);
+  int64_t chunks = product(redShape) / width;
+  SmallVector<Value> rowIvs = delinearize(row, loops.take_front(np));
+  // Slot j of this thread: chunk tid + j * lanes (clamped into the row; a
+  // slot past the row's end is computed but neither reduced nor stored).
+  struct Slot {
+    Value inRange;
+    SmallVector<SmallVector<Value>> ivs; // per lane: row ivs, reduction ivs
+  };
+  SmallVector<Slot> slotIvs;
+  for (int64_t j = 0; j < slots; ++j) {
+    Slot s;
+    Value ch = arith::AddIOp::create(b, loc, tid, cIdx(j * rowLanes));
+    if (chunks % rowLanes != 0 && (j + 1) * rowLanes > chunks) {
+      s.inRange = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, ch, cIdx(chunks));
+      ch = arith::MinUIOp::create(b, loc, ch, cIdx(chunks - 1));
+    }
+    auto pre = delinearize(arith::MulIOp::create(b, loc, ch, cIdx(width)), redShape);
+    for (int64_t l = 0; l < width; ++l) {
+      SmallVector<Value> ivs(rowIvs);
+      ivs.append(pre.begin(), pre.end() - 1);
+      Value last = l == 0 ? pre.back() : arith::AddIOp::create(b, loc, pre.back(), cIdx(l)).getResult();
+      if (width > 1)
+        laneOf[last] = {pre.back(), l};
+      ivs.push_back(last);
+      s.ivs.push_back(std::move(ivs));
+    }
+    slotIvs.push_back(std::move(s));
+  }
+  auto storeGuard = [&](Value inRange) -> std::optional<OpBuilder::InsertionGuard> {
+    Value cond = valid;
+    if (inRange)
+      cond = cond ? arith::AndIOp::create(b, loc, cond, inRange).getResult() : inRange;
+    if (!cond)
+      return std::nullopt;
+    std::optional<OpBuilder::InsertionGuard> g(std::in_place, b);
+    auto ifOp = scf::IfOp::create(b, loc, cond, false);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    return g;
+  };
+  DenseMap<Value, unsigned> outIndex;
+  for (auto [v, k] : outputs())
+    outIndex.try_emplace(v, k);
+
+  for (Operation &op : kfn.getBody().front()) {
+    if (failedFlag)
+      return;
+    auto g = dyn_cast<linalg::GenericOp>(&op);
+    if (!g || isCloneableIntoKernel(g))
+      continue;
+    if (isRowReduction(g)) {
+      Operation *comb = getCombiner(g);
+      Type t = comb->getResult(0).getType();
+      TypedAttr identity = getCombinerIdentity(comb, t);
+      Value acc = arith::ConstantOp::create(b, loc, identity);
+      for (Slot &s : slotIvs)
+        for (auto &ivs : s.ivs) {
+          auto vals = evalBody(g, ivs, {acc});
+          if (vals.empty())
+            return;
+          acc = s.inRange ? arith::SelectOp::create(b, loc, s.inRange, vals[0], acc).getResult()
+                          : vals[0];
+        }
+      Value total = blockReduce(acc, comb, identity, tid);
+      SmallVector<Value> ivs(rowIvs);
+      for (size_t i = 0; i < redShape.size(); ++i)
+        ivs.push_back(cIdx(0));
+      OpOperand *init = g.getDpsInitOperand(0);
+      auto outIdx = applyMap(g.getMatchingIndexingMap(init), ivs);
+      Value initV = eval(init->get(), outIdx);
+      if (!initV)
+        return;
+      Value res = comb->getOperand(0) == g.getRegion().front().getArguments().back()
+                      ? combine(comb, initV, total)
+                      : combine(comb, total, initV);
+      materialized[g.getResult(0)] = res;
+      auto it = outIndex.find(g.getResult(0));
+      if (it != outIndex.end()) {
+        Value firstLane = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid, cIdx(0));
+        auto guard = storeGuard(firstLane);
+        store(it->second, res, outIdx);
+      }
+      continue;
+    }
+    for (Value r : g->getResults()) {
+      auto it = outIndex.find(r);
+      if (it == outIndex.end())
+        continue;
+      auto type = cast<RankedTensorType>(r.getType());
+      ArrayRef<int64_t> shape = type.getShape();
+      // Outputs of the reductions' shape are written from the slots; others
+      // by a strided loop over the row's part of them.
+      if (shape != loops) {
+        auto k = rowPrefix(shape, product(loops.take_front(np)));
+        if (!k) {
+          error(g, "row kernel output is not row-partitioned");
+          return;
+        }
+        auto guard = storeGuard(Value());
+        auto rowIdx = delinearize(row, shape.take_front(*k));
+        ArrayRef<int64_t> innerShape = shape.drop_front(*k);
+        auto loop = scf::ForOp::create(b, loc, tid, cIdx(product(innerShape)), cIdx(rowLanes));
+        OpBuilder::InsertionGuard lg(b);
+        b.setInsertionPointToStart(loop.getBody());
+        SmallVector<Value> idx(rowIdx);
+        auto in = delinearize(loop.getInductionVar(), innerShape);
+        idx.append(in.begin(), in.end());
+        if (Value v = eval(r, idx))
+          store(it->second, v, idx);
+        continue;
+      }
+      bool vecStore = vecLoads && width > 1 && vecType(type.getElementType());
+      for (Slot &s : slotIvs) {
+        SmallVector<Value> vals;
+        for (auto &ivs : s.ivs) {
+          Value v = eval(r, ivs);
+          if (!v)
+            return;
+          vals.push_back(v);
+        }
+        auto guard = storeGuard(s.inRange);
+        if (!vecStore) {
+          for (auto [ivs, v] : llvm::zip(s.ivs, vals))
+            store(it->second, v, ivs);
+          continue;
+        }
+        auto vt = VectorType::get({width}, vals[0].getType());
+        Value vec = vector::BroadcastOp::create(b, loc, vt, vals[0]);
+        for (int64_t l = 1; l < width; ++l)
+          vec = vector::InsertOp::create(b, loc, vals[l], vec, l);
+        auto st = vector::StoreOp::create(b, loc, vec, outMem[it->second],
+                                          ValueRange{linearize(s.ivs[0], shape)});
+        st.setAlignment(vecAlign(width, vals[0].getType()));
+      }
+    }
+  }
+}
+
+void Codegen::loopedRow(Value tid, Value row, Value valid, int64_t rows) {
+  int64_t lanes = rowLanes;
   auto guarded = [&]() -> std::optional<OpBuilder::InsertionGuard> {
     if (!valid)
       return std::nullopt;

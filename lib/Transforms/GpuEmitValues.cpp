@@ -7,13 +7,73 @@
 
 namespace mlir::mlircap::gpu_emit {
 
+bool Codegen::dominatesInsertion(Value v) {
+  Block *def = v.getParentBlock();
+  for (Block *blk = b.getInsertionBlock(); blk;) {
+    if (blk == def)
+      return true;
+    Operation *parent = blk->getParentOp();
+    if (!parent || parent == gfn.getOperation())
+      return false;
+    blk = parent->getBlock();
+  }
+  return false;
+}
+
 Value Codegen::eval(Value tensor, ArrayRef<Value> idx) {
   if (failedFlag)
     return {};
+  std::vector<const void *> key{tensor.getAsOpaquePointer()};
+  for (Value i : idx)
+    key.push_back(i.getAsOpaquePointer());
+  auto it = memo.find(key);
+  if (it != memo.end() && dominatesInsertion(it->second))
+    return it->second;
+  Value v = evalUncached(tensor, idx);
+  if (v)
+    memo[key] = v;
+  return v;
+}
+
+Value Codegen::vectorLane(BlockArgument arg, ArrayRef<Value> idx) {
+  if (!vecLoads || idx.empty())
+    return {};
+  auto lane = laneOf.find(idx.back());
+  auto type = cast<RankedTensorType>(arg.getType());
+  Type elem = type.getElementType();
+  if (lane == laneOf.end() || !vecType(elem) || type.getShape().back() % vecWidth != 0)
+    return {};
+  // The vector holds the lanes of the slot: idx with its innermost index
+  // replaced by the slot's first one (a multiple of vecWidth, as is the
+  // innermost size, so the vector stays in the row and is aligned).
+  auto [first, l] = lane->second;
+  SmallVector<Value> at(idx);
+  at.back() = first;
+  std::vector<const void *> key{nullptr, arg.getAsOpaquePointer()};
+  for (Value i : at)
+    key.push_back(i.getAsOpaquePointer());
+  Value vec;
+  auto it = memo.find(key);
+  if (it != memo.end() && dominatesInsertion(it->second)) {
+    vec = it->second;
+  } else {
+    auto load = vector::LoadOp::create(b, loc, VectorType::get({vecWidth}, elem),
+                                       argMem[arg.getArgNumber()],
+                                       ValueRange{linearize(at, type.getShape())});
+    load.setAlignment(vecAlign(vecWidth, elem));
+    vec = load;
+    memo[key] = vec;
+  }
+  return vector::ExtractOp::create(b, loc, vec, l);
+}
+
+Value Codegen::evalUncached(Value tensor, ArrayRef<Value> idx) {
   if (Value m = materialized.lookup(tensor))
     return m;
   auto type = cast<RankedTensorType>(tensor.getType());
   if (auto arg = dyn_cast<BlockArgument>(tensor)) {
+    if (Value v = vectorLane(arg, idx))
+      return v;
     Value lin = linearize(idx, type.getShape());
     Value v = memref::LoadOp::create(b, loc, argMem[arg.getArgNumber()], lin);
     if (type.getElementType().isInteger(1)) // bools are bytes in memory

@@ -24,6 +24,8 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/ScopeExit.h"
+#include <map>
+#include <vector>
 
 namespace mlir::mlircap::gpu_emit {
 
@@ -44,6 +46,15 @@ struct Codegen {
   int64_t rowLanes = 32; // threads cooperating on one row
   std::string strategy;
   bool failedFlag = false;
+  /// eval's results by (tensor, index values): an element computed again at
+  /// the same index values (e.g. a row element read by two reductions and
+  /// the output) is reused where it dominates the insertion point.
+  std::map<std::vector<const void *>, Value> memo;
+  /// Persistent rows: the innermost index value of each (slot, lane) -> the
+  /// slot's first index value (a multiple of vecWidth) and the lane.
+  DenseMap<Value, std::pair<Value, int64_t>> laneOf;
+  int64_t vecWidth = 1;
+  bool vecLoads = false; // vector loads of kernel inputs at lane indices
 
   Codegen(func::FuncOp kfn, gpu::GPUFuncOp gfn, int64_t numSMs)
       : kfn(kfn), gfn(gfn), b(gfn.getContext()), loc(kfn.getLoc()),
@@ -56,11 +67,28 @@ struct Codegen {
 
   Value cIdx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
 
+  /// Row-major linear index; a single index is returned as is (so that
+  /// `memo` and the lane indices of persistent rows see through 1-D groups).
   Value linearize(ArrayRef<Value> idx, ArrayRef<int64_t> shape) {
-    Value lin = cIdx(0);
-    for (auto [i, s] : llvm::zip(idx, shape))
+    if (idx.empty())
+      return cIdx(0);
+    if (idx.size() == 1)
+      return idx.front();
+    // The same index computed again (e.g. a reshaped input read by every
+    // lane of a chunk) is the same value: hash-consed through `memo`.
+    std::vector<const void *> key{reinterpret_cast<const void *>(uintptr_t(1))};
+    for (auto [i, s] : llvm::zip(idx, shape)) {
+      key.push_back(i.getAsOpaquePointer());
+      key.push_back(reinterpret_cast<const void *>(uintptr_t(s)));
+    }
+    auto it = memo.find(key);
+    if (it != memo.end() && dominatesInsertion(it->second))
+      return it->second;
+    Value lin = idx.front();
+    for (auto [i, s] : llvm::zip(idx.drop_front(), shape.drop_front()))
       lin = arith::AddIOp::create(
           b, loc, arith::MulIOp::create(b, loc, lin, cIdx(s)), i);
+    memo[key] = lin;
     return lin;
   }
 
@@ -97,8 +125,14 @@ struct Codegen {
     return arith::ConstantOp::create(b, loc, cast<TypedAttr>(b.getZeroAttr(t)));
   }
 
-  /// The element of `tensor` at `idx`.
+  /// The element of `tensor` at `idx` (memoized, see `memo`).
   Value eval(Value tensor, ArrayRef<Value> idx);
+  Value evalUncached(Value tensor, ArrayRef<Value> idx);
+  /// True if `v` is defined in the insertion block or one enclosing it.
+  bool dominatesInsertion(Value v);
+  /// Element `idx` of kernel input `arg` as a lane of a vector load, when
+  /// vecLoads is on and idx's innermost index is a lane index (laneOf).
+  Value vectorLane(BlockArgument arg, ArrayRef<Value> idx);
 
   /// Loop ivs of `g` that produce element `idx` of result `res`.
   std::optional<SmallVector<Value>> invertOutput(linalg::GenericOp g,
@@ -161,6 +195,14 @@ struct Codegen {
   void pointwise(Value tid, Value bid, bool allowVector);
 
   void rowKernel(Value tid, Value bid);
+  /// The row kernel with the row in registers: each thread owns `slots`
+  /// chunks of `vecWidth` consecutive elements of its row (chunk c at
+  /// elements [c*vecWidth, (c+1)*vecWidth), chunks dealt round-robin to the
+  /// row's lanes); every reduction and output reads them from `memo`.
+  void persistentRow(Value tid, Value row, Value valid, ArrayRef<int64_t> loops,
+                     unsigned np, int64_t slots);
+  /// The row kernel with a strided loop per reduction and output.
+  void loopedRow(Value tid, Value row, Value valid, int64_t rows);
 
   /// A reduction kernel that splits the reduction loop across threads: one
   /// single-result reduction R with a recognized combiner and a long

@@ -9,7 +9,7 @@
 // CHECK-LABEL: func.func @main(
 // CHECK: %[[A:.*]] = call @main_k0(%arg0)
 // CHECK: call @main_k1(%[[A]], %arg1)
-// CHECK: func.func private @main_k0({{.*}}) {{.*}}attributes {mlircap.kernel = "row_reduction", mlircap.launch = {block = array<i64: 32, 1, 1>, grid = array<i64: 1, 1, 1>, smem = 0 : i64, strategy = "row_subwarp"}}
+// CHECK: func.func private @main_k0({{.*}}) {{.*}}attributes {mlircap.kernel = "row_reduction", mlircap.launch = {block = array<i64: 32, 1, 1>, grid = array<i64: 1, 1, 1>, smem = 0 : i64, strategy = "row_subwarp_regs_vec8"}}
 // CHECK: func.func private @main_k1({{.*}}) {{.*}}mlircap.launch = {{.*}}strategy = "pointwise_vec4"
 // CHECK: gpu.binary @mlircap_kernels [#gpu.object<#nvvm.target<O = 3, chip = "sm_90", features = "+ptx80">
 

@@ -14,7 +14,7 @@
 
 // CG: gpu.module @mlircap_kernels
 // CG-DAG: strategy = "reduction_naive"
-// CG-DAG: strategy = "row_subwarp"
+// CG-DAG: strategy = "row_subwarp_regs_vec8"
 
 // PTX: .target sm_90
 // PTX-COUNT-2: .entry main_k

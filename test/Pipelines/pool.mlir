@@ -1,4 +1,4 @@
-// relu -> max_pool2d(2): pooling is generalized; the 2x2 window is a row of 4 (a thread per row), relu recomputed in it.
+// relu -> max_pool2d(2): pooling is generalized; the 2x2 window is a row of 4 (64 rows: 4 lanes a row, one element each, in registers), relu recomputed in it.
 // RUN: mlircap-opt %s --mlircap-fuse | FileCheck %s --check-prefix=FUSE
 // RUN: mlircap-opt %s --mlircap-fuse --mlircap-gpu-codegen | FileCheck %s --check-prefix=CG
 // RUN: mlircap-opt %s --mlircap-gpu-pipeline --mlircap-dump-ptx=file=%t.ptx -o /dev/null
@@ -12,7 +12,7 @@
 // FUSE: mlircap.kernel = "row_reduction"
 
 // CG: gpu.module @mlircap_kernels
-// CG: strategy = "row_thread"
+// CG: strategy = "row_subwarp_regs"
 
 // PTX: .target sm_90
 // PTX-COUNT-1: .entry main_k

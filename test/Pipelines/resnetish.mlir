@@ -13,7 +13,7 @@
 // FUSE: return
 
 // CG: gpu.module @mlircap_kernels
-// CG: strategy = "row_thread"
+// CG: strategy = "row_subwarp_regs"
 
 // PTX: .target sm_90
 // PTX-COUNT-3: .entry main_k

@@ -90,16 +90,22 @@ func.func @epilogue(%x: tensor<4x1024xf32>, %b: tensor<1024xf32>, %s: tensor<4xf
 
 // -----
 
-// Long rows: a block of 1024 threads per row; warp shuffles, then the warp
-// partials through workgroup memory between barriers.
+// Rows in registers: 4096 floats, 512 threads a row, each with one chunk of 8
+// consecutive elements: a vector load when the pointers are 16-byte aligned
+// (checked at run time), scalar loads otherwise. Warp shuffles, then the
+// warp partials through workgroup memory between barriers.
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #red = affine_map<(d0, d1) -> (d0)>
 // CHECK-LABEL: gpu.func @rowsum_k0
-// CHECK-SAME: workgroup(%[[SCRATCH:.*]] : memref<32xf32, #gpu.address_space<workgroup>>, %[[RES:.*]] : memref<1xf32, #gpu.address_space<workgroup>>)
-// CHECK-SAME: known_block_size = array<i32: 1024, 1, 1>
+// CHECK-SAME: workgroup(%[[SCRATCH:.*]] : memref<16xf32, #gpu.address_space<workgroup>>, %[[RES:.*]] : memref<1xf32, #gpu.address_space<workgroup>>,
+// CHECK-SAME: known_block_size = array<i32: 512, 1, 1>
 // CHECK-SAME: grid = array<i64: 2, 1, 1>
-// CHECK-SAME: strategy = "row_block"
-// CHECK: scf.for {{.*}} iter_args
+// CHECK-SAME: strategy = "row_block_regs_vec8"
+// CHECK: memref.extract_aligned_pointer_as_index
+// CHECK: scf.if
+// CHECK-NOT: scf.for
+// CHECK: vector.load {{.*}} {alignment = 16 : i64} : memref<8192xf32>, vector<8xf32>
+// CHECK-COUNT-8: vector.extract
 // CHECK-COUNT-5: gpu.shuffle xor
 // CHECK: memref.store {{.*}}, %[[SCRATCH]]
 // CHECK: gpu.barrier
@@ -108,6 +114,9 @@ func.func @epilogue(%x: tensor<4x1024xf32>, %b: tensor<1024xf32>, %s: tensor<4xf
 // CHECK: memref.store {{.*}}, %[[RES]]
 // CHECK: gpu.barrier
 // CHECK: memref.load %[[RES]]
+// CHECK: } else {
+// CHECK-NOT: vector.load
+// CHECK-COUNT-8: memref.load {{.*}} : memref<8192xf32>
 func.func @rowsum(%x: tensor<2x4096xf32>) -> tensor<2xf32> {
   %zero = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<2xf32>
@@ -123,16 +132,42 @@ func.func @rowsum(%x: tensor<2x4096xf32>) -> tensor<2xf32> {
 
 // -----
 
-// Rows of 128: a warp per row, 8 rows per 256-thread block, no shared memory.
+// Rows too long for registers (more than 32 elements a thread): a block of
+// 1024 threads per row, a strided loop per reduction.
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#red = affine_map<(d0, d1) -> (d0)>
+// CHECK-LABEL: gpu.func @longrow_k0
+// CHECK-SAME: known_block_size = array<i32: 1024, 1, 1>
+// CHECK-SAME: strategy = "row_block"
+// CHECK: scf.for {{.*}} iter_args
+// CHECK-COUNT-5: gpu.shuffle xor
+// CHECK: gpu.barrier
+func.func @longrow(%x: tensor<2x65536xf32>) -> tensor<2xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<2xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<2xf32>) -> tensor<2xf32>
+  %s = linalg.generic {indexing_maps = [#id, #red], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<2x65536xf32>) outs(%f : tensor<2xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.addf %a, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<2xf32>
+  return %s : tensor<2xf32>
+}
+
+// -----
+
+// Rows of 128: 16 threads a row (one chunk of 8 each), 16 rows per
+// 256-thread block, shuffles within the 16 lanes, no shared memory.
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #red = affine_map<(d0, d1) -> (d0)>
 // CHECK-LABEL: gpu.func @rowmax_k0
 // CHECK-NOT: workgroup
 // CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
-// CHECK-SAME: grid = array<i64: 2, 1, 1>
-// CHECK-SAME: strategy = "row_warp"
+// CHECK-SAME: grid = array<i64: 1, 1, 1>
+// CHECK-SAME: strategy = "row_subwarp_regs_vec8"
 // CHECK: arith.maximumf
-// CHECK: gpu.shuffle xor %{{.*}}, %c16_i32, %c32_i32 : f32
+// CHECK-NOT: %c16_i32, %c32_i32
 // CHECK: gpu.shuffle xor %{{.*}}, %c8_i32, %c32_i32 : f32
 // CHECK: gpu.shuffle xor %{{.*}}, %c4_i32, %c32_i32 : f32
 // CHECK: gpu.shuffle xor %{{.*}}, %c2_i32, %c32_i32 : f32
@@ -158,7 +193,7 @@ func.func @rowmax(%x: tensor<16x128xf32>) -> tensor<16xf32> {
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #red = affine_map<(d0, d1) -> (d0)>
 // CHECK-LABEL: gpu.func @sum64_k0
-// CHECK-SAME: strategy = "row_warp"
+// CHECK-SAME: strategy = "row_subwarp_regs_vec8"
 // CHECK: arith.bitcast %{{.*}} : f64 to i64
 // CHECK: arith.trunci %{{.*}} : i64 to i32
 // CHECK: gpu.shuffle xor %{{.*}} : i32
@@ -179,16 +214,16 @@ func.func @sum64(%x: tensor<4x128xf64>) -> tensor<4xf64> {
 
 // -----
 
-// Short rows (16): 4 threads per row, shuffles stay within the 4 lanes;
-// rows past the end are clamped and do not store.
+// Short rows (16): 2 threads per row with 8 elements each, shuffles stay
+// within the 2 lanes; rows past the end are clamped and do not store.
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #red = affine_map<(d0, d1) -> (d0)>
 // CHECK-LABEL: gpu.func @short_k0
 // CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
-// CHECK-SAME: grid = array<i64: 2, 1, 1>
-// CHECK-SAME: strategy = "row_subwarp"
+// CHECK-SAME: grid = array<i64: 1, 1, 1>
+// CHECK-SAME: strategy = "row_subwarp_regs_vec8"
 // CHECK: arith.minui
-// CHECK: gpu.shuffle xor %{{.*}}, %c2_i32, %c32_i32 : f32
+// CHECK-NOT: %c2_i32, %c32_i32
 // CHECK: gpu.shuffle xor %{{.*}}, %c1_i32, %c32_i32 : f32
 // CHECK-NOT: gpu.shuffle
 // CHECK: scf.if
@@ -348,7 +383,7 @@ func.func @argmax(%x: tensor<8x32xf32>) -> (tensor<8xf32>, tensor<8xi64>) {
 // CHECK-LABEL: gpu.func @total_k0(%{{.*}}: memref<8192xf32>, %{{.*}}: memref<1xf32>)
 // CHECK-SAME: known_block_size = array<i32: 1024, 1, 1>
 // CHECK-SAME: grid = array<i64: 1, 1, 1>
-// CHECK-SAME: strategy = "row_block"
+// CHECK-SAME: strategy = "row_block_regs_vec8"
 // CHECK: gpu.barrier
 func.func @total(%x: tensor<8192xf32>) -> tensor<f32> {
   %zero = arith.constant 0.0 : f32

@@ -304,9 +304,10 @@ def load_kernels(mlircap_opt, ir_text):
     return ctx, module, kernels
 
 
-def run_plan(plan, kernels, inputs, debug=None):
+def run_plan(plan, kernels, inputs, debug=None, misalign=False):
     """Executes a launch plan on CPU: library ops with torch, kernels with the
-    SIMT interpreter. Returns the outputs."""
+    SIMT interpreter. Returns the outputs. misalign: every input starts one
+    element past its allocation (not 16-byte aligned)."""
     vals = {v["id"]: v for v in plan["values"]}
     storage = {}
 
@@ -317,6 +318,8 @@ def run_plan(plan, kernels, inputs, debug=None):
         dt = DTYPES[v["dtype"]]
         if v["kind"] == "input":
             t = inputs[v["index"]].contiguous().to(dt).reshape(-1).clone()
+            if misalign:
+                t = torch.cat([t[:1], t])[1:]
         elif v["kind"] == "constant":
             n = 1
             for s in v["shape"]:

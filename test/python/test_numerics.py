@@ -28,14 +28,14 @@ def random_input(v, g):
     return torch.randint(0, 5, v["shape"], generator=g).to(dt)  # valid indices
 
 
-def check(ir_text, seed=0, atol=1e-4, rtol=1e-4):
+def check(ir_text, seed=0, atol=1e-4, rtol=1e-4, misalign=False):
     plan = json.loads(_mlircap.gpu_compile(ir_text))
     _, _, kernels = simt.load_kernels(OPT, ir_text)
     g = torch.Generator().manual_seed(seed)
     specs = sorted((v for v in plan["values"] if v["kind"] == "input"),
                    key=lambda v: v["index"])
     inputs = [random_input(v, g) for v in specs]
-    got = simt.run_plan(plan, kernels, inputs)
+    got = simt.run_plan(plan, kernels, inputs, misalign=misalign)
     vals = {v["id"]: v for v in plan["values"]}
     want = simt.reference(_mlircap, ir_text, inputs, [vals[o] for o in plan["outputs"]])
     for a, b in zip(got, want):
@@ -89,13 +89,24 @@ func.func @main(%x: tensor<{R}x{L}xf32>) -> (tensor<{R}x{L}xf32>, tensor<{R}xf32
 
 
 @pytest.mark.parametrize("rows,length,strategy", [
-    (3, 1, "row_thread"), (5, 16, "row_subwarp"), (9, 100, "row_warp"),
-    (2, 1000, "row_block"), (1, 3000, "row_block"),
-    # many rows of up to 1024: a warp per row (132 SMs x 32 rows and more)
-    (4300, 256, "row_warp"), (100, 256, "row_block")])
+    # the row in registers: chunks of 8 (4, 1) consecutive elements, about 4
+    # chunks a thread, more threads per row while the GPU is not filled
+    (3, 1, "row_thread_regs"), (5, 16, "row_subwarp_regs_vec8"), (9, 100, "row_warp_regs_vec4"),
+    (2, 1000, "row_block_regs_vec8"), (1, 3000, "row_block_regs_vec8"),
+    (3, 4099, "row_block_regs"), (4300, 256, "row_warp_regs_vec8"), (100, 256, "row_warp_regs_vec8"),
+    # rows too long for registers: a strided loop per reduction
+    (2, 40000, "row_block"), (2, 4099 * 9, "row_block")])
 def test_softmax_strategies(rows, length, strategy):
     plan = check(ROW.format(R=rows, L=length))
     assert [s["strategy"] for s in plan["steps"]] == [strategy]
+
+
+@pytest.mark.parametrize("rows,length", [(9, 100), (100, 256), (2, 1000)])
+def test_row_misaligned_inputs(rows, length):
+    """Inputs 4 bytes past a 16-byte boundary: the vectorized row kernel takes
+    its scalar version (checked at run time) and computes the same."""
+    plan = check(ROW.format(R=rows, L=length), misalign=True)
+    assert plan["steps"][0]["strategy"].endswith(("_vec4", "_vec8"))
 
 
 def test_pointwise_vec4_and_grid_stride():

@@ -164,7 +164,7 @@ def test_meanvar_two_outputs():
     check_well_formed(plan)
     vals = values(plan)
     assert [vals[o]["shape"] for o in plan["outputs"]] == [[32], [8]]
-    assert [k["strategy"] for k in kernels(plan)] == ["reduction_naive", "row_subwarp"]
+    assert [k["strategy"] for k in kernels(plan)] == ["reduction_naive", "row_subwarp_regs_vec8"]
 
 
 def test_vec4_alignment_and_splat():
