@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from .base import Unreplayable, _MISSING
-from .guard_kinds import ClassAttr, Equals, Keys, Lengths, NoClassAttr, NoKey, TypeIs
+from .guard_kinds import ClassAttr, Equals, Is, Keys, Lengths, NoClassAttr, NoKey, TypeIs
 from .frame_hook import _E, _NULL
 from .classify import _PRIM
 from .typeinfo import _class_dicts, _is_data_descr, _is_ndarray, _mro_lookup
@@ -135,6 +135,9 @@ class _ReadMixin(_CounterMixin):
             for store in ("_parameters", "_buffers", "_modules"):
                 sd = d.get(store)
                 if sd is not None and name in sd:
+                    # (the module still holds that dict: ModuleList's `del` rebuilds it)
+                    self.guard(Is(f"{self.const(d)}[{store!r}]", f"{pretty}.{store}", sd, "the same dict"),
+                               group=(d,))
                     self.read(f"{self.const(sd)}[{name!r}]", f"{pretty}.{name}", sd[name], id(obj), name,
                               group=(sd,))
                     return
@@ -197,6 +200,14 @@ class _ReadMixin(_CounterMixin):
         """An attribute read on a tensor: Python attributes set on it (`t.tag`) are guarded
         by value, methods and properties against monkeypatching of the tensor class."""
         cls = type(t)
+        if name == "grad" and s is not None and s[2] != "opaque" and t.is_leaf:
+            # `p.grad`: None or a tensor, deciding branches (`if p.grad is not None`) and
+            # read by the graph (getattr(p, 'grad')): guarded as it is now
+            g = t.grad
+            if g is None:
+                self.guard(Is(f"{s[0]}.grad", f"{s[1]}.grad", None, "None"))
+            else:
+                self.guard(self._tensor_match(f"{s[0]}.grad", f"{s[1]}.grad", g))
         _, raw = _mro_lookup(cls, name)
         if (raw is _MISSING or not _is_data_descr(raw)) and s is not None and s[2] != "opaque":
             expr, pretty = s[0], s[1]
@@ -291,6 +302,8 @@ class _ReadMixin(_CounterMixin):
         for store in ("_parameters", "_buffers", "_modules"):
             d = m.__dict__[store]
             dc = self.const(d)
+            md = m.__dict__
+            self.guard(Is(f"{self.const(md)}[{store!r}]", f"{s[1]}.{store}", d, "the same dict"), group=(md,))
             self.guard(Keys(dc, f"{s[1]}.{store}", tuple(d.keys())), group=(d,))
             for k, v in d.items():
                 self.read(f"{dc}[{k!r}]", f"{s[1]}.{k}", v, id(m), k, group=(d,))

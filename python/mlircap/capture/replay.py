@@ -281,8 +281,13 @@ class _GraphVariant(_Variant):
                 else:  # a data-dependent tensor operation: no side effect, just run it
                     L.append(ind + f"b{k} = {call}")
                 if midg.get(k + 1):
+                    # (a guard raising, e.g. a key its container lost, fails: as the pre-call ones)
                     cond = " and ".join(f"({e})" for e in midg[k + 1])
-                    L.append(ind + f"if not ({cond}):")
+                    L.append(ind + "try:")
+                    L.append(ind + f"    _ok = {cond}")
+                    L.append(ind + "except Exception:")
+                    L.append(ind + "    _ok = False")
+                    L.append(ind + "if not _ok:")
                     if k in resumes:   # after an uncapturable call that may write: the rest of the frame
                         chain = resumes[k]
                         for cont, rp in chain:

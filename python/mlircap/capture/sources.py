@@ -204,6 +204,9 @@ class _SourceMixin:
                     mods = v._modules if not isinstance(v, (torch.nn.ParameterList, torch.nn.ParameterDict)) else v._parameters
                     an = "_modules" if mods is v._modules else "_parameters"
                     self.guard(Keys(f"{c}.{an}", f"{pretty}.{an}", tuple(mods.keys())))
+                    # (the same dict: `del ml[i]` rebuilds `_modules`, so the items below,
+                    # read from the recorded dict, would not be the container's)
+                    self.guard(Is(f"{c}.{an}", f"{pretty}.{an}", mods, "the same dict"))
                     mc = self.const(mods)
                     for k, m in mods.items():
                         self._source(m, f"{mc}[{k!r}]", f"{pretty}[{k!r}]", False, depth + 1)

@@ -1113,6 +1113,56 @@ def mutate(i, m):
 """, [(torch.randn(3),)] * 4)
 
 
+PROGRAM7 = """
+import random
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.layers = nn.ModuleList([nn.Identity(), nn.ReLU()])
+        self.register_buffer("extra", torch.ones(3))
+    def forward(self, x):
+        y = self.lin(x)
+        g = self.lin.bias.grad
+        if g is not None:
+            y = y + g
+        for l in self.layers:
+            y = l(y)
+        if self.extra is not None:
+            y = y * self.extra
+        return y
+def make():
+    return M()
+def _mutations(m):
+    return [
+        lambda r: setattr(m.lin.bias, "grad", None if r.random() < 0.5 else torch.full((3,), r.choice([1.0, 2.0]))),
+        lambda r: m.layers.__setitem__(1, r.choice([nn.ReLU(), nn.Tanh(), nn.Sigmoid()])),
+        lambda r: m.layers.append(nn.Tanh()) if len(m.layers) < 4 else m.layers.__delitem__(-1),
+        lambda r: m.register_buffer("extra", None if r.random() < 0.5 else torch.full((3,), r.choice([1.0, 3.0]))),
+        lambda r: m.lin.bias.grad.mul_(2.0) if m.lin.bias.grad is not None else None,
+        lambda r: None,
+    ]
+def mutate(i, m):
+    r = random.Random(SEED * 1000 + i)
+    with torch.no_grad():
+        for _ in range(r.choice([1, 1, 2])):
+            r.choice(_mutations(m))(r)
+"""
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_guard_fuzz_grads_module_lists_buffers(seed, typed_checks_agree):
+    """A parameter's .grad set to None / a tensor / scaled in place (a branch on it, the
+    graph reading it), a ModuleList item replaced, appended, deleted (`del` rebuilds its
+    `_modules` dict), a buffer re-registered as None / another tensor.  Found: a stale
+    `_modules` dict (replays used the deleted layer, or raised KeyError from a mid-call
+    guard) and `p.grad` unguarded (the graph's getattr got None): fixed (reads.py, sources.py,
+    replay.py)."""
+    import torch
+    x = torch.randn(3)
+    run_program(f"SEED = {seed}\n" + PROGRAM7, [(x,)] * 40, name=f"fuzz7_{seed}", cache_limit=1000)
+
+
 PROGRAM_INTS = """
 import random
 G_N = 2
