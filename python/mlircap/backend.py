@@ -153,12 +153,28 @@ def _eager_roots(gm: torch.fx.GraphModule) -> list:
     """Per graph output, what it shares memory with in eager: ("input", k) for the
     k-th placeholder, ("node", name) for an intermediate, through view ops (outputs
     with one root alias each other; different roots never do)."""
+    import operator
+
     index = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+
+    def source(n):
+        """The tensor `n` is a view of: through view ops, and through getitem of a
+        multi-output view op (q, k, v = qkv.split(...): one root, as in eager)."""
+        if not (isinstance(n, torch.fx.Node) and n.op == "call_function" and n.args
+                and isinstance(n.args[0], torch.fx.Node)):
+            return None
+        if getattr(n.target, "is_view", False):
+            return n.args[0]
+        if n.target is operator.getitem:
+            multi = n.args[0]
+            if multi.op == "call_function" and getattr(multi.target, "is_view", False):
+                return multi
+        return None
+
     roots = []
     for n, _ in _outputs(gm):
-        while isinstance(n, torch.fx.Node) and n.op == "call_function" and \
-                getattr(n.target, "is_view", False) and n.args and isinstance(n.args[0], torch.fx.Node):
-            n = n.args[0]
+        while (s := source(n)) is not None:
+            n = s
         if not isinstance(n, torch.fx.Node):
             roots.append(None)
         elif n in index:
