@@ -43,6 +43,12 @@ void Codegen::rowKernel(Value tid, Value bid) {
   int64_t lanes = std::clamp<int64_t>(llvm::PowerOf2Ceil((chunks + 3) / 4), 1, 1024);
   while (lanes < 1024 && lanes < chunks && rows * lanes < numSMs * 1024)
     lanes *= 2;
+  // So many rows that half the lanes still fill every SM (max pooling's
+  // windows: millions of rows of 9): fewer lanes a row, down to a thread,
+  // while its share stays within 32 elements; fewer shuffles.
+  while (lanes > 1 && rows * (lanes / 2) >= numSMs * 2048 &&
+         (chunks + lanes / 2 - 1) / (lanes / 2) * width <= 32)
+    lanes /= 2;
   int64_t slots = (chunks + lanes - 1) / lanes;
   bool persistent = sameLoops && slots * width <= 32;
   if (!persistent) {

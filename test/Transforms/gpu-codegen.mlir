@@ -397,3 +397,30 @@ func.func @total(%x: tensor<8192xf32>) -> tensor<f32> {
   } -> tensor<f32>
   return %s : tensor<f32>
 }
+
+// -----
+
+// Millions of short rows (max pooling's 3x3 windows): a thread a row, the 9
+// elements in registers, no shuffles (half as many lanes would still fill
+// every SM). The max with the -inf init folds away: 8 maximumf.
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#red = affine_map<(d0, d1) -> (d0)>
+// CHECK-LABEL: gpu.func @windows_k0
+// CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
+// CHECK-SAME: grid = array<i64: 7813, 1, 1>
+// CHECK-SAME: strategy = "row_thread_regs"
+// CHECK-COUNT-8: arith.maximumf
+// CHECK-NOT: gpu.shuffle
+// CHECK: gpu.return
+func.func @windows(%x: tensor<2000000x9xf32>) -> tensor<2000000xf32> {
+  %ninf = arith.constant 0xFF800000 : f32
+  %e = tensor.empty() : tensor<2000000xf32>
+  %f = linalg.fill ins(%ninf : f32) outs(%e : tensor<2000000xf32>) -> tensor<2000000xf32>
+  %s = linalg.generic {indexing_maps = [#id, #red], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<2000000x9xf32>) outs(%f : tensor<2000000xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.maximumf %a, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<2000000xf32>
+  return %s : tensor<2000000xf32>
+}
