@@ -60,6 +60,8 @@ class CompiledGraph:
     _recorded: int = 0
     # uint8 computed as int32 (widen.py): which inputs to convert, which outputs to convert back
     _widened: tuple | None = None
+    # outputs that are views of another output in eager, remade as such (_output_views)
+    _views: tuple = ()
 
     STAGES = ("fx", "torch", "linalg", "fused", "llvm", "ptx")
 
@@ -108,7 +110,9 @@ class CompiledGraph:
                     res = exe(*ins)
                 finally:
                     _set_grad_enabled(True)
-            return res if self._widened is None else _narrow_outputs(res, self._widened[1])
+            if self._widened is not None:
+                res = _narrow_outputs(res, self._widened[1])
+            return res if not self._views else _as_views(res, self._views)
         except Exception as e:  # noqa: BLE001
             # Compiled code only writes buffers it allocated (aot_autograd keeps
             # input mutations outside the graph), so rerunning the graph eagerly
@@ -182,6 +186,55 @@ def _eager_roots(gm: torch.fx.GraphModule) -> list:
         else:
             roots.append(("node", n.name))
     return roots
+
+
+def _output_views(gm: torch.fx.GraphModule) -> tuple:
+    """(j, k, size, stride, offset, k's stride) for each output j that in eager is a view
+    of the memory of output k: k the intermediate j is a view of, returned itself (y,
+    y.t(); y and a.t() of a, b = y.split(2)), or else a contiguous view of all of it (y
+    never returned, y.view(-1) and a of a, b = y.split(2)). The plan may compute j into a
+    buffer of its own (a transpose is a kernel), so an in-place write to one output would
+    not show in the other as it does in eager. _as_views remakes j as a view of k with
+    eager's size, stride and storage offset relative to k's, wherever k comes back laid out
+    as eager's. Offsets are relative to the intermediate's storage offset."""
+    roots = _eager_roots(gm)
+    outs = list(_outputs(gm))
+    nodes = {n.name: n for n in gm.graph.nodes}
+    anchor = {}   # root node name -> (output position, its offset from the root's)
+    for whole in (True, False):
+        for k, ((n, val), root) in enumerate(zip(outs, roots)):
+            if root is None or root[0] != "node" or root[1] in anchor or not isinstance(val, torch.Tensor):
+                continue
+            rval = nodes[root[1]].meta.get("val")
+            if whole and n is nodes[root[1]]:
+                anchor[root[1]] = (k, 0)
+            elif not whole and isinstance(rval, torch.Tensor) and val.dtype == rval.dtype and \
+                    val.layout == torch.strided and val.is_contiguous() and rval.is_contiguous() and \
+                    val.numel() == rval.numel() and val.storage_offset() == rval.storage_offset():
+                anchor[root[1]] = (k, 0)
+    views = []
+    for j, ((n, val), root) in enumerate(zip(outs, roots)):
+        if root is None or root[0] != "node" or root[1] not in anchor:
+            continue
+        k, _ = anchor[root[1]]
+        kn, kval = outs[k]
+        if n is kn or not isinstance(val, torch.Tensor) or val.dtype != kval.dtype or \
+                val.layout != torch.strided or kval.layout != torch.strided or val.is_complex():
+            continue
+        views.append((j, k, tuple(int(s) for s in val.shape), tuple(int(s) for s in val.stride()),
+                      int(val.storage_offset()) - int(kval.storage_offset()),
+                      tuple(int(s) for s in kval.stride())))
+    return tuple(views)
+
+
+def _as_views(res, views: tuple):
+    """The outputs with each of `views` (_output_views) remade as a view of its root output."""
+    res = list(res)
+    for j, k, size, stride, offset, kstride in views:
+        base = res[k]
+        if base.stride() == kstride and base.dtype == res[j].dtype:
+            res[j] = base.as_strided(size, stride, base.storage_offset() + offset)
+    return res
 
 
 def _output_specs(gm: torch.fx.GraphModule):
@@ -299,6 +352,7 @@ def _compile_graph(graph: CompiledGraph, gm: torch.fx.GraphModule, device: str, 
                     graph.executable = CpuExecutable(graph.linalg_ir, "main", outputs, options.opt_level)
         if hasattr(graph.executable, "copy_aliased_outputs"):
             graph.executable.copy_aliased_outputs(_eager_roots(gm))
+        graph._views = _output_views(gm)
         logs.log("progress", f"{graph.name}: compiled for {device}")
         _dump(graph)
         return graph
