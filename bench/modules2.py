@@ -5,8 +5,11 @@ not cover: GNN message passing with index_add_/scatter_reduce, VAEs and
 normalizing flows, selective scans, diffusion steps, DETR box ops, metric-learning
 losses, fake quantization, capsule routing, deformable sampling, MoE routing with
 capacity, beam search, volume rendering, point-cloud ops, custom autograd
-Functions, and odd inputs (uint8/int32/float64/half, 0-d tensors, empty dims,
-non-contiguous and channels-last tensors, buffers updated in forward).
+Functions, odd inputs (uint8/int32/float64/half, 0-d tensors, empty dims,
+non-contiguous and channels-last tensors, buffers updated in forward), module hooks
+(forward/pre/with_kwargs, self-removing), grad-mode blocks, parameter constraints under
+no_grad, einsum zoo, MHA/decoder-layer mask variants, packed unsorted BiLSTM, max over
+time/points with NaN, split views returned, activation checkpointing.
 
     python bench/modules.py --source new2 --jobs 2 --timeout 240
 """
@@ -1312,3 +1315,341 @@ case("topk_sparse_attention", lambda: (R(2, 4, 3), R(2, 5, 3), R(2, 5, 3)))(lamb
 case("byol_target_lerp_ema_train", lambda: (R(4, 4), R(4, 4)), train=True)(lambda: BYOLTargetEMA())
 case("aliasing_outputs_written", lambda: (R(3, 4),))(lambda: AliasingOutputs())
 case("list_to_tensor_factories", lambda: (R(4, 3),))(lambda: ListToTensorFactories())
+
+
+# ======================================================= hooks, grad modes, reductions
+class HookedFeatureExtractor(nn.Module):
+    """Forward hooks that keep activations (a dict of tensors) and count calls, one that
+    replaces a submodule's output, and a pre-hook that rescales an input."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(5, 8), nn.GELU(), nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 3))
+        self.feats = {}
+        self.hook_calls = 0
+        self.body[1].register_forward_hook(self._keep)
+        self.body[3].register_forward_hook(lambda m, i, o: o * 0.5 + i[0].sigmoid())
+        self.body[2].register_forward_pre_hook(lambda m, args: (args[0] * 2.0,))
+
+    def _keep(self, m, inp, out):
+        self.hook_calls += 1
+        self.feats["gelu"] = out.detach()
+
+    def forward(self, x):
+        y = self.body(x)
+        return y, self.feats["gelu"].mean(0)
+
+
+class HookKwargsAndRemoval(nn.Module):
+    """A with_kwargs pre-hook that edits a keyword argument, and a hook that removes
+    itself after its second call (a handle kept on the module)."""
+
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x, scale=1.0):
+            return self.fc(x) * scale
+
+    def __init__(self):
+        super().__init__()
+        self.inner = self.Scaled()
+        self.fired = 0
+        self.inner.register_forward_pre_hook(self._scale_kw, with_kwargs=True)
+        self.handle = self.inner.register_forward_hook(self._once_twice)
+
+    def _scale_kw(self, m, args, kwargs):
+        kwargs = dict(kwargs)
+        kwargs["scale"] = kwargs.get("scale", 1.0) * 3.0
+        return args, kwargs
+
+    def _once_twice(self, m, i, o):
+        self.fired += 1
+        if self.fired >= 2:
+            self.handle.remove()
+        return o + 1.0
+
+    def forward(self, x):
+        return self.inner(x, scale=0.5).relu()
+
+
+class WeightNormAudioTCN(nn.Module):
+    """Temporal conv net for audio: weight-normalized Conv1d (parametrizations.weight_norm:
+    the weight recomputed from original0/original1 on each access; the old
+    nn.utils.weight_norm's module cannot be deep-copied, which the runner does), dilated
+    causal Conv1d with chomp, GLU gates, residual and skip sums, global average pooling."""
+
+    def __init__(self, c=6, layers=3):
+        super().__init__()
+        wn = nn.utils.parametrizations.weight_norm
+        self.inp = wn(nn.Conv1d(1, c, 1))
+        self.dil = nn.ModuleList(wn(nn.Conv1d(c, 2 * c, 3, dilation=2 ** i, padding=2 * 2 ** i))
+                                 for i in range(layers))
+        self.res = nn.ModuleList(wn(nn.Conv1d(c, c, 1)) for _ in range(layers))
+        self.out = nn.Conv1d(c, 4, 1)
+
+    def forward(self, wav):    # (B, T)
+        h = self.inp(wav.unsqueeze(1))
+        skip = 0
+        for conv, res in zip(self.dil, self.res):
+            z = conv(h)[..., :h.size(-1)]          # chomp: causal
+            z = F.glu(z, dim=1)
+            skip = skip + z
+            h = h + res(z)
+        return self.out(F.relu(skip)).mean(-1)
+
+
+class GradModeBlocks(nn.Module):
+    """torch.no_grad / enable_grad / set_grad_enabled blocks nested inside forward: a
+    teacher branch without grad, an enable_grad block inside it, a flag from training."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.no_grad():
+            t = self.a(x).tanh()
+            with torch.enable_grad():
+                u = self.b(t)
+            inner_grad = u.requires_grad
+        with torch.set_grad_enabled(self.training):
+            v = self.b(x) * t
+        return u + v, inner_grad, t.requires_grad, v.requires_grad
+
+
+class ParamConstraintsNoGrad(nn.Module):
+    """Constraints applied to parameters in place under no_grad before use: max-norm
+    rows (renorm_), a learnable temperature clamped (CLIP's logit_scale), a scalar
+    counter buffer bumped, then a forward that uses them."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 5)
+        self.logit_scale = nn.Parameter(torch.tensor(5.0))
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+
+    def forward(self, img, txt):
+        with torch.no_grad():
+            self.fc.weight.renorm_(2, 0, 1.0)
+            self.logit_scale.clamp_(0, math.log(20.0))
+            self.steps += 1
+        a = F.normalize(self.fc(img), dim=-1)
+        b = F.normalize(self.fc(txt), dim=-1)
+        logits = self.logit_scale.exp() * a @ b.t()
+        labels = torch.arange(a.size(0))
+        return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2
+
+
+class EinsumZoo(nn.Module):
+    """einsum-heavy: bilinear scores, outer products, traces and diagonals (repeated
+    indices), ellipsis batching, a three-operand contraction, tensor-train style chains."""
+
+    def __init__(self):
+        super().__init__()
+        self.W = nn.Parameter(torch.randn(4, 5, 5) * 0.3)
+        self.cores = nn.ParameterList([nn.Parameter(torch.randn(2, 3, 2) * 0.5) for _ in range(3)])
+
+    def forward(self, x, y, m):   # x (B, 5), y (B, 5), m (B, 5, 5)
+        bil = torch.einsum("bi,kij,bj->bk", x, self.W, y)
+        outer = torch.einsum("bi,bj->bij", x, y)
+        tr = torch.einsum("bii->b", m)
+        diag = torch.einsum("bii->bi", m)
+        batched = torch.einsum("...ij,...jk->...ik", m, outer)
+        g = self.cores
+        tt = torch.einsum("aib,bjc,ckd->aijkd", g[0], g[1], g[2]).reshape(2, 27, 2)
+        return bil, tr + diag.sum(-1), batched.sum((-1, -2)), torch.einsum("aia->i", tt)
+
+
+class MHAVariants(nn.Module):
+    """nn.MultiheadAttention, seq-first, with a float attn_mask plus a key_padding_mask,
+    add_bias_kv and add_zero_attn, weights per head (average_attn_weights=False)."""
+
+    def __init__(self, d=8, h=2):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(d, h, add_bias_kv=True, add_zero_attn=True)
+
+    def forward(self, x, pad):   # x (T, B, d), pad (B, T) bool
+        t = x.size(0)
+        causal = torch.triu(torch.full((t, t), float("-inf")), 1)
+        pad = pad.float().masked_fill(pad, float("-inf"))   # float, as attn_mask (the module pads both)
+        out, w = self.mha(x, x, x, attn_mask=causal, key_padding_mask=pad, average_attn_weights=False)
+        return out, w
+
+
+class TransformerDecoderNormFirst(nn.Module):
+    """nn.TransformerDecoderLayer, norm_first, batch_first, causal tgt mask and a memory
+    key padding mask (eval: dropout off)."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.layer = nn.TransformerDecoderLayer(d, 2, 16, dropout=0.1, batch_first=True, norm_first=True)
+
+    def forward(self, tgt, mem, mem_pad):
+        mask = nn.Transformer.generate_square_subsequent_mask(tgt.size(1))
+        return self.layer(tgt, mem, tgt_mask=mask, memory_key_padding_mask=mem_pad, tgt_is_causal=True)
+
+
+class PackedBiLSTMUnsorted(nn.Module):
+    """Bidirectional LSTM over packed unsorted sequences (enforce_sorted=False), unpacked
+    to a fixed total_length, last valid states gathered per sequence."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(3, 4, batch_first=True, bidirectional=True)
+
+    def forward(self, x, lengths):
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out, (h, c) = self.lstm(packed)
+        out, lens = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.size(1))
+        last = out[torch.arange(out.size(0)), lens - 1]
+        return out, last, h.transpose(0, 1).reshape(x.size(0), -1), lens
+
+
+class KimTextCNN(nn.Module):
+    """Text CNN: embeddings, three Conv1d widths, max over time with padded positions
+    filled with -inf (max and argmax), dropout in eval, a classifier."""
+
+    def __init__(self, vocab=30, d=6, c=4):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d, padding_idx=0)
+        self.convs = nn.ModuleList(nn.Conv1d(d, c, k, padding=k // 2) for k in (3, 4, 5))
+        self.fc = nn.Linear(3 * c, 2)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, ids):
+        pad = ids == 0
+        e = self.emb(ids).transpose(1, 2)
+        pooled, where = [], []
+        for conv in self.convs:
+            h = F.relu(conv(e))[..., :ids.size(1)]
+            h = h.masked_fill(pad.unsqueeze(1), float("-inf"))
+            v, i = h.max(-1)
+            pooled.append(v)
+            where.append(i)
+        return self.fc(self.drop(torch.cat(pooled, 1))), torch.stack(where, 1)
+
+
+class PointNetMaxPool(nn.Module):
+    """PointNet: a shared per-point MLP (Conv1d k=1, BatchNorm1d), a symmetric max over
+    many points (with the critical point indices), min too, NaN points marking dropped
+    ones propagating as eager's max does."""
+
+    def __init__(self):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Conv1d(3, 16, 1), nn.BatchNorm1d(16), nn.ReLU(), nn.Conv1d(16, 32, 1))
+        self.head = nn.Linear(64, 5)
+
+    def forward(self, pts):   # (B, 3, N)
+        f = self.mlp(pts)
+        mx, crit = f.max(-1)
+        mn = f.amin(-1)
+        return self.head(torch.cat([mx, mn], 1)), crit, f.amax((0, 2))
+
+
+class GPT2PresentKV(nn.Module):
+    """A GPT-2 block returning its present (k, v) as split views of the qkv projection,
+    a transposed k, and the attention output: outputs that are views of one tensor."""
+
+    def __init__(self, d=8, h=2):
+        super().__init__()
+        self.h = h
+        self.c_attn = nn.Linear(d, 3 * d)
+        self.c_proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        qkv = self.c_attn(x)
+        q, k, v = qkv.split(d, dim=2)
+        heads = [z.view(b, t, self.h, d // self.h).transpose(1, 2) for z in (q, k, v)]
+        y = F.scaled_dot_product_attention(*heads, is_causal=True)
+        y = self.c_proj(y.transpose(1, 2).reshape(b, t, d))
+        return y, (heads[1], heads[2]), k.transpose(1, 2), qkv
+
+
+class CheckpointedMLP(nn.Module):
+    """Activation checkpointing (torch.utils.checkpoint, use_reentrant=False) of two
+    blocks, a dropout-free recompute in training, a loss and its backward."""
+
+    def __init__(self):
+        super().__init__()
+        self.b1 = nn.Sequential(nn.Linear(5, 8), nn.SiLU(), nn.LayerNorm(8))
+        self.b2 = nn.Sequential(nn.Linear(8, 8), nn.GELU())
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x, y):
+        from torch.utils.checkpoint import checkpoint
+        h = checkpoint(self.b1, x, use_reentrant=False)
+        h = checkpoint(self.b2, h, use_reentrant=False) + h
+        loss = F.mse_loss(self.head(h), y)
+        loss.backward()
+        return loss.detach()
+
+
+class NanSafeRunningMax(nn.Module):
+    """Activation calibration with NaN-robust statistics: running amax/amin buffers
+    updated in place (torch.maximum / fmax), per-channel max over non-finite-masked
+    activations, a python float high-water mark from .item()."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 4)
+        self.register_buffer("run_max", torch.full((4,), float("-inf")))
+        self.register_buffer("run_min", torch.full((4,), float("inf")))
+        self.peak = 0.0
+
+    def forward(self, x):
+        h = self.fc(x)
+        finite = torch.isfinite(h)
+        with torch.no_grad():
+            self.run_max.copy_(torch.fmax(self.run_max, h.masked_fill(~finite, float("-inf")).amax(0)))
+            self.run_min.copy_(torch.fmin(self.run_min, h.masked_fill(~finite, float("inf")).amin(0)))
+        self.peak = max(self.peak, float(h.abs().nan_to_num(0.0).max()))
+        scale = (self.run_max - self.run_min).clamp_min(1e-6)
+        return (h - self.run_min) / scale, h.amax(1), h.max(0)
+
+
+def _nan_rows():
+    x = R(5, 6)
+    x[1, 2] = float("nan")
+    x[3] = float("nan")
+    return (x,)
+
+
+def _packed_inputs():
+    return R(4, 5, 3), torch.tensor([3, 5, 1, 4])
+
+
+def _ids():
+    ids = torch.randint(1, 30, (3, 9))
+    ids[0, 6:] = 0
+    ids[2, 3:] = 0
+    return (ids,)
+
+
+def _points():
+    p = R(2, 3, 300)
+    p[1, :, 7] = float("nan")
+    return (p,)
+
+
+case("hooked_feature_extractor", lambda: (R(4, 5),))(lambda: HookedFeatureExtractor())
+case("hook_kwargs_self_removal", lambda: (R(3, 4),))(lambda: HookKwargsAndRemoval())
+case("weight_norm_audio_tcn", lambda: (R(2, 40),))(lambda: WeightNormAudioTCN())
+case("weight_norm_audio_tcn_train", lambda: (R(2, 40),), train=True)(lambda: WeightNormAudioTCN())
+case("grad_mode_blocks_eval", lambda: (R(3, 4),))(lambda: GradModeBlocks())
+case("grad_mode_blocks_train", lambda: (R(3, 4),), train=True)(lambda: GradModeBlocks())
+case("param_constraints_no_grad", lambda: (R(4, 6), R(4, 6)))(lambda: ParamConstraintsNoGrad())
+case("einsum_zoo", lambda: (R(3, 5), R(3, 5), R(3, 5, 5)))(lambda: EinsumZoo())
+case("mha_bias_kv_zero_attn_masks", lambda: (R(5, 2, 8), torch.tensor([[False] * 5, [False] * 3 + [True] * 2])))(
+    lambda: MHAVariants())
+case("transformer_decoder_norm_first", lambda: (R(2, 4, 8), R(2, 6, 8), torch.tensor([[False] * 6, [False] * 4 + [True] * 2])))(
+    lambda: TransformerDecoderNormFirst())
+case("packed_bilstm_unsorted", _packed_inputs)(lambda: PackedBiLSTMUnsorted())
+case("kim_text_cnn_max_over_time", _ids)(lambda: KimTextCNN())
+case("pointnet_max_pool_nan", _points)(lambda: PointNetMaxPool())
+case("gpt2_present_kv_views", lambda: (R(2, 5, 8),))(lambda: GPT2PresentKV())
+case("checkpointed_mlp_backward", lambda: (R(4, 5), R(4, 2)), train=True)(lambda: CheckpointedMLP())
+case("nan_safe_running_max", _nan_rows)(lambda: NanSafeRunningMax())
