@@ -331,6 +331,7 @@ func.func @plain_elementwise(%x: memref<2x8x32xf32>, %out: memref<2x8x32xf32>) {
 // CHECK:       %[[M:.*]] = arith.mulf %[[V]], %{{.*}} : f32
 // CHECK:       %[[A:.*]] = arith.addf %[[S]], %[[M]] fastmath<reassoc> : f32
 // CHECK:       scf.yield %[[A]] : f32
+// CHECK:     } {loop_annotation = #{{.*}}}
 // CHECK:     %[[PW:.*]] = arith.extf %[[P]] : f32 to f64
 // CHECK:     %[[N:.*]] = arith.addf %[[W]], %[[PW]] : f64
 // CHECK:     scf.yield %[[N]] : f64
@@ -515,6 +516,43 @@ func.func @not_split(%x: memref<8x40000xf32>, %acc: memref<8xf32>, %y: memref<65
   ^bb0(%in: f32, %out: f32):
     %a = arith.addf %in, %out : f32
     linalg.yield %a : f32
+  }
+  return
+}
+
+// -----
+
+// Innermost reduction loops of at least 256 iterations are unrolled at most
+// twice by LLVM (llvm.loop.unroll.count, kept by the NaN-flag rewrite of a
+// max): fully unrolled, a 1024-element row's vector loop spilled registers.
+// A 200-element row stays unannotated (fully unrolled, no loop).
+// CHECK: #[[UNROLL:.*]] = #llvm.loop_unroll<count = 2 : i32>
+// CHECK: #[[ANN:.*]] = #llvm.loop_annotation<unroll = #[[UNROLL]]>
+// CHECK-LABEL: func.func @long_rows_unrolled_twice(
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c1001 step %{{.*}} iter_args(%{{.*}}, %{{.*}}) -> (f32, i1) {
+// CHECK:   arith.maxnumf
+// CHECK: } {loop_annotation = #[[ANN]]}
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c200 step %{{.*}} iter_args(%{{.*}}) -> (f32) {
+// CHECK:   arith.addf
+// CHECK-NEXT: scf.yield
+// CHECK-NEXT: }
+// CHECK-NOT: loop_annotation
+// CHECK: return
+func.func @long_rows_unrolled_twice(%x: memref<4x1001xf32>, %acc: memref<4xf32>,
+                                    %y: memref<4x200xf32>, %acc2: memref<4xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
+                  iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<4x1001xf32>) outs(%acc : memref<4xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %m = arith.maximumf %in, %out : f32
+    linalg.yield %m : f32
+  }
+  linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
+                  iterator_types = ["parallel", "reduction"]}
+      ins(%y : memref<4x200xf32>) outs(%acc2 : memref<4xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %s = arith.addf %in, %out : f32
+    linalg.yield %s : f32
   }
   return
 }

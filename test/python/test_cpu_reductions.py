@@ -179,6 +179,23 @@ def test_row_max_and_min_with_nan_and_inf_like_eager(where):
         torch.testing.assert_close(fast(long), fn(long), equal_nan=True)
 
 
+@pytest.mark.parametrize("n", [257, 1000, 1024, 4096])
+def test_long_rows_unrolled_twice_like_eager(n):
+    # Innermost reduction loops of >= 256 iterations are unrolled at most twice
+    # (vector loop, remainder): a NaN or inf in any position of a vector,
+    # an unrolled copy or the remainder gives eager's result.
+    x = _randn(8, n)
+    for row, pos in enumerate([0, 15, 16 * 4 + 3, 16 * 8 + 5, n // 2, n - 17, n - 1]):
+        x[row, pos] = float("nan")
+    x[7, n - 1] = float("inf")
+    for fn in (lambda t: t.amax(-1), lambda t: t.amin(-1), lambda t: t.sum(-1),
+               lambda t: torch.softmax(t, -1)):
+        fast = mlircap.compile(fn, strict=True)
+        for t in (x, x.nan_to_num(0.0)):
+            fast(t)
+            torch.testing.assert_close(fast(t), fn(t), equal_nan=True)
+
+
 F = torch.nn.functional
 # f32 sums over an innermost dim of at least 64 elements are summed in blocks of 1024
 # (mlircap-reduction-loops): each block in f32, the blocks' sums in f64
