@@ -12,6 +12,7 @@ with one warning naming the stage and every unsupported op; with
 from __future__ import annotations
 
 import copy
+import math
 import threading
 import warnings
 import weakref
@@ -60,8 +61,10 @@ class CompiledGraph:
     _recorded: int = 0
     # uint8 computed as int32 (widen.py): which inputs to convert, which outputs to convert back
     _widened: tuple | None = None
-    # outputs that are views of another output in eager, remade as such (_output_views)
+    # outputs that are views of another output in eager, remade as such (_output_views),
+    # and overlapping views of an intermediate not returned, rebuilt over one buffer
     _views: tuple = ()
+    _shared: tuple = ()
 
     STAGES = ("fx", "torch", "linalg", "fused", "llvm", "ptx")
 
@@ -112,7 +115,9 @@ class CompiledGraph:
                     _set_grad_enabled(True)
             if self._widened is not None:
                 res = _narrow_outputs(res, self._widened[1])
-            return res if not self._views else _as_views(res, self._views)
+            if self._views:
+                res = _as_views(res, self._views)
+            return res if not self._shared else _share_memory(res, self._shared)
         except Exception as e:  # noqa: BLE001
             # Compiled code only writes buffers it allocated (aot_autograd keeps
             # input mutations outside the graph), so rerunning the graph eagerly
@@ -200,23 +205,23 @@ def _output_views(gm: torch.fx.GraphModule) -> tuple:
     roots = _eager_roots(gm)
     outs = list(_outputs(gm))
     nodes = {n.name: n for n in gm.graph.nodes}
-    anchor = {}   # root node name -> (output position, its offset from the root's)
+    anchor = {}   # root node name -> the output position j's are remade from
     for whole in (True, False):
         for k, ((n, val), root) in enumerate(zip(outs, roots)):
             if root is None or root[0] != "node" or root[1] in anchor or not isinstance(val, torch.Tensor):
                 continue
             rval = nodes[root[1]].meta.get("val")
             if whole and n is nodes[root[1]]:
-                anchor[root[1]] = (k, 0)
+                anchor[root[1]] = k
             elif not whole and isinstance(rval, torch.Tensor) and val.dtype == rval.dtype and \
                     val.layout == torch.strided and val.is_contiguous() and rval.is_contiguous() and \
                     val.numel() == rval.numel() and val.storage_offset() == rval.storage_offset():
-                anchor[root[1]] = (k, 0)
+                anchor[root[1]] = k
     views = []
     for j, ((n, val), root) in enumerate(zip(outs, roots)):
         if root is None or root[0] != "node" or root[1] not in anchor:
             continue
-        k, _ = anchor[root[1]]
+        k = anchor[root[1]]
         kn, kval = outs[k]
         if n is kn or not isinstance(val, torch.Tensor) or val.dtype != kval.dtype or \
                 val.layout != torch.strided or kval.layout != torch.strided or val.is_complex():
@@ -224,7 +229,65 @@ def _output_views(gm: torch.fx.GraphModule) -> tuple:
         views.append((j, k, tuple(int(s) for s in val.shape), tuple(int(s) for s in val.stride()),
                       int(val.storage_offset()) - int(kval.storage_offset()),
                       tuple(int(s) for s in kval.stride())))
-    return tuple(views)
+    return tuple(views), _overlapping_views(outs, roots, nodes, set(anchor))
+
+
+def _overlapping_views(outs, roots, nodes, anchored: set, limit: int = 1 << 24) -> tuple:
+    """(root's size, root's stride, ((j, size, stride, offset), ...)) per intermediate
+    the graph does not return (nor sees whole through a contiguous output) whose views
+    among the outputs overlap in memory in eager (y[0] and y.diagonal(); y.T beside a of
+    a, b = y.split(2)): a write to one shows in another. Disjoint views (q, k, v of a
+    split) are left as the plan returns them: no write to one reaches another.
+    Offsets are relative to the intermediate's storage offset."""
+    members: dict[str, list] = {}
+    for j, ((n, val), root) in enumerate(zip(outs, roots)):
+        if root is None or root[0] != "node" or root[1] in anchored or not isinstance(val, torch.Tensor):
+            continue
+        members.setdefault(root[1], []).append((j, val))
+    groups = []
+    for name, ms in members.items():
+        rval = nodes[name].meta.get("val")
+        if len(ms) < 2 or not isinstance(rval, torch.Tensor) or rval.layout != torch.strided or rval.numel() == 0:
+            continue
+        if any(v.dtype != rval.dtype or v.layout != torch.strided or v.is_complex() for _, v in ms):
+            continue
+        shape, stride = tuple(int(x) for x in rval.shape), tuple(int(x) for x in rval.stride())
+        extent = 1 + sum((a - 1) * b for a, b in zip(shape, stride))
+        if extent > limit:
+            continue
+        spec = tuple((j, tuple(int(x) for x in v.shape), tuple(int(x) for x in v.stride()),
+                      int(v.storage_offset()) - int(rval.storage_offset())) for j, v in ms)
+        count = torch.zeros(extent, dtype=torch.int32)
+        try:
+            for _, size, st, off in spec:
+                mark = torch.zeros(extent, dtype=torch.int32)
+                mark.as_strided(size, st, off).fill_(1)
+                if int(mark.sum()) != math.prod(size):
+                    raise RuntimeError("overlaps itself")   # an expand: no copy_ can write it
+                count += mark
+        except RuntimeError:   # or a view past the intermediate's memory (as_strided): leave it
+            continue
+        if int(count.max()) > 1:
+            groups.append((shape, stride, spec))
+    return tuple(groups)
+
+
+def _share_memory(res, groups: tuple):
+    """The outputs with each group of _overlapping_views rebuilt as views of one new
+    buffer laid out as eager's intermediate, unless the plan returned them so."""
+    res = list(res)
+    for shape, stride, spec in groups:
+        j0, _, _, off0 = spec[0]
+        ptr, start = res[j0].untyped_storage().data_ptr(), res[j0].storage_offset() - off0
+        if all(res[j].untyped_storage().data_ptr() == ptr and res[j].stride() == st and
+               res[j].storage_offset() - start == off for j, _, st, off in spec):
+            continue
+        root = res[j0].new_empty_strided(shape, stride)
+        for j, size, st, off in spec:
+            view = root.as_strided(size, st, off)
+            view.copy_(res[j])
+            res[j] = view
+    return res
 
 
 def _as_views(res, views: tuple):
@@ -352,7 +415,7 @@ def _compile_graph(graph: CompiledGraph, gm: torch.fx.GraphModule, device: str, 
                     graph.executable = CpuExecutable(graph.linalg_ir, "main", outputs, options.opt_level)
         if hasattr(graph.executable, "copy_aliased_outputs"):
             graph.executable.copy_aliased_outputs(_eager_roots(gm))
-        graph._views = _output_views(gm)
+        graph._views, graph._shared = _output_views(gm)
         logs.log("progress", f"{graph.name}: compiled for {device}")
         _dump(graph)
         return graph
