@@ -309,10 +309,14 @@ def _layer_norm(fallback):
     torch's decomposition computes `(x - mean) * rstd`: where x equals the mean (a row
     of one element, a constant row) eager's result is the rounding error of
     `-rstd * mean`, not 0 (OpInfo native_layer_norm bf16 #10, #11: 1.2e-4 and 1e-3
-    against 0). float32 (no fused form in its kernel) and other devices: `fallback`."""
+    against 0). float32 on the CPU: _layer_norm_f32 (no fused form in its kernel); other
+    devices: `fallback`."""
 
     def decomposition(input, normalized_shape, weight, bias, eps):
         params = [t for t in (weight, bias) if t is not None]
+        if isinstance(input, torch.Tensor) and input.dtype == F32 and input.device.type == "cpu" \
+                and input.numel() > 0 and all(t.dtype == F32 and t.device == input.device for t in params):
+            return _layer_norm_f32(input, normalized_shape, weight, bias, eps)
         if not isinstance(input, torch.Tensor) or input.dtype not in LOW or input.device.type != "cpu" \
                 or input.numel() == 0 or not _contracts() \
                 or any(t.dtype != input.dtype or t.device != input.device for t in params):
@@ -331,6 +335,32 @@ def _layer_norm(fallback):
         return out.to(low), mean.to(low), rstd.to(low)
 
     return decomposition
+
+
+def _layer_norm_f32(input, normalized_shape, weight, bias, eps):
+    """native_layer_norm of a float32 input on the CPU: torch's decomposition, its mean
+    and variance in float as eager's kernel (cpu/layer_norm_kernel.cpp, RowwiseMoments)
+    accumulates them, not in var_mean's double (half the vector width on the CPU, and
+    one more pass over the row: torch-mlir's var_mean sums the row in double for the
+    variance and again in float for the mean). Two passes, the variance over
+    `mean - x`: mlircap-widen-sums makes both sums blocked sums (blocks of 1024 in
+    float, the blocks' sums in double). The output is `(x - mean) * rstd` as in torch's
+    decomposition (eager's `x * rstd + (-rstd * mean)` loses digits to cancellation
+    where the mean is large against the spread); `mean - x` and `x - mean` stay two
+    ops (CSE would merge one value read twice, written out as a whole tensor), each
+    fused into its pass. Output, mean and rstd within 2x of eager's error against a
+    float64 LayerNorm (rstd mostly closer), except rows under 256 elements far from 0,
+    whose mean (one f32 block, as under torch's decomposition) has about 2x eager's
+    error (test_cpu_reductions.py::test_layer_norm_f32_as_accurate_as_eager)."""
+    dims = list(range(input.dim() - len(normalized_shape), input.dim()))
+    mean = input.mean(dims, keepdim=True)
+    rstd = torch.rsqrt((mean - input).square().mean(dims, keepdim=True) + eps)
+    out = (input - mean) * rstd
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out, mean, rstd
 
 
 def install(table: dict) -> None:
