@@ -203,10 +203,10 @@ def test_layer_norm_f32_as_accurate_as_eager(shape, kind):
     # float32 LayerNorm on the CPU: mean and variance summed in float (blocked sums,
     # batchnorm._layer_norm_f32) as eager's kernel does, not var_mean's double: the
     # output, mean and rstd are as close to a float64 LayerNorm as eager's.
-    if kind != "randn" and shape[-1] < 256:
-        # as under torch's decomposition: the mean is one f32 block sum of the short row,
-        # about 2x eager's error where the mean is large against the spread
-        pytest.skip("short rows far from 0: the mean's f32 sum (not changed here)")
+    # Short rows far from 0 (as under torch's decomposition): the mean is one f32 block
+    # sum of the row, about 2x eager's error where the mean is large against the
+    # spread; bounded at 4x there (open: a correction term in the variance pass).
+    factor = 4 if kind != "randn" and shape[-1] < 256 else 2
     g = _gen()
     n = shape[-1]
     x = torch.randn(*shape, generator=g)
@@ -223,7 +223,7 @@ def test_layer_norm_f32_as_accurate_as_eager(shape, kind):
     for g_, w_, e in zip(got, want, exact):
         torch.testing.assert_close(g_, w_, rtol=1e-4, atol=1e-3)
         err_got, err_want = ((g_.double() - e).abs().max().item(), (w_.double() - e).abs().max().item())
-        assert err_got <= max(2 * err_want, 4e-7 * e.abs().max().item()), (err_got, err_want)
+        assert err_got <= max(factor * err_want, 4e-7 * e.abs().max().item()), (err_got, err_want)
 
 
 def test_layer_norm_f32_gradients_like_eager():
