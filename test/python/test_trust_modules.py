@@ -366,3 +366,28 @@ def test_graph_reading_grad_after_backward_compiles():
         torch.testing.assert_close(got, want)
         torch.testing.assert_close((lin.weight.grad, lin.bias.grad, lin.weight.detach()), want_grads)
     assert fast.graphs and all(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs)
+
+
+@pytest.mark.parametrize("kind", ["GRU", "LSTM", "RNN"])
+def test_rnn_dropout_between_layers_in_training(kind):
+    """A trained nn.GRU/LSTM/RNN(num_layers=2, dropout=p) applies dropout between its
+    layers compiled as in eager (same draws): torch's RNN decomposition dropped it."""
+    import copy
+
+    torch.manual_seed(0)
+    ref = getattr(torch.nn, kind)(6, 8, num_layers=2, dropout=0.4, bidirectional=True, batch_first=True).train()
+    mine = copy.deepcopy(ref)
+    fast = mlircap.compile(mine)
+    for i in range(3):
+        x = torch.randn(2, 5, 6)
+        torch.manual_seed(10 + i)
+        want = ref(x)[0]
+        want.square().sum().backward()
+        state_e = torch.get_rng_state()
+        torch.manual_seed(10 + i)
+        got = fast(x)[0]
+        got.square().sum().backward()
+        torch.testing.assert_close(got, want)
+        assert torch.equal(torch.get_rng_state(), state_e)
+        for (n, p), q in zip(ref.named_parameters(), mine.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, msg=n)
