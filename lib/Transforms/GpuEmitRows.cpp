@@ -115,6 +115,71 @@ void Codegen::rowKernel(Value tid, Value bid) {
   persistentRow(tid, row, valid, loops, np, slots);
 }
 
+std::optional<OpBuilder::InsertionGuard> Codegen::guardIf(Value cond) {
+  if (!cond)
+    return std::nullopt;
+  std::optional<OpBuilder::InsertionGuard> g(std::in_place, b);
+  auto ifOp = scf::IfOp::create(b, loc, cond, false);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  return g;
+}
+
+Value Codegen::andIf(Value a, Value c) {
+  if (!a || !c)
+    return a ? a : c;
+  return arith::AndIOp::create(b, loc, a, c);
+}
+
+bool Codegen::finishRowReduction(linalg::GenericOp g, Value acc, Value tid, Value valid,
+                                 ArrayRef<Value> rowIvs,
+                                 const DenseMap<Value, unsigned> &outIndex) {
+  Operation *comb = getCombiner(g);
+  TypedAttr identity = getCombinerIdentity(comb, comb->getResult(0).getType());
+  Value total = blockReduce(acc, comb, identity, tid);
+  // Combine with the init (the fill) at this row's output element.
+  SmallVector<Value> ivs(rowIvs);
+  ivs.resize(g.getNumLoops(), cIdx(0));
+  OpOperand *init = g.getDpsInitOperand(0);
+  auto outIdx = applyMap(g.getMatchingIndexingMap(init), ivs);
+  Value initV = eval(init->get(), outIdx);
+  if (!initV)
+    return false;
+  // The body is combine(f, out): out is the init.
+  Value res = comb->getOperand(0) == g.getRegion().front().getArguments().back()
+                  ? combine(comb, initV, total)
+                  : combine(comb, total, initV);
+  materialized[g.getResult(0)] = res;
+  auto it = outIndex.find(g.getResult(0));
+  if (it != outIndex.end()) {
+    Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid, cIdx(0));
+    auto guard = guardIf(andIf(first, valid));
+    store(it->second, res, outIdx);
+  }
+  return true;
+}
+
+bool Codegen::rowOutputLoop(linalg::GenericOp g, Value r, unsigned out, Value tid, Value row,
+                            Value valid, int64_t rows) {
+  auto shape = cast<RankedTensorType>(r.getType()).getShape();
+  auto k = rowPrefix(shape, rows);
+  if (!k) {
+    error(g, "row kernel output is not row-partitioned");
+    return false;
+  }
+  auto g0 = guardIf(valid);
+  auto rowIdx = delinearize(row, shape.take_front(*k));
+  ArrayRef<int64_t> inner = shape.drop_front(*k);
+  auto loop = scf::ForOp::create(b, loc, tid, cIdx(product(inner)), cIdx(rowLanes));
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(loop.getBody());
+  SmallVector<Value> idx(rowIdx);
+  auto in = delinearize(loop.getInductionVar(), inner);
+  idx.append(in.begin(), in.end());
+  if (Value v = eval(r, idx))
+    store(out, v, idx);
+  return true;
+}
+
 void Codegen::persistentRow(Value tid, Value row, Value valid, ArrayRef<int64_t> loops,
                             unsigned np, int64_t slots) {
   memo.clear();
@@ -150,17 +215,6 @@ void Codegen::persistentRow(Value tid, Value row, Value valid, ArrayRef<int64_t>
     }
     slotIvs.push_back(std::move(s));
   }
-  auto storeGuard = [&](Value inRange) -> std::optional<OpBuilder::InsertionGuard> {
-    Value cond = valid;
-    if (inRange)
-      cond = cond ? arith::AndIOp::create(b, loc, cond, inRange).getResult() : inRange;
-    if (!cond)
-      return std::nullopt;
-    std::optional<OpBuilder::InsertionGuard> g(std::in_place, b);
-    auto ifOp = scf::IfOp::create(b, loc, cond, false);
-    b.setInsertionPointToStart(ifOp.thenBlock());
-    return g;
-  };
   DenseMap<Value, unsigned> outIndex;
   for (auto [v, k] : outputs())
     outIndex.try_emplace(v, k);
@@ -184,25 +238,8 @@ void Codegen::persistentRow(Value tid, Value row, Value valid, ArrayRef<int64_t>
           acc = s.inRange ? arith::SelectOp::create(b, loc, s.inRange, vals[0], acc).getResult()
                           : vals[0];
         }
-      Value total = blockReduce(acc, comb, identity, tid);
-      SmallVector<Value> ivs(rowIvs);
-      for (size_t i = 0; i < redShape.size(); ++i)
-        ivs.push_back(cIdx(0));
-      OpOperand *init = g.getDpsInitOperand(0);
-      auto outIdx = applyMap(g.getMatchingIndexingMap(init), ivs);
-      Value initV = eval(init->get(), outIdx);
-      if (!initV)
+      if (!finishRowReduction(g, acc, tid, valid, rowIvs, outIndex))
         return;
-      Value res = comb->getOperand(0) == g.getRegion().front().getArguments().back()
-                      ? combine(comb, initV, total)
-                      : combine(comb, total, initV);
-      materialized[g.getResult(0)] = res;
-      auto it = outIndex.find(g.getResult(0));
-      if (it != outIndex.end()) {
-        Value firstLane = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid, cIdx(0));
-        auto guard = storeGuard(firstLane);
-        store(it->second, res, outIdx);
-      }
       continue;
     }
     for (Value r : g->getResults()) {
@@ -214,22 +251,8 @@ void Codegen::persistentRow(Value tid, Value row, Value valid, ArrayRef<int64_t>
       // Outputs of the reductions' shape are written from the slots; others
       // by a strided loop over the row's part of them.
       if (shape != loops) {
-        auto k = rowPrefix(shape, product(loops.take_front(np)));
-        if (!k) {
-          error(g, "row kernel output is not row-partitioned");
+        if (!rowOutputLoop(g, r, it->second, tid, row, valid, product(loops.take_front(np))))
           return;
-        }
-        auto guard = storeGuard(Value());
-        auto rowIdx = delinearize(row, shape.take_front(*k));
-        ArrayRef<int64_t> innerShape = shape.drop_front(*k);
-        auto loop = scf::ForOp::create(b, loc, tid, cIdx(product(innerShape)), cIdx(rowLanes));
-        OpBuilder::InsertionGuard lg(b);
-        b.setInsertionPointToStart(loop.getBody());
-        SmallVector<Value> idx(rowIdx);
-        auto in = delinearize(loop.getInductionVar(), innerShape);
-        idx.append(in.begin(), in.end());
-        if (Value v = eval(r, idx))
-          store(it->second, v, idx);
         continue;
       }
       bool vecStore = vecLoads && width > 1 && vecType(type.getElementType());
@@ -241,7 +264,7 @@ void Codegen::persistentRow(Value tid, Value row, Value valid, ArrayRef<int64_t>
             return;
           vals.push_back(v);
         }
-        auto guard = storeGuard(s.inRange);
+        auto guard = guardIf(andIf(valid, s.inRange));
         if (!vecStore) {
           for (auto [ivs, v] : llvm::zip(s.ivs, vals))
             store(it->second, v, ivs);
@@ -260,15 +283,6 @@ void Codegen::persistentRow(Value tid, Value row, Value valid, ArrayRef<int64_t>
 }
 
 void Codegen::loopedRow(Value tid, Value row, Value valid, int64_t rows) {
-  int64_t lanes = rowLanes;
-  auto guarded = [&]() -> std::optional<OpBuilder::InsertionGuard> {
-    if (!valid)
-      return std::nullopt;
-    std::optional<OpBuilder::InsertionGuard> g(std::in_place, b);
-    auto ifOp = scf::IfOp::create(b, loc, valid, false);
-    b.setInsertionPointToStart(ifOp.thenBlock());
-    return g;
-  };
   DenseMap<Value, unsigned> outIndex;
   for (auto [v, k] : outputs())
     outIndex.try_emplace(v, k);
@@ -285,11 +299,10 @@ void Codegen::loopedRow(Value tid, Value row, Value valid, int64_t rows) {
       auto rowIvs = delinearize(row, ArrayRef<int64_t>(loops).take_front(np));
       SmallVector<int64_t> redShape(ArrayRef<int64_t>(loops).drop_front(np));
       Operation *comb = getCombiner(g);
-      Type t = comb->getResult(0).getType();
-      TypedAttr identity = getCombinerIdentity(comb, t);
-      Value id = arith::ConstantOp::create(b, loc, identity);
-      auto loop = scf::ForOp::create(b, loc, tid, cIdx(product(redShape)),
-                                     cIdx(lanes), ValueRange{id});
+      Value id = arith::ConstantOp::create(
+          b, loc, getCombinerIdentity(comb, comb->getResult(0).getType()));
+      auto loop = scf::ForOp::create(b, loc, tid, cIdx(product(redShape)), cIdx(rowLanes),
+                                     ValueRange{id});
       {
         OpBuilder::InsertionGuard guard(b);
         b.setInsertionPointToStart(loop.getBody());
@@ -301,57 +314,16 @@ void Codegen::loopedRow(Value tid, Value row, Value valid, int64_t rows) {
           return;
         scf::YieldOp::create(b, loc, vals[0]);
       }
-      Value total = blockReduce(loop.getResult(0), comb, identity, tid);
-      // Combine with the init (the fill) at this row's output element.
-      SmallVector<Value> ivs(rowIvs);
-      for (size_t i = 0; i < redShape.size(); ++i)
-        ivs.push_back(cIdx(0));
-      OpOperand *init = g.getDpsInitOperand(0);
-      auto outIdx = applyMap(g.getMatchingIndexingMap(init), ivs);
-      Value initV = eval(init->get(), outIdx);
-      if (!initV)
+      if (!finishRowReduction(g, loop.getResult(0), tid, valid, rowIvs, outIndex))
         return;
-      // The body is combine(f, out): out is the init.
-      Value res = comb->getOperand(0) ==
-                          g.getRegion().front().getArguments().back()
-                      ? combine(comb, initV, total)
-                      : combine(comb, total, initV);
-      materialized[g.getResult(0)] = res;
-      auto it = outIndex.find(g.getResult(0));
-      if (it != outIndex.end()) {
-        Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid, cIdx(0));
-        if (valid)
-          first = arith::AndIOp::create(b, loc, first, valid);
-        auto ifOp = scf::IfOp::create(b, loc, first, false);
-        OpBuilder::InsertionGuard guard(b);
-        b.setInsertionPointToStart(ifOp.thenBlock());
-        store(it->second, res, outIdx);
-      }
       continue;
     }
     // Elementwise ops of the row are computed where used; results of the
     // kernel are written by the whole block.
     for (Value r : g->getResults()) {
       auto it = outIndex.find(r);
-      if (it == outIndex.end())
-        continue;
-      auto shape = cast<RankedTensorType>(r.getType()).getShape();
-      auto k = rowPrefix(shape, rows);
-      if (!k) {
-        error(g, "row kernel output is not row-partitioned");
+      if (it != outIndex.end() && !rowOutputLoop(g, r, it->second, tid, row, valid, rows))
         return;
-      }
-      auto g0 = guarded();
-      auto rowIdx = delinearize(row, shape.take_front(*k));
-      ArrayRef<int64_t> inner = shape.drop_front(*k);
-      auto loop = scf::ForOp::create(b, loc, tid, cIdx(product(inner)), cIdx(lanes));
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(loop.getBody());
-      SmallVector<Value> idx(rowIdx);
-      auto in = delinearize(loop.getInductionVar(), inner);
-      idx.append(in.begin(), in.end());
-      if (Value v = eval(r, idx))
-        store(it->second, v, idx);
     }
   }
 }

@@ -203,6 +203,19 @@ struct Codegen {
                      unsigned np, int64_t slots);
   /// The row kernel with a strided loop per reduction and output.
   void loopedRow(Value tid, Value row, Value valid, int64_t rows);
+  /// An scf.if on `cond` (none when null) whose body the builder is in.
+  std::optional<OpBuilder::InsertionGuard> guardIf(Value cond);
+  /// a && c, either may be null (true).
+  Value andIf(Value a, Value c);
+  /// Row reduction `g` after each thread's partial `acc`: combined across the
+  /// row's lanes and with the init, materialized for the row's later ops,
+  /// stored by lane 0 when it is a kernel result. False on failure.
+  bool finishRowReduction(linalg::GenericOp g, Value acc, Value tid, Value valid,
+                          ArrayRef<Value> rowIvs, const DenseMap<Value, unsigned> &outIndex);
+  /// Result `r` of `g` (kernel output `out`) written by a strided loop over
+  /// the row's part of it. False on failure.
+  bool rowOutputLoop(linalg::GenericOp g, Value r, unsigned out, Value tid, Value row,
+                     Value valid, int64_t rows);
 
   /// A reduction kernel that splits the reduction loop across threads: one
   /// single-result reduction R with a recognized combiner and a long
