@@ -50,6 +50,27 @@ int64_t Codegen::vectorizable(int64_t n, linalg::GenericOp &out) {
   return 0;
 }
 
+Value Codegen::buffersAligned16() {
+  Value aligned;
+  for (Value mem : llvm::concat<Value>(argMem, outMem)) {
+    Value p = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, mem);
+    Value ok = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                     arith::RemUIOp::create(b, loc, p, cIdx(16)), cIdx(0));
+    aligned = aligned ? arith::AndIOp::create(b, loc, aligned, ok).getResult() : ok;
+  }
+  return aligned;
+}
+
+void Codegen::storeLanes(unsigned out, ArrayRef<Value> lanes, Value at) {
+  int64_t width = lanes.size();
+  auto vt = VectorType::get({width}, lanes[0].getType());
+  Value vec = vector::BroadcastOp::create(b, loc, vt, lanes[0]);
+  for (int64_t l = 1; l < width; ++l)
+    vec = vector::InsertOp::create(b, loc, lanes[l], vec, l);
+  auto st = vector::StoreOp::create(b, loc, vec, outMem[out], ValueRange{at});
+  st.setAlignment(vecAlign(width, lanes[0].getType()));
+}
+
 void Codegen::pointwise(Value tid, Value bid, bool allowVector) {
   int64_t maxN = 1;
   for (auto [v, i] : outputs())
@@ -81,15 +102,7 @@ void Codegen::pointwise(Value tid, Value bid, bool allowVector) {
     unsigned last = g.getNumLoops() - 1;
     // Vector accesses need 16-byte aligned pointers: check them at run time
     // and take the scalar loop otherwise (e.g. a misaligned input view).
-    Value aligned;
-    for (Value mem : llvm::concat<Value>(argMem, outMem)) {
-      Value p = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, mem);
-      Value ok = arith::CmpIOp::create(
-          b, loc, arith::CmpIPredicate::eq,
-          arith::RemUIOp::create(b, loc, p, cIdx(16)), cIdx(0));
-      aligned = aligned ? arith::AndIOp::create(b, loc, aligned, ok).getResult() : ok;
-    }
-    auto ifAligned = scf::IfOp::create(b, loc, aligned, /*withElse=*/true);
+    auto ifAligned = scf::IfOp::create(b, loc, buffersAligned16(), /*withElse=*/true);
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(ifAligned.elseBlock());
     scalarLoops();
@@ -153,12 +166,7 @@ void Codegen::pointwise(Value tid, Value bid, bool allowVector) {
           return;
         results.push_back(vals[0]);
       }
-      auto vt = VectorType::get({width}, results[0].getType());
-      Value acc = vector::BroadcastOp::create(b, loc, vt, results[0]);
-      for (int64_t l = 1; l < width; ++l)
-        acc = vector::InsertOp::create(b, loc, results[l], acc, l);
-      auto st = vector::StoreOp::create(b, loc, acc, outMem[k], ValueRange{base});
-      st.setAlignment(vecAlign(width, results[0].getType()));
+      storeLanes(k, results, base);
     });
     return;
   }

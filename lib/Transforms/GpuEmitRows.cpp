@@ -24,6 +24,8 @@ void Codegen::rowKernel(Value tid, Value bid) {
     strategy = "empty";
     return;
   }
+  for (auto [v, k] : outputs())
+    resultIndex.try_emplace(v, k);
   SmallVector<int64_t> loops = first.getStaticLoopRanges();
   unsigned np = first.getNumParallelLoops();
   // The row in registers when every row reduction runs over the same loops
@@ -98,14 +100,7 @@ void Codegen::rowKernel(Value tid, Value bid) {
   }
   // Vector loads and stores need 16-byte aligned base pointers: checked at
   // run time, the scalar version otherwise (e.g. a misaligned input view).
-  Value aligned;
-  for (Value mem : llvm::concat<Value>(argMem, outMem)) {
-    Value p = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, mem);
-    Value ok = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                     arith::RemUIOp::create(b, loc, p, cIdx(16)), cIdx(0));
-    aligned = aligned ? arith::AndIOp::create(b, loc, aligned, ok).getResult() : ok;
-  }
-  auto ifAligned = scf::IfOp::create(b, loc, aligned, /*withElse=*/true);
+  auto ifAligned = scf::IfOp::create(b, loc, buffersAligned16(), /*withElse=*/true);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(ifAligned.thenBlock());
   vecLoads = true;
@@ -131,8 +126,7 @@ Value Codegen::andIf(Value a, Value c) {
 }
 
 bool Codegen::finishRowReduction(linalg::GenericOp g, Value acc, Value tid, Value valid,
-                                 ArrayRef<Value> rowIvs,
-                                 const DenseMap<Value, unsigned> &outIndex) {
+                                 ArrayRef<Value> rowIvs) {
   Operation *comb = getCombiner(g);
   TypedAttr identity = getCombinerIdentity(comb, comb->getResult(0).getType());
   Value total = blockReduce(acc, comb, identity, tid);
@@ -149,8 +143,8 @@ bool Codegen::finishRowReduction(linalg::GenericOp g, Value acc, Value tid, Valu
                   ? combine(comb, initV, total)
                   : combine(comb, total, initV);
   materialized[g.getResult(0)] = res;
-  auto it = outIndex.find(g.getResult(0));
-  if (it != outIndex.end()) {
+  auto it = resultIndex.find(g.getResult(0));
+  if (it != resultIndex.end()) {
     Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid, cIdx(0));
     auto guard = guardIf(andIf(first, valid));
     store(it->second, res, outIdx);
@@ -215,10 +209,6 @@ void Codegen::persistentRow(Value tid, Value row, Value valid, ArrayRef<int64_t>
     }
     slotIvs.push_back(std::move(s));
   }
-  DenseMap<Value, unsigned> outIndex;
-  for (auto [v, k] : outputs())
-    outIndex.try_emplace(v, k);
-
   for (Operation &op : kfn.getBody().front()) {
     if (failedFlag)
       return;
@@ -238,13 +228,13 @@ void Codegen::persistentRow(Value tid, Value row, Value valid, ArrayRef<int64_t>
           acc = s.inRange ? arith::SelectOp::create(b, loc, s.inRange, vals[0], acc).getResult()
                           : vals[0];
         }
-      if (!finishRowReduction(g, acc, tid, valid, rowIvs, outIndex))
+      if (!finishRowReduction(g, acc, tid, valid, rowIvs))
         return;
       continue;
     }
     for (Value r : g->getResults()) {
-      auto it = outIndex.find(r);
-      if (it == outIndex.end())
+      auto it = resultIndex.find(r);
+      if (it == resultIndex.end())
         continue;
       auto type = cast<RankedTensorType>(r.getType());
       ArrayRef<int64_t> shape = type.getShape();
@@ -270,23 +260,13 @@ void Codegen::persistentRow(Value tid, Value row, Value valid, ArrayRef<int64_t>
             store(it->second, v, ivs);
           continue;
         }
-        auto vt = VectorType::get({width}, vals[0].getType());
-        Value vec = vector::BroadcastOp::create(b, loc, vt, vals[0]);
-        for (int64_t l = 1; l < width; ++l)
-          vec = vector::InsertOp::create(b, loc, vals[l], vec, l);
-        auto st = vector::StoreOp::create(b, loc, vec, outMem[it->second],
-                                          ValueRange{linearize(s.ivs[0], shape)});
-        st.setAlignment(vecAlign(width, vals[0].getType()));
+        storeLanes(it->second, vals, linearize(s.ivs[0], shape));
       }
     }
   }
 }
 
 void Codegen::loopedRow(Value tid, Value row, Value valid, int64_t rows) {
-  DenseMap<Value, unsigned> outIndex;
-  for (auto [v, k] : outputs())
-    outIndex.try_emplace(v, k);
-
   for (Operation &op : kfn.getBody().front()) {
     if (failedFlag)
       return;
@@ -314,15 +294,15 @@ void Codegen::loopedRow(Value tid, Value row, Value valid, int64_t rows) {
           return;
         scf::YieldOp::create(b, loc, vals[0]);
       }
-      if (!finishRowReduction(g, loop.getResult(0), tid, valid, rowIvs, outIndex))
+      if (!finishRowReduction(g, loop.getResult(0), tid, valid, rowIvs))
         return;
       continue;
     }
     // Elementwise ops of the row are computed where used; results of the
     // kernel are written by the whole block.
     for (Value r : g->getResults()) {
-      auto it = outIndex.find(r);
-      if (it != outIndex.end() && !rowOutputLoop(g, r, it->second, tid, row, valid, rows))
+      auto it = resultIndex.find(r);
+      if (it != resultIndex.end() && !rowOutputLoop(g, r, it->second, tid, row, valid, rows))
         return;
     }
   }

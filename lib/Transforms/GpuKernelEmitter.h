@@ -41,7 +41,7 @@ struct Codegen {
   SmallVector<Value> outMem;             // memrefs of kernel results
   IRMapping scalars;                     // scalar values of kfn -> gfn
   DenseMap<Value, Value> materialized;   // row-reduced values (same row)
-  DenseMap<Value, unsigned> resultIndex; // kfn result values -> output index
+  DenseMap<Value, unsigned> resultIndex; // kfn result values -> output index (row kernels)
   int64_t grid = 1, block = 1;
   int64_t rowLanes = 32; // threads cooperating on one row
   std::string strategy;
@@ -192,6 +192,14 @@ struct Codegen {
   /// when the kernel is not vectorizable.
   int64_t vectorizable(int64_t n, linalg::GenericOp &out);
 
+  /// True (i1) when every kernel input and output pointer is 16-byte aligned:
+  /// the run-time condition of the vector versions.
+  Value buffersAligned16();
+
+  /// `lanes` stored to output `out` at linear index `at` (a multiple of their
+  /// count) with one aligned vector.store.
+  void storeLanes(unsigned out, ArrayRef<Value> lanes, Value at);
+
   void pointwise(Value tid, Value bid, bool allowVector);
 
   void rowKernel(Value tid, Value bid);
@@ -211,7 +219,7 @@ struct Codegen {
   /// row's lanes and with the init, materialized for the row's later ops,
   /// stored by lane 0 when it is a kernel result. False on failure.
   bool finishRowReduction(linalg::GenericOp g, Value acc, Value tid, Value valid,
-                          ArrayRef<Value> rowIvs, const DenseMap<Value, unsigned> &outIndex);
+                          ArrayRef<Value> rowIvs);
   /// Result `r` of `g` (kernel output `out`) written by a strided loop over
   /// the row's part of it. False on failure.
   bool rowOutputLoop(linalg::GenericOp g, Value r, unsigned out, Value tid, Value row,
