@@ -941,6 +941,27 @@ def _context():
     return ctx, diags
 
 
+def _pinning_tracker():
+    """A torch-mlir RefTracker that keeps every object it tracks alive for the import.
+    torch-mlir's maps id(tensor) to the literal attribute made for it, with no check that
+    it is still the same object (its finalizer is commented out), and the importer converts
+    each bool tensor constant to a uint8 temporary that it drops right after: the next bool
+    constant's temporary could get the same id, and so the first constant's data (two
+    different masks of one graph imported as one: `scores[1, [3, 5]] = -inf` wrote column 2)."""
+    from torch_mlir.extras.fx_importer import RefTracker
+
+    class _Pinning(RefTracker):
+        def __init__(self):
+            super().__init__()
+            self._pinned = []
+
+        def track(self, referrent):
+            self._pinned.append(referrent)
+            return super().track(referrent)
+
+    return _Pinning()
+
+
 def import_fx(gm: torch.fx.GraphModule, func_name: str = "main") -> str:
     """torch-mlir's FX importer: the graph as raw torch-dialect IR text, with
     source locations (the lowering may run in another process)."""
@@ -948,7 +969,7 @@ def import_fx(gm: torch.fx.GraphModule, func_name: str = "main") -> str:
 
     gm = _prepare_for_import(gm)
     ctx, _ = _context()
-    importer = FxImporter(context=ctx)
+    importer = FxImporter(context=ctx, py_attr_tracker=_pinning_tracker())
     try:
         importer.import_stateless_graph(gm.graph, func_name=func_name)
     except Exception as e:  # the importer raises NotImplementedError & co. per node

@@ -138,3 +138,42 @@ def test_graph_of_constants_only():
         got, want = fast(), f()
         torch.testing.assert_close(got, want)
     assert fast.graphs and all(g.fallback_reason is None for g in fast.graphs)
+
+
+def test_distinct_bool_constants_stay_distinct():
+    """torch-mlir's FX importer maps id(tensor) to the literal it made, and converts each
+    bool constant to a uint8 temporary it drops at once: the next mask's temporary could get
+    the same id and reuse the first mask's data (found by bench/modules3.py's
+    repetition_penalty_no_repeat_ngram: `scores[1, [3, 5]] = -inf` after `scores[0, [2]]`
+    wrote the wrong column, in a compile worker that had compiled other graphs first).
+    frontend._pinning_tracker keeps the temporaries alive for the import."""
+    import re
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from mlircap.frontend import _pinning_tracker, import_fx
+
+    # the importer's conversion: a temporary per constant, tracked, then dropped
+    tracker = _pinning_tracker()
+    for i in range(20):
+        mapping = tracker.track(torch.full((3,), i, dtype=torch.uint8))
+        assert mapping.is_empty, "a new tensor took the literal of a dropped one"
+        mapping.value = i
+
+    gm = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
+    g, fm = gm.graph, FakeTensorMode()
+    x = g.placeholder("x")
+    x.meta["val"] = fm.from_tensor(torch.randn(10))
+    cur = x
+    for i in range(8):
+        m = torch.zeros(10, dtype=torch.bool)
+        m[i] = True
+        gm.register_buffer(f"m{i}", m)
+        a = g.get_attr(f"m{i}")
+        a.meta["val"] = m
+        cur = g.call_function(torch.ops.aten.where.ScalarSelf, (a, 0.0, cur))
+        cur.meta["val"] = fm.from_tensor(torch.randn(10))
+    g.output((cur,))
+    gm.recompile()
+    blobs = re.findall(r'torch_tensor_10_torch\.uint8\w*: "(0x[0-9A-F]+)"', import_fx(gm))
+    assert len(set(blobs)) == 8
