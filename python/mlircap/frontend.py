@@ -437,6 +437,8 @@ def _floor_division_like_eager(op, fallback):
         floordiv = torch.floor(div)
         floordiv = torch.where(div - floordiv > 0.5, floordiv + 1, floordiv)
         floordiv = torch.where(div != 0, floordiv, torch.copysign(torch.zeros_like(div), a / b))
+        if not isinstance(b, torch.Tensor):   # a Python number (x // 0.7): b == 0 is a bool
+            return a / b if b == 0 else floordiv
         return torch.where(b == 0, a / b, floordiv)
 
     return decomposition

@@ -947,6 +947,18 @@ def test_float_floor_division_like_eager():
     _compiled_matches_eager(lambda a, b: torch.floor_divide(a * 1, b) + 0, a, b, **same)
 
 
+@pytest.mark.parametrize("b", [0.7, -2.5, 3])
+def test_float_floor_division_by_a_python_number_compiles(b):
+    # The floor-division decomposition built torch.where(b == 0, ...) with b a Python
+    # number (x // 0.7): where() of a bool failed while aot_autograd traced, so the
+    # graph ran uncompiled (found by bench/modules3.py float_mod_copysign_signed_zero).
+    inf, nan = float("inf"), float("nan")
+    a = torch.tensor([inf, -inf, 1.0, -3.375, 7.0, -7.0, 0.0, -0.0, 5.0, nan, 1e30, 2.5])
+    same = dict(exact=False, atol=0, rtol=0, equal_nan=True)
+    _compiled_matches_eager(lambda a: (a * 1) // b, a, **same)
+    _compiled_matches_eager(lambda a: torch.floor_divide(a * 1, b) - (-a) // b, a, **same)
+
+
 def test_fused_attention_is_random_only_with_dropout():
     # The fused attention kernels are tagged nondeterministic_seeded for their
     # dropout: without it they are library steps, not random islands that pin
