@@ -86,6 +86,7 @@ def main():
     ap.add_argument("--dtypes", default="bf16")
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--no-inductor", action="store_true")
+    ap.add_argument("--cudagraphs", action="store_true", help="inductor with CUDA graphs (mode='reduce-overhead')")
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -96,7 +97,8 @@ def main():
             report("eager", m, args, a.top)
             if not a.no_inductor:
                 torch._dynamo.reset()
-                report("inductor", torch.compile(m), args, a.top)
+                mode = "reduce-overhead" if a.cudagraphs else None
+                report("inductor+cg" if a.cudagraphs else "inductor", torch.compile(m, mode=mode), args, a.top)
                 torch._dynamo.reset()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from .guard_kinds import Consts, DictVersions, FunctionCode, Guard, GuardEnv, Is, _record
-from .typeinfo import _pack_versions
+from .typeinfo import _dict_version, _pack_versions
 
 try:
     from . import _ext
@@ -38,13 +38,24 @@ class AllDictVersions(Guard):
 
     def code(self, k: Consts) -> str:
         slow = " and ".join(f"({e})" for e in self.slow_code)
-        return f"_dvs({k.const(self.dicts)}, {k.const(_pack_versions(self.versions))}) or ({slow})"
+        d, tags = k.const(self.dicts), k.const([_pack_versions(self.versions)])
+        # When a dict changed but every guard still holds (an unrelated global or class
+        # attribute was set once), the tags are retaken: they name a state on which every
+        # member holds, as at install, and the fast path serves the calls after it.
+        return f"_dvs({d}, {tags}[0]) or (({slow}) and {k.const(retag)}({d}, {tags}))"
 
     def check(self, env: GuardEnv) -> bool:
         return all(g.check(env) for g in self.groups)
 
     def describe(self) -> str:
         return f"{sum(len(g.members) for g in self.groups)} guards on {len(self.dicts)} unchanged dicts"
+
+
+def retag(dicts: tuple, tags: list) -> bool:
+    """Stores the current version tags of `dicts` in tags[0] (AllDictVersions' fast path);
+    called only after every guard of the batch held on the current state."""
+    tags[0] = _pack_versions(tuple(map(_dict_version, dicts)))
+    return True
 
 
 _CONST = re.compile(r"C\[(\d+)\]")

@@ -113,8 +113,8 @@ _CONST_REF = re.compile(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")|(?<![\w.\]])C\
 
 
 def _bind_consts(body: str) -> tuple[str, set[int]]:
-    """`C[k]` -> a closure variable `_ck` bound once (one opcode instead of three per use);
-    string literals are left alone."""
+    """`C[k]` -> a global `_ck` of the guard's namespace (one specialized LOAD_GLOBAL instead
+    of three opcodes per use); string literals are left alone."""
     used: set[int] = set()
 
     def sub(m: re.Match) -> str:
@@ -154,18 +154,20 @@ def _compile_guard(exprs: list[str], consts: list, state: _GlobalState | None) -
     if state is not None:
         parts.insert(0, state.expr())
     body, used = _bind_consts(" and ".join(parts) or "True")
-    binds = "".join(f"    _c{k} = C[{k}]\n" for k in sorted(used))
-    src = ("def _make(C, _ge, _inf, _ac, _gs, _dv, _dvs, _fcs, _cells):\n" + binds +
-           "    def __guard(L, F):\n"
-           "        try:\n"
-           f"            return {body}\n"
-           "        except Exception:\n"
-           "            return False\n"
-           "    return __guard\n")
-    ns: dict[str, Any] = {}
+    # The constants are globals of the guard's own namespace, not closure cells: a call
+    # copies every free variable of a closure into its frame (COPY_FREE_VARS), which with
+    # a transformer's ~2,000 constants cost more than the checks themselves.
+    ns: dict[str, Any] = {f"_c{k}": consts[k] for k in used}
+    ns.update(C=consts, _ge=torch.is_grad_enabled, _inf=torch.is_inference_mode_enabled,
+              _ac=torch.is_autocast_enabled, _gs=state.guard if state is not None else None, _dv=_dict_version,
+              _dvs=_dicts_unchanged, _fcs=_funcs_unchanged, _cells=_cells_hold)
+    src = ("def __guard(L, F):\n"
+           "    try:\n"
+           f"        return {body}\n"
+           "    except Exception:\n"
+           "        return False\n")
     exec(compile(src, "<mlircap guard>", "exec"), ns)
-    return ns["_make"](consts, torch.is_grad_enabled, torch.is_inference_mode_enabled, torch.is_autocast_enabled,
-                       state.guard if state is not None else None, _dict_version, _dicts_unchanged, _funcs_unchanged, _cells_hold)
+    return ns["__guard"]
 
 
 class _GuardMixin:

@@ -176,6 +176,68 @@ def test_large_module_guard_is_batched():
         assert v.guard((m, x), M.forward)
 
 
+def test_dict_tags_are_retaken_after_an_unrelated_change():
+    """A dict of the version-tag batch changes without touching a guarded entry (a class
+    attribute nobody reads is set once): the members still hold, so the call replays and the
+    tags are retaken (the fast path serves the next calls); a guarded entry changed after
+    that still fails the guard. The guard binds its constants as globals, not closure cells
+    (a closure's cells are copied into every call's frame)."""
+    from mlircap.capture import guard_batches
+
+    class Blk(torch.nn.Module):
+        scale = 2.0
+
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.lin(x) * self.scale
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([Blk() for _ in range(4)])
+
+        def forward(self, x):
+            for b in self.blocks:
+                x = b(x)
+            return x
+    torch.manual_seed(0)
+    m = M()
+    w = capture(m, EAGER)
+    x = torch.randn(2, 4)
+    w(x)
+    v = w._mlircap_capture.variants[0]
+    assert v.guard.__code__.co_freevars == ()
+    retags = []
+    orig = guard_batches.retag
+
+    def spy(dicts, tags):
+        retags.append(1)
+        return orig(dicts, tags)
+    guard_batches.retag = spy
+    try:
+        w2 = capture(M(), EAGER)   # a fresh capture: its guard binds the spy
+        m2 = w2._mlircap_capture.fn
+        w2(x)
+        v2 = w2._mlircap_capture.variants[0]
+        assert v2.guard((m2, x), M.forward)
+        assert not retags
+        Blk.unrelated = 1             # Blk's class dict changes; no guard reads `unrelated`
+        assert v2.guard((m2, x), M.forward)
+        assert len(retags) == 1
+        assert v2.guard((m2, x), M.forward)
+        assert len(retags) == 1       # the retaken tags hold: fast path again
+        torch.testing.assert_close(w2(x), m2(x))
+        Blk.scale = 3.0               # a guarded class attribute: the guard fails
+        assert not v2.guard((m2, x), M.forward)
+        torch.testing.assert_close(w2(x), m2(x))
+    finally:
+        guard_batches.retag = orig
+        Blk.scale = 2.0
+
+
 def test_code_object_attributes_are_not_guarded_one_by_one():
     """`fn.__code__.co_varnames` (transformers' decorators read it): a code object is
     immutable, so the identity guard on `fn.__code__` covers its attributes; replacing
