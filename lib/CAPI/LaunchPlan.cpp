@@ -159,6 +159,12 @@ struct PlanBuilder {
                                                           : "inf");
         return;
       }
+      // llvm::json writes -0.0 as -0, which JSON readers take for the integer 0:
+      // a string too, so that the sign reaches the runtime (copysign(x, -0.0)).
+      if (f.isZero() && f.isNegative()) {
+        data.push_back("-0.0");
+        return;
+      }
       bool lost;
       APFloat d = f;
       d.convert(APFloat::IEEEdouble(), APFloat::rmNearestTiesToEven, &lost);

@@ -947,6 +947,21 @@ def test_float_floor_division_like_eager():
     _compiled_matches_eager(lambda a, b: torch.floor_divide(a * 1, b) + 0, a, b, **same)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_negative_zero_constants_keep_their_sign(dtype):
+    # llvm::json wrote a plan constant's -0.0 as -0, which Python's json reads as the
+    # integer 0: copysign(x, torch.tensor([-0.0])) returned |x| (found by
+    # bench/modules3.py float_mod_copysign_signed_zero). The plan writes it as "-0.0".
+    x = torch.randn(3, 4).to(dtype)
+    for fn in (lambda: torch.full((3,), -0.0, dtype=dtype), lambda: torch.tensor([-0.0, 1.0, -0.0, 0.0], dtype=dtype) * 1,
+               lambda: torch.copysign(x, torch.tensor([-0.0, 0.0, 2.0], dtype=dtype)[:1])):
+        fast = mlircap.compile(fn)
+        fast()
+        got, want = fast(), fn()
+        assert torch.equal(got, want) and torch.equal(got.signbit(), want.signbit()), (got, want)
+        assert _compiled_graphs_ran(fast)
+
+
 @pytest.mark.parametrize("b", [0.7, -2.5, 3])
 def test_float_floor_division_by_a_python_number_compiles(b):
     # The floor-division decomposition built torch.where(b == 0, ...) with b a Python

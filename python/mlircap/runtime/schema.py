@@ -18,7 +18,7 @@ Wire format (JSON):
       input     "index": the graph argument it is
       buffer    written by a kernel or library step; allocated per call
       view      "of": a non-view value, "strides": [int], "offset": elements
-      constant  "data": [number | "nan" | "inf" | "-inf"], "splat": true when one
+      constant  "data": [number | "nan" | "inf" | "-inf" | "-0.0"], "splat": true when one
                 element fills the shape
     KernelStep  {"kind": "kernel", "name", "grid": [3], "block": [3], "smem",
                  "args": [{"value": id} | {"i64": n}], "strategy"?, "align"?}
@@ -47,7 +47,8 @@ DTYPES: dict[str, torch.dtype] = {
     "ui8": torch.uint8,
 }
 VALUE_KINDS = ("input", "buffer", "view", "constant")
-_NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+# numbers JSON cannot write: non-finite values, and -0.0 (a JSON -0 reads as the integer 0)
+_NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf, "-0.0": -0.0}
 
 
 def _int(x: Any, what: str) -> int:
