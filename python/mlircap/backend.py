@@ -1177,6 +1177,18 @@ def _reads_grad(node: torch.fx.Node) -> bool:
     return False
 
 
+def _inplace_root(node):
+    """The value an in-place Tensor method's result is (`p.addcdiv_(m, d)` returns p, and
+    capture records a later `p.grad` on that result): followed back through such calls."""
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and node.args and \
+            isinstance(node.args[0], torch.fx.Node):
+        name = getattr(node.target, "__name__", "")
+        if not (name.endswith("_") and not name.endswith("__") and getattr(torch.Tensor, name, None) is node.target):
+            break
+        node = node.args[0]
+    return node
+
+
 def _hoist_grad_reads(gm: torch.fx.GraphModule, example_inputs):
     """A graph reading `p.grad` of an input (an optimizer step or a gradient returned after
     a backward in the function): aot_autograd traces with its own tensors for the inputs,
@@ -1185,15 +1197,15 @@ def _hoist_grad_reads(gm: torch.fx.GraphModule, example_inputs):
     rewritten graph, its example inputs, the input positions whose .grad follow), or None."""
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
     index = {n: i for i, n in enumerate(phs)}
-    reads = [n for n in gm.graph.nodes if _reads_grad(n) and n.args[0] in index]
-    reads = [n for n in reads if isinstance(example_inputs[index[n.args[0]]], torch.Tensor)
-             and isinstance(example_inputs[index[n.args[0]]].grad, torch.Tensor)]
+    reads = [n for n in gm.graph.nodes if _reads_grad(n) and _inplace_root(n.args[0]) in index]
+    reads = [n for n in reads if isinstance(example_inputs[index[_inplace_root(n.args[0])]], torch.Tensor)
+             and isinstance(example_inputs[index[_inplace_root(n.args[0])]].grad, torch.Tensor)]
     if not reads:
         return None
     owners, extra = [], []
     last = phs[-1]
     for k, n in enumerate(reads):
-        i = index[n.args[0]]
+        i = index[_inplace_root(n.args[0])]
         with gm.graph.inserting_after(last):
             ph = gm.graph.placeholder(f"grad_of_in{i}_{k}")
         last = ph

@@ -368,6 +368,41 @@ def test_graph_reading_grad_after_backward_compiles():
     assert fast.graphs and all(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs)
 
 
+def test_grad_read_after_an_in_place_step_compiles():
+    """`p.addcdiv_(m, d)` then `p.grad.zero_()` (a hand-written Adam step): capture records the
+    second p.grad on the in-place op's result, which backend._hoist_grad_reads did not follow
+    back to the input, so the graph failed to compile (zero_ of None) and ran uncompiled
+    (bench/modules3.py adam_manual_step_python_t)."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 2)
+    ref = torch.nn.Linear(3, 2)
+    ref.load_state_dict(lin.state_dict())
+
+    def step(m):
+        def fn(x):
+            loss = (m(x) ** 2).sum()
+            loss.backward()
+            with torch.no_grad():
+                for p in m.parameters():
+                    p.addcdiv_(p.grad, p.grad.abs() + 1.0, value=-0.1)
+                    p.grad.zero_()
+            return loss.detach()
+        return fn
+
+    fast = mlircap.compile(step(lin))
+    for i in range(3):
+        x = torch.randn(4, 3)
+        want = step(ref)(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)   # no "backend failed to compile"
+            got = fast(x)
+        torch.testing.assert_close(got, want)
+        for p, q in zip(ref.parameters(), lin.parameters()):
+            torch.testing.assert_close(q, p)
+            torch.testing.assert_close(q.grad, p.grad)
+    assert fast.graphs and all(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs)
+
+
 @pytest.mark.parametrize("kind", ["GRU", "LSTM", "RNN"])
 def test_rnn_dropout_between_layers_in_training(kind):
     """A trained nn.GRU/LSTM/RNN(num_layers=2, dropout=p) applies dropout between its
