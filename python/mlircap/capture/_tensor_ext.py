@@ -19,7 +19,7 @@ import types
 
 _SRC = os.path.join(os.path.dirname(__file__), "_tensor_meta.cpp")
 _NAME = "_mlircap_tensor_meta"
-_API_VERSION = 1
+_API_VERSION = 2
 _mod: types.ModuleType | None = None
 _err: str | None = None
 _lock = threading.Lock()

@@ -4,6 +4,8 @@
 // The same facts as torch's TensorGuards (torch/csrc/dynamo/guards.cpp, TensorCheck), without
 // its per-tensor SymInt and optional handling: plain strided tensors only (the constructor
 // rejects others; the caller then uses TensorGuards).  Built on first use by _tensor_ext.py.
+// DataPtrs: the data pointers and dtypes of the inputs a CUDA graph uses in place, checked
+// in one call per replay (runtime/cuda.py, _StaticInputs).
 #include <Python.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -11,7 +13,7 @@
 #include <cstdint>
 #include <vector>
 
-static const char *kApiTag = "mlircap-tensor-meta-api-1";
+static const char *kApiTag = "mlircap-tensor-meta-api-2";
 
 namespace {
 
@@ -117,6 +119,78 @@ PyMethodDef tm_methods[] = {
     {"size", reinterpret_cast<PyCFunction>(tm_len), METH_NOARGS, "how many tensors"},
     {nullptr, nullptr, 0, nullptr}};
 
+struct DataPtrs {
+  PyObject_HEAD
+      std::vector<Py_ssize_t> *idx;
+  std::vector<const void *> *ptrs;
+  std::vector<int8_t> *dtypes;
+};
+
+// DataPtrs(idx: tuple[int], tensors: tuple): tensors[k] is args[idx[k]] at capture
+PyObject *dp_new(PyTypeObject *tp, PyObject *args, PyObject *kw) {
+  PyObject *idx = nullptr, *tensors = nullptr;
+  if ((kw != nullptr && PyDict_Size(kw) != 0) || !PyArg_ParseTuple(args, "O!O!", &PyTuple_Type, &idx, &PyTuple_Type, &tensors))
+    return nullptr;
+  if (PyTuple_GET_SIZE(idx) != PyTuple_GET_SIZE(tensors)) {
+    PyErr_SetString(PyExc_ValueError, "DataPtrs: idx and tensors differ in length");
+    return nullptr;
+  }
+  auto *self = reinterpret_cast<DataPtrs *>(tp->tp_alloc(tp, 0));
+  if (self == nullptr) return nullptr;
+  self->idx = new std::vector<Py_ssize_t>();
+  self->ptrs = new std::vector<const void *>();
+  self->dtypes = new std::vector<int8_t>();
+  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(idx); k++) {
+    Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(idx, k));
+    PyObject *o = PyTuple_GET_ITEM(tensors, k);
+    if ((i < 0 && PyErr_Occurred()) || i < 0 || !THPVariable_Check(o)) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "DataPtrs: an index >= 0 and a tensor expected");
+      Py_DECREF(self);
+      return nullptr;
+    }
+    const at::Tensor &t = THPVariable_Unpack(o);
+    self->idx->push_back(i);
+    self->ptrs->push_back(t.const_data_ptr());
+    self->dtypes->push_back(static_cast<int8_t>(t.scalar_type()));
+  }
+  return reinterpret_cast<PyObject *>(self);
+}
+
+void dp_dealloc(DataPtrs *self) {
+  delete self->idx;
+  delete self->ptrs;
+  delete self->dtypes;
+  Py_TYPE(self)->tp_free(reinterpret_cast<PyObject *>(self));
+}
+
+// match(args: tuple | list) -> bool: args[idx[k]] is a tensor with the data pointer and dtype
+// tensors[k] had
+PyObject *dp_match(DataPtrs *self, PyObject *seq) {
+  if (!PyTuple_Check(seq) && !PyList_Check(seq)) {
+    PyErr_SetString(PyExc_TypeError, "DataPtrs.match: a tuple or list expected");
+    return nullptr;
+  }
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject **items = PySequence_Fast_ITEMS(seq);
+  const auto &idx = *self->idx;
+  for (size_t k = 0; k < idx.size(); k++) {
+    if (idx[k] >= n) Py_RETURN_FALSE;
+    PyObject *o = items[idx[k]];
+    if (!THPVariable_Check(o)) Py_RETURN_FALSE;
+    const at::Tensor &t = THPVariable_Unpack(o);
+    if (t.const_data_ptr() != (*self->ptrs)[k] || static_cast<int8_t>(t.scalar_type()) != (*self->dtypes)[k])
+      Py_RETURN_FALSE;
+  }
+  Py_RETURN_TRUE;
+}
+
+PyMethodDef dp_methods[] = {
+    {"match", reinterpret_cast<PyCFunction>(dp_match), METH_O,
+     "match(args): args[idx[k]] has the data pointer and dtype of tensors[k] at construction"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyTypeObject DataPtrsType = {PyVarObject_HEAD_INIT(nullptr, 0) "_mlircap_tensor_meta.DataPtrs"};
+
 PyTypeObject TensorMetasType = {PyVarObject_HEAD_INIT(nullptr, 0) "_mlircap_tensor_meta.TensorMetas"};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_mlircap_tensor_meta", nullptr, -1, nullptr};
@@ -131,11 +205,20 @@ PyMODINIT_FUNC PyInit__mlircap_tensor_meta() {
   TensorMetasType.tp_methods = tm_methods;
   TensorMetasType.tp_doc = "the metadata of many tensors, checked in one call";
   if (PyType_Ready(&TensorMetasType) < 0) return nullptr;
+  DataPtrsType.tp_basicsize = sizeof(DataPtrs);
+  DataPtrsType.tp_flags = Py_TPFLAGS_DEFAULT;
+  DataPtrsType.tp_new = dp_new;
+  DataPtrsType.tp_dealloc = reinterpret_cast<destructor>(dp_dealloc);
+  DataPtrsType.tp_methods = dp_methods;
+  DataPtrsType.tp_doc = "data pointers and dtypes of tensors at given argument positions, checked in one call";
+  if (PyType_Ready(&DataPtrsType) < 0) return nullptr;
   PyObject *m = PyModule_Create(&module_def);
   if (m == nullptr) return nullptr;
   Py_INCREF(&TensorMetasType);
   PyModule_AddObject(m, "TensorMetas", reinterpret_cast<PyObject *>(&TensorMetasType));
-  PyModule_AddIntConstant(m, "API_VERSION", 1);
+  Py_INCREF(&DataPtrsType);
+  PyModule_AddObject(m, "DataPtrs", reinterpret_cast<PyObject *>(&DataPtrsType));
+  PyModule_AddIntConstant(m, "API_VERSION", 2);
   PyModule_AddStringConstant(m, "API_TAG", kApiTag);
   return m;
 }

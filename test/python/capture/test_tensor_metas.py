@@ -95,3 +95,39 @@ def test_variant_guards_parameters_in_one_call():
     with torch.no_grad():
         m.layers[1].bias.data = torch.randn(1)            # broadcasts: other shape, same result shape
     assert torch.equal(cm(x), m(x)) and len(c.variants) == 3
+
+
+_PTR_MUTATIONS = [
+    ("set_data same shape", lambda t: setattr(t, "data", torch.randn_like(t))),
+    ("set_data other dtype", lambda t: setattr(t, "data", t.data.double())),
+    ("set_ to another storage", lambda t: t.set_(torch.randn(t.shape))),
+    ("resize_ past capacity", lambda t: t.detach().resize_(t.numel() * 64)),
+    ("in-place add (same address)", lambda t: t.detach().add_(1)),
+    ("nothing", lambda t: None),
+]
+
+
+@pytest.mark.parametrize("name,mut", _PTR_MUTATIONS, ids=[m[0] for m in _PTR_MUTATIONS])
+def test_static_inputs_data_ptrs(name, mut):
+    """The CUDA graphs' replay check of inputs used in place (runtime/cuda.py _StaticInputs,
+    DataPtrs: one C call) answers as the Python check (address and dtype of each), on
+    tensors mutated in every way that keeps the object."""
+    from mlircap.runtime.cuda import _StaticInputs
+
+    args = (torch.randn(3, 4), 2.0, torch.nn.Parameter(torch.randn(5)), torch.randn(6))
+    s = _StaticInputs()
+    s._set_static(args, [0, 2])
+    assert s._static_check is not None
+    assert s._static_match(args)
+    for k in (0, 2):
+        with torch.no_grad():
+            mut(args[k])
+        expect = all(args[i].data_ptr() == p and args[i].dtype is d for i, p, d in s._static_inputs)
+        assert s._static_check.match(args) is expect
+        assert s._static_check.match(list(args)) is expect
+        saved, s._static_check = s._static_check, None   # the Python form agrees
+        assert s._static_match(args) is expect
+        s._static_check = saved
+    assert (name in ("nothing", "in-place add (same address)")) is s._static_match(args)
+    assert not s._static_check.match(args[:2])          # too short: False, no error
+    assert not s._static_check.match((1.0,) * 4)         # not tensors
