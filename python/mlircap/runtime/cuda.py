@@ -144,6 +144,7 @@ class _StaticInputs:
         self._static_ptrs = [p for _, p, _ in self._static_inputs]
         self._static_dtypes = [d for _, _, d in self._static_inputs]
         self._static_check = _data_ptrs(self._static_idx, [args[i] for i in static])
+        self._static_retries = 1000   # replays that try for the C check again (it builds in the background)
 
     def _static_match(self, args) -> bool:
         """The replay fast path's input check: inputs used in place by the graph
@@ -155,7 +156,11 @@ class _StaticInputs:
         if self._static_check is not None:    # one C call (capture/_tensor_meta.cpp)
             return self._static_check.match(args)
         sel = list(map(args.__getitem__, self._static_idx))
-        return list(map(_data_ptr, sel)) == self._static_ptrs and list(map(_dtype_of, sel)) == self._static_dtypes
+        ok = list(map(_data_ptr, sel)) == self._static_ptrs and list(map(_dtype_of, sel)) == self._static_dtypes
+        if ok and self._static_retries > 0:   # the extension may have been built since capture
+            self._static_retries -= 1
+            self._static_check = _data_ptrs(self._static_idx, sel)
+        return ok
 
     def _note_moved(self, args):
         """An input taken as fixed at capture moved (an intermediate tensor from

@@ -131,3 +131,21 @@ def test_static_inputs_data_ptrs(name, mut):
     assert (name in ("nothing", "in-place add (same address)")) is s._static_match(args)
     assert not s._static_check.match(args[:2])          # too short: False, no error
     assert not s._static_check.match((1.0,) * 4)         # not tensors
+
+
+def test_static_inputs_take_the_c_check_once_built(monkeypatch):
+    """Captured before the extension was built (it builds in the background): a later
+    replay whose inputs match switches to the C check."""
+    from mlircap.runtime import cuda
+
+    args = (torch.randn(3), torch.randn(4))
+    real = cuda._data_ptrs
+    monkeypatch.setattr(cuda, "_data_ptrs", lambda idx, ts: None)
+    s = cuda._StaticInputs()
+    s._set_static(args, [1])
+    assert s._static_check is None and s._static_match(args)
+    monkeypatch.setattr(cuda, "_data_ptrs", real)
+    assert s._static_match(args) and s._static_check is not None
+    with torch.no_grad():
+        args[1].data = torch.randn(4)
+    assert not s._static_match(args)
