@@ -60,7 +60,7 @@ def _new_placeholder(seg: _Seg) -> fx.Node:
 
 
 _AUTOGRAD_STATE = ("requires_grad_", "retain_grad")
-# torch functions writing the .grad of autograd leaves: replayed steps run once per call (on_torch)
+# torch functions writing the .grad of autograd leaves (replay._save_grads)
 _GRAD_WRITERS = (torch.Tensor.backward, torch.autograd.backward)
 # torch functions writing their running-statistics arguments without a version bump
 _UNVERSIONED_WRITERS = {"batch_norm", "instance_norm", "native_batch_norm", "_native_batch_norm_legit"}
@@ -105,30 +105,14 @@ class _GraphMixin(_ScalarInputMixin):
             step = self._flow_torch_step(func, name, args, kwargs)
             if step is not None:
                 return step[0]
-        logged = func in _GRAD_WRITERS
-        if logged:
-            # accumulates into the .grad of leaves (the module's parameters): a side effect a
-            # replay's rollback does not undo, so it runs exactly once per call of the function,
-            # as an uncapturable call: a replay whose later guard fails hands its result to the
-            # re-recording, which takes it instead of running the backward again (it ran: its
-            # gradients are there once, as eager's)
-            i = self.ext_seen
-            self.ext_seen += 1
-            if i < len(self.catchup):
-                from .rng import _unlog
-                res = _unlog(self.catchup[i])
-            else:
-                res = func(*args, **kwargs)
-        else:
-            res = func(*args, **kwargs)
+        res = func(*args, **kwargs)
         try:
-            return self._after_torch(func, name, args, kwargs, res, logged)
+            return self._after_torch(func, name, args, kwargs, res)
         except Exception as e:  # bookkeeping must never break the user's program
             self.unreplayable = self.unreplayable or f"internal: {type(e).__name__}: {e}"
             return res
 
-    def _after_torch(self, func: Callable, name: str, args: tuple, kwargs: dict, res: Any,
-                     logged: bool = False) -> Any:
+    def _after_torch(self, func: Callable, name: str, args: tuple, kwargs: dict, res: Any) -> Any:
         flat_res, _ = tree_flatten(res)
         has_t = any(isinstance(x, torch.Tensor) for x in flat_res)
         fs = self.flow_scalar
@@ -160,12 +144,11 @@ class _GraphMixin(_ScalarInputMixin):
             except Unreplayable as e:
                 self.unreplayable = self.unreplayable or f"{e} (an argument of {_op_name(func)})"
                 return res
-            k = self._call_step(fe, ae, ke, reason, external=logged)
+            k = self._call_step(fe, ae, ke, reason, external=False)
             self._add_break(reason, _user_location())
-            if logged:
-                self._call_result(k, res, external=True)
-            else:
-                self._data_result(k, res)
+            if func in _GRAD_WRITERS:
+                self.grad_writes = True   # a replay missing after it restores the leaves' .grad
+            self._data_result(k, res)
             return res
         if not self.uses_rng and any(w in name for w in _RNG_WORDS):
             self.uses_rng = True

@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 _BREAK_RESULT = re.compile(r"\bb\d+\b")
+_NODE_VALUE = re.compile(r"\bn\d+_\w+")   # a graph's output in the replay
 
 
 def _mk_obj(cls: type, d: dict, base: type | None = None, items: list | None = None) -> object:
@@ -168,12 +169,24 @@ def _merge_log(log: list | None, done: list) -> list:
     return done + log[len(done):] if log and len(log) > len(done) else done
 
 
-def _rollback(saved: list, rng: RngStates | None) -> None:
+def _rollback(saved: list, rng: RngStates | None, grads: list | None = None) -> None:
     with torch.no_grad():
         for t, c in saved:
             t.copy_(c)
+        for t, g, c in grads or ():   # (_save_grads)
+            t.grad = g
+            if g is not None:
+                g.copy_(c)
     if rng is not None:
         _set_rng_states(rng)
+
+
+def _save_grads(leaves: tuple) -> list:
+    """The .grad of each leaf (the tensor, its values) as a replay starts: a backward in the
+    function accumulates into them, and a replay that misses after it records the call
+    again from its start, which runs the backward again (and what came before it, a
+    zero_grad): the gradients are restored first, as the other tensors it wrote are."""
+    return [(t, t.grad, None if t.grad is None else t.grad.detach().clone()) for t in leaves]
 
 
 class _GraphVariant(_Variant):
@@ -233,12 +246,19 @@ class _GraphVariant(_Variant):
             if isinstance(c, _FirstRunChecked):
                 c.slot = (compiled, i)   # replaced by what it runs once its first run passed
         has_mid = any(p.pos > 0 for p in rec.guards)
-        rollback = has_mid and (mutated or rec.uses_rng)
+        # the leaves a backward in the call accumulates gradients into: the tensors requiring
+        # grad the graphs take from outside (parameters, arguments)
+        leaves = list(dict.fromkeys(
+            e for seg in rec.segs for e, t in zip(seg.inputs, seg.examples)
+            if isinstance(t, torch.Tensor) and t.is_leaf and t.requires_grad and not _BREAK_RESULT.search(e)
+            and not _NODE_VALUE.search(e))) if rec.__dict__.get("grad_writes") else []
+        rollback = has_mid and (mutated or rec.uses_rng or leaves)
         # Uncapturable calls ("external" steps) run in order, exactly once per call of the
         # function: when a mid-replay guard fails after some of them ran, the miss carries
         # their results (_lg) to the next variant tried or to the re-recording, which use
         # them instead of calling again (no double print/write/append, no skipped random).
-        L = ["def _make(C, B, _Miss, _mk, torch, _rollback, _merge_log, _unlog, _RngLogged, _rng_states):",
+        L = ["def _make(C, B, _Miss, _mk, torch, _rollback, _merge_log, _unlog, _RngLogged, _rng_states, "
+             "_save_grads):",
              "    def __replay(L, F, _lg=None):"]
         ind = "        "
         for name, e in rec.counter_bindings() + rec.flow_bindings():   # values as the replay starts
@@ -248,7 +268,9 @@ class _GraphVariant(_Variant):
         if rollback:
             L.append(ind + "_sv = [(_t, _t.detach().clone()) for _t in (" + "".join(m + ", " for m in mutated) + ")]")
             L.append(ind + ("_rng = _rng_states()" if rec.uses_rng else "_rng = None"))
-            rb = "_rollback(_sv, _rng); "
+            if leaves:
+                L.append(ind + "_gs = _save_grads((" + "".join(e + ", " for e in leaves) + "))")
+            rb = "_rollback(_sv, _rng, _gs); " if leaves else "_rollback(_sv, _rng); "
         else:
             rb = ""
         midg: dict[int, list[str]] = collections.defaultdict(list)
@@ -319,7 +341,7 @@ class _GraphVariant(_Variant):
         ns = {}
         exec(compile(self.source, "<mlircap replay>", "exec"), ns)
         self.replay = ns["_make"](self.consts, compiled, _Miss, _mk_obj, torch, _rollback, _merge_log, _unlog,
-                                  _RngLogged, _rng_states)
+                                  _RngLogged, _rng_states, _save_grads)
         self.mid_guards: list[Placed] = [p for p in rec.guards if p.pos > 0]
         # call(args, func, log): the generated replay itself (no method in between)
         self.call = self.replay

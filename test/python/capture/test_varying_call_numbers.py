@@ -198,26 +198,32 @@ def make():
 def test_miss_after_backward_accumulates_gradients_once():
     """A hand-written optimizer step reading an int attribute after `loss.backward()`
     (`1 - b ** self.t`): its guard is checked after the backward, so a replay with another
-    step misses there. The backward already accumulated into the parameters' .grad, which a
-    rollback does not restore: the re-recording ran it again and the gradients (and the
-    step) were doubled. Tensor.backward / torch.autograd.backward run once per call, as
-    uncapturable calls do (graph._GRAD_WRITERS): the re-recording takes their result."""
-    for call in ("loss.backward()", "torch.autograd.backward([loss])"):
-        run_program(f"""
+    step misses there. The backward had accumulated into the parameters' .grad, which the
+    rollback did not restore: the re-recording ran it again and the gradients (and the
+    step) were doubled. The leaves' .grad are restored with the other written tensors
+    (replay._save_grads), also where the call zeroes them in place before its backward
+    (taking the backward's result instead of running it again got that one wrong)."""
+    for zero_first in (False, True):
+        for call in ("loss.backward()", "torch.autograd.backward([loss])"):
+            run_program(f"""
 class M(nn.Module):
     def __init__(self):
         super().__init__()
         self.fc = nn.Linear(8, 2)
         self.t = 0
     def forward(self, x):
+        if {zero_first} and self.fc.weight.grad is not None:
+            for p in self.fc.parameters():
+                p.grad.zero_()
         loss = self.fc(x).pow(2).mean()
         {call}
         self.t += 1
         with torch.no_grad():
             for p in self.fc.parameters():
                 p.sub_(0.1 * p.grad / (1 - 0.9 ** self.t))
-                p.grad.zero_()
+                if not {zero_first}:
+                    p.grad.zero_()
         return loss.detach()
 def make():
     return M().train()
-""", [(_x(0),), (_x(0),), (_x(1),), (_x(2),), (_x(1),)])
+""", [(_x(0),), (_x(0),), (_x(1),), (_x(2),), (_x(1),), (_x(3),)])
