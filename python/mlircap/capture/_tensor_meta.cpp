@@ -195,23 +195,25 @@ PyTypeObject TensorMetasType = {PyVarObject_HEAD_INIT(nullptr, 0) "_mlircap_tens
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_mlircap_tensor_meta", nullptr, -1, nullptr};
 
+// fills in and readies one of the module's types; false on error (Python's exception set)
+bool ready(PyTypeObject &t, Py_ssize_t size, newfunc make, destructor free, PyMethodDef *methods, const char *doc) {
+  t.tp_basicsize = size;
+  t.tp_flags = Py_TPFLAGS_DEFAULT;
+  t.tp_new = make;
+  t.tp_dealloc = free;
+  t.tp_methods = methods;
+  t.tp_doc = doc;
+  return PyType_Ready(&t) >= 0;
+}
+
 } // namespace
 
 PyMODINIT_FUNC PyInit__mlircap_tensor_meta() {
-  TensorMetasType.tp_basicsize = sizeof(TensorMetas);
-  TensorMetasType.tp_flags = Py_TPFLAGS_DEFAULT;
-  TensorMetasType.tp_new = tm_new;
-  TensorMetasType.tp_dealloc = reinterpret_cast<destructor>(tm_dealloc);
-  TensorMetasType.tp_methods = tm_methods;
-  TensorMetasType.tp_doc = "the metadata of many tensors, checked in one call";
-  if (PyType_Ready(&TensorMetasType) < 0) return nullptr;
-  DataPtrsType.tp_basicsize = sizeof(DataPtrs);
-  DataPtrsType.tp_flags = Py_TPFLAGS_DEFAULT;
-  DataPtrsType.tp_new = dp_new;
-  DataPtrsType.tp_dealloc = reinterpret_cast<destructor>(dp_dealloc);
-  DataPtrsType.tp_methods = dp_methods;
-  DataPtrsType.tp_doc = "data pointers and dtypes of tensors at given argument positions, checked in one call";
-  if (PyType_Ready(&DataPtrsType) < 0) return nullptr;
+  if (!ready(TensorMetasType, sizeof(TensorMetas), tm_new, reinterpret_cast<destructor>(tm_dealloc), tm_methods,
+             "the metadata of many tensors, checked in one call") ||
+      !ready(DataPtrsType, sizeof(DataPtrs), dp_new, reinterpret_cast<destructor>(dp_dealloc), dp_methods,
+             "data pointers and dtypes of tensors at given argument positions, checked in one call"))
+    return nullptr;
   PyObject *m = PyModule_Create(&module_def);
   if (m == nullptr) return nullptr;
   Py_INCREF(&TensorMetasType);
