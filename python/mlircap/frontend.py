@@ -125,6 +125,9 @@ def _build_table() -> dict:
     table[aten.min.default] = intmath.full_reduction(aten.amin.default)
     table[aten.remainder.Scalar] = intmath.scalar_remainder(aten.remainder.Tensor)   # int8: torch-mlir crashes
     table[aten.fmod.Scalar] = intmath.scalar_remainder(aten.fmod.Tensor)
+    for op, left in ((aten.__lshift__.Scalar, True), (aten.__rshift__.Scalar, False),
+                     (aten.bitwise_left_shift.Tensor_Scalar, True), (aten.bitwise_right_shift.Tensor_Scalar, False)):
+        table[op] = intmath.scalar_shift(op, left)   # by the width or more: LLVM poison
     for op in (aten.argmax.default, aten.argmin.default, aten.max.dim, aten.min.dim):
         table[op] = _first_nan_index(op, table.get(op))
     from .search import searchsorted, searchsorted_scalar

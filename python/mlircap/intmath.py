@@ -208,3 +208,26 @@ def int8_product(op, other=None):
         return NotImplemented if other is None else other(*args, **kwargs)
 
     return decomposition
+
+
+def scalar_shift(op, left: bool):
+    """`a << n` / `a >> n` of an integer tensor by a Python int (the .Scalar /
+    .Tensor_Scalar overloads): eager wraps n into a's dtype (int8 << 257 shifts by 1)
+    and, for an amount outside [0, bits), gives 0 (left) or the sign fill (right:
+    a >> bits - 1, 0 for uint8); torch-mlir emitted the shift as it is, and an LLVM
+    shift by the width or more is poison (a << 70 returned stack garbage). The amount
+    is settled here, the op keeps the in-range ones."""
+
+    def decomposition(a, b):
+        if not _integer(a) or not isinstance(b, int) or isinstance(b, bool):
+            return NotImplemented
+        info = torch.iinfo(a.dtype)
+        bits = info.bits
+        n = (b - info.min) % (info.max - info.min + 1) + info.min   # wrapped as eager converts it
+        if 0 <= n < bits:
+            return NotImplemented if n == b else op(a, n)   # (op(a, n) comes back here: NotImplemented)
+        if left or info.min == 0:
+            return aten.mul.Tensor(a, 0)
+        return op(a, bits - 1)
+
+    return decomposition

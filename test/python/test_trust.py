@@ -962,6 +962,19 @@ def test_negative_zero_constants_keep_their_sign(dtype):
         assert _compiled_graphs_ran(fast)
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8])
+def test_shift_by_a_python_int_out_of_range_like_eager(dtype):
+    # a << 70 / a >> 65 (and int8 << 9): torch-mlir emitted the shift as it is, and an
+    # LLVM shift by the width or more is poison: the compiled code returned stack garbage
+    # (eager: 0, the sign fill). Amounts wrap into the dtype as eager converts them
+    # (int8 << 257 shifts by 1); negative amounts give 0 / the sign fill.
+    a = torch.tensor([1, -1, 5, -128, 127, 100, 0, 3, 77, -33]).to(dtype)
+    for n in (0, 3, 7, 8, 9, 15, 16, 31, 32, 63, 64, 65, 70, -1, 257, -255):
+        for fn in (lambda a: a << n, lambda a: a >> n, lambda a: torch.bitwise_left_shift(a, n) + 1,
+                   lambda a: torch.bitwise_right_shift(a * 3, n)):
+            _compiled_matches_eager(fn, a)
+
+
 @pytest.mark.parametrize("b", [0.7, -2.5, 3])
 def test_float_floor_division_by_a_python_number_compiles(b):
     # The floor-division decomposition built torch.where(b == 0, ...) with b a Python
