@@ -24,7 +24,7 @@ import torch
 import torch.fx as fx
 
 from . import logs
-from .fxutil import bool_like, op_name
+from .fxutil import bool_like, op_name, tensor_like
 
 aten = torch.ops.aten
 
@@ -88,6 +88,9 @@ _CHECKED = {
 # Integer divisions: eager raises ZeroDivisionError on a zero divisor; compiled code
 # trapped (SIGFPE: remainder, fmod, the whole process died) or returned garbage (floor
 # division). The divisor is checked like an index: zeros replaced by 1, any(zero) the flag.
+# So is the one other division the hardware traps on, the dtype's minimum by -1 (int32
+# INT_MIN // -1, % -1, fmod: SIGFPE in the compiled code, where eager gives INT_MIN, 0, 0):
+# such a divisor is replaced by 1 too and the call reruns eagerly.
 _DIVISIONS = {"aten::div", "aten::floor_divide", "aten::remainder", "aten::fmod"}
 
 
@@ -103,12 +106,34 @@ def _check_divisor(graph: fx.Graph, node: fx.Node):
     if res.is_floating_point() or res.is_complex() or res.dtype == torch.bool or b.is_floating_point() \
             or b.is_complex() or b.dtype == torch.bool:
         return None     # eager's floating division has no error
+    a = node.args[0]
+    low = torch.iinfo(res.dtype).min
+    av = a.meta.get("val") if isinstance(a, fx.Node) else a
+    # the dividend can be the dtype's minimum: a tensor of the result's integer dtype (or a
+    # wider one), or that Python int
+    overflow = low < 0 and (isinstance(av, torch.Tensor) and not av.is_floating_point() and not av.is_complex()
+                            and av.dtype != torch.bool and torch.iinfo(av.dtype).min <= low
+                            or isinstance(av, int) and not isinstance(av, bool) and av == low)
     with graph.inserting_before(node):
         zero = graph.call_function(aten.eq.Scalar, (node.args[1], 0))
-        safe = graph.call_function(aten.where.ScalarSelf, (zero, 1, node.args[1]))
-        flag = graph.call_function(aten.any.default, (zero,))
-    zero.meta["val"], safe.meta["val"], flag.meta["val"] = bool_like(b, b.shape), b, bool_like(b, ())
-    node.args = (node.args[0], safe, *node.args[2:])
+        bad = zero
+        if overflow:
+            minus = graph.call_function(aten.eq.Scalar, (node.args[1], -1))
+            lowest = graph.call_function(aten.eq.Scalar, (a, low)) if isinstance(a, fx.Node) else None
+            trap = graph.call_function(aten.logical_and.default, (minus, lowest)) if lowest is not None else minus
+            bad = graph.call_function(aten.logical_or.default, (zero, trap))
+        safe = graph.call_function(aten.where.ScalarSelf, (bad, 1, node.args[1]))
+        flag = graph.call_function(aten.any.default, (bad,))
+    zero.meta["val"], flag.meta["val"] = bool_like(b, b.shape), bool_like(b, ())
+    if overflow:
+        minus.meta["val"] = bool_like(b, b.shape)
+        if lowest is not None:
+            lowest.meta["val"] = bool_like(av, av.shape)
+            trap.meta["val"] = bool_like(b, torch.broadcast_shapes(b.shape, av.shape))
+        bad.meta["val"] = bool_like(b, torch.broadcast_shapes(b.shape, trap.meta["val"].shape))
+    shape = bad.meta["val"].shape if overflow else b.shape
+    safe.meta["val"] = b if tuple(shape) == tuple(b.shape) else tensor_like(b, shape)
+    node.args = (a, safe, *node.args[2:])
     node.meta["mlircap_bounds_checked"] = True
     return flag
 

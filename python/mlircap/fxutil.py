@@ -30,3 +30,17 @@ def bool_like(v, shape):
             return torch.empty(shape, dtype=torch.bool, device="meta")
         with mode:
             return torch.empty(shape, dtype=torch.bool, device=v.device)
+
+
+def tensor_like(v, shape):
+    """A meta value of `v`'s dtype and device and the given shape, made in `v`'s own
+    fake mode (see bool_like)."""
+    import torch
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    mode = getattr(v, "fake_mode", None)
+    with unset_fake_temporarily():
+        if mode is None:
+            return torch.empty(shape, dtype=v.dtype, device="meta")
+        with mode:
+            return torch.empty(shape, dtype=v.dtype, device=v.device)
