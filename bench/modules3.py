@@ -643,6 +643,25 @@ class ClampTensorBounds(nn.Module):
                 x.clamp(min=float("nan")).isnan().sum(), torch.clamp(x, min=hi, max=lo))
 
 
+class IntEdgeCases(nn.Module):
+    """Integer edge cases of hashing/bit-packing code: shifts by the width or more (a Python
+    int: 0 or the sign fill in eager), INT_MIN // -1 and % -1 on int32 (eager: INT_MIN, 0)."""
+
+    def forward(self, h32, d32, h64):
+        return (h64 >> 64, h64 << 70, h32 >> 40, (h32 << 33) + 1, h32.to(torch.int8) << 9, h32 // d32, h32 % d32,
+                torch.fmod(h32, d32), h64 % d32.long())
+
+
+def _int_edges():
+    h = torch.randint(-2 ** 31, 2 ** 31 - 1, (6,), dtype=torch.int32)
+    h[0] = -2 ** 31
+    d = torch.tensor([-1, 3, -1, 7, -5, 2], dtype=torch.int32)
+    h64 = h.long() * 2 ** 31
+    h64[1] = -2 ** 63
+    return h, d, h64
+
+
+case("int_shift_width_min_div_edges", _int_edges)(lambda: IntEdgeCases())
 case("floor_div_remainder_negative", lambda: (torch.randint(-20, 20, (3, 5)), torch.tensor([3, -3, 4, -5, 7]),
                                               torch.randint(-50, 50, (5,), dtype=torch.int32)))(
     lambda: FloorDivRemainderNeg())
