@@ -522,24 +522,31 @@ func.func @not_split(%x: memref<8x40000xf32>, %acc: memref<8xf32>, %y: memref<65
 
 // -----
 
-// Innermost reduction loops of at least 256 iterations are unrolled at most
+// Innermost reduction loops of at least 32 iterations are unrolled at most
 // twice by LLVM (llvm.loop.unroll.count, kept by the NaN-flag rewrite of a
-// max): fully unrolled, a 1024-element row's vector loop spilled registers.
-// A 200-element row stays unannotated (fully unrolled, no loop).
+// max): fully unrolled, a 1024-element row's vector loop spilled registers,
+// and a 64- or 77-element f32 sum became a chain of scalar adds that neither
+// vectorizer took (5x slower than eager). A 16-element row stays unannotated
+// (fully unrolled, no loop).
 // CHECK: #[[UNROLL:.*]] = #llvm.loop_unroll<count = 2 : i32>
 // CHECK: #[[ANN:.*]] = #llvm.loop_annotation<unroll = #[[UNROLL]]>
 // CHECK-LABEL: func.func @long_rows_unrolled_twice(
 // CHECK: scf.for %{{.*}} = %{{.*}} to %c1001 step %{{.*}} iter_args(%{{.*}}, %{{.*}}) -> (f32, i1) {
 // CHECK:   arith.maxnumf
 // CHECK: } {loop_annotation = #[[ANN]]}
-// CHECK: scf.for %{{.*}} = %{{.*}} to %c200 step %{{.*}} iter_args(%{{.*}}) -> (f32) {
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c77 step %{{.*}} iter_args(%{{.*}}) -> (f32) {
+// CHECK:   arith.addf
+// CHECK-NEXT: scf.yield
+// CHECK-NEXT: } {loop_annotation = #[[ANN]]}
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c16 step %{{.*}} iter_args(%{{.*}}) -> (f32) {
 // CHECK:   arith.addf
 // CHECK-NEXT: scf.yield
 // CHECK-NEXT: }
 // CHECK-NOT: loop_annotation
 // CHECK: return
 func.func @long_rows_unrolled_twice(%x: memref<4x1001xf32>, %acc: memref<4xf32>,
-                                    %y: memref<4x200xf32>, %acc2: memref<4xf32>) {
+                                    %y: memref<4x77xf32>, %acc2: memref<4xf32>,
+                                    %z: memref<4x16xf32>, %acc3: memref<4xf32>) {
   linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
                   iterator_types = ["parallel", "reduction"]}
       ins(%x : memref<4x1001xf32>) outs(%acc : memref<4xf32>) {
@@ -549,7 +556,14 @@ func.func @long_rows_unrolled_twice(%x: memref<4x1001xf32>, %acc: memref<4xf32>,
   }
   linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
                   iterator_types = ["parallel", "reduction"]}
-      ins(%y : memref<4x200xf32>) outs(%acc2 : memref<4xf32>) {
+      ins(%y : memref<4x77xf32>) outs(%acc2 : memref<4xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %s = arith.addf %in, %out : f32
+    linalg.yield %s : f32
+  }
+  linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
+                  iterator_types = ["parallel", "reduction"]}
+      ins(%z : memref<4x16xf32>) outs(%acc3 : memref<4xf32>) {
   ^bb0(%in: f32, %out: f32):
     %s = arith.addf %in, %out : f32
     linalg.yield %s : f32
