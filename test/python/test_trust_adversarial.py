@@ -362,8 +362,14 @@ _OVERFLOWING = {
 }
 
 
-@pytest.mark.parametrize("name", _OVERFLOWING)
-@pytest.mark.parametrize("dt", [torch.int8, torch.int16, torch.int32, torch.int64], ids=str)
+# int64 floor division and int32/int64 truncating division trap in eager too (SIGFPE):
+# nothing to compare the compiled call with, so those pairs are not cases
+_EAGER_TRAPS = {("floordiv", torch.int64), ("trunc", torch.int32), ("trunc", torch.int64)}
+
+
+@pytest.mark.parametrize("name,dt", [(n, d) for n in _OVERFLOWING
+                                     for d in (torch.int8, torch.int16, torch.int32, torch.int64)
+                                     if (n, d) not in _EAGER_TRAPS], ids=str)
 def test_integer_division_of_the_minimum_by_minus_one(name, dt):
     # INT_MIN // -1, % -1, fmod by -1: the hardware's division traps (SIGFPE killed the
     # process on the compiled call, int8 included), where eager gives INT_MIN / 0 / 0
@@ -376,8 +382,6 @@ def test_integer_division_of_the_minimum_by_minus_one(name, dt):
     import sys
     import textwrap
 
-    if dt == torch.int64 and name == "floordiv" or dt in (torch.int32, torch.int64) and name == "trunc":
-        pytest.skip("eager itself dies of SIGFPE")
     code = textwrap.dedent(f"""
         import torch, mlircap, warnings
         warnings.simplefilter("ignore")
