@@ -22,25 +22,20 @@ def bool_like(v, shape):
     active while a graph is compiled may be another one: a split graph's values
     come from the capture's mode, and FakeTensor refuses to mix modes)."""
     import torch
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    mode = getattr(v, "fake_mode", None)
-    with unset_fake_temporarily():
-        if mode is None:
-            return torch.empty(shape, dtype=torch.bool, device="meta")
-        with mode:
-            return torch.empty(shape, dtype=torch.bool, device=v.device)
+    return tensor_like(v, shape, torch.bool)
 
 
-def tensor_like(v, shape):
-    """A meta value of `v`'s dtype and device and the given shape, made in `v`'s own
-    fake mode (see bool_like)."""
+def tensor_like(v, shape, dtype=None):
+    """A meta value of `v`'s dtype (or `dtype`) and device and the given shape, made
+    in `v`'s own fake mode (see bool_like)."""
     import torch
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+    dtype = v.dtype if dtype is None else dtype
     mode = getattr(v, "fake_mode", None)
     with unset_fake_temporarily():
         if mode is None:
-            return torch.empty(shape, dtype=v.dtype, device="meta")
+            return torch.empty(shape, dtype=dtype, device="meta")
         with mode:
-            return torch.empty(shape, dtype=v.dtype, device=v.device)
+            return torch.empty(shape, dtype=dtype, device=v.device)
