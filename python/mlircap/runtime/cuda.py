@@ -294,7 +294,16 @@ class GpuExecutable(PlanExecutor, _StaticInputs):
             logs.log("kernels", "CUDA graph recaptured 3 times; running without graphs")
             self.use_graphs, self._graph = False, None
             return self(*args)
-        self._capture(ins)
+        try:
+            self._capture(ins)
+        except Exception as e:  # noqa: BLE001 - a plan that cannot be captured runs step by step
+            # (a library call that synchronizes with the host or copies from CPU memory)
+            logs.log("kernels", f"CUDA graph capture failed ({type(e).__name__}: {str(e).strip()[:200]}); "
+                                "running without graphs")
+            self.use_graphs, self._graph = False, None
+            t = self._materialize(ins)
+            self._run(t, _raw_stream())
+            return self._outputs(t)
         return self._replay(ins)
 
     # Below this many bytes of outputs, copying them out of the graph costs less

@@ -249,3 +249,34 @@ def test_whole_fallback_launches_eagers_kernels():
         got, want = kernels(fast), kernels(m)
     assert fast.graphs and all(_runs_nothing_compiled(g) for g in fast.graphs)
     assert sum(got.values()) <= sum(want.values()), (got - want)
+
+
+def test_plan_that_cannot_be_captured_runs_without_cuda_graphs(monkeypatch, capsys):
+    # zoo moe fp32 (1ca1719): "Cannot copy between CPU and CUDA tensors during CUDA
+    # graph capture" reached the user from a compiled call. A plan step that cannot
+    # run under capture (here a library call that copies from CPU memory, as a
+    # host-side operand would) leaves that plan running step by step, not raising.
+    from mlircap import logs
+    from mlircap.runtime.plan import PlanExecutor
+
+    real = PlanExecutor._run_library
+
+    def host_copy_then_run(self, step, t):
+        torch.ones(1).to("cuda")     # fails while the stream is capturing
+        return real(self, step, t)
+
+    monkeypatch.setattr(PlanExecutor, "_run_library", host_copy_then_run)
+    f = lambda x, w: torch.relu(x @ w) + 1   # noqa: E731 - a matmul library step between kernels
+    x, w = torch.randn(64, 32, device="cuda"), torch.randn(32, 16, device="cuda")
+    logs.set_logs("kernels")
+    try:
+        fast = mlircap.compile(f)
+        for _ in range(5):   # record, compiled, capture (fails), then step by step
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")   # no fallback to eager either
+                torch.testing.assert_close(fast(x, w), f(x, w))
+        assert not torch.cuda.is_current_stream_capturing()
+        assert _compiled(fast), [g.fallback_reason for g in fast.graphs]
+    finally:
+        logs.set_logs()
+    assert "CUDA graph capture failed" in capsys.readouterr().err
