@@ -190,6 +190,27 @@ class _SideEffectMixin:
         for k in snap:
             if k not in d and k not in skip:
                 out.append(Write("delitem", de, k, None, deleter))
+        # the writes above keep the old keys' places and append the new ones: where the call
+        # reordered keys (OrderedDict.move_to_end, pop and reinsert), the order is set too
+        now = list(_keys(d))
+        if now != [k for k in snap if k in d] + [k for k in dict.keys(d) if k not in snap]:
+            out.append(Write("item", de, None, now, self.const(_dict_reorder)))
+
+
+def _keys(d: dict) -> Any:
+    """The keys of `d` in its own order (an OrderedDict's links, not its dict storage)."""
+    return collections.OrderedDict.keys(d) if isinstance(d, collections.OrderedDict) else dict.keys(d)
+
+
+def _dict_reorder(d: dict, _key: None, order: list) -> None:
+    """Replay of a dict's key order after a call that reordered it (a Write of kind item
+    with this setter): each key moved to the end in turn, values kept."""
+    if isinstance(d, collections.OrderedDict):
+        for k in order:
+            collections.OrderedDict.move_to_end(d, k)
+    else:
+        for k in order:
+            dict.__setitem__(d, k, dict.pop(d, k))
 
 
 def _deque_assign(d: collections.deque, _key: None, items: list) -> None:

@@ -117,7 +117,8 @@ class _ValueMixin:
                 raise Unreplayable(f"cannot reproduce container subclass {t.__name__}")
             if isinstance(v, dict):  # e.g. transformers ModelOutput (OrderedDict subclass)
                 base = collections.OrderedDict if isinstance(v, collections.OrderedDict) else dict
-                items = [(k, x) for k, x in dict.items(v)]
+                # (an OrderedDict's order is its links', not its dict storage's: move_to_end)
+                items = [(k, x) for k, x in base.items(v)]
                 self.keep.append(items)
                 self.keep.extend(items)
                 return (f"_mk({self.const(t)}, {self.expr_of(d, depth + 1)}, {self.const(base)}, "
