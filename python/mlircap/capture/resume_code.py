@@ -22,7 +22,30 @@ def resumable_code(code: types.CodeType) -> bool:
     coroutine) whose variables are no cells of inner functions (a continuation of it would
     get new cells, which the closures the frame already made do not see)."""
     return sys.version_info[:2] in ((3, 11), (3, 12)) and not code.co_cellvars and \
-        not code.co_flags & _CO_GENERATOR_LIKE
+        not code.co_flags & _CO_GENERATOR_LIKE and \
+        (not code.co_freevars or code.co_nlocals + len(code.co_freevars) + code.co_stacksize < 256)
+
+
+def _shifted_derefs(co: bytes, first: int, shift: int) -> bytes | None:
+    """`co` with the free-variable instructions' indexes from `first` on moved by `shift`.
+    Those index the frame's locals-plus array (variables, then cells, then free variables):
+    the continuation's stack arguments are variables added before the free variables.  None
+    where an index would need another EXTENDED_ARG unit (the code's size would change)."""
+    out = bytearray(co)
+    ext, start = 0, 0
+    for i in range(0, len(co), 2):
+        op, arg = co[i], co[i + 1] | ext
+        if op == _OP["EXTENDED_ARG"]:
+            ext, start = arg << 8, start if ext else i
+            continue
+        if op in dis.hasfree and arg >= first and shift:
+            new, n = arg + shift, (i - start) // 2 if ext else 0   # n: its EXTENDED_ARG units
+            if new >> (8 * (n + 1)):
+                return None
+            for u in range(n + 1):
+                out[i - 2 * u + 1] = (new >> (8 * u)) & 0xFF
+        ext, start = 0, i + 2
+    return bytes(out)
 
 
 def _ins(op: str, arg: int = 0) -> list[int]:
@@ -86,9 +109,12 @@ def continuation_code(code: types.CodeType, offset: int, unbound: tuple[int, ...
     # itself (the original code follows the prologue)
     pro += _ins("JUMP_FORWARD", offset // 2)
     units = len(pro) // 2
+    body = _shifted_derefs(code.co_code, nv, len(stack))
+    if body is None:   # (resumable_code keeps the indexes under 256: not met)
+        raise ValueError("a continuation would need longer free-variable instructions")
     flags = code.co_flags & ~(_CO_VARARGS | _CO_VARKEYWORDS)
     return code.replace(
-        co_code=bytes(pro) + code.co_code,
+        co_code=bytes(pro) + body,
         co_argcount=len(names), co_posonlyargcount=0, co_kwonlyargcount=0, co_nlocals=len(names),
         co_varnames=names, co_flags=flags, co_stacksize=code.co_stacksize + len(stack) + 2,
         co_exceptiontable=_shifted_exception_table(code, units),
