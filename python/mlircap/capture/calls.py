@@ -22,6 +22,7 @@ from .base import Unreplayable, _Canned, _MISSING
 from .guard_kinds import Equals, Lengths, TypeIs
 from .frame_hook import _E, _NULL
 from .classify import _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _func_qualname, _no_new_epoch
+from .iterators import pure_draw, stateful_next
 from .locations import _frame_loc
 from .typeinfo import _is_opaque_value
 from .rng import _unlog
@@ -155,7 +156,7 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             return
         kind = _call_kind(f)
         recv = self._opaque_method(f, args)
-        if recv is not None:
+        if recv is not None or kind == "safe" and stateful_next(f, args, self.src):
             kind = "external"
         if kind == "external" and recv is None and (_pure_ufunc_call(f, args, kwargs) or
                                    f is id and frame.f_code.co_filename == copy.__file__):
@@ -382,7 +383,7 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
         except Unreplayable as e:
             self.unreplayable = self.unreplayable or f"{reason}: {e}"
             return
-        k = self._hoisted_step(fe, ae, ke, reason) if _rng_draw(f, args, kwargs) else None
+        k = self._hoisted_step(fe, ae, ke, reason) if _rng_draw(f, args, kwargs) or pure_draw(f, args) else None
         if k is None:
             k = self._call_step(fe, ae, ke, reason, external=True)
             self._add_break(reason, _frame_loc(frame))
