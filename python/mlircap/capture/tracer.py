@@ -18,6 +18,9 @@ from .side_effects import _SideEffectMixin
 from .calls import _CallMixin
 
 
+_LAZY_INFER = torch.nn.modules.lazy.LazyModuleMixin._infer_parameters.__code__
+
+
 def _touch_ops(*ns: int) -> Callable[..., None]:
     def h(self: Any, frame: types.FrameType, arg: int | None, argval: Any) -> None:
         if self.lazy:
@@ -39,6 +42,13 @@ class _TracerMixin(_CallMixin):
     def global_trace(self, frame: types.FrameType, event: str, arg: Any) -> Callable | None:
         if event != "call" or self.suspended or self.ext_depth or self.stopped:
             return None
+        if frame.f_code is _LAZY_INFER:
+            # a lazy module's first call (nn.LazyLinear, ...) infers and initializes its
+            # parameters in a forward pre-hook: that runs once, as it is, not recorded (as
+            # Dynamo runs it before tracing); a replay is for calls after it
+            self.suspended += 1
+            frame.f_trace_lines = False
+            return self._lazy_init_trace
         if _classify(frame.f_code) != "user":
             return None
         frame.f_trace_lines = False
@@ -66,6 +76,11 @@ class _TracerMixin(_CallMixin):
                 self.relearn = True   # replayed whole from the next recording on
             self.unreplayable = (f"untraced library code {frame.f_code.co_name} ({_frame_loc(frame)}) "
                                  f"changed {what} (through {getattr(arg, '__qualname__', arg)})")
+
+    def _lazy_init_trace(self, frame: types.FrameType, event: str, arg: Any) -> Callable | None:
+        if event == "return":   # (also after an exception leaves the frame)
+            self.suspended -= 1
+        return self._lazy_init_trace
 
     def _hook_guard(self, frame: types.FrameType, code: types.CodeType) -> Callable:
         if code.co_argcount and code.co_name == "forward":
