@@ -620,6 +620,8 @@ def _pointwise_in_float32(op, fn):
     Other dtypes go to `fn`."""
     from torch.utils._pytree import tree_leaves, tree_map
 
+    from .opmath import pin_dtype_defaults
+
     def decomposition(*args, **kwargs):
         tensors = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
         floats = {a.dtype for a in tensors if a.is_floating_point()}
@@ -629,6 +631,7 @@ def _pointwise_in_float32(op, fn):
                 and all(a.device.type == "cpu" for a in tensors):
             low = floats.pop()
             if low in _LOW_PRECISION:
+                args, kwargs = pin_dtype_defaults(op, args, kwargs, low)
                 up = tree_map(lambda a: a.float() if isinstance(a, torch.Tensor) and a.dtype == low else a,
                               (args, kwargs))
                 return tree_map(lambda r: r.to(low) if isinstance(r, torch.Tensor) and r.dtype == torch.float32

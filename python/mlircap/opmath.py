@@ -34,6 +34,33 @@ _EXTRA = {"aten::nansum"}
 _SKIP = {"prims::convert_element_type", "aten::clone", "aten::where", "aten::masked_fill"}
 
 
+# Arguments whose default depends on the floating dtype the op runs in: computed
+# in float32, nan_to_num's default posinf (finfo(float32).max) rounds to inf in
+# bfloat16/float16, where eager gives finfo(dtype).max.
+_DTYPE_DEFAULTS = {"aten::nan_to_num": {"posinf": lambda fi: fi.max, "neginf": lambda fi: fi.min}}
+
+
+def pin_dtype_defaults(op, args: tuple, kwargs: dict, dtype: torch.dtype) -> tuple[tuple, dict]:
+    """`args`, `kwargs` of a call of `op` with the defaults that depend on the
+    floating `dtype` (_DTYPE_DEFAULTS) given explicitly, so that the call means
+    the same when computed in float32."""
+    defaults = _DTYPE_DEFAULTS.get(op_name(op)) if isinstance(op, torch._ops.OpOverload) else None
+    if not defaults:
+        return args, kwargs
+    names = [a.name for a in op._schema.arguments]
+    kwargs = dict(kwargs)
+    args = list(args)
+    fi = torch.finfo(dtype)
+    for name, default in defaults.items():
+        i = names.index(name)
+        if i < len(args):
+            if args[i] is None:
+                args[i] = default(fi)
+        elif kwargs.get(name) is None:
+            kwargs[name] = default(fi)
+    return tuple(args), kwargs
+
+
 def _computes(node: fx.Node) -> bool:
     t = node.target
     if node.op != "call_function" or not isinstance(t, torch._ops.OpOverload):
@@ -69,6 +96,7 @@ def compute_in_float32(gm: fx.GraphModule) -> fx.GraphModule | None:
     graph.output(graph.graph_copy(gm.graph, env))
     for old in targets:
         n, want = env[old], old.meta["val"]
+        n.args, n.kwargs = pin_dtype_defaults(n.target, n.args, n.kwargs, want.dtype)
         with graph.inserting_before(n):
             for a in n.all_input_nodes:
                 v = a.meta.get("val")

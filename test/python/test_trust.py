@@ -443,8 +443,11 @@ def test_r18_strict_raises_for_data_dependent_output_shapes():
 
 
 def test_strict_raises_when_capture_gives_up_and_names_the_line():
+    held = {}
+
     def f(x):
-        return x.detach().requires_grad_() * 2   # capture gives up: the call would run eagerly
+        held["g"] = (i for i in range(3))   # capture gives up: a generator left in external state
+        return x * 2
 
     with pytest.raises(mlircap.MlircapCompileError, match=r"test_trust\.py:\d+"):
         mlircap.compile(f, strict=True)(torch.ones(2))
@@ -639,6 +642,30 @@ def test_low_precision_reductions_accumulate_in_float32(dtype):
                lambda a: F.avg_pool2d(a, 3, 1, 1, True, False, 2), lambda a: F.avg_pool2d(a, 3, 1, 1),
                lambda a: F.avg_pool1d(a.flatten(2), 5, 2), lambda a: F.adaptive_avg_pool2d(a, 3)):
         _compiled_matches_eager(fn, x, exact=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_nan_to_num_defaults_are_the_dtypes_limits(dtype):
+    # bf16/f16 pointwise ops compute in float32 (opmath): nan_to_num's default
+    # posinf/neginf became float32's max, which rounds to inf in the low dtype
+    # (x.half().nan_to_num() returned inf for inf and 1e10, eager 65504).
+    x = torch.tensor([1e10, float("inf"), float("-inf"), float("nan"), -3e38, 1.5]).to(dtype)
+    _compiled_matches_eager(lambda a: a.nan_to_num(), x)
+    _compiled_matches_eager(lambda a: torch.nan_to_num(a * 2, 1.0, None, -2.0), x)
+    _compiled_matches_eager(lambda a: torch.nan_to_num(a, neginf=7.0) + 1, x)
+
+
+def test_opmath_pass_pins_dtype_dependent_defaults():
+    # the FX form of the same rewrite (opmath.compute_in_float32) on a graph that
+    # still holds aten.nan_to_num: the float32 node gets finfo(float16)'s limits
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from mlircap.opmath import compute_in_float32
+    x = torch.tensor([float("inf"), float("-inf"), float("nan"), 2.0], dtype=torch.float16)
+    gm = make_fx(lambda a: torch.ops.aten.nan_to_num.default(a, 0.5), tracing_mode="fake")(x)
+    up = compute_in_float32(gm)
+    assert up is not None
+    assert torch.equal(up(x), torch.nan_to_num(x, 0.5)), up(x)
 
 
 def test_island_runs_eagers_kernel_not_a_decomposition():
