@@ -668,6 +668,27 @@ def test_opmath_pass_pins_dtype_dependent_defaults():
     assert torch.equal(up(x), torch.nan_to_num(x, 0.5)), up(x)
 
 
+def test_multilabel_margin_loss_ignores_labels_after_minus_one():
+    # torch's decomposition (also its Python Autograd kernel, which tracing runs
+    # before the table) summed hinge terms for the positions after a target row's
+    # first -1, as if they were label 0: the compiled loss was 1.5-4x eager's.
+    # Several compiles in one process: the kernel is replaced for each trace.
+    F = torch.nn.functional
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 4, generator=g)
+    t = torch.tensor([[3, 0, -1, 1], [1, -1, 2, 2], [0, 1, 2, 3], [-1, 2, 2, 2], [2, 2, -1, -1]])
+    for red in ("none", "mean", "sum"):
+        _compiled_matches_eager(lambda a, b: F.multilabel_margin_loss(a * 2, b, reduction=red), x, t, exact=False)
+    _compiled_matches_eager(lambda a, b: F.multilabel_margin_loss(a, b, reduction="none"), x[1], t[1], exact=False)
+
+    def grad(a, b):
+        a = a.detach().requires_grad_()
+        F.multilabel_margin_loss(a.tanh(), b).backward()
+        return a.grad
+
+    _compiled_matches_eager(grad, x, t, exact=False)
+
+
 def test_island_runs_eagers_kernel_not_a_decomposition():
     # uint8 is not compiled: upsample_bicubic2d runs as an eager island, and
     # must be torch's uint8 kernel, not the Python decomposition aot_autograd

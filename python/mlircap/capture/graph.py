@@ -155,8 +155,12 @@ class _GraphMixin(_ScalarInputMixin):
         if name in _AUTOGRAD_STATE or name == "__set__" and \
                 getattr(getattr(func, "__self__", None), "__name__", "") == "requires_grad":
             # a graph cannot make its own tensors leaves of autograd (x.detach().requires_grad_()
-            # then .backward() in the function raised on replay): run the function eagerly
-            self.unreplayable = self.unreplayable or "setting Tensor.requires_grad changes a tensor's autograd state"
+            # then .backward() in the function raised on replay): the call is a step between
+            # graphs, on the tensor the graph before it returns (the graph after it takes that
+            # tensor, now requiring grad), as Dynamo breaks there
+            fn = torch.Tensor.retain_grad if name == "retain_grad" else torch.Tensor.requires_grad_
+            self._autograd_state_step(fn, args[:1] if name == "retain_grad" else
+                                      (args[0], bool(args[1]) if len(args) > 1 else kwargs.get("requires_grad", True)))
             return res
         try:
             if dyn and (name in _SPLITTERS or name == "__iter__"):
@@ -178,6 +182,18 @@ class _GraphMixin(_ScalarInputMixin):
                 if isinstance(t, torch.Tensor):
                     dyn_ids[id(t)] = t
         return res
+
+    def _autograd_state_step(self, fn: Callable, args: tuple) -> None:
+        """`fn(*args)` (Tensor.requires_grad_ / retain_grad, also for `t.requires_grad = v`:
+        side_effects.op_store_attr) as a replayed step between graphs."""
+        reason = f"Tensor.{fn.__name__} (a tensor's autograd state)"
+        try:
+            ae = [self.expr_of(a) for a in args]
+        except Unreplayable as e:
+            self.unreplayable = self.unreplayable or f"{e} (an argument of Tensor.{fn.__name__})"
+            return
+        self._call_step(self.const(fn, reason), ae, {}, reason, external=False)
+        self._add_break(reason, _user_location())
 
     def _note_unversioned(self, name: str, args: tuple, kwargs: dict) -> None:
         """A batch / instance norm using batch statistics writes its running mean and

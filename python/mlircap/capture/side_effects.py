@@ -42,8 +42,9 @@ class _SideEffectMixin:
     def op_store_attr(self, frame: types.FrameType, arg: int | None, name: Any) -> None:
         obj = _E.peek(frame, 0)
         if name == "requires_grad" and isinstance(obj, torch.Tensor):
-            # as Tensor.requires_grad_() (graph.py): a graph cannot make a tensor an autograd leaf
-            raise Unreplayable("setting Tensor.requires_grad changes a tensor's autograd state")
+            # as Tensor.requires_grad_(): a step between graphs (graph.py)
+            self._autograd_state_step(torch.Tensor.requires_grad_, (obj, bool(_E.peek(frame, 1))))
+            return
         if self.counters:
             self._counter_store(frame, obj, name)
         if id(obj) in self.src:
