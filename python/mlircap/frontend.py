@@ -119,6 +119,9 @@ def _build_table() -> dict:
     for op in (aten.div.Tensor_mode, aten.div.Scalar_mode, aten.floor_divide.default, aten.floor_divide.Scalar):
         table[op] = _floor_division_like_eager(op, intmath.floor_division(op, table.get(op)))
     table[aten.neg.default] = intmath.neg(table.get(aten.neg.default))   # torch-mlir: through f32
+    from . import losses
+
+    losses.install(table)   # multilabel_margin_loss: torch's decomposition counts the labels after a -1
     table[aten.gcd.default] = intmath.gcd   # torch-mlir has no lowering for gcd and lcm
     table[aten.lcm.default] = intmath.lcm
     table[aten.max.default] = intmath.full_reduction(aten.amax.default)   # int8: torch-mlir crashes
@@ -541,6 +544,9 @@ def eager_kernels_for_islands():
 
     import torch._decomp  # noqa: F401 - registers them
 
+    from .losses import python_kernel_fixes
+
+    fixes = python_kernel_fixes()   # torch's Python kernels that differ from eager, replaced
     patched = []
     with _PATCH_LOCK:
         for op in _overloads_with_python_kernels():
@@ -548,7 +554,7 @@ def eager_kernels_for_islands():
             for key in (DispatchKey.Autograd, DispatchKey.CompositeImplicitAutograd):
                 fn = kernels.get(key)
                 if fn is not None:
-                    kernels[key] = _unless_kept_whole(op, fn)
+                    kernels[key] = _unless_kept_whole(op, fixes.get((op, key), fn))
                     patched.append((op, key, fn))
             op._dispatch_cache.clear()
         try:
