@@ -121,6 +121,8 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             # selects Dynamo-only machinery.
             _E.poke(frame, slot, _Canned(True))
             return
+        if slot is not None and (f := self._redirect_call(frame, f, args, kwargs, slot)) is None:
+            return   # (a scripted function's Python function called instead; a vmapped one replayed)
         if self.np_tensor_of_source(frame, f, args, kwargs, slot) or self._cached_call(frame, f, args, kwargs, slot):
             return
         if slot is not None and getattr(f, "__func__", f) in _TENSOR_DEEPCOPY:

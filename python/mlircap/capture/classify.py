@@ -198,6 +198,17 @@ def _global_state_writer(f: object) -> str | None:
     return "the default dtype" if any(f is w for w in _STATE_WRITERS) else None
 
 
+def _scripted_python(f: object) -> types.FunctionType | None:
+    """The Python function a `torch.jit.script` function was made from (torch keeps it as
+    `_torchdynamo_inline`, and Dynamo traces it instead of the TorchScript call, whose ops
+    no torch function mode sees): the tracer calls and traces it the same way."""
+    if isinstance(f, torch.jit.ScriptFunction):
+        py = getattr(f, "_torchdynamo_inline", None)
+        if type(py) is types.FunctionType:
+            return py
+    return None
+
+
 def _call_kind(f: object) -> str:
     """What calling f means for the recording: safe | external | mutator | getattr | vars |
     setattr | ctxvar | weakref."""

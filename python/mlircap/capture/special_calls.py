@@ -3,7 +3,10 @@
   `with torch.random.fork_rng():` (its `__enter__` and `__exit__` save and restore the RNG),
   handles of library objects.  They run eagerly at their place in the replay, on the
   replay's own value (`b{k}`), never inside a graph nor untraced;
-* `functools.lru_cache` functions called with constant arguments: read at replay."""
+* `functools.lru_cache` functions called with constant arguments: read at replay;
+* `torch.jit.script` functions: their Python function is called instead, traced (as Dynamo);
+* `torch.vmap(func, ...)(*args)`: run between graphs (its ops see batched tensors no graph
+  holds), as `vmap_impl(func, in_dims, ..., *args)` with `func` rebuilt at replay."""
 from __future__ import annotations
 
 import functools
@@ -13,7 +16,7 @@ from typing import Any
 import torch
 
 from .base import Unreplayable
-from .classify import _PRIM, _classify, _func_qualname
+from .classify import _PRIM, _classify, _func_qualname, _scripted_python
 from .frame_hook import _E
 from .values import _DESCRIPTORS
 
@@ -49,9 +52,46 @@ class _CannedWith:
         return type(self.cm).__exit__(self.cm, *exc)
 
 
+def _vmap_wrapped_code() -> types.CodeType | None:
+    from torch._functorch import apis
+    return next((c for c in apis.vmap.__code__.co_consts if isinstance(c, types.CodeType) and c.co_name == "wrapped"),
+                None)
+
+
+_VMAP_WRAPPED = _vmap_wrapped_code()
+
+
+def _vmap_parts(f: Any) -> list | None:
+    """For the function `torch.vmap(func, in_dims, out_dims, randomness, chunk_size=)`
+    returns: [vmap_impl, func, in_dims, out_dims, randomness, chunk_size], what it calls."""
+    if type(f) is not types.FunctionType or f.__code__ is not _VMAP_WRAPPED or _VMAP_WRAPPED is None:
+        return None
+    cells = dict(zip(f.__code__.co_freevars, (c.cell_contents for c in f.__closure__ or ())))
+    try:
+        return [f.__globals__["vmap_impl"]] + [cells[n] for n in ("func", "in_dims", "out_dims", "randomness",
+                                                                   "chunk_size")]
+    except KeyError:
+        return None
+
+
 class _SpecialCallMixin:
     """For `_Recorder` (through `_TracerMixin`): methods of opaque results, `with` on them,
-    cached functions."""
+    cached functions, scripted and vmapped functions."""
+
+    def _redirect_call(self, frame: types.FrameType, f: Any, args: list, kwargs: dict, slot: int) -> Any:
+        """The callable the tracer handles for `f(*args, **kwargs)`: a scripted function's
+        Python function (put in its place on the stack), f itself, or None where the call is
+        handled here (a vmapped function: an uncapturable call)."""
+        py = _scripted_python(f)
+        if py is not None:
+            _E.poke(frame, slot, py)
+            return py
+        vm = _vmap_parts(f)
+        if vm is not None:
+            self._external_call(frame, vm[0], vm[1:] + list(args), kwargs,
+                                f"torch.vmap of {_func_qualname(vm[1])}", slot)
+            return None
+        return f
 
     def _opaque_method(self, f: Any, args: list) -> tuple[Any, list] | None:
         """A method called on an opaque value an uncapturable call returned (the context
