@@ -6,10 +6,14 @@
 * `functools.lru_cache` functions called with constant arguments: read at replay;
 * `torch.jit.script` functions: their Python function is called instead, traced (as Dynamo);
 * `torch.vmap(func, ...)(*args)`: run between graphs (its ops see batched tensors no graph
-  holds), as `vmap_impl(func, in_dims, ..., *args)` with `func` rebuilt at replay."""
+  holds), as `vmap_impl(func, in_dims, ..., *args)` with `func` rebuilt at replay;
+* dotted attribute lookups in untraced code (`m.get_submodule("enc.0")`, `get_parameter`,
+  `get_buffer`, `operator.attrgetter("enc.0.weight")(m)`): read as the attribute loads they
+  make, so what they return is a tracked (guarded) location."""
 from __future__ import annotations
 
 import functools
+import operator
 import types
 from typing import Any
 
@@ -74,6 +78,23 @@ def _vmap_parts(f: Any) -> list | None:
         return None
 
 
+_DOTTED_GETTERS = (torch.nn.Module.get_submodule, torch.nn.Module.get_parameter, torch.nn.Module.get_buffer)
+
+
+def _dotted_reads(f: Any, args: list) -> tuple[object, tuple] | None:
+    """(object, dotted names) that `f(*args)` looks up attribute by attribute, for the
+    getters above; None for any other call."""
+    if type(f) is operator.attrgetter and len(args) == 1:
+        names = f.__reduce__()[1]
+        return (args[0], names) if all(type(n) is str for n in names) else None
+    fn = getattr(f, "__func__", f)
+    if any(fn is g for g in _DOTTED_GETTERS):
+        so, rest = (f.__self__, args) if hasattr(f, "__self__") else (args[0] if args else None, args[1:])
+        if rest and type(rest[0]) is str and isinstance(so, torch.nn.Module):
+            return so, (rest[0],)
+    return None
+
+
 class _SpecialCallMixin:
     """For `_Recorder` (through `_TracerMixin`): methods of opaque results, `with` on them,
     cached functions, scripted and vmapped functions."""
@@ -86,6 +107,14 @@ class _SpecialCallMixin:
         if py is not None:
             _E.poke(frame, slot, py)
             return py
+        dotted = _dotted_reads(f, args)
+        if dotted is not None and id(dotted[0]) in self.src:
+            for path in dotted[1]:
+                o = dotted[0]
+                for part in (p for p in path.split(".") if p):
+                    self._fake_load_attr(o, part)
+                    o = getattr(o, part)
+            return f   # (then runs as it is: its result is a location read)
         vm = _vmap_parts(f)
         if vm is not None:
             self._external_call(frame, vm[0], vm[1:] + list(args), kwargs,
