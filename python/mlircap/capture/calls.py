@@ -131,6 +131,7 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             if len(xm) == 2 and isinstance(xm[0], torch.Tensor) and self._deepcopy_tensor(frame, xm[0], xm[1], slot):
                 return
         self._note_callee(frame, f)
+        self._source_defaults(f, args, kwargs)
         if isinstance(f, torch.nn.Module) and id(f) not in self.hooked:
             s = self.src.get(id(f))
             if s is not None and s[2] != "opaque":

@@ -4,6 +4,7 @@ walks (`m.parameters()`, `m.state_dict()`).  Each read becomes a guard on the va
 what it resolves to: class attributes against monkeypatching and instance shadowing)."""
 from __future__ import annotations
 
+import collections
 import sys
 import types
 from typing import Any
@@ -13,7 +14,7 @@ import torch
 from .base import Unreplayable, _MISSING
 from .guard_kinds import ClassAttr, Equals, Is, Keys, Lengths, NoClassAttr, NoKey, TypeIs
 from .frame_hook import _E, _NULL
-from .classify import _PRIM
+from .classify import _PRIM, _classify
 from .typeinfo import _class_dicts, _is_data_descr, _is_ndarray, _mro_lookup
 from .counters import _CounterMixin
 from .np_ops import _static_index
@@ -310,8 +311,28 @@ class _ReadMixin(_CounterMixin):
                 if isinstance(v, torch.nn.Module):
                     self._source_module_tree(v, seen)
 
+    def _source_defaults(self, f: Any, args: list, kwargs: dict) -> None:
+        """A traced function called without some of its arguments gets their default values,
+        which live on the function (`__defaults__`, `__kwdefaults__`): a mutable one (a dict
+        used as a cache across calls, `def positions(n, _cache={})`) or a tensor is external
+        state, read (guarded, its writes replayed) through that location."""
+        fn = f.__func__ if type(f) is types.MethodType else f
+        if type(fn) is not types.FunctionType or not (fn.__defaults__ or fn.__kwdefaults__) or \
+                _classify(fn.__code__) != "user":
+            return
+        code, defs = fn.__code__, fn.__defaults__ or ()
+        given = len(args) + (type(f) is types.MethodType)
+        first = code.co_argcount - len(defs)
+        todo = [(f"__defaults__[{j}]", v) for j, v in enumerate(defs)
+                if first + j >= given and code.co_varnames[first + j] not in kwargs]
+        todo += [(f"__kwdefaults__[{k!r}]", v) for k, v in (fn.__kwdefaults__ or {}).items() if k not in kwargs]
+        for where, v in todo:
+            if isinstance(v, _STATE_DEFAULTS):
+                self.read(f"{self.const(fn)}.{where}", f"{fn.__qualname__}.{where}", v)
+
     def _fake_load_attr(self, obj: object, name: str) -> None:
         self.op_load_attr(None, None, name, obj)
 
 
+_STATE_DEFAULTS = (list, dict, set, collections.deque, torch.Tensor)
 _STATE_DICT_METHODS = ("state_dict", "_save_to_state_dict", "get_extra_state")
