@@ -716,14 +716,21 @@ def _force(forced: dict[str, str], u: _Unsupported) -> bool:
 
 
 def _capture_whole_on_cuda(pg, compiled: list[CompiledGraph], parts, example_inputs) -> None:
-    """On CUDA a partitioned graph whose islands draw no random numbers runs as
-    one CUDA graph (runtime.cuda.WholeGraph): its compiled parts and islands
-    (fused attention, index ops) replay together."""
+    """On CUDA a partitioned graph runs as one CUDA graph (runtime.cuda.WholeGraph):
+    its compiled parts and islands (fused attention, index ops, random ops) replay
+    together. Random islands drawing from the default CUDA generator replay as eager
+    draws them: a captured graph reads the generator's seed and offset at each replay
+    and advances the offset as the captured draws did (torch's graph-safe philox
+    state). One drawing from a generator the user passes (`generator=`) is not
+    registered with the graph: such a graph runs part by part."""
     if not config.env_flag("MLIRCAP_CUDA_GRAPHS"):
         return
-    if any(r == "random" for p in parts if p.eager for r in p.reasons.values()):
-        logs.log("kernels", "partitioned graph runs part by part: an island draws random numbers")
-        return
+    for p in parts:
+        for n in p.nodes if p.eager else ():
+            if p.reasons.get(n.name) == "random" and n.kwargs.get("generator") is not None:
+                logs.log("kernels", "partitioned graph runs part by part: an island draws random numbers "
+                                    "from a generator of its own")
+                return
     vals = [v for v in example_inputs if isinstance(v, torch.Tensor)]
     if not vals or len(vals) != len(example_inputs) or not all(v.is_cuda for v in vals):
         kinds = sorted({type(v).__name__ if not isinstance(v, torch.Tensor) else f"{v.device.type} tensor"

@@ -457,9 +457,13 @@ class WholeGraph(_StaticInputs):
                 graph_ins.append(buf)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
+        # The warm-up's random islands must not advance the generator: this call's
+        # draws are the replay's, as eager's would be.
+        rng = torch.cuda.get_rng_state()
         with torch.cuda.stream(side):          # warm-up outside capture (library workspaces)
             self.run(*graph_ins)
         torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.set_rng_state(rng)
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             out = self.run(*graph_ins)

@@ -280,3 +280,40 @@ def test_plan_that_cannot_be_captured_runs_without_cuda_graphs(monkeypatch, caps
     finally:
         logs.set_logs()
     assert "CUDA graph capture failed" in capsys.readouterr().err
+
+
+def test_split_graph_with_random_islands_replays_as_one_cuda_graph_with_eager_draws(capsys):
+    # Held-out wav2vec2 bf16 (H200, be6798e): its layerdrop draws torch.rand([]) in eval
+    # mode too, so the split graph (14 parts) ran part by part from Python: 0.38x
+    # inductor+CUDA graphs. Random islands (default generator) now replay inside the
+    # CUDA graph, drawing what eager draws: same seed, same values and generator state;
+    # no reseed, fresh values.
+    from mlircap import logs
+
+    def f(x, w):
+        h = torch.relu(x) @ w
+        p = torch.rand([], device=x.device)            # a layerdrop draw
+        keep = torch.rand_like(h) > 0.3                   # dropout's mask
+        return torch.where(keep, h, 0.0) * 2 + p, torch.randn(4, device=x.device)
+
+    x, w = torch.randn(64, 32, device="cuda"), torch.randn(32, 16, device="cuda")
+    logs.set_logs("kernels")
+    try:
+        fast = mlircap.compile(f)
+        for call in range(6):   # record, compiled, capture, replays
+            torch.manual_seed(call)
+            want = f(x, w)
+            state = torch.cuda.get_rng_state()
+            torch.manual_seed(call)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                got = fast(x, w)
+            for a, b in zip(got, want):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+            assert torch.equal(torch.cuda.get_rng_state(), state), call
+        a, b = fast(x, w), fast(x, w)   # no reseed: the stream moves on, as eager's does
+        assert not torch.equal(a[1], b[1]) and not torch.equal(a[0], b[0])
+        assert _compiled(fast), [g.fallback_reason for g in fast.graphs]
+    finally:
+        logs.set_logs()
+    assert "captured the partitioned graph as one CUDA graph" in capsys.readouterr().err
