@@ -105,12 +105,28 @@ class _GraphMixin(_ScalarInputMixin):
             step = self._flow_torch_step(func, name, args, kwargs)
             if step is not None:
                 return step[0]
+        before = self._external_metadata(name, args, kwargs)
         res = func(*args, **kwargs)
+        if before and any(_metadata(t) != m for t, m in before):
+            # a graph cannot change its inputs' shapes or strides (aot_autograd's epilogue
+            # copied the result into the input as it was: torch.mul(x, y, out=empty) raised,
+            # buf.as_strided_(...) read the wrong elements): the function runs eagerly
+            self.unreplayable = self.unreplayable or \
+                f"{_op_name(func)} changed the shape or strides of a tensor from outside the function in place"
+            return res
         try:
             return self._after_torch(func, name, args, kwargs, res)
         except Exception as e:  # bookkeeping must never break the user's program
             self.unreplayable = self.unreplayable or f"internal: {type(e).__name__}: {e}"
             return res
+
+    def _external_metadata(self, name: str, args: tuple, kwargs: dict) -> list:
+        """[(tensor, its metadata)] for the tensors from outside the function (graph inputs)
+        that a call of an in-place function or one with out= may resize or restride."""
+        if "out" not in kwargs and not (name.endswith("_") and not name.endswith("__")):
+            return []
+        flat, _ = tree_flatten((args, kwargs))
+        return [(t, _metadata(t)) for t in flat if isinstance(t, torch.Tensor) and id(t) in self.src]
 
     def _after_torch(self, func: Callable, name: str, args: tuple, kwargs: dict, res: Any) -> Any:
         flat_res, _ = tree_flatten(res)
@@ -419,6 +435,10 @@ class _GraphMixin(_ScalarInputMixin):
                     raise Unreplayable(f"nested tensor containers returned by {name}")
         elif res is not None:
             raise Unreplayable(f"unsupported result type {type(res).__name__} of {name}")
+
+
+def _metadata(t: torch.Tensor) -> tuple:
+    return t.dtype, t.shape, t.stride(), t.storage_offset()
 
 
 class _Mode(TorchFunctionMode):
