@@ -21,7 +21,8 @@ from .. import logs as _logs
 from .base import Unreplayable, _Canned, _MISSING
 from .guard_kinds import Equals, Lengths, TypeIs
 from .frame_hook import _E, _NULL
-from .classify import _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _func_qualname, _no_new_epoch
+from .classify import (_MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _func_qualname, _no_new_epoch,
+                       _optimizer_step)
 from .iterators import pure_draw, stateful_next
 from .locations import _frame_loc
 from .typeinfo import _is_opaque_value
@@ -159,7 +160,7 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             return
         kind = _call_kind(f)
         recv = self._opaque_method(f, args)
-        if recv is not None or kind == "safe" and stateful_next(f, args, self.src):
+        if recv is not None or kind == "safe" and (stateful_next(f, args, self.src) or _optimizer_step(f, args)):
             kind = "external"
         if kind == "external" and recv is None and (_pure_ufunc_call(f, args, kwargs) or
                                    f is id and frame.f_code.co_filename == copy.__file__):

@@ -198,6 +198,19 @@ def _global_state_writer(f: object) -> str | None:
     return "the default dtype" if any(f is w for w in _STATE_WRITERS) else None
 
 
+def _optimizer_step(f: object, args: list) -> bool:
+    """`opt.step()` / `opt.zero_grad()` of a torch.optim optimizer (bound, or the function
+    with the optimizer first): it reads and writes its own state (momentum buffers made on the
+    first step, in a dict the tracer does not see) and the parameters and their .grad, so it
+    runs at replay as it is, once per call (an uncapturable call), not recorded op by op."""
+    if getattr(f, "__name__", None) not in ("step", "zero_grad"):
+        return False
+    so = getattr(f, "__self__", None)
+    if so is None and args:
+        so = args[0]
+    return isinstance(so, torch.optim.Optimizer)
+
+
 def _scripted_python(f: object) -> types.FunctionType | None:
     """The Python function a `torch.jit.script` function was made from (torch keeps it as
     `_torchdynamo_inline`, and Dynamo traces it instead of the TorchScript call, whose ops

@@ -124,6 +124,22 @@ class _SkipFrameVariant(_EagerVariant):
         return c.callees.run(func, c.code, args)
 
 
+_HELD = re.compile(r"\b_r\d+\b")
+
+
+def _unheld(rec: _Recorder, e: str) -> str:
+    """`e` with the names of held objects (`_r3`, bound right before an uncapturable call:
+    sources._bind_held) replaced by the locations they are bound from, for code that runs
+    before those bindings."""
+    binds = {name: b for bs in rec.epoch_binds.values() for name, b in bs}
+    for _ in range(8):
+        e2 = _HELD.sub(lambda m: f"({binds[m.group()]})" if m.group() in binds else m.group(), e)
+        if e2 == e:
+            break
+        e = e2
+    return e
+
+
 def _written(rec: _Recorder, w: Write) -> str:
     """The external location a replayed write stores into, in words (for messages)."""
     t = next((s[1] for s in rec.src.values() if s[0] == w.target), None) or \
@@ -268,8 +284,8 @@ class _GraphVariant(_Variant):
         if rollback:
             L.append(ind + "_sv = [(_t, _t.detach().clone()) for _t in (" + "".join(m + ", " for m in mutated) + ")]")
             L.append(ind + ("_rng = _rng_states()" if rec.uses_rng else "_rng = None"))
-            if leaves:
-                L.append(ind + "_gs = _save_grads((" + "".join(e + ", " for e in leaves) + "))")
+            if leaves:   # (as the replay starts: held objects by their locations, bound later)
+                L.append(ind + "_gs = _save_grads((" + "".join(_unheld(rec, e) + ", " for e in leaves) + "))")
             rb = "_rollback(_sv, _rng, _gs); " if leaves else "_rollback(_sv, _rng); "
         else:
             rb = ""
