@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 import warnings
-from pathlib import Path
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
