@@ -27,6 +27,7 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   frame_hook     the C++ frame hook glue: _E (+ 3.12 stack-depth shim), _active, _hook_cb
   classify       code classification (_classify), call kinds (_call_kind), value categories
   iterators      `next` on iterators that outlive the call (replayed, not folded), which may run before a graph
+  autocast       autocast regions inside the call: _enter_autocast / _exit_autocast nodes in the graph
   locations      the user's file:line (_user_location, _frame_loc), short value descriptions
   typeinfo       type introspection: MRO lookups, descriptors, class dicts, __slots__
   guard_kinds    the guard kinds, one frozen record each (check / code / describe)

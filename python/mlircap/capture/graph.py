@@ -22,6 +22,7 @@ from .classify import (
     _dyn_shape_op, _fname, _func_qualname,
 )
 from .locations import _user_location, _user_stack_trace
+from .autocast import autocast_state, close_autocast, sync_autocast
 from .guards import _ambient
 from .typeinfo import _is_constant_value, _is_ndarray
 from .fx_targets import _bind_constants, _fx_target, _has_dataclass, _op_name
@@ -45,6 +46,8 @@ class _Seg:
         self.out_set: set[fx.Node] = set()
         self.start_grad = grad
         self.grad = grad
+        self.autocast: tuple | None = None    # the autocast state its next ops run under (autocast.py)
+        self.autocast_open: list[fx.Node] = []
         self.nops = 0
         self.gm: fx.GraphModule | None = None
         self.inplace = False  # records an in-place op
@@ -272,6 +275,8 @@ class _GraphMixin(_ScalarInputMixin):
         """Ends the open graph segment and records a call replayed outside graphs
         (its arguments as replay expressions); returns its call number."""
         self._close_seg()
+        if external and _ambient() != self.amb0:   # (the replay runs it outside the region)
+            self.unreplayable = self.unreplayable or f"{reason} inside an autocast region"
         k = self.ncalls
         self.ncalls += 1
         self.steps.append(CallStep(k, fe, ae, ke, reason, external=external))
@@ -308,6 +313,7 @@ class _GraphMixin(_ScalarInputMixin):
         if seg.grad != seg.start_grad:
             seg.graph.call_function(torch._C._set_grad_enabled, (seg.start_grad,))
             seg.grad = seg.start_grad
+        close_autocast(seg.graph, seg.autocast_open)
         self.cur = None
 
     def _arg_node(self, seg: _Seg, t: torch.Tensor) -> fx.Node:
@@ -347,9 +353,17 @@ class _GraphMixin(_ScalarInputMixin):
         return f"n{si}_{node.name}"
 
     def _record(self, func: Callable, name: str, args: tuple, kwargs: dict, res: Any) -> None:
-        if _ambient() != self.amb0:
-            raise Unreplayable("autocast / inference_mode changed inside the captured code")
+        amb = _ambient()
+        if amb[0] != self.amb0[0]:
+            raise Unreplayable("inference_mode changed inside the captured code")
         seg = self._seg()
+        if amb != self.amb0 or seg.autocast_open or amb[1] or amb[2]:   # (also a dtype-only change)
+            ac = autocast_state()
+            if seg.autocast is None:
+                seg.autocast = self.autocast0
+            if ac != seg.autocast:
+                sync_autocast(seg.graph, seg.autocast_open, self.autocast0, ac)
+                seg.autocast = ac
         g = torch.is_grad_enabled()
         if not g and _custom_function_forward(args, kwargs):
             # autograd runs a custom Function's forward without grad and attaches its

@@ -11,6 +11,7 @@ import torch
 
 from .. import logs as _logs
 from .steps import CallStep, Step
+from .autocast import autocast_state
 from .locations import _user_location
 from .guards import Placed, _GlobalState, _GuardMixin
 from .guard_kinds import TypeIs
@@ -148,6 +149,7 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         self.state0 = _GlobalState()
         self.grad0 = self.state0.grad
         self.amb0 = self.state0.ambient
+        self.autocast0 = autocast_state()   # (graph.py: autocast regions inside the call)
         self.const_names = {}
         # roots
         # float arguments (and int ones seen with two values: flow_roots._varies) followed

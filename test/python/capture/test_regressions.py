@@ -609,14 +609,23 @@ class _VmapOfClosure(nn.Module):
         return torch.vmap(lambda r: r * s)(x)
 
 
+class _Log:
+    def write(self, s):
+        pass
+
+
 class _AutocastInside(nn.Module):
+    """An uncapturable call inside an autocast region: the replay would run it outside the
+    region (autocast regions without one are graph nodes now: test_autocast_regions.py)."""
     def __init__(self):
         super().__init__()
         self.fc = nn.Linear(8, 8)
+        self.log = _Log()
 
     def forward(self, x):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             y = self.fc(x)
+            print("step", file=self.log)
         return y.float()
 
 
