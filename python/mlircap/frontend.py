@@ -160,6 +160,10 @@ def _build_table() -> dict:
         if torch.Tag.pointwise in op.tags and not op._schema.is_mutable:
             table[op] = _pointwise_in_float32(op, fn)
     table[aten.convolution.default] = _cpu_convolution(table.get(aten.convolution.default))
+    for name in ("eq", "ne", "lt", "le", "gt", "ge"):
+        for overload in ("Scalar", "Tensor"):
+            op = getattr(getattr(aten, name), overload)
+            table[op] = _compare_in_result_type(op, table.get(op))
     from . import special
 
     # torch-mlir has no lowering for these (they compute low precision in float32 themselves)
@@ -329,6 +333,33 @@ def _gelu_tanh_decomposed(fallback):
 
 
 _NAN_INDEX = threading.local()
+
+
+def _compare_in_result_type(op, fallback):
+    """A comparison as eager computes it: both operands converted to their result type
+    (torch.result_type) first, a Python number too (rounded to float32, wrapped to int8).
+    torch-mlir compares a float32 tensor with a Python float or a 0-d float64 tensor in
+    float64 (`x == 0.1` was False where x holds float32's 0.1, `x > 0.1` True), an int64
+    tensor with a float in float64 (eager: float32, 16777217 == 16777216.0), an int8
+    tensor with 300 as 300 (eager: 44). Operands already in the result type go to
+    `fallback` (the converted call comes back here that way)."""
+    from .opmath import as_dtype_scalar
+
+    def decomposition(a, b, *args, **kwargs):
+        if not isinstance(a, torch.Tensor) or isinstance(b, bool) or not isinstance(b, (torch.Tensor, int, float)):
+            return NotImplemented if fallback is None else fallback(a, b, *args, **kwargs)
+        ct = torch.result_type(a, b)
+        a2 = a if a.dtype == ct else a.to(ct)
+        if isinstance(b, torch.Tensor):
+            b2 = b if b.dtype == ct else b.to(ct)
+        else:
+            b2 = as_dtype_scalar(b, ct)
+        if a2 is a and (b2 is b or not isinstance(b, torch.Tensor) and type(b2) is type(b) and
+                        (b2 == b or b2 != b2 and b != b)):
+            return NotImplemented if fallback is None else fallback(a, b, *args, **kwargs)
+        return op(a2, b2, *args, **kwargs)
+
+    return decomposition
 
 
 def _first_nan_index(op, fallback):

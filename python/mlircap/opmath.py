@@ -34,30 +34,66 @@ _EXTRA = {"aten::nansum"}
 _SKIP = {"prims::convert_element_type", "aten::clone", "aten::where", "aten::masked_fill"}
 
 
-# Arguments whose default depends on the floating dtype the op runs in: computed
-# in float32, nan_to_num's default posinf (finfo(float32).max) rounds to inf in
-# bfloat16/float16, where eager gives finfo(dtype).max.
+# Arguments whose meaning depends on the low dtype the op runs in, given explicitly
+# before it runs in float32:
+# * defaults: nan_to_num's default posinf (finfo(float32).max) rounds to inf in
+#   bfloat16/float16, where eager gives finfo(dtype).max;
+# * Python numbers eager's kernel converts to the tensor's dtype first (measured over
+#   1e5 bf16/f16 values: add/sub/rsub's other, pow's exponent or base, fmod/remainder's
+#   divisor; `x + 0.1` added bfloat16(0.1), 5% of the sums one unit off). Other kernels
+#   (mul, div, lerp, leaky_relu, elu, softshrink, ...) read the number in float32 as it is.
 _DTYPE_DEFAULTS = {"aten::nan_to_num": {"posinf": lambda fi: fi.max, "neginf": lambda fi: fi.min}}
+_ROUNDED_NUMBERS = {"aten::add": ("other",), "aten::sub": ("other",), "aten::rsub": ("other",),
+                    "aten::pow": ("self", "exponent"), "aten::fmod": ("other",), "aten::remainder": ("other",)}
+
+
+def as_dtype_scalar(v, dtype: torch.dtype):
+    """The Python number `v` converted to `dtype` as eager converts a scalar operand
+    (rounded to bfloat16 / float32, wrapped to int8), as a Python number again; `v`
+    itself where it does not fit torch's int64 / float64. Safe while tracing (the
+    conversion is not recorded)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or dtype.is_complex or dtype == torch.bool:
+        return v
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+
+    with unset_fake_temporarily(), disable_proxy_modes_tracing():   # a constant, not part of a trace
+        try:
+            t = torch.tensor(v, dtype=torch.float64 if isinstance(v, float) else torch.int64)
+        except (OverflowError, RuntimeError):
+            return v
+        return t.to(dtype).item()
 
 
 def pin_dtype_defaults(op, args: tuple, kwargs: dict, dtype: torch.dtype) -> tuple[tuple, dict]:
-    """`args`, `kwargs` of a call of `op` with the defaults that depend on the
-    floating `dtype` (_DTYPE_DEFAULTS) given explicitly, so that the call means
-    the same when computed in float32."""
-    defaults = _DTYPE_DEFAULTS.get(op_name(op)) if isinstance(op, torch._ops.OpOverload) else None
-    if not defaults:
+    """`args`, `kwargs` of a call of `op` on `dtype` (bfloat16/float16) with the
+    arguments whose meaning depends on that dtype made explicit (_DTYPE_DEFAULTS,
+    _ROUNDED_NUMBERS), so that the call means the same when computed in float32."""
+    name = op_name(op) if isinstance(op, torch._ops.OpOverload) else None
+    defaults, rounded = _DTYPE_DEFAULTS.get(name), _ROUNDED_NUMBERS.get(name)
+    if not defaults and not rounded:
         return args, kwargs
     names = [a.name for a in op._schema.arguments]
     kwargs = dict(kwargs)
     args = list(args)
-    fi = torch.finfo(dtype)
-    for name, default in defaults.items():
-        i = names.index(name)
+
+    def update(arg, fn):
+        i = names.index(arg)
         if i < len(args):
-            if args[i] is None:
-                args[i] = default(fi)
-        elif kwargs.get(name) is None:
-            kwargs[name] = default(fi)
+            args[i] = fn(args[i])
+        elif arg in kwargs:
+            kwargs[arg] = fn(kwargs[arg])
+        else:
+            kwargs[arg] = fn(None)
+
+    fi = torch.finfo(dtype)
+    for arg, default in (defaults or {}).items():
+        update(arg, lambda v, default=default: default(fi) if v is None else v)
+    for arg in rounded or ():
+        if arg in names:
+            i = names.index(arg)
+            if i < len(args) or arg in kwargs:
+                update(arg, lambda v: as_dtype_scalar(v, dtype))
     return tuple(args), kwargs
 
 

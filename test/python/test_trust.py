@@ -689,6 +689,40 @@ def test_multilabel_margin_loss_ignores_labels_after_minus_one():
     _compiled_matches_eager(grad, x, t, exact=False)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64,
+                                   torch.int8])
+def test_comparisons_with_numbers_in_the_result_type(dtype):
+    # Eager converts both operands of a comparison to their result type first: x == 0.1
+    # on float32 compares with float32's 0.1, int8 == 300 with 300 wrapped to 44, int64
+    # == 16777216.0 in float32. torch-mlir compared in float64: x == 0.1 was False where
+    # x holds float32's 0.1 (also a 0-d float64 tensor), x > 0.1 True there.
+    if dtype.is_floating_point:
+        vals = [0.1, -0.1, 0.2, 0.3, 1 / 3, 1e39, float("nan"), float("inf"), 16777217.0]
+        x = torch.tensor(vals, dtype=torch.float64).to(dtype)
+        nums = (0.1, -0.1, 0.3, 1 / 3, 1e39, float("inf"), 16777217)
+    else:
+        x = torch.tensor([44, -1, 3, 127, -128, 0], dtype=dtype) if dtype == torch.int8 else \
+            torch.tensor([16777217, 2 ** 40 + 1, 3, -5], dtype=dtype)
+        nums = (300, -257, 2.5, 16777216.0, 2.0 ** 40, 200)
+    for s in nums:
+        _compiled_matches_eager(lambda a: torch.stack([a == s, a != s, a < s, a <= s, a > s, a >= s]), x)
+    d64 = torch.tensor(0.1, dtype=torch.float64)
+    _compiled_matches_eager(lambda a, b: torch.stack([a == b, a < b, b >= a]), x, d64)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_number_operands_rounded_like_eager(dtype):
+    # Eager's add/sub/rsub/pow/fmod/remainder kernels convert a Python number operand to
+    # bfloat16/float16 before computing in float32 (x + 0.1 adds bfloat16(0.1): 5% of
+    # the sums one unit off when compiled with float32's 0.1); mul/div/lerp read it as
+    # it is. Bit for bit over 4096 values.
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(0)).to(dtype)
+    for fn in (lambda a: a + 0.1, lambda a: a - 0.1, lambda a: 0.1 - a, lambda a: a.abs() ** 0.1,
+               lambda a: 0.7 ** a, lambda a: torch.heaviside(a - 0.1, a), lambda a: a * 0.1, lambda a: a / 0.3,
+               lambda a: torch.lerp(a, a * 2, 0.1), lambda a: (a + 0.1).sigmoid() - 0.3):
+        _compiled_matches_eager(fn, x)
+
+
 def test_island_runs_eagers_kernel_not_a_decomposition():
     # uint8 is not compiled: upsample_bicubic2d runs as an eager island, and
     # must be torch's uint8 kernel, not the Python decomposition aot_autograd
