@@ -21,7 +21,8 @@ Categories:
     python bench/modules.py --case NAME      # one case in this process, with a traceback
 
 The corpus: bench/capture.py's CASES plus the cases below (NEW_CASES) plus bench/modules2.py's
-CASES (source "new2": ``--source new2``) plus bench/modules3.py's CASES (source "new3").
+CASES (source "new2": ``--source new2``) plus bench/modules3.py's CASES (source "new3") plus
+bench/modules4.py's CASES (source "new4").
 """
 from __future__ import annotations
 
@@ -1680,10 +1681,12 @@ def all_cases():
         import capture   # bench/capture.py: this script's directory is on sys.path
         import modules2  # bench/modules2.py: the second corpus
         import modules3  # bench/modules3.py: the third corpus
+        import modules4  # bench/modules4.py: the fourth corpus
         ALL_CASES = [(n, f, i, t, "capture") for n, f, i, t, *_ in capture.CASES] + \
                     [(n, f, i, t, "new") for n, f, i, t in NEW_CASES] + \
                     [(n, f, i, t, "new2") for n, f, i, t in modules2.CASES] + \
-                    [(n, f, i, t, "new3") for n, f, i, t in modules3.CASES]
+                    [(n, f, i, t, "new3") for n, f, i, t in modules3.CASES] + \
+                    [(n, f, i, t, "new4") for n, f, i, t in modules4.CASES]
         names = [c[0] for c in ALL_CASES]
         assert len(names) == len(set(names)), "duplicate case names"
     return ALL_CASES
@@ -1865,8 +1868,8 @@ class Child:
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--filter", default="", help="comma-separated substrings of case names")
-    ap.add_argument("--only-new", action="store_true", help="only the cases of this file, modules2.py and modules3.py")
-    ap.add_argument("--source", default="", help="comma-separated corpora: capture, new, new2 (modules2.py), new3 (modules3.py)")
+    ap.add_argument("--only-new", action="store_true", help="only the cases of this file and modules2-4.py")
+    ap.add_argument("--source", default="", help="comma-separated corpora: capture, new, new2 (modules2.py), new3 (modules3.py), new4 (modules4.py)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=240.0)
     ap.add_argument("--isolate", action="store_true", help="a fresh child process per case (slower)")
@@ -1884,7 +1887,7 @@ def main():
         return
     cases = all_cases()
     filt = [f for f in args.filter.split(",") if f]
-    srcs = [s for s in args.source.split(",") if s] or (["new", "new2", "new3"] if args.only_new else [])
+    srcs = [s for s in args.source.split(",") if s] or (["new", "new2", "new3", "new4"] if args.only_new else [])
     names = [c[0] for c in cases if (not filt or any(f in c[0] for f in filt)) and (not srcs or c[4] in srcs)]
     env = dict(os.environ)
     env.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -1920,7 +1923,7 @@ def main():
     print()
     print(f"mlircap.compile (CPU) vs eager, torch {torch.__version__}, {len(names)} cases, "
           f"{time.perf_counter() - t_start:.0f} s")
-    for src in ("capture", "new", "new2", "new3"):
+    for src in ("capture", "new", "new2", "new3", "new4"):
         sub = [results[c[0]] for c in cases if c[0] in results and c[4] == src]
         if sub:
             print(f"  {src:8s} " + "  ".join(f"{k} {sum(r['status'] == k for r in sub)}" for k in cats))
