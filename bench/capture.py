@@ -2837,6 +2837,8 @@ def _state(m):
 def _clone(x):
     if isinstance(x, torch.Tensor):
         return x.clone()
+    if isinstance(x, tuple) and hasattr(type(x), "_fields"):   # a NamedTuple batch
+        return type(x)(*(_clone(y) for y in x))
     if isinstance(x, (list, tuple)):
         return type(x)(_clone(y) for y in x)
     if isinstance(x, dict):
@@ -2990,7 +2992,9 @@ def run_dynamo(name, factory, inputs, train, mutate=None):
                 full=(g_first == 1 and (breaks or 0) == 0))
 
 
-def main():
+def main(cases=None):
+    """cases: the (name, factory, inputs, train, mutate) list to run (default: this file's CASES;
+    bench/capture2.py passes its own)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--no-dynamo", action="store_true")
     ap.add_argument("--filter", default="", help="run the cases whose name contains one of these (comma-separated)")
@@ -3001,7 +3005,7 @@ def main():
     BACKEND = _aot_backend if args.backend == "aot" else _eager_backend
     warnings.simplefilter("ignore")
     rows = []
-    for name, factory, inputs, train, mutate in CASES:
+    for name, factory, inputs, train, mutate in (CASES if cases is None else cases):
         if args.filter and not any(f in name for f in args.filter.split(",")):
             continue
         mine = run_mine(name, factory, inputs, train, mutate)
