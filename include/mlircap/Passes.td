@@ -586,6 +586,10 @@ def MlircapNarrowLibraryOperands
     the runtime calls, rounds its result to the narrow type anyway): it
     starts from a narrow zero and the init (a bias) is added after the
     `extf`. This saves the f32 buffer and the conversion copy into it.
+    With a bias that result is rounded twice (by the library, then after
+    the bias add) where torch's conv2d with a bias rounds once; a module
+    with the unit attribute `mlircap.round_once` (the CPU paths) keeps a
+    convolution with a non-zero init wide.
 
     Before:
     ```mlir

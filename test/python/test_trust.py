@@ -1231,6 +1231,24 @@ def test_low_precision_linear_with_bias_rounds_once_like_eager():
     _compiled_matches_eager(f, x, w, b, t)
 
 
+@pytest.mark.parametrize("groups", [1, 4])   # plain and depthwise (grouped ones run through torch)
+def test_low_precision_convolution_with_bias_rounds_once_like_eager(groups):
+    # OpInfo sweep seed 17 (conv1d/conv2d bf16, 3 of 62 samples wrong, up to 1 unit in
+    # the last place: -130 for eager's -131): a bf16 convolution with a bias was stored
+    # bf16 by the library call, then the bias was added and the sum rounded again;
+    # torch's conv2d adds the bias to the float32 result and rounds once. On the CPU
+    # such a convolution now stays float32 (mlircap.round_once), bit for bit eager's.
+    g = torch.Generator().manual_seed(17)
+    x = torch.randn(4, 4, 6, 6, generator=g).bfloat16() * 10
+    w = torch.randn(4, 4 // groups, 3, 3, generator=g).bfloat16()
+    b = torch.randn(4, generator=g).bfloat16() * 5
+
+    def f(x, w, b):
+        return torch.nn.functional.conv2d(x, w, b, padding=1, groups=groups)
+
+    _compiled_matches_eager(f, x, w, b)
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.float64, None])
 def test_cumsum_keeps_its_dtype_argument(dtype):
     # cumsum's masked-sum decomposition summed int32 into int64 (a plain integer sum

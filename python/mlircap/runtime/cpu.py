@@ -25,7 +25,7 @@ import torch
 
 from .. import config, logs
 from .._core import core
-from .plan import _OUT_VARIANTS, LIBRARY, PlanError, PlanExecutor, mark_layout
+from .plan import _OUT_VARIANTS, LIBRARY, PlanError, PlanExecutor, mark_layout, mark_round_once
 from .schema import KernelStep, Plan
 
 _threads = [0]   # the core's thread count, as last set from here
@@ -124,6 +124,7 @@ def compile_cpu(linalg_ir: str, opt_level: int = config.DEFAULT_CPU_OPT_LEVEL, p
     c = core()
     if plan:
         linalg_ir = mark_layout(linalg_ir, config.env("MLIRCAP_CPU_CHANNELS_LAST") == "1")
+    linalg_ir = mark_round_once(linalg_ir)
     use_cache = config.env_flag("MLIRCAP_CPU_CACHE")
     key = _cache_key("plan" if plan else "whole", linalg_ir, opt_level) if use_cache else None
     entry = load_cached(key) if use_cache else None

@@ -14,7 +14,7 @@ import torch
 from .. import config
 from .schema import DTYPES, KernelStep, LibraryStep, Plan, PlanError, Value
 
-__all__ = ["DTYPES", "LIBRARY", "Plan", "PlanError", "PlanExecutor", "mark_layout"]
+__all__ = ["DTYPES", "LIBRARY", "Plan", "PlanError", "PlanExecutor", "mark_layout", "mark_round_once"]
 
 
 def _conv2d(x, w, st: LibraryStep, groups: int = 1):
@@ -82,12 +82,28 @@ def mark_layout(linalg_ir: str, channels_last: bool) -> str:
     NCHW. The mark is part of the IR, so of the compile cache's key."""
     if channels_last or "linalg.conv_2d_nchw_fchw" not in linalg_ir:
         return linalg_ir
+    return mark_module(linalg_ir, "mlircap.nchw_convs")
+
+
+def mark_round_once(linalg_ir: str) -> str:
+    """The module as the CPU compilers take it: marked (`mlircap.round_once`) for
+    mlircap-narrow-library-operands to keep bf16/f16 convolutions with a bias in f32,
+    rounded once as torch's conv2d rounds them (stored narrow, they were rounded before
+    and after the bias add: a unit in the last place off eager's). Part of the IR, so
+    of the compile cache's key."""
+    if "conv_2d" not in linalg_ir:
+        return linalg_ir
+    return mark_module(linalg_ir, "mlircap.round_once")
+
+
+def mark_module(linalg_ir: str, attr: str) -> str:
+    """`linalg_ir` with the unit attribute `attr` on its module."""
     m = _MODULE.search(linalg_ir)    # after any attribute aliases (#map = ...)
     if m is None:
-        return "module attributes {mlircap.nchw_convs} {\n" + linalg_ir + "\n}\n"
+        return f"module attributes {{{attr}}} {{\n" + linalg_ir + "\n}\n"
     if m.group(1):
-        return linalg_ir[:m.end()] + "mlircap.nchw_convs, " + linalg_ir[m.end():]
-    return linalg_ir[:m.start()] + "module attributes {mlircap.nchw_convs} {" + linalg_ir[m.end():]
+        return linalg_ir[:m.end()] + f"{attr}, " + linalg_ir[m.end():]
+    return linalg_ir[:m.start()] + f"module attributes {{{attr}}} {{" + linalg_ir[m.end():]
 
 
 _MODULE = re.compile(r"^module\s*(?:(attributes\s*\{)|\{)", re.M)
