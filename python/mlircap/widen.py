@@ -121,6 +121,7 @@ def widen_uint8(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[bool], list[bo
         orig[m] = n.meta.get("val")
         if n.op == "placeholder":
             inputs.append(_is_uint8(n.meta.get("val")))
+    _wrap_wider_operands(new, orig)
     out = gm.graph.output_node()
     new.output(fx.map_arg(out.args[0], lambda a: env[a]))
     outs = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
@@ -160,6 +161,26 @@ def widen_uint8(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[bool], list[bo
     wgm = _module(gm, new)
     FakeTensorProp(wgm, mode).propagate(*fakes)
     return wgm, inputs, outputs
+
+
+def _wrap_wider_operands(graph: fx.Graph, orig: dict) -> None:
+    """A pointwise op with a uint8 result reads its other integer tensors (0-d ones, which
+    do not take part in type promotion: torch.maximum(u8, torch.tensor(300))) as uint8,
+    as eager converts them: wrapped to 0..255 (300 is 44). Computed in int32 they kept
+    their value (the maximum was 300, wrapped to 44 for every element)."""
+    for m in list(graph.nodes):
+        want = orig.get(m)
+        if m.op != "call_function" or not _is_uint8(want) or \
+                torch.Tag.pointwise not in getattr(m.target, "tags", ()):
+            continue
+        for a in m.all_input_nodes:
+            v = orig.get(a)
+            if isinstance(v, torch.Tensor) and v.dtype not in (torch.uint8, torch.bool) and \
+                    not v.dtype.is_floating_point and not v.dtype.is_complex:
+                with graph.inserting_before(m):
+                    i32 = graph.call_function(prims.convert_element_type.default, (a, torch.int32))
+                    wrapped = graph.call_function(aten.bitwise_and.Scalar, (i32, 255))
+                m.replace_input_with(a, wrapped)
 
 
 def _module(gm: fx.GraphModule, graph: fx.Graph) -> fx.GraphModule:
