@@ -375,9 +375,11 @@ struct Former {
     for (Operation &op : block) {
       if (!isLibraryOp(&op) && !isa<func::ReturnOp>(op))
         continue;
-      for (OpOperand &use : op.getOpOperands())
-        if (isViewOp(use.get().getDefiningOp()) && !getStridedView(use.get()))
-          todo.push_back(&use);
+      for (OpOperand &use : op.getOpOperands()) {
+        OpOperand *u = viewedOperand(use);
+        if (isViewOp(u->get().getDefiningOp()) && !getStridedView(u->get()))
+          todo.push_back(u);
+      }
     }
     for (OpOperand *use : todo) {
       Value v = use->get();
@@ -396,6 +398,17 @@ struct Former {
       copy->setAttr(kMaterializeAttr, b.getUnitAttr());
       use->set(copy.getResult(0));
     }
+  }
+
+  /// The operand a library op reads as a strided view for `use`: the source
+  /// of a convolution's input padding (the plan hands the convolution that
+  /// source and the padding), else `use` itself. A channel shuffle or a
+  /// pixel (un)shuffle in front of a padded convolution is a view no single
+  /// stride expresses: the plan builder rejected the whole graph.
+  static OpOperand *viewedOperand(OpOperand &use) {
+    if (auto pad = use.get().getDefiningOp<tensor::PadOp>(); pad && convInputPadding(pad))
+      return &pad.getSourceMutable();
+    return &use;
   }
 
   /// A materializing copy joins the elementwise kernel that produces the
@@ -719,7 +732,8 @@ struct Former {
     for (Operation &op : block) {
       if (!isLibraryOp(&op) && !isa<func::ReturnOp>(op))
         continue;
-      for (Value v : op.getOperands()) {
+      for (OpOperand &use : op.getOpOperands()) {
+        Value v = viewedOperand(use)->get();
         Operation *def = v.getDefiningOp();
         if (isViewOp(def) && !getStridedView(v) && !llvm::is_contained(copies, def))
           copies.push_back(def);

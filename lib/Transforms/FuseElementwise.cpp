@@ -71,6 +71,11 @@ struct FuseElementwise : impl::MlircapFuseElementwiseBase<FuseElementwise> {
           // Never turn a library op (matmul, conv) into a generic by folding
           // a reshape into it: it must stay a named op for the runtime.
           Operation *producer = fused->get().getDefiningOp();
+          // Nor move the zero padding a library convolution applies itself
+          // above a reshape: a 5-D padding of a channel shuffle's groups is
+          // no convolution's padding (the plan rejected the graph).
+          if (auto pad = dyn_cast<tensor::PadOp>(fused->getOwner()); pad && convInputPadding(pad))
+            return false;
           return producer && producer->hasOneUse() && !isLibraryOp(producer) &&
                  !isLibraryOp(fused->getOwner());
         });

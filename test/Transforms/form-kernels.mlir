@@ -274,3 +274,38 @@ func.func @two_outputs(%x: tensor<4x64xf32>) -> (tensor<4xf32>, tensor<4x64xf32>
   } -> tensor<4x64xf32>
   return %s, %y : tensor<4xf32>, tensor<4x64xf32>
 }
+
+// -----
+
+// A channel shuffle (groups split, transposed, merged back) in front of a
+// convolution that pads its input: the padding's source is a view no single
+// stride expresses, so a copy kernel materializes it (the launch plan rejected
+// the whole graph: "collapse of a non-contiguous view").
+// CHECK-LABEL: func.func @shuffle_pad_conv(
+// CHECK: %[[S:.*]] = call @shuffle_pad_conv_k0(%arg0)
+// CHECK-NEXT: tensor.pad %[[S]] low[0, 0, 1, 1]
+// CHECK: linalg.conv_2d_nchw_fchw
+// CHECK: func.func private @shuffle_pad_conv_k0({{.*}} attributes {mlircap.kernel = "pointwise"}
+// CHECK: mlircap.materialize
+#id5 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>
+#sw5 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d2, d1, d3, d4)>
+func.func @shuffle_pad_conv(%x: tensor<1x4x4x4xf32>, %w: tensor<4x4x3x3xf32>) -> tensor<1x4x4x4xf32> {
+  %zero = arith.constant 0.0 : f32
+  %g = tensor.expand_shape %x [[0], [1, 2], [3], [4]] output_shape [1, 2, 2, 4, 4] : tensor<1x4x4x4xf32> into tensor<1x2x2x4x4xf32>
+  %e = tensor.empty() : tensor<1x2x2x4x4xf32>
+  %t = linalg.generic {indexing_maps = [#sw5, #id5], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]}
+      ins(%g : tensor<1x2x2x4x4xf32>) outs(%e : tensor<1x2x2x4x4xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    linalg.yield %a : f32
+  } -> tensor<1x2x2x4x4xf32>
+  %s = tensor.collapse_shape %t [[0], [1, 2], [3], [4]] : tensor<1x2x2x4x4xf32> into tensor<1x4x4x4xf32>
+  %p = tensor.pad %s low[0, 0, 1, 1] high[0, 0, 1, 1] {
+  ^bb0(%i: index, %j: index, %k: index, %l: index):
+    tensor.yield %zero : f32
+  } : tensor<1x4x4x4xf32> to tensor<1x4x6x6xf32>
+  %e2 = tensor.empty() : tensor<1x4x4x4xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e2 : tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+  %c = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>}
+      ins(%p, %w : tensor<1x4x6x6xf32>, tensor<4x4x3x3xf32>) outs(%f : tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+  return %c : tensor<1x4x4x4xf32>
+}

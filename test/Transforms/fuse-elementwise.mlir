@@ -140,3 +140,37 @@ func.func @conversion_into_two_reductions(%arg0: tensor<4x8xf32>, %init: tensor<
   } -> tensor<4xf64>
   return %0, %1 : tensor<4xf64>, tensor<4xf64>
 }
+
+// -----
+
+// The zero padding a library convolution applies itself stays right in front
+// of it: folding the channel shuffle's reshape by expansion would move it
+// above the collapse as a 5-D padding, which no convolution takes (the plan
+// rejected the graph: "unsupported op 'tensor.pad'").
+#id5 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>
+#sw5 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d2, d1, d3, d4)>
+// CHECK-LABEL: func.func @shuffle_pad_depthwise(
+// CHECK: %[[S:.*]] = tensor.collapse_shape %{{.*}} {{\[}}[0], [1, 2], [3], [4]] : tensor<1x2x2x4x4xf32> into tensor<1x4x4x4xf32>
+// CHECK-NEXT: tensor.pad %[[S]] low[0, 0, 1, 1] high[0, 0, 1, 1]
+// CHECK: linalg.depthwise_conv_2d_nchw_chw
+func.func @shuffle_pad_depthwise(%x: tensor<1x4x4x4xf32>, %w: tensor<4x3x3xf32>) -> tensor<1x4x4x4xf32> {
+  %zero = arith.constant 0.0 : f32
+  %g = tensor.expand_shape %x [[0], [1, 2], [3], [4]] output_shape [1, 2, 2, 4, 4] : tensor<1x4x4x4xf32> into tensor<1x2x2x4x4xf32>
+  %e = tensor.empty() : tensor<1x2x2x4x4xf32>
+  %t = linalg.generic {indexing_maps = [#sw5, #id5], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]}
+      ins(%g : tensor<1x2x2x4x4xf32>) outs(%e : tensor<1x2x2x4x4xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.maximumf %a, %zero : f32
+    linalg.yield %r : f32
+  } -> tensor<1x2x2x4x4xf32>
+  %s = tensor.collapse_shape %t [[0], [1, 2], [3], [4]] : tensor<1x2x2x4x4xf32> into tensor<1x4x4x4xf32>
+  %p = tensor.pad %s low[0, 0, 1, 1] high[0, 0, 1, 1] {
+  ^bb0(%i: index, %j: index, %k: index, %l: index):
+    tensor.yield %zero : f32
+  } : tensor<1x4x4x4xf32> to tensor<1x4x6x6xf32>
+  %e2 = tensor.empty() : tensor<1x4x4x4xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e2 : tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+  %c = linalg.depthwise_conv_2d_nchw_chw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>}
+      ins(%p, %w : tensor<1x4x6x6xf32>, tensor<4x3x3xf32>) outs(%f : tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+  return %c : tensor<1x4x4x4xf32>
+}
