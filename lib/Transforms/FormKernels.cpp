@@ -63,18 +63,30 @@ struct Former {
 
   /// Would running `ops` as one kernel create a cycle through an op outside
   /// it? Forward closure from `ops`, then look for an operand coming back.
+  /// Kernels formed so far count as one op each: reaching one op of a group
+  /// reaches all of it (the kernel runs after all its inputs), so two groups
+  /// that read each other's results (a1 -> b1, b2 -> a2) are a cycle even
+  /// though no path of single ops leads back (BCEWithLogitsLoss with
+  /// pos_weight next to other losses: the plan rejected the graph).
   bool createsCycle(const llvm::SmallPtrSetImpl<Operation *> &ops) {
     llvm::SmallPtrSet<Operation *, 32> fwd;
     SmallVector<Operation *> work(ops.begin(), ops.end());
+    auto reach = [&](Operation *top) {
+      if (!top || ops.contains(top) || !fwd.insert(top).second)
+        return;
+      work.push_back(top);
+      auto it = groupOf.find(top);
+      if (it == groupOf.end())
+        return;
+      for (Operation *member : groups[it->second].ops)
+        if (!ops.contains(member) && fwd.insert(member).second)
+          work.push_back(member);
+    };
     while (!work.empty()) {
       Operation *op = work.pop_back_val();
       for (Value r : op->getResults())
-        for (Operation *user : r.getUsers()) {
-          Operation *top = topLevel(user);
-          if (!top || ops.contains(top) || !fwd.insert(top).second)
-            continue;
-          work.push_back(top);
-        }
+        for (Operation *user : r.getUsers())
+          reach(topLevel(user));
     }
     // A value read back from the forward closure closes a cycle, unless it
     // comes from cloneable ops (cloned into the kernel) whose own inputs do

@@ -1279,6 +1279,30 @@ def test_shuffled_channels_in_front_of_a_padded_convolution_compile():
     _compiled_matches_eager(unshuffle_conv_shuffle, torch.randn(2, 3, 8, 8, generator=g), exact=False)
 
 
+def test_kernels_reading_each_others_results_are_not_formed():
+    # bench/modules.py bce_pos_weight ran eagerly ("kernel formation created a
+    # cycle"): kernel formation checked each merge for a path of single ops leading
+    # back into the kernel, so two kernels that each read a result of the other
+    # (a1 -> b1, b2 -> a2) were formed; kernels formed so far now count as one op.
+    import torch.nn.functional as F
+
+    pos_weight, weight = torch.tensor([1.0, 3.0, 0.5]), torch.tensor([0.2, 1.0, 2.0])
+
+    def losses(logits, y):
+        return (F.binary_cross_entropy_with_logits(logits, y, pos_weight=pos_weight),
+                F.binary_cross_entropy(torch.sigmoid(logits), y, reduction="sum"),
+                F.binary_cross_entropy_with_logits(logits, y, weight=weight),
+                F.multilabel_soft_margin_loss(logits, y))
+
+    g = torch.Generator().manual_seed(0)
+    logits, y = torch.randn(4, 3, generator=g), (torch.rand(4, 3, generator=g) > 0.5).float()
+    fast = mlircap.compile(losses)
+    for _ in range(2):
+        for a, b in zip(fast(logits, y), losses(logits, y)):
+            torch.testing.assert_close(a, b)
+    assert _compiled_graphs_ran(fast), [g.fallback_reason for g in fast.graphs]
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.float64, None])
 def test_cumsum_keeps_its_dtype_argument(dtype):
     # cumsum's masked-sum decomposition summed int32 into int64 (a plain integer sum
