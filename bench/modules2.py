@@ -482,7 +482,8 @@ def box_xyxy_to_cxcywh(b):
     return torch.stack([(x0 + x1) / 2, (y0 + y1) / 2, x1 - x0, y1 - y0], -1)
 
 
-def generalized_box_iou(a, b):
+def box_iou_union(a, b):
+    """torchvision's box_iou: (IoU, union area) of every pair of boxes of a and b."""
     area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
     area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
     lt = torch.max(a[:, None, :2], b[:, :2])
@@ -490,7 +491,11 @@ def generalized_box_iou(a, b):
     wh = (rb - lt).clamp(min=0)
     inter = wh[..., 0] * wh[..., 1]
     union = area_a[:, None] + area_b - inter
-    iou = inter / union
+    return inter / union, union
+
+
+def generalized_box_iou(a, b):
+    iou, union = box_iou_union(a, b)
     lt2 = torch.min(a[:, None, :2], b[:, :2])
     rb2 = torch.max(a[:, None, 2:], b[:, 2:])
     wh2 = (rb2 - lt2).clamp(min=0)

@@ -30,6 +30,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from modules2 import box_iou_union
 from modules3 import R  # noqa: F401 - the shared input helper (bench/ is on sys.path)
 
 CASES = []
@@ -339,14 +340,7 @@ def zero_size_tensor_flow(a, b, c, i):
 def box_iou_degenerate_clip(a, b, hw):
     """torchvision box_iou with zero-area boxes (0/0 is NaN in eager too), clip_boxes_to_image with a tensor
     size, remove_small_boxes as a mask, box_area, GIoU with degenerate enclosures, matcher argmax ties."""
-    area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
-    area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
-    lt = torch.max(a[:, None, :2], b[:, :2])
-    rb = torch.min(a[:, None, 2:], b[:, 2:])
-    wh = (rb - lt).clamp(min=0)
-    inter = wh[..., 0] * wh[..., 1]
-    union = area_a[:, None] + area_b - inter
-    iou = inter / union
+    iou, union = box_iou_union(a, b)
     elt = torch.min(a[:, None, :2], b[:, :2])
     erb = torch.max(a[:, None, 2:], b[:, 2:])
     earea = (erb - elt).clamp(min=0).prod(-1)
