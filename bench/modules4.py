@@ -50,7 +50,7 @@ def fn_case(name, inputs, train=False):
     return deco
 
 
-def I(lo, hi, *s, dtype=torch.int64):
+def I(lo, hi, *s, dtype=torch.int64):  # noqa: E743 - reads like R (the integer inputs)
     return torch.randint(lo, hi, s, dtype=dtype)
 
 
