@@ -301,9 +301,7 @@ class GpuExecutable(PlanExecutor, _StaticInputs):
             logs.log("kernels", f"CUDA graph capture failed ({type(e).__name__}: {str(e).strip()[:200]}); "
                                 "running without graphs")
             self.use_graphs, self._graph = False, None
-            t = self._materialize(ins)
-            self._run(t, _raw_stream())
-            return self._outputs(t)
+            return self(*args)
         return self._replay(ins)
 
     # Below this many bytes of outputs, copying them out of the graph costs less
