@@ -1,40 +1,33 @@
 """Opcode handlers for calls (`_CallMixin`): CALL / CALL_FUNCTION_EX and what a call is
 (`classify._call_kind`): safe, a reflective read (getattr, vars), a write (setattr, a mutating
-method), a ContextVar access, a disabled logger's call (a guard, no break), or uncapturable:
-a graph break whose replay step runs the call eagerly and whose result is guarded or followed."""
+method), a ContextVar access, a call handled in a way of its own (special_calls.py: a
+disabled logger's call, a tensor's deep copy, a vmapped function, ...), or uncapturable: a
+graph break whose replay step runs the call eagerly (external_calls.py)."""
 from __future__ import annotations
 
 import contextvars
 import copy
-import logging
-import random
 import sys
 import types
-from collections.abc import Callable
-from logging import Logger as logging_Logger
 from typing import Any
 
 import torch
 from torch.utils._pytree import tree_flatten
 
-from .. import logs as _logs
 from .base import Unreplayable, _Canned, _MISSING
-from .guard_kinds import Equals, Lengths, TypeIs
+from .guard_kinds import Lengths
 from .frame_hook import _E, _NULL
-from .classify import (_MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _func_qualname, _no_new_epoch,
-                       _optimizer_step)
-from .iterators import pure_draw, stateful_next
-from .locations import _frame_loc
-from .typeinfo import _is_opaque_value
-from .rng import _unlog
-from .special_calls import _SpecialCallMixin, _is_context_manager
+from .classify import _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _func_qualname, _optimizer_step
+from .external_calls import _SCALAR_ARGS
+from .iterators import stateful_next
+from .special_calls import _TENSOR_DEEPCOPY, _SpecialCallMixin
 from .flows import _FlowMixin
 from .reads import _ReadMixin
 
 
 class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
-    """For `_Recorder` (through `_TracerMixin`): the CALL handlers, the kinds of calls, and the
-    uncapturable call replayed as a graph break (`_external_call`, `_call_result`)."""
+    """For `_Recorder` (through `_TracerMixin`): the CALL handlers and the kinds of calls;
+    the uncapturable call itself (`_external_call`) is external_calls.py's."""
 
     def op_kw_names(self, frame: types.FrameType, arg: int | None, argval: Any) -> None:
         self.kwnames[frame] = frame.f_code.co_consts[arg] if not isinstance(argval, tuple) else argval
@@ -257,40 +250,6 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             f, args = recv
         self._external_call(frame, f, args, kwargs, reason, slot)
 
-    def _deepcopy_tensor(self, frame: types.FrameType, x: torch.Tensor, memo: Any, slot: int) -> bool:
-        """`copy.deepcopy(t)` reaching torch's Tensor / Parameter `__deepcopy__` (copy.py is
-        traced; its `copier(memo)` is this call).  A tensor that needs no autograd leaf of
-        its own (no requires_grad, no .grad, no Python attributes, a plain strided Tensor)
-        is copied in the graph as `t.clone(memory_format=torch.preserve_format)`: the same
-        values, dtype and device (a view's copy is not a view into a copy of the whole storage
-        then).  A parameter or a tensor that requires grad gets a new autograd leaf: the
-        copy is a replayed step between graphs (`copy.deepcopy(t)` at replay) whose result
-        the graph after it takes as an input.  False (traced as before) where a tensor copied
-        before in the same deepcopy shares its storage (eager's copies share theirs)."""
-        if type(memo) is not dict:
-            return False
-        ptr = x.untyped_storage().data_ptr()
-        for o in memo.get(id(memo), ()):   # what this deepcopy copied before
-            o = o.untyped_storage() if isinstance(o, torch.Tensor) else o
-            if isinstance(o, torch.UntypedStorage) and o.data_ptr() == ptr:
-                return False   # a storage shared with a tensor copied before: the copies share theirs
-        if id(x) not in self.src and not (id(x) in self.env and self.env[id(x)][0] is x):
-            return False   # of unknown origin: as before (the give-up names it)
-        if type(x) is torch.Tensor and not x.requires_grad and x.grad is None and not x.__dict__ and \
-                x.layout == torch.strided and x.device.type not in ("meta", "lazy"):
-            # the program gets the real copy (its storage goes into the memo, as eager's);
-            # the graph makes it as a clone
-            res = x.__deepcopy__(memo)
-            self._after_torch(torch.Tensor.clone, "clone", (x,), {"memory_format": torch.preserve_format}, res)
-            _E.poke(frame, slot, _Canned(res))
-            return True
-        if not x.is_leaf:
-            return False   # deepcopy raises: as eager does
-        _E.poke(frame, slot, _CallWithout(_deepcopy_of, x))
-        self._external_call(frame, _deepcopy_of, [x], {}, "copy.deepcopy of a tensor that requires grad "
-                            "(a new autograd leaf)", slot)
-        return True
-
     def _note_callee(self, frame: types.FrameType, f: Any) -> None:
         """What the call could be captured as if this frame ends up running eagerly (a loop
         that breaks on every iteration: replay.SkipFrameVariant): a module called anywhere
@@ -325,129 +284,10 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
                   mm._global_backward_pre_hooks, mm._global_forward_hooks_always_called]
             self.guard(Lengths(tuple(gs), tuple(len(x) for x in gs), "global nn.Module"), group=tuple(gs))
 
-    def _disabled_log_call(self, f: Any, args: list, kwargs: dict) -> bool:
-        """`log.debug(...)` (info, warning, ..., log(level, ...)) on a standard library logger
-        that is not enabled for that level does nothing: no graph break, a guard that the
-        logger is still disabled for the level instead (an enabled logger writes: a break)."""
-        fn = getattr(f, "__func__", f)
-        so = getattr(f, "__self__", None)
-        rest = list(args)
-        if so is None:
-            if not rest:
-                return False
-            so = rest.pop(0)
-        name = getattr(fn, "__name__", None)
-        if not isinstance(so, (logging.Logger, logging.LoggerAdapter)) or name not in _LOG_LEVELS:
-            return False
-        base = logging.Logger if isinstance(so, logging.Logger) else logging.LoggerAdapter
-        if base.__dict__.get(name) is not fn or type(so).isEnabledFor is not base.isEnabledFor:
-            return False   # an overriding subclass may do anything
-        level = _LOG_LEVELS[name]
-        if level is None:   # log(level, msg, ...)
-            level = rest[0] if rest else kwargs.get("level")
-            if type(level) is not int:
-                return False
-        s = self.src.get(id(so))
-        if s is None or s[2] == "opaque":
-            return False
-        try:
-            if so.isEnabledFor(level):
-                return False
-        except Exception:
-            return False
-        self.guard(Equals(f"{s[0]}.isEnabledFor({level})", f"{s[1]}.isEnabledFor({level})", False))
-        return True
-
-    def _external_call(self, frame: types.FrameType, f: Any, args: list, kwargs: dict, reason: str,
-                       slot: int | None = None, substitute: Callable[[Any], None] | None = None) -> None:
-        i = self.ext_seen
-        self.ext_seen += 1
-        if i < len(self.catchup):
-            # this call already ran in a replay whose mid-replay guard then failed: its
-            # side effects happened, so the program gets that call's result instead (and
-            # the RNG state it left, where it wrote the RNG: rng.py)
-            value = _unlog(self.catchup[i])
-            if substitute is not None:
-                substitute(value)
-            elif slot is None:
-                raise Unreplayable("internal: cannot substitute an uncapturable call")
-            else:
-                _E.poke(frame, slot, _Canned(value))
-        try:
-            try:
-                fe = self.expr_of(f)
-            except Unreplayable:
-                so = getattr(f, "__self__", None)
-                if so is not None and not isinstance(so, types.ModuleType) and id(so) not in self.src \
-                        and not isinstance(so, (logging_Logger, torch.Generator)):
-                    raise
-                fe = self.const(f)  # the same callable object is called again at replay
-            ae = [self._flow_arg(frame, a) or self.expr_of(a) for a in args]
-            ke = {k: self._flow_arg(frame, v) or self.expr_of(v) for k, v in kwargs.items()}
-        except Unreplayable as e:
-            self.unreplayable = self.unreplayable or f"{reason}: {e}"
-            return
-        k = self._hoisted_step(fe, ae, ke, reason) if _rng_draw(f, args, kwargs) or pure_draw(f, args) else None
-        if k is None:
-            k = self._call_step(fe, ae, ke, reason, external=True)
-            self._add_break(reason, _frame_loc(frame))
-        else:
-            _logs.log("graph_breaks", f"{reason} at {_frame_loc(frame)}: run before the graph, which it does not split")
-        self.ext_depth += 1
-
-        def finish(fr: types.FrameType) -> None:
-            self.ext_depth -= 1
-            if not _no_new_epoch(f, args, kwargs):
-                self._new_epoch(k)
-            res = _E.peek(fr, 0)
-            if type(res) in (int, float) and self._follow_result(fr, k, res):
-                return   # followed: guarded where the program uses it (flows.py)
-            self._call_result(k, res, external=True)
-            if fr in self.flow_frames:
-                self._flow_tick(fr)   # flows of this frame: this step took their pending slot
-        finish.is_call = True  # type: ignore[attr-defined]
-        self.pending[frame] = finish
-
-    def _call_result(self, k: int, res: Any, external: bool = False) -> None:
-        name = f"b{k}"
-        if external and self.np_track_result(k, res):
-            return
-        if isinstance(res, torch.Tensor):
-            self._source(res, name, f"<result of break {k}>", argrooted=True)
-        elif _is_opaque_value(res) or external and _is_context_manager(res):
-            # e.g. a ContextVar token: passed on to other replayed calls, never inspected; a
-            # library's context manager (its methods are replayed calls: special_calls.py)
-            self.src[id(res)] = (name, f"<result of break {k}>", "opaque")
-            self.keep.append(res)
-            if not _is_opaque_value(res):
-                self.guard(TypeIs(name, f"type(<result of break {k}>)", type(res)))
-        else:
-            try:
-                self._source(res, name, f"<result of break {k}>", argrooted=True)
-            except Unreplayable as e:
-                self.unreplayable = self.unreplayable or str(e)
 
 
 _IS_COMPILING = torch.compiler.is_compiling
 _FUNCTION_APPLY = torch.autograd.function.Function.apply.__func__
-_TENSOR_DEEPCOPY = (torch.Tensor.__deepcopy__, torch.nn.Parameter.__deepcopy__)
-
-
-def _deepcopy_of(x: Any) -> Any:
-    """copy.deepcopy(x): the replayed step of a deep copy that makes a new autograd leaf."""
-    return copy.deepcopy(x)
-
-
-class _CallWithout:
-    """Stands in for a callable on the value stack: calls f(x), whatever it is called with
-    (`copier(memo)` in copy.deepcopy becomes `_deepcopy_of(t)`)."""
-    __slots__ = ("f", "x")
-
-    def __init__(self, f: Callable, x: Any) -> None:
-        self.f, self.x = f, x
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.f(self.x)
 _MAX_CALLEES = 256   # modules / functions noted per recording (SkipFrameVariant captures them)
 _FRAME_READERS = (locals, vars, dir, globals, sys._getframe)
 
@@ -462,6 +302,7 @@ def _pure_ufunc_call(f: Any, args: list, kwargs: dict) -> bool:
         return False
     # arrays and numbers only: a tensor argument is read by NumPy's C code (Tensor.__array__)
     return all(type(a) in (int, float, bool, complex) or isinstance(a, (np.generic, np.ndarray)) for a in args)
+
 
 def _reads_only_its_operands(f: Any, args: list, kwargs: dict) -> bool:
     """A method of a built-in C type (a static type: `io.StringIO.write`, a file's write)
@@ -480,26 +321,3 @@ def _reads_only_its_operands(f: Any, args: list, kwargs: dict) -> bool:
 
 
 _HEAPTYPE = 1 << 9   # Py_TPFLAGS_HEAPTYPE: classes made by Python code (and 3.12's heap C types)
-_SCALAR_ARGS = (str, bytes, int, float, bool, type(None))
-
-
-def _rng_draw(f: Any, args: list, kwargs: dict) -> bool:
-    """A method of a Python `random.Random` or a NumPy RandomState / Generator (their module
-    functions are bound methods of hidden instances) called with numbers and strings only:
-    it reads and writes its generator's state alone."""
-    so = getattr(f, "__self__", None)
-    if so is None and args and getattr(type(args[0]), getattr(f, "__name__", ""), None) is f:
-        so, args = args[0], args[1:]   # the LOAD_METHOD form: the method's class's, the receiver first
-    if so is None or not (isinstance(so, random.Random) or type(so).__name__ in ("RandomState", "Generator") and
-                          type(so).__module__.startswith("numpy.random")):
-        return False
-    flat = list(args) + list(kwargs.values())
-    flat += [y for x in flat if type(x) is tuple for y in x]
-    return all(type(x) in _SCALAR_ARGS or type(x) is tuple for x in flat)
-
-# logger methods that only write when the logger is enabled for their level (None: the
-# level is the first argument)
-_LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-               "error": logging.ERROR, "exception": logging.ERROR, "critical": logging.CRITICAL,
-               "fatal": logging.CRITICAL, "log": None}
-

@@ -49,9 +49,11 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   flow_writes    _FlowWriteMixin: floats written back to attributes (`self.tau *= 0.9`) replayed as expressions
   flow_roots     _FlowRootMixin: where followed numbers start (arguments, attributes, breaks) and escape (guards)
   flows          _FlowMixin: numbers followed opcode by opcode to their use (branch outcome guards, printed)
-  special_calls  _SpecialCallMixin: methods of opaque call results (`with fork_rng()`), lru_cache calls
+  external_calls _ExternalCallMixin: the uncapturable call replayed as a graph break, its result sourced
+  special_calls  _SpecialCallMixin: methods of opaque call results (`with fork_rng()`), lru_cache calls,
+                 vmap, a tensor's deepcopy, disabled loggers
   reads          _ReadMixin: LOAD_GLOBAL / LOAD_ATTR / LOAD_DEREF reads of external state, guarded
-  calls          _CallMixin: CALL handlers, call kinds, uncapturable calls replayed as graph breaks
+  calls          _CallMixin: CALL handlers and call kinds
   tracer         _TracerMixin, _HANDLERS: the settrace callbacks and the opcode -> handler table
   resumes        _ResumeMixin: the frame's state after breaks, where a failed guard continues it
   recorder       _Recorder: the state of one recording run (all mixins)

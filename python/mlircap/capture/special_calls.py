@@ -9,36 +9,29 @@
   holds), as `vmap_impl(func, in_dims, ..., *args)` with `func` rebuilt at replay;
 * dotted attribute lookups in untraced code (`m.get_submodule("enc.0")`, `get_parameter`,
   `get_buffer`, `operator.attrgetter("enc.0.weight")(m)`): read as the attribute loads they
-  make, so what they return is a tracked (guarded) location."""
+  make, so what they return is a tracked (guarded) location;
+* `copy.deepcopy(t)` of a tensor: a clone in the graph, or (a parameter, a tensor that
+  requires grad: a new autograd leaf) a replayed step between graphs;
+* `log.debug(...)` and the other level methods of a standard library logger that is not
+  enabled for that level: a guard that it is still disabled, no graph break."""
 from __future__ import annotations
 
+import copy
 import functools
+import logging
 import operator
 import types
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from .base import Unreplayable
-from .classify import _PRIM, _classify, _func_qualname, _scripted_python
+from .base import Unreplayable, _Canned
+from .classify import _PRIM, _func_qualname, _scripted_python
+from .external_calls import _ExternalCallMixin, _traced
 from .frame_hook import _E
+from .guard_kinds import Equals
 from .values import _DESCRIPTORS
-
-
-def _traced(fn: Any) -> bool:
-    """Whether calling fn runs Python code the tracer follows (the user's)."""
-    fn = getattr(fn, "__func__", fn)
-    return type(fn) is types.FunctionType and _classify(fn.__code__) == "user"
-
-
-def _is_context_manager(v: object) -> bool:
-    """A context manager implemented in (untraced) Python library code (`fork_rng()`'s
-    contextlib manager, torch's context managers): a handle whose `__enter__` / `__exit__`
-    (and other methods) are replayed, never read.  C objects (files) are sourced as before."""
-    t = type(v)
-    ex = getattr(t, "__exit__", None)
-    return type(ex) is types.FunctionType and hasattr(t, "__enter__") and not _traced(ex) and \
-        not isinstance(v, (torch.Tensor, torch.nn.Module, types.ModuleType, type))
 
 
 class _CannedWith:
@@ -95,9 +88,10 @@ def _dotted_reads(f: Any, args: list) -> tuple[object, tuple] | None:
     return None
 
 
-class _SpecialCallMixin:
-    """For `_Recorder` (through `_TracerMixin`): methods of opaque results, `with` on them,
-    cached functions, scripted and vmapped functions."""
+class _SpecialCallMixin(_ExternalCallMixin):
+    """For `_Recorder` (through `_CallMixin`): methods of opaque results, `with` on them,
+    cached functions, scripted and vmapped functions, deep copies of tensors, calls of
+    disabled loggers."""
 
     def _redirect_call(self, frame: types.FrameType, f: Any, args: list, kwargs: dict, slot: int) -> Any:
         """The callable the tracer handles for `f(*args, **kwargs)`: a scripted function's
@@ -197,5 +191,97 @@ class _SpecialCallMixin:
         self.pending[frame] = finish
         return True
 
+    def _deepcopy_tensor(self, frame: types.FrameType, x: torch.Tensor, memo: Any, slot: int) -> bool:
+        """`copy.deepcopy(t)` reaching torch's Tensor / Parameter `__deepcopy__` (copy.py is
+        traced; its `copier(memo)` is this call).  A tensor that needs no autograd leaf of
+        its own (no requires_grad, no .grad, no Python attributes, a plain strided Tensor)
+        is copied in the graph as `t.clone(memory_format=torch.preserve_format)`: the same
+        values, dtype and device (a view's copy is not a view into a copy of the whole storage
+        then).  A parameter or a tensor that requires grad gets a new autograd leaf: the
+        copy is a replayed step between graphs (`copy.deepcopy(t)` at replay) whose result
+        the graph after it takes as an input.  False (traced as before) where a tensor copied
+        before in the same deepcopy shares its storage (eager's copies share theirs)."""
+        if type(memo) is not dict:
+            return False
+        ptr = x.untyped_storage().data_ptr()
+        for o in memo.get(id(memo), ()):   # what this deepcopy copied before
+            o = o.untyped_storage() if isinstance(o, torch.Tensor) else o
+            if isinstance(o, torch.UntypedStorage) and o.data_ptr() == ptr:
+                return False   # a storage shared with a tensor copied before: the copies share theirs
+        if id(x) not in self.src and not (id(x) in self.env and self.env[id(x)][0] is x):
+            return False   # of unknown origin: as before (the give-up names it)
+        if type(x) is torch.Tensor and not x.requires_grad and x.grad is None and not x.__dict__ and \
+                x.layout == torch.strided and x.device.type not in ("meta", "lazy"):
+            # the program gets the real copy (its storage goes into the memo, as eager's);
+            # the graph makes it as a clone
+            res = x.__deepcopy__(memo)
+            self._after_torch(torch.Tensor.clone, "clone", (x,), {"memory_format": torch.preserve_format}, res)
+            _E.poke(frame, slot, _Canned(res))
+            return True
+        if not x.is_leaf:
+            return False   # deepcopy raises: as eager does
+        _E.poke(frame, slot, _CallWithout(_deepcopy_of, x))
+        self._external_call(frame, _deepcopy_of, [x], {}, "copy.deepcopy of a tensor that requires grad "
+                            "(a new autograd leaf)", slot)
+        return True
+
+    def _disabled_log_call(self, f: Any, args: list, kwargs: dict) -> bool:
+        """`log.debug(...)` (info, warning, ..., log(level, ...)) on a standard library logger
+        that is not enabled for that level does nothing: no graph break, a guard that the
+        logger is still disabled for the level instead (an enabled logger writes: a break)."""
+        fn = getattr(f, "__func__", f)
+        so = getattr(f, "__self__", None)
+        rest = list(args)
+        if so is None:
+            if not rest:
+                return False
+            so = rest.pop(0)
+        name = getattr(fn, "__name__", None)
+        if not isinstance(so, (logging.Logger, logging.LoggerAdapter)) or name not in _LOG_LEVELS:
+            return False
+        base = logging.Logger if isinstance(so, logging.Logger) else logging.LoggerAdapter
+        if base.__dict__.get(name) is not fn or type(so).isEnabledFor is not base.isEnabledFor:
+            return False   # an overriding subclass may do anything
+        level = _LOG_LEVELS[name]
+        if level is None:   # log(level, msg, ...)
+            level = rest[0] if rest else kwargs.get("level")
+            if type(level) is not int:
+                return False
+        s = self.src.get(id(so))
+        if s is None or s[2] == "opaque":
+            return False
+        try:
+            if so.isEnabledFor(level):
+                return False
+        except Exception:
+            return False
+        self.guard(Equals(f"{s[0]}.isEnabledFor({level})", f"{s[1]}.isEnabledFor({level})", False))
+        return True
+
 
 _LRU_WRAPPER = type(functools.lru_cache(maxsize=1)(lambda: None))
+_TENSOR_DEEPCOPY = (torch.Tensor.__deepcopy__, torch.nn.Parameter.__deepcopy__)
+
+
+def _deepcopy_of(x: Any) -> Any:
+    """copy.deepcopy(x): the replayed step of a deep copy that makes a new autograd leaf."""
+    return copy.deepcopy(x)
+
+
+class _CallWithout:
+    """Stands in for a callable on the value stack: calls f(x), whatever it is called with
+    (`copier(memo)` in copy.deepcopy becomes `_deepcopy_of(t)`)."""
+    __slots__ = ("f", "x")
+
+    def __init__(self, f: Callable, x: Any) -> None:
+        self.f, self.x = f, x
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.f(self.x)
+
+
+# logger methods that only write when the logger is enabled for their level (None: the
+# level is the first argument)
+_LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+               "error": logging.ERROR, "exception": logging.ERROR, "critical": logging.CRITICAL,
+               "fatal": logging.CRITICAL, "log": None}

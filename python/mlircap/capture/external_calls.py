@@ -1,0 +1,136 @@
+"""The uncapturable call (`_ExternalCallMixin`): a call the recording cannot put in a graph
+(a Python library call that may write the program's state, an RNG draw of `random` or NumPy,
+a context manager's `__enter__` in library code, ...) ends the open graph; its replay step
+runs the same call eagerly at the same place, with the replay's own arguments, and what it
+returns is sourced as `b{k}` (guarded where the program reads it, followed where it flows
+into arithmetic: flows.py).  A draw from an exact RNG object whose result only feeds the
+graph is hoisted before the graph instead of splitting it.  After a failed mid-replay guard,
+the calls that already ran hand their logged results to the new recording (catch-up)."""
+from __future__ import annotations
+
+import logging
+import random
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .. import logs as _logs
+from .base import Unreplayable, _Canned
+from .classify import _classify, _no_new_epoch
+from .frame_hook import _E
+from .guard_kinds import TypeIs
+from .iterators import pure_draw
+from .locations import _frame_loc
+from .rng import _unlog
+from .typeinfo import _is_opaque_value
+
+
+def _traced(fn: Any) -> bool:
+    """Whether calling fn runs Python code the tracer follows (the user's)."""
+    fn = getattr(fn, "__func__", fn)
+    return type(fn) is types.FunctionType and _classify(fn.__code__) == "user"
+
+
+def _is_context_manager(v: object) -> bool:
+    """A context manager implemented in (untraced) Python library code (`fork_rng()`'s
+    contextlib manager, torch's context managers): a handle whose `__enter__` / `__exit__`
+    (and other methods) are replayed, never read.  C objects (files) are sourced as before."""
+    t = type(v)
+    ex = getattr(t, "__exit__", None)
+    return type(ex) is types.FunctionType and hasattr(t, "__enter__") and not _traced(ex) and \
+        not isinstance(v, (torch.Tensor, torch.nn.Module, types.ModuleType, type))
+
+
+class _ExternalCallMixin:
+    """For `_Recorder` (through `_SpecialCallMixin` and `_CallMixin`): the uncapturable call
+    replayed as a graph break (`_external_call`) and the sourcing of its result
+    (`_call_result`, also used for the results of other steps between graphs)."""
+
+    def _external_call(self, frame: types.FrameType, f: Any, args: list, kwargs: dict, reason: str,
+                       slot: int | None = None, substitute: Callable[[Any], None] | None = None) -> None:
+        i = self.ext_seen
+        self.ext_seen += 1
+        if i < len(self.catchup):
+            # this call already ran in a replay whose mid-replay guard then failed: its
+            # side effects happened, so the program gets that call's result instead (and
+            # the RNG state it left, where it wrote the RNG: rng.py)
+            value = _unlog(self.catchup[i])
+            if substitute is not None:
+                substitute(value)
+            elif slot is None:
+                raise Unreplayable("internal: cannot substitute an uncapturable call")
+            else:
+                _E.poke(frame, slot, _Canned(value))
+        try:
+            try:
+                fe = self.expr_of(f)
+            except Unreplayable:
+                so = getattr(f, "__self__", None)
+                if so is not None and not isinstance(so, types.ModuleType) and id(so) not in self.src \
+                        and not isinstance(so, (logging.Logger, torch.Generator)):
+                    raise
+                fe = self.const(f)  # the same callable object is called again at replay
+            ae = [self._flow_arg(frame, a) or self.expr_of(a) for a in args]
+            ke = {k: self._flow_arg(frame, v) or self.expr_of(v) for k, v in kwargs.items()}
+        except Unreplayable as e:
+            self.unreplayable = self.unreplayable or f"{reason}: {e}"
+            return
+        k = self._hoisted_step(fe, ae, ke, reason) if _rng_draw(f, args, kwargs) or pure_draw(f, args) else None
+        if k is None:
+            k = self._call_step(fe, ae, ke, reason, external=True)
+            self._add_break(reason, _frame_loc(frame))
+        else:
+            _logs.log("graph_breaks", f"{reason} at {_frame_loc(frame)}: run before the graph, which it does not split")
+        self.ext_depth += 1
+
+        def finish(fr: types.FrameType) -> None:
+            self.ext_depth -= 1
+            if not _no_new_epoch(f, args, kwargs):
+                self._new_epoch(k)
+            res = _E.peek(fr, 0)
+            if type(res) in (int, float) and self._follow_result(fr, k, res):
+                return   # followed: guarded where the program uses it (flows.py)
+            self._call_result(k, res, external=True)
+            if fr in self.flow_frames:
+                self._flow_tick(fr)   # flows of this frame: this step took their pending slot
+        finish.is_call = True  # type: ignore[attr-defined]
+        self.pending[frame] = finish
+
+    def _call_result(self, k: int, res: Any, external: bool = False) -> None:
+        name = f"b{k}"
+        if external and self.np_track_result(k, res):
+            return
+        if isinstance(res, torch.Tensor):
+            self._source(res, name, f"<result of break {k}>", argrooted=True)
+        elif _is_opaque_value(res) or external and _is_context_manager(res):
+            # e.g. a ContextVar token: passed on to other replayed calls, never inspected; a
+            # library's context manager (its methods are replayed calls: special_calls.py)
+            self.src[id(res)] = (name, f"<result of break {k}>", "opaque")
+            self.keep.append(res)
+            if not _is_opaque_value(res):
+                self.guard(TypeIs(name, f"type(<result of break {k}>)", type(res)))
+        else:
+            try:
+                self._source(res, name, f"<result of break {k}>", argrooted=True)
+            except Unreplayable as e:
+                self.unreplayable = self.unreplayable or str(e)
+
+
+_SCALAR_ARGS = (str, bytes, int, float, bool, type(None))
+
+
+def _rng_draw(f: Any, args: list, kwargs: dict) -> bool:
+    """A method of a Python `random.Random` or a NumPy RandomState / Generator (their module
+    functions are bound methods of hidden instances) called with numbers and strings only:
+    it reads and writes its generator's state alone."""
+    so = getattr(f, "__self__", None)
+    if so is None and args and getattr(type(args[0]), getattr(f, "__name__", ""), None) is f:
+        so, args = args[0], args[1:]   # the LOAD_METHOD form: the method's class's, the receiver first
+    if so is None or not (isinstance(so, random.Random) or type(so).__name__ in ("RandomState", "Generator") and
+                          type(so).__module__.startswith("numpy.random")):
+        return False
+    flat = list(args) + list(kwargs.values())
+    flat += [y for x in flat if type(x) is tuple for y in x]
+    return all(type(x) in _SCALAR_ARGS or type(x) is tuple for x in flat)
