@@ -25,6 +25,7 @@ from .locations import _user_location, _user_stack_trace
 from .autocast import autocast_state, close_autocast, sync_autocast
 from .guards import _ambient
 from .typeinfo import _is_constant_value, _is_ndarray
+from .grad_hooks import _REGISTER_HOOK, _GradHookMixin
 from .fx_targets import _bind_constants, _fx_target, _has_dataclass, _op_name
 from .scalar_inputs import _BOUND_OPS, _SCALAR_OPERATORS, _ScalarInputMixin, _has_np_scalar
 
@@ -87,7 +88,7 @@ def _custom_function_forward(args: tuple, kwargs: dict) -> bool:
     return False
 
 
-class _GraphMixin(_ScalarInputMixin):
+class _GraphMixin(_ScalarInputMixin, _GradHookMixin):
     """FX recording for `_Recorder`: torch functions seen by `_Mode` become nodes of the
     current segment's graph; data-dependent results end the segment (graph break)."""
 
@@ -144,6 +145,8 @@ class _GraphMixin(_ScalarInputMixin):
                 self._flow_escape_keys(fs[3])
                 fs = None
         dyn = self._dyn_shape_args(args, kwargs)
+        if func is _REGISTER_HOOK and self._grad_hook_node(args, kwargs):
+            return res   # (the handle, dropped by the program)
         if not has_t and name not in ("__setitem__", "__set__", "__delitem__"):
             if name in _META_OK and not (dyn and name in _SHAPE_META):
                 return res
