@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
 from .. import logs as _logs
 from .base import Unreplayable, _Canned
@@ -104,9 +105,10 @@ class _ExternalCallMixin:
             return
         if isinstance(res, torch.Tensor):
             self._source(res, name, f"<result of break {k}>", argrooted=True)
-        elif _is_opaque_value(res) or external and _is_context_manager(res):
+        elif _is_opaque_value(res) or type(res) is RemovableHandle or external and _is_context_manager(res):
             # e.g. a ContextVar token: passed on to other replayed calls, never inspected; a
-            # library's context manager (its methods are replayed calls: special_calls.py)
+            # library's context manager (its methods are replayed calls: special_calls.py); a
+            # hook's handle (its id counts hooks made: guarded by value, every call missed)
             self.src[id(res)] = (name, f"<result of break {k}>", "opaque")
             self.keep.append(res)
             if not _is_opaque_value(res):
