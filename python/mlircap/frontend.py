@@ -122,6 +122,8 @@ def _build_table() -> dict:
     from . import losses
 
     losses.install(table)   # multilabel_margin_loss: torch's decomposition counts the labels after a -1
+    for op in (aten.pow.Tensor_Tensor, aten.pow.Scalar):   # integers: torch-mlir has no lowering
+        table[op] = intmath.integer_pow(table.get(op))
     table[aten.gcd.default] = intmath.gcd   # torch-mlir has no lowering for gcd and lcm
     table[aten.lcm.default] = intmath.lcm
     table[aten.max.default] = intmath.full_reduction(aten.amax.default)   # int8: torch-mlir crashes
@@ -682,7 +684,7 @@ def _prepare_for_import(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """Returns a copy of `gm` rewritten for torch-mlir (the caller's graph is
     left as it is: it is the eager fallback):
     * uninitialized allocations (`aten.empty.memory_format`, `empty_strided`,
-      `empty_permuted`) become zeros, a valid value for them that lowers to a plain
+      `empty_permuted`, `new_empty_strided`) become zeros, a valid value for them that lowers to a plain
       fill (compiled outputs are contiguous whatever the strides asked for);
     * factory ops lose their device (CPU for all): the IR describes
       computation, not placement, and torch-mlir's lowering of allocations
@@ -710,6 +712,10 @@ def _prepare_for_import(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             node.target = aten.zeros.default
             node.args = (node.args[0],)
             node.kwargs = {k: v for k, v in node.kwargs.items() if k in ("dtype", "device")}
+        elif node.target is aten.new_empty_strided.default and isinstance(node.meta.get("val"), torch.Tensor):
+            node.target = aten.zeros.default    # (as empty_strided: its dtype is the result's)
+            node.args = (node.args[1],)
+            node.kwargs = {"dtype": node.meta["val"].dtype}
         dev = node.kwargs.get("device")
         if dev is not None and torch.device(dev).type != "cpu":
             node.kwargs = {**node.kwargs, "device": cpu}

@@ -231,3 +231,42 @@ def scalar_shift(op, left: bool):
         return op(a, bits - 1)
 
     return decomposition
+
+
+def integer_pow(fallback):
+    """aten.pow of integer tensors (a tensor exponent) as eager's powi: square and
+    multiply over the exponent's bits (`while b: if b & 1: r *= a; b /= 2; a *= a`),
+    the products wrapping in the result's dtype; a negative exponent gives 1 for a
+    base of 1, +-1 for -1 (by the exponent's parity) and 0 otherwise. torch-mlir has
+    no lowering for it. Anything else (floats, a Python number exponent) to `fallback`."""
+
+    def decomposition(a, b, *args, **kwargs):
+        if args or kwargs or not isinstance(b, torch.Tensor) or not (
+                _integer(a) or isinstance(a, int) and not isinstance(a, bool)):
+            return NotImplemented if fallback is None else fallback(a, b, *args, **kwargs)
+        dt = torch.result_type(a, b)
+        if not _integer(b) or dt in (torch.bool,) or dt.is_floating_point or dt.is_complex:
+            return NotImplemented if fallback is None else fallback(a, b, *args, **kwargs)
+        if dt == torch.uint8:   # in int16, wrapped back (uint8's own ops recursed in the tracer)
+            a16 = a.to(torch.int16) if isinstance(a, torch.Tensor) else a
+            return decomposition(a16, b.to(torch.int16)).to(torch.uint8)
+        x = a.to(dt) if isinstance(a, torch.Tensor) else torch.full_like(b, a, dtype=dt)
+        e = b.to(dt)
+        x, e = torch.broadcast_tensors(x, e)
+        bits = torch.iinfo(dt).bits - 1
+        if b.dtype == torch.uint8:
+            bits = 8
+        pos = torch.where(e < 0, torch.zeros_like(e), e)
+        r = torch.ones_like(x)
+        for k in range(bits):
+            r = torch.where(torch.bitwise_and(pos, 1 << k) != 0, r * x, r)
+            if k + 1 < bits:
+                x = x * x
+        base = a.to(dt) if isinstance(a, torch.Tensor) else torch.full_like(b, a, dtype=dt)
+        base = base.expand_as(r)
+        odd = torch.bitwise_and(e, 1) != 0
+        minus_one = torch.where(odd, torch.full_like(r, -1), torch.ones_like(r))
+        neg = torch.where(base == 1, torch.ones_like(r), torch.where(base == -1, minus_one, torch.zeros_like(r)))
+        return torch.where(e < 0, neg, r)
+
+    return decomposition

@@ -44,7 +44,7 @@ _UINT8_OPS = {
     "aten::sum", "aten::prod", "aten::amax", "aten::amin", "aten::max", "aten::min", "aten::argmax",
     "aten::argmin", "aten::cumsum", "aten::cumprod", "aten::sort", "aten::topk", "aten::where",
     "aten::masked_fill", "aten::constant_pad_nd", "aten::diagonal", "aten::tril", "aten::triu",
-    "aten::index_select", "aten::gather", "aten::index", "aten::embedding", "aten::take",
+    "aten::index_select", "aten::gather", "aten::index", "aten::_unsafe_index", "aten::embedding", "aten::take",
     "aten::as_strided", "aten::expand_copy", "aten::permute_copy", "aten::view_copy",
     "prims::convert_element_type", "aten::unfold", "aten::movedim", "aten::pixel_shuffle",
     "aten::pixel_unshuffle", "aten::channel_shuffle", "aten::tile", "aten::diag_embed", "prims::squeeze",

@@ -1,0 +1,84 @@
+"""OpInfo sweep (bench/opinfo.py, issue 10), seed 17 on 2026-12-03: fallbacks turned into
+compiled code. Each case compares compiled calls with eager and checks that the first call's
+recording is replayed by the next ones with every graph compiled."""
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import mlircap
+from mlircap import logs
+
+
+@pytest.fixture
+def fallback_log(capsys):
+    logs.set_logs("fallback")
+    yield capsys
+    logs.set_logs()
+
+
+def _islands(err: str) -> list[str]:
+    found = []
+    for m in re.finditer(r"eager islands: ([^\n]*)", err):
+        found += [i.strip() for i in m.group(1).split(", ") if i.strip()]
+    return found
+
+
+def _replayed(fast):
+    cap = fast._compiled._mlircap_capture
+    assert cap.stats.records == 1 and cap.stats.replays >= 1, cap.stats
+    assert not any(getattr(v, "eager", False) for v in cap.variants), [v.reason for v in cap.variants]
+    assert fast.graphs and all(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs), \
+        [g.fallback_reason for g in fast.graphs]
+
+
+# ----------------------------------------------------------------- ops that ran through torch
+def _compiled_whole(fn, args, log, exact=True, meta_only=False):
+    want = fn(*[a.clone() for a in args])
+    fast = mlircap.compile(fn)
+    for _ in range(3):
+        got = fast(*[a.clone() for a in args])
+        assert got.dtype == want.dtype and got.shape == want.shape
+        if not meta_only:
+            tol = {"rtol": 0, "atol": 0} if exact else {}
+            torch.testing.assert_close(got, want, equal_nan=True, **tol)
+    err = log.readouterr().err
+    assert not _islands(err) and "run through torch" not in err, err
+    _replayed(fast)
+
+
+def _ints(dtype, lo, hi, shape=(6, 7), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(lo, hi, shape, generator=g).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64])
+def test_integer_pow_of_tensor_exponents(fallback_log, dtype):
+    # eager's powi: square and multiply, wrapping; negative exponents give 1, +-1 or 0
+    lo = 0 if dtype == torch.uint8 else -6
+    a, b = _ints(dtype, lo, 7), _ints(dtype, lo, 14, seed=1)
+    a[0, :3] = torch.tensor([1, 0, 2 if lo == 0 else -1])
+    b[0, :3] = torch.tensor([lo, lo + 1, 13])
+    _compiled_whole(lambda x, y: torch.pow(x, y) + 1, [a, b], fallback_log)
+    _compiled_whole(lambda y: torch.pow(3, y), [b], fallback_log)
+
+
+def test_integer_pow_mixed_dtypes(fallback_log):
+    a, b = _ints(torch.int32, -9, 9), _ints(torch.uint8, 0, 40, seed=2)
+    _compiled_whole(lambda x, y: x ** y, [a, b], fallback_log)
+
+
+def test_uint8_nearest_upsampling(fallback_log):
+    # aten._unsafe_index only moves elements: computed in int32 like aten.index (widen.py)
+    x = _ints(torch.uint8, 0, 256, shape=(1, 2, 4, 5))
+    _compiled_whole(lambda t: F.interpolate(t, scale_factor=2, mode="nearest"), [x], fallback_log)
+    _compiled_whole(lambda t: F.interpolate(t, size=(3, 7), mode="nearest-exact"), [x], fallback_log)
+
+
+def test_new_empty_strided_compiles(fallback_log):
+    # an uninitialized allocation like empty_strided: a fill (its values are unspecified)
+    x = torch.randn(5)
+    _compiled_whole(lambda t: t.new_empty_strided((10,), (1,), dtype=torch.float64), [x], fallback_log,
+                    meta_only=True)
+    _compiled_whole(lambda t: t.new_empty_strided((2, 3), (3, 1)).fill_(2.0) + t.sum(), [x], fallback_log)
