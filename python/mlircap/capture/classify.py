@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import contextvars
+import inspect
 import io
 import os
 import random
@@ -198,6 +199,51 @@ def _global_state_writer(f: object) -> str | None:
     return "the default dtype" if any(f is w for w in _STATE_WRITERS) else None
 
 
+# Names whose call writes torch's RNG state: torch.manual_seed, torch.set_rng_state,
+# torch.random.fork_rng (and a Generator's manual_seed).
+_RNG_WRITER_NAMES = frozenset({"manual_seed", "set_rng_state", "fork_rng"})
+
+
+def _names_rng_writer(code: types.CodeType) -> bool:
+    return not _RNG_WRITER_NAMES.isdisjoint(code.co_names)
+
+
+def _rng_state_manager(fn: types.FunctionType) -> bool:
+    """fn is a `contextlib.contextmanager` of library code that saves and restores torch's
+    RNG state around its body (torch.testing's freeze_rng_state): called from traced code it
+    is an uncapturable call, and `with` on its result replays `__enter__` / `__exit__` between
+    graphs, as for `torch.random.fork_rng()`."""
+    w = getattr(fn, "__wrapped__", None)
+    return type(w) is types.FunctionType and bool(w.__code__.co_flags & inspect.CO_GENERATOR) and \
+        _classify(w.__code__) == "opaque" and _names_rng_writer(w.__code__)
+
+
+_reseeds: dict[types.CodeType, bool] = {}
+
+
+def _reseeding_helper(fn: types.FunctionType, depth: int = 1) -> bool:
+    """fn is library code (untraced) that writes torch's RNG state itself, or through a global
+    function it calls (`depth` levels): torch.testing's `wrapper_set_seed(op, ...)`
+    (freeze_rng_state, manual_seed(42), the random op) and OpInfo's lambdas around it.
+    Run untraced, its write would make the recording unreplayable and the whole helper would
+    run eagerly: it is traced instead, so its reseeding and restoring calls are replayed
+    between graphs and the random op it runs is compiled, drawing from the generator they
+    set, as in eager."""
+    code = fn.__code__
+    if _names_rng_writer(code):
+        return True
+    if depth <= 0:
+        return False
+    r = _reseeds.get(code)
+    if r is None:
+        g = fn.__globals__
+        r = _reseeds[code] = any(
+            type(h) is types.FunctionType and h is not fn and _classify(h.__code__) == "opaque" and
+            h.__module__ not in _EXTERNAL_PY_MODULES and _reseeding_helper(h, depth - 1)
+            for h in (g.get(n) for n in code.co_names))
+    return r
+
+
 def _optimizer_step(f: object, args: list) -> bool:
     """`opt.step()` / `opt.zero_grad()` of a torch.optim optimizer (bound, or the function
     with the optimizer first): it reads and writes its own state (momentum buffers made on the
@@ -241,6 +287,10 @@ def _call_kind(f: object) -> str:
             if fn.__name__ in _EXTERNAL_PY_NAMES or mod in _EXTERNAL_PY_MODULES or \
                     mod.split(".")[0] in ("logging", "warnings") or code in _LEARNED_WRITERS:
                 return "external"  # library code with global side effects: replay it
+            if _rng_state_manager(fn):
+                return "external"  # `with freeze_rng_state():` as `with fork_rng():`
+            if _reseeding_helper(fn):
+                _code_kind[code] = "user"   # traced from now on (see _reseeding_helper)
         return "safe"  # Python code: traced (or side-effect-free library code)
     if isinstance(f, type):
         if issubclass(f, torch.Generator):
