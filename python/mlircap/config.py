@@ -49,7 +49,7 @@ ENV: dict[str, EnvVar] = _vars(
            "mlircap/logs.py"),
     EnvVar("MLIRCAP_CACHE_DIR", None, "on-disk cache of GPU launch plans, compiled CPU code "
            "and the capture extension build (default $XDG_CACHE_HOME/mlircap, else ~/.cache/mlircap)",
-           "mlircap/runtime/cuda.py, mlircap/runtime/cpu.py, mlircap/capture/_ext.py"),
+           "mlircap/runtime/cuda.py, mlircap/runtime/cpu.py, mlircap/capture/_ext.py, mlircap/capture/_tensor_ext.py"),
     EnvVar("MLIRCAP_CPU_CACHE", "1", "0 disables the on-disk cache of compiled CPU code "
            "(every process compiles its graphs again)", "mlircap/runtime/cpu.py"),
     EnvVar("MLIRCAP_DUMP_DIR", None, "write every stage of every graph and a repro.sh there",

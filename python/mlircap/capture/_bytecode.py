@@ -14,7 +14,9 @@ PY312 = sys.version_info >= (3, 12)
 Instr = tuple[str, int | None, object, int]
 _instr_cache: dict[types.CodeType, dict[int, Instr]] = {}
 # MLIRCAP_CAPTURE_STATIC_DEPTH=1 forces static depths on 3.11; =check also compares them
-# with the live stack pointer at every traced instruction.
+# with the live stack pointer at every traced instruction.  (Read here, not through
+# mlircap.config: this module and _ext.py load standalone, without the package and torch,
+# for test_bytecode.py; config.ENV lists the variable.)
 _STATIC_DEPTH = PY312 or os.environ.get("MLIRCAP_CAPTURE_STATIC_DEPTH") in ("1", "check")
 _CHECK_DEPTH = os.environ.get("MLIRCAP_CAPTURE_STATIC_DEPTH") == "check"
 _UNCOND = {"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP", "JUMP_NO_INTERRUPT"}

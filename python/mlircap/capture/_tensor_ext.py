@@ -17,6 +17,8 @@ import sysconfig
 import threading
 import types
 
+from .. import config
+
 _SRC = os.path.join(os.path.dirname(__file__), "_tensor_meta.cpp")
 _NAME = "_mlircap_tensor_meta"
 _API_VERSION = 2
@@ -28,8 +30,7 @@ _building: threading.Thread | None = None
 
 def _out_path() -> str:
     import torch
-    base = os.environ.get("MLIRCAP_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "mlircap")
+    base = str(config.cache_dir())
     with open(_SRC, "rb") as f:
         h = hashlib.sha1(f.read() + torch.__version__.encode()).hexdigest()[:12]
     tag = f"{sys.implementation.cache_tag}-torch{torch.__version__.replace('+', '_')}-{h}"
@@ -82,7 +83,7 @@ def load(block: bool = False) -> types.ModuleType | None:
     with _lock:
         if _mod is not None or _err is not None:
             return _mod
-        if os.environ.get("MLIRCAP_CAPTURE_NO_TENSOR_EXT"):
+        if config.env_flag("MLIRCAP_CAPTURE_NO_TENSOR_EXT"):
             _err = "disabled by MLIRCAP_CAPTURE_NO_TENSOR_EXT"
             return None
         t = _building
