@@ -259,7 +259,7 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin):
         self._call_result(k, res, external=True)
         return res
 
-    def _dyn_shape_args(self, args, kwargs) -> bool:
+    def _dyn_shape_args(self, args: tuple, kwargs: dict) -> bool:
         """Whether a tensor argument's shape depends on tensor data (see `_dyn_shape_op`)."""
         dyn_ids = self.__dict__.get("dyn_shape")
         if not dyn_ids:

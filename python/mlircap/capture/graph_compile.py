@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -100,10 +100,10 @@ class _PerShape:
         self.variants: dict[tuple, Callable] = {}
         self.variants[self._key(examples)] = self._compile(examples)
 
-    def _key(self, args) -> tuple:
+    def _key(self, args: Sequence[Any]) -> tuple:
         return tuple(tuple(args[i].shape) if isinstance(args[i], torch.Tensor) else None for i in self.dyn)
 
-    def _compile(self, examples) -> Callable:
+    def _compile(self, examples: Sequence[Any]) -> Callable:
         return _compile_graph(self.backend, self.gm, list(examples), self.uses_rng, self.double_backward,
                               self.strict)
 
