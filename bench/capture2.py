@@ -18,8 +18,6 @@ import functools
 import itertools
 import math
 import operator
-import os
-import sys
 import types
 import typing
 
@@ -27,8 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import capture as bench  # noqa: E402
+import capture as bench  # bench/capture.py: Python puts this script's directory first on sys.path
 
 _FIRST = len(bench.CASES)
 case, R = bench.case, bench.R

@@ -13,16 +13,12 @@ import argparse
 import collections
 import json
 import random
-import sys
 import warnings
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch
 
-import torch  # noqa: E402
-
-import mlircap  # noqa: E402
-import opinfo as OI  # noqa: E402
+import mlircap
+import opinfo as OI  # bench/opinfo.py: Python puts this script's directory first on sys.path
 
 
 def _leaves(ts):

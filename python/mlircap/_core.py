@@ -6,7 +6,8 @@ editable install never runs a stale copy), then the package's own ``_lib/``
 """
 from __future__ import annotations
 
-import importlib
+import importlib.machinery
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -30,18 +31,24 @@ def core():
         return _module
     tried = []
     for d in lib_dirs():
-        if any(d.glob("_mlircap*.so")):
-            # The binding is a top-level extension module named `_mlircap` that lives
-            # next to libmlircap_core.so (it finds the core through its $ORIGIN rpath),
-            # in whichever of these directories holds the current build. Importing it
-            # by name from that directory, only for this import, keeps that layout
-            # (the same .so works from build/lib, _lib/ and the GPU host's lib dir).
-            sys.path.insert(0, str(d))
+        # The binding is a top-level extension module named `_mlircap` that lives next to
+        # libmlircap_core.so (it finds the core through its $ORIGIN rpath), in whichever of
+        # these directories holds the current build (build/lib, _lib/, the GPU host's lib
+        # dir): loaded from its file, for this Python's suffix, without touching sys.path.
+        path = next((d / f"_mlircap{s}" for s in importlib.machinery.EXTENSION_SUFFIXES
+                     if (d / f"_mlircap{s}").is_file()), None)
+        if path is not None:
+            spec = importlib.util.spec_from_file_location("_mlircap", path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["_mlircap"] = module
             try:
-                _module = importlib.import_module("_mlircap")
-                return _module
-            finally:
-                sys.path.remove(str(d))
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules["_mlircap"]
+                raise
+            _module = module
+            return _module
         tried.append(str(d))
     raise ImportError(
         "mlircap's compiler core is not built (looked for _mlircap*.so in "
