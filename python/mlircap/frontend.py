@@ -170,6 +170,7 @@ def _build_table() -> dict:
 
     # torch-mlir has no lowering for these (they compute low precision in float32 themselves)
     table[aten.digamma.default] = special.digamma
+    table[aten.lgamma.default] = special.lgamma
     table[aten.polygamma.default] = special.polygamma
     table[aten.hypot.default] = special.hypot
     table[aten.angle.default] = special.angle

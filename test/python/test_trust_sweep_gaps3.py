@@ -82,3 +82,20 @@ def test_new_empty_strided_compiles(fallback_log):
     _compiled_whole(lambda t: t.new_empty_strided((10,), (1,), dtype=torch.float64), [x], fallback_log,
                     meta_only=True)
     _compiled_whole(lambda t: t.new_empty_strided((2, 3), (3, 1)).fill_(2.0) + t.sum(), [x], fallback_log)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.uint8, torch.bool])
+def test_lgamma_compiles(fallback_log, dtype):
+    # log|Gamma| in float64 (Lanczos; reflection below 0.5 with the poles at 0 and the
+    # negative integers), rounded to the result's dtype
+    g = torch.Generator().manual_seed(0)
+    if dtype.is_floating_point:
+        x = torch.cat([torch.randn(500, generator=g) * 4, torch.rand(100, generator=g) * 1e-3,
+                       -torch.rand(200, generator=g) * 30, torch.randn(100, generator=g) * 1e4,
+                       torch.tensor([0.0, -0.0, 1, 2, -1, -2, -3.5, 0.5, -0.5, 1e30, 3e38, -1e30,
+                                     float("inf"), float("-inf"), float("nan")])]).to(dtype)
+    else:
+        x = torch.randint(0 if dtype in (torch.uint8, torch.bool) else -5, 200, (300,), generator=g).to(dtype)
+    _compiled_whole(lambda t: torch.lgamma(t), [x], fallback_log, exact=False)
+    if dtype == torch.float32:
+        _compiled_whole(lambda t: torch.mvlgamma(t.abs() + 3, 5), [x[:500]], fallback_log, exact=False)
