@@ -260,6 +260,7 @@ class _Captured:
         if not store:
             return _plain(result)
         try:
+            rec.unreplayable = rec.restride_ok()
             if rec.unreplayable:
                 raise Unreplayable(rec.unreplayable)
             v = _GraphVariant(rec, result, self.backend)

@@ -39,6 +39,7 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   sources        _SourceMixin: guarding values read from external locations, snapshots
   side_effects   _SideEffectMixin: STORE_* handlers and the writes replayed
   fx_targets     FX call targets FX code generation can name (_fx_target), constants bound into targets
+  restrides      _RestrideMixin: in-place view ops (x.transpose_) on tensors from outside, recorded
   grad_hooks     _GradHookMixin: `h.register_hook(pure fn)` on a graph's tensor as a node of the graph
   scalar_inputs  _ScalarInputMixin: numbers a tensor operator takes as graph inputs (`x * r`, clamp bounds)
   graph          _GraphMixin, _Seg, _Mode: FX recording of tensor operations

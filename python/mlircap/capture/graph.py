@@ -26,6 +26,7 @@ from .autocast import autocast_state, close_autocast, sync_autocast
 from .guards import _ambient
 from .typeinfo import _is_constant_value, _is_ndarray
 from .grad_hooks import _REGISTER_HOOK, _GradHookMixin
+from .restrides import _RESTRIDES, _RestrideMixin
 from .fx_targets import _bind_constants, _fx_target, _has_dataclass, _op_name
 from .scalar_inputs import _BOUND_OPS, _SCALAR_OPERATORS, _ScalarInputMixin, _has_np_scalar
 
@@ -88,7 +89,7 @@ def _custom_function_forward(args: tuple, kwargs: dict) -> bool:
     return False
 
 
-class _GraphMixin(_ScalarInputMixin, _GradHookMixin):
+class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin):
     """FX recording for `_Recorder`: torch functions seen by `_Mode` become nodes of the
     current segment's graph; data-dependent results end the segment (graph break)."""
 
@@ -110,8 +111,13 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin):
             if step is not None:
                 return step[0]
         before = self._external_metadata(name, args, kwargs)
+        restride = self._restride_inputs(name, kwargs, before) if before else None
         res = func(*args, **kwargs)
-        if before and any(_metadata(t) != m for t, m in before):
+        if restride is not None and any(_metadata(t) != m for t, m in before):
+            # restrides.py: x.transpose_(0, 1) on an argument, recorded as x.transpose(0, 1)
+            self._restrided(restride)
+            func, name = getattr(torch.Tensor, _RESTRIDES[name]), _RESTRIDES[name]
+        elif before and any(_metadata(t) != m for t, m in before):
             # a graph cannot change its inputs' shapes or strides (aot_autograd's epilogue
             # copied the result into the input as it was: torch.mul(x, y, out=empty) raised,
             # buf.as_strided_(...) read the wrong elements): the function runs eagerly

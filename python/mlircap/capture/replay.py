@@ -54,6 +54,7 @@ _WRITE_FORMS = {
     "cvset": "{t}.set({w})",
     "update": "{t}.update({w})",
     "discard": "{t}.difference_update({w})",
+    "restride": "{t}.as_strided_(*{w})",   # (restrides.py)
 }
 
 class _Variant:
@@ -213,7 +214,7 @@ class _GraphVariant(_Variant):
         except Unreplayable as e:
             raise Unreplayable(f"{e} (in the value {rec.code.co_name} returns)") from None
         rec.close_flows()
-        writes = rec.flow_writes(rec.counter_writes(rec.writes()))
+        writes = rec.flow_writes(rec.counter_writes(rec.writes())) + rec.restride_writes()
         rec.keep.append(writes)
         wexprs = []
         for w in writes:

@@ -1080,4 +1080,7 @@ def test_in_place_resize_or_restride_of_an_input_runs_like_eager(case):
         for w, g in zip(want if isinstance(want, tuple) else (want,), got if isinstance(got, tuple) else (got,)):
             assert w.shape == g.shape and torch.equal(w, g), (i, w, g)
         assert buf.shape == buf2.shape and buf.stride() == buf2.stride() and torch.equal(buf, buf2)
-    assert "changed the shape or strides" in str(fast.explain())
+    if case == "unsqueeze_":   # an in-place view op: recorded out of place, buf restrided at the end (restrides.py)
+        assert "Graph count: 1" in str(fast.explain()) and "Ran eagerly" not in str(fast.explain())
+    else:
+        assert "changed the shape or strides" in str(fast.explain())

@@ -1,0 +1,72 @@
+"""In-place view operations on a tensor from outside the function (`x.transpose_(0, 1)`,
+`x.unsqueeze_(0)` on an argument, as Dynamo captures them): the graph records the view
+out of place (`x.transpose(0, 1)`, which the function's later uses of x read), and the
+replay gives the caller's tensor its new shape and strides as the last of its writes
+(`x.as_strided_(size, stride, offset)`: the metadata the recording left, a function of the
+guarded metadata it started with).  No backend has to support metadata mutations of its
+inputs (mlircap's runtime rewrote the input's data for them), and a replay that misses
+leaves the tensor as it was.  The graph's example of that input is a view with the metadata
+it had before the op (the recording changed the real tensor).  Until the replay's end the
+tensor keeps its old metadata: a graph-break step after the op (which could see it) makes
+the recording give up (`restride_ok`), as do other in-place metadata changes (resize_,
+as_strided_, set_, an out= argument resized) and tensors that require grad."""
+from __future__ import annotations
+
+import torch
+
+from .steps import CallStep, Write
+
+# view operations that change only the metadata of their operand -> their out-of-place form
+_RESTRIDES = {"transpose_": "transpose", "t_": "t", "unsqueeze_": "unsqueeze", "squeeze_": "squeeze",
+              "swapdims_": "swapdims", "swapaxes_": "swapaxes"}
+
+
+class _RestrideMixin:
+    """For `_Recorder` (through `_GraphMixin`)."""
+
+    def _restride_inputs(self, name: str, kwargs: dict, before: list) -> list | None:
+        """Before an in-place view op on tensors from outside the function: their graph
+        inputs, made now (with the tensors' metadata before the op); None: not such an op."""
+        if name not in _RESTRIDES or "out" in kwargs or self.np_env or \
+                not all(type(t) is torch.Tensor and t.layout == torch.strided and not t.requires_grad
+                        for t, _ in before):
+            return None
+        seg = self._seg()
+        for t, _ in before:
+            self._arg_node(seg, t)
+        return before
+
+    def _restrided(self, pending: list) -> None:
+        """After the op: the examples of those inputs get their metadata from before it, the
+        tensors are noted for the replay's final restride."""
+        rs = self.__dict__.setdefault("restrided", {})
+        if not rs:
+            self.restride_at = len(self.steps)
+        for t, (_dtype, shape, stride, offset) in pending:
+            s = self.src.get(id(t))
+            rs[id(t)] = t
+            for seg in self.segs:   # (this graph's, and those before it that take the tensor)
+                if s is None or s[0] not in seg.inputs:
+                    continue
+                i = seg.inputs.index(s[0])
+                if seg.examples[i] is t:
+                    seg.examples[i] = torch.as_strided(t.detach(), shape, stride, offset)
+                    self.keep.append(seg.examples[i])
+
+    def restride_ok(self) -> str | None:
+        """Why this recording cannot be replayed (see the module's docstring), or None."""
+        if self.__dict__.get("restrided") and \
+                any(isinstance(s, CallStep) for s in self.steps[self.restride_at:]):
+            return ("an in-place view op changed the shape or strides of a tensor from outside the "
+                    "function before a graph break (the step would see the tensor as it was)")
+        return None
+
+    def restride_writes(self) -> list[Write]:
+        """The final writes: each restrided tensor given the metadata the recording left."""
+        out = []
+        for t in self.__dict__.get("restrided", {}).values():
+            s = self.src.get(id(t))
+            if s is None:
+                raise RuntimeError("internal: a restrided tensor without a source")
+            out.append(Write("restride", s[0], None, (tuple(t.shape), tuple(t.stride()), t.storage_offset())))
+        return out
