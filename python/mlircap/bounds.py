@@ -163,6 +163,13 @@ def add_bounds_checks(gm: fx.GraphModule) -> bool:
         if op_name(node.target) == "aten::segment_reduce":   # segments from lengths/offsets tensors
             flags += segments.rewrite(graph, node) or []
             continue
+        if op_name(node.target) == "aten::linspace":   # integer, tensor endpoints (ranges.py)
+            from .ranges import integer_linspace_rewrite
+
+            flag = integer_linspace_rewrite(graph, node)
+            if flag is not None:
+                flags.append(flag)
+            continue
         if op_name(node.target) == "aten::special_zeta":   # a sum whose length depends on q
             flags += zeta.rewrite(graph, node) or []
             continue

@@ -20,8 +20,9 @@ logspace ran through torch (partition.EAGER_NUMERICS). Here:
                 (end - start) rounded; pow(base, exponent) in double, converted to
                 float32 and then to the dtype (eager's double -> BFloat16 conversion
                 goes through float); one step: pow(base, start), start not rounded.
-  Integer dtypes with tensor endpoints stay eager (their kernel computes
-  `start + step * i` with a fused multiply-add in double and truncates).
+  Integer dtypes with tensor endpoints (their kernel computes `start + step * i` with a
+  fused multiply-add in double and truncates) stay whole here and are rewritten with
+  an error flag on the CPU (`integer_linspace_rewrite`, from bounds.py; see below).
 
 Tensor endpoints: CPU only; eager's CUDA kernels compute otherwise (single
 precision steps, contracted multiply-adds: partition._CUDA_EAGER_NUMERICS), so there
@@ -183,3 +184,147 @@ def logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, device=No
     if cpu and dtype in _LOW and steps >= 1:
         return _logspace_low(start, end, steps, base, dtype, device)
     return NotImplemented
+
+
+# --------------------------------------------------------------------------- integer linspace
+# Integer linspace with tensor endpoints on the CPU, as eager's kernel computes it
+# (RangeFactoriesKernel.cpp): the endpoints are read as Scalars and converted to the dtype
+# (c10's checked conversion: NaN or a value outside the dtype raises; an integer Scalar
+# may wrap into uint8 down to -255), then in double
+#     step = (end - start) / (steps - 1)
+#     element i <  steps // 2: start + step * i                 (one fused multiply-add)
+#     element i >= steps // 2: end - step * (steps - i - 1)
+# truncated to the dtype. Without a fused multiply-add (the compiled code has none) the
+# sum is computed as p = step * j, t = c + p with their exact errors (Dekker's product of
+# step, split in halves, and the index, below 2**26; Knuth's sum): where both errors are
+# 0, t is the exact value and its truncation eager's. Where one is not and t lies within
+# the errors (and a rounding) of an integer, truncating t might differ from truncating
+# the fused result: the error flag is set and the graph reruns eagerly (bounds.py), as it
+# does for an endpoint eager's conversion rejects. steps of 0 and 1: empty, [start].
+_SPLIT = 134217729.0   # 2**27 + 1
+_MAX_STEPS = 1 << 26
+
+
+def _endpoint_in(x, dtype):
+    """(the endpoint tensor converted to `dtype` as eager's Scalar conversion does, its
+    value as float64, bad: eager raises), all 0-d."""
+    info = torch.iinfo(dtype)
+    x = x.reshape(())
+    if x.dtype == torch.bool:
+        v = x.to(torch.int64)
+        return v.to(dtype), v.to(torch.float64), torch.zeros((), dtype=torch.bool)
+    if x.is_floating_point():
+        d = x.to(torch.float64)
+        bad = torch.isnan(d) | (d < info.min) | (d > info.max)
+        safe = torch.where(bad, torch.zeros_like(d), torch.trunc(d))
+        v = safe.to(torch.int64)
+    else:
+        v = x.to(torch.int64)
+        low = -info.max if dtype == torch.uint8 else info.min
+        bad = (v < low) | (v > info.max)
+        v = torch.where(bad, torch.zeros_like(v), v)
+        if dtype == torch.uint8:
+            v = torch.bitwise_and(v, 255)
+    if dtype == torch.int64:
+        bad = bad | (v.abs() > (1 << 53))   # (and |start|, |end| past 2**53: eager's own rounding)
+    return v.to(dtype), v.to(torch.float64), bad
+
+
+def _two_sum(a, b):
+    s = a + b
+    bv = s - a
+    av = s - bv
+    return s, (a - av) + (b - bv)
+
+
+def _fused(c, a, j):
+    """(t, exact): t = c + a * j rounded twice, exact where it equals c + a * j (j an
+    integer-valued float64 below 2**26)."""
+    g = a * _SPLIT
+    ah = g - (g - a)
+    al = a - ah
+    p = a * j
+    err = (ah * j - p) + al * j
+    t, et = _two_sum(c, p)
+    return t, (err == 0) & (et == 0), err.abs() + et.abs()
+
+
+def _integer_linspace(steps: int, dtype, start_const, end_const):
+    def fn(*tensors):
+        it = iter(tensors)
+        ends = []
+        for const in (start_const, end_const):
+            if const is None:
+                ends.append(_endpoint_in(next(it), dtype))
+            else:   # (made here: a tensor constant would be an attribute of the traced graph)
+                ends.append((torch.full((), const, dtype=dtype), torch.full((), float(const), dtype=torch.float64),
+                             torch.zeros((), dtype=torch.bool)))
+        (s_t, s, s_bad), (e_t, e, e_bad) = ends
+        if steps == 1:
+            return s_t.reshape(1), s_bad
+        step = (e - s) / float(steps - 1)
+        half = steps // 2
+        i = torch.arange(steps, dtype=torch.float64)
+        first = i < half
+        j = torch.where(first, i, float(steps - 1) - i)
+        c = torch.where(first, s, e)
+        a = torch.where(first, step, -step)
+        t, exact, err = _fused(c, a, j)
+        n = torch.round(t)
+        margin = err + t.abs() * (2.0 ** -51)
+        unsure = ~exact & ((t - n).abs() <= margin)
+        out = torch.trunc(t).to(dtype)
+        return out, s_bad | e_bad | unsure.any()
+    return fn
+
+
+def _constant_endpoint(x, dtype):
+    """A Python number endpoint converted as _endpoint_in converts a tensor's value (an
+    int), or None where eager's conversion raises (left to eager)."""
+    info = torch.iinfo(dtype)
+    if isinstance(x, bool):
+        x = int(x)
+    if isinstance(x, float):
+        if x != x or x < info.min or x > info.max:
+            return None
+        v = int(x)
+    elif isinstance(x, int):
+        if x > info.max or x < (-info.max if dtype == torch.uint8 else info.min):
+            return None
+        v = x & 255 if dtype == torch.uint8 else x
+    else:
+        return None
+    if dtype == torch.int64 and abs(v) > (1 << 53):
+        return None
+    return v
+
+
+def integer_linspace_rewrite(graph, node):
+    """aten.linspace of integer dtype with tensor endpoints on the CPU (bounds.py): replaced
+    by the computation above traced into `graph`; its error flag, or None (left as it is)."""
+    import torch.fx as fx
+
+    from .polynomials import inline
+
+    want = node.meta.get("val")
+    if not isinstance(want, torch.Tensor) or want.device.type != "cpu" or want.dtype not in _DTYPES[:5]:
+        return None
+    args = list(node.args)
+    if len(args) != 3 or not isinstance(args[2], int) or not 1 <= args[2] <= _MAX_STEPS:
+        return None
+    inputs, consts = [], []
+    for x in args[:2]:
+        if isinstance(x, fx.Node):
+            v = x.meta.get("val")
+            if not isinstance(v, torch.Tensor) or v.numel() != 1 or v.is_complex():
+                return None
+            inputs.append(x)
+            consts.append(None)
+        else:
+            c = _constant_endpoint(x, want.dtype)
+            if c is None:
+                return None
+            consts.append(c)
+    if not inputs:
+        return None
+    return inline(graph, node, _integer_linspace(args[2], want.dtype, *consts), inputs)

@@ -99,3 +99,65 @@ def test_lgamma_compiles(fallback_log, dtype):
     _compiled_whole(lambda t: torch.lgamma(t), [x], fallback_log, exact=False)
     if dtype == torch.float32:
         _compiled_whole(lambda t: torch.mvlgamma(t.abs() + 3, 5), [x[:500]], fallback_log, exact=False)
+
+
+# ----------------------------------------------------------------- integer linspace (ranges.py)
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64])
+@pytest.mark.parametrize("steps", [1, 2, 7, 50, 301])
+def test_integer_linspace_of_tensor_endpoints(fallback_log, dtype, steps):
+    # eager truncates start + step * i computed with a fused multiply-add in double: the
+    # compiled form computes it with its exact error, and is eager's wherever it is exact
+    # or not near an integer (elsewhere the graph reruns eagerly: bounds.py)
+    import random
+
+    rng = random.Random(steps)
+    info = torch.iinfo(dtype)
+    lo, hi = max(info.min, -10**6), min(info.max, 10**6)
+
+    def f(s, e):
+        return torch.linspace(s, e, steps, dtype=dtype)
+
+    fast = mlircap.compile(f)
+    for trial in range(12):
+        s, e = rng.randint(lo, hi), rng.randint(lo, hi)
+        st = torch.tensor(s + (0.75 if s < hi else 0.0)) if trial % 3 == 0 else torch.tensor(s)
+        et = torch.tensor(e, dtype=torch.int32 if trial % 2 else torch.int64)
+        want, got = f(st, et), fast(st, et)
+        assert got.dtype == want.dtype and torch.equal(got, want), (st, et, got, want)
+    assert "numerics" not in fallback_log.readouterr().err
+
+
+@pytest.mark.parametrize("case", [(-2.7, 41, 50, torch.int8), (0, 0, 50, torch.int8), (-2.0, 1, 1, torch.int16),
+                                  (50, 0, 1, torch.int64), (-5, 1000, 302, torch.int32), (7, 200, 2, torch.uint8),
+                                  (3, 303, 301, torch.int16)])
+def test_integer_linspace_compiles_whole(fallback_log, case):
+    # no element near an integer it does not compute exactly: nothing reruns
+    s, e, steps, dtype = case
+    st = torch.tensor(s)
+    _compiled_whole(lambda a, b: torch.linspace(a, b, steps, dtype=dtype), [st, torch.tensor(e)], fallback_log)
+
+
+def test_integer_linspace_constant_end_and_reruns(fallback_log):
+    def f(s):
+        return torch.linspace(s, 2, 7, dtype=torch.int16) * 3
+
+    fast = mlircap.compile(f)
+    for s in (0, 5, -9, 2):   # 0 -> 2 in 7 steps: 1 - 2**-54 is near an integer (rerun eagerly)
+        x = torch.tensor(s)
+        assert torch.equal(fast(x), f(x))
+    assert "numerics" not in fallback_log.readouterr().err
+
+
+@pytest.mark.parametrize("start", [300, float("nan"), -128.5, 127.5])
+def test_integer_linspace_endpoint_eager_rejects_raises(start):
+    def f(s, e):
+        return torch.linspace(s, e, 5, dtype=torch.int8)
+
+    fast = mlircap.compile(f)
+    ok = (torch.tensor(3), torch.tensor(9))
+    assert torch.equal(fast(*ok), f(*ok))
+    bad = (torch.tensor(start), torch.tensor(4))
+    with pytest.raises(RuntimeError):
+        f(*bad)
+    with pytest.raises(RuntimeError):
+        fast(*bad)
