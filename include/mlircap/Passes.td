@@ -163,9 +163,13 @@ def MlircapConvChannelsLast
     write NHWC with identity indexing) until it meets the transpose out of
     the previous convolution, where the two cancel; they also pass through
     static paddings and generics with reduction loops after their result's
-    (max pooling). A convolution whose result is read, within a few
-    elementwise ops, by anything else (a reshape such as GroupNorm's groups,
-    a reduction over its spatial dims) stays NCHW: that reader would read
+    (max pooling). Reductions reading such a result with the identity map
+    (GroupNorm's per-channel spatial sums) get their loops permuted to read
+    it in NHWC order (columns of contiguous channels); a partial result whose
+    dims are then out of loop order is written so and read through a
+    transpose, which the next reduction absorbs the same way. A convolution
+    whose result is read, within a few elementwise ops, by anything else (a
+    reshape such as GroupNorm's groups) stays NCHW: that reader would read
     NHWC data strided. Function results that would be (views of) transposed
     views of an NHWC tensor are copied out
     (`mlircap.materialize`): callers get NCHW-contiguous results as from

@@ -13,9 +13,11 @@
 // kernels that read them. A function result is never left a transposed view
 // of an NHWC tensor: it is copied out (NCHW, contiguous) as eager returns it.
 // Transposes also pass through paddings and generics with reduction loops
-// after their result's (pooling). A convolution whose result is read any
-// other way (a reshape such as GroupNorm's groups, a reduction over its
-// spatial dims) stays NCHW: that reader would read NHWC data strided.
+// after their result's (pooling). Reductions reading an NHWC result with the
+// identity map (per-channel spatial sums) get their loops permuted to read it
+// in memory order (permuteReductions). A convolution whose result is read any
+// other way (a reshape such as GroupNorm's groups) stays NCHW: that reader
+// would read NHWC data strided.
 // See Passes.td.
 //
 //===----------------------------------------------------------------------===//
@@ -96,6 +98,20 @@ unsigned permutableRank(Operation *op) {
       !g.getDpsInitOperand(0)->get().getDefiningOp<linalg::FillOp>())
     return 0;
   return r;
+}
+
+/// A reduction whose loops can be permuted (permuteReduction): one result
+/// whose map is a projected permutation of the loops, static shapes, an init
+/// that is unread or a fill.
+bool permutableReduction(linalg::GenericOp g) {
+  if (isAllParallel(g) || !g.hasPureTensorSemantics() || g.getNumDpsInits() != 1 ||
+      g.getNumResults() != 1 || g->hasAttr(kMaterializeAttr) || !hasStaticShapes(g))
+    return false;
+  AffineMap out = g.getMatchingIndexingMap(g.getDpsInitOperand(0));
+  if (!out.isProjectedPermutation(/*allowZeroInResults=*/false) || out.getNumResults() == 0)
+    return false;
+  return !g.payloadUsesValueFromOperand(g.getDpsInitOperand(0)) ||
+         g.getDpsInitOperand(0)->get().getDefiningOp<linalg::FillOp>();
 }
 
 /// Whether operand map `m` of a generic indexes its operand along the result's
@@ -272,12 +288,139 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
     made[{src, key(perm)}] = r;
   }
 
+  /// The permutation of the NHWC-derived transpose `v` is computed from (a
+  /// transpose out of an NHWC convolution or of a permuted reduction),
+  /// directly or through elementwise generics reading it along their
+  /// result's dims; empty if none within `depth` ops.
+  static SmallVector<int64_t> nhwcPerm(Value v, int depth) {
+    Operation *def = v.getDefiningOp();
+    if (def && def->hasAttr(kFromNhwcAttr))
+      return permOf(def);
+    auto g = dyn_cast_or_null<linalg::GenericOp>(def);
+    unsigned rank = cast<ShapedType>(v.getType()).getRank();
+    if (!g || depth == 0 || !isAllParallel(g) || permutableRank(g) != rank)
+      return {};
+    for (OpOperand *in : g.getDpsInputOperands())
+      if (g.getMatchingIndexingMap(in).isIdentity() && cast<ShapedType>(in->get().getType()).getRank() == rank)
+        if (SmallVector<int64_t> p = nhwcPerm(in->get(), depth - 1); !p.empty())
+          return p;
+    return {};
+  }
+
+  /// Reduction `g` with its loops permuted: new loop k is old loop q[k], so
+  /// that an operand read with the identity map, the NCHW view of an NHWC
+  /// tensor, is read in memory order (GroupNorm's per-channel spatial sums
+  /// become column reductions over contiguous channels). A result whose dims
+  /// would no longer be in loop order is written in loop order and read
+  /// through a transpose (itself NHWC-derived: the next reduction reading it
+  /// is permuted the same way).
+  void permuteReduction(linalg::GenericOp g, ArrayRef<int64_t> q) {
+    OpBuilder b(g);
+    Location loc = g.getLoc();
+    unsigned n = g.getNumLoops();
+    SmallVector<int64_t> inv(n);
+    for (unsigned k = 0; k < n; ++k)
+      inv[q[k]] = k;
+    SmallVector<AffineExpr> old;
+    for (unsigned i = 0; i < n; ++i)
+      old.push_back(b.getAffineDimExpr(inv[i]));
+    AffineMap toOld = AffineMap::get(n, 0, old, b.getContext());
+    SmallVector<Value> ins;
+    SmallVector<AffineMap> maps;
+    for (OpOperand *in : g.getDpsInputOperands()) {
+      AffineMap m = g.getMatchingIndexingMap(in);
+      if (m.isIdentity() && !nhwcPerm(in->get(), kLookAhead).empty()) {
+        ins.push_back(transposed(b, loc, in->get(), q));
+        maps.push_back(b.getMultiDimIdentityMap(n));
+      } else {
+        ins.push_back(in->get());
+        maps.push_back(m.compose(toOld));
+      }
+    }
+    SmallVector<utils::IteratorType> iters;
+    auto oldIters = g.getIteratorTypesArray();
+    for (unsigned k = 0; k < n; ++k)
+      iters.push_back(oldIters[q[k]]);
+    // The result's dims in new loop order: result dim j of the new result is
+    // old result dim order[j].
+    AffineMap out = g.getMatchingIndexingMap(g.getDpsInitOperand(0));
+    unsigned r = out.getNumResults();
+    SmallVector<int64_t> order(r);
+    for (unsigned j = 0; j < r; ++j)
+      order[j] = j;
+    auto newDim = [&](int64_t j) { return inv[cast<AffineDimExpr>(out.getResult(j)).getPosition()]; };
+    llvm::sort(order, [&](int64_t a, int64_t c) { return newDim(a) < newDim(c); });
+    auto type = cast<RankedTensorType>(g->getResult(0).getType());
+    SmallVector<int64_t> shape;
+    SmallVector<AffineExpr> outExprs;
+    for (int64_t j : order) {
+      shape.push_back(type.getDimSize(j));
+      outExprs.push_back(b.getAffineDimExpr(newDim(j)));
+    }
+    Value init = tensor::EmptyOp::create(b, loc, shape, type.getElementType());
+    if (auto fill = g.getDpsInitOperand(0)->get().getDefiningOp<linalg::FillOp>())
+      init = linalg::FillOp::create(b, loc, fill.getInputs()[0], init).getResult(0);
+    maps.push_back(AffineMap::get(n, 0, outExprs, b.getContext()));
+    auto moved = linalg::GenericOp::create(b, loc, TypeRange{init.getType()}, ins, ValueRange{init}, maps, iters);
+    IRMapping none;
+    g.getRegion().cloneInto(&moved.getRegion(), none);
+    moved.getRegion().front().walk([&](linalg::IndexOp idx) { idx.setDim(inv[idx.getDim()]); });
+    Value result = moved.getResult(0);
+    if (!llvm::is_sorted(order)) {
+      // old result dim k is new result dim back[k]
+      SmallVector<int64_t> back(r);
+      for (unsigned j = 0; j < r; ++j)
+        back[order[j]] = j;
+      auto t = transpose(b, loc, result, back);
+      t->setAttr(kFromNhwcAttr, b.getUnitAttr());
+      result = t.getResult(0);
+    }
+    g->getResult(0).replaceAllUsesWith(result);
+    g->erase();
+  }
+
+  /// Permutes every reduction reading an NHWC-derived value (see
+  /// permuteReduction), the transposes that requires pushed up to where they
+  /// cancel; again for reductions reading the permuted ones' results.
+  void permuteReductions(func::FuncOp func) {
+    for (int round = 0; round < 8; ++round) {
+      SmallVector<std::pair<linalg::GenericOp, SmallVector<int64_t>>> found;
+      func.walk([&](linalg::GenericOp g) {
+        if (!permutableReduction(g))
+          return;
+        for (OpOperand *in : g.getDpsInputOperands()) {
+          if (!g.getMatchingIndexingMap(in).isIdentity())
+            continue;
+          SmallVector<int64_t> p = nhwcPerm(in->get(), kLookAhead);
+          if (p.empty())
+            continue;
+          bool identity = true;
+          SmallVector<int64_t> q(p.size());
+          for (unsigned k = 0; k < p.size(); ++k) {
+            q[p[k]] = k;
+            identity &= p[k] == (int64_t)k;
+          }
+          if (!identity)
+            found.push_back({g, q});
+          return;
+        }
+      });
+      if (found.empty())
+        return;
+      for (auto &[g, q] : found)
+        permuteReduction(g, q);
+      while (!work.empty())
+        (void)push(work.pop_back_val());
+    }
+  }
+
   /// Whether the readers of a convolution's result can read it in NHWC at no
   /// cost: convolutions, paddings, generics that index it along their result's
   /// dims (elementwise epilogues, pooling). The elementwise readers' own
   /// readers are checked the same way up to `depth` ops away: a reshape
   /// (GroupNorm's groups) or a reduction over the spatial dims there would read
-  /// NHWC data strided (UNet: conv, bias add, GroupNorm). Past `depth` the
+  /// NHWC data strided (UNet: conv, bias add, GroupNorm; reductions reading
+  /// it with the identity map are permuted instead). Past `depth` the
   /// transposes have met other convolutions' (ResNet's residual stream).
   static bool readsAlign(Value v, int depth) {
     for (OpOperand &use : v.getUses()) {
@@ -290,6 +433,8 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
         continue;
       }
       auto g = dyn_cast<linalg::GenericOp>(user);
+      if (g && permutableReduction(g) && g.getMatchingIndexingMap(&use).isIdentity())
+        continue; // read in NHWC order by permuteReduction
       unsigned r = permutableRank(user);
       if (!g || r != 4 || !alignedMap(g.getMatchingIndexingMap(&use), r))
         return false;
@@ -320,6 +465,7 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
       linalg::GenericOp t = work.pop_back_val();
       (void)push(t);
     }
+    permuteReductions(func);
     // A transpose requested again was reused where it was first built, which
     // may come after the new reader: restore def-before-use order.
     (void)sortTopologically(&func.getBody().front());

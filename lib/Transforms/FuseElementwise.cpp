@@ -46,6 +46,16 @@ bool isPureConversion(linalg::GenericOp op) {
   return yield.getValues().size() == 1 && yield.getValues()[0] == conv.getResult(0);
 }
 
+/// Whether `expand` splits a dim in two or more of size > 1 (not only adds
+/// unit dims, as a keepdim reduction's result does).
+bool splitsDim(tensor::ExpandShapeOp expand) {
+  ArrayRef<int64_t> shape = expand.getResultType().getShape();
+  for (const ReassociationIndices &group : expand.getReassociationIndices())
+    if (llvm::count_if(group, [&](int64_t d) { return shape[d] != 1; }) > 1)
+      return true;
+  return false;
+}
+
 struct FuseElementwise : impl::MlircapFuseElementwiseBase<FuseElementwise> {
   using Base::Base;
   void runOnOperation() override {
@@ -75,6 +85,15 @@ struct FuseElementwise : impl::MlircapFuseElementwiseBase<FuseElementwise> {
           // above a reshape: a 5-D padding of a channel shuffle's groups is
           // no convolution's padding (the plan rejected the graph).
           if (auto pad = dyn_cast<tensor::PadOp>(fused->getOwner()); pad && convInputPadding(pad))
+            return false;
+          // Nor expand a reduction's loops for a reshape of its result
+          // (GroupNorm's per-channel sums viewed as [N, G, C/G]): the
+          // elementwise ops feeding it then sit behind a reshape of their
+          // own result with broadcast operands, which stops their fusion
+          // into the reduction (a kernel and a tensor more).
+          auto expand = dyn_cast<tensor::ExpandShapeOp>(fused->getOwner());
+          if (auto g = dyn_cast_or_null<linalg::GenericOp>(producer);
+              g && g.getNumReductionLoops() != 0 && expand && splitsDim(expand))
             return false;
           return producer && producer->hasOneUse() && !isLibraryOp(producer) &&
                  !isLibraryOp(fused->getOwner());

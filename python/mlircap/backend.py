@@ -637,13 +637,14 @@ def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Optio
     from .complex_pairs import lower_complex
     from .constfold import fold_constants
     from .partition import extract, fill_empty_results, partition, rewrite_random_likes
-    from .split_reductions import split_reductions
+    from .split_reductions import channel_stats, split_reductions
 
     gm = copy.copy(gm)
     gm.graph = copy.deepcopy(gm.graph)
     rewrite_random_likes(gm)
     fuse_attention(gm)
     fold_constants(gm)
+    channel_stats(gm)
     split_reductions(gm)
     fill_empty_results(gm)
     lower_complex(gm)

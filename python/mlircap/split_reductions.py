@@ -16,14 +16,26 @@ float16 inputs (as eager's CUDA kernels do) and rounded once at the end.
 The variance is the mean of squared deviations from the mean, as in the
 single-level decomposition. MLIRCAP_SPLIT_REDUCTIONS=0 turns this off; force
 applies it on any device (tests).
+
+``channel_stats`` rewrites GroupNorm's statistics before that (CUDA, channels-last
+convolutions on, MLIRCAP_GPU_GROUP_STATS=1: off by default until measured on the
+GPU): a reduction over the trailing dims of ``x.view(N, G, ...)``,
+``x`` an [N, C, H, W] tensor, whose reduced dims are each group's (C/G)*H*W
+elements, becomes sums over W, then H (per channel), then over the group's
+channels: ``x.sum(3).sum(2)`` is read along x's own dims, so
+mlircap-conv-channels-last can keep the convolution that writes x in NHWC (its
+readers then reduce columns of contiguous channels) where the view's groups
+would have made it stay NCHW, between cuDNN's transposes in and out.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 
 import torch
 import torch.fx as fx
+from torch._guards import detect_fake_mode
 
 from . import config, logs
 
@@ -103,12 +115,192 @@ def _replacement(target, rows: int, size: int, s: int, out: tuple[int, ...], cor
     return fn
 
 
+def _group_plan(n: fx.Node) -> tuple[int, int, int, int, tuple[int, ...]] | None:
+    """(N, C, G, H*W, output shape) when `n` reduces each group of ``x.view(N, G, ...)``
+    (x: [N, C, H, W], float, the reduced dims exactly the group's C/G*H*W elements)."""
+    if n.op != "call_function" or n.target not in _OPS - _ALL_DIMS or len(n.args) < 2 or n.kwargs.get("dtype"):
+        return None
+    v = n.args[0]
+    if not isinstance(v, fx.Node) or v.op != "call_function" or v.target not in (
+            aten.view.default, aten.reshape.default, aten._unsafe_view.default):
+        return None
+    x, y = v.args[0].meta.get("val") if isinstance(v.args[0], fx.Node) else None, v.meta.get("val")
+    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor) or x.dim() != 4 or \
+            x.dtype not in _FLOATS or y.dim() < 3:
+        return None
+    dims = n.args[1]
+    dims = sorted({d % y.dim() for d in ([dims] if isinstance(dims, int) else dims)})
+    big, c, g = x.shape[0], x.shape[1], y.shape[1]
+    if dims != list(range(2, y.dim())) or y.shape[0] != big or g < 1 or c % g or \
+            math.prod(y.shape[2:]) != (c // g) * x.shape[2] * x.shape[3]:
+        return None
+    keepdim = n.kwargs.get("keepdim", n.args[2] if len(n.args) > 2 and n.target in (aten.mean.dim,
+                                                                                     aten.sum.dim_IntList) else False)
+    return big, c, g, x.shape[2] * x.shape[3], tuple(y.shape[:2]) + ((1,) * len(dims) if keepdim else ())
+
+
+def _group_replacement(target, big: int, c: int, g: int, hw: int, out: tuple[int, ...], correction):
+    """The group statistics from per-channel ones: sums over W then H (each a
+    reduction along x's dims), the group's mean from its channels' sums, and its
+    sum of squared deviations merged from the channels' (Chan et al.'s parallel
+    variance: M2_g = sum_c M2_c + hw * (mean_c - mean_g)^2, exact, and no
+    cancellation of large sums as E[x^2] - E[x]^2 would have)."""
+    def fn(x):
+        acc = torch.float32 if x.dtype in (torch.bfloat16, torch.float16) else x.dtype
+        xf = x.to(acc)
+        size = (c // g) * hw
+        per_channel = xf.sum(3).sum(2)
+        total = per_channel.reshape(big, g, c // g).sum(-1)
+        if target is aten.sum.dim_IntList:
+            return total.to(x.dtype).reshape(out)
+        mean = total / size
+        if target is aten.mean.dim:
+            return mean.to(x.dtype).reshape(out)
+        mean_c = per_channel / hw
+        d = xf - mean_c[:, :, None, None]
+        m2_c = d.square().sum(3).sum(2)
+        spread = mean_c.reshape(big, g, c // g) - mean[:, :, None]
+        m2 = (m2_c.reshape(big, g, c // g) + hw * (spread * spread)).sum(-1)
+        var = (m2 / (size - correction)).to(x.dtype).reshape(out)
+        if target is aten.var.correction:
+            return var
+        return var, mean.to(x.dtype).reshape(out)
+    return fn
+
+
+def _correction(n: fx.Node) -> int:
+    correction = n.kwargs.get("correction", 1 if n.target in (aten.var_mean.correction,
+                                                               aten.var.correction) else 0)
+    return 1 if correction is None else correction
+
+
+def _replace(gm: fx.GraphModule, n: fx.Node, x: fx.Node, fn) -> None:
+    traced = _trace(fn, [x.meta["val"]])
+    results = _inline(gm, traced, n, x)
+    if n.target is aten.var_mean.correction:
+        for u in list(n.users):
+            u.replace_all_uses_with(results[u.args[1]])
+            gm.graph.erase_node(u)
+    else:
+        n.replace_all_uses_with(results[0])
+    gm.graph.erase_node(n)
+
+
+def _trace(fn, vals: list):
+    from .attention import _trace as trace
+
+    return trace(fn, vals)
+
+
+_ELEMENTWISE = {aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor}
+_VIEWS = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
+
+
+def _ungroup(gm: fx.GraphModule, view: fx.Node, x: fx.Node) -> bool:
+    """Rewrites elementwise ops on the grouped view `view` of x ([N, C, H, W]) that
+    come back to x's shape through a view (GroupNorm normalizing each group:
+    ``((x.view(N, G, -1) - mean) * rstd).view(N, C, H, W)``) as the same ops on x with
+    their per-group operands ([N or 1, G, 1, ...]) broadcast per channel, so x is only
+    read along its own dims. False (graph unchanged) when the ops are anything else."""
+    xs, vs = tuple(x.meta["val"].shape), tuple(view.meta["val"].shape)
+    big, c, g = xs[0], xs[1], vs[1]
+
+    def per_group(a) -> bool:
+        t = a.meta.get("val") if isinstance(a, fx.Node) else None
+        return isinstance(t, torch.Tensor) and t.dim() == len(vs) and t.shape[0] in (1, big) and \
+            t.shape[1] in (1, g) and all(d == 1 for d in t.shape[2:])
+
+    inside, order, ends = {view}, [], []
+    todo = [view]
+    while todo:
+        for u in todo.pop().users:
+            if u in inside or u in ends:
+                continue
+            if u.op == "call_function" and u.target in _VIEWS and tuple(u.meta["val"].shape) == xs:
+                ends.append(u)
+            elif u.op == "call_function" and u.target in _ELEMENTWISE and not u.kwargs and \
+                    tuple(u.meta["val"].shape) == vs and all(
+                        (isinstance(a, fx.Node) and (a in inside or per_group(a))) or isinstance(a, (int, float))
+                        for a in u.args):
+                inside.add(u)
+                order.append(u)
+                todo.append(u)
+            else:
+                return False
+    if not ends or any(e.args[0] is view for e in ends):
+        return False
+    nodes = {n: i for i, n in enumerate(gm.graph.nodes)}
+    order.sort(key=nodes.__getitem__)
+    graph = gm.graph
+    mode = detect_fake_mode([x.meta["val"]])
+
+    def call(target, args, at):
+        with graph.inserting_before(at):
+            node = graph.call_function(target, args)
+        vals = [a.meta["val"] if isinstance(a, fx.Node) else a for a in args]
+        with mode or contextlib.nullcontext():
+            node.meta["val"] = target(*vals)
+        node.meta["stack_trace"] = at.meta.get("stack_trace")
+        return node
+
+    new: dict[fx.Node, fx.Node] = {view: x}
+    for u in order:
+        args = []
+        for a in u.args:
+            if isinstance(a, fx.Node) and a in new:
+                args.append(new[a])
+            elif isinstance(a, fx.Node):
+                n0, g0 = a.meta["val"].shape[:2]
+                r = call(aten.view.default, (a, [n0, g0, 1]), u)
+                r = call(aten.expand.default, (r, [n0, g, c // g]), u)
+                r = call(aten.clone.default, (r,), u)
+                args.append(call(aten.view.default, (r, [n0, c, 1, 1]), u))
+            else:
+                args.append(a)
+        new[u] = call(u.target, tuple(args), u)
+    for e in ends:
+        e.replace_all_uses_with(new[e.args[0]])
+        graph.erase_node(e)
+    for u in reversed(order):
+        if not u.users:
+            graph.erase_node(u)
+    return True
+
+
+def channel_stats(gm: fx.GraphModule) -> int:
+    """Rewrites GroupNorm-style statistics of `gm` as per-channel spatial sums (see the
+    module docstring), and the normalization of the groups per channel (_ungroup), on
+    CUDA with channels-last convolutions when MLIRCAP_GPU_GROUP_STATS=1 (any device
+    with force). Returns how many; the caller recompiles `gm`."""
+    mode = (config.env("MLIRCAP_GPU_GROUP_STATS") or "0").strip().lower()
+    if mode not in ("1", "force") or config.env("MLIRCAP_GPU_CHANNELS_LAST") == "0":
+        return 0
+    done = 0
+    for n in list(gm.graph.nodes):
+        found = _group_plan(n)
+        if found is None:
+            continue
+        x = n.args[0].args[0]
+        if mode != "force" and x.meta["val"].device.type != "cuda":
+            continue
+        if n.target is aten.var_mean.correction and any(u.target is not operator.getitem for u in n.users):
+            continue
+        view = n.args[0]
+        _replace(gm, n, x, _group_replacement(n.target, *found, _correction(n)))
+        if view.users:
+            _ungroup(gm, view, x)
+        if not view.users:
+            gm.graph.erase_node(view)
+        done += 1
+    if done:
+        logs.log("passes", f"channel_stats: {done} group statistic(s) as per-channel spatial sums")
+    return done
+
+
 def split_reductions(gm: fx.GraphModule) -> int:
     """Splits `gm`'s long reductions over few rows (see the module docstring) when
     they run on CUDA (any device with MLIRCAP_SPLIT_REDUCTIONS=force). Returns how
     many; the caller recompiles `gm`."""
-    from .attention import _trace
-
     mode = _mode()
     if mode in ("0", "false", "off"):
         return 0
@@ -122,19 +314,7 @@ def split_reductions(gm: fx.GraphModule) -> int:
             continue
         if n.target is aten.var_mean.correction and any(u.target is not operator.getitem for u in n.users):
             continue
-        correction = n.kwargs.get("correction", 1 if n.target in (aten.var_mean.correction,
-                                                                   aten.var.correction) else 0)
-        if correction is None:
-            correction = 1
-        traced = _trace(_replacement(n.target, *found, correction), [x.meta["val"]])
-        results = _inline(gm, traced, n, x)
-        if n.target is aten.var_mean.correction:
-            for u in list(n.users):
-                u.replace_all_uses_with(results[u.args[1]])
-                gm.graph.erase_node(u)
-        else:
-            n.replace_all_uses_with(results[0])
-        gm.graph.erase_node(n)
+        _replace(gm, n, x, _replacement(n.target, *found, _correction(n)))
         done += 1
     if done:
         logs.log("passes", f"split_reductions: {done} long reduction(s) over few rows in two levels")

@@ -198,3 +198,52 @@ func.func @second(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x1x1xf32>) -> tensor<1x
   %1 = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%x, %w : tensor<1x3x8x8xf32>, tensor<4x3x1x1xf32>) outs(%z : tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32>
   return %1 : tensor<1x4x8x8xf32>
 }
+
+// -----
+
+// Spatial sums of a convolution's result (GroupNorm's per-channel statistics, sum over W
+// then H) are read in NHWC order: the reductions' loops are permuted (columns of
+// contiguous channels), the partial sums written [N, H, C] and read back so by the next
+// reduction; the normalization between the convolutions stays NHWC, both convolutions too.
+// CHECK-LABEL: func.func @spatial_sums(
+// CHECK: %[[C1:.*]] = linalg.conv_2d_nhwc_fhwc
+// CHECK: %[[S1:.*]] = linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction", "parallel"]} ins(%[[C1]] : tensor<1x8x8x8xf32>) outs(%{{.*}} : tensor<1x8x8xf32>)
+// CHECK: %[[S2:.*]] = linalg.generic {{.*}} iterator_types = ["parallel", "reduction", "parallel"]} ins(%[[S1]] : tensor<1x8x8xf32>) outs(%{{.*}} : tensor<1x8xf32>)
+// CHECK: %[[N:.*]] = linalg.generic {{.*}} ins(%[[C1]], %[[S2]] : tensor<1x8x8x8xf32>, tensor<1x8xf32>)
+// CHECK: linalg.conv_2d_nhwc_fhwc {{.*}} ins(%[[N]], %{{.*}} : tensor<1x8x8x8xf32>, tensor<4x1x1x8xf32>)
+// CHECK-NOT: linalg.conv_2d_nchw_fchw
+// CHECK: return %[[S2]],
+#id = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#sw = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#sh = affine_map<(d0, d1, d2) -> (d0, d1)>
+#bc = affine_map<(d0, d1, d2, d3) -> (d0, d1)>
+func.func @spatial_sums(%x: tensor<1x3x8x8xf32>, %w1: tensor<8x3x1x1xf32>, %w2: tensor<4x8x1x1xf32>) -> (tensor<1x8xf32>, tensor<1x4x8x8xf32>) {
+  %cst = arith.constant 0.000000e+00 : f32
+  %e = tensor.empty() : tensor<1x8x8x8xf32>
+  %z = linalg.fill ins(%cst : f32) outs(%e : tensor<1x8x8x8xf32>) -> tensor<1x8x8x8xf32>
+  %1 = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%x, %w1 : tensor<1x3x8x8xf32>, tensor<8x3x1x1xf32>) outs(%z : tensor<1x8x8x8xf32>) -> tensor<1x8x8x8xf32>
+  %e3 = tensor.empty() : tensor<1x8x8xf32>
+  %z3 = linalg.fill ins(%cst : f32) outs(%e3 : tensor<1x8x8xf32>) -> tensor<1x8x8xf32>
+  %2 = linalg.generic {indexing_maps = [#id, #sw], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%1 : tensor<1x8x8x8xf32>) outs(%z3 : tensor<1x8x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %s = arith.addf %in, %out : f32
+    linalg.yield %s : f32
+  } -> tensor<1x8x8xf32>
+  %e2 = tensor.empty() : tensor<1x8xf32>
+  %z2 = linalg.fill ins(%cst : f32) outs(%e2 : tensor<1x8xf32>) -> tensor<1x8xf32>
+  %3 = linalg.generic {indexing_maps = [#id3, #sh], iterator_types = ["parallel", "parallel", "reduction"]} ins(%2 : tensor<1x8x8xf32>) outs(%z2 : tensor<1x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %s = arith.addf %in, %out : f32
+    linalg.yield %s : f32
+  } -> tensor<1x8xf32>
+  %4 = linalg.generic {indexing_maps = [#id, #bc, #id], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%1, %3 : tensor<1x8x8x8xf32>, tensor<1x8xf32>) outs(%e : tensor<1x8x8x8xf32>) {
+  ^bb0(%in: f32, %m: f32, %out: f32):
+    %s = arith.subf %in, %m : f32
+    linalg.yield %s : f32
+  } -> tensor<1x8x8x8xf32>
+  %e4 = tensor.empty() : tensor<1x4x8x8xf32>
+  %z4 = linalg.fill ins(%cst : f32) outs(%e4 : tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32>
+  %5 = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%4, %w2 : tensor<1x8x8x8xf32>, tensor<4x8x1x1xf32>) outs(%z4 : tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32>
+  return %3, %5 : tensor<1x8xf32>, tensor<1x4x8x8xf32>
+}

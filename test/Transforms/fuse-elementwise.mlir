@@ -174,3 +174,34 @@ func.func @shuffle_pad_depthwise(%x: tensor<1x4x4x4xf32>, %w: tensor<4x3x3xf32>)
       ins(%p, %w : tensor<1x4x6x6xf32>, tensor<4x3x3xf32>) outs(%f : tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
   return %c : tensor<1x4x4x4xf32>
 }
+
+// -----
+
+// A reshape that splits a reduction's result dim (per-channel sums viewed as
+// [N, G, C/G]) is not folded into the reduction by expansion: the elementwise op
+// feeding the reduction fuses into it instead of sitting behind a reshape.
+#rid = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#rred = affine_map<(d0, d1, d2) -> (d0, d1)>
+// CHECK-LABEL: func.func @no_split_into_reduction(
+// CHECK: %[[R:.*]] = linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction"]} ins(%{{.*}} : tensor<2x8x16xf32>) outs(%{{.*}} : tensor<2x8xf32>)
+// CHECK: arith.mulf
+// CHECK: arith.addf
+// CHECK: tensor.expand_shape %[[R]] {{\[}}[0], [1, 2]] output_shape [2, 4, 2]
+func.func @no_split_into_reduction(%x: tensor<2x8x16xf32>) -> tensor<2x4x2xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %e = tensor.empty() : tensor<2x8x16xf32>
+  %sq = linalg.generic {indexing_maps = [#rid, #rid], iterator_types = ["parallel", "parallel", "parallel"]} ins(%x : tensor<2x8x16xf32>) outs(%e : tensor<2x8x16xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %m = arith.mulf %in, %in : f32
+    linalg.yield %m : f32
+  } -> tensor<2x8x16xf32>
+  %e2 = tensor.empty() : tensor<2x8xf32>
+  %z = linalg.fill ins(%cst : f32) outs(%e2 : tensor<2x8xf32>) -> tensor<2x8xf32>
+  %r = linalg.generic {indexing_maps = [#rid, #rred], iterator_types = ["parallel", "parallel", "reduction"]} ins(%sq : tensor<2x8x16xf32>) outs(%z : tensor<2x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %s = arith.addf %in, %out : f32
+    linalg.yield %s : f32
+  } -> tensor<2x8xf32>
+  %g = tensor.expand_shape %r [[0], [1, 2]] output_shape [2, 4, 2] : tensor<2x8xf32> into tensor<2x4x2xf32>
+  return %g : tensor<2x4x2xf32>
+}
