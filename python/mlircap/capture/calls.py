@@ -148,6 +148,9 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             # (its forward's ops, recorded, would give the ops' gradient, or none: autograd
             # runs forward under no_grad)
             cls = getattr(f, "__self__", None) or (args[0] if args else None)
+            if slot is not None and self._function_node(frame, cls, args if f is not _FUNCTION_APPLY else args[1:],
+                                                        kwargs):
+                return   # (grad_hooks.py: a pure Function, one node of the graph)
             self._external_call(frame, f, args, kwargs, f"a custom autograd.Function "
                                 f"({getattr(cls, '__qualname__', '?')}.apply) on a tensor that requires grad", slot)
             return

@@ -40,7 +40,7 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   side_effects   _SideEffectMixin: STORE_* handlers and the writes replayed
   fx_targets     FX call targets FX code generation can name (_fx_target), constants bound into targets
   restrides      _RestrideMixin: in-place view ops (x.transpose_) on tensors from outside, recorded
-  grad_hooks     _GradHookMixin: `h.register_hook(pure fn)` on a graph's tensor as a node of the graph
+  grad_hooks     _GradHookMixin: pure gradient hooks and custom autograd.Functions as graph nodes
   scalar_inputs  _ScalarInputMixin: numbers a tensor operator takes as graph inputs (`x * r`, clamp bounds)
   graph          _GraphMixin, _Seg, _Mode: FX recording of tensor operations
   np_ops         the NumPy operations translated: operator tables, torch._numpy application, replay steps

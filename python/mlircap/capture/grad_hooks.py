@@ -7,7 +7,13 @@ handle the program drops.  The graph holds a node that registers the hook on its
 returns that tensor; the eager backend runs it as it is, aot_autograd traces the hook into
 the backward graph (which is why the body must be pure tensor code of its argument: anything
 that reads or writes the program's state would run once, at compile time).  Anything else
-stays a step between graphs."""
+stays a step between graphs.
+
+Custom autograd Functions likewise (`GradReverse.apply(f, alpha)`, as Dynamo traces their
+forward and backward): where forward and backward are pure tensor code (their arguments,
+constants, tensor methods, `ctx.save_for_backward` / `saved_tensors` and attributes the
+forward stores on ctx), the graph holds `Fn.apply(...)` as one node: autograd attaches the
+Function's backward when the graph runs (eager backend), aot_autograd traces both."""
 from __future__ import annotations
 
 import sys
@@ -19,6 +25,7 @@ import torch
 from ._bytecode import _instrs, _order
 from .base import Unreplayable
 from .classify import _DATA_DEP, _classify
+from .frame_hook import _E
 from .typeinfo import _mro_lookup
 
 # instructions of a hook body that only move values and compute with them (no jumps: a
@@ -28,7 +35,7 @@ _PURE_OPS = frozenset({
     "RESUME", "NOP", "CACHE", "PUSH_NULL", "PRECALL", "CALL", "KW_NAMES", "LOAD_FAST", "LOAD_FAST_CHECK",
     "STORE_FAST", "LOAD_CONST", "RETURN_VALUE", "RETURN_CONST", "POP_TOP", "COPY", "SWAP", "BINARY_OP",
     "BINARY_SUBSCR", "COMPARE_OP", "UNARY_NEGATIVE", "UNARY_POSITIVE", "UNARY_INVERT", "BUILD_TUPLE",
-    "BUILD_LIST", "BUILD_SLICE", "LOAD_METHOD", "LOAD_ATTR"})
+    "BUILD_LIST", "BUILD_SLICE", "LOAD_METHOD", "LOAD_ATTR", "UNPACK_SEQUENCE"})
 # Tensor methods that touch autograd, storage or devices, or give Python values of the data
 _NOT_PURE = frozenset({"register_hook", "register_post_accumulate_grad_hook", "backward", "retain_grad",
                        "detach", "requires_grad_", "data_ptr", "storage", "untyped_storage", "set_",
@@ -60,6 +67,54 @@ def pure_grad_hook(hook: object, made_by: types.CodeType) -> tuple[str, ...] | N
                 return None
             names.append(argval)
     return tuple(dict.fromkeys(names))
+
+
+def _pure_body(fn: object, ctx_names: frozenset, stores: bool) -> set[str] | None:
+    """The names a staticmethod's body looks up (tensor methods, ctx's), where it is pure
+    tensor code of its arguments (`stores`: attributes written on its first argument, ctx);
+    None otherwise."""
+    if type(fn) is not types.FunctionType or fn.__closure__ or fn.__kwdefaults__:
+        return None
+    code = fn.__code__
+    if code.co_argcount < 1 or code.co_flags & (0x08 | _GENERATORS) or code.co_freevars or code.co_cellvars:
+        return None
+    names: set[str] = set()
+    prev: tuple = ()
+    for op, _arg, argval, _depth in _instrs(code).values():
+        if op == "STORE_ATTR" and stores and prev[:1] == ("LOAD_FAST",) and prev[2] == code.co_varnames[0]:
+            names.add(argval)
+        elif op not in _PURE_OPS:
+            return None
+        elif op == "LOAD_CONST" and not (type(argval) in _CONST_TYPES or
+                                         type(argval) is tuple and all(type(x) in _CONST_TYPES for x in argval)):
+            return None
+        elif op in ("LOAD_METHOD", "LOAD_ATTR") and not (argval in ctx_names or _pure_method(argval)):
+            names.add(f"?{argval}")
+        prev = (op, _arg, argval)
+    return names
+
+
+_CTX_NAMES = frozenset({"save_for_backward", "saved_tensors", "needs_input_grad"})
+
+
+def pure_autograd_function(cls: object) -> bool:
+    """`cls` is a direct torch.autograd.Function subclass whose forward (with ctx) and
+    backward are pure tensor code; attributes the backward reads off ctx are ones the
+    forward stored."""
+    if not isinstance(cls, type) or cls.__mro__[1] is not torch.autograd.Function or \
+            any(n in cls.__dict__ for n in ("setup_context", "vjp", "apply", "__call__", "jvp")):
+        return False
+    fw, bw = cls.__dict__.get("forward"), cls.__dict__.get("backward")
+    if type(fw) is not staticmethod or type(bw) is not staticmethod:
+        return False
+    stored = _pure_body(fw.__func__, _CTX_NAMES, True)
+    if stored is None:
+        return False
+    ctx_attrs = frozenset(n for n in stored if not n.startswith("?"))
+    if any(n[1:] not in ctx_attrs for n in stored if n.startswith("?")):
+        return False   # the forward reads an attribute it did not store on ctx
+    read = _pure_body(bw.__func__, _CTX_NAMES | ctx_attrs, False)
+    return read is not None and not read
 
 
 def _pure_method(name: object) -> bool:
@@ -111,6 +166,40 @@ class _GradHookMixin:
         return True
 
 
+    def _function_node(self, frame: types.FrameType, cls: type, args: list, kwargs: dict) -> bool:
+        """`cls.apply(*args)` about to run here held by the graph as one node (see the module's
+        docstring): its tensor arguments the graph's, the others constants, none a followed
+        number.  The call then runs untraced and unrecorded; its result is the node's."""
+        # (a followed number handed to it is guarded by value: flows.py, as for any call that
+        # does not take it as an expression)
+        if kwargs or self.np_env or not pure_autograd_function(cls):
+            return False
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                e = self.env.get(id(a))
+                if not (e is not None and e[0] is a or id(a) in self.src):
+                    return False
+            elif not (a is None or type(a) in _CONST_TYPES):
+                return False
+        target = _APPLY_TARGETS.setdefault(cls, cls.apply)
+        self.ext_depth += 1   # (its forward's ops are not the program's: the node stands for them)
+
+        def finish(fr: types.FrameType) -> None:
+            self.ext_depth -= 1
+            res = _E.peek(fr, 0)
+            if not isinstance(res, torch.Tensor):
+                self.unreplayable = self.unreplayable or f"{cls.__qualname__}.apply returned no tensor"
+                return
+            try:
+                self._record(target, "apply", tuple(args), {}, res)
+            except Unreplayable as e:
+                self.unreplayable = self.unreplayable or f"{e} (in {cls.__qualname__}.apply)"
+        finish.is_call = True  # type: ignore[attr-defined]
+        self.pending[frame] = finish
+        return True
+
+
+_APPLY_TARGETS: dict[type, Callable] = {}
 _REGISTER_HOOK = torch.Tensor.register_hook
 
 

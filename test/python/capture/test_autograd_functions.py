@@ -1,5 +1,6 @@
 """A custom torch.autograd.Function called by the captured code on a tensor that requires
-grad runs between graphs as it is (calls._on_call), so autograd attaches its own backward:
+grad runs as it is, so autograd attaches its own backward (a node of the graph where its
+forward and backward are pure tensor code, grad_hooks.py; else a step between graphs):
 a gradient reversal layer's compiled call gives eager's gradients, replayed (before: the
 recording gave up and the function ran eagerly on every call, as recording its forward's
 ops would have given their gradient, or none)."""
@@ -57,7 +58,8 @@ def test_custom_function_replayed_with_its_backward():
     c = fast._mlircap_capture
     assert not any(v.eager for v in c.variants)
     assert c.stats.replays == 3 and len(c.variants) == 1
-    assert any("autograd.Function (_GradReverse.apply)" in r for r, _ in c.variants[0].breaks)
+    # both are pure tensor code: one node of the graph each (grad_hooks.py), no break
+    assert len(c.variants[0].graphs) == 1 and c.variants[0].breaks == [], c.variants[0].breaks
 
 
 def test_custom_function_without_grad_stays_in_the_graph():

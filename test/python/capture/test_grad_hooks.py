@@ -5,7 +5,9 @@ traces the hook into the backward.  Before, the call was a step between graphs (
 and its RemovableHandle result was guarded, so every call recorded a new variant
 (bench/capture2.py tensor_register_hook_train: 2 graphs, 3 variants over 3 calls).
 Hooks that read or write anything but their gradient stay steps between graphs, whose
-handle result is an opaque value (not guarded by value: one variant, not one per call)."""
+handle result is an opaque value (not guarded by value: one variant, not one per call).
+Custom autograd.Functions whose forward and backward are pure tensor code are one node of
+the graph too (bench/capture.py autograd_function_grad_reverse: 2 graphs -> 1)."""
 import copy
 
 import pytest
@@ -14,6 +16,7 @@ import torch.nn as nn
 from functorch.compile import make_boxed_func
 from torch._functorch.aot_autograd import aot_module_simplified
 
+import mlircap
 from harness import EAGER, same
 from mlircap.capture import capture
 
@@ -134,3 +137,106 @@ def test_tensor_method_replaced_between_calls(backend):
     finally:
         torch.Tensor.clamp = orig
     assert len(c.variants) == 2, c.stats.recompile_reasons
+
+
+# ------------------------------------------------------------ custom autograd.Functions
+class _GradReverse(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, alpha):
+        ctx.alpha = alpha
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return -ctx.alpha * g, None
+
+
+class _ExpSaved(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x.exp()
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        y, = ctx.saved_tensors
+        return g * y * 0.5   # (not exp's gradient: the Function's own backward must run)
+
+
+class _Logged(torch.autograd.Function):   # its backward writes the program's state
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        LOG.append(1)
+        return g * 2
+
+
+class DANN(nn.Module):
+    fn = _GradReverse
+
+    def __init__(self):
+        super().__init__()
+        self.feat, self.cls, self.dom = nn.Linear(8, 8), nn.Linear(8, 3), nn.Linear(8, 2)
+
+    def forward(self, x, alpha=0.5):
+        f = torch.relu(self.feat(x))
+        if self.fn is _GradReverse:
+            r = _GradReverse.apply(f, alpha)
+        else:
+            r = self.fn.apply(f)
+        return self.cls(f).sum(-1) + self.dom(r).sum(-1)
+
+
+class SavedDANN(DANN):
+    fn = _ExpSaved
+
+
+class LoggedDANN(DANN):
+    fn = _Logged
+
+
+def _run_dann(cls, compile_fn, alphas=(0.5, 0.5, 0.3, 0.5)):
+    torch.manual_seed(0)
+    ref = cls()
+    m = copy.deepcopy(ref)
+    fast = compile_fn(m)
+    for i, alpha in enumerate(alphas):
+        x = torch.randn(4, 8)
+        LOG.clear()
+        le = ref(x, alpha)
+        le.sum().backward()
+        log_e = list(LOG)
+        LOG.clear()
+        lc = fast(x, alpha)
+        lc.sum().backward()
+        assert LOG == log_e
+        assert torch.allclose(lc, le, atol=1e-6), i
+        for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+            assert torch.allclose(p.grad, q.grad, atol=1e-6), (i, n)
+    return fast
+
+
+COMPILERS = {"eager": lambda m: capture(m, EAGER), "aot": lambda m: capture(m, _aot), "mlircap": mlircap.compile}
+
+
+@pytest.mark.parametrize("how", COMPILERS)
+@pytest.mark.parametrize("cls", [DANN, SavedDANN])
+def test_pure_autograd_function_is_a_graph_node(cls, how):
+    """Before: a step between graphs (bench/capture.py autograd_function_grad_reverse: 2 graphs)."""
+    fast = _run_dann(cls, COMPILERS[how])
+    c = fast._compiled._mlircap_capture if how == "mlircap" else fast._mlircap_capture
+    assert not any(v.eager for v in c.variants)
+    assert all(len(v.graphs) == 1 and v.breaks == [] for v in c.variants), [v.breaks for v in c.variants]
+    # a float handed to the Function is guarded by value: 0.3 is a second variant
+    assert len(c.variants) == (2 if cls is DANN else 1)
+
+
+@pytest.mark.parametrize("how", ["eager", "aot"])
+def test_autograd_function_with_side_effects_stays_a_step(how):
+    fast = _run_dann(LoggedDANN, COMPILERS[how])
+    c = fast._mlircap_capture
+    assert all(any("autograd.Function" in b[0] for b in v.breaks) for v in c.variants)
