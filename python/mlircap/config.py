@@ -65,9 +65,9 @@ ENV: dict[str, EnvVar] = _vars(
     EnvVar("MLIRCAP_SPLIT_REDUCTIONS", "1", "0 keeps long reductions over few rows (GroupNorm "
            "statistics) in one level on CUDA instead of partial sums over row slices; force splits "
            "them on the CPU too", "mlircap/split_reductions.py"),
-    EnvVar("MLIRCAP_GPU_GROUP_STATS", None, "1 computes GroupNorm statistics on CUDA as per-channel "
-           "spatial sums and normalizes per channel, so the convolutions around it can run NHWC "
-           "(default off until measured on the GPU; force applies it on any device)",
+    EnvVar("MLIRCAP_GPU_GROUP_STATS", "1", "0 keeps GroupNorm statistics and normalization on the "
+           "grouped view on CUDA instead of per-channel spatial sums and a per-channel normalization "
+           "(which let the convolutions around it run NHWC); force applies them on any device",
            "mlircap/split_reductions.py"),
     EnvVar("MLIRCAP_CPU_LIBRARY_OPS", "1", "0 compiles log_softmax on the CPU "
            "instead of calling torch's vectorized kernel (partition.CPU_LIBRARY_OPS)", "python/mlircap/partition.py"),

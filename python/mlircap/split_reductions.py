@@ -18,8 +18,7 @@ single-level decomposition. MLIRCAP_SPLIT_REDUCTIONS=0 turns this off; force
 applies it on any device (tests).
 
 ``channel_stats`` rewrites GroupNorm's statistics before that (CUDA, channels-last
-convolutions on, MLIRCAP_GPU_GROUP_STATS=1: off by default until measured on the
-GPU): a reduction over the trailing dims of ``x.view(N, G, ...)``,
+convolutions on; MLIRCAP_GPU_GROUP_STATS=0 turns it off): a reduction over the trailing dims of ``x.view(N, G, ...)``,
 ``x`` an [N, C, H, W] tensor, whose reduced dims are each group's (C/G)*H*W
 elements, becomes sums over W, then H (per channel), then over the group's
 channels: ``x.sum(3).sum(2)`` is read along x's own dims, so
@@ -270,9 +269,9 @@ def _ungroup(gm: fx.GraphModule, view: fx.Node, x: fx.Node) -> bool:
 def channel_stats(gm: fx.GraphModule) -> int:
     """Rewrites GroupNorm-style statistics of `gm` as per-channel spatial sums (see the
     module docstring), and the normalization of the groups per channel (_ungroup), on
-    CUDA with channels-last convolutions when MLIRCAP_GPU_GROUP_STATS=1 (any device
-    with force). Returns how many; the caller recompiles `gm`."""
-    mode = (config.env("MLIRCAP_GPU_GROUP_STATS") or "0").strip().lower()
+    CUDA with channels-last convolutions unless MLIRCAP_GPU_GROUP_STATS=0 (any
+    device with force). Returns how many; the caller recompiles `gm`."""
+    mode = (config.env("MLIRCAP_GPU_GROUP_STATS") or "1").strip().lower()
     if mode not in ("1", "force") or config.env("MLIRCAP_GPU_CHANNELS_LAST") == "0":
         return 0
     done = 0

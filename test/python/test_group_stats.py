@@ -1,5 +1,5 @@
 """GroupNorm statistics as per-channel spatial sums (split_reductions.channel_stats,
-MLIRCAP_GPU_GROUP_STATS): the rewritten graph matches eager, and the GPU plan of a
+MLIRCAP_GPU_GROUP_STATS, on CUDA by default): the rewritten graph matches eager, and the GPU plan of a
 convolution -> GroupNorm -> SiLU -> convolution runs both convolutions NHWC (the
 reductions read the NHWC result as columns), its kernels checked by the SIMT
 interpreter against the CPU JIT on the same IR."""
@@ -84,7 +84,7 @@ def test_group_stats_match_eager(monkeypatch, capfd, tmp_path, name, dtype):
             torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
 
 
-def test_off_by_default_and_not_without_groups(monkeypatch):
+def test_cuda_only_and_not_without_groups(monkeypatch):
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
@@ -94,6 +94,8 @@ def test_off_by_default_and_not_without_groups(monkeypatch):
     grouped = make_fx(lambda t: torch.var_mean(t.view(2, 4, 2, 16), [2, 3], keepdim=True))(x)
     FakeTensorProp(grouped).propagate(x)
     monkeypatch.delenv("MLIRCAP_GPU_GROUP_STATS", raising=False)
+    assert sr.channel_stats(grouped) == 0      # on by default, on CUDA graphs only
+    monkeypatch.setenv("MLIRCAP_GPU_GROUP_STATS", "0")
     assert sr.channel_stats(grouped) == 0
     monkeypatch.setenv("MLIRCAP_GPU_GROUP_STATS", "force")
     # not over the whole group (dim 3 only), or a view that mixes the batch into the groups
