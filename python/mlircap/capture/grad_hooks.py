@@ -24,7 +24,7 @@ import torch
 
 from ._bytecode import _instrs, _order
 from .base import Unreplayable
-from .classify import _DATA_DEP, _classify
+from .classify import _DATA_DEP, _RNG_WORDS, _classify
 from .frame_hook import _E
 from .typeinfo import _mro_lookup
 
@@ -115,6 +115,54 @@ def pure_autograd_function(cls: object) -> bool:
         return False   # the forward reads an attribute it did not store on ctx
     read = _pure_body(bw.__func__, _CTX_NAMES | ctx_attrs, False)
     return read is not None and not read
+
+
+def pure_mapped_function(fn: object) -> list[tuple[str, object, str | None]] | None:
+    """For a function `torch.vmap` maps (a plain function or a method's function): where its
+    body is pure tensor code of its arguments (also torch's own functions: `torch.tanh`,
+    `F.relu`, reached through a global module of torch), the lookups to guard, each (global
+    name, the module it holds, attribute of that module or None); None otherwise."""
+    if type(fn) is not types.FunctionType or fn.__closure__ or fn.__kwdefaults__ or \
+            _classify(fn.__code__) != "user":
+        return None
+    code = fn.__code__
+    if code.co_flags & (0x04 | 0x08 | _GENERATORS) or code.co_freevars or code.co_cellvars:
+        return None
+    out: list[tuple[str, object, str | None]] = []
+    held: tuple[str, object] | None = None   # (global, module) the previous instruction pushed
+    for op, _arg, argval, _depth in _instrs(code).values():
+        if op == "LOAD_GLOBAL":
+            mod = fn.__globals__.get(argval)
+            if not isinstance(mod, types.ModuleType) or not mod.__name__.split(".")[0] == "torch":
+                return None
+            out.append((argval, mod, None))
+            held = (argval, mod)
+            continue
+        if op in ("LOAD_METHOD", "LOAD_ATTR") and held is not None:
+            obj = getattr(held[1], argval, None)
+            if not _torch_function(argval, obj):
+                return None
+            out.append((held[0], held[1], argval))
+            held = None
+            continue
+        held = None
+        if op not in _PURE_OPS or op == "UNPACK_SEQUENCE":
+            return None
+        if op == "LOAD_CONST" and not (type(argval) in _CONST_TYPES or
+                                       type(argval) is tuple and all(type(x) in _CONST_TYPES for x in argval)):
+            return None
+        if op in ("LOAD_METHOD", "LOAD_ATTR") and not _pure_method(argval):
+            return None
+    return out
+
+
+def _torch_function(name: str, obj: object) -> bool:
+    """A function of a torch module that computes from its operands alone."""
+    if name.startswith("_") or name.endswith("_") or name in _NOT_PURE or name in _DATA_DEP or \
+            any(w in name for w in _RNG_WORDS):
+        return False
+    return isinstance(obj, (types.BuiltinFunctionType, types.FunctionType)) and \
+        (getattr(obj, "__module__", None) or "torch").startswith("torch")
 
 
 def _pure_method(name: object) -> bool:

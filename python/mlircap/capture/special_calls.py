@@ -5,8 +5,9 @@
   replay's own value (`b{k}`), never inside a graph nor untraced;
 * `functools.lru_cache` functions called with constant arguments: read at replay;
 * `torch.jit.script` functions: their Python function is called instead, traced (as Dynamo);
-* `torch.vmap(func, ...)(*args)`: run between graphs (its ops see batched tensors no graph
-  holds), as `vmap_impl(func, in_dims, ..., *args)` with `func` rebuilt at replay;
+* `torch.vmap(func, ...)(*args)`: one node of the graph where func is pure tensor code
+  (`_vmap_node`), else run between graphs (its ops see batched tensors no graph holds), as
+  `vmap_impl(func, in_dims, ..., *args)` with `func` rebuilt at replay;
 * dotted attribute lookups in untraced code (`m.get_submodule("enc.0")`, `get_parameter`,
   `get_buffer`, `operator.attrgetter("enc.0.weight")(m)`): read as the attribute loads they
   make, so what they return is a tracked (guarded) location;
@@ -30,6 +31,7 @@ from .base import Unreplayable, _Canned
 from .classify import _PRIM, _func_qualname, _scripted_python
 from .external_calls import _ExternalCallMixin, _traced
 from .frame_hook import _E
+from .grad_hooks import pure_mapped_function
 from .guard_kinds import Equals
 from .values import _DESCRIPTORS
 
@@ -71,6 +73,10 @@ def _vmap_parts(f: Any) -> list | None:
         return None
 
 
+def _constant_dims(d: object) -> bool:
+    return d is None or type(d) is int or type(d) is tuple and all(_constant_dims(x) for x in d)
+
+
 _DOTTED_GETTERS = (torch.nn.Module.get_submodule, torch.nn.Module.get_parameter, torch.nn.Module.get_buffer)
 
 
@@ -110,11 +116,56 @@ class _SpecialCallMixin(_ExternalCallMixin):
                     o = getattr(o, part)
             return f   # (then runs as it is: its result is a location read)
         vm = _vmap_parts(f)
+        if vm is not None and self._vmap_node(frame, vm, args, kwargs):
+            return None
         if vm is not None:
             self._external_call(frame, vm[0], vm[1:] + list(args), kwargs,
                                 f"torch.vmap of {_func_qualname(vm[1])}", slot)
             return None
         return f
+
+    def _vmap_node(self, frame: types.FrameType, vm: list, args: list, kwargs: dict) -> bool:
+        """`torch.vmap(func, in_dims, out_dims)(*args)` held by the graph as one node (as
+        Dynamo's vmap op), where func's body is pure tensor code of its arguments
+        (grad_hooks.pure_mapped_function; what it reads of torch's modules guarded), the
+        tensor arguments are the graph's, the dims constants and randomness 'error'.  The
+        call runs unrecorded (its ops see batched tensors); its result is the node's."""
+        impl, func, in_dims, out_dims, randomness, chunk_size = vm
+        fn = func.__func__ if type(func) is types.MethodType else func
+        if kwargs or self.np_env or randomness != "error" or chunk_size is not None or \
+                not _constant_dims(in_dims) or not _constant_dims(out_dims):
+            return False
+        lookups = pure_mapped_function(fn)
+        if lookups is None:
+            return False
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                e = self.env.get(id(a))
+                if not (e is not None and e[0] is a or id(a) in self.src):
+                    return False
+            elif not (a is None or type(a) in _PRIM):
+                return False
+        self.read(f"{self.const(fn)}.__code__", f"{fn.__qualname__}.__code__", fn.__code__)
+        for name, mod, attr in lookups:
+            g = fn.__globals__
+            self.read(f"{self.const(g)}[{name!r}]", name, mod, group=(g,))
+            if attr is not None:
+                self.read(f"{self.const(mod)}.{attr}", f"{name}.{attr}", getattr(mod, attr))
+
+        def vmapped(*a: Any) -> Any:
+            return impl(func, in_dims, out_dims, randomness, chunk_size, *a)
+        vmapped.__name__ = vmapped.__qualname__ = f"vmap_{fn.__name__}"
+        self.ext_depth += 1
+
+        def finish(fr: types.FrameType) -> None:
+            self.ext_depth -= 1
+            try:
+                self._record(vmapped, "vmap", tuple(args), {}, _E.peek(fr, 0))
+            except Unreplayable as e:
+                self.unreplayable = self.unreplayable or f"{e} (in torch.vmap of {fn.__qualname__})"
+        finish.is_call = True  # type: ignore[attr-defined]
+        self.pending[frame] = finish
+        return True
 
     def _opaque_method(self, f: Any, args: list) -> tuple[Any, list] | None:
         """A method called on an opaque value an uncapturable call returned (the context
