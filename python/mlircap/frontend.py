@@ -152,6 +152,9 @@ def _build_table() -> dict:
     from .nonzero import nonzero_static
 
     table[aten.nonzero_static.default] = nonzero_static   # torch-mlir cannot lower it
+    from .scatter import masked_scatter
+
+    table[aten.masked_scatter.default] = masked_scatter   # torch-mlir's lowering: no CPU kernel
     for op in (aten.fmax.default, aten.fmin.default):
         table[op] = _broadcast_operands(op, table.get(op))   # torch-mlir: no broadcasting
     for packet in _OPMATH_REDUCTIONS:
@@ -519,11 +522,13 @@ def _keep_whole(op, args, kwargs) -> bool:
 # accepts); logspace computes in float and converts once, like eager's integer
 # kernel (0 wrong over the OpInfo sweep's integer samples); max pooling and
 # searchsorted, cummax and cummin only compare and select (maxpool.py, search.py,
-# cumulative.py), the view scatters only gather (view_ops.py).
+# cumulative.py), the view scatters and masked_scatter only gather (view_ops.py,
+# scatter.py).
 _UINT8_DECOMPOSABLE = {f"aten::{n}" for n in (
     "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
     "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "logspace", "max_pool2d_with_indices",
-    "max_pool3d_with_indices", "searchsorted", "cummax", "cummin", "diagonal_scatter", "as_strided_scatter")}
+    "max_pool3d_with_indices", "searchsorted", "cummax", "cummin", "diagonal_scatter", "as_strided_scatter",
+    "masked_scatter")}
 
 
 @dataclass

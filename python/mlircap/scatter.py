@@ -389,10 +389,44 @@ WRITES = ("aten::scatter", "aten::scatter_add", "aten::scatter_reduce", "aten::i
           "aten::index_put", "aten::_unsafe_index_put", "aten::index_add", "aten::index_copy", "aten::index_fill", "aten::put")
 
 
+# Where each op in WRITES takes its index tensor(s) (index_put: a list of them).
+_INDEX_ARG = {"aten::scatter": 2, "aten::scatter_add": 2, "aten::scatter_reduce": 2, "aten::index_reduce": 2,
+              "aten::index_put": 1, "aten::_unsafe_index_put": 1, "aten::index_add": 2, "aten::index_copy": 2,
+              "aten::index_fill": 2, "aten::put": 1}
+
+
+def _writes_nothing(node: fx.Node) -> bool:
+    """`node` (an op in WRITES) has no index: its result is its input (a copy). The
+    recording ran it on these shapes, which decide whether eager accepts them."""
+    pos = _INDEX_ARG.get(op_name(node.target))
+    if pos is None or len(node.args) <= pos:
+        return False
+    idx = node.args[pos]
+    idx = [i for i in idx if i is not None] if isinstance(idx, (list, tuple)) else [idx]
+    vals = [_val(i) for i in idx]
+    if not vals or not all(isinstance(v, torch.Tensor) for v in vals):
+        return False
+    try:
+        shape = torch.broadcast_shapes(*(v.shape for v in vals))
+    except RuntimeError:
+        return False
+    self_val, want = _val(node.args[0]), _val(node)
+    return math.prod(shape) == 0 and isinstance(self_val, torch.Tensor) and isinstance(want, torch.Tensor) and \
+        self_val.shape == want.shape and self_val.dtype == want.dtype
+
+
 def rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
     """Replaces `node` (an op in WRITES) by its unrolled form traced into `graph`:
     the error flags of its index tensors ([] where nothing is to check), or None
-    (the node is left as it is)."""
+    (the node is left as it is). With no index at all, by a copy of its input."""
+    if _writes_nothing(node):
+        with graph.inserting_before(node):
+            out = graph.call_function(aten.clone.default, (node.args[0],))
+        out.meta["val"] = node.meta["val"]
+        out.meta["mlircap_bounds_checked"] = True
+        node.replace_all_uses_with(out)
+        graph.erase_node(node)
+        return []
     masked = _mask_put(graph, node)
     if masked is not None:
         return masked
@@ -445,3 +479,26 @@ def rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
     node.replace_all_uses_with(out)
     graph.erase_node(node)
     return flags
+
+
+def masked_scatter(self, mask, source):
+    """aten.masked_scatter (torch-mlir's lowering has no CPU kernel): the k-th True of the
+    mask (broadcast to self's shape, row-major) takes source's k-th element, read at the
+    running count of Trues (a cumulative sum) minus one. More Trues than source elements:
+    eager raises; the read is bounds-checked (bounds.py), so the graph reruns eagerly
+    and raises too. An empty source: NotImplemented (the op stays whole)."""
+    if not all(isinstance(t, torch.Tensor) for t in (self, mask, source)) or mask.dtype != torch.bool or \
+            source.numel() == 0 or source.dtype != self.dtype or self.is_complex():
+        return NotImplemented
+    try:
+        shape = torch.broadcast_shapes(self.shape, mask.shape)   # (out of place: both broadcast)
+    except RuntimeError:
+        return NotImplemented
+    m = mask.expand(shape).reshape(-1)
+    base = self.expand(shape).reshape(-1)
+    if m.numel() == 0:
+        return base.clone().reshape(shape)
+    count = torch.cumsum(m.to(torch.int64), 0) - 1
+    pos = torch.where(m, count, torch.zeros_like(count))
+    vals = source.reshape(-1)[pos]
+    return torch.where(m, vals, base).reshape(shape)

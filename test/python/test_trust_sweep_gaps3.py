@@ -161,3 +161,50 @@ def test_integer_linspace_endpoint_eager_rejects_raises(start):
         f(*bad)
     with pytest.raises(RuntimeError):
         fast(*bad)
+
+
+# ----------------------------------------------------------------- writes at no index (scatter.py)
+@pytest.mark.parametrize("case", ["put_acc", "put", "put_0d", "index_put", "scatter", "index_add", "index_fill",
+                                  "put_inplace"])
+def test_write_at_no_index_is_a_copy(fallback_log, case):
+    # an index op whose index tensor has no element writes nothing: its input (a copy),
+    # not an 'empty' eager island
+    i = torch.tensor([], dtype=torch.int64)
+    s = torch.tensor([])
+    x = torch.randn(()) if case == "put_0d" else torch.randn(4, 3)
+    fn = {
+        "put_acc": lambda t, i, s: torch.put(t, i, s, accumulate=True) * 2,
+        "put": lambda t, i, s: torch.put(t, i, s),
+        "put_0d": lambda t, i, s: torch.put(t, i, s, accumulate=True),
+        "index_put": lambda t, i, s: t.index_put((i,), s.reshape(0, 1)) + 1,
+        "scatter": lambda t, i, s: t.scatter(0, i.reshape(0, 1), s.reshape(0, 1)),
+        "index_add": lambda t, i, s: t.index_add(0, i, s.reshape(0, 3)),
+        "index_fill": lambda t, i, s: t.index_fill(1, i, 2.0),
+        "put_inplace": lambda t, i, s: t.clone().put_(i, s) * 3,
+    }[case]
+    _compiled_whole(fn, [x, i, s], fallback_log)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.uint8, torch.bool])
+@pytest.mark.parametrize("shapes", [((5, 5), (5, 5)), ((5, 5), (5,)), ((5,), (3, 5)), ((2, 1, 4), (3, 1))])
+def test_masked_scatter_compiles(fallback_log, dtype, shapes):
+    # the k-th True takes source's k-th element (a running count of Trues read in source)
+    xs, ms = shapes
+    g = torch.Generator().manual_seed(0)
+    x = _ints(dtype, 0, 2 if dtype == torch.bool else 100, shape=xs)
+    m = torch.rand(ms, generator=g) > 0.4
+    src = _ints(dtype, 0, 2 if dtype == torch.bool else 100, shape=(40,), seed=3)
+    _compiled_whole(lambda a, b, c: torch.masked_scatter(a, b, c), [x, m, src], fallback_log)
+
+
+def test_masked_scatter_with_too_few_source_elements_raises():
+    def f(a, b, c):
+        return a.masked_scatter(b, c) * 2
+
+    fast = mlircap.compile(f)
+    x, m = torch.randn(4, 4), torch.ones(4, 4, dtype=torch.bool)
+    assert torch.equal(fast(x, m, torch.randn(16) * 0 + 1), f(x, m, torch.ones(16)))
+    with pytest.raises(RuntimeError):
+        f(x, m, torch.ones(15))
+    with pytest.raises(RuntimeError):
+        fast(x, m, torch.ones(15))
