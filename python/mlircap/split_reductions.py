@@ -195,12 +195,14 @@ _ELEMENTWISE = {aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tens
 _VIEWS = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
 
 
-def _ungroup(gm: fx.GraphModule, view: fx.Node, x: fx.Node) -> bool:
+def _ungroup(gm: fx.GraphModule, view: fx.Node, x: fx.Node, skip: frozenset = frozenset(),
+             dry: bool = False) -> bool:
     """Rewrites elementwise ops on the grouped view `view` of x ([N, C, H, W]) that
     come back to x's shape through a view (GroupNorm normalizing each group:
     ``((x.view(N, G, -1) - mean) * rstd).view(N, C, H, W)``) as the same ops on x with
     their per-group operands ([N or 1, G, 1, ...]) broadcast per channel, so x is only
-    read along its own dims. False (graph unchanged) when the ops are anything else."""
+    read along its own dims. False (graph unchanged) when the ops are anything else.
+    Users of the view in `skip` are left out; `dry` only answers whether it would."""
     xs, vs = tuple(x.meta["val"].shape), tuple(view.meta["val"].shape)
     big, c, g = xs[0], xs[1], vs[1]
 
@@ -213,7 +215,7 @@ def _ungroup(gm: fx.GraphModule, view: fx.Node, x: fx.Node) -> bool:
     todo = [view]
     while todo:
         for u in todo.pop().users:
-            if u in inside or u in ends:
+            if u in inside or u in ends or u in skip:
                 continue
             if u.op == "call_function" and u.target in _VIEWS and tuple(u.meta["val"].shape) == xs:
                 ends.append(u)
@@ -228,6 +230,8 @@ def _ungroup(gm: fx.GraphModule, view: fx.Node, x: fx.Node) -> bool:
                 return False
     if not ends or any(e.args[0] is view for e in ends):
         return False
+    if dry:
+        return True
     nodes = {n: i for i, n in enumerate(gm.graph.nodes)}
     order.sort(key=nodes.__getitem__)
     graph = gm.graph
@@ -266,6 +270,24 @@ def _ungroup(gm: fx.GraphModule, view: fx.Node, x: fx.Node) -> bool:
     return True
 
 
+def _from_convolution(x: fx.Node, depth: int = 4) -> bool:
+    """Whether `x` is a convolution's result, directly or through a dtype conversion
+    or elementwise ops of one tensor operand (a bias, an activation)."""
+    while depth >= 0 and isinstance(x, fx.Node) and x.op == "call_function":
+        if x.target is aten.convolution.default:
+            return True
+        tensors = [a for a in x.args if isinstance(a, fx.Node)]
+        if x.target not in _ELEMENTWISE and x.target is not torch.ops.prims.convert_element_type.default \
+                and x.target is not aten._to_copy.default:
+            return False
+        big = [a for a in tensors if a.meta.get("val") is not None and
+               a.meta["val"].shape == x.meta["val"].shape]
+        if len(big) != 1:
+            return False
+        x, depth = big[0], depth - 1
+    return False
+
+
 def channel_stats(gm: fx.GraphModule) -> int:
     """Rewrites GroupNorm-style statistics of `gm` as per-channel spatial sums (see the
     module docstring), and the normalization of the groups per channel (_ungroup), on
@@ -285,6 +307,11 @@ def channel_stats(gm: fx.GraphModule) -> int:
         if n.target is aten.var_mean.correction and any(u.target is not operator.getitem for u in n.users):
             continue
         view = n.args[0]
+        # Only where it lets the convolution writing x run NHWC: x read along its own
+        # dims only, the group normalization on the view included (on CUDA torch
+        # normalizes the grouped view); elsewhere it only adds kernels.
+        if not _from_convolution(x) or (len(view.users) > 1 and not _ungroup(gm, view, x, frozenset({n}), True)):
+            continue
         _replace(gm, n, x, _group_replacement(n.target, *found, _correction(n)))
         if view.users:
             _ungroup(gm, view, x)

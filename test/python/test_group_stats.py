@@ -84,32 +84,44 @@ def test_group_stats_match_eager(monkeypatch, capfd, tmp_path, name, dtype):
             torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
 
 
-def test_cuda_only_and_not_without_groups(monkeypatch):
+def test_cuda_only_and_only_where_it_pays(monkeypatch):
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
     from mlircap import split_reductions as sr
 
-    x = torch.randn(2, 8, 4, 4)
-    grouped = make_fx(lambda t: torch.var_mean(t.view(2, 4, 2, 16), [2, 3], keepdim=True))(x)
-    FakeTensorProp(grouped).propagate(x)
+    x, w = torch.randn(2, 8, 4, 4), torch.randn(8, 8, 1, 1)
+    conv = torch.nn.functional.conv2d
+
+    def graph(fn):
+        gm = make_fx(fn)(x, w)
+        FakeTensorProp(gm).propagate(x, w)
+        return gm
+
+    def stats(t, w):
+        return torch.var_mean(conv(t, w).view(2, 4, 2, 16), [2, 3], keepdim=True)
+
+    def other_reader(t, w):
+        v = conv(t, w).view(2, 4, 32)
+        return torch.var_mean(v, 2), v.cumsum(2)
+
+    grouped = graph(stats)
     monkeypatch.delenv("MLIRCAP_GPU_GROUP_STATS", raising=False)
     assert sr.channel_stats(grouped) == 0      # on by default, on CUDA graphs only
     monkeypatch.setenv("MLIRCAP_GPU_GROUP_STATS", "0")
     assert sr.channel_stats(grouped) == 0
     monkeypatch.setenv("MLIRCAP_GPU_GROUP_STATS", "force")
-    # not over the whole group (dim 3 only), or a view that mixes the batch into the groups
-    for fn in (lambda t: t.view(2, 4, 2, 16).sum(3), lambda t: t.view(4, 4, 16).mean(2)):
-        gm = make_fx(fn)(x)
-        FakeTensorProp(gm).propagate(x)
-        assert sr.channel_stats(gm) == 0
+    for fn in (lambda t, w: conv(t, w).view(2, 4, 2, 16).sum(3),   # not the whole group
+               lambda t, w: conv(t, w).view(4, 4, 16).mean(2),     # the batch mixed into the groups
+               lambda t, w: torch.var_mean(t.view(2, 4, 2, 16), [2, 3]),   # no convolution writes x
+               other_reader):   # the grouped view read by more than elementwise ops viewed back
+        assert sr.channel_stats(graph(fn)) == 0
     # a group of one channel (InstanceNorm-like) is one too
-    per_channel = make_fx(lambda t: t.view(2, 8, 16).mean(2))(x)
-    FakeTensorProp(per_channel).propagate(x)
+    per_channel = graph(lambda t, w: conv(t, w).view(2, 8, 16).mean(2))
     assert sr.channel_stats(per_channel) == 1
     per_channel.recompile()
-    torch.testing.assert_close(per_channel(x), x.view(2, 8, 16).mean(2))
+    torch.testing.assert_close(per_channel(x, w), conv(x, w).view(2, 8, 16).mean(2))
     assert sr.channel_stats(grouped) == 1
     grouped.recompile()
-    for a, b in zip(grouped(x), torch.var_mean(x.view(2, 4, 2, 16), [2, 3], keepdim=True)):
+    for a, b in zip(grouped(x, w), stats(x, w)):
         torch.testing.assert_close(a, b)
