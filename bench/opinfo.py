@@ -23,9 +23,10 @@ equal_nan=True and exact dtype and shape. Each sample is one of
                  parts: a graph that only runs library calls runs eagerly (a fallback). Such
                  samples are reported as ok with detail "library calls: ..." and counted
                  separately in the report (ok_library). A captured graph with no op (the
-                 result is an input or a constant: x.real of a real x) runs nothing, eagerly
-                 or compiled: ok when its variant replays, detail "nothing to compute",
-                 counted separately (ok_empty)
+                 result is an input or a constant: x.real of a real x), or no graph at all
+                 with no graph break (broadcast_shapes: a torch.Size of shapes), runs
+                 nothing, eagerly or compiled: ok when its variant replays, detail "nothing
+                 to compute", counted separately (ok_empty)
     fallback     correct, but (part of) it ran eagerly; the reason's first line is recorded
                  ("partial:" when some graphs compiled and some ops ran as eager islands;
                  a crash of mlircap's compile worker is contained by mlircap: a fallback,
@@ -434,6 +435,13 @@ def compiled_status(c, warn_msgs, log_text: str = "", notes: list | None = None)
         return partial + "eager islands: " + ", ".join(islands)
     if library and notes is not None:
         notes.append("library calls: " + ", ".join(library))
+    if not graphs and not islands and _nothing_captured(c, cap):
+        # no tensor op at all (broadcast_shapes: a torch.Size from shapes): the variant
+        # replays its recorded result; no uncapturable call, nothing ran eagerly
+        why = _replay_status(cap)
+        if why is None and notes is not None:
+            notes.append(NOTHING_TO_COMPUTE)
+        return why
     if not graphs:
         why = None
         if cap is not None:
@@ -445,6 +453,18 @@ def compiled_status(c, warn_msgs, log_text: str = "", notes: list | None = None)
         if g.executable is g.gm:
             return "graph runs eagerly (executable is the FX graph)"
     return _replay_status(cap)
+
+
+def _nothing_captured(c, cap) -> bool:
+    """The capture recorded a variant without any graph, graph break (an uncapturable call
+    made between graphs) or eager part: the function computes nothing with tensors."""
+    if cap is None or any(getattr(v, "eager", False) for v in cap.variants):
+        return False
+    try:
+        ex = c.explain()
+    except Exception:  # noqa: BLE001
+        return False
+    return ex.graph_count == 0 and ex.break_count == 0 and not ex.eager_reasons
 
 
 def _replay_status(cap) -> str | None:

@@ -208,3 +208,38 @@ def test_masked_scatter_with_too_few_source_elements_raises():
         f(x, m, torch.ones(15))
     with pytest.raises(RuntimeError):
         fast(x, m, torch.ones(15))
+
+
+# ----------------------------------------------------------------- the sweep's classification
+def _sweep_status(fast, *args):
+    import contextlib
+    import io
+
+    from test_opinfo import _load_opinfo   # bench/opinfo.py as a module
+
+    opinfo = _load_opinfo()
+    logs.set_logs("fallback")
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(buf):
+            fast(*args)
+            fast(*args)
+    finally:
+        logs.set_logs()
+    notes = []
+    return opinfo.compiled_status(fast, [], buf.getvalue(), notes), notes, opinfo
+
+
+def test_sweep_counts_a_function_without_tensor_ops_as_nothing_to_compute():
+    status, notes, opinfo = _sweep_status(mlircap.compile(lambda a, b: torch.broadcast_shapes(a, b)),
+                                          (5, 10, 5), (10, 5))
+    assert status is None and notes == [opinfo.NOTHING_TO_COMPUTE], (status, notes)
+
+
+def test_sweep_does_not_count_an_uncapturable_call_as_nothing_to_compute():
+    def f(x):
+        torch.manual_seed(3)   # an uncapturable call between (no) graphs
+        return x.shape[0]
+
+    status, notes, _ = _sweep_status(mlircap.compile(f), torch.randn(3))
+    assert status is not None and not notes, (status, notes)
