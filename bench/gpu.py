@@ -21,7 +21,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import torch  # noqa: E402
 
 import mlircap  # noqa: E402
-from mlircap import models  # noqa: E402
+from mlircap import config, models  # noqa: E402
 from mlircap.benchutil import geomean, latency_ms, max_err, timed_first_call  # noqa: E402
 from profile_gpu import device_kernels  # noqa: E402
 
@@ -70,7 +70,7 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     dev = torch.cuda.get_device_name()
     try:
-        commit = os.environ.get("MLIRCAP_COMMIT") or subprocess.run(
+        commit = config.env("MLIRCAP_COMMIT") or subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip() or "unknown"
     except OSError:
         commit = "unknown"
