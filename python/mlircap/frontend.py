@@ -157,6 +157,9 @@ def _build_table() -> dict:
     table[aten.masked_scatter.default] = masked_scatter   # torch-mlir's lowering: no CPU kernel
     for op in (aten.fmax.default, aten.fmin.default):
         table[op] = _broadcast_operands(op, table.get(op))   # torch-mlir: no broadcasting
+    from .special import avg_pool2d_divisor_override
+
+    table[aten.avg_pool2d.default] = avg_pool2d_divisor_override(table.get(aten.avg_pool2d.default))
     for packet in _OPMATH_REDUCTIONS:
         for name in packet.overloads():
             op = getattr(packet, name)

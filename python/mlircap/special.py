@@ -179,3 +179,37 @@ def lgamma(x):
     res = torch.where(torch.isinf(t), torch.full_like(t, float("inf")), res)
     res = torch.where(torch.isnan(t), t, res)
     return res.to(torch.float32).to(out)
+
+
+def avg_pool2d_divisor_override(fallback):
+    """aten.avg_pool2d with a divisor_override d (torch-mlir cannot lower it): each window's
+    sum over the input divided by d, as the window's mean over its input elements
+    (count_include_pad=False, the op torch-mlir lowers) times (their count / d), the
+    count a constant of the shapes (eager's own pooling of ones, evaluated now). Other
+    calls to `fallback`."""
+
+    def decomposition(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+                      divisor_override=None):
+        if divisor_override is None or not isinstance(x, torch.Tensor) or not x.is_floating_point() or \
+                x.dim() not in (3, 4) or x.device.type != "cpu":
+            return NotImplemented if fallback is None else fallback(
+                x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+        from .ranges import _now
+
+        def pair(v):
+            v = [v] if isinstance(v, int) else list(v)
+            return v * 2 if len(v) == 1 else v
+        kernel_size = pair(kernel_size)
+        stride = pair(stride) if stride else list(kernel_size)
+        padding = pair(padding)
+        shape = tuple(x.shape[-2:])
+        count = _now(lambda: torch.ops.aten.avg_pool2d.default(
+            torch.ones((1, 1) + shape, dtype=torch.float64), kernel_size, stride, padding, ceil_mode, True, 1))
+        if _now(lambda: bool((count == 0).any())) or count.numel() > (1 << 16):
+            return NotImplemented
+        scale = _now(lambda: (count[0, 0] / float(divisor_override)).to(torch.float32))
+        mean = torch.ops.aten.avg_pool2d.default(x, kernel_size, stride, padding, ceil_mode, False, None)
+        factor = torch.ops.aten.lift_fresh_copy.default(scale).to(x.device)
+        return (mean.to(torch.float32) * factor).to(x.dtype)
+
+    return decomposition

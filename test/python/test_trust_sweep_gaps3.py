@@ -243,3 +243,15 @@ def test_sweep_does_not_count_an_uncapturable_call_as_nothing_to_compute():
 
     status, notes, _ = _sweep_status(mlircap.compile(f), torch.randn(3))
     assert status is not None and not notes, (status, notes)
+
+
+@pytest.mark.parametrize("case", [((2, 2), (), (0,), False, True, -2), ((3, 3), (2, 2), (1, 1), True, False, 5),
+                                  ((3, 2), (1, 2), (1, 0), False, True, 3), (2, None, 1, True, True, 7)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_avg_pool2d_with_divisor_override(fallback_log, case, dtype):
+    # window sums over the input divided by the override: the mean over the input elements
+    # times their count (a constant of the shapes) over the override
+    k, s, p, ceil, incl, d = case
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 7, 6, generator=g).to(dtype)
+    _compiled_whole(lambda t: F.avg_pool2d(t, k, s, p, ceil, incl, d), [x], fallback_log, exact=False)
