@@ -81,7 +81,8 @@ def test_new_empty_strided_compiles(fallback_log):
     x = torch.randn(5)
     _compiled_whole(lambda t: t.new_empty_strided((10,), (1,), dtype=torch.float64), [x], fallback_log,
                     meta_only=True)
-    _compiled_whole(lambda t: t.new_empty_strided((2, 3), (3, 1)).fill_(2.0) + t.sum(), [x], fallback_log)
+    _compiled_whole(lambda t: t.new_empty_strided((2, 3), (3, 1)).fill_(2.0) + t.sum(), [x], fallback_log,
+                    exact=False)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.uint8, torch.bool])
