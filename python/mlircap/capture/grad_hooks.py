@@ -189,6 +189,19 @@ def hook_target(hook: Callable) -> Callable:
     return register_grad_hook
 
 
+def graph_arguments(rec: object, args: list, consts: tuple) -> bool:
+    """Whether every tensor of `args` is one the graph of recorder `rec` holds and every
+    other argument is None or of a type in `consts` (a call held as one node)."""
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            e = rec.env.get(id(a))
+            if not (e is not None and e[0] is a or id(a) in rec.src):
+                return False
+        elif not (a is None or type(a) in consts):
+            return False
+    return True
+
+
 class _GradHookMixin:
     """For `_Recorder` (through `_GraphMixin`): the graph node of a gradient hook."""
 
@@ -222,13 +235,8 @@ class _GradHookMixin:
         # does not take it as an expression)
         if kwargs or self.np_env or not pure_autograd_function(cls):
             return False
-        for a in args:
-            if isinstance(a, torch.Tensor):
-                e = self.env.get(id(a))
-                if not (e is not None and e[0] is a or id(a) in self.src):
-                    return False
-            elif not (a is None or type(a) in _CONST_TYPES):
-                return False
+        if not graph_arguments(self, args, _CONST_TYPES):
+            return False
         target = _APPLY_TARGETS.setdefault(cls, cls.apply)
         self.ext_depth += 1   # (its forward's ops are not the program's: the node stands for them)
 

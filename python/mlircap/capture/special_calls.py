@@ -31,7 +31,7 @@ from .base import Unreplayable, _Canned
 from .classify import _PRIM, _func_qualname, _scripted_python
 from .external_calls import _ExternalCallMixin, _traced
 from .frame_hook import _E
-from .grad_hooks import pure_mapped_function
+from .grad_hooks import graph_arguments, pure_mapped_function
 from .guard_kinds import Equals
 from .values import _DESCRIPTORS
 
@@ -138,13 +138,8 @@ class _SpecialCallMixin(_ExternalCallMixin):
         lookups = pure_mapped_function(fn)
         if lookups is None:
             return False
-        for a in args:
-            if isinstance(a, torch.Tensor):
-                e = self.env.get(id(a))
-                if not (e is not None and e[0] is a or id(a) in self.src):
-                    return False
-            elif not (a is None or type(a) in _PRIM):
-                return False
+        if not graph_arguments(self, args, _PRIM):
+            return False
         self.read(f"{self.const(fn)}.__code__", f"{fn.__qualname__}.__code__", fn.__code__)
         for name, mod, attr in lookups:
             g = fn.__globals__
