@@ -62,6 +62,12 @@ def _splits(rows: int, n: int) -> int:
     return s
 
 
+def _keepdim(n: fx.Node) -> bool:
+    # var(_mean).correction(x, dim, *, correction, keepdim); mean.dim / sum.dim_IntList(x, dim, keepdim)
+    return n.kwargs.get("keepdim", n.args[2] if len(n.args) > 2 and n.target in (aten.mean.dim,
+                                                                                  aten.sum.dim_IntList) else False)
+
+
 def _plan(n: fx.Node) -> tuple[int, int, int, tuple[int, ...]] | None:
     """(R, N, S, output shape) when node `n` is a reduction to split, else None."""
     if n.op != "call_function" or n.target not in _OPS or not n.args:
@@ -82,9 +88,7 @@ def _plan(n: fx.Node) -> tuple[int, int, int, tuple[int, ...]] | None:
     k = x.dim() - len(dims)
     if not dims or dims != list(range(k, x.dim())):
         return None   # trailing dims only: the rows are [R, N] of the input
-    # var(_mean).correction(x, dim, *, correction, keepdim); mean.dim / sum.dim_IntList(x, dim, keepdim)
-    keepdim = n.kwargs.get("keepdim", n.args[2] if len(n.args) > 2 and n.target in (aten.mean.dim,
-                                                                                     aten.sum.dim_IntList) else False)
+    keepdim = _keepdim(n)
     rows, size = math.prod(x.shape[:k]), math.prod(x.shape[k:])
     if rows >= _MAX_ROWS or size < _MIN_ROW:
         return None
@@ -133,8 +137,7 @@ def _group_plan(n: fx.Node) -> tuple[int, int, int, int, tuple[int, ...]] | None
     if dims != list(range(2, y.dim())) or y.shape[0] != big or g < 1 or c % g or \
             math.prod(y.shape[2:]) != (c // g) * x.shape[2] * x.shape[3]:
         return None
-    keepdim = n.kwargs.get("keepdim", n.args[2] if len(n.args) > 2 and n.target in (aten.mean.dim,
-                                                                                     aten.sum.dim_IntList) else False)
+    keepdim = _keepdim(n)
     return big, c, g, x.shape[2] * x.shape[3], tuple(y.shape[:2]) + ((1,) * len(dims) if keepdim else ())
 
 
