@@ -100,6 +100,33 @@ unsigned permutableRank(Operation *op) {
   return r;
 }
 
+/// The map from permuted loops to a generic's old ones: old loop i is new loop
+/// inv[i].
+AffineMap toOldLoops(ArrayRef<int64_t> inv, MLIRContext *ctx) {
+  SmallVector<AffineExpr> old;
+  for (int64_t k : inv)
+    old.push_back(getAffineDimExpr(k, ctx));
+  return AffineMap::get(inv.size(), 0, old, ctx);
+}
+
+/// `g`'s body over permuted loops (old loop i is new loop inv[i]): a generic
+/// reading `ins` with `maps` (the result's last), writing a new tensor of
+/// `shape` (filled as g's init was, if it was a fill).
+linalg::GenericOp permutedGeneric(OpBuilder &b, linalg::GenericOp g, ArrayRef<int64_t> inv, ValueRange ins,
+                                  ArrayRef<AffineMap> maps, ArrayRef<utils::IteratorType> iters,
+                                  ArrayRef<int64_t> shape) {
+  Location loc = g.getLoc();
+  Type et = cast<RankedTensorType>(g->getResult(0).getType()).getElementType();
+  Value init = tensor::EmptyOp::create(b, loc, shape, et);
+  if (auto fill = g.getDpsInitOperand(0)->get().getDefiningOp<linalg::FillOp>())
+    init = linalg::FillOp::create(b, loc, fill.getInputs()[0], init).getResult(0);
+  auto moved = linalg::GenericOp::create(b, loc, TypeRange{init.getType()}, ins, ValueRange{init}, maps, iters);
+  IRMapping none;
+  g.getRegion().cloneInto(&moved.getRegion(), none);
+  moved.getRegion().front().walk([&](linalg::IndexOp idx) { idx.setDim(inv[idx.getDim()]); });
+  return moved;
+}
+
 /// A reduction whose loops can be permuted (permuteReduction): one result
 /// whose map is a projected permutation of the loops, static shapes, an init
 /// that is unread or a fill.
@@ -237,13 +264,12 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
     unsigned n = g.getNumLoops();
     // New loop k of the leading ones is old loop perm[k]; q maps the new loops
     // to the old (reduction loops unchanged).
-    SmallVector<int64_t> inv(r);
+    SmallVector<int64_t> inv(n);
+    for (unsigned i = 0; i < n; ++i)
+      inv[i] = i;
     for (unsigned k = 0; k < r; ++k)
       inv[perm[k]] = k;
-    SmallVector<AffineExpr> old;
-    for (unsigned i = 0; i < n; ++i)
-      old.push_back(b.getAffineDimExpr(i < r ? inv[i] : i));
-    AffineMap q = AffineMap::get(n, 0, old, b.getContext());
+    AffineMap q = toOldLoops(inv, b.getContext());
     SmallVector<Value> ins;
     SmallVector<AffineMap> maps;
     for (OpOperand *in : g.getDpsInputOperands()) {
@@ -263,20 +289,9 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
         maps.push_back(m.compose(q));
       }
     }
-    auto type = cast<RankedTensorType>(t->getResult(0).getType());
-    Value init = tensor::EmptyOp::create(b, loc, type.getShape(), type.getElementType());
-    if (auto fill = g.getDpsInitOperand(0)->get().getDefiningOp<linalg::FillOp>())
-      init = linalg::FillOp::create(b, loc, fill.getInputs()[0], init).getResult(0);
     maps.push_back(g.getMatchingIndexingMap(g.getDpsInitOperand(0)));
-    auto moved = linalg::GenericOp::create(b, loc, TypeRange{type}, ins, ValueRange{init}, maps,
-                                           g.getIteratorTypesArray());
-    IRMapping none;
-    g.getRegion().cloneInto(&moved.getRegion(), none);
-    // linalg.index of old loop i < r is new loop inv[i]
-    moved.getRegion().front().walk([&](linalg::IndexOp idx) {
-      if (idx.getDim() < r)
-        idx.setDim(inv[idx.getDim()]);
-    });
+    auto type = cast<RankedTensorType>(t->getResult(0).getType());
+    auto moved = permutedGeneric(b, g, inv, ins, maps, g.getIteratorTypesArray(), type.getShape());
     replace(t, src, perm, moved.getResult(0));
     return true;
   }
@@ -321,10 +336,7 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
     SmallVector<int64_t> inv(n);
     for (unsigned k = 0; k < n; ++k)
       inv[q[k]] = k;
-    SmallVector<AffineExpr> old;
-    for (unsigned i = 0; i < n; ++i)
-      old.push_back(b.getAffineDimExpr(inv[i]));
-    AffineMap toOld = AffineMap::get(n, 0, old, b.getContext());
+    AffineMap toOld = toOldLoops(inv, b.getContext());
     SmallVector<Value> ins;
     SmallVector<AffineMap> maps;
     for (OpOperand *in : g.getDpsInputOperands()) {
@@ -357,14 +369,8 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
       shape.push_back(type.getDimSize(j));
       outExprs.push_back(b.getAffineDimExpr(newDim(j)));
     }
-    Value init = tensor::EmptyOp::create(b, loc, shape, type.getElementType());
-    if (auto fill = g.getDpsInitOperand(0)->get().getDefiningOp<linalg::FillOp>())
-      init = linalg::FillOp::create(b, loc, fill.getInputs()[0], init).getResult(0);
     maps.push_back(AffineMap::get(n, 0, outExprs, b.getContext()));
-    auto moved = linalg::GenericOp::create(b, loc, TypeRange{init.getType()}, ins, ValueRange{init}, maps, iters);
-    IRMapping none;
-    g.getRegion().cloneInto(&moved.getRegion(), none);
-    moved.getRegion().front().walk([&](linalg::IndexOp idx) { idx.setDim(inv[idx.getDim()]); });
+    auto moved = permutedGeneric(b, g, inv, ins, maps, iters, shape);
     Value result = moved.getResult(0);
     if (!llvm::is_sorted(order)) {
       // old result dim k is new result dim back[k]
