@@ -1089,6 +1089,10 @@ def make_backend(options: Options | None = None, registry: list | None = None):
                 fn = _aot(gm, example_inputs)
             except MlircapCompileError:
                 raise
+            except torch._dynamo.exc.RestartAnalysis:
+                # Dynamo's control flow (TensorifyScalarRestartAnalysis: trace again
+                # with the float specialized), not a failure of the graph
+                raise
             except Exception as e:
                 from .ddsplit import is_data_dependent_error, split_data_dependent
 
@@ -1104,7 +1108,7 @@ def make_backend(options: Options | None = None, registry: list | None = None):
                 # the graph is compiled around it; under strict=True only where nothing
                 # runs through torch (ops computed at their bound, bounded.py)
                 failure = None if is_data_dependent_error(e) else \
-                    f"fake tensors cannot run it ({type(e).__name__}: {str(e).strip().splitlines()[0][:200]})"
+                    f"fake tensors cannot run it ({type(e).__name__}: {(str(e).strip() or repr(e)).splitlines()[0][:200]})"
                 split = split_data_dependent(gm, example_inputs, backend, fake_failure=failure,
                                              strict=options.strict)
                 if split is not None:
