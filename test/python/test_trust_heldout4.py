@@ -77,3 +77,30 @@ def test_torch_compile_item_outputs_do_not_break_the_backend():
         got, want = fast(x), f(x)
         assert got[1:] == want[1:]
         assert got[0] == pytest.approx(want[0], rel=1e-5, abs=1e-6)
+
+
+# --------------------------------------------------------------------------- autograd leaves made inside
+
+def test_factory_with_requires_grad_then_backward_inside_the_function():
+    """`w = torch.ones(4, requires_grad=True)` made in the function and `.backward()`
+    on a result of it: the replay's graph made w without the flag and the second call
+    raised 'element 0 of tensors does not require grad'. The leaf is now made between
+    graphs, as for w.requires_grad_()."""
+    def f(x):
+        w = torch.ones(4, requires_grad=True)
+        b = torch.zeros_like(x, requires_grad=True)
+        v = torch.tensor([1.0, -2.0, 3.0, 0.5], requires_grad=True)
+        y = (x * w * v + b).sum()
+        y.backward()
+        return w.grad, b.grad, v.grad, y.detach(), w.is_leaf, w.requires_grad
+
+    fast = mlircap.compile(f)
+    for i in range(3):
+        x = gen(i, 4)
+        got, want = fast(x), f(x)
+        for g, w in zip(got, want):
+            if isinstance(w, torch.Tensor):
+                torch.testing.assert_close(g, w)
+            else:
+                assert g == w
+    assert len(fast.graphs) >= 1

@@ -190,6 +190,14 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin):
             self._autograd_state_step(fn, args[:1] if name == "retain_grad" else
                                       (args[0], bool(args[1]) if len(args) > 1 else kwargs.get("requires_grad", True)))
             return res
+        leaf = kwargs.get("requires_grad") is True and isinstance(res, torch.Tensor) and res.is_leaf and \
+            res.requires_grad
+        if leaf:
+            # a factory making a leaf that requires grad (torch.ones(n, requires_grad=True)):
+            # the graph makes the values, the leaf is made between graphs, as requires_grad_()
+            # (recorded with the flag, the replay's tensor did not require grad and a
+            # .backward() in the function raised)
+            kwargs = {k: v for k, v in kwargs.items() if k != "requires_grad"}
         try:
             if dyn and (name in _SPLITTERS or name == "__iter__"):
                 raise Unreplayable(f"{name} of a tensor whose shape depends on tensor data")
@@ -209,6 +217,8 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin):
             for t in flat_res:
                 if isinstance(t, torch.Tensor):
                     dyn_ids[id(t)] = t
+        if leaf:
+            self._autograd_state_step(torch.Tensor.requires_grad_, (res, True))
         return res
 
     def _autograd_state_step(self, fn: Callable, args: tuple) -> None:
