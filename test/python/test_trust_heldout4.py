@@ -2,7 +2,6 @@
 programs (/tmp/trust_h: losses, attention masks, scatter/sort, dtype mixes, aliasing,
 module state, dynamic shapes, conv/pool/pad/interp, ...), each compared with eager over
 several calls, outputs and mutated state. One regression test per defect fixed."""
-import warnings
 
 import pytest
 import torch
