@@ -157,6 +157,8 @@ def _build_table() -> dict:
     table[aten.masked_scatter.default] = masked_scatter   # torch-mlir's lowering: no CPU kernel
     for op in (aten.fmax.default, aten.fmin.default):
         table[op] = _broadcast_operands(op, table.get(op))   # torch-mlir: no broadcasting
+    for op in (aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default):
+        table[op] = _integer_bounds(op, table.get(op))   # bounds wrap to the dtype, as eager's
     from .special import avg_pool2d_divisor_override
 
     table[aten.avg_pool2d.default] = avg_pool2d_divisor_override(table.get(aten.avg_pool2d.default))
@@ -307,6 +309,29 @@ def _broadcast_operands(op, fallback):
             shape = torch.broadcast_shapes(a.shape, b.shape)
             return op(a.expand(shape), b.expand(shape), *args, **kwargs)
         return NotImplemented if fallback is None else fallback(a, b, *args, **kwargs)
+
+    return decomposition
+
+
+def _integer_bounds(op, fallback):
+    """clamp / clamp_min / clamp_max of an integer tensor with Python int bounds, the
+    bounds converted to the tensor's dtype first, as eager's kernel converts them
+    (uint8 clamp_min(-50) is max(x, 206) in eager: every element 206; computed in int32
+    after widen.py the bound stayed -50 and x came back unchanged). Other calls go to
+    `fallback`."""
+    from .opmath import as_dtype_scalar
+
+    def convert(v, dtype):
+        return as_dtype_scalar(v, dtype) if isinstance(v, int) and not isinstance(v, bool) else v
+
+    def decomposition(x, *bounds, **kwargs):
+        if isinstance(x, torch.Tensor) and not x.is_floating_point() and not x.is_complex() and \
+                x.dtype != torch.bool:
+            nb = tuple(convert(b, x.dtype) for b in bounds)
+            nk = {k: convert(v, x.dtype) if k in ("min", "max") else v for k, v in kwargs.items()}
+            if nb != bounds or nk != kwargs:
+                return op(x, *nb, **nk)
+        return NotImplemented if fallback is None else fallback(x, *bounds, **kwargs)
 
     return decomposition
 

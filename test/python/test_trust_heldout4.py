@@ -103,3 +103,31 @@ def test_factory_with_requires_grad_then_backward_inside_the_function():
             else:
                 assert g == w
     assert len(fast.graphs) >= 1
+
+
+# --------------------------------------------------------------------------- integer clamp bounds
+
+@pytest.mark.parametrize("front", ["mlircap", "torch.compile"])
+@pytest.mark.parametrize("bound", [-50, -1, -200, 30])
+@pytest.mark.parametrize("op", ["clamp", "clamp_min", "clamp_max", "clamp_min_fn"])
+def test_uint8_clamp_bounds_wrap_like_eager(op, bound, front):
+    """Eager converts a clamp bound to the tensor's dtype before clamping (uint8
+    clamp_min(-50) is max(x, 206): every element 206; clamp_max(-50) leaves x as it is).
+    The compiled graph, computing uint8 in int32, kept -50 and returned x unchanged
+    (clamp_min) or 206 everywhere (clamp_max)."""
+    fn = {"clamp": lambda x: x.clamp(bound, 50), "clamp_min": lambda x: x.clamp(min=bound),
+          "clamp_max": lambda x: x.clamp(max=bound), "clamp_min_fn": lambda x: torch.clamp_min(x, bound)}[op]
+    fast = mlircap.compile(fn) if front == "mlircap" else torch.compile(fn, backend="mlircap")
+    for i in range(3):
+        x = torch.tensor([0, 10, 49, 50, 51, 100, 127, 25, 3, 7, 200, 255], dtype=torch.uint8) + i
+        got, want = fast(x), fn(x)
+        assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
+
+
+def test_int8_clamp_in_range_bounds_unchanged():
+    fn = lambda x: (x.clamp(-100, 100), x.clamp(min=-3), x.clamp_max(5))   # noqa: E731
+    fast = mlircap.compile(fn)
+    for i in range(3):
+        x = torch.arange(-128, 128, 7, dtype=torch.int8) + i
+        for g, w in zip(fast(x), fn(x)):
+            assert g.dtype == w.dtype and torch.equal(g, w)
