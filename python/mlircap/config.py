@@ -69,8 +69,9 @@ ENV: dict[str, EnvVar] = _vars(
            "grouped view on CUDA instead of per-channel spatial sums and a per-channel normalization "
            "(which let the convolutions around it run NHWC); force applies them on any device",
            "mlircap/split_reductions.py"),
-    EnvVar("MLIRCAP_CPU_LIBRARY_OPS", "1", "0 compiles log_softmax on the CPU "
-           "instead of calling torch's vectorized kernel (partition.CPU_LIBRARY_OPS)", "python/mlircap/partition.py"),
+    EnvVar("MLIRCAP_CPU_LIBRARY_OPS", "1", "0 compiles log_softmax, and large bfloat16/float16 "
+           "linear/convolution with a bias, on the CPU instead of calling torch's kernels "
+           "(partition.CPU_LIBRARY_OPS, CPU_NARROW_LIBRARY_MACS)", "python/mlircap/partition.py"),
     EnvVar("MLIRCAP_CUDA_GRAPHS", "1", "0 disables CUDA graphs for GPU plans",
            "mlircap/runtime/cuda.py"),
     EnvVar("MLIRCAP_CUDNN_BENCHMARK", None, "1 lets cuDNN time its algorithms for the plan's "

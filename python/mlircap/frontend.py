@@ -255,6 +255,10 @@ def _product_plus_bias_rounded_once(product):
         dt = a.dtype
         if dt not in (torch.bfloat16, torch.float16) or a.device.type != "cpu" or b.dtype != dt or bias.dtype != dt:
             return NotImplemented
+        from .partition import cpu_narrow_library
+
+        if product is torch.ops.aten.mm.default and cpu_narrow_library("aten::addmm", (bias, a, b)):
+            return NotImplemented   # large: eager's kernel, through torch (partition.CPU_NARROW_LIBRARY_MACS)
         f32 = torch.float32
         return (product(a.to(f32), b.to(f32)) + bias.to(f32)).to(dt)
 
@@ -531,11 +535,13 @@ def _dtypes_in(args, kwargs):
 def _keep_whole(op, args, kwargs) -> bool:
     """`op` on these arguments becomes an eager island (partition.py) or
     follows eager's numerics only as one op: it must not be decomposed."""
-    from .partition import SUPPORTED_DTYPES, cpu_library, eager_numerics, op_name
+    from .partition import SUPPORTED_DTYPES, cpu_library, cpu_narrow_library, eager_numerics, op_name
     from .widen import uint8_computable
 
     first = next((a for a in args if isinstance(a, torch.Tensor)), None)
     if first is not None and cpu_library(op_name(op), first.device):
+        return True
+    if cpu_narrow_library(op_name(op), args):
         return True
 
     unsupported = {d for d in _dtypes_in(args, kwargs) if d not in SUPPORTED_DTYPES}

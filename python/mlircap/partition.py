@@ -100,6 +100,46 @@ def cpu_library(name: str, device) -> bool:
         and config.env_flag("MLIRCAP_CPU_LIBRARY_OPS")
 
 
+# CPU: bfloat16/float16 products with a bias (addmm: linear's; ungrouped convolutions, 1-D
+# and 2-D) compile as eager rounds them: the float32 product of the converted operands plus
+# the bias, rounded once (frontend._product_plus_bias_rounded_once, _cpu_convolution). That
+# runs torch's float32 kernel on operands converted every call, 2.2-2.9x the time of eager's
+# bfloat16 oneDNN kernel (1 thread, Zen 4: addmm 128x256x1024 883 vs 389 us, 12544x384x96
+# 15.4 vs 5.4 ms), which computes the same thing (float32 sums, the bias added before its one
+# rounding). From CPU_NARROW_LIBRARY_MACS multiply-adds such an op stays whole and runs
+# through torch, eager's own kernel and bits, as a library call; smaller ones, where the
+# island's call costs more than the conversions, compile (MLIRCAP_CPU_LIBRARY_OPS=0: all).
+CPU_NARROW_LIBRARY_MACS = 1 << 20
+
+
+def cpu_narrow_library(name: str, args) -> bool:
+    """`name(*args)` (tensor arguments as tensors or their metadata) is a bfloat16/float16
+    addmm or convolution with a bias on the CPU large enough to run through torch
+    (CPU_NARROW_LIBRARY_MACS)."""
+    from . import config
+
+    if name not in ("aten::addmm", "aten::convolution") or len(args) < 3:
+        return False
+    a, b, bias = (args[1], args[2], args[0]) if name == "aten::addmm" else args[:3]
+    if not all(isinstance(t, torch.Tensor) for t in (a, b, bias)) or a.device.type != "cpu" or \
+            a.dtype not in (torch.bfloat16, torch.float16) or b.dtype != a.dtype or bias.dtype != a.dtype:
+        return False
+    if name == "aten::addmm":
+        if a.dim() != 2 or b.dim() != 2:
+            return False
+        macs = a.shape[0] * a.shape[1] * b.shape[1]
+    else:
+        x, w = a, b
+        if len(args) < 9 or args[6] or args[8] != 1 or w.dim() not in (3, 4) or x.dim() != w.dim():
+            return False   # transposed or grouped: not what the decompositions compute in float32
+        stride, padding, dilation = args[3], args[4], args[5]
+        out = x.shape[0] * w.shape[0]
+        for i, k in enumerate(w.shape[2:]):
+            out *= (x.shape[2 + i] + 2 * padding[i] - dilation[i] * (k - 1) - 1) // stride[i] + 1
+        macs = out * w[0].numel()
+    return macs >= CPU_NARROW_LIBRARY_MACS and config.env_flag("MLIRCAP_CPU_LIBRARY_OPS")
+
+
 # Ops whose eager kernels round in ways no decomposition reproduces: the op
 # name -> the output dtypes in which the compiled decomposition matches eager
 # (to the dtype's tolerance); in any other dtype the op stays whole and runs
@@ -252,6 +292,9 @@ def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
     out = node.meta.get("val")
     first = next(iter(_leaves(out, torch.Tensor)), None)
     if first is not None and cpu_library(name, first.device):
+        return "library"
+    if name in ("aten::addmm", "aten::convolution") and cpu_narrow_library(name, [
+            a.meta.get("val") if isinstance(a, fx.Node) else a for a in node.args]):
         return "library"
     if name == "aten::convolution" and not _plan_convolution(node):
         return "library"
