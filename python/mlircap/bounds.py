@@ -138,6 +138,20 @@ def _check_divisor(graph: fx.Graph, node: fx.Node):
     return flag
 
 
+def _assert_flag(graph: fx.Graph, node: fx.Node):
+    """`_assert_async(cond[, msg])` replaced by its error flag `cond == 0` (a single
+    element, as eager requires); the node itself is erased."""
+    cond = node.args[0]
+    with graph.inserting_before(node):
+        zero = graph.call_function(aten.eq.Scalar, (cond, 0))
+        flag = graph.call_function(aten.any.default, (zero,))
+    v = cond.meta.get("val")
+    zero.meta["val"], flag.meta["val"] = bool_like(v, v.shape), bool_like(v, ())
+    flag.meta["mlircap_bounds_checked"] = True
+    graph.erase_node(node)
+    return flag
+
+
 def checkable(node: fx.Node) -> bool:
     return node.meta.get("mlircap_bounds_checked", False)
 
@@ -175,6 +189,11 @@ def add_bounds_checks(gm: fx.GraphModule) -> bool:
             continue
         if op_name(node.target) == "aten::polygamma":   # n >= 2: a zeta
             flags += zeta.polygamma_rewrite(graph, node) or []
+            continue
+        if op_name(node.target) == "aten::_assert_async":
+            # torch.compile's `assert (x < 3).all(), msg`: a failed assert reruns the graph,
+            # whose _assert_async raises as eager's (compiled, it was dropped: no error)
+            flags.append(_assert_flag(graph, node))
             continue
         if op_name(node.target) in _DIVISIONS:
             flag = _check_divisor(graph, node)

@@ -1,7 +1,10 @@
 """Held-out trust sweep, batch 4 (issue 10): defects found by adversarial user-style
 programs (/tmp/trust_h: losses, attention masks, scatter/sort, dtype mixes, aliasing,
 module state, dynamic shapes, conv/pool/pad/interp, ...), each compared with eager over
-several calls, outputs and mutated state. One regression test per defect fixed."""
+several calls, outputs and mutated state. One regression test per defect fixed.
+
+PYTEST_DONT_REWRITE: the assert statements of test_torch_compile_assert_... must reach
+Dynamo as Python asserts (rewritten by pytest, Dynamo breaks the graph there instead)."""
 
 import pytest
 import torch
@@ -131,3 +134,26 @@ def test_int8_clamp_in_range_bounds_unchanged():
         x = torch.arange(-128, 128, 7, dtype=torch.int8) + i
         for g, w in zip(fast(x), fn(x)):
             assert g.dtype == w.dtype and torch.equal(g, w)
+
+
+# --------------------------------------------------------------------------- torch.compile asserts
+
+def test_torch_compile_assert_on_tensor_values_raises():
+    """Dynamo turns `assert (x < 3).all(), msg` into aten._assert_async(cond, msg); the
+    compiled graph dropped it and returned a result where eager raises (aot_eager raises
+    RuntimeError). Its condition is now an error flag of the compiled graph: a failed
+    assert reruns the graph eagerly, whose _assert_async raises."""
+    def f(x, y):
+        assert (x < 3).all(), "too big"
+        assert x.sum(), "zero sum"
+        return x.exp() + y.sum()
+
+    fast = torch.compile(f, backend="mlircap")
+    y = torch.arange(3.0)
+    for x in (torch.ones(3), torch.full((3,), 0.5)):
+        torch.testing.assert_close(fast(x, y), f(x, y))
+    with pytest.raises(RuntimeError, match="too big"):
+        fast(torch.full((3,), 5.0), y)
+    with pytest.raises(RuntimeError, match="zero sum"):
+        fast(torch.zeros(3), y)
+    torch.testing.assert_close(fast(torch.ones(3) * 2, y), f(torch.ones(3) * 2, y))
