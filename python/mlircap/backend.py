@@ -639,6 +639,14 @@ def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Optio
     from .partition import extract, fill_empty_results, partition, rewrite_random_likes
     from .split_reductions import channel_stats, split_reductions
 
+    try:
+        _check_static(gm)
+    except MlircapCompileError:
+        # symbolic shapes (torch.compile's automatic dynamic): nothing compiles, the graph
+        # runs eagerly whole (split into parts, a SymInt the backward reads had no part
+        # producing it: RuntimeError 'graph output mul_6 is produced by no part' out of
+        # the user's call)
+        return compile_graph(gm, example_inputs, options, registry, raise_unsupported=False)
     gm = copy.copy(gm)
     gm.graph = copy.deepcopy(gm.graph)
     rewrite_random_likes(gm)

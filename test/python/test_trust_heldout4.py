@@ -6,6 +6,8 @@ several calls, outputs and mutated state. One regression test per defect fixed.
 PYTEST_DONT_REWRITE: the assert statements of test_torch_compile_assert_... must reach
 Dynamo as Python asserts (rewritten by pytest, Dynamo breaks the graph there instead)."""
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -157,3 +159,36 @@ def test_torch_compile_assert_on_tensor_values_raises():
     with pytest.raises(RuntimeError, match="zero sum"):
         fast(torch.zeros(3), y)
     torch.testing.assert_close(fast(torch.ones(3) * 2, y), f(torch.ones(3) * 2, y))
+
+
+# --------------------------------------------------------------------------- symbolic shapes
+
+def test_torch_compile_dynamic_training_graph_with_islands_runs_eagerly():
+    """A training graph with symbolic shapes (torch.compile's automatic dynamic, here
+    dynamic=True) and an eager island (dropout) was split into parts; the SymInt the
+    backward reads (b * 6) had no part producing it and the backend raised RuntimeError
+    'graph output mul_.. is produced by no part' out of the user's call (met in a training
+    loop: one nn.Sequential after another made Sequential.forward dynamic). Such a graph
+    now runs eagerly whole, with the usual warning."""
+    def f(x, w):
+        b = x.shape[0]
+        h = (x.reshape(b * 6, 16) @ w).view(b, 6, -1)
+        return F.dropout(h.softmax(-1), 0.1, training=True).reshape(b * 6, -1).sum(0)
+
+    fast = torch.compile(f, backend="mlircap", dynamic=True)
+    for b in (2, 3):
+        x = torch.randn(b, 6, 16, requires_grad=True)
+        w = torch.randn(16, 8, requires_grad=True)
+        torch.manual_seed(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = fast(x, w)
+        out.sum().backward()
+        gx, gw = x.grad.clone(), w.grad.clone()
+        x.grad = w.grad = None
+        torch.manual_seed(0)
+        ref = f(x, w)
+        ref.sum().backward()
+        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(gx, x.grad)
+        torch.testing.assert_close(gw, w.grad)
