@@ -54,7 +54,8 @@ average, the fused kernel softmax(s + fill), the same when the fill absorbs the
 scores in float32 (-1e9, finfo.min; checked on the CPU kernel) but not for a
 fill like -1e4; with -inf eager gives NaN where the fused kernels give 0.
 On the CPU, float32 attention is fused only from 256K score elements (below,
-mlircap's own bmm + softmax + bmm is as fast); MLIRCAP_FUSE_ATTENTION=0 turns the
+mlircap's own bmm + softmax + bmm is as fast), bfloat16/float16 from 4M (_CPU_MIN_SCORES);
+MLIRCAP_FUSE_ATTENTION=0 turns the
 rewrite off, =force fuses at any size.
 """
 from __future__ import annotations
@@ -87,8 +88,14 @@ _MASKED_FILL_MAX = MASKED_MAX
 # 1.86x (2x4x16x16, 2x4x64x64, 4x4x128x128). So float32/float64 from 256K score
 # elements, bfloat16/float16 always. CUDA has no floor (a split graph replays as one
 # CUDA graph). MLIRCAP_FUSE_ATTENTION=force fuses at any size.
+# Since softmax compiles (and bf16 library products skip their float32 conversions),
+# bfloat16 unfused beats the flash kernel at every size measured (1 thread, Zen 4,
+# softmax(q k^T s) v, x eager unfused vs fused: 2x4x64x32 1.07 vs 0.94, 4x4x128x32 1.02
+# vs 0.90, 8x4x77x64 1.27 vs 0.93, 4x8x128x64 1.06 vs 0.96, 2x8x256x64 1.11 vs 0.93,
+# 1x8x512x64 1.05 vs 0.90): bfloat16/float16 are fused from 4M score elements, where
+# the unfused path's float32 scores take 16 MB.
 _CPU_MIN_SCORES = {torch.float32: 1 << 18, torch.float64: 1 << 18}
-_CPU_MIN_SCORES_LOW_PRECISION = 0
+_CPU_MIN_SCORES_LOW_PRECISION = 1 << 22
 
 
 def enabled() -> bool:

@@ -60,7 +60,8 @@ ENV: dict[str, EnvVar] = _vars(
            "eagerly instead", "mlircap/worker.py"),
     EnvVar("MLIRCAP_FUSE_ATTENTION", "1", "0 keeps hand-written attention (matmul, softmax, "
            "matmul) as it is instead of one fused attention kernel (flash / memory-efficient); "
-           "force fuses at any size (by default float32 on the CPU only from 256K score elements)",
+           "force fuses at any size (by default on the CPU float32 only from 256K score elements, "
+           "bfloat16/float16 from 4M)",
            "mlircap/attention.py"),
     EnvVar("MLIRCAP_SPLIT_REDUCTIONS", "1", "0 keeps long reductions over few rows (GroupNorm "
            "statistics) in one level on CUDA instead of partial sums over row slices; force splits "

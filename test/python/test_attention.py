@@ -286,8 +286,10 @@ def test_cpu_size_floor(fused, monkeypatch):
     monkeypatch.setenv("MLIRCAP_FUSE_ATTENTION", "1")
     run(mul_scale, *qkv())                                          # float32, 2K scores: not fused
     run(mul_scale, *qkv(b=4, h=4, L=128, S=128))                    # float32, 256K: fused
-    run(mul_scale, *qkv(dtype=torch.bfloat16), tol=5e-2, float64=True)   # bf16: any size
-    assert fused == [0, 1, 1]
+    run(mul_scale, *qkv(dtype=torch.bfloat16), tol=5e-2, float64=True)   # bf16, 2K: not fused
+    run(mul_scale, *qkv(b=4, h=4, L=128, S=128, dtype=torch.bfloat16), tol=5e-2)   # bf16, 256K: not fused
+    run(mul_scale, *qkv(b=1, h=16, L=512, S=512, dtype=torch.bfloat16), tol=5e-2)  # bf16, 4M: fused
+    assert fused == [0, 1, 0, 0, 1]
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt2", "vit", "llama"])

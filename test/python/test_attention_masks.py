@@ -243,12 +243,14 @@ def _hand_written(mask_kind):
     return model
 
 
-def test_hand_written_attention_constant_masks_fold(capfd):
+def test_hand_written_attention_constant_masks_fold(capfd, monkeypatch):
     """After aot_autograd (attention.fuse_attention): a constant all-zero additive mask
     is dropped and a constant causal masked_fill becomes is_causal; a constant band
-    mask stays (only the zero mask beside it goes). bf16 attention is fused on the CPU
-    at any size."""
+    mask stays (only the zero mask beside it goes). Fused at any size
+    (MLIRCAP_FUSE_ATTENTION=force; by default bf16 on the CPU only from 4M scores)."""
     from mlircap import logs
+
+    monkeypatch.setenv("MLIRCAP_FUSE_ATTENTION", "force")
 
     g = torch.Generator().manual_seed(3)
     w = (torch.randn(32, 96, generator=g) / 6).bfloat16()
