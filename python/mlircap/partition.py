@@ -100,13 +100,14 @@ def cpu_library(name: str, device) -> bool:
         and config.env_flag("MLIRCAP_CPU_LIBRARY_OPS")
 
 
-# CPU: bfloat16/float16 products with a bias (addmm: linear's; ungrouped convolutions, 1-D
-# and 2-D) compile as eager rounds them: the float32 product of the converted operands plus
-# the bias, rounded once (frontend._product_plus_bias_rounded_once, _cpu_convolution). That
-# runs torch's float32 kernel on operands converted every call, 2.2-2.9x the time of eager's
-# bfloat16 oneDNN kernel (1 thread, Zen 4: addmm 128x256x1024 883 vs 389 us, 12544x384x96
-# 15.4 vs 5.4 ms), which computes the same thing (float32 sums, the bias added before its one
-# rounding). From CPU_NARROW_LIBRARY_MACS multiply-adds such an op stays whole and runs
+# CPU: bfloat16/float16 products with a bias (addmm: linear's; convolutions, 1-D and 2-D)
+# compile as eager rounds them: the float32 product of the converted operands plus the bias,
+# rounded once (frontend._product_plus_bias_rounded_once, _cpu_convolution; a depthwise
+# convolution's float32 result is kept wide for its bias add: mlircap-narrow-library-operands).
+# That runs torch's float32 kernel on operands converted every call, 2.2-2.9x the time of
+# eager's bfloat16 oneDNN kernel (1 thread, Zen 4: addmm 128x256x1024 883 vs 389 us,
+# 12544x384x96 15.4 vs 5.4 ms; depthwise 7x7 4x96x28x28 3.6 vs 0.94 ms), which computes the
+# same thing (float32 sums, the bias added before its one rounding). From CPU_NARROW_LIBRARY_MACS multiply-adds such an op stays whole and runs
 # through torch, eager's own kernel and bits, as a library call; smaller ones, where the
 # island's call costs more than the conversions, compile (MLIRCAP_CPU_LIBRARY_OPS=0: all).
 CPU_NARROW_LIBRARY_MACS = 1 << 20
@@ -130,8 +131,8 @@ def cpu_narrow_library(name: str, args) -> bool:
         macs = a.shape[0] * a.shape[1] * b.shape[1]
     else:
         x, w = a, b
-        if len(args) < 9 or args[6] or args[8] != 1 or w.dim() not in (3, 4) or x.dim() != w.dim():
-            return False   # transposed or grouped: not what the decompositions compute in float32
+        if len(args) < 9 or args[6] or w.dim() not in (3, 4) or x.dim() != w.dim():
+            return False   # transposed
         stride, padding, dilation = args[3], args[4], args[5]
         out = x.shape[0] * w.shape[0]
         for i, k in enumerate(w.shape[2:]):
