@@ -162,8 +162,9 @@ def MlircapConvChannelsLast
     elementwise generics producing it (their loops are permuted, so they
     write NHWC with identity indexing) until it meets the transpose out of
     the previous convolution, where the two cancel; they also pass through
-    static paddings and generics with reduction loops after their result's
-    (max pooling). Reductions reading such a result with the identity map
+    static paddings, `tensor.concat` (each operand transposed, the concat
+    dim permuted: UNet's skip connections) and generics with reduction loops
+    after their result's (max pooling). Reductions reading such a result with the identity map
     (GroupNorm's per-channel spatial sums) get their loops permuted to read
     it in NHWC order (columns of contiguous channels); a partial result whose
     dims are then out of loop order is written so and read through a

@@ -12,10 +12,10 @@
 // are data-movement generics: strided views for library ops, indexing for the
 // kernels that read them. A function result is never left a transposed view
 // of an NHWC tensor: it is copied out (NCHW, contiguous) as eager returns it.
-// Transposes also pass through paddings and generics with reduction loops
-// after their result's (pooling). Reductions reading an NHWC result with the
-// identity map (per-channel spatial sums) get their loops permuted to read it
-// in memory order (permuteReductions). A convolution whose result is read any
+// Transposes also pass through paddings, concatenations and generics with
+// reduction loops after their result's (pooling). Reductions reading an NHWC
+// result with the identity map (per-channel spatial sums) get their loops
+// permuted to read it in memory order (permuteReductions). A convolution whose result is read any
 // other way (a reshape such as GroupNorm's groups) stays NCHW: that reader
 // would read NHWC data strided.
 // See Passes.td.
@@ -257,6 +257,17 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
       replace(t, src, perm, padded);
       return true;
     }
+    if (auto cat = dyn_cast_or_null<tensor::ConcatOp>(def);
+        cat && cat.getResultType().getRank() == (int64_t)perm.size() && hasStaticShapes(cat)) {
+      // t(concat_d(a, b, ...)) = concat_k(t(a), t(b), ...), k the result dim
+      // that is d (UNet's skip connections joined on channels)
+      int64_t k = llvm::find(perm, (int64_t)cat.getDim()) - perm.begin();
+      SmallVector<Value> parts;
+      for (Value in : cat.getInputs())
+        parts.push_back(transposed(b, loc, in, perm));
+      replace(t, src, perm, tensor::ConcatOp::create(b, loc, k, parts).getResult());
+      return true;
+    }
     unsigned r = permutableRank(def);
     if (r != perm.size())
       return false;
@@ -435,6 +446,11 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
         continue;
       if (auto pad = staticPad(user)) {
         if (!readsAlign(pad.getResult(), depth))
+          return false;
+        continue;
+      }
+      if (auto cat = dyn_cast<tensor::ConcatOp>(user); cat && hasStaticShapes(cat)) {
+        if (!readsAlign(cat.getResult(), depth))
           return false;
         continue;
       }

@@ -28,8 +28,8 @@ bool isPureDataMovement(linalg::GenericOp op) {
                       [](Value v) { return isa<BlockArgument>(v); });
 }
 
-/// A generic whose body only converts one of its block arguments to another
-/// element type (extf, truncf, int<->float casts): recomputing it in each
+/// A generic whose body only converts one of its block arguments to a type at
+/// least as wide (extf, int<->float casts): recomputing it in each
 /// consumer costs one conversion per element, materializing it writes and
 /// reads back a (possibly wider) tensor. torch-mlir's var_mean extends its
 /// input to f64 once for the mean and the variance reductions.
@@ -43,7 +43,56 @@ bool isPureConversion(linalg::GenericOp op) {
       !isa<BlockArgument>(conv.getOperand(0)))
     return false;
   auto yield = cast<linalg::YieldOp>(body.getTerminator());
-  return yield.getValues().size() == 1 && yield.getValues()[0] == conv.getResult(0);
+  if (yield.getValues().size() != 1 || yield.getValues()[0] != conv.getResult(0))
+    return false;
+  // Only widening ones: a narrowing conversion (truncf) recomputed in each
+  // consumer leaves its wide operand materialized instead of its narrow result
+  // (UNet's SiLU output read by a pooling and a concatenation, kept in f32).
+  Type from = conv.getOperand(0).getType(), to = conv.getResult(0).getType();
+  return from.isIntOrFloat() && to.isIntOrFloat() &&
+         to.getIntOrFloatBitWidth() >= from.getIntOrFloatBitWidth();
+}
+
+/// A generic with one full-size operand (indexed by a permutation of its loops)
+/// and otherwise only smaller, broadcast ones (a bias, a per-channel scale),
+/// whose body is a few arith ops (at most 7: a bf16 bias add is extf, extf,
+/// addf, truncf): a convolution's bias add read by GroupNorm's
+/// statistics and by its normalization. Recomputed in each consumer it costs a
+/// few instructions per element; materialized it costs the tensor written and
+/// read back, as each consumer then reads it instead of the full operand (so
+/// no more bytes are read, as long as that operand is no wider than the
+/// result). Two full-size operands (a residual add) would double the reads.
+bool isBroadcastArith(linalg::GenericOp op) {
+  if (op.getNumDpsInits() != 1 || op.getNumReductionLoops() != 0)
+    return false;
+  Block &body = op.getRegion().front();
+  if (body.getOperations().size() > 8)
+    return false;
+  for (Operation &inner : body.without_terminator())
+    if (inner.getDialect() != op->getContext()->getLoadedDialect<arith::ArithDialect>() ||
+        inner.getNumRegions() != 0)
+      return false;
+  unsigned full = 0;
+  for (OpOperand *in : op.getDpsInputOperands()) {
+    AffineMap map = op.getMatchingIndexingMap(in);
+    if (!map.isPermutation())
+      continue;
+    auto inType = dyn_cast<RankedTensorType>(in->get().getType());
+    auto outType = dyn_cast<RankedTensorType>(op.getResult(0).getType());
+    if (!inType || !outType ||
+        inType.getElementTypeBitWidth() > outType.getElementTypeBitWidth())
+      return false;
+    ++full;
+  }
+  return full == 1;
+}
+
+/// Whether every user of `op` is a generic that can take it in (so that once
+/// each has, the producer is gone, and nothing reads both it and its operand).
+bool onlyGenericUsers(linalg::GenericOp op) {
+  return llvm::all_of(op->getUsers(), [](Operation *user) {
+    return isa<linalg::GenericOp>(user) && !isLibraryOp(user);
+  });
 }
 
 /// Whether `expand` splits a dim in two or more of size > 1 (not only adds
@@ -59,8 +108,19 @@ bool splitsDim(tensor::ExpandShapeOp expand) {
 struct FuseElementwise : impl::MlircapFuseElementwiseBase<FuseElementwise> {
   using Base::Base;
   void runOnOperation() override {
+    // Two rounds: the second also recomputes broadcast arithmetic with several
+    // readers (isBroadcastArith) in each of them, once the first has fused
+    // what feeds it into it (else those producers would be left with several
+    // readers and materialized: a causal mask's select read by softmax's max
+    // and its exp, its mask preparation then a kernel of its own).
+    for (bool recompute : {false, true})
+      if (failed(fuse(recompute)))
+        return signalPassFailure();
+  }
+
+  LogicalResult fuse(bool recompute) {
     unsigned maxOps = maxOperands;
-    linalg::ControlFusionFn control = [maxOps](OpOperand *fused) {
+    linalg::ControlFusionFn control = [maxOps, recompute](OpOperand *fused) {
       auto producer = fused->get().getDefiningOp<linalg::GenericOp>();
       auto consumer = dyn_cast<linalg::GenericOp>(fused->getOwner());
       if (!producer || !consumer)
@@ -68,7 +128,8 @@ struct FuseElementwise : impl::MlircapFuseElementwiseBase<FuseElementwise> {
       if (producer.getNumReductionLoops() != 0)
         return false;
       if (!producer->hasOneUse() && !isPureDataMovement(producer) &&
-          !isPureConversion(producer))
+          !isPureConversion(producer) &&
+          !(recompute && isBroadcastArith(producer) && onlyGenericUsers(producer)))
         return false;
       unsigned inputs = consumer.getNumDpsInputs() - 1 + producer.getNumDpsInputs();
       return inputs <= maxOps;
@@ -100,8 +161,7 @@ struct FuseElementwise : impl::MlircapFuseElementwiseBase<FuseElementwise> {
         });
     linalg::populateEraseUnusedOperandsAndResultsPatterns(patterns);
     tensor::populateFoldTensorEmptyPatterns(patterns);
-    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
-      signalPassFailure();
+    return applyPatternsGreedily(getOperation(), std::move(patterns));
   }
 };
 } // namespace

@@ -247,3 +247,34 @@ func.func @spatial_sums(%x: tensor<1x3x8x8xf32>, %w1: tensor<8x3x1x1xf32>, %w2: 
   %5 = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%4, %w2 : tensor<1x8x8x8xf32>, tensor<4x8x1x1xf32>) outs(%z4 : tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32>
   return %3, %5 : tensor<1x8xf32>, tensor<1x4x8x8xf32>
 }
+
+// -----
+
+// Two convolutions joined on channels (a UNet skip connection) feed a third: the
+// transpose passes through the concatenation (each operand transposed, the concat
+// dim now the last), so all three run in NHWC and nothing is transposed between
+// them.
+#id = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+// CHECK-LABEL: func.func @concat(
+// CHECK-DAG: %[[A:.*]] = linalg.conv_2d_nhwc_fhwc
+// CHECK-DAG: %[[B:.*]] = linalg.conv_2d_nhwc_fhwc
+// CHECK-DAG: %[[R:.*]] = linalg.generic {{.*}} ins(%[[A]] : tensor<1x8x8x4xf32>)
+// CHECK: %[[C:.*]] = tensor.concat dim(3) %[[R]], %[[B]] : (tensor<1x8x8x4xf32>, tensor<1x8x8x4xf32>) -> tensor<1x8x8x8xf32>
+// CHECK: linalg.conv_2d_nhwc_fhwc {{.*}} ins(%[[C]], %{{.*}} : tensor<1x8x8x8xf32>
+func.func @concat(%x: tensor<1x3x8x8xf32>, %w1: tensor<4x3x1x1xf32>, %w2: tensor<4x3x1x1xf32>, %w3: tensor<2x8x1x1xf32>) -> tensor<1x2x8x8xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %e = tensor.empty() : tensor<1x4x8x8xf32>
+  %z = linalg.fill ins(%cst : f32) outs(%e : tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32>
+  %a = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%x, %w1 : tensor<1x3x8x8xf32>, tensor<4x3x1x1xf32>) outs(%z : tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32>
+  %b = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%x, %w2 : tensor<1x3x8x8xf32>, tensor<4x3x1x1xf32>) outs(%z : tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32>
+  %r = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%a : tensor<1x4x8x8xf32>) outs(%e : tensor<1x4x8x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %m = arith.maximumf %in, %cst : f32
+    linalg.yield %m : f32
+  } -> tensor<1x4x8x8xf32>
+  %c = tensor.concat dim(1) %r, %b : (tensor<1x4x8x8xf32>, tensor<1x4x8x8xf32>) -> tensor<1x8x8x8xf32>
+  %e3 = tensor.empty() : tensor<1x2x8x8xf32>
+  %z3 = linalg.fill ins(%cst : f32) outs(%e3 : tensor<1x2x8x8xf32>) -> tensor<1x2x8x8xf32>
+  %d = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%c, %w3 : tensor<1x8x8x8xf32>, tensor<2x8x1x1xf32>) outs(%z3 : tensor<1x2x8x8xf32>) -> tensor<1x2x8x8xf32>
+  return %d : tensor<1x2x8x8xf32>
+}
