@@ -67,10 +67,16 @@ def MlircapFuseElementwise
     * the producer has other users: fusing would recompute it in every
       consumer and still materialize it for the others (skipped unless the
       producer is a cheap broadcast/transpose/copy with no arithmetic,
-      whose recomputation is free, or a single type conversion such as
+      whose recomputation is free, or a single widening conversion such as
       torch-mlir's f32 -> f64 extension feeding var_mean's two reductions,
       which costs one conversion per element where materializing it costs a
-      wide tensor written and read back);
+      wide tensor written and read back; a narrowing one stays materialized,
+      narrow); in a second round, once the first has converged, a few arith
+      ops on one full-size operand and broadcast ones (a convolution's bias
+      add) whose readers are all generics are recomputed in each of them:
+      they read the full-size operand instead of the result, no more bytes,
+      and the result is never written (two full-size operands, a residual
+      add, would double the reads and stay materialized);
     * the fused op would take more than `max-operands` inputs (register
       pressure and argument count of the resulting kernel);
     * the producer is a reduction (its result is needed whole).

@@ -205,3 +205,102 @@ func.func @no_split_into_reduction(%x: tensor<2x8x16xf32>) -> tensor<2x4x2xf32> 
   %g = tensor.expand_shape %r [[0], [1, 2]] output_shape [2, 4, 2] : tensor<2x8xf32> into tensor<2x4x2xf32>
   return %g : tensor<2x4x2xf32>
 }
+
+// -----
+
+// A bias add (one full-size operand, a broadcast bias) read by a reduction and by
+// an elementwise op is recomputed in both: each reads the unbiased tensor instead
+// of a materialized biased one (a convolution's bias add read by GroupNorm's
+// statistics and its normalization).
+// CHECK-LABEL: func.func @bias_add_recomputed
+// CHECK-COUNT-2: linalg.generic
+// CHECK-NOT: linalg.generic
+// CHECK: return
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d1)>
+#red = affine_map<(d0, d1) -> (d0)>
+func.func @bias_add_recomputed(%x: tensor<4x8xf32>, %b: tensor<8xf32>, %init: tensor<4xf32>) -> (tensor<4xf32>, tensor<4x8xf32>) {
+  %e = tensor.empty() : tensor<4x8xf32>
+  %y = linalg.generic {indexing_maps = [#map, #row, #map], iterator_types = ["parallel", "parallel"]} ins(%x, %b : tensor<4x8xf32>, tensor<8xf32>) outs(%e : tensor<4x8xf32>) {
+  ^bb0(%in: f32, %bias: f32, %out: f32):
+    %a = arith.addf %in, %bias : f32
+    linalg.yield %a : f32
+  } -> tensor<4x8xf32>
+  %s = linalg.generic {indexing_maps = [#map, #red], iterator_types = ["parallel", "reduction"]} ins(%y : tensor<4x8xf32>) outs(%init : tensor<4xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %a = arith.addf %in, %out : f32
+    linalg.yield %a : f32
+  } -> tensor<4xf32>
+  %z = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%y : tensor<4x8xf32>) outs(%e : tensor<4x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %m = arith.mulf %in, %in : f32
+    linalg.yield %m : f32
+  } -> tensor<4x8xf32>
+  return %s, %z : tensor<4xf32>, tensor<4x8xf32>
+}
+
+// -----
+
+// A residual add (two full-size operands) read twice is materialized: recomputed,
+// each reader would read two tensors instead of one.
+// CHECK-LABEL: func.func @residual_add_kept
+// CHECK-COUNT-3: linalg.generic
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#red = affine_map<(d0, d1) -> (d0)>
+func.func @residual_add_kept(%x: tensor<4x8xf32>, %r: tensor<4x8xf32>, %init: tensor<4xf32>) -> (tensor<4xf32>, tensor<4x8xf32>) {
+  %e = tensor.empty() : tensor<4x8xf32>
+  %y = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel", "parallel"]} ins(%x, %r : tensor<4x8xf32>, tensor<4x8xf32>) outs(%e : tensor<4x8xf32>) {
+  ^bb0(%in: f32, %res: f32, %out: f32):
+    %a = arith.addf %in, %res : f32
+    linalg.yield %a : f32
+  } -> tensor<4x8xf32>
+  %s = linalg.generic {indexing_maps = [#map, #red], iterator_types = ["parallel", "reduction"]} ins(%y : tensor<4x8xf32>) outs(%init : tensor<4xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %a = arith.addf %in, %out : f32
+    linalg.yield %a : f32
+  } -> tensor<4xf32>
+  %z = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%y : tensor<4x8xf32>) outs(%e : tensor<4x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %m = arith.mulf %in, %in : f32
+    linalg.yield %m : f32
+  } -> tensor<4x8xf32>
+  return %s, %z : tensor<4xf32>, tensor<4x8xf32>
+}
+
+// -----
+
+// A narrowing conversion (f32 -> bf16) read by two ops is not recomputed in each:
+// that would leave its f32 operand materialized instead of the bf16 result (a
+// SiLU output read by a pooling and a concatenation).
+// CHECK-LABEL: func.func @narrowing_kept
+// CHECK: %[[N:.*]] = linalg.generic {{.*}} outs(%{{.*}} : tensor<4x8xbf16>)
+// CHECK: arith.truncf
+// CHECK: linalg.generic {{.*}} ins(%[[N]] : tensor<4x8xbf16>)
+// CHECK: linalg.generic {{.*}} ins(%[[N]] : tensor<4x8xbf16>)
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#red = affine_map<(d0, d1) -> (d0)>
+func.func @narrowing_kept(%x: tensor<4x8xf32>, %init: tensor<4xbf16>) -> (tensor<4xbf16>, tensor<4x8xbf16>) {
+  %e = tensor.empty() : tensor<4x8xf32>
+  %eb = tensor.empty() : tensor<4x8xbf16>
+  %s = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%x : tensor<4x8xf32>) outs(%e : tensor<4x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %ex = math.exp %in : f32
+    linalg.yield %ex : f32
+  } -> tensor<4x8xf32>
+  %n = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%s : tensor<4x8xf32>) outs(%eb : tensor<4x8xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<4x8xbf16>
+  %m = linalg.generic {indexing_maps = [#map, #red], iterator_types = ["parallel", "reduction"]} ins(%n : tensor<4x8xbf16>) outs(%init : tensor<4xbf16>) {
+  ^bb0(%in: bf16, %out: bf16):
+    %a = arith.maximumf %in, %out : bf16
+    linalg.yield %a : bf16
+  } -> tensor<4xbf16>
+  %c = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%n : tensor<4x8xbf16>) outs(%eb : tensor<4x8xbf16>) {
+  ^bb0(%in: bf16, %out: bf16):
+    %a = arith.addf %in, %in : bf16
+    linalg.yield %a : bf16
+  } -> tensor<4x8xbf16>
+  return %m, %c : tensor<4xbf16>, tensor<4x8xbf16>
+}
