@@ -15,9 +15,9 @@
 // Transposes also pass through paddings, concatenations and generics with
 // reduction loops after their result's (pooling). Reductions reading an NHWC
 // result with the identity map (per-channel spatial sums) get their loops
-// permuted to read it in memory order (permuteReductions). A convolution whose result is read any
-// other way (a reshape such as GroupNorm's groups) stays NCHW: that reader
-// would read NHWC data strided.
+// permuted to read it in memory order (permuteReductions). A convolution whose
+// result is read any other way (a reshape such as GroupNorm's groups) stays
+// NCHW: that reader would read NHWC data strided.
 // See Passes.td.
 //
 //===----------------------------------------------------------------------===//

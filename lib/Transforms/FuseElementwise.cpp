@@ -69,18 +69,17 @@ bool isBroadcastArith(linalg::GenericOp op) {
   if (body.getOperations().size() > 8)
     return false;
   for (Operation &inner : body.without_terminator())
-    if (inner.getDialect() != op->getContext()->getLoadedDialect<arith::ArithDialect>() ||
-        inner.getNumRegions() != 0)
+    if (!isa<arith::ArithDialect>(inner.getDialect()) || inner.getNumRegions() != 0)
       return false;
+  auto outType = dyn_cast<RankedTensorType>(op.getResult(0).getType());
+  if (!outType)
+    return false;
   unsigned full = 0;
   for (OpOperand *in : op.getDpsInputOperands()) {
-    AffineMap map = op.getMatchingIndexingMap(in);
-    if (!map.isPermutation())
+    if (!op.getMatchingIndexingMap(in).isPermutation())
       continue;
     auto inType = dyn_cast<RankedTensorType>(in->get().getType());
-    auto outType = dyn_cast<RankedTensorType>(op.getResult(0).getType());
-    if (!inType || !outType ||
-        inType.getElementTypeBitWidth() > outType.getElementTypeBitWidth())
+    if (!inType || inType.getElementTypeBitWidth() > outType.getElementTypeBitWidth())
       return false;
     ++full;
   }

@@ -54,9 +54,9 @@ average, the fused kernel softmax(s + fill), the same when the fill absorbs the
 scores in float32 (-1e9, finfo.min; checked on the CPU kernel) but not for a
 fill like -1e4; with -inf eager gives NaN where the fused kernels give 0.
 On the CPU, float32 attention is fused only from 256K score elements (below,
-mlircap's own bmm + softmax + bmm is as fast), bfloat16/float16 from 4M (_CPU_MIN_SCORES);
-MLIRCAP_FUSE_ATTENTION=0 turns the
-rewrite off, =force fuses at any size.
+mlircap's own bmm + softmax + bmm is as fast), bfloat16/float16 from 4M
+(_CPU_MIN_SCORES, _CPU_MIN_SCORES_LOW_PRECISION); MLIRCAP_FUSE_ATTENTION=0 turns
+the rewrite off, =force fuses at any size.
 """
 from __future__ import annotations
 

@@ -107,9 +107,10 @@ def cpu_library(name: str, device) -> bool:
 # That runs torch's float32 kernel on operands converted every call, 2.2-2.9x the time of
 # eager's bfloat16 oneDNN kernel (1 thread, Zen 4: addmm 128x256x1024 883 vs 389 us,
 # 12544x384x96 15.4 vs 5.4 ms; depthwise 7x7 4x96x28x28 3.6 vs 0.94 ms), which computes the
-# same thing (float32 sums, the bias added before its one rounding). From CPU_NARROW_LIBRARY_MACS multiply-adds such an op stays whole and runs
-# through torch, eager's own kernel and bits, as a library call; smaller ones, where the
-# island's call costs more than the conversions, compile (MLIRCAP_CPU_LIBRARY_OPS=0: all).
+# same thing (float32 sums, the bias added before its one rounding). From
+# CPU_NARROW_LIBRARY_MACS multiply-adds such an op stays whole and runs through torch,
+# eager's own kernel and bits, as a library call; smaller ones, where the island's call
+# costs more than the conversions, compile (MLIRCAP_CPU_LIBRARY_OPS=0: all).
 CPU_NARROW_LIBRARY_MACS = 1 << 20
 
 
