@@ -8,6 +8,7 @@ warnings mlircap gave. A model that fails to build in eager is reported and skip
 
     python bench/heldout.py --device cpu --dtypes fp32
     python bench/heldout.py --device cuda --dtypes bf16 --inductor
+    python bench/heldout.py --device cuda --dtypes bf16 --timm default   # timm's image models, where installed
 """
 from __future__ import annotations
 
@@ -115,11 +116,28 @@ def cases(big: bool):
     yield "mobilenet_v2", lambda: (FirstOutput(hf("MobileNetV2Config", "MobileNetV2Model", image_size=size)), img())
 
 
+# timm image models (where timm is installed, e.g. the GPU host): randomly initialized,
+# nothing downloaded; --timm NAME,NAME or --timm default
+TIMM_DEFAULT = ("resnet50,efficientnet_b0,mobilenetv3_large_100,convnext_tiny,vit_small_patch16_224,"
+                "swin_tiny_patch4_window7_224,regnety_016,deit_small_patch16_224,densenet121,"
+                "poolformer_s12,levit_128,mixer_b16_224")
+
+
+def timm_cases(names: str, big: bool):
+    import timm
+
+    b, size = (8, 224) if big else (2, 224)
+    for name in (TIMM_DEFAULT if names == "default" else names).split(","):
+        yield f"timm:{name}", lambda name=name: (timm.create_model(name, pretrained=False).eval(),
+                                                 (torch.randn(b, 3, size, size),))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtypes", default="fp32")
     ap.add_argument("--models", default="", help="comma-separated names (default: all)")
+    ap.add_argument("--timm", default="", help="timm models instead: comma-separated names or 'default'")
     ap.add_argument("--inductor", action="store_true", help="also torch.compile(mode='reduce-overhead') (CUDA)")
     ap.add_argument("--threads", type=int, default=1,
                     help="CPU threads (1: timed in process CPU time, which other load does not inflate)")
@@ -132,8 +150,8 @@ def main():
     ratios, ind_ratios, bad = [], [], 0
     for dname in a.dtypes.split(","):
         dt = DTYPES[dname]
-        for name, build in cases(dev == "cuda"):
-            if only and name not in only:
+        for name, build in (timm_cases(a.timm, dev == "cuda") if a.timm else cases(dev == "cuda")):
+            if only and name not in only and name.removeprefix("timm:") not in only:
                 continue
             torch.manual_seed(0)
             try:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import config, logs
+from . import config, layouts, logs
 from .frontend import FrontendError, decomposition_table, eager_kernels_for_islands, import_fx
 from .fxutil import leaves
 
@@ -61,6 +61,8 @@ class CompiledGraph:
     _recorded: int = 0
     # uint8 computed as int32 (widen.py): which inputs to convert, which outputs to convert back
     _widened: tuple | None = None
+    # inputs compiled in their memory order (layouts.py): (input index, permutation), ...
+    _permuted: tuple = ()
     # outputs that are views of another output in eager, remade as such (_output_views),
     # and overlapping views of an intermediate not returned, rebuilt over one buffer
     _views: tuple = ()
@@ -104,7 +106,8 @@ class CompiledGraph:
         if exe is self.gm:
             return self.gm(*args)
         try:
-            ins = args if self._widened is None else _widen_inputs(args, self._widened[0])
+            ins = args if not self._permuted else layouts.take_physical(args, self._permuted)
+            ins = ins if self._widened is None else _widen_inputs(ins, self._widened[0])
             if not _grad_enabled():   # aot_autograd already runs forwards under no_grad
                 res = exe(*ins)
             else:   # autograd, if any, is aot_autograd's job outside this graph: torch.no_grad()
@@ -371,6 +374,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, options: Options, re
         # bf16/f16 ops round once, as eager's do (opmath.py); the fallback
         # (graph.gm) stays the captured graph
         target = (compute_in_float32(gm) if device == "cpu" else None) or gm
+        physical = layouts.physical_inputs(target) if layouts.enabled(device) else None
+        if physical is not None:
+            target = physical[0]
         widened = widen_uint8(target)
         if widened is None:
             result = _compile_graph(graph, target, device, options, raise_unsupported, fallback=gm)
@@ -378,6 +384,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, options: Options, re
             result = _compile_graph(graph, widened[0], device, options, raise_unsupported, fallback=gm)
             if graph.executable is not gm:
                 graph._widened = widened[1:]
+        if physical is not None and graph.executable is not gm:
+            graph._permuted = physical[1]
     if registry is not None:
         registry.append(graph)
     return result

@@ -73,6 +73,10 @@ ENV: dict[str, EnvVar] = _vars(
     EnvVar("MLIRCAP_CPU_LIBRARY_OPS", "1", "0 compiles log_softmax, and large bfloat16/float16 "
            "linear/convolution with a bias, on the CPU instead of calling torch's kernels "
            "(partition.CPU_LIBRARY_OPS, CPU_NARROW_LIBRARY_MACS)", "python/mlircap/partition.py"),
+    EnvVar("MLIRCAP_PHYSICAL_INPUTS", "1", "0 copies graph inputs that are permutations of a "
+           "contiguous tensor (attention's output, channels-last images) contiguous on CUDA instead of "
+           "compiling the graph for their memory order; force does it on the CPU too",
+           "mlircap/layouts.py"),
     EnvVar("MLIRCAP_CUDA_GRAPHS", "1", "0 disables CUDA graphs for GPU plans",
            "mlircap/runtime/cuda.py"),
     EnvVar("MLIRCAP_CUDNN_BENCHMARK", None, "1 lets cuDNN time its algorithms for the plan's "
