@@ -142,6 +142,18 @@ class _ReadMixin(_CounterMixin):
                     self.read(f"{self.const(sd)}[{name!r}]", f"{pretty}.{name}", sd[name], id(obj), name,
                               group=(sd,))
                     return
+            if raw is _MISSING and (id(obj), name) not in self.dirty:
+                # on neither the instance, its parameters, buffers, submodules nor its class
+                # (`hasattr(self, "head")` before a head created lazily, `getattr(self, "cache",
+                # None)`): guarded to stay so, as for other objects
+                self.guard(NoKey(self.const(d), pretty, name), group=(d,))
+                for store in ("_parameters", "_buffers", "_modules"):
+                    sd = d.get(store)
+                    if type(sd) is dict:
+                        self.guard(Is(f"{self.const(d)}[{store!r}]", f"{pretty}.{store}", sd, "the same dict"),
+                                   group=(d,))
+                        self.guard(NoKey(self.const(sd), f"{pretty}.{store}", name), group=(sd,))
+                self._class_guard(type(obj), name, _MISSING, f"type({pretty}).{name}")
             return
         if isinstance(obj, types.ModuleType):
             d = obj.__dict__
