@@ -34,7 +34,7 @@ class Compiled:
         self._fn = fn
         self._options = options
         self.graphs: list[CompiledGraph] = []
-        backend = make_backend(options, self.graphs)
+        backend = make_backend(options, self.graphs, eager_first=capture == "dynamo")
         if capture == "mlircap":
             # mlircap's own bytecode capture (python/mlircap/capture): guards,
             # graph breaks that resume, side effects replayed.

@@ -1003,8 +1003,10 @@ def _runs_nothing_compiled(c) -> bool:
 _COMPILE_LOCK = threading.RLock()
 
 
-def make_backend(options: Options | None = None, registry: list | None = None):
-    """A torch.compile-style backend `(gm, example_inputs) -> callable`."""
+def make_backend(options: Options | None = None, registry: list | None = None, eager_first: bool = False):
+    """A torch.compile-style backend `(gm, example_inputs) -> callable`. `eager_first`
+    (Dynamo's front): the callable runs the captured graph eagerly until one call of it
+    completes (see _EagerFirst), and an assert statement's failure raises AssertionError."""
     from functorch.compile import make_boxed_func
     from torch._functorch.aot_autograd import aot_module_simplified
 
@@ -1018,6 +1020,8 @@ def make_backend(options: Options | None = None, registry: list | None = None):
     inference_now: list = []   # (compiled, its aot graph) of inference graphs (no autograd)
 
     speculating: list = []   # the plan of a speculated graph being compiled (speculate.py)
+    random_seen: list = []   # forward graphs that draw from torch's generator
+    eager_graph: list = []   # the captured graph with Python asserts (eager_first), for reruns
 
     def fw_compiler(gm, example_inputs):
         expected = None
@@ -1028,6 +1032,10 @@ def make_backend(options: Options | None = None, registry: list | None = None):
             speculating.append(expected)
             if expected is None:
                 raise RuntimeError("mlircap: speculated data reads do not match the plan")
+        from .partition import is_random
+
+        if any(is_random(n) for n in gm.graph.nodes):
+            random_seen.append(gm)
         compiled = _compile_bounds_checked(gm, example_inputs)
         if compiled is None:
             compiled = compile_partitioned(gm, example_inputs, options, registry)
@@ -1086,9 +1094,24 @@ def make_backend(options: Options | None = None, registry: list | None = None):
         return make_boxed_func(gm.forward)
 
     def backend(gm, example_inputs):
+        if not eager_first:
+            return backend_parts(gm, example_inputs)
+        eager = _with_python_asserts(gm)   # before anything rewrites gm
+        random_before = len(random_seen)
+        eager_graph[:] = [eager]
+        try:
+            fn = backend_parts(gm, example_inputs)
+        finally:
+            eager_graph.clear()
+        if len(random_seen) > random_before:
+            return fn   # eager's stream is not the compiled graph's: the same seed, one result
+        return _EagerFirst(fn, eager)
+
+    def backend_parts(gm, example_inputs):
         hoisted = _hoist_grad_reads(gm, example_inputs)
         if hoisted is not None:
             gm, example_inputs, owners = hoisted
+            eager_graph.clear()   # the hoisted graph takes the grads as arguments
             fn = backend_inner(gm, example_inputs)
             return lambda *args: fn(*args, *[args[i].grad for i in owners])
         return backend_inner(gm, example_inputs)
@@ -1141,7 +1164,8 @@ def make_backend(options: Options | None = None, registry: list | None = None):
             if bounds_checked:
                 from .bounds import rerun_on_bad_index
 
-                return rerun_on_bad_index(fn, gm, any(b.uses_rng for b in bounds_checked), options.strict)
+                return rerun_on_bad_index(fn, eager_graph[0] if eager_graph else gm,
+                                          any(b.uses_rng for b in bounds_checked), options.strict)
             if len(inference_now) == 1 and compiled_now == [inference_now[0][0]] and not autocast and \
                     _aot_passes_through(inference_now[0][1], gm, example_inputs):
                 # aot_autograd's runtime wrapper would only turn grad mode off around the
@@ -1325,6 +1349,60 @@ def _may_alias_input(node: torch.fx.Node) -> bool:
     return False
 
 
+class _EagerFirst:
+    """Dynamo's front: `gm` (the captured graph) runs eagerly until one call of it
+    completes, then `fn` (its compiled form) runs. Fake tensors do not run eager's checks
+    of dtypes and layouts (argmax of a bool tensor, an in-place add of two overlapping
+    views of one input, bfloat16 cdist raise in eager, not in the meta kernels), so a
+    compiled graph returned a result where eager raises; a check that depends only on
+    what Dynamo guards (dtypes, shapes, strides, aliasing) raises on every call as
+    eager's, a graph that runs once runs compiled from then on. This is the recording
+    run of mlircap's own capture front (which runs the function eagerly first). Not for
+    graphs that draw random numbers: eager's stream is not the compiled graph's, and
+    the same seed must give the same result on every call."""
+
+    def __init__(self, fn, gm: torch.fx.GraphModule):
+        self.fn, self.gm, self.ran = fn, gm, False
+
+    def __call__(self, *args):
+        if self.ran:
+            return self.fn(*args)
+        out = self.gm.forward(*args)   # not gm(): FX prints its own report of an error
+        self.ran = True
+        return out
+
+
+def _python_assert(cond, msg=None):
+    """An assert statement on a tensor: AssertionError as eager's (Dynamo's
+    _assert_async raises RuntimeError)."""
+    if not bool(cond):
+        raise AssertionError(*([] if msg in (None, _DYNAMO_ASSERT_MSG) else [msg]))
+
+
+_DYNAMO_ASSERT_MSG = "assertion error"   # Dynamo's message of an assert without one
+
+
+def _with_python_asserts(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of Dynamo's graph `gm` (its own graph, the same attributes) whose
+    `torch._assert_async(cond, msg)` nodes made from assert statements (Dynamo's only
+    source of them; a source line shown that is not an assert keeps the call) raise
+    AssertionError as the statement does."""
+    graph = copy.deepcopy(gm.graph)
+    changed = False
+    for n in graph.nodes:
+        if n.op != "call_function" or n.target is not torch._assert_async or len(n.args) != 2:
+            continue
+        frame = (n.meta.get("stack_trace") or "").rstrip().split('File "')[-1].splitlines()[1:]
+        source = [ln.strip() for ln in frame if ln.strip() and set(ln.strip()) - set("~^")]
+        if source and not source[0].startswith("assert"):
+            continue
+        n.target = _python_assert
+        changed = True
+    out = torch.fx.GraphModule(gm, graph if changed else gm.graph)
+    out.meta.update(gm.meta)
+    return out   # compiled now (a lazy module's forward would call it through FX's wrapper)
+
+
 def mlircap_backend(gm, example_inputs, **kwargs):
     """Entry point registered as torch.compile(backend="mlircap")."""
-    return make_backend(Options(**kwargs))(gm, example_inputs)
+    return make_backend(Options(**kwargs), eager_first=True)(gm, example_inputs)
