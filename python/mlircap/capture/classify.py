@@ -32,7 +32,7 @@ _STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
 _OPAQUE_STDLIB = ("typing.py", "abc.py", "warnings.py", "threading.py", "weakref.py",
                   "_weakrefset.py", "inspect.py", "enum.py", "functools.py", "contextlib.py",
                   "linecache.py", "traceback.py", "logging/", "importlib/", "re/", "sre_",
-                  "dis.py", "copyreg.py", "codecs.py")
+                  "dis.py", "copyreg.py", "codecs.py", "ctypes/")
 _code_kind = {}
 
 
@@ -268,12 +268,36 @@ def _scripted_python(f: object) -> types.FunctionType | None:
     return None
 
 
+def _ffi(f: object) -> bool:
+    """f is a ctypes callable: a foreign library (`ctypes.CDLL`), one of its functions, a C
+    data type or a helper of the ctypes module.  Its code is untraced (_OPAQUE_STDLIB: library
+    code reaching it, e.g. torch.cuda's NVML device count, runs as it is; traced, CDLL's
+    __init__ defines a class whose body closes over the library object, which no replay can
+    rebuild, and capture gave up on the whole frame); called from traced code it is an
+    uncapturable call, replayed between graphs."""
+    for o in (f, type(f), getattr(f, "__self__", None)):
+        mod = getattr(o, "__module__", None)
+        if type(mod) is str and (mod == "ctypes" or mod.startswith(("ctypes.", "_ctypes"))):
+            return True
+    return False
+
+
+def _ffi_object(v: object) -> bool:
+    """v is an instance of a ctypes type (a library, a foreign function, C data), not a
+    class or a function of the ctypes module."""
+    mod = getattr(type(v), "__module__", None)
+    return type(mod) is str and (mod == "ctypes" or mod.startswith(("ctypes.", "_ctypes"))) and \
+        not isinstance(v, type)
+
+
 def _call_kind(f: object) -> str:
     """What calling f means for the recording: safe | external | mutator | getattr | vars |
     setattr | ctxvar | weakref."""
     t = type(f)
     if t is weakref.ref:
         return "weakref"
+    if _ffi(f):
+        return "external"
     if t is types.MethodType and type(f.__func__) is not types.FunctionType:
         # a bound method of a compiled function (Cython: `rs.uniform` of a NumPy RandomState,
         # reached as a bound method through `rs.uniform(*b)` or `draw = rs.uniform`): no

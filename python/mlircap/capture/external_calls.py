@@ -19,7 +19,7 @@ from torch.utils.hooks import RemovableHandle
 
 from .. import logs as _logs
 from .base import Unreplayable, _Canned
-from .classify import _classify, _no_new_epoch
+from .classify import _classify, _ffi, _no_new_epoch
 from .frame_hook import _E
 from .guard_kinds import TypeIs
 from .iterators import pure_draw
@@ -105,10 +105,12 @@ class _ExternalCallMixin:
             return
         if isinstance(res, torch.Tensor):
             self._source(res, name, f"<result of break {k}>", argrooted=True)
-        elif _is_opaque_value(res) or type(res) is RemovableHandle or external and _is_context_manager(res):
+        elif _is_opaque_value(res) or type(res) is RemovableHandle or external and (_is_context_manager(res) or
+                                                                                  _ffi(res)):
             # e.g. a ContextVar token: passed on to other replayed calls, never inspected; a
             # library's context manager (its methods are replayed calls: special_calls.py); a
-            # hook's handle (its id counts hooks made: guarded by value, every call missed)
+            # hook's handle (its id counts hooks made: guarded by value, every call missed); a
+            # foreign library or C data of ctypes (its functions are replayed calls too)
             self.src[id(res)] = (name, f"<result of break {k}>", "opaque")
             self.keep.append(res)
             if not _is_opaque_value(res):

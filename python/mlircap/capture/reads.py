@@ -14,7 +14,7 @@ import torch
 from .base import Unreplayable, _MISSING
 from .guard_kinds import ClassAttr, Equals, Is, Keys, Lengths, NoClassAttr, NoKey, TypeIs
 from .frame_hook import _E, _NULL
-from .classify import _PRIM, _classify
+from .classify import _PRIM, _classify, _ffi
 from .typeinfo import _class_dicts, _is_data_descr, _is_ndarray, _mro_lookup
 from .counters import _CounterMixin
 from .np_ops import _static_index
@@ -104,6 +104,21 @@ class _ReadMixin(_CounterMixin):
         if kind == "opaque":
             if callable(_mro_lookup(type(obj), name)[1]) and name not in getattr(obj, "__dict__", ()):
                 return   # a method of its (guarded) type: calling it is a replayed call
+            if frame is not None and _ffi(obj):
+                # a function of a foreign library (`lib.abs` of a `ctypes.CDLL` an uncapturable
+                # call returned): an opaque value too, rebuilt by the same attribute read; data
+                # (`c_int(n).value`) is read again there and guarded by value
+                def finish(fr: types.FrameType) -> None:
+                    r = _E.peek(fr, 0)
+                    if id(r) in self.src:
+                        return
+                    if callable(r) or _ffi(r):
+                        self.src[id(r)] = (f"{expr}.{name}", f"{pretty}.{name}", "opaque")
+                        self.keep.append(r)
+                    else:
+                        self._source(r, f"{expr}.{name}", f"{pretty}.{name}", argrooted=True)
+                self.pending[frame] = finish
+                return
             raise Unreplayable(f"attribute {name!r} read from an opaque value returned by an uncapturable call")
         if (id(obj), name) in self.counters and self._counter_read(frame, obj, obj.__dict__, name, "", pretty, ()):
             return

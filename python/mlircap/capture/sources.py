@@ -16,7 +16,7 @@ from .base import Unreplayable
 from .guard_kinds import (
     Equals, FunctionCode, Is, Keys, NdarrayContents, Number, SameAs, TypeIs, TypeLen,
 )
-from .classify import _ID_HASHED, _IMMUTABLE_CONST, _PRIM, _classify
+from .classify import _ID_HASHED, _IMMUTABLE_CONST, _PRIM, _classify, _ffi_object
 from .locations import _short
 from .typeinfo import (
     _NDARRAY_GUARD_BYTES, _dataclass_fields, _np_float, _is_constant_value, _is_frozen_dataclass, _is_ndarray, _pure_python_type,
@@ -182,6 +182,14 @@ class _SourceMixin:
             return
         if isinstance(v, _IMMUTABLE_CONST):
             self.guard(Equals(expr, pretty, v), group=group)
+            return
+        if argrooted and _ffi_object(v):
+            # a ctypes library, foreign function or C data handed in (an argument, a
+            # continuation's stack value): opaque, like an uncapturable call's result of it
+            # (its functions are replayed calls; each CDLL has a class of its own, which an
+            # attribute guard would never see again)
+            self.guard(TypeIs(expr, f"type({pretty})", t))
+            self.src[vid] = (expr, pretty, "opaque")
             return
         if _is_ndarray(v):
             self._source_ndarray(v, expr, pretty, argrooted)
