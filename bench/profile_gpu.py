@@ -2,6 +2,7 @@
 eager, inductor and mlircap, side by side, for the models of bench/gpu.py.
 
     python bench/profile_gpu.py [--models bert,gpt2] [--dtypes bf16] [--top 12]
+    python bench/profile_gpu.py --models timm:convnext_tiny --cudagraphs   # a timm model, batch 8
 
 For each compiler: wall latency per call (CUDA events), the summed device time of the
 kernels one call launches, their count, and the kernels with the largest total time.
@@ -93,7 +94,12 @@ def main():
     for dname in a.dtypes.split(","):
         for name in a.models.split(","):
             print(f"== {name} {dname}", flush=True)
-            m, args = models.build(name, scale="bench", dtype=DT[dname], device="cuda")
+            if name.startswith("timm:"):   # a timm image model (where timm is installed), batch 8
+                import timm
+                m = timm.create_model(name[5:], pretrained=False).eval().to("cuda", DT[dname])
+                args = (torch.randn(8, 3, 224, 224, device="cuda", dtype=DT[dname]),)
+            else:
+                m, args = models.build(name, scale="bench", dtype=DT[dname], device="cuda")
             report("eager", m, args, a.top)
             if not a.no_inductor:
                 torch._dynamo.reset()
