@@ -1254,3 +1254,133 @@ def test_guard_fuzz_changing_ints(seed, typed_checks_agree):
     calls = [(torch.randn(3, 4), random.Random(seed * 7 + i).choice([1, 2, 3, 6, 9]))
              for i in range(40)]
     run_program(f"SEED = {seed}\n" + PROGRAM_INTS, calls, name=f"fuzz_ints{seed}", cache_limit=1000)
+
+
+PROGRAM8 = """
+import random, types
+import numpy as np
+NL = [[1.0, 2.0], [3.0]]
+DD = {"k": 2.0}
+ARR2 = np.arange(4.0)
+TT = torch.arange(6.0).view(2, 3)
+class Plain:
+    pass
+OBJ = Plain()
+MOD2 = types.ModuleType("fuzzmod2")
+MOD2.flag = True
+MOD2.fn = torch.tanh
+class Base:
+    K = 1.0
+class Sub(Base):
+    pass
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.sub = nn.Linear(4, 4)
+        self.cache = {}
+        self.register_buffer("rb", torch.zeros(4))
+        self.calls = 0
+    def forward(self, x):
+        self.calls += 1
+        h = self.fc(x)
+        if hasattr(self, "extra"):
+            h = h + self.extra
+        g = getattr(self, "gate", None)
+        if g is not None:
+            h = g(h)
+        if "bias" in self.cache:
+            h = h + self.cache["bias"]
+        else:
+            self.cache.setdefault("seen", 0)
+            self.cache["seen"] = min(self.cache["seen"] + 1, 2)
+        h = h + self.rb.to(h.dtype)
+        h = self.sub(h) * 2 if self.sub.training else self.sub(h)
+        return h * self.calls if self.calls < 3 else h
+
+def make():
+    m = Block()
+    box = {"w": 1.0}
+    def f(x):
+        y = m(x)
+        y = y * NL[0][1] + len(NL) + DD.get("k", 0.5) + getattr(OBJ, "z", 0.0)
+        y = y + float(ARR2.sum()) + ARR2.shape[0] + (1.0 if ARR2.dtype == np.float64 else 2.0)
+        t = TT.sum() + TT.shape[0] * 10 + TT.stride()[0] + (3 if TT.is_contiguous() else 5)
+        y = y + t + (7.0 if TT.requires_grad else 0.0) + (1.0 if TT.dtype == torch.float32 else 4.0)
+        y = y * Sub.K + box["w"]
+        y = MOD2.fn(y) if MOD2.flag else y
+        return y
+    def rebind(b):
+        nonlocal box
+        box = b
+    f.m, f.box, f.rebind = m, (lambda: box), rebind
+    return f
+
+def _mutations(f):
+    def set_global(name, v):
+        globals()[name] = v
+    m = f.m
+    return [
+        lambda r: setattr(m, "extra", r.choice([0.5, 2.0])) if "extra" not in vars(m) else delattr(m, "extra"),
+        lambda r: m.add_module("gate", r.choice([nn.Tanh(), nn.ReLU()])) if "gate" not in m._modules else delattr(m, "gate"),
+        lambda r: m.cache.__setitem__("bias", torch.full((4,), r.choice([1.0, 3.0]))) if "bias" not in m.cache else m.cache.pop("bias"),
+        lambda r: m.cache.clear(),
+        lambda r: m.rb.resize_(r.choice([4, 1])) if not m.rb.requires_grad else None,
+        lambda r: setattr(m.rb, "data", torch.ones(4, dtype=r.choice([torch.float32, torch.float64]))),
+        lambda r: setattr(m.fc.weight, "data", m.fc.weight.data.t()),
+        lambda r: setattr(m.fc.weight, "data", m.fc.weight.data.contiguous()),
+        lambda r: m.fc.weight.requires_grad_(not m.fc.weight.requires_grad),
+        lambda r: m.sub.train(not m.sub.training),
+        lambda r: setattr(m, "calls", r.choice([0, 1, 2])),
+        lambda r: NL[0].__setitem__(1, r.choice([2.0, 5.0])),
+        lambda r: NL.append([0.0]) if len(NL) < 4 else NL.pop(),
+        lambda r: NL.insert(0, [1.0, r.choice([7.0, 8.0])]) if len(NL) < 4 else NL.pop(0),
+        lambda r: DD.__setitem__("k", r.choice([2.0, 9.0])) if r.random() < 0.6 else DD.pop("k", None),
+        lambda r: vars(OBJ).__setitem__("z", r.choice([1.0, 4.0])) if r.random() < 0.6 else vars(OBJ).pop("z", None),
+        lambda r: setattr(ARR2, "shape", r.choice([(4,), (2, 2), (1, 4)])),
+        lambda r: ARR2.__iadd__(r.choice([1.0, -1.0])),
+        lambda r: set_global("ARR2", ARR2.astype(r.choice([np.float32, np.float64]))),
+        lambda r: setattr(TT, "data", torch.arange(6.0).view(3, 2).t().to(TT.dtype)),
+        lambda r: setattr(TT, "data", torch.arange(6.0).view(2, 3).to(TT.dtype)),
+        lambda r: TT.resize_(r.choice([(2, 3), (3, 2)])) if not TT.requires_grad else None,
+        lambda r: TT.requires_grad_(not TT.requires_grad) if TT.is_leaf else None,
+        lambda r: set_global("TT", TT.detach().to(r.choice([torch.float32, torch.float64]))),
+        lambda r: set_global("TT", torch.arange(8.0)[2:].view(2, 3)),
+        lambda r: setattr(Sub, "K", r.choice([2.0, 3.0])) if "K" not in vars(Sub) else delattr(Sub, "K"),
+        lambda r: setattr(Base, "K", r.choice([1.0, 6.0])),
+        lambda r: setattr(MOD2, "flag", not MOD2.flag),
+        lambda r: setattr(MOD2, "fn", r.choice([torch.tanh, torch.sigmoid, torch.relu])),
+        lambda r: f.box().__setitem__("w", r.choice([1.0, 4.0])),
+        lambda r: f.rebind({"w": r.choice([0.0, 2.0])}),
+        lambda r: None,
+    ]
+
+def mutate(i, f):
+    if i % 2:
+        return   # each state called twice: the second call replays
+    r = random.Random(SEED * 1000 + i)
+    with torch.no_grad():
+        for _ in range(r.choice([1, 1, 2])):
+            r.choice(_mutations(f))(r)
+
+def state(f):
+    m = f.m
+    return (m.calls, dict(m.cache), [list(a) for a in NL], dict(DD), dict(f.box()), m.rb, m.fc.weight.stride())
+"""
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_guard_fuzz_lazy_attributes_caches_metadata(seed, typed_checks_agree):
+    """Attributes and submodules a module gains and loses (hasattr / getattr(..., None)
+    branches: the lazily created head's pattern), a dict cache filled, emptied and read by
+    `in`, a Python counter reset, a submodule's training flag, a buffer resized and given
+    another dtype through .data, a weight transposed through .data (same shape, other
+    strides) and its requires_grad flipped, nested list items and lengths, a dict key and an
+    instance __dict__ key removed and restored, a NumPy array reshaped in place, a global
+    tensor given another shape, strides, storage offset, dtype and requires_grad, a class
+    attribute set on a subclass (shadowing) and on its base, a module attribute flag and
+    function, a closure cell rebound and its dict written.  Every call against eager, outputs
+    and state."""
+    import torch
+    x = torch.randn(2, 4)
+    run_program(f"SEED = {seed}\n" + PROGRAM8, [(x,)] * 40, name=f"fuzz8_{seed}", cache_limit=1000)
