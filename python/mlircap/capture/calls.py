@@ -117,7 +117,8 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             return
         if slot is not None and (f := self._redirect_call(frame, f, args, kwargs, slot)) is None:
             return   # (a scripted function's Python function called instead; a vmapped one replayed)
-        if self.np_tensor_of_source(frame, f, args, kwargs, slot) or self._cached_call(frame, f, args, kwargs, slot):
+        if self.np_tensor_of_source(frame, f, args, kwargs, slot) or self._cached_call(frame, f, args, kwargs, slot) \
+                or self._class_factory_call(frame, f, args, kwargs, slot):
             return
         if slot is not None and getattr(f, "__func__", f) in _TENSOR_DEEPCOPY:
             # x.__deepcopy__(memo): bound, or the function with x first (LOAD_METHOD)

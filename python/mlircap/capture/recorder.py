@@ -51,6 +51,7 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         self.const_idx: dict[int, int] = {}     # id(obj) -> its index in consts
         self.src: dict[int, tuple] = {}         # id(obj) -> (expr, pretty, argrooted)
         self.keep: list = []                    # objects kept alive while ids are keys
+        self.fresh_types: set[int] = set()      # classes a class factory made during the call
         self.guards: list[Placed] = []   # the guards, in order, with their positions
         self.guard_exprs: set[tuple[str, int]] = set()   # (guard code, epoch)
         self.read_exprs: dict[str, int] = {}   # expression read -> the epoch it was read in

@@ -17,7 +17,9 @@
   enabled for that level: a guard that it is still disabled, no graph break."""
 from __future__ import annotations
 
+import collections
 import copy
+import dataclasses
 import functools
 import logging
 import operator
@@ -205,6 +207,32 @@ class _SpecialCallMixin(_ExternalCallMixin):
         self._external_call(frame, enter, [cm], {}, f"call to uncapturable {_func_qualname(enter)}",
                             substitute=canned)
 
+    def _class_factory_call(self, frame: types.FrameType, f: Any, args: list, kwargs: dict,
+                            slot: int | None) -> bool:
+        """`collections.namedtuple("Out", ["a", "b"])` / `dataclasses.make_dataclass(...)` inside
+        the function, with constant arguments: run as it is, untraced (namedtuple reads its
+        caller's frame for `__module__`, and traced, capture gave up on that), its class used
+        by the recording as the class of this call.  Eager makes a new class per call: a
+        replay may use the recorded one only where the class never leaves the call (its
+        instances unpacked, their fields read); where it or an instance of it escapes (the
+        return value, a write to external state) the recording is unreplayable (values.py)."""
+        if slot is None or not any(f is g for g in _CLASS_FACTORIES):
+            return False
+        flat = list(args) + list(kwargs.values())
+        if not all(_const_arg(x) for x in flat):
+            return False
+        self.ext_depth += 1
+
+        def finish(fr: types.FrameType) -> None:
+            self.ext_depth -= 1
+            r = _E.peek(fr, 0)
+            if isinstance(r, type):
+                self.fresh_types.add(id(r))
+                self.keep.append(r)
+        finish.is_call = True  # type: ignore[attr-defined]
+        self.pending[frame] = finish
+        return True
+
     def _cached_call(self, frame: types.FrameType, f: Any, args: list, kwargs: dict, slot: int | None) -> bool:
         """A `functools.lru_cache` / `functools.cache` function called with constant arguments:
         its result may come from the cache (a tensor made by an earlier call, outside any
@@ -306,6 +334,19 @@ class _SpecialCallMixin(_ExternalCallMixin):
 
 
 _LRU_WRAPPER = type(functools.lru_cache(maxsize=1)(lambda: None))
+_CLASS_FACTORIES = (collections.namedtuple, dataclasses.make_dataclass)
+
+
+def _const_arg(x: object, depth: int = 0) -> bool:
+    """x is a constant a class factory may take: numbers, strings, None, classes (field
+    types, bases), and lists, tuples and dicts of them (field names, defaults)."""
+    if x is None or type(x) in _PRIM or isinstance(x, type):
+        return True
+    if depth < 3 and type(x) in (list, tuple):
+        return all(_const_arg(y, depth + 1) for y in x)
+    if depth < 3 and type(x) is dict:
+        return all(_const_arg(k, depth + 1) and _const_arg(v, depth + 1) for k, v in x.items())
+    return False
 _TENSOR_DEEPCOPY = (torch.Tensor.__deepcopy__, torch.nn.Parameter.__deepcopy__)
 
 

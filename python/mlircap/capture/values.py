@@ -74,6 +74,10 @@ class _ValueMixin:
                 return self._use_node(e[1], e[2])
             raise Unreplayable("tensor of unknown origin escapes")
         t = type(v)
+        fresh = self.fresh_types
+        if fresh and (id(t) in fresh or id(v) in fresh and isinstance(v, type)):
+            raise Unreplayable(f"a class made during the call ({(v if isinstance(v, type) else t).__name__}, by a "
+                               f"class factory such as collections.namedtuple) leaves it: eager makes a new one per call")
         if self.flow_ret:   # a followed float the function returns (flows.py): its expression
             r = self.flow_ret.get(id(v))
             if r is not None and r[0] is v:
