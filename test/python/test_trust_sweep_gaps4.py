@@ -76,3 +76,23 @@ def test_masked_logsumexp_bf16_like_eager(fallback_log):
         return [(torch.randn(3, 2, 1, 2, generator=g) * 3).bfloat16(), torch.rand(3, 2, 1, 1, generator=g) > 0.5]
 
     _compiled_whole(lambda x, m: torch.masked.logsumexp(x, (0, 1, 2, 3), mask=m), make, fallback_log)
+
+
+# ----------------------------------------------------------------- trigamma (special.py)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int16, torch.int64, torch.uint8])
+def test_polygamma_of_order_one_compiles(fallback_log, dtype):
+    # eager's calc_trigamma: the reflection below 0.5, six recurrence steps, the
+    # asymptotic tail (OpInfo polygamma_n_*: polygamma(1, x) ran through torch)
+    def make(i):
+        g = torch.Generator().manual_seed(i)
+        if dtype.is_floating_point:
+            x = torch.cat([torch.randn(300, generator=g) * 10, torch.rand(50, generator=g) * 1e-3,
+                           torch.randn(50, generator=g) * 1e4,
+                           torch.tensor([0.0, -0.0, 1, 2, -1, -3.5, 0.5, -0.5, 1e30, -1e30,
+                                         float("inf"), float("-inf"), float("nan")])]).to(dtype)
+        else:
+            x = torch.randint(0 if dtype == torch.uint8 else -20, 100, (200,), generator=g).to(dtype)
+        return [x]
+
+    _compiled_whole(lambda x: torch.polygamma(1, x), make, fallback_log, exact=False)
+    _compiled_whole(lambda x: torch.special.polygamma(1, x * 1) + 1, make, fallback_log, exact=False)
