@@ -62,6 +62,7 @@ _UINT8_OPS = {
     # matrix products: sums of products, exact modulo 256 in int32 like add and mul
     "aten::mm", "aten::bmm", "aten::matmul", "aten::mv", "aten::dot", "aten::vdot", "aten::addmm",
     "aten::addmv", "aten::baddbmm", "aten::addbmm",
+    "aten::eye", "aten::_chunk_cat",   # a factory of 0s and 1s; chunks moved into one tensor
 }
 # Pointwise ops whose integer semantics differ from uint8's beyond wrapping.
 _UINT8_POINTWISE_EXCLUDED = {"aten::lerp", "aten::view_as_real", "aten::view_as_complex"}

@@ -96,3 +96,18 @@ def test_polygamma_of_order_one_compiles(fallback_log, dtype):
 
     _compiled_whole(lambda x: torch.polygamma(1, x), make, fallback_log, exact=False)
     _compiled_whole(lambda x: torch.special.polygamma(1, x * 1) + 1, make, fallback_log, exact=False)
+
+
+# ----------------------------------------------------------------- uint8 factories and copies (widen.py)
+def test_uint8_eye_and_chunk_cat_compile(fallback_log):
+    # eye of uint8 (0s and 1s) and _chunk_cat (chunks moved into one tensor) computed in
+    # int32 and wrapped like the other uint8 ops (OpInfo eye / _chunk_cat uint8: all 98
+    # samples ran through torch, 'aten.eye (dtype uint8)')
+    def make(i):
+        g = torch.Generator().manual_seed(i)
+        return [torch.randint(0, 256, (4, 6), generator=g).to(torch.uint8),
+                torch.randint(0, 256, (4, 3), generator=g).to(torch.uint8)]
+
+    _compiled_whole(lambda a, b: (torch.eye(5, 3, dtype=torch.uint8), torch.eye(4, dtype=torch.uint8) * 200 + 100,
+                                  a + torch.eye(4, 6, dtype=torch.uint8)), make, fallback_log)
+    _compiled_whole(lambda a, b: torch._chunk_cat([a, b], 1, 3) + 1, make, fallback_log)
