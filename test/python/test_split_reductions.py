@@ -37,9 +37,9 @@ def test_split_reductions_match_eager(monkeypatch, capfd, dtype):
                 assert a.shape == b.shape and a.dtype == b.dtype
                 tol = 1e-5 if dtype == torch.float32 else 1e-2
                 torch.testing.assert_close(a, b, rtol=tol, atol=tol)
-        # rows of 65,536 (2 rows, and 1 row for the full reductions) are split;
-        # sum over dim 1 (rows of 4) and var_mean over (2, 3) (8 rows of 16,384) are not
-        assert "split_reductions: 8 long reduction(s)" in capfd.readouterr().err
+        # rows of 65,536 (2 rows, and 1 row for the full reductions) and var_mean over
+        # (2, 3) (8 rows of 16,384) are split; sum over dim 1 (rows of 4) is not
+        assert "split_reductions: 9 long reduction(s)" in capfd.readouterr().err
     finally:
         mlircap.set_logs()
 
@@ -76,7 +76,8 @@ def test_only_long_rows_over_few_rows_split(monkeypatch):
     monkeypatch.setenv("MLIRCAP_SPLIT_REDUCTIONS", "force")
     cases = [
         (lambda x: x.sum(-1), torch.randn(4096, 1024), 0),        # LayerNorm-like: many short rows
-        (lambda x: x.sum(-1), torch.randn(4, 1 << 15), 0),        # rows too short
+        (lambda x: x.sum(-1), torch.randn(4, 1 << 13), 0),        # rows too short
+        (lambda x: x.sum(-1), torch.randn(8, 62720), 1),          # poolformer's stage-3 GroupNorm rows
         (lambda x: x.sum(0), torch.randn(1 << 16, 2), 0),         # leading dim: not trailing
         (lambda x: x.sum(-1), torch.randn(4, 1 << 16), 1),
         (lambda x: x.sum(-1, dtype=torch.float64), torch.randn(4, 1 << 16), 0),
@@ -99,7 +100,8 @@ def test_cpu_graphs_unchanged_by_default(monkeypatch):
 
 def test_splits():
     assert sr._splits(32, 262144) == 32          # UNet GroupNorm: 1024 blocks of 8,192
-    assert sr._splits(1, 65536) == 16            # slices of at least 4,096
-    assert sr._splits(3, 3 * 65536) == 32         # 512 would leave slices of 384
+    assert sr._splits(1, 65536) == 32            # slices of at least 2,048
+    assert sr._splits(3, 3 * 65536) == 64         # 512 would leave slices of 384
+    assert sr._splits(8, 62720) == 16            # 128 blocks of 3,920
     assert sr._splits(200, 65536) == 8
     assert sr._splits(2, 65537) == 1             # no power of two divides it
