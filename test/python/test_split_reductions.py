@@ -4,7 +4,6 @@ graph changes as planned and every result matches eager."""
 import pytest
 import torch
 import torch.fx as fx
-import torch.nn.functional as F
 
 import mlircap
 from mlircap import split_reductions as sr
