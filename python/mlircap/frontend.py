@@ -114,6 +114,14 @@ def _build_table() -> dict:
     table[aten.cummin.default] = cummin
     table[aten.gelu.default] = _gelu_tanh_decomposed(table.get(aten.gelu.default))
     table[aten.logsumexp.default] = _logsumexp_rounded_like_eager(table.get(aten.logsumexp.default))
+    from .maxpool import adaptive_max_pool
+
+    for op, nd in ((aten.adaptive_max_pool2d.default, 2), (aten.adaptive_max_pool3d.default, 3)):
+        table[op] = adaptive_max_pool(nd)   # windows of unequal sizes: torch-mlir cannot lower them
+    table[aten.adaptive_max_pool2d.default] = _with_batch_dim(aten.adaptive_max_pool2d.default, 2,
+                                                              table[aten.adaptive_max_pool2d.default])
+    # torch-mlir's lowering of an unbatched avg_pool3d: SIGSEGV (the compile worker died)
+    table[aten.avg_pool3d.default] = _with_batch_dim(aten.avg_pool3d.default, 3, table.get(aten.avg_pool3d.default))
     flash_cpu = aten._scaled_dot_product_flash_attention_for_cpu.default
     table[flash_cpu] = _flash_for_cpu_with_logsumexp(table.get(flash_cpu))
     from . import intmath
@@ -163,7 +171,8 @@ def _build_table() -> dict:
         table[op] = _integer_bounds(op, table.get(op))   # bounds wrap to the dtype, as eager's
     from .special import avg_pool2d_divisor_override
 
-    table[aten.avg_pool2d.default] = avg_pool2d_divisor_override(table.get(aten.avg_pool2d.default))
+    table[aten.avg_pool2d.default] = _with_batch_dim(aten.avg_pool2d.default, 2, avg_pool2d_divisor_override(
+        table.get(aten.avg_pool2d.default)))
     for packet in _OPMATH_REDUCTIONS:
         for name in packet.overloads():
             op = getattr(packet, name)
@@ -692,6 +701,22 @@ def _in_float32(op, fn):
             out = op(x.float(), *args, **kwargs)
             return tuple(o.to(x.dtype) for o in out) if isinstance(out, tuple) else out.to(x.dtype)
         return fn(x, *args, **kwargs) if fn is not None else NotImplemented
+
+    return decomposition
+
+
+def _with_batch_dim(op, nd, fallback=None):
+    """`op` (a pooling op over `nd` spatial dims) of an unbatched input (rank nd + 1) as
+    the op of that input with a batch dim of 1, its results without it: torch-mlir
+    lowers adaptive_max_pool2d and avg_pool2d of batched inputs only (a 3-D input ran
+    through torch). Batched inputs go to `fallback` (the table's decomposition, or none:
+    the op is kept)."""
+
+    def decomposition(x, *args, **kwargs):
+        if not isinstance(x, torch.Tensor) or x.dim() != nd + 1:
+            return fallback(x, *args, **kwargs) if fallback is not None else NotImplemented
+        out = op(x.unsqueeze(0), *args, **kwargs)
+        return tuple(o.squeeze(0) for o in out) if isinstance(out, (tuple, list)) else out.squeeze(0)
 
     return decomposition
 

@@ -201,3 +201,50 @@ def max_pool_backward(grad_output: torch.Tensor, x: torch.Tensor, nd: int, kerne
             mine = _spread(mine, lead + d, st[d], off[d] * di[d] - pa[d], sizes[d])
         grad = grad + mine
     return grad
+
+
+def adaptive_max_pool(nd: int):
+    """aten.adaptive_max_pool{nd}d of a floating tensor whose windows are not all one size
+    (torch-mlir lowers equal windows only; 8 -> 3 has windows of 3, 4 and 3: the op ran
+    through torch). Output element i of a dim of length L covers [floor(i L / O),
+    ceil((i + 1) L / O)); each dim is gathered to its O x K windows (K the longest, a
+    shorter window repeating its last position, after it in the scan order, so neither
+    a first maximum nor a last NaN moves), and per window eager's choice (cpu kernel:
+    `val > maxval || isnan(val)` from maxval -inf at the window's first position): the
+    last NaN, else the first position of the maximum. Equal windows and other inputs
+    keep the op."""
+
+    def decomposition(x, output_size):
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() not in (nd + 1, nd + 2) \
+                or x.numel() == 0:
+            return NotImplemented
+        sizes, outs = list(x.shape[-nd:]), list(output_size)
+        if len(outs) != nd or all(length % o == 0 for length, o in zip(sizes, outs)):
+            return NotImplemented
+        lead = x.dim() - nd
+        v, flat = x, None
+        for d, (length, o) in enumerate(zip(sizes, outs)):
+            k = max(-(-((i + 1) * length) // o) - (i * length) // o for i in range(o))
+            i = torch.arange(o, device=x.device)
+            start, end = (i * length) // o, ((i + 1) * length + o - 1) // o
+            idx = torch.minimum(start[:, None] + torch.arange(k, device=x.device)[None, :], end[:, None] - 1)
+            p = lead + 2 * d
+            v = v.index_select(p, idx.flatten()).unflatten(p, (o, k))
+            inner = 1
+            for s in sizes[d + 1:]:
+                inner *= s
+            term = (idx * inner).reshape([1] * (2 * d) + [o, k] + [1] * (2 * (nd - d - 1)))
+            flat = term if flat is None else flat + term
+        perm = list(range(lead)) + [lead + 2 * d for d in range(nd)] + [lead + 2 * d + 1 for d in range(nd)]
+        v = v.permute(perm).flatten(x.dim())   # (..., O1, .., Ond, window)
+        flat = flat.permute([2 * d for d in range(nd)] + [2 * d + 1 for d in range(nd)]).flatten(nd)
+        nan = torch.isnan(v)
+        order = torch.arange(v.shape[-1], device=x.device, dtype=torch.int32) + 1
+        last_nan = torch.argmax(nan.to(torch.int32) * order, -1)
+        first_max = torch.argmax((v == torch.amax(v, -1, keepdim=True)).to(torch.int32), -1)
+        pick = torch.where(nan.any(-1), last_nan, first_max).unsqueeze(-1)
+        values = torch.gather(v, -1, pick).squeeze(-1)
+        indices = torch.gather(flat.expand(v.shape), -1, pick).squeeze(-1)
+        return values, indices
+
+    return decomposition

@@ -913,10 +913,8 @@ def test_lowering_failure_naming_no_op_becomes_an_island(case):
             _same(fast(x), want)
     assert _compiled_graphs_ran(fast), [g.fallback_reason for g in fast.graphs]
     msgs = [str(w.message) for w in caught]
-    if case == "diagonal_scatter":   # now a gather (view_ops.py): no island at all
-        assert not any("mlircap" in m for m in msgs), msgs
-    else:
-        assert any("torch-mlir cannot lower it" in m for m in msgs), msgs
+    # now a gather (view_ops.py) and windows gathered to the longest (maxpool.py): no island at all
+    assert not any("mlircap" in m for m in msgs), msgs
 
 
 @pytest.mark.parametrize("case", ["eq_self", "isfinite", "isclose"])
