@@ -111,8 +111,15 @@ def run_program(src, calls, graphs=None, recompiles=None, breaks=None, name="pro
             else:
                 a, kw = call, {}
             if "mutate" in ns_e:
+                # torch's default dtype is one for both copies: the captured copy's mutations
+                # start from the one the eager copy's started from (a mutation that sets it,
+                # then one that makes a tensor, would make a tensor of another dtype there)
+                dt0 = torch.get_default_dtype()
                 ns_e["mutate"](i, fe)
+                dt_e = torch.get_default_dtype()
+                torch.set_default_dtype(dt0)
                 ns_c["mutate"](i, fc_obj)
+                assert torch.get_default_dtype() == dt_e, "the copies' mutations set different default dtypes"
             ae, ke = clone_args(a), clone_args(kw)
             ac, kc = clone_args(a), clone_args(kw)
             torch.manual_seed(1000 + i)
