@@ -3,8 +3,10 @@ what a call does to external state (`_call_kind`), and the value categories used
 throughout (immutable constants, safe builtins, mutators, ...)."""
 from __future__ import annotations
 
+import array
 import collections
 import contextvars
+import ctypes
 import inspect
 import io
 import os
@@ -280,6 +282,12 @@ def _ffi(f: object) -> bool:
         if type(mod) is str and (mod == "ctypes" or mod.startswith(("ctypes.", "_ctypes"))):
             return True
     return False
+
+
+# Mutable C buffers whose items C code reads and writes (subscripts, len, `.value`), out of
+# the tracer's sight: guarded by contents (sources.py), a write into one unreplayable
+# (side_effects.py), as for NumPy arrays.
+_C_BUFFERS = (array.array, bytearray, ctypes.Array, ctypes.Structure, ctypes.Union, ctypes._SimpleCData)
 
 
 def _ffi_object(v: object) -> bool:

@@ -13,7 +13,7 @@ import torch
 from .base import Unreplayable, _MISSING
 from .steps import Write
 from .frame_hook import _E
-from .classify import _PRIM
+from .classify import _C_BUFFERS, _PRIM
 from .typeinfo import _is_ndarray, _slot_values
 
 
@@ -48,6 +48,8 @@ class _SideEffectMixin:
         if self.counters:
             self._counter_store(frame, obj, name)
         if id(obj) in self.src:
+            if isinstance(obj, _C_BUFFERS):
+                raise Unreplayable(f"write to {type(obj).__name__}.{name} (a C buffer)")
             self.dirty.add((id(obj), name))
             self.stored[id(obj)].add(name)
 
@@ -58,6 +60,8 @@ class _SideEffectMixin:
         if id(obj) in self.src:
             if _is_ndarray(obj):
                 raise Unreplayable("in-place write to a numpy array")
+            if isinstance(obj, _C_BUFFERS):
+                raise Unreplayable(f"in-place write to a {type(obj).__name__} (a C buffer)")
             self.dirty.add((id(obj), "*"))
             key = _E.peek(frame, 0)
             try:
@@ -72,12 +76,16 @@ class _SideEffectMixin:
             obj = _E.peek(frame, 1)
             if _is_ndarray(obj) and id(obj) in self.src:
                 raise Unreplayable("in-place operator on a numpy array")
+            if isinstance(obj, _C_BUFFERS) and id(obj) in self.src:
+                raise Unreplayable(f"in-place operator on a {type(obj).__name__} (a C buffer)")
 
     def op_store_slice(self, frame: types.FrameType, arg: int | None, argval: Any) -> None:  # 3.12: [value, container, start, stop]
         obj = _E.peek(frame, 2)
         if self.flow_stores:
             self._flow_items_written(obj)
         if id(obj) in self.src:
+            if isinstance(obj, _C_BUFFERS):
+                raise Unreplayable(f"in-place write to a {type(obj).__name__} (a C buffer)")
             self.dirty.add((id(obj), "*"))
 
     # -- finalisation ------------------------------------------------------------------

@@ -2,6 +2,7 @@
 (`_SourceMixin._source`), lazily guarded containers and objects, snapshots."""
 from __future__ import annotations
 
+import array
 import collections
 import functools
 import re
@@ -16,7 +17,7 @@ from .base import Unreplayable
 from .guard_kinds import (
     Equals, FunctionCode, Is, Keys, NdarrayContents, Number, SameAs, TypeIs, TypeLen,
 )
-from .classify import _ID_HASHED, _IMMUTABLE_CONST, _PRIM, _classify, _ffi_object
+from .classify import _C_BUFFERS, _ID_HASHED, _IMMUTABLE_CONST, _PRIM, _classify, _ffi_object
 from .locations import _short
 from .typeinfo import (
     _NDARRAY_GUARD_BYTES, _dataclass_fields, _np_float, _is_constant_value, _is_frozen_dataclass, _is_ndarray, _pure_python_type,
@@ -182,6 +183,17 @@ class _SourceMixin:
             return
         if isinstance(v, _IMMUTABLE_CONST):
             self.guard(Equals(expr, pretty, v), group=group)
+            return
+        if isinstance(v, _C_BUFFERS):
+            # a mutable C buffer handed in (array.array, bytearray, a ctypes array, structure or
+            # number): its items are read by C code (subscripts, len, `.value`), which the
+            # tracer does not see; guarded by contents, byte for byte (and array's item type)
+            self.guard(TypeIs(expr, f"type({pretty})", t))
+            if isinstance(v, array.array):
+                self.guard(Equals(f"{expr}.typecode", f"{pretty}.typecode", v.typecode))
+            self.guard(Equals(f"bytes({expr})", f"bytes({pretty})", bytes(v)))
+            self.src[vid] = (expr, pretty, argrooted)
+            self.keep.append(v)
             return
         if argrooted and _ffi_object(v):
             # a ctypes library, foreign function or C data handed in (an argument, a

@@ -8,6 +8,7 @@ it runs as it is), and a ctypes callable called from traced code is an uncaptura
 replayed between graphs, its results opaque values (a library's functions) or guarded data.
 On the CPU, `torch.ops.load_library` reaches the same `ctypes.CDLL(path)` from untraced torch
 code."""
+import array
 import ctypes
 import os
 
@@ -16,6 +17,7 @@ import torch
 from harness import run_program
 
 X = [torch.randn(4, 8) for _ in range(4)]
+X3 = [torch.randn(2, 3) for _ in range(4)]
 LIB = os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so")   # loaded already: dlopen is a no-op
 
 
@@ -50,6 +52,7 @@ def test_user_code_calling_a_foreign_function():
     program changes: the calls are one graph break, replayed with the replay's values; the
     int it returns is guarded where it decides the graph."""
     c = run_program("""
+import array
 import ctypes
 N = 3
 class M(nn.Module):
@@ -75,6 +78,7 @@ def test_ctypes_data_value_read_back():
     again at replay and guarded by value, so a changed attribute is not taken from the
     recording."""
     run_program("""
+import array
 import ctypes
 class M(nn.Module):
     def __init__(self):
@@ -91,3 +95,52 @@ def mutate(i, m):
     if i == 2:
         m.k = 7
 """, [(x,) for x in X])
+
+
+def test_c_buffers_are_guarded_by_contents():
+    """array.array, bytearray and ctypes arrays / numbers held in globals and changed in place
+    between calls: C code reads their items (subscripts, len, `.value`) out of the tracer's
+    sight.  They were not guarded: a changed item kept the branch recorded for the old one
+    (silent wrong results).  Guarded byte for byte now; a write into one runs the call
+    eagerly (it was not replayed)."""
+    run_program("""
+import array, ctypes
+GA = array.array("d", [1.0, 2.0])
+GB = bytearray(b"ab")
+GC = (ctypes.c_float * 2)(1.0, 2.0)
+CV = ctypes.c_double(2.0)
+def make():
+    lin = nn.Linear(3, 3)
+    def f(x):
+        y = lin(x)
+        if GC[0] > 1:
+            y = y + 1
+        if GA[0] > 1:
+            y = y * 2
+        return y * CV.value + len(GC) + len(GA) + GB[1]
+    return f
+def mutate(i, f):
+    if i in (2, 5):
+        GA[0] = 5.0 - GA[0]
+    if i in (3, 6):
+        GC[0] = 5.0 - GC[0]
+    if i == 4:
+        GA.append(1.0)
+    if i == 7:
+        GB[1] = 7
+        CV.value = 3.0
+""", [(x,) for x in X3 * 3])
+
+
+def test_writes_into_c_buffers_run_eagerly():
+    c = run_program("""
+import array, ctypes
+def make():
+    lin = nn.Linear(3, 3)
+    def f(x, arr, cv):
+        arr[1] = 7.0
+        cv.value = 3
+        return lin(x) * arr[0]
+    return f
+""", [(x, array.array("d", [1.0, 2.0]), ctypes.c_int(1)) for x in X3], allow_eager=True)
+    assert all(v.eager for v in c.variants)
