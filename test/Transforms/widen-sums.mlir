@@ -151,3 +151,52 @@ func.func @init_not_a_fill(%arg0: tensor<4x1000xf32>, %arg1: tensor<4xf32>) -> t
   } -> tensor<4xf32>
   return %m : tensor<4xf32>
 }
+
+// -----
+
+// A bf16 max reduction accumulates in f32 (exact: a max picks an operand):
+// init extended, term extended, the max on f32 (same op, same attributes),
+// result truncated back to bf16 once. An f16 min likewise; a bf16 max whose
+// accumulator is used twice stays bf16.
+// CHECK-LABEL: func.func @narrow_max
+// CHECK: %[[NINF:.*]] = arith.constant 0xFF800000 : f32
+// CHECK: %[[INIT:.*]] = linalg.fill ins(%[[NINF]] : f32) outs(%{{.*}} : tensor<4xf32>)
+// CHECK: %[[MAX:.*]] = linalg.generic {{.*}} ins(%{{.*}} : tensor<4x62xbf16>) outs(%[[INIT]] : tensor<4xf32>)
+// CHECK: ^bb0(%[[IN:.*]]: bf16, %[[ACC:.*]]: f32):
+// CHECK:   %[[W:.*]] = arith.extf %[[IN]] : bf16 to f32
+// CHECK:   %[[M:.*]] = arith.maximumf %[[W]], %[[ACC]] : f32
+// CHECK:   linalg.yield %[[M]] : f32
+// CHECK: linalg.generic {{.*}} ins(%[[MAX]] : tensor<4xf32>) outs(%{{.*}} : tensor<4xbf16>)
+// CHECK:   arith.truncf {{.*}} : f32 to bf16
+// CHECK: ^bb0(%{{.*}}: f16, %[[ACC2:.*]]: f32):
+// CHECK:   arith.minnumf %[[ACC2]], %{{.*}} : f32
+// CHECK: arith.truncf {{.*}} : f32 to f16
+// CHECK: ^bb0(%{{.*}}: bf16, %{{.*}}: bf16):
+// CHECK:   arith.maximumf {{.*}} : bf16
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+func.func @narrow_max(%arg0: tensor<4x62xbf16>, %arg1: tensor<4x62xf16>) -> (tensor<4xbf16>, tensor<4xf16>, tensor<4xbf16>) {
+  %ninf = arith.constant 0xFF80 : bf16
+  %0 = tensor.empty() : tensor<4xbf16>
+  %1 = linalg.fill ins(%ninf : bf16) outs(%0 : tensor<4xbf16>) -> tensor<4xbf16>
+  %2 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : tensor<4x62xbf16>) outs(%1 : tensor<4xbf16>) {
+  ^bb0(%in: bf16, %out: bf16):
+    %m = arith.maximumf %in, %out : bf16
+    linalg.yield %m : bf16
+  } -> tensor<4xbf16>
+  %inf = arith.constant 0x7C00 : f16
+  %3 = tensor.empty() : tensor<4xf16>
+  %4 = linalg.fill ins(%inf : f16) outs(%3 : tensor<4xf16>) -> tensor<4xf16>
+  %5 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg1 : tensor<4x62xf16>) outs(%4 : tensor<4xf16>) {
+  ^bb0(%in: f16, %out: f16):
+    %m = arith.minnumf %out, %in : f16
+    linalg.yield %m : f16
+  } -> tensor<4xf16>
+  %6 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : tensor<4x62xbf16>) outs(%1 : tensor<4xbf16>) {
+  ^bb0(%in: bf16, %out: bf16):
+    %m = arith.maximumf %in, %out : bf16
+    %s = arith.addf %m, %out : bf16
+    linalg.yield %s : bf16
+  } -> tensor<4xbf16>
+  return %2, %5, %6 : tensor<4xbf16>, tensor<4xf16>, tensor<4xbf16>
+}
