@@ -228,6 +228,12 @@ class PlanExecutor:
             return
         if out.device.type == "cpu":   # (CUDA first tries cuBLAS's out_dtype below)
             ins = _widened(ins, out)
+            if out.dtype in (torch.bfloat16, torch.float16) and all(x.dtype == out.dtype for x in ins):
+                from ..partition import cpu_native_narrow_kernels
+
+                if not cpu_native_narrow_kernels(out.dtype):   # float32 sums rounded once, as torch's
+                    out.copy_(LIBRARY[step.op]([x.float() for x in ins], step))   # (runtime/cpu._emulated_narrow)
+                    return
         variant = _OUT_VARIANTS.get(step.op)
         if variant is not None and out.is_contiguous():
             op, operands = variant
