@@ -403,6 +403,8 @@ struct PlanBuilder {
       convAttrs(dw);
     else if (auto cl = dyn_cast<linalg::Conv2DNhwcFhwcOp>(op.getOperation()))
       convAttrs(cl);
+    else if (auto dcl = dyn_cast<linalg::DepthwiseConv2DNhwcHwcOp>(op.getOperation()))
+      convAttrs(dcl);
     step["attrs"] = std::move(attrs);
     steps.push_back(std::move(step));
     return success();

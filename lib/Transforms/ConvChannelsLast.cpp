@@ -223,6 +223,33 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
     conv->erase();
   }
 
+  /// A depthwise convolution in NHWC: input (N, H, W, C), filter (kh, kw, C).
+  /// torch runs it with channels-last operands (cuDNN's NHWC depthwise
+  /// kernels); NCHW, its bf16 kernel was 2x slower (ConvNeXt's 7x7, H200).
+  void convert(linalg::DepthwiseConv2DNchwChwOp conv) {
+    static constexpr int64_t kFilterToHwc[3] = {1, 2, 0};
+    OpBuilder b(conv);
+    Location loc = conv.getLoc();
+    Value x = conv.getDpsInputOperand(0)->get(), w = conv.getDpsInputOperand(1)->get();
+    Value xt = transposed(b, loc, x, kToNhwc);
+    Value wt = transpose(b, loc, w, kFilterToHwc).getResult(0);
+    auto outType = cast<RankedTensorType>(conv->getResult(0).getType());
+    SmallVector<int64_t> shape;
+    for (int64_t p : kToNhwc)
+      shape.push_back(outType.getDimSize(p));
+    Type et = outType.getElementType();
+    Value empty = tensor::EmptyOp::create(b, loc, shape, et);
+    Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(et));
+    Value init = linalg::FillOp::create(b, loc, zero, empty).getResult(0);
+    auto nhwc = linalg::DepthwiseConv2DNhwcHwcOp::create(b, loc, TypeRange{init.getType()}, ValueRange{xt, wt},
+                                                         ValueRange{init}, conv.getStrides(), conv.getDilations());
+    nhwc->setAttr(kLibraryDepthwiseAttr, b.getUnitAttr());
+    auto back = transpose(b, loc, nhwc->getResult(0), kToNchw);
+    back->setAttr(kFromNhwcAttr, b.getUnitAttr());
+    conv->getResult(0).replaceAllUsesWith(back.getResult(0));
+    conv->erase();
+  }
+
   /// Pushes transpose `t` into its producer; false if it stays.
   bool push(linalg::GenericOp t) {
     if (t->use_empty())
@@ -439,19 +466,28 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
   /// NHWC data strided (UNet: conv, bias add, GroupNorm; reductions reading
   /// it with the identity map are permuted instead). Past `depth` the
   /// transposes have met other convolutions' (ResNet's residual stream).
-  static bool readsAlign(Value v, int depth) {
+  /// Transposes (a 4-D permutation generic) that read a convolution's result
+  /// only through elementwise ops are collected in `readers`: pushed into their
+  /// producers after the conversion, they meet the transpose back out of the
+  /// NHWC convolution and compose with it (ConvNeXt's permute to channels-last
+  /// after its depthwise convolution cancels).
+  static bool readsAlign(Value v, int depth, SmallVectorImpl<linalg::GenericOp> &readers) {
     for (OpOperand &use : v.getUses()) {
       Operation *user = use.getOwner();
       if (isLibraryConv(user) || isa<func::ReturnOp>(user))
         continue;
       if (auto pad = staticPad(user)) {
-        if (!readsAlign(pad.getResult(), depth))
+        if (!readsAlign(pad.getResult(), depth, readers))
           return false;
         continue;
       }
       if (auto cat = dyn_cast<tensor::ConcatOp>(user); cat && hasStaticShapes(cat)) {
-        if (!readsAlign(cat.getResult(), depth))
+        if (!readsAlign(cat.getResult(), depth, readers))
           return false;
+        continue;
+      }
+      if (SmallVector<int64_t> perm = permOf(user); perm.size() == 4) {
+        readers.push_back(cast<linalg::GenericOp>(user));
         continue;
       }
       auto g = dyn_cast<linalg::GenericOp>(user);
@@ -460,7 +496,7 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
       unsigned r = permutableRank(user);
       if (!g || r != 4 || !alignedMap(g.getMatchingIndexingMap(&use), r))
         return false;
-      if (isAllParallel(g) && depth > 0 && !readsAlign(g->getResult(0), depth - 1))
+      if (isAllParallel(g) && depth > 0 && !readsAlign(g->getResult(0), depth - 1, readers))
         return false;
     }
     return true;
@@ -475,14 +511,29 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
     if (auto module = func->getParentOfType<ModuleOp>(); module && module->hasAttr("mlircap.nchw_convs"))
       return;
     SmallVector<linalg::Conv2DNchwFchwOp> convs;
-    func.walk([&](linalg::Conv2DNchwFchwOp c) {
-      if (isLibraryOp(c) && hasStaticShapes(c) && readsAlign(c->getResult(0), kLookAhead))
+    SmallVector<linalg::DepthwiseConv2DNchwChwOp> depthwise;
+    SmallVector<linalg::GenericOp> readers;
+    func.walk([&](Operation *op) {
+      if (!isLibraryOp(op) || !isa<linalg::Conv2DNchwFchwOp, linalg::DepthwiseConv2DNchwChwOp>(op) ||
+          !hasStaticShapes(op))
+        return;
+      SmallVector<linalg::GenericOp> found;
+      if (!readsAlign(op->getResult(0), kLookAhead, found))
+        return;
+      readers.append(found.begin(), found.end());
+      if (auto c = dyn_cast<linalg::Conv2DNchwFchwOp>(op))
         convs.push_back(c);
+      else
+        depthwise.push_back(cast<linalg::DepthwiseConv2DNchwChwOp>(op));
     });
-    if (convs.empty())
+    if (convs.empty() && depthwise.empty())
       return;
     for (auto c : convs)
       convert(c);
+    for (auto c : depthwise)
+      convert(c);
+    for (linalg::GenericOp t : readers) // after the transposes the conversions queued
+      work.insert(work.begin(), t);
     while (!work.empty()) {
       linalg::GenericOp t = work.pop_back_val();
       (void)push(t);

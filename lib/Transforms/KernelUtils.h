@@ -17,6 +17,9 @@
 
 namespace mlir::mlircap {
 
+/// Marks the NHWC depthwise convolutions mlircap-conv-channels-last makes: library ops.
+constexpr llvm::StringLiteral kLibraryDepthwiseAttr = "mlircap.library_depthwise";
+
 /// Name of the library operation the runtime executes for `op` (through
 /// torch/cuBLAS/cuDNN), or "" when `op` is compiled into kernels.
 inline llvm::StringRef libraryOpName(Operation *op) {
@@ -39,22 +42,26 @@ inline llvm::StringRef libraryOpName(Operation *op) {
     return "conv2d_nhwc_fhwc";
   if (isa<linalg::DepthwiseConv2DNchwChwOp>(op))
     return "conv2d_depthwise_nchw_chw";
+  // only the NHWC depthwise convolutions mlircap-conv-channels-last makes (others are
+  // generalized into kernels, as before)
+  if (isa<linalg::DepthwiseConv2DNhwcHwcOp>(op) && op->hasAttr(kLibraryDepthwiseAttr))
+    return "conv2d_depthwise_nhwc_hwc";
   return "";
 }
 inline bool isLibraryOp(Operation *op) { return !libraryOpName(op).empty(); }
 
 /// A library convolution (input as operand 0: conv2d_nchw_fchw,
-/// conv2d_depthwise_nchw_chw, conv2d_nhwc_fhwc).
+/// conv2d_depthwise_nchw_chw, conv2d_nhwc_fhwc, conv2d_depthwise_nhwc_hwc).
 inline bool isLibraryConv(Operation *op) {
   return isa<linalg::Conv2DNchwFchwOp, linalg::DepthwiseConv2DNchwChwOp,
-             linalg::Conv2DNhwcFhwcOp>(op) &&
+             linalg::Conv2DNhwcFhwcOp, linalg::DepthwiseConv2DNhwcHwcOp>(op) &&
          isLibraryOp(op);
 }
 
 /// The first of the two spatial dims of a library convolution's input: 2 for
 /// NCHW, 1 for NHWC (conv2d_nhwc_fhwc, see mlircap-conv-channels-last).
 inline unsigned convSpatialDim(Operation *conv) {
-  return isa<linalg::Conv2DNhwcFhwcOp>(conv) ? 1 : 2;
+  return isa<linalg::Conv2DNhwcFhwcOp, linalg::DepthwiseConv2DNhwcHwcOp>(conv) ? 1 : 2;
 }
 
 /// The (height, width) padding a library convolution applies itself (cuDNN /

@@ -278,3 +278,39 @@ func.func @concat(%x: tensor<1x3x8x8xf32>, %w1: tensor<4x3x1x1xf32>, %w2: tensor
   %d = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%c, %w3 : tensor<1x8x8x8xf32>, tensor<2x8x1x1xf32>) outs(%z3 : tensor<1x2x8x8xf32>) -> tensor<1x2x8x8xf32>
   return %d : tensor<1x2x8x8xf32>
 }
+
+// -----
+
+// ConvNeXt's block: a depthwise convolution, a bias, then a permute to channels-last
+// (LayerNorm over channels and a linear layer follow). The convolution runs NHWC
+// (filter (kh, kw, C)) and the permute composes with the transpose out of it: the bias
+// is added in NHWC, reading the convolution's result directly, and no transpose is left.
+#id = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#bias = affine_map<(d0, d1, d2, d3) -> (d1)>
+#to_nhwc = affine_map<(d0, d1, d2, d3) -> (d0, d3, d1, d2)>
+// CHECK-LABEL: func.func @depthwise_then_permute(
+// CHECK-SAME: %[[X:.*]]: tensor<2x8x12x12xbf16>, %[[W:.*]]: tensor<8x7x7xbf16>, %[[B:.*]]: tensor<8xf32>
+// CHECK: %[[WT:.*]] = linalg.generic {{.*}} ins(%[[W]] : tensor<8x7x7xbf16>) outs({{.*}} : tensor<7x7x8xbf16>)
+// CHECK: %[[C:.*]] = linalg.depthwise_conv_2d_nhwc_hwc {{.*}} ins(%{{.*}}, %[[WT]] : tensor<2x12x12x8xbf16>, tensor<7x7x8xbf16>) outs(%{{.*}} : tensor<2x6x6x8xbf16>)
+// CHECK: %[[R:.*]] = linalg.generic {{.*}} ins(%[[C]], %[[B]] : tensor<2x6x6x8xbf16>, tensor<8xf32>) outs(%{{.*}} : tensor<2x6x6x8xf32>)
+// CHECK-NOT: linalg.depthwise_conv_2d_nchw_chw
+// CHECK: return %[[R]] : tensor<2x6x6x8xf32>
+func.func @depthwise_then_permute(%x: tensor<2x8x12x12xbf16>, %w: tensor<8x7x7xbf16>, %b: tensor<8xf32>) -> tensor<2x6x6x8xf32> {
+  %zero = arith.constant 0.000000e+00 : bf16
+  %e = tensor.empty() : tensor<2x8x6x6xbf16>
+  %z = linalg.fill ins(%zero : bf16) outs(%e : tensor<2x8x6x6xbf16>) -> tensor<2x8x6x6xbf16>
+  %c = linalg.depthwise_conv_2d_nchw_chw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%x, %w : tensor<2x8x12x12xbf16>, tensor<8x7x7xbf16>) outs(%z : tensor<2x8x6x6xbf16>) -> tensor<2x8x6x6xbf16>
+  %ef = tensor.empty() : tensor<2x8x6x6xf32>
+  %biased = linalg.generic {indexing_maps = [#id, #bias, #id], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%c, %b : tensor<2x8x6x6xbf16>, tensor<8xf32>) outs(%ef : tensor<2x8x6x6xf32>) {
+  ^bb0(%in: bf16, %bi: f32, %out: f32):
+    %0 = arith.extf %in : bf16 to f32
+    %1 = arith.addf %0, %bi : f32
+    linalg.yield %1 : f32
+  } -> tensor<2x8x6x6xf32>
+  %et = tensor.empty() : tensor<2x6x6x8xf32>
+  %t = linalg.generic {indexing_maps = [#to_nhwc, #id], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%biased : tensor<2x8x6x6xf32>) outs(%et : tensor<2x6x6x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    linalg.yield %in : f32
+  } -> tensor<2x6x6x8xf32>
+  return %t : tensor<2x6x6x8xf32>
+}

@@ -197,7 +197,7 @@ _OPERANDS = {"matmul": "{0}, {1}", "matmul_transpose_b": "{0}, {1}.t()", "matmul
 # Library ops without an out= form (convolutions): their result tensor becomes the plan's
 # value (its pointer replaces the buffer's in the table) instead of being copied into a
 # buffer allocated for it: one pass over the result less per call.
-_REBOUND = ("conv2d_nchw_fchw", "conv2d_depthwise_nchw_chw", "conv2d_nhwc_fhwc")
+_REBOUND = ("conv2d_nchw_fchw", "conv2d_depthwise_nchw_chw", "conv2d_nhwc_fhwc", "conv2d_depthwise_nhwc_hwc")
 
 # Bytes of intermediate buffers a CPU plan keeps between calls (CpuPlanExecutable._workspace_buffers):
 # allocating a buffer costs about 1 µs of host time whatever its size, so small graphs gain most;

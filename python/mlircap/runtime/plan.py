@@ -35,6 +35,13 @@ def _conv2d_nhwc(x, w, st: LibraryStep):
     return _conv2d(x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2), st).permute(0, 2, 3, 1)
 
 
+def _conv2d_depthwise_nhwc(x, w, st: LibraryStep):
+    # x (N, H, W, C), w (kh, kw, C), result (N, OH, OW, C): channels-last NCHW views for
+    # torch (cuDNN's NHWC depthwise kernels), the filter as (C, 1, kh, kw)
+    out = _conv2d(x.permute(0, 3, 1, 2), w.permute(2, 0, 1).unsqueeze(1), st, groups=x.shape[3])
+    return out.permute(0, 2, 3, 1)
+
+
 def _widened(ins: list, out: torch.Tensor) -> list:
     """bf16/f16 operands of a library step with a wider float result (mlircap-narrow-library-
     operands keeps the result wide where it is used wide), converted to the result's type:
@@ -54,6 +61,7 @@ LIBRARY = {
     "conv2d_nchw_fchw": lambda ins, st: _conv2d(ins[0], ins[1], st),
     "conv2d_depthwise_nchw_chw": lambda ins, st: _conv2d_depthwise(ins[0], ins[1], st),
     "conv2d_nhwc_fhwc": lambda ins, st: _conv2d_nhwc(ins[0], ins[1], st),
+    "conv2d_depthwise_nhwc_hwc": lambda ins, st: _conv2d_depthwise_nhwc(ins[0], ins[1], st),
 }
 # Library ops with an out= form: (torch function, operands from the step's inputs).
 # The result is written into the plan's buffer directly; without an out= form
@@ -68,7 +76,7 @@ _OUT_VARIANTS = {
 
 
 # Convolutions cuDNN can write into the plan's buffer (aten.cudnn_convolution.out).
-_CUDNN_OUT = ("conv2d_nchw_fchw", "conv2d_nhwc_fhwc")
+_CUDNN_OUT = ("conv2d_nchw_fchw", "conv2d_nhwc_fhwc", "conv2d_depthwise_nhwc_hwc")
 
 
 def _cudnn_benchmark() -> bool:
@@ -80,7 +88,8 @@ def mark_layout(linalg_ir: str, channels_last: bool) -> str:
     """The module as the plan compilers take it: without channels_last it is marked
     (`mlircap.nchw_convs`) for mlircap-conv-channels-last to leave its convolutions
     NCHW. The mark is part of the IR, so of the compile cache's key."""
-    if channels_last or "linalg.conv_2d_nchw_fchw" not in linalg_ir:
+    if channels_last or ("linalg.conv_2d_nchw_fchw" not in linalg_ir and
+                         "linalg.depthwise_conv_2d_nchw_chw" not in linalg_ir):
         return linalg_ir
     return mark_module(linalg_ir, "mlircap.nchw_convs")
 
@@ -257,25 +266,34 @@ class PlanExecutor:
                 except (RuntimeError, TypeError):
                     self._wide_out_ok = False
         ins = _widened(ins, out)
-        if step.op in _CUDNN_OUT and self._cudnn_out_ok and out.dtype == ins[0].dtype \
+        depthwise = step.op == "conv2d_depthwise_nhwc_hwc"
+        if step.op in _CUDNN_OUT and (self._cudnn_dw_out_ok if depthwise else self._cudnn_out_ok) \
+                and out.dtype == ins[0].dtype \
                 and out.device.type == "cuda" and out.is_contiguous() and torch.backends.cudnn.enabled:
             # cuDNN writes into the plan's buffer (F.conv2d has no out= form: its
             # result would be copied in); same flags as F.conv2d would use. NHWC
             # operands are passed as channels-last NCHW views.
             cudnn = torch.backends.cudnn
-            x, w, y = ins[0], ins[1], out
+            x, w, y, groups = ins[0], ins[1], out, 1
             if step.op == "conv2d_nhwc_fhwc":
                 x, w, y = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2), y.permute(0, 3, 1, 2)
+            elif depthwise:
+                groups = x.shape[3]
+                x, w, y = x.permute(0, 3, 1, 2), w.permute(2, 0, 1).unsqueeze(1), y.permute(0, 3, 1, 2)
             try:
                 torch.ops.aten.cudnn_convolution.out(
-                    x, w, step.padding or (0, 0), step.strides or (1, 1), step.dilations or (1, 1), 1,
+                    x, w, step.padding or (0, 0), step.strides or (1, 1), step.dilations or (1, 1), groups,
                     _cudnn_benchmark(), cudnn.deterministic, cudnn.allow_tf32, out=y)
                 return
             except (RuntimeError, TypeError, NotImplementedError):
-                PlanExecutor._cudnn_out_ok = False
+                if depthwise:
+                    PlanExecutor._cudnn_dw_out_ok = False
+                else:
+                    PlanExecutor._cudnn_out_ok = False
         out.copy_(LIBRARY[step.op](ins, step))
 
     _cudnn_out_ok = True
+    _cudnn_dw_out_ok = True
     _wide_out_ok = True
     _wide_out_into = True
 

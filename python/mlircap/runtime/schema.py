@@ -24,7 +24,8 @@ Wire format (JSON):
                  "args": [{"value": id} | {"i64": n}], "strategy"?, "align"?}
     LibraryStep {"kind": "library", "op", "ins": [id], "out": id, "attrs"?}
       conv2d_nchw_fchw, conv2d_depthwise_nchw_chw (ins [input, weight (C, kh, kw)]),
-      conv2d_nhwc_fhwc (ins [input (N, H, W, C), weight (F, kh, kw, C)]; GPU)
+      conv2d_nhwc_fhwc (ins [input (N, H, W, C), weight (F, kh, kw, C)]; GPU),
+      conv2d_depthwise_nhwc_hwc (ins [input (N, H, W, C), weight (kh, kw, C)]; GPU)
       attrs: "strides", "dilations", "padding" (the input's zero padding,
       applied by the convolution)
 """
