@@ -348,13 +348,19 @@ def _layer_norm_f32(input, normalized_shape, weight, bias, eps):
     decomposition (eager's `x * rstd + (-rstd * mean)` loses digits to cancellation
     where the mean is large against the spread); `mean - x` and `x - mean` stay two
     ops (CSE would merge one value read twice, written out as a whole tensor), each
-    fused into its pass. Output, mean and rstd within 2x of eager's error against a
-    float64 LayerNorm (rstd mostly closer), except rows under 256 elements far from 0,
-    whose mean (one f32 block, as under torch's decomposition) has about 2x eager's
-    error (test_cpu_reductions.py::test_layer_norm_f32_as_accurate_as_eager)."""
+    fused into its pass. The mean is corrected by the mean deviation from it (below).
+    Output, mean and rstd within 2x of eager's error against a float64 LayerNorm
+    (test_cpu_reductions.py::test_layer_norm_f32_as_accurate_as_eager)."""
     dims = list(range(input.dim() - len(normalized_shape), input.dim()))
-    mean = input.mean(dims, keepdim=True)
-    rstd = torch.rsqrt((mean - input).square().mean(dims, keepdim=True) + eps)
+    first = input.mean(dims, keepdim=True)
+    # The variance pass also sums the deviations from the first mean: their mean `d` is
+    # the first mean's rounding error (about an ulp of the mean for rows far from 0), so
+    # `first + d` is the mean to half an ulp and `mean((first - x)^2) - d^2` the variance
+    # about it (the corrected two-pass algorithm), at no extra pass over the row.
+    d = (input - first).mean(dims, keepdim=True)
+    var = (first - input).square().mean(dims, keepdim=True) - d.square()
+    mean = first + d
+    rstd = torch.rsqrt(var + eps)
     out = (input - mean) * rstd
     if weight is not None:
         out = out * weight

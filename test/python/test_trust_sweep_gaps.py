@@ -183,7 +183,9 @@ def test_conv1d_is_a_plan_convolution(fallback_log, dtype, stride, padding, dila
     x, w = torch.randn(2, 4, 17, generator=g).to(dtype), torch.randn(6, 4, 3, generator=g).to(dtype)
     c = torch.randn(6, generator=g).to(dtype) if bias else None
     fn = lambda t, k: F.conv1d(t, k, c, stride, padding, dilation)   # noqa: E731
-    _check(fn, [x, w], fallback_log, exact=dtype == torch.float32)
+    # bit for bit without a bias; the plan adds a bias after the library convolution, and
+    # eager's oneDNN kernel adds it inside its accumulation on some hosts (AVX2: 1 ulp apart)
+    _check(fn, [x, w], fallback_log, exact=dtype == torch.float32 and not bias)
 
 
 # ----------------------------------------------------------------- bf16 matrix products and their f32 result
