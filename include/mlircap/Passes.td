@@ -177,7 +177,15 @@ def MlircapConvChannelsLast
     transpose, which the next reduction absorbs the same way. A convolution
     whose result is read, within a few elementwise ops, by anything else (a
     reshape such as GroupNorm's groups) stays NCHW: that reader would read
-    NHWC data strided. Function results that would be (views of) transposed
+    NHWC data strided, except a transpose (ConvNeXt's permute to
+    channels-last): it is pushed back into the convolution's result, where it
+    composes with the transpose out of it. Library
+    `linalg.depthwise_conv_2d_nchw_chw` becomes
+    `linalg.depthwise_conv_2d_nhwc_hwc` (filter (kh, kw, C)) the same way,
+    marked `mlircap.library_depthwise` (the library step
+    conv2d_depthwise_nhwc_hwc: cuDNN's NHWC depthwise kernels; other NHWC
+    depthwise convolutions are compiled into kernels as before).
+    Function results that would be (views of) transposed
     views of an NHWC tensor are copied out
     (`mlircap.materialize`): callers get NCHW-contiguous results as from
     eager. A module with the unit attribute `mlircap.nchw_convs` is left
@@ -489,6 +497,11 @@ def MlircapWidenSums : Pass<"mlircap-widen-sums", "::mlir::func::FuncOp"> {
     var_mean) gets `fastmath<reassoc>` on its add, so the loop vectorizer
     keeps several f64 partial sums instead of one scalar add chain (1M-element
     sum: 1.63 -> 0.14 ms on one thread, eager 0.13; relative error ~3e-8).
+    A bf16/f16 max or min reduction (`acc' = max(acc, term)`: maximumf,
+    minimumf, maxnumf, minnumf) accumulates in f32 the same way: exact, since
+    every bf16/f16 value is an f32 value and the f32 result rounds back to
+    the same one, and its accumulator stays in a register instead of a
+    narrow store reloaded through the emulation's rounding per element.
     Runs first in `mlircap-cpu-pipeline`; the GPU's tree reductions do not
     need it.
 
