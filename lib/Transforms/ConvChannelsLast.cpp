@@ -200,13 +200,17 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
     return t.getResult(0);
   }
 
-  void convert(linalg::Conv2DNchwFchwOp conv) {
+  /// Replaces NCHW convolution `conv` by its NHWC form: `make(b, loc, x, w,
+  /// init)` builds it from the input transposed to NHWC, the filter transposed
+  /// by `filterPerm` and a zero NHWC init; its result is transposed back.
+  template <typename ConvOp, typename Make>
+  void toNhwc(ConvOp conv, ArrayRef<int64_t> filterPerm, Make make) {
     OpBuilder b(conv);
     Location loc = conv.getLoc();
     Value x = conv.getDpsInputOperand(0)->get(), w = conv.getDpsInputOperand(1)->get();
     // a padded input: push() moves the transpose through the padding
     Value xt = transposed(b, loc, x, kToNhwc);
-    Value wt = transpose(b, loc, w, kToNhwc).getResult(0);
+    Value wt = transpose(b, loc, w, filterPerm).getResult(0);
     auto outType = cast<RankedTensorType>(conv->getResult(0).getType());
     SmallVector<int64_t> shape;
     for (int64_t p : kToNhwc)
@@ -215,12 +219,19 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
     Value empty = tensor::EmptyOp::create(b, loc, shape, et);
     Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(et));
     Value init = linalg::FillOp::create(b, loc, zero, empty).getResult(0);
-    auto nhwc = linalg::Conv2DNhwcFhwcOp::create(b, loc, TypeRange{init.getType()}, ValueRange{xt, wt},
-                                                 ValueRange{init}, conv.getStrides(), conv.getDilations());
+    Operation *nhwc = make(b, loc, xt, wt, init);
     auto back = transpose(b, loc, nhwc->getResult(0), kToNchw);
     back->setAttr(kFromNhwcAttr, b.getUnitAttr());
     conv->getResult(0).replaceAllUsesWith(back.getResult(0));
     conv->erase();
+  }
+
+  void convert(linalg::Conv2DNchwFchwOp conv) {
+    auto strides = conv.getStrides(), dilations = conv.getDilations();
+    toNhwc(conv, kToNhwc, [&](OpBuilder &b, Location loc, Value x, Value w, Value init) -> Operation * {
+      return linalg::Conv2DNhwcFhwcOp::create(b, loc, TypeRange{init.getType()}, ValueRange{x, w},
+                                              ValueRange{init}, strides, dilations);
+    });
   }
 
   /// A depthwise convolution in NHWC: input (N, H, W, C), filter (kh, kw, C).
@@ -228,26 +239,13 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
   /// kernels); NCHW, its bf16 kernel was 2x slower (ConvNeXt's 7x7, H200).
   void convert(linalg::DepthwiseConv2DNchwChwOp conv) {
     static constexpr int64_t kFilterToHwc[3] = {1, 2, 0};
-    OpBuilder b(conv);
-    Location loc = conv.getLoc();
-    Value x = conv.getDpsInputOperand(0)->get(), w = conv.getDpsInputOperand(1)->get();
-    Value xt = transposed(b, loc, x, kToNhwc);
-    Value wt = transpose(b, loc, w, kFilterToHwc).getResult(0);
-    auto outType = cast<RankedTensorType>(conv->getResult(0).getType());
-    SmallVector<int64_t> shape;
-    for (int64_t p : kToNhwc)
-      shape.push_back(outType.getDimSize(p));
-    Type et = outType.getElementType();
-    Value empty = tensor::EmptyOp::create(b, loc, shape, et);
-    Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(et));
-    Value init = linalg::FillOp::create(b, loc, zero, empty).getResult(0);
-    auto nhwc = linalg::DepthwiseConv2DNhwcHwcOp::create(b, loc, TypeRange{init.getType()}, ValueRange{xt, wt},
-                                                         ValueRange{init}, conv.getStrides(), conv.getDilations());
-    nhwc->setAttr(kLibraryDepthwiseAttr, b.getUnitAttr());
-    auto back = transpose(b, loc, nhwc->getResult(0), kToNchw);
-    back->setAttr(kFromNhwcAttr, b.getUnitAttr());
-    conv->getResult(0).replaceAllUsesWith(back.getResult(0));
-    conv->erase();
+    auto strides = conv.getStrides(), dilations = conv.getDilations();
+    toNhwc(conv, kFilterToHwc, [&](OpBuilder &b, Location loc, Value x, Value w, Value init) -> Operation * {
+      auto op = linalg::DepthwiseConv2DNhwcHwcOp::create(b, loc, TypeRange{init.getType()}, ValueRange{x, w},
+                                                         ValueRange{init}, strides, dilations);
+      op->setAttr(kLibraryDepthwiseAttr, b.getUnitAttr());
+      return op;
+    });
   }
 
   /// Pushes transpose `t` into its producer; false if it stays.
