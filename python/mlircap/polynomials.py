@@ -1,5 +1,7 @@
-"""Chebyshev polynomials (`special.chebyshev_polynomial_{t,u,v,w}` and their shifted forms)
-compiled with a bounded loop and an error flag.
+"""Orthogonal polynomials compiled with a bounded loop and an error flag: Chebyshev
+(`special.chebyshev_polynomial_{t,u,v,w}` and their shifted forms), Hermite
+(`special.hermite_polynomial_{h,he}`), Laguerre (`special.laguerre_polynomial_l`) and
+Legendre (`special.legendre_polynomial_p`; recurrence() for the last four, float32 only).
 
 torch-mlir has no lowering for them, and eager's kernel (ATen/native/Math.h) runs a loop
 whose trip count is the degree `n`, an input tensor: `r = 2y * q - p` for k = 2..n, after
@@ -33,7 +35,17 @@ _KINDS = {
     "aten::special_shifted_chebyshev_polynomial_v": ("v", True, 6),
     "aten::special_shifted_chebyshev_polynomial_w": ("w", True, 4),
 }
-OPS = frozenset(_KINDS)
+# Hermite, Laguerre and Legendre polynomials: eager's three-term recurrences (Math.h), whose
+# CPU kernel the compiler contracts to a fused multiply-add: r = fma(a, q, -(k * p)) (then
+# / (k + 1) for Laguerre and Legendre). Without the contraction 1/3 of float32 values
+# differed from eager's in the last bits. kind -> the recurrence's steps for a degree n.
+_RECURRENCES = {
+    "aten::special_hermite_polynomial_h": "h",
+    "aten::special_hermite_polynomial_he": "he",
+    "aten::special_laguerre_polynomial_l": "l",
+    "aten::special_legendre_polynomial_p": "p",
+}
+OPS = frozenset(_KINDS) | frozenset(_RECURRENCES)
 
 
 def _signed(n, even_val, odd_val):
@@ -88,10 +100,66 @@ def chebyshev(kind: str, shifted: bool, threshold: int, dtype: torch.dtype):
     return fn
 
 
+def _fma32(a, b, c):
+    """float32 a * b + c rounded once, as a fused multiply-add: the product of two floats
+    is exact in double, the double sum rounded to float (a second rounding of the double
+    sum differs from the fma's single one only where the exact sum lies within 2^-29 ulp
+    of a float midpoint)."""
+    return (a.double() * b.double() + c.double()).float()
+
+
+def recurrence(kind: str):
+    """fn(x, n) -> (eager's float32 value of the Hermite (h, he), Laguerre (l) or Legendre
+    (p) polynomial of degree n at x, flag: some element needs more than MAX_DEGREE
+    steps or has a non-finite degree)."""
+
+    def fn(x, n):
+        x, nf = torch.broadcast_tensors(x.to(torch.float32), n.to(torch.float32))
+        finite = torch.isfinite(nf)
+        ni = torch.where(finite, nf, torch.zeros_like(nf)).to(torch.int64)   # static_cast<int64_t>
+        one, zero = torch.ones_like(x), torch.zeros_like(x)
+        if kind == "h":
+            p, q = one, x + x
+        elif kind == "l":
+            p, q = one, 1 - x
+        else:
+            p, q = one, x
+        # eager's loop runs for k = 1 .. n - 1 (Hermite H: k = 2, 4, .., 2n - 2): step k is
+        # masked by k < n
+        for k in range(1, MAX_DEGREE):
+            if kind == "h":
+                r = _fma32(x + x, q, -(2 * k * p))
+            elif kind == "he":
+                r = _fma32(x, q, -(k * p))
+            elif kind == "l":
+                r = _fma32((k + k) + (1 - x), q, -(k * p)) / (k + 1)
+            else:
+                r = _fma32((k + k + 1) * x, q, -(k * p)) / (k + 1)
+            active = ni > k
+            p, q = torch.where(active, q, p), torch.where(active, r, q)
+        res = torch.where(ni == 0, one, q)
+        if kind == "l":
+            res = torch.where(x.abs() == 0, one, res)
+        elif kind == "p":
+            res = torch.where(x.abs() == 1, torch.where((x > 0) | (ni % 2 == 0), one, -one), res)
+        res = torch.where(ni < 0, zero, res)
+        bad = ~finite | (ni > MAX_DEGREE)
+        if kind in ("l", "p"):
+            # eager's scalar loop (the elements past its last full vector) returns 0 for a
+            # NaN x of degree 2 or more, its vector loop NaN: such elements set the flag
+            bad = bad | (torch.isnan(x) & (ni >= 2))
+        return res, bad.any()
+
+    return fn
+
+
 def rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
     """Replaces `node` (an op in OPS, tensor operands) by the bounded form traced into
     `graph`: its error flag, or None (left as it is)."""
-    kind, shifted, threshold = _KINDS[op_name(node.target)]
+    name = op_name(node.target)
+    if name in _RECURRENCES:
+        return _rewrite_recurrence(graph, node, _RECURRENCES[name])
+    kind, shifted, threshold = _KINDS[name]
     if len(node.args) != 2 or node.kwargs or not all(isinstance(a, fx.Node) for a in node.args):
         return None
     vals = [a.meta.get("val") for a in node.args]
@@ -100,6 +168,21 @@ def rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
             want.dtype not in (torch.float32, torch.float64) or want.device.type != "cpu":
         return None
     flag = inline(graph, node, chebyshev(kind, shifted, threshold, want.dtype), list(node.args))
+    return None if flag is None else [flag]
+
+
+def _rewrite_recurrence(graph: fx.Graph, node: fx.Node, kind: str) -> list[fx.Node] | None:
+    """rewrite() of a Hermite/Laguerre/Legendre polynomial with a float32 result (float32
+    or integer operands: the default dtype): the fused multiply-add is exact only there."""
+    if len(node.args) != 2 or node.kwargs or not all(isinstance(a, fx.Node) for a in node.args):
+        return None
+    vals = [a.meta.get("val") for a in node.args]
+    want = node.meta.get("val")
+    if not all(isinstance(v, torch.Tensor) and (v.dtype == torch.float32 or not v.is_floating_point())
+               and not v.is_complex() for v in vals) or not isinstance(want, torch.Tensor) or \
+            want.dtype != torch.float32 or want.device.type != "cpu":
+        return None
+    flag = inline(graph, node, recurrence(kind), list(node.args))
     return None if flag is None else [flag]
 
 

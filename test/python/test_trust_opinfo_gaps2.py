@@ -1,0 +1,112 @@
+"""OpInfo sweep (bench/opinfo.py, issue 10), seeds 211/223/307 on 2026-12-03: fallbacks
+turned into compiled code. Each compiled case compares with eager (bit for bit where the
+compiled form follows eager's kernel) and checks that no island ran (the 'fallback' log)."""
+import re
+import warnings
+
+import pytest
+import torch
+
+import mlircap
+from mlircap import logs
+
+
+@pytest.fixture
+def fallback_log(capsys):
+    logs.set_logs("fallback")
+    yield capsys
+    logs.set_logs()
+
+
+def _check(fn, args, log, exact=True, calls=3):
+    """fn compiled: eager's values (bit for bit with `exact`), every graph compiled, no
+    eager island (no bounds-check rerun either)."""
+    want = fn(*[a.clone() for a in args])
+    fast = mlircap.compile(fn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # no 'runs through torch' / 'eagerly' warning
+        for _ in range(calls):
+            got = fast(*[a.clone() for a in args])
+            for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+                assert g.dtype == w.dtype and g.shape == w.shape, (g, w)
+                tol = {"rtol": 0, "atol": 0} if exact else {}
+                torch.testing.assert_close(g, w, equal_nan=True, **tol)
+    err = log.readouterr().err
+    assert "eager islands" not in err, err
+    assert fast.graphs and all(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs), \
+        [g.fallback_reason for g in fast.graphs]
+    return fast
+
+
+# ----------------------------------------------------------------- Hermite, Laguerre, Legendre
+_RECURRENCES = ["hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p"]
+
+
+def _degrees_and_points(n=400):
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.randn(n, generator=g) * 3, torch.rand(n, generator=g) * 2 - 1,
+                   torch.tensor([0.0, -0.0, 1.0, -1.0, 1.0, -1.0, float("inf"), -float("inf"), 2.0, -3.0])])
+    deg = torch.cat([torch.randint(-3, 17, (2 * n,), generator=g).float() + torch.rand(2 * n, generator=g) * 0.9,
+                     torch.tensor([3.0, 4.0, 5.0, 6.0, 0.0, -1.0, 2.0, 3.0, 1.0, 16.0])])
+    return x, deg
+
+
+@pytest.mark.parametrize("name", _RECURRENCES)
+def test_recurrence_polynomials_compile_bit_for_bit(fallback_log, name):
+    # eager's kernel contracts r = a * q - k * p to a fused multiply-add: without it a third
+    # of the float32 values differed in their last bits
+    fn = getattr(torch.special, name)
+    x, deg = _degrees_and_points()
+    _check(lambda a, b: fn(a, b), [x, deg], fallback_log)
+    # integer operands compute in float32 (a broadcast degree, as OpInfo's samples)
+    g = torch.Generator().manual_seed(1)
+    for dtype in (torch.int8, torch.int64, torch.uint8, torch.bool):
+        lo = 0 if dtype in (torch.uint8, torch.bool) else -9
+        xi = torch.randint(lo, 10, (5, 10), generator=g).to(dtype)
+        ni = torch.randint(lo, 10, (10,), generator=g).to(dtype)
+        _check(lambda a, b: fn(a, b), [xi, ni], fallback_log)
+
+
+@pytest.mark.parametrize("name", _RECURRENCES)
+def test_recurrence_polynomials_past_the_bound_rerun_eagerly(capsys, name):
+    # a degree above MAX_DEGREE or not finite sets the flag: the call reruns eagerly
+    # (eager's values, logged as an island); strict=True raises
+    fn = getattr(torch.special, name)
+    x = torch.tensor([0.3, 2.0, 0.7])
+    fast = mlircap.compile(lambda a, b: fn(a, b))
+    strict = mlircap.compile(lambda a, b: fn(a, b), strict=True)
+    ok = torch.tensor([3.0, 4.0, 2.0])
+    for f in (fast, strict):
+        f(x, ok)
+        torch.testing.assert_close(f(x, ok), fn(x, ok), rtol=0, atol=0)
+    for n in (torch.tensor([3.0, 40.0, 2.0]), torch.tensor([3.0, float("nan"), 2.0])):
+        logs.set_logs("fallback")
+        try:
+            torch.testing.assert_close(fast(x, n), fn(x, n), equal_nan=True)
+        finally:
+            logs.set_logs()
+        assert "bounds check" in capsys.readouterr().err
+        with pytest.raises(mlircap.MlircapCompileError, match="bounds check"):
+            strict(x, n)
+
+
+@pytest.mark.parametrize("name", ["laguerre_polynomial_l", "legendre_polynomial_p"])
+def test_nan_points_rerun_where_eager_disagrees_with_itself(capsys, name):
+    # eager returns 0 (or its uninitialized r: 1.5e-41 seen) or NaN for a NaN x of degree
+    # >= 2 depending on the call (one element: not NaN; eight elements of degrees -1..6:
+    # NaN at degree 3): such calls rerun eagerly
+    fn = getattr(torch.special, name)
+    assert not fn(torch.tensor([float("nan")]), torch.tensor([3.0])).isnan().any()
+    assert fn(torch.full((8,), float("nan")), torch.arange(-1.0, 7.0))[4].isnan()
+    fast = mlircap.compile(lambda a, b: fn(a, b))
+    x, n = torch.tensor([float("nan"), 0.5, 2.0]), torch.tensor([3.0, 2.0, 4.0])
+    fast(x, n)
+    logs.set_logs("fallback")
+    try:
+        torch.testing.assert_close(fast(x, n)[1:], fn(x, n)[1:], rtol=0, atol=0)
+    finally:
+        logs.set_logs()
+    assert "bounds check" in capsys.readouterr().err
+    # NaN of degree 0 and 1 is the same in both loops: compiled
+    _check(lambda a, b: fn(a, b), [torch.tensor([float("nan"), float("nan"), 0.5]), torch.tensor([0.0, 1.0, 3.0])],
+           capsys)
