@@ -162,6 +162,9 @@ def _build_table() -> dict:
     from .nonzero import nonzero_static
 
     table[aten.nonzero_static.default] = nonzero_static   # torch-mlir cannot lower it
+    from .histogram import histc
+
+    table[aten.histc.default] = histc   # torch-mlir cannot lower it
     from .scatter import masked_scatter
 
     table[aten.masked_scatter.default] = masked_scatter   # torch-mlir's lowering: no CPU kernel

@@ -1,7 +1,6 @@
 """OpInfo sweep (bench/opinfo.py, issue 10), seeds 211/223/307 on 2026-12-03: fallbacks
 turned into compiled code. Each compiled case compares with eager (bit for bit where the
 compiled form follows eager's kernel) and checks that no island ran (the 'fallback' log)."""
-import re
 import warnings
 
 import pytest
@@ -110,3 +109,53 @@ def test_nan_points_rerun_where_eager_disagrees_with_itself(capsys, name):
     # NaN of degree 0 and 1 is the same in both loops: compiled
     _check(lambda a, b: fn(a, b), [torch.tensor([float("nan"), float("nan"), 0.5]), torch.tensor([0.0, 1.0, 3.0])],
            capsys)
+
+
+# ----------------------------------------------------------------- histc (histogram.py)
+def _hist_inputs(dtype, shape, lo, hi, bins):
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(shape, generator=g) * 6).to(dtype)
+    if x.numel() > 3:
+        x.view(-1)[1] = float("nan")
+        x.view(-1)[2] = float("inf")
+    return x
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bins,lo,hi", [(100, 0, 10), (1, 0, 10), (3, -10, 10), (10, -10, 0), (7, -3.3, 2.9),
+                                        (13, -1, 1.7)])
+def test_histc_compiles_like_eager(fallback_log, dtype, bins, lo, hi):
+    for shape in [(), (5,), (5, 5), (5, 5, 5)]:
+        x = _hist_inputs(dtype, shape, lo, hi, bins)
+        _check(lambda t: torch.histc(t, bins=bins, min=lo, max=hi), [x], fallback_log)
+    # every edge, many times: eager's division puts some inner edges in the bin below
+    # (7 bins over [-3.3, 2.9]: the edge -0.6428... in bin 2); the ends in the first/last bin
+    edges = torch.linspace(lo, hi, bins + 1, dtype=dtype)
+    x = torch.cat([edges] * (217 // (bins + 1) + 1))[:217]
+    _check(lambda t: torch.histc(t, bins=bins, min=lo, max=hi), [x], fallback_log)
+
+
+def test_histc_inner_edge_in_the_bin_below_as_eager():
+    e = torch.linspace(-3.3, 2.9, 8)
+    assert torch.histc(e[3:4], bins=7, min=-3.3, max=2.9).nonzero().item() == 2   # eager's own answer
+    fast = mlircap.compile(lambda t: torch.histc(t, bins=7, min=-3.3, max=2.9))
+    fast(e)
+    torch.testing.assert_close(fast(e), torch.histc(e, bins=7, min=-3.3, max=2.9), rtol=0, atol=0)
+
+
+def test_histc_bounds_from_the_data_and_large_bf16_run_through_torch():
+    # min == max (the data's extrema; eager raises for NaN/inf ones) and bfloat16 past 256
+    # elements (counts past 256 are not all bfloat16 numbers) stay whole: same results,
+    # through torch
+    x = torch.randn(40)
+    fast = mlircap.compile(lambda t: torch.histc(t, bins=5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast(x)
+        torch.testing.assert_close(fast(x), torch.histc(x, bins=5), rtol=0, atol=0)
+    y = torch.full((300,), 0.5, dtype=torch.bfloat16)
+    slow = mlircap.compile(lambda t: torch.histc(t, bins=2, min=0, max=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        slow(y)
+        torch.testing.assert_close(slow(y), torch.histc(y, bins=2, min=0, max=1), rtol=0, atol=0)

@@ -1,0 +1,64 @@
+"""aten.histc compiled as eager's CPU kernel counts (torch-mlir has no lowering: it ran
+through torch).
+
+Eager (ATen/native/cpu/HistogramKernel.cpp: histc's linear interpolation, without the
+local search torch.histogram makes) makes bins + 1 edges with linspace(min, max) in the
+input's dtype, skips elements outside [left, right] = [edges[0], edges[-1]] (NaN too), and
+puts element x in bin
+
+    pos = int64((x - left) * bins / (right - left))     (each step in the dtype:
+                                                         c10::BFloat16 rounds every one)
+    pos = bins - 1 where pos == bins                    (the last bin holds its right edge)
+
+adding 1 in the dtype (an element on an inner edge may land in the bin below it, as in
+eager). Here the end edges of Python-number bounds are eager's own linspace, evaluated
+when the graph is traced, the position is computed with the same roundings, and each
+bin counts its elements (one-hot comparisons: only up to MAX_WORK element x bin pairs). Counts are exact where eager's
+are: float32 below 2^24 elements, bfloat16 up to 256 (past that not every count is a
+bfloat16 number, and how eager's accumulation rounds is not modelled). min == max (the bounds taken from the data) and other cases return
+NotImplemented: the op stays whole and runs through torch.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+MAX_WORK = 1 << 22
+_MAX_COUNT = {torch.float32: 1 << 24, torch.bfloat16: 256}
+
+
+def _round(x: torch.Tensor, dtype) -> torch.Tensor:
+    """float32 `x` rounded to `dtype` (bfloat16: c10's rounding of each step), as float32."""
+    return x if dtype == torch.float32 else x.to(dtype).to(torch.float32)
+
+
+def histc(x, bins=100, min=0, max=0):  # noqa: A002 - aten's argument names
+    """aten.histc on the CPU (module docstring); NotImplemented for what it does not handle."""
+    from .ranges import _now
+
+    if not isinstance(x, torch.Tensor) or x.device.type != "cpu" or x.dtype not in _MAX_COUNT:
+        return NotImplemented
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (bins, min, max)):
+        return NotImplemented
+    bins, lo, hi = int(bins), float(min), float(max)
+    n = x.numel()
+    if bins <= 0 or not lo < hi or not all(math.isfinite(v) for v in (lo, hi)):
+        return NotImplemented   # eager raises, or takes the bounds from the data (min == max)
+    if n > _MAX_COUNT[x.dtype] or n * (bins + 1) > MAX_WORK:
+        return NotImplemented
+    dtype = x.dtype
+    edges = _now(lambda: torch.linspace(lo, hi, bins + 1, dtype=dtype).to(torch.float32))
+    left, right = _now(lambda: (float(edges[0]), float(edges[-1])))
+    xf = x.reshape(-1).to(torch.float32)          # bfloat16 values exactly
+    valid = (xf >= left) & (xf <= right)
+    xs = torch.where(valid, xf, torch.full((), left, dtype=torch.float32))
+    # the position by division, each step rounded to the dtype as eager's scalar_t arithmetic
+    # (right - left and bins, an int64 converted to the dtype, are numbers here)
+    span = _now(lambda: float((edges[-1:].to(dtype) - edges[:1].to(dtype)).float()))
+    scale = _now(lambda: float(torch.tensor(float(bins)).to(dtype).float()))
+    pos = _round(_round(_round(xs - left, dtype) * scale, dtype) / span, dtype)
+    pos = pos.to(torch.int64)
+    pos = torch.where(pos == bins, pos - 1, pos)
+    hit = valid.unsqueeze(-1) & (pos.unsqueeze(-1) == torch.arange(bins))
+    return hit.sum(0).to(dtype)
