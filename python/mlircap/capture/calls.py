@@ -118,7 +118,8 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
         if slot is not None and (f := self._redirect_call(frame, f, args, kwargs, slot)) is None:
             return   # (a scripted function's Python function called instead; a vmapped one replayed)
         if self.np_tensor_of_source(frame, f, args, kwargs, slot) or self._cached_call(frame, f, args, kwargs, slot) \
-                or self._class_factory_call(frame, f, args, kwargs, slot):
+                or self._class_factory_call(frame, f, args, kwargs, slot) \
+                or self._module_factory_call(frame, f, args, kwargs, slot):
             return
         if slot is not None and getattr(f, "__func__", f) in _TENSOR_DEEPCOPY:
             # x.__deepcopy__(memo): bound, or the function with x first (LOAD_METHOD)
@@ -180,6 +181,8 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
                 id(so) in self.src and not args[1 if getattr(f, "__self__", None) is None else 0:] and \
                 set(kwargs) <= {"keep_vars"}:
             self._state_dict_tree(so)
+        if self.lazy and slot is not None and self._flow_dict_call(frame, f, args, kwargs):
+            return   # `d.get(k)` / `d.setdefault(k, v)` of a key the dict has: an item read (flow_roots.py)
         if self.lazy or self.lazy_objs:
             ff = getattr(f, "__func__", f)
             traced = type(ff) is types.FunctionType and _classify(ff.__code__) == "user"
@@ -192,6 +195,13 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
                 elif kind == "external":
                     for o in list(self.lazy.values()):
                         self.touch(o[0])
+                elif kind == "getattr" and len(args) >= 2 and type(args[1]) is str and \
+                        isinstance(args[0], torch.nn.Module):
+                    # getattr(self, "head", None) / hasattr(self, "adapter"): reads that attribute
+                    # (guarded by _fake_load_attr below: a getter is traced, Module.__getattr__
+                    # reads its parameters, buffers and submodules), not the containers the
+                    # module holds (a stats dict), which stay lazily guarded
+                    self.touch_deep(list(args[2:]) + list(kwargs.values()))
                 else:
                     self.touch_deep(list(args) + list(kwargs.values()) +
                                     ([f.__self__] if hasattr(f, "__self__") else []))
@@ -242,6 +252,7 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
                 so = args[0] if args else None
             if id(so) in self.src:
                 self.dirty.add((id(so), "*"))
+                self.dirty.add((id(so), "**"))   # (by a method: any key, flow_roots._flow_item)
             if self.flow_stores:
                 self._flow_items_written(so)
             return

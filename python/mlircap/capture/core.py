@@ -53,6 +53,8 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   flow_roots     _FlowRootMixin: where followed numbers start (arguments, attributes, breaks) and escape (guards)
   flows          _FlowMixin: numbers followed opcode by opcode to their use (branch outcome guards, printed)
   external_calls _ExternalCallMixin: the uncapturable call replayed as a graph break, its result sourced
+  module_factories _ModuleFactoryMixin: modules the function makes (`nn.Linear(...)`), a replayed call
+                 run before the open graph, the module sourced through its result (kind "fresh")
   special_calls  _SpecialCallMixin: methods of opaque call results (`with fork_rng()`), lru_cache calls,
                  vmap, a tensor's deepcopy, disabled loggers
   reads          _ReadMixin: LOAD_GLOBAL / LOAD_ATTR / LOAD_DEREF reads of external state, guarded

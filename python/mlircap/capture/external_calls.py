@@ -50,9 +50,16 @@ class _ExternalCallMixin:
     (`_call_result`, also used for the results of other steps between graphs)."""
 
     def _external_call(self, frame: types.FrameType, f: Any, args: list, kwargs: dict, reason: str,
-                       slot: int | None = None, substitute: Callable[[Any], None] | None = None) -> None:
+                       slot: int | None = None, substitute: Callable[[Any], None] | None = None,
+                       hoist: bool = False, inert: bool = False) -> None:
+        """hoist: run before the open graph where it can (graph._hoisted_step); inert: the
+        call cannot read or write the program's state (a torch.nn module constructor with
+        constant arguments: module_factories.py), so what the program read before it is not
+        read again after it (no new epoch, `ext_writes` unchanged)."""
         i = self.ext_seen
         self.ext_seen += 1
+        if not inert:
+            self.ext_writes += 1
         if i < len(self.catchup):
             # this call already ran in a replay whose mid-replay guard then failed: its
             # side effects happened, so the program gets that call's result instead (and
@@ -78,7 +85,8 @@ class _ExternalCallMixin:
         except Unreplayable as e:
             self.unreplayable = self.unreplayable or f"{reason}: {e}"
             return
-        k = self._hoisted_step(fe, ae, ke, reason) if _rng_draw(f, args, kwargs) or pure_draw(f, args) else None
+        k = self._hoisted_step(fe, ae, ke, reason) if hoist or _rng_draw(f, args, kwargs) or pure_draw(f, args) \
+            else None
         if k is None:
             k = self._call_step(fe, ae, ke, reason, external=True)
             self._add_break(reason, _frame_loc(frame))
@@ -88,7 +96,7 @@ class _ExternalCallMixin:
 
         def finish(fr: types.FrameType) -> None:
             self.ext_depth -= 1
-            if not _no_new_epoch(f, args, kwargs):
+            if not inert and not _no_new_epoch(f, args, kwargs):
                 self._new_epoch(k)
             res = _E.peek(fr, 0)
             if type(res) in (int, float) and self._follow_result(fr, k, res):

@@ -8,10 +8,11 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from ._bytecode import _instrs, _order
 from .flow_state import _ATTR_KEYS, _Flow, _calling_user_frame, _followable
 from .flow_writes import _FlowWriteMixin
 from .frame_hook import _E
-from .guard_kinds import Number, TypeIs, TypeLen
+from .guard_kinds import Keys, Number, TypeIs, TypeLen
 
 
 # sources and call sites remembered per captured function (`_varies`)
@@ -166,7 +167,7 @@ class _FlowRootMixin(_FlowWriteMixin):
         if k is None:
             k = -(_ATTR_KEYS + len(self.flow_pos))
             self.flow_pos[k] = pos
-            self.flow_ext[k] = self.ext_seen
+            self.flow_ext[k] = self.ext_writes
         self.flow_roots[k] = (expr, pretty, v, pos, group)
         self.flow_vals[k] = v
         self.keep.append(v)
@@ -211,42 +212,35 @@ class _FlowRootMixin(_FlowWriteMixin):
         by BINARY_SUBSCR with an int index, followed like a float attribute:
         the list is guarded for its type and length, its float items for their types, each
         item's value only where the program needs it.  A schedule changing the floats
-        between calls then does not recompile.  Any other use of the list (iterating it,
-        handing it to a call, reading it after a break) guards every float item by value
-        (`_flow_items_escape`, through touch).  False: not such a read (touch the list)."""
-        fi = self.float_items.get(id(c))
-        if fi is None and id(c) not in self.lazy or type(c) not in (list, tuple) or type(idx) is not int or \
-                (id(c), "*") in self.dirty:
+        between calls then does not recompile.  So is an item of a lazily guarded plain dict
+        read with a str or int key it has (`self.stats["calls"] += 1`, a global dict of
+        counters, `d.get(k)`: `_flow_dict_call`): the dict's keys are guarded instead of its
+        length.  Any other use of the container (iterating it, handing it to a call, reading
+        it after a break) guards every followed item by value (`_flow_items_escape`,
+        through touch).  False: not such a read (touch the container)."""
+        is_dict = type(c) is dict
+        if is_dict:
+            # a followed dict this call stored other keys of (`d["calls"] += 1` then
+            # `d.get("tokens", 0)`) still holds the other keys' values at the call
+            if type(idx) not in (str, int) or idx not in c or (id(c), "*") in self.dirty and \
+                    (id(c) not in self.float_items or (id(c), "**") in self.dirty or
+                     ("item", idx) in self.stored.get(id(c), ())):
+                return False
+        elif (id(c), "*") in self.dirty or type(c) not in (list, tuple) or type(idx) is not int:
             return False
+        hint = idx if is_dict and frame is not None and _augmented_subscript(frame) else None
+        fi = self._flow_container(c, need=not is_dict, hint=hint)
         if fi is None:
-            lz = self.lazy[id(c)]
-            v, expr, pretty, depth, pos, group = lz[:6]
-            kind, _, _, _, snap = self.snaps[id(c)]
-            if len(lz) > 6:   # its contents after an uncapturable call (sources._new_epoch)
-                snap = lz[6]
-            if kind not in ("list", "tuple") or pos != self.ncalls or len(snap) != len(c) or \
-                    any(a is not b for a, b in zip(snap, c)):
-                return False
-            follow = [_followable(x) or type(x) is int and self._varies(("list", id(c), i), x)
-                      for i, x in enumerate(snap)]
-            if not any(follow):
-                return False
-            del self.lazy[id(c)]   # (touch() must not guard it again)
-            keys: dict[int, int] = {}
-            self.guard(TypeLen(expr, pretty, type(c), len(snap)))
-            for i, x in enumerate(snap):
-                if follow[i]:
-                    self.guard(TypeIs(f"{expr}[{i}]", f"{pretty}[{i}]", type(x)))
-                    keys[i] = self._flow_root(None, f"{expr}[{i}]", f"{pretty}[{i}]", x, pos=self.ncalls)
-                else:
-                    self._source(x, f"{expr}[{i}]", f"{pretty}[{i}]", False, depth + 1)
-            fi = self.float_items[id(c)] = (c, keys)
-            self.lazy[id(c)] = lz   # other uses still touch it
-        n = len(c)
-        k = fi[1].get(idx + n if -n <= idx < 0 else idx)
+            return False
+        if is_dict:
+            k = fi[1].get(idx)
+            v = c[idx]
+        else:
+            n = len(c)
+            k = fi[1].get(idx + n if -n <= idx < 0 else idx)
+            v = c[idx] if k is not None else None
         if k is None:
             return True   # an item guarded by value, or an IndexError
-        v = c[idx]
         if k in self.flows_guarded:
             return True
         if self.flow_vals[k] is not v or self.flow_pos[k] != self.ncalls:
@@ -254,6 +248,100 @@ class _FlowRootMixin(_FlowWriteMixin):
             return True
         self._flow_load(frame, self.flow_roots[k][0], frozenset((k,)), v)
         return True
+
+    def _flow_container(self, c: Any, need: bool = True, hint: Any = None) -> tuple | None:
+        """The followed items of the lazily guarded list, tuple or plain dict c, its guards
+        placed on the first call: (c, {index or key: flow key}).  None: c is not lazily
+        guarded as it was at the call, or (need) none of its items is followed (touch it).
+        A dict is followed even so: its keys are guarded and each item by value, as touch
+        does, and later reads of other items and of its keys (`k in d`, `d.get(k)`) need no
+        more guards.  hint: the key of an int item the call updates in place (`d[k] += 1`,
+        `_augmented_subscript`), followed from the first recording on: a counter."""
+        fi = self.float_items.get(id(c))
+        if fi is not None:
+            return fi
+        lz = self.lazy.get(id(c))
+        if lz is None:
+            return None
+        is_dict = type(c) is dict
+        v, expr, pretty, depth, pos, group = lz[:6]
+        kind, _, _, _, snap = self.snaps[id(c)]
+        if len(lz) > 6:   # its contents after an uncapturable call (sources._new_epoch)
+            snap = lz[6]
+        if pos != self.ncalls or len(snap) != len(c):
+            return None
+        if is_dict:
+            if kind != "dict" or list(snap) != list(c) or any(snap[k] is not c[k] for k in snap):
+                return None
+            items = list(snap.items())
+            follow = [_followable(x) or type(x) is int and type(k) in (str, int) and
+                      (k == hint and type(k) is type(hint) or self._varies(("ditem", id(c), k), x))
+                      for k, x in items]
+        else:
+            if kind not in ("list", "tuple") or any(a is not b for a, b in zip(snap, c)):
+                return None
+            items = list(enumerate(snap))
+            follow = [_followable(x) or type(x) is int and self._varies(("list", id(c), i), x)
+                      for i, x in items]
+        if need and not any(follow):
+            return None
+        del self.lazy[id(c)]   # (touch() must not guard it again)
+        keys: dict[Any, int] = {}
+        # (as touch: a dict read from a dict group's entry is guarded in that group)
+        dgroup = group + (v,) if group and is_dict else None
+        saved, self.ncalls = self.ncalls, pos
+        try:
+            self.guard(TypeLen(expr, pretty, type(c), len(snap)), group=dgroup)
+            if is_dict:
+                self.guard(Keys(expr, pretty, tuple(snap)), group=dgroup)
+            for f, (i, x) in zip(follow, items):
+                ie, ip = self._item(v, expr, i), f"{pretty}[{i!r}]"
+                if f:
+                    self.guard(TypeIs(ie, ip, type(x)), group=dgroup)
+                    keys[i] = self._flow_root(None, ie, ip, x, pos=self.ncalls, group=dgroup)
+                else:
+                    self._source(x, ie, ip, False, depth + 1, dgroup)
+        finally:
+            self.ncalls = saved
+        fi = self.float_items[id(c)] = (c, keys)
+        self.lazy[id(c)] = lz   # other uses still touch it
+        return fi
+
+    def _flow_dict_keys(self, d: Any, key: Any) -> bool:
+        """`key in d`, `d.get(key)` where d is a lazily guarded plain dict the call has not
+        changed by a method: decided by its keys (guarded by `_flow_container`) and the
+        call's own stores, not by its items' values.  True: nothing else to guard."""
+        if type(d) is not dict or type(key) not in (str, int) or (id(d), "**") in self.dirty:
+            return False
+        if id(d) in self.float_items:
+            return True
+        return (id(d), "*") not in self.dirty and self._flow_container(d, need=False) is not None
+
+    def _flow_dict_call(self, frame: types.FrameType, f: Any, args: list, kwargs: dict) -> bool:
+        """`d.get(k)`, `d.get(k, default)`, `d.setdefault(k, default)` on a lazily guarded
+        plain dict that has the key k (a str or int): the item read, as `d[k]`
+        (`_flow_item`; setdefault writes nothing then); `d.get(k, default)` of a key it does
+        not have: decided by its keys (`_flow_dict_keys`).  True: handled (nothing else to do
+        for the call); False: any other call."""
+        if kwargs or type(f) not in (types.BuiltinMethodType, types.MethodDescriptorType):
+            return False
+        name = getattr(f, "__name__", "")
+        if name not in ("get", "setdefault"):
+            return False
+        if type(f) is types.MethodDescriptorType:
+            if f.__objclass__ is not dict or not args:
+                return False
+            d, rest = args[0], args[1:]
+        else:
+            d, rest = f.__self__, args
+        if type(d) is not dict or id(d) not in self.lazy or not 1 <= len(rest) <= 2:
+            return False
+        key = rest[0]
+        if type(key) not in (str, int):
+            return False
+        if key not in d:
+            return name == "get" and self._flow_dict_keys(d, key)
+        return self._flow_item(frame, d, key)
 
     def _flow_items_escape(self, c: Any) -> bool:
         """Any use of a list whose float items are followed (`_flow_item`) but a subscript:
@@ -276,7 +364,7 @@ class _FlowRootMixin(_FlowWriteMixin):
         it): reading it again at the replay's step now may not give the value the program
         read (escape it instead).  A data-dependent tensor operation between (`.item()`, a
         torch function run between graphs) runs no Python code that could write it."""
-        return bool(self.flow_ext) and any(self.flow_ext.get(k, self.ext_seen) != self.ext_seen for k in ks)
+        return bool(self.flow_ext) and any(self.flow_ext.get(k, self.ext_writes) != self.ext_writes for k in ks)
 
     def _flow_escape_args(self) -> None:
         """Every float argument and followed variable guarded by value (its frame's variables
@@ -370,3 +458,15 @@ class _FlowRootMixin(_FlowWriteMixin):
         self.keep.append(res)
         self.flow_frames.setdefault(f, _Flow()).waiting.append((f"b{k}", frozenset((k,)), res))
         self.pending[f] = self._flow_tick
+
+
+def _augmented_subscript(frame: types.FrameType) -> bool:
+    """The BINARY_SUBSCR about to run in frame reads the item of an augmented assignment
+    (`d[k] += 1`: COPY 2, COPY 2, BINARY_SUBSCR, ..., STORE_SUBSCR)."""
+    offs, index = _order(frame.f_code)
+    i = index.get(frame.f_lasti)
+    if i is None or i < 2:
+        return False
+    ins = _instrs(frame.f_code)
+    a, b = ins[offs[i - 2]], ins[offs[i - 1]]
+    return a[0] == "COPY" and a[1] == 2 and b[0] == "COPY" and b[1] == 2

@@ -33,7 +33,7 @@ class _FlowWriteMixin:
         into `obj.name` (obj at the top of the stack): True when its write is replayed as
         the expression (the instruction is then done with the float)."""
         obj, val = _E.peek(fr, 0), _E.peek(fr, 1)
-        if type(val) is not float or val != val or id(obj) not in self.src or self.ext_seen or \
+        if type(val) is not float or val != val or id(obj) not in self.src or self.ext_writes or \
                 self._flow_stale(ks) or (id(obj), name) in self.flow_stores:
             return False
         if any(k <= -_ATTR_KEYS and self.flow_ext.get(k) != 0 for k in ks):
@@ -70,11 +70,17 @@ class _FlowWriteMixin:
         ends it (an int is told from an equal one only by where it was stored)."""
         key, lst, val = _E.peek(fr, 0), _E.peek(fr, 1), _E.peek(fr, 2)
         snap = self.snaps.get(id(lst))
-        if type(lst) is not list or type(key) is not int or not -len(lst) <= key < len(lst) or \
-                id(lst) not in self.lazy or snap is None or snap[0] != "list" or not (type(val) is float and val == val or type(val) is int) or \
-                self.ext_seen or self._flow_stale(ks):
+        if not (type(val) is float and val == val or type(val) is int) or id(lst) not in self.lazy or \
+                snap is None or self.ext_writes or self._flow_stale(ks):
             return False
-        i = key + len(lst) if key < 0 else key
+        if type(lst) is dict:   # `self.stats["calls"] += 1`: a key the dict had before the call
+            if snap[0] != "dict" or type(key) not in (str, int) or key not in lst or key not in snap[4]:
+                return False
+            i = key
+        elif type(lst) is not list or type(key) is not int or not -len(lst) <= key < len(lst) or snap[0] != "list":
+            return False
+        else:
+            i = key + len(lst) if key < 0 else key
         if (id(lst), ("item", i)) in self.flow_stores or \
                 any(k <= -_ATTR_KEYS and self.flow_ext.get(k) != 0 for k in ks):
             return False
@@ -86,9 +92,14 @@ class _FlowWriteMixin:
     def _flow_item_load(self, frame: types.FrameType, lst: Any, idx: Any) -> bool:
         """`N[0]` read back by BINARY_SUBSCR after this call stored a followed number there:
         followed as the store's expression.  False: not such a read."""
-        if type(lst) is not list or type(idx) is not int or not -len(lst) <= idx < len(lst):
+        if type(lst) is dict:
+            if type(idx) not in (str, int) or idx not in lst:
+                return False
+            st = self.flow_stores.get((id(lst), ("item", idx)))
+        elif type(lst) is not list or type(idx) is not int or not -len(lst) <= idx < len(lst):
             return False
-        st = self.flow_stores.get((id(lst), ("item", idx + len(lst) if idx < 0 else idx)))
+        else:
+            st = self.flow_stores.get((id(lst), ("item", idx + len(lst) if idx < 0 else idx)))
         if st is None:
             return False
         val, expr, ks, _ = st
@@ -138,7 +149,7 @@ class _FlowWriteMixin:
         for (_, name), st in self.flow_stores.items():
             snap = self.snaps.get(id(st[3]))
             if snap is not None and type(name) is tuple:   # a list item (`_flow_store_item`)
-                if not self.ext_seen:
+                if not self.ext_writes:
                     by_target[(snap[2], name[1])] = st
             elif snap is not None:
                 by_target[(f"{snap[2]}.__dict__", name)] = st

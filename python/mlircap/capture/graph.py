@@ -254,6 +254,7 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin):
         after it.  Same seed, same values as eager."""
         i = self.ext_seen
         self.ext_seen += 1
+        self.ext_writes += 1
         if i < len(self.catchup):
             # this step already ran in a replay whose mid-replay guard then failed
             from .rng import _unlog

@@ -81,6 +81,18 @@ class _ReadMixin(_CounterMixin):
                 self.keep.append(r)
         self.pending[frame] = finish
 
+    def op_contains_op(self, frame: types.FrameType, arg: int | None, argval: Any) -> None:
+        """`key in c`: a lazily guarded container is guarded now, but a plain dict asked for
+        a str or int key, which its guarded keys decide (flow_roots._flow_dict_keys: the
+        items' values stay unguarded, `if n in self.cache: self.cache["hits"] += 1`)."""
+        if not self.lazy:
+            return
+        c, key = _E.peek(frame, 0), _E.peek(frame, 1)
+        if id(key) in self.lazy:
+            self.touch(key)
+        if id(c) in self.lazy and not self._flow_dict_keys(c, key):
+            self.touch(c)
+
     def op_load_attr(self, frame: types.FrameType | None, arg: int | None, name: str, obj: Any = _NULL) -> None:
         if obj is _NULL:
             obj = _E.peek(frame, 0)
@@ -120,6 +132,10 @@ class _ReadMixin(_CounterMixin):
                 self.pending[frame] = finish
                 return
             raise Unreplayable(f"attribute {name!r} read from an opaque value returned by an uncapturable call")
+        if kind == "fresh":   # a module the call made (module_factories.py)
+            if isinstance(obj, torch.nn.Module):
+                self._fresh_module_attr(obj, name, expr, pretty)
+            return
         if (id(obj), name) in self.counters and self._counter_read(frame, obj, obj.__dict__, name, "", pretty, ()):
             return
         if (id(obj), name) in self.dirty:
@@ -302,6 +318,8 @@ class _ReadMixin(_CounterMixin):
         class methods."""
         base = torch.nn.Module
         mods = list(root.modules())
+        if any(id(m) in self.fresh_modules for m in mods):
+            return   # (made by the call: its tensors are read through its result, not sourced here)
         for m in mods:
             cls = type(m)
             if any(getattr(cls, n, None) is not getattr(base, n) for n in _STATE_DICT_METHODS) or \
@@ -326,6 +344,9 @@ class _ReadMixin(_CounterMixin):
         seen.add(id(m))
         s = self.src.get(id(m))
         if s is None:
+            return
+        if s[2] == "fresh":   # a module the call made: read through its result (module_factories.py)
+            self._fresh_module_tree(m, s[0], s[1], seen)
             return
         for store in ("_parameters", "_buffers", "_modules"):
             d = m.__dict__[store]

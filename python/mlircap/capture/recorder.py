@@ -44,6 +44,7 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         self.captured = captured
         self.catchup = catchup or []   # results of uncapturable calls that already ran
         self.ext_seen = 0              # uncapturable calls met so far
+        self.ext_writes = 0            # ... of them, those that may read or write the program's state
         self.func = func
         self.code = code
         self.args = args
@@ -52,6 +53,7 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         self.src: dict[int, tuple] = {}         # id(obj) -> (expr, pretty, argrooted)
         self.keep: list = []                    # objects kept alive while ids are keys
         self.fresh_types: set[int] = set()      # classes a class factory made during the call
+        self.fresh_modules: dict[int, torch.nn.Module] = {}   # modules the call made (module_factories.py)
         self.guards: list[Placed] = []   # the guards, in order, with their positions
         self.guard_exprs: set[tuple[str, int]] = set()   # (guard code, epoch)
         self.read_exprs: dict[str, int] = {}   # expression read -> the epoch it was read in
@@ -100,7 +102,7 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         # key < 0 (float argument, attribute) -> (expr, pretty, value, pos, group): its guard if it escapes
         self.flow_roots: dict[int, tuple] = {}
         self.flow_pos: dict[int, int] = {}         # attribute key -> the break count where it was read
-        self.flow_ext: dict[int, int] = {}         # ... and the uncapturable calls met before (ext_seen)
+        self.flow_ext: dict[int, int] = {}         # ... and the uncapturable calls met before (ext_writes)
         self.flow_locals: dict[tuple, tuple] = {}  # (frame, variable index) -> (expression, keys, number)
         self.flow_stored: tuple | None = None      # (frame, variable index, offset) the follower stored last
         self.flow_attrs: dict[str, int] = {}       # attribute expression -> its key

@@ -64,11 +64,26 @@ class _SideEffectMixin:
                 raise Unreplayable(f"in-place write to a {type(obj).__name__} (a C buffer)")
             self.dirty.add((id(obj), "*"))
             key = _E.peek(frame, 0)
+            if type(obj) is dict and type(key) in (str, int) and type(_E.peek(frame, 2)) is int:
+                self._int_item_stored(obj, key, _E.peek(frame, 2))
             try:
                 hash(key)
                 self.stored[id(obj)].add(("item", key))
             except TypeError:
                 pass
+
+    def _int_item_stored(self, d: dict, key: str | int, v: int) -> None:
+        """An int stored into a dict the recording tracks (`self.stats["calls"] += 1`,
+        `G["tokens"] = G.get("tokens", 0) + n`), another than the item held before the call:
+        the next call reads another value there, so recordings follow it from the next one on
+        (flow_roots._varies) instead of guarding the value and recompiling once more first."""
+        snap = self.snaps.get(id(d))
+        dyn = getattr(self.captured, "dyn_ints", None)
+        if snap is None or snap[0] != "dict" or dyn is None or snap[4].get(key, _MISSING) == v and \
+                type(snap[4].get(key)) is int:
+            return
+        if len(dyn) < 4096:
+            dyn.add(("ditem", id(d), key))
 
     def op_binary_op(self, frame: types.FrameType, arg: int | None, argval: Any) -> None:
         # `arr += 1` mutates a numpy array in C without a call the tracer sees

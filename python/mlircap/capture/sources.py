@@ -206,6 +206,9 @@ class _SourceMixin:
         if _is_ndarray(v):
             self._source_ndarray(v, expr, pretty, argrooted)
             return
+        if isinstance(v, torch.nn.Module) and id(v) in self.fresh_modules:
+            self._source_fresh_module(v, expr, pretty)   # (module_factories.py)
+            return
         if isinstance(v, (torch.nn.Module, types.FunctionType, types.BuiltinFunctionType,
                           types.ModuleType, type, types.MethodWrapperType,
                           types.WrapperDescriptorType, types.MethodDescriptorType)) or \

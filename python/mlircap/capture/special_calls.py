@@ -31,7 +31,8 @@ import torch
 
 from .base import Unreplayable, _Canned
 from .classify import _PRIM, _func_qualname, _scripted_python
-from .external_calls import _ExternalCallMixin, _traced
+from .external_calls import _traced
+from .module_factories import _ModuleFactoryMixin
 from .frame_hook import _E
 from .grad_hooks import graph_arguments, pure_mapped_function
 from .guard_kinds import Equals
@@ -96,7 +97,7 @@ def _dotted_reads(f: Any, args: list) -> tuple[object, tuple] | None:
     return None
 
 
-class _SpecialCallMixin(_ExternalCallMixin):
+class _SpecialCallMixin(_ModuleFactoryMixin):
     """For `_Recorder` (through `_CallMixin`): methods of opaque results, `with` on them,
     cached functions, scripted and vmapped functions, deep copies of tensors, calls of
     disabled loggers."""

@@ -137,7 +137,7 @@ _HANDLERS = {
     "BINARY_SUBSCR": _TracerMixin.op_binary_subscr,
     "BINARY_SLICE": _touch_ops(2),
     "GET_ITER": _touch_ops(0),
-    "CONTAINS_OP": _touch_ops(0, 1),
+    "CONTAINS_OP": _TracerMixin.op_contains_op,
     "UNPACK_SEQUENCE": _touch_ops(0),
     "UNPACK_EX": _touch_ops(0),
     "LIST_EXTEND": _touch_ops(0),

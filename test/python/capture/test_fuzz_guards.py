@@ -1384,3 +1384,104 @@ def test_guard_fuzz_lazy_attributes_caches_metadata(seed, typed_checks_agree):
     import torch
     x = torch.randn(2, 4)
     run_program(f"SEED = {seed}\n" + PROGRAM8, [(x,)] * 40, name=f"fuzz8_{seed}", cache_limit=1000)
+
+
+PROGRAM9 = """
+import collections, os, random
+STATS = {"calls": 0, "tokens": 0, "name": "g"}
+ENV_KEY = "MLIRCAP_FUZZ9_FLAG_" + str(SEED)
+class Adapter(nn.Module):
+    def __init__(self, d, r=2):
+        super().__init__()
+        self.down = nn.Linear(d, r, bias=False)
+        self.up = nn.Linear(r, d, bias=False)
+        self.scale = 0.5
+    def forward(self, x):
+        return x + self.up(self.down(x)) * self.scale
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.stats = {"calls": 0, "tokens": 0}
+        self.cache = {"hits": 0}
+        self.head = None
+    def forward(self, x):
+        self.stats["calls"] += 1
+        self.stats["tokens"] = self.stats.get("tokens", 0) + x.shape[0]
+        STATS["calls"] += 1
+        h = self.fc(x)
+        n = x.shape[-1]
+        if n in self.cache:
+            self.cache["hits"] += 1
+        else:
+            self.cache[n] = torch.ones(n) * 0.5
+        h = h + self.cache[n]
+        if self.stats["calls"] > 50:
+            h = h * 2
+        h = h * min(1.0, self.stats["calls"] / 5) + self.stats.get("bias", 0.0)
+        if self.head is None:
+            self.head = nn.Linear(h.shape[-1], 4)
+        h = self.head(h)
+        if not hasattr(self, "adapter"):
+            self.adapter = Adapter(h.shape[-1])
+        h = self.adapter(h)
+        if os.environ.get(ENV_KEY, "0") == "1":
+            h = torch.tanh(h)
+        return h + nn.Softmax(dim=-1)(h) * STATS["calls"] % 4
+
+def make():
+    m = Block()
+    def f(x):
+        return m(x)
+    f.m = m
+    return f
+
+def _mutations(f):
+    m = f.m
+    return [
+        lambda r: m.stats.__setitem__("calls", r.choice([0, 2, 7, 100])),
+        lambda r: m.stats.__setitem__("calls", r.choice([2.5, True])),
+        lambda r: m.stats.__setitem__("bias", r.choice([1.0, -2.0])) if "bias" not in m.stats else m.stats.pop("bias"),
+        lambda r: m.stats.pop("tokens", None),
+        lambda r: setattr(m, "stats", r.choice([{"calls": 1}, collections.OrderedDict(calls=3, tokens=1)])),
+        lambda r: STATS.__setitem__("calls", r.choice([0, 5, -3])),
+        lambda r: STATS.__setitem__("extra", 1) if "extra" not in STATS else STATS.pop("extra"),
+        lambda r: m.cache.clear() if r.random() < 0.5 else m.cache.__setitem__("hits", 0),
+        lambda r: m.cache.__setitem__(4, torch.full((4,), r.choice([1.0, 3.0]))),
+        lambda r: setattr(m, "head", None),
+        lambda r: delattr(m, "adapter") if "adapter" in m._modules else None,
+        lambda r: setattr(m.adapter, "scale", r.choice([0.5, 2.0])) if "adapter" in m._modules else None,
+        lambda r: os.environ.__setitem__(ENV_KEY, r.choice(["0", "1"])),
+        lambda r: os.environ.pop(ENV_KEY, None),
+        lambda r: None,
+    ]
+
+def mutate(i, f):
+    if i % 2:
+        return   # each state called twice: the second call replays
+    r = random.Random(SEED * 1000 + i)
+    torch.manual_seed(SEED * 1000 + i)   # (new modules the mutations make: the same in both copies)
+    with torch.no_grad():
+        for _ in range(r.choice([1, 1, 2])):
+            r.choice(_mutations(f))(r)
+
+def state(f):
+    m = f.m
+    return (dict(m.stats), {k: v for k, v in m.cache.items()}, dict(STATS), m.head is None,
+            sorted(m._modules), os.environ.get(ENV_KEY))
+"""
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_guard_fuzz_dict_counters_made_modules_environment(seed, typed_checks_agree):
+    """Int counters held in dicts (a module's stats dict and a global one, incremented,
+    read back into a branch, a factor and a graph operand, `.get` of present and missing
+    keys, `in` on a cache dict keyed by a size with a hit counter), reset, given a float or
+    a bool, deleted, replaced by another dict or an OrderedDict between calls; modules the
+    function makes (a head when it is None, an adapter when missing, a Softmax made in
+    place: module_factories.py) reset or deleted by the program so a replay makes them
+    again; an environment variable set, changed and removed.  Every call against eager,
+    outputs and state (the RNG state included: the made modules draw their weights)."""
+    import torch
+    x = torch.randn(2, 4)
+    run_program(f"SEED = {seed}\n" + PROGRAM9, [(x,)] * 40, name=f"fuzz9_{seed}", cache_limit=1000)

@@ -1,0 +1,134 @@
+"""Modules made by the function (`_ModuleFactoryMixin`): `self.head = nn.Linear(h.shape[-1],
+3)` on the first call (a head created lazily), `nn.Softmax(dim=-1)(x)` made and called
+in place.  The constructor is not traced (its parameters' initialization would be tensors
+of no graph): it is a replayed call, run again by every replay with the same constant
+arguments, so each replay makes its own module as eager does, and where the open graph
+has not drawn from torch's RNG it runs before that graph instead of splitting it
+(graph._hoisted_step: the constructor's draws then come before the graph's, as in eager).
+
+The module it returns, its submodules and their parameters and buffers are new objects of
+each replay: they are sourced through the replay's result (`b3._parameters['weight']`,
+kind "fresh"), not as constants guarded by identity: a parameter is a graph input read
+from there, an attribute a guarded read of it, a write to it or the module stored into the
+program's state (`self.head = b3`) a replayed write of that expression."""
+from __future__ import annotations
+
+import copy
+import types
+from typing import Any
+
+import torch
+
+from .base import _MISSING
+from .classify import _PRIM
+from .external_calls import _ExternalCallMixin
+from .frame_hook import _E
+from .guard_kinds import Keys, TypeIs
+from .typeinfo import _is_data_descr, _mro_lookup
+
+_STORES = ("_parameters", "_buffers", "_modules")
+
+
+def _module_arg(x: object, fresh: dict[int, torch.nn.Module], depth: int = 0) -> bool:
+    """x is a constant a module constructor may take: numbers, strings, None, dtypes and
+    devices, classes (`act_layer=nn.GELU`), modules the call made before (`fresh`:
+    `nn.Sequential(nn.Linear(8, 4), nn.ReLU())`), and tuples and lists of them."""
+    if x is None or type(x) in _PRIM or isinstance(x, (type, torch.dtype, torch.device)):
+        return True
+    if isinstance(x, torch.nn.Module):
+        return fresh.get(id(x)) is x
+    if depth < 3 and type(x) in (list, tuple):
+        return all(_module_arg(y, fresh, depth + 1) for y in x)
+    return False
+
+
+class _ModuleFactoryMixin(_ExternalCallMixin):
+    """For `_Recorder` (through `_SpecialCallMixin`): `_module_factory_call` at the call of
+    an nn.Module class, `_source_fresh_module` for what it returns, `_fresh_module_attr`
+    for the attribute reads of such a module."""
+
+    def _module_factory_call(self, frame: types.FrameType, f: Any, args: list, kwargs: dict,
+                             slot: int | None) -> bool:
+        """`nn.Linear(8, 3)`: an nn.Module class called with constant arguments, run as a
+        replayed call (hoisted before the open graph where it can be).  False: any other call."""
+        if slot is None:
+            return False
+        if f is copy.deepcopy and len(args) == 1 and not kwargs and isinstance(args[0], torch.nn.Module) and \
+                id(args[0]) in self.src and self.src[id(args[0])][2] != "opaque":
+            # `self.teacher = copy.deepcopy(self.student)` (an EMA teacher made on the first
+            # call): the copy reads the module's state as it is at that point of the call, so
+            # it runs there (not before the open graph, which may have written it)
+            self._external_call(frame, f, args, kwargs, f"copy.deepcopy of {type(args[0]).__qualname__}", slot)
+        elif not isinstance(f, type) or not issubclass(f, torch.nn.Module) or \
+                not all(_module_arg(x, self.fresh_modules) for x in list(args) + list(kwargs.values())) or \
+                torch.nn.modules.lazy.LazyModuleMixin in f.__mro__:   # (its parameters made by its first call)
+            return False
+        else:
+            # torch's own module classes only make the module from their arguments (constants,
+            # modules this call made): their constructors read and write nothing of the program
+            inert = (getattr(f, "__module__", "") or "").startswith("torch.nn.")
+            self._external_call(frame, f, args, kwargs, f"module {f.__qualname__} made by the call", slot,
+                                hoist=True, inert=inert)
+        fin = self.pending.get(frame)
+        if fin is None or not getattr(fin, "is_call", False):
+            return True
+
+        def finish(fr: types.FrameType) -> None:
+            r = _E.peek(fr, 0)
+            if isinstance(r, torch.nn.Module):
+                for m in r.modules():
+                    self.fresh_modules[id(m)] = m
+            fin(fr)
+        finish.is_call = True  # type: ignore[attr-defined]
+        self.pending[frame] = finish
+        return True
+
+    def _source_fresh_module(self, v: torch.nn.Module, expr: str, pretty: str) -> None:
+        """v, a module the call made (or a submodule of one), read from expr: its type is
+        guarded, its state is read through expr."""
+        self.guard(TypeIs(expr, f"type({pretty})", type(v)))
+        self.src[id(v)] = (expr, pretty, "fresh")
+        self.keep.append(v)
+        self._snap(v, expr, pretty)
+        self.hooked.add(id(v))   # (its hooks are its constructor's, made again by each replay)
+        _, raw = _mro_lookup(type(v), "forward")
+        self._class_guard(type(v), "forward", raw, f"type({pretty}).forward")
+
+    def _fresh_read(self, expr: str, pretty: str, v: Any) -> None:
+        if self.read_exprs.get(expr) == self.epoch:
+            return
+        self.read_exprs[expr] = self.epoch
+        self._source(v, expr, pretty, argrooted=True)
+
+    def _fresh_module_tree(self, m: torch.nn.Module, expr: str, pretty: str, seen: set[int]) -> None:
+        """`m.parameters()`, `m.modules()` of a module the call made (untraced torch code
+        walks it): its parameters, buffers and submodules read through expr, their names
+        guarded (a copy made by `copy.deepcopy` has those of the module it copies)."""
+        for store in _STORES:
+            d = m.__dict__[store]
+            self.guard(Keys(f"{expr}.{store}", f"{pretty}.{store}", tuple(d.keys())))
+            for k, v in d.items():
+                self._fresh_read(f"{expr}.{store}[{k!r}]", f"{pretty}.{k}", v)
+                if isinstance(v, torch.nn.Module):
+                    s = self.src.get(id(v))
+                    if s is not None and s[2] == "fresh" and id(v) not in seen:
+                        seen.add(id(v))
+                        self._fresh_module_tree(v, s[0], s[1], seen)
+
+    def _fresh_module_attr(self, obj: torch.nn.Module, name: str, expr: str, pretty: str) -> None:
+        """`m.weight`, `m.dim`, `m.fc` of a module the call made: read through expr."""
+        if (id(obj), name) in self.dirty:
+            return
+        d = obj.__dict__
+        _, raw = _mro_lookup(type(obj), name)
+        if raw is not _MISSING and (_is_data_descr(raw) or name not in d):
+            self._class_guard(type(obj), name, raw, f"type({pretty}).{name}")
+            return
+        if name in d:
+            self._fresh_read(f"{expr}.__dict__[{name!r}]", f"{pretty}.{name}", d[name])
+            return
+        for store in _STORES:
+            sd = d.get(store)
+            if type(sd) is dict and name in sd:
+                self._fresh_read(f"{expr}.{store}[{name!r}]", f"{pretty}.{name}", sd[name])
+                return
