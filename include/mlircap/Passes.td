@@ -134,6 +134,17 @@ def MlircapLibraryInit : Pass<"mlircap-library-init", "::mlir::func::FuncOp"> {
     Elementwise fusion then merges that add into the op's epilogue kernel
     (bias, activation, residual), so it costs nothing extra.
 
+    In a module with the unit attribute `mlircap.conv_bias` (the CPU launch
+    plan sets it), a library convolution whose init broadcasts a 1-D bias
+    along its channel dim (dim 1 NCHW, dim 3 NHWC; same element type) keeps
+    it as its init: a broadcast generic of its own marked `mlircap.conv_bias`,
+    which elementwise fusion leaves alone and the launch plan turns into the
+    convolution step's third operand. The runtime passes it to torch's conv2d,
+    so oneDNN adds it inside its accumulation as eager does (added after the
+    convolution, results were one unit in the last place off eager's, and the
+    epilogue kernel read the bias); the epilogue (activation, residual) stays
+    fused after it.
+
     Before:
     ```mlir
     %r = linalg.matmul ins(%a, %b : tensor<4x8xf32>, tensor<8x16xf32>)

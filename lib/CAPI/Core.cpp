@@ -628,7 +628,12 @@ void *mlircap_cpu_plan_compile(const char *ir, int optLevel, char **planOut) {
   // (matmul, conv) stay in the plan for the runtime to run through torch.
   Session session;
   auto module = session.parse(ir);
-  if (!module || failed(session.run(*module, mlircap::fusePipeline(/*channelsLast=*/true))))
+  if (!module)
+    return nullptr;
+  // library convolutions add their bias (mlircap-library-init, KernelUtils.h's
+  // kConvBiasModuleAttr)
+  (*module)->setAttr("mlircap.conv_bias", UnitAttr::get(&session.context));
+  if (failed(session.run(*module, mlircap::fusePipeline(/*channelsLast=*/true))))
     return nullptr;
   MLIRContext *ctx = &session.context;
   Builder b(ctx);

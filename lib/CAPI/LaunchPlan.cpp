@@ -375,11 +375,19 @@ struct PlanBuilder {
       ins.push_back(*id);
     }
     Value init = op.getDpsInitOperand(0)->get();
-    auto fill = init.getDefiningOp<linalg::FillOp>();
-    if (!fill || !(matchPattern(fill.getInputs()[0], m_AnyZeroFloat()) ||
-                   matchPattern(fill.getInputs()[0], m_Zero())))
-      return op.emitError("mlircap plan: library op init must be a zero fill "
-                          "(run mlircap-library-init)");
+    if (Value bias = mlircap::convBiasOf(op)) {
+      // a convolution's bias (mlircap-library-init): its third operand
+      auto id = idOf(op, bias);
+      if (failed(id))
+        return failure();
+      ins.push_back(*id);
+    } else {
+      auto fill = init.getDefiningOp<linalg::FillOp>();
+      if (!fill || !(matchPattern(fill.getInputs()[0], m_AnyZeroFloat()) ||
+                     matchPattern(fill.getInputs()[0], m_Zero())))
+        return op.emitError("mlircap plan: library op init must be a zero fill "
+                            "(run mlircap-library-init)");
+    }
     auto out = addBase(op, op->getResult(0), "buffer");
     if (failed(out))
       return failure();
@@ -432,6 +440,13 @@ struct PlanBuilder {
         r = collapse(c);
       else if (auto s = dyn_cast<tensor::ExtractSliceOp>(op))
         r = slice(s);
+      else if (auto g = dyn_cast<linalg::GenericOp>(op);
+               g && g->hasAttr(mlircap::kConvBiasAttr) &&
+               llvm::all_of(g->getUses(), [&](OpOperand &use) {
+                 auto lin = dyn_cast<linalg::LinalgOp>(use.getOwner());
+                 return lin && lin.isDpsInit(&use) && mlircap::convBiasOf(lin);
+               }))
+        r = success(); // a bias the convolutions reading it add (library())
       else if (auto g = dyn_cast<linalg::GenericOp>(op); g && mlircap::isViewGeneric(g))
         r = viewGeneric(g);
       else if (auto pad = dyn_cast<tensor::PadOp>(op); pad && mlircap::convInputPadding(pad))

@@ -202,7 +202,8 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
 
   /// Replaces NCHW convolution `conv` by its NHWC form: `make(b, loc, x, w,
   /// init)` builds it from the input transposed to NHWC, the filter transposed
-  /// by `filterPerm` and a zero NHWC init; its result is transposed back.
+  /// by `filterPerm` and a zero NHWC init (its bias broadcast along NHWC's
+  /// channels where it has one: convBiasOf); its result is transposed back.
   template <typename ConvOp, typename Make>
   void toNhwc(ConvOp conv, ArrayRef<int64_t> filterPerm, Make make) {
     OpBuilder b(conv);
@@ -216,9 +217,15 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
     for (int64_t p : kToNhwc)
       shape.push_back(outType.getDimSize(p));
     Type et = outType.getElementType();
-    Value empty = tensor::EmptyOp::create(b, loc, shape, et);
-    Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(et));
-    Value init = linalg::FillOp::create(b, loc, zero, empty).getResult(0);
+    Value init;
+    if (Value bias = convBiasOf(conv)) {
+      // a bias the convolution adds (mlircap-library-init, CPU): along NHWC's channels
+      init = buildConvBiasInit(b, loc, bias, RankedTensorType::get(shape, et), 3);
+    } else {
+      Value empty = tensor::EmptyOp::create(b, loc, shape, et);
+      Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(et));
+      init = linalg::FillOp::create(b, loc, zero, empty).getResult(0);
+    }
     Operation *nhwc = make(b, loc, xt, wt, init);
     auto back = transpose(b, loc, nhwc->getResult(0), kToNchw);
     back->setAttr(kFromNhwcAttr, b.getUnitAttr());
@@ -329,7 +336,94 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
     auto type = cast<RankedTensorType>(t->getResult(0).getType());
     auto moved = permutedGeneric(b, g, inv, ins, maps, g.getIteratorTypesArray(), type.getShape());
     replace(t, src, perm, moved.getResult(0));
+    // g's other readers read the moved result through the inverse transpose
+    // (index arithmetic in their kernels) rather than g being computed twice,
+    // once per layout: ConvNeXt's residual stream, read by the next block's
+    // convolution (pushed here) and by its residual add, was recomputed from
+    // every earlier block's terms in the stage's last kernel.
+    if (viewableReaders(src, t)) {
+      SmallVector<int64_t> back(perm.size());
+      for (unsigned k = 0; k < perm.size(); ++k)
+        back[perm[k]] = k;
+      auto view = transpose(b, loc, moved.getResult(0), back);
+      view->setAttr(kFromNhwcAttr, b.getUnitAttr());
+      src.replaceUsesWithIf(view.getResult(0), [&](OpOperand &use) { return use.getOwner() != t; });
+    }
     return true;
+  }
+
+  /// Whether every live reader of `v` other than `t` indexes it through an
+  /// affine map (a generic that is no library op) or returns it (copied out
+  /// NCHW): they can read a transposed view of it at no cost but indexing.
+  static bool viewableReaders(Value v, Operation *t) {
+    return llvm::all_of(v.getUses(), [&](OpOperand &use) {
+      Operation *user = use.getOwner();
+      if (user == t || (isPure(user) && user->use_empty()))
+        return true;
+      if (isa<func::ReturnOp>(user))
+        return true;
+      return isa<linalg::GenericOp>(user) && !isLibraryOp(user);
+    });
+  }
+
+  /// Whether `v` transposed by `perm` costs no transposed access once pushed:
+  /// it is a transpose that composes with `perm` to the identity, or an
+  /// elementwise generic (all-parallel, permutable) whose full-rank operands
+  /// all are, within `depth` ops, and whose other readers can read a view
+  /// (viewableReaders), so that pushing it creates no second copy.
+  static bool cancels(Value v, ArrayRef<int64_t> perm, Operation *reader, int depth) {
+    Operation *def = v.getDefiningOp();
+    if (SmallVector<int64_t> inner = permOf(def); !inner.empty()) {
+      if (inner.size() != perm.size())
+        return false;
+      for (unsigned k = 0; k < perm.size(); ++k)
+        if (inner[perm[k]] != (int64_t)k)
+          return false;
+      return true;
+    }
+    auto g = dyn_cast_or_null<linalg::GenericOp>(def);
+    unsigned r = perm.size();
+    if (!g || depth == 0 || !isAllParallel(g) || permutableRank(g) != r || !viewableReaders(v, reader))
+      return false;
+    bool any = false;
+    for (OpOperand *in : g.getDpsInputOperands()) {
+      auto type = cast<ShapedType>(in->get().getType());
+      if (type.getRank() != (int64_t)r || !alignedMap(g.getMatchingIndexingMap(in), r) ||
+          llvm::count_if(type.getShape(), [](int64_t d) { return d != 1; }) < 2)
+        continue; // a broadcast operand (a bias, a scale) is read the same either way
+      if (!cancels(in->get(), perm, g, depth - 1))
+        return false;
+      any = true;
+    }
+    return any;
+  }
+
+  /// The model's own transposes (a permute to channels-last before a
+  /// LayerNorm over channels) of values computed from NHWC tensors read back
+  /// as NCHW: pushed into their producers where they cancel with every
+  /// transpose there (cancels), so that the value is computed in the layout it
+  /// is read in rather than written transposed (ConvNeXt's stage outputs, read
+  /// by LayerNorm2d through a permute).
+  void pushCancelling(func::FuncOp func) {
+    for (int round = 0; round < 8; ++round) {
+      SmallVector<linalg::GenericOp> found;
+      func.walk([&](linalg::GenericOp t) {
+        SmallVector<int64_t> perm = permOf(t);
+        if (perm.size() != 4 || t->use_empty() || t->hasAttr(kFromNhwcAttr))
+          return;
+        Value src = t.getDpsInputOperand(0)->get();
+        if (!permOf(src.getDefiningOp()).empty())
+          return; // two transposes in a row: push() composes them
+        if (cancels(src, perm, t, kLookAhead))
+          found.push_back(t);
+      });
+      if (found.empty())
+        return;
+      for (linalg::GenericOp t : found)
+        work.push_back(t);
+      while (!work.empty())
+        (void)push(work.pop_back_val());
+    }
   }
 
   /// Uses of transpose `t` (of `src` by `perm`) now read `r`, and so does any
@@ -536,6 +630,7 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
       linalg::GenericOp t = work.pop_back_val();
       (void)push(t);
     }
+    pushCancelling(func);
     permuteReductions(func);
     // A transpose requested again was reused where it was first built, which
     // may come after the new reader: restore def-before-use order.

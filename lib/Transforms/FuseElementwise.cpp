@@ -124,6 +124,11 @@ struct FuseElementwise : impl::MlircapFuseElementwiseBase<FuseElementwise> {
       auto consumer = dyn_cast<linalg::GenericOp>(fused->getOwner());
       if (!producer || !consumer)
         return false;
+      // A library convolution's bias broadcast stays a view of the 1-D bias
+      // (the plan hands the bias to the convolution): its producer (a bf16
+      // bias converted) is not recomputed at every element of the result.
+      if (consumer->hasAttr(kConvBiasAttr))
+        return false;
       if (producer.getNumReductionLoops() != 0)
         return false;
       if (!producer->hasOneUse() && !isPureDataMovement(producer) &&

@@ -254,6 +254,81 @@ inline bool isViewGeneric(linalg::GenericOp op) {
   return out.isIdentity() && in.isProjectedPermutation(/*allowZeroInResults=*/false);
 }
 
+/// Module attribute: library convolutions keep a per-channel bias init and the
+/// runtime passes the bias to the library convolution (the CPU plan: oneDNN
+/// adds it inside its accumulation, as eager's conv2d with a bias does; split
+/// off into an add after the convolution, results were a unit in the last
+/// place off eager's and the add cost a pass). See mlircap-library-init.
+inline constexpr llvm::StringLiteral kConvBiasModuleAttr = "mlircap.conv_bias";
+/// Marks the broadcast of a 1-D bias that is a library convolution's init
+/// (a view generic the launch plan folds into the convolution step).
+inline constexpr llvm::StringLiteral kConvBiasAttr = "mlircap.conv_bias";
+
+/// The channel dim of a library convolution's result: 1 for NCHW, 3 for NHWC.
+inline unsigned convChannelDim(Operation *conv) {
+  return isa<linalg::Conv2DNhwcFhwcOp, linalg::DepthwiseConv2DNhwcHwcOp>(conv) ? 3 : 1;
+}
+
+/// The 1-D bias `init` broadcasts along dim `channel` of its rank-4 float
+/// result (a linalg.broadcast, or a view generic indexing its input by that dim
+/// alone), with the result's element type; null otherwise.
+inline Value channelBiasOf(Value init, unsigned channel) {
+  auto type = dyn_cast<RankedTensorType>(init.getType());
+  if (!type || type.getRank() != 4 || !type.hasStaticShape() ||
+      !isa<FloatType>(type.getElementType()))
+    return {};
+  Value bias;
+  if (auto bc = init.getDefiningOp<linalg::BroadcastOp>()) {
+    if (!bc.hasPureTensorSemantics())
+      return {};
+    ArrayRef<int64_t> dims = bc.getDimensions();
+    if (dims.size() != 3 || llvm::is_contained(dims, (int64_t)channel))
+      return {};
+    bias = bc.getInput();
+  } else if (auto g = init.getDefiningOp<linalg::GenericOp>(); g && isViewGeneric(g)) {
+    AffineMap in = g.getMatchingIndexingMap(g.getDpsInputOperand(0));
+    if (in.getNumResults() != 1 || in.getResult(0) != getAffineDimExpr(channel, g.getContext()))
+      return {};
+    bias = g.getDpsInputOperand(0)->get();
+  } else {
+    return {};
+  }
+  auto bt = dyn_cast<RankedTensorType>(bias.getType());
+  if (!bt || bt.getRank() != 1 || bt.getElementType() != type.getElementType() ||
+      bt.getDimSize(0) != type.getDimSize(channel))
+    return {};
+  return bias;
+}
+
+/// The bias of library convolution `conv` whose init is its broadcast marked
+/// kConvBiasAttr (mlircap-library-init under kConvBiasModuleAttr); null if none.
+inline Value convBiasOf(Operation *conv) {
+  auto lin = dyn_cast<linalg::LinalgOp>(conv);
+  if (!lin || !isLibraryConv(conv) || lin.getNumDpsInits() != 1)
+    return {};
+  auto g = lin.getDpsInitOperand(0)->get().getDefiningOp<linalg::GenericOp>();
+  if (!g || !g->hasAttr(kConvBiasAttr))
+    return {};
+  return channelBiasOf(g->getResult(0), convChannelDim(conv));
+}
+
+/// A fresh broadcast of 1-D `bias` to `type` along dim `channel`, marked
+/// kConvBiasAttr: the init of one library convolution.
+inline Value buildConvBiasInit(OpBuilder &b, Location loc, Value bias, RankedTensorType type,
+                               unsigned channel) {
+  Value empty = tensor::EmptyOp::create(b, loc, type.getShape(), type.getElementType());
+  MLIRContext *ctx = b.getContext();
+  SmallVector<AffineMap> maps = {
+      AffineMap::get(4, 0, {getAffineDimExpr(channel, ctx)}, ctx),
+      b.getMultiDimIdentityMap(4)};
+  SmallVector<utils::IteratorType> iters(4, utils::IteratorType::parallel);
+  auto g = linalg::GenericOp::create(
+      b, loc, TypeRange{type}, ValueRange{bias}, ValueRange{empty}, maps, iters,
+      [](OpBuilder &nb, Location l, ValueRange args) { linalg::YieldOp::create(nb, l, args[0]); });
+  g->setAttr(kConvBiasAttr, b.getUnitAttr());
+  return g.getResult(0);
+}
+
 inline bool hasStaticShapes(Operation *op) {
   auto ok = [](Type t) {
     auto st = dyn_cast<ShapedType>(t);

@@ -26,6 +26,8 @@ bool isZeroFill(Value init) {
 struct LibraryInit : impl::MlircapLibraryInitBase<LibraryInit> {
   void runOnOperation() override {
     SmallVector<linalg::LinalgOp> todo;
+    auto module = getOperation()->getParentOfType<ModuleOp>();
+    bool convBias = module && module->hasAttr(kConvBiasModuleAttr);
     getOperation().walk([&](linalg::LinalgOp op) {
       if (isLibraryOp(op) && op.getNumDpsInits() == 1 &&
           !isZeroFill(op.getDpsInitOperand(0)->get()))
@@ -38,6 +40,15 @@ struct LibraryInit : impl::MlircapLibraryInitBase<LibraryInit> {
       auto type = dyn_cast<RankedTensorType>(init.getType());
       if (!type)
         continue;
+      if (convBias && isLibraryConv(op) && hasStaticShapes(op)) {
+        unsigned channel = convChannelDim(op);
+        if (Value bias = channelBiasOf(init, channel)) {
+          auto g = init.getDefiningOp<linalg::GenericOp>();
+          if (!g || !g->hasAttr(kConvBiasAttr) || !g->hasOneUse())
+            op.getDpsInitOperand(0)->set(buildConvBiasInit(b, loc, bias, type, channel));
+          continue;
+        }
+      }
       Type et = type.getElementType();
       Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(et));
       // Dynamic dims take their sizes from the original init (tensor.dim).

@@ -17,28 +17,37 @@ from .schema import DTYPES, KernelStep, LibraryStep, Plan, PlanError, Value
 __all__ = ["DTYPES", "LIBRARY", "Plan", "PlanError", "PlanExecutor", "mark_layout", "mark_round_once"]
 
 
-def _conv2d(x, w, st: LibraryStep, groups: int = 1):
+def _conv2d(x, w, st: LibraryStep, groups: int = 1, bias=None):
     # padding: the zero padding of the input, applied by the convolution (the
-    # plan passes the unpadded input: see convInputPadding in KernelUtils.h)
-    return torch.nn.functional.conv2d(x, w, stride=st.strides or (1, 1), padding=st.padding or (0, 0),
+    # plan passes the unpadded input: see convInputPadding in KernelUtils.h).
+    # bias: the step's third operand where it has one (CPU plans: mlircap-library-init
+    # under mlircap.conv_bias), added by the library inside its accumulation as eager's
+    return torch.nn.functional.conv2d(x, w, bias, stride=st.strides or (1, 1), padding=st.padding or (0, 0),
                                       dilation=st.dilations or (1, 1), groups=groups)
 
 
-def _conv2d_depthwise(x, w, st: LibraryStep):
+def _bias(ins):
+    return ins[2] if len(ins) > 2 else None
+
+
+def _conv2d_depthwise(ins, st: LibraryStep):
     # w: (channels, kh, kw), one filter per input channel
-    return _conv2d(x, w.unsqueeze(1), st, groups=x.shape[1])
+    x, w = ins[0], ins[1]
+    return _conv2d(x, w.unsqueeze(1), st, groups=x.shape[1], bias=_bias(ins))
 
 
-def _conv2d_nhwc(x, w, st: LibraryStep):
+def _conv2d_nhwc(ins, st: LibraryStep):
     # x (N, H, W, C), w (F, kh, kw, C), result (N, OH, OW, F): torch takes them as
     # channels-last NCHW views (mlircap-conv-channels-last; cuDNN's native layout)
-    return _conv2d(x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2), st).permute(0, 2, 3, 1)
+    x, w = ins[0], ins[1]
+    return _conv2d(x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2), st, bias=_bias(ins)).permute(0, 2, 3, 1)
 
 
-def _conv2d_depthwise_nhwc(x, w, st: LibraryStep):
+def _conv2d_depthwise_nhwc(ins, st: LibraryStep):
     # x (N, H, W, C), w (kh, kw, C), result (N, OH, OW, C): channels-last NCHW views for
     # torch (cuDNN's NHWC depthwise kernels), the filter as (C, 1, kh, kw)
-    out = _conv2d(x.permute(0, 3, 1, 2), w.permute(2, 0, 1).unsqueeze(1), st, groups=x.shape[3])
+    x, w = ins[0], ins[1]
+    out = _conv2d(x.permute(0, 3, 1, 2), w.permute(2, 0, 1).unsqueeze(1), st, groups=x.shape[3], bias=_bias(ins))
     return out.permute(0, 2, 3, 1)
 
 
@@ -58,10 +67,10 @@ LIBRARY = {
     "matmul_transpose_a": lambda ins, st: torch.mm(ins[0].t(), ins[1]),
     "batch_matmul": lambda ins, st: torch.bmm(ins[0], ins[1]),
     "batch_matmul_transpose_b": lambda ins, st: torch.bmm(ins[0], ins[1].transpose(1, 2)),
-    "conv2d_nchw_fchw": lambda ins, st: _conv2d(ins[0], ins[1], st),
-    "conv2d_depthwise_nchw_chw": lambda ins, st: _conv2d_depthwise(ins[0], ins[1], st),
-    "conv2d_nhwc_fhwc": lambda ins, st: _conv2d_nhwc(ins[0], ins[1], st),
-    "conv2d_depthwise_nhwc_hwc": lambda ins, st: _conv2d_depthwise_nhwc(ins[0], ins[1], st),
+    "conv2d_nchw_fchw": lambda ins, st: _conv2d(ins[0], ins[1], st, bias=_bias(ins)),
+    "conv2d_depthwise_nchw_chw": _conv2d_depthwise,
+    "conv2d_nhwc_fhwc": _conv2d_nhwc,
+    "conv2d_depthwise_nhwc_hwc": _conv2d_depthwise_nhwc,
 }
 # Library ops with an out= form: (torch function, operands from the step's inputs).
 # The result is written into the plan's buffer directly; without an out= form
@@ -268,7 +277,7 @@ class PlanExecutor:
         ins = _widened(ins, out)
         depthwise = step.op == "conv2d_depthwise_nhwc_hwc"
         if step.op in _CUDNN_OUT and (self._cudnn_dw_out_ok if depthwise else self._cudnn_out_ok) \
-                and out.dtype == ins[0].dtype \
+                and out.dtype == ins[0].dtype and len(ins) == 2 \
                 and out.device.type == "cuda" and out.is_contiguous() and torch.backends.cudnn.enabled:
             # cuDNN writes into the plan's buffer (F.conv2d has no out= form: its
             # result would be copied in); same flags as F.conv2d would use. NHWC

@@ -26,6 +26,7 @@ Wire format (JSON):
       conv2d_nchw_fchw, conv2d_depthwise_nchw_chw (ins [input, weight (C, kh, kw)]),
       conv2d_nhwc_fhwc (ins [input (N, H, W, C), weight (F, kh, kw, C)]; GPU),
       conv2d_depthwise_nhwc_hwc (ins [input (N, H, W, C), weight (kh, kw, C)]; GPU)
+      a convolution's ins may end with its 1-D bias (CPU plans), which the library adds
       attrs: "strides", "dilations", "padding" (the input's zero padding,
       applied by the convolution)
 """
