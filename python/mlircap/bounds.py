@@ -160,7 +160,7 @@ def add_bounds_checks(gm: fx.GraphModule) -> bool:
     """Rewrites `gm` as the module docstring says (index arguments clamped, the error
     flag appended to the outputs): True where it appended the flag. Index ops whose
     index tensors have no elements are only marked (nothing to read or check)."""
-    from . import polynomials, scatter, segments, zeta
+    from . import polynomials, scatter, segments, selection, zeta
 
     graph = gm.graph
     flags = []
@@ -173,6 +173,9 @@ def add_bounds_checks(gm: fx.GraphModule) -> bool:
             continue
         if op_name(node.target) in polynomials.OPS:   # loops bounded by a degree tensor
             flags += polynomials.rewrite(graph, node) or []
+            continue
+        if op_name(node.target) in selection.OPS:   # median, kthvalue, mode: ranked (selection.py)
+            flags += selection.rewrite(graph, node) or []
             continue
         if op_name(node.target) == "aten::segment_reduce":   # segments from lengths/offsets tensors
             flags += segments.rewrite(graph, node) or []

@@ -159,3 +159,91 @@ def test_histc_bounds_from_the_data_and_large_bf16_run_through_torch():
         warnings.simplefilter("ignore")
         slow(y)
         torch.testing.assert_close(slow(y), torch.histc(y, bins=2, min=0, max=1), rtol=0, atol=0)
+
+
+# ----------------------------------------------------------------- median, kthvalue, mode (selection.py)
+def _sel_inputs(dtype):
+    g = torch.Generator().manual_seed(0)
+    if dtype.is_floating_point:
+        x = torch.randint(-3, 4, (4, 9), generator=g).to(dtype)     # ties, -0.0 / 0.0
+        x[0, 2], x[1, 4] = -0.0, 0.0
+        x[2, ::2] = float("nan")
+        x[3, :] = float("nan")                                       # all NaN: nanmedian's index
+        return x
+    lo = 0 if dtype in (torch.uint8, torch.bool) else -5
+    return torch.randint(lo, 6, (4, 9), generator=g).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8, torch.int64, torch.uint8])
+def test_median_and_nanmedian_compile_like_eager(fallback_log, dtype):
+    # std::nth_element with eager's (value, index) comparator: a total order, so values and
+    # indices are eager's (NaN rows: median's first NaN; nanmedian of only NaN: eager's index
+    # for that length)
+    x = _sel_inputs(dtype)
+    _check(lambda t: torch.median(t), [x], fallback_log)
+    _check(lambda t: torch.nanmedian(t), [x], fallback_log)
+    _check(lambda t: torch.median(t, 1), [x], fallback_log)
+    _check(lambda t: torch.nanmedian(t, 0, True), [x], fallback_log)
+    _check(lambda t: torch.median(t[0, 0], 0), [x], fallback_log)   # 0-d
+
+
+def test_nanmedian_all_nan_rows_of_every_length(fallback_log):
+    for n in (1, 2, 3, 4, 5, 7, 8, 17):
+        x = torch.full((2, n), float("nan"))
+        x[1, 0] = 1.0
+        _check(lambda t: torch.nanmedian(t, 1), [x], fallback_log, calls=2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int16, torch.uint8])
+def test_kthvalue_of_distinct_values_compiles(fallback_log, dtype):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randperm(60, generator=g).reshape(5, 12).to(dtype)
+    if dtype.is_floating_point:
+        x[1, 3] = float("nan")   # after every number
+    for k in (1, 4, 12):
+        _check(lambda t: torch.kthvalue(t, k, 1), [x], fallback_log, calls=2)
+    _check(lambda t: torch.kthvalue(t, 2, 0, True), [x], fallback_log, calls=2)
+
+
+def test_kthvalue_with_ties_reruns_eagerly(capsys):
+    # quickselect's swaps decide which of equal elements' index eager returns: the flag
+    x = torch.tensor([[3, 1, 3, 2, 3], [5, 4, 3, 2, 1]])
+    fast = mlircap.compile(lambda t: torch.kthvalue(t, 4, 1))
+    fast(x)
+    logs.set_logs("fallback")
+    try:
+        got, want = fast(x), torch.kthvalue(x, 4, 1)
+    finally:
+        logs.set_logs()
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert "bounds check" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int8, torch.uint8, torch.bool])
+def test_mode_compiles_like_eager(fallback_log, dtype):
+    # up to 16 elements std::sort is stable: the mode's largest index
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(0 if dtype in (torch.uint8, torch.bool) else -2, 3, (5, 6, 7), generator=g).to(dtype)
+    if dtype.is_floating_point:
+        x[0, 0, 0], x[0, 0, 1] = -0.0, 0.0
+    for d in (0, 1, 2):
+        _check(lambda t: torch.mode(t, d), [x], fallback_log, calls=2)
+    _check(lambda t: torch.mode(t[0, 0, 0]), [x], fallback_log, calls=2)   # 0-d
+    # longer rows of distinct values: the smallest, its index
+    y = torch.stack([torch.randperm(40, generator=g) for _ in range(3)]).to(torch.float32)
+    _check(lambda t: torch.mode(t, 1), [y], fallback_log, calls=2)
+
+
+def test_mode_of_long_rows_with_repeats_or_nan_reruns_eagerly(capsys):
+    x = torch.arange(40.0).remainder(7).reshape(2, 20)
+    for t in (x, torch.tensor([1.0, float("nan"), 1.0])):
+        fast = mlircap.compile(lambda a: torch.mode(a, -1))
+        fast(t)
+        logs.set_logs("fallback")
+        try:
+            got, want = fast(t), torch.mode(t, -1)
+        finally:
+            logs.set_logs()
+        torch.testing.assert_close(got[0], want[0], equal_nan=True)
+        assert torch.equal(got[1], want[1])
+        assert "bounds check" in capsys.readouterr().err
