@@ -27,7 +27,8 @@ alone, and eager.
 
 --kernels: single fused kernels at sizes where the kernel's own speed shows
 (bias + erf GELU, bias + tanh GELU, BatchNorm + ReLU, scale/shift + SiLU,
-LayerNorm, softmax), eager vs mlircap vs inductor side by side as above.
+LayerNorm, softmax, conv + bias + ReLU, a small depthwise conv + BN + ReLU6),
+eager vs mlircap vs inductor side by side as above.
 
 --compile-times: the first call of each model (capture + compile + one run)
 and the compile stages summed over its graphs, in seconds. Run it twice in
@@ -114,6 +115,16 @@ def _kernel_cases():
                              (r(4, 256, 32, 32), r(256), r(256))),
         "layernorm": (lambda x, w, b: F.layer_norm(x, (1024,), w, b), (r(256, 1024), r(1024), r(1024))),
         "softmax": (lambda x: torch.softmax(x, -1), (r(256, 1024),)),
+        # a library convolution with its bias (added inside oneDNN's accumulation, as eager's)
+        # and a ReLU epilogue kernel
+        "conv_bias_relu": (lambda x, w, b: torch.relu(F.conv2d(x, w, b, padding=1)),
+                           (r(2, 64, 28, 28), r(64, 64, 3, 3), r(64))),
+        # a small depthwise convolution (MobileNet/EfficientNet's 3x3): torch's oneDNN NCHW
+        # depthwise costs ~80 us a call whatever its size on Zen 3 (1x8x4x4 too), eager's and the
+        # plan's library step alike; BatchNorm + ReLU6 fused after it
+        "depthwise_bn_relu6": (lambda x, w, s, t: F.relu6(F.conv2d(x, w, None, 1, 1, 1, 192) *
+                                                          s[:, None, None] + t[:, None, None]),
+                               (r(1, 192, 12, 12), r(192, 1, 3, 3), r(192), r(192))),
     }
 
 
