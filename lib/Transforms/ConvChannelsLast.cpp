@@ -358,7 +358,7 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
   static bool viewableReaders(Value v, Operation *t) {
     return llvm::all_of(v.getUses(), [&](OpOperand &use) {
       Operation *user = use.getOwner();
-      if (user == t || (isPure(user) && user->use_empty()))
+      if (user == t || wouldOpBeTriviallyDead(user))
         return true;
       if (isa<func::ReturnOp>(user))
         return true;
