@@ -196,6 +196,13 @@ def MlircapConvChannelsLast
     marked `mlircap.library_depthwise` (the library step
     conv2d_depthwise_nhwc_hwc: cuDNN's NHWC depthwise kernels; other NHWC
     depthwise convolutions are compiled into kernels as before).
+    A generic a transpose is pushed into is computed once, in the new layout:
+    its other readers (generics, returns) read a transposed view of the moved
+    result (`mlircap.from_nhwc`), not a second copy in the old layout
+    (ConvNeXt's residual stream, read by the next convolution and by the
+    residual add). A model's own 4-D transpose (LayerNorm2d's permute to
+    channels-last) is pushed into its producers when every full-size operand
+    within a few elementwise ops is a transpose it cancels with.
     Function results that would be (views of) transposed
     views of an NHWC tensor are copied out
     (`mlircap.materialize`): callers get NCHW-contiguous results as from
