@@ -25,6 +25,7 @@
 #include "mlircap/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Analysis/TopologicalSortUtils.h"
+#include "mlir/Dialect/Utils/IndexingUtils.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/DenseMap.h"
@@ -342,10 +343,7 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
     // convolution (pushed here) and by its residual add, was recomputed from
     // every earlier block's terms in the stage's last kernel.
     if (viewableReaders(src, t)) {
-      SmallVector<int64_t> back(perm.size());
-      for (unsigned k = 0; k < perm.size(); ++k)
-        back[perm[k]] = k;
-      auto view = transpose(b, loc, moved.getResult(0), back);
+      auto view = transpose(b, loc, moved.getResult(0), invertPermutationVector(perm));
       view->setAttr(kFromNhwcAttr, b.getUnitAttr());
       src.replaceUsesWithIf(view.getResult(0), [&](OpOperand &use) { return use.getOwner() != t; });
     }
@@ -373,14 +371,8 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
   /// (viewableReaders), so that pushing it creates no second copy.
   static bool cancels(Value v, ArrayRef<int64_t> perm, Operation *reader, int depth) {
     Operation *def = v.getDefiningOp();
-    if (SmallVector<int64_t> inner = permOf(def); !inner.empty()) {
-      if (inner.size() != perm.size())
-        return false;
-      for (unsigned k = 0; k < perm.size(); ++k)
-        if (inner[perm[k]] != (int64_t)k)
-          return false;
-      return true;
-    }
+    if (SmallVector<int64_t> inner = permOf(def); !inner.empty())
+      return inner == invertPermutationVector(perm);
     auto g = dyn_cast_or_null<linalg::GenericOp>(def);
     unsigned r = perm.size();
     if (!g || depth == 0 || !isAllParallel(g) || permutableRank(g) != r || !viewableReaders(v, reader))
@@ -530,14 +522,8 @@ struct ConvChannelsLast : impl::MlircapConvChannelsLastBase<ConvChannelsLast> {
           SmallVector<int64_t> p = nhwcPerm(in->get(), kLookAhead);
           if (p.empty())
             continue;
-          bool identity = true;
-          SmallVector<int64_t> q(p.size());
-          for (unsigned k = 0; k < p.size(); ++k) {
-            q[p[k]] = k;
-            identity &= p[k] == (int64_t)k;
-          }
-          if (!identity)
-            found.push_back({g, q});
+          if (!isIdentityPermutation(p))
+            found.push_back({g, invertPermutationVector(p)});
           return;
         }
       });
