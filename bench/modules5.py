@@ -1,0 +1,1162 @@
+"""Fifth real-world-style corpus (issue 10 trust, issue 11 capture): a new user's programs.
+
+What the earlier corpora (bench/modules.py, modules2-4.py, capture*.py) leave out or touch only
+lightly, written the way code in public repositories writes it: whole training steps inside the
+compiled function (loss, torch.autograd.grad / backward, an SGD / Adam update under torch.no_grad
+with zero_grad), EMA teachers and running statistics updated in place, KV caches written with
+index_copy_ / scatter_ at a position tensor, top-p / top-k logit filtering (sort, cumsum,
+scatter back, masked_fill -inf), T5 relative-position buckets, rotary caches sliced by sequence
+length, MoE dense dispatch with capacity through cumsum, layer stacks configured by a dataclass
+(ModuleList / ModuleDict / Sequential, partial norm layers, closures, global constants),
+nested list / dict / tuple / None outputs, views of inputs returned to the user (the runner
+checks that outputs alias the inputs and each other as eager's do), inputs written in place
+through views and boolean masks, non-contiguous / expanded / channels-last inputs, 0-d and empty
+tensors, RNG through an explicit torch.Generator, straight-through estimators, and guard
+soundness: calls with other shapes and dtypes, module attributes, submodules, parameters,
+global constants and closure cells changed between calls, train()/eval() switched between calls.
+
+    python bench/modules5.py [--filter NAME] [--jobs 2] [--timeout 240] [-v]
+    python bench/modules5.py --case NAME      # one case in this process, with a traceback
+
+Each case runs eager and mlircap.compile side by side on the same inputs (deep copies of one
+model), for `ncalls` calls (default 3: calls 0 and 1 on the same values, later calls on new
+values, or on other shapes / dtypes where the case's inputs take the call index), in a child
+process per worker (a signal is a crash, not the end of the run). Categories: ok (compiled,
+one graph, matches eager), breaks (compiled in several graphs, matches), fallback (matches, but
+some part ran eagerly), wrong, error (mlircap raised where eager did not), crash, timeout.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import dataclasses
+import functools
+import inspect
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import warnings
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import modules as M  # bench/modules.py: comparison, state, RNG helpers, child process
+
+CASES = []   # (name, factory, inputs, train, extra)
+
+
+def case(name, inputs, train=False, ncalls=3, between=None):
+    """Registers a model factory. `inputs` may take the call index (shapes / dtypes per call);
+    `between(model, i)` runs on both models before call i (attribute changes between calls)."""
+    def deco(factory):
+        CASES.append((name, factory, inputs, train, dict(ncalls=ncalls, between=between)))
+        return factory
+    return deco
+
+
+def fn_case(name, inputs, train=False, ncalls=3, between=None):
+    """A case whose model is a plain forward function (no parameters)."""
+    def deco(forward):
+        cls = type(forward.__name__, (nn.Module,), {"forward": lambda self, *a: forward(*a)})
+        CASES.append((name, cls, inputs, train, dict(ncalls=ncalls, between=between)))
+        return forward
+    return deco
+
+
+def R(*s, dtype=torch.float32):
+    return torch.randn(*s, dtype=dtype)
+
+
+def I(lo, hi, *s, dtype=torch.int64):  # noqa: E743
+    return torch.randint(lo, hi, s, dtype=dtype)
+
+
+# ============================================================================ training steps
+@fn_case("linreg_autograd_grad_sgd_step", lambda: (R(8, 3).requires_grad_(), R(16, 8), R(16, 3)))
+def linreg_autograd_grad_sgd_step(w, x, y):
+    """One least-squares SGD step: the gradient by torch.autograd.grad, the update in place under no_grad."""
+    loss = ((x @ w - y) ** 2).mean()
+    (g,) = torch.autograd.grad(loss, w)
+    with torch.no_grad():
+        w.sub_(0.1 * g)
+    return loss.detach(), g
+
+
+class TrainStep(nn.Module):
+    """A classifier's whole training step in forward: zero_grad, loss.backward(), SGD with momentum
+    buffers and weight decay under torch.no_grad, a step counter, the loss returned as a float."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 4))
+        self.lr, self.mom, self.wd = 0.05, 0.9, 1e-4
+        self.bufs = [torch.zeros_like(p) for p in self.net.parameters()]
+        self.steps = 0
+
+    def forward(self, x, y):
+        for p in self.net.parameters():
+            p.grad = None
+        loss = F.cross_entropy(self.net(x), y, label_smoothing=0.1)
+        loss.backward()
+        with torch.no_grad():
+            for p, b in zip(self.net.parameters(), self.bufs):
+                g = p.grad + self.wd * p
+                b.mul_(self.mom).add_(g)
+                p.add_(b, alpha=-self.lr)
+        self.steps += 1
+        return loss.item(), [b.clone() for b in self.bufs]
+
+
+case("train_step_backward_sgd_momentum", lambda: (R(10, 6), I(0, 4, 10)), train=True)(lambda: TrainStep())
+
+
+@fn_case("adam_update_bias_correction", lambda i=0: (R(5, 4), R(5, 4), torch.zeros(5, 4), torch.zeros(5, 4), i + 1))
+def adam_update_bias_correction(p, g, m, v, step):
+    """Adam written out: in-place moments with lerp_ / addcmul_, bias corrections from a Python int step."""
+    b1, b2, lr, eps = 0.9, 0.999, 1e-3, 1e-8
+    m.lerp_(g, 1 - b1)
+    v.mul_(b2).addcmul_(g, g, value=1 - b2)
+    bc1 = 1 - b1 ** step
+    bc2 = 1 - b2 ** step
+    denom = (v.sqrt() / math.sqrt(bc2)).add_(eps)
+    p.addcdiv_(m, denom, value=-lr / bc1)
+    return p
+
+
+class EMATeacher(nn.Module):
+    """Mean-teacher: the student runs, the teacher's parameters follow it by an in-place EMA
+    under no_grad (torch._foreach_mul_ / _foreach_add_), the teacher's output is the target."""
+
+    def __init__(self, decay=0.99):
+        super().__init__()
+        self.student = nn.Sequential(nn.Linear(5, 8), nn.GELU(), nn.Linear(8, 5))
+        self.teacher = copy.deepcopy(self.student).requires_grad_(False)
+        self.decay = decay
+
+    def forward(self, x):
+        with torch.no_grad():
+            t = list(self.teacher.parameters())
+            s = list(self.student.parameters())
+            torch._foreach_mul_(t, self.decay)
+            torch._foreach_add_(t, s, alpha=1 - self.decay)
+            target = self.teacher(x).softmax(-1)
+        out = self.student(x).log_softmax(-1)
+        return F.kl_div(out, target, reduction="batchmean"), target
+
+
+case("ema_teacher_foreach", lambda: (R(4, 5),))(lambda: EMATeacher())
+
+
+class RunningStats(nn.Module):
+    """Hand-written batch statistics with momentum (buffers written in train mode only) and an
+    int64 counter buffer; eval mode reads the running values."""
+
+    def __init__(self, c=6, momentum=0.1):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(c))
+        self.register_buffer("var", torch.ones(c))
+        self.register_buffer("count", torch.tensor(0, dtype=torch.long))
+        self.momentum = momentum
+
+    def forward(self, x):
+        if self.training:
+            mu = x.mean((0, 2))
+            var = x.var((0, 2), unbiased=True)
+            with torch.no_grad():
+                self.mean.mul_(1 - self.momentum).add_(self.momentum * mu)
+                self.var.lerp_(var, self.momentum)
+                self.count += 1
+        else:
+            mu, var = self.mean, self.var
+        return (x - mu[None, :, None]) * torch.rsqrt(var[None, :, None] + 1e-5)
+
+
+case("running_stats_train_then_eval", lambda: (R(4, 6, 5),), train=True, ncalls=4,
+     between=lambda m, i: m.eval() if i == 3 else None)(lambda: RunningStats())
+
+
+# ============================================================================ caches
+class KVCacheIndexCopy(nn.Module):
+    """A decoder step with a static KV cache: new keys / values written with index_copy_ at the
+    position tensor, attention over the cache masked to positions <= pos."""
+
+    def __init__(self, d=16, h=2, t=8):
+        super().__init__()
+        self.h, self.dh = h, d // h
+        self.qkv = nn.Linear(d, 3 * d)
+        self.register_buffer("k", torch.zeros(1, h, t, d // h))
+        self.register_buffer("v", torch.zeros(1, h, t, d // h))
+
+    def forward(self, x, pos):
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
+        self.k.index_copy_(2, pos, k)
+        self.v.index_copy_(2, pos, v)
+        scores = q @ self.k.transpose(-1, -2) / math.sqrt(self.dh)
+        allowed = torch.arange(self.k.shape[2])[None, :] <= pos[:, None]
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        return (scores.softmax(-1) @ self.v).transpose(1, 2).reshape(b, s, d)
+
+
+case("kv_cache_index_copy_decode", lambda i=0: (R(1, 1, 16), torch.tensor([i])), ncalls=4)(lambda: KVCacheIndexCopy())
+
+
+class KVCacheScatter(nn.Module):
+    """Per-sequence write positions (batch of 3, each at its own length) written with scatter_ and
+    an expanded index, lengths bumped in place."""
+
+    def __init__(self, t=6, d=4):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(3, t, d))
+        self.register_buffer("lengths", torch.tensor([0, 2, 4]))
+
+    def forward(self, x):
+        idx = self.lengths.view(3, 1, 1).expand(3, 1, x.shape[-1])
+        self.cache.scatter_(1, idx, x)
+        self.lengths.add_(1).clamp_(max=self.cache.shape[1] - 1)
+        mask = torch.arange(self.cache.shape[1])[None, :] < self.lengths[:, None]
+        return (self.cache * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+
+
+case("kv_cache_scatter_lengths", lambda: (R(3, 1, 4),), ncalls=4)(lambda: KVCacheScatter())
+
+
+# ============================================================================ masking / sampling
+@fn_case("top_p_top_k_filtering", lambda: (R(3, 20) * 3, 0.8, 5))
+def top_p_top_k_filtering(logits, top_p, top_k):
+    """transformers' top_k_top_p_filtering: the k-th value threshold, then the nucleus by sort, softmax,
+    cumsum, a shift right to keep the first token above p, scattered back, masked with -inf."""
+    kth = torch.topk(logits, top_k)[0][..., -1, None]
+    logits = logits.masked_fill(logits < kth, -float("inf"))
+    sorted_logits, sorted_idx = torch.sort(logits, descending=True)
+    cum = torch.cumsum(F.softmax(sorted_logits, dim=-1), dim=-1)
+    remove = cum > top_p
+    remove[..., 1:] = remove[..., :-1].clone()
+    remove[..., 0] = False
+    remove = remove.scatter(1, sorted_idx, remove)
+    out = logits.masked_fill(remove, float("-inf"))
+    return out, out.softmax(-1), out.isinf().sum(-1)
+
+
+@fn_case("masked_softmax_fully_masked_rows", lambda: (R(2, 2, 5, 5), torch.tensor([[1, 1, 1, 0, 0], [0, 0, 0, 0, 0]]).bool()))
+def masked_softmax_fully_masked_rows(scores, keep):
+    """A key padding mask and a causal mask with -inf; a fully masked batch row gives NaN, then
+    zeroed with torch.where; the finfo.min variant keeps it finite."""
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    m = keep[:, None, None, :] & causal
+    p = scores.masked_fill(~m, float("-inf")).softmax(-1)
+    safe = torch.where(m.any(-1, keepdim=True), p, 0.0)
+    fin = scores.masked_fill(~m, torch.finfo(scores.dtype).min).softmax(-1)
+    return p, safe, fin
+
+
+@fn_case("gumbel_softmax_hard_generator", lambda: (R(4, 6),))
+def gumbel_softmax_hard_generator(logits):
+    """Gumbel noise from an explicit seeded torch.Generator, a hard one-hot by argmax and the
+    straight-through estimator (y_hard - y.detach() + y)."""
+    g = torch.Generator().manual_seed(1234)
+    u = torch.rand(logits.shape, generator=g)
+    y = ((logits - torch.log(-torch.log(u + 1e-10) + 1e-10)) / 0.5).softmax(-1)
+    hard = torch.zeros_like(y).scatter_(-1, y.argmax(-1, keepdim=True), 1.0)
+    return hard - y.detach() + y, y
+
+
+class DropoutTrainEval(nn.Module):
+    """Dropout in train mode draws from torch's generator (same seed as eager), in eval it is the
+    identity; alpha_dropout and dropout2d too; switched between calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.drop = nn.Dropout(0.3)
+
+    def forward(self, x):
+        h = self.drop(self.lin(x))
+        return h, F.alpha_dropout(h, 0.2, self.training), F.dropout2d(h[:, :, None, None], 0.5, self.training)
+
+
+case("dropout_train_then_eval", lambda: (R(4, 8),), train=True, ncalls=4,
+     between=lambda m, i: m.train(i != 2))(lambda: DropoutTrainEval())
+
+
+# ============================================================================ einsum / positions
+@fn_case("einsum_zoo", lambda: (R(2, 3, 5, 4), R(2, 3, 6, 4), R(4, 4), R(2, 4), R(2, 3, 3)))
+def einsum_zoo(q, k, w, v, sq):
+    """Attention scores, a bilinear form, an outer product, a batch trace, contraction with a repeated
+    output-free index, 'ij,ij->' and an ellipsis."""
+    s = torch.einsum("bhqd,bhkd->bhqk", q, k)
+    ctx = torch.einsum("bhqk,bhkd->bqhd", s.softmax(-1), k)
+    bil = torch.einsum("bi,ij,bj->b", v, w, v)
+    outer = torch.einsum("i,j->ij", v[0], v[1])
+    tr = torch.einsum("bii->b", sq)
+    diag = torch.einsum("bii->bi", sq)
+    full = torch.einsum("ij,ij->", w, w)
+    ell = torch.einsum("...d,de->...e", q, w)
+    return s, ctx, bil, outer, tr, diag, full, ell
+
+
+class T5RelativeBias(nn.Module):
+    """T5's relative position bucket: abs, a log bucket computed in float and cast to long,
+    torch.min with full_like, where on small distances; an embedding of the buckets."""
+
+    def __init__(self, heads=2, buckets=8, max_distance=16):
+        super().__init__()
+        self.buckets, self.max_distance = buckets, max_distance
+        self.emb = nn.Embedding(buckets, heads)
+
+    def bucket(self, rel):
+        n = self.buckets // 2
+        ret = (rel > 0).to(torch.long) * n
+        rel = rel.abs()
+        exact = n // 2
+        large = exact + (torch.log(rel.float() / exact) / math.log(self.max_distance / exact) * (n - exact)).to(torch.long)
+        large = torch.min(large, torch.full_like(large, n - 1))
+        return ret + torch.where(rel < exact, rel, large)
+
+    def forward(self, x):
+        q = torch.arange(x.shape[1], dtype=torch.long)[:, None]
+        k = torch.arange(x.shape[1], dtype=torch.long)[None, :]
+        b = self.bucket(k - q)
+        return b, self.emb(b).permute(2, 0, 1)[None] + x[:, None, :, None].mean(-2, keepdim=True)
+
+
+case("t5_relative_position_bucket", lambda i=0: (R(2, 7 + 3 * (i >= 2)),))(lambda: T5RelativeBias())
+
+
+class RotaryCache(nn.Module):
+    """A rotary cos/sin cache built for max length once, sliced to the sequence length of the call
+    (which changes between calls), rotate_half by chunk + cat."""
+
+    def __init__(self, dim=8, max_len=32):
+        super().__init__()
+        inv = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))
+        t = torch.arange(max_len).float()
+        freqs = torch.outer(t, inv)
+        emb = torch.cat((freqs, freqs), -1)
+        self.register_buffer("cos", emb.cos(), persistent=False)
+        self.register_buffer("sin", emb.sin(), persistent=False)
+
+    @staticmethod
+    def rotate_half(x):
+        x1, x2 = x.chunk(2, -1)
+        return torch.cat((-x2, x1), -1)
+
+    def forward(self, q, k):
+        n = q.shape[-2]
+        cos, sin = self.cos[:n], self.sin[:n]
+        return q * cos + self.rotate_half(q) * sin, k * cos + self.rotate_half(k) * sin
+
+
+case("rotary_cache_sliced_by_length", lambda i=0: (R(2, 2, 5 + 4 * i, 8), R(2, 2, 5 + 4 * i, 8)),
+     ncalls=4)(lambda: RotaryCache())
+
+
+@fn_case("alibi_and_sinusoid_positions", lambda: (R(2, 6, 12),))
+def alibi_and_sinusoid_positions(x):
+    """ALiBi slopes from Python math for 6 heads (not a power of 2), a distance matrix from arange,
+    and sinusoidal embeddings with arange(0, d, 2) and exp(-log(10000)) frequencies."""
+    heads, n, d = 6, x.shape[1], x.shape[2]
+    p2 = 2 ** math.floor(math.log2(heads))
+    base = [2 ** (-8 * (i + 1) / p2) for i in range(p2)]
+    extra = [2 ** (-4 * (2 * i + 1) / p2) for i in range(heads - p2)]
+    slopes = torch.tensor(base + extra)
+    pos = torch.arange(n)
+    dist = (pos[None, :] - pos[:, None]).abs().neg()
+    alibi = slopes[:, None, None] * dist[None]
+    div = torch.exp(torch.arange(0, d, 2).float() * (-math.log(10000.0) / d))
+    pe = torch.zeros(n, d)
+    pe[:, 0::2] = torch.sin(pos[:, None] * div)
+    pe[:, 1::2] = torch.cos(pos[:, None] * div)
+    return alibi, x + pe
+
+
+# ============================================================================ layer stacks
+@dataclasses.dataclass
+class BlockConfig:
+    dim: int = 16
+    depth: int = 4
+    act: str = "gelu"
+    pre_norm: bool = True
+    drop_every: int = 2          # every drop_every-th block is skipped in eval
+    layer_scale: Optional[float] = 1e-2
+    eps: float = 1e-6
+
+
+GLOBAL_RESIDUAL_SCALE = 0.5
+
+
+class ConfiguredStack(nn.Module):
+    """Blocks from a dataclass config: functools.partial norm layers, a ModuleDict of activations
+    picked by a string, a closure over the config, layer scale only when configured, every other
+    block skipped in eval, a global constant, and a list / dict / None output."""
+
+    def __init__(self, cfg=BlockConfig()):
+        super().__init__()
+        self.cfg = cfg
+        norm = functools.partial(nn.LayerNorm, eps=cfg.eps)
+        self.acts = nn.ModuleDict({"gelu": nn.GELU(), "silu": nn.SiLU(), "relu": nn.ReLU()})
+        self.blocks = nn.ModuleList(nn.Sequential(norm(cfg.dim), nn.Linear(cfg.dim, cfg.dim)) for _ in range(cfg.depth))
+        self.gammas = nn.ParameterList(nn.Parameter(torch.full((cfg.dim,), cfg.layer_scale)) for _ in range(cfg.depth)) \
+            if cfg.layer_scale is not None else None
+        self.head = norm(cfg.dim)
+
+    def forward(self, x):
+        cfg = self.cfg
+
+        def residual(h, f):
+            return h * (1 + GLOBAL_RESIDUAL_SCALE) + f
+
+        hidden = []
+        for i, blk in enumerate(self.blocks):
+            if not self.training and cfg.drop_every and i % cfg.drop_every == 1:
+                hidden.append(None)
+                continue
+            f = self.acts[cfg.act](blk(x))
+            if self.gammas is not None:
+                f = f * self.gammas[i]
+            x = residual(x, f)
+            hidden.append(x)
+        return {"last": self.head(x), "hidden": hidden, "aux": None, "n": len([h for h in hidden if h is not None])}
+
+
+case("dataclass_config_layer_stack", lambda: (R(2, 3, 16),))(lambda: ConfiguredStack())
+
+
+def _set_act(m, i):
+    if i == 2:
+        m.cfg = dataclasses.replace(m.cfg, act="silu")
+
+
+case("config_replaced_between_calls", lambda: (R(2, 3, 16),), ncalls=4, between=_set_act)(lambda: ConfiguredStack())
+
+
+class ScaledHead(nn.Module):
+    """Attributes a user changes between calls: a float scale, a bool flag, a submodule swapped,
+    a parameter scaled in place and then replaced by a new Parameter."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(5, 5)
+        self.act = nn.ReLU()
+        self.scale = 1.0
+        self.use_bias = True
+        self.bias2 = nn.Parameter(torch.zeros(5))
+
+    def forward(self, x):
+        h = self.act(self.lin(x)) * self.scale
+        if self.use_bias:
+            h = h + self.bias2
+        return h
+
+
+def _mutate_head(m, i):
+    if i == 1:
+        m.scale = 2.5
+    elif i == 2:
+        m.use_bias = False
+        m.act = nn.Tanh()
+    elif i == 3:
+        with torch.no_grad():
+            m.lin.weight.mul_(-1)
+    elif i == 4:
+        m.use_bias = True
+        m.bias2 = nn.Parameter(torch.ones(5))
+
+
+case("module_attributes_mutated_between_calls", lambda: (R(3, 5),), ncalls=5, between=_mutate_head)(lambda: ScaledHead())
+
+
+TEMPERATURE = {"t": 1.0}
+OFFSET = 0.0
+
+
+class GlobalsReader(nn.Module):
+    def forward(self, x):
+        return (x / TEMPERATURE["t"]).softmax(-1) + OFFSET
+
+
+def _mutate_globals(m, i):
+    global OFFSET
+    TEMPERATURE["t"] = [1.0, 1.0, 0.5, 2.0][i]
+    OFFSET = [0.0, 0.0, 0.0, 3.0][i]
+
+
+case("global_constants_mutated_between_calls", lambda: (R(3, 5),), ncalls=4, between=_mutate_globals)(
+    lambda: GlobalsReader())
+
+
+def _make_closure_model():
+    state = {"k": 2}
+    factor = [1.5]
+
+    def f(x):
+        return x * factor[0] + state["k"]
+
+    class Closure(nn.Module):
+        def forward(self, x):
+            return f(x).relu()
+
+    m = Closure()
+    m._cell = (state, factor)
+    return m
+
+
+def _mutate_closure(m, i):
+    state, factor = m._cell
+    if i >= 2:
+        state["k"] = -1
+        factor[0] = -0.5 * i
+
+
+case("closure_cells_mutated_between_calls", lambda: (R(3, 4),), ncalls=4, between=_mutate_closure)(_make_closure_model)
+
+
+# ============================================================================ outputs / aliasing
+@fn_case("views_of_inputs_returned", lambda: (R(4, 6), R(3, 5)))
+def views_of_inputs_returned(x, y):
+    """Outputs that are views of the inputs (t, slicing, view, unsqueeze, diagonal, the input itself)
+    and outputs that are views of each other: a user writing into them must see eager's aliasing."""
+    h = x * 2
+    return x.t(), x[:, 1:3], x.view(-1), y.unsqueeze(0), x.diagonal(), y, h, h.view(2, 12), h[0]
+
+
+@fn_case("inplace_on_inputs_masks_views", lambda: (R(5, 6), R(6), torch.rand(5, 6) > 0.5))
+def inplace_on_inputs_masks_views(x, b, m):
+    """A user's in-place writes to the arguments: relu_ through a column slice, a boolean-mask
+    assignment, clamp_ of a row, add_ of a broadcast, and the count of masked elements."""
+    x[:, 1:4].relu_()
+    x[m] = 0.0
+    x[0].clamp_(-0.5, 0.5)
+    b.add_(x.sum(0))
+    return x.sum(), m.sum(), b
+
+
+@fn_case("noncontiguous_expanded_inputs", lambda: (R(6, 4).t(), R(1, 5).expand(3, 5), R(4, 8)[:, ::3], R(2, 3, 4, 5).permute(0, 2, 3, 1)))
+def noncontiguous_expanded_inputs(xt, ex, strided, perm):
+    return (xt @ xt.t(), ex + torch.arange(5), ex.sum(0), strided * 2, strided.contiguous().view(-1),
+            perm.reshape(2, -1).softmax(-1), perm.mean(-1), xt.cumsum(1))
+
+
+class ConvChannelsLast(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.gn = nn.GroupNorm(2, 8)
+        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+
+    def forward(self, x):
+        h = F.silu(self.gn(self.conv(x)))
+        h = self.dw(h) + h
+        return h, F.adaptive_avg_pool2d(h, 1).flatten(1), h.permute(0, 2, 3, 1).mean((1, 2))
+
+
+case("conv_channels_last_input", lambda: (R(2, 3, 9, 7).contiguous(memory_format=torch.channels_last),))(
+    lambda: ConvChannelsLast())
+
+
+@fn_case("zero_dim_and_empty_tensors", lambda: (R(0, 4), R(3, 4), torch.tensor(0.7), torch.tensor(3), torch.empty(0, dtype=torch.long)))
+def zero_dim_and_empty_tensors(empty, x, t, n, eidx):
+    """Reductions over empty batches (sum 0, mean NaN, amax raises not), cat with an empty tensor,
+    index_select with an empty index, 0-d temperature / count arithmetic and 0-d outputs."""
+    return (empty.sum(0), empty.mean(0), empty.sum(), torch.cat([empty, x]), x.index_select(0, eidx),
+            (x / t).softmax(-1), x * n, n * t, t.exp(), (x.sum() / n).reshape(()), empty.shape[0], x[x.shape[0]:].numel(),
+            torch.zeros(0, 4).logsumexp(0), empty.prod(1), empty.argsort(0))
+
+
+@fn_case("int64_indexing_gather_embed", lambda: (R(6, 5), I(-6, 6, 4), I(0, 5, 6, 3), R(10, 3), I(0, 10, 2, 4)))
+def int64_indexing_gather_embed(x, idx, gidx, table, tok):
+    """Advanced indexing with negative int64 indices, gather, index_select, a (rows, cols) pair,
+    F.embedding of a batch, take_along_dim, and a one-hot matmul that equals the embedding."""
+    return (x[idx], x[:, idx.clamp(-5, 4)], x.gather(1, gidx), x.index_select(1, idx.remainder(5)),
+            x[idx, idx.abs() % 5], F.embedding(tok, table), torch.take_along_dim(x, gidx, 1),
+            F.one_hot(tok, 10).float() @ table, torch.take(x, idx.abs()))
+
+
+# ============================================================================ dtypes / ints
+@fn_case("int_bool_arithmetic", lambda: (I(-20, 20, 4, 5), I(1, 7, 4, 5), torch.rand(4, 5) > 0.5))
+def int_bool_arithmetic(a, b, m):
+    """Floor division and remainder of negative ints, bit ops and shifts, bool sums and any/all,
+    bool times int, comparisons chained with &, int mean via float, argmax of bool."""
+    return (a // b, a % b, torch.div(a, b, rounding_mode="trunc"), torch.fmod(a, b), a & 0xF, a | b, a ^ b,
+            a << 2, a >> 1, m.sum(), m.sum(1), m.any(1), m.all(0), m * a, (a > 0) & m, a.float().mean(),
+            m.int().argmax(1), (~m).long().cumsum(1), torch.bitwise_not(a), a.sign(), a.abs().max())
+
+
+@fn_case("dtype_promotion_python_scalars", lambda: (R(3, 4), I(0, 9, 3, 4, dtype=torch.int32), R(3, 4).half(),
+                                                   torch.rand(3, 4) > 0.5, R(3, 4).double()))
+def dtype_promotion_python_scalars(f32, i32, f16, b, f64):
+    """Python floats and ints meeting int32 / half / bool / double tensors, half + float32, float64
+    tensors against float32 tensors, torch.tensor made inside with an inferred dtype."""
+    return (i32 + 1.5, i32 * 2, f16 + f32, f16 * 1.5, b + 0.5, b * 3, f64 + f32, f32 + 1, i32 / 2, i32 ** 2,
+            torch.tensor([1, 2, 3]) + i32[0, :3], torch.tensor(2.0) * i32, f16.float() / 3, (f16 > 0.0) + 1,
+            torch.full_like(i32, 7) * 1.0, i32.to(torch.float16) + f16, f32.to(torch.bfloat16) * 2)
+
+
+@fn_case("where_with_scalars_and_ints", lambda: (R(4, 5), I(-3, 3, 4, 5)))
+def where_with_scalars_and_ints(x, n):
+    return (torch.where(x > 0, x, 0.0), torch.where(x > 0, 1.0, -1.0), torch.where(n > 0, n, 0), torch.where(n == 0, 1, n),
+            torch.where(x.isnan(), torch.zeros_like(x), x), x.where(x < 1, torch.tensor(1.0)),
+            torch.where(n > 0, x, n.float()), torch.where(n < 0, 0.5, n))
+
+
+# ============================================================================ shape ops
+@fn_case("chunk_split_unbind_stack", lambda: (R(2, 7, 12),))
+def chunk_split_unbind_stack(x):
+    q, k, v = x.chunk(3, -1)
+    a, b, c = x.split([2, 3, 2], 1)
+    rows = x.unbind(1)
+    parts = torch.tensor_split(x, (1, 4), dim=1)
+    odd = x.chunk(4, 1)   # uneven: 2, 2, 2, 1
+    return (torch.stack([q, k, v], 0).sum(0), torch.cat([c, b, a], 1), torch.stack(rows[::2], -1), len(rows),
+            [p.shape[1] for p in parts], [o.mean() for o in odd], torch.hstack(x.unbind(0)), torch.vstack(list(x)))
+
+
+@fn_case("interpolate_pad_unfold_fold", lambda: (R(2, 3, 8, 10),))
+def interpolate_pad_unfold_fold(img):
+    """Patches by F.unfold, mixed and written back by F.fold (overlap-add normalised by fold of
+    ones), reflect / replicate pads, nearest-exact and area resizing, pixel shuffle round trip."""
+    p = F.unfold(img, kernel_size=3, padding=1, stride=2)
+    back = F.fold(p * 0.5, (8, 10), kernel_size=3, padding=1, stride=2)
+    norm = F.fold(torch.ones_like(p), (8, 10), kernel_size=3, padding=1, stride=2)
+    return (back / norm.clamp(min=1), F.pad(img, (1, 2, 2, 1), mode="reflect"), F.pad(img, (3, 0, 0, 3), mode="replicate"),
+            F.interpolate(img, size=(5, 13), mode="nearest-exact"), F.interpolate(img, size=(4, 3), mode="area"),
+            F.pixel_unshuffle(F.pixel_shuffle(img.repeat(1, 4, 1, 1), 2), 2), F.pad(img, (1, 1), value=-1.0))
+
+
+@fn_case("sort_unsort_by_length", lambda: (R(5, 4, 3), torch.tensor([2, 4, 1, 4, 3])))
+def sort_unsort_by_length(x, lengths):
+    """Sort sequences by length (stable, descending), gather in that order, run a masked mean, and
+    restore the original order with argsort of the permutation."""
+    sl, perm = lengths.sort(descending=True, stable=True)
+    xs = x[perm]
+    mask = torch.arange(x.shape[1])[None, :] < sl[:, None]
+    pooled = (xs * mask[..., None]).sum(1) / sl[:, None]
+    inv = perm.argsort()
+    return pooled[inv], perm, inv, torch.bucketize(lengths, torch.tensor([1, 2, 3])), torch.searchsorted(sl.flip(0), 3)
+
+
+class MoEDense(nn.Module):
+    """Switch-style top-1 routing done densely: one_hot, capacity by cumsum over tokens, tokens
+    over capacity dropped, einsum dispatch / combine, a load-balancing aux loss."""
+
+    def __init__(self, d=8, e=4, cap=3):
+        super().__init__()
+        self.gate = nn.Linear(d, e, bias=False)
+        self.w = nn.Parameter(torch.randn(e, d, d) * 0.1)
+        self.cap = cap
+
+    def forward(self, x):
+        probs = self.gate(x).softmax(-1)
+        top, idx = probs.max(-1)
+        oh = F.one_hot(idx, probs.shape[-1]).to(x.dtype)
+        pos = (oh.cumsum(0) - 1) * oh
+        keep = (pos < self.cap).to(x.dtype) * oh
+        slot = F.one_hot(pos.sum(-1).long().clamp(max=self.cap - 1), self.cap).to(x.dtype)
+        dispatch = torch.einsum("te,tc->tec", keep, slot)
+        ex_in = torch.einsum("tec,td->ecd", dispatch, x)
+        ex_out = torch.einsum("ecd,edf->ecf", ex_in, self.w)
+        y = torch.einsum("tec,ecf->tf", dispatch * top[:, None, None], ex_out)
+        aux = (oh.mean(0) * probs.mean(0)).sum() * probs.shape[-1]
+        return y, aux, keep.sum(0)
+
+
+case("moe_dense_capacity_dispatch", lambda: (R(10, 8),))(lambda: MoEDense())
+
+
+# ============================================================================ guards: shapes / dtypes
+class ShapeDtypeVarying(nn.Module):
+    """Called with other batch sizes, sequence lengths and dtypes: shape arithmetic in Python
+    (view with computed sizes, a padding to a multiple of 4), a float64 call."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(6, 6)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        pad = (-n) % 4
+        x = F.pad(x, (0, 0, 0, pad))
+        h = x.view(b, (n + pad) // 4, 4, d).mean(2)
+        if x.dtype == torch.float64:
+            return h * 2, h.dtype
+        return self.proj(h), h.dtype
+
+
+def _varying_inputs(i=0):
+    shapes = [(2, 8, 6), (2, 8, 6), (3, 5, 6), (1, 13, 6), (2, 8, 6)]
+    x = torch.randn(*shapes[i])
+    return (x.double() if i == 4 else x,)
+
+
+case("shapes_and_dtypes_change_between_calls", _varying_inputs, ncalls=5)(lambda: ShapeDtypeVarying())
+
+
+@fn_case("int_and_float_args_change", lambda i=0: (R(3, 4), [2, 2, 3, 0][i], [0.5, 0.5, 0.5, -1.0][i], [True, True, False, True][i]),
+         ncalls=4)
+def int_and_float_args_change(x, k, alpha, flag):
+    """Python int / float / bool arguments that change between calls: a topk k (0 gives an empty
+    result), a scale, a branch."""
+    v, i = x.topk(k, -1)
+    y = x * alpha
+    if flag:
+        y = y.relu()
+    return v, i, y, y.sum() * k
+
+
+@fn_case("inference_mode_and_no_grad_blocks", lambda: (R(3, 4).requires_grad_(), R(4, 4).requires_grad_()))
+def inference_mode_and_no_grad_blocks(x, w):
+    """Parts under no_grad / enable_grad / inference_mode: which outputs require grad must match,
+    detach() cuts, set_grad_enabled(False) as a function call."""
+    h = x @ w
+    with torch.no_grad():
+        s = h.sum(-1, keepdim=True)
+        with torch.enable_grad():
+            e = (h * 2).tanh()
+    with torch.inference_mode():
+        q = x.detach() * 3
+    torch.set_grad_enabled(False)
+    try:
+        z = h * 5
+    finally:
+        torch.set_grad_enabled(True)
+    return h / s.detach().abs().clamp(min=1), s, e, q.clone(), z, h.detach().requires_grad_()
+
+
+@fn_case("straight_through_quantizer", lambda: (R(4, 6).requires_grad_(), R(8, 6)))
+def straight_through_quantizer(z, codebook):
+    """VQ-VAE: nearest codebook entry by cdist + argmin, commitment loss with detach on either side,
+    the straight-through z + (zq - z).detach(); fake 4-bit quantization with round + clamp + STE."""
+    d = torch.cdist(z, codebook)
+    idx = d.argmin(-1)
+    zq = codebook[idx]
+    loss = F.mse_loss(zq, z.detach()) + 0.25 * F.mse_loss(z, zq.detach())
+    st = z + (zq - z).detach()
+    scale = z.detach().abs().amax() / 7
+    fq = z + ((z / scale).round().clamp(-8, 7) * scale - z).detach()
+    return st, loss, idx, fq, d.min(-1).values
+
+
+@fn_case("label_smoothing_ignore_index_losses", lambda: (R(6, 5), torch.tensor([1, -100, 4, 0, -100, 2]), R(6, 5), R(6, 5).sigmoid()))
+def label_smoothing_ignore_index_losses(logits, target, a, p):
+    """cross_entropy with ignore_index and label smoothing (mean over non-ignored), nll with weights,
+    BCE on probabilities, soft-target CE, smooth L1 with beta, KL with log_target."""
+    w = torch.tensor([1.0, 2.0, 0.5, 1.0, 3.0])
+    return (F.cross_entropy(logits, target, label_smoothing=0.2), F.cross_entropy(logits, target, reduction="none"),
+            F.nll_loss(logits.log_softmax(-1), target, weight=w), F.binary_cross_entropy(p, (a > 0).float()),
+            F.cross_entropy(logits, a.softmax(-1)), F.smooth_l1_loss(logits, a, beta=0.5),
+            F.kl_div(logits.log_softmax(-1), a.log_softmax(-1), log_target=True, reduction="batchmean"))
+
+
+class StepCounterBuffer(nn.Module):
+    """A 0-d step buffer incremented in place, a warmup factor computed from it in tensor arithmetic,
+    a Python int attribute counter read in a branch (every 2nd call adds noise-free bias)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("step", torch.zeros((), dtype=torch.long))
+        self.calls = 0
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        self.step += 1
+        self.calls += 1
+        warm = torch.clamp(self.step.float() / 3.0, max=1.0)
+        y = self.lin(x) * warm
+        if self.calls % 2 == 0:
+            y = y + 1
+        return y, self.step.clone(), self.calls
+
+
+case("step_counter_buffer_and_int_attr", lambda: (R(2, 4),), ncalls=5)(lambda: StepCounterBuffer())
+
+
+@fn_case("nested_container_inputs", lambda: ({"x": R(3, 4), "mask": torch.rand(3, 4) > 0.3, "meta": {"scale": 2.0}},
+                                             [R(4), R(4)], (R(3, 1), None)))
+def nested_container_inputs(batch, biases, pair):
+    """A dict batch with a nested dict, a list of tensors, a tuple holding None; the output mirrors it."""
+    x = batch["x"].masked_fill(~batch["mask"], 0.0) * batch["meta"]["scale"]
+    for b in biases:
+        x = x + b
+    extra, missing = pair
+    if missing is None:
+        x = x * extra
+    return {"y": x, "stats": (x.mean(), x.std()), "mask_count": batch["mask"].sum(), "none": missing}
+
+
+@fn_case("python_loop_over_batch_and_stack", lambda i=0: (R(3 + i, 5),), ncalls=4)
+def python_loop_over_batch_and_stack(x):
+    """A Python loop over x.shape[0] (unrolled per batch size), a list appended to and stacked,
+    an accumulator carried through the loop (a scan)."""
+    outs, acc = [], torch.zeros(x.shape[1])
+    for t in range(x.shape[0]):
+        acc = 0.9 * acc + 0.1 * x[t]
+        outs.append(acc.tanh())
+    return torch.stack(outs), acc, len(outs)
+
+
+@fn_case("cumulative_ops_and_topk", lambda: (R(4, 9), I(1, 4, 4, 9).float()))
+def cumulative_ops_and_topk(x, pos):
+    """cumsum / cumprod / cummax / logcumsumexp, topk with largest=False and sorted=True, kthvalue,
+    argsort descending, sort of a non-contiguous view, discounted returns computed by a reversed cumsum."""
+    gamma = 0.9
+    disc = gamma ** torch.arange(x.shape[1], dtype=x.dtype)
+    returns = (x * disc).flip(1).cumsum(1).flip(1) / disc
+    return (x.cumsum(1), pos.cumprod(1), x.cummax(1).values, x.logcumsumexp(1), x.topk(3, 1, largest=False),
+            x.kthvalue(2, 1), x.argsort(1, descending=True), x.t().sort(0), returns, x.sort(dim=0, stable=True).indices)
+
+
+class SDPAMasks(nn.Module):
+    """F.scaled_dot_product_attention with a boolean attn_mask, with is_causal, with a float additive
+    mask, nn.MultiheadAttention with key_padding_mask and need_weights averaged."""
+
+    def __init__(self):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, q, k, v, pad):
+        m = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+        b = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        c = F.scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(q.shape[-2], k.shape[-2]).masked_fill(~m, -1e4))
+        x = q.transpose(1, 2).flatten(2)
+        o, w = self.mha(x, x, x, key_padding_mask=pad)
+        return a, b, c, o, w
+
+
+case("sdpa_masks_and_mha_padding", lambda: (R(2, 2, 5, 4), R(2, 2, 5, 4), R(2, 2, 5, 4),
+                                            torch.tensor([[False] * 5, [False, False, False, True, True]])))(
+    lambda: SDPAMasks())
+
+
+@fn_case("segment_sums_index_add_scatter", lambda: (R(7, 3), torch.tensor([0, 2, 2, 1, 0, 2, 1]), I(0, 4, 7)))
+def segment_sums_index_add_scatter(x, seg, cls):
+    """Graph-style segment sums / means / maxes by index_add_, scatter_add_ with an expanded index,
+    scatter_reduce amax with include_self=False, bincount-like counts via one_hot."""
+    n = 3
+    sums = torch.zeros(n, 3).index_add_(0, seg, x)
+    counts = torch.zeros(n).scatter_add_(0, seg, torch.ones(7))
+    means = sums / counts.clamp(min=1)[:, None]
+    mx = torch.full((n, 3), -1e9).scatter_reduce(0, seg[:, None].expand(-1, 3), x, "amax", include_self=False)
+    hist = F.one_hot(cls, 4).sum(0)
+    centered = x - means[seg]
+    return sums, means, mx, hist, centered, torch.zeros(n, 3).index_add_(0, seg, x, alpha=0.5)
+
+
+@fn_case("triplet_hard_mining", lambda: (R(8, 6), torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])))
+def triplet_hard_mining(emb, labels):
+    """Batch-hard triplet loss: a pairwise distance matrix, positive / negative masks from label
+    equality with the diagonal removed, hardest positive by masked max and negative by masked min."""
+    emb = F.normalize(emb, dim=-1)
+    d = torch.cdist(emb, emb).clamp(min=1e-12)
+    same = labels[:, None] == labels[None, :]
+    eye = torch.eye(len(labels), dtype=torch.bool)
+    pos = (d * (same & ~eye)).amax(1)
+    neg = d.masked_fill(same, float("inf")).amin(1)
+    loss = F.relu(pos - neg + 0.3).mean()
+    return loss, pos, neg, F.triplet_margin_loss(emb, emb.roll(2, 0), emb.roll(1, 0))
+
+
+@fn_case("stft_free_audio_features", lambda: (R(2, 400),))
+def stft_free_audio_features(wav):
+    """Framing with unfold and a Hann window, a power spectrum by rfft, a mel-like triangular filter
+    matrix built from linspace, log with clamp, per-utterance mean / std normalization."""
+    frames = wav.unfold(-1, 64, 32) * torch.hann_window(64, periodic=False)
+    spec = torch.fft.rfft(frames).abs() ** 2
+    f = torch.linspace(0, 1, spec.shape[-1])
+    centers = torch.linspace(0, 1, 10)
+    fb = (1 - (f[None, :] - centers[:, None]).abs() * 9).clamp(min=0)
+    mel = (spec @ fb.t()).clamp(min=1e-10).log()
+    return (mel - mel.mean(1, keepdim=True)) / (mel.std(1, keepdim=True) + 1e-5)
+
+
+@fn_case("meshgrid_anchors_and_box_decode", lambda: (R(2, 6, 4, 5), R(2, 4 * 5 * 3, 4)))
+def meshgrid_anchors_and_box_decode(feat, deltas):
+    """Anchors on a feature grid by meshgrid(indexing='ij') x 3 sizes, decode (dx, dy, dw, dh) with
+    exp clamped by log(1000/16), clip to the image, areas and a score argmax."""
+    h, w = feat.shape[-2:]
+    ys, xs = torch.meshgrid(torch.arange(h) * 8.0 + 4, torch.arange(w) * 8.0 + 4, indexing="ij")
+    sizes = torch.tensor([8.0, 16.0, 32.0])
+    ctr = torch.stack([xs, ys], -1).reshape(-1, 1, 2).expand(-1, 3, 2).reshape(-1, 2)
+    wh = sizes.repeat(h * w)[:, None].expand(-1, 2)
+    dxy, dwh = deltas[..., :2], deltas[..., 2:].clamp(max=math.log(1000.0 / 16))
+    c = ctr + dxy * wh
+    s = wh * dwh.exp()
+    boxes = torch.cat([c - s / 2, c + s / 2], -1)
+    boxes = torch.stack([boxes[..., 0].clamp(0, w * 8), boxes[..., 1].clamp(0, h * 8),
+                         boxes[..., 2].clamp(0, w * 8), boxes[..., 3].clamp(0, h * 8)], -1)
+    area = (boxes[..., 2] - boxes[..., 0]) * (boxes[..., 3] - boxes[..., 1])
+    return boxes, area, feat.flatten(2).argmax(-1)
+
+
+class TiedLMHead(nn.Module):
+    """A tiny LM with tied input / output embeddings (the same Parameter twice), padding_idx, a
+    weight-norm'd projection (parametrization), and logits shifted for next-token loss."""
+
+    def __init__(self, v=12, d=8):
+        super().__init__()
+        self.emb = nn.Embedding(v, d, padding_idx=0)
+        self.proj = nn.utils.parametrizations.weight_norm(nn.Linear(d, d))
+        self.head = nn.Linear(d, v, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, ids):
+        h = torch.tanh(self.proj(self.emb(ids)))
+        logits = self.head(h)
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), ignore_index=0)
+        return logits, loss
+
+
+case("tied_embeddings_weight_norm_lm", lambda: (I(0, 12, 2, 7),))(lambda: TiedLMHead())
+
+
+@fn_case("complex_and_polar_rotation", lambda: (R(2, 4, 8),))
+def complex_and_polar_rotation(x):
+    """LLaMA's rotary in complex numbers: view_as_complex of pairs, torch.polar frequencies, multiply,
+    view_as_real and flatten back."""
+    freqs = 1.0 / (10000 ** (torch.arange(0, 8, 2)[:4].float() / 8))
+    t = torch.arange(x.shape[1]).float()
+    cis = torch.polar(torch.ones(x.shape[1], 4), torch.outer(t, freqs))
+    xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    return torch.view_as_real(xc * cis).flatten(2), cis.abs(), xc.angle()
+
+
+@fn_case("tensor_python_values", lambda: (R(3, 5),))
+def tensor_python_values(x):
+    """Python values computed from tensors: shapes, numel, dim, a float by .item(), a list by .tolist(),
+    a bool from a comparison, a string with an f-string of a shape."""
+    n = x.shape[0] * x.size(-1)
+    m = x.abs().max().item()
+    return n, x.numel(), x.dim(), round(m, 4) > 0, x[0, :2].tolist(), f"{tuple(x.shape)}", x / m, bool((x > 10).any())
+
+
+# =============================================================================== runner
+def _tensors(obj, out):
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            _tensors(o, out)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            _tensors(o, out)
+    return out
+
+
+def _storage(t):
+    try:
+        return t.untyped_storage().data_ptr() if t.numel() else None
+    except Exception:  # noqa: BLE001 - a tensor without storage
+        return None
+
+
+def alias_pattern(outs, args):
+    """For every output tensor: the index of the argument tensor and of the first earlier output it
+    shares storage with (None where none), so eager's and compiled aliasing can be compared."""
+    o = _tensors(outs, [])
+    a = _tensors(list(args), [])
+    sa = [_storage(t) for t in a]
+    so = [_storage(t) for t in o]
+    pat = []
+    for i, s in enumerate(so):
+        ai = next((j for j, x in enumerate(sa) if s is not None and x == s), None)
+        oi = next((j for j in range(i) if s is not None and so[j] == s), None)
+        pat.append((ai, oi))
+    return pat
+
+
+def _call_inputs(inputs, i):
+    try:
+        takes = len(inspect.signature(inputs).parameters) > 0
+    except (TypeError, ValueError):
+        takes = False
+    return inputs(i) if takes else inputs()
+
+
+def run_case(name):
+    import mlircap
+    entry = next(c for c in CASES if c[0] == name)
+    _, factory, inputs, train, extra = entry
+    torch.manual_seed(0)
+    ref = factory().train(train)
+    mine = copy.deepcopy(ref)
+    fast = mlircap.compile(mine)
+    res = {"name": name, "status": "ok", "detail": "", "graphs": 0, "breaks": 0, "notes": [], "islands": []}
+    caught = []
+    eager_errors = 0
+    for i in range(extra["ncalls"]):
+        if extra["between"] is not None:
+            extra["between"](ref, i)
+            extra["between"](mine, i)
+        seed = 1 if i < 2 else 2 + i
+        torch.manual_seed(seed)
+        args_e = _call_inputs(inputs, i)
+        try:
+            args_c = copy.deepcopy(args_e)
+        except Exception:  # noqa: BLE001
+            torch.manual_seed(seed)
+            args_c = _call_inputs(inputs, i)
+        err_e = err_c = None
+        out_e = out_c = None
+        with contextlib.redirect_stdout(io.StringIO()):
+            M._seed_all(100 + i)
+            try:
+                out_e = ref(*args_e)
+            except Exception as e:  # noqa: BLE001
+                err_e = e
+            rng_e = M._rng_states()
+            M._seed_all(100 + i)
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                try:
+                    out_c = fast(*args_c)
+                except Exception as e:  # noqa: BLE001
+                    err_c = e
+            caught += w
+            rng_c = M._rng_states()
+        if err_c is not None and (err_e is None or type(err_e) is not type(err_c)):
+            res["status"] = "error"
+            res["detail"] = f"call {i}: {type(err_c).__name__}: {' '.join(str(err_c).split())[:400]}" + \
+                (f" (eager: {type(err_e).__name__})" if err_e else "")
+            res["traceback"] = "".join(traceback.format_exception(err_c))[-3000:]
+            break
+        if err_e is not None:
+            if err_c is None:
+                res["status"] = "wrong"
+                res["detail"] = f"call {i}: eager raised {type(err_e).__name__}: {str(err_e)[:200]}, compiled did not"
+                break
+            eager_errors += 1
+            continue
+        d = M.diff(out_e, out_c) or M.diff(list(args_e), list(args_c), "inputs after") or \
+            M.diff(M.state(ref), M.state(mine), "state")
+        if not d:
+            pe, pc = alias_pattern(out_e, args_e), alias_pattern(out_c, args_c)
+            if pe != pc:
+                bad = next(j for j, (x, y) in enumerate(zip(pe, pc)) if x != y) if len(pe) == len(pc) else -1
+                d = f"aliasing of output tensor {bad} (input, earlier output): {pc[bad] if bad >= 0 else pc} " \
+                    f"(eager {pe[bad] if bad >= 0 else pe})"
+        if not d and not torch.equal(rng_e[0], rng_c[0]):
+            d = "torch's generator state after the call differs from eager's"
+        if d:
+            res["status"] = "wrong"
+            res["detail"] = f"call {i}: {d}"
+            break
+    if eager_errors == extra["ncalls"]:   # a case that tests nothing
+        res["status"], res["detail"] = "error", f"the case is broken: eager raised on every call ({err_e!r:.200})"
+    c = getattr(fast, "_call", None)
+    variants = list(getattr(c, "variants", []) or [])
+    res["graphs"] = len(getattr(fast, "graphs", []))
+    res["breaks"] = max((getattr(v, "splits", len(getattr(v, "breaks", []))) for v in variants), default=0)
+    res["variants"] = len(variants)
+    res["notes"] = M._fallback_notes(fast, caught)
+    if any(getattr(v, "eager", False) for v in variants):
+        res["notes"].append("capture gave up: " + " ".join(str(next(
+            (v.reason for v in variants if getattr(v, "eager", False)), "")).split())[:240])
+    res["islands"] = list(dict.fromkeys(M._islands(caught)))
+    if res["status"] == "ok" and res["notes"]:
+        res["status"] = "fallback"
+    elif res["status"] == "ok" and res["breaks"]:
+        res["status"] = "breaks"
+    return res
+
+
+def worker_main():
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    for line in sys.stdin:
+        name = line.strip()
+        if not name:
+            continue
+        t0 = time.perf_counter()
+        try:
+            r = run_case(name)
+        except Exception as e:  # noqa: BLE001
+            r = {"name": name, "status": "error", "detail": f"runner: {type(e).__name__}: {e}"[:400],
+                 "traceback": traceback.format_exc()[-3000:], "notes": [], "islands": [], "graphs": 0}
+        r["seconds"] = round(time.perf_counter() - t0, 2)
+        out.write("@@RESULT " + json.dumps(r, default=str) + "\n")
+
+
+class Child(M.Child):
+    def start(self):
+        self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL if not os.environ.get(
+                                      "MODULES_STDERR") else None, text=True, bufsize=1, env=self.env,
+                                  start_new_session=True)
+
+
+CATS = ["ok", "breaks", "fallback", "wrong", "error", "crash", "timeout"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--filter", default="", help="comma-separated substrings of case names")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=240.0)
+    ap.add_argument("--case", help="run one case in this process and print the result")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--json", help="write every result to this file")
+    ap.add_argument("-v", "--verbose", action="store_true", help="print the notes of fallbacks too")
+    args = ap.parse_args()
+    if args.worker:
+        return worker_main()
+    if args.case:
+        r = run_case(args.case)
+        print(r.pop("traceback", ""))
+        print(json.dumps(r, indent=1, default=str))
+        return
+    filt = [f for f in args.filter.split(",") if f]
+    names = [c[0] for c in CASES if not filt or any(f in c[0] for f in filt)]
+    assert len({c[0] for c in CASES}) == len(CASES), "duplicate case names"
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    results, todo, lock = {}, list(names), threading.Lock()
+    t_start = time.perf_counter()
+
+    def drive():
+        child = Child(env)
+        while True:
+            with lock:
+                if not todo:
+                    break
+                name = todo.pop(0)
+            r = child.run(name, args.timeout)
+            with lock:
+                results[name] = r
+                print(f"[{len(results):3d}/{len(names)}] {r['status']:8s} {name} {r.get('seconds', '')}s "
+                      f"graphs {r.get('graphs', '?')} breaks {r.get('breaks', '?')} {r.get('detail', '')[:160]}", flush=True)
+        child.kill()
+
+    threads = [threading.Thread(target=drive) for _ in range(max(1, args.jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(f"\nmlircap.compile (CPU) vs eager, torch {torch.__version__}, {len(names)} cases, "
+          f"{time.perf_counter() - t_start:.0f} s")
+    print("  " + "  ".join(f"{k} {sum(r['status'] == k for r in results.values())}" for k in CATS))
+    print("  (ok: compiled, one graph, correct; breaks: compiled in several graphs, correct; fallback: correct, "
+          "some part ran eagerly)")
+    for k in ["wrong", "crash", "timeout", "error"] + (["fallback", "breaks"] if args.verbose else []):
+        rows = [r for n in names if (r := results.get(n)) and r["status"] == k]
+        if rows:
+            print(f"\n{k.upper()}:")
+            for r in rows:
+                print(f"  {r['name']}: {r.get('detail', '')} (graphs {r.get('graphs')}, breaks {r.get('breaks')})")
+                for note in r.get("notes", [])[:3]:
+                    print(f"      note: {note}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    main()
