@@ -1063,11 +1063,12 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         whole (then `gm` is compiled as it was, its index ops as eager islands)."""
         from .bounds import BoundsChecked, add_bounds_checks
 
-        if _device_of(example_inputs, gm) != "cpu":
+        device = _device_of(example_inputs, gm)
+        if device == "cuda" and not config.env_flag("MLIRCAP_GPU_BOUNDS_CHECKS"):
             return None
         checked = copy.copy(gm)
         checked.graph = copy.deepcopy(gm.graph)
-        flagged = add_bounds_checks(checked)
+        flagged = add_bounds_checks(checked, device)
         if not any(n.meta.get("mlircap_bounds_checked") for n in checked.graph.nodes):
             return None
         graphs: list = []
@@ -1085,7 +1086,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
             registry.extend(graphs)
         compiled_now.append(compiled)
         if flagged:
-            compiled = BoundsChecked(compiled, checked)
+            compiled = BoundsChecked(compiled, checked, device)
             bounds_checked.append(compiled)
         return compiled
 

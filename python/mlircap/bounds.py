@@ -16,7 +16,18 @@ bounds. These ops ran as eager islands (partition.py). With a check they compile
   starts from the program state eager would see; the random number generator is
   rewound to where the compiled call found it.
 
-CPU only: reading the flag is a host synchronization on the GPU, whose islands stay.
+On the GPU reading the flag would synchronize the host with the device, and a rerun
+would need it. There eager's index kernels do not raise either: an index out of range
+is a device-side assert (CUDA_KERNEL_ASSERT), which poisons the CUDA context, and
+`x[idx]` and `take` wrap negative indices first. So on the GPU (device="cuda") only the
+read ops (_CHECKED) are rewritten, as eager's CUDA kernels index: negative indices of
+the ops that wrap them (_WRAPS_NEGATIVE) get the dimension's size added, every index
+is clamped into range as on the CPU, and the graph's last output is the flag "all
+indices in range", which BoundsChecked hands to torch._assert_async after the launch:
+torch's own device-side assert, no host synchronization, the same error as eager's.
+The compiled kernels never read out of bounds. The other rewrites (writes at indices,
+bounded loops, divisions) need the rerun and stay CPU only; their ops stay islands on
+the GPU.
 """
 from __future__ import annotations
 
@@ -79,6 +90,10 @@ _CHECKED = {
     "aten::embedding": _embedding, "aten::take": _take,
     "aten::index": _index_list,
 }
+# Of them, the ops whose eager kernels (CPU and CUDA) wrap a negative index i to i + n
+# before checking it (advanced indexing `x[idx]`, take); gather, index_select and
+# embedding reject negative indices.
+_WRAPS_NEGATIVE = ("aten::index", "aten::take")
 # Not the ops that write at indices (scatter*, index_put, index_add/copy/fill/reduce):
 # their lowerings are torch-mlir's tm_tensor.scatter, which the CPU plan has no kernel
 # for, or crash torch-mlir (SIGSEGV/SIGABRT in the compile worker, OpInfo scatter_reduce).
@@ -156,17 +171,22 @@ def checkable(node: fx.Node) -> bool:
     return node.meta.get("mlircap_bounds_checked", False)
 
 
-def add_bounds_checks(gm: fx.GraphModule) -> bool:
+def add_bounds_checks(gm: fx.GraphModule, device: str = "cpu") -> bool:
     """Rewrites `gm` as the module docstring says (index arguments clamped, the error
-    flag appended to the outputs): True where it appended the flag. Index ops whose
-    index tensors have no elements are only marked (nothing to read or check)."""
-    from . import polynomials, scatter, segments, selection, zeta
+    flag appended to the outputs; on device "cuda": the read ops only, negative indices
+    wrapped where eager wraps them, and the flag appended is "all in range"): True
+    where it appended the flag. Index ops whose index tensors have no elements are
+    only marked (nothing to read or check)."""
+    from . import polynomials, scatter, segments, selection, signs, zeta
 
     graph = gm.graph
     flags = []
+    gpu = device == "cuda"
     for node in list(graph.nodes):
         if node.op != "call_function":
             continue
+        if gpu and op_name(node.target) not in _CHECKED:
+            continue   # the rewrites below need a rerun (module docstring)
         if op_name(node.target) in scatter.WRITES:   # written at indices: unrolled (scatter.py)
             written = scatter.rewrite(graph, node)
             flags += written or []
@@ -189,6 +209,9 @@ def add_bounds_checks(gm: fx.GraphModule) -> bool:
             continue
         if op_name(node.target) == "aten::special_zeta":   # a sum whose length depends on q
             flags += zeta.rewrite(graph, node) or []
+            continue
+        if op_name(node.target) in signs.OPS:   # copysign: a NaN sign reruns eagerly (signs.py)
+            flags += signs.rewrite(graph, node) or []
             continue
         if op_name(node.target) == "aten::polygamma":   # n >= 2: a zeta
             flags += zeta.polygamma_rewrite(graph, node) or []
@@ -216,13 +239,18 @@ def add_bounds_checks(gm: fx.GraphModule) -> bool:
         for (path, n), t, v in zip(where, tensors, vals):
             if v.numel() == 0:
                 continue     # no index to read
+            mask = bool_like(v, v.shape)
             with graph.inserting_before(node):
+                if gpu and op_name(node.target) in _WRAPS_NEGATIVE:
+                    neg = graph.call_function(aten.lt.Scalar, (t, 0))
+                    up = graph.call_function(aten.add.Tensor, (t, n))
+                    t = graph.call_function(aten.where.self, (neg, up, t))
+                    neg.meta["val"], up.meta["val"], t.meta["val"] = mask, v, v
                 low = graph.call_function(aten.lt.Scalar, (t, 0))
                 high = graph.call_function(aten.ge.Scalar, (t, n))
                 bad = graph.call_function(aten.logical_or.default, (low, high))
                 safe = graph.call_function(aten.where.ScalarSelf, (bad, 0, t))
                 flag = graph.call_function(aten.any.default, (bad,))
-            mask = bool_like(v, v.shape)
             for x, val in ((low, mask), (high, mask), (bad, mask), (safe, v), (flag, bool_like(v, ()))):
                 x.meta["val"] = val
             flags.append(flag)
@@ -242,6 +270,9 @@ def add_bounds_checks(gm: fx.GraphModule) -> bool:
         for f in flags[1:]:
             flag = graph.call_function(aten.logical_or.default, (flag, f))
             flag.meta["val"] = flags[0].meta["val"]
+        if gpu:   # "all in range", for torch._assert_async
+            flag = graph.call_function(aten.logical_not.default, (flag,))
+            flag.meta["val"] = flags[0].meta["val"]
     res = out.args[0]
     single = isinstance(res, fx.Node)
     out.args = ((*([res] if single else res), flag),)
@@ -260,15 +291,18 @@ class BoundsChecked:
     """Runs `compiled` (the graph with its error flag last); a set flag raises
     IndexOutOfRange before anything is returned or written back."""
 
-    def __init__(self, compiled, gm: fx.GraphModule):
+    def __init__(self, compiled, gm: fx.GraphModule, device: str = "cpu"):
         from .partition import is_random
 
         self.compiled, self.single = compiled, gm.meta["mlircap_bounds_single"]
         self.uses_rng = any(is_random(n) for n in gm.graph.nodes)
+        self.gpu = device == "cuda"
 
     def __call__(self, *args):
         res = self.compiled(*args)
-        if bool(res[-1]):
+        if self.gpu:
+            torch._assert_async(res[-1])   # "all in range": eager's device-side assert
+        elif bool(res[-1]):
             raise IndexOutOfRange()
         out = res[:-1]
         return out[0] if self.single else type(res)(out)

@@ -70,6 +70,10 @@ ENV: dict[str, EnvVar] = _vars(
            "grouped view on CUDA instead of per-channel spatial sums and a per-channel normalization "
            "(which let the convolutions around it run NHWC); force applies them on any device",
            "mlircap/split_reductions.py"),
+    EnvVar("MLIRCAP_GPU_BOUNDS_CHECKS", "1", "0 runs index reads with indices from the inputs "
+           "(gather, index_select, embedding, take, x[idx]) as eager islands on CUDA instead of "
+           "compiling them clamped, with torch._assert_async on the range check (eager's "
+           "device-side assert)", "mlircap/bounds.py"),
     EnvVar("MLIRCAP_CPU_LIBRARY_OPS", "1", "0 compiles log_softmax, and large bfloat16/float16 "
            "linear/convolution with a bias, on the CPU instead of calling torch's kernels "
            "(partition.CPU_LIBRARY_OPS, CPU_NARROW_LIBRARY_MACS)", "python/mlircap/partition.py"),
