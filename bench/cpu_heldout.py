@@ -435,7 +435,7 @@ def segments(name, dtypes, rows):
             table = [x.data_ptr() for x in t]
             for vid, _, nbytes in exe._ptr_views:
                 table[vid] += nbytes
-            names = [st.name for st in exe.plan.steps if isinstance(st, KernelStep)]
+            names = getattr(exe, "labels", None) or [st.name for st in exe.plan.steps if isinstance(st, KernelStep)]
             with torch.no_grad():
                 for step, begin, end in exe._segments:
                     work = [(lambda k=k: exe.program.run(table, k, k + 1), f"kernel {names[k]}")

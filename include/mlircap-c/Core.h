@@ -145,6 +145,14 @@ MLIRCAP_EXPORT void mlircap_parallel_for(void (*body)(void *, int64_t, int64_t),
                                          void *ctx, int64_t lo, int64_t hi,
                                          int64_t grain);
 
+/* A float32 NCHW depthwise convolution (one filter per channel), a CPU plan step
+ * the runtime adds to a program like a kernel (lib/CAPI/Depthwise.cpp). Packed
+ * arguments: args[0] points to {has bias, stride h, stride w, padding h, padding w,
+ * dilation h, dilation w}; then pointers to memref descriptors (contiguous) of the
+ * input (N, C, H, W), the filter (C, KH, KW), the bias (C) if it has one, and the
+ * result (N, C, OH, OW). Runs on up to mlircap_get_num_threads() threads. */
+MLIRCAP_EXPORT void mlircap_cpu_depthwise_conv2d(void **args);
+
 /* Runs the mlircap-opt driver (MlirOptMain) with all upstream dialects and
  * passes plus mlircap's. Returns the process exit code. */
 MLIRCAP_EXPORT int mlircap_opt_main(int argc, char **argv);

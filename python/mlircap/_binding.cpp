@@ -66,14 +66,16 @@ struct CpuProgram {
     std::vector<int> slots;           // per argument: index into the pointer table
     std::vector<size_t> offsets;      // per argument: its descriptor in `descriptors`
     std::vector<int64_t> descriptors; // {ptr, ptr, 0, sizes..., strides...} per argument
+    std::vector<int64_t> params;      // non-empty: passed first, as a pointer to them
   };
   std::vector<Call> calls;
   size_t maxWords = 0, maxArgs = 0;
 
-  void add(std::uintptr_t fn, std::vector<int> slots, const std::vector<std::vector<int64_t>> &shapes) {
+  void add(std::uintptr_t fn, std::vector<int> slots, const std::vector<std::vector<int64_t>> &shapes,
+           std::vector<int64_t> params) {
     if (slots.size() != shapes.size())
       throw std::invalid_argument("slots and shapes differ in length");
-    Call c{reinterpret_cast<Packed>(fn), std::move(slots), {}, {}};
+    Call c{reinterpret_cast<Packed>(fn), std::move(slots), {}, {}, std::move(params)};
     for (const auto &shape : shapes) {
       c.offsets.push_back(c.descriptors.size());
       c.descriptors.insert(c.descriptors.end(), {0, 0, 0});
@@ -87,7 +89,7 @@ struct CpuProgram {
       c.descriptors.insert(c.descriptors.end(), strides.begin(), strides.end());
     }
     maxWords = std::max(maxWords, c.descriptors.size());
-    maxArgs = std::max(maxArgs, c.slots.size());
+    maxArgs = std::max(maxArgs, c.slots.size() + 1);
     calls.push_back(std::move(c));
   }
 
@@ -105,11 +107,14 @@ struct CpuProgram {
     for (size_t i = begin; i < end; ++i) {
       const Call &c = calls[i];
       std::copy(c.descriptors.begin(), c.descriptors.end(), words.begin());
+      size_t first = c.params.empty() ? 0 : 1;
+      if (first)
+        packed[0] = const_cast<int64_t *>(c.params.data());
       for (size_t a = 0; a < c.slots.size(); ++a) {
         int64_t *d = words.data() + c.offsets[a];
         d[0] = d[1] = table[c.slots[a]];
         descriptors[a] = d;
-        packed[a] = &descriptors[a];
+        packed[first + a] = &descriptors[a];
       }
       c.fn(packed.data());
     }
@@ -296,7 +301,9 @@ PYBIND11_MODULE(_mlircap, m) {
   py::class_<CpuProgram>(m, "CpuProgram")
       .def(py::init<>())
       .def("add", &CpuProgram::add, py::arg("fn"), py::arg("slots"), py::arg("shapes"),
-           "Append a call of packed function `fn` on the table's `slots`, contiguous `shapes`.")
+           py::arg("params") = std::vector<int64_t>{},
+           "Append a call of packed function `fn` on the table's `slots`, contiguous `shapes`; "
+           "non-empty `params`: a pointer to them is passed before the memrefs.")
       .def("__len__", [](const CpuProgram &p) { return p.calls.size(); })
       .def("run", &CpuProgram::run, py::arg("table"), py::arg("begin") = 0,
            py::arg("end") = SIZE_MAX, "Run calls [begin, end) with data pointers `table`.");
@@ -329,6 +336,9 @@ PYBIND11_MODULE(_mlircap, m) {
       py::arg("ir"), py::arg("opt_level") = 3,
       "(engine, plan JSON): kernels JIT-compiled for the CPU, library ops in the plan.");
   m.def("call_packed", &callPacked, py::arg("fn"), py::arg("args"));
+  m.def(
+      "cpu_depthwise_conv2d", [] { return reinterpret_cast<std::uintptr_t>(&mlircap_cpu_depthwise_conv2d); },
+      "Address of the packed float32 NCHW depthwise convolution (a CpuProgram step, with params).");
   m.def("set_num_threads", &mlircap_set_num_threads, py::arg("n"),
         "Threads the CPU kernels may use (caller included).");
   m.def("get_num_threads", &mlircap_get_num_threads);

@@ -199,6 +199,40 @@ _OPERANDS = {"matmul": "{0}, {1}", "matmul_transpose_b": "{0}, {1}.t()", "matmul
 # buffer allocated for it: one pass over the result less per call.
 _REBOUND = ("conv2d_nchw_fchw", "conv2d_depthwise_nchw_chw", "conv2d_nhwc_fhwc", "conv2d_depthwise_nhwc_hwc")
 
+
+def _depthwise_call(step, values, constants) -> list[int] | None:
+    """The params of mlircap_cpu_depthwise_conv2d for library step `step` ({has bias,
+    strides, padding, dilations}), or None where the step is no float32 NCHW depthwise
+    convolution on contiguous operands of consistent shapes (it then runs through torch).
+
+    The core's kernel (lib/CAPI/Depthwise.cpp) runs as a step of the CPU program: through
+    torch, oneDNN takes its generic path for plain NCHW depthwise convolutions (1 thread,
+    Zen 3: 1x144x24x24 3x3 180-340 us against 45-90 us, 2x144x1x100 1x31 1.2-1.9 ms
+    against 80-135 us) and the step was a Python call between two C++ runs of kernels."""
+    if step.op != "conv2d_depthwise_nchw_chw" or len(step.ins) not in (2, 3):
+        return None
+    vals = [values[i] for i in step.ins] + [values[step.out]]
+    if any(v.torch_dtype is not torch.float32 for v in vals) or vals[-1].kind != "buffer":
+        return None
+    for v in vals[:-1]:
+        if v.kind == "view" and list(v.strides) != contiguous_strides(v.shape):
+            return None
+        if v.kind == "constant" and not constants[v.id].is_contiguous():
+            return None
+    x, w, y = vals[0].shape, vals[1].shape, vals[-1].shape
+    sh, sw = step.strides or (1, 1)
+    ph, pw = step.padding or (0, 0)
+    dh, dw = step.dilations or (1, 1)
+    if len(x) != 4 or len(w) != 3 or len(y) != 4 or min(sh, sw, dh, dw) < 1 or min(ph, pw) < 0:
+        return None
+    n, c, h, wd = x
+    oh, ow = (h + 2 * ph - dh * (w[1] - 1) - 1) // sh + 1, (wd + 2 * pw - dw * (w[2] - 1) - 1) // sw + 1
+    if w[0] != c or tuple(y) != (n, c, oh, ow) or min(w[1], w[2], oh, ow) < 1 or \
+            (len(step.ins) == 3 and tuple(vals[2].shape) != (c,)):
+        return None
+    return [int(len(step.ins) == 3), sh, sw, ph, pw, dh, dw]
+
+
 # Bytes of intermediate buffers a CPU plan keeps between calls (CpuPlanExecutable._workspace_buffers):
 # allocating a buffer costs about 1 µs of host time whatever its size, so small graphs gain most;
 # large intermediates are allocated per call as eager does, not held while the graph is idle.
@@ -258,7 +292,9 @@ class CpuPlanExecutable:
 
     Per call: inputs are checked (dtype, device) and made contiguous, buffers
     allocated, a table of data pointers (one per plan value) built, then each
-    run of kernels between library ops is one CpuProgram.run call."""
+    run of kernels between library ops is one CpuProgram.run call. Library steps
+    the core computes itself (float32 NCHW depthwise convolutions: _depthwise_call)
+    are calls of that program too."""
 
     def __init__(self, linalg_ir: str, opt_level: int = 3):
         self._core = core()
@@ -284,21 +320,37 @@ class CpuPlanExecutable:
                 self._views.append((v.id, v.of, v.shape, v.strides, v.offset))
             else:
                 self._ptr_views.append((v.id, v.of, v.offset * v.torch_dtype.itemsize))
+        # library steps run by the core as steps of the program (_depthwise_call): id -> params
+        self._native = {}
+        native_fn = getattr(self._core, "cpu_depthwise_conv2d", None)   # None: a binding before it
+        for step in self.plan.library_steps if native_fn is not None else ():
+            params = _depthwise_call(step, values, exe.constants)
+            if params is not None:
+                self._native[id(step)] = params
         self._rebound = self._rebound_values()
         self._workspace = self._workspace_buffers()
         self._view_cells = {}   # view id -> [(Parameter, its data pointer, the view)] (_view_maker)
         self.program = self._core.CpuProgram()
         self._segments = []   # (None, begin, end): kernels [begin, end) | (library step, 0, 0)
+        self.labels = []      # per program call: the kernel's name, or the native library step's op
         for step in self.plan.steps:
-            if isinstance(step, KernelStep):
-                slots, shapes = [], []
-                for a in step.args:
-                    if a.value is None:
-                        raise PlanError(f"CPU kernel {step.name}: scalar arguments are not supported")
-                    slots.append(a.value)
-                    shapes.append(list(values[a.value].shape))
+            params = None if isinstance(step, KernelStep) else self._native.get(id(step))
+            if isinstance(step, KernelStep) or params is not None:
+                if params is not None:
+                    fn, slots, label = native_fn(), [*step.ins, step.out], step.op
+                else:
+                    fn, slots, label = fns[step.name], [], step.name
+                    for a in step.args:
+                        if a.value is None:
+                            raise PlanError(f"CPU kernel {step.name}: scalar arguments are not supported")
+                        slots.append(a.value)
+                shapes = [list(values[v].shape) for v in slots]
                 n = len(self.program)
-                self.program.add(fns[step.name], slots, shapes)
+                if params is None:
+                    self.program.add(fn, slots, shapes)
+                else:
+                    self.program.add(fn, slots, shapes, params)
+                self.labels.append(label)
                 if self._segments and self._segments[-1][0] is None:
                     self._segments[-1] = (None, self._segments[-1][1], n + 1)
                 else:
@@ -326,6 +378,8 @@ class CpuPlanExecutable:
         rebound = {}
         for st in self.plan.library_steps:
             out = values[st.out]
+            if id(st) in self._native:
+                continue
             if st.op in _REBOUND and out.kind == "buffer" and out.torch_dtype.is_floating_point and \
                     all(values[i].dtype == out.dtype for i in st.ins):
                 rebound[st.out] = views.get(st.out, [])
