@@ -157,7 +157,10 @@ _DATA_DEP = {"item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__i
 _EXTERNAL_PY_MODULES = ("logging", "warnings", "torch.random", "torch.cuda.random", "random", "time", "os",
                         "subprocess", "socket", "pdb", "builtins")
 _EXTERNAL_PY_NAMES = {"manual_seed", "seed", "set_rng_state", "set_default_dtype", "set_default_device",
-                      "set_printoptions", "use_deterministic_algorithms", "set_num_threads"}
+                      "set_printoptions", "use_deterministic_algorithms", "set_num_threads",
+                      # torch.utils.swap_tensors: swaps two tensors' contents in C, unseen by the
+                      # recording's TorchFunctionMode (later graphs read the tensors unswapped)
+                      "swap_tensors", "_swap_tensor_impl"}
 
 
 # C functions that write process-wide state a recording cannot see from the opcodes of
@@ -298,6 +301,12 @@ def _ffi_object(v: object) -> bool:
         not isinstance(v, type)
 
 
+# Tensor methods that write a tensor without calling __torch_function__ (the recording's
+# TorchFunctionMode never sees them: `torch.empty(0).set_(x)` was left out of the graph, whose
+# replay then read the tensor as it was before, empty): a step between graphs, run eagerly
+_UNDISPATCHED_TENSOR_METHODS = frozenset({"set_"})
+
+
 def _call_kind(f: object) -> str:
     """What calling f means for the recording: safe | external | mutator | getattr | vars |
     setattr | ctxvar | weakref."""
@@ -352,6 +361,8 @@ def _call_kind(f: object) -> str:
             return "ctxvar"
         if isinstance(so, torch.Generator) or name in _EXTERNAL_PY_NAMES:
             return "external"
+        if isinstance(so, torch.Tensor) and name in _UNDISPATCHED_TENSOR_METHODS:
+            return "external"
         if isinstance(so, torch.Tensor) or type(so).__module__.startswith("torch"):
             return "safe"
         if isinstance(so, _SAFE_SELF_TYPES):
@@ -366,6 +377,9 @@ def _call_kind(f: object) -> str:
             return "ctxvar"
         if isinstance(objc, type) and issubclass(objc, torch.Generator):
             return "external"   # gen.manual_seed(s) / get_state(): replayed in order, like the bound form
+        if isinstance(objc, type) and issubclass(objc, torch._C.TensorBase) and \
+                f.__name__ in _UNDISPATCHED_TENSOR_METHODS:
+            return "external"
         if objc is not None and (objc.__module__.startswith("torch") or objc is object):
             return "safe"
         if objc in (list, dict, set, collections.OrderedDict, collections.deque):

@@ -53,6 +53,12 @@ class _Seg:
         self.nops = 0
         self.gm: fx.GraphModule | None = None
         self.inplace = False  # records an in-place op
+        # the inference mode its ops ran in: one other than the entry's (a `with
+        # torch.inference_mode():` block, a helper decorated with it) is entered around the
+        # graph's compile and each run (replay.py), its results inference tensors as eager's
+        self.inference = torch.is_inference_mode_enabled()
+        if self.inference:
+            self.start_grad = self.grad = torch.is_grad_enabled()
 
 
 def _new_placeholder(seg: _Seg) -> fx.Node:
@@ -374,8 +380,8 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin):
 
     def _record(self, func: Callable, name: str, args: tuple, kwargs: dict, res: Any) -> None:
         amb = _ambient()
-        if amb[0] != self.amb0[0]:
-            raise Unreplayable("inference_mode changed inside the captured code")
+        if self.cur is not None and self.cur.inference != amb[0]:
+            self._close_seg()   # inference mode switched: a graph of its own, run in that mode
         seg = self._seg()
         if amb != self.amb0 or seg.autocast_open or amb[1] or amb[2]:   # (also a dtype-only change)
             ac = autocast_state()

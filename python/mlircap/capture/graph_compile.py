@@ -148,6 +148,11 @@ class _HigherOrderGrad:
         if torch.is_grad_enabled() and not torch._C._is_torch_function_mode_enabled():
             for a in args:
                 if a.requires_grad:
+                    # (the Function saves every input for its backward, and an inference tensor,
+                    # made under torch.inference_mode, cannot be saved: the graph then runs as
+                    # it is, as eager, which saves only what each op's gradient needs)
+                    if any(b.is_inference() for b in args):
+                        break
                     return _RecomputeForHigherOrder.apply(self, *args)
         return self.fns[0](*args)
 
@@ -241,7 +246,7 @@ class _FirstRunChecked:
     def __call__(self, *args: Any) -> Any:
         if self.checked:
             return self.fn(*args)
-        vers = [a._version if isinstance(a, torch.Tensor) else None for a in args]
+        vers = [a._version if isinstance(a, torch.Tensor) and not a.is_inference() else None for a in args]
         rng = torch.get_rng_state() if self.uses_rng else None
         grad = torch.is_grad_enabled()
         try:
@@ -249,7 +254,7 @@ class _FirstRunChecked:
         except Exception as e:
             torch._C._set_grad_enabled(grad)   # a graph failing after a grad-mode switch
             if getattr(e, "propagate", False) or any(
-                    isinstance(a, torch.Tensor) and a._version != v for a, v in zip(args, vers)):
+                    v is not None and a._version != v for a, v in zip(args, vers)):
                 raise
             if rng is not None:
                 torch.set_rng_state(rng)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import re
 import dataclasses
 import types
@@ -254,11 +255,12 @@ class _GraphVariant(_Variant):
             seg.gm = gm
             self.graphs.append(gm)
             dyn = rec.__dict__.get("dyn_shape") or {}   # tensors whose shape depends on tensor data
-            compiled.append(_compile_graph(backend, gm, list(seg.examples), rec.uses_rng,
-                                           double_backward=_double_backward_ok(rec, seg),
-                                           strict=getattr(rec.captured, "strict", False),
-                                           dyn_inputs=[i for i, t in enumerate(seg.examples)
-                                                       if dyn.get(id(t)) is t]))
+            with torch.inference_mode(seg.inference) if seg.inference != rec.amb0[0] else contextlib.nullcontext():
+                compiled.append(_compile_graph(backend, gm, list(seg.examples), rec.uses_rng,
+                                               double_backward=_double_backward_ok(rec, seg),
+                                               strict=getattr(rec.captured, "strict", False),
+                                               dyn_inputs=[i for i, t in enumerate(seg.examples)
+                                                           if dyn.get(id(t)) is t]))
         for i, c in enumerate(compiled):
             if isinstance(c, _FirstRunChecked):
                 c.slot = (compiled, i)   # replaced by what it runs once its first run passed
@@ -299,10 +301,14 @@ class _GraphVariant(_Variant):
             if isinstance(st, GraphStep):
                 seg = st.seg
                 call = f"B[{seg.idx}](" + "".join(i + ", " for i in seg.inputs) + ")"
+                gi = ind
+                if seg.inference != rec.amb0[0]:   # a graph recorded in the other inference mode
+                    L.append(ind + f"with torch.inference_mode({seg.inference}):")
+                    gi = ind + "    "
                 if seg.outputs:
-                    L.append(ind + "".join(f"n{seg.idx}_{n.name}, " for n in seg.outputs) + "= " + call)
+                    L.append(gi + "".join(f"n{seg.idx}_{n.name}, " for n in seg.outputs) + "= " + call)
                 else:
-                    L.append(ind + call)
+                    L.append(gi + call)
             else:
                 k = st.k
                 argl = list(st.args) + [f"{kk}={vv}" for kk, vv in st.kwargs.items()]

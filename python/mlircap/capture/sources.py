@@ -179,7 +179,8 @@ class _SourceMixin:
                 # so any tensor with the same metadata will do
                 self.guard(self._tensor_match(expr, pretty, v))
                 self.src[vid] = (expr, pretty, False)
-            self.versions[vid] = (v, v._version)
+            if not v.is_inference():   # (written only inside inference mode: a replayed step)
+                self.versions[vid] = (v, v._version)
             return
         if isinstance(v, _IMMUTABLE_CONST):
             self.guard(Equals(expr, pretty, v), group=group)
