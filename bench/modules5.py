@@ -54,20 +54,21 @@ import modules as M  # bench/modules.py: comparison, state, RNG helpers, child p
 CASES = []   # (name, factory, inputs, train, extra)
 
 
-def case(name, inputs, train=False, ncalls=3, between=None):
+def case(name, inputs, train=False, ncalls=3, between=None, context=None):
     """Registers a model factory. `inputs` may take the call index (shapes / dtypes per call);
-    `between(model, i)` runs on both models before call i (attribute changes between calls)."""
+    `between(model, i)` runs on both models before call i (attribute changes between calls);
+    `context(i)` is a context manager both sides' call i runs in (grad mode, default dtype)."""
     def deco(factory):
-        CASES.append((name, factory, inputs, train, dict(ncalls=ncalls, between=between)))
+        CASES.append((name, factory, inputs, train, dict(ncalls=ncalls, between=between, context=context)))
         return factory
     return deco
 
 
-def fn_case(name, inputs, train=False, ncalls=3, between=None):
+def fn_case(name, inputs, train=False, ncalls=3, between=None, context=None):
     """A case whose model is a plain forward function (no parameters)."""
     def deco(forward):
         cls = type(forward.__name__, (nn.Module,), {"forward": lambda self, *a: forward(*a)})
-        CASES.append((name, cls, inputs, train, dict(ncalls=ncalls, between=between)))
+        CASES.append((name, cls, inputs, train, dict(ncalls=ncalls, between=between, context=context)))
         return forward
     return deco
 
@@ -938,6 +939,426 @@ def tensor_python_values(x):
     return n, x.numel(), x.dim(), round(m, 4) > 0, x[0, :2].tolist(), f"{tuple(x.shape)}", x / m, bool((x > 10).any())
 
 
+# ============================================================================ guards, round 2
+@contextlib.contextmanager
+def default_dtype(dt):
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dt)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+@fn_case("default_dtype_changed_between_calls", lambda: (R(3, 4),), ncalls=4,
+         context=lambda i: default_dtype(torch.float64 if i >= 2 else torch.float32))
+def default_dtype_changed_between_calls(x):
+    """Factories without a dtype (zeros, arange with a float step, tensor of floats, full) follow the
+    default dtype, which the caller changes between calls."""
+    base = torch.zeros(x.shape[-1]) + torch.arange(0, 2, 0.5) + torch.tensor([1.0, 2.0, 3.0, 4.0])
+    return x + base, base, torch.full((2,), 1.5), torch.linspace(0, 1, 3)
+
+
+@fn_case("grad_mode_changed_between_calls", lambda: (R(3, 4).requires_grad_(), R(4, 2)), ncalls=4,
+         context=lambda i: torch.no_grad() if i == 2 else (torch.inference_mode() if i == 3 else contextlib.nullcontext()))
+def grad_mode_changed_between_calls(x, w):
+    """The caller runs the compiled function under no_grad on call 2, inference_mode on call 3:
+    whether the outputs require grad (and are inference tensors) must follow."""
+    return (x @ w).relu(), x.sum()
+
+
+@fn_case("autocast_cpu_between_calls", lambda: (R(4, 8), R(8, 3)), ncalls=4,
+         context=lambda i: torch.autocast("cpu", dtype=torch.bfloat16) if i >= 2 else contextlib.nullcontext())
+def autocast_cpu_between_calls(x, w):
+    """CPU autocast switched on by the caller on later calls: matmul in bfloat16, softmax in float32."""
+    h = x @ w
+    return h, h.softmax(-1), h.dtype
+
+
+class DtypeMoved(nn.Module):
+    """The user moves the module to float64 between calls (model.double()), then back to float32
+    with the input dtype following; finfo(eps) follows the dtype."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.ln = nn.LayerNorm(4)
+
+    def forward(self, x):
+        return self.ln(self.lin(x)) + torch.finfo(x.dtype).eps * 1e6, self.lin.weight.dtype
+
+
+case("module_double_between_calls", lambda i=0: (R(3, 4, dtype=torch.float64 if i == 2 else torch.float32),), ncalls=4,
+     between=lambda m, i: m.double() if i == 2 else (m.float() if i == 3 else None))(lambda: DtypeMoved())
+
+
+@fn_case("size_one_batch_broadcast_later", lambda i=0: (R([4, 4, 1, 3][i], 5), R([4, 4, 1, 1][i], 1)), ncalls=4)
+def size_one_batch_broadcast_later(x, s):
+    """A batch of 1 on a later call: broadcasting of size-1 dims and reductions over them must be
+    specialized, not reused from the batch-of-4 graph."""
+    return x * s, (x - x.mean(0)) / (x.std(0, unbiased=False) + 1), x.squeeze(0), s.expand_as(x).sum(0)
+
+
+@fn_case("layout_changes_between_calls", lambda i=0: (R(4, 6) if i < 2 else (R(6, 4).t() if i == 2 else R(4, 12)[:, ::2]),),
+         ncalls=4)
+def layout_changes_between_calls(x):
+    """The same shape contiguous, transposed, strided: view() must fail where eager's does (the
+    transposed call raises), reshape must copy, in-place writes must land in the caller's tensor."""
+    y = x.reshape(-1)[:5]
+    x.mul_(2)
+    try:
+        v = x.view(24).sum()
+    except RuntimeError:
+        v = torch.tensor(-1.0)
+    return y, v, x.stride()
+
+
+@fn_case("same_tensor_twice_later", lambda i=0: (lambda a: (a, a if i >= 2 else a.clone()))(R(3, 4)), ncalls=4)
+def same_tensor_twice_later(a, b):
+    """Two distinct arguments on the first calls, the same tensor passed twice later: a write into the
+    first must be seen through the second."""
+    a.add_(1)
+    return b * 2, (a - b).abs().sum()
+
+
+class HookedLater(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.seen = []
+
+    def forward(self, x):
+        return self.lin(x).relu()
+
+
+def _add_hooks(m, i):
+    if i == 2:
+        m.lin.register_forward_hook(lambda mod, inp, out: out * 0 + 1.0)
+        m.register_forward_pre_hook(lambda mod, inp: (inp[0] * 3,))
+
+
+case("hooks_registered_after_compile", lambda: (R(2, 4),), ncalls=4, between=_add_hooks)(lambda: HookedLater())
+
+
+class GrowingList(nn.Module):
+    """A ModuleList that gets a new layer between calls, a list attribute of dims appended to, and a
+    parameter frozen (requires_grad_(False)) between calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, 4)])
+        self.dims = [0]
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return x.sum(self.dims), x
+
+
+def _grow(m, i):
+    if i == 2:
+        torch.manual_seed(7)
+        m.layers.append(nn.Linear(4, 4))
+        m.dims.append(1)
+    if i == 3:
+        m.layers[0].weight.requires_grad_(False)
+
+
+case("module_list_grows_between_calls", lambda: (R(3, 4),), ncalls=4, between=_grow)(lambda: GrowingList())
+
+
+class TensorAttrReplaced(nn.Module):
+    """A plain tensor attribute (not a buffer) replaced by one of another shape and dtype between
+    calls, and a cache attribute written by the call and read on the next."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.arange(5.0)
+        self.prev = None
+
+    def forward(self, x):
+        y = x * self.table[: x.shape[-1]].to(x.dtype).sum()
+        if self.prev is not None and self.prev.shape == y.shape:
+            y = y + self.prev
+        self.prev = y.detach()
+        return y
+
+
+def _replace_table(m, i):
+    if i == 2:
+        m.table = torch.arange(10, dtype=torch.int64) * 2
+
+
+case("tensor_attribute_replaced_between_calls", lambda: (R(2, 3),), ncalls=4, between=_replace_table)(
+    lambda: TensorAttrReplaced())
+
+
+@fn_case("out_of_range_index_on_later_call", lambda i=0: (R(10, 4), torch.tensor([1, 2, 9 if i < 2 else 10])), ncalls=3)
+def out_of_range_index_on_later_call(table, ids):
+    """An embedding / gather / index_select index that is in range on the first calls and out of
+    range on the third: eager raises (IndexError / RuntimeError); compiled code must not read past."""
+    return F.embedding(ids, table), table.index_select(0, ids), table[ids]
+
+
+@fn_case("shape_mismatch_on_later_call", lambda i=0: (R(3, 4), R(4 if i < 2 else 5, 2)), ncalls=3)
+def shape_mismatch_on_later_call(x, w):
+    return x @ w
+
+
+@fn_case("inference_mode_decorated_predict", lambda: (R(3, 4), R(4, 4)))
+@torch.inference_mode()
+def inference_mode_decorated_predict(x, w):
+    """A predict function decorated with @torch.inference_mode(): its outputs are inference tensors."""
+    return (x @ w).softmax(-1), (x @ w).argmax(-1)
+
+
+class InPlaceOnOutputView(nn.Module):
+    """A forward that returns a view of a parameter-derived buffer, and an in-place update of a
+    buffer through .data and p.data.copy_ (old-style code)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 4))
+        self.register_buffer("shadow", torch.zeros(4, 4))
+
+    def forward(self, x):
+        self.shadow.data.copy_(self.w.data * 0.5 + self.shadow.data * 0.5)
+        self.w.data.clamp_(-1, 1)
+        return x @ self.shadow, self.shadow[0], self.shadow
+
+
+case("dot_data_updates_and_buffer_views", lambda: (R(2, 4),))(lambda: InPlaceOnOutputView())
+
+
+@fn_case("global_seed_inside_forward", lambda: (R(3, 5),))
+def global_seed_inside_forward(x):
+    """torch.manual_seed inside the function (reproducible augmentation), then randn / rand_like /
+    randperm / bernoulli: each call draws the same numbers, and leaves the generator as eager's."""
+    torch.manual_seed(42)
+    noise = torch.randn_like(x) * 0.1
+    perm = torch.randperm(x.shape[0])
+    mask = torch.bernoulli(torch.full_like(x, 0.5))
+    return (x + noise)[perm] * mask, perm, torch.rand(2)
+
+
+@fn_case("expanded_input_written_in_place", lambda i=0: (R(1, 4).expand(3, 4) if i == 2 else R(3, 4), R(3, 4)))
+def expanded_input_written_in_place(e, y):
+    """Writing in place into an expanded input (on the third call): eager raises ("more than one element ... refers to a
+    single memory location"); the compiled function must raise too, not write a copy."""
+    e.add_(y)
+    return e
+
+
+@fn_case("new_factories_follow_input", lambda i=0: (R(3, 4, dtype=torch.float64 if i == 2 else torch.float32),
+                                                    I(0, 5, 3, dtype=torch.int32 if i == 2 else torch.int64)), ncalls=3)
+def new_factories_follow_input(x, idx):
+    """new_zeros / new_ones / new_full / new_tensor / zeros_like with dtype from the input, which
+    changes between calls; an int index of another dtype."""
+    z = x.new_zeros(x.shape[0], 2)
+    t = x.new_tensor([1.0, 2.0])
+    f = x.new_full((2,), 3)
+    o = torch.ones(x.shape, dtype=x.dtype, device=x.device)
+    return z + t, f, o * x, x[torch.arange(3), idx.long() % 4], idx + 1, x.new_empty(0).shape
+
+
+class InferenceBlockCache(nn.Module):
+    """A generation helper written with `with torch.inference_mode():` inside forward: a normal
+    buffer (the KV cache) written in place inside the block, the block's result (an inference
+    tensor) used after it by normal ops, and a part outside the block that requires grad."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.register_buffer("cache", torch.zeros(3, 4))
+
+    def forward(self, x, pos):
+        y = self.proj(x)
+        with torch.inference_mode():
+            z = self.proj(x).tanh()
+            self.cache.index_copy_(0, pos, z)
+            s = self.cache.sum(0)
+        return y * 2, z + 1, s, (y * s.clone()).sum()
+
+
+case("inference_mode_block_writes_cache", lambda i=0: (R(1, 4), torch.tensor([i % 3])), ncalls=4)(
+    lambda: InferenceBlockCache())
+
+
+@fn_case("inference_mode_false_inside_inference_call", lambda: (R(3, 4),), ncalls=3,
+         context=lambda i: torch.inference_mode())
+def inference_mode_false_inside_inference_call(x):
+    """Called under inference_mode by the user; a `torch.inference_mode(False)` block inside makes
+    normal tensors (a clone to write in place), the rest stays inference."""
+    a = x * 2
+    with torch.inference_mode(False):
+        b = torch.ones(3, 4) * 3
+        b.add_(1)
+    return a, b, a.sum()
+
+
+@fn_case("inference_tensor_written_outside_block", lambda i=0: (R(3, 4), i >= 2), ncalls=3)
+def inference_tensor_written_outside_block(x, write):
+    """A tensor made under inference_mode written in place after the block (the third call): eager
+    raises "Inplace update to inference tensor outside InferenceMode"; so must the compiled call."""
+    with torch.inference_mode():
+        t = x * 2
+    if write:
+        t.add_(1)
+    return t + x
+
+
+# ============================================================================ optimizers and in-place library code
+class OptimizerInside(nn.Module):
+    """A train step that calls a real torch.optim optimizer made outside (SGD with nesterov and
+    weight decay, then Adam with amsgrad), clip_grad_norm_, and an LR scheduler step."""
+
+    def __init__(self, kind="sgd"):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 2))
+        if kind == "sgd":
+            self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3)
+        else:
+            self.opt = torch.optim.Adam(self.net.parameters(), lr=1e-2, amsgrad=True)
+        self.sched = torch.optim.lr_scheduler.StepLR(self.opt, step_size=2, gamma=0.5)
+
+    def forward(self, x, y):
+        self.opt.zero_grad(set_to_none=True)
+        loss = F.mse_loss(self.net(x), y)
+        loss.backward()
+        norm = nn.utils.clip_grad_norm_(self.net.parameters(), 0.5)
+        self.opt.step()
+        self.sched.step()
+        return loss.detach(), norm, self.sched.get_last_lr()
+
+
+case("torch_optim_sgd_step_inside", lambda: (R(6, 5), R(6, 2)), train=True, ncalls=4)(lambda: OptimizerInside("sgd"))
+case("torch_optim_adam_step_inside", lambda: (R(6, 5), R(6, 2)), train=True, ncalls=4)(lambda: OptimizerInside("adam"))
+
+
+class EmbeddingMaxNorm(nn.Module):
+    """nn.Embedding(max_norm=...) renormalizes the looked-up rows of its weight in place on every
+    forward (under no_grad): the weight after the call must match eager's."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4, max_norm=1.0)
+        with torch.no_grad():
+            self.emb.weight.mul_(3)
+
+    def forward(self, ids):
+        return self.emb(ids).sum(1), F.embedding(ids, self.emb.weight * 1, max_norm=0.5, norm_type=1.0)
+
+
+case("embedding_max_norm_renorm_in_place", lambda: (I(0, 10, 3, 4),))(lambda: EmbeddingMaxNorm())
+
+
+@fn_case("index_put_duplicates_and_masked_scatter", lambda: (torch.zeros(6), I(0, 6, 10), R(3, 4), torch.rand(3, 4) > 0.5))
+def index_put_duplicates_and_masked_scatter(counts, idx, x, m):
+    """counts[idx] += 1 with duplicate indices (each duplicate writes the same value), index_put_
+    with accumulate=True, masked_scatter_, scatter_ with a scalar and reduce='add'."""
+    counts[idx] += 1
+    acc = torch.zeros(6).index_put_((idx,), torch.ones(10), accumulate=True)
+    y = x.clone().masked_scatter_(m, torch.arange(12.0).view(3, 4))
+    z = torch.zeros(3, 6).scatter_(1, idx[:6].view(3, 2) % 6, 2.0, reduce="add")
+    return counts, acc, y, z
+
+
+@fn_case("unfold_overlapping_write_raises", lambda i=0: (R(10), i >= 2), ncalls=3)
+def unfold_overlapping_write_raises(x, write):
+    """Tensor.unfold makes overlapping windows (a view): reading them works; writing in place into
+    the overlapping view (third call) raises in eager, so it must in the compiled call."""
+    w = x.unfold(0, 4, 2)
+    s = w.sum(1)
+    if write:
+        w.mul_(2)
+    return s, w.mean(1)
+
+
+@fn_case("param_data_swap_and_set", lambda: (R(3, 4),))
+def param_data_swap_and_set(x):
+    """Plain tensors swapped through .data and set_ of a tensor made inside."""
+    a = torch.zeros(3, 4)
+    a.data = x * 2
+    b = torch.empty(0)
+    b.set_(x.clone())
+    return a + 1, b * 3
+
+
+class BatchNormMomentumNone(nn.Module):
+    """BatchNorm with momentum=None (cumulative average) and track_running_stats, and a
+    SyncBatchNorm-free model converted to eval on the last call; also num_batches_tracked."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(4, momentum=None)
+        self.bn2 = nn.BatchNorm2d(3, affine=False)
+
+    def forward(self, x, img):
+        return self.bn(x), self.bn2(img).mean((2, 3))
+
+
+case("batchnorm_momentum_none_then_eval", lambda: (R(5, 4), R(2, 3, 4, 4)), train=True, ncalls=4,
+     between=lambda m, i: m.eval() if i == 3 else None)(lambda: BatchNormMomentumNone())
+
+
+@fn_case("histc_bincount_unique_counts", lambda: (R(20), I(0, 5, 12)))
+def histc_bincount_unique_counts(x, n):
+    """Histograms and counts whose sizes depend on data (bincount, unique with counts) next to ones
+    that do not (histc, bincount with minlength and weights)."""
+    u, c = torch.unique(n, return_counts=True)
+    return (torch.histc(x, bins=5, min=-2, max=2), torch.bincount(n, minlength=6), u, c,
+            torch.bincount(n, weights=x[:12], minlength=5), n.unique_consecutive())
+
+
+@fn_case("where_nonzero_masked_select_boolean_index", lambda: (R(4, 5), torch.rand(4, 5) > 0.5))
+def where_nonzero_masked_select_boolean_index(x, m):
+    """Data-dependent shapes a user writes all the time: x[m], masked_select, nonzero, where(m),
+    argwhere, and a mean over the selected values."""
+    sel = x[m]
+    r, c = torch.where(m)
+    return sel, x.masked_select(m), m.nonzero(), r, c, torch.argwhere(x > 0), sel.mean() if sel.numel() else x.sum() * 0
+
+
+@fn_case("numpy_view_written_back", lambda: (R(3, 4),))
+def numpy_view_written_back(x):
+    """x.numpy() shares memory with x: a write through the array changes x (and y made from it),
+    torch.from_numpy of the array shares it back; an in-place torch op on that is seen by x."""
+    y = x * 1
+    a = y.numpy()
+    a[0, :] = 5.0
+    t = torch.from_numpy(a)
+    t.mul_(2)
+    return y, t.sum(), a.mean()
+
+
+@fn_case("numpy_array_argument_shared", lambda: (__import__("numpy").arange(6, dtype="float32").reshape(2, 3), R(2, 3)))
+def numpy_array_argument_shared(arr, x):
+    """A NumPy array argument wrapped by torch.from_numpy (memory shared with the caller's array):
+    an in-place add on the tensor must change the caller's array as eager's does."""
+    t = torch.from_numpy(arr)
+    t.add_(x)
+    return t * 2, arr.sum()
+
+
+@fn_case("tensor_python_attribute_and_setstate", lambda: (R(3, 4),))
+def tensor_python_attribute_and_setstate(x):
+    """A Python attribute set on a tensor made in the function (t.tag), read back, returned."""
+    t = x.clone()
+    t.tag = "scaled"
+    t.scale = 2.0
+    return t * t.scale, t.tag
+
+
+@fn_case("swap_tensors_inside", lambda: (R(3, 4), R(2, 2), R(3)))
+def swap_tensors_inside(x, p, q):
+    """torch.utils.swap_tensors on tensors made inside and on two arguments (the caller's swap)."""
+    a = x * 2
+    b = torch.zeros(3, 4)
+    torch.utils.swap_tensors(a, b)
+    torch.utils.swap_tensors(p, q)
+    return a + 1, b + 1, p * 2
+
+
 # =============================================================================== runner
 def _tensors(obj, out):
     if isinstance(obj, torch.Tensor):
@@ -960,7 +1381,8 @@ def _storage(t):
 
 def alias_pattern(outs, args):
     """For every output tensor: the index of the argument tensor and of the first earlier output it
-    shares storage with (None where none), so eager's and compiled aliasing can be compared."""
+    shares storage with (None where none), and whether it is an inference tensor, so eager's and
+    compiled aliasing can be compared."""
     o = _tensors(outs, [])
     a = _tensors(list(args), [])
     sa = [_storage(t) for t in a]
@@ -969,8 +1391,22 @@ def alias_pattern(outs, args):
     for i, s in enumerate(so):
         ai = next((j for j, x in enumerate(sa) if s is not None and x == s), None)
         oi = next((j for j in range(i) if s is not None and so[j] == s), None)
-        pat.append((ai, oi))
+        pat.append((ai, oi, o[i].is_inference()))
     return pat
+
+
+def _np2t(obj):
+    """NumPy arrays (arguments a case writes, outputs) as tensors for the comparison."""
+    import numpy as np
+    if isinstance(obj, np.ndarray):
+        return ("ndarray", torch.from_numpy(obj.copy()))
+    if isinstance(obj, np.generic):
+        return ("numpy scalar", obj.item())
+    if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
+        return type(obj)(_np2t(o) for o in obj)
+    if isinstance(obj, dict) and type(obj) is dict:
+        return {k: _np2t(v) for k, v in obj.items()}
+    return obj
 
 
 def _call_inputs(inputs, i):
@@ -1007,9 +1443,11 @@ def run_case(name):
         err_e = err_c = None
         out_e = out_c = None
         with contextlib.redirect_stdout(io.StringIO()):
+            ctx = extra["context"] or (lambda i: contextlib.nullcontext())
             M._seed_all(100 + i)
             try:
-                out_e = ref(*args_e)
+                with ctx(i):
+                    out_e = ref(*args_e)
             except Exception as e:  # noqa: BLE001
                 err_e = e
             rng_e = M._rng_states()
@@ -1017,7 +1455,8 @@ def run_case(name):
             with warnings.catch_warnings(record=True) as w:
                 warnings.simplefilter("always")
                 try:
-                    out_c = fast(*args_c)
+                    with ctx(i):
+                        out_c = fast(*args_c)
                 except Exception as e:  # noqa: BLE001
                     err_c = e
             caught += w
@@ -1035,13 +1474,13 @@ def run_case(name):
                 break
             eager_errors += 1
             continue
-        d = M.diff(out_e, out_c) or M.diff(list(args_e), list(args_c), "inputs after") or \
+        d = M.diff(_np2t(out_e), _np2t(out_c)) or M.diff(_np2t(list(args_e)), _np2t(list(args_c)), "inputs after") or \
             M.diff(M.state(ref), M.state(mine), "state")
         if not d:
             pe, pc = alias_pattern(out_e, args_e), alias_pattern(out_c, args_c)
             if pe != pc:
                 bad = next(j for j, (x, y) in enumerate(zip(pe, pc)) if x != y) if len(pe) == len(pc) else -1
-                d = f"aliasing of output tensor {bad} (input, earlier output): {pc[bad] if bad >= 0 else pc} " \
+                d = f"aliasing of output tensor {bad} (input, earlier output, is_inference): {pc[bad] if bad >= 0 else pc} " \
                     f"(eager {pe[bad] if bad >= 0 else pe})"
         if not d and not torch.equal(rng_e[0], rng_c[0]):
             d = "torch's generator state after the call differs from eager's"
