@@ -177,7 +177,7 @@ def add_bounds_checks(gm: fx.GraphModule, device: str = "cpu") -> bool:
     wrapped where eager wraps them, and the flag appended is "all in range"): True
     where it appended the flag. Index ops whose index tensors have no elements are
     only marked (nothing to read or check)."""
-    from . import polynomials, scatter, segments, selection, signs, zeta
+    from . import histogram, igamma, polynomials, scatter, segments, selection, signs, zeta
 
     graph = gm.graph
     flags = []
@@ -209,6 +209,12 @@ def add_bounds_checks(gm: fx.GraphModule, device: str = "cpu") -> bool:
             continue
         if op_name(node.target) == "aten::special_zeta":   # a sum whose length depends on q
             flags += zeta.rewrite(graph, node) or []
+            continue
+        if op_name(node.target) == "aten::histc":   # bounds from the data (histogram.py)
+            flags += histogram.rewrite(graph, node) or []
+            continue
+        if op_name(node.target) in igamma.OPS:   # igamma/igammac: a bounded series (igamma.py)
+            flags += igamma.rewrite(graph, node) or []
             continue
         if op_name(node.target) in signs.OPS:   # copysign: a NaN sign reruns eagerly (signs.py)
             flags += signs.rewrite(graph, node) or []

@@ -195,6 +195,13 @@ def _build_table() -> dict:
     table[aten.lgamma.default] = special.lgamma
     table[aten.polygamma.default] = special.polygamma
     table[aten.hypot.default] = special.hypot
+    from .signs import copysign_scalar
+
+    table[aten.copysign.Scalar] = copysign_scalar   # a Tensor sign: signs.rewrite (bounds.py)
+    # factories of int arguments: torch's decompositions (the index arithmetic of its CUDA
+    # kernels, floor(sqrt) in float64: exact well past these sizes)
+    for op in (aten.triu_indices.default, aten.tril_indices.default):
+        table[op] = _small_indices(get_decompositions([op])[op])
     table[aten.angle.default] = special.angle
     table[aten.dist.default] = special.dist
     table[aten._cdist_forward.default] = special.cdist
@@ -311,6 +318,18 @@ def _cpu_convolution(fallback):
                                            output_padding, groups)
             return (out + bias.to(f32).view(1, -1, 1, 1)).to(dt)
         return NotImplemented   # the op as it is
+
+    return decomposition
+
+
+def _small_indices(fallback):
+    """triu_indices / tril_indices through torch's decomposition up to 2^24 matrix
+    elements (its float64 square roots are exact there); larger ones stay whole."""
+
+    def decomposition(row, col, offset=0, **kwargs):
+        if not (0 <= row and 0 <= col and row * col <= 1 << 24):
+            return NotImplemented
+        return fallback(row, col, offset, **kwargs)
 
     return decomposition
 

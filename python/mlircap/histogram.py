@@ -17,6 +17,14 @@ bin counts its elements (one-hot comparisons: only up to MAX_WORK element x bin 
 are: float32 below 2^24 elements, bfloat16 up to 256 (past that not every count is a
 bfloat16 number, and how eager's accumulation rounds is not modelled). min == max (the bounds taken from the data) and other cases return
 NotImplemented: the op stays whole and runs through torch.
+
+min == max takes the bounds from the data (rewrite(), from bounds.add_bounds_checks): eager
+uses the smallest and the largest element (each rounded to the dtype as its linspace's end
+edges are; one apart where they are equal: min - 1 and max + 1, computed exactly and rounded
+once), and raises where they are not finite (a NaN or infinite element). Here they are the
+graph's amin / amax, with the same position arithmetic; a non-finite bound, or bounds that
+are still equal after the rounding (min - 1 == min at 1e8 in float32: eager's 0 / 0), set
+the error flag, and the call reruns eagerly (eager's error, or its value).
 """
 from __future__ import annotations
 
@@ -31,6 +39,56 @@ _MAX_COUNT = {torch.float32: 1 << 24, torch.bfloat16: 256}
 def _round(x: torch.Tensor, dtype) -> torch.Tensor:
     """float32 `x` rounded to `dtype` (bfloat16: c10's rounding of each step), as float32."""
     return x if dtype == torch.float32 else x.to(dtype).to(torch.float32)
+
+
+def _data_bounds(bins: int, dtype):
+    """fn(x) -> (histc(x, bins, min=m, max=m) for any m, error flag), module docstring."""
+    scale = float(torch.tensor(float(bins)).to(dtype).float())   # bins in the dtype
+
+    def fn(x):
+        xf = x.reshape(-1).to(torch.float32)
+        lo, hi = torch.amin(xf), torch.amax(xf)
+        same = lo == hi
+        left = _round(torch.where(same, lo - 1, lo), dtype)
+        right = _round(torch.where(same, hi + 1, hi), dtype)
+        flag = ~(torch.isfinite(left) & torch.isfinite(right) & (left < right))
+        safe = ~flag
+        left = torch.where(safe, left, torch.zeros_like(left))
+        right = torch.where(safe, right, torch.ones_like(right))
+        valid = (xf >= left) & (xf <= right)
+        xs = torch.where(valid, xf, left)
+        span = _round(right - left, dtype)
+        pos = _round(_round(_round(xs - left, dtype) * scale, dtype) / span, dtype)
+        pos = pos.to(torch.int64)
+        pos = torch.where(pos == bins, pos - 1, pos)
+        hit = valid.unsqueeze(-1) & (pos.unsqueeze(-1) == torch.arange(bins))
+        return hit.sum(0).to(dtype), flag
+
+    return fn
+
+
+def rewrite(graph, node):
+    """aten.histc with min == max (Python numbers: the bounds from the data) of a CPU
+    float32/bfloat16 tensor, replaced by _data_bounds' form: its error flag, or None (left as
+    it is: the sizes histc() takes, and an empty input)."""
+    import torch.fx as fx
+
+    from .polynomials import inline
+
+    args = list(node.args) + [None] * (4 - len(node.args))
+    x, bins, lo, hi = (args[0], node.kwargs.get("bins", args[1] if args[1] is not None else 100),
+                       node.kwargs.get("min", args[2] if args[2] is not None else 0),
+                       node.kwargs.get("max", args[3] if args[3] is not None else 0))
+    v = x.meta.get("val") if isinstance(x, fx.Node) else None
+    if not isinstance(v, torch.Tensor) or v.device.type != "cpu" or v.dtype not in _MAX_COUNT or \
+            not all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in (bins, lo, hi)) or \
+            float(lo) != float(hi) or int(bins) <= 0:
+        return None
+    n, bins = v.numel(), int(bins)
+    if n == 0 or n > _MAX_COUNT[v.dtype] or n * (bins + 1) > MAX_WORK:
+        return None
+    flag = inline(graph, node, _data_bounds(bins, v.dtype), [x])
+    return None if flag is None else [flag]
 
 
 def histc(x, bins=100, min=0, max=0):  # noqa: A002 - aten's argument names

@@ -403,10 +403,6 @@ def _fold(node: fx.Node, vals: list) -> list | None:
         return None
     for a in first:
         flat = a.detach().cpu().reshape(-1)
-        if flat.is_floating_point() and not bool(flat.isfinite().all()):
-            # a launch plan writes a constant's NaN/inf as JSON it cannot read back
-            # (the var of nothing, NaN, became a graph that ran eagerly): left as it was
-            return None
         if not is_uniform(flat) and flat.numel() > CONST_LIMIT:
             return None
     return [a.detach() for a in first]
@@ -456,17 +452,68 @@ def _fold_empty_inputs(gm: fx.GraphModule, node: fx.Node) -> bool:
     return True
 
 
+def _cat_without_empty_inputs(node: fx.Node) -> bool:
+    """aten.cat of some tensors with no elements and some with: eager skips the empty ones
+    (also a legacy 1-D (0,) beside tensors of any rank), so the cat of the others is the same
+    tensor, and compiles (an empty input made it an 'empty' island: torch-mlir's zero-size
+    arithmetic, see _reshapes_empty). Only where every kept input already has the result's
+    dtype (eager promotes across the empty ones too)."""
+    if node.target is not torch.ops.aten.cat.default or not isinstance(node.args[0], (list, tuple)):
+        return False
+    out = node.meta.get("val")
+    tensors = node.args[0]
+    vals = [t.meta.get("val") if isinstance(t, fx.Node) else None for t in tensors]
+    if not isinstance(out, torch.Tensor) or out.numel() == 0 or \
+            not all(isinstance(v, torch.Tensor) and v.layout == torch.strided for v in vals):
+        return False
+    kept = [t for t, v in zip(tensors, vals) if v.numel() != 0]
+    if len(kept) == len(tensors) or not kept or \
+            not all(v.dtype == out.dtype for v in vals if v.numel() != 0):
+        return False
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    node.args = (list(kept), dim)
+    node.kwargs = {}
+    return True
+
+
+def _as_strided_of_scalar(gm: fx.GraphModule, node: fx.Node) -> bool:
+    """aten.as_strided of a 0-d tensor that reads only its one element (at its own storage
+    offset, every dim of size 1 or stride 0) is that element expanded: torch-mlir's
+    lowering of as_strided of a rank-0 tensor crashed the compile worker (SIGSEGV/SIGABRT:
+    OpInfo resize_ of a 0-d tensor to (1, 1, 1)), also read through a 1-D view."""
+    if node.target is not torch.ops.aten.as_strided.default or not isinstance(node.args[0], fx.Node):
+        return False
+    x = node.args[0].meta.get("val")
+    out = node.meta.get("val")
+    if not isinstance(x, torch.Tensor) or x.dim() != 0 or x.layout != torch.strided or \
+            not isinstance(out, torch.Tensor):
+        return False
+    size, stride = node.args[1], node.args[2]
+    offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
+    if not all(isinstance(v, int) for v in (*size, *stride)) or \
+            offset is not None and offset != x.storage_offset() or \
+            not all(n <= 1 or st == 0 for n, st in zip(size, stride)):
+        return False
+    node.target = torch.ops.aten.expand.default
+    node.args, node.kwargs = (node.args[0], list(size)), {}
+    return True
+
+
 def fill_empty_results(gm: fx.GraphModule) -> None:
     """An op whose tensor results all have no elements computes nothing: it becomes a
     fill of its result's shape and dtype (which compiles), instead of an eager island
     for torch-mlir's zero-size arithmetic (see _reshapes_empty). Not random ops (the
     generator's state is theirs to advance), mutating ops, token ops, or ops with a
     non-tensor result. An op whose tensor inputs all have no elements becomes the
-    constant it computes (_fold_empty_inputs)."""
+    constant it computes (_fold_empty_inputs); a cat drops its empty inputs
+    (_cat_without_empty_inputs); as_strided of a 0-d tensor that reads its one element
+    is an expand (_as_strided_of_scalar: torch-mlir's lowering crashed on it)."""
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) or is_random(node):
             continue
         if node.target._schema.is_mutable or op_name(node.target) in _TOKEN_OPS:
+            continue
+        if _cat_without_empty_inputs(node) or _as_strided_of_scalar(gm, node):
             continue
         val = node.meta.get("val")
         vals = list(val) if isinstance(val, (tuple, list)) else [val]

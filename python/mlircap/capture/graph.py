@@ -107,6 +107,13 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin):
         if name == "__iter__" and args and isinstance(args[0], torch.Tensor):
             parts = self.on_torch(torch.Tensor.unbind, types_, (args[0],), {})
             return iter(parts)
+        if name == "allclose" and len(args) >= 2 and isinstance(args[0], torch.Tensor) and \
+                isinstance(args[1], torch.Tensor):
+            # eager's allclose is isclose(...).all().item(): those two ops are a graph and
+            # only the bool breaks it (the whole call was a data-dependent step: no graph)
+            close = self.on_torch(torch.isclose, types_, args, kwargs)
+            every = self.on_torch(torch.Tensor.all, types_, (close,), {})
+            return self.on_torch(torch.Tensor.__bool__, types_, (every,), {})
         if any(isinstance(a, torch.Generator) for a in args) or \
                 any(isinstance(a, torch.Generator) for a in kwargs.values()):
             return self._generator_op(func, args, kwargs)
