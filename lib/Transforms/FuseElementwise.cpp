@@ -9,6 +9,7 @@
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Tensor/Transforms/Transforms.h"
+#include "mlir/IR/IRMapping.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 namespace mlir::mlircap {
@@ -104,6 +105,84 @@ bool splitsDim(tensor::ExpandShapeOp expand) {
   return false;
 }
 
+/// The pure widening conversion (isPureConversion, identity maps) that
+/// produces `source`, or null.
+linalg::GenericOp wideningConversion(Value source) {
+  auto conv = source.getDefiningOp<linalg::GenericOp>();
+  if (!conv || !isPureConversion(conv) ||
+      conv.getNumDpsInputs() != 1 || conv.getNumReductionLoops() != 0 ||
+      !llvm::all_of(conv.getIndexingMapsArray(),
+                    [](AffineMap m) { return m.isIdentity(); }))
+    return {};
+  return conv;
+}
+
+/// `op(conv(x))` as `conv(op(x))`: the conversion moved below the reshape
+/// `op`, one copy of it for this reader. A widening conversion is recomputed in
+/// each reader (isPureConversion), but only where they are generics: one read
+/// through a reshape (GroupNorm's statistics, split in two levels, read the
+/// f32 copy of a bf16 activation once per level) kept it a kernel of its own
+/// that wrote the wide copy and read it back. Below the reshape it fuses into
+/// the generic that reads it.
+Value convertAfter(PatternRewriter &rewriter, Location loc, linalg::GenericOp conv,
+                   Value moved, RankedTensorType resultType) {
+  Value init = rewriter.create<tensor::EmptyOp>(loc, resultType.getShape(),
+                                                resultType.getElementType());
+  AffineMap id = rewriter.getMultiDimIdentityMap(resultType.getRank());
+  auto copy = rewriter.create<linalg::GenericOp>(
+      loc, TypeRange{resultType}, ValueRange{moved}, ValueRange{init},
+      ArrayRef<AffineMap>{id, id},
+      SmallVector<utils::IteratorType>(resultType.getRank(), utils::IteratorType::parallel));
+  IRMapping map;
+  rewriter.cloneRegionBefore(conv.getRegion(), copy.getRegion(), copy.getRegion().begin(), map);
+  return copy.getResult(0);
+}
+
+template <typename ReshapeOp>
+struct ConvertAfterReshape : OpRewritePattern<ReshapeOp> {
+  using OpRewritePattern<ReshapeOp>::OpRewritePattern;
+  LogicalResult matchAndRewrite(ReshapeOp op, PatternRewriter &rewriter) const override {
+    linalg::GenericOp conv = wideningConversion(op.getSrc());
+    if (!conv || !op.getResultType().hasStaticShape())
+      return failure();
+    Value x = conv.getDpsInputOperand(0)->get();
+    auto xType = cast<RankedTensorType>(x.getType());
+    auto type = RankedTensorType::get(op.getResultType().getShape(), xType.getElementType());
+    Value moved = rewriter.create<ReshapeOp>(op.getLoc(), type, x, op.getReassociationIndices());
+    rewriter.replaceOp(op, convertAfter(rewriter, op.getLoc(), conv, moved, op.getResultType()));
+    return success();
+  }
+};
+
+/// `tensor.extract conv(x)[i]` as the conversion of `tensor.extract x[i']`
+/// (i' = i through the conversion's input map, a permutation): the element
+/// read where it is used. Generics that read a tensor at computed positions
+/// (average pooling's window once mlircap-tensor-to-generic has turned the
+/// padding into index arithmetic, gathers) take it as a captured value, which
+/// elementwise fusion cannot reach: the widened copy was a kernel of its own.
+struct ConvertAfterExtract : OpRewritePattern<tensor::ExtractOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(tensor::ExtractOp op, PatternRewriter &rewriter) const override {
+    auto conv = op.getTensor().getDefiningOp<linalg::GenericOp>();
+    if (!conv || !isPureConversion(conv) || conv.getNumDpsInputs() != 1 ||
+        conv.getNumReductionLoops() != 0)
+      return failure();
+    SmallVector<AffineMap> maps = conv.getIndexingMapsArray();
+    if (!maps[1].isIdentity() || !maps[0].isPermutation())
+      return failure();
+    SmallVector<Value> at;
+    for (AffineExpr e : maps[0].getResults())
+      at.push_back(op.getIndices()[cast<AffineDimExpr>(e).getPosition()]);
+    Value x = conv.getDpsInputOperand(0)->get();
+    Value narrow = rewriter.create<tensor::ExtractOp>(op.getLoc(), x, at);
+    Operation &widen = conv.getRegion().front().front();
+    IRMapping map;
+    map.map(widen.getOperand(0), narrow);
+    rewriter.replaceOp(op, rewriter.clone(widen, map)->getResults());
+    return success();
+  }
+};
+
 struct FuseElementwise : impl::MlircapFuseElementwiseBase<FuseElementwise> {
   using Base::Base;
   void runOnOperation() override {
@@ -139,6 +218,8 @@ struct FuseElementwise : impl::MlircapFuseElementwiseBase<FuseElementwise> {
       return inputs <= maxOps;
     };
     RewritePatternSet patterns(&getContext());
+    patterns.add<ConvertAfterReshape<tensor::CollapseShapeOp>,
+                 ConvertAfterReshape<tensor::ExpandShapeOp>, ConvertAfterExtract>(&getContext());
     linalg::populateElementwiseOpsFusionPatterns(patterns, control);
     // Reshapes between elementwise ops block fusion: fold them by expansion.
     linalg::populateFoldReshapeOpsByExpansionPatterns(
@@ -156,6 +237,12 @@ struct FuseElementwise : impl::MlircapFuseElementwiseBase<FuseElementwise> {
           // elementwise ops feeding it then sit behind a reshape of their
           // own result with broadcast operands, which stops their fusion
           // into the reduction (a kernel and a tensor more).
+          // Nor move a reshape back below a widening conversion
+          // (ConvertAfterReshape moved the conversion below it).
+          if (auto owner = dyn_cast<linalg::GenericOp>(fused->getOwner());
+              owner && isa_and_nonnull<tensor::CollapseShapeOp, tensor::ExpandShapeOp>(producer) &&
+              isPureConversion(owner))
+            return false;
           auto expand = dyn_cast<tensor::ExpandShapeOp>(fused->getOwner());
           if (auto g = dyn_cast_or_null<linalg::GenericOp>(producer);
               g && g.getNumReductionLoops() != 0 && expand && splitsDim(expand))

@@ -110,7 +110,7 @@ def _replacement(target, rows: int, size: int, s: int, out: tuple[int, ...], cor
         mean = total / size
         if target in (aten.mean.dim, aten.mean.default):
             return mean.to(x.dtype).reshape(out)
-        d = xr - mean[:, None, None]
+        d = xr - mean.reshape(rows, 1, 1)
         var = (d * d).sum(-1).sum(-1) / (size - correction)
         var = var.to(x.dtype).reshape(out)
         if target is aten.var.correction:
@@ -160,9 +160,9 @@ def _group_replacement(target, big: int, c: int, g: int, hw: int, out: tuple[int
         if target is aten.mean.dim:
             return mean.to(x.dtype).reshape(out)
         mean_c = per_channel / hw
-        d = xf - mean_c[:, :, None, None]
+        d = xf - mean_c.reshape(big, c, 1, 1)
         m2_c = d.square().sum(3).sum(2)
-        spread = mean_c.reshape(big, g, c // g) - mean[:, :, None]
+        spread = mean_c.reshape(big, g, c // g) - mean.reshape(big, g, 1)
         m2 = (m2_c.reshape(big, g, c // g) + hw * (spread * spread)).sum(-1)
         var = (m2 / (size - correction)).to(x.dtype).reshape(out)
         if target is aten.var.correction:

@@ -304,3 +304,76 @@ func.func @narrowing_kept(%x: tensor<4x8xf32>, %init: tensor<4xbf16>) -> (tensor
   } -> tensor<4x8xbf16>
   return %m, %c : tensor<4xbf16>, tensor<4x8xbf16>
 }
+
+// -----
+
+// A widening conversion read through a reshape by a reduction and by a generic
+// with a broadcast operand (GroupNorm's statistics split in two levels): the
+// conversion moves below the reshape and fuses into each reader; no f32 copy
+// of the bf16 input is left.
+#m4 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#m3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#r3 = affine_map<(d0, d1, d2) -> (d0, d1)>
+#b3 = affine_map<(d0, d1, d2) -> (d0, 0, 0)>
+// CHECK-LABEL: func.func @conversion_through_reshape
+// CHECK-NOT: -> tensor<2x4x6x6xf32>
+// CHECK: tensor.collapse_shape %{{.*}} : tensor<2x4x6x6xbf16> into tensor<2x4x36xbf16>
+// CHECK: arith.extf
+// CHECK: arith.extf
+// CHECK-NOT: -> tensor<2x4x6x6xf32>
+func.func @conversion_through_reshape(%x: tensor<2x4x6x6xbf16>, %m: tensor<2x1x1xf32>) -> (tensor<2x4xf32>, tensor<2x4x36xf32>) {
+  %cst = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<2x4x6x6xf32>
+  %c = linalg.generic {indexing_maps = [#m4, #m4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%x : tensor<2x4x6x6xbf16>) outs(%e : tensor<2x4x6x6xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %v = arith.extf %in : bf16 to f32
+    linalg.yield %v : f32
+  } -> tensor<2x4x6x6xf32>
+  %a = tensor.collapse_shape %c [[0], [1], [2, 3]] : tensor<2x4x6x6xf32> into tensor<2x4x36xf32>
+  %i = tensor.empty() : tensor<2x4xf32>
+  %f = linalg.fill ins(%cst : f32) outs(%i : tensor<2x4xf32>) -> tensor<2x4xf32>
+  %s = linalg.generic {indexing_maps = [#m3, #r3], iterator_types = ["parallel", "parallel", "reduction"]} ins(%a : tensor<2x4x36xf32>) outs(%f : tensor<2x4xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %v = arith.addf %in, %out : f32
+    linalg.yield %v : f32
+  } -> tensor<2x4xf32>
+  %e3 = tensor.empty() : tensor<2x4x36xf32>
+  %d = linalg.generic {indexing_maps = [#m3, #b3, #m3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%a, %m : tensor<2x4x36xf32>, tensor<2x1x1xf32>) outs(%e3 : tensor<2x4x36xf32>) {
+  ^bb0(%in: f32, %mm: f32, %out: f32):
+    %v = arith.subf %in, %mm : f32
+    linalg.yield %v : f32
+  } -> tensor<2x4x36xf32>
+  return %s, %d : tensor<2x4xf32>, tensor<2x4x36xf32>
+}
+
+// -----
+
+// A generic reading a converted tensor at computed positions (a pooling
+// window after mlircap-tensor-to-generic) reads the bf16 element and converts
+// it: the conversion is no kernel of its own. Its input map (a transpose)
+// permutes the indices read.
+#p = affine_map<(d0, d1) -> (d1, d0)>
+#i2 = affine_map<(d0, d1) -> (d0, d1)>
+#o1 = affine_map<(d0) -> (d0)>
+// CHECK-LABEL: func.func @conversion_read_by_extract
+// CHECK-NOT: -> tensor<4x8xf32>
+// CHECK: %[[E:.*]] = tensor.extract %arg0[%[[J:.*]], %[[I:.*]]] : tensor<8x4xbf16>
+// CHECK: arith.extf %[[E]] : bf16 to f32
+func.func @conversion_read_by_extract(%x: tensor<8x4xbf16>) -> tensor<4xf32> {
+  %e = tensor.empty() : tensor<4x8xf32>
+  %c = linalg.generic {indexing_maps = [#p, #i2], iterator_types = ["parallel", "parallel"]} ins(%x : tensor<8x4xbf16>) outs(%e : tensor<4x8xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %v = arith.extf %in : bf16 to f32
+    linalg.yield %v : f32
+  } -> tensor<4x8xf32>
+  %e1 = tensor.empty() : tensor<4xf32>
+  %r = linalg.generic {indexing_maps = [#o1], iterator_types = ["parallel"]} outs(%e1 : tensor<4xf32>) {
+  ^bb0(%out: f32):
+    %i = linalg.index 0 : index
+    %c7 = arith.constant 7 : index
+    %j = arith.subi %c7, %i : index
+    %v = tensor.extract %c[%i, %j] : tensor<4x8xf32>
+    linalg.yield %v : f32
+  } -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}
