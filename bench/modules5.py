@@ -1359,6 +1359,90 @@ def swap_tensors_inside(x, p, q):
     return a + 1, b + 1, p * 2
 
 
+# ============================================================================ guards, round 3
+class OptionalMask(nn.Module):
+    """An optional mask given on some calls and None on others, a dict batch whose keys change,
+    a tuple of varying length, a dropout p changed between calls (eval: identity, train: draws)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.drop = nn.Dropout(0.0)
+
+    def forward(self, batch, extras=(), mask=None):
+        h = self.drop(self.lin(batch["x"]))
+        if "bias" in batch:
+            h = h + batch["bias"]
+        if mask is not None:
+            h = h.masked_fill(~mask, 0.0)
+        for e in extras:
+            h = h * e
+        return h
+
+
+def _optional_inputs(i=0):
+    x = R(3, 4)
+    batch = {"x": x, "bias": R(4)} if i in (1, 3) else {"x": x}
+    extras = tuple(R(4) for _ in range(i % 3))
+    mask = torch.rand(3, 4) > 0.3 if i >= 2 else None
+    return batch, extras, mask
+
+
+case("optional_inputs_vary_between_calls", _optional_inputs, train=True, ncalls=5,
+     between=lambda m, i: setattr(m.drop, "p", 0.5) if i == 3 else None)(lambda: OptionalMask())
+
+
+@fn_case("requires_grad_and_parameter_inputs_vary", lambda i=0: (
+    nn.Parameter(R(3, 4)) if i == 3 else (R(3, 4).requires_grad_() if i == 2 else R(3, 4)), R(4, 2)), ncalls=4)
+def requires_grad_and_parameter_inputs_vary(x, w):
+    """The same argument as a plain tensor, one requiring grad, then an nn.Parameter: the outputs'
+    requires_grad and the result type follow."""
+    y = x @ w
+    return y, y.sum(), type(x).__name__
+
+
+class SubclassTensor(torch.Tensor):
+    pass
+
+
+@fn_case("tensor_subclass_argument", lambda: (R(3, 4).as_subclass(SubclassTensor), R(3, 4)))
+def tensor_subclass_argument(s, x):
+    """A torch.Tensor subclass (no __torch_function__ override) as an argument: results of ops on it
+    are of the subclass in eager."""
+    return s + x, (s * 2).sum(), x + 1
+
+
+def _spd(i=0):
+    a = torch.randn(4, 4)
+    k = a @ a.T + 0.1 * torch.eye(4)
+    if i in (0, 1, 4):
+        k[0, 0] = -0.5   # not positive definite: cholesky raises
+    return (k, R(4, 2))
+
+
+@fn_case("cholesky_try_except_jitter", _spd, ncalls=6)
+def cholesky_try_except_jitter(K, y):
+    """GP code: try the Cholesky factor, add jitter where it fails (a data-dependent exception
+    caught by the function), solve with the factor."""
+    try:
+        L = torch.linalg.cholesky(K)
+        jitter = 0.0
+    except RuntimeError:
+        L = torch.linalg.cholesky(K + 10.0 * torch.eye(K.shape[0]))
+        jitter = 10.0
+    return torch.cholesky_solve(y, L), jitter
+
+
+@fn_case("index_error_caught_on_some_calls", lambda i=0: (R(4, 3), torch.tensor([9, 9, 1, 2, 7, 0][i])), ncalls=6)
+def index_error_caught_on_some_calls(x, i):
+    """An index that is out of range on some calls, the IndexError caught and a default used."""
+    try:
+        v = x[i]
+    except IndexError:
+        v = torch.zeros(x.shape[1:])
+    return v * 2
+
+
 # =============================================================================== runner
 def _tensors(obj, out):
     if isinstance(obj, torch.Tensor):

@@ -227,3 +227,101 @@ def test_swap_tensors_inside_is_not_dropped():
         x2, y2 = x.clone(), y.clone()
         _same(fg(x, y), g(x2, y2))
         _same((x, y), (x2, y2))
+
+
+class _Tagged(torch.Tensor):
+    def describe(self):
+        return "tagged"
+
+
+def test_tensor_subclass_argument_keeps_its_type():
+    """A torch.Tensor subclass argument: eager's results of ops on it are of the subclass (a user's
+    methods on it keep working); compiled calls returned plain tensors from the second call on.
+    Such calls now run as eager's (the subclass decides what its ops do)."""
+    def f(s, x):
+        return s + x, (s * 2).sum(), x + 1
+
+    fast = mlircap.compile(f)
+    for i in range(3):
+        s, x = torch.randn(3, 4).as_subclass(_Tagged), torch.randn(3, 4)
+        want, got = f(s, x), fast(s, x)
+        assert [type(t) for t in got] == [type(t) for t in want] == [_Tagged, _Tagged, torch.Tensor]
+        _same([t.as_subclass(torch.Tensor) for t in got], [t.as_subclass(torch.Tensor) for t in want])
+        assert got[0].describe() == "tagged"
+
+
+def test_parameter_argument_still_compiles():
+    """nn.Parameter arguments (their ops give plain tensors) are not such subclasses: still compiled."""
+    def f(p, x):
+        return p * x + 1
+
+    fast = mlircap.compile(f)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(3):
+            p, x = nn.Parameter(torch.randn(3)), torch.randn(3)
+            _same(fast(p, x), f(p, x))
+    _no_eager_fallback(caught)
+    assert fast.graphs and all(g.fallback_reason is None for g in fast.graphs)
+
+
+def test_caught_value_dependent_error_is_checked_on_replay():
+    """`try: L = cholesky(K) except RuntimeError: L = cholesky(K + jitter)`: the first call recorded
+    the except path (K not positive definite) and every later call replayed it, also for positive
+    definite K (a different, wrong L). The op that raised now runs again on replay, and a call on
+    which it does not raise records the other path."""
+    def f(K):
+        try:
+            L = torch.linalg.cholesky(K)
+            jit = 0.0
+        except RuntimeError:
+            L = torch.linalg.cholesky(K + 10.0 * torch.eye(K.shape[0]))
+            jit = 10.0
+        return L, jit
+
+    def mk(pd):
+        a = torch.randn(4, 4)
+        k = a @ a.T + 0.1 * torch.eye(4)
+        if not pd:
+            k[0, 0] = -0.5
+        return k
+
+    fast = mlircap.compile(f)
+    for pd in (False, False, True, True, False, True):
+        k = mk(pd)
+        _same(fast(k), f(k))
+
+
+def test_caught_layout_error_still_right():
+    """`try: x.view(-1) except RuntimeError: x.reshape(-1)` on contiguous and transposed inputs."""
+    def f(x):
+        try:
+            y = x.view(-1)
+        except RuntimeError:
+            y = x.reshape(-1) * 2
+        return y + 1
+
+    fast = mlircap.compile(f)
+    for i in range(6):
+        x = torch.randn(3, 4) if i % 3 else torch.randn(4, 3).t()
+        _same(fast(x), f(x))
+
+
+def test_caught_index_error_on_later_call():
+    def f(x, i):
+        try:
+            v = x[i]
+        except IndexError:
+            v = torch.zeros(x.shape[1:])
+        return v * 2
+
+    fast = mlircap.compile(f)
+    x = torch.randn(4, 3)
+    for i in (torch.tensor(9), torch.tensor(9), torch.tensor(1), torch.tensor(2), torch.tensor(7)):
+        try:
+            want = f(x, i)
+        except Exception as e:  # noqa: BLE001 - whatever eager raises, compiled must raise too
+            with pytest.raises(type(e)):
+                fast(x, i)
+            continue
+        _same(fast(x, i), want)

@@ -95,6 +95,27 @@ def _custom_function_forward(args: tuple, kwargs: dict) -> bool:
     return False
 
 
+class _RaisesAs:
+    """Runs `func` and tells whether it raised `exc` (as it did when recorded: `_raised`)."""
+
+    __slots__ = ("func", "exc")
+
+    def __init__(self, func: Callable, exc: type) -> None:
+        self.func, self.exc = func, exc
+
+    def __call__(self, *args: Any, **kwargs: Any) -> bool:
+        try:
+            self.func(*args, **kwargs)
+        except self.exc:
+            return True
+        except Exception:  # another error: not the recorded path either
+            return False
+        return False
+
+    def __repr__(self) -> str:
+        return f"raises({_func_qualname(self.func)}, {self.exc.__name__})"
+
+
 class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin):
     """FX recording for `_Recorder`: torch functions seen by `_Mode` become nodes of the
     current segment's graph; data-dependent results end the segment (graph break)."""
@@ -125,7 +146,11 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin):
                 return step[0]
         before = self._external_metadata(name, args, kwargs)
         restride = self._restride_inputs(name, kwargs, before) if before else None
-        res = func(*args, **kwargs)
+        try:
+            res = func(*args, **kwargs)
+        except Exception as e:
+            self._raised(func, name, args, kwargs, e)
+            raise
         if restride is not None and any(_metadata(t) != m for t, m in before):
             # restrides.py: x.transpose_(0, 1) on an argument, recorded as x.transpose(0, 1)
             self._restrided(restride)
@@ -288,6 +313,30 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin):
         self._add_break(reason, _user_location())
         self._call_result(k, res, external=True)
         return res
+
+    def _raised(self, func: Callable, name: str, args: tuple, kwargs: dict, e: Exception) -> None:
+        """A torch op raised while recording (the function may catch it: `try: L =
+        torch.linalg.cholesky(K) except RuntimeError: <add jitter>`): whether it raises can depend
+        on tensor values, which no guard checks, so a replay took the recorded `except` path for
+        any matrix.  The op is a step between graphs that runs it again and tells whether it
+        raised as recorded: a guard after it holds only then (else the call records anew)."""
+        if self.unreplayable:
+            return
+        if name.endswith("_") and not name.endswith("__") or "out" in kwargs or name in ("__setitem__", "__set__"):
+            # (run again at replay, a write that no longer raises would be done twice)
+            self.unreplayable = f"{_op_name(func)} raised {type(e).__name__} (a write whose failure was caught)"
+            return
+        try:
+            fe = self.const(_RaisesAs(func, type(e)), _func_qualname(func))
+            ae = [self.expr_of(a) for a in args]
+            ke = {k: self.expr_of(v) for k, v in kwargs.items()}
+        except Unreplayable as u:
+            self.unreplayable = f"{u} (an argument of {_op_name(func)}, which raised {type(e).__name__})"
+            return
+        reason = f"{_op_name(func)} raised {type(e).__name__}"
+        k = self._call_step(fe, ae, ke, reason, external=False)
+        self._add_break(reason, _user_location())
+        self._call_result(k, True)
 
     def _dyn_shape_args(self, args: tuple, kwargs: dict) -> bool:
         """Whether a tensor argument's shape depends on tensor data (see `_dyn_shape_op`)."""

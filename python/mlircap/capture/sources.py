@@ -34,6 +34,16 @@ _BOUND = re.compile(r"_r\d+")
 _PATH = re.compile(r"(?:[CLF]\[\d+\]|F|b\d+|_r\d+)(?:\.\w+|\[[^\[\]()]*\])+")
 
 
+def _propagating_subclass(t: type) -> bool:
+    """A torch.Tensor subclass whose type torch's ops carry to their results (the default
+    __torch_function__, or its own); not nn.Parameter (its ops give plain tensors) nor a lazy
+    module's uninitialized parameter or buffer."""
+    if t is torch.Tensor or issubclass(t, torch.nn.Parameter) or \
+            issubclass(t, torch.nn.parameter.UninitializedTensorMixin):
+        return False
+    return getattr(t, "__torch_function__", None) is not torch._C._disabled_torch_function_impl
+
+
 class _SourceMixin:
     """Sources for `_Recorder`: `_source` guards a value read from an external location;
     lazily guarded containers/objects are guarded when first used; snapshots for writes."""
@@ -162,6 +172,11 @@ class _SourceMixin:
             return
         self.keep.append(v)
         if isinstance(v, torch.Tensor):
+            if _propagating_subclass(t):
+                # eager's results of ops on it are of the subclass (and its __torch_function__
+                # runs for each); a graph's are plain tensors (returned as torch.Tensor: a
+                # user's methods on the subclass were gone)
+                raise Unreplayable(f"a tensor of the torch.Tensor subclass {t.__qualname__}")
             if argrooted:
                 if expr.startswith("L["):
                     self.arg_tensors.append(expr)
