@@ -76,7 +76,13 @@ def MlircapFuseElementwise
       add) whose readers are all generics are recomputed in each of them:
       they read the full-size operand instead of the result, no more bytes,
       and the result is never written (two full-size operands, a residual
-      add, would double the reads and stay materialized);
+      add, would double the reads and stay materialized). A widening
+      conversion read through a `tensor.collapse_shape`/`expand_shape`
+      moves below it (one copy per reader), and one read by `tensor.extract`
+      in another generic's body (a pooling window after
+      mlircap-tensor-to-generic) becomes the extract of its narrow input and
+      the conversion: every reader then converts the narrow element itself
+      and the wide tensor is never written;
     * the fused op would take more than `max-operands` inputs (register
       pressure and argument count of the resulting kernel);
     * the producer is a reduction (its result is needed whole).
