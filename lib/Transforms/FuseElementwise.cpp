@@ -105,14 +105,16 @@ bool splitsDim(tensor::ExpandShapeOp expand) {
   return false;
 }
 
-/// The pure widening conversion (isPureConversion, identity maps) that
-/// produces `source`, or null.
-linalg::GenericOp wideningConversion(Value source) {
+/// The pure widening conversion (isPureConversion) of one input that produces
+/// `source`, its result indexed by the identity and its input by a permutation
+/// (the identity too where `identityInput`), or null.
+linalg::GenericOp wideningConversion(Value source, bool identityInput) {
   auto conv = source.getDefiningOp<linalg::GenericOp>();
-  if (!conv || !isPureConversion(conv) ||
-      conv.getNumDpsInputs() != 1 || conv.getNumReductionLoops() != 0 ||
-      !llvm::all_of(conv.getIndexingMapsArray(),
-                    [](AffineMap m) { return m.isIdentity(); }))
+  if (!conv || !isPureConversion(conv) || conv.getNumDpsInputs() != 1 ||
+      conv.getNumReductionLoops() != 0)
+    return {};
+  SmallVector<AffineMap> maps = conv.getIndexingMapsArray();
+  if (!maps[1].isIdentity() || !(identityInput ? maps[0].isIdentity() : maps[0].isPermutation()))
     return {};
   return conv;
 }
@@ -142,7 +144,7 @@ template <typename ReshapeOp>
 struct ConvertAfterReshape : OpRewritePattern<ReshapeOp> {
   using OpRewritePattern<ReshapeOp>::OpRewritePattern;
   LogicalResult matchAndRewrite(ReshapeOp op, PatternRewriter &rewriter) const override {
-    linalg::GenericOp conv = wideningConversion(op.getSrc());
+    linalg::GenericOp conv = wideningConversion(op.getSrc(), /*identityInput=*/true);
     if (!conv || !op.getResultType().hasStaticShape())
       return failure();
     Value x = conv.getDpsInputOperand(0)->get();
@@ -163,15 +165,11 @@ struct ConvertAfterReshape : OpRewritePattern<ReshapeOp> {
 struct ConvertAfterExtract : OpRewritePattern<tensor::ExtractOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(tensor::ExtractOp op, PatternRewriter &rewriter) const override {
-    auto conv = op.getTensor().getDefiningOp<linalg::GenericOp>();
-    if (!conv || !isPureConversion(conv) || conv.getNumDpsInputs() != 1 ||
-        conv.getNumReductionLoops() != 0)
-      return failure();
-    SmallVector<AffineMap> maps = conv.getIndexingMapsArray();
-    if (!maps[1].isIdentity() || !maps[0].isPermutation())
+    linalg::GenericOp conv = wideningConversion(op.getTensor(), /*identityInput=*/false);
+    if (!conv)
       return failure();
     SmallVector<Value> at;
-    for (AffineExpr e : maps[0].getResults())
+    for (AffineExpr e : conv.getIndexingMapsArray()[0].getResults())
       at.push_back(op.getIndices()[cast<AffineDimExpr>(e).getPosition()]);
     Value x = conv.getDpsInputOperand(0)->get();
     Value narrow = rewriter.create<tensor::ExtractOp>(op.getLoc(), x, at);

@@ -295,7 +295,8 @@ class IndexOutOfRange(Exception):
 
 class BoundsChecked:
     """Runs `compiled` (the graph with its error flag last); a set flag raises
-    IndexOutOfRange before anything is returned or written back."""
+    IndexOutOfRange before anything is returned or written back. On CUDA the last
+    output is "all in range", handed to torch._assert_async (no host sync)."""
 
     def __init__(self, compiled, gm: fx.GraphModule, device: str = "cpu"):
         from .partition import is_random
