@@ -1722,12 +1722,51 @@ def _seed_all(seed):
 
 
 def _rng_states():
-    """torch's generator state, and Python's and NumPy's as comparable values."""
+    """torch's generator state (with the CUDA one on --device cuda), and Python's and NumPy's as comparable values."""
     import random
 
     import numpy as np
     kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return torch.get_rng_state(), random.getstate(), (kind, keys.tolist(), pos, has_gauss, cached)
+    t = torch.get_rng_state()
+    if DEVICE.type == "cuda":
+        t = torch.cat([t, torch.cuda.get_rng_state()])
+    return t, random.getstate(), (kind, keys.tolist(), pos, has_gauss, cached)
+
+
+# --device: the cases' models and inputs are built under this default device and moved to it; the calls
+# themselves run without a default device, as a user's script that moved its model and data would.
+DEVICE = torch.device(os.environ.get("MODULES_DEVICE", "cpu"))
+
+
+def build_model(factory, train):
+    with torch.device(DEVICE):
+        m = factory()
+    return m.to(DEVICE).train(train)
+
+
+def set_device(name):
+    global DEVICE
+    DEVICE = torch.device(name)
+    if DEVICE.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+
+
+def to_device(obj):
+    """A case's inputs on DEVICE: tensors (in lists, tuples and dicts) moved, everything else as it is."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(DEVICE) if obj.device != DEVICE else obj
+    if type(obj) in (list, tuple):
+        return type(obj)(to_device(o) for o in obj)
+    if type(obj) is dict:
+        return {k: to_device(v) for k, v in obj.items()}
+    return obj
+
+
+def build_inputs(inputs, *args):
+    if DEVICE.type == "cpu":
+        return inputs(*args)
+    with torch.device(DEVICE):
+        return to_device(inputs(*args))
 
 
 def run_case(name, ncalls=3):
@@ -1738,20 +1777,21 @@ def run_case(name, ncalls=3):
     entry = next(c for c in all_cases() if c[0] == name)
     _, factory, inputs, train, _src = entry
     torch.manual_seed(0)
-    ref = factory().train(train)
+    ref = build_model(factory, train)
     mine = copy.deepcopy(ref)
     fast = mlircap.compile(mine)
     res = {"name": name, "status": "ok", "detail": "", "graphs": 0, "notes": [], "islands": []}
     caught = []
+    eager_errors = 0
     for i in range(ncalls):
         seed = 1 if i < 2 else 2 + i     # calls 0 and 1: same values; later calls: new values
         torch.manual_seed(seed)
-        args_e = inputs()
+        args_e = build_inputs(inputs)
         try:   # a copy: a factory may also draw from Python state (next(counter))
             args_c = copy.deepcopy(args_e)
         except Exception:  # noqa: BLE001 - not copyable: the factory again, same seed
             torch.manual_seed(seed)
-            args_c = inputs()
+            args_c = build_inputs(inputs)
         err_e = err_c = None
         out_e = out_c = None
         with contextlib.redirect_stdout(io.StringIO()):
@@ -1781,6 +1821,7 @@ def run_case(name, ncalls=3):
                 res["status"] = "wrong"
                 res["detail"] = f"call {i}: eager raised {type(err_e).__name__}: {str(err_e)[:200]}, compiled did not"
                 break
+            eager_errors += 1
             continue
         d = diff(out_e, out_c) or diff(list(args_e), list(args_c), "inputs after") or \
             diff(state(ref), state(mine), "state")
@@ -1795,7 +1836,11 @@ def run_case(name, ncalls=3):
     res["graphs"] = len(getattr(fast, "graphs", []))
     res["notes"] = _fallback_notes(fast, caught)
     res["islands"] = list(dict.fromkeys(_islands(caught)))
-    if res["status"] == "ok" and res["notes"]:
+    if res["status"] == "ok" and eager_errors == ncalls and DEVICE.type != "cpu":
+        # written for the CPU (a tensor made in forward without a device): eager itself cannot run it here
+        res["status"], res["detail"] = "n/a", f"eager raises on {DEVICE.type}: {type(err_e).__name__}: " \
+            f"{' '.join(str(err_e).split())[:160]}"
+    elif res["status"] == "ok" and res["notes"]:
         res["status"] = "fallback"
     return res
 
@@ -1805,6 +1850,7 @@ def worker_main():
     """Child: reads case names from stdin, writes one '@@RESULT <json>' line per case."""
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)   # whatever the cases print goes to stderr
+    set_device(str(DEVICE))
     for line in sys.stdin:
         name = line.strip()
         if not name:
@@ -1872,6 +1918,8 @@ def main():
     ap.add_argument("--source", default="", help="comma-separated corpora: capture, new, new2 (modules2.py), new3 (modules3.py), new4 (modules4.py)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=240.0)
+    ap.add_argument("--device", default="cpu", help="run the cases' models and inputs on this device (cuda: the "
+                    "GPU path); cases eager cannot run there count as n/a")
     ap.add_argument("--isolate", action="store_true", help="a fresh child process per case (slower)")
     ap.add_argument("--case", help="run one case in this process and print the result")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -1880,6 +1928,7 @@ def main():
     args = ap.parse_args()
     if args.worker:
         return worker_main()
+    set_device(args.device)
     if args.case:
         r = run_case(args.case)
         print(r.pop("traceback", ""))
@@ -1892,6 +1941,7 @@ def main():
     env = dict(os.environ)
     env.setdefault("TRANSFORMERS_VERBOSITY", "error")
     env.setdefault("OMP_NUM_THREADS", "1")
+    env["MODULES_DEVICE"] = str(DEVICE)
     results = {}
     todo = list(names)
     lock = threading.Lock()
@@ -1919,9 +1969,9 @@ def main():
         t.start()
     for t in threads:
         t.join()
-    cats = ["ok", "fallback", "wrong", "crash", "timeout", "error"]
+    cats = ["ok", "fallback", "wrong", "crash", "timeout", "error"] + (["n/a"] if DEVICE.type != "cpu" else [])
     print()
-    print(f"mlircap.compile (CPU) vs eager, torch {torch.__version__}, {len(names)} cases, "
+    print(f"mlircap.compile ({DEVICE}) vs eager, torch {torch.__version__}, {len(names)} cases, "
           f"{time.perf_counter() - t_start:.0f} s")
     for src in ("capture", "new", "new2", "new3", "new4"):
         sub = [results[c[0]] for c in cases if c[0] in results and c[4] == src]

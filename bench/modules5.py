@@ -1506,7 +1506,7 @@ def run_case(name):
     entry = next(c for c in CASES if c[0] == name)
     _, factory, inputs, train, extra = entry
     torch.manual_seed(0)
-    ref = factory().train(train)
+    ref = M.build_model(factory, train)
     mine = copy.deepcopy(ref)
     fast = mlircap.compile(mine)
     res = {"name": name, "status": "ok", "detail": "", "graphs": 0, "breaks": 0, "notes": [], "islands": []}
@@ -1518,12 +1518,12 @@ def run_case(name):
             extra["between"](mine, i)
         seed = 1 if i < 2 else 2 + i
         torch.manual_seed(seed)
-        args_e = _call_inputs(inputs, i)
+        args_e = M.build_inputs(_call_inputs, inputs, i)
         try:
             args_c = copy.deepcopy(args_e)
         except Exception:  # noqa: BLE001
             torch.manual_seed(seed)
-            args_c = _call_inputs(inputs, i)
+            args_c = M.build_inputs(_call_inputs, inputs, i)
         err_e = err_c = None
         out_e = out_c = None
         with contextlib.redirect_stdout(io.StringIO()):
@@ -1572,7 +1572,9 @@ def run_case(name):
             res["status"] = "wrong"
             res["detail"] = f"call {i}: {d}"
             break
-    if eager_errors == extra["ncalls"]:   # a case that tests nothing
+    if eager_errors == extra["ncalls"] and M.DEVICE.type != "cpu":   # written for the CPU
+        res["status"], res["detail"] = "n/a", f"eager raises on {M.DEVICE.type}: {err_e!r:.200}"
+    elif eager_errors == extra["ncalls"]:   # a case that tests nothing
         res["status"], res["detail"] = "error", f"the case is broken: eager raised on every call ({err_e!r:.200})"
     c = getattr(fast, "_call", None)
     variants = list(getattr(c, "variants", []) or [])
@@ -1594,6 +1596,7 @@ def run_case(name):
 def worker_main():
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
+    M.set_device(str(M.DEVICE))
     for line in sys.stdin:
         name = line.strip()
         if not name:
@@ -1616,7 +1619,7 @@ class Child(M.Child):
                                   start_new_session=True)
 
 
-CATS = ["ok", "breaks", "fallback", "wrong", "error", "crash", "timeout"]
+CATS = ["ok", "breaks", "fallback", "wrong", "error", "crash", "timeout", "n/a"]
 
 
 def main():
@@ -1624,6 +1627,7 @@ def main():
     ap.add_argument("--filter", default="", help="comma-separated substrings of case names")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=240.0)
+    ap.add_argument("--device", default="cpu", help="run the cases on this device (as bench/modules.py --device)")
     ap.add_argument("--case", help="run one case in this process and print the result")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--json", help="write every result to this file")
@@ -1631,6 +1635,7 @@ def main():
     args = ap.parse_args()
     if args.worker:
         return worker_main()
+    M.set_device(args.device)
     if args.case:
         r = run_case(args.case)
         print(r.pop("traceback", ""))
@@ -1641,6 +1646,7 @@ def main():
     assert len({c[0] for c in CASES}) == len(CASES), "duplicate case names"
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
+    env["MODULES_DEVICE"] = str(M.DEVICE)
     results, todo, lock = {}, list(names), threading.Lock()
     t_start = time.perf_counter()
 
@@ -1663,7 +1669,7 @@ def main():
         t.start()
     for t in threads:
         t.join()
-    print(f"\nmlircap.compile (CPU) vs eager, torch {torch.__version__}, {len(names)} cases, "
+    print(f"\nmlircap.compile ({M.DEVICE}) vs eager, torch {torch.__version__}, {len(names)} cases, "
           f"{time.perf_counter() - t_start:.0f} s")
     print("  " + "  ".join(f"{k} {sum(r['status'] == k for r in results.values())}" for k in CATS))
     print("  (ok: compiled, one graph, correct; breaks: compiled in several graphs, correct; fallback: correct, "
