@@ -28,6 +28,12 @@ class Compiled:
     # is the module's
     _OWN_ATTRS = frozenset({"_fn", "_options", "_is_module", "graphs", "_compiled", "_call", "capture"})
 
+    def __new__(cls, fn=None, *args, **kwargs):
+        # the wrapper of a module is itself an nn.Module (CompiledModule)
+        if cls is Compiled and isinstance(fn, torch.nn.Module):
+            cls = CompiledModule
+        return object.__new__(cls)
+
     def __init__(self, fn, options: Options, capture: str = "mlircap", cache_limit: int = 8,
                  break_limit: int = 64):
         object.__setattr__(self, "_is_module", isinstance(fn, torch.nn.Module))
@@ -99,6 +105,49 @@ class Compiled:
 
     def __repr__(self) -> str:
         return f"mlircap.Compiled({self.__dict__.get('_fn')!r})"
+
+
+class CompiledModule(Compiled, torch.nn.Module):
+    """``mlircap.compile(module)``: a `Compiled` that is an ``nn.Module``, so it composes
+    with what takes modules: a parent module registers it as a child, and
+    ``DistributedDataParallel``, ``nn.Sequential``, optimizers over ``parent.parameters()``,
+    ``parent.train()/eval()/to()`` and ``parent.state_dict()`` reach the compiled module's
+    parameters, buffers and submodules.
+
+    It has no parameters, buffers or hooks of its own: every ``nn.Module`` method runs on
+    the wrapped module (a method returning the module returns this wrapper), and its
+    internals (``_parameters``, ``_modules``, hooks) are the module's. So the wrapper is
+    transparent in names: ``compiled.state_dict()`` has the module's keys, and a parent's
+    has ``child.<module's key>`` (no ``_orig_mod.`` level, unlike torch.compile's
+    OptimizedModule); a state dict loads into the module, the wrapper, or either one
+    wrapped in DDP. Only a call (``__call__``) runs the compiled code; ``forward`` is the
+    module's own, uncompiled.
+    """
+
+    def __getstate__(self):
+        return self.__dict__
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+
+def _module_method(name: str):
+    def method(self, *args, **kwargs):
+        module = self.__dict__["_fn"]
+        result = getattr(module, name)(*args, **kwargs)
+        return self if result is module else result
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = getattr(torch.nn.Module, name).__doc__
+    return method
+
+
+for _name, _value in vars(torch.nn.Module).items():
+    if callable(_value) and not isinstance(_value, type) and not _name.startswith("__"):
+        setattr(CompiledModule, _name, _module_method(_name))
+# class-level data of nn.Module that its methods read from the instance (_version: the
+# state dict's metadata) is the module's
+CompiledModule._version = property(lambda self: self.__dict__["_fn"]._version)
 
 
 def compile(fn=None, *, strict: bool = False, device: str = "auto", opt_level: int = 3,

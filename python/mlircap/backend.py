@@ -1095,6 +1095,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         return make_boxed_func(gm.forward)
 
     def backend(gm, example_inputs):
+        _wait_for_collectives(gm)
         if not eager_first:
             return backend_parts(gm, example_inputs)
         eager = _with_python_asserts(gm)   # before anything rewrites gm
@@ -1268,6 +1269,33 @@ def _hoist_grad_reads(gm: torch.fx.GraphModule, example_inputs):
         extra.append(example_inputs[i].grad)
     gm.recompile()
     return gm, list(example_inputs) + extra, owners
+
+
+def _wait_for_collectives(gm: torch.fx.GraphModule) -> None:
+    """A functional collective's result waited for where the graph has it. Run eagerly
+    (as capture records it), ``torch.distributed._functional_collectives`` wraps the
+    in-flight result of ``_c10d_functional.all_reduce`` & co. in an AsyncCollectiveTensor
+    (``_c10d_functional._wrap_tensor_autograd``), a tensor subclass that waits when an op
+    first reads it; a compiled graph reading it read memory the collective had not
+    written (or, through the wrapper, no memory at all: a crash). As torch does when it
+    traces, the wrap becomes ``_c10d_functional.wait_tensor``, an op of the graph that
+    runs through torch in program order."""
+    changed = False
+    for n in gm.graph.nodes:
+        t = n.target
+        if n.op != "call_function":
+            continue
+        if isinstance(t, torch._ops.OpOverload):
+            name = t.name()
+        elif isinstance(t, torch._ops.OpOverloadPacket):
+            name = t._qualified_op_name
+        else:
+            continue
+        if name == "_c10d_functional::_wrap_tensor_autograd":
+            n.target = torch.ops._c10d_functional.wait_tensor.default
+            changed = True
+    if changed:
+        gm.recompile()
 
 
 def _drop_dead_random(gm: torch.fx.GraphModule) -> None:

@@ -292,6 +292,11 @@ class _Captured:
                         # eagerly from now on where no earlier variant's guards hold
                         pre = []
                     v = _SkipFrameVariant(rec, pre, reason, brk)
+                elif rec.called_modules or rec.called_funcs or self.is_module:
+                    # as Dynamo does for a frame it skips: what the frame calls is captured
+                    # on its own (a wrapper whose forward does bookkeeping capture cannot
+                    # replay, DistributedDataParallel's: the wrapped module still compiles)
+                    v = _SkipFrameVariant(rec, pre, reason, None)
                 else:
                     v = _EagerVariant(rec, pre, reason=reason)
             except Exception:

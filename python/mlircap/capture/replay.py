@@ -108,10 +108,11 @@ class _SkipFrameVariant(_EagerVariant):
     the loop would be a graph per iteration, each compiled, and its iteration count a
     guard.  It counts as one break: the one that made the frame run eagerly."""
 
-    def __init__(self, rec: _Recorder, pre: list[Placed], reason: str | None, brk: tuple[str, str]) -> None:
+    def __init__(self, rec: _Recorder, pre: list[Placed], reason: str | None, brk: tuple[str, str] | None) -> None:
         super().__init__(rec, pre, reason=reason)
-        self.breaks = [brk]
-        self.splits = 1
+        if brk is not None:   # (None: capture gave up on the frame, no break made it eager)
+            self.breaks = [brk]
+            self.splits = 1
         c = rec.captured
         mods = list(rec.called_modules.values())
         if rec.captured.is_module:   # its children, also those the loop reaches after the stop
