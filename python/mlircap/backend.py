@@ -374,6 +374,10 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, options: Options, re
         # bf16/f16 ops round once, as eager's do (opmath.py); the fallback
         # (graph.gm) stays the captured graph
         target = (compute_in_float32(gm) if device == "cpu" else None) or gm
+        if device == "cpu":   # float -> int8 / int16 through int32, as eager converts (in place:
+            from .intmath import narrow_int_conversions   # the fallback means the same)
+
+            narrow_int_conversions(target)
         physical = layouts.physical_inputs(target) if layouts.enabled(device) else None
         if physical is not None:
             target = physical[0]
@@ -423,7 +427,10 @@ def _compile_graph(graph: CompiledGraph, gm: torch.fx.GraphModule, device: str, 
                     graph.executable = CpuExecutable(graph.linalg_ir, "main", outputs, options.opt_level)
         if hasattr(graph.executable, "copy_aliased_outputs"):
             graph.executable.copy_aliased_outputs(_eager_roots(gm))
-        graph._views, graph._shared = _output_views(gm)
+        # which outputs are views of which in eager: read from the captured graph, not from
+        # the form compiled (widen.py wraps every uint8 op, an expand too, in a `& 255`, so
+        # there no output is a view of another)
+        graph._views, graph._shared = _output_views(fallback)
         logs.log("progress", f"{graph.name}: compiled for {device}")
         _dump(graph)
         return graph

@@ -14,6 +14,8 @@ Division by zero: eager raises; the compiled division is checked (bounds.py).
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 aten = torch.ops.aten
@@ -270,3 +272,37 @@ def integer_pow(fallback):
         return torch.where(e < 0, neg, r)
 
     return decomposition
+
+
+def narrow_int_conversions(gm):
+    """gm with every conversion of a CPU float tensor to int8 / int16 made through int32, as
+    eager's conversion is (a float out of the narrow range wraps: -153.0 to int8 is 103; a
+    direct fptosi to i8 is poison in LLVM for such values, and the compiled code gave -128).
+    On CUDA eager's conversion saturates, as the GPU code's does: callers apply this to CPU
+    graphs only. gm is changed in place; returns whether anything changed."""
+    prims = torch.ops.prims
+    changed = False
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or not n.args or not isinstance(n.args[0], torch.fx.Node):
+            continue
+        if n.target is prims.convert_element_type.default:
+            dtype = n.args[1] if len(n.args) > 1 else n.kwargs.get("dtype")
+        elif n.target is aten._to_copy.default:
+            dtype = n.kwargs.get("dtype")
+        else:
+            continue
+        x = n.args[0].meta.get("val")
+        if dtype not in (torch.int8, torch.int16) or not isinstance(x, torch.Tensor) or \
+                not x.is_floating_point() or x.device.type != "cpu":
+            continue
+        with gm.graph.inserting_before(n):
+            wide = gm.graph.call_function(prims.convert_element_type.default, (n.args[0], torch.int32))
+        mode = getattr(x, "fake_mode", None)
+        with mode if mode is not None else contextlib.nullcontext():
+            wide.meta["val"] = torch.empty_strided(x.shape, x.stride(), dtype=torch.int32, device=x.device)
+        n.args = (wide,) + tuple(n.args[1:])
+        changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return changed
