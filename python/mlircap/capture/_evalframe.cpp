@@ -205,8 +205,8 @@ PYBIND11_MODULE(_mlircap_evalframe, m) {
   g_notHandled = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
   // The loader looks for this tag in a prebuilt binary before importing it: a stale
   // build imported first would shadow the fresh one (same module name).
-  static const char kApiTag[] = "mlircap-evalframe-api-4";
-  m.attr("API_VERSION") = 4;
+  static const char kApiTag[] = "mlircap-evalframe-api-5";
+  m.attr("API_VERSION") = 5;
   m.attr("API_TAG") = kApiTag;
   m.attr("NULL") = py::handle(g_nullSentinel);
   m.attr("NOT_HANDLED") = py::handle(g_notHandled);
@@ -218,6 +218,11 @@ PYBIND11_MODULE(_mlircap_evalframe, m) {
   });
   m.def("register_code", [](py::object code) { PySet_Add(g_registry, code.ptr()); });
   m.def("unregister_code", [](py::object code) { PySet_Discard(g_registry, code.ptr()); });
+  // While the callback runs, no frame is intercepted. A frame the callback runs as it is,
+  // whose callees are captured on their own (cache._Callees.run), lifts that for its
+  // duration: suspend_callback() -> the depth to hand back to resume_callback(depth).
+  m.def("suspend_callback", []() { int d = g_inCallback; g_inCallback = 0; return d; });
+  m.def("resume_callback", [](int d) { g_inCallback = d; });
   m.def("skip_next", []() { g_skip++; });
   m.def("clear_skip", []() { g_skip = 0; });
   // Stack introspection for the opcode tracer (valid inside a trace callback,

@@ -19,7 +19,7 @@ import types
 _SRC = os.path.join(os.path.dirname(__file__), "_evalframe.cpp")
 _mod: types.ModuleType | None = None
 _err: str | None = None
-API_VERSION = 4
+API_VERSION = 5
 _API_TAG = b"mlircap-evalframe-api-%d" % API_VERSION
 
 

@@ -381,9 +381,14 @@ class _Callees:
         a = _active()
         a.append([self, CALLEES])
         _hook_acquire()
+        # reached through the frame hook (a module with hooks, not dispatched directly):
+        # the hook ignores every frame while its callback runs, the callees' too
+        depth = _E_real.suspend_callback() if _E_real is not None else 0
         try:
             return _call_bound(func, code, args)
         finally:
+            if depth:
+                _E_real.resume_callback(depth)
             _hook_release()
             a.pop()
 
