@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from .fxutil import op_name
+from .fxutil import adopt_fake_vals, op_name
 
 MAX_DEGREE = 16
 
@@ -211,14 +211,10 @@ def inline(graph: fx.Graph, node: fx.Node, fn, inputs: list) -> fx.Node | None:
             out_vals[0].dtype != want.dtype:
         return None
     phs = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    before = set(graph.nodes)
     with graph.inserting_before(node):
         res, flag = graph.graph_copy(sub.graph, dict(zip(phs, inputs)))
-    if fake is not None:
-        for n in graph.nodes:
-            v = n.meta.get("val")
-            if isinstance(v, torch.Tensor) and not isinstance(v, torch._subclasses.FakeTensor):
-                with unset_fake_temporarily():
-                    n.meta["val"] = fake.from_tensor(v)
+    adopt_fake_vals(graph, fake, set(graph.nodes) - before)
     res.meta["mlircap_bounds_checked"] = True
     node.replace_all_uses_with(res)
     graph.erase_node(node)

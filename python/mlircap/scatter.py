@@ -27,7 +27,7 @@ import math
 import torch
 import torch.fx as fx
 
-from .fxutil import bool_like, op_name
+from .fxutil import adopt_fake_vals, bool_like, op_name
 
 aten = torch.ops.aten
 
@@ -455,6 +455,7 @@ def rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
             or not isinstance(res, torch.Tensor) or res.shape != want.shape or res.dtype != want.dtype:
         return None
     phs = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    before = set(graph.nodes)
     with graph.inserting_before(node):
         out = graph.graph_copy(sub.graph, dict(zip(phs, inputs)))
         flags = []
@@ -469,12 +470,7 @@ def rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
                 x.meta["val"] = v
             flags.append(flag)
     # the copied nodes' values as the graph's fake tensors
-    if fake is not None:
-        for n in graph.nodes:
-            v = n.meta.get("val")
-            if isinstance(v, torch.Tensor) and not isinstance(v, torch._subclasses.FakeTensor):
-                with unset_fake_temporarily():
-                    n.meta["val"] = fake.from_tensor(v)
+    adopt_fake_vals(graph, fake, set(graph.nodes) - before)
     out.meta["mlircap_bounds_checked"] = True
     node.replace_all_uses_with(out)
     graph.erase_node(node)

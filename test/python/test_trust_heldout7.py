@@ -100,3 +100,30 @@ def test_float_to_narrow_int_wraps_like_eager(dtype, lo, hi):
     for e, c in _run(fn, make):
         for k, (a, b) in enumerate(zip(e, c)):
             assert b.dtype == a.dtype and torch.equal(b, a), (k, b, a)
+
+
+# ------------------------------------------------ two index writes rewritten in one graph
+def test_index_copy_then_advanced_index_inplace_compiles_and_matches():
+    """A memory bank: `mem.index_copy_(0, idx, x)` then `mem[idx] *= 0.5`. Both writes are
+    unrolled by scatter.rewrite (make_fx of the unrolled form in real mode, copied into the
+    graph); the copied nodes kept fake tensors of make_fx's own FakeTensorMode, so the second
+    rewrite failed in detect_fake_mode ("fake mode ... doesn't match mode ...") and the whole
+    graph ran eagerly. Now compiled, and the written input and the result match eager's."""
+    def fn(mem, x, idx):
+        mem.index_copy_(0, idx, x)
+        mem[idx] *= 0.5
+        return mem.sum(0) * 2
+
+    fast = mlircap.compile(fn)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(3):
+            torch.manual_seed(i)
+            mem, x, idx = torch.randn(6, 3), torch.randn(2, 3), torch.tensor([i % 6, (i + 3) % 6])
+            m_e, m_c = mem.clone(), mem.clone()
+            out_e, out_c = fn(m_e, x, idx), fast(m_c, x, idx)
+            torch.testing.assert_close(out_c, out_e, rtol=1e-6, atol=1e-6)
+            assert torch.equal(m_c, m_e)
+    msgs = [str(w.message) for w in caught if "mlircap" in str(w.message)]
+    assert not any("failed to compile" in m or "eagerly" in m for m in msgs), msgs
+    assert fast.graphs and all(g.executable is not g.gm for g in fast.graphs)
