@@ -143,6 +143,10 @@ def _build_table() -> dict:
     for op, left in ((aten.__lshift__.Scalar, True), (aten.__rshift__.Scalar, False),
                      (aten.bitwise_left_shift.Tensor_Scalar, True), (aten.bitwise_right_shift.Tensor_Scalar, False)):
         table[op] = intmath.scalar_shift(op, left)   # by the width or more: LLVM poison
+    for op, left in ((aten.bitwise_left_shift.Tensor, True), (aten.bitwise_right_shift.Tensor, False),
+                     (aten.bitwise_left_shift.Scalar_Tensor, True), (aten.bitwise_right_shift.Scalar_Tensor, False),
+                     (aten.__lshift__.Tensor, True), (aten.__rshift__.Tensor, False)):
+        table[op] = intmath.tensor_shift(left)   # amounts out of range: LLVM poison
     for op in (aten.argmax.default, aten.argmin.default, aten.max.dim, aten.min.dim):
         table[op] = _first_nan_index(op, table.get(op))
     from .search import searchsorted, searchsorted_scalar
@@ -221,6 +225,7 @@ def _build_table() -> dict:
         for name in packet.overloads():
             if name != "out" and not name.endswith("_out"):
                 exact[getattr(packet, name)] = fn
+    exact[aten.arange.start_step] = ranges.arange   # float/bool numbers: eager's truncation
     exact[aten.addmm.default] = _product_plus_bias_rounded_once(aten.mm.default)
     exact[aten.addmv.default] = _product_plus_bias_rounded_once(aten.mv.default)
     for op in (aten.all.default, aten.all.dim, aten.all.dims, aten.any.default, aten.any.dim, aten.any.dims):

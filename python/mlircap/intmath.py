@@ -15,6 +15,7 @@ Division by zero: eager raises; the compiled division is checked (bounds.py).
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import torch
 
@@ -231,6 +232,43 @@ def scalar_shift(op, left: bool):
         if left or info.min == 0:
             return aten.mul.Tensor(a, 0)
         return op(a, bits - 1)
+
+    return decomposition
+
+
+_SHIFTING = threading.local()
+
+
+def tensor_shift(left: bool):
+    """`a << b` / `a >> b` with a tensor amount (the .Tensor and .Scalar_Tensor
+    overloads, __lshift__/__rshift__ too): eager (BinaryOpsKernel.cpp, and CUDA's) computes
+    in the promoted dtype and gives, for an amount outside [0, bits), 0 (left) or the sign
+    fill (right: a >> bits - 1, -1 or 0). torch-mlir emitted arith.shli/shrsi of the
+    amount as it is, poison in LLVM for such amounts (int8 `a << 9` gave a << 1, int64
+    `-1 >> 200` gave 0: OpInfo bitwise_left_shift int8, a wrong result). Here the
+    amount is clamped into range and the out-of-range elements selected."""
+
+    def decomposition(a, b):
+        tensors = [x for x in (a, b) if isinstance(x, torch.Tensor)]
+        if getattr(_SHIFTING, "on", False) or not tensors:
+            return NotImplemented
+        dtype = torch.result_type(a, b)
+        if dtype == torch.bool or dtype.is_floating_point or dtype.is_complex:
+            return NotImplemented
+        dev = tensors[0].device
+        a, b = (x.to(dtype) if isinstance(x, torch.Tensor) else torch.scalar_tensor(x, dtype=dtype, device=dev)
+                for x in (a, b))
+        bits = torch.iinfo(dtype).bits
+        outside = (b < 0) | (b >= bits)
+        n = b.clamp(0, bits - 1)
+        _SHIFTING.on = True
+        try:
+            if left:
+                return torch.where(outside, torch.zeros_like(a), torch.bitwise_left_shift(a, n))
+            fill = torch.where(a < 0, -1, 0).to(dtype) if dtype.is_signed else torch.zeros_like(a)
+            return torch.where(outside, fill, torch.bitwise_right_shift(a, n))
+        finally:
+            _SHIFTING.on = False
 
     return decomposition
 

@@ -145,6 +145,33 @@ def _without_uint8(op, start, end, *args, **kwargs):
     return op(start, end, *args, **kwargs)
 
 
+def arange(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """aten.arange.start_step of Python numbers that torch-mlir does not lower as eager
+    computes them, else NotImplemented (torch-mlir's lowering):
+    * an integer dtype and a float or bool argument: eager's kernels (CPU and CUDA) take
+      the length from the numbers as they are (the call on the meta device gives it) and
+      the elements as `start + step * i` in int64 of start and step truncated
+      (Scalar::to<int64_t>), converted to the dtype (arange(2.1, -2.9, -1.0) in uint8:
+      2, 1, 0, 255, 254). torch-mlir's lowering rounded instead, and bool arguments
+      crashed it (SIGSEGV);
+    * a floating dtype and a bool argument: the same call with 0/1."""
+    nums = (start, end, step)
+    if not all(_number(x) for x in nums) or not any(isinstance(x, (bool, float)) for x in nums):
+        return NotImplemented
+    try:
+        meta = _now(lambda: torch.arange(start, end, step, dtype=dtype, device="meta"))
+    except (RuntimeError, ValueError):   # (the meta kernel rejects a step truncated to 0)
+        return NotImplemented
+    if meta.dtype.is_floating_point:
+        if not any(isinstance(x, bool) for x in nums):
+            return NotImplemented
+        return torch.arange(*(int(x) if isinstance(x, bool) else x for x in nums), dtype=meta.dtype, device=device)
+    if meta.dtype == torch.bool or meta.dtype.is_complex:
+        return NotImplemented
+    i = torch.arange(meta.numel(), dtype=torch.int64, device=device)
+    return (i * int(step) + int(start)).to(meta.dtype)
+
+
 def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
     """aten.linspace (all overloads) where eager's CPU kernel can be followed, else
     NotImplemented (the op stays whole)."""
