@@ -242,6 +242,8 @@ def _ddp_of_compiled(rank, world, model_name, how, accumulate=1, **ddp_kw):
     model = build(model_name)
     if how == "wrap":                       # DDP(mlircap.compile(model))
         compiled = inner = mlircap.compile(model)
+    elif how == "wrap_dynamo":              # the same, Dynamo as the capture front
+        compiled = inner = mlircap.compile(model, capture="dynamo")
     else:                                   # model.forward compiled, DDP(model)
         compiled = model.forward = mlircap.compile(model.forward)
         inner = model
@@ -256,6 +258,9 @@ DDP_CASES = {"mlp": ("mlp", {}, 1), "bn": ("bn", {"broadcast_buffers": True}, 1)
 for _how in ("wrap", "forward"):
     for _case, (_model, _kw, _acc) in DDP_CASES.items():
         _add(f"ddp_of_compiled_{_how}_{_case}", _ddp_of_compiled, _model, _how, _acc, **_kw)
+for _case in ("mlp", "bn"):
+    _model, _kw, _acc = DDP_CASES[_case]
+    _add(f"ddp_of_compiled_wrap_dynamo_{_case}", _ddp_of_compiled, _model, "wrap_dynamo", _acc, **_kw)
 
 
 def _check_ddp_results(results, compiled_graphs=True):

@@ -280,7 +280,8 @@ class _Captured:
                 return _plain(result)
             if self.strict:
                 raise _strict_error(f"{self._where()} would run eagerly: {reason}") from e
-            self._gave_up(reason)
+            callees = bool(rec.called_modules or rec.called_funcs or self.is_module)
+            self._gave_up(reason, callees)
             pre = [p for p in rec.guards if p.pos == 0]
             try:
                 if rec.loop_break or rec.break_overflow:
@@ -292,7 +293,7 @@ class _Captured:
                         # eagerly from now on where no earlier variant's guards hold
                         pre = []
                     v = _SkipFrameVariant(rec, pre, reason, brk)
-                elif rec.called_modules or rec.called_funcs or self.is_module:
+                elif callees:
                     # as Dynamo does for a frame it skips: what the frame calls is captured
                     # on its own (a wrapper whose forward does bookkeeping capture cannot
                     # replay, DistributedDataParallel's: the wrapped module still compiles)
@@ -307,7 +308,7 @@ class _Captured:
                 _logs.log("guards", f"{self.code.co_name} variant {len(self.variants)}: " + "; ".join(g.describe() for g in v.pre))
         return _plain(result)
 
-    def _gave_up(self, reason: str) -> None:
+    def _gave_up(self, reason: str, callees: bool = False) -> None:
         """Capture gave up on a recording (the call, and later calls matching its guards,
         run eagerly): a warning names the cause and the user's file:line, once per cause,
         and the 'fallback' log area shows it every time."""
@@ -316,8 +317,9 @@ class _Captured:
                 "graph breaks in one call" in reason or reason.startswith("a graph break in a loop")):
             return
         self.warned_giveups.add(reason)
+        also = " (the modules and functions it calls are captured on their own)" if callees else ""
         warnings.warn(f"mlircap.capture: capture gave up on {self._where()}, which runs eagerly for these "
-                      f"arguments: {reason}", RuntimeWarning, stacklevel=_callers_level())
+                      f"arguments{also}: {reason}", RuntimeWarning, stacklevel=_callers_level())
 
     def _check_strict(self, rec: _Recorder) -> None:
         """strict=True: every part of the call must run compiled.  Capture giving up
