@@ -1735,6 +1735,18 @@ def argmax_with_nan_scores(x):
             x.nan_to_num(-1.0).argmax(1))
 
 
+@fn_case("kd_manual_kl_softmax_then_log_confident", lambda i=0: (R(4, 10) * (30 + 5 * i), R(4, 10) * 20))
+def kd_manual_kl_softmax_then_log_confident(s_logits, t_logits):
+    """Knowledge distillation written by hand: probabilities by softmax, then .log() of them
+    (not log_softmax), KL = sum p (log p - log q) with a confident teacher (logit gaps near 100:
+    probabilities in the subnormal range, whose log is about -100 in eager, not -inf)."""
+    p = F.softmax(t_logits, dim=-1)
+    q = F.softmax(s_logits, dim=-1)
+    kl = (p * (p.log() - q.log())).sum(-1)
+    ent = -(p * torch.log(p + 1e-45)).sum(-1)
+    return kl, ent, torch.exp(s_logits - s_logits.amax(-1, keepdim=True)).log()
+
+
 # =============================================================================== runner
 def _tensors(obj, out):
     if isinstance(obj, torch.Tensor):

@@ -300,6 +300,29 @@ void scaleSubnormalLog(OpTy op, double log2Scale) {
   op.erase();
 }
 
+/// exp of f32 whose result is subnormal: upstream's approximation builds
+/// 2^k in the exponent field and returns 0 below the normal range (exp(x) for
+/// x < -87.34), where eager's gives subnormals down to exp(-103.97) (then
+/// exp(x).log() of -100 was -inf, eager -99.98). There the op is computed as
+/// exp(x / 2)^2: x / 2 is exact, exp(x / 2) normal, and the one rounding of the
+/// square gives the subnormal. One compare, two selects and two multiplies.
+void squareSubnormalExp(math::ExpOp op) {
+  Type type = op.getType();
+  auto vt = dyn_cast<VectorType>(type);
+  if (!isF32OrFixedF32Vector(type))
+    return;
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  auto cst = [&](float v) { return f32Constant(b, loc, vt, v); };
+  Value x = op.getOperand();
+  Value tiny = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT, x, cst(-87.0f));
+  Value arg = arith::SelectOp::create(b, loc, tiny, arith::MulFOp::create(b, loc, x, cst(0.5f)), x);
+  Value core = math::ExpOp::create(b, loc, arg, op.getFastmathAttr());
+  Value square = arith::MulFOp::create(b, loc, core, core);
+  op.replaceAllUsesWith(arith::SelectOp::create(b, loc, tiny, square, core).getResult());
+  op.erase();
+}
+
 struct MathApprox : impl::MlircapMathApproxBase<MathApprox> {
   void runOnOperation() override {
     // sin/cos/erf first: upstream's approximations of sin/cos are only
@@ -318,6 +341,10 @@ struct MathApprox : impl::MlircapMathApproxBase<MathApprox> {
       scaleSubnormalLog(op, 0.69314718055994531);
     for (math::Log2Op op : log2s)
       scaleSubnormalLog(op, 1.0);
+    SmallVector<math::ExpOp> exps;
+    getOperation().walk([&](math::ExpOp op) { exps.push_back(op); });
+    for (math::ExpOp op : exps)
+      squareSubnormalExp(op);
     RewritePatternSet patterns(&getContext());
     populateMathPolynomialApproximationPatterns(patterns);
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))

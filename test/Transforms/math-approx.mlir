@@ -74,3 +74,19 @@ func.func @erf_rational(%x: vector<16xf32>) -> vector<16xf32> {
   %a = math.erf %x : vector<16xf32>
   return %a : vector<16xf32>
 }
+
+// -----
+
+// exp of f32 whose result is subnormal (x < -87.34): upstream's approximation
+// returns 0 there, eager gives subnormals down to exp(-103.97). Below -87 the
+// op is exp(x / 2) squared (x / 2 exact, one rounding into the subnormal).
+// CHECK-LABEL: func.func @exp_subnormal
+// CHECK-DAG: arith.constant dense<-8.700000e+01> : vector<8xf32>
+// CHECK-DAG: arith.constant dense<5.000000e-01> : vector<8xf32>
+// CHECK-NOT: math.exp
+// CHECK: arith.cmpf olt
+// CHECK: return
+func.func @exp_subnormal(%x: vector<8xf32>) -> vector<8xf32> {
+  %a = math.exp %x : vector<8xf32>
+  return %a : vector<8xf32>
+}
