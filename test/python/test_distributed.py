@@ -585,6 +585,32 @@ def test_frame_run_eagerly_compiles_its_callees_also_for_a_hooked_module():
         assert len(fast.graphs) == 1 and fast.graphs[0].fallback_reason is None, (hooked, fast.graphs)
 
 
+def test_a_forward_reference_in_typing_does_not_make_capture_give_up():
+    """torch.autograd.profiler.record_function (DDP's and FSDP's forwards) evaluates
+    Optional["torch.classes.profiler._RecordFunction"]; typing_extensions (patched into
+    typing) read the caller's frame with sys._getframe, and capture gave up on the whole
+    function. A string not seen before, as typing caches subscriptions."""
+    import warnings
+    from typing import Optional
+
+    import mlircap
+
+    ref = "_ForwardRefNotSeenBefore"   # a forward reference, as record_function's
+
+    def f(x):
+        r = torch.jit.annotate(Optional[ref], None)
+        return x.sin() + 1 if r is None else x
+
+    fast = mlircap.compile(f)
+    x = torch.randn(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # no "capture gave up" warning
+        for _ in range(3):
+            got = fast(x)
+    torch.testing.assert_close(got, f(x))
+    assert len(fast.graphs) == 1
+
+
 # --------------------------------------------------------------------------- 5. state_dict
 def _state_dict(rank, world):
     import mlircap

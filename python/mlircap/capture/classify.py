@@ -58,6 +58,11 @@ def _classify(code: types.CodeType) -> str:
             k = "opaque" if (rel.startswith(_OPAQUE_STDLIB) or "site-packages" in rel) else "user"
             if "site-packages" in rel:
                 k = "user"
+        elif os.path.basename(fn) == "typing_extensions.py":
+            # typing's backport (site-packages), patched into typing: untraced like typing.py
+            # (its _getframe made capture give up on a function evaluating Optional["T"],
+            # as torch.autograd.profiler.record_function's __init__ does)
+            k = "opaque"
         else:
             k = "user"
         _code_kind[code] = k
