@@ -273,7 +273,10 @@ def empty_unique(x: torch.Tensor, dim, inv: bool, cnt: bool):
 def combinations(x: torch.Tensor, r: int = 2, with_replacement: bool = False):
     """torch.combinations of a 1-d tensor: its output shape depends on the length alone,
     so the index rows (itertools' order, eager's) are a constant and the result is x
-    indexed by them (fake tensors fail on eager's boolean-mask implementation)."""
+    indexed by them (fake tensors fail on eager's boolean-mask implementation). No rows:
+    eager's stack of r empty selections of x, which requires grad where x does (a fill
+    made here did not: the compiled result of a 1-element x had no grad_fn, and its
+    backward raised); r = 0: eager's fresh empty tensor."""
     import itertools
 
     n = x.shape[0]
@@ -282,7 +285,7 @@ def combinations(x: torch.Tensor, r: int = 2, with_replacement: bool = False):
     gen = itertools.combinations_with_replacement if with_replacement else itertools.combinations
     rows = list(gen(range(n), r))
     if not rows:
-        return torch.zeros(0, r, dtype=x.dtype, device=x.device)
+        return torch.stack([x.narrow(0, 0, 0)] * r, 1)
     return x[torch.tensor(rows, dtype=torch.int64, device=x.device)]
 
 

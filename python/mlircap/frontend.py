@@ -209,6 +209,9 @@ def _build_table() -> dict:
     table[aten.angle.default] = special.angle
     table[aten.dist.default] = special.dist
     table[aten._cdist_forward.default] = special.cdist
+    from .pinv import pinv
+
+    table[aten.linalg_pinv.atol_rtol_tensor] = pinv   # torch-mlir cannot import it: SVD + compiled rest
     from .sampling import grid_sampler_3d
 
     table[aten.grid_sampler_3d.default] = grid_sampler_3d   # torch has no decomposition of it

@@ -300,6 +300,16 @@ def _argument(node: fx.Node, name: str, default):
     return default
 
 
+def _library_error_check(node: fx.Node) -> bool:
+    """`with_effects(token, aten._linalg_check_errors, info, ...)`: the check that raises
+    eager's error (a singular matrix, ...) from a LAPACK call's info result, which torch
+    orders as a side effect (aot_autograd wraps it in the with_effects higher-order op,
+    which the FX importer cannot take). It belongs with the library call it checks:
+    linalg.solve, cholesky, lu_factor, inv ran it as an 'unsupported' island."""
+    return node.target is torch.ops.higher_order.with_effects and len(node.args) >= 2 and \
+        node.args[1] is aten._linalg_check_errors.default
+
+
 def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
     """Why `node` must run through torch, or None."""
     if node.meta.get(BOUNDARY):   # a pair viewed as complex for a library call, or back
@@ -307,7 +317,7 @@ def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
     if is_random(node):
         return "random"
     name = op_name(node.target)
-    if name in _LIBRARY_OPS:
+    if name in _LIBRARY_OPS or _library_error_check(node):
         return "library"
     out = node.meta.get("val")
     first = next(iter(_leaves(out, torch.Tensor)), None)
