@@ -1,8 +1,9 @@
 """Differential gradient sweep over torch's OpInfo database (CPU, float32).
 
 For each op that supports autograd (shuffled by --seed, --start/--count of them) and its
-first sample: the gradients of a fixed random weighting of its float outputs with
-respect to its float inputs, eager against `mlircap.compile` (two compiled calls).
+first sample (--pick random: one of its first 16 samples, drawn with --seed, so that new
+seeds draw samples the default never does): the gradients of a fixed random weighting of
+its float outputs with respect to its float inputs, eager against `mlircap.compile` (two compiled calls).
 A graph that falls back to eager counts as ok here: this sweep looks for wrong
 gradients (the forward-only sweep, bench/opinfo.py, measures what compiles). Prints
 one JSON record per sample and a summary. Run each chunk in its own process:
@@ -74,24 +75,28 @@ def main():
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--count", type=int, default=10 ** 6)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--pick", choices=("first", "random"), default="first",
+                    help="which sample of each op: the first, or one of the first 16 drawn with --seed")
     a = ap.parse_args()
     warnings.simplefilter("ignore")
     ops = [o for o in op_db if o.supports_autograd and torch.float32 in o.supported_dtypes("cpu")]
-    random.Random(a.seed).shuffle(ops)
+    rng = random.Random(a.seed)
+    rng.shuffle(ops)
+    picks = [rng.randrange(16) if a.pick == "random" else 0 for _ in ops]   # independent of --start
     counts = collections.Counter()
-    for op in ops[a.start:a.start + a.count]:
+    for op, pick in list(zip(ops, picks))[a.start:a.start + a.count]:
         name = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
         try:
-            samples = OI.generate_samples(op, "cpu", "float32", 1)
+            samples = OI.generate_samples(op, "cpu", "float32", pick + 1)
         except Exception:  # noqa: BLE001
             samples = []
-        for sample in samples:
+        for index, sample in enumerate(samples[-1:], len(samples) - 1):
             try:
                 rec = check(op, sample)
             except Exception as e:  # noqa: BLE001 - the harness cannot run the sample (sparse layouts)
                 rec = {"status": "harness", "why": f"{type(e).__name__}: {str(e)[:150]}"}
             counts[rec["status"]] += 1
-            print(json.dumps({"op": name, **rec}), flush=True)
+            print(json.dumps({"op": name, "index": index, **rec}), flush=True)
     print(json.dumps({"summary": dict(counts)}))
 
 
