@@ -611,6 +611,38 @@ def test_a_forward_reference_in_typing_does_not_make_capture_give_up():
     assert len(fast.graphs) == 1
 
 
+def test_record_function_inside_a_compiled_function_replays():
+    """The profiler annotation DDP's and FSDP's forwards make: _record_function_enter_new
+    returns a TorchScript handle that _record_function_exit takes. It was guarded by
+    identity, a new handle on every call: every call recorded again until cache_limit,
+    then the function ran eagerly. Now the handle is an opaque value passed from one
+    replayed call to the other: one recording, then replays."""
+    import warnings
+
+    import mlircap
+
+    def f(x):
+        with torch.autograd.profiler.record_function("mlircap-test-block"):
+            y = x.sin() * 2
+        return y + 1
+
+    # record_function's first use in a process imports torch.profiler._cupti_monitor; under
+    # pytest's import hook that import loops over a graph break and the frame runs eagerly
+    # (a separate gap: imports during a recording). Done here once, eagerly.
+    f(torch.randn(4))
+    fast = mlircap.compile(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # no cache_limit warning
+        for i in range(12):
+            x = torch.randn(4) + i
+            torch.testing.assert_close(fast(x), f(x))
+    stats = fast._call.stats
+    assert stats.records == 1 and stats.replays == 11, vars(stats)
+    with torch.profiler.profile() as prof:   # the annotation still reaches the profiler
+        fast(torch.randn(4))
+    assert any(e.name == "mlircap-test-block" for e in prof.events())
+
+
 # --------------------------------------------------------------------------- 5. state_dict
 def _state_dict(rank, world):
     import mlircap

@@ -113,12 +113,14 @@ class _ExternalCallMixin:
             return
         if isinstance(res, torch.Tensor):
             self._source(res, name, f"<result of break {k}>", argrooted=True)
-        elif _is_opaque_value(res) or type(res) is RemovableHandle or external and (_is_context_manager(res) or
-                                                                                  _ffi(res)):
+        elif _is_opaque_value(res) or type(res) is RemovableHandle or isinstance(res, torch.ScriptObject) or \
+                external and (_is_context_manager(res) or _ffi(res)):
             # e.g. a ContextVar token: passed on to other replayed calls, never inspected; a
             # library's context manager (its methods are replayed calls: special_calls.py); a
             # hook's handle (its id counts hooks made: guarded by value, every call missed); a
-            # foreign library or C data of ctypes (its functions are replayed calls too)
+            # foreign library or C data of ctypes (its functions are replayed calls too); a
+            # TorchScript object an op returns (record_function's handle, which
+            # _record_function_exit takes: guarded by identity, every call recorded again)
             self.src[id(res)] = (name, f"<result of break {k}>", "opaque")
             self.keep.append(res)
             if not _is_opaque_value(res):
