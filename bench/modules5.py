@@ -1501,9 +1501,9 @@ def _call_inputs(inputs, i):
     return inputs(i) if takes else inputs()
 
 
-def run_case(name):
+def run_case(name, cases=None):
     import mlircap
-    entry = next(c for c in CASES if c[0] == name)
+    entry = next(c for c in (CASES if cases is None else cases) if c[0] == name)
     _, factory, inputs, train, extra = entry
     torch.manual_seed(0)
     ref = M.build_model(factory, train)
@@ -1593,7 +1593,7 @@ def run_case(name):
     return res
 
 
-def worker_main():
+def worker_main(cases=None):
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     M.set_device(str(M.DEVICE))
@@ -1603,7 +1603,7 @@ def worker_main():
             continue
         t0 = time.perf_counter()
         try:
-            r = run_case(name)
+            r = run_case(name, cases)
         except Exception as e:  # noqa: BLE001
             r = {"name": name, "status": "error", "detail": f"runner: {type(e).__name__}: {e}"[:400],
                  "traceback": traceback.format_exc()[-3000:], "notes": [], "islands": [], "graphs": 0}
@@ -1612,8 +1612,10 @@ def worker_main():
 
 
 class Child(M.Child):
+    script = os.path.abspath(__file__)   # the corpus script whose --worker runs the cases
+
     def start(self):
-        self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"], stdin=subprocess.PIPE,
+        self.p = subprocess.Popen([sys.executable, self.script, "--worker"], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL if not os.environ.get(
                                       "MODULES_STDERR") else None, text=True, bufsize=1, env=self.env,
                                   start_new_session=True)
@@ -1622,8 +1624,11 @@ class Child(M.Child):
 CATS = ["ok", "breaks", "fallback", "wrong", "error", "crash", "timeout", "n/a"]
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(cases=None, script=None, doc=None):
+    """The command line of this corpus, or of another one written with the same case() records
+    (bench/modules6.py passes its CASES, its own path for the workers and its docstring)."""
+    cases = CASES if cases is None else cases
+    ap = argparse.ArgumentParser(description=doc or __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--filter", default="", help="comma-separated substrings of case names")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=240.0)
@@ -1634,16 +1639,16 @@ def main():
     ap.add_argument("-v", "--verbose", action="store_true", help="print the notes of fallbacks too")
     args = ap.parse_args()
     if args.worker:
-        return worker_main()
+        return worker_main(cases)
     M.set_device(args.device)
     if args.case:
-        r = run_case(args.case)
+        r = run_case(args.case, cases)
         print(r.pop("traceback", ""))
         print(json.dumps(r, indent=1, default=str))
         return
     filt = [f for f in args.filter.split(",") if f]
-    names = [c[0] for c in CASES if not filt or any(f in c[0] for f in filt)]
-    assert len({c[0] for c in CASES}) == len(CASES), "duplicate case names"
+    names = [c[0] for c in cases if not filt or any(f in c[0] for f in filt)]
+    assert len({c[0] for c in cases}) == len(cases), "duplicate case names"
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env["MODULES_DEVICE"] = str(M.DEVICE)
@@ -1652,6 +1657,8 @@ def main():
 
     def drive():
         child = Child(env)
+        if script:
+            child.script = os.path.abspath(script)
         while True:
             with lock:
                 if not todo:
