@@ -26,7 +26,7 @@ class Compiled:
 
     # attributes that live on the wrapper itself; everything else of a module wrapper
     # is the module's
-    _OWN_ATTRS = frozenset({"_fn", "_options", "_is_module", "graphs", "_compiled", "_call", "capture"})
+    _OWN_ATTRS = frozenset({"_fn", "_options", "_is_module", "graphs", "_compiled", "_call", "capture", "_limits"})
 
     def __new__(cls, fn=None, *args, **kwargs):
         # the wrapper of a module is itself an nn.Module (CompiledModule)
@@ -39,6 +39,7 @@ class Compiled:
         object.__setattr__(self, "_is_module", isinstance(fn, torch.nn.Module))
         self._fn = fn
         self._options = options
+        self._limits = (cache_limit, break_limit)
         self.graphs: list[CompiledGraph] = []
         backend = make_backend(options, self.graphs, eager_first=capture == "dynamo")
         if capture == "mlircap":
@@ -59,10 +60,30 @@ class Compiled:
         # capture() returns only forwards to it)
         self._call = getattr(self._compiled, "_mlircap_capture", self._compiled)
         if not self._is_module:
-            functools.update_wrapper(self, fn)
+            # the function's name and docstring; not its __dict__, which for a function
+            # compiled again (mlircap.compile(mlircap.compile(f))) is the inner wrapper's own
+            # state (its _fn, _call, graphs) and replaced this wrapper's
+            functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args, **kwargs):
         return self._call(*args, **kwargs)
+
+    def __reduce_ex__(self, protocol):
+        # copy.deepcopy / pickle: a new wrapper, compiled with the same options, of the
+        # (deep-copied / unpickled) module or function, with a cache of its own (as
+        # torch.compile's OptimizedModule); copy.copy: a new wrapper of the same module.
+        # A function compiled as a decorator pickles by its global name.
+        d = self.__dict__
+        if not d["_is_module"]:
+            import sys
+
+            mod = sys.modules.get(d.get("__module__") or "")
+            obj = mod
+            for part in (d.get("__qualname__") or "<>").split("."):
+                obj = getattr(obj, part, None)
+            if obj is self:
+                return d["__qualname__"]
+        return _rebuild, (d["_fn"], d["_options"], d["capture"], *d["_limits"])
 
     def explain(self):
         """Graphs, breaks with the user's file:line, guards, recompile reasons
@@ -148,6 +169,22 @@ for _name, _value in vars(torch.nn.Module).items():
 # class-level data of nn.Module that its methods read from the instance (_version: the
 # state dict's metadata) is the module's
 CompiledModule._version = property(lambda self: self.__dict__["_fn"]._version)
+
+
+def _inline_types() -> None:
+    from .capture.base import INLINE_TYPES
+
+    INLINE_TYPES[Compiled] = INLINE_TYPES[CompiledModule] = "_call"
+
+
+def _rebuild(fn, options: Options, capture: str, cache_limit: int, break_limit: int) -> Compiled:
+    """A wrapper `Compiled.__reduce_ex__` describes (pickle, copy.deepcopy)."""
+    return Compiled(fn, options, capture, cache_limit, break_limit)
+
+
+# a compiled module or function called from code mlircap's capture records is inlined:
+# what it wraps is called, traced into the caller's graphs (capture/base.inline_path)
+_inline_types()
 
 
 def compile(fn=None, *, strict: bool = False, device: str = "auto", opt_level: int = 3,

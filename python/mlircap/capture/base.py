@@ -68,3 +68,50 @@ def _fn_name(fn: object) -> str:
     code = getattr(getattr(fn, "__func__", fn), "__code__", None)
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
     return f"{name} ({code.co_filename}:{code.co_firstlineno})" if code is not None else name
+
+
+# The capture's own wrappers, whose call is a call of the callable they wrap (a compiled
+# child module or function called from a captured one: inlined, as Dynamo inlines an
+# OptimizedModule's original module).  INLINE_TYPES: wrapper type -> the instance attribute
+# that holds the next wrapper or, for `cache._Captured`, the wrapped callable itself ("fn");
+# INLINE_CODES: code objects of function wrappers, whose "_mlircap_capture" attribute holds
+# their _Captured.  See inline_target.
+INLINE_TYPES: dict[type, str] = {}
+INLINE_CODES: set = set()
+CAPTURED_ATTR = "fn"
+
+
+def inline_path(f: Any) -> list[tuple[Any, str]] | None:
+    """The attribute reads from the capture wrapper `f` to the callable it calls: a list of
+    (object, attribute name) ending with a `_Captured`'s "fn"; None when f is no such
+    wrapper (or one of another capture front, e.g. mlircap.compile(..., capture="dynamo"))."""
+    path: list[tuple[Any, str]] = []
+    o = f
+    while True:
+        t = type(o)
+        if t is _FUNCTION:
+            name = "_mlircap_capture" if o.__code__ in INLINE_CODES else None
+        else:
+            name = INLINE_TYPES.get(t)
+        if name is None:
+            break
+        d = getattr(o, "__dict__", None)
+        if type(d) is not dict or name not in d:
+            break
+        path.append((o, name))
+        o = d[name]
+        if name == CAPTURED_ATTR:
+            return path
+    return None
+
+
+def inline_target(f: Any) -> Any:
+    """The callable the capture wrapper `f` calls (see inline_path), or None."""
+    path = inline_path(f)
+    if path is None:
+        return None
+    o, name = path[-1]
+    return o.__dict__[name]
+
+
+_FUNCTION = type(inline_path)

@@ -3,6 +3,7 @@ stats), dispatching a call to a variant or recording a new one."""
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import sys
 import types
@@ -14,7 +15,7 @@ import torch
 
 from . import _ext
 from .. import logs as _logs
-from .base import PY312, Unreplayable, _Miss, _fn_name, _strict_error
+from .base import INLINE_TYPES, PY312, Unreplayable, _Miss, _fn_name, _strict_error, inline_target
 from .classify import _TORCH_DIR
 from .frame_hook import (
     CALLEES, _E, _E_real, _HOOK_LOCK, _HOOK_USERS, _RECORD_LOCK, _REC_TLS, _active, _call_bound, _hook_cb,
@@ -41,16 +42,34 @@ class CaptureStats:
 class _Captured:
     def __init__(self, fn: Callable, backend: Callable, cache_limit: int = 8, strict: bool = False,
                  break_limit: int = 64) -> None:
+        # a compiled module or function compiled again (mlircap.compile(mlircap.compile(f))):
+        # this capture is of what it wraps (its own capture is used where it is called alone)
+        inner = inline_target(fn)
+        while inner is not None:
+            fn, inner = inner, inline_target(inner)
         self.fn = fn
         self.backend = backend
         self.cache_limit = cache_limit
         self.strict = bool(strict)
         self.break_limit = break_limit
         self.is_module = isinstance(fn, torch.nn.Module)
-        func = type(fn).forward if self.is_module else fn
-        # the instance whose frames are this capture's: the module, or a bound method's self
-        self.bound = fn if self.is_module else getattr(fn, "__self__", None) \
-            if isinstance(fn, types.MethodType) else None
+        # what a call runs: for functools.partial(f, *a) (nested ones too) f, whose frames
+        # are captured with the partial's arguments bound in them, as any argument
+        target = fn
+        while type(target) is functools.partial:
+            target = target.func
+        module = isinstance(target, torch.nn.Module)
+        # the instance whose frames are this capture's: the module, a bound method's self,
+        # or an object with a Python __call__ (whose frames are captured)
+        if module:
+            func, self.bound = type(target).forward, target
+        elif isinstance(target, types.MethodType):
+            func, self.bound = target, target.__self__
+        elif not isinstance(target, (type, types.FunctionType)) and \
+                isinstance(getattr(type(target), "__call__", None), types.FunctionType):
+            func, self.bound = type(target).__call__, target
+        else:
+            func, self.bound = target, None
         func = getattr(func, "__func__", func)
         # a decorated function (functools.wraps): torch's context-manager decorators
         # (@torch.no_grad(), @torch.inference_mode(), ...: torch code, shared by every
@@ -63,7 +82,7 @@ class _Captured:
                 isinstance(getattr(func, "__wrapped__", None), types.FunctionType) and (
                     func.__code__.co_filename.endswith(_CONTEXT_DECORATORS) and
                     func.__code__.co_filename.startswith(_TORCH_DIR) or
-                    self.is_module and func.__code__.co_argcount == 0):
+                    module and func.__code__.co_argcount == 0):
             func = func.__wrapped__
         self.func: types.FunctionType | None = func if isinstance(func, types.FunctionType) else None
         self.code: types.CodeType | None = self.func.__code__ if self.func is not None else None
@@ -338,6 +357,9 @@ class _Captured:
     @property
     def recompiles(self) -> int:
         return max(0, len(self.variants) - 1)
+
+
+INLINE_TYPES[_Captured] = "fn"   # (base.inline_path)
 
 
 class _Callees:

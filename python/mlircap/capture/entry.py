@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from .._wrap import module_attr
+from .base import INLINE_CODES, INLINE_TYPES
 from .cache import _Captured
 from .explanation import ExplainOutput
 
@@ -31,6 +32,7 @@ def capture(fn: Callable, backend: Callable, *, cache_limit: int = 8, strict: bo
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             return c(*args, **kwargs)
+        INLINE_CODES.add(wrapper.__code__)   # called from captured code: c.fn is (base.inline_path)
     wrapper._mlircap_capture = c  # type: ignore[attr-defined]
     wrapper.explain = lambda: ExplainOutput(c)  # type: ignore[attr-defined]
     return wrapper
@@ -71,6 +73,9 @@ class _CapturedModuleCall:
             object.__delattr__(self, name)
         else:
             delattr(self.__dict__["module"], name)
+
+
+INLINE_TYPES[_CapturedModuleCall] = "_mlircap_capture"   # (base.inline_path)
 
 
 def explain(fn: Callable, backend: Callable | None = None) -> Callable[..., ExplainOutput]:

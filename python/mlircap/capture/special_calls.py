@@ -5,6 +5,8 @@
   replay's own value (`b{k}`), never inside a graph nor untraced;
 * `functools.lru_cache` functions called with constant arguments: read at replay;
 * `torch.jit.script` functions: their Python function is called instead, traced (as Dynamo);
+* compiled modules and functions (mlircap.compile, capture()): the module or function they
+  wrap is called instead, traced (as Dynamo inlines an OptimizedModule's `_orig_mod`);
 * `torch.vmap(func, ...)(*args)`: one node of the graph where func is pure tensor code
   (`_vmap_node`), else run between graphs (its ops see batched tensors no graph holds), as
   `vmap_impl(func, in_dims, ..., *args)` with `func` rebuilt at replay;
@@ -29,7 +31,7 @@ from typing import Any
 
 import torch
 
-from .base import Unreplayable, _Canned
+from .base import Unreplayable, _Canned, inline_path
 from .classify import _PRIM, _func_qualname, _scripted_python
 from .external_calls import _traced
 from .module_factories import _ModuleFactoryMixin
@@ -106,6 +108,18 @@ class _SpecialCallMixin(_ModuleFactoryMixin):
         """The callable the tracer handles for `f(*args, **kwargs)`: a scripted function's
         Python function (put in its place on the stack), f itself, or None where the call is
         handled here (a vmapped function: an uncapturable call)."""
+        path = inline_path(f)
+        if path is not None:
+            # a compiled module or function (mlircap.compile, capture()) called from the
+            # captured code: the module or function it wraps is called instead, traced into
+            # this recording's graphs (as Dynamo inlines an OptimizedModule's original
+            # module).  The attribute reads that reach it are guarded like the program's.
+            for o, name in path:
+                if id(o) in self.src:
+                    self._fake_load_attr(o, name)
+            f = path[-1][0].__dict__[path[-1][1]]
+            _E.poke(frame, slot, f)
+            return self._redirect_call(frame, f, args, kwargs, slot)
         py = _scripted_python(f)
         if py is not None:
             _E.poke(frame, slot, py)
