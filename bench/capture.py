@@ -3062,6 +3062,17 @@ def main(cases=None):
         only_d = [r[0] for r in rows if r[2]["full"] and not r[1]["full"]]
         only_m = [r[0] for r in rows if r[1]["full"] and not r[2]["full"]]
         print(f"full-graph in both: {both}; only dynamo: {only_d}; only ours: {only_m}")
+    # the summary table: at most one graph (no break, no eager fallback) with outputs and state
+    # as eager's, exactly one graph, breaks per case, wrong results
+    print(f"{'':8s} {'<=1 graph ok':>13s} {'1 graph':>8s} {'brk/case':>9s} {'wrong':>6s}")
+    fronts = [("ours", [r[1] for r in rows])] + ([] if args.no_dynamo else [("dynamo", [r[2] for r in rows])])
+    for front, rs in fronts:
+        le1 = sum(1 for d in rs if (d.get("graphs") or 0) <= 1 and not (d.get("breaks") or 0) and not d.get("eager")
+                  and d.get("graphs") is not None and d["ok"])
+        one = sum(1 for d in rs if d["full"])
+        bk = [d["breaks"] for d in rs if d.get("breaks") is not None]
+        print(f"{front:8s} {100.0 * le1 / n:12.1f}% {100.0 * one / n:7.1f}% {statistics.mean(bk) if bk else float('nan'):9.3f} "
+              f"{sum(1 for d in rs if not d['ok']):6d}")
     bad = [r[0] for r in rows if not r[1]["ok"]]
     if bad:
         print("INCORRECT (ours):", bad)
