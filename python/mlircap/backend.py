@@ -1213,11 +1213,18 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         from .attention_masks import simplify_attention_masks
 
         simplify_attention_masks(gm, example_inputs)
-        with eager_kernels_for_islands():
-            return aot_module_simplified(
-                gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
-                inference_compiler=inference_compiler, decompositions=decomposition_table(),
-            )
+        grad = torch.is_grad_enabled()
+        try:
+            with eager_kernels_for_islands():
+                return aot_module_simplified(
+                    gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
+                    inference_compiler=inference_compiler, decompositions=decomposition_table(),
+                )
+        finally:
+            # tracing runs the graph's grad-mode switch nodes: one that stopped inside a
+            # torch.no_grad() block, or a part of a split graph that ends inside one (ddsplit),
+            # left the block's mode, not the caller's
+            torch._C._set_grad_enabled(grad)
 
     return backend
 

@@ -74,6 +74,17 @@ def _fake_run(node: fx.Node, gm: fx.GraphModule, env: dict) -> Any:
     raise NotImplementedError(node.op)
 
 
+class _restoring_grad_mode:
+    def __init__(self, grad: bool) -> None:
+        self.grad = grad
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc: Any) -> None:
+        torch._C._set_grad_enabled(self.grad)
+
+
 def first_data_dependent(gm: fx.GraphModule, example_inputs: Sequence, any_failure: bool = False,
                          env: dict | None = None) -> fx.Node | None:
     """The first node of `gm` whose output shape (or value) needs tensor data, found by
@@ -87,7 +98,8 @@ def first_data_dependent(gm: fx.GraphModule, example_inputs: Sequence, any_failu
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     env = {} if env is None else env
     inputs = iter(example_inputs)
-    with warnings.catch_warnings():
+    grad = torch.is_grad_enabled()   # (the graph's grad-mode switch nodes run for real)
+    with warnings.catch_warnings(), _restoring_grad_mode(grad):
         warnings.simplefilter("ignore")
         for node in gm.graph.nodes:
             if node.op == "placeholder":
@@ -190,7 +202,7 @@ def split_data_dependent(gm: fx.GraphModule, example_inputs: Sequence,
         sub = _subgraph(gm, before, ins, outs)
         if outs:
             examples = [example_inputs[placeholders.index(n)] for n in ins]
-            steps.append((compile_fn(sub, examples), ins, outs))
+            steps.append((_in_grad_mode(compile_fn(sub, examples), before), ins, outs))
         else:   # only effects (in-place updates of inputs): run as it is
             steps.append((sub, ins, outs))
     op_ins = [n for n in _uses(op_nodes) if n not in op_set]
@@ -200,7 +212,7 @@ def split_data_dependent(gm: fx.GraphModule, example_inputs: Sequence,
         inside = set(after)
         ins = [n for n in _uses(after) if n not in inside]
         sub = _subgraph(gm, after, ins, outs)
-        steps.append((_Specialized(sub, compile_fn, strict) if outs else sub, ins, outs))
+        steps.append((_in_grad_mode(_Specialized(sub, compile_fn, strict), after) if outs else sub, ins, outs))
     if getattr(dd.target, "mlircap_trim", False):   # bounded.py: the op itself compiled
         logs.log("fallback", f"graph split into {len(steps)} parts at {name}: the results of an op of "
                              "data-dependent size, computed compiled at their bound, trimmed to their size")
@@ -213,6 +225,47 @@ def split_data_dependent(gm: fx.GraphModule, example_inputs: Sequence,
                       f"around it: {why}", stacklevel=2)
     # run in order, each value freed after its last use: the partitioner's runner
     return PartitionedGraph(gm, steps)
+
+
+def _grad_modes(nodes: list[fx.Node]) -> tuple[bool | None, bool | None]:
+    """(the grad mode a part's leading torch._C._set_grad_enabled nodes set, the mode its last
+    one leaves); None where it has none."""
+    enter = leave = None
+    lead = True
+    for n in nodes:
+        if n.op == "call_function" and n.target is torch._C._set_grad_enabled:
+            leave = bool(n.args[0])
+            if lead:
+                enter = leave
+        else:
+            lead = False
+    return enter, leave
+
+
+class _InGradMode:
+    """A compiled part of a split graph that switches grad mode (a torch.no_grad() block the
+    data-dependent op splits: the captured graph switches grad mode with
+    torch._C._set_grad_enabled nodes, and run whole ends in the mode it started in, but a
+    compiled part does not switch the caller's mode at all).  Run in the mode its leading
+    switches set, leaving the mode its last one sets, so that the island after it and the
+    caller after the last part see eager's mode (grad stayed off for good after the call)."""
+    __slots__ = ("fn", "enter", "leave")
+
+    def __init__(self, fn: Callable, enter: bool | None, leave: bool | None) -> None:
+        self.fn, self.enter, self.leave = fn, enter, leave
+
+    def __call__(self, *args: Any) -> Any:
+        if self.enter is not None:
+            torch._C._set_grad_enabled(self.enter)
+        out = self.fn(*args)
+        if self.leave is not None:
+            torch._C._set_grad_enabled(self.leave)
+        return out
+
+
+def _in_grad_mode(fn: Callable, nodes: list[fx.Node]) -> Callable:
+    enter, leave = _grad_modes(nodes)
+    return fn if enter is None and leave is None else _InGradMode(fn, enter, leave)
 
 
 def _strict_error(what: str) -> None:

@@ -1,0 +1,90 @@
+"""Held-out trust sweep, batch 8 (issue 10): regressions found by bench/modules7.py
+(distributions, RL, flows, metric learning, hand-written optimizers, torch.func, masks, integer
+index arithmetic, mixed dtypes, numerically hard inputs). Each test runs mlircap.compile against
+eager over several calls and checks the program state a call leaves too.
+
+PYTEST_DONT_REWRITE"""
+
+import warnings
+
+import torch
+
+import mlircap
+
+
+def _graphs_compiled(fast):
+    return [g for g in fast.graphs if g.fallback_reason is None and g.executable is not g.gm]
+
+
+# ------------------------------------------------------ grad mode after a split torch.no_grad()
+class _CenterLoss(torch.nn.Module):
+    """Center loss: the centers buffer updated under no_grad with per-class counts by bincount,
+    an op whose output size depends on the data, so the graph is split inside the block."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("centers", torch.randn(4, 3))
+
+    def forward(self, x, y):
+        c = self.centers.index_select(0, y)
+        loss = ((x - c) ** 2).sum(1).mean() / 2
+        with torch.no_grad():
+            delta = torch.zeros_like(self.centers).index_add_(0, y, c - x)
+            cnt = torch.bincount(y, minlength=4).to(x.dtype)
+            self.centers.sub_(0.5 * delta / (1 + cnt[:, None]))
+        return loss
+
+
+def test_no_grad_block_split_by_data_dependent_op_restores_grad_mode():
+    """A torch.no_grad() block holding a data-dependent op (bincount) splits the captured graph
+    inside the block. Tracing the part before the op (its grad-mode switch ran, the switch back
+    is in the next part) left grad mode off, and compiled parts never switch the caller's mode:
+    after the call grad mode stayed off for the rest of the process (every later backward in
+    the program raised 'element 0 of tensors does not require grad')."""
+    torch.manual_seed(0)
+    ref = _CenterLoss()
+    mine = _CenterLoss()
+    mine.load_state_dict(ref.state_dict())
+    fast = mlircap.compile(mine)
+    try:
+        for i in range(4):
+            x, y = torch.randn(7, 3, requires_grad=True), torch.randint(0, 4, (7,))
+            le = ref(x, y)
+            assert torch.is_grad_enabled()
+            lc = fast(x, y)
+            assert torch.is_grad_enabled(), f"call {i} left grad mode off"
+            torch.testing.assert_close(lc, le)
+            torch.testing.assert_close(mine.centers, ref.centers)
+            assert lc.requires_grad
+            torch.testing.assert_close(torch.autograd.grad(lc, x)[0], torch.autograd.grad(le, x)[0])
+        assert _graphs_compiled(fast)
+    finally:
+        torch.set_grad_enabled(True)
+
+
+def test_no_grad_block_split_outputs_and_caller_mode():
+    """Values made inside the split block do not require grad, values after it do; called
+    under torch.no_grad() the call leaves grad off, as the caller had it."""
+    def f(w, y):
+        with torch.no_grad():
+            cnt = torch.bincount(y, minlength=5).to(w.dtype)
+            v = w[:5] * cnt
+        return (w * 3).sum() + v.sum(), v
+
+    fast = mlircap.compile(f)
+    try:
+        for i in range(3):
+            w, y = torch.randn(6, requires_grad=True), torch.randint(0, 5, (8 + i,))
+            e, c = f(w, y), fast(w, y)
+            assert torch.is_grad_enabled()
+            for a, b in zip(e, c):
+                torch.testing.assert_close(b, a)
+                assert a.requires_grad == b.requires_grad
+            torch.testing.assert_close(torch.autograd.grad(c[0], w)[0], torch.autograd.grad(e[0], w)[0])
+        with torch.no_grad():
+            c = fast(w, y)
+            assert not torch.is_grad_enabled()
+        assert torch.is_grad_enabled()
+        assert not c[0].requires_grad
+    finally:
+        torch.set_grad_enabled(True)
