@@ -1744,6 +1744,32 @@ def build_model(factory, train):
     return m.to(DEVICE).train(train)
 
 
+def sync():
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def cuda_error(e):
+    """The first line of `e` when it is a CUDA error (a device-side assert: the process's CUDA
+    context is lost), else ''."""
+    if e is None or "CUDA error" not in str(e):
+        return ""
+    return str(e).splitlines()[0][:200]
+
+
+def cuda_lost():
+    """After a case on --device cuda: whether this process's CUDA context is unusable (a
+    device-side assert), so that its worker must be replaced before the next case."""
+    if DEVICE.type != "cuda":
+        return False
+    try:
+        torch.cuda.synchronize()
+        torch.zeros(1, device=DEVICE).item()
+        return False
+    except Exception:  # noqa: BLE001
+        return True
+
+
 def set_device(name):
     global DEVICE
     DEVICE = torch.device(name)
@@ -1798,8 +1824,12 @@ def run_case(name, ncalls=3):
             _seed_all(100 + i)   # torch's, Python's and NumPy's generators: both sides draw the same
             try:
                 out_e = ref(*args_e)
+                sync()   # eager's asynchronous CUDA errors are eager's
             except Exception as e:  # noqa: BLE001
                 err_e = e
+            if cuda_error(err_e):
+                res["status"], res["detail"] = "n/a", f"eager fails on {DEVICE.type}: {cuda_error(err_e)}"
+                return res
             rng_e = _rng_states()
             _seed_all(100 + i)
             with warnings.catch_warnings(record=True) as w:
@@ -1863,6 +1893,8 @@ def worker_main():
                  "traceback": traceback.format_exc()[-3000:], "notes": [], "islands": [], "graphs": 0}
         r["seconds"] = round(time.perf_counter() - t0, 2)
         out.write("@@RESULT " + json.dumps(r) + "\n")
+        if cuda_lost():
+            break   # the parent starts a fresh worker for the next case
 
 
 class Child:

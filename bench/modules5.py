@@ -1532,8 +1532,12 @@ def run_case(name, cases=None):
             try:
                 with ctx(i):
                     out_e = ref(*args_e)
+                M.sync()   # eager's asynchronous CUDA errors are eager's
             except Exception as e:  # noqa: BLE001
                 err_e = e
+            if M.cuda_error(err_e):
+                res["status"], res["detail"] = "n/a", f"eager fails on {M.DEVICE.type}: {M.cuda_error(err_e)}"
+                return res
             rng_e = M._rng_states()
             M._seed_all(100 + i)
             with warnings.catch_warnings(record=True) as w:
@@ -1609,6 +1613,8 @@ def worker_main(cases=None):
                  "traceback": traceback.format_exc()[-3000:], "notes": [], "islands": [], "graphs": 0}
         r["seconds"] = round(time.perf_counter() - t0, 2)
         out.write("@@RESULT " + json.dumps(r, default=str) + "\n")
+        if M.cuda_lost():
+            break   # the parent starts a fresh worker for the next case
 
 
 class Child(M.Child):

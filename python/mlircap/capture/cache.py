@@ -27,6 +27,18 @@ from .replay import _EagerVariant, _GraphVariant, _SkipFrameVariant, _Variant
 T = TypeVar("T")
 
 
+
+def _user_function_mode() -> Any:
+    """The innermost TorchFunctionMode of the user's on this thread's stack (capture's own
+    recording mode left out), or None."""
+    from torch.overrides import _get_current_function_mode_stack
+
+    for m in reversed(_get_current_function_mode_stack()):
+        if not isinstance(m, _Mode):
+            return m
+    return None
+
+
 class CaptureStats:
     """Counters of one captured function (calls, replays, recordings, eager calls) and
     the reason of each recompilation."""
@@ -89,6 +101,7 @@ class _Captured:
         self.variants: list[_Variant] = []
         self.warned = False
         self.warned_breaks = False
+        self.warned_mode = False
         self.warned_giveups: set[str] = set()
         self.stats = CaptureStats()
         self.fail_counts: collections.Counter[str] = collections.Counter()
@@ -184,6 +197,10 @@ class _Captured:
     def dispatch(self, func: types.FunctionType, args: tuple) -> Any:
         stats = self.stats
         stats.calls += 1
+        if torch._C._is_torch_function_mode_enabled():
+            mode = _user_function_mode()
+            if mode is not None:
+                return self._call_under_mode(func, args, mode)
         log = None  # results of uncapturable calls already run by a replay that missed
         for v in self.variants:
             if v.guard(args, func):
@@ -217,6 +234,20 @@ class _Captured:
             self.stats.recompile_reasons.append(reason)
             _logs.log("recompiles", f"{self.code.co_name}: {reason}")
         return self._record(func, args, log)
+
+    def _call_under_mode(self, func: types.FunctionType, args: tuple, mode: Any) -> Any:
+        """A call made while the user's TorchFunctionMode is active (`with torch.device("cuda"):`,
+        a mode that overrides torch functions): the mode changes what each torch call computes,
+        and neither the variants' graphs nor their guards know it, so the call runs eagerly."""
+        why = f"a TorchFunctionMode ({type(mode).__name__}) is active"
+        if self.strict:
+            raise _strict_error(f"{self._where()} would run eagerly: {why}")
+        if not self.warned_mode:
+            self.warned_mode = True
+            warnings.warn(f"mlircap.capture: {self._where()} runs eagerly while {why}",
+                          RuntimeWarning, stacklevel=_callers_level())
+        self.stats.eager_calls += 1
+        return _call_bound(func, self.code, args)
 
     def _call_eager(self, func: types.FunctionType, args: tuple, log: list | None = None) -> Any:
         self.stats.eager_calls += 1
