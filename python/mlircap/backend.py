@@ -374,10 +374,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, options: Options, re
         # bf16/f16 ops round once, as eager's do (opmath.py); the fallback
         # (graph.gm) stays the captured graph
         target = (compute_in_float32(gm) if device == "cpu" else None) or gm
-        if device == "cpu":   # float -> int8 / int16 through int32, as eager converts (in place:
-            from .intmath import narrow_int_conversions   # the fallback means the same)
+        from .intmath import narrow_int_conversions   # float -> int8 / int16 through int32, as
 
-            narrow_int_conversions(target)
+        narrow_int_conversions(target)   # eager converts (in place: the fallback means the same)
         physical = layouts.physical_inputs(target) if layouts.enabled(device) else None
         if physical is not None:
             target = physical[0]

@@ -78,6 +78,39 @@ def _rnn_dropout_between_layers() -> None:
 _rnn_dropout_between_layers()
 
 
+def _lstm_final_state_shape() -> None:
+    """torch before 2.12: the LSTM decomposition (one_layer_lstm, which lstm_impl runs
+    off the CPU's mkldnn path: on the GPU, and in training) returns each layer's final
+    (h, c) as `hx.squeeze(1)` of a (1, batch, hidden) tensor, which keeps the leading 1
+    for batch > 1: a compiled nn.LSTM returned h_n and c_n of shape (layers, 1, batch,
+    hidden) (eager: (layers, batch, hidden)). The layer function is wrapped to drop
+    that dimension, only where torch has the bug."""
+    import inspect
+
+    import torch._decomp.decompositions as d
+
+    layer = getattr(d, "one_layer_lstm", None)
+    if layer is None or getattr(layer, "_mlircap", False):
+        return
+    try:
+        src = inspect.getsource(layer)
+    except (OSError, TypeError):
+        return
+    if "hx.squeeze(1)" not in src:
+        return
+
+    def one_layer_lstm(inp, hidden, params, has_biases, reverse=False):
+        out, (h, c) = layer(inp, hidden, params, has_biases, reverse)
+        # (1, batch, hidden) for batch > 1; for batch 1, squeeze(1) already gave (1, hidden)
+        return out, (h.squeeze(0) if h.dim() == 3 else h, c.squeeze(0) if c.dim() == 3 else c)
+
+    one_layer_lstm._mlircap = True
+    d.one_layer_lstm = one_layer_lstm
+
+
+_lstm_final_state_shape()
+
+
 def decomposition_table():
     """torch-mlir's decompositions plus those its importer needs (BatchNorm),
     each guarded so that the graph keeps eager's numerics (see _guarded):
@@ -199,6 +232,10 @@ def _build_table() -> dict:
     table[aten.lgamma.default] = special.lgamma
     table[aten.polygamma.default] = special.polygamma
     table[aten.hypot.default] = special.hypot
+    from . import special_bessel, special_erf
+
+    for name, fn in {**special_bessel.DECOMPOSITIONS, **special_erf.DECOMPOSITIONS}.items():
+        table[getattr(aten, name).default] = fn   # Cephes' algorithms, as eager's kernels run them
     from .signs import copysign_scalar
 
     table[aten.copysign.Scalar] = copysign_scalar   # a Tensor sign: signs.rewrite (bounds.py)

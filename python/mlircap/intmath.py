@@ -313,11 +313,14 @@ def integer_pow(fallback):
 
 
 def narrow_int_conversions(gm):
-    """gm with every conversion of a CPU float tensor to int8 / int16 made through int32, as
+    """gm with every conversion of a float tensor to int8 / int16 made through int32, as
     eager's conversion is (a float out of the narrow range wraps: -153.0 to int8 is 103; a
     direct fptosi to i8 is poison in LLVM for such values, and the compiled code gave -128).
-    On CUDA eager's conversion saturates, as the GPU code's does: callers apply this to CPU
-    graphs only. gm is changed in place; returns whether anything changed."""
+    On CUDA too: eager's static_cast converts to int32 with saturation (cvt.rzi.s32: 200.0
+    to int8 is -56, 1e10 is -1, NaN 0), which the NVPTX fptosi to i32 does; with a direct
+    i8 conversion LLVM folded `q.to(torch.int8).float()` to the rounded float itself (300.0
+    where eager's wrapped value is 44.0). gm is changed in place; returns whether anything
+    changed."""
     prims = torch.ops.prims
     changed = False
     for n in list(gm.graph.nodes):
@@ -331,7 +334,7 @@ def narrow_int_conversions(gm):
             continue
         x = n.args[0].meta.get("val")
         if dtype not in (torch.int8, torch.int16) or not isinstance(x, torch.Tensor) or \
-                not x.is_floating_point() or x.device.type != "cpu":
+                not x.is_floating_point():
             continue
         with gm.graph.inserting_before(n):
             wide = gm.graph.call_function(prims.convert_element_type.default, (n.args[0], torch.int32))

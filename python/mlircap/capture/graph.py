@@ -73,6 +73,19 @@ def _new_placeholder(seg: _Seg) -> fx.Node:
 _AUTOGRAD_STATE = ("requires_grad_", "retain_grad")
 # torch functions writing the .grad of autograd leaves (replay._save_grads)
 _GRAD_WRITERS = (torch.Tensor.backward, torch.autograd.backward)
+_RNNS = frozenset({torch._VF.lstm, torch._VF.gru, torch._VF.rnn_tanh, torch._VF.rnn_relu})
+
+
+def _cudnn_rnn_dropout(func: Callable, args: tuple) -> bool:
+    """A multi-layer RNN call with dropout in training on the GPU (`torch._VF.lstm(input,
+    hx, params, has_biases, num_layers, dropout, train, ...)`, or its packed form with
+    batch_sizes after the data): cuDNN drops out between layers with its own generator
+    state, which no compiled graph can draw the same values from."""
+    if func not in _RNNS or len(args) < 8 or not isinstance(args[0], torch.Tensor) or not args[0].is_cuda:
+        return False
+    off = 0 if isinstance(args[3], bool) else 1
+    num_layers, dropout, train = args[4 + off], args[5 + off], args[6 + off]
+    return bool(train) and isinstance(dropout, (int, float)) and dropout > 0 and num_layers > 1
 # torch functions writing their running-statistics arguments without a version bump
 _UNVERSIONED_WRITERS = {"batch_norm", "instance_norm", "native_batch_norm", "_native_batch_norm_legit"}
 
@@ -138,6 +151,8 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin):
         if any(isinstance(a, torch.Generator) for a in args) or \
                 any(isinstance(a, torch.Generator) for a in kwargs.values()):
             return self._generator_op(func, args, kwargs)
+        if _cudnn_rnn_dropout(func, args):
+            return self._generator_op(func, args, kwargs, "an RNN with dropout between its layers (cuDNN's generator)")
         if name in _UNVERSIONED_WRITERS:
             self._note_unversioned(name, args, kwargs)
         if self.flow_call is not None:
@@ -284,12 +299,13 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin):
             if isinstance(a, torch.Tensor) and not isinstance(a, torch.nn.Parameter) and id(a) in self.versions:
                 self.unversioned.add(id(a))
 
-    def _generator_op(self, func: Callable, args: tuple, kwargs: dict) -> Any:
+    def _generator_op(self, func: Callable, args: tuple, kwargs: dict, what: str = "") -> Any:
         """A random op drawing from an explicit torch.Generator (`torch.rand(n, generator=g)`,
         `t.normal_(generator=g)`): the generator's state is not the graph's to hold, so the op
         is a replayed step between graphs, in order with the generator's other calls (its
         manual_seed), run exactly once per call; its tensor result is an input of the graph
-        after it.  Same seed, same values as eager."""
+        after it.  Same seed, same values as eager.  Also an op drawing from a generator state
+        of its own (`what`: _cudnn_rnn_dropout)."""
         i = self.ext_seen
         self.ext_seen += 1
         self.ext_writes += 1
@@ -299,7 +315,8 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin):
             res = _unlog(self.catchup[i])
         else:
             res = func(*args, **kwargs)
-        reason = f"random op {_op_name(func)} with an explicit generator"
+        reason = f"random op {_op_name(func)} with an explicit generator" if not what else \
+            f"random op {_op_name(func)}: {what}"
         try:
             fe = self.const(func, _func_qualname(func))
             ae = [self.expr_of(a) for a in args]

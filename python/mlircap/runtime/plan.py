@@ -127,6 +127,15 @@ def mark_module(linalg_ir: str, attr: str) -> str:
 _MODULE = re.compile(r"^module\s*(?:(attributes\s*\{)|\{)", re.M)
 
 
+def _host_input_ok(x, device: torch.device) -> bool:
+    """A CPU tensor input of a graph compiled for the GPU: `x[torch.randperm(n)]` or
+    `torch.randint(...)` made without device=, a 0-dim CPU tensor used as a scalar.
+    The graph was traced with it on the CPU, so each op that takes it takes a CPU
+    tensor there (indices, scalars) and reads only its values: the plan copies it to
+    the GPU first (the graph's outputs are checked to be on the GPU when it compiles)."""
+    return x.device.type == "cpu" and torch.device(device).type == "cuda"
+
+
 class PlanExecutor:
     """Subclasses implement __call__; they run under torch.no_grad(): compiled
     graphs are inference graphs or aot_autograd forwards whose autograd is
@@ -159,7 +168,7 @@ class PlanExecutor:
         self.n_library = len(plan.library_steps)
 
     def _check_input(self, v: Value, x):
-        if x.device != self.device or x.dtype != v.torch_dtype:
+        if (x.device != self.device and not _host_input_ok(x, self.device)) or x.dtype != v.torch_dtype:
             raise PlanError(f"input {v.index}: expected {v.dtype} on {self.device}, "
                             f"got {x.dtype} on {x.device}")
         if tuple(x.shape) != tuple(v.shape):
@@ -172,6 +181,8 @@ class PlanExecutor:
         ins = []
         for v, x in zip(self.inputs, args):
             self._check_input(v, x)
+            if x.device != self.device:   # a CPU tensor beside GPU ones (_host_input_ok)
+                x = x.to(self.device)
             ins.append(x if x.is_contiguous() else x.contiguous())
         return ins
 

@@ -1,0 +1,96 @@
+"""Wrong results that `bench/modules.py --device cuda` and `bench/modules5.py/modules6.py
+--device cuda` found on the H200 (2026-12-04), each reduced to the pattern that caused it."""
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import mlircap
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on the GPU host)")
+
+
+def _same(a, b):
+    a, b = (a, b) if isinstance(a, (tuple, list)) else ((a,), (b,))
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.shape == y.shape and x.device == y.device and x.dtype == y.dtype
+        torch.testing.assert_close(x, y, equal_nan=True)
+
+
+def _no_runtime_fallback(w):
+    bad = [str(m.message) for m in w if "failed at run time" in str(m.message)]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_lstm_final_state_shape(batch):
+    # torch 2.11's LSTM decomposition returned h_n/c_n as (layers, 1, batch, hidden)
+    torch.manual_seed(0)
+    lstm = nn.LSTM(6, 8, num_layers=2, batch_first=True).cuda()
+    x = torch.randn(batch, 5, 6, device="cuda")
+    state = (torch.randn(2, batch, 8, device="cuda"), torch.randn(2, batch, 8, device="cuda"))
+
+    def f(x, state):
+        out, (h, c) = lstm(x, state)
+        return out[:, -1] + h[-1], h, c
+
+    fast = mlircap.compile(f)
+    for _ in range(3):
+        _same(fast(x, state), f(x, state))
+
+
+@pytest.mark.parametrize("cls", [nn.GRU, nn.LSTM])
+def test_rnn_dropout_between_layers_draws_as_eager(cls):
+    # cuDNN drops out between layers from its own generator state: the call runs as eager's
+    torch.manual_seed(0)
+    m = cls(6, 8, num_layers=2, dropout=0.25, batch_first=True).cuda().train()
+    proj = nn.Linear(8, 2).cuda()
+
+    def f(x):
+        y, _ = m(x)
+        return proj(y.mean(1)).relu()
+
+    fast = mlircap.compile(f)
+    x = torch.randn(2, 5, 6, device="cuda")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for seed in (1, 1, 2):
+            torch.manual_seed(seed)
+            want = f(x)
+            torch.manual_seed(seed)
+            _same(fast(x), want)
+
+
+def test_cpu_index_tensor_beside_gpu_tensors():
+    # mixup: x[torch.randperm(n)] with the permutation made on the CPU
+    lin = nn.Linear(8, 4).cuda()
+
+    def f(x, lam):
+        return lin(lam * x + (1 - lam) * x[torch.randperm(x.shape[0])])
+
+    fast = mlircap.compile(f)
+    x = torch.randn(6, 8, device="cuda")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for seed in (1, 2, 3):
+            torch.manual_seed(seed)
+            want = f(x, 0.3)
+            torch.manual_seed(seed)
+            _same(fast(x, 0.3), want)
+    _no_runtime_fallback(w)
+
+
+def test_float_to_int8_round_trip_wraps_as_eager():
+    # a QAT observer without clamp: (x / scale).round().to(int8).float() must keep the wrap
+    def f(x, scale):
+        q = (x / scale).round().to(torch.int8)
+        return q, q.float() * scale, (x / scale).to(torch.int16)
+
+    fast = mlircap.compile(f)
+    x = torch.randn(4, 6, device="cuda") * 5
+    x[0, :4] = torch.tensor([3.0, -3.0, 40.0, 1e9])
+    scale = torch.tensor(0.01, device="cuda")
+    for _ in range(3):
+        _same(fast(x, scale), f(x, scale))
