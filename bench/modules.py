@@ -1892,9 +1892,12 @@ def worker_main():
             r = {"name": name, "status": "error", "detail": f"runner: {type(e).__name__}: {e}"[:400],
                  "traceback": traceback.format_exc()[-3000:], "notes": [], "islands": [], "graphs": 0}
         r["seconds"] = round(time.perf_counter() - t0, 2)
+        lost = cuda_lost()
+        if lost:
+            r["restart"] = True   # the parent replaces this worker before the next case
         out.write("@@RESULT " + json.dumps(r) + "\n")
-        if cuda_lost():
-            break   # the parent starts a fresh worker for the next case
+        if lost:
+            break
 
 
 class Child:
@@ -1940,7 +1943,10 @@ class Child:
                             "islands": [], "seconds": round(time.perf_counter() - t0, 2)}
                 buf = line
                 if buf.startswith("@@RESULT "):
-                    return json.loads(buf[len("@@RESULT "):])
+                    r = json.loads(buf[len("@@RESULT "):])
+                    if r.pop("restart", False):
+                        self.kill()
+                    return r
 
 
 def main():

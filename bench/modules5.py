@@ -1612,9 +1612,12 @@ def worker_main(cases=None):
             r = {"name": name, "status": "error", "detail": f"runner: {type(e).__name__}: {e}"[:400],
                  "traceback": traceback.format_exc()[-3000:], "notes": [], "islands": [], "graphs": 0}
         r["seconds"] = round(time.perf_counter() - t0, 2)
+        lost = M.cuda_lost()
+        if lost:
+            r["restart"] = True   # the parent replaces this worker before the next case
         out.write("@@RESULT " + json.dumps(r, default=str) + "\n")
-        if M.cuda_lost():
-            break   # the parent starts a fresh worker for the next case
+        if lost:
+            break
 
 
 class Child(M.Child):
