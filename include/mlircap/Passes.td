@@ -455,6 +455,13 @@ def MlircapPropagateNan : Pass<"mlircap-propagate-nan", "::mlir::func::FuncOp"> 
     (gt/ge/lt/le, ordered or unordered) is the max or min of them, and
     becomes `arith.maximumf` / `arith.minimumf`, which return NaN when either
     operand is NaN (and lower to `llvm.maximum` / `max.NaN` on both targets).
+    Against a bound that is a constant other than NaN (clamp's and relu's
+    scalars, relu6 / hardtanh's 0-d constant tensors read by the payload),
+    NaN can only come from x: the select becomes eager's own form, `x < lo ?
+    lo : x` (`x > hi ? hi : x`) with an ordered compare, which keeps x when it
+    is NaN and when it equals the bound: `relu(-0.0)` and `clamp(-0.0,
+    min=0)` are -0.0 in eager, and `maximumf`, ordering -0 below +0, gave
+    +0.0 (a sign later read by `1 / x`, `atan2`, `copysign`, `signbit`).
 
     Runs first in `mlircap-fuse` and the CPU pipeline, on the payloads as
     torch-mlir produced them (one aten op each): a user's own `torch.where(x
@@ -471,7 +478,7 @@ def MlircapPropagateNan : Pass<"mlircap-propagate-nan", "::mlir::func::FuncOp"> 
     %c = arith.cmpf ult, %x, %lo : f32
     %y = arith.select %c, %lo, %x : f32
     ```
-    After:
+    After (`%lo` not a constant; a constant: `cmpf olt` and the same select):
     ```mlir
     %y = arith.maximumf %x, %lo : f32
     ```

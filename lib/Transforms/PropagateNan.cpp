@@ -16,6 +16,9 @@
 //===----------------------------------------------------------------------===//
 #include "mlircap/Passes.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 namespace mlir::mlircap {
@@ -43,8 +46,34 @@ int direction(CmpFPredicate p) {
   }
 }
 
+/// Whether `v` is a float constant (scalar or splat) that is not NaN, or the
+/// payload argument of a linalg.generic input that is one (hardtanh / relu6's
+/// bounds are 0-d constant tensors read by the payload).
+bool isNonNanConstant(Value v) {
+  if (auto arg = dyn_cast<BlockArgument>(v)) {
+    auto generic = dyn_cast<linalg::GenericOp>(arg.getOwner()->getParentOp());
+    if (!generic || arg.getOwner() != generic.getBody() ||
+        arg.getArgNumber() >= generic.getNumDpsInputs())
+      return false;
+    v = generic.getDpsInputOperand(arg.getArgNumber())->get();
+  }
+  Attribute attr;
+  if (!matchPattern(v, m_Constant(&attr)))
+    return false;
+  if (auto f = dyn_cast<FloatAttr>(attr))
+    return !f.getValue().isNaN();
+  if (auto d = dyn_cast<SplatElementsAttr>(attr))
+    return isa<FloatType>(d.getElementType()) && !d.getSplatValue<APFloat>().isNaN();
+  return false;
+}
+
 /// select(a > b, a, b) -> maximumf(a, b); select(a > b, b, a) -> minimumf;
-/// the same with <, >=, <= and ordered or unordered predicates.
+/// the same with <, >=, <= and ordered or unordered predicates. Against a
+/// constant bound c that is not NaN (clamp, clamp_min, relu, relu6), it
+/// becomes eager's `x < c ? c : x` (`x > c ? c : x` for a min) with an
+/// ordered compare instead: NaN only comes from x and is kept, and so is x
+/// when it equals the bound, as eager's kernels keep it (relu(-0.0) and
+/// clamp(-0.0, min=0) are -0.0; maximumf orders -0 below +0 and gave +0.0).
 struct SelectToMinMax : OpRewritePattern<arith::SelectOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(arith::SelectOp op,
@@ -62,6 +91,19 @@ struct SelectToMinMax : OpRewritePattern<arith::SelectOp> {
     if (!keepsOrder && !swapsOrder)
       return failure();
     bool isMax = (dir > 0) == keepsOrder;
+    Value x, c;
+    if (isNonNanConstant(b) && !isNonNanConstant(a))
+      x = a, c = b;
+    else if (isNonNanConstant(a) && !isNonNanConstant(b))
+      x = b, c = a;
+    if (x) {
+      CmpFPredicate pred = isMax ? CmpFPredicate::OLT : CmpFPredicate::OGT;
+      if (cmp.getPredicate() == pred && cmp.getLhs() == x && t == c && f == x)
+        return failure(); // already that form
+      Value cond = arith::CmpFOp::create(rewriter, cmp.getLoc(), pred, x, c);
+      rewriter.replaceOpWithNewOp<arith::SelectOp>(op, cond, c, x);
+      return success();
+    }
     if (isMax)
       rewriter.replaceOpWithNewOp<arith::MaximumFOp>(op, a, b);
     else

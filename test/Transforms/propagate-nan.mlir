@@ -1,13 +1,17 @@
 // RUN: mlircap-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(mlircap-propagate-nan))" | FileCheck %s
 
 // torch-mlir's clamp(x, -1, 1): unordered compares pick the bound for NaN.
+// Against constant bounds: eager's x < lo ? lo : x with ordered compares (NaN
+// and a -0.0 equal to a bound 0.0 are kept, as eager keeps them).
 // CHECK-LABEL: func.func @clamp(
 // CHECK-SAME: %[[X:.*]]: f32
 // CHECK-DAG: %[[LO:.*]] = arith.constant -1.0
 // CHECK-DAG: %[[HI:.*]] = arith.constant 1.0
-// CHECK: %[[A:.*]] = arith.maximumf %[[X]], %[[LO]] : f32
-// CHECK: %[[B:.*]] = arith.minimumf %[[A]], %[[HI]] : f32
-// CHECK-NOT: arith.select
+// CHECK: %[[C:.*]] = arith.cmpf olt, %[[X]], %[[LO]] : f32
+// CHECK: %[[A:.*]] = arith.select %[[C]], %[[LO]], %[[X]] : f32
+// CHECK: %[[D:.*]] = arith.cmpf ogt, %[[A]], %[[HI]] : f32
+// CHECK: %[[B:.*]] = arith.select %[[D]], %[[HI]], %[[A]] : f32
+// CHECK-NOT: arith.maximumf
 // CHECK: return %[[B]]
 func.func @clamp(%x: f32) -> f32 {
   %lo = arith.constant -1.0 : f32
@@ -17,6 +21,50 @@ func.func @clamp(%x: f32) -> f32 {
   %2 = arith.cmpf ugt, %1, %hi : f32
   %3 = arith.select %2, %hi, %1 : f32
   return %3 : f32
+}
+
+// -----
+
+// relu as torch-mlir writes it (select(x > 0, x, 0)) and relu6's decomposition,
+// whose bounds are 0-d constant tensors read by the payload: the same form.
+// CHECK-LABEL: func.func @relu_bounds(
+// CHECK-NOT: arith.maximumf
+// CHECK-NOT: arith.minimumf
+// CHECK: %[[C0:.*]] = arith.cmpf olt, %{{.*}}, %[[Z:.*]] : f32
+// CHECK: arith.select %[[C0]], %[[Z]], %{{.*}} : f32
+// CHECK: ^bb0(%[[IN:.*]]: f32, %[[L:.*]]: f32, %[[H:.*]]: f32, %{{.*}}: f32):
+// CHECK: %[[C1:.*]] = arith.cmpf olt, %[[IN]], %[[L]] : f32
+// CHECK: %[[M:.*]] = arith.select %[[C1]], %[[L]], %[[IN]] : f32
+// CHECK: %[[C2:.*]] = arith.cmpf ogt, %[[M]], %[[H]] : f32
+// CHECK: arith.select %[[C2]], %[[H]], %[[M]] : f32
+// CHECK: arith.maximumf
+func.func @relu_bounds(%x: f32, %t: tensor<4xf32>, %u: tensor<4xf32>) -> (f32, tensor<4xf32>, tensor<4xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %0 = arith.cmpf ugt, %x, %zero : f32
+  %1 = arith.select %0, %x, %zero : f32
+  %lo = arith.constant dense<0.0> : tensor<f32>
+  %hi = arith.constant dense<6.0> : tensor<f32>
+  %e = tensor.empty() : tensor<4xf32>
+  %2 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>],
+                       iterator_types = ["parallel"]}
+      ins(%t, %lo, %hi : tensor<4xf32>, tensor<f32>, tensor<f32>) outs(%e : tensor<4xf32>) {
+  ^bb0(%in: f32, %l: f32, %h: f32, %o: f32):
+    %c = arith.cmpf ogt, %in, %l : f32
+    %m = arith.select %c, %in, %l : f32
+    %c2 = arith.cmpf olt, %m, %h : f32
+    %n = arith.select %c2, %m, %h : f32
+    linalg.yield %n : f32
+  } -> tensor<4xf32>
+  // a non-constant second operand: maximumf
+  %3 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>],
+                       iterator_types = ["parallel"]}
+      ins(%t, %u : tensor<4xf32>, tensor<4xf32>) outs(%e : tensor<4xf32>) {
+  ^bb0(%in: f32, %v: f32, %o: f32):
+    %c = arith.cmpf ogt, %in, %v : f32
+    %m = arith.select %c, %in, %v : f32
+    linalg.yield %m : f32
+  } -> tensor<4xf32>
+  return %1, %2, %3 : f32, tensor<4xf32>, tensor<4xf32>
 }
 
 // -----

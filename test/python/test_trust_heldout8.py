@@ -5,8 +5,6 @@ eager over several calls and checks the program state a call leaves too.
 
 PYTEST_DONT_REWRITE"""
 
-import warnings
-
 import torch
 
 import mlircap
@@ -88,3 +86,28 @@ def test_no_grad_block_split_outputs_and_caller_mode():
         assert not c[0].requires_grad
     finally:
         torch.set_grad_enabled(True)
+
+
+# ------------------------------------------------------ signed zeros through clamp / relu
+def _clamps(a):
+    import torch.nn.functional as F
+    return (a.clamp(min=0), a.clamp(max=-0.0), a.clamp(-1, 1), F.relu(a), F.relu6(a), F.hardtanh(a),
+            F.leaky_relu(a), torch.clamp_min(a, 0.0), 1 / F.relu(a), torch.atan2(a.clamp(min=0), a.new_tensor(-1.0)))
+
+
+def test_clamp_and_relu_keep_negative_zero_and_nan_as_eager():
+    """Eager's clamp / relu kernels compute `x < lo ? lo : x`: a -0.0 equal to the bound 0.0
+    stays -0.0 (relu(-0.0) is -0.0, 1 / relu(-0.0) is -inf), NaN stays NaN. The compiled graph
+    made NaN-propagating selects arith.maximumf, which orders -0 below +0: relu(-0.0) was +0.0
+    (1 / relu(x) gave +inf, atan2 pi instead of -pi). Scalar bounds, relu6 / hardtanh's 0-d
+    tensors, vectorized sizes and tails."""
+    fast = mlircap.compile(_clamps)
+    for n in (6, 37):
+        a = torch.tensor([0.0, -0.0, 1.0, -1.0, float("nan"), 7.0, -0.0, 0.5] * 5)[:n]
+        for _ in range(2):
+            e, c = _clamps(a), fast(a)
+            for i, (x, y) in enumerate(zip(e, c)):
+                torch.testing.assert_close(y, x, equal_nan=True)
+                num = ~x.isnan()   # (a NaN's sign is not specified)
+                assert torch.equal(torch.signbit(y[num]), torch.signbit(x[num])), (i, x.tolist(), y.tolist())
+    assert _graphs_compiled(fast)
