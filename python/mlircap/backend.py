@@ -1101,6 +1101,15 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         return make_boxed_func(gm.forward)
 
     def backend(gm, example_inputs):
+        from .ddsplit import restoring_global_modes
+
+        # compiling runs the graph's grad-mode and autocast switch nodes (tracing, fake
+        # propagation, speculation): one that stopped inside a torch.no_grad() or autocast
+        # block, or a part of a split graph that ends inside one, left the block's state
+        with restoring_global_modes():
+            return _backend(gm, example_inputs)
+
+    def _backend(gm, example_inputs):
         _wait_for_collectives(gm)
         if not eager_first:
             return backend_parts(gm, example_inputs)
@@ -1141,12 +1150,13 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
                 # with the float specialized), not a failure of the graph
                 raise
             except Exception as e:
-                from .ddsplit import is_data_dependent_error, split_data_dependent
+                from .ddsplit import is_data_dependent_error, restoring_global_modes, split_data_dependent
 
                 # (under strict=True too: a speculated graph runs compiled, and a
                 # guard that fails raises instead of rerunning eagerly)
                 if is_data_dependent_error(e):
-                    spec = _speculate(gm, example_inputs)
+                    with restoring_global_modes():   # (it runs the graph)
+                        spec = _speculate(gm, example_inputs)
                     if spec is not None:
                         return spec
 
@@ -1212,18 +1222,15 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         from .attention_masks import simplify_attention_masks
 
         simplify_attention_masks(gm, example_inputs)
-        grad = torch.is_grad_enabled()
-        try:
-            with eager_kernels_for_islands():
-                return aot_module_simplified(
-                    gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
-                    inference_compiler=inference_compiler, decompositions=decomposition_table(),
-                )
-        finally:
-            # tracing runs the graph's grad-mode switch nodes: one that stopped inside a
-            # torch.no_grad() block, or a part of a split graph that ends inside one (ddsplit),
-            # left the block's mode, not the caller's
-            torch._C._set_grad_enabled(grad)
+        from .ddsplit import restoring_global_modes
+
+        # (a failed trace restores them before the graph is tried again, speculated or split:
+        # compiled with grad left off, a part of it became an inference graph)
+        with restoring_global_modes(), eager_kernels_for_islands():
+            return aot_module_simplified(
+                gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
+                inference_compiler=inference_compiler, decompositions=decomposition_table(),
+            )
 
     return backend
 

@@ -74,15 +74,43 @@ def _fake_run(node: fx.Node, gm: fx.GraphModule, env: dict) -> Any:
     raise NotImplementedError(node.op)
 
 
-class _restoring_grad_mode:
-    def __init__(self, grad: bool) -> None:
-        self.grad = grad
+class restoring_global_modes:
+    """Restores, on exit, the grad mode and the autocast state (per device enabled and dtype,
+    the cast cache flag, the nesting count) as they were on entry.  Running a captured graph's
+    nodes other than by calling it whole (tracing, fake propagation, a part of it) runs its
+    torch._C._set_grad_enabled and _enter_autocast / _exit_autocast switch nodes for real: one
+    stopped inside a block, or a part ending inside one, left the block's state for the rest
+    of the process (grad off: every later backward raised; autocast on, and the cast cache
+    never cleared again, which the outermost autocast exit does)."""
 
-    def __enter__(self) -> None:
-        pass
+    _DEVICES = ("cpu", "cuda")
+
+    def __enter__(self) -> restoring_global_modes:
+        self.grad = torch.is_grad_enabled()
+        self.autocast = [(d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in self._DEVICES]
+        self.cache = torch.is_autocast_cache_enabled()
+        self.nesting = _autocast_nesting()
+        return self
 
     def __exit__(self, *exc: Any) -> None:
         torch._C._set_grad_enabled(self.grad)
+        for d, enabled, dtype in self.autocast:
+            torch.set_autocast_enabled(d, enabled)
+            torch.set_autocast_dtype(d, dtype)
+        torch.set_autocast_cache_enabled(self.cache)
+        n = _autocast_nesting()
+        while n > self.nesting:
+            n = torch.autocast_decrement_nesting()
+            if n == 0:
+                torch.clear_autocast_cache()
+        while n < self.nesting:
+            n = torch.autocast_increment_nesting()
+
+
+def _autocast_nesting() -> int:
+    n = torch.autocast_increment_nesting() - 1
+    torch.autocast_decrement_nesting()
+    return n
 
 
 def first_data_dependent(gm: fx.GraphModule, example_inputs: Sequence, any_failure: bool = False,
@@ -98,8 +126,7 @@ def first_data_dependent(gm: fx.GraphModule, example_inputs: Sequence, any_failu
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     env = {} if env is None else env
     inputs = iter(example_inputs)
-    grad = torch.is_grad_enabled()   # (the graph's grad-mode switch nodes run for real)
-    with warnings.catch_warnings(), _restoring_grad_mode(grad):
+    with warnings.catch_warnings(), restoring_global_modes():   # (its mode switch nodes run for real)
         warnings.simplefilter("ignore")
         for node in gm.graph.nodes:
             if node.op == "placeholder":

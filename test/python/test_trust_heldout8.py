@@ -111,3 +111,33 @@ def test_clamp_and_relu_keep_negative_zero_and_nan_as_eager():
                 num = ~x.isnan()   # (a NaN's sign is not specified)
                 assert torch.equal(torch.signbit(y[num]), torch.signbit(x[num])), (i, x.tolist(), y.tolist())
     assert _graphs_compiled(fast)
+
+
+def test_autocast_region_split_by_data_dependent_op_leaves_autocast_off():
+    """An autocast region holding a data-dependent op: compiling the graph (tracing, fake
+    propagation) ran its _enter_autocast node and stopped before the _exit_autocast one, so
+    after the call autocast stayed on for the whole process (every later matmul in bf16) and
+    its nesting count stayed up (the cast cache of weights never cleared again)."""
+    def f(x, w, y):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            h = x @ w
+            cnt = torch.bincount(y, minlength=4)
+            h2 = h @ w
+        return h, h2, cnt, (h2.float() * 2).sum()
+
+    fast = mlircap.compile(f)
+    try:
+        for i in range(3):
+            x, w, y = torch.randn(4, 4), torch.randn(4, 4), torch.randint(0, 4, (6 + i,))
+            e, c = f(x, w, y), fast(x, w, y)
+            assert not torch.is_autocast_enabled("cpu"), f"call {i} left autocast on"
+            assert torch.is_grad_enabled()
+            for a, b in zip(e, c):
+                assert a.dtype == b.dtype
+                torch.testing.assert_close(b, a)
+            assert (torch.randn(2, 2) @ torch.randn(2, 2)).dtype == torch.float32
+        # the nesting count is back at 0: leaving a region clears the cast cache again
+        assert torch.autocast_increment_nesting() == 1
+        assert torch.autocast_decrement_nesting() == 0
+    finally:
+        torch.set_autocast_enabled("cpu", False)
