@@ -368,12 +368,15 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, options: Options, re
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():
-        from .opmath import compute_in_float32
+        from .opmath import compute_in_float32, overflowing_number
         from .widen import widen_uint8
 
         # bf16/f16 ops round once, as eager's do (opmath.py); the fallback
         # (graph.gm) stays the captured graph
-        target = (compute_in_float32(gm) if device == "cpu" else None) or gm
+        # (GPU: only ops with a Python number past the low dtype's range, read in float32
+        # as eager's CUDA kernels read it, opmath.overflowing_number)
+        target = (compute_in_float32(gm) if device == "cpu" else
+                  compute_in_float32(gm, only=overflowing_number, rounded_numbers=False)) or gm
         from .intmath import narrow_int_conversions   # float -> int8 / int16 through int32, as
 
         narrow_int_conversions(target)   # eager converts (in place: the fallback means the same)

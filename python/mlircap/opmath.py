@@ -17,6 +17,9 @@ random ops are left alone; reductions already accumulate in float32
 """
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import torch
 import torch.fx as fx
 
@@ -65,12 +68,13 @@ def as_dtype_scalar(v, dtype: torch.dtype):
         return t.to(dtype).item()
 
 
-def pin_dtype_defaults(op, args: tuple, kwargs: dict, dtype: torch.dtype) -> tuple[tuple, dict]:
+def pin_dtype_defaults(op, args: tuple, kwargs: dict, dtype: torch.dtype,
+                       rounded_numbers: bool = True) -> tuple[tuple, dict]:
     """`args`, `kwargs` of a call of `op` on `dtype` (bfloat16/float16) with the
     arguments whose meaning depends on that dtype made explicit (_DTYPE_DEFAULTS,
     _ROUNDED_NUMBERS), so that the call means the same when computed in float32."""
     name = op_name(op) if isinstance(op, torch._ops.OpOverload) else None
-    defaults, rounded = _DTYPE_DEFAULTS.get(name), _ROUNDED_NUMBERS.get(name)
+    defaults, rounded = _DTYPE_DEFAULTS.get(name), _ROUNDED_NUMBERS.get(name) if rounded_numbers else None
     if not defaults and not rounded:
         return args, kwargs
     names = [a.name for a in op._schema.arguments]
@@ -120,11 +124,14 @@ def _as(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return v.to(dtype)
 
 
-def compute_in_float32(gm: fx.GraphModule) -> fx.GraphModule | None:
-    """A copy of `gm` whose low-precision pointwise ops compute in float32 and
-    round once (module docstring), or None when there is nothing to rewrite.
+def compute_in_float32(gm: fx.GraphModule, only: Callable[[fx.Node], bool] | None = None,
+                       rounded_numbers: bool = True) -> fx.GraphModule | None:
+    """A copy of `gm` whose low-precision pointwise ops (those `only` selects, if given)
+    compute in float32 and round once (module docstring), or None when there is nothing
+    to rewrite. `rounded_numbers`: Python numbers of _ROUNDED_NUMBERS are rounded to the
+    op's dtype first, as eager's CPU kernels do (its CUDA kernels read them in float32).
     Inputs and outputs keep their dtypes; node names are kept."""
-    targets = [n for n in gm.graph.nodes if _computes(n) and _low(n.meta.get("val"))]
+    targets = [n for n in gm.graph.nodes if _computes(n) and _low(n.meta.get("val")) and (only is None or only(n))]
     if not targets:
         return None
     graph = fx.Graph()
@@ -132,7 +139,7 @@ def compute_in_float32(gm: fx.GraphModule) -> fx.GraphModule | None:
     graph.output(graph.graph_copy(gm.graph, env))
     for old in targets:
         n, want = env[old], old.meta["val"]
-        n.args, n.kwargs = pin_dtype_defaults(n.target, n.args, n.kwargs, want.dtype)
+        n.args, n.kwargs = pin_dtype_defaults(n.target, n.args, n.kwargs, want.dtype, rounded_numbers)
         with graph.inserting_before(n):
             for a in n.all_input_nodes:
                 v = a.meta.get("val")
@@ -148,3 +155,16 @@ def compute_in_float32(gm: fx.GraphModule) -> fx.GraphModule | None:
         n.replace_all_uses_with(down, delete_user_cb=lambda u, down=down: u is not down)
     graph.lint()
     return fx.GraphModule(gm, graph)
+
+
+def overflowing_number(node: fx.Node) -> bool:
+    """`node` takes a Python number past its low-precision result dtype's range (`h *
+    70000.0` on float16): eager computes with the number in float32 (35000.0 for h =
+    0.5), while the number converted to float16 first is inf. The GPU path computes
+    only these ops in float32 (compute_in_float32's `only`)."""
+    v = node.meta.get("val")
+    if not _low(v):
+        return False
+    big = torch.finfo(v.dtype).max
+    return any(isinstance(a, (int, float)) and not isinstance(a, bool) and abs(a) > big and math.isfinite(a)
+               for a in (*node.args, *node.kwargs.values()))

@@ -249,3 +249,43 @@ def avg_pool2d_divisor_override(fallback):
         return (mean.to(torch.float32) * factor).to(x.dtype)
 
     return decomposition
+
+
+# ---------------------------------------------------------------- shared by special_bessel.py, special_erf.py
+def unary(compute, low_precision=True):
+    """The decomposition of a unary special function of CPU real tensors: integers and bool
+    promoted to the default float dtype (eager's INT_TO_FLOAT kernels), bfloat16/float16
+    computed in float32 and rounded once (eager's kernels upcast them; where eager has no
+    such kernel, `low_precision=False`: NotImplemented, the op stays whole and raises as
+    eager does), `compute(t)` on t float32/float64. Other inputs: NotImplemented."""
+
+    def decomposition(x):
+        if not isinstance(x, torch.Tensor) or x.device.type != "cpu" or x.is_complex():
+            return NotImplemented
+        out = x.dtype if x.is_floating_point() else torch.get_default_dtype()
+        work = torch.float32 if out in (torch.bfloat16, torch.float16) else out
+        if work not in (torch.float32, torch.float64) or (work != out and not low_precision):
+            return NotImplemented
+        return compute(x.to(work)).to(out)
+
+    return decomposition
+
+
+def horner(z: torch.Tensor, coeffs) -> torch.Tensor:
+    """coeffs[0] z^n + ... + coeffs[n] by Horner's rule in z's dtype (Cephes' polevl, and
+    eager's `acc = acc * z + c` loops from 0)."""
+    acc = torch.full_like(z, coeffs[0])
+    for c in coeffs[1:]:
+        acc = acc * z + c
+    return acc
+
+
+def chbevl(y: torch.Tensor, coeffs) -> torch.Tensor:
+    """The Chebyshev series sum' coeffs[i] T_i(y / 2) by Clenshaw's recurrence in y's dtype,
+    as Cephes' chbevl (and eager's Bessel loops, b0 = y b1 - b2 + c) evaluates it."""
+    b0, b1 = torch.full_like(y, coeffs[0]), torch.zeros_like(y)
+    b2 = b1
+    for c in coeffs[1:]:
+        b2, b1 = b1, b0
+        b0 = y * b1 - b2 + c
+    return 0.5 * (b0 - b2)

@@ -94,3 +94,24 @@ def test_float_to_int8_round_trip_wraps_as_eager():
     scale = torch.tensor(0.01, device="cuda")
     for _ in range(3):
         _same(fast(x, scale), f(x, scale))
+
+
+def test_half_times_a_number_past_its_range():
+    # eager reads 70000.0 in float32 (h = 0.5 gives 35000); converted to float16 first it is inf
+    def f(h):
+        return h * 70000.0, h / 1e-6, h.float() * 2
+
+    h = torch.linspace(-1, 1, 12, device="cuda").half().reshape(3, 4)
+    check_same = mlircap.compile(f)
+    for _ in range(3):
+        _same(check_same(h), f(h))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_low_precision_cumsum_accumulates_in_float32(dtype):
+    x = torch.randn(4, 64, device="cuda").to(dtype)
+    fast = mlircap.compile(lambda x: (x.cumsum(-1), x.cumprod(-1)))
+    for _ in range(3):
+        got, want = fast(x), (x.cumsum(-1), x.cumprod(-1))
+        for a, b in zip(got, want):
+            assert torch.equal(a, b)
