@@ -236,6 +236,10 @@ def _build_table() -> dict:
     table[aten.lgamma.default] = special.lgamma
     table[aten.polygamma.default] = special.polygamma
     table[aten.hypot.default] = special.hypot
+    from . import special_bessel, special_erf
+
+    for name, fn in {**special_bessel.DECOMPOSITIONS, **special_erf.DECOMPOSITIONS}.items():
+        table[getattr(aten, name).default] = fn   # Cephes' algorithms, as eager's kernels run them
     from .signs import copysign_scalar
 
     table[aten.copysign.Scalar] = copysign_scalar   # a Tensor sign: signs.rewrite (bounds.py)
