@@ -141,3 +141,48 @@ def test_autocast_region_split_by_data_dependent_op_leaves_autocast_off():
         assert torch.autocast_decrement_nesting() == 0
     finally:
         torch.set_autocast_enabled("cpu", False)
+
+
+# ------------------------------------------------------ torch.set_grad_enabled(flag) left switched
+def _off_after(x):
+    y = x * 2
+    torch.set_grad_enabled(False)   # (a script's "inference from here on")
+    return y, y * 3
+
+
+def _on_after(x):
+    y = x * 2
+    torch.set_grad_enabled(True)
+    return y, y * 3, x * 4
+
+
+def _off_then_break(x):
+    y = x * 2
+    torch.set_grad_enabled(False)
+    idx = (y > 0).nonzero()
+    return y, y[idx[:, 0]] * 3, idx
+
+
+def test_unrestored_set_grad_enabled_leaves_eagers_mode_and_requires_grad():
+    """torch.set_grad_enabled(flag) called as a function (not a context) leaves the mode
+    switched after the call in eager. The replay ended in the mode the call started in (graphs
+    restore it), so from the second call on grad stayed on (or off) where eager switched it;
+    and the graphs were compiled in the mode the recording ended in: y = x * 2 computed before
+    the switch did not require grad."""
+    x = torch.randn(6, requires_grad=True)
+    try:
+        for fn, mode in ((_off_after, True), (_on_after, False), (_off_then_break, True)):
+            fast = mlircap.compile(fn)
+            for i in range(3):
+                torch.set_grad_enabled(mode)
+                e = fn(x)
+                ge = torch.is_grad_enabled()
+                torch.set_grad_enabled(mode)
+                c = fast(x)
+                assert torch.is_grad_enabled() == ge, (fn.__name__, i)
+                for a, b in zip(e, c):
+                    torch.testing.assert_close(b, a)
+                    assert a.requires_grad == b.requires_grad, (fn.__name__, i)
+            assert _graphs_compiled(fast), fn.__name__
+    finally:
+        torch.set_grad_enabled(True)

@@ -289,6 +289,7 @@ class _Captured:
                 sys.setprofile(rec.global_profile)
                 try:
                     result = _call_bound(func, self.code, args)
+                    rec.grad_end = torch.is_grad_enabled()   # (torch.set_grad_enabled(False) unrestored)
                 finally:
                     sys.setprofile(old_prof)
                     sys.settrace(old)

@@ -378,7 +378,8 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin):
             self.unreplayable = self.unreplayable or f"{reason} inside an autocast region"
         k = self.ncalls
         self.ncalls += 1
-        self.steps.append(CallStep(k, fe, ae, ke, reason, external=external))
+        g = torch.is_grad_enabled()   # (after an unbalanced torch.set_grad_enabled(False))
+        self.steps.append(CallStep(k, fe, ae, ke, reason, external=external, grad=None if g == self.grad0 else g))
         self._resume_mark(k)
         return k
 

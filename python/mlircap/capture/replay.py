@@ -256,7 +256,10 @@ class _GraphVariant(_Variant):
             seg.gm = gm
             self.graphs.append(gm)
             dyn = rec.__dict__.get("dyn_shape") or {}   # tensors whose shape depends on tensor data
-            with torch.inference_mode(seg.inference) if seg.inference != rec.amb0[0] else contextlib.nullcontext():
+            # (in the mode the replay runs it in: after an unbalanced torch.set_grad_enabled(False)
+            # the recording ended with grad off, and a graph traced so became an inference graph)
+            with torch.inference_mode(seg.inference) if seg.inference != rec.amb0[0] else contextlib.nullcontext(), \
+                    torch.set_grad_enabled(rec.grad0):
                 compiled.append(_compile_graph(backend, gm, list(seg.examples), rec.uses_rng,
                                                double_backward=_double_backward_ok(rec, seg),
                                                strict=getattr(rec.captured, "strict", False),
@@ -316,6 +319,7 @@ class _GraphVariant(_Variant):
                 call = f"{st.callee}(" + ", ".join(argl) + ")"
                 # the objects the frame holds, read through locations the call may rebind
                 L.extend(ind + f"{name} = {e}" for name, e in rec.epoch_binds.get(k, ()))
+                at = len(L)
                 if st.external:
                     j = len(ext_done)
                     L.append(ind + f"b{k} = _unlog(_lg[{j}]) if _n > {j} else {call}")
@@ -326,6 +330,9 @@ class _GraphVariant(_Variant):
                         ext_done.append(f"b{k}")
                 else:  # a data-dependent tensor operation: no side effect, just run it
                     L.append(ind + f"b{k} = {call}")
+                if st.grad is not None:   # run in the grad mode it was recorded in (graphs: grad0)
+                    L.insert(at, ind + f"torch._C._set_grad_enabled({st.grad})")
+                    L.append(ind + f"torch._C._set_grad_enabled({rec.grad0})")
                 if midg.get(k + 1):
                     # (a guard raising, e.g. a key its container lost, fails: as the pre-call ones)
                     cond = " and ".join(f"({e})" for e in midg[k + 1])
@@ -359,6 +366,9 @@ class _GraphVariant(_Variant):
                 L.append(ind + (f"{fn}({target}, {kl}, None)" if fn else f"{target}.pop({kl}, None)"))
             elif kind in _WRITE_FORMS:
                 L.append(ind + _WRITE_FORMS[kind].format(t=target, k=key, w=f"_w{i}"))
+        grad_end = rec.__dict__.get("grad_end", rec.grad0)
+        if grad_end != rec.grad0:   # torch.set_grad_enabled(flag) not restored: eager leaves it so
+            L.append(ind + f"torch._C._set_grad_enabled({grad_end})")
         L.append(ind + f"return {ret}")
         L.append("    return __replay")
         self.source = "\n".join(L)

@@ -26,6 +26,7 @@ class CallStep:
     reason: str
     external: bool   # an uncapturable call (run once per call, result logged for a miss);
                      # False: a data-dependent tensor operation (no side effect)
+    grad: bool | None = None   # the grad mode it ran in, where not the call's starting one
 
 
 Step = GraphStep | CallStep
