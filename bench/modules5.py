@@ -1501,6 +1501,20 @@ def _call_inputs(inputs, i):
     return inputs(i) if takes else inputs()
 
 
+def _global_state():
+    """Process-wide modes a call may leave switched (torch.set_grad_enabled(False) called as a
+    function, an autocast region left open): compared after eager's and the compiled call."""
+    return (torch.is_grad_enabled(), torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"),
+            torch.get_default_dtype())
+
+
+def _set_global_state(st):
+    torch.set_grad_enabled(st[0])
+    torch.set_autocast_enabled("cpu", st[1])
+    torch.set_autocast_dtype("cpu", st[2])
+    torch.set_default_dtype(st[3])
+
+
 def run_case(name, cases=None):
     import mlircap
     entry = next(c for c in (CASES if cases is None else cases) if c[0] == name)
@@ -1529,9 +1543,15 @@ def run_case(name, cases=None):
         with contextlib.redirect_stdout(io.StringIO()):
             ctx = extra["context"] or (lambda i: contextlib.nullcontext())
             M._seed_all(100 + i)
+            st_e = st_c = None
             try:
                 with ctx(i):
-                    out_e = ref(*args_e)
+                    st0 = _global_state()
+                    try:
+                        out_e = ref(*args_e)
+                    finally:
+                        st_e = _global_state()
+                        _set_global_state(st0)
                 M.sync()   # eager's asynchronous CUDA errors are eager's
             except Exception as e:  # noqa: BLE001
                 err_e = e
@@ -1544,7 +1564,12 @@ def run_case(name, cases=None):
                 warnings.simplefilter("always")
                 try:
                     with ctx(i):
-                        out_c = fast(*args_c)
+                        st0 = _global_state()
+                        try:
+                            out_c = fast(*args_c)
+                        finally:
+                            st_c = _global_state()
+                            _set_global_state(st0)
                 except Exception as e:  # noqa: BLE001
                     err_c = e
             caught += w
@@ -1570,6 +1595,9 @@ def run_case(name, cases=None):
                 bad = next(j for j, (x, y) in enumerate(zip(pe, pc)) if x != y) if len(pe) == len(pc) else -1
                 d = f"aliasing of output tensor {bad} (input, earlier output, is_inference): {pc[bad] if bad >= 0 else pc} " \
                     f"(eager {pe[bad] if bad >= 0 else pe})"
+        if not d and st_e != st_c:
+            d = f"the process state after the call (grad mode, autocast cpu on / dtype, default dtype) is {st_c} " \
+                f"(eager {st_e})"
         if not d and not torch.equal(rng_e[0], rng_c[0]):
             d = "torch's generator state after the call differs from eager's"
         if d:

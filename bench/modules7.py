@@ -1913,6 +1913,75 @@ def gather_scatter_reduce_mean_prod_include_self(src, idx, base):
         torch.zeros(4, 3).scatter_add(0, ix, src)
 
 
+
+# ========================================================================= process-wide modes
+class InferenceSwitch(nn.Module):
+    """A script-style forward that ends with torch.set_grad_enabled(False) called as a function
+    (the mode stays off after the call, as eager leaves it), the loss computed before it
+    requiring grad; the runner compares the process state each side leaves."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x):
+        y = self.lin(x)
+        loss = y.pow(2).mean()
+        torch.set_grad_enabled(False)
+        return loss, y * 2
+
+
+case("set_grad_enabled_false_left_switched", lambda: (R(5, 4),))(lambda: InferenceSwitch())
+
+
+class AutocastDataDependent(nn.Module):
+    """An autocast(bf16) region holding data-dependent ops (nonzero of a threshold, bincount),
+    the weights updated in place between calls under no_grad (a stale cast cache of a weight
+    would show), the region's outputs bf16."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 6)
+
+    def forward(self, x, y):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            h = self.lin(x)
+            keep = (h.float() > 0).nonzero()
+            cnt = torch.bincount(y, minlength=4)
+            h2 = self.lin(h)
+        with torch.no_grad():
+            self.lin.weight.mul_(0.9)
+        return h, h2, keep, cnt
+
+
+case("autocast_region_data_dependent_weight_update", lambda i=0: (R(4, 6), I(0, 4, 5 + i)))(lambda: AutocastDataDependent())
+
+
+class NoGradNonzeroTrainStep(nn.Module):
+    """A training step whose no_grad block selects hard examples by nonzero (a data-dependent
+    size), the loss on them backpropagated after the block, SGD in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Linear(5, 3)
+
+    def forward(self, x, y):
+        self.net.zero_grad()
+        with torch.no_grad():
+            p = self.net(x).softmax(-1)
+            hard = (p.gather(1, y[:, None]).squeeze(1) < 0.5).nonzero().squeeze(1)
+            counts = torch.bincount(y[hard], minlength=3)
+        loss = F.cross_entropy(self.net(x[hard]), y[hard]) if hard.numel() else self.net(x).sum() * 0
+        loss.backward()
+        with torch.no_grad():
+            for q in self.net.parameters():
+                q.sub_(0.1 * q.grad)
+        return loss.detach(), hard, counts
+
+
+case("no_grad_hard_example_nonzero_train_step", lambda: (R(8, 5), I(0, 3, 8)), train=True, ncalls=4)(lambda: NoGradNonzeroTrainStep())
+
+
 # =============================================================================== runner
 # bench/modules5.py's runner (the same case records, comparison and categories) over this corpus's CASES.
 if __name__ == "__main__":
