@@ -37,7 +37,7 @@ def _erfcx_y100(y100: torch.Tensor) -> torch.Tensor:
     t = 2 y100 - (2 i + 1)), evaluated in float64."""
     i = y100.to(torch.int64).clamp(0, 100)
     t = (2 * y100 - (2 * i + 1).to(y100.dtype)).to(torch.float64)
-    c = _table()[i]
+    c = torch.ops.aten.index.Tensor(_table(), [i])   # rows by i (x[i] of a 0-d i would read it: .item())
     acc = c[..., 6]
     for k in range(5, -1, -1):
         acc = c[..., k] + acc * t

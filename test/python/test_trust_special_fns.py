@@ -115,6 +115,18 @@ def test_special_function_compiles_like_eager(name, dtype, fallback_log):
     _close(got, want, dtype, scale=None if scale is None else scale(x))
 
 
+@pytest.mark.parametrize("shape", [(), (0,), (2, 0, 3)], ids=str)
+def test_zero_dim_and_empty_inputs(shape, fallback_log):
+    # a 0-d x: erfcx's table row x[i] read i with .item() (a data-dependent graph, eager)
+    x = torch.full(shape, 0.7)
+    ops = [op for op, _ in _OPS.values()]
+    want = [op(x) for op in ops]
+    got = _compiled(lambda v: tuple(op(v) for op in ops[:10]), [x], fallback_log) + \
+        _compiled(lambda v: tuple(op(v) for op in ops[10:]), [x], fallback_log)
+    for g, w in zip(got, want):
+        _close(g, w, torch.float32)
+
+
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.bool], ids=str)
 def test_integer_inputs_compute_in_the_default_float_dtype(dtype, fallback_log):
     x = torch.arange(-12, 40).to(dtype) if dtype != torch.bool else torch.tensor([True, False, True])
