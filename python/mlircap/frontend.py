@@ -217,10 +217,6 @@ def _build_table() -> dict:
         for name in packet.overloads():
             op = getattr(packet, name)
             table[op] = _in_float32(op, table.get(op))
-    for packet in _GPU_OPMATH_SCANS:
-        for name in packet.overloads():
-            op = getattr(packet, name)
-            table[op] = _in_float32(op, table.get(op), gpu_only=True)
     for op, fn in list(table.items()):
         if torch.Tag.pointwise in op.tags and not op._schema.is_mutable:
             table[op] = _pointwise_in_float32(op, fn)
@@ -756,23 +752,18 @@ _OPMATH_REDUCTIONS = (_aten.sum, _aten.mean, _aten.avg_pool1d, _aten.avg_pool2d,
                       # torch-mlir accumulates these in the tensor's dtype (a bf16 norm of
                       # 4096 values in [0, 1]: 16 for eager's 37; an f16 prod 15% off)
                       _aten.linalg_vector_norm, _aten.norm, _aten.prod)
-# On the GPU only: eager's CUDA scans accumulate in float32 and round each output (a float16
-# cumsum of 8 values was 0.0027 off on the H200, past float16's tolerance); its CPU kernels
-# give the bits of a scan in the tensor's dtype (measured: float32 accumulation there is 2
-# elements of 1200 off a float16 cumsum, the compiled scan in float16 none)
-_GPU_OPMATH_SCANS = (_aten.cumsum, _aten.cumprod)
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
-def _in_float32(op, fn, gpu_only=False):
+def _in_float32(op, fn):
     """`op` on a bfloat16/float16 tensor as eager computes it: the same op in
-    float32, rounded once to the input's dtype (`gpu_only`: on a GPU tensor); other
-    dtypes go to `fn` (the op's decomposition, or none: NotImplemented keeps the op)."""
+    float32, rounded once to the input's dtype; other dtypes go to `fn` (the
+    op's decomposition, or none: NotImplemented keeps the op)."""
 
     def decomposition(x, *args, **kwargs):
         dtype = kwargs.get("dtype")
         if (isinstance(x, torch.Tensor) and x.dtype in _LOW_PRECISION and dtype in (None, x.dtype)
-                and not op._schema.is_mutable and "out" not in kwargs and (not gpu_only or x.is_cuda)):
+                and not op._schema.is_mutable and "out" not in kwargs):
             kwargs = {k: v for k, v in kwargs.items() if k != "dtype"}
             out = op(x.float(), *args, **kwargs)
             return tuple(o.to(x.dtype) for o in out) if isinstance(out, tuple) else out.to(x.dtype)

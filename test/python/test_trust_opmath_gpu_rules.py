@@ -1,6 +1,7 @@
 """Low-precision rules whose wrong results showed on the GPU (bench/modules*.py --device cuda,
-2026-12-04), checked on the CPU: scans accumulate in float32 (frontend._OPMATH_REDUCTIONS), and
-the GPU path's rewrite of ops taking a Python number past the dtype's range (opmath.overflowing_number)."""
+2026-12-04), checked on the CPU: the GPU path's rewrite of ops taking a Python number past the
+dtype's range (opmath.overflowing_number), and the CPU's low-precision scans, which keep eager's
+bits (float32 accumulation, tried for the GPU, differs from them on 2 of these 1200 sums)."""
 import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -11,8 +12,6 @@ from mlircap.opmath import compute_in_float32, overflowing_number
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_low_precision_scans_match_eager_bits_on_the_cpu(dtype):
-    # the GPU's float32 accumulation (frontend._GPU_OPMATH_SCANS) stays off the CPU, whose
-    # eager scans differ from it (2 of these 1200 float16 sums)
     torch.manual_seed(0)
     x = torch.randn(4, 300).to(dtype)
     y = torch.rand(4, 40).to(dtype) + 0.5

@@ -13,6 +13,7 @@ are used in place, the others are copied into static buffers first.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import operator
@@ -278,6 +279,12 @@ class GpuExecutable(PlanExecutor, _StaticInputs):
 
     def __call__(self, *args):
         self._calls += 1
+        if any(isinstance(x, torch.Tensor) and x.device.type == "cpu" for x in args):
+            # a CPU tensor input (plan._host_input_ok) is copied to the GPU on every call,
+            # which a CUDA graph cannot replay: this call runs step by step
+            t = self._materialize(self._prepare_inputs(args))
+            self._run(t, _raw_stream())
+            return self._outputs(t)
         if self._graph is not None:
             if self._static_match(args):
                 return self._replay(args)
@@ -370,7 +377,7 @@ class GpuExecutable(PlanExecutor, _StaticInputs):
             g = _NoGraph()
         else:
             g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
+            with _capturing(g):
                 self._run(t, torch.cuda.current_stream().cuda_stream, 0, tail)
         self._graph, self._graph_tensors, self._tail = g, t, tail
         self._tail_table = self._table(t)
@@ -383,6 +390,23 @@ class GpuExecutable(PlanExecutor, _StaticInputs):
                             f"fresh outputs each call), {self.n_kernels} kernels, "
                             f"{self.n_library} library calls, "
                             f"{len(static)} static / {len(dynamic)} copied inputs")
+
+
+@contextlib.contextmanager
+def _capturing(g):
+    """torch.cuda.graph(g), with the caller's stream made current again and the device
+    synchronized when the capture fails: torch's context manager leaves its capture stream
+    current when capture_end raises, and the eager rerun of the graph after the failure then
+    ran on that stream, unordered with the caller's (a wrong result on the H200: mixup with a
+    CPU permutation, bench/modules.py --device cuda)."""
+    stream = torch.cuda.current_stream()
+    try:
+        with torch.cuda.graph(g):
+            yield
+    except BaseException:
+        torch.cuda.set_stream(stream)
+        torch.cuda.synchronize()
+        raise
 
 
 class WholeGraph(_StaticInputs):
@@ -463,7 +487,7 @@ class WholeGraph(_StaticInputs):
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.set_rng_state(rng)
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
+        with _capturing(g):
             out = self.run(*graph_ins)
         self._single = not isinstance(out, (list, tuple))
         outs = [out] if self._single else list(out)
