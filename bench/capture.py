@@ -13,8 +13,10 @@ from) is shown as E and counts the breaks met before, at least 1.
     PYTHONPATH=python python bench/capture.py [--no-dynamo] [--filter NAME]
 """
 import argparse
+import contextlib
 import copy
 import functools
+import inspect
 import math
 import statistics
 import sys
@@ -2837,6 +2839,8 @@ def _state(m):
 def _clone(x):
     if isinstance(x, torch.Tensor):
         return x.clone()
+    if type(x).__module__ == "numpy" and hasattr(x, "copy"):   # an array: each side writes its own
+        return x.copy()
     if isinstance(x, tuple) and hasattr(type(x), "_fields"):   # a NamedTuple batch
         return type(x)(*(_clone(y) for y in x))
     if isinstance(x, (list, tuple)):
@@ -2859,12 +2863,28 @@ def _seed(k):
         np.random.seed(k)
 
 
-def run_mine(name, factory, inputs, train, mutate=None):
+def _call_inputs(inputs, i):
+    """A case's inputs for call i (bench/modules5.py's cases may take the call index)."""
+    try:
+        takes = len(inspect.signature(inputs).parameters) > 0
+    except (TypeError, ValueError):
+        takes = False
+    return inputs(i) if takes else inputs()
+
+
+def _context(context, i):
+    return context(i) if context is not None else contextlib.nullcontext()
+
+
+def run_mine(name, factory, inputs, train, mutate=None, context=None, ncalls=None):
+    """context(i): a context manager call i runs in on both sides (bench/modules5.py's cases);
+    ncalls: calls made (default NCALLS)."""
+    ncalls = ncalls or NCALLS
     torch.manual_seed(0)
     ref = factory().train(train)
     m = copy.deepcopy(ref)
     torch.manual_seed(1)
-    calls = [inputs() for _ in range(NCALLS)]
+    calls = [_call_inputs(inputs, i) for i in range(ncalls)]
     w = capture(m, BACKEND)
     ok = True
     t_first = None
@@ -2876,10 +2896,12 @@ def run_mine(name, factory, inputs, train, mutate=None):
         import contextlib
         import io
         with contextlib.redirect_stdout(io.StringIO()):
-            re = ref(*_clone(args))
+            with _context(context, i):
+                re = ref(*_clone(args))
             _seed(100 + i)
             t0 = time.perf_counter()
-            rc = w(*_clone(args))
+            with _context(context, i):
+                rc = w(*_clone(args))
             dt = time.perf_counter() - t0
         if i == 0:
             t_first = dt
@@ -2929,17 +2951,19 @@ def run_mine(name, factory, inputs, train, mutate=None):
     return dict(ok=ok, graphs=graphs_first, breaks=breaks_first, eager=eager, t_capture=t_first,
                 variants=len(c.variants), replays=c.stats.replays, guard_us=gus,
                 eager_reason=next((v.reason for v in c.variants if v.eager), None),
+                break_reasons=[r for r, _ in v0.breaks] if v0 is not None and not v0.eager else [],
                 full=(graphs_first == 1 and breaks_first == 0 and not eager))
 
 
-def run_dynamo(name, factory, inputs, train, mutate=None):
+def run_dynamo(name, factory, inputs, train, mutate=None, context=None, ncalls=None):
     import torch._dynamo as dynamo
+    ncalls = ncalls or NCALLS
     dynamo.reset()
     torch.manual_seed(0)
     ref = factory().train(train)
     m = copy.deepcopy(ref)
     torch.manual_seed(1)
-    calls = [inputs() for _ in range(NCALLS)]
+    calls = [_call_inputs(inputs, i) for i in range(ncalls)]
     counts = {"graphs": 0}
 
     def counting(gm, ex):
@@ -2956,11 +2980,13 @@ def run_dynamo(name, factory, inputs, train, mutate=None):
             mutate(m, i)
         with contextlib.redirect_stdout(io.StringIO()):
             _seed(100 + i)
-            re = ref(*_clone(args))
+            with _context(context, i):
+                re = ref(*_clone(args))
             _seed(100 + i)
             t0 = time.perf_counter()
             try:
-                rc = cm(*_clone(args))
+                with _context(context, i):
+                    rc = cm(*_clone(args))
             except Exception as e:  # noqa: BLE001
                 return dict(ok=False, graphs=None, breaks=None, t_capture=None, full=False, error=repr(e)[:80])
             dt = time.perf_counter() - t0
@@ -2975,7 +3001,8 @@ def run_dynamo(name, factory, inputs, train, mutate=None):
     try:
         dynamo.reset()
         torch.manual_seed(0)
-        e = dynamo.explain(copy.deepcopy(ref))(*_clone(calls[0]))
+        with _context(context, 0):
+            e = dynamo.explain(copy.deepcopy(ref))(*_clone(calls[0]))
         # explain() sometimes reports a break reason (e.g. generic_jump on a data-dependent
         # branch) with graph_break_count == 0; count the reasons too
         breaks = max(e.graph_break_count, len(e.break_reasons))
