@@ -186,3 +186,31 @@ def test_unrestored_set_grad_enabled_leaves_eagers_mode_and_requires_grad():
             assert _graphs_compiled(fast), fn.__name__
     finally:
         torch.set_grad_enabled(True)
+
+
+def _autocast_left_on(x):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = x @ x
+    torch.set_autocast_enabled("cpu", True)   # (left on, as torch.set_grad_enabled above)
+    return y, x @ x
+
+
+def test_unrestored_set_autocast_enabled_leaves_eagers_state():
+    """torch.set_autocast_enabled('cpu', True) called as a function stays on after the call in
+    eager; the replay ended with autocast off from the second call on."""
+    fast = mlircap.compile(_autocast_left_on)
+    try:
+        for i in range(3):
+            x = torch.randn(3, 3)
+            torch.set_autocast_enabled("cpu", False)
+            e = _autocast_left_on(x)
+            se = torch.is_autocast_enabled("cpu")
+            torch.set_autocast_enabled("cpu", False)
+            c = fast(x)
+            assert torch.is_autocast_enabled("cpu") == se, i
+            for a, b in zip(e, c):
+                assert a.dtype == b.dtype
+                torch.testing.assert_close(b, a)
+        assert _graphs_compiled(fast)
+    finally:
+        torch.set_autocast_enabled("cpu", False)

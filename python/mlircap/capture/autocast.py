@@ -19,6 +19,31 @@ def autocast_state() -> tuple:
         (torch.is_autocast_cache_enabled(),)
 
 
+def set_autocast_state(state: tuple) -> None:
+    """Sets the autocast state `autocast_state()` returned (a call that switched it with
+    torch.set_autocast_enabled and left it so)."""
+    for d, (enabled, dtype) in zip(_DEVICES, state):
+        torch.set_autocast_enabled(d, enabled)
+        torch.set_autocast_dtype(d, dtype)
+    torch.set_autocast_cache_enabled(state[-1])
+
+
+class autocast_state_as:
+    """A block run in autocast state `state` (the one after it restored)."""
+
+    def __init__(self, state: tuple) -> None:
+        self.state = state
+
+    def __enter__(self) -> None:
+        self.prev = autocast_state()
+        if self.prev != self.state:
+            set_autocast_state(self.state)
+
+    def __exit__(self, *exc: object) -> None:
+        if autocast_state() != self.prev:
+            set_autocast_state(self.prev)
+
+
 def sync_autocast(graph: fx.Graph, open_nodes: list, start: tuple, now: tuple) -> None:
     """Makes the graph run its next ops under autocast state `now`: closes the regions it
     opened (innermost first) and opens one per device whose state differs from `start`, the

@@ -15,6 +15,7 @@ import torch
 
 from . import _ext
 from .. import logs as _logs
+from .autocast import autocast_state
 from .base import INLINE_TYPES, PY312, Unreplayable, _Miss, _fn_name, _strict_error, inline_target
 from .classify import _TORCH_DIR
 from .frame_hook import (
@@ -290,6 +291,7 @@ class _Captured:
                 try:
                     result = _call_bound(func, self.code, args)
                     rec.grad_end = torch.is_grad_enabled()   # (torch.set_grad_enabled(False) unrestored)
+                    rec.autocast_end = autocast_state()   # (torch.set_autocast_enabled(...) unrestored)
                 finally:
                     sys.setprofile(old_prof)
                     sys.settrace(old)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.fx as fx
 
+from .autocast import autocast_state_as, set_autocast_state
 from .base import Unreplayable, _Miss
 from .steps import CallStep, GraphStep, Write
 from .guard_kinds import Guard, GuardEnv, _holds
@@ -259,7 +260,7 @@ class _GraphVariant(_Variant):
             # (in the mode the replay runs it in: after an unbalanced torch.set_grad_enabled(False)
             # the recording ended with grad off, and a graph traced so became an inference graph)
             with torch.inference_mode(seg.inference) if seg.inference != rec.amb0[0] else contextlib.nullcontext(), \
-                    torch.set_grad_enabled(rec.grad0):
+                    torch.set_grad_enabled(rec.grad0), autocast_state_as(rec.autocast0):
                 compiled.append(_compile_graph(backend, gm, list(seg.examples), rec.uses_rng,
                                                double_backward=_double_backward_ok(rec, seg),
                                                strict=getattr(rec.captured, "strict", False),
@@ -369,6 +370,9 @@ class _GraphVariant(_Variant):
         grad_end = rec.__dict__.get("grad_end", rec.grad0)
         if grad_end != rec.grad0:   # torch.set_grad_enabled(flag) not restored: eager leaves it so
             L.append(ind + f"torch._C._set_grad_enabled({grad_end})")
+        ac_end = rec.__dict__.get("autocast_end", rec.autocast0)
+        if ac_end != rec.autocast0:   # torch.set_autocast_enabled(...) not restored, as grad mode
+            L.append(ind + f"{rec.const(set_autocast_state)}({rec.const(ac_end)})")
         L.append(ind + f"return {ret}")
         L.append("    return __replay")
         self.source = "\n".join(L)
