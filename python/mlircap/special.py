@@ -16,6 +16,8 @@
   rounded to the result's dtype (eager's lgammaf is within rounding of it).
 * angle of real tensors (pi below zero, NaN kept), dist (the vector norm of a - b) and cdist
   (direct per-pair distances where eager does not use its matrix-product form).
+* unary(), horner(), chbevl(): the dtype handling and the polynomial evaluations that
+  special_bessel.py (Bessel, Airy) and special_erf.py (erfc, erfcx, log_ndtr, ndtri) share.
 """
 from __future__ import annotations
 
