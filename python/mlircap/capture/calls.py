@@ -17,7 +17,9 @@ from torch.utils._pytree import tree_flatten
 from .base import Unreplayable, _Canned, _MISSING
 from .guard_kinds import Lengths
 from .frame_hook import _E, _NULL
-from .classify import _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _func_qualname, _optimizer_step
+from .classify import (
+    _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _func_qualname, _idempotent_call, _optimizer_step,
+)
 from .external_calls import _SCALAR_ARGS
 from .iterators import stateful_next
 from .special_calls import _TENSOR_DEEPCOPY, _SpecialCallMixin
@@ -263,7 +265,7 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
         reason = f"call to uncapturable {_func_qualname(f)}"
         if recv is not None:
             f, args = recv
-        self._external_call(frame, f, args, kwargs, reason, slot)
+        self._external_call(frame, f, args, kwargs, reason, slot, idempotent=_idempotent_call(f, args))
 
     def _note_callee(self, frame: types.FrameType, f: Any) -> None:
         """What the call could be captured as if this frame ends up running eagerly (a loop

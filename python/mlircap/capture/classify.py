@@ -258,13 +258,33 @@ def _optimizer_step(f: object, args: list) -> bool:
     """`opt.step()` / `opt.zero_grad()` of a torch.optim optimizer (bound, or the function
     with the optimizer first): it reads and writes its own state (momentum buffers made on the
     first step, in a dict the tracer does not see) and the parameters and their .grad, so it
-    runs at replay as it is, once per call (an uncapturable call), not recorded op by op."""
-    if getattr(f, "__name__", None) not in ("step", "zero_grad"):
+    runs at replay as it is, once per call (an uncapturable call), not recorded op by op.
+    So do nn.Module's own `module.zero_grad()` and `module.requires_grad_(flag)`: untraced
+    library code that walks the module's parameters and writes their .grad / requires_grad
+    (capture gave up on the whole function: 'tensor of unknown origin', the parameters reached
+    through its untraced walk)."""
+    name = getattr(f, "__name__", None)
+    if name not in ("step", "zero_grad", "requires_grad_"):
         return False
     so = getattr(f, "__self__", None)
     if so is None and args:
         so = args[0]
-    return isinstance(so, torch.optim.Optimizer)
+    if isinstance(so, torch.optim.Optimizer):
+        return name != "requires_grad_"
+    return isinstance(so, torch.nn.Module) and any(getattr(f, "__func__", f) is g for g in _MODULE_GRAD_CALLS)
+
+
+_MODULE_GRAD_CALLS = (torch.nn.Module.zero_grad, torch.nn.Module.requires_grad_)
+
+
+def _idempotent_call(f: object, args: list) -> bool:
+    """`opt.zero_grad()`, `module.zero_grad()`, `module.requires_grad_(flag)` (see
+    _optimizer_step): they only set the .grad of parameters to None (or zero) or their
+    requires_grad flag, so running one again gives the same state.  A replay that misses
+    after it restores the .grad it wrote and records the call again from its start, which runs
+    it again (not logged as run once: then the restored gradients were kept, and the backward
+    after it accumulated into the previous call's: wrong results)."""
+    return getattr(f, "__name__", None) in ("zero_grad", "requires_grad_") and _optimizer_step(f, args)
 
 
 def _scripted_python(f: object) -> types.FunctionType | None:

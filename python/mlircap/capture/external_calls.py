@@ -51,13 +51,16 @@ class _ExternalCallMixin:
 
     def _external_call(self, frame: types.FrameType, f: Any, args: list, kwargs: dict, reason: str,
                        slot: int | None = None, substitute: Callable[[Any], None] | None = None,
-                       hoist: bool = False, inert: bool = False) -> None:
+                       hoist: bool = False, inert: bool = False, idempotent: bool = False) -> None:
         """hoist: run before the open graph where it can (graph._hoisted_step); inert: the
         call cannot read or write the program's state (a torch.nn module constructor with
         constant arguments: module_factories.py), so what the program read before it is not
-        read again after it (no new epoch, `ext_writes` unchanged)."""
-        i = self.ext_seen
-        self.ext_seen += 1
+        read again after it (no new epoch, `ext_writes` unchanged); idempotent: calling it
+        again leaves the state it leaves (zero_grad): not logged as run once for a replay
+        that misses, but run again by the recording that follows (classify._idempotent_call)."""
+        i = self.ext_seen if not idempotent else len(self.catchup)
+        if not idempotent:
+            self.ext_seen += 1
         if not inert:
             self.ext_writes += 1
         if i < len(self.catchup):
@@ -85,10 +88,10 @@ class _ExternalCallMixin:
         except Unreplayable as e:
             self.unreplayable = self.unreplayable or f"{reason}: {e}"
             return
-        k = self._hoisted_step(fe, ae, ke, reason) if hoist or _rng_draw(f, args, kwargs) or pure_draw(f, args) \
-            else None
+        k = self._hoisted_step(fe, ae, ke, reason) if not idempotent and (
+            hoist or _rng_draw(f, args, kwargs) or pure_draw(f, args)) else None
         if k is None:
-            k = self._call_step(fe, ae, ke, reason, external=True)
+            k = self._call_step(fe, ae, ke, reason, external=not idempotent)
             self._add_break(reason, _frame_loc(frame))
         else:
             _logs.log("graph_breaks", f"{reason} at {_frame_loc(frame)}: run before the graph, which it does not split")

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from harness import EAGER, same
+from harness import EAGER, run_program, same
 from mlircap.capture import capture
 
 
@@ -94,3 +94,70 @@ def test_step_function_taking_model_and_optimizer():
         for (n, p), (_, q) in zip(m.named_parameters(), m2.named_parameters()):
             same(p, q, f"call {i} parameter {n}")
     assert fast._mlircap_capture.stats.replays == 3
+
+
+_ZERO_GRAD_STEP = """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(5, 7)
+        self.b = nn.Linear(7, 3)
+    def forward(self, x):
+        return self.b(self.a(x).tanh())
+class Step(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = Net()
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1)
+        self.t = 0
+    def forward(self, x, y):
+        ZERO(self)
+        loss = F.mse_loss(self.net(x), y)
+        loss.backward()
+        self.t += 1
+        with torch.no_grad():
+            for p in self.net.parameters():
+                p.sub_(p.grad * (0.1 / self.t))   # the step count: a guard after the backward
+        return loss.detach(), [p.grad for p in self.net.parameters()]
+def make():
+    return Step()
+"""
+
+
+@pytest.mark.parametrize("zero", ["self.net.zero_grad()", "self.net.zero_grad(set_to_none=False)",
+                                  "self.opt.zero_grad()", "self.zero_grad()"])
+def test_zero_grad_then_backward_with_a_guard_failing_after_it(zero):
+    """module.zero_grad() (nn.Module's, untraced library code walking the parameters) made capture
+    give up on the whole function ('tensor of unknown origin'); it runs at replay like
+    opt.zero_grad().  A replay whose guard after the backward fails restores the .grad and records
+    the call again from its start: zero_grad was logged as run once and not run again, so that
+    backward accumulated into the previous call's gradients (a wrong result, opt.zero_grad() too)."""
+    torch.manual_seed(0)
+    calls = [(torch.randn(4, 5), torch.randn(4, 3)) for _ in range(4)]
+    run_program(_ZERO_GRAD_STEP.replace("ZERO(self)", zero), calls)
+
+
+def test_module_requires_grad_toggled_inside_forward():
+    """module.requires_grad_(flag) in forward (layer freezing on a schedule): nn.Module's untraced
+    walk over the parameters made capture give up ('tensor of unknown origin'); it runs at replay
+    as it is, and the calls that follow see the flags it set."""
+    src = """
+class Freeze(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 2)
+        self.calls = 0
+    def forward(self, x):
+        freeze = self.calls % 2 == 0
+        self.calls += 1
+        self.enc.requires_grad_(not freeze)
+        self.zero_grad()
+        loss = self.head(torch.relu(self.enc(x))).pow(2).mean()
+        loss.backward()
+        return loss.detach(), self.enc.weight.grad, self.head.weight.grad, self.enc.bias.requires_grad
+def make():
+    return Freeze()
+"""
+    torch.manual_seed(0)
+    run_program(src, [(torch.randn(3, 4),) for _ in range(5)])
