@@ -214,3 +214,29 @@ def test_unrestored_set_autocast_enabled_leaves_eagers_state():
         assert _graphs_compiled(fast)
     finally:
         torch.set_autocast_enabled("cpu", False)
+
+
+# ------------------------------------------------------ retain_grad of a tensor with a graph hook
+def _hooked_retained(x, w, gout):
+    h = torch.tanh(x @ w)
+    h.register_hook(lambda g: g * 0.5)
+    h.retain_grad()
+    y = h * 3
+    y.backward(gout)
+    return y.detach(), h.grad
+
+
+def test_retain_grad_after_register_hook_holds_the_hooked_gradient():
+    """h.register_hook(fn) held by the graph runs fn inside the graph's backward, after the
+    tensor the graph returns; h.retain_grad() on that tensor retained the gradient before the
+    hook (twice eager's, whose retains_grad hook runs after the tensor's hooks). The hook
+    still scales what flows on (w.grad matched)."""
+    fast = mlircap.compile(_hooked_retained)
+    for i in range(3):
+        x, go = torch.randn(4, 3), torch.randn(4, 3)
+        w1 = torch.randn(3, 3, requires_grad=True)
+        w2 = w1.detach().clone().requires_grad_()
+        e, c = _hooked_retained(x, w1, go), fast(x, w2, go)
+        for a, b in zip(e, c):
+            torch.testing.assert_close(b, a)
+        torch.testing.assert_close(w2.grad, w1.grad)

@@ -222,10 +222,24 @@ class _GradHookMixin:
             self._record(hook_target(hook), "register_hook", (t,), {}, t)
         except Unreplayable:
             return False
+        self.__dict__.setdefault("graph_hooked", {})[id(t)] = t
         for n in names:   # what the hook's lookups resolve to, as traced code's are guarded
             self._class_guard(torch.Tensor, n, _mro_lookup(torch.Tensor, n)[1], f"Tensor.{n}")
         return True
 
+
+    def _retains_hooked_grad(self, name: str, args: tuple) -> bool:
+        """`t.retain_grad()` of a tensor whose gradient hook the graph holds: the hook
+        runs inside the graph's backward, after the tensor the graph returns, so .grad would
+        hold the gradient before the hook, where eager's holds it after (retains_grad hooks
+        run last).  Such a call makes capture give up."""
+        t = args[0] if args else None
+        if name != "retain_grad" or not isinstance(t, torch.Tensor):
+            return False
+        if self.__dict__.get("graph_hooked", {}).get(id(t)) is not t:
+            return False
+        self.unreplayable = self.unreplayable or "retain_grad() of a tensor whose gradient hook the graph holds"
+        return True
 
     def _function_node(self, frame: types.FrameType, cls: type, args: list, kwargs: dict) -> bool:
         """`cls.apply(*args)` about to run here held by the graph as one node (see the module's

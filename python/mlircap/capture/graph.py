@@ -214,6 +214,8 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin):
             if name == "numpy" and len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor) and \
                     not dyn and self.np_numpy_call(args[0], res):
                 return res   # tracked: its uses are recorded or break the graph (np_interop)
+            if self._retains_hooked_grad(name, args):
+                return res
             # data-dependent (or unknown) non-tensor result: graph break
             reason = f"data-dependent operation Tensor.{name}()" if name in _DATA_DEP else \
                 f"shape of a data-dependent-shape tensor (Tensor.{name})" if name in _META_OK else \
