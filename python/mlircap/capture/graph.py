@@ -19,13 +19,13 @@ from .base import Unreplayable
 from .steps import CallStep, GraphStep
 from .classify import (
     _DATA_DEP, _GLOBAL_STATE_FUNCS, _IMMUTABLE_CONST, _META_OK, _PRIM, _RNG_WORDS, _SHAPE_META, _SPLITTERS,
-    _dyn_shape_op, _fname, _func_qualname,
+    _classify, _dyn_shape_op, _fname, _func_qualname,
 )
 from .locations import _user_location, _user_stack_trace
 from .autocast import autocast_state, close_autocast, sync_autocast
 from .guards import _ambient
 from .typeinfo import _is_constant_value, _is_ndarray
-from .grad_hooks import _REGISTER_HOOK, _GradHookMixin
+from .grad_hooks import _REGISTER_HOOK, _GradHookMixin, pure_mapped_function
 from .restrides import _RESTRIDES, _RestrideMixin
 from .fx_targets import _bind_constants, _fx_target, _has_dataclass, _op_name
 from .scalar_inputs import _BOUND_OPS, _SCALAR_OPERATORS, _ScalarInputMixin, _has_np_scalar
@@ -447,6 +447,32 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin):
             seg.examples.append(t)
         return ph
 
+    def _function_argument(self, fn: Any, name: str) -> bool:
+        """fn, an argument of the torch function `name`, is a Python function FX cannot name
+        as an argument (`F.triplet_margin_with_distance_loss(..., distance_function=lambda a, b:
+        1 - F.cosine_similarity(a, b))` gave up on the whole function with a SyntaxError of FX's
+        code generation, which writes a function argument as its repr): True where it is bound
+        into the node's target (fx_targets._bind_constants).  A function of the user's is, where
+        its body is pure tensor code of its arguments (grad_hooks.pure_mapped_function: no
+        closure, no defaults, only torch's modules read, those lookups guarded) and it is the
+        same function at every call: read from a guarded location, or made from its code by a
+        frame the recording traced; any other: Unreplayable.  Torch's own functions are, where
+        read from a guarded location."""
+        s = self.src.get(id(fn))
+        if type(fn) is not types.FunctionType or _classify(fn.__code__) != "user":
+            return type(fn) in (types.FunctionType, types.BuiltinFunctionType) and s is not None and s[2] != "opaque"
+        lookups = pure_mapped_function(fn) if fn.__defaults__ is None else None
+        if lookups is None or not (s is not None and s[2] != "opaque" or
+                                   any(fn.__code__ in c.co_consts for c in self.traced_codes)):
+            raise Unreplayable(f"the Python function {fn.__qualname__} as an argument of {name} (not pure "
+                               f"tensor code of its arguments)")
+        for gname, mod, attr in lookups:
+            g = fn.__globals__
+            self.read(f"{self.const(g)}[{gname!r}]", gname, mod, group=(g,))
+            if attr is not None:
+                self.read(f"{self.const(mod)}.{attr}", f"{gname}.{attr}", getattr(mod, attr))
+        return True
+
     def _use_node(self, si: int, node: fx.Node) -> str:
         seg = self.segs[si]
         if node not in seg.out_set:
@@ -511,8 +537,10 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin):
             if callable(x) or isinstance(x, (types.ModuleType,)):
                 return x
             raise Unreplayable(f"unsupported argument of type {type(x).__name__} to {name}")
-        bind = {i: a for i, a in enumerate(args) if _has_dataclass(a) and _is_constant_value(a)}
-        bind_kw = {k: v for k, v in kwargs.items() if _has_dataclass(v) and _is_constant_value(v)}
+        bind = {i: a for i, a in enumerate(args) if _has_dataclass(a) and _is_constant_value(a) or
+                self._function_argument(a, name)}
+        bind_kw = {k: v for k, v in kwargs.items() if _has_dataclass(v) and _is_constant_value(v) or
+                   self._function_argument(v, name)}
         cargs = tuple(None if i in bind else conv(a) for i, a in enumerate(args))
         ckw = {k: conv(v) for k, v in kwargs.items() if k not in bind_kw}
         target = func if not (bind or bind_kw) else _bind_constants(func, bind, bind_kw)

@@ -48,6 +48,7 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         self.func = func
         self.code = code
         self.args = args
+        self.traced_codes: set[types.CodeType] = set()   # code objects of the frames traced
         self.consts: list = []                  # the constant table C of the generated code
         self.const_idx: dict[int, int] = {}     # id(obj) -> its index in consts
         self.src: dict[int, tuple] = {}         # id(obj) -> (expr, pretty, argrooted)

@@ -54,6 +54,7 @@ class _TracerMixin(_CallMixin):
         frame.f_trace_lines = False
         frame.f_trace_opcodes = True
         code = frame.f_code
+        self.traced_codes.add(code)
         if code is self.code and self.root_frame is None:
             self.root_frame = frame
         if self.flow_call is not None:
