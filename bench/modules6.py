@@ -40,36 +40,11 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from corpus_cases import I, R, registrars
 
 
 CASES = []   # (name, factory, inputs, train, extra)
-
-
-def case(name, inputs, train=False, ncalls=3, between=None, context=None):
-    """Registers a model factory. `inputs` may take the call index (shapes / dtypes per call);
-    `between(model, i)` runs on both models before call i (attribute changes between calls);
-    `context(i)` is a context manager both sides' call i runs in."""
-    def deco(factory):
-        CASES.append((name, factory, inputs, train, dict(ncalls=ncalls, between=between, context=context)))
-        return factory
-    return deco
-
-
-def fn_case(name, inputs, train=False, ncalls=3, between=None, context=None):
-    """A case whose model is a plain forward function (no parameters)."""
-    def deco(forward):
-        cls = type(forward.__name__, (nn.Module,), {"forward": lambda self, *a: forward(*a)})
-        CASES.append((name, cls, inputs, train, dict(ncalls=ncalls, between=between, context=context)))
-        return forward
-    return deco
-
-
-def R(*s, dtype=torch.float32):
-    return torch.randn(*s, dtype=dtype)
-
-
-def I(lo, hi, *s, dtype=torch.int64):  # noqa: E743
-    return torch.randint(lo, hi, s, dtype=dtype)
+case, fn_case = registrars(CASES)
 
 
 def U8(*s):
