@@ -291,3 +291,17 @@ def chbevl(y: torch.Tensor, coeffs) -> torch.Tensor:
         b2, b1 = b1, b0
         b0 = y * b1 - b2 + c
     return 0.5 * (b0 - b2)
+
+
+def integers_in_float(op, fn):
+    """`op` (a unary op whose integer and bool inputs eager promotes to the default float
+    dtype: logit) on such an input as the same op on the promoted tensor, which `fn`
+    decomposes; floating inputs go to `fn` (none: NotImplemented keeps the op)."""
+
+    def decomposition(x, *args, **kwargs):
+        if isinstance(x, torch.Tensor) and not x.is_floating_point() and not x.is_complex() and \
+                x.device.type == "cpu":
+            return op(x.to(torch.get_default_dtype()), *args, **kwargs)
+        return fn(x, *args, **kwargs) if fn is not None else NotImplemented
+
+    return decomposition

@@ -210,3 +210,19 @@ def test_gradients_follow_eager(name, fallback_log):
     assert fast.graphs and all(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs)
     for gv, wv in zip(got, want):
         torch.testing.assert_close(gv, wv, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int16, torch.uint8, torch.bool], ids=str)
+def test_integer_logit_computes_in_float32(dtype, fallback_log):
+    # partition.EAGER_NUMERICS keeps logit whole outside float32/float64 (its bfloat16 kernel
+    # rounds x / (1 - x)): integer and bool inputs ran eagerly, but eager promotes them to
+    # float32 and runs its float32 kernel, which the decomposition reproduces
+    x = torch.arange(-3, 5).to(dtype) if dtype != torch.bool else torch.tensor([True, False, True])
+
+    def fn(v):
+        return torch.logit(v), torch.logit(v, eps=0.1), S.logit(v, 1e-6) * 2
+
+    want = fn(x)
+    for g, w in zip(_compiled(fn, [x], fallback_log), want):
+        assert w.dtype == torch.float32
+        torch.testing.assert_close(g, w, equal_nan=True, rtol=0, atol=0)
