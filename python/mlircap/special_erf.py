@@ -1,6 +1,6 @@
-"""erfc, `special.erfcx`, `special.log_ndtr` and `special.ndtri` compiled as eager's CPU kernels
-compute them (torch-mlir has no lowering for them; its decomposition of log_ndtr needs the
-first two).
+"""erfc, erfinv, `special.erfcx`, `special.log_ndtr` and `special.ndtri` compiled as eager's CPU
+kernels compute them (torch-mlir has no lowering for them; its decomposition of log_ndtr needs
+erfc and erfcx).
 
 * erfcx: Steven G. Johnson's algorithm (the Faddeeva package, MIT license: the copyright
   notice is at _ERFCX_Y100 below), as Math.h's calc_erfcx runs it: for 0 <= x <= 50, one of
@@ -20,8 +20,9 @@ first two).
 * ndtri: calc_ndtri (Cephes, 3-clause BSD; Math.h's coefficients) step by step in the
   kernel's type: 0 -> -inf, 1 -> inf, outside [0, 1] NaN, a rational function of
   y - 1/2 in the middle, of 1 / sqrt(-2 log y) in the tails.
+* erfinv: _erfinv's docstring.
 float32/float64 (integers and bool in the default float dtype); bfloat16/float16 only
-for erfc (eager has no other such kernel), computed in float32 and rounded once.
+for erfc and erfinv (eager has no other such kernel), computed in float32 and rounded once.
 """
 from __future__ import annotations
 
@@ -141,8 +142,54 @@ def _ndtri(y0):   # calc_ndtri
     return torch.where(torch.isnan(y0), y0, res)
 
 
+# Math.h's calc_erfinv: the initial rational approximations (Pavlis' translation of MATLAB's
+# erfinv), |y| <= 0.7 in y^2, else in z = sqrt(-log((1 - |y|) / 2))
+_ERFINV_A = (0.886226899, -1.645349621, 0.914624893, -0.140543331)
+_ERFINV_B = (-2.118377725, 1.442710462, -0.329097515, 0.012229801)
+_ERFINV_C = (-1.970840454, -1.624906493, 3.429567803, 1.641345311)
+_ERFINV_D = (3.543889200, 1.637067800)
+_TWO_OVER_SQRTPI = 1.12837916709551257390
+
+
+def _erfinv(y):
+    """erfinv in float64, rounded to y's dtype: eager's float32 and float64 kernels are
+    MKL's (within an ulp), so the value, not calc_erfinv's steps, is what to reproduce:
+    calc_erfinv's initial approximation, then Newton steps (float32: one, float64: three), on erf(x) = y up to
+    |y| = 0.5 and on erfc(|x|) = 1 - |y| beyond (1 - |y| exact there: no cancellation,
+    so the tails keep their relative precision; float32's tails are not that close to 1:
+    erf throughout). |y| > 1 and NaN give NaN, +-1 +-inf."""
+    d = y.to(torch.float64)
+    a = d.abs()
+    inside = a < 1.0   # NaN: False
+    s = torch.where(inside, a, torch.zeros_like(a))
+    z = s * s
+    num = ((_ERFINV_A[3] * z + _ERFINV_A[2]) * z + _ERFINV_A[1]) * z + _ERFINV_A[0]
+    dem = (((_ERFINV_B[3] * z + _ERFINV_B[2]) * z + _ERFINV_B[1]) * z + _ERFINV_B[0]) * z + 1.0
+    central = s * num / dem
+    w = torch.sqrt(-torch.log((1.0 - s) / 2.0))
+    num = ((_ERFINV_C[3] * w + _ERFINV_C[2]) * w + _ERFINV_C[1]) * w + _ERFINV_C[0]
+    dem = (_ERFINV_D[1] * w + _ERFINV_D[0]) * w + 1.0
+    x = torch.where(s <= 0.7, central, num / dem)   # |erfinv(y)|, y = s >= 0
+    wide = y.dtype == torch.float64
+    # Newton steps: float64 tails (x ~ 5.4 at 1 - 1e-14) need 3; float32 1 (calc_erfinv's
+    # approximation is within 1e-6 or so, and the error squares in each step)
+    for _ in range(3 if wide else 1):
+        slope = _TWO_OVER_SQRTPI * torch.exp(-(x * x))
+        near = x - (torch.erf(x) - s) / slope
+        if wide:
+            x = torch.where(s <= 0.5, near, x + (_erfc64(x) - (1.0 - s)) / slope)
+        else:   # 1 - |y| >= 2^-24: erf's 1e-16 is 1e-10 of x at most
+            x = near
+    x = torch.where(d < 0, -x, x)
+    x = torch.where(d == 0, d, x)   # keeps -0.0
+    x = torch.where(a == 1.0, torch.where(d < 0, torch.full_like(d, float("-inf")), torch.full_like(d, float("inf"))), x)
+    x = torch.where(inside | (a == 1.0), x, torch.full_like(d, float("nan")))
+    return x.to(y.dtype)
+
+
 # aten op name -> decomposition
 DECOMPOSITIONS = {
+    "erfinv": unary(_erfinv),
     "erfc": unary(_erfc),
     "special_erfcx": unary(_erfcx, False),
     "special_log_ndtr": unary(_log_ndtr, False),

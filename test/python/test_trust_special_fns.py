@@ -1,7 +1,7 @@
 """Special functions torch-mlir cannot import, compiled as eager's CPU kernels compute them
 (issue 10: the OpInfo sweep ran them eagerly): i0, special.i0e/i1/i1e, the modified Bessel
 functions I0, I1, K0, K1 (and the scaled K0, K1), Bessel J0, J1, Y0, Y1, spherical_bessel_j0,
-airy_ai (special_bessel.py), erfc, erfcx, log_ndtr and ndtri (special_erf.py). Each case
+airy_ai (special_bessel.py), erfc, erfcx, log_ndtr, ndtri and erfinv (special_erf.py). Each case
 checks that every graph compiled with no eager island (the 'fallback' log, the graphs'
 fallback_reason) and that the values match eager's on dense grids and at the edges of each
 function (NaN, +-inf, 0, poles, the boundaries of each algorithm's intervals, overflow),
@@ -97,7 +97,7 @@ _OPS = {
     "bessel_y0": (S.bessel_y0, _bessel_scale), "bessel_y1": (S.bessel_y1, _bessel_scale),
     "spherical_bessel_j0": (S.spherical_bessel_j0, lambda x: 1 / x.abs().clamp(min=1.0)),
     "airy_ai": (S.airy_ai, _airy_scale), "erfc": (torch.erfc, None), "erfcx": (S.erfcx, None),
-    "log_ndtr": (S.log_ndtr, None), "ndtri": (S.ndtri, None),
+    "log_ndtr": (S.log_ndtr, None), "ndtri": (S.ndtri, None), "erfinv": (torch.erfinv, None),
 }
 
 
@@ -106,10 +106,11 @@ _OPS = {
 def test_special_function_compiles_like_eager(name, dtype, fallback_log):
     op, scale = _OPS[name]
     x = _inputs(dtype)
-    if name == "ndtri":   # probabilities: [0, 1], both tails, and outside
+    if name in ("ndtri", "erfinv"):   # probabilities: [0, 1] (erfinv: [-1, 1]), both tails, and outside
         g = torch.Generator().manual_seed(11)
         x = torch.cat([x, torch.rand(4000, generator=g, dtype=dtype), torch.rand(1000, generator=g, dtype=dtype) ** 20,
                        1 - torch.rand(1000, generator=g, dtype=dtype) * 1e-6])
+        x = torch.cat([x, -x]) if name == "erfinv" else x
     want = op(x)
     got = _compiled(lambda v: op(v), [x], fallback_log)
     _close(got, want, dtype, scale=None if scale is None else scale(x))
@@ -135,7 +136,7 @@ def test_integer_inputs_compute_in_the_default_float_dtype(dtype, fallback_log):
     # gathers ran as eager islands; the columns are gathered one by one since
     def fn(v):
         return (torch.i0(v), S.i1e(v), S.bessel_j1(v), S.modified_bessel_k0(v), S.airy_ai(v), S.erfcx(v), v.erfc(),
-                S.ndtri(v), S.log_ndtr(v))
+                S.ndtri(v), S.log_ndtr(v), v.erfinv())
 
     want = fn(x)
     got = _compiled(fn, [x], fallback_log)
@@ -146,13 +147,13 @@ def test_integer_inputs_compute_in_the_default_float_dtype(dtype, fallback_log):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_low_precision_computes_in_float32_and_rounds_once(dtype, fallback_log):
-    # eager's i0, i1, i1e and erfc kernels upcast bfloat16/float16 to float32 and round
+    # eager's i0, i1, i1e, erfc and erfinv kernels upcast bfloat16/float16 to float32 and round
     # once: the same rounding but where the float32 values (a few ulp apart) straddle a
     # rounding boundary of the dtype (one ulp of it; 42 of 14111 float16 elements of i1)
     x = _inputs(torch.float32).clamp(-80, 80).to(dtype)
 
     def fn(v):
-        return torch.i0(v), S.i1(v), S.i1e(v), v.erfc()
+        return torch.i0(v), S.i1(v), S.i1e(v), v.erfc(), (v / 100).erfinv()
 
     want = fn(x)
     got = _compiled(fn, [x], fallback_log)
@@ -184,12 +185,12 @@ def test_special_functions_fuse_with_other_ops(fallback_log):
         torch.testing.assert_close(gv, w, rtol=4e-6, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["i0", "i0e", "i1", "i1e", "erfc", "erfcx", "log_ndtr", "ndtri"])
+@pytest.mark.parametrize("name", ["i0", "i0e", "i1", "i1e", "erfc", "erfcx", "log_ndtr", "ndtri", "erfinv"])
 def test_gradients_follow_eager(name, fallback_log):
     # autograd's formulas (i0' = i1, i1e' = i0e - i1e (sign(x) + 1 / x), ...) call the decomposed ops
     op = _OPS[name][0]
     g = torch.Generator().manual_seed(13)
-    x = torch.rand(257, generator=g, dtype=torch.float64) * (0.98 if name == "ndtri" else 12) + 0.01
+    x = torch.rand(257, generator=g, dtype=torch.float64) * (0.98 if name in ("ndtri", "erfinv") else 12) + 0.01
     if name != "ndtri":
         x = x * torch.where(torch.rand(257, generator=g) < 0.5, -1.0, 1.0).double()
     w = torch.linspace(-1, 1, x.numel(), dtype=x.dtype)
