@@ -2855,7 +2855,9 @@ NCALLS = 3
 
 def _seed(k):
     """The RNGs a module may draw from: torch's, Python's `random` (layer drop) and
-    NumPy's global one (mixup)."""
+    NumPy's global one (mixup); and grad mode on, as each side's call starts (a forward
+    may leave it off: torch.set_grad_enabled(False) called as a function)."""
+    torch.set_grad_enabled(True)
     torch.manual_seed(k)
     random.seed(k)
     np = sys.modules.get("numpy")
@@ -2898,6 +2900,7 @@ def run_mine(name, factory, inputs, train, mutate=None, context=None, ncalls=Non
         with contextlib.redirect_stdout(io.StringIO()):
             with _context(context, i):
                 re = ref(*_clone(args))
+            ge = torch.is_grad_enabled()
             _seed(100 + i)
             t0 = time.perf_counter()
             with _context(context, i):
@@ -2905,7 +2908,8 @@ def run_mine(name, factory, inputs, train, mutate=None, context=None, ncalls=Non
             dt = time.perf_counter() - t0
         if i == 0:
             t_first = dt
-        ok = ok and _same(re, rc) and _same(_state(ref), _state(m))
+        ok = ok and _same(re, rc) and _same(_state(ref), _state(m)) and ge == torch.is_grad_enabled()
+    torch.set_grad_enabled(True)
     c = w._mlircap_capture
     graphs_first = len(c.variants[0].graphs) if c.variants else 0
     v0 = c.variants[0] if c.variants else None
@@ -2982,6 +2986,7 @@ def run_dynamo(name, factory, inputs, train, mutate=None, context=None, ncalls=N
             _seed(100 + i)
             with _context(context, i):
                 re = ref(*_clone(args))
+            ge = torch.is_grad_enabled()
             _seed(100 + i)
             t0 = time.perf_counter()
             try:
@@ -2993,16 +2998,17 @@ def run_dynamo(name, factory, inputs, train, mutate=None, context=None, ncalls=N
         if i == 0:
             t_first = dt
             g_first = counts["graphs"]
-        ok = ok and _same(re, rc) and _same(_state(ref), _state(m))
+        ok = ok and _same(re, rc) and _same(_state(ref), _state(m)) and ge == torch.is_grad_enabled()
     # graphs compiled after the first call: a recompile (a guard failed on new values)
     recompiled = counts["graphs"] > g_first
     breaks = None
     eager = False
     try:
         dynamo.reset()
-        torch.manual_seed(0)
+        _seed(0)
         with _context(context, 0):
             e = dynamo.explain(copy.deepcopy(ref))(*_clone(calls[0]))
+        torch.set_grad_enabled(True)
         # explain() sometimes reports a break reason (e.g. generic_jump on a data-dependent
         # branch) with graph_break_count == 0; count the reasons too
         breaks = max(e.graph_break_count, len(e.break_reasons))
