@@ -74,7 +74,7 @@ ENV: dict[str, EnvVar] = _vars(
            "(gather, index_select, embedding, take, x[idx]) as eager islands on CUDA instead of "
            "compiling them clamped, with torch._assert_async on the range check (eager's "
            "device-side assert)", "mlircap/bounds.py"),
-    EnvVar("MLIRCAP_CPU_LIBRARY_OPS", "1", "0 compiles log_softmax, and large bfloat16/float16 "
+    EnvVar("MLIRCAP_CPU_LIBRARY_OPS", "1", "0 compiles log_softmax, erfinv, erfc, and large bfloat16/float16 "
            "linear/convolution with a bias, on the CPU instead of calling torch's kernels "
            "(partition.CPU_LIBRARY_OPS, CPU_NARROW_LIBRARY_MACS)", "python/mlircap/partition.py"),
     EnvVar("MLIRCAP_PHYSICAL_INPUTS", "1", "0 copies graph inputs that are permutations of a "

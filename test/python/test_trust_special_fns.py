@@ -18,10 +18,24 @@ from mlircap import logs
 
 
 @pytest.fixture
-def fallback_log(capsys):
+def fallback_log(capsys, monkeypatch):
+    # erfc and erfinv are CPU library calls by default (partition.CPU_LIBRARY_OPS: eager's MKL
+    # kernels are several times faster); their compiled forms are checked here as they run with
+    # MLIRCAP_CPU_LIBRARY_OPS=0
+    monkeypatch.setenv("MLIRCAP_CPU_LIBRARY_OPS", "0")
     logs.set_logs("fallback")
     yield capsys
     logs.set_logs()
+
+
+@pytest.mark.parametrize("op", [torch.erfc, torch.erfinv])
+def test_erfc_and_erfinv_are_cpu_library_calls_by_default(op):
+    x = torch.linspace(-0.999, 0.999, 1001)
+    fast = mlircap.compile(lambda t: op(t) * 2 + 1)
+    for _ in range(2):
+        got, want = fast(x), op(x) * 2 + 1
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    assert fast.graphs and all(g.fallback_reason is None for g in fast.graphs)
 
 
 def _compiled(fn, args, log):
