@@ -261,6 +261,14 @@ class _SpecialCallMixin(_ModuleFactoryMixin):
                    (type(x) is tuple and all(type(y) in _PRIM for y in x)) or
                    (id(x) in self.src and not isinstance(x, torch.Tensor)) for x in consts):
             return False   # tensors of the graph, objects made by the call: trace it
+        fc = self.flow_call
+        if fc is not None and fc[0] is frame and fc[1] == frame.f_lasti:
+            # followed numbers among the arguments (flows.py) are guarded by value now, before
+            # the guards on the result: those call the function, which a variant must only
+            # do with the arguments eager calls it with (a miss runs its body: a variant for
+            # another value would run it once more, and fill the cache eager leaves empty)
+            self._flow_escape_keys(fc[3])
+            self._flow_call_done(fc)
         try:
             fe = self.expr_of(f)
             ae = [self.expr_of(a) for a in args] + [f"{k}={self.expr_of(v)}" for k, v in kwargs.items()]
