@@ -14,6 +14,7 @@ from .base import Unreplayable
 from .frame_hook import _E, _E_real
 from .classify import _classify, _global_state_writer, _learn_state_writer
 from .locations import _frame_loc
+from .typeinfo import _mro_lookup
 from .side_effects import _SideEffectMixin
 from .calls import _CallMixin
 
@@ -78,6 +79,24 @@ class _TracerMixin(_CallMixin):
             self.unreplayable = (f"untraced library code {frame.f_code.co_name} ({_frame_loc(frame)}) "
                                  f"changed {what} (through {getattr(arg, '__qualname__', arg)})")
 
+    def _opaque_dunders(self, frame: types.FrameType, spec: tuple) -> None:
+        """An opcode about to call an operand's special method (`key in c`, `c[k]`, `c[k] = v`,
+        `for x in c`, `if c:`) where that method is untraced Python code (a WeakKeyDictionary's
+        `__contains__` / `__getitem__` / `__setitem__` in weakref.py, other library classes'):
+        what it reads is guarded, as for an explicit call of untraced code (calls.py: its
+        operands guarded whole), and what it writes is then compared with their snapshots and
+        replayed.  Before: nothing the method read was guarded (a variant replayed the value
+        `cache[m]` had at the recording) and its writes were not replayed."""
+        names, slots = spec
+        objs = []
+        for n in slots:
+            try:
+                objs.append(_E.peek(frame, n))
+            except IndexError:
+                return
+        if any(_opaque_special(o, names) for o in objs):
+            self.touch_deep(objs)
+
     def _lazy_init_trace(self, frame: types.FrameType, event: str, arg: Any) -> Callable | None:
         if event == "return":   # (also after an exception leaves the frame)
             self.suspended -= 1
@@ -113,6 +132,9 @@ class _TracerMixin(_CallMixin):
                 if ins is not None and self.suspended == 1 and not self.ext_depth:
                     if self.np_env and self.np_opcode(frame, ins):
                         return self.local_trace   # a NumPy operation the graph records
+                    d = _IMPLICIT_DUNDERS.get(ins[0])
+                    if d is not None and (self.lazy or self.lazy_objs):
+                        self._opaque_dunders(frame, d)
                     h = _HANDLERS.get(ins[0])
                     if h is not None:
                         h(self, frame, ins[1], ins[2])
@@ -132,6 +154,42 @@ class _TracerMixin(_CallMixin):
         finally:
             self.suspended -= 1
         return self.local_trace
+
+
+def _opaque_special(o: object, names: tuple[str, ...]) -> bool:
+    """o's type defines one of the special methods `names` as Python code the tracer does
+    not trace (modules and tensors: their reads are sourced and guarded elsewhere)."""
+    t = type(o)
+    if t.__module__ == "builtins" or isinstance(o, (torch.nn.Module, torch.Tensor)):
+        return False
+    for name in names:
+        raw = _mro_lookup(t, name)[1]
+        code = getattr(getattr(raw, "__func__", raw), "__code__", None)
+        if type(code) is types.CodeType and _classify(code) == "opaque":
+            return True
+    return False
+
+
+_ITER = ("__iter__", "__len__", "__getitem__")
+_BOOL = ("__bool__", "__len__")
+# opcode -> (the special methods it may call, the stack slots of the objects it calls them on)
+_IMPLICIT_DUNDERS = {
+    "BINARY_SUBSCR": (("__getitem__",), (1, 0)),
+    "STORE_SUBSCR": (("__setitem__",), (1, 0)),
+    "DELETE_SUBSCR": (("__delitem__",), (1, 0)),
+    "CONTAINS_OP": (("__contains__",) + _ITER, (0, 1)),
+    "GET_ITER": (_ITER, (0,)),
+    "UNPACK_SEQUENCE": (_ITER, (0,)),
+    "UNPACK_EX": (_ITER, (0,)),
+    "LIST_EXTEND": (_ITER, (0,)),
+    "SET_UPDATE": (_ITER, (0,)),
+    "DICT_UPDATE": (("keys", "__getitem__"), (0,)),
+    "DICT_MERGE": (("keys", "__getitem__"), (0,)),
+    "GET_LEN": (("__len__",), (0,)),
+    "UNARY_NOT": (_BOOL, (0,)),
+    "POP_JUMP_IF_TRUE": (_BOOL, (0,)),
+    "POP_JUMP_IF_FALSE": (_BOOL, (0,)),
+}
 
 
 _HANDLERS = {

@@ -331,6 +331,48 @@ def state(f):
     return [p.grad for p in f.m.parameters()]
 """)
 
+idiom("weak_key_dictionary_cache", """
+import weakref
+CACHE = weakref.WeakKeyDictionary()
+def make():
+    lin = nn.Linear(3, 3)
+    def f(x):
+        if lin not in CACHE:
+            CACHE[lin] = 0
+        CACHE[lin] += 1
+        y = lin(x) * CACHE[lin]
+        for k in CACHE:
+            y = y + k.weight.sum()
+        return y, len(CACHE)
+    f.lin = lin
+    return f
+def mutate(i, f):
+    if i % 3 == 0:
+        CACHE.clear()
+def state(f):
+    return list(CACHE.values())
+""")
+
+idiom("weak_value_dictionary_registry", """
+import weakref
+class Tok:
+    def __init__(self, v): self.v = v
+KEEP = [Tok(1.0), Tok(2.0)]
+REG = weakref.WeakValueDictionary()
+REG["a"] = KEEP[0]
+def make():
+    def f(x):
+        y = x * (REG["a"].v if "a" in REG else -1.0)
+        if REG:
+            y = y + len(REG)
+        return y
+    return f
+def mutate(i, f):
+    if i % 3 == 1: REG["a"] = KEEP[1]
+    elif i % 3 == 2: REG.pop("a", None)
+    else: REG["a"] = KEEP[0]
+""")
+
 
 @pytest.mark.parametrize("name", list(IDIOMS))
 def test_idiom(name):
