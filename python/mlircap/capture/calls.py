@@ -17,6 +17,7 @@ from torch.utils._pytree import tree_flatten
 from .base import Unreplayable, _Canned, _MISSING
 from .guard_kinds import Lengths
 from .frame_hook import _E, _NULL
+from .typeinfo import _mro_lookup
 from .classify import (
     _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _func_qualname, _idempotent_call, _optimizer_step,
 )
@@ -294,6 +295,11 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
                       group=(d,))
         elif forward:
             self._class_attr(mod, "forward", pretty)
+        if forward:
+            # `mod(x)` runs type(mod).__call__: nn.Module's (which calls forward), or one the
+            # class defines or is given later (A.__call__ = f: a replay still ran forward)
+            cls = type(mod)
+            self._class_guard(cls, "__call__", _mro_lookup(cls, "__call__")[1], f"type({pretty}).__call__")
         if not self.hooked_global:
             self.hooked_global = True
             mm = torch.nn.modules.module

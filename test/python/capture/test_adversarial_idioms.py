@@ -373,6 +373,27 @@ def mutate(i, f):
     else: REG["a"] = KEEP[0]
 """)
 
+idiom("module_class_call_patched", """
+class A(nn.Module):
+    def forward(self, x):
+        return x + 1
+def call2(self, *a, **k):
+    return a[0] * 5
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = A()
+        self.b = nn.ReLU()
+    def forward(self, x):
+        return self.b(self.a(x))
+def make(): return M()
+def mutate(i, m):
+    if i % 2:
+        A.__call__ = call2
+    elif "__call__" in vars(A):
+        del A.__call__
+""")
+
 
 @pytest.mark.parametrize("name", list(IDIOMS))
 def test_idiom(name):
