@@ -120,6 +120,12 @@ class _SpecialCallMixin(_ModuleFactoryMixin):
             f = path[-1][0].__dict__[path[-1][1]]
             _E.poke(frame, slot, f)
             return self._redirect_call(frame, f, args, kwargs, slot)
+        orig = self._optimized_module_target(f)
+        if orig is None:
+            orig = self._compiled_function_target(f)
+        if orig is not None:
+            _E.poke(frame, slot, orig)
+            return self._redirect_call(frame, orig, args, kwargs, slot)
         py = _scripted_python(f)
         if py is not None:
             _E.poke(frame, slot, py)
@@ -140,6 +146,46 @@ class _SpecialCallMixin(_ModuleFactoryMixin):
                                 f"torch.vmap of {_func_qualname(vm[1])}", slot)
             return None
         return f
+
+    def _optimized_module_target(self, f: Any) -> torch.nn.Module | None:
+        """A module compiled by torch.compile (an OptimizedModule, a submodule of the captured
+        one) called from the captured code: the module it wraps, called instead and traced
+        into this recording's graphs, as Dynamo inlines it.  Eager's wrapper call runs the
+        wrapper's hooks, then the original module's call (its hooks and forward); so only
+        where the wrapper has no hooks and no global module hook exists (those would run
+        twice: guarded, with the module read through the wrapper's `_orig_mod`).  Before: the
+        tracer followed Dynamo's frames, whose calls broke the graph each time (a frame with
+        a loop over such modules ran eagerly).  A wrapper of torch.compiler.disable: None."""
+        if _OPTIMIZED_MODULE is None or type(f) is not _OPTIMIZED_MODULE:
+            return None
+        s = self.src.get(id(f))
+        orig = f.__dict__.get("_modules", {}).get("_orig_mod")
+        if s is None or s[2] == "opaque" or not isinstance(orig, torch.nn.Module) or \
+                type(f.__dict__.get("dynamo_ctx")).__name__ == "DisableContext":
+            return None
+        self._guard_module_call(f, s[1], forward=False)   # its hooks, the global ones: guarded
+        mm = torch.nn.modules.module
+        if f._forward_hooks or f._forward_pre_hooks or f._backward_hooks or f._backward_pre_hooks or \
+                mm._has_any_global_hook():
+            return None
+        self._fake_load_attr(f, "_orig_mod")
+        return orig
+
+    def _compiled_function_target(self, f: Any) -> Any:
+        """A function compiled by torch.compile (its wrapper) called from the captured code:
+        the function it wraps, called instead and traced (as Dynamo inlines it).  Before: the
+        tracer followed Dynamo's frames into the bytecode Dynamo made, and a replay read that
+        code's `__compiled_fn_*` global from the program's module (NameError at the second
+        call).  Its `_torchdynamo_orig_callable` read is guarded like the program's reads."""
+        if type(f) is not types.FunctionType or f.__code__.co_filename != _DYNAMO_EVAL_FRAME:
+            return None
+        d = f.__dict__
+        orig = d.get("_torchdynamo_orig_callable")
+        s = self.src.get(id(f))
+        if d.get("_is_torch_compile") is not True or orig is None or s is None or s[2] == "opaque":
+            return None
+        self._fake_load_attr(f, "_torchdynamo_orig_callable")
+        return orig
 
     def _vmap_node(self, frame: types.FrameType, vm: list, args: list, kwargs: dict) -> bool:
         """`torch.vmap(func, in_dims, out_dims)(*args)` held by the graph as one node (as
@@ -356,6 +402,11 @@ class _SpecialCallMixin(_ModuleFactoryMixin):
         return True
 
 
+try:
+    import torch._dynamo.eval_frame as _dynamo_eval_frame
+    _DYNAMO_EVAL_FRAME, _OPTIMIZED_MODULE = _dynamo_eval_frame.__file__, _dynamo_eval_frame.OptimizedModule
+except Exception:  # pragma: no cover
+    _DYNAMO_EVAL_FRAME = _OPTIMIZED_MODULE = None
 _LRU_WRAPPER = type(functools.lru_cache(maxsize=1)(lambda: None))
 _CLASS_FACTORIES = (collections.namedtuple, dataclasses.make_dataclass)
 

@@ -394,9 +394,49 @@ def mutate(i, m):
         del A.__call__
 """)
 
+idiom("torch_compiled_submodules_in_a_loop", """
+class Inner(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+    def forward(self, x):
+        return self.lin(x).relu()
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(torch.compile(Inner(), backend="eager") for _ in range(3))
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x
+def make(): return M()
+def mutate(i, m):
+    if i == 2:
+        m.blocks[1]._orig_mod.register_forward_hook(lambda mod, a, o: o * 2)
+    if i == 4:
+        m.blocks[1]._orig_mod._forward_hooks.clear()
+        m.blocks[0]._orig_mod.lin = nn.Identity()
+    if i == 5:
+        m.eval()
+""")
+
+idiom("torch_compiled_function_called", """
+def g(x):
+    return x.sin() * 2
+G = torch.compile(g, backend="eager")
+def make():
+    def f(x):
+        return G(x) + 1
+    return f
+""")
+
 
 @pytest.mark.parametrize("name", list(IDIOMS))
 def test_idiom(name):
+    """(torch_compiled_*: a module or function torch.compile made, called from the captured
+    code, is traced as the module or function it wraps, as Dynamo inlines it; before, the
+    loop broke the graph at each call and its frame ran eagerly, and a compiled function's
+    replay raised NameError for Dynamo's __compiled_fn global)"""
     src, calls, n, kw = IDIOMS[name]
     calls = calls() if calls is not None else [(torch.randn(3),)] * n
     run_program(src, calls, name=name, cache_limit=64, **kw)
