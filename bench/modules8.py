@@ -2147,6 +2147,244 @@ def grad_clip_value_norm_nonfinite_backward(x, y, scale: float):
     return total, w.grad, v.grad
 
 
+
+# ================================================================== harder edges, varying calls
+@fn_case("float_to_uint8_out_of_range_image_save", lambda i=0: (U(2, 3, 4, 5) * 2 - 0.5, R(6) * 10 ** (3 + 3 * i)))
+def float_to_uint8_out_of_range_image_save(img, big):
+    """Image-saving code that forgets to clamp: (img * 255).byte(), .to(torch.uint8) of values
+    below 0 and above 255 (eager wraps through int32: -1 -> 255, 300 -> 44), .round().to(int16),
+    int64 / int32 of huge values and of NaN / inf, bool of NaN (True)."""
+    big = big.clone()
+    big[0] = float("nan")
+    big[1] = float("inf")
+    return ((img * 255).byte(), (img * 255).round().to(torch.uint8), (img * 1000).to(torch.int16),
+            (img * 300).to(torch.int8), big.to(torch.int64), big.to(torch.int32), big.bool(), big.to(torch.uint8))
+
+
+@fn_case("shift_amounts_negative_and_past_width", lambda i=0: (I(-100, 100, 8), I(-3, 70, 8), I(0, 256, 8, dtype=torch.uint8)))
+def shift_amounts_negative_and_past_width(a, s, u):
+    """Shifts whose amount is negative or at least the width: eager gives 0 for << and the sign
+    fill for >> (no undefined behaviour); uint8 shifted by 8 and 9; Python int amounts too."""
+    su = (s.abs() % 12).to(torch.uint8)
+    return a << s, a >> s, u << su, u >> su, a << 63, a >> 64, u << 8, torch.bitwise_left_shift(a, 65)
+
+
+def _oob(i, n):
+    return torch.tensor([0, n - 1, n + 3 if i == 2 else 1])
+
+
+@fn_case("gather_index_out_of_bounds_later_call", lambda i=0: (R(4, 6), _oob(i, 6).view(1, 3).expand(4, 3).contiguous()))
+def gather_index_out_of_bounds_later_call(x, idx):
+    """gather with an index past the dim on the last call: eager raises RuntimeError, the compiled
+    call must raise too (not read out of bounds)."""
+    return torch.gather(x * 2, 1, idx) + 1
+
+
+@fn_case("index_add_scatter_out_of_bounds_later_call", lambda i=0: (R(5, 3), _oob(i, 5), R(3, 3)))
+def index_add_scatter_out_of_bounds_later_call(x, idx, src):
+    """index_add_ and scatter_add_ writing through an out-of-range index on the last call (eager:
+    IndexError / RuntimeError before any write)."""
+    out = (x + 1).index_add_(0, idx, src)
+    return out, torch.zeros(6).scatter_add_(0, idx, src[:, 0])
+
+
+@fn_case("embedding_take_index_put_out_of_bounds_later_call", lambda i=0: (R(6, 4), _oob(i, 6)))
+def embedding_take_index_put_out_of_bounds_later_call(w, idx):
+    """F.embedding, torch.take and an index_put through advanced indexing with an index past the
+    end on the last call: IndexError in eager."""
+    e = F.embedding(idx, w) * 2
+    t = torch.take(w, idx * 3)
+    y = torch.zeros(6)
+    y[idx] = 1.0
+    return e, t, y
+
+
+@fn_case("negative_index_tensors_wrap_index_select_raises", lambda i=0: (R(5, 4), torch.tensor([-1, -5, 2]) if i < 2 else torch.tensor([-6, 0, 1])))
+def negative_index_tensors_wrap_index_select_raises(x, idx):
+    """Negative index tensors: x[idx] and index_put wrap (-1 is the last row), x[:, idx] wraps on
+    the dim; -6 on a dim of 5 raises IndexError on the last call."""
+    y = x.clone()
+    y[idx] = 0.0
+    return x[idx] * 2, y, x.t()[:, idx[:2]].sum(0)
+
+
+@fn_case("one_hot_num_classes_exceeded_later_call", lambda i=0: (torch.tensor([0, 2, 1]) + (i == 2) * 2, R(3, 3)))
+def one_hot_num_classes_exceeded_later_call(t, logits):
+    """one_hot with num_classes fixed at 3 receiving class 4 on the last call (eager raises
+    RuntimeError: class values must be smaller than num_classes)."""
+    oh = F.one_hot(t, 3).float()
+    return (oh * logits.log_softmax(-1)).sum(-1)
+
+
+def _dtypes(i=0):
+    return (R(3, 5).to([torch.float32, torch.float64, torch.float16, torch.bfloat16][i]),)
+
+
+@fn_case("same_function_four_dtypes_across_calls", _dtypes, ncalls=4)
+def same_function_four_dtypes_across_calls(x):
+    """One function called with float32, float64, float16 and bfloat16 inputs in turn: softmax,
+    layer_norm, a pow / exp chain, var, a Python float constant, integer conversion of the
+    rounded result."""
+    y = x * 1.7 - 0.3
+    return (y.softmax(-1), F.layer_norm(y, (5,)), y.pow(3).exp() / 10, y.var(0), (y * 4).round().to(torch.int64),
+            y.sum(dtype=torch.float32))
+
+
+def _nan_later(i=0):
+    x = R(4, 8)
+    if i == 2:
+        x[0, 3] = float("nan")
+        x[1] = 5.0
+        x[2, 1] = float("inf")
+        x[3, :4] = float("-inf")
+    return (x,)
+
+
+@fn_case("nan_inf_constant_rows_on_later_call_norms", _nan_later)
+def nan_inf_constant_rows_on_later_call_norms(x):
+    """Reductions and norms given finite inputs first, then NaN / inf / a constant row on the last
+    call: layer_norm (zero variance row: exact output 0), F.normalize, var / std, max / argmax,
+    logsumexp, cumsum, softmax, RMS norm, group_norm."""
+    return (F.layer_norm(x, (8,)), F.normalize(x, dim=1), x.var(1), x.std(1, correction=0), x.max(1), x.argmax(1),
+            x.logsumexp(1), x.cumsum(1), x.softmax(1), x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6),
+            F.group_norm(x[None], 2)[0], x.min(), x.argmin())
+
+
+def _big(i=0):
+    x = R(1 << 18)
+    x[1000] = 9.0
+    x[200000] = 9.0
+    if i == 2:
+        x[150000] = float("nan")
+        x[7] = float("nan")
+    return x, I(-1000, 1000, 1 << 18, dtype=torch.int32)
+
+
+@fn_case("large_parallel_reductions_ties_nan_int32_sums", _big)
+def large_parallel_reductions_ties_nan_int32_sums(x, n):
+    """Reductions over 256K elements (past the parallel threshold): argmax with a tie between
+    chunks (first index), max with NaN in two chunks on the last call, int32 sum (int64 result)
+    and prod-free mean of its float cast, cumsum of int32 (int64), amin of a strided view."""
+    return (x.argmax(), x.max(), x.view(512, 512).argmax(1), n.sum(), n.float().mean(), n.cumsum(0)[-5:],
+            x[::3].amin(), (x * 2 + 1).view(64, -1).sum(1), n.view(512, 512).amax(0))
+
+
+def _layouts(i=0):
+    base = R(6, 8)
+    return ((base, base.t(), base[::2, 1::2], base.expand(3, 6, 8)[1])[i % 3 if i < 3 else 3],)
+
+
+@fn_case("input_layouts_change_transposed_strided_expanded", _layouts, ncalls=4)
+def input_layouts_change_transposed_strided_expanded(x):
+    """The same function fed a contiguous input, then its transpose, then a strided slice, then an
+    expanded view: matmul with its transpose, softmax on dim 0, a reduction over the last dim,
+    an in-place write on a clone and an output view of the input."""
+    y = x.clone()
+    y[:, 0] = -1
+    return x @ x.t(), x.softmax(0), x.sum(-1), y, x[:, 1:]
+
+
+def _sizes(i=0):
+    return (R([1, 4, 0, 1][i], 5),)
+
+
+@fn_case("batch_sizes_one_four_zero_one", _sizes, ncalls=4)
+def batch_sizes_one_four_zero_one(x):
+    """Batch sizes 1, 4, 0, 1 in turn: softmax, layer_norm, a matmul, mean over the batch (NaN
+    when empty), sum, a size-1 broadcast against a fixed (3, 1, 5) tensor, amax over dim 1."""
+    w = torch.linspace(-1, 1, 25).view(5, 5)
+    c = torch.arange(15.0).view(3, 1, 5)
+    return (x.softmax(-1), F.layer_norm(x, (5,)), x @ w, x.mean(0), x.sum(0), x[None] * c, x.amax(1) if x.numel() else x.sum(1))
+
+
+@fn_case("fp16_bf16_intermediate_overflow_rounding_chain", lambda i=0: (R(6, 5) * (4 + 40 * i),))
+def fp16_bf16_intermediate_overflow_rounding_chain(x):
+    """float16 and bfloat16 chains where eager rounds after every op: (h * 300) * 300 / 300 overflows
+    to inf in float16 (not in float32), (b + 1000) - 1000 loses the fraction in bf16, exp of
+    12 in fp16 (162754.8 -> inf), a division of two rounded values."""
+    h, b = x.half(), x.bfloat16()
+    return ((h * 300) * 300 / 300, (b + 1000) - 1000, (h + 12).exp(), h / (h * 3), (b * b).sqrt(), h.float() * 300 * 300 / 300)
+
+
+@fn_case("clamp_where_int_float_promotion_bounds", lambda i=0: (I(-5, 5, 6), I(-5, 5, 6, dtype=torch.int32), torch.rand(6) > 0.5))
+def clamp_where_int_float_promotion_bounds(a, b, m):
+    """Promotion in clamp / where with Python floats: clamp of int64 by a float bound gives float,
+    by int bounds stays int64, min > max (all max), where(mask, int32, 0.5) float32, where with two
+    Python scalars, int32 clamp_ in place by a float (stays int32? eager: error or truncation)."""
+    c = b.clone()
+    c.clamp_(min=-2, max=2)
+    return (a.clamp(min=0.5), a.clamp(-2, 3), a.clamp(min=3, max=-1), torch.where(m, b, 0.5), torch.where(m, 1, -1),
+            torch.where(m, b, a), c, torch.clamp(b, max=torch.tensor(1)), a.clamp(min=-1.5, max=2.5))
+
+
+
+# ============================================================================ autograd machinery
+class CompressedActivations(nn.Module):
+    """Activation compression as memory-saving training code writes it: saved_tensors_hooks whose
+    pack stores every saved activation in float16 (bfloat16 for the second block) and unpack
+    returns float32, so the gradients are computed from the rounded activations; a counter of
+    packed tensors kept on the module."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(6, 8), nn.Linear(8, 3)
+        self.packed = 0
+
+    def forward(self, x):
+        def pack(t):
+            self.packed += 1
+            return t.to(torch.float16)
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t.to(torch.float32)):
+            h = torch.tanh(self.l1(x)) * 3.3
+            y = torch.sigmoid(self.l2(h)).pow(2)
+        loss = y.sum()
+        loss.backward()
+        return loss.detach(), self.l1.weight.grad.clone(), self.packed
+
+
+case("saved_tensors_hooks_fp16_compressed_activations", lambda: (R(4, 6) * 3,), train=True)(lambda: CompressedActivations())
+
+
+class ForwardADJvp(nn.Module):
+    """Forward-mode AD with dual tensors: a jvp of a small network at x along t inside
+    fwAD.dual_level(), make_dual / unpack_dual, on every call."""
+
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(3, 4)
+
+    def forward(self, x, t):
+        import torch.autograd.forward_ad as fwAD
+        with fwAD.dual_level():
+            d = fwAD.make_dual(x, t)
+            y = torch.sin(self.l(d)) * d.sum(-1, keepdim=True)
+            p, tan = fwAD.unpack_dual(y)
+        return p, tan
+
+
+case("forward_ad_dual_level_jvp", lambda: (R(2, 3), R(2, 3)))(lambda: ForwardADJvp())
+
+
+class RetainGraphTwice(nn.Module):
+    """Two backward passes over one graph: backward(retain_graph=True), the grad cloned, a second
+    backward of a multiple of the same loss accumulating into .grad (GAN / multi-loss code)."""
+
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(3, 2)
+
+    def forward(self, x):
+        y = torch.tanh(self.l(x)).sum()
+        y.backward(retain_graph=True)
+        g1 = self.l.weight.grad.clone()
+        (y * 2).backward()
+        return g1, self.l.weight.grad.clone(), y.detach()
+
+
+case("backward_retain_graph_twice_accumulates", lambda: (R(4, 3),), train=True)(lambda: RetainGraphTwice())
+
+
 # =============================================================================== runner
 # bench/modules5.py's runner (the same case records, comparison and categories) over this corpus's CASES.
 if __name__ == "__main__":
