@@ -1225,7 +1225,7 @@ class C51Projection(nn.Module):
         Tz = rewards[:, None] + (1 - dones[:, None]) * gamma * self.support[None]
         Tz = Tz.clamp(min=self.vmin, max=self.vmax)
         bj = (Tz - self.vmin) / dz
-        l, u = bj.floor().to(torch.int64), bj.ceil().to(torch.int64)
+        l, u = bj.floor().to(torch.int64), bj.ceil().to(torch.int64)  # noqa: E741
         l[(u > 0) & (l == u)] -= 1
         u[(l < (self.atoms - 1)) & (l == u)] += 1
         m = probs.new_zeros(b, self.atoms)
