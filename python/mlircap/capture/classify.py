@@ -100,7 +100,7 @@ _META_OK = {
     "is_meta", "is_grad_enabled", "is_tensor", "is_storage", "get_default_dtype",
     "is_inference_mode_enabled", "names", "is_mkldnn", "_is_view", "is_nested", "is_cpu",
     "itemsize", "nbytes", "is_autocast_enabled", "is_signed", "output_nr", "retains_grad",
-    "_version", "__torch_function__",
+    "_version", "__torch_function__", "is_conj", "is_neg",
 }
 # Tensor functions whose results' shapes depend on tensor data (nonzero, boolean-mask
 # indexing, unique, ...); a shape read of such a result (or of anything computed from

@@ -207,7 +207,10 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin):
         if func is _REGISTER_HOOK and self._grad_hook_node(args, kwargs):
             return res   # (the handle, dropped by the program)
         if not has_t and name not in ("__setitem__", "__set__", "__delitem__"):
-            if name in _META_OK and not (dyn and name in _SHAPE_META):
+            if name in _META_OK and not (dyn and name in _SHAPE_META) and not \
+                    (name == "_version" and any(isinstance(a, torch.Tensor) and id(a) in self.src for a in args)):
+                # (the version counter of a tensor from outside the function changes with every
+                # in-place write to it between calls, which no guard sees: read at replay)
                 return res
             if name == "_assert" and args and not isinstance(args[0], torch.Tensor):
                 return res   # torch._assert(cond: bool, msg): passed; cond is a traced Python value
@@ -218,6 +221,8 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin):
                 return res
             # data-dependent (or unknown) non-tensor result: graph break
             reason = f"data-dependent operation Tensor.{name}()" if name in _DATA_DEP else \
+                "version counter of a tensor from outside the function (Tensor._version)" \
+                if name == "_version" else \
                 f"shape of a data-dependent-shape tensor (Tensor.{name})" if name in _META_OK else \
                 f"non-tensor result of {_func_qualname(func)}"
             try:

@@ -440,3 +440,42 @@ def test_idiom(name):
     src, calls, n, kw = IDIOMS[name]
     calls = calls() if calls is not None else [(torch.randn(3),)] * n
     run_program(src, calls, name=name, cache_limit=64, **kw)
+
+
+def test_version_counter_of_an_outside_tensor():
+    """`t._version` of a tensor from outside the function (a global buffer written in place
+    between calls, an argument) is read at replay: it was taken as metadata the guards cover
+    and returned as the recording's value (1, 1, 1 for eager's 1, 2, 3).  The version of a
+    tensor the function makes stays a constant."""
+    run_program("""
+T = torch.zeros(2)
+def make():
+    def f(x):
+        y = x * 2
+        y.add_(1)
+        return x + T._version + y._version + x._version
+    return f
+def mutate(i, f):
+    T.add_(1)
+""", [(torch.zeros(2),)] * 5)
+
+
+def test_conj_and_neg_bits_are_guarded_metadata():
+    """is_conj() / is_neg() are metadata the tensor guards' dispatch keys cover (no graph
+    break; a tensor with the other bit fails the guard): a global complex tensor rebound to
+    its conjugate view, a float one to its negative view, between calls."""
+    run_program("""
+TC = torch.tensor([1.0 + 2.0j, -1.0 + 0.5j])
+TN = torch.tensor([1.0, -2.0, 3.0])
+def make():
+    def f(x):
+        y = x + TC.real.sum() + TC.imag.sum() + TC.is_conj() + TC.conj().is_conj()
+        return y + (TN * 2).sum() + TN.is_neg()
+    return f
+def mutate(i, f):
+    global TC, TN
+    if i % 2:
+        TC = TC.conj()
+    if i % 3 == 1:
+        TN = torch._neg_view(TN) if not TN.is_neg() else TN.resolve_neg()
+""", [(torch.randn(3),)] * 8, breaks=0)
