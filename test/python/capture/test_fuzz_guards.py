@@ -1485,3 +1485,240 @@ def test_guard_fuzz_dict_counters_made_modules_environment(seed, typed_checks_ag
     import torch
     x = torch.randn(2, 4)
     run_program(f"SEED = {seed}\n" + PROGRAM9, [(x,)] * 40, name=f"fuzz9_{seed}", cache_limit=1000)
+
+
+PROGRAM10 = """
+import random, functools, weakref
+import numpy as np
+import torch.nn.modules.module as _mm
+FLAGS = {"relu"}
+FROZEN = frozenset({1, 2})
+ORDER = ["a", "b", "c"]
+TC = torch.tensor([1.0 + 2.0j, -1.0 + 0.5j])
+TN = torch.tensor([1.0, -2.0, 3.0])
+BASE = torch.arange(8.0)
+TV = BASE[1:4]
+TG = torch.ones(3)
+WK = weakref.WeakKeyDictionary()
+class _Box:
+    pass
+HB = _Box()
+HB.hooks = []
+HB.calls = []
+HB.modes = []
+@functools.lru_cache(maxsize=None)
+def table(n):
+    HB.calls.append(n)
+    return tuple(0.5 * i for i in range(n))
+NT = [3]
+class Sub:
+    def __init__(self, flag):
+        self.flag = flag
+class Cfg:
+    def __init__(self):
+        self.sub = Sub(True)
+        self.k = 1.0
+class Blk(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+    def forward(self, x):
+        return self.lin(x)
+ORIG_LIN_FWD = nn.Linear.forward
+def lin_fwd2(self, x):
+    return ORIG_LIN_FWD(self, x) * 0.5
+def blk_call2(self, *a, **k):
+    return a[0] - 1
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cfg = Cfg()
+        self.blk = Blk()
+        self.bn = nn.BatchNorm1d(3)
+    def forward(self, x):
+        y = self.blk(x)
+        if self.cfg.sub.flag:
+            y = y * self.cfg.k
+        y = self.bn(y)
+        return y
+def make():
+    m = M()
+    def f(x, s):
+        y = m(x.view(1, 3).expand(2, 3).contiguous())
+        y = y.relu() if "relu" in FLAGS else y.tanh()
+        y = y + len(FLAGS) + sum(FROZEN) + (2 in FROZEN)
+        for i, k in enumerate(ORDER):
+            y = y + i * len(k)
+        y = y + TC.real.sum() + TC.imag.sum() + TC.is_conj()
+        y = y + (TN * 2).sum() + TN.is_neg()
+        y = y + TV.sum() + TV.storage_offset()
+        y = y + TG
+        if m not in WK:
+            WK[m] = 0
+        WK[m] = min(WK[m] + 1, 3)
+        y = y * s + WK[m]
+        y = y + sum(table(NT[0]))
+        if torch.are_deterministic_algorithms_enabled():
+            y = y * 2
+        return y
+    f.m = m
+    return f
+def _mutations(f):
+    m = f.m
+    def set_global(name, v):
+        globals()[name] = v
+    def hook(kind):
+        if HB.hooks:
+            HB.hooks.pop().remove()
+            return
+        if kind == 0:
+            HB.hooks.append(m.blk.register_forward_pre_hook(lambda mod, a: (a[0] * 2,)))
+        elif kind == 1:
+            HB.hooks.append(m.blk.register_forward_pre_hook(lambda mod, a, kw: ((a[0] + 1,), kw), with_kwargs=True))
+        elif kind == 2:
+            HB.hooks.append(_mm.register_module_forward_hook(lambda mod, a, o: o * 1.5 if isinstance(mod, nn.Linear) else None))
+        elif kind == 3:
+            HB.hooks.append(_mm.register_module_forward_pre_hook(lambda mod, a: None))
+        elif kind == 4:
+            HB.hooks.append(m.bn.register_forward_hook(lambda mod, a, o: o + 1, always_call=True))
+    def ambient(k):
+        # the calls after run under inference_mode / no_grad / neither (process-wide: each
+        # copy enters and leaves its own, the same ones)
+        while HB.modes:
+            HB.modes.pop().__exit__(None, None, None)
+        if k:
+            HB.modes.append(torch.inference_mode() if k == 1 else torch.no_grad())
+            HB.modes[-1].__enter__()
+    return [
+        lambda r: FLAGS.add("relu") if "relu" not in FLAGS else FLAGS.discard("relu"),
+        lambda r: FLAGS.add(r.choice(["x", "yy"])),
+        lambda r: set_global("FROZEN", frozenset(range(r.choice([1, 2, 3])))),
+        lambda r: ORDER.reverse(),
+        lambda r: ORDER.append("dd") if len(ORDER) < 5 else ORDER.pop(),
+        lambda r: ORDER.__delitem__(0) if len(ORDER) > 1 else ORDER.insert(0, "e"),
+        lambda r: setattr(m.cfg.sub, "flag", not m.cfg.sub.flag),
+        lambda r: setattr(m.cfg, "sub", Sub(r.random() < 0.5)),
+        lambda r: setattr(m.cfg, "k", r.choice([1.0, 3.0])),
+        lambda r: setattr(nn.Linear, "forward", r.choice([lin_fwd2, ORIG_LIN_FWD])),   # (process-wide: both copies set the same)
+        lambda r: setattr(Blk, "__call__", blk_call2) if "__call__" not in vars(Blk) else delattr(Blk, "__call__"),
+        lambda r: hook(r.randrange(5)),
+        lambda r: m.bn.train(not m.bn.training),
+        lambda r: set_global("TC", TC.conj()),
+        lambda r: set_global("TN", torch._neg_view(TN) if not TN.is_neg() else TN.resolve_neg()),
+        lambda r: TV.set_(BASE.untyped_storage(), r.choice([0, 1, 4]), (3,), (1,)),
+        lambda r: TV.as_strided_((3,), (r.choice([1, 2]),), r.choice([0, 2])),
+        lambda r: TG.mul_(r.choice([2.0, 0.5])),
+        lambda r: set_global("TG", TG + 1 if r.random() < 0.5 else TG.double()),
+        lambda r: TG.requires_grad_(not TG.requires_grad) if TG.is_leaf else None,
+        lambda r: WK.clear(),
+        lambda r: table.cache_clear(),
+        lambda r: NT.__setitem__(0, r.choice([2, 3, 4])),
+        lambda r: torch.use_deterministic_algorithms(r.random() < 0.5),
+        lambda r: None,
+    ]
+def mutate(i, f):
+    if i % 2:
+        return   # each state called twice: the second call replays
+    r = random.Random(SEED * 1000 + i)
+    with torch.no_grad():
+        for _ in range(r.choice([1, 1, 2])):
+            r.choice(_mutations(f))(r)
+def state(f):
+    return (sorted(FLAGS), list(ORDER), list(WK.values()), list(HB.calls), NT[0], TV, TG)
+"""
+
+
+
+@pytest.fixture
+def process_state_restored():
+    """What PROGRAM10's mutations change for the whole process, restored after the test:
+    nn.Linear.forward, the global module hooks, the deterministic-algorithms flag."""
+    import torch
+    import torch.nn.modules.module as mm
+    fwd = torch.nn.Linear.forward
+    hooks = [mm._global_forward_hooks, mm._global_forward_pre_hooks]
+    before = [set(h) for h in hooks]
+    det = torch.are_deterministic_algorithms_enabled()
+    yield
+    torch.nn.Linear.forward = fwd
+    for h, keys in zip(hooks, before):
+        for k in [k for k in h if k not in keys]:
+            del h[k]
+    torch.use_deterministic_algorithms(det)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
+def test_guard_fuzz_sets_hooks_patched_classes_tensor_bits(seed, typed_checks_agree, process_state_restored):
+    """Mutation kinds the programs above do not make: a set's members added / discarded
+    (`in`, len) and a frozenset global rebound, a list the loop enumerates reversed, grown,
+    its head deleted, a nested config attribute (m.cfg.sub.flag) flipped and its holder
+    replaced, a library class's method monkeypatched for the process (nn.Linear.forward)
+    and a submodule class given its own __call__, forward pre-hooks (also with kwargs),
+    global module forward / pre hooks and an always_call forward hook registered and
+    removed, a submodule's training flag alone, a global complex tensor rebound to its
+    conjugate view and a float one to its negative view, a global view re-pointed in place
+    (set_ with another storage offset, as_strided_ with other strides), a global tensor
+    mutated in place vs rebound (another dtype, requires_grad), a WeakKeyDictionary counter
+    cleared, an lru_cache'd helper's cache cleared and its argument changed, the
+    deterministic-algorithms flag; the scalar argument switching between Python and NumPy
+    floats, ints and bools.  Each state is called twice (the second call replays).  Found:
+    the __call__ of a module class, the WeakKeyDictionary's contents (fixed in calls.py,
+    tracer.py)."""
+    import numpy as np
+    import torch
+    r = random.Random(seed)
+    x = torch.randn(3)
+    scalars = [2.0, 3, np.float64(2.0), np.float32(1.5), np.int64(3), True, np.float64(0.5), 1.5]
+    calls, cur = [], 2.0
+    for _ in range(40):
+        if r.random() < 0.2:
+            cur = r.choice(scalars)
+        calls.append((x, cur))
+    run_program(f"SEED = {seed}\n" + PROGRAM10, calls, name=f"fuzz10_{seed}", cache_limit=1000)
+
+
+def test_grad_and_inference_mode_around_calls():
+    """Calls made under no_grad, inference_mode, inference_mode(False), enable_grad (also
+    nested in an outer no_grad), in random order: the forward branches on the grad and
+    inference modes and makes a tensor whose is_inference() it returns; outputs,
+    requires_grad, is_inference() and a BatchNorm's running statistics agree with eager."""
+    import contextlib
+    import copy
+    import torch
+    import torch.nn as nn
+    from mlircap.capture import capture
+    from harness import EAGER
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+            self.bn = nn.BatchNorm1d(3)
+
+        def forward(self, x):
+            y = self.bn(self.lin(x))
+            if torch.is_grad_enabled():
+                y = y * 2
+            if torch.is_inference_mode_enabled():
+                y = y + 1
+            return y, y.requires_grad, torch.ones(2).is_inference()
+
+    torch.manual_seed(0)
+    me = M()
+    mc = copy.deepcopy(me)
+    fc = capture(mc, EAGER)
+    ctxs = [contextlib.nullcontext, torch.no_grad, torch.inference_mode, lambda: torch.inference_mode(False),
+            torch.enable_grad]
+    r = random.Random(0)
+    for i in range(30):
+        k, outer = r.randrange(len(ctxs)), r.random() < 0.3
+        x = torch.randn(4, 3)
+        with torch.no_grad() if outer else contextlib.nullcontext():
+            with ctxs[k]():
+                a = me(x)
+            with ctxs[k]():
+                b = fc(x)
+        assert torch.equal(a[0], b[0]) and a[1:] == b[1:], (i, k, outer)
+        assert a[0].requires_grad == b[0].requires_grad and a[0].is_inference() == b[0].is_inference(), (i, k)
+        assert torch.equal(me.bn.running_mean, mc.bn.running_mean), i
+    assert fc._mlircap_capture.stats.replays > 10
