@@ -63,6 +63,9 @@ _UINT8_OPS = {
     "aten::mm", "aten::bmm", "aten::matmul", "aten::mv", "aten::dot", "aten::vdot", "aten::addmm",
     "aten::addmv", "aten::baddbmm", "aten::addbmm",
     "aten::eye", "aten::_chunk_cat",   # a factory of 0s and 1s; chunks moved into one tensor
+    # pads that copy edge or mirrored elements (ran through torch: torch-mlir lowers their int8)
+    "aten::reflection_pad1d", "aten::reflection_pad2d", "aten::reflection_pad3d",
+    "aten::replication_pad1d", "aten::replication_pad2d", "aten::replication_pad3d",
 }
 # Pointwise ops whose integer semantics differ from uint8's beyond wrapping.
 _UINT8_POINTWISE_EXCLUDED = {"aten::lerp", "aten::view_as_real", "aten::view_as_complex"}
