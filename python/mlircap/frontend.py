@@ -173,6 +173,8 @@ def _build_table() -> dict:
     table[aten.min.default] = intmath.full_reduction(aten.amin.default)
     table[aten.remainder.Scalar] = intmath.scalar_remainder(aten.remainder.Tensor)   # int8: torch-mlir crashes
     table[aten.fmod.Scalar] = intmath.scalar_remainder(aten.fmod.Tensor)
+    for op in (aten.fmod.Tensor, aten.fmod.Scalar):   # floats: exact, from remainder
+        table[op] = _fmod_from_remainder(table.get(op))
     for op, left in ((aten.__lshift__.Scalar, True), (aten.__rshift__.Scalar, False),
                      (aten.bitwise_left_shift.Tensor_Scalar, True), (aten.bitwise_right_shift.Tensor_Scalar, False)):
         table[op] = intmath.scalar_shift(op, left)   # by the width or more: LLVM poison
@@ -591,10 +593,38 @@ def _floor_division_like_eager(op, fallback):
         div = torch.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
         floordiv = torch.floor(div)
         floordiv = torch.where(div - floordiv > 0.5, floordiv + 1, floordiv)
-        floordiv = torch.where(div != 0, floordiv, torch.copysign(torch.zeros_like(div), a / b))
+        # the zero quotient's sign is a / b's (where a / b is NaN, div is too: not this branch;
+        # copysign's NaN check reran every call with a NaN eagerly)
+        floordiv = torch.where(div != 0, floordiv, _with_sign_of(torch.zeros_like(div), a / b))
         if not isinstance(b, torch.Tensor):   # a Python number (x // 0.7): b == 0 is a bool
             return a / b if b == 0 else floordiv
         return torch.where(b == 0, a / b, floordiv)
+
+    return decomposition
+
+
+def _with_sign_of(magnitude, x):
+    """copysign(magnitude, x) for a non-negative magnitude where x's sign matters only
+    when x is not NaN (-0 included): no NaN check (signs.py), no eager rerun."""
+    return torch.where((x < 0) | (x == 0) & (x.reciprocal() < 0), -magnitude, magnitude)
+
+
+def _fmod_from_remainder(fallback):
+    """Floating fmod as eager's kernel computes it (std::fmod: exact): the magnitude is
+    remainder(|a|, |b|), whose lowering is arith.remf (exact; no adjustment, both are
+    non-negative), with a's sign (-0 as fmod's). torch-mlir's lowering of
+    fmod.Tensor is a - trunc(a / b) * b, off once the quotient is large (float32
+    fmod(1e5 * randn, 0.1..3.1): 1.68 off eager, and floor division, computed from fmod,
+    one off); it has none of fmod.Scalar of a float (an island)."""
+
+    def decomposition(a, b):
+        dtype = torch.result_type(a, b)
+        if not isinstance(a, torch.Tensor) or not dtype.is_floating_point or isinstance(b, complex):
+            return NotImplemented if fallback is None else fallback(a, b)
+        x = a.to(dtype)
+        y = b.to(dtype).abs() if isinstance(b, torch.Tensor) else abs(b)
+        # a's sign without copysign's NaN check (signs.py): a NaN a gives a NaN anyway
+        return _with_sign_of(torch.remainder(x.abs(), y), x)
 
     return decomposition
 
