@@ -181,13 +181,40 @@ def _keep_graph() -> bool:
         return True
 
 
+def _fresh_input(a: Any, view: bool) -> Any:
+    """`a` (an input of a _RecomputeForHigherOrder graph that requires grad) entering the
+    graph through a tensor of its own, so that autograd.grad over the graph stops there: a
+    leaf detached from `a`'s history (`view` False; an input that is a leaf already is kept),
+    or a view of `a` (`view` True: the history kept, for a gradient that is differentiated
+    again). Its .grad is `a`'s where the graph may read it."""
+    if not (isinstance(a, torch.Tensor) and a.requires_grad):
+        return a
+    if not view and a.grad_fn is None:
+        return a
+    t = a.view_as(a) if view else a.detach().requires_grad_()
+    if a.is_leaf or a.retains_grad:
+        g = a.grad
+        if g is not None:
+            t.grad = g
+    return t
+
+
 class _RecomputeForHigherOrder(torch.autograd.Function):
+    """The graph runs on its inputs cut from their history (_fresh_input): its backward's
+    autograd.grad over it must give this Function's own gradients, the partial derivatives
+    of each input. Over the inputs themselves it also went through their history where one
+    input was computed from another (a loss and the weight it came from, both inputs of
+    `loss * 2`): that path's gradient came back twice, once here and once through the engine
+    (with retain_graph), or the upstream graph's saved tensors were freed by the inner call
+    and the engine's own visit raised."""
+
     @staticmethod
     def forward(ctx: Any, runner: _HigherOrderGrad, *args: Any) -> Any:
         with torch.enable_grad():
-            outs = tuple(runner.fn(*args))   # the compiled graph, with its own autograd node
-        ctx.runner, ctx.outs = runner, outs
-        ctx.save_for_backward(*args)
+            cut = tuple(_fresh_input(a, False) for a in args)
+            outs = tuple(runner.fn(*cut))   # the compiled graph, with its own autograd node
+        ctx.runner, ctx.outs, ctx.n = runner, outs, len(args)
+        ctx.save_for_backward(*args, *cut)
         ctx.diff = [o.requires_grad for o in outs]
         # a plain backward calls the compiled graph's backward directly (no nested
         # autograd.grad) when its node produced exactly these outputs in order (and took
@@ -201,7 +228,8 @@ class _RecomputeForHigherOrder(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> Any:
-        ins = ctx.saved_tensors
+        saved = ctx.saved_tensors
+        args, ins = saved[:ctx.n], saved[ctx.n:]
         create = torch.is_grad_enabled()
         if not create and ctx.node is not None and _edges_are_inputs(ctx.node, ins):
             gi = ctx.node.apply(*grads)
@@ -209,6 +237,7 @@ class _RecomputeForHigherOrder(torch.autograd.Function):
                 return (None, *(g if x.requires_grad else None for g, x in zip(gi, ins)))
         if create:  # create_graph=True: a gradient that can be differentiated again
             with torch.enable_grad():
+                ins = tuple(_fresh_input(a, True) for a in args)
                 outs = ctx.runner.gm(*ins)
         else:       # the compiled backward
             outs = ctx.outs
