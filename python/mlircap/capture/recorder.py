@@ -3,6 +3,7 @@ side-effect, source, value and guard mixins."""
 from __future__ import annotations
 
 import collections
+import re
 import sys
 import types
 from typing import TYPE_CHECKING
@@ -33,6 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
 # a break site (reason and file:line) met this many times in one call is a loop breaking on
 # every iteration: the frame runs eagerly, its calls captured (replay.SkipFrameVariant)
 LOOP_BREAKS = 8
+_REPEATED = re.compile(r"(.*) \(x(\d+)\)")
 
 
 class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffectMixin, _SourceMixin, _ValueMixin, _GuardMixin):
@@ -210,14 +212,25 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         break count does): `f"{t.mean():.3f}"` then `print` is one break with both reasons."""
         self.break_events.append((reason, loc))
         _logs.log("graph_breaks", f"{reason} at {loc}")
-        if self.breaks and len(self.steps) >= 2 and isinstance(self.steps[-2], CallStep):
+        merged = bool(self.breaks) and len(self.steps) >= 2 and isinstance(self.steps[-2], CallStep)
+        if merged:
             r0, l0 = self.breaks[-1]
-            self.breaks[-1] = (f"{r0}; then {reason}" + ("" if loc == l0 else f" (at {loc})"), l0)
+            last = r0.rsplit("; then ", 1)[-1]
+            rep = _REPEATED.fullmatch(last)
+            if loc == l0 and (rep.group(1) if rep else last) == reason:   # the same again: counted
+                r0 = r0[:len(r0) - len(last)] + f"{reason} (x{int(rep.group(2)) + 1 if rep else 2})"
+                self.breaks[-1] = (r0, l0)
+            else:
+                self.breaks[-1] = (f"{r0}; then {reason}" + ("" if loc == l0 else f" (at {loc})"), l0)
         else:
             self.breaks.append((reason, loc))
             if not any(seg.nops for seg in self.segs):
                 self.leading_breaks += 1
-        if not self.stopped:
+        # a break right after another (no graph operation between: `for p in params: p.grad =
+        # None`) splits no graph: not a loop that would unroll into a graph per iteration, so
+        # its site is not counted (a loop over 8+ parameters ran its whole frame eagerly);
+        # break_limit still counts every break operation
+        if not self.stopped and not merged:
             self.break_sites[(reason, loc)] += 1
             n = self.break_sites[(reason, loc)]
             if n >= LOOP_BREAKS:

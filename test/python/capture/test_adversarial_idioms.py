@@ -430,13 +430,33 @@ def make():
     return f
 """)
 
+idiom("grads_set_to_none_over_many_parameters", """
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(*[nn.Linear(3, 3) for _ in range(6)])   # 12 parameters
+        self.lr = 0.1
+    def forward(self, x):
+        for p in self.net.parameters():
+            p.grad = None
+        loss = self.net(x).pow(2).mean()
+        loss.backward()
+        with torch.no_grad():
+            for p in self.net.parameters():
+                p.add_(p.grad, alpha=-self.lr)
+        return loss.detach()
+def make(): return M()
+""", n=5)
+
 
 @pytest.mark.parametrize("name", list(IDIOMS))
 def test_idiom(name):
     """(torch_compiled_*: a module or function torch.compile made, called from the captured
     code, is traced as the module or function it wraps, as Dynamo inlines it; before, the
     loop broke the graph at each call and its frame ran eagerly, and a compiled function's
-    replay raised NameError for Dynamo's __compiled_fn global)"""
+    replay raised NameError for Dynamo's __compiled_fn global; grads_set_to_none_over_many_
+    parameters: each `p.grad = None` is a break right after the one before, counted as a
+    loop breaking at one place, so the frame ran eagerly from 8 parameters on)"""
     src, calls, n, kw = IDIOMS[name]
     calls = calls() if calls is not None else [(torch.randn(3),)] * n
     run_program(src, calls, name=name, cache_limit=64, **kw)
