@@ -15,7 +15,7 @@ from .base import Unreplayable, _MISSING
 from .guard_kinds import ClassAttr, Equals, Is, Keys, Lengths, NoClassAttr, NoKey, TypeIs
 from .frame_hook import _E, _NULL
 from .classify import _PRIM, _classify, _ffi
-from .typeinfo import _class_dicts, _is_data_descr, _is_ndarray, _mro_lookup
+from .typeinfo import _IMMUTABLETYPE, _class_dicts, _is_data_descr, _is_ndarray, _mro_lookup
 from .counters import _CounterMixin
 from .np_ops import _static_index
 from .sources import _BARE_CONST
@@ -146,6 +146,13 @@ class _ReadMixin(_CounterMixin):
                 self.full_obj(obj)
             if isinstance(d, dict):
                 self.read(f"{expr}.__dict__", f"vars({pretty})", d)
+            elif isinstance(obj, type) and not obj.__flags__ & _IMMUTABLETYPE and _class_dicts(obj):
+                # vars(cls) / cls.__dict__: a new mappingproxy of the class's dict at each read,
+                # which the program then reads untracked (vars(C)["k"] was the recording's
+                # value after C.k changed): the class's own dict is guarded whole now
+                cd = _class_dicts(obj)[0]
+                self.read(self.const(cd, f"vars({pretty})"), f"vars({pretty})", cd, group=(cd,))
+                self.touch(cd)
             return
         if isinstance(obj, torch.nn.Module):
             d = obj.__dict__
@@ -231,6 +238,16 @@ class _ReadMixin(_CounterMixin):
                 if not self._flow_attr(frame, e, f"{pretty}.{name}", d[name], id(obj), name, (d,)):
                     self.read(e, f"{pretty}.{name}", d[name], id(obj), name, group=(d,))
             return
+        if raw is _MISSING:
+            ga = _mro_lookup(cls, "__getattr__")[1]
+            code = getattr(getattr(ga, "__func__", ga), "__code__", None)
+            if ga is not _MISSING and not (type(code) is types.CodeType and _classify(code) == "user"):
+                # `__getattr__` answers, and it is code the tracer does not see (AttrDict's
+                # `__getattr__ = dict.__getitem__`: cfg.scale was the recording's value after
+                # cfg["scale"] changed): guarded against monkeypatching, and what it may read,
+                # the object, guarded whole (as for an explicit call of untraced code)
+                self._class_guard(cls, "__getattr__", ga, f"type({pretty}).__getattr__")
+                self.touch_deep([obj])
         if raw is not _MISSING:
             self._class_attr(obj, name, pretty, argrooted)
         elif type(d) is dict and not argrooted:

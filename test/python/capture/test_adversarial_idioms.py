@@ -448,6 +448,40 @@ class M(nn.Module):
 def make(): return M()
 """, n=5)
 
+idiom("attrdict_config", """
+class AttrDict(dict):
+    __getattr__ = dict.__getitem__
+    __setattr__ = dict.__setitem__
+CFG = AttrDict(scale=2.0, act="relu", dims=[3])
+def make():
+    def f(x):
+        y = x * CFG.scale + CFG.dims[0]
+        return y.relu() if CFG.act == "relu" else y.tanh()
+    return f
+def mutate(i, f):
+    CFG.scale = float(i % 3)
+    CFG["act"] = "relu" if i % 2 else "tanh"
+    if i == 5:
+        CFG.dims[0] = 7
+""")
+
+idiom("class_dict_read", """
+class C:
+    k = 1.0
+    lst = [1.0]
+def make():
+    def f(x):
+        y = x * vars(C)["k"] + vars(C)["lst"][0]
+        return y + C.__dict__["k"] + sum(1 for k in C.__dict__ if not k.startswith("_"))
+    return f
+def mutate(i, f):
+    C.k = float(i % 2)
+    if i == 2:
+        C.lst[0] = 5.0
+    if i == 4:
+        C.extra = 1
+""")
+
 
 @pytest.mark.parametrize("name", list(IDIOMS))
 def test_idiom(name):
