@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextvars
 import copy
+import functools
 import sys
 import types
 from typing import Any
@@ -15,7 +16,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from .base import Unreplayable, _Canned, _MISSING
-from .guard_kinds import Lengths
+from .guard_kinds import Is, Lengths
 from .frame_hook import _E, _NULL
 from .typeinfo import _mro_lookup
 from .classify import (
@@ -120,6 +121,16 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             return
         if slot is not None and (f := self._redirect_call(frame, f, args, kwargs, slot)) is None:
             return   # (a scripted function's Python function called instead; a vmapped one replayed)
+        if (f is isinstance or f is issubclass) and len(args) == 2 and not kwargs:
+            self._guard_class_check(f, args[0], args[1])
+        elif type(f) is types.FunctionType and f.__code__ is _SINGLEDISPATCH_CODE and args:
+            # a functools.singledispatch function: which implementation runs depends on its
+            # registry (conv.register(T, impl) after compile), which its untraced wrapper
+            # reads: guarded as the implementation it dispatches x's type to
+            t = args[0].__class__
+            impl = f.dispatch(t)
+            self.guard(Is(f"{self.const(f)}.dispatch({self.const(t)})", f"{_func_qualname(f)}.dispatch("
+                          f"{getattr(t, '__qualname__', t)})", impl, _func_qualname(impl)))
         if self.np_tensor_of_source(frame, f, args, kwargs, slot) or self._cached_call(frame, f, args, kwargs, slot) \
                 or self._class_factory_call(frame, f, args, kwargs, slot) \
                 or self._module_factory_call(frame, f, args, kwargs, slot):
@@ -282,6 +293,30 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
                 fn.__code__ not in self.code.co_consts:   # not one the frame makes (a new one per call)
             self.called_funcs[id(fn)] = fn
 
+    def _guard_class_check(self, f: Any, x: Any, classes: Any) -> None:
+        """isinstance(x, C) / issubclass(X, C) where C's metaclass decides (an abc.ABC, whose
+        answer changes with C.register(T) after compile; a typing Protocol): the answer is
+        guarded, as issubclass(type of x, C) (type(x) is guarded where x is read).  Other
+        classes answer by the MRO of x's type alone."""
+        cs = classes if type(classes) is tuple else (classes,)
+        if not any(isinstance(c, type) and (type(c).__instancecheck__ is not type.__instancecheck__ or
+                                            type(c).__subclasscheck__ is not type.__subclasscheck__) for c in cs):
+            return
+        t = x if f is issubclass else type(x)
+        if not isinstance(t, type) or any(not isinstance(c, type) for c in cs):
+            return
+        try:
+            res = f(x, classes)
+            if f is isinstance and issubclass(t, classes) is not res:
+                raise Unreplayable(f"isinstance of a {t.__qualname__} by its __class__, checked by a metaclass")
+        except Unreplayable:
+            raise
+        except Exception:
+            return   # (raises: as eager)
+        ce = self.const(cs if type(classes) is tuple else classes)
+        self.guard(Is(f"issubclass({self.const(t)}, {ce})", f"issubclass({t.__qualname__}, "
+                      f"{getattr(classes, '__qualname__', classes)})", res, repr(res)))
+
     def _guard_module_call(self, mod: torch.nn.Module, pretty: str, forward: bool = True) -> None:
         """What calling `mod` runs besides traced code: its hooks and the global module hooks
         (guarded empty or by count), and (`forward`) what `mod.forward` resolves to (an
@@ -310,6 +345,7 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
 
 
 _IS_COMPILING = torch.compiler.is_compiling
+_SINGLEDISPATCH_CODE = functools.singledispatch(lambda x: x).__code__
 _FUNCTION_APPLY = torch.autograd.function.Function.apply.__func__
 _MAX_CALLEES = 256   # modules / functions noted per recording (SkipFrameVariant captures them)
 _FRAME_READERS = (locals, vars, dir, globals, sys._getframe)

@@ -482,6 +482,48 @@ def mutate(i, f):
         C.extra = 1
 """)
 
+idiom("abc_registered_after_compile", """
+import abc
+class Base(abc.ABC):
+    pass
+class Impl:
+    pass
+class Other:
+    pass
+OBJ = Impl()
+def make():
+    def f(x):
+        y = x * 2 if isinstance(OBJ, Base) else x
+        return y + (1 if issubclass(Other, (Base, int)) else 0)
+    return f
+def mutate(i, f):
+    if i == 3:
+        Base.register(Impl)
+    if i == 5:
+        Base.register(Other)
+""")
+
+idiom("singledispatch_registered_after_compile", """
+import functools
+@functools.singledispatch
+def conv(v):
+    return 1.0
+class A:
+    pass
+class B(A):
+    pass
+def make():
+    a, b = A(), B()
+    def f(x):
+        return x * conv(a) + conv(b) + conv(2)
+    return f
+def mutate(i, f):
+    if i == 3:
+        conv.register(A, lambda v: 5.0)
+    if i == 5:
+        conv.register(int, lambda v: 7.0)
+""")
+
 
 @pytest.mark.parametrize("name", list(IDIOMS))
 def test_idiom(name):
