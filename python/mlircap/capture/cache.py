@@ -12,12 +12,13 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from . import _ext
 from .. import logs as _logs
 from .autocast import autocast_state
 from .base import INLINE_TYPES, PY312, Unreplayable, _Miss, _fn_name, _strict_error, inline_target
-from .classify import _TORCH_DIR
+from .classify import _TORCH_DIR, _autograd_mode_on
 from .frame_hook import (
     CALLEES, _E, _E_real, _HOOK_LOCK, _HOOK_USERS, _RECORD_LOCK, _REC_TLS, _active, _call_bound, _hook_cb,
 )
@@ -26,6 +27,7 @@ from .recorder import _Recorder
 from .replay import _EagerVariant, _GraphVariant, _SkipFrameVariant, _Variant
 
 T = TypeVar("T")
+_top_saved_hooks = torch._C._autograd._top_saved_tensors_default_hooks   # (~60 ns a call)
 
 
 
@@ -201,7 +203,11 @@ class _Captured:
         if torch._C._is_torch_function_mode_enabled():
             mode = _user_function_mode()
             if mode is not None:
-                return self._call_under_mode(func, args, mode)
+                return self._call_under_mode(func, args, f"a TorchFunctionMode ({type(mode).__name__}) is active")
+        if _top_saved_hooks(False) is not None or _forward_ad._current_level >= 0:
+            why = _autograd_mode_on()
+            if why is not None:
+                return self._call_under_mode(func, args, why)
         log = None  # results of uncapturable calls already run by a replay that missed
         for v in self.variants:
             if v.guard(args, func):
@@ -236,11 +242,12 @@ class _Captured:
             _logs.log("recompiles", f"{self.code.co_name}: {reason}")
         return self._record(func, args, log)
 
-    def _call_under_mode(self, func: types.FunctionType, args: tuple, mode: Any) -> Any:
+    def _call_under_mode(self, func: types.FunctionType, args: tuple, why: str) -> Any:
         """A call made while the user's TorchFunctionMode is active (`with torch.device("cuda"):`,
-        a mode that overrides torch functions): the mode changes what each torch call computes,
-        and neither the variants' graphs nor their guards know it, so the call runs eagerly."""
-        why = f"a TorchFunctionMode ({type(mode).__name__}) is active"
+        a mode that overrides torch functions), or saved tensor hooks / a forward AD level are on
+        (classify._autograd_mode_on): the mode changes what each torch call computes (or what its
+        backward reads), and neither the variants' graphs nor their guards know it, so the call
+        runs eagerly."""
         if self.strict:
             raise _strict_error(f"{self._where()} would run eagerly: {why}")
         if not self.warned_mode:

@@ -16,6 +16,7 @@ import weakref
 from typing import Any
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 
 # ----------------------------------------------------------------------------------
@@ -199,6 +200,49 @@ def _learn_state_writer(frame: types.FrameType) -> bool:
         return False
     _LEARNED_WRITERS.add(code)
     return True
+
+
+# C functions that switch on autograd modes a compiled graph cannot honour: default saved-tensor
+# hooks (their pack / unpack run on what each autograd node saves; a compiled graph saves other
+# tensors, and a replayed graph runs under no hook: activation-compression hooks gave gradients
+# from unrounded activations) and forward-mode AD levels (a graph recorded at one level read
+# another's dual tensors at replay). Called from untraced code (saved_tensors_hooks.__enter__,
+# forward_ad.dual_level), capture gives up on the function; a call made while one is on runs
+# eagerly (_autograd_mode_on, cache.py).
+_AUTOGRAD_MODE_WRITERS = {torch._C._autograd._push_saved_tensors_default_hooks: "saved tensor hooks",
+                          torch._C._enter_dual_level: "a forward AD level"}
+
+
+def _autograd_mode_writer(f: object) -> str | None:
+    """The autograd mode calling the C function f switches on (_AUTOGRAD_MODE_WRITERS), or None."""
+    try:
+        return _AUTOGRAD_MODE_WRITERS.get(f)
+    except TypeError:   # unhashable
+        return None
+
+
+def _torch_hook(pack: object) -> bool:
+    """`pack` is a pack hook of torch's own (torch.utils.checkpoint's, save_on_cpu's): it
+    keeps the saved values (a compiled graph that saves other tensors computes the same)."""
+    mod = getattr(pack, "__module__", None) or ""
+    return mod == "torch" or mod.startswith("torch.")
+
+
+def _pushes_user_hooks(frame: types.FrameType) -> bool:
+    """The untraced frame calling _push_saved_tensors_default_hooks pushes hooks other than
+    torch's own (saved_tensors_hooks.__enter__ of the user's pack / unpack functions)."""
+    hooks = frame.f_locals.get("self")
+    return not _torch_hook(getattr(hooks, "pack_hook", None))
+
+
+def _autograd_mode_on() -> str | None:
+    """The autograd mode on at this point that compiled graphs cannot honour, or None."""
+    top = torch._C._autograd._top_saved_tensors_default_hooks(False)
+    if top is not None and not _torch_hook(top[0]):
+        return "saved tensor hooks are on (torch.autograd.graph.saved_tensors_hooks)"
+    if _forward_ad._current_level >= 0:
+        return "a forward AD level is on (torch.autograd.forward_ad.dual_level)"
+    return None
 
 
 def _global_state_writer(f: object) -> str | None:

@@ -12,7 +12,9 @@ import torch
 from ._bytecode import _CHECK_DEPTH, _instrs
 from .base import Unreplayable
 from .frame_hook import _E, _E_real
-from .classify import _classify, _global_state_writer, _learn_state_writer
+from .classify import (
+    _autograd_mode_writer, _classify, _global_state_writer, _learn_state_writer, _pushes_user_hooks,
+)
 from .locations import _frame_loc
 from .typeinfo import _mro_lookup
 from .side_effects import _SideEffectMixin
@@ -71,6 +73,13 @@ class _TracerMixin(_CallMixin):
         (untraced library code; not an uncapturable call, which is replayed whole, nor the
         recorder itself) that write process-wide state make the recording unreplayable."""
         if event != "c_call" or self.suspended or self.ext_depth or self.stopped or self._unreplayable:
+            return
+        mode = _autograd_mode_writer(arg)
+        # (not relearned as a call replayed between graphs: the graphs would run under the mode)
+        if mode is not None and (arg is not torch._C._autograd._push_saved_tensors_default_hooks or
+                                 _pushes_user_hooks(frame)):
+            self.unreplayable = (f"untraced library code {frame.f_code.co_name} ({_frame_loc(frame)}) "
+                                 f"switched on {mode}, which compiled graphs do not honour")
             return
         what = _global_state_writer(arg)
         if what is not None:
