@@ -15,7 +15,7 @@ from .base import Unreplayable, _MISSING
 from .guard_kinds import ClassAttr, Equals, Is, Keys, Lengths, NoClassAttr, NoKey, TypeIs
 from .frame_hook import _E, _NULL
 from .classify import _PRIM, _classify, _ffi
-from .typeinfo import _IMMUTABLETYPE, _class_dicts, _is_data_descr, _is_ndarray, _mro_lookup
+from .typeinfo import _IMMUTABLETYPE, _class_dicts, _is_data_descr, _is_ndarray, _mro_lookup, _static_lookup
 from .counters import _CounterMixin
 from .np_ops import _static_index
 from .sources import _BARE_CONST
@@ -305,14 +305,26 @@ class _ReadMixin(_CounterMixin):
         if raw is _MISSING:
             self.guard(NoClassAttr(cls, name, pretty), group=group)
             return
-        try:
-            vis = getattr(cls, name)
-        except Exception:
+        get = getattr(type(raw), "__get__", None)
+        if type(get) is types.FunctionType:
+            # a descriptor written in Python: reading it through the class runs its __get__
+            # (a counting descriptor counted the recorder's read too): the raw entry compared
             vis = _MISSING
+        else:
+            try:
+                vis = getattr(cls, name)
+            except Exception:
+                vis = _MISSING
         if vis is raw or (type(raw) is staticmethod and vis is raw.__func__):
             self.read(f"{cc}.{name}", pretty, vis, id(cls), name, group=group)
         else:  # classmethod or a custom descriptor: compare the raw MRO entry
             self.guard(ClassAttr(cls, name, raw, pretty), group=group)
+            if type(get) is types.FunctionType and id(raw) not in self.src and \
+                    type(getattr(raw, "__dict__", None)) is dict:
+                # its __get__ (traced) reads and writes the descriptor's own state (a counter,
+                # a cache): tracked like an object the program reads, so those reads are
+                # guarded and the writes replayed (before: the recorded value every call)
+                self.read(f"{self.const(_static_lookup)}({cc}, {name!r})", pretty, raw)
 
     def op_load_deref(self, frame: types.FrameType, arg: int | None, name: Any) -> None:
         cell = _E.local_raw(frame, arg)

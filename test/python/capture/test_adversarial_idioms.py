@@ -524,6 +524,31 @@ def mutate(i, f):
         conv.register(int, lambda v: 7.0)
 """)
 
+idiom("stateful_descriptor", """
+class Counted:
+    def __init__(self):
+        self.n = 0
+    def __get__(self, obj, objtype=None):
+        self.n = min(self.n + 1, 3)
+        return float(self.n) * (obj.base if obj is not None else 1.0)
+class O:
+    c = Counted()
+    def __init__(self):
+        self.base = 2.0
+OBJ = O()
+def make():
+    def f(x):
+        return x * OBJ.c
+    return f
+def mutate(i, f):
+    if i % 4 == 0:
+        O.__dict__["c"].n = 0
+    if i == 5:
+        OBJ.base = 3.0
+def state(f):
+    return O.__dict__["c"].n
+""", n=10)
+
 
 @pytest.mark.parametrize("name", list(IDIOMS))
 def test_idiom(name):
