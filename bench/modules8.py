@@ -2385,6 +2385,72 @@ class RetainGraphTwice(nn.Module):
 case("backward_retain_graph_twice_accumulates", lambda: (R(4, 3),), train=True)(lambda: RetainGraphTwice())
 
 
+
+class AnomalyCaughtNaN(nn.Module):
+    """Debugging code left in a training step: detect_anomaly(check_nan=True) around a forward
+    whose sqrt of negative values makes a NaN gradient; the backward's RuntimeError is caught and
+    the step skipped (the grads eager leaves are None)."""
+
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(3, 3)
+
+    def forward(self, x):
+        with torch.autograd.detect_anomaly(check_nan=True):
+            y = torch.sqrt(self.l(x))
+            try:
+                y.sum().backward()
+                ok = 1
+            except RuntimeError:
+                ok = 0
+        return y.detach(), ok, self.l.weight.grad
+
+
+case("detect_anomaly_caught_nan_backward", lambda: (R(2, 3),), train=True)(lambda: AnomalyCaughtNaN())
+
+
+class NodeHooks(nn.Module):
+    """Hooks on autograd nodes: y.grad_fn.register_hook halving the gradient its node passes on,
+    and a prehook tripling what reaches another node; removed after the backward."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(3, 3), nn.Linear(3, 2)
+
+    def forward(self, x):
+        h = torch.tanh(self.l1(x))
+        y = torch.sigmoid(self.l2(h))
+        a = h.grad_fn.register_hook(lambda gi, go: (gi[0] * 0.5,))
+        b = y.grad_fn.register_prehook(lambda go: (go[0] * 3,))
+        y.sum().backward()
+        a.remove()
+        b.remove()
+        return self.l1.weight.grad.clone(), self.l2.weight.grad.clone()
+
+
+case("grad_fn_register_hook_prehook_scaling", lambda: (R(4, 3),), train=True)(lambda: NodeHooks())
+
+
+class MutateSaved(nn.Module):
+    """allow_mutation_on_saved_tensors: an activation saved for sin's backward is then doubled in
+    place (a TorchDispatchMode clones it before the write), backward inside the context."""
+
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(3, 3)
+
+    def forward(self, x):
+        with torch.autograd.graph.allow_mutation_on_saved_tensors():
+            y = self.l(x)
+            z = y.sin()
+            y.mul_(2)
+            z.sum().backward()
+        return self.l.weight.grad.clone(), y.detach()
+
+
+case("allow_mutation_on_saved_tensors_dispatch_mode", lambda: (R(2, 3),), train=True)(lambda: MutateSaved())
+
+
 # =============================================================================== runner
 # bench/modules5.py's runner (the same case records, comparison and categories) over this corpus's CASES.
 if __name__ == "__main__":

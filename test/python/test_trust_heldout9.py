@@ -167,3 +167,89 @@ def test_forward_ad_dual_level_inside_compiled_function():
         x, t = torch.randn(2, 3), torch.randn(2, 3)
         for j, (w, g) in enumerate(zip(ref(x, t), fast(x, t))):
             torch.testing.assert_close(g, w, msg=lambda s: f"call {i}, output {j}: {s}")
+
+
+# --------------------------------------- anomaly detection, autograd node hooks, dispatch modes
+def _compare_train(make, make_input, calls=3):
+    torch.manual_seed(0)
+    ref, mine = make(), make()
+    mine.load_state_dict(ref.state_dict())
+    fast = mlircap.compile(mine)
+    for i in range(calls):
+        x = make_input()
+        ref.zero_grad(set_to_none=True)
+        mine.zero_grad(set_to_none=True)
+        want, got = ref(x), fast(x)
+        for j, (w, g) in enumerate(zip(want, got)):
+            if isinstance(w, torch.Tensor) or w is None:
+                assert (g is None) == (w is None), f"call {i}, output {j}: {g!r} (eager {w!r})"
+                if w is not None:
+                    torch.testing.assert_close(g, w, equal_nan=True, msg=lambda s: f"call {i}, output {j}: {s}")
+            else:
+                assert g == w, f"call {i}, output {j}: {g!r} (eager {w!r})"
+
+
+class _Anomaly(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        with torch.autograd.detect_anomaly(check_nan=True):
+            y = torch.sqrt(self.lin(x))
+            try:
+                y.sum().backward()
+                ok = 1
+            except RuntimeError:
+                ok = 0
+        return y.detach(), ok, self.lin.weight.grad
+
+
+def test_detect_anomaly_inside_compiled_function():
+    """detect_anomaly(check_nan=True) around a backward with a NaN gradient, its RuntimeError
+    caught: the replayed graphs' backward raised nothing (ok 1, weight.grad set where eager's is
+    None); anomaly detection switched on inside now makes the function run eagerly."""
+    _compare_train(_Anomaly, lambda: torch.randn(2, 3))
+
+
+class _NodeHooks(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2 = torch.nn.Linear(3, 3), torch.nn.Linear(3, 2)
+
+    def forward(self, x):
+        h = torch.tanh(self.l1(x))
+        y = torch.sigmoid(self.l2(h))
+        a = h.grad_fn.register_hook(lambda gi, go: (gi[0] * 0.5,))
+        b = y.grad_fn.register_prehook(lambda go: (go[0] * 3,))
+        y.sum().backward()
+        a.remove()
+        b.remove()
+        return self.l1.weight.grad.clone(), self.l2.weight.grad.clone()
+
+
+def test_autograd_node_hooks_inside_compiled_function():
+    """grad_fn.register_hook / register_prehook: at replay grad_fn is the compiled graph's node
+    (its grad_inputs the graph's inputs'), and the hook returning one gradient raised."""
+    _compare_train(_NodeHooks, lambda: torch.randn(4, 3))
+
+
+class _MutateSaved(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        with torch.autograd.graph.allow_mutation_on_saved_tensors():
+            y = self.lin(x)
+            z = y.sin()
+            y.mul_(2)
+            z.sum().backward()
+        return self.lin.weight.grad.clone(), y.detach()
+
+
+def test_allow_mutation_on_saved_tensors_dispatch_mode():
+    """allow_mutation_on_saved_tensors clones a saved tensor before an in-place write through a
+    TorchDispatchMode, which sees eager's aten ops only: the replay raised (the saved activation
+    modified in place). A TorchDispatchMode pushed inside, or active at the call, runs eagerly."""
+    _compare_train(_MutateSaved, lambda: torch.randn(2, 3))

@@ -28,6 +28,7 @@ from .replay import _EagerVariant, _GraphVariant, _SkipFrameVariant, _Variant
 
 T = TypeVar("T")
 _top_saved_hooks = torch._C._autograd._top_saved_tensors_default_hooks   # (~60 ns a call)
+_dispatch_modes = torch._C._len_torch_dispatch_stack
 
 
 
@@ -204,7 +205,7 @@ class _Captured:
             mode = _user_function_mode()
             if mode is not None:
                 return self._call_under_mode(func, args, f"a TorchFunctionMode ({type(mode).__name__}) is active")
-        if _top_saved_hooks(False) is not None or _forward_ad._current_level >= 0:
+        if _top_saved_hooks(False) is not None or _forward_ad._current_level >= 0 or _dispatch_modes():
             why = _autograd_mode_on()
             if why is not None:
                 return self._call_under_mode(func, args, why)

@@ -20,7 +20,8 @@ from .guard_kinds import Is, Lengths
 from .frame_hook import _E, _NULL
 from .typeinfo import _mro_lookup
 from .classify import (
-    _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _func_qualname, _idempotent_call, _optimizer_step,
+    _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _func_qualname, _idempotent_call, _node_hook_call,
+    _optimizer_step,
 )
 from .external_calls import _SCALAR_ARGS
 from .iterators import stateful_next
@@ -148,6 +149,9 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
                 # m(x): nn.Module.__call__ (untraced) runs its hooks and what `forward`
                 # resolves to, which may be no method named forward (m.forward = lambda ...)
                 self._guard_module_call(f, s[1])
+        if _node_hook_call(f, args):
+            raise Unreplayable("a hook registered on an autograd node (grad_fn.register_hook / register_prehook): "
+                               "a replay's tensors come from compiled graphs, whose autograd nodes are others")
         if any(f is r for r in _FRAME_READERS):
             if f is globals or f is sys._getframe:
                 raise Unreplayable(f"{f.__name__}() reads the calling frame, which a replay does not have")

@@ -210,7 +210,13 @@ def _learn_state_writer(frame: types.FrameType) -> bool:
 # forward_ad.dual_level), capture gives up on the function; a call made while one is on runs
 # eagerly (_autograd_mode_on, cache.py).
 _AUTOGRAD_MODE_WRITERS = {torch._C._autograd._push_saved_tensors_default_hooks: "saved tensor hooks",
-                          torch._C._enter_dual_level: "a forward AD level"}
+                          torch._C._enter_dual_level: "a forward AD level",
+                          # anomaly detection's NaN checks run on eager's autograd nodes (a
+                          # caught 'SqrtBackward0 returned nan values' was no error at replay)
+                          torch.set_anomaly_enabled: "anomaly detection",
+                          # a TorchDispatchMode (allow_mutation_on_saved_tensors' clone-before-
+                          # mutate, a user's) sees each aten op eager runs, not a compiled graph's
+                          torch._C._push_on_torch_dispatch_stack: "a TorchDispatchMode"}
 
 
 def _autograd_mode_writer(f: object) -> str | None:
@@ -242,7 +248,21 @@ def _autograd_mode_on() -> str | None:
         return "saved tensor hooks are on (torch.autograd.graph.saved_tensors_hooks)"
     if _forward_ad._current_level >= 0:
         return "a forward AD level is on (torch.autograd.forward_ad.dual_level)"
+    if torch._C._len_torch_dispatch_stack():
+        return "a TorchDispatchMode is active"
     return None
+
+
+def _node_hook_call(f: object, args: list) -> bool:
+    """f registers a hook on an autograd graph node (`y.grad_fn.register_hook(fn)` /
+    `register_prehook`): a replay's tensors come from compiled graphs, whose nodes are others
+    (one node for the whole graph, its grad_inputs the graph's inputs')."""
+    if getattr(f, "__name__", None) not in ("register_hook", "register_prehook"):
+        return False
+    so = getattr(f, "__self__", None)
+    if so is None and args:
+        so = args[0]
+    return isinstance(so, torch.autograd.graph.Node)
 
 
 def _global_state_writer(f: object) -> str | None:
