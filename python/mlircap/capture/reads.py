@@ -302,6 +302,10 @@ class _ReadMixin(_CounterMixin):
         if not group:
             return  # immutable (C) types cannot be monkeypatched
         cc = self.const(cls)
+        # the class dicts decide the lookup along this MRO; `cls.__bases__ = ...` (on it or
+        # a base) makes another one without writing any dict: the MRO tuple, kept while it
+        # stands, is guarded (once per class)
+        self.guard(Is(f"{cc}.__mro__", f"{cls.__qualname__}.__mro__", cls.__mro__, "the same MRO"))
         if raw is _MISSING:
             self.guard(NoClassAttr(cls, name, pretty), group=group)
             return

@@ -549,6 +549,34 @@ def state(f):
     return O.__dict__["c"].n
 """, n=10)
 
+idiom("class_bases_reassigned", """
+class Scale:
+    scale = 2.0
+    def post(self, y):
+        return y * self.scale
+class Shift:
+    shift = 1.0
+    def post(self, y):
+        return super().post(y) + self.shift
+class Mix(Shift, Scale):
+    pass
+class M(Mix, nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+    def forward(self, x):
+        return self.post(self.lin(x)) + self.scale
+def make(): return M()
+def mutate(i, m):
+    if i == 2:
+        Scale.scale = 3.0
+    if i == 4:
+        Mix.__bases__ = (Scale,)        # Shift.post leaves the MRO: no dict is written
+    if i == 6:
+        Mix.__bases__ = (Shift, Scale)
+""")
+
+
 # the same harness, idioms that agreed with eager when written (coverage)
 idiom('mutable_default_tensor', """
 def make():
