@@ -277,7 +277,25 @@ def _build_table() -> dict:
     for name in intmath.INT8_PRODUCTS:   # int8 computed in int32 (torch-mlir's int8 lowering crashes)
         op = getattr(aten, name.split(".")[0]).default
         exact[op] = intmath.int8_product(op, exact.get(op))
+    for op in (aten.bernoulli.default, aten.rrelu.default):
+        table[op] = _draws_like_eager_on_cpu_only(table.get(op))
     return {op: _guarded(op, table.get(op), exact.get(op)) for op in set(table) | set(exact)}
+
+
+def _draws_like_eager_on_cpu_only(fn):
+    """A random op's decomposition (bernoulli(p) as rand_like(p) < p, rrelu's noise by
+    uniform_) on CPU tensors only: there it draws the numbers eager's kernel draws, from
+    the same generator. CUDA's kernels draw their own way (bernoulli's four uniforms per
+    philox call), so with the same seed the decomposition's mask differed from eager's
+    (torch.manual_seed(42); torch.bernoulli(torch.full_like(x, 0.5)): 6 of 15 elements on
+    the H200): on other devices the op stays whole, a random island running torch's kernel."""
+    def decomposition(*args, **kwargs):
+        x = args[0] if args else next(iter(kwargs.values()), None)
+        if fn is None or isinstance(x, torch.Tensor) and x.device.type != "cpu":
+            return NotImplemented
+        return fn(*args, **kwargs)
+
+    return decomposition
 
 
 def _flash_for_cpu_with_logsumexp(fallback):

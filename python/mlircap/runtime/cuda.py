@@ -479,16 +479,24 @@ class WholeGraph(_StaticInputs):
                 graph_ins.append(buf)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        # The warm-up's random islands must not advance the generator: this call's
-        # draws are the replay's, as eager's would be.
-        rng = torch.cuda.get_rng_state()
-        with torch.cuda.stream(side):          # warm-up outside capture (library workspaces)
-            self.run(*graph_ins)
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.set_rng_state(rng)
-        g = torch.cuda.CUDAGraph()
-        with _capturing(g):
-            out = self.run(*graph_ins)
+        # The warm-up's random islands must not advance the generators (the CPU's
+        # too: randperm without a device): this call's draws are the replay's, as
+        # eager's would be; a capture that fails leaves them as they were, for the
+        # part-by-part run that follows.
+        rng = torch.cuda.get_rng_state(), torch.get_rng_state()
+        try:
+            with torch.cuda.stream(side):          # warm-up outside capture (library workspaces)
+                self.run(*graph_ins)
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.set_rng_state(rng[0])
+            torch.set_rng_state(rng[1])
+            g = torch.cuda.CUDAGraph()
+            with _capturing(g):
+                out = self.run(*graph_ins)
+        except BaseException:
+            torch.cuda.set_rng_state(rng[0])
+            torch.set_rng_state(rng[1])
+            raise
         self._single = not isinstance(out, (list, tuple))
         outs = [out] if self._single else list(out)
         # An output that is a static input is returned as it is; graph memory is cloned.

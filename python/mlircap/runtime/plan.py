@@ -88,6 +88,33 @@ _OUT_VARIANTS = {
 _CUDNN_OUT = ("conv2d_nchw_fchw", "conv2d_nhwc_fhwc", "conv2d_depthwise_nhwc_hwc")
 
 
+def _channels_last_strides(t: torch.Tensor) -> bool:
+    """torch's is_channels_last_strides_2d of a 4-d tensor (c10/core/MemoryFormat.h), which
+    suggest_memory_format() follows: a size-1 dimension makes the strides ambiguous, and then
+    the actual stride values decide."""
+    sizes, strides = t.shape, t.stride()
+    if strides[1] == 0:
+        return False
+    m = 0
+    for d in (1, 3, 2, 0):
+        if sizes[d] == 0 or strides[d] < m or (d == 0 and m == strides[1]):
+            return False
+        m = strides[d] * sizes[d] if sizes[d] > 1 else strides[d]
+    return True
+
+
+def _cudnn_writes_channels_last(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """The memory format cudnn_convolution.out writes its result in, whatever the out
+    tensor's strides (cudnn_conv_suggest_memory_format): channels-last when the input or
+    the filter has channels-last strides, never for float64. A one-channel NHWC input and
+    filter ((1, 6, 5, 1) as a channels-last NCHW view) have NCHW strides: cuDNN wrote an
+    NCHW result into the plan's NHWC buffer (ESPCN's first convolution, 238 of 240
+    elements wrong on the H200)."""
+    if x.dtype == torch.float64 or w.dtype == torch.float64:
+        return False
+    return _channels_last_strides(x) or _channels_last_strides(w)
+
+
 def _cudnn_benchmark() -> bool:
     flag = config.env("MLIRCAP_CUDNN_BENCHMARK")
     return torch.backends.cudnn.benchmark if flag is None else flag == "1"
@@ -300,16 +327,17 @@ class PlanExecutor:
             elif depthwise:
                 groups = x.shape[3]
                 x, w, y = x.permute(0, 3, 1, 2), w.permute(2, 0, 1).unsqueeze(1), y.permute(0, 3, 1, 2)
-            try:
-                torch.ops.aten.cudnn_convolution.out(
-                    x, w, step.padding or (0, 0), step.strides or (1, 1), step.dilations or (1, 1), groups,
-                    _cudnn_benchmark(), cudnn.deterministic, cudnn.allow_tf32, out=y)
-                return
-            except (RuntimeError, TypeError, NotImplementedError):
-                if depthwise:
-                    PlanExecutor._cudnn_dw_out_ok = False
-                else:
-                    PlanExecutor._cudnn_out_ok = False
+            if _cudnn_writes_channels_last(x, w) == (step.op != "conv2d_nchw_fchw"):
+                try:
+                    torch.ops.aten.cudnn_convolution.out(
+                        x, w, step.padding or (0, 0), step.strides or (1, 1), step.dilations or (1, 1), groups,
+                        _cudnn_benchmark(), cudnn.deterministic, cudnn.allow_tf32, out=y)
+                    return
+                except (RuntimeError, TypeError, NotImplementedError):
+                    if depthwise:
+                        PlanExecutor._cudnn_dw_out_ok = False
+                    else:
+                        PlanExecutor._cudnn_out_ok = False
         out.copy_(LIBRARY[step.op](ins, step))
 
     _cudnn_out_ok = True
