@@ -170,13 +170,30 @@ struct Former {
         return false;
     }
     // Group values captured in the body (tensor.extract) can be anywhere.
+    return !readsRowValueAnywhere(op, groupOps);
+  }
+
+  /// Does the body of `op` read (tensor.extract, at any index) a value of
+  /// `ops` that is row-reduced or computed from one, directly or through
+  /// views? A row kernel holds a reduced value for its own row only: a slice
+  /// shifted by one (`m[..., 1:] = m[..., :-1]` after a cumulative sum, as
+  /// top-p filtering writes it) read this row's value for the previous
+  /// row's (wrong elements on the GPU). Values computed from the kernel's
+  /// inputs alone are recomputed at any index.
+  bool readsRowValueAnywhere(Operation *op,
+                             const llvm::SmallPtrSetImpl<Operation *> &ops) {
     llvm::SetVector<Value> captured;
-    getUsedValuesDefinedAbove(op.getRegion(), captured);
-    for (Value v : captured)
-      if (Operation *def = v.getDefiningOp())
-        if (groupOps.contains(def))
-          return false;
-    return true;
+    getUsedValuesDefinedAbove(op->getRegion(0), captured);
+    for (Value v : captured) {
+      Operation *def = v.getDefiningOp();
+      if (def && ops.contains(def))
+        return true;
+      while (def && !ops.contains(def) && isViewOp(def) && def->getNumOperands() > 0)
+        def = def->getOperand(0).getDefiningOp();
+      if (def && ops.contains(def) && dependsOnReduction(def, ops))
+        return true;
+    }
+    return false;
   }
 
   /// An elementwise op in no kernel yet that reads no row-kernel value, and
@@ -244,12 +261,8 @@ struct Former {
                                  t.getShape(), rows))
           return false;
       }
-      llvm::SetVector<Value> captured;
-      getUsedValuesDefinedAbove(g.getRegion(), captured);
-      for (Value v : captured)
-        if (Operation *def = v.getDefiningOp())
-          if (ops.contains(def))
-            return false;
+      if (readsRowValueAnywhere(g, ops))
+        return false;
     }
     return true;
   }

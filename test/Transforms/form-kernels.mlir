@@ -181,6 +181,47 @@ func.func @cross_row(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
 
 // -----
 
+// A row-reduced value read through a slice at another row (a shift by one:
+// `m[:, 1:] = m[:, :-1]` after a row sum, tensor.extract of an extract_slice)
+// does not join the row kernel: the kernel holds each row's value only for
+// that row (top-p filtering's shifted mask was this row's value on the GPU).
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#red = affine_map<(d0, d1) -> (d0)>
+#v = affine_map<(d0) -> (d0)>
+// CHECK-LABEL: func.func @shifted_row_read(
+// CHECK: call @shifted_row_read_k0
+// CHECK: call @shifted_row_read_k1
+// CHECK-DAG: @shifted_row_read_k0{{.*}}mlircap.kernel = "row_reduction"
+// CHECK-DAG: @shifted_row_read_k1{{.*}}mlircap.kernel = "pointwise"
+func.func @shifted_row_read(%x: tensor<8x8xf32>) -> tensor<8xf32> {
+  %zero = arith.constant 0.0 : f32
+  %c1 = arith.constant 1 : index
+  %c0 = arith.constant 0 : index
+  %e1 = tensor.empty() : tensor<8xf32>
+  %f1 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<8xf32>) -> tensor<8xf32>
+  %s = linalg.generic {indexing_maps = [#id, #red], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<8x8xf32>) outs(%f1 : tensor<8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.addf %a, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<8xf32>
+  %head = tensor.extract_slice %s[0] [7] [1] : tensor<8xf32> to tensor<7xf32>
+  %n = linalg.generic {indexing_maps = [#v, #v], iterator_types = ["parallel"]}
+      ins(%s : tensor<8xf32>) outs(%e1 : tensor<8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %i = linalg.index 0 : index
+    %j = arith.subi %i, %c1 : index
+    %in = arith.cmpi ult, %j, %c1 : index
+    %k = arith.select %in, %c0, %j : index
+    %p = tensor.extract %head[%k] : tensor<7xf32>
+    %r = arith.addf %a, %p : f32
+    linalg.yield %r : f32
+  } -> tensor<8xf32>
+  return %n : tensor<8xf32>
+}
+
+// -----
+
 // A column reduction is a "reduction" kernel; its elementwise consumer reads
 // each reduced element once and is computed by the same thread.
 #id = affine_map<(d0, d1) -> (d0, d1)>

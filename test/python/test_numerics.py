@@ -393,3 +393,58 @@ def test_nan_propagates_through_min_max(name):
     gpu, cpu = run_both(ir, [x, y] if binary else [x])
     for got in (gpu[0], cpu[0]):
         torch.testing.assert_close(got, want, equal_nan=True, atol=0, rtol=0)
+
+
+SHIFTED_ROW_READ = """
+func.func @main(%x: tensor<6x20xf32>) -> tensor<6x20xi1> {
+  %zero = arith.constant 0.0 : f32
+  %p = arith.constant 0.5 : f32
+  %false = arith.constant false
+  %c1 = arith.constant 1 : index
+  %c0 = arith.constant 0 : index
+  %c19 = arith.constant 19 : index
+  %e = tensor.empty() : tensor<6x20xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<6x20xf32>) -> tensor<6x20xf32>
+  %cum = linalg.generic {indexing_maps = [affine_map<(r, c, k) -> (r, k)>, affine_map<(r, c, k) -> (r, c)>],
+                         iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x : tensor<6x20xf32>) outs(%f : tensor<6x20xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %c = linalg.index 1 : index
+    %k = linalg.index 2 : index
+    %le = arith.cmpi ule, %k, %c : index
+    %v = arith.select %le, %a, %zero : f32
+    %s = arith.addf %v, %o : f32
+    linalg.yield %s : f32
+  } -> tensor<6x20xf32>
+  %eb = tensor.empty() : tensor<6x20xi1>
+  %gt = linalg.generic {indexing_maps = [affine_map<(r, c) -> (r, c)>, affine_map<(r, c) -> (r, c)>],
+                        iterator_types = ["parallel", "parallel"]}
+      ins(%cum : tensor<6x20xf32>) outs(%eb : tensor<6x20xi1>) {
+  ^bb0(%a: f32, %o: i1):
+    %b = arith.cmpf ogt, %a, %p : f32
+    linalg.yield %b : i1
+  } -> tensor<6x20xi1>
+  %head = tensor.extract_slice %gt[0, 0] [6, 19] [1, 1] : tensor<6x20xi1> to tensor<6x19xi1>
+  %shift = linalg.generic {indexing_maps = [affine_map<(r, c) -> (r, c)>, affine_map<(r, c) -> (r, c)>],
+                           iterator_types = ["parallel", "parallel"]}
+      ins(%gt : tensor<6x20xi1>) outs(%eb : tensor<6x20xi1>) {
+  ^bb0(%a: i1, %o: i1):
+    %r = linalg.index 0 : index
+    %c = linalg.index 1 : index
+    %j = arith.subi %c, %c1 : index
+    %in = arith.cmpi ult, %j, %c19 : index
+    %jj = arith.select %in, %j, %c0 : index
+    %prev = tensor.extract %head[%r, %jj] : tensor<6x19xi1>
+    %v = arith.select %in, %prev, %false : i1
+    linalg.yield %v : i1
+  } -> tensor<6x20xi1>
+  return %shift : tensor<6x20xi1>
+}
+"""
+
+
+def test_row_value_read_at_a_shifted_index():
+    # a cumulative sum's comparison, shifted right by one (top-p filtering's mask):
+    # fused into the row kernel, each element read its own row's value (GPU: wrong)
+    plan = check(SHIFTED_ROW_READ)
+    assert len([s for s in plan["steps"] if s["kind"] == "kernel"]) == 2
