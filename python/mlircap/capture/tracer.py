@@ -196,9 +196,12 @@ _IMPLICIT_DUNDERS = {
     "DICT_MERGE": (("keys", "__getitem__"), (0,)),
     "GET_LEN": (("__len__",), (0,)),
     "UNARY_NOT": (_BOOL, (0,)),
-    "POP_JUMP_IF_TRUE": (_BOOL, (0,)),
-    "POP_JUMP_IF_FALSE": (_BOOL, (0,)),
 }
+# the jumps on an operand's truth (`if cache:`, `cache and ...`): 3.12's names, then 3.11's
+for _op in ("POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE", "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP",
+            "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_TRUE",
+            "POP_JUMP_BACKWARD_IF_FALSE"):
+    _IMPLICIT_DUNDERS[_op] = (_BOOL, (0,))
 
 
 _HANDLERS = {

@@ -577,6 +577,27 @@ def mutate(i, m):
 """)
 
 
+idiom("truth_of_a_weak_set", """
+import weakref
+class T:
+    pass
+KEEP = [T()]
+S = weakref.WeakSet()
+def make():
+    def f(x):
+        y = x + 1 if S else x - 1
+        if not S or len(KEEP) > 5:
+            y = y * 2
+        return y
+    return f
+def mutate(i, f):
+    if i % 2:
+        S.add(KEEP[0])
+    else:
+        S.discard(KEEP[0])
+""", allow_eager=True)   # (a set of weakrefs: not guardable, eager)
+
+
 # the same harness, idioms that agreed with eager when written (coverage)
 idiom('mutable_default_tensor', """
 def make():
