@@ -2451,6 +2451,203 @@ class MutateSaved(nn.Module):
 case("allow_mutation_on_saved_tensors_dispatch_mode", lambda: (R(2, 3),), train=True)(lambda: MutateSaved())
 
 
+
+class ModuleFullBackwardHooks(nn.Module):
+    """nn.Module full backward hooks: a hook logging grad_output norms (a Python list on the
+    module) and halving grad_input, and a backward pre-hook doubling grad_output."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(3, 4), nn.Linear(4, 2)
+        self.log = []
+        self.a.register_full_backward_hook(self._log_and_halve)   # (bound methods: deep copies call their own)
+        self.b.register_full_backward_pre_hook(self._double)
+
+    def _log_and_halve(self, m, gi, go):
+        self.log.append(go[0].norm().item())
+        return (gi[0] * 0.5,)
+
+    def _double(self, m, go):
+        return (go[0] * 2,)
+
+    def forward(self, x):
+        y = self.b(torch.relu(self.a(x)))
+        y.sum().backward()
+        return y.detach(), len(self.log), self.log[-1], x.grad.clone()
+
+
+case("module_full_backward_hooks_log_scale", lambda: (R(2, 3).requires_grad_(),), train=True)(lambda: ModuleFullBackwardHooks())
+
+
+class WGANGPBatchNormDropout(nn.Module):
+    """WGAN-GP with a critic that has BatchNorm (train: running stats written) and Dropout (the
+    RNG): interpolates by torch.rand, the input gradient by autograd.grad(create_graph=True),
+    the penalty and the critic losses backpropagated together."""
+
+    def __init__(self):
+        super().__init__()
+        self.d = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.LeakyReLU(0.2), nn.Dropout(0.3), nn.Linear(8, 1))
+
+    def forward(self, real, fake):
+        a = torch.rand(real.shape[0], 1)
+        xi = (a * real + (1 - a) * fake).requires_grad_(True)
+        g, = torch.autograd.grad(self.d(xi).sum(), xi, create_graph=True)
+        gp = ((g.norm(2, dim=1) - 1) ** 2).mean()
+        loss = self.d(fake).mean() - self.d(real).mean() + 10 * gp
+        loss.backward()
+        return loss.detach(), gp.detach(), [p.grad.clone() for p in self.d.parameters()]
+
+
+case("wgan_gp_critic_batchnorm_dropout_create_graph", lambda: (R(6, 4), R(6, 4)), train=True)(lambda: WGANGPBatchNormDropout())
+
+
+class PathLengthReg(nn.Module):
+    """StyleGAN2 path length regularisation: grad of (img * noise).sum() with respect to the
+    latents with create_graph, the running mean path length lerped in a no_grad buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.g = nn.Sequential(nn.Linear(4, 16), nn.LeakyReLU(0.2), nn.Linear(16, 12))
+        self.register_buffer("mean_path", torch.zeros(()))
+
+    def forward(self, w):
+        w = w.requires_grad_(True)
+        img = self.g(w)
+        g, = torch.autograd.grad((img * torch.randn_like(img) / 3).sum(), w, create_graph=True)
+        pl = g.square().sum(1).sqrt()
+        with torch.no_grad():
+            self.mean_path.lerp_(pl.mean(), 0.01)
+        pen = (pl - self.mean_path).square().mean()
+        pen.backward()
+        return pen.detach(), [p.grad.clone() for p in self.g.parameters() if p.grad is not None]
+
+
+case("stylegan2_path_length_regularization", lambda: (R(5, 4),), train=True)(lambda: PathLengthReg())
+
+
+class GradScalerCPU(nn.Module):
+    """A CPU mixed-precision step with torch.amp.GradScaler: scale, backward, unscale_, clip,
+    scaler.step (skipped when the grads are inf), update (scale halved or grown every 2 steps);
+    inputs of 1e38 on the third call overflow."""
+
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 2)
+        self.opt = torch.optim.SGD(self.l.parameters(), lr=0.1)
+        self.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=2)
+
+    def forward(self, x, y):
+        self.opt.zero_grad()
+        loss = F.mse_loss(self.l(x), y)
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.opt)
+        torch.nn.utils.clip_grad_norm_(self.l.parameters(), 1.0)
+        self.scaler.step(self.opt)
+        self.scaler.update()
+        return loss.detach(), self.scaler.get_scale()
+
+
+case("grad_scaler_cpu_inf_step_skipped", lambda i=0: (R(3, 4) * (1e38 if i == 2 else 1), R(3, 2)), train=True, ncalls=4)(
+    lambda: GradScalerCPU())
+
+
+class ReentrantCheckpoint(nn.Module):
+    """Reentrant activation checkpointing (use_reentrant=True, RNG preserved for the dropout) and
+    checkpoint_sequential of the same block, both backpropagated."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Dropout(0.2), nn.Linear(4, 4))
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+        h = checkpoint(self.a, x, use_reentrant=True, preserve_rng_state=True)
+        h2 = checkpoint_sequential(self.a, 2, x, use_reentrant=False)
+        (h.sum() + h2.pow(2).sum()).backward()
+        return h.detach(), [p.grad.clone() for p in self.parameters()]
+
+
+case("checkpoint_reentrant_and_sequential_dropout", lambda: (R(3, 4).requires_grad_(),), train=True)(
+    lambda: ReentrantCheckpoint())
+
+
+class SchedulersInside(nn.Module):
+    """OneCycleLR over AdamW and an AveragedModel EMA (get_ema_multi_avg_fn) updated inside the
+    step: the learning rate a Python float from the scheduler, n_averaged a buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 2)
+        self.opt = torch.optim.AdamW(self.l.parameters(), lr=0.1)
+        self.sch = torch.optim.lr_scheduler.OneCycleLR(self.opt, max_lr=0.5, total_steps=10)
+        self.avg = torch.optim.swa_utils.AveragedModel(self.l, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(0.9))
+
+    def forward(self, x):
+        self.opt.zero_grad()
+        self.l(x).pow(2).mean().backward()
+        self.opt.step()
+        self.sch.step()
+        self.avg.update_parameters(self.l)
+        return self.sch.get_last_lr()[0], self.avg(x), self.avg.n_averaged.clone()
+
+
+case("onecycle_adamw_swa_ema_inside_step", lambda: (R(3, 4),), train=True, ncalls=4)(lambda: SchedulersInside())
+
+
+class ScaleMulMode(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        return out * 10 if func is torch.mul else out
+
+
+@fn_case("torch_function_mode_entered_inside", lambda: (R(2, 3),))
+def torch_function_mode_entered_inside(x):
+    """A TorchFunctionMode (torch.mul results scaled by 10) entered inside the function around
+    part of it, the rest outside the mode."""
+    with ScaleMulMode():
+        y = torch.mul(x.tanh(), 2)
+    return y, torch.mul(x, 2)
+
+
+@fn_case("quantized_tensors_per_tensor_per_channel", lambda: (R(2, 4) * 3,))
+def quantized_tensors_per_tensor_per_channel(x):
+    """Post-training quantization helpers on quantized dtypes: quantize_per_tensor to quint8,
+    quantize_per_channel to qint8, int_repr, dequantize, q_scale / q_zero_point, quantized add."""
+    q = torch.quantize_per_tensor(x * 2, 0.05, 10, torch.quint8)
+    qc = torch.quantize_per_channel(x, torch.tensor([0.1, 0.2]), torch.tensor([0, 3]), 0, torch.qint8)
+    a = torch.ops.quantized.add(q, q, 0.2, 0)
+    return q.int_repr(), q.dequantize(), qc.dequantize(), qc.int_repr(), a.dequantize(), q.q_scale(), q.q_zero_point()
+
+
+@fn_case("sparse_coo_csr_masked_nested", lambda: (R(2, 4), R(4, 3), torch.rand(2, 4) > 0.3, R(3, 4)))
+def sparse_coo_csr_masked_nested(x, w, m, b):
+    """Tensor layouts and wrappers: a COO tensor from a thresholded input (sparse.mm, coalesce,
+    sparse.sum), CSR @ dense, torch.masked reductions, and a nested tensor padded back."""
+    sp = (x * (x > 0.5)).to_sparse()
+    csr = x.relu().to_sparse_csr()
+    nt = torch.nested.nested_tensor([x, b])
+    return (torch.sparse.mm(sp, w), sp.coalesce().values(), csr @ w, torch.sparse.sum(sp, dim=1).to_dense(),
+            torch.masked.sum(x, 1, mask=m),
+            torch.masked.softmax(x, 1, mask=m), torch.nested.to_padded_tensor(nt, 0.0))
+
+
+def _nonneg(i=0):
+    x = torch.rand(3, 4)
+    if i == 2:
+        x[1, 1] = -1
+    return (x,)
+
+
+@fn_case("asserts_on_tensor_conditions_later_call", _nonneg)
+def asserts_on_tensor_conditions_later_call(x):
+    """Input validation written with assert / torch._assert / torch._check on tensor conditions;
+    the last call's input violates them (eager raises AssertionError, compiled must too)."""
+    assert torch.all(x >= 0), "negative input"
+    torch._assert(x.shape[1] == 4, "four features")
+    torch._check(bool((x <= 1).all()), lambda: "above one")
+    return x.sqrt()
+
+
 # =============================================================================== runner
 # bench/modules5.py's runner (the same case records, comparison and categories) over this corpus's CASES.
 if __name__ == "__main__":
