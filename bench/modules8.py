@@ -2648,6 +2648,35 @@ def asserts_on_tensor_conditions_later_call(x):
     return x.sqrt()
 
 
+
+def _enc_in(i=0):
+    pad = torch.zeros(3, 6, dtype=torch.bool)
+    pad[0, 3 + i % 2:] = True
+    pad[1, 5:] = True
+    return R(3, 6, 16), pad
+
+
+def _inference_ctx(i):
+    return torch.inference_mode() if i == 1 else torch.no_grad()
+
+
+class PaddedEncoder(nn.Module):
+    """A text encoder at inference (no_grad / inference_mode, eval): nn.TransformerEncoder with a
+    src_key_padding_mask, which eager runs on its nested-tensor fast path (padded positions 0)."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 4, 32, batch_first=True), 2,
+                                         enable_nested_tensor=True)
+
+    def forward(self, x, pad):
+        return self.enc(x, src_key_padding_mask=pad)
+
+
+case("transformer_encoder_padding_mask_no_grad_inference", _enc_in, context=_inference_ctx)(
+    lambda: PaddedEncoder().eval())
+
+
 # =============================================================================== runner
 # bench/modules5.py's runner (the same case records, comparison and categories) over this corpus's CASES.
 if __name__ == "__main__":

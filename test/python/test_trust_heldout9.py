@@ -253,3 +253,38 @@ def test_allow_mutation_on_saved_tensors_dispatch_mode():
     TorchDispatchMode, which sees eager's aten ops only: the replay raised (the saved activation
     modified in place). A TorchDispatchMode pushed inside, or active at the call, runs eagerly."""
     _compare_train(_MutateSaved, lambda: torch.randn(2, 3))
+
+
+# ------------------------------------------------- nn.TransformerEncoder's nested-tensor fast path
+def _encoder():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.1, batch_first=True)
+    return torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=True).eval()
+
+
+def test_transformer_encoder_padding_mask_fast_path_inference():
+    """nn.TransformerEncoder in eval under no_grad / inference_mode with a src_key_padding_mask:
+    eager converts the batch to a nested tensor (its fast path), so padded positions come out 0.
+    The recording answered torch.compiler.is_compiling() True and has_torch_function(...) True
+    (its own TorchFunctionMode), took the slow path, and returned the padded positions' values
+    (max difference 2.2). Then frozen parameters with grad mode on (eager's fast path too), and
+    grad needed (slow path in both), in turn on the same compiled module."""
+    ref, mine = _encoder(), _encoder()
+    fast = mlircap.compile(mine)
+    modes = [torch.no_grad, torch.inference_mode, torch.no_grad, torch.enable_grad]
+    for i, mode in enumerate(modes):
+        x = torch.randn(3, 6, 16)
+        pad = torch.zeros(3, 6, dtype=torch.bool)
+        pad[0, 3:] = True
+        pad[1, 5:] = True
+        with mode():
+            want, got = ref(x, src_key_padding_mask=pad), fast(x, src_key_padding_mask=pad)
+        torch.testing.assert_close(got, want, msg=lambda s: f"call {i} ({mode.__name__}): {s}")
+    for m in (ref, mine):
+        m.requires_grad_(False)
+    for i in range(2):
+        x = torch.randn(2, 5, 16)
+        pad = torch.zeros(2, 5, dtype=torch.bool)
+        pad[1, 2:] = True
+        torch.testing.assert_close(fast(x, src_key_padding_mask=pad), ref(x, src_key_padding_mask=pad),
+                                   msg=lambda s: f"frozen call {i}: {s}")

@@ -117,8 +117,21 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             # libraries like transformers that keep data-dependent checks out of compiled
             # graphs) asking torch.compiler.is_compiling() is answered True, as under
             # torch.compile.  torch's own (untraced) code keeps torch's answer: there it
-            # selects Dynamo-only machinery.
-            _E.poke(frame, slot, _Canned(True))
+            # selects Dynamo-only machinery. nn.TransformerEncoder's fast-path check is answered
+            # as eager answers it (False) where eager can take the fast path (no grad needed):
+            # there True meant the slow path, whose padded positions are not the fast path's
+            # zeros (see _HAS_TORCH_FUNCTION below)
+            _E.poke(frame, slot, _Canned(frame.f_code.co_filename != _TRANSFORMER_FILE or
+                                         not _transformer_fast_path_possible(frame)))
+            return
+        if slot is not None and f is _HAS_TORCH_FUNCTION and frame.f_code.co_filename == _TRANSFORMER_FILE and \
+                len(args) == 1 and not kwargs and isinstance(args[0], (tuple, list)):
+            # nn.TransformerEncoder / TransformerEncoderLayer pick their fast path (a nested
+            # tensor from the padding mask: padded positions come out 0; fused kernels) on
+            # has_torch_function(tensor_args), which the recording's own TorchFunctionMode made
+            # True: the recording took the slow path where eager (under no_grad) takes the fast
+            # one. Answered as eager answers it (an argument of a type overriding it)
+            _E.poke(frame, slot, _Canned(any(_overrides_torch_function(t) for t in args[0])))
             return
         if slot is not None and (f := self._redirect_call(frame, f, args, kwargs, slot)) is None:
             return   # (a scripted function's Python function called instead; a vmapped one replayed)
@@ -349,6 +362,30 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
 
 
 _IS_COMPILING = torch.compiler.is_compiling
+_HAS_TORCH_FUNCTION = torch._C._has_torch_function
+_TRANSFORMER_FILE = torch.nn.modules.transformer.__file__
+
+
+def _transformer_fast_path_possible(frame: types.FrameType) -> bool:
+    """In nn.TransformerEncoder.forward (`frame`), eager may take its nested-tensor fast path:
+    grad mode is off, or neither src nor the first layer's parameters require grad (with grad
+    needed it takes the slow path whatever else it checks; grad mode and requires_grad are
+    guarded)."""
+    if not torch.is_grad_enabled():
+        return True
+    loc = frame.f_locals
+    layer = loc.get("first_layer")
+    ts = [loc.get("src")] + (list(layer.parameters()) if isinstance(layer, torch.nn.Module) else [])
+    return not any(isinstance(t, torch.Tensor) and t.requires_grad for t in ts)
+
+
+def _overrides_torch_function(t: Any) -> bool:
+    """t is a tensor of a type with a __torch_function__ of its own (torch's
+    has_torch_function without modes: Tensor and Parameter have none)."""
+    if not isinstance(t, torch.Tensor):
+        return False
+    tf = getattr(type(t).__torch_function__, "__func__", type(t).__torch_function__)
+    return tf is not torch.Tensor.__torch_function__.__func__ and tf is not torch._C._disabled_torch_function_impl
 _SINGLEDISPATCH_CODE = functools.singledispatch(lambda x: x).__code__
 _FUNCTION_APPLY = torch.autograd.function.Function.apply.__func__
 _MAX_CALLEES = 256   # modules / functions noted per recording (SkipFrameVariant captures them)
