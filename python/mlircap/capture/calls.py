@@ -324,15 +324,25 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             return
         try:
             res = f(x, classes)
-            if f is isinstance and issubclass(t, classes) is not res:
-                raise Unreplayable(f"isinstance of a {t.__qualname__} by its __class__, checked by a metaclass")
-        except Unreplayable:
-            raise
         except Exception:
             return   # (raises: as eager)
         ce = self.const(cs if type(classes) is tuple else classes)
-        self.guard(Is(f"issubclass({self.const(t)}, {ce})", f"issubclass({t.__qualname__}, "
-                      f"{getattr(classes, '__qualname__', classes)})", res, repr(res)))
+        cname = getattr(classes, "__qualname__", classes)
+        try:
+            by_type = issubclass(t, classes) is res
+        except Exception:   # a typing Protocol with data members: no issubclass
+            by_type = False
+        if by_type and (f is issubclass or not any(_is_protocol(c) for c in cs)):
+            self.guard(Is(f"issubclass({self.const(t)}, {ce})", f"issubclass({t.__qualname__}, {cname})",
+                          res, repr(res)))
+            return
+        # answered from x itself (a runtime_checkable Protocol reads x's attributes: B.scale
+        # set after compile made isinstance(b, HasScale) True): the answer is guarded on x,
+        # which must be a value a replay can name
+        s = self.src.get(id(x))
+        if s is None or s[2] == "opaque" or isinstance(x, torch.Tensor):
+            raise Unreplayable(f"isinstance of a {t.__qualname__} answered by {type(cs[0]).__name__} from the object")
+        self.guard(Is(f"isinstance({s[0]}, {ce})", f"isinstance({s[1]}, {cname})", res, repr(res)))
 
     def _guard_module_call(self, mod: torch.nn.Module, pretty: str, forward: bool = True) -> None:
         """What calling `mod` runs besides traced code: its hooks and the global module hooks
@@ -387,6 +397,11 @@ def _overrides_torch_function(t: Any) -> bool:
     tf = getattr(type(t).__torch_function__, "__func__", type(t).__torch_function__)
     return tf is not torch.Tensor.__torch_function__.__func__ and tf is not torch._C._disabled_torch_function_impl
 _SINGLEDISPATCH_CODE = functools.singledispatch(lambda x: x).__code__
+
+
+def _is_protocol(c: type) -> bool:
+    """c is a typing Protocol class (runtime_checkable: isinstance checks x's attributes)."""
+    return bool(getattr(c, "_is_protocol", False))
 _FUNCTION_APPLY = torch.autograd.function.Function.apply.__func__
 _MAX_CALLEES = 256   # modules / functions noted per recording (SkipFrameVariant captures them)
 _FRAME_READERS = (locals, vars, dir, globals, sys._getframe)

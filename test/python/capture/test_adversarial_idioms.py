@@ -598,6 +598,35 @@ def mutate(i, f):
 """, allow_eager=True)   # (a set of weakrefs: not guardable, eager)
 
 
+idiom("runtime_checkable_protocol", """
+from typing import Protocol, runtime_checkable
+import collections.abc as cabc
+@runtime_checkable
+class HasScale(Protocol):
+    scale: float
+class A:
+    scale = 2.0
+class B:
+    pass
+OBJS = [A(), B()]
+def make():
+    def f(x):
+        y = x
+        for o in OBJS:
+            if isinstance(o, HasScale):
+                y = y * o.scale
+            if isinstance(o, (cabc.Sized, int)):
+                y = y + 1
+        return y
+    return f
+def mutate(i, f):
+    if i == 3:
+        B.scale = 5.0
+    if i == 5:
+        B.__len__ = lambda self: 1
+""")
+
+
 # the same harness, idioms that agreed with eager when written (coverage)
 idiom('mutable_default_tensor', """
 def make():
