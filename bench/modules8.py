@@ -2677,6 +2677,24 @@ case("transformer_encoder_padding_mask_no_grad_inference", _enc_in, context=_inf
     lambda: PaddedEncoder().eval())
 
 
+
+class PaddedSelfAttention(nn.Module):
+    """nn.MultiheadAttention at inference (eval, no_grad) with a key_padding_mask that pads one
+    whole sequence, need_weights=False: eager runs its fused fast path."""
+
+    def __init__(self):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(16, 4, batch_first=True)
+
+    def forward(self, x, pad):
+        pad = pad.clone()
+        pad[0] = True
+        return self.mha(x, x, x, key_padding_mask=pad, need_weights=False)[0]
+
+
+case("mha_fully_padded_row_no_grad_fast_path", _enc_in, context=_inference_ctx)(lambda: PaddedSelfAttention().eval())
+
+
 # =============================================================================== runner
 # bench/modules5.py's runner (the same case records, comparison and categories) over this corpus's CASES.
 if __name__ == "__main__":

@@ -288,3 +288,24 @@ def test_transformer_encoder_padding_mask_fast_path_inference():
         pad[1, 2:] = True
         torch.testing.assert_close(fast(x, src_key_padding_mask=pad), ref(x, src_key_padding_mask=pad),
                                    msg=lambda s: f"frozen call {i}: {s}")
+
+
+def test_multihead_attention_fully_padded_row_fast_path_inference():
+    """nn.MultiheadAttention in eval under no_grad with a key_padding_mask padding a whole
+    sequence (need_weights=False): eager's fast path (_native_multi_head_attention) and the slow
+    path the recording took (has_torch_function True under its own mode) differ on that row."""
+    torch.manual_seed(0)
+    ref = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    mine = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    mine.load_state_dict(ref.state_dict())
+    fast = mlircap.compile(lambda x, p: mine(x, x, x, key_padding_mask=p, need_weights=False)[0])
+    for i in range(3):
+        x = torch.randn(3, 6, 16)
+        pad = torch.zeros(3, 6, dtype=torch.bool)
+        pad[0] = True
+        pad[1, 4:] = True
+        with torch.no_grad():
+            want = ref(x, x, x, key_padding_mask=pad, need_weights=False)[0]
+            got = fast(x, pad)
+        torch.testing.assert_close(got, want, equal_nan=True, msg=lambda s: f"call {i}: {s}")
+    assert _graphs_compiled(fast)

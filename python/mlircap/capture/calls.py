@@ -124,13 +124,14 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             _E.poke(frame, slot, _Canned(frame.f_code.co_filename != _TRANSFORMER_FILE or
                                          not _transformer_fast_path_possible(frame)))
             return
-        if slot is not None and f is _HAS_TORCH_FUNCTION and frame.f_code.co_filename == _TRANSFORMER_FILE and \
+        if slot is not None and f is _HAS_TORCH_FUNCTION and frame.f_code.co_filename in _FAST_PATH_FILES and \
                 len(args) == 1 and not kwargs and isinstance(args[0], (tuple, list)):
-            # nn.TransformerEncoder / TransformerEncoderLayer pick their fast path (a nested
-            # tensor from the padding mask: padded positions come out 0; fused kernels) on
-            # has_torch_function(tensor_args), which the recording's own TorchFunctionMode made
-            # True: the recording took the slow path where eager (under no_grad) takes the fast
-            # one. Answered as eager answers it (an argument of a type overriding it)
+            # nn.TransformerEncoder / TransformerEncoderLayer / MultiheadAttention pick their
+            # fast path (a nested tensor from the padding mask: padded positions come out 0;
+            # fused kernels: a fully padded row is not NaN) on has_torch_function(tensor_args),
+            # which the recording's own TorchFunctionMode made True: the recording took the slow
+            # path where eager (under no_grad) takes the fast one. Answered as eager answers it
+            # (an argument of a type overriding it)
             _E.poke(frame, slot, _Canned(any(_overrides_torch_function(t) for t in args[0])))
             return
         if slot is not None and (f := self._redirect_call(frame, f, args, kwargs, slot)) is None:
@@ -374,6 +375,7 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
 _IS_COMPILING = torch.compiler.is_compiling
 _HAS_TORCH_FUNCTION = torch._C._has_torch_function
 _TRANSFORMER_FILE = torch.nn.modules.transformer.__file__
+_FAST_PATH_FILES = (_TRANSFORMER_FILE, torch.nn.modules.activation.__file__)
 
 
 def _transformer_fast_path_possible(frame: types.FrameType) -> bool:
