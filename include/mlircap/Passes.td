@@ -889,4 +889,33 @@ def MlircapApplyNoAlias : Pass<"mlircap-apply-noalias", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::LLVM::LLVMDialect"];
 }
 
+def MlircapBf16MemoryAsI16 : Pass<"mlircap-bf16-memory-as-i16", "::mlir::ModuleOp"> {
+  let summary = "Load, store and select bf16 as i16 (CPU, LLVM dialect)";
+  let description = [{
+    LLVM 22.1.8's x86 backend asserts (`Unexpected illegal type!`, SIGABRT in
+    the compile worker) on vectors of bf16 its vectorizers make from bf16
+    loads and stores, as in a bf16 transpose (the sort of bf16 along a leading
+    dim). After `mlircap-emulate-low-precision` bf16 values only
+    move, so every `llvm.load`, `llvm.store` and `llvm.select` of bf16 (or a
+    vector of bf16) becomes the i16 one, with bitcasts where a bf16 value is
+    still read or made; bitcast pairs that cancel are folded. An f32 -> bf16
+    `llvm.fptrunc` becomes integer rounding to nearest even (subnormals kept,
+    NaN 0x7fc0, as torch rounds): stored as i16, the vectorizer made it
+    x86's vcvtneps2bf16, which flushes subnormals. Runs after the LLVM
+    lowering.
+
+    Before:
+    ```mlir
+    %v = llvm.load %p : !llvm.ptr -> bf16
+    llvm.store %v, %q : bf16, !llvm.ptr
+    ```
+    After:
+    ```mlir
+    %v = llvm.load %p : !llvm.ptr -> i16
+    llvm.store %v, %q : i16, !llvm.ptr
+    ```
+  }];
+  let dependentDialects = ["::mlir::LLVM::LLVMDialect"];
+}
+
 #endif // MLIRCAP_PASSES

@@ -79,7 +79,8 @@ std::string cpuPipeline(bool fused) {
       "mlircap-outline-parallel,mlircap-mark-noalias,convert-scf-to-cf,"
       "expand-strided-metadata,lower-affine,finalize-memref-to-llvm,"
       "convert-math-to-llvm,convert-math-to-libm,convert-to-llvm,"
-      "reconcile-unrealized-casts,mlircap-apply-noalias",
+      "reconcile-unrealized-casts,mlircap-apply-noalias,"
+      "mlircap-bf16-memory-as-i16",
       kFuseElementwise, llvm::formatv(kBufferize, fused).str(),
       fused ? "" : kPropagateNan);
 }

@@ -9,8 +9,10 @@
 // CHECK-NOT: llvm.fsub {{.*}} : bf16
 // CHECK-NOT: llvm.fptrunc {{.*}} to bf16
 // CHECK-NOT: llvm.intr.exp({{.*}}) : (bf16)
+// CHECK-NOT: llvm.load {{.*}} -> bf16
 // CHECK: llvm.fsub {{.*}} : f32
-// CHECK: llvm.bitcast {{.*}} : i16 to bf16
+// CHECK-NOT: llvm.bitcast {{.*}} : i16 to bf16
+// CHECK: llvm.store {{.*}} : i16, !llvm.ptr
 // CHECK-LABEL: llvm.func @_mlir_ciface_bf16_ops(
 func.func @bf16_ops(%a: tensor<8x16xbf16>, %b: tensor<8x16xbf16>) -> tensor<8x16xbf16> {
   %e = tensor.empty() : tensor<8x16xbf16>
