@@ -1208,6 +1208,162 @@ def mutate(i, f):
     elif i % 3 == 2 and HB.h: HB.h.pop().remove()
 """)
 
+idiom('helper_in_other_module_global', """
+import types
+OTHER = types.ModuleType("other_mod_" + __name__)
+exec("K = 2.0\\ndef helper(x):\\n    return x * K\\n", OTHER.__dict__)
+def make():
+    def f(x):
+        return OTHER.helper(x) + 1
+    return f
+def mutate(i, f):
+    OTHER.K = float(i % 3)
+""")
+
+idiom('builtin_shadowed_later', """
+import builtins
+def make():
+    def f(x):
+        return x * len([1, 2])
+    return f
+def mutate(i, f):
+    if i == 2:
+        globals()["len"] = lambda v: 10
+    if i == 4:
+        del globals()["len"]
+""")
+
+idiom('instance_bound_method_assigned', """
+import types
+class A:
+    def val(self):
+        return 1.0
+OBJ = A()
+def other(self):
+    return 7.0
+def make():
+    def f(x):
+        return x * OBJ.val()
+    return f
+def mutate(i, f):
+    if i % 2:
+        OBJ.val = types.MethodType(other, OBJ)
+    elif "val" in vars(OBJ):
+        del OBJ.val
+""")
+
+idiom('init_subclass_registry', """
+class Base:
+    REG = []
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        Base.REG.append(cls)
+class A(Base):
+    w = 1.0
+def make():
+    def f(x):
+        for c in Base.REG:
+            x = x + c.w
+        return x
+    return f
+def mutate(i, f):
+    if i == 3:
+        class B(Base):
+            w = 5.0
+""")
+
+idiom('wraps_decorator_flag', """
+import functools
+FLAGS = {"double": False}
+def maybe_double(fn):
+    @functools.wraps(fn)
+    def w(x):
+        y = fn(x)
+        return y * 2 if FLAGS["double"] else y
+    return w
+@maybe_double
+def helper(x):
+    return x + 1
+def make():
+    def f(x):
+        return helper(x)
+    return f
+def mutate(i, f):
+    FLAGS["double"] = bool(i % 2)
+""")
+
+idiom('sys_modules_swap', """
+import sys, types
+class _H: pass
+H = _H(); H.name = "fake_cfg_mod_" + __name__
+m1 = types.ModuleType(H.name); m1.scale = 2.0
+m2 = types.ModuleType(H.name); m2.scale = 3.0
+sys.modules[H.name] = m1
+def make():
+    def f(x):
+        import importlib
+        mod = sys.modules[H.name]
+        return x * mod.scale
+    return f
+def mutate(i, f):
+    sys.modules[H.name] = m2 if i % 2 else m1
+""", allow_eager=True)
+
+idiom('print_replaced', """
+import builtins, io
+BUF = io.StringIO()
+def make():
+    def f(x):
+        print("hi", file=BUF)
+        return x + 1
+    return f
+def state(f): return BUF.getvalue()
+""")
+
+idiom('abc_mapping_args', """
+import collections.abc as cabc
+def make():
+    def f(x, c):
+        if isinstance(c, cabc.Mapping):
+            return x * len(c)
+        if isinstance(c, (cabc.Sequence, cabc.Set)):
+            return x + len(c)
+        return x
+    return f
+""", calls=lambda: [(torch.ones(2), {"a": 1}), (torch.ones(2), [1, 2]), (torch.ones(2), {1, 2, 3}), (torch.ones(2), 5), (torch.ones(2), {"a": 1, "b": 2}), (torch.ones(2), (1,))])
+
+idiom('singledispatch_tensor', """
+import functools
+@functools.singledispatch
+def prep(v):
+    return v
+@prep.register
+def _(v: torch.Tensor):
+    return v * 2
+@prep.register
+def _(v: float):
+    return torch.tensor(v)
+def make():
+    def f(x, s):
+        return prep(x) + prep(s)
+    return f
+""", calls=lambda: [(torch.ones(2), 1.5), (torch.ones(2), torch.ones(2)), (torch.ones(2), 2.5), (torch.ones(2), torch.ones(2))])
+
+idiom('parameter_isinstance', """
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(3))
+        self.register_buffer("b", torch.ones(3))
+    def forward(self, x):
+        n = sum(1 for t in (self.w, self.b, x) if isinstance(t, nn.Parameter))
+        return x * n
+def make(): return M()
+def mutate(i, m):
+    if i == 3:
+        m.b = nn.Parameter(torch.ones(3))
+""")
+
 
 @pytest.mark.parametrize("name", list(IDIOMS))
 def test_idiom(name):
