@@ -66,6 +66,9 @@ _UINT8_OPS = {
     # pads that copy edge or mirrored elements (ran through torch: torch-mlir lowers their int8)
     "aten::reflection_pad1d", "aten::reflection_pad2d", "aten::reflection_pad3d",
     "aten::replication_pad1d", "aten::replication_pad2d", "aten::replication_pad3d",
+    # nansum of integers is sum; an accumulating masked index_put adds, exact modulo 256
+    # like add (they ran through torch)
+    "aten::nansum", "aten::_unsafe_masked_index_put_accumulate",
 }
 # Pointwise ops whose integer semantics differ from uint8's beyond wrapping.
 _UINT8_POINTWISE_EXCLUDED = {"aten::lerp", "aten::view_as_real", "aten::view_as_complex"}

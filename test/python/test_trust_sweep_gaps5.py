@@ -135,3 +135,25 @@ def test_bf16_sort_along_a_leading_dim_compiles(fallback_log, op):
     x = torch.randint(0, 120, (5, 5, 5), generator=torch.Generator().manual_seed(1)).bfloat16()
     fn = {"sort": lambda x: tuple(torch.sort(x, 0, descending=True)), "msort": lambda x: torch.msort(x)}[op]
     _check(fn, [x], fallback_log)
+
+
+# ------------------------------------------------- fallback: uint8 nansum, masked put
+def _u8(*shape, seed=0):
+    return torch.randint(0, 256, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("case", ["nansum", "nansum_dim", "nansum_0d", "masked_put"])
+def test_uint8_nansum_and_masked_put_compile(fallback_log, case):
+    # they ran through torch ('dtype uint8': OpInfo nansum, _unsafe_masked_index_put_accumulate
+    # uint8, seed 511); computed in int32 as widen.py does
+    mask = torch.rand(10, 10, generator=torch.Generator().manual_seed(3)) > 0.5
+    i0 = torch.randint(0, 5, (10, 1), generator=torch.Generator().manual_seed(4))
+    i1 = torch.randint(0, 5, (1, 10), generator=torch.Generator().manual_seed(5))
+    fn, args = {
+        "nansum": (lambda x: torch.nansum(x), [_u8(6, 40)]),
+        "nansum_dim": (lambda x: torch.nansum(x, 1) * 3, [_u8(6, 40)]),
+        "nansum_0d": (lambda x: torch.nansum(x, ()) + 1, [torch.tensor(200, dtype=torch.uint8)]),
+        "masked_put": (lambda b, m, a, c, v: torch.ops.aten._unsafe_masked_index_put_accumulate(b, m, [a, c], v),
+                       [_u8(5, 5), mask, i0, i1, _u8(10, 10, seed=1)]),
+    }[case]
+    _check(fn, args, fallback_log)
