@@ -170,7 +170,7 @@ struct Former {
         return false;
     }
     // Group values captured in the body (tensor.extract) can be anywhere.
-    return !readsRowValueAnywhere(op, groupOps);
+    return !readsRowValueAnywhere(op, groupOps, rows);
   }
 
   /// Does the body of `op` read (tensor.extract, at any index) a value of
@@ -180,20 +180,82 @@ struct Former {
   /// top-p filtering writes it) read this row's value for the previous
   /// row's (wrong elements on the GPU). Values computed from the kernel's
   /// inputs alone are recomputed at any index.
-  bool readsRowValueAnywhere(Operation *op,
-                             const llvm::SmallPtrSetImpl<Operation *> &ops) {
+  bool readsRowValueAnywhere(linalg::GenericOp op,
+                             const llvm::SmallPtrSetImpl<Operation *> &ops,
+                             int64_t rows) {
     llvm::SetVector<Value> captured;
-    getUsedValuesDefinedAbove(op->getRegion(0), captured);
+    getUsedValuesDefinedAbove(op.getRegion(), captured);
     for (Value v : captured) {
       Operation *def = v.getDefiningOp();
       if (def && ops.contains(def))
         return true;
       while (def && !ops.contains(def) && isViewOp(def) && def->getNumOperands() > 0)
         def = def->getOperand(0).getDefiningOp();
-      if (def && ops.contains(def) && dependsOnReduction(def, ops))
+      if (def && ops.contains(def) && dependsOnReduction(def, ops) &&
+          !readInOwnRow(op, v, rows))
         return true;
     }
     return false;
+  }
+
+  /// Is every read of `v` in the body of `op` (tensor.extract) within the
+  /// row `op` computes? `v` is a chain of tensor.extract_slice ops that keep
+  /// the row dims whole (offset 0, full size, unit stride, not dropped), and
+  /// each extract indexes row dim j with `op`'s loop index j, as torch-mlir's
+  /// cat and slice lowerings write it: `linalg.index j`, or that index
+  /// clamped (`select(index < size, index, 0)`, the identity in range). E.g.
+  /// RoPE's rotate_half of a query normalized in the same kernel (qk-norm).
+  static bool readInOwnRow(linalg::GenericOp op, Value v, int64_t rows) {
+    SmallVector<int64_t> loops = op.getStaticLoopRanges();
+    auto kl = rowPrefix(loops, rows);
+    if (!kl)
+      return false;
+    unsigned k = *kl;
+    for (Value cur = v; auto slice = cur.getDefiningOp<tensor::ExtractSliceOp>();
+         cur = slice.getSource()) {
+      if (slice.getSourceType().getRank() != slice.getResultType().getRank() ||
+          slice.getSourceType().getRank() < k)
+        return false;
+      for (unsigned j = 0; j < k; ++j)
+        if (slice.getStaticOffsets()[j] != 0 || slice.getStaticStrides()[j] != 1 ||
+            slice.getStaticSizes()[j] != slice.getSourceType().getDimSize(j) ||
+            slice.getSourceType().getDimSize(j) != loops[j])
+          return false;
+    }
+    if (!v.getDefiningOp<tensor::ExtractSliceOp>())
+      return false;
+    auto isLoopIndex = [&](Value i, unsigned j) {
+      if (auto idx = i.getDefiningOp<linalg::IndexOp>())
+        return idx.getDim() == j;
+      return false;
+    };
+    auto isRowIndex = [&](Value i, unsigned j) {
+      if (loops[j] == 1)
+        return true;
+      if (isLoopIndex(i, j))
+        return true;
+      // select(index < n, index, 0) with n >= the loop range: the index itself
+      auto sel = i.getDefiningOp<arith::SelectOp>();
+      if (!sel || !isLoopIndex(sel.getTrueValue(), j))
+        return false;
+      auto cmp = sel.getCondition().getDefiningOp<arith::CmpIOp>();
+      IntegerAttr::ValueType bound;
+      return cmp && cmp.getPredicate() == arith::CmpIPredicate::ult &&
+             cmp.getLhs() == sel.getTrueValue() &&
+             matchPattern(cmp.getRhs(), m_ConstantInt(&bound)) &&
+             bound.getSExtValue() >= loops[j];
+    };
+    for (OpOperand &use : v.getUses()) {
+      if (!op.getRegion().isAncestor(use.getOwner()->getParentRegion()))
+        continue;
+      auto extract = dyn_cast<tensor::ExtractOp>(use.getOwner());
+      if (!extract)
+        return false;
+      for (unsigned j = 0; j < k; ++j)
+        if (!isRowIndex(extract.getIndices()[j], j))
+          return false;
+    }
+    return true;
   }
 
   /// An elementwise op in no kernel yet that reads no row-kernel value, and
@@ -261,7 +323,7 @@ struct Former {
                                  t.getShape(), rows))
           return false;
       }
-      if (readsRowValueAnywhere(g, ops))
+      if (readsRowValueAnywhere(g, ops, rows))
         return false;
     }
     return true;

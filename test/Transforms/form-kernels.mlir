@@ -222,6 +222,53 @@ func.func @shifted_row_read(%x: tensor<8x8xf32>) -> tensor<8xf32> {
 
 // -----
 
+// The same through a slice that keeps the rows whole and read at the row's own
+// index (rotate_half of a row-normalized value: qk-norm then RoPE): one kernel.
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#red = affine_map<(d0, d1) -> (d0)>
+#row = affine_map<(d0, d1) -> (d0, 0)>
+// CHECK-LABEL: func.func @own_row_read(
+// CHECK-NEXT: call @own_row_read_k0
+// CHECK-NEXT: return
+// CHECK: @own_row_read_k0{{.*}}mlircap.kernel = "row_reduction"
+func.func @own_row_read(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %zero = arith.constant 0.0 : f32
+  %c4 = arith.constant 4 : index
+  %c0 = arith.constant 0 : index
+  %e1 = tensor.empty() : tensor<4xf32>
+  %f1 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<4xf32>) -> tensor<4xf32>
+  %s = linalg.generic {indexing_maps = [#id, #red], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<4x8xf32>) outs(%f1 : tensor<4xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.addf %a, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<4xf32>
+  %e2 = tensor.empty() : tensor<4x8xf32>
+  %n = linalg.generic {indexing_maps = [#id, #red, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %s : tensor<4x8xf32>, tensor<4xf32>) outs(%e2 : tensor<4x8xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.divf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<4x8xf32>
+  %hi = tensor.extract_slice %n[0, 4] [4, 4] [1, 1] : tensor<4x8xf32> to tensor<4x4xf32>
+  %rot = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%n : tensor<4x8xf32>) outs(%e2 : tensor<4x8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %i = linalg.index 0 : index
+    %j = linalg.index 1 : index
+    %in = arith.cmpi ult, %i, %c4 : index
+    %ii = arith.select %in, %i, %c0 : index
+    %jin = arith.cmpi ult, %j, %c4 : index
+    %jj = arith.select %jin, %j, %c0 : index
+    %p = tensor.extract %hi[%ii, %jj] : tensor<4x4xf32>
+    %r = arith.addf %a, %p : f32
+    linalg.yield %r : f32
+  } -> tensor<4x8xf32>
+  return %rot : tensor<4x8xf32>
+}
+
+// -----
+
 // A column reduction is a "reduction" kernel; its elementwise consumer reads
 // each reduced element once and is computed by the same thread.
 #id = affine_map<(d0, d1) -> (d0, d1)>

@@ -448,3 +448,59 @@ def test_row_value_read_at_a_shifted_index():
     # fused into the row kernel, each element read its own row's value (GPU: wrong)
     plan = check(SHIFTED_ROW_READ)
     assert len([s for s in plan["steps"] if s["kind"] == "kernel"]) == 2
+
+
+OWN_ROW_READ = """
+func.func @main(%x: tensor<64x8xf32>) -> tensor<64x8xf32> {
+  %zero = arith.constant 0.0 : f32
+  %c64 = arith.constant 64 : index
+  %c4 = arith.constant 4 : index
+  %c0 = arith.constant 0 : index
+  %e1 = tensor.empty() : tensor<64xf32>
+  %f1 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<64xf32>) -> tensor<64xf32>
+  %s = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
+                       iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<64x8xf32>) outs(%f1 : tensor<64xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %q = arith.mulf %a, %a : f32
+    %r = arith.addf %q, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<64xf32>
+  %e2 = tensor.empty() : tensor<64x8xf32>
+  %n = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>,
+                                        affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %s : tensor<64x8xf32>, tensor<64xf32>) outs(%e2 : tensor<64x8xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = math.rsqrt %b : f32
+    %y = arith.mulf %a, %r : f32
+    linalg.yield %y : f32
+  } -> tensor<64x8xf32>
+  %hi = tensor.extract_slice %n[0, 4] [64, 4] [1, 1] : tensor<64x8xf32> to tensor<64x4xf32>
+  %lo = tensor.extract_slice %n[0, 0] [64, 4] [1, 1] : tensor<64x8xf32> to tensor<64x4xf32>
+  %rot = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>],
+                         iterator_types = ["parallel", "parallel"]}
+      ins(%n : tensor<64x8xf32>) outs(%e2 : tensor<64x8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %i = linalg.index 0 : index
+    %j = linalg.index 1 : index
+    %in = arith.cmpi ult, %i, %c64 : index
+    %ii = arith.select %in, %i, %c0 : index
+    %first = arith.cmpi ult, %j, %c4 : index
+    %j2 = arith.subi %j, %c4 : index
+    %jj = arith.select %first, %j, %j2 : index
+    %h = tensor.extract %hi[%ii, %jj] : tensor<64x4xf32>
+    %l = tensor.extract %lo[%ii, %jj] : tensor<64x4xf32>
+    %nh = arith.negf %h : f32
+    %p = arith.select %first, %nh, %l : f32
+    %r = arith.addf %a, %p : f32
+    linalg.yield %r : f32
+  } -> tensor<64x8xf32>
+  return %rot : tensor<64x8xf32>
+}
+"""
+
+
+def test_row_value_read_in_its_own_row_stays_in_one_kernel():
+    # rotate_half of a row-normalized value (qk-norm then RoPE) reads within the row: fused
+    plan = check(OWN_ROW_READ)
+    assert len([s for s in plan["steps"] if s["kind"] == "kernel"]) == 1
