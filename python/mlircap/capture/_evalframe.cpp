@@ -189,7 +189,24 @@ static PyObject *cells_hold(PyObject *, PyObject *const *args, Py_ssize_t nargs)
   Py_RETURN_TRUE;
 }
 
+// types_hold(objs: tuple, types: tuple) -> bool: type(objs[i]) is types[i] for each i (the
+// modules a variant calls: `m.__class__ = Other` keeps the object; guard_batches.TypesHold).
+static PyObject *types_hold(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyTuple_CheckExact(args[0]) || !PyTuple_CheckExact(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "types_hold(objs: tuple, types: tuple)");
+    return nullptr;
+  }
+  Py_ssize_t n = PyTuple_GET_SIZE(args[0]);
+  if (PyTuple_GET_SIZE(args[1]) != n) Py_RETURN_FALSE;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    if ((PyObject *)Py_TYPE(PyTuple_GET_ITEM(args[0], i)) != PyTuple_GET_ITEM(args[1], i))
+      Py_RETURN_FALSE;
+  }
+  Py_RETURN_TRUE;
+}
+
 static PyMethodDef g_fast_methods[] = {
+    {"types_hold", (PyCFunction)(void (*)(void))types_hold, METH_FASTCALL, "each object has its type"},
     {"funcs_unchanged", (PyCFunction)(void (*)(void))funcs_unchanged, METH_FASTCALL,
      "each function keeps its code, defaults and keyword defaults"},
     {"cells_hold", (PyCFunction)(void (*)(void))cells_hold, METH_FASTCALL, "each cell holds its object"},

@@ -16,7 +16,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from .base import Unreplayable, _Canned, _MISSING
-from .guard_kinds import Is, Lengths
+from .guard_kinds import Is, Lengths, TypeIs
 from .frame_hook import _E, _NULL
 from .typeinfo import _mro_lookup
 from .classify import (
@@ -358,6 +358,9 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
                       group=(d,))
         elif forward:
             self._class_attr(mod, "forward", pretty)
+        # `mod.__class__ = Other` keeps the module (and its dicts): its type guarded (the
+        # variant checks these in one call, guard_batches.TypesHold)
+        self.guard(TypeIs(self.const(mod), f"type({pretty})", type(mod)))
         if forward:
             # `mod(x)` runs type(mod).__call__: nn.Module's (which calls forward), or one the
             # class defines or is given later (A.__call__ = f: a replay still ran forward)

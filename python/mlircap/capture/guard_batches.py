@@ -6,10 +6,11 @@ few calls.  Each batch keeps its members: `check` (explain, recompile reasons, t
 theirs, one by one, and the batch's code is only a faster form of the same fact."""
 from __future__ import annotations
 
+import operator
 import re
 from typing import Any
 
-from .guard_kinds import Consts, DictVersions, FunctionCode, Guard, GuardEnv, Is, _record
+from .guard_kinds import Consts, DictVersions, FunctionCode, Guard, GuardEnv, Is, TypeIs, _record
 from .typeinfo import _dict_version, _pack_versions
 
 try:
@@ -100,6 +101,43 @@ class CellsHold(Guard):
 
     def describe(self) -> str:
         return f"{len(self.members)} closure cells hold the same objects"
+
+
+@_record
+class TypesHold(Guard):
+    """TypeIs guards on constant objects (`type(C[k]) is T`: the modules a call runs, whose
+    `__class__` may be reassigned in place), in one call of C-level loops (_types_hold)."""
+    members: tuple[TypeIs, ...]
+    objs: tuple
+    types: tuple
+
+    def code(self, k: Consts) -> str:
+        return f"_types({k.const(self.objs)}, {k.const(self.types)})"
+
+    def check(self, env: GuardEnv) -> bool:
+        return all(m.check(env) for m in self.members)
+
+    def describe(self) -> str:
+        return f"{len(self.members)} objects keep their types"
+
+
+def _types_hold_py(objs: tuple, types: tuple, _is: Any = operator.is_) -> bool:
+    """type(o) is t for each pair (the extension's types_hold, where a build lacks it)."""
+    return all(map(_is, map(type, objs), types))
+
+
+_types_hold: Any = getattr(_ext.load(), "types_hold", None) if _funcs_unchanged is not None else None
+_types_hold = _types_hold or _types_hold_py
+
+
+def batch_types(guards: list[Guard]) -> list[Guard]:
+    """The TypeIs guards on constants (`type(C[k]) is T`) among guards."""
+    return [g for g in guards if type(g) is TypeIs and const_index(g.src) is not None]
+
+
+def make_types_hold(members: list[TypeIs], consts: list) -> TypesHold:
+    return TypesHold(tuple(members), tuple(consts[const_index(m.src)] for m in members),
+                     tuple(m.type for m in members))
 
 
 def batch_functions(guards: list[Guard], consts: list) -> tuple[list[Guard], list[Guard]]:

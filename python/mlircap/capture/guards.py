@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .guard_batches import AllDictVersions, _cells_hold, _funcs_unchanged, batch_functions, make_cells_hold, \
-    make_function_codes
+from .guard_batches import AllDictVersions, _cells_hold, _funcs_unchanged, _types_hold, batch_functions, \
+    batch_types, make_cells_hold, make_function_codes, make_types_hold
 from .guard_kinds import DictVersions, Distinct, Guard, Keys, NoShadowedBuiltins
 from .guard_tensors import StorageAliasing, TensorMatch, TensorMatchAll, _alias_pattern
 from .typeinfo import _dict_version, _dicts_unchanged
@@ -82,7 +82,8 @@ def _merge_guards(rec: _Recorder, pre: list[Placed]) -> list[Placed]:
     # FunctionCode guards on constant functions, and identity guards on their closure
     # cells: one C call each, where the first of them stands
     fcs, cells = batch_functions([p.guard for p in out], rec.consts)
-    for members, make in ((fcs, make_function_codes), (cells, make_cells_hold)):
+    types = batch_types([p.guard for p in out])
+    for members, make in ((fcs, make_function_codes), (cells, make_cells_hold), (types, make_types_hold)):
         if len(members) >= 2:
             ids = {id(g) for g in members}
             b = make(members, rec.consts)
@@ -160,7 +161,7 @@ def _compile_guard(exprs: list[str], consts: list, state: _GlobalState | None) -
     ns: dict[str, Any] = {f"_c{k}": consts[k] for k in used}
     ns.update(C=consts, _ge=torch.is_grad_enabled, _inf=torch.is_inference_mode_enabled,
               _ac=torch.is_autocast_enabled, _gs=state.guard if state is not None else None, _dv=_dict_version,
-              _dvs=_dicts_unchanged, _fcs=_funcs_unchanged, _cells=_cells_hold)
+              _dvs=_dicts_unchanged, _fcs=_funcs_unchanged, _cells=_cells_hold, _types=_types_hold)
     src = ("def __guard(L, F):\n"
            "    try:\n"
            f"        return {body}\n"

@@ -1088,10 +1088,10 @@ def test_guard_fuzz_codes_numbers_callables_grad_mode(seed, typed_checks_agree):
         torch.set_grad_enabled(True)
 
 
-@pytest.mark.xfail(strict=True, reason="known unsound: a submodule's __class__ swapped (m.act.__class__ = Act2) keeps "
-                   "the module object, and modules' types are not guarded (reads.op_load_attr guards the type of "
-                   "other identity-guarded objects; per module it would cost a guard per module on every call)")
 def test_module_class_swapped():
+    """A submodule's __class__ swapped (m.act.__class__ = Act2) keeps the module object: the
+    type of each module a call runs is guarded (calls._guard_module_call), all of them in one
+    C call (guard_batches.TypesHold: no measurable guard time on a 41-module Sequential)."""
     import torch
     run_program("""
 class Act(nn.Module):
