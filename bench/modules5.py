@@ -17,6 +17,7 @@ global constants and closure cells changed between calls, train()/eval() switche
 
     python bench/modules5.py [--filter NAME] [--jobs 2] [--timeout 240] [-v]
     python bench/modules5.py --case NAME      # one case in this process, with a traceback
+    python bench/modules5.py --inference      # cases that train nothing, under no_grad / inference_mode
 
 Each case runs eager and mlircap.compile side by side on the same inputs (deep copies of one
 model), for `ncalls` calls (default 3: calls 0 and 1 on the same values, later calls on new
@@ -1636,10 +1637,28 @@ class Child(M.Child):
 CATS = ["ok", "breaks", "fallback", "wrong", "error", "crash", "timeout", "n/a"]
 
 
+def _inference_ctx(i):
+    return torch.inference_mode() if i == 1 else torch.no_grad()
+
+
+def inference_cases(cases):
+    """--inference: the cases that train nothing and set no context of their own, each call run
+    under torch.no_grad() (call 1: torch.inference_mode()), as inference code calls a model.
+    Library fast paths taken only without grad (nn.TransformerEncoder's nested tensors,
+    MultiheadAttention's fused kernel) are then exercised."""
+    out = []
+    for name, factory, inputs, train, extra in cases:
+        if not train and extra.get("context") is None:
+            out.append((name, factory, inputs, train, dict(extra, context=_inference_ctx)))
+    return out
+
+
 def main(cases=None, script=None, doc=None):
     """The command line of this corpus, or of another one written with the same case() records
     (bench/modules6.py passes its CASES, its own path for the workers and its docstring)."""
     cases = CASES if cases is None else cases
+    if os.environ.get("MODULES_INFERENCE") == "1":   # (--inference, also in the workers)
+        cases = inference_cases(cases)
     ap = argparse.ArgumentParser(description=doc or __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--filter", default="", help="comma-separated substrings of case names")
     ap.add_argument("--jobs", type=int, default=2)
@@ -1649,7 +1668,12 @@ def main(cases=None, script=None, doc=None):
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--json", help="write every result to this file")
     ap.add_argument("-v", "--verbose", action="store_true", help="print the notes of fallbacks too")
+    ap.add_argument("--inference", action="store_true",
+                    help="run the cases that train nothing under torch.no_grad() / torch.inference_mode()")
     args = ap.parse_args()
+    if args.inference and os.environ.get("MODULES_INFERENCE") != "1":
+        os.environ["MODULES_INFERENCE"] = "1"
+        cases = inference_cases(cases)
     if args.worker:
         return worker_main(cases)
     M.set_device(args.device)

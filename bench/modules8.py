@@ -30,6 +30,7 @@ float16 / bfloat16 accumulation, integer division by zero raising).
 
     python bench/modules8.py [--filter NAME] [--jobs 2] [--timeout 240] [-v]
     python bench/modules8.py --case NAME      # one case in this process, with a traceback
+    python bench/modules8.py --inference      # cases that train nothing, under no_grad / inference_mode
 
 Each case runs eager and mlircap.compile side by side on the same inputs (deep copies of one
 model), for `ncalls` calls (default 3: calls 0 and 1 on the same values, later calls on new
@@ -2133,7 +2134,8 @@ def broadcast_size_one_inplace_resize_error(a, b, c):
     return out + c, z, e, ok
 
 
-@fn_case("grad_clip_value_norm_nonfinite_backward", lambda i=0: (R(5, 4), R(5, 3), 1.0 if i < 2 else float("inf")))
+@fn_case("grad_clip_value_norm_nonfinite_backward", lambda i=0: (R(5, 4), R(5, 3), 1.0 if i < 2 else float("inf")),
+         train=True)
 def grad_clip_value_norm_nonfinite_backward(x, y, scale: float):
     """A training step calling clip_grad_value_ and clip_grad_norm_ (which returns the total norm
     and scales by max_norm / (norm + 1e-6) clamped to 1): with an inf loss scale the grads are
