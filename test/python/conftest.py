@@ -38,3 +38,14 @@ def compiled_whole(capsys, monkeypatch):
         return got
 
     return check
+
+
+@pytest.fixture
+def fallback_log(capsys):
+    """capsys with mlircap's 'fallback' log on (eager islands and whole-graph fallbacks are
+    printed on stderr): the trust tests read it to check that every graph compiled."""
+    from mlircap import logs
+
+    logs.set_logs("fallback")
+    yield capsys
+    logs.set_logs()

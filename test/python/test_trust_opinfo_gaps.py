@@ -8,14 +8,6 @@ import pytest
 import torch
 
 import mlircap
-from mlircap import logs
-
-
-@pytest.fixture
-def fallback_log(capsys):
-    logs.set_logs("fallback")
-    yield capsys
-    logs.set_logs()
 
 
 def _check(fn, args, log, exact=True):

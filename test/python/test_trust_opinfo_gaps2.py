@@ -10,13 +10,6 @@ import mlircap
 from mlircap import logs
 
 
-@pytest.fixture
-def fallback_log(capsys):
-    logs.set_logs("fallback")
-    yield capsys
-    logs.set_logs()
-
-
 def _check(fn, args, log, exact=True, calls=3):
     """fn compiled: eager's values (bit for bit with `exact`), every graph compiled, no
     eager island (no bounds-check rerun either)."""

@@ -15,13 +15,6 @@ from mlircap import logs
 from test_opinfo import _load_opinfo   # bench/opinfo.py as a module
 
 
-@pytest.fixture
-def fallback_log(capsys):
-    logs.set_logs("fallback")
-    yield capsys
-    logs.set_logs()
-
-
 def _same(got, want, exact):
     if exact:
         torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)

@@ -15,13 +15,6 @@ from mlircap import logs
 from test_opinfo import _load_opinfo   # bench/opinfo.py as a module
 
 
-@pytest.fixture
-def fallback_log(capsys):
-    logs.set_logs("fallback")
-    yield capsys
-    logs.set_logs()
-
-
 def _as_real(t):
     return torch.view_as_real(t.resolve_conj()) if t.is_complex() else t
 

@@ -11,13 +11,6 @@ import mlircap
 from mlircap import logs
 
 
-@pytest.fixture
-def fallback_log(capsys):
-    logs.set_logs("fallback")
-    yield capsys
-    logs.set_logs()
-
-
 def _islands(err: str) -> list[str]:
     found = []
     for m in re.finditer(r"eager islands: ([^\n]*)", err):

@@ -9,14 +9,6 @@ import torch
 import torch.nn.functional as F
 
 import mlircap
-from mlircap import logs
-
-
-@pytest.fixture
-def fallback_log(capsys):
-    logs.set_logs("fallback")
-    yield capsys
-    logs.set_logs()
 
 
 def _islands(err: str) -> list[str]:

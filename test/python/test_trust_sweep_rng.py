@@ -12,14 +12,6 @@ import torch.nn.functional as F
 from torch.testing._utils import freeze_rng_state, wrapper_set_seed
 
 import mlircap
-from mlircap import logs
-
-
-@pytest.fixture
-def fallback_log(capsys):
-    logs.set_logs("fallback")
-    yield capsys
-    logs.set_logs()
 
 
 def _islands(err: str) -> list[str]:
