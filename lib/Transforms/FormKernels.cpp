@@ -211,8 +211,8 @@ struct Former {
     if (!kl)
       return false;
     unsigned k = *kl;
-    for (Value cur = v; auto slice = cur.getDefiningOp<tensor::ExtractSliceOp>();
-         cur = slice.getSource()) {
+    Value cur = v;
+    for (; auto slice = cur.getDefiningOp<tensor::ExtractSliceOp>(); cur = slice.getSource()) {
       if (slice.getSourceType().getRank() != slice.getResultType().getRank() ||
           slice.getSourceType().getRank() < k)
         return false;
@@ -222,7 +222,9 @@ struct Former {
             slice.getSourceType().getDimSize(j) != loops[j])
           return false;
     }
-    if (!v.getDefiningOp<tensor::ExtractSliceOp>())
+    // Only slices between `v` and the value it reads: a transpose (a view
+    // generic) in the chain moves elements across rows.
+    if (!v.getDefiningOp<tensor::ExtractSliceOp>() || isViewOp(cur.getDefiningOp()))
       return false;
     auto isLoopIndex = [&](Value i, unsigned j) {
       if (auto idx = i.getDefiningOp<linalg::IndexOp>())

@@ -269,6 +269,54 @@ func.func @own_row_read(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
 
 // -----
 
+// A slice of a transposed row-normalized value, read at the row's own index,
+// reads other rows (element (i, j) of the transpose is row j's): it does not
+// join the row kernel.
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#tr = affine_map<(d0, d1) -> (d1, d0)>
+#red = affine_map<(d0, d1) -> (d0)>
+// CHECK-LABEL: func.func @transposed_row_read(
+// CHECK: call @transposed_row_read_k0
+// CHECK: call @transposed_row_read_k1
+func.func @transposed_row_read(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %zero = arith.constant 0.0 : f32
+  %c8 = arith.constant 8 : index
+  %c0 = arith.constant 0 : index
+  %e1 = tensor.empty() : tensor<8xf32>
+  %f1 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<8xf32>) -> tensor<8xf32>
+  %s = linalg.generic {indexing_maps = [#id, #red], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<8x8xf32>) outs(%f1 : tensor<8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.addf %a, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<8xf32>
+  %e2 = tensor.empty() : tensor<8x8xf32>
+  %n = linalg.generic {indexing_maps = [#id, #red, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %s : tensor<8x8xf32>, tensor<8xf32>) outs(%e2 : tensor<8x8xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %r = arith.divf %a, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<8x8xf32>
+  %t = linalg.generic {indexing_maps = [#tr, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%n : tensor<8x8xf32>) outs(%e2 : tensor<8x8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    linalg.yield %a : f32
+  } -> tensor<8x8xf32>
+  %hi = tensor.extract_slice %t[0, 0] [8, 8] [1, 1] : tensor<8x8xf32> to tensor<8x8xf32>
+  %rot = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%n : tensor<8x8xf32>) outs(%e2 : tensor<8x8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %i = linalg.index 0 : index
+    %j = linalg.index 1 : index
+    %p = tensor.extract %hi[%i, %j] : tensor<8x8xf32>
+    %r = arith.addf %a, %p : f32
+    linalg.yield %r : f32
+  } -> tensor<8x8xf32>
+  return %rot : tensor<8x8xf32>
+}
+
+// -----
+
 // A column reduction is a "reduction" kernel; its elementwise consumer reads
 // each reduced element once and is computed by the same thread.
 #id = affine_map<(d0, d1) -> (d0, d1)>
