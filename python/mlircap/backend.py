@@ -757,7 +757,7 @@ def _capture_whole_on_cuda(pg, compiled: list[CompiledGraph], parts, example_inp
                 logs.log("kernels", "partitioned graph runs part by part: an island draws random numbers "
                                     "from a generator of its own")
                 return
-            if _computes_on_cpu(n):
+            if any(v.device.type == "cpu" for v in leaves(n.meta.get("val"), torch.Tensor)):
                 # a CUDA graph replays device work only: the island would keep its
                 # capture-time result (torch.randperm(n) without a device, a CPU rand)
                 logs.log("kernels", f"partitioned graph runs part by part: island {n.name} computes on the CPU")
@@ -779,13 +779,6 @@ def _capture_whole_on_cuda(pg, compiled: list[CompiledGraph], parts, example_inp
     else:
         kinds = sorted({type(e).__name__ for e in exes if not isinstance(e, (GpuExecutable, _ViewProgram))})
         logs.log("kernels", f"partitioned graph runs part by part: parts of kind {kinds} cannot be captured")
-
-
-def _computes_on_cpu(node: torch.fx.Node) -> bool:
-    """Whether an island's node makes a CPU tensor (its recorded value's device)."""
-    val = node.meta.get("val")
-    vals = val if isinstance(val, (list, tuple)) else (val,)
-    return any(isinstance(v, torch.Tensor) and v.device.type == "cpu" for v in vals)
 
 
 def _node_loc(node: torch.fx.Node) -> str:

@@ -483,19 +483,19 @@ class WholeGraph(_StaticInputs):
         # too: randperm without a device): this call's draws are the replay's, as
         # eager's would be; a capture that fails leaves them as they were, for the
         # part-by-part run that follows.
-        rng = torch.cuda.get_rng_state(), torch.get_rng_state()
+        from ..capture.rng import _rng_states, _set_rng_states
+
+        rng = _rng_states()
         try:
             with torch.cuda.stream(side):          # warm-up outside capture (library workspaces)
                 self.run(*graph_ins)
             torch.cuda.current_stream().wait_stream(side)
-            torch.cuda.set_rng_state(rng[0])
-            torch.set_rng_state(rng[1])
+            _set_rng_states(rng)
             g = torch.cuda.CUDAGraph()
             with _capturing(g):
                 out = self.run(*graph_ins)
         except BaseException:
-            torch.cuda.set_rng_state(rng[0])
-            torch.set_rng_state(rng[1])
+            _set_rng_states(rng)
             raise
         self._single = not isinstance(out, (list, tuple))
         outs = [out] if self._single else list(out)
