@@ -97,7 +97,7 @@ def bench_one(a, name, dname, dtype, rows):
             with torch.no_grad():
                 ref = m(*args)
             t_eager = latency_ms(m, args, device="cuda")
-            t_ind = t_cg = c_ind = float("nan")
+            t_ind = t_cg = c_ind = ind_dev_ms = float("nan")
             if not a.no_inductor:
                 # a baseline that fails leaves its columns empty (nan, left out of the
                 # geomeans) and says so, instead of losing the model's mlircap numbers
@@ -106,6 +106,8 @@ def bench_one(a, name, dname, dtype, rows):
                     ind = torch.compile(m)
                     c_ind, _ = timed_first_call(ind, args, "cuda")
                     t_ind = latency_ms(ind, args, device="cuda")
+                    if name in models.KERNELS:   # device time of its kernels (CUPTI), for the row-kernel table
+                        ind_dev_ms = sum(us for _, us in device_kernels(ind, args).values()) / 1e3
                 except Exception as e:  # noqa: BLE001
                     print(f"{name} | {dname} | inductor failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
                 try:
@@ -145,6 +147,10 @@ def bench_one(a, name, dname, dtype, rows):
             row = dict(model=name, dtype=dname, eager=t_eager, ind=t_ind, cg=t_cg, mc=t_mc, kernels=kern,
                        library=lib, c_ind=c_ind, c_mc=c_mc, err=max_err(out, ref), fallback=fallback,
                        worst=worst, graphs=len(graphs), dev_ms=dev_ms)
+            if name in models.KERNELS:
+                # the least traffic the function needs: read every input once, write the output once
+                row["moved"] = sum(t.nbytes for t in args) + sum(t.nbytes for t in _tensors(ref))
+                row["ind_dev_ms"] = ind_dev_ms
             rows.append(row)
             print(f"{name} | {dname} | {t_eager:.3f} | {t_ind:.3f} | {t_cg:.3f} | {t_mc:.3f} | "
                   f"{t_eager / t_mc:.2f}x | {t_ind / t_mc:.2f}x | {t_cg / t_mc:.2f}x | {kern} | {lib} | "
@@ -157,6 +163,22 @@ def bench_one(a, name, dname, dtype, rows):
             if cap is not None:
                 print(f"    capture: {cap.stats.__dict__}")
             del fast, m
+
+
+def _tensors(x):
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (tuple, list)):
+        return [t for v in x for t in _tensors(v)]
+    return []
+
+
+def copy_kernel_gbs(dtype):
+    """A device-to-device copy's bandwidth from its kernel's device time (CUPTI)."""
+    x = torch.randn(8192, 8192, device="cuda", dtype=dtype)
+    dst = torch.empty_like(x)
+    us = sum(u for _, u in device_kernels(lambda a: dst.copy_(a), (x,)).values())
+    return 2 * x.nbytes / us / 1e3
 
 
 def fallback_overhead(name="bert", dtype=torch.bfloat16):
@@ -199,6 +221,14 @@ def finish(a, rows, dev, commit):
               f"({100 * b['k_gbs'] / b['kc_gbs']:.0f}%)")
     errors = [r for r in rows if "error" in r]
     rows = [r for r in rows if "error" not in r]
+    copy_bw = {d: copy_kernel_gbs(DT[d]) for d in {r["dtype"] for r in rows if "moved" in r}}
+    for r in rows:
+        if "moved" in r:
+            r["k_gbs"] = r["moved"] / r["dev_ms"] / 1e6
+            r["k_copy"] = r["k_gbs"] / copy_bw[r["dtype"]]
+            print(f"row kernel {r['model']} {r['dtype']}: {r['moved'] / 1e6:.0f} MB in {r['dev_ms']:.3f} ms device "
+                  f"= {r['k_gbs']:.0f} GB/s, {100 * r['k_copy']:.0f}% of copy ({copy_bw[r['dtype']]:.0f} GB/s); "
+                  f"inductor device {r['ind_dev_ms']:.3f} ms; per call vs inductor {r['ind'] / r['mc']:.2f}x", flush=True)
     gm_eager = geomean([r["eager"] / r["mc"] for r in rows])
     gm_ind = geomean([r["ind"] / r["mc"] for r in rows])
     gm_cg = geomean([r["cg"] / r["mc"] for r in rows])
@@ -231,6 +261,18 @@ def write_results(path, rows, bw, summary, dev, commit, errors=(), fb=None):
                      f"{100 * b['gbs'] / b['copy_gbs']:.0f}%; kernel device time only (CUPTI) "
                      f"{b['k_gbs']:.0f} GB/s vs copy kernel {b['kc_gbs']:.0f} GB/s = "
                      f"{100 * b['k_gbs'] / b['kc_gbs']:.0f}%")
+    kr = [r for r in rows if "k_gbs" in r]
+    if kr:
+        lines += ["", "## Row reductions and gated activations at LLM sizes", "",
+                  "Least traffic (inputs read once, output written once) over the device time of the kernels "
+                  "one compiled call launches (CUPTI), against a device-to-device copy kernel's bandwidth "
+                  "in the same run (issue 12 target: >= 80% of copy, >= 1.0x inductor per call).", "",
+                  "| case | dtype | MB moved | mlircap device ms | GB/s | % of copy | inductor device ms "
+                  "| per call vs inductor | vs inductor+cg |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in kr:
+            lines.append(f"| {r['model']} | {r['dtype']} | {r['moved'] / 1e6:.0f} | {r['dev_ms']:.3f} | "
+                         f"{r['k_gbs']:.0f} | {100 * r['k_copy']:.0f}% | {r['ind_dev_ms']:.3f} | "
+                         f"{r['ind'] / r['mc']:.2f}x | {r['cg'] / r['mc']:.2f}x |")
     if fb is not None:
         lines += ["", "## Whole-graph fallback vs eager", "",
                   f"- {fb['model']} bf16 compiled for a chip no GPU has (every graph falls back to its captured "
