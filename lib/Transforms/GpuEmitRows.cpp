@@ -7,6 +7,19 @@
 
 namespace mlir::mlircap::gpu_emit {
 
+/// A row reduction's iteration space with its unit loops dropped: the number
+/// of rows (the product of the parallel extents) and the reduction extents
+/// other than 1. Reductions of one row computed over loops that differ only by
+/// unit dims (a keepdim max expanded to (rows, 1, n) beside a sum over (rows,
+/// n), softmax's) share it.
+static std::pair<int64_t, SmallVector<int64_t>> rowSpace(ArrayRef<int64_t> loops, unsigned np) {
+  SmallVector<int64_t> red;
+  for (int64_t e : loops.drop_front(np))
+    if (e != 1)
+      red.push_back(e);
+  return {product(loops.take_front(np)), red};
+}
+
 void Codegen::rowKernel(Value tid, Value bid) {
   int64_t rows = 0, len = 0;
   linalg::GenericOp first;
@@ -32,13 +45,14 @@ void Codegen::rowKernel(Value tid, Value bid) {
   // and a thread's share is small: chunks of up to 8 consecutive elements
   // (one 16-byte vector load of bf16, two of f32), about 4 chunks a thread,
   // more threads per row while the GPU is not filled.
+  auto space = rowSpace(loops, np);
   bool sameLoops = llvm::all_of(kfn.getBody().front().getOps<linalg::GenericOp>(),
                                 [&](linalg::GenericOp g) {
                                   return !isRowReduction(g) || isCloneableIntoKernel(g) ||
-                                         (g.getStaticLoopRanges() == loops &&
-                                          g.getNumParallelLoops() == np);
+                                         rowSpace(g.getStaticLoopRanges(),
+                                                  g.getNumParallelLoops()) == space;
                                 });
-  int64_t inner = loops.back();
+  int64_t inner = space.second.empty() ? 1 : space.second.back();
   int64_t width = inner % 8 == 0 ? 8 : inner % 4 == 0 ? 4
                                                       : 1;
   int64_t chunks = len / width;
@@ -180,14 +194,26 @@ void Codegen::persistentRow(Value tid, Value row, Value valid, ArrayRef<int64_t>
   laneOf.clear();
   materialized.clear();
   int64_t width = vecWidth;
-  ArrayRef<int64_t> redShape = loops.drop_front(np);
+  auto [rows, redShape] = rowSpace(loops, np);
   int64_t chunks = product(redShape) / width;
   SmallVector<Value> rowIvs = delinearize(row, loops.take_front(np));
+  // The loop ivs of a generic (or the index of an output) over `shape`, whose
+  // first `k` dims are the row's and the rest its reduction dims (the row
+  // space's, with unit dims in between), at the reduction ivs `red`.
+  auto ivsOf = [&](ArrayRef<int64_t> shape, unsigned k, ArrayRef<Value> red) {
+    SmallVector<Value> ivs = shape.take_front(k) == loops.take_front(np)
+                                 ? rowIvs
+                                 : delinearize(row, shape.take_front(k));
+    unsigned next = 0;
+    for (int64_t e : shape.drop_front(k))
+      ivs.push_back(e == 1 ? cIdx(0) : red[next++]);
+    return ivs;
+  };
   // Slot j of this thread: chunk tid + j * lanes (clamped into the row; a
   // slot past the row's end is computed but neither reduced nor stored).
   struct Slot {
     Value inRange;
-    SmallVector<SmallVector<Value>> ivs; // per lane: row ivs, reduction ivs
+    SmallVector<SmallVector<Value>> red; // per lane: the row space's reduction ivs
   };
   SmallVector<Slot> slotIvs;
   for (int64_t j = 0; j < slots; ++j) {
@@ -199,13 +225,14 @@ void Codegen::persistentRow(Value tid, Value row, Value valid, ArrayRef<int64_t>
     }
     auto pre = delinearize(arith::MulIOp::create(b, loc, ch, cIdx(width)), redShape);
     for (int64_t l = 0; l < width; ++l) {
-      SmallVector<Value> ivs(rowIvs);
-      ivs.append(pre.begin(), pre.end() - 1);
-      Value last = l == 0 ? pre.back() : arith::AddIOp::create(b, loc, pre.back(), cIdx(l)).getResult();
-      if (width > 1)
-        laneOf[last] = {pre.back(), l};
-      ivs.push_back(last);
-      s.ivs.push_back(std::move(ivs));
+      SmallVector<Value> red(pre.begin(), pre.end());
+      if (!red.empty()) {
+        Value last = l == 0 ? pre.back() : arith::AddIOp::create(b, loc, pre.back(), cIdx(l)).getResult();
+        if (width > 1)
+          laneOf[last] = {pre.back(), l};
+        red.back() = last;
+      }
+      s.red.push_back(std::move(red));
     }
     slotIvs.push_back(std::move(s));
   }
@@ -220,15 +247,17 @@ void Codegen::persistentRow(Value tid, Value row, Value valid, ArrayRef<int64_t>
       Type t = comb->getResult(0).getType();
       TypedAttr identity = getCombinerIdentity(comb, t);
       Value acc = arith::ConstantOp::create(b, loc, identity);
+      SmallVector<int64_t> gLoops = g.getStaticLoopRanges();
+      unsigned gNp = g.getNumParallelLoops();
       for (Slot &s : slotIvs)
-        for (auto &ivs : s.ivs) {
-          auto vals = evalBody(g, ivs, {acc});
+        for (auto &red : s.red) {
+          auto vals = evalBody(g, ivsOf(gLoops, gNp, red), {acc});
           if (vals.empty())
             return;
           acc = s.inRange ? arith::SelectOp::create(b, loc, s.inRange, vals[0], acc).getResult()
                           : vals[0];
         }
-      if (!finishRowReduction(g, acc, tid, valid, rowIvs))
+      if (!finishRowReduction(g, acc, tid, valid, ivsOf(ArrayRef<int64_t>(gLoops).take_front(gNp), gNp, {})))
         return;
       continue;
     }
@@ -238,29 +267,37 @@ void Codegen::persistentRow(Value tid, Value row, Value valid, ArrayRef<int64_t>
         continue;
       auto type = cast<RankedTensorType>(r.getType());
       ArrayRef<int64_t> shape = type.getShape();
-      // Outputs of the reductions' shape are written from the slots; others
-      // by a strided loop over the row's part of them.
-      if (shape != loops) {
-        if (!rowOutputLoop(g, r, it->second, tid, row, valid, product(loops.take_front(np))))
+      // Outputs over the row space (its dims, unit dims aside) are written
+      // from the slots; others by a strided loop over the row's part of them.
+      std::optional<unsigned> k;
+      for (unsigned i = 0; i <= shape.size() && !k; ++i)
+        if (rowSpace(shape, i) == std::make_pair(rows, redShape))
+          k = i;
+      if (!k) {
+        if (!rowOutputLoop(g, r, it->second, tid, row, valid, rows))
           return;
         continue;
       }
-      bool vecStore = vecLoads && width > 1 && vecType(type.getElementType());
+      // Vector stores when the innermost dim is the lanes' (not a unit dim).
+      bool vecStore = vecLoads && width > 1 && vecType(type.getElementType()) &&
+                      !redShape.empty() && shape.back() == redShape.back();
       for (Slot &s : slotIvs) {
         SmallVector<Value> vals;
-        for (auto &ivs : s.ivs) {
-          Value v = eval(r, ivs);
+        SmallVector<SmallVector<Value>> idx;
+        for (auto &red : s.red) {
+          idx.push_back(ivsOf(shape, *k, red));
+          Value v = eval(r, idx.back());
           if (!v)
             return;
           vals.push_back(v);
         }
         auto guard = guardIf(andIf(valid, s.inRange));
         if (!vecStore) {
-          for (auto [ivs, v] : llvm::zip(s.ivs, vals))
-            store(it->second, v, ivs);
+          for (auto [i, v] : llvm::zip(idx, vals))
+            store(it->second, v, i);
           continue;
         }
-        storeLanes(it->second, vals, linearize(s.ivs[0], shape));
+        storeLanes(it->second, vals, linearize(idx[0], shape));
       }
     }
   }

@@ -69,7 +69,15 @@ struct Codegen {
 
   /// Row-major linear index; a single index is returned as is (so that
   /// `memo` and the lane indices of persistent rows see through 1-D groups).
-  Value linearize(ArrayRef<Value> idx, ArrayRef<int64_t> shape) {
+  /// Unit dims add nothing (their index is 0): (row, 0) over (rows, 1) is row.
+  Value linearize(ArrayRef<Value> allIdx, ArrayRef<int64_t> allShape) {
+    SmallVector<Value> idx;
+    SmallVector<int64_t> shape;
+    for (auto [i, s] : llvm::zip(allIdx, allShape))
+      if (s != 1) {
+        idx.push_back(i);
+        shape.push_back(s);
+      }
     if (idx.empty())
       return cIdx(0);
     if (idx.size() == 1)
@@ -85,7 +93,7 @@ struct Codegen {
     if (it != memo.end() && dominatesInsertion(it->second))
       return it->second;
     Value lin = idx.front();
-    for (auto [i, s] : llvm::zip(idx.drop_front(), shape.drop_front()))
+    for (auto [i, s] : llvm::zip(ArrayRef<Value>(idx).drop_front(), ArrayRef<int64_t>(shape).drop_front()))
       lin = arith::AddIOp::create(
           b, loc, arith::MulIOp::create(b, loc, lin, cIdx(s)), i);
     memo[key] = lin;

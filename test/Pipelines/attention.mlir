@@ -17,11 +17,13 @@
 // FUSE: mlircap.kernel = "row_reduction"
 
 // CG: gpu.module @mlircap_kernels
-// CG: strategy = "row_subwarp"
+// CG: strategy = "row_thread_regs_vec8"
 
 // PTX: .target sm_90
 // PTX-COUNT-1: .entry main_k
-// SHFL: shfl.sync.bfly
+// Rows of 8 keys: a thread holds its row in registers (one 8-wide chunk), no shuffles.
+// SHFL: .entry main_k0
+// SHFL-NOT: shfl.sync
 
 #map = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
 #map1 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>

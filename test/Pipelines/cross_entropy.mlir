@@ -11,7 +11,7 @@
 // FUSE: return
 
 // CG: gpu.module @mlircap_kernels
-// CG: strategy = "row_subwarp"
+// CG: strategy = "row_subwarp_regs"
 
 // PTX: .target sm_90
 // PTX-COUNT-2: .entry main_k

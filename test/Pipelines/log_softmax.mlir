@@ -11,7 +11,7 @@
 // FUSE: return
 
 // CG: gpu.module @mlircap_kernels
-// CG: strategy = "row_block"
+// CG: strategy = "row_block_regs_vec8"
 
 // PTX: .target sm_90
 // PTX-COUNT-1: .entry main_k

@@ -13,7 +13,7 @@
 // FUSE: mlircap.kernel = "row_reduction"
 
 // CG: gpu.module @mlircap_kernels
-// CG: strategy = "row_subwarp"
+// CG: strategy = "row_subwarp_regs_vec8"
 // CG: gpu.shuffle xor
 
 // PTX: .target sm_90

@@ -424,3 +424,53 @@ func.func @windows(%x: tensor<2000000x9xf32>) -> tensor<2000000xf32> {
   } -> tensor<2000000xf32>
   return %s : tensor<2000000xf32>
 }
+
+// -----
+
+// A max over loops (rows, 1, n) (torch-mlir's keepdim max, expanded by fusion)
+// beside a sum over (rows, n): one row space up to a unit dim, so the row stays
+// in registers. Each element of x is loaded once (one vector load of 8, or 8
+// scalar loads when misaligned) for both reductions and the output.
+#m3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#r3 = affine_map<(d0, d1, d2) -> (d0, d1)>
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#bc = affine_map<(d0, d1) -> (d0, 0)>
+// CHECK-LABEL: gpu.func @keepdim_softmax_k0
+// CHECK-SAME: strategy = "row_warp_regs_vec8"
+// CHECK: vector.load
+// CHECK-NOT: vector.load
+// CHECK-COUNT-8: memref.load %arg0
+// CHECK-NOT: memref.load
+// CHECK: gpu.return
+func.func @keepdim_softmax(%x: tensor<64x256xf32>) -> tensor<64x256xf32> {
+  %ninf = arith.constant 0xFF800000 : f32
+  %zero = arith.constant 0.0 : f32
+  %e1 = tensor.empty() : tensor<64x1xf32>
+  %f1 = linalg.fill ins(%ninf : f32) outs(%e1 : tensor<64x1xf32>) -> tensor<64x1xf32>
+  %xe = tensor.expand_shape %x [[0, 1], [2]] output_shape [64, 1, 256] : tensor<64x256xf32> into tensor<64x1x256xf32>
+  %m = linalg.generic {indexing_maps = [#m3, #r3], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%xe : tensor<64x1x256xf32>) outs(%f1 : tensor<64x1xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.maximumf %a, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<64x1xf32>
+  %f2 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<64x1xf32>) -> tensor<64x1xf32>
+  %s = linalg.generic {indexing_maps = [#id, #bc, #bc], iterator_types = ["parallel", "reduction"]}
+      ins(%x, %m : tensor<64x256xf32>, tensor<64x1xf32>) outs(%f2 : tensor<64x1xf32>) {
+  ^bb0(%a: f32, %mx: f32, %o: f32):
+    %d = arith.subf %a, %mx : f32
+    %ex = math.exp %d : f32
+    %r = arith.addf %ex, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<64x1xf32>
+  %e2 = tensor.empty() : tensor<64x256xf32>
+  %y = linalg.generic {indexing_maps = [#id, #bc, #bc, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %m, %s : tensor<64x256xf32>, tensor<64x1xf32>, tensor<64x1xf32>) outs(%e2 : tensor<64x256xf32>) {
+  ^bb0(%a: f32, %mx: f32, %sum: f32, %o: f32):
+    %d = arith.subf %a, %mx : f32
+    %ex = math.exp %d : f32
+    %r = arith.divf %ex, %sum : f32
+    linalg.yield %r : f32
+  } -> tensor<64x256xf32>
+  return %y : tensor<64x256xf32>
+}
