@@ -697,6 +697,32 @@ class EmaTeacherDeepcopyFirstCall(nn.Module):
 case("ema_teacher_deepcopy_first_call", SEQ, train=True)(lambda: EmaTeacherDeepcopyFirstCall())
 
 
+class SanityCheckedAttention(nn.Module):
+    """Attention with the sanity checks research code writes into forward: an assert that
+    the mask keeps a key per query, that the probabilities are finite, and a NaN guard on
+    the loss-like output raising FloatingPointError (each the truth of a tensor deciding a
+    raise)."""
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(32, 96)
+        self.out = nn.Linear(32, 32)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, -1)
+        mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()
+        assert mask.any(-1).all(), "a query with every key masked"
+        s = (q @ k.transpose(-2, -1) / math.sqrt(32)).masked_fill(~mask, float("-inf"))
+        p = s.softmax(-1)
+        assert torch.isfinite(p).all(), f"non-finite attention probabilities at {x.shape}"
+        y = self.out(p @ v)
+        if torch.isnan(y).any():
+            raise FloatingPointError("NaN in attention output")
+        return y
+
+
+case("sanity_checked_attention_asserts", SEQ)(lambda: SanityCheckedAttention())
+
+
 CASES = bench.CASES[_FIRST:]
 
 

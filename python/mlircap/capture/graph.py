@@ -26,6 +26,7 @@ from .autocast import autocast_state, close_autocast, sync_autocast
 from .guards import _ambient
 from .typeinfo import _is_constant_value, _is_ndarray
 from .grad_hooks import _REGISTER_HOOK, _GradHookMixin, pure_mapped_function
+from .asserts import _AssertMixin
 from .restrides import _RESTRIDES, _RestrideMixin
 from .fx_targets import _bind_constants, _fx_target, _has_dataclass, _op_name
 from .scalar_inputs import _BOUND_OPS, _SCALAR_OPERATORS, _ScalarInputMixin, _has_np_scalar
@@ -129,7 +130,7 @@ class _RaisesAs:
         return f"raises({_func_qualname(self.func)}, {self.exc.__name__})"
 
 
-class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin):
+class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixin):
     """FX recording for `_Recorder`: torch functions seen by `_Mode` become nodes of the
     current segment's graph; data-dependent results end the segment (graph break)."""
 
@@ -219,6 +220,8 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin):
                 return res   # tracked: its uses are recorded or break the graph (np_interop)
             if self._retains_hooked_grad(name, args):
                 return res
+            if name == "__bool__" and len(args) == 1 and not kwargs and self._speculate_truth(args[0], res):
+                return res   # the truth deciding a raise: a check after the graph (asserts.py)
             # data-dependent (or unknown) non-tensor result: graph break
             reason = f"data-dependent operation Tensor.{name}()" if name in _DATA_DEP else \
                 "version counter of a tensor from outside the function (Tensor._version)" \

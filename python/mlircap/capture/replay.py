@@ -269,7 +269,8 @@ class _GraphVariant(_Variant):
         for i, c in enumerate(compiled):
             if isinstance(c, _FirstRunChecked):
                 c.slot = (compiled, i)   # replaced by what it runs once its first run passed
-        has_mid = any(p.pos > 0 for p in rec.guards)
+        # (a check after a graph, asserts.py, misses as a mid-replay guard does)
+        has_mid = any(p.pos > 0 for p in rec.guards) or bool(rec.spec_checks)
         # the leaves a backward in the call accumulates gradients into: the tensors requiring
         # grad the graphs take from outside (parameters, arguments)
         leaves = list(dict.fromkeys(
@@ -314,6 +315,10 @@ class _GraphVariant(_Variant):
                     L.append(gi + "".join(f"n{seg.idx}_{n.name}, " for n in seg.outputs) + "= " + call)
                 else:
                     L.append(gi + call)
+                for si, out, truth in rec.spec_checks:
+                    if si == seg.idx:   # the truth a jump to a raise popped (asserts.py)
+                        L.append(ind + f"if bool({out}) is not {truth}:")
+                        L.append(ind + f"    {rb}return _Miss(_merge_log(_lg, [{', '.join(ext_done)}]))")
             else:
                 k = st.k
                 argl = list(st.args) + [f"{kk}={vv}" for kk, vv in st.kwargs.items()]

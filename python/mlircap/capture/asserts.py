@@ -1,0 +1,95 @@
+"""Checks on tensor data whose failing side raises (`if not torch._is_all_true(valid): raise
+ValueError(...)` in torch.distributions' argument and sample validation, `assert (p >= 0).all(),
+msg`, `if torch.isnan(loss).any(): raise FloatingPointError`): the truth of the tensor decides a
+conditional jump, and the branch not taken by the recording goes straight (no jump, no return)
+to a `raise`.  Instead of breaking the graph there (Dynamo turns distributions' validation
+off process-wide instead, which changes what an invalid argument does), the graph computes
+the condition as an extra output (`t != 0`, a fresh tensor at that point of the graph) and
+the replay checks it right after the graph ran (`_AssertMixin.spec_checks`): a value other
+than the recorded one rolls back what the replay wrote (as a mid-replay guard that fails:
+replay._rollback) and records the call again from its start, which then takes eager's path
+(raises eager's error, or records the other branch).  The check is exact whatever the
+bytecode scan decides: the scan only picks where a miss is rare (an error path), since a miss
+costs the graph's run plus an eager call."""
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+import torch
+
+from ._bytecode import _instrs, _order
+from .classify import _OWN_DIR
+
+_IF_TRUE = frozenset({"POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_IF_TRUE"})
+_IF_FALSE = frozenset({"POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_FALSE", "POP_JUMP_IF_FALSE"})
+# instructions that leave a straight path without raising
+_LEAVES = frozenset({"RETURN_VALUE", "RETURN_CONST", "RERAISE", "FOR_ITER", "SEND", "YIELD_VALUE",
+                     "RETURN_GENERATOR", "END_FOR"})
+_MAX_SCAN = 300
+
+
+def _raises_from(code: types.CodeType, off: int) -> bool:
+    """Whether the instructions from `off` run straight (no jump) into a `raise X`."""
+    instrs = _instrs(code)
+    order, pos = _order(code)
+    i = pos.get(off)
+    n = 0
+    while i is not None and i < len(order) and n < _MAX_SCAN:
+        op, arg = instrs[order[i]][:2]
+        if op == "RAISE_VARARGS":
+            return bool(arg)
+        if "JUMP" in op or op in _LEAVES:
+            return False
+        i += 1
+        n += 1
+    return False
+
+
+def raising_branch(frame: types.FrameType, truth: bool) -> bool:
+    """`frame` is at a conditional jump that pops the truth value `truth` (a tensor's), and
+    the branch that value does not take raises."""
+    code = frame.f_code
+    ins = _instrs(code).get(frame.f_lasti)
+    if ins is None:
+        return False
+    if ins[0] in _IF_TRUE:
+        taken = truth
+    elif ins[0] in _IF_FALSE:
+        taken = not truth
+    else:
+        return False
+    order, pos = _order(code)
+    i = pos.get(frame.f_lasti)
+    if i is None or i + 1 >= len(order) or not isinstance(ins[2], int):
+        return False
+    return _raises_from(code, order[i + 1] if taken else ins[2])
+
+
+class _AssertMixin:
+    """For `_Recorder` (through `_GraphMixin`): the truth of a tensor the open graph computed,
+    popped by a jump whose other side raises, as a check after that graph (module docstring)."""
+
+    def _speculate_truth(self, t: Any, res: Any) -> bool:
+        """True where `bool(t)` (result `res`) is held as a check on the open graph's output
+        (no graph break); False: it breaks the graph, as before."""
+        if type(res) is not bool or type(t) is not torch.Tensor or self.np_env:
+            return False
+        seg = self.cur
+        e = self.env.get(id(t))
+        if seg is None or e is None or e[0] is not t or e[1] != seg.idx:
+            return False
+        f = sys._getframe(1)
+        while f is not None and f.f_code.co_filename.startswith(_OWN_DIR):
+            f = f.f_back
+        if f is None or not raising_branch(f, res):
+            return False
+        c = torch.ne(t, 0)   # (under the mode's handler: not recorded by itself)
+        self._record(torch.ne, "ne", (t, 0), {}, c)
+        ec = self.env.get(id(c))
+        if ec is None or ec[0] is not c or ec[1] != seg.idx:
+            return False
+        self.keep.append(c)
+        self.spec_checks.append((seg.idx, self._use_node(seg.idx, ec[2]), res))
+        return True

@@ -1,0 +1,124 @@
+"""The truth of a tensor deciding a jump whose other side raises (torch.distributions'
+argument and sample validation `if not torch._is_all_true(valid): raise ValueError(...)`,
+`assert (x >= 0).all(), msg`, `if torch.isnan(loss).any(): raise ...`) is a check after the
+graph instead of a graph break (asserts.py): one graph while the checks pass; a call whose
+check fails rolls back what the replay wrote (buffers, torch's RNG) and runs as eager does,
+raising eager's error after eager's side effects.  Every call is compared with eager
+(outputs, exceptions and their messages, module state, torch's RNG state)."""
+import torch
+
+from harness import run_program
+
+
+def _x(i, n=4):
+    torch.manual_seed(i)
+    return torch.randn(3, n)
+
+
+POLICY = """
+class Policy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mu = nn.Linear(4, 4)
+        self.register_buffer("std", torch.full((4,), 0.5))
+        self.register_buffer("calls", torch.zeros((), dtype=torch.int64))
+    def forward(self, x, a):
+        self.calls.add_(1)
+        d = torch.distributions.Normal(self.mu(x), self.std)
+        lp = d.log_prob(a).sum(-1)
+        return lp, d.entropy().sum(), d.rsample() * 0 + d.mean
+def make():
+    return Policy()
+def mutate(i, m):
+    with torch.no_grad():
+        m.std.fill_(-1.0 if i == 3 else 0.5 + 0.1 * i)
+"""
+
+
+def test_distribution_validation_is_one_graph():
+    """Normal(loc, scale)'s constraint checks on loc, scale and the log_prob sample: one graph;
+    call 3's negative scale raises eager's ValueError, after the call counter's increment."""
+    calls = [(_x(i), _x(100 + i)) for i in range(6)]
+    c = run_program(POLICY, calls)
+    v = c.variants[0]
+    assert len(v.graphs) == 1 and v.splits == 0 and not v.breaks, (len(v.graphs), v.breaks)
+    assert len(c.variants) == 1 and c.stats.replays >= 4
+
+
+ASSERTED = """
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("seen", torch.zeros(4))
+    def forward(self, x):
+        h = F.dropout(self.lin(x), 0.3, training=True)
+        self.seen.add_(h.detach().abs().sum(0))
+        assert torch.isfinite(h).all(), "non-finite activations"
+        return h.relu() * 2
+def make():
+    return Block()
+"""
+
+
+def test_assert_on_tensor_data_with_rng_and_buffer_writes():
+    """A dropout draw and a buffer write before the assert: a failing call (NaN input)
+    restores both before eager's run raises AssertionError."""
+    calls = [(_x(i),) for i in range(5)]
+    calls[2] = (torch.full((3, 4), float("nan")),)
+    c = run_program(ASSERTED, calls)
+    v = c.variants[0]
+    assert len(v.graphs) == 1 and v.splits == 0 and not v.breaks, (len(v.graphs), v.breaks)
+    assert len(c.variants) == 1
+
+
+RAISE_IN_HELPER = """
+def check(loss):
+    if torch.isnan(loss).any():
+        raise FloatingPointError("loss is nan")
+    return loss
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 1)
+    def forward(self, x):
+        h = self.lin(x).mean()
+        loss = check(h.pow(2))
+        try:
+            return check(h.log())
+        except FloatingPointError:
+            return loss * 0
+def make():
+    return Net()
+"""
+
+
+def test_raise_in_a_helper_caught_by_the_caller():
+    """The check's failing side raises in a helper and the function catches it: calls whose
+    check fails in the variant of the other path record or replay the other variant."""
+    calls = [(torch.full((3, 4), s),) for s in (5.0, 4.0, -5.0, -4.0, 3.0, -3.0)]
+    c = run_program(RAISE_IN_HELPER.replace("nn.Linear(4, 1)", "nn.Linear(4, 1, bias=False)").replace(
+        "super().__init__()", "super().__init__(); torch.manual_seed(3)"), calls)
+    # (the first call raises inside: that branch is the one recorded, a break; the second
+    # variant's checks all pass: one graph)
+    assert [(len(v.graphs), v.splits) for v in c.variants] == [(2, 1), (1, 0)], [v.breaks for v in c.variants]
+    assert c.stats.replays >= 3
+
+
+def test_branch_that_does_not_raise_still_breaks():
+    """A data-dependent branch both of whose sides continue is a graph break as before (a
+    check there would miss whenever the data changes its side)."""
+    c = run_program("""
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+    def forward(self, x):
+        h = self.lin(x)
+        if h.sum() > 0:
+            h = h * 2
+        return h + 1
+def make():
+    return Net()
+""", [(_x(i),) for i in range(4)])
+    assert c.variants[0].splits == 1
