@@ -154,6 +154,12 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
             return self._generator_op(func, args, kwargs)
         if _cudnn_rnn_dropout(func, args):
             return self._generator_op(func, args, kwargs, "an RNN with dropout between its layers (cuDNN's generator)")
+        if name in ("__getitem__", "__setitem__") and len(args) >= 2 and _tensor_in_slice(args[1]):
+            # x[:n] with a tensor n: indexing reads n's value (Tensor.__index__) where the graph
+            # could only hold it as a constant (FX wrote it as code that cannot run, and a new n
+            # would have kept the recorded one): a data-dependent step before the op, the op
+            # then taking the Python int
+            args = (args[0], self._slice_ints(args[1])) + tuple(args[2:])
         if name in _UNVERSIONED_WRITERS:
             self._note_unversioned(name, args, kwargs)
         if self.flow_call is not None:
@@ -282,6 +288,31 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
                     dyn_ids[id(t)] = t
         if leaf:
             self._autograd_state_step(torch.Tensor.requires_grad_, (res, True))
+        return res
+
+    def _slice_ints(self, index: Any) -> Any:
+        """`index` with each tensor bound of its slices replaced by its value as a Python int,
+        read by a replayed data-dependent step (a graph break) whose result is guarded."""
+        if isinstance(index, tuple):
+            return tuple(self._slice_ints(i) for i in index)
+        if not isinstance(index, slice):
+            return index
+        return slice(*(self._index_step(b) if isinstance(b, torch.Tensor) else b
+                       for b in (index.start, index.stop, index.step)))
+
+    def _index_step(self, t: torch.Tensor) -> int:
+        res = t.__index__()
+        reason = "data-dependent operation Tensor.__index__() (a tensor bound of a slice)"
+        fn = torch.Tensor.__index__
+        try:
+            fe = self.const(fn, _func_qualname(fn))
+            ae = [self.expr_of(t)]
+        except Unreplayable as e:
+            self.unreplayable = self.unreplayable or f"{e} (a tensor bound of a slice)"
+            return res
+        k = self._call_step(fe, ae, {}, reason, external=False)
+        self._add_break(reason, _user_location())
+        self._call_result(k, res)
         return res
 
     def _autograd_state_step(self, fn: Callable, args: tuple) -> None:
@@ -587,6 +618,15 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
                     raise Unreplayable(f"nested tensor containers returned by {name}")
         elif res is not None:
             raise Unreplayable(f"unsupported result type {type(res).__name__} of {name}")
+
+
+def _tensor_in_slice(index: Any) -> bool:
+    """A slice of `index` (or of its tuple) has a tensor start, stop or step."""
+    if isinstance(index, tuple):
+        return any(_tensor_in_slice(i) for i in index)
+    return isinstance(index, slice) and any(
+        isinstance(b, torch.Tensor) and b.numel() == 1 and not (b.is_floating_point() or b.is_complex())
+        for b in (index.start, index.stop, index.step))
 
 
 def _metadata(t: torch.Tensor) -> tuple:
