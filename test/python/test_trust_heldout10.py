@@ -55,3 +55,52 @@ def test_slice_with_tensor_start_and_step():
 
 def test_setitem_slice_with_tensor_bounds():
     _compare(_setitem_tensor_bounds, _offset_calls())
+
+
+# ------------------------------------------------- split counts given as tensors
+def _chunk_by_tensor(x, n):
+    return [c + 1 for c in x.chunk(n[1])]
+
+
+def _split_by_tensor(x, n):
+    return [c * 2 for c in torch.split(x, n[2], dim=0)]
+
+
+def _tensor_split_0d(x, n):
+    return [c * 2 for c in torch.tensor_split(x, n[1])]
+
+
+def _tensor_split_1d_indices(x, n):
+    return [c * 2 for c in torch.tensor_split(x, n[1:2])]
+
+
+def _unbind_tensor_dim(x, n):
+    return [c * 2 for c in x.unbind(n[2] % 2)]
+
+
+def _count_calls():
+    x = torch.randn(6, 4)
+    return [(x, torch.tensor([3, 2, 1])), (x, torch.tensor([3, 2, 1])), (x, torch.tensor([4, 3, 2])),
+            (x, torch.tensor([5, 2, 3]))]
+
+
+def test_chunk_count_from_a_tensor():
+    """x.chunk(n) with a 0-d tensor n: the number of pieces is fixed by the recorded graph
+    (the chunk ran as an eager island there, its other pieces dropped), so a new n returned
+    the recorded count of pieces (2 where eager gave 3)."""
+    _compare(_chunk_by_tensor, _count_calls())
+
+
+def test_split_size_from_a_tensor():
+    """torch.split(x, n) with a 0-d tensor size: a smaller size made more pieces than the
+    graph's outputs (IndexError: tuple index out of range at replay)."""
+    _compare(_split_by_tensor, _count_calls())
+
+
+def test_tensor_split_sections_tensor_and_index_tensor():
+    _compare(_tensor_split_0d, _count_calls())
+    _compare(_tensor_split_1d_indices, _count_calls())   # a 1-d tensor: indices, its count fixed
+
+
+def test_unbind_dim_from_a_tensor():
+    _compare(_unbind_tensor_dim, _count_calls())

@@ -160,6 +160,12 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
             # would have kept the recorded one): a data-dependent step before the op, the op
             # then taking the Python int
             args = (args[0], self._slice_ints(args[1])) + tuple(args[2:])
+        if name in _SPLITTERS and _count_tensor_args(name, args, kwargs):
+            # x.chunk(n) / x.split(n) with a tensor n: how many results there are follows n's
+            # value, which the graph's structure fixes (a new n returned the recorded count of
+            # pieces): n is read by a data-dependent step, the op takes the Python int
+            args = args[:1] + tuple(self._index_step(a) if _count_tensor(name, a) else a for a in args[1:])
+            kwargs = {k: self._index_step(v) if _count_tensor(name, v) else v for k, v in kwargs.items()}
         if name in _UNVERSIONED_WRITERS:
             self._note_unversioned(name, args, kwargs)
         if self.flow_call is not None:
@@ -627,6 +633,18 @@ def _tensor_in_slice(index: Any) -> bool:
     return isinstance(index, slice) and any(
         isinstance(b, torch.Tensor) and b.numel() == 1 and not (b.is_floating_point() or b.is_complex())
         for b in (index.start, index.stop, index.step))
+
+
+def _count_tensor(name: str, a: Any) -> bool:
+    """`a` is a tensor a splitter `name` reads as an int (a count, a size or a dim): an integer
+    tensor of one element (tensor_split and the h/v/dsplit family read a 1-d tensor as a list
+    of indices: only a 0-d one is an int there)."""
+    return isinstance(a, torch.Tensor) and a.numel() == 1 and not (a.is_floating_point() or a.is_complex()) and \
+        (a.dim() == 0 or name not in ("tensor_split", "hsplit", "vsplit", "dsplit"))
+
+
+def _count_tensor_args(name: str, args: tuple, kwargs: dict) -> bool:
+    return any(_count_tensor(name, a) for a in args[1:]) or any(_count_tensor(name, v) for v in kwargs.values())
 
 
 def _metadata(t: torch.Tensor) -> tuple:
