@@ -56,6 +56,9 @@ struct Former {
   DenseMap<Operation *, int> groupOf;
   std::vector<Group> groups;
   Operation *lastKernel = nullptr; // kernels are placed in order after func
+  /// Elementwise ops recomputed by the kernels that read them at gathered
+  /// points (recomputeGatheredValues), like cloneable ops.
+  llvm::SmallPtrSet<Operation *, 8> gathered;
 
   explicit Former(func::FuncOp f) : func(f), block(f.getBody().front()) {}
 
@@ -537,6 +540,55 @@ struct Former {
     return true;
   }
 
+  /// An elementwise value that other kernels read only at gathered points
+  /// (tensor.extract in their bodies: nll_loss's log_softmax[i, target[i]]) is
+  /// recomputed there instead of written whole by its own kernel, when what it
+  /// reads from that kernel is small (reduced values; inputs are read from
+  /// memory either way). Cross-entropy over 32000 classes wrote the
+  /// 4096x32000 log-softmax to read 4096 elements of it. Its operands from its
+  /// kernel become that kernel's outputs; the readers' kernels read them from
+  /// memory, so rows stay consistent (the kernels are distinct), and no cycle
+  /// arises: the readers already ran after that kernel.
+  void recomputeGatheredValues() {
+    for (auto [gi, grp] : llvm::enumerate(groups)) {
+      if (grp.dead)
+        continue;
+      for (Operation *op : llvm::to_vector(grp.ops)) {
+        auto g = dyn_cast<linalg::GenericOp>(op);
+        if (!g || !isAllParallel(g) || g->getNumResults() != 1 || g->use_empty() ||
+            g->hasAttr(kMaterializeAttr))
+          continue;
+        auto type = cast<RankedTensorType>(g->getResult(0).getType());
+        int64_t size = product(type.getShape());
+        bool atGathers = llvm::all_of(g->getResult(0).getUsers(), [&](Operation *u) {
+          if (!isa<tensor::ExtractOp>(u) || !isa<linalg::GenericOp>(u->getParentOp()))
+            return false;
+          auto it = groupOf.find(topLevel(u));
+          return it != groupOf.end() && it->second != (int)gi;
+        });
+        std::function<bool(Value)> small = [&](Value v) {
+          Operation *def = v.getDefiningOp();
+          if (!def || def->getBlock() != &block)
+            return true;
+          if (isCloneableIntoKernel(def) || gathered.contains(def))
+            return llvm::all_of(readValues(def), small);
+          auto it = groupOf.find(def);
+          if (it == groupOf.end() || it->second != (int)gi)
+            return true;
+          auto t = dyn_cast<RankedTensorType>(v.getType());
+          return t && product(t.getShape()) * 8 <= size;
+        };
+        if (!atGathers || !llvm::all_of(readValues(g), small))
+          continue;
+        llvm::erase(grp.ops, op);
+        groupOf.erase(op);
+        gathered.insert(op);
+      }
+      if (grp.ops.empty())
+        grp.dead = true;
+    }
+  }
+
   void formGroups() {
     for (Operation &o : block) {
       auto op = dyn_cast<linalg::GenericOp>(&o);
@@ -627,7 +679,8 @@ struct Former {
       Operation *def = v.getDefiningOp();
       if (def && inKernel.contains(def))
         return;
-      if (def && def->getBlock() == &block && isCloneableIntoKernel(def)) {
+      if (def && def->getBlock() == &block &&
+          (isCloneableIntoKernel(def) || gathered.contains(def))) {
         if (clones.insert(def))
           for (Value o : readValues(def))
             visit(o);
@@ -784,6 +837,7 @@ struct Former {
     }
     insertMaterializingCopies();
     formGroups();
+    recomputeGatheredValues();
 
     // Kernels in program order of their last op.
     SmallVector<int> order;
@@ -834,7 +888,7 @@ struct Former {
       return func.emitError("mlircap: kernel formation created a cycle");
     // What the kernels cloned is dead in the caller now.
     for (Operation &op : llvm::make_early_inc_range(llvm::reverse(block)))
-      if (op.use_empty() && isCloneableIntoKernel(&op))
+      if (op.use_empty() && (isCloneableIntoKernel(&op) || gathered.contains(&op)))
         op.erase();
     return success();
   }

@@ -568,3 +568,14 @@ def test_reductions_over_loops_differing_by_unit_dims_keep_the_row_in_registers(
     plan = check(KEEPDIM_SOFTMAX)
     assert [s["strategy"] for s in plan["steps"]] == ["row_warp_regs_vec8"]
     check(KEEPDIM_SOFTMAX, misalign=True)
+
+
+def test_log_softmax_read_at_the_targets_is_recomputed_not_written():
+    # F.cross_entropy: the log_softmax is read only at each row's target, so the gather
+    # kernel recomputes those elements from x and the row's max and sum; before, the
+    # row kernel wrote all of it (4096x32000 floats for an LLM loss) to be read 4096 times
+    plan = check((ROOT / "test" / "Pipelines" / "cross_entropy.mlir").read_text())
+    vals = {v["id"]: v for v in plan["values"]}
+    written = [vals[a["value"]]["shape"] for s in plan["steps"] for a in s["args"]
+               if vals[a["value"]]["kind"] != "input"]
+    assert written and all(shape != [4, 10] for shape in written), written
