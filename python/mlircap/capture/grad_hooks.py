@@ -69,10 +69,15 @@ def pure_grad_hook(hook: object, made_by: types.CodeType) -> tuple[str, ...] | N
     return tuple(dict.fromkeys(names))
 
 
-def _pure_body(fn: object, ctx_names: frozenset, stores: bool) -> set[str] | None:
+def _pure_body(fn: object, ctx_names: frozenset, stores: bool, lookups: list | None = None) -> set[str] | None:
     """The names a staticmethod's body looks up (tensor methods, ctx's), where it is pure
     tensor code of its arguments (`stores`: attributes written on its first argument, ctx);
-    None otherwise."""
+    None otherwise.  With `lookups` (an autograd Function's forward or backward), the body may
+    also call torch's own pure functions through a global module of torch (`torch.where`,
+    `F.softplus`, `torch.nn.functional.relu`: each lookup appended as (holder, key, value) to
+    guard), convert with `.to(...)`, and branch forward on values of its arguments
+    (`if ctx.needs_input_grad[0]`, `x if c is None else ...`): no loop, and a branch on tensor
+    data raises where aot_autograd traces it (the graph then runs as it is)."""
     if type(fn) is not types.FunctionType or fn.__closure__ or fn.__kwdefaults__:
         return None
     code = fn.__code__
@@ -80,41 +85,93 @@ def _pure_body(fn: object, ctx_names: frozenset, stores: bool) -> set[str] | Non
         return None
     names: set[str] = set()
     prev: tuple = ()
+    held: object = None   # the torch module the previous instruction pushed (lookups only)
     for op, _arg, argval, _depth in _instrs(code).values():
-        if op == "STORE_ATTR" and stores and prev[:1] == ("LOAD_FAST",) and prev[2] == code.co_varnames[0]:
+        if lookups is not None and op == "LOAD_GLOBAL":
+            mod = fn.__globals__.get(argval, _NO_GLOBAL)
+            if not _torch_module(mod):
+                return None
+            lookups.append((fn.__globals__, argval, mod))
+            held = mod
+        elif held is not None:
+            if op not in ("LOAD_ATTR", "LOAD_METHOD"):
+                return None
+            obj = getattr(held, argval, None)
+            lookups.append((held, argval, obj))
+            if _torch_module(obj):
+                held = obj
+                continue
+            if not _torch_function(argval, obj):
+                return None
+            held = None
+        elif op == "STORE_ATTR" and stores and prev[:1] == ("LOAD_FAST",) and prev[2] == code.co_varnames[0]:
             names.add(argval)
+        elif lookups is not None and (op in _FORWARD_BRANCHES or op in ("LOAD_METHOD", "LOAD_ATTR") and
+                                      argval in _FUNCTION_METHODS):
+            pass
         elif op not in _PURE_OPS:
             return None
-        elif op == "LOAD_CONST" and not (type(argval) in _CONST_TYPES or
-                                         type(argval) is tuple and all(type(x) in _CONST_TYPES for x in argval)):
+        elif op == "LOAD_CONST" and not (_const(argval, lookups is not None) or type(argval) is tuple and
+                                         all(_const(x, lookups is not None) for x in argval)):
             return None
         elif op in ("LOAD_METHOD", "LOAD_ATTR") and not (argval in ctx_names or _pure_method(argval)):
             names.add(f"?{argval}")
         prev = (op, _arg, argval)
-    return names
+    return None if held is not None else names
 
 
-_CTX_NAMES = frozenset({"save_for_backward", "saved_tensors", "needs_input_grad"})
+def _const(v: object, ellipsis: bool) -> bool:
+    return type(v) in _CONST_TYPES or ellipsis and v is Ellipsis   # (`g[..., None]`)
 
 
-def pure_autograd_function(cls: object) -> bool:
-    """`cls` is a direct torch.autograd.Function subclass whose forward (with ctx) and
-    backward are pure tensor code; attributes the backward reads off ctx are ones the
-    forward stored."""
+_NO_GLOBAL = object()
+# forward branches (no loops) an autograd Function's body may take on its arguments' values
+_FORWARD_BRANCHES = frozenset({
+    "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_NONE",
+    "POP_JUMP_FORWARD_IF_NOT_NONE", "JUMP_FORWARD", "IS_OP",
+    # (3.12: conditional jumps are forward only)
+    "POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE"})
+# Tensor methods an autograd Function's body may call beyond the pure ones, and the metadata
+# it may read (guarded as every graph input's)
+_FUNCTION_METHODS = frozenset({"to", "type_as", "dtype", "shape", "ndim", "device", "is_floating_point"})
+
+
+def _torch_module(obj: object) -> bool:
+    return isinstance(obj, types.ModuleType) and obj.__name__.split(".")[0] == "torch"
+
+
+_CTX_NAMES = frozenset({"save_for_backward", "saved_tensors", "needs_input_grad", "mark_non_differentiable",
+                        "set_materialize_grads"})
+_ONCE_DIFFERENTIABLE = torch.autograd.function.once_differentiable(lambda ctx: None).__code__
+
+
+def pure_autograd_function(cls: object) -> list[tuple[object, str, object]] | None:
+    """Where `cls` is a direct torch.autograd.Function subclass whose forward (with ctx) and
+    backward (also one made `@once_differentiable`) are pure tensor code, and attributes the
+    backward reads off ctx are ones the forward stored: the lookups of torch's functions
+    their bodies make, each (holder, key, value) to guard (`_pure_body`); None otherwise."""
     if not isinstance(cls, type) or cls.__mro__[1] is not torch.autograd.Function or \
             any(n in cls.__dict__ for n in ("setup_context", "vjp", "apply", "__call__", "jvp")):
-        return False
+        return None
     fw, bw = cls.__dict__.get("forward"), cls.__dict__.get("backward")
     if type(fw) is not staticmethod or type(bw) is not staticmethod:
-        return False
-    stored = _pure_body(fw.__func__, _CTX_NAMES, True)
+        return None
+    lookups: list[tuple[object, str, object]] = []
+    stored = _pure_body(fw.__func__, _CTX_NAMES, True, lookups)
     if stored is None:
-        return False
+        return None
     ctx_attrs = frozenset(n for n in stored if not n.startswith("?"))
     if any(n[1:] not in ctx_attrs for n in stored if n.startswith("?")):
-        return False   # the forward reads an attribute it did not store on ctx
-    read = _pure_body(bw.__func__, _CTX_NAMES | ctx_attrs, False)
-    return read is not None and not read
+        return None   # the forward reads an attribute it did not store on ctx
+    bf = bw.__func__
+    if type(bf) is types.FunctionType and bf.__code__ is _ONCE_DIFFERENTIABLE:
+        # (once_differentiable's wrapper: runs the function it holds under no_grad)
+        inner = bf.__closure__[0].cell_contents if bf.__closure__ and len(bf.__closure__) == 1 else None
+        if inner is not getattr(bf, "__wrapped__", None):
+            return None
+        bf = inner
+    read = _pure_body(bf, _CTX_NAMES | ctx_attrs, False, lookups)
+    return lookups if read is not None and not read else None
 
 
 def pure_mapped_function(fn: object) -> list[tuple[str, object, str | None]] | None:
@@ -247,11 +304,17 @@ class _GradHookMixin:
         number.  The call then runs untraced and unrecorded; its result is the node's."""
         # (a followed number handed to it is guarded by value: flows.py, as for any call that
         # does not take it as an expression)
-        if kwargs or self.np_env or not pure_autograd_function(cls):
+        lookups = None if kwargs or self.np_env else pure_autograd_function(cls)
+        if lookups is None:
             return False
         if not graph_arguments(self, args, _CONST_TYPES):
             return False
         target = _APPLY_TARGETS.setdefault(cls, cls.apply)
+        for holder, key, value in lookups:   # torch's functions its bodies call, as traced code's reads
+            if isinstance(holder, dict):
+                self.read(f"{self.const(holder)}[{key!r}]", key, value, group=(holder,))
+            else:
+                self.read(f"{self.const(holder)}.{key}", f"{holder.__name__}.{key}", value)
         self.ext_depth += 1   # (its forward's ops are not the program's: the node stands for them)
 
         def finish(fr: types.FrameType) -> None:
