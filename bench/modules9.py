@@ -2557,6 +2557,58 @@ class MMoE(nn.Module):
 case("mmoe_gates_einsum_dict_outputs", lambda i=0: (R(4 + i, 6),))(lambda: MMoE())
 
 
+# ============================================================ tensors as sizes, counts, bounds
+@fn_case("chunked_processing_count_from_lengths_max", lambda i=0: (R(2, 12, 4), torch.tensor([7 + 2 * i, 3])))
+def chunked_processing_count_from_lengths_max(x, lengths, w=4):
+    """Memory-saving chunked processing: the number of chunks from the longest sequence as a
+    tensor ((max + w - 1) // w), x[:, :max] sliced by a tensor bound, chunk(n) along time,
+    a running state carried over the chunks."""
+    T = lengths.max()
+    n = (T + w - 1) // w
+    xs = x[:, :T]
+    state = torch.zeros(x.shape[0], x.shape[2])
+    outs = []
+    for c in xs.chunk(n, dim=1):
+        state = torch.tanh(state + c.mean(1))
+        outs.append(state)
+    return torch.stack(outs, 1), len(outs)
+
+
+@fn_case("rnn_time_loop_over_arange_of_max_length", lambda i=0: (R(3, 8, 4), torch.tensor([5, 2 + i, 3 + 2 * i])))
+def rnn_time_loop_over_arange_of_max_length(x, lengths):
+    """A hand-written RNN loop over the padded maximum length: steps = torch.arange(lengths.max()),
+    the loop bound read from its shape, a validity mask per step by comparison with lengths."""
+    steps = torch.arange(lengths.max())
+    h = torch.zeros(x.shape[0], x.shape[2])
+    for t in range(steps.shape[0]):
+        valid = (steps[t] < lengths)[:, None]
+        h = torch.where(valid, torch.tanh(h * 0.5 + x[:, t]), h)
+    return h, steps.shape[0]
+
+
+@fn_case("pad_to_multiple_tensor_amount_then_shape", lambda i=0: (R(2, 10, 3), torch.tensor([9 - 3 * i, 4])))
+def pad_to_multiple_tensor_amount_then_shape(x, lengths, m=4):
+    """Padding the time axis to a multiple of m (windowed attention, patching): the amount from
+    the tensor max ((-max) % m), F.pad with it, the padded length read from .shape to reshape
+    into windows."""
+    T = lengths.max()
+    y = x[:, :T]
+    pad = (-T) % m
+    y = F.pad(y.transpose(1, 2), (0, pad)).transpose(1, 2)
+    b, t, c = y.shape
+    return y.reshape(b, t // m, m, c).mean(2), t
+
+
+@fn_case("topk_ratio_k_tensor_iterated_scores", lambda i=0: (R(12) * 2, 0.25 + 0.2 * i))
+def topk_ratio_k_tensor_iterated_scores(scores, ratio):
+    """A keep-ratio pooling step: k = ceil(ratio * n) computed as a tensor, topk(k), the kept
+    scores iterated in Python (a list of gated values) and counted."""
+    k = torch.ceil(torch.tensor(ratio) * scores.numel()).long().clamp(min=1)
+    v, idx = scores.topk(k)
+    gated = [s.sigmoid() * 2 for s in v]
+    return gated, idx, len(gated)
+
+
 # =============================================================================== runner
 # bench/modules5.py's runner (the same case records, comparison and categories) over this corpus's CASES.
 if __name__ == "__main__":

@@ -104,3 +104,58 @@ def test_tensor_split_sections_tensor_and_index_tensor():
 
 def test_unbind_dim_from_a_tensor():
     _compare(_unbind_tensor_dim, _count_calls())
+
+
+# ------------------------------------- shapes set by a tensor, read back as Python values
+def _arange_max_length_loop(h, lengths):
+    steps = torch.arange(lengths.max())
+    return [h[:, t].sum() * 1 for t in steps], len(steps)
+
+
+def _view_then_shape(h, lengths):
+    y = h.reshape(-1).view(lengths[0], -1)
+    return torch.ones(y.shape[0]) * y.shape[1]
+
+
+def _pad_then_size(h, lengths):
+    y = torch.nn.functional.pad(h, (0, lengths[1]))
+    return y.shape[-1], y
+
+
+def _topk_then_iterate(h, lengths):
+    v = h.flatten().topk(lengths[0]).values
+    return [t * 2 for t in v]
+
+
+def _zeros_then_len(h, lengths):
+    z = torch.zeros(lengths[1])
+    return len(z), z + 1
+
+
+def _length_calls():
+    h = torch.randn(2, 6, 4)
+    return [(h, torch.tensor([3, 2])), (h, torch.tensor([3, 2])), (h, torch.tensor([4, 5])), (h, torch.tensor([6, 1]))]
+
+
+def test_arange_of_a_tensor_length_iterated():
+    """torch.arange(lengths.max()) iterated: its length was read as recorded (a shape the
+    guards do not cover, set by tensor data): a longer max returned the recorded number of
+    items (len 3 where eager's was 4). Results of ops that read an int from a tensor argument
+    (a size, count, k, offset) now have data-dependent shapes (classify._SHAPE_INT_OPS)."""
+    _compare(_arange_max_length_loop, _length_calls())
+
+
+def test_view_size_from_a_tensor_then_shape_read():
+    _compare(_view_then_shape, _length_calls())
+
+
+def test_pad_amount_from_a_tensor_then_size_read():
+    _compare(_pad_then_size, _length_calls())
+
+
+def test_topk_k_from_a_tensor_then_iterated():
+    _compare(_topk_then_iterate, _length_calls())
+
+
+def test_zeros_size_from_a_tensor_then_len():
+    _compare(_zeros_then_len, _length_calls())

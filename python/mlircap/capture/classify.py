@@ -115,9 +115,35 @@ _SPLITTERS = {"unbind", "split", "chunk", "tensor_split", "split_with_sizes", "u
               "dsplit", "unsafe_chunk"}
 
 
+# Functions an int argument of which sets their results' shapes (a size, count, length, k,
+# offset or dim); given a tensor there (torch.arange(lengths.max()), x.view(n, -1),
+# F.pad(x, (0, n)), x.topk(k)), torch reads its value, so the result's shape depends on tensor
+# data. Factories read their first argument too.
+_SHAPE_INT_OPS = {"view", "reshape", "expand", "broadcast_to", "repeat", "tile", "narrow", "unflatten", "unfold",
+                  "new_zeros", "new_ones", "new_empty", "new_full", "topk", "one_hot", "pad", "histc", "multinomial",
+                  "as_strided", "diag", "diagonal", "diag_embed", "flatten", "unsqueeze", "squeeze", "movedim",
+                  "transpose", "permute", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_max_pool1d",
+                  "adaptive_max_pool2d"}
+_SHAPE_INT_FACTORIES = {"zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "linspace",
+                        "logspace", "eye", "tril_indices", "triu_indices", "randperm"}
+
+
+def _int_tensor(a: object) -> bool:
+    return isinstance(a, torch.Tensor) and a.numel() == 1 and not (a.is_floating_point() or a.is_complex())
+
+
+def _tensor_int_argument(name: str, args: tuple, kwargs: dict) -> bool:
+    """`name` takes an integer one-element tensor where it reads an int that sets its results'
+    shapes (`_SHAPE_INT_OPS`: past its first argument; factories: anywhere)."""
+    rest = list(args if name in _SHAPE_INT_FACTORIES else args[1:]) + list(kwargs.values())
+    return any(_int_tensor(a) or isinstance(a, (list, tuple)) and any(_int_tensor(b) for b in a) for a in rest)
+
+
 def _dyn_shape_op(name: str, args: tuple, kwargs: dict) -> bool:
     """Whether `name(*args, **kwargs)` makes a result whose shape depends on tensor data."""
     if name in _DYN_SHAPE_OPS:
+        return True
+    if (name in _SHAPE_INT_OPS or name in _SHAPE_INT_FACTORIES) and _tensor_int_argument(name, args, kwargs):
         return True
     if name == "where":   # where(cond): nonzero as a tuple
         return len(args) + len(kwargs) == 1
