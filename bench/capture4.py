@@ -723,6 +723,26 @@ class SanityCheckedAttention(nn.Module):
 case("sanity_checked_attention_asserts", SEQ)(lambda: SanityCheckedAttention())
 
 
+class LossWithNumericGuards(nn.Module):
+    """A loss head guarding its numerics as training scripts do: `.item()` of an all-finite
+    check straight into a raise, and error messages built with conditional expressions."""
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(32, 5)
+
+    def forward(self, x):
+        logits = self.head(x)
+        if not torch.isfinite(logits).all().item():
+            raise FloatingPointError(f"non-finite logits ({'batched' if logits.dim() == 3 else 'flat'})")
+        logp = logits.log_softmax(-1)
+        if (logp.exp().sum(-1) - 1).abs().max() > 1e-3:
+            raise ValueError("log_softmax " + ("rows" if logp.dim() > 1 else "values") + " do not normalize")
+        return -(logp[..., 0]).mean()
+
+
+case("loss_numeric_guards_item_raise", SEQ)(lambda: LossWithNumericGuards())
+
+
 CASES = bench.CASES[_FIRST:]
 
 

@@ -232,7 +232,8 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
                 return res   # tracked: its uses are recorded or break the graph (np_interop)
             if self._retains_hooked_grad(name, args):
                 return res
-            if name == "__bool__" and len(args) == 1 and not kwargs and self._speculate_truth(args[0], res):
+            if name in ("__bool__", "item") and len(args) == 1 and not kwargs and \
+                    self._speculate_truth(args[0], res, after_call=name == "item"):
                 return res   # the truth deciding a raise: a check after the graph (asserts.py)
             # data-dependent (or unknown) non-tensor result: graph break
             reason = f"data-dependent operation Tensor.{name}()" if name in _DATA_DEP else \

@@ -122,3 +122,35 @@ def make():
     return Net()
 """, [(_x(i),) for i in range(4)])
     assert c.variants[0].splits == 1
+
+
+ITEM_AND_MESSAGE = """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+    def forward(self, x):
+        self.steps += 1
+        h = self.lin(x)
+        if not torch.isfinite(h).all().item():
+            raise FloatingPointError(f"non-finite {'batch' if h.dim() > 1 else 'vector'} at step {int(self.steps)}")
+        y = h.softmax(-1)
+        if (y.sum(-1) - 1).abs().max() > 1e-3:
+            raise ValueError("softmax " + ("rows" if y.dim() == 2 else "values") + " do not sum to 1")
+        return y
+def make():
+    return Net()
+"""
+
+
+def test_item_popped_by_a_raising_jump_and_a_message_with_branches():
+    """`if not t.all().item(): raise` (the number straight into the jump) and messages with
+    conditional expressions (forward jumps that all end in the raise): one graph; the NaN
+    call raises eager's error with eager's message and step count."""
+    calls = [(_x(i),) for i in range(5)]
+    calls[2] = (torch.full((3, 4), float("inf")),)
+    c = run_program(ITEM_AND_MESSAGE, calls)
+    v = c.variants[0]
+    assert len(v.graphs) == 1 and v.splits == 0 and not v.breaks, (len(v.graphs), v.breaks)
+    assert len(c.variants) == 1 and c.stats.replays >= 3
