@@ -36,7 +36,7 @@ from .classify import _PRIM, _func_qualname, _scripted_python
 from .external_calls import _traced
 from .module_factories import _ModuleFactoryMixin
 from .frame_hook import _E
-from .grad_hooks import graph_arguments, pure_mapped_function
+from .grad_hooks import _torch_function, graph_arguments, pure_mapped_function
 from .guard_kinds import Equals
 from .values import _DESCRIPTORS
 
@@ -76,6 +76,26 @@ def _vmap_parts(f: Any) -> list | None:
                                                                    "chunk_size")]
     except KeyError:
         return None
+
+
+def _mapped(func: Any, depth: int = 0) -> tuple[Any, list] | None:
+    """For a function `torch.vmap` maps: (the function that computes, what its body looks up
+    of torch's modules to guard) where it is pure tensor code (grad_hooks.pure_mapped_function),
+    one of torch's own functions (`torch.vmap(torch.dot, in_dims=(0, None))`), or itself a
+    vmapped function of those (nested vmap: its dims constants, randomness 'error'); None
+    otherwise."""
+    fn = func.__func__ if type(func) is types.MethodType else func
+    vm = _vmap_parts(fn)
+    if vm is not None:
+        _impl, inner, in_dims, out_dims, randomness, chunk_size = vm
+        if depth >= 4 or randomness != "error" or chunk_size is not None or not _constant_dims(in_dims) or \
+                not _constant_dims(out_dims):
+            return None
+        return _mapped(inner, depth + 1)
+    if type(fn) is types.BuiltinFunctionType:
+        return (fn, []) if _torch_function(getattr(fn, "__name__", ""), fn) else None
+    lookups = pure_mapped_function(fn)
+    return None if lookups is None else (fn, lookups)
 
 
 def _constant_dims(d: object) -> bool:
@@ -194,16 +214,17 @@ class _SpecialCallMixin(_ModuleFactoryMixin):
         tensor arguments are the graph's, the dims constants and randomness 'error'.  The
         call runs unrecorded (its ops see batched tensors); its result is the node's."""
         impl, func, in_dims, out_dims, randomness, chunk_size = vm
-        fn = func.__func__ if type(func) is types.MethodType else func
         if kwargs or self.np_env or randomness != "error" or chunk_size is not None or \
                 not _constant_dims(in_dims) or not _constant_dims(out_dims):
             return False
-        lookups = pure_mapped_function(fn)
-        if lookups is None:
+        mapped = _mapped(func)
+        if mapped is None:
             return False
+        fn, lookups = mapped
         if not graph_arguments(self, args, _PRIM):
             return False
-        self.read(f"{self.const(fn)}.__code__", f"{fn.__qualname__}.__code__", fn.__code__)
+        if type(fn) is types.FunctionType:
+            self.read(f"{self.const(fn)}.__code__", f"{fn.__qualname__}.__code__", fn.__code__)
         for name, mod, attr in lookups:
             g = fn.__globals__
             self.read(f"{self.const(g)}[{name!r}]", name, mod, group=(g,))

@@ -109,3 +109,48 @@ def test_vmap_node_backends_and_impure_functions(cls, how):
         assert len(c.variants) == 2 and c.variants[1].breaks, c.stats.recompile_reasons
     else:
         assert all(any("torch.vmap" in b[0] for b in v.breaks) for v in c.variants)
+
+
+NESTED = """
+def mv(row, m):
+    return torch.dot(row, m[:, 0]) + m.sum()
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(5, 4))
+    def forward(self, x):
+        inner = torch.func.vmap(mv, in_dims=(0, None))
+        outer = torch.func.vmap(inner, in_dims=(0, None), out_dims=1)
+        return outer(x, self.w), torch.func.vmap(torch.dot, in_dims=(0, None))(x[0], self.w[:, 1])
+def make():
+    return Net()
+"""
+
+
+def test_nested_vmap_and_vmap_of_a_torch_function():
+    """A vmap of a vmapped pure function (out_dims=1 outside) and a vmap of torch.dot: one
+    graph.  Before: capture gave up on the function ('cannot reproduce value of type function':
+    the inner vmapped function, made in the call, as the argument of a step between graphs)
+    (bench/modules7.py func_nested_vmap_in_out_dims)."""
+    c = run_program(NESTED, [(torch.randn(3, 4, 5),) for _ in range(3)])
+    assert c.graph_count == 1 and all(not v.breaks for v in c.variants), [v.breaks for v in c.variants]
+
+
+@pytest.mark.parametrize("how", ["aot", "mlircap"])
+def test_nested_vmap_compiled(how):
+    ns = {}
+    exec("import torch\nimport torch.nn as nn\n" + NESTED, ns)
+    torch.manual_seed(0)
+    ref = ns["make"]()
+    m = copy.deepcopy(ref)
+    fast = capture(m, _aot) if how == "aot" else mlircap.compile(m)
+    for i in range(3):
+        x = torch.randn(3, 4, 5)
+        oe, oc = ref(x), fast(x)
+        for a, b in zip(oe, oc):
+            assert torch.allclose(a, b, atol=1e-5), i
+        sum(o.sum() for o in oe).backward()
+        sum(o.sum() for o in oc).backward()
+        assert torch.allclose(m.w.grad, ref.w.grad, atol=1e-5), i
+    c = fast._compiled._mlircap_capture if how == "mlircap" else fast._mlircap_capture
+    assert c.graph_count == 1 and not any(v.eager or v.breaks for v in c.variants)
