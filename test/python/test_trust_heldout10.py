@@ -159,3 +159,26 @@ def test_topk_k_from_a_tensor_then_iterated():
 
 def test_zeros_size_from_a_tensor_then_len():
     _compare(_zeros_then_len, _length_calls())
+
+
+def _sum_dim_tensor(h, lengths):
+    y = h.sum(dim=lengths[1] % 3)
+    return y.shape[0], y
+
+
+def _avg_pool_kernel_tensor(h, lengths):
+    y = torch.nn.functional.avg_pool1d(h, lengths[1] % 3 + 1)
+    return y.shape[-1], y
+
+
+def _cat_dim_tensor(h, lengths):
+    y = torch.cat([h, h], dim=lengths[1] % 3)
+    return list(y.shape), y
+
+
+def test_dim_and_kernel_size_from_a_tensor_then_shape_read():
+    """Where an aten op reads an int (a dim, a kernel size: its schema's type there is int or
+    int[] in every overload, never Tensor or Scalar), a tensor given there set the result's
+    shape, read back as recorded (sum over dim n: 3 rows where eager had 6)."""
+    for f in (_sum_dim_tensor, _avg_pool_kernel_tensor, _cat_dim_tensor):
+        _compare(f, _length_calls())

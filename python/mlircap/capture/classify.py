@@ -139,11 +139,70 @@ def _tensor_int_argument(name: str, args: tuple, kwargs: dict) -> bool:
     return any(_int_tensor(a) or isinstance(a, (list, tuple)) and any(_int_tensor(b) for b in a) for a in rest)
 
 
+_INT_TYPES = {"int", "Optional[int]", "List[int]", "Optional[List[int]]"}
+_SCHEMA_TYPES: dict = {}
+
+
+def _overload_types(name: str) -> list:
+    """The aten overloads of `name` as (positional argument types, keyword argument types), the
+    TorchScript list builtins (`aten::mul(t[] l, int n)`) left out."""
+    r = _SCHEMA_TYPES.get(name)
+    if r is None:
+        r = []
+        try:
+            schemas = torch._C._jit_get_schemas_for_operator("aten::" + name)
+        except Exception:  # noqa: BLE001
+            schemas = []
+        for sc in schemas:
+            a = sc.arguments
+            if a and "[t]" in str(a[0].type):
+                continue
+            r.append(([str(x.type) for x in a if not x.kwarg_only], {x.name: str(x.type) for x in a}))
+        _SCHEMA_TYPES[name] = r
+    return r
+
+
+def _int_position(name: str, i: int | str) -> bool:
+    """Every aten overload of `name` reads position `i` (an index, or a keyword) as an int or a
+    list of ints (a size, count, dim, k or kernel size) where any reads it at all: none takes a
+    tensor or a number there. A position past an overload's last positional argument that is a
+    list of ints is that list's (`x.view(n, -1)`)."""
+    seen = False
+    for pos, kw in _overload_types(name):
+        if isinstance(i, str):
+            t = kw.get(i)
+        elif i < len(pos):
+            t = pos[i]
+        else:
+            t = pos[-1] if pos and pos[-1] in ("List[int]", "Optional[List[int]]") and len(pos) > 1 else None
+        if t is None:
+            continue
+        if "Tensor" in t or "number" in t:
+            return False
+        seen = seen or t in _INT_TYPES
+    return seen
+
+
+def _schema_int_argument(name: str, args: tuple, kwargs: dict) -> bool:
+    """An integer one-element tensor (or a list holding one) is passed where the aten op `name`
+    reads an int (`torch.sum(x, dim=n)`, `F.avg_pool2d(x, n)`, `torch.cat(ts, dim=n)`)."""
+    if name.startswith("__"):
+        return False
+
+    def has(a: object) -> bool:
+        return _int_tensor(a) or isinstance(a, (list, tuple)) and any(_int_tensor(b) for b in a)
+
+    return any(has(a) and _int_position(name, i) for i, a in enumerate(args)) or \
+        any(has(v) and _int_position(name, k) for k, v in kwargs.items())
+
+
 def _dyn_shape_op(name: str, args: tuple, kwargs: dict) -> bool:
     """Whether `name(*args, **kwargs)` makes a result whose shape depends on tensor data."""
     if name in _DYN_SHAPE_OPS:
         return True
     if (name in _SHAPE_INT_OPS or name in _SHAPE_INT_FACTORIES) and _tensor_int_argument(name, args, kwargs):
+        return True
+    if _schema_int_argument(name, args, kwargs):
         return True
     if name == "where":   # where(cond): nonzero as a tuple
         return len(args) + len(kwargs) == 1
