@@ -387,6 +387,10 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
         raised as recorded: a guard after it holds only then (else the call records anew)."""
         if self.unreplayable:
             return
+        if _raise_from_metadata(name, args, kwargs, self.__dict__.get("dyn_shape") or {}, self._known_tensor):
+            # (its tensors' shapes, strides and dtypes are guarded, its other arguments
+            # constants: it raises at every replay of this variant, so nothing runs there)
+            return
         if name.endswith("_") and not name.endswith("__") or "out" in kwargs or name in ("__setitem__", "__set__"):
             # (run again at replay, a write that no longer raises would be done twice)
             self.unreplayable = f"{_op_name(func)} raised {type(e).__name__} (a write whose failure was caught)"
@@ -402,6 +406,11 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
         k = self._call_step(fe, ae, ke, reason, external=False)
         self._add_break(reason, _user_location())
         self._call_result(k, True)
+
+    def _known_tensor(self, t: torch.Tensor) -> bool:
+        """A value of the recorded graphs, or a tensor read through a guarded location."""
+        e = self.env.get(id(t))
+        return e is not None and e[0] is t or id(t) in self.src
 
     def _dyn_shape_args(self, args: tuple, kwargs: dict) -> bool:
         """Whether a tensor argument's shape depends on tensor data (see `_dyn_shape_op`)."""
@@ -646,6 +655,40 @@ def _count_tensor(name: str, a: Any) -> bool:
 
 def _count_tensor_args(name: str, args: tuple, kwargs: dict) -> bool:
     return any(_count_tensor(name, a) for a in args[1:]) or any(_count_tensor(name, v) for v in kwargs.values())
+
+
+# Torch functions whose failure (a view of a non-contiguous layout, mismatched shapes) is
+# decided by their tensors' metadata alone, by where those tensors may appear: the first
+# argument, the first two, or the tensors of a first-argument list
+_META_RAISERS = {
+    **dict.fromkeys(("view", "reshape", "expand", "permute", "transpose", "flatten", "unflatten", "narrow",
+                     "select", "squeeze", "unsqueeze", "movedim", "split", "chunk", "unfold", "t", "diagonal",
+                     "size", "stride", "broadcast_to", "unbind", "tensor_split"), 1),
+    **dict.fromkeys(("view_as", "expand_as", "reshape_as", "mm", "matmul", "__matmul__", "bmm", "mv", "dot"), 2),
+    **dict.fromkeys(("cat", "concat", "concatenate", "stack", "hstack", "vstack", "broadcast_tensors"), 0),
+}
+
+
+def _raise_from_metadata(name: str, args: tuple, kwargs: dict, dyn: dict, known: Callable) -> bool:
+    """Whether `name(*args, **kwargs)` raising is decided by guarded metadata: an op of
+    `_META_RAISERS` whose tensors are where that table allows, each a value of the graph or a
+    guarded input (`known`), none of data-dependent shape."""
+    n = _META_RAISERS.get(name)
+    if n is None or any(isinstance(t, torch.Tensor) for t in tree_flatten(kwargs)[0]):
+        return False
+    if n == 0:
+        if not args or not isinstance(args[0], (list, tuple)) or \
+                not all(isinstance(t, torch.Tensor) for t in args[0]):
+            return False
+        operands, rest = list(args[0]), args[1:]
+    else:
+        operands, rest = list(args[:n]), args[n:]
+        if not all(isinstance(t, torch.Tensor) for t in operands):
+            return False
+    if any(isinstance(t, torch.Tensor) for t in tree_flatten(rest)[0]):
+        return False
+    return all(type(t) in (torch.Tensor, torch.nn.Parameter) and dyn.get(id(t)) is not t and known(t)
+               for t in operands)
 
 
 def _metadata(t: torch.Tensor) -> tuple:
