@@ -182,3 +182,20 @@ def test_dim_and_kernel_size_from_a_tensor_then_shape_read():
     shape, read back as recorded (sum over dim n: 3 rows where eager had 6)."""
     for f in (_sum_dim_tensor, _avg_pool_kernel_tensor, _cat_dim_tensor):
         _compare(f, _length_calls())
+
+
+def _arange_float_tensor_end(h, lengths):
+    a = torch.arange(0, lengths[0] * 0.75, 0.5)
+    return len(a), a
+
+
+def _arange_float_tensor_step(h, lengths):
+    a = torch.arange(0.0, 4.0, lengths[1] / 4)
+    return a.shape[0], a
+
+
+def test_arange_with_float_tensor_bounds_then_shape_read():
+    """torch.arange(0, t, 0.5) with a float 0-d tensor t (a duration in seconds, a step size
+    as a tensor): the length is ceil((end - start) / step), read back as recorded (3 for 5)."""
+    _compare(_arange_float_tensor_end, _length_calls())
+    _compare(_arange_float_tensor_step, _length_calls())

@@ -136,6 +136,8 @@ def _tensor_int_argument(name: str, args: tuple, kwargs: dict) -> bool:
     """`name` takes an integer one-element tensor where it reads an int that sets its results'
     shapes (`_SHAPE_INT_OPS`: past its first argument; factories: anywhere)."""
     rest = list(args if name in _SHAPE_INT_FACTORIES else args[1:]) + list(kwargs.values())
+    if name == "arange":   # its length is ceil((end - start) / step): float bounds set it too
+        return any(isinstance(a, torch.Tensor) and a.numel() == 1 and not a.is_complex() for a in rest)
     return any(_int_tensor(a) or isinstance(a, (list, tuple)) and any(_int_tensor(b) for b in a) for a in rest)
 
 
