@@ -24,6 +24,7 @@ from .classify import (
 from .locations import _user_location, _user_stack_trace
 from .autocast import autocast_state, close_autocast, sync_autocast
 from .guards import _ambient
+from .guard_kinds import Equals, Is
 from .typeinfo import _is_constant_value, _is_ndarray
 from .grad_hooks import _REGISTER_HOOK, _GradHookMixin, pure_mapped_function
 from .asserts import _AssertMixin
@@ -221,10 +222,13 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
             return res   # (the handle, dropped by the program)
         if not has_t and name not in ("__setitem__", "__set__", "__delitem__"):
             if name in _META_OK and not (dyn and name in _SHAPE_META) and not \
-                    (name == "_version" and any(isinstance(a, torch.Tensor) and id(a) in self.src for a in args)):
+                    (name == "_version" and any(isinstance(a, torch.Tensor) and id(a) in self.src for a in args)) \
+                    and self._autograd_meta_guarded(name, args, res):
                 # (the version counter of a tensor from outside the function changes with every
                 # in-place write to it between calls, which no guard sees: read at replay)
                 return res
+            if name == "grad_fn" and res is None and len(args) == 1 and self._autograd_meta_guarded(name, args, res):
+                return res   # (`x.grad_fn is None`: whether x is a leaf, see below)
             if name == "_assert" and args and not isinstance(args[0], torch.Tensor):
                 return res   # torch._assert(cond: bool, msg): passed; cond is a traced Python value
             if name == "numpy" and len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor) and \
@@ -406,6 +410,29 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
         k = self._call_step(fe, ae, ke, reason, external=False)
         self._add_break(reason, _user_location())
         self._call_result(k, True)
+
+    def _autograd_meta_guarded(self, name: str, args: tuple, res: Any) -> bool:
+        """A tensor's autograd metadata that the tensor guards (TensorMatch: dtype, shape,
+        strides, requires_grad, dispatch keys) do not cover (`is_leaf`, `grad_fn is None`,
+        `retains_grad`, `output_nr`, `_is_view()`): of a graph value it follows from the graph
+        and its guarded inputs; of a tensor from outside, its value is guarded here (before:
+        not at all, so `x.is_leaf` of a leaf argument stayed True for a non-leaf one).  False
+        where it cannot be (a tensor of no location): the read breaks the graph."""
+        form = _AUTOGRAD_META.get(name)
+        if form is None:
+            return True
+        t = args[0] if len(args) == 1 and isinstance(args[0], torch.Tensor) else None
+        if t is None or type(res) not in (bool, int, type(None)):
+            return False
+        e = self.env.get(id(t))
+        if e is not None and e[0] is t:
+            return True
+        s = self.src.get(id(t))
+        if s is None or s[2] == "opaque":
+            return False
+        self.guard(Is(form.format(s[0]), form.format(s[1]), res, repr(res)) if type(res) is not int else
+                   Equals(form.format(s[0]), form.format(s[1]), res, int))
+        return True
 
     def _known_tensor(self, t: torch.Tensor) -> bool:
         """A value of the recorded graphs, or a tensor read through a guarded location."""
@@ -655,6 +682,11 @@ def _count_tensor(name: str, a: Any) -> bool:
 
 def _count_tensor_args(name: str, args: tuple, kwargs: dict) -> bool:
     return any(_count_tensor(name, a) for a in args[1:]) or any(_count_tensor(name, v) for v in kwargs.values())
+
+
+# Autograd metadata no tensor guard covers, as the replay reads it ({} the tensor)
+_AUTOGRAD_META = {"is_leaf": "{}.is_leaf", "grad_fn": "{}.grad_fn", "retains_grad": "{}.retains_grad",
+                  "output_nr": "{}.output_nr", "_is_view": "{}._is_view()"}
 
 
 # Torch functions whose failure (a view of a non-contiguous layout, mismatched shapes) is
