@@ -311,14 +311,25 @@ class _GraphVariant(_Variant):
                 if seg.inference != rec.amb0[0]:   # a graph recorded in the other inference mode
                     L.append(ind + f"with torch.inference_mode({seg.inference}):")
                     gi = ind + "    "
+                checks = [(out, truth) for si, out, truth in rec.spec_checks if si == seg.idx]
+                miss = f"{rb}return _Miss(_merge_log(_lg, [{', '.join(ext_done)}]))"
+                if checks:
+                    # the graph computes past a check (asserts.py) what eager computes only when
+                    # it holds: an op there may raise where the check fails (an index that the
+                    # check bounds), so an exception of the graph is a miss too (the call then
+                    # records again and raises as eager does, or takes the other path)
+                    L.append(gi + "try:")
+                    gi += "    "
                 if seg.outputs:
                     L.append(gi + "".join(f"n{seg.idx}_{n.name}, " for n in seg.outputs) + "= " + call)
                 else:
                     L.append(gi + call)
-                for si, out, truth in rec.spec_checks:
-                    if si == seg.idx:   # the truth a jump to a raise popped (asserts.py)
-                        L.append(ind + f"if bool({out}) is not {truth}:")
-                        L.append(ind + f"    {rb}return _Miss(_merge_log(_lg, [{', '.join(ext_done)}]))")
+                if checks:
+                    L.append(gi[:-4] + "except Exception:")
+                    L.append(gi + miss)
+                for out, truth in checks:   # the truth a jump to a raise popped
+                    L.append(ind + f"if bool({out}) is not {truth}:")
+                    L.append(ind + f"    {miss}")
             else:
                 k = st.k
                 argl = list(st.args) + [f"{kk}={vv}" for kk, vv in st.kwargs.items()]

@@ -154,3 +154,30 @@ def test_item_popped_by_a_raising_jump_and_a_message_with_branches():
     v = c.variants[0]
     assert len(v.graphs) == 1 and v.splits == 0 and not v.breaks, (len(v.graphs), v.breaks)
     assert len(c.variants) == 1 and c.stats.replays >= 3
+
+
+BOUNDED_INDEX = """
+class Table(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("rows", torch.randn(4, 3))
+        self.register_buffer("hits", torch.zeros(4))
+    def forward(self, idx):
+        self.hits.add_(1)
+        if not (idx < self.rows.shape[0]).all():
+            raise ValueError("index out of range")
+        return self.rows[idx] * 2
+def make():
+    return Table()
+"""
+
+
+def test_an_op_past_the_check_raising_is_a_miss():
+    """The graph runs `rows[idx]` past the check that bounds idx: with an index out of range
+    the graph itself raises (IndexError) before the check is read; that is a miss too, so the
+    call raises eager's ValueError, after eager's one buffer write."""
+    calls = [(torch.tensor([0, 1]),), (torch.tensor([2, 3]),), (torch.tensor([0, 7]),), (torch.tensor([3, 0]),)]
+    c = run_program(BOUNDED_INDEX, calls)
+    v = c.variants[0]
+    assert len(v.graphs) == 1 and not v.breaks, v.breaks
+    assert len(c.variants) == 1 and c.stats.replays >= 2
