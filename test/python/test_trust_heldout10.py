@@ -199,3 +199,14 @@ def test_arange_with_float_tensor_bounds_then_shape_read():
     as a tensor): the length is ceil((end - start) / step), read back as recorded (3 for 5)."""
     _compare(_arange_float_tensor_end, _length_calls())
     _compare(_arange_float_tensor_step, _length_calls())
+
+
+def _size_of_tensor_dim(h, lengths):
+    d = lengths[1] % 3
+    return h.size(d), torch.ones(h.size(d)), h.stride(d)
+
+
+def test_size_and_stride_of_a_tensor_dim():
+    """x.size(d) / x.stride(d) with a 0-d tensor d: metadata guarded by x's shape but not by
+    d, so a new d returned the recorded dim's size (6 where eager's was 4)."""
+    _compare(_size_of_tensor_dim, _length_calls())

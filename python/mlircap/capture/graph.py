@@ -161,10 +161,12 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
             # would have kept the recorded one): a data-dependent step before the op, the op
             # then taking the Python int
             args = (args[0], self._slice_ints(args[1])) + tuple(args[2:])
-        if name in _SPLITTERS and _count_tensor_args(name, args, kwargs):
+        if (name in _SPLITTERS or name in ("size", "stride")) and _count_tensor_args(name, args, kwargs):
             # x.chunk(n) / x.split(n) with a tensor n: how many results there are follows n's
             # value, which the graph's structure fixes (a new n returned the recorded count of
-            # pieces): n is read by a data-dependent step, the op takes the Python int
+            # pieces); x.size(n) / x.stride(n): metadata of the dim n names, guarded by x's
+            # shape but not by n (a new n returned the recorded size). n is read by a
+            # data-dependent step, the op takes the Python int
             args = args[:1] + tuple(self._index_step(a) if _count_tensor(name, a) else a for a in args[1:])
             kwargs = {k: self._index_step(v) if _count_tensor(name, v) else v for k, v in kwargs.items()}
         if name in _UNVERSIONED_WRITERS:
