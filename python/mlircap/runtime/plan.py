@@ -327,6 +327,13 @@ class PlanExecutor:
             elif depthwise:
                 groups = x.shape[3]
                 x, w, y = x.permute(0, 3, 1, 2), w.permute(2, 0, 1).unsqueeze(1), y.permute(0, 3, 1, 2)
+            if step.op == "conv2d_nhwc_fhwc" and x.dtype != torch.float64 and not _cudnn_writes_channels_last(x, w):
+                # An NCHW input and filter (a model's first convolution reads the caller's
+                # NCHW image): cuDNN would write NCHW, so F.conv2d's result was copied into the
+                # NHWC buffer through a transpose (ResNet-18's stem: 51 MB, and cuDNN's own
+                # transposes around an NCHW call). A channels-last filter (a copy, which cuDNN
+                # makes of any filter whose format differs from its input's) makes it write NHWC.
+                w = w.contiguous(memory_format=torch.channels_last)
             if _cudnn_writes_channels_last(x, w) == (step.op != "conv2d_nchw_fchw"):
                 try:
                     torch.ops.aten.cudnn_convolution.out(

@@ -164,3 +164,28 @@ def test_cpu_random_island_in_cuda_graph():
         got, state_c = fast(x), torch.get_rng_state()
         _same(got, want)
         assert torch.equal(state_e, state_c)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_stem_convolution_of_an_nchw_image_writes_the_nhwc_buffer(dtype, no_tf32, monkeypatch):
+    # a first convolution reads the caller's NCHW image with an NCHW filter: cuDNN picks NCHW
+    # output, so the plan took F.conv2d plus a transposing copy into its NHWC buffer (ResNet-18
+    # stem); with the filter made channels-last, cuDNN writes the NHWC buffer itself
+    from mlircap.runtime import plan as P
+
+    copied = []
+    for k, f in list(P.LIBRARY.items()):
+        if k.startswith("conv2d"):
+            monkeypatch.setitem(P.LIBRARY, k, lambda *a, _f=f, _k=k, **kw: copied.append(_k) or _f(*a, **kw))
+    torch.manual_seed(0)
+    stem = nn.Sequential(nn.Conv2d(3, 16, 7, stride=2, padding=3, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+                         nn.Conv2d(16, 16, 3, padding=1)).cuda().eval().to(dtype)
+    x = torch.randn(2, 3, 32, 32, device="cuda", dtype=dtype)
+    fast = mlircap.compile(stem)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            _same(fast(x), stem(x))
+    _no_runtime_fallback(w)
+    assert fast.graphs and all(g.fallback_reason is None for g in fast.graphs)
+    assert not copied, copied
