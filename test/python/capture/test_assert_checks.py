@@ -181,3 +181,37 @@ def test_an_op_past_the_check_raising_is_a_miss():
     v = c.variants[0]
     assert len(v.graphs) == 1 and not v.breaks, v.breaks
     assert len(c.variants) == 1 and c.stats.replays >= 2
+
+
+AFTER_CALLBACK = """
+BUF = torch.zeros(3)
+class Sink:
+    def write(self, s):
+        BUF.add_(1)     # a print target whose write changes the program's state
+    def flush(self):
+        pass
+SINK = Sink()
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("acc", torch.zeros(3))
+    def forward(self, x):
+        self.acc.add_(BUF)
+        print("step", file=SINK)
+        if torch.isnan(x).any():
+            raise ValueError("nan input")
+        return x * 2 + self.acc
+def make():
+    return Net()
+def state(m):
+    return BUF
+"""
+
+
+def test_no_check_after_an_uncapturable_call_that_may_write():
+    """After `print` to a user object (which may write any state) the check breaks the graph
+    as before: a miss would record the call again from its start, reading before the print
+    what the print wrote (the buffer would add BUF + 2 where eager adds BUF)."""
+    calls = [(torch.randn(3),), (torch.randn(3),), (torch.full((3,), float("nan")),), (torch.randn(3),)]
+    c = run_program(AFTER_CALLBACK, calls)
+    assert c.stats.replays >= 2
