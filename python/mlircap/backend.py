@@ -1133,12 +1133,22 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         return _EagerFirst(fn, eager)
 
     def backend_parts(gm, example_inputs):
+        # (the graph as captured: a call whose .grad are not the compiled graph's runs it)
+        original = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph)) if \
+            any(_reads_grad(n) for n in gm.graph.nodes) else None
         hoisted = _hoist_grad_reads(gm, example_inputs)
         if hoisted is not None:
             gm, example_inputs, owners = hoisted
             eager_graph.clear()   # the hoisted graph takes the grads as arguments
             fn = backend_inner(gm, example_inputs)
-            return lambda *args: fn(*args, *[args[i].grad for i in owners])
+            examples = example_inputs[len(example_inputs) - len(owners):]
+
+            def run(*args):
+                grads = _grads_as_compiled(args, owners, examples)
+                if grads is None:   # a .grad that is None (or laid out otherwise) at this call
+                    return original(*args)
+                return fn(*args, *grads)
+            return run
         return backend_inner(gm, example_inputs)
 
     def backend_inner(gm, example_inputs):
@@ -1280,8 +1290,7 @@ def _hoist_grad_reads(gm: torch.fx.GraphModule, example_inputs):
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
     index = {n: i for i, n in enumerate(phs)}
     reads = [n for n in gm.graph.nodes if _reads_grad(n) and _inplace_root(n.args[0]) in index]
-    reads = [n for n in reads if isinstance(example_inputs[index[_inplace_root(n.args[0])]], torch.Tensor)
-             and isinstance(example_inputs[index[_inplace_root(n.args[0])]].grad, torch.Tensor)]
+    reads = [n for n in reads if isinstance(example_inputs[index[_inplace_root(n.args[0])]], torch.Tensor)]
     if not reads:
         return None
     owners, extra = [], []
@@ -1294,9 +1303,26 @@ def _hoist_grad_reads(gm: torch.fx.GraphModule, example_inputs):
         n.replace_all_uses_with(ph)
         gm.graph.erase_node(n)
         owners.append(i)
-        extra.append(example_inputs[i].grad)
+        # the example's .grad as the graph will read it; where the function already set it
+        # to None again (`p.grad = None` after the step: the graph is compiled after the
+        # call), a gradient of the parameter's own layout (`_grads_as_compiled` checks it)
+        g = example_inputs[i].grad
+        extra.append(g if isinstance(g, torch.Tensor) else torch.zeros_like(example_inputs[i]))
     gm.recompile()
     return gm, list(example_inputs) + extra, owners
+
+
+def _grads_as_compiled(args, owners: list, examples: list) -> list | None:
+    """The `.grad` of each hoisted input of a call, or None where one is not a tensor laid out
+    as the graph was compiled for (None: eager's `p.grad` of that call is another value)."""
+    grads = []
+    for i, ex in zip(owners, examples):
+        g = args[i].grad
+        if not isinstance(g, torch.Tensor) or g.shape != ex.shape or g.dtype != ex.dtype or \
+                g.device != ex.device or g.stride() != ex.stride() or type(g) is not type(ex):
+            return None
+        grads.append(g)
+    return grads
 
 
 def _wait_for_collectives(gm: torch.fx.GraphModule) -> None:

@@ -210,3 +210,58 @@ def test_size_and_stride_of_a_tensor_dim():
     """x.size(d) / x.stride(d) with a 0-d tensor d: metadata guarded by x's shape but not by
     d, so a new d returned the recorded dim's size (6 where eager's was 4)."""
     _compare(_size_of_tensor_dim, _length_calls())
+
+
+# ------------------------------------------ hand-written optimizer steps resetting .grad
+class _HandSGD(torch.nn.Module):
+    """An optimizer step written by hand, as RL and research code writes it: backward, then
+    under no_grad a momentum buffer per parameter, the update, and `p.grad = None`. The second
+    layer takes part only when `use_b` (its .grad stays None otherwise)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.b = torch.nn.Linear(4, 2)
+        self.buf = {}
+
+    def forward(self, x, use_b: bool = True):
+        h = torch.tanh(self.a(x))
+        loss = (self.b(h) if use_b else h).pow(2).mean()
+        loss.backward()
+        with torch.no_grad():
+            for n, p in self.named_parameters():
+                g = p.grad
+                if g is None:
+                    continue
+                if n not in self.buf:
+                    self.buf[n] = g.clone()
+                else:
+                    self.buf[n].mul_(0.9).add_(g)
+                p.add_(self.buf[n], alpha=-0.1)
+                p.grad = None
+        return loss.detach()
+
+
+def test_hand_written_step_resetting_grad_compiles():
+    """The step's graph reads p.grad of its inputs, which the function sets to None before the
+    graph is compiled (after the call): aot_autograd traced that read as None, the graph
+    failed to compile ('graph output None is not a tensor') and ran eagerly on every call
+    (bench/modules9.py radam / lars / sophia / sgd_flags). The reads are graph inputs now even
+    then, with a gradient of the parameter's layout as the example; a call whose .grad is None
+    (or laid out otherwise) runs the captured graph."""
+    torch.manual_seed(0)
+    ref = _HandSGD()
+    mine = _HandSGD()
+    mine.load_state_dict(ref.state_dict())
+    fast = mlircap.compile(mine)
+    for i in range(5):
+        x = torch.randn(3, 4)
+        use_b = i != 3
+        want = ref(x, use_b)
+        got = fast(x, use_b)
+        torch.testing.assert_close(got, want, msg=lambda m: f"call {i}: {m}")
+        for (k, p), q in zip(ref.named_parameters(), mine.parameters()):
+            torch.testing.assert_close(q, p, msg=lambda m: f"call {i}, {k}: {m}")
+            assert q.grad is None and p.grad is None
+    failed = [g.fallback_reason for g in fast.graphs if g.fallback_reason]
+    assert not failed, failed
