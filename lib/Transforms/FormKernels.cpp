@@ -192,8 +192,7 @@ struct Former {
       Operation *def = v.getDefiningOp();
       if (def && ops.contains(def))
         return true;
-      while (def && !ops.contains(def) && isViewOp(def) && def->getNumOperands() > 0)
-        def = def->getOperand(0).getDefiningOp();
+      def = viewRoot(def, ops);
       if (def && ops.contains(def) && dependsOnReduction(def, ops) &&
           !readInOwnRow(op, v, rows))
         return true;
@@ -276,6 +275,15 @@ struct Former {
     return true;
   }
 
+  /// The op a read of a value defined by `def` reads: `def` itself, or the
+  /// op behind its chain of views (reshapes, slices, view generics), stopping
+  /// at an op of `ops`.
+  static Operation *viewRoot(Operation *def, const llvm::SmallPtrSetImpl<Operation *> &ops) {
+    while (def && !ops.contains(def) && isViewOp(def) && def->getNumOperands() > 0)
+      def = def->getOperand(0).getDefiningOp();
+    return def;
+  }
+
   /// Does `op` (in `ops`) read, directly or through other ops of `ops` or
   /// views of them, the result of a reduction in `ops`?
   bool dependsOnReduction(Operation *op,
@@ -289,9 +297,7 @@ struct Former {
       if (auto g = dyn_cast<linalg::GenericOp>(o); g && !isAllParallel(g))
         return true;
       for (Value v : readValues(o)) {
-        Operation *d = v.getDefiningOp();
-        while (d && !ops.contains(d) && isViewOp(d) && d->getNumOperands() > 0)
-          d = d->getOperand(0).getDefiningOp();
+        Operation *d = viewRoot(v.getDefiningOp(), ops);
         if (d && ops.contains(d))
           work.push_back(d);
       }
@@ -312,10 +318,7 @@ struct Former {
         Operation *def = in.get().getDefiningOp();
         // Through reshapes/slices: only values recomputed from outside the
         // row kernel (no row-reduced value upstream) can be read anywhere.
-        Operation *root = def;
-        while (root && !ops.contains(root) && isViewOp(root) &&
-               root->getNumOperands() > 0)
-          root = root->getOperand(0).getDefiningOp();
+        Operation *root = viewRoot(def, ops);
         if (root != def && root && ops.contains(root)) {
           if (dependsOnReduction(root, ops))
             return false;
