@@ -265,3 +265,14 @@ def test_hand_written_step_resetting_grad_compiles():
             assert q.grad is None and p.grad is None
     failed = [g.fallback_reason for g in fast.graphs if g.fallback_reason]
     assert not failed, failed
+
+
+def _one_hot_inferred_classes(h, lengths):
+    o = torch.nn.functional.one_hot(lengths)
+    return o.shape[1], o.float().sum(0)
+
+
+def test_one_hot_without_num_classes_then_shape_read():
+    """F.one_hot(labels) without num_classes has labels.max() + 1 columns: a shape set by
+    tensor data, read back as recorded (3 columns where eager had 6)."""
+    _compare(_one_hot_inferred_classes, _length_calls())

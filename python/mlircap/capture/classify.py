@@ -208,6 +208,9 @@ def _dyn_shape_op(name: str, args: tuple, kwargs: dict) -> bool:
         return True
     if name == "where":   # where(cond): nonzero as a tuple
         return len(args) + len(kwargs) == 1
+    if name == "one_hot":   # one_hot(labels) / num_classes=-1: labels.max() + 1 classes
+        nc = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
+        return isinstance(nc, int) and nc < 0
     if name == "repeat_interleave":   # repeats given as a tensor (or the one-argument form)
         rep = args[1] if len(args) > 1 else kwargs.get("repeats")
         return isinstance(rep, torch.Tensor) or len(args) == 1 and not kwargs
