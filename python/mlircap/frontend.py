@@ -137,6 +137,11 @@ def _build_table() -> dict:
 
     batchnorm.install(table)   # bfloat16/float16 on the CPU: eager's rounding steps
     table[aten.cumsum.default] = _cumsum_as_masked_sum
+    # torch.distributions' validation (`if not torch._is_all_true(valid): raise`, a check after
+    # the graph since capture/asserts.py): all / any of a bool tensor, which torch-mlir lowers
+    # (it has no lowering for these: they ran through torch, an island per constraint)
+    table[aten._is_all_true.default] = lambda t: aten.all.default(t)
+    table[aten._is_any_true.default] = lambda t: aten.any.default(t)
     for op in (aten._softmax.default, aten._log_softmax.default):
         table[op] = _scalar_as_vector(op, table.get(op))   # rank 0: torch-mlir's lowering hangs
     from .cumulative import cummax, cummin, cumprod, logcumsumexp
