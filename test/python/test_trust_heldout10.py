@@ -276,3 +276,25 @@ def test_one_hot_without_num_classes_then_shape_read():
     """F.one_hot(labels) without num_classes has labels.max() + 1 columns: a shape set by
     tensor data, read back as recorded (3 columns where eager had 6)."""
     _compare(_one_hot_inferred_classes, _length_calls())
+
+
+def _tensor_split_at_tensor_indices(h, lengths):
+    parts = torch.tensor_split(h, lengths.sort().values, dim=1)
+    return [p.shape[1] for p in parts], [p.sum() for p in parts]
+
+
+def _packed_data_length(h, lengths):
+    p = torch.nn.utils.rnn.pack_padded_sequence(h, lengths.clamp(min=1), batch_first=True, enforce_sorted=False)
+    return p.data.shape[0], p.batch_sizes
+
+
+def test_tensor_split_at_index_tensor_then_shapes():
+    """torch.tensor_split(x, idx) with a 1-d index tensor: the pieces' sizes follow idx's
+    values, read back as recorded (2 rows where eager's piece had 3)."""
+    _compare(_tensor_split_at_tensor_indices, _length_calls())
+
+
+def test_pack_padded_sequence_data_length():
+    """pack_padded_sequence's data has sum(lengths) rows: its shape read back as recorded
+    (9 where eager's was 11)."""
+    _compare(_packed_data_length, _length_calls())

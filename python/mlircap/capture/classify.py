@@ -107,7 +107,7 @@ _META_OK = {
 # indexing, unique, ...); a shape read of such a result (or of anything computed from
 # one) is data-dependent, not metadata the guards cover.
 _DYN_SHAPE_OPS = {"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive", "_unique", "_unique2",
-                  "bincount"}
+                  "bincount", "_pack_padded_sequence"}
 # Metadata that depends on a tensor's shape.
 _SHAPE_META = {"size", "numel", "nelement", "__len__", "shape", "stride", "is_contiguous", "nbytes"}
 # Functions whose number of results follows a tensor's shape.
@@ -208,6 +208,8 @@ def _dyn_shape_op(name: str, args: tuple, kwargs: dict) -> bool:
         return True
     if name == "where":   # where(cond): nonzero as a tuple
         return len(args) + len(kwargs) == 1
+    if name in ("tensor_split", "hsplit", "vsplit", "dsplit"):   # split at the indices a tensor holds
+        return any(isinstance(a, torch.Tensor) and a.dim() == 1 for a in list(args[1:]) + list(kwargs.values()))
     if name == "one_hot":   # one_hot(labels) / num_classes=-1: labels.max() + 1 classes
         nc = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
         return isinstance(nc, int) and nc < 0
