@@ -2609,6 +2609,44 @@ def topk_ratio_k_tensor_iterated_scores(scores, ratio):
     return gated, idx, len(gated)
 
 
+@fn_case("label_smoothing_one_hot_inferred_classes", lambda i=0: (R(5, 6), torch.tensor([0, 2, 1 + i, 3 + i // 2, 1])))
+def label_smoothing_one_hot_inferred_classes(logits, y, eps=0.1):
+    """Label smoothing written with F.one_hot(y) and no num_classes: the class count read from
+    the one-hot's .size(1) (labels.max() + 1, which grows on later calls), the logits sliced to it."""
+    oh = F.one_hot(y).float()
+    n = oh.size(1)
+    soft = oh * (1 - eps) + eps / n
+    return -(soft * logits[:, :n].log_softmax(-1)).sum(-1).mean(), n
+
+
+class PackedGRUTokenMean(nn.Module):
+    """A GRU over pack_padded_sequence with per-token normalisation by the packed data's row
+    count (sum of lengths, read from .data.shape[0]), lengths changing per call."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(3, 4, batch_first=True)
+
+    def forward(self, x, lengths):
+        p = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out, h = self.gru(p)
+        n_tokens = out.data.shape[0]
+        return out.data.sum(0) / n_tokens, h, n_tokens
+
+
+case("packed_gru_token_count_from_packed_data_shape", lambda i=0: (R(3, 6, 3), torch.tensor([6, 2 + i, 4 - i])))(
+    lambda: PackedGRUTokenMean())
+
+
+@fn_case("segments_by_tensor_split_at_boundary_tensor", lambda i=0: (R(10, 3), torch.tensor([2 + i, 7 - i])))
+def segments_by_tensor_split_at_boundary_tensor(x, bounds):
+    """Document segments split at boundary indices held in a tensor (tensor_split), each
+    segment's mean and length read from its shape, lengths returned as Python ints."""
+    segs = torch.tensor_split(x, bounds)
+    lens = [s.shape[0] for s in segs]
+    return torch.stack([s.mean(0) for s in segs]), lens
+
+
 # =============================================================================== runner
 # bench/modules5.py's runner (the same case records, comparison and categories) over this corpus's CASES.
 if __name__ == "__main__":
