@@ -91,11 +91,13 @@ def trigamma(x):
     six steps of result += 1 / x^2, x += 1, then the asymptotic tail
     (1 + 1 / (2x) + ixx (1/6 - ixx (1/30 - ixx / 42))) / x, ixx = 1 / x^2, all in the
     dtype (float32: equal to eager's bits but for 29 of 200000 values in [0.5, 20.5], one
-    ulp: eager's AVX2 kernel contracts multiply-adds). bfloat16/float16 (computed in
-    those types step by step) and other devices: NotImplemented."""
-    if not isinstance(x, torch.Tensor) or x.device.type != "cpu" or x.is_complex() or \
-            x.dtype in (torch.bfloat16, torch.float16):
+    ulp: eager's AVX2 kernel contracts multiply-adds). bfloat16/float16: in float32, rounded
+    once (eager's calc_trigamma computes in acc_type, float: bit for bit over 42000 values,
+    negative and huge ones included). Other devices: NotImplemented."""
+    if not isinstance(x, torch.Tensor) or x.device.type != "cpu" or x.is_complex():
         return NotImplemented
+    if x.dtype in (torch.bfloat16, torch.float16):
+        return trigamma(x.float()).to(x.dtype)
     t = x if x.is_floating_point() else x.to(torch.get_default_dtype())
     if t.dtype not in (torch.float32, torch.float64):
         return NotImplemented
