@@ -35,6 +35,7 @@ import torch
 import torch.fx as fx
 
 from . import logs
+from .capture.device_checks import hold
 from .fxutil import bool_like, op_name, tensor_like
 
 aten = torch.ops.aten
@@ -308,7 +309,10 @@ class BoundsChecked:
     def __call__(self, *args):
         res = self.compiled(*args)
         if self.gpu:
-            torch._assert_async(res[-1])   # "all in range": eager's device-side assert
+            # "all in range": eager's device-side assert (held while a replay's checks on
+            # tensor data are pending: capture/device_checks.py)
+            if not hold(res[-1]):
+                torch._assert_async(res[-1])
         elif bool(res[-1]):
             raise IndexOutOfRange()
         out = res[:-1]

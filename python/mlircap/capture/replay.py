@@ -21,6 +21,7 @@ from .guards import Placed, _ambient, _compile_guard, _merge_guards
 from .graph_compile import _FirstRunChecked, _compile_graph, _double_backward_ok
 from .rng import RngStates, _RngLogged, _rng_states, _set_rng_states, _unlog
 from .resume_code import Continuation, continuation_code
+from .device_checks import held_device_asserts, release
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import _Captured
@@ -318,8 +319,11 @@ class _GraphVariant(_Variant):
                     # it holds: an op there may raise where the check fails (an index that the
                     # check bounds), so an exception of the graph is a miss too (the call then
                     # records again and raises as eager does, or takes the other path)
-                    L.append(gi + "try:")
-                    gi += "    "
+                    # Its device-side asserts wait for the checks (device_checks.py: on the GPU
+                    # a failed one ends the CUDA context; eager raises first, at the check).
+                    L.append(gi + f"with {rec.const(held_device_asserts)}() as _dv:")
+                    L.append(gi + "    try:")
+                    gi += "        "
                 if seg.outputs:
                     L.append(gi + "".join(f"n{seg.idx}_{n.name}, " for n in seg.outputs) + "= " + call)
                 else:
@@ -330,6 +334,8 @@ class _GraphVariant(_Variant):
                 for out, truth in checks:   # the truth a jump to a raise popped
                     L.append(ind + f"if bool({out}) is not {truth}:")
                     L.append(ind + f"    {miss}")
+                if checks:
+                    L.append(ind + f"{rec.const(release)}(_dv)")
             else:
                 k = st.k
                 argl = list(st.args) + [f"{kk}={vv}" for kk, vv in st.kwargs.items()]
