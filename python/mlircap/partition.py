@@ -182,8 +182,9 @@ EAGER_NUMERICS: dict[str, tuple[torch.dtype, ...]] = {
     # its decomposition rounds each of its many steps (bf16: 125/150 elements off)
     "aten::grid_sampler_2d": _FLOATS, "aten::grid_sampler_3d": _FLOATS,
     # bilinear's _trilinear: eager rounds its bfloat16 partial products its own way
-    # (OpInfo nn.functional.bilinear bf16: 11/48 elements off, up to 0.25)
-    "aten::_trilinear": _FLOATS,
+    # (OpInfo nn.functional.bilinear bf16: 11/48 elements off, up to 0.25); integers are
+    # exact in any order (wrapping sums of products)
+    "aten::_trilinear": _FLOATS + _INTS,
     # bfloat16/float16 kernels that round intermediates (logit's x/(1-x), cross's
     # products): computing them in float32 and rounding once (opmath.py) is more
     # accurate but differs from eager's

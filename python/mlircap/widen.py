@@ -61,7 +61,7 @@ _UINT8_OPS = {
     "aten::floor_divide",    # of values 0..255 (not tagged pointwise, unlike div/remainder)
     # matrix products: sums of products, exact modulo 256 in int32 like add and mul
     "aten::mm", "aten::bmm", "aten::matmul", "aten::mv", "aten::dot", "aten::vdot", "aten::addmm",
-    "aten::addmv", "aten::baddbmm", "aten::addbmm",
+    "aten::addmv", "aten::baddbmm", "aten::addbmm", "aten::_trilinear",   # (bilinear's)
     "aten::eye", "aten::_chunk_cat",   # a factory of 0s and 1s; chunks moved into one tensor
     # pads that copy edge or mirrored elements (ran through torch: torch-mlir lowers their int8)
     "aten::reflection_pad1d", "aten::reflection_pad2d", "aten::reflection_pad3d",

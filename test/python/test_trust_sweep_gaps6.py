@@ -78,3 +78,24 @@ def test_polygamma_past_the_unrolled_sum_reruns_like_eager(fallback_log):
     for _ in range(3):
         _same(fast(x.clone()), torch.polygamma(3, x))
     assert "bounds check" in fallback_log.readouterr().err
+
+
+# ------------------------------------------- fallback: integer bilinear (_trilinear)
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64])
+@pytest.mark.parametrize("bias", [True, False])
+def test_integer_bilinear_compiles(fallback_log, dtype, bias):
+    # sums of products wrap exactly in any order: _trilinear was kept whole outside
+    # float32/float64 ('numerics' island: OpInfo nn.functional.bilinear, 60 of 80 integer
+    # samples; uint8 also outside widen's int32 ops). Values large enough to wrap.
+    g = torch.Generator().manual_seed(0)
+    info = torch.iinfo(dtype)
+    lo, hi = max(info.min, -(1 << 20)), min(info.max, 1 << 20)
+
+    def r(*shape):
+        return torch.randint(lo, hi, shape, dtype=dtype, generator=g)
+
+    a, b, w, c = r(4, 5), r(4, 6), r(3, 5, 6), r(3)
+    if bias:
+        _check(lambda a, b, w, c: torch.nn.functional.bilinear(a, b, w, c), [a, b, w, c], fallback_log)
+    else:
+        _check(lambda a, b, w: torch.nn.functional.bilinear(a, b, w), [a, b, w], fallback_log)
