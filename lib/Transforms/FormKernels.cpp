@@ -569,6 +569,8 @@ struct Former {
           auto it = groupOf.find(topLevel(u));
           return it != groupOf.end() && it->second != (int)gi;
         });
+        // Its elementwise operands from its kernel are recomputed with it.
+        SmallVector<Operation *> also;
         std::function<bool(Value)> small = [&](Value v) {
           Operation *def = v.getDefiningOp();
           if (!def || def->getBlock() != &block)
@@ -579,10 +581,29 @@ struct Former {
           if (it == groupOf.end() || it->second != (int)gi)
             return true;
           auto t = dyn_cast<RankedTensorType>(v.getType());
-          return t && product(t.getShape()) * 8 <= size;
+          if (t && product(t.getShape()) * 8 <= size)
+            return true;
+          auto gen = dyn_cast<linalg::GenericOp>(def);
+          if (!gen || !isAllParallel(gen) || gen->getNumResults() != 1 ||
+              gen->hasAttr(kMaterializeAttr) || also.size() >= 4 || llvm::is_contained(also, def))
+            return false;
+          also.push_back(def);
+          return llvm::all_of(readValues(def), small);
         };
         if (!atGathers || !llvm::all_of(readValues(g), small))
           continue;
+        // Those operands (softmax's exp(x - max) under its division, which the
+        // sum also reads) stay in the kernel; the gathered op reads copies of
+        // them that its readers recompute as they recompute it.
+        llvm::sort(also, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+        IRMapping copies;
+        OpBuilder b(g);
+        for (Operation *o : also)
+          gathered.insert(b.clone(*o, copies));
+        for (Operation *o : also)
+          o->getResult(0).replaceUsesWithIf(copies.lookup(o->getResult(0)), [&](OpOperand &u) {
+            return g->isAncestor(u.getOwner());
+          });
         llvm::erase(grp.ops, op);
         groupOf.erase(op);
         gathered.insert(op);
@@ -863,6 +884,13 @@ struct Former {
       StringRef kind = grp.row ? "row_reduction" : allPar ? "pointwise" : "reduction";
       outline(grp.ops, kind, counter++);
     }
+    // Gathered ops every reader has recomputed (readers first): none is left
+    // for the loose kernels below.
+    for (Operation &op : llvm::make_early_inc_range(llvm::reverse(block)))
+      if (op.use_empty() && gathered.contains(&op)) {
+        gathered.erase(&op);
+        op.erase();
+      }
     // Cloneable ops that still have users the caller cannot express.
     SmallVector<Operation *> loose;
     for (Operation &op : block)
@@ -891,7 +919,7 @@ struct Former {
       return func.emitError("mlircap: kernel formation created a cycle");
     // What the kernels cloned is dead in the caller now.
     for (Operation &op : llvm::make_early_inc_range(llvm::reverse(block)))
-      if (op.use_empty() && (isCloneableIntoKernel(&op) || gathered.contains(&op)))
+      if (op.use_empty() && isCloneableIntoKernel(&op))
         op.erase();
     return success();
   }
