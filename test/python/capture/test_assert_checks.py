@@ -215,3 +215,29 @@ def test_no_check_after_an_uncapturable_call_that_may_write():
     calls = [(torch.randn(3),), (torch.randn(3),), (torch.full((3,), float("nan")),), (torch.randn(3),)]
     c = run_program(AFTER_CALLBACK, calls)
     assert c.stats.replays >= 2
+
+
+DRAW_AFTER_CHECK = """
+import random
+RNG = random.Random(0)
+class Net(nn.Module):
+    def forward(self, x):
+        h = x * 2
+        if torch.isnan(h).any():
+            raise ValueError("nan input")
+        if RNG.random() < 0.5:   # a Python draw met inside the graph, past the check
+            h = h + 1
+        return h
+def make():
+    return Net()
+def state(m):
+    return RNG.getstate()
+"""
+
+
+def test_no_draw_runs_before_a_graph_whose_check_precedes_it():
+    """A Python RNG draw met inside a graph runs before that graph (graph._hoisted_step),
+    except where the graph holds a check before it: run first, the draw happened on the NaN
+    call whose eager run raises before drawing (the generator one draw ahead of eager's)."""
+    calls = [(torch.randn(3),) for _ in range(3)] + [(torch.full((3,), float("nan")),), (torch.randn(3),)]
+    run_program(DRAW_AFTER_CHECK, calls)
