@@ -10,7 +10,13 @@ than the recorded one rolls back what the replay wrote (as a mid-replay guard th
 replay._rollback) and records the call again from its start, which then takes eager's path
 (raises eager's error, or records the other branch).  The check is exact whatever the
 bytecode scan decides: the scan only picks where a miss is rare (an error path), since a miss
-costs the graph's run plus an eager call."""
+costs the graph's run plus an eager call.
+
+Other tensor branches (an early exit, `if x.abs().max() > c: x = x / ...`, a `break` out of a
+`for` loop; not in a `while` loop, whose trip count the data decides) are checked so too, up to
+_MAX_OTHER per recording, until a call takes their other side: that replay misses once
+(`Deopt`), its sites break the graph in the function's later recordings and the variant is
+dropped, so a branch the data flips costs one wasted graph run, not one per call."""
 from __future__ import annotations
 
 import sys
@@ -61,10 +67,11 @@ def _raises_from(code: types.CodeType, off: int) -> bool:
     return True
 
 
-def raising_branch(frame: types.FrameType, truth: bool, after_call: bool = False) -> bool:
-    """`frame` is at a conditional jump that pops the truth value `truth` (a tensor's), and
-    the branch that value does not take raises.  `after_call`: the frame is at the call whose
-    result (`t.item()`) the next instruction, such a jump, pops."""
+def branch_kind(frame: types.FrameType, truth: bool, after_call: bool = False) -> tuple[str, int] | None:
+    """Where `frame` is at a conditional jump that pops the truth value `truth` (a tensor's;
+    `after_call`: the frame is at the call whose result, `t.item()`, the next instruction,
+    such a jump, pops): ("raise", offset) where the branch that value does not take raises,
+    ("other", offset) for another jump outside the loops of its code; None otherwise."""
     code = frame.f_code
     order, pos = _order(code)
     off = frame.f_lasti
@@ -72,21 +79,71 @@ def raising_branch(frame: types.FrameType, truth: bool, after_call: bool = False
     if after_call:
         i = pos.get(off)
         if i is None or i + 1 >= len(order) or instrs[off][0] != "CALL":
-            return False
+            return None
         off = order[i + 1]
     ins = instrs.get(off)
     if ins is None:
-        return False
+        return None
     if ins[0] in _IF_TRUE:
         taken = truth
     elif ins[0] in _IF_FALSE:
         taken = not truth
     else:
-        return False
+        return None
     i = pos.get(off)
     if i is None or i + 1 >= len(order) or not isinstance(ins[2], int):
-        return False
-    return _raises_from(code, order[i + 1] if taken else ins[2])
+        return None
+    if _raises_from(code, order[i + 1] if taken else ins[2]):
+        return "raise", off
+    return None if _in_loop(code, off) else ("other", off)
+
+
+def raising_branch(frame: types.FrameType, truth: bool, after_call: bool = False) -> bool:
+    k = branch_kind(frame, truth, after_call)
+    return k is not None and k[0] == "raise"
+
+
+_loops: dict[types.CodeType, list[tuple[int, int]]] = {}
+
+
+def _in_loop(code: types.CodeType, off: int) -> bool:
+    """Whether `off` lies in a `while` loop of `code` (between a backward jump's target and
+    itself, the target no FOR_ITER): a check there would unroll a loop whose trip count the
+    data decides into one graph.  A `for` loop over a container or range is unrolled anyway
+    (its length is guarded); a data-dependent `break` out of it only ends it early."""
+    spans = _loops.get(code)
+    if spans is None:
+        ins = _instrs(code)
+        spans = _loops[code] = [(argval, o) for o, (op, _a, argval, _d) in ins.items()
+                                if "JUMP" in op and isinstance(argval, int) and argval <= o and
+                                ins.get(argval, ("",))[0] != "FOR_ITER"]
+    return any(t <= off <= o for t, o in spans)
+
+
+class Deopt:
+    """Called by a replay whose check at a jump with no raise (`other` sites) failed: those
+    sites are not checked again by recordings of this function (they break the graph, as
+    before: the data takes both sides) and the variant is dropped (cache.dispatch), so a
+    flipping branch costs one wasted graph run, not one per call."""
+
+    __slots__ = ("captured", "sites", "variant")
+
+    def __init__(self, captured: Any, sites: list) -> None:
+        self.captured, self.sites, self.variant = captured, sites, None
+
+    def __call__(self) -> None:
+        self.captured.__dict__.setdefault("spec_off", set()).update(self.sites)
+        if self.variant is not None:
+            self.variant.dead = True
+            self.variant.guard = _never
+
+
+def _never(*_: Any) -> bool:
+    return False
+
+
+# checks at jumps with no raise per recording (each a possible wasted graph run)
+_MAX_OTHER = 16
 
 
 class _AssertMixin:
@@ -109,13 +166,20 @@ class _AssertMixin:
         f = sys._getframe(1)
         while f is not None and f.f_code.co_filename.startswith(_OWN_DIR):
             f = f.f_back
-        if f is None or not raising_branch(f, bool(res), after_call):
+        kind = None if f is None else branch_kind(f, bool(res), after_call)
+        if kind is None:
             return False
+        site = None
+        if kind[0] == "other":
+            site = (f.f_code, kind[1])
+            if site in self.captured.__dict__.get("spec_off", ()) or \
+                    sum(1 for c in self.spec_checks if c[3] is not None) >= _MAX_OTHER:
+                return False
         c = torch.ne(t, 0)   # (under the mode's handler: not recorded by itself)
         self._record(torch.ne, "ne", (t, 0), {}, c)
         ec = self.env.get(id(c))
         if ec is None or ec[0] is not c or ec[1] != seg.idx:
             return False
         self.keep.append(c)
-        self.spec_checks.append((seg.idx, self._use_node(seg.idx, ec[2]), bool(res)))
+        self.spec_checks.append((seg.idx, self._use_node(seg.idx, ec[2]), bool(res), site))
         return True

@@ -220,6 +220,8 @@ class _Captured:
                     return r
                 log = r.log or log
                 self.fail_counts["a data-dependent value (mid-replay guard)"] += 1
+        if any(getattr(v, "dead", False) for v in self.variants):   # (asserts.Deopt)
+            self.variants = [v for v in self.variants if not getattr(v, "dead", False)]
         reason = None
         if self.variants:
             v = self.variants[-1]

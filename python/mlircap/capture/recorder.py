@@ -85,7 +85,8 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         self.cur: _Seg | None = None
         self.env: dict[int, tuple] = {}   # id(tensor) -> (tensor, seg_idx, node)
         self.np_env: dict[int, tuple] = {}   # id(numpy array computed from a tensor) -> (array, shadow tensor)
-        self.spec_checks: list[tuple[int, str, bool]] = []   # (graph, its output, truth) checked after it (asserts.py)
+        # (graph, its output, truth, site or None) checked after that graph (asserts.py)
+        self.spec_checks: list[tuple[int, str, bool, tuple | None]] = []
         self.np_results: dict[int, int] = {}   # id(tracked array returned by break k) -> k
         self.steps: list[Step] = []   # the replay plan: GraphStep | CallStep, in order
         self.ncalls = 0

@@ -22,6 +22,7 @@ from .graph_compile import _FirstRunChecked, _compile_graph, _double_backward_ok
 from .rng import RngStates, _RngLogged, _rng_states, _set_rng_states, _unlog
 from .resume_code import Continuation, continuation_code
 from .device_checks import held_device_asserts, release
+from .asserts import Deopt
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import _Captured
@@ -304,6 +305,9 @@ class _GraphVariant(_Variant):
             if p.pos > 0:
                 midg[p.pos].append(p.expr)
         ext_done: list[str] = []
+        sites = [c[3] for c in rec.spec_checks if c[3] is not None]
+        deopt_obj = Deopt(rec.captured, sites) if sites else None
+        deopt = rec.const(deopt_obj) if sites else ""
         for st in rec.steps:
             if isinstance(st, GraphStep):
                 seg = st.seg
@@ -312,7 +316,7 @@ class _GraphVariant(_Variant):
                 if seg.inference != rec.amb0[0]:   # a graph recorded in the other inference mode
                     L.append(ind + f"with torch.inference_mode({seg.inference}):")
                     gi = ind + "    "
-                checks = [(out, truth) for si, out, truth in rec.spec_checks if si == seg.idx]
+                checks = [(out, truth, site) for si, out, truth, site in rec.spec_checks if si == seg.idx]
                 miss = f"{rb}return _Miss(_merge_log(_lg, [{', '.join(ext_done)}]))"
                 if checks:
                     # the graph computes past a check (asserts.py) what eager computes only when
@@ -331,8 +335,10 @@ class _GraphVariant(_Variant):
                 if checks:
                     L.append(gi[:-4] + "except Exception:")
                     L.append(gi + miss)
-                for out, truth in checks:   # the truth a jump to a raise popped
+                for out, truth, site in checks:   # the truth a jump popped
                     L.append(ind + f"if bool({out}) is not {truth}:")
+                    if site is not None:   # (a jump with no raise: not checked again, asserts.Deopt)
+                        L.append(ind + f"    {deopt}()")
                     L.append(ind + f"    {miss}")
                 if checks:
                     L.append(ind + f"{rec.const(release)}(_dv)")
@@ -403,5 +409,7 @@ class _GraphVariant(_Variant):
         self.replay = ns["_make"](self.consts, compiled, _Miss, _mk_obj, torch, _rollback, _merge_log, _unlog,
                                   _RngLogged, _rng_states, _save_grads)
         self.mid_guards: list[Placed] = [p for p in rec.guards if p.pos > 0]
+        if deopt_obj is not None:
+            deopt_obj.variant = self
         # call(args, func, log): the generated replay itself (no method in between)
         self.call = self.replay

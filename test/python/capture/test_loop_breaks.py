@@ -141,7 +141,7 @@ def _calls_helper_in_loop(x, n):
     for _ in range(n):
         y = _helper(x, w)
         w = w + 0.5
-        if y.sum() > 1e9:   # never true, data-dependent: a break per iteration
+        if y.sum().item() > 1e9:   # never true, data-dependent: a break per iteration
             break
         total = total + y.mean()
     return total
@@ -164,7 +164,7 @@ def test_plain_function_callee_captured_and_iteration_counts_vary():
 def test_few_loop_breaks_still_unrolled():
     def f(x):
         for _ in range(LOOP_BREAKS - 1):
-            if x.sum() > 0:
+            if x.sum().item() > 0:   # (a number compared: a break; a tensor's truth is a check, asserts.py)
                 x = x * 0.5
         return x
 
@@ -177,7 +177,7 @@ def test_few_loop_breaks_still_unrolled():
 
 
 def test_break_limit_of_distinct_sites_runs_eagerly_with_one_warning():
-    src = "def g(x):\n" + "".join(f"    if x.sum() > {-k}:\n        x = x * 0.5\n" for k in range(12)) + \
+    src = "def g(x):\n" + "".join(f"    if x.sum().item() > {-k}:\n        x = x * 0.5\n" for k in range(12)) + \
         "    return x\n"
     ns = {}
     exec(compile(src, "<distinct_breaks>", "exec"), ns)
@@ -197,7 +197,7 @@ def test_break_limit_of_distinct_sites_runs_eagerly_with_one_warning():
 def test_loop_break_strict_raises():
     def f(x):
         for _ in range(3 * LOOP_BREAKS):
-            if x.sum() > 0:
+            if x.sum().item() > 0:
                 x = x * 0.5
         return x
 
