@@ -189,3 +189,32 @@ def test_stem_convolution_of_an_nchw_image_writes_the_nhwc_buffer(dtype, no_tf32
     _no_runtime_fallback(w)
     assert fast.graphs and all(g.fallback_reason is None for g in fast.graphs)
     assert not copied, copied
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_row_values_read_at_gathered_points(dtype, no_tf32):
+    # log_softmax / softmax read only at gathered points are recomputed by the gathers'
+    # kernels from each row's max and sum (93aec14, 5a1a64b); softmax's max is a keepdim
+    # reduction over loops with a unit dim (ec3fda5): per-token log-probs as RL and DPO code
+    # computes them, cross-entropy with ignored targets and label smoothing, a softmax's rows
+    # picked by (repeated) ids
+    import torch.nn.functional as F
+
+    def f(logits, labels, ids):
+        logp = torch.log_softmax(logits.float(), -1)
+        tok = logp.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+        ce = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100, label_smoothing=0.1)
+        rows = torch.softmax(logits[0], -1)[ids] * 2
+        return tok, ce, rows
+
+    torch.manual_seed(0)
+    logits = (torch.randn(3, 40, 1000, device="cuda") * 3).to(dtype)
+    labels = torch.randint(0, 1000, (3, 40), device="cuda")
+    labels[1, ::7] = -100
+    ids = torch.tensor([3, 3, 0, 39, 17], device="cuda")
+    fast = mlircap.compile(f)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            _same(fast(logits, labels, ids), f(logits, labels, ids))
+    _no_runtime_fallback(w)
