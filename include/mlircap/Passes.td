@@ -327,6 +327,13 @@ def MlircapFormKernels : Pass<"mlircap-form-kernels", "::mlir::ModuleOp"> {
     `mlircap-fuse-elementwise` (see its cost rule); they are recomputed inside
     a row kernel when they belong to it and materialized otherwise.
 
+    A value that other kernels read only at gathered points (every use a
+    `tensor.extract` in another kernel's body: nll_loss's log_softmax at the
+    targets, `softmax(x)[ids]`) is not written by its kernel when what it reads
+    from that kernel is small (reduced values) or elementwise values it can
+    copy (softmax's exp(x - max)): the readers' kernels recompute it where they
+    read it, and its small operands become its kernel's outputs.
+
     Unsupported ops (anything but linalg, tensor reshapes/slices/empty,
     constants, cf.assert, func.call/return) and dynamic shapes are reported
     as errors naming the op.
