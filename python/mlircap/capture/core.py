@@ -22,6 +22,7 @@ Overview
 
 Layout (each module imports only the ones listed before it; README.md, "Capture layout"):
   base           sentinels (_MISSING, _Miss, _Canned) and errors (Unreplayable, strict errors)
+  device_checks  device-side asserts (bounds.py's GPU index flags) held until a graph's data checks ran
   resume_code    continuations: the function's code started mid-frame with its variables and stack given
   steps          typed replay plan records: GraphStep, CallStep, Write
   frame_hook     the C++ frame hook glue: _E (+ 3.12 stack-depth shim), _active, _hook_cb
