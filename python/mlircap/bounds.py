@@ -4,15 +4,16 @@ Eager raises when an index is out of range; compiled code would read or write ou
 bounds. These ops ran as eager islands (partition.py). With a check they compile:
 
 * every index tensor `t` of such an op, along a dimension of size `n`, is replaced in
-  the graph by `where(bad, 0, t)` with `bad = (t < 0) | (t >= n)`: the compiled
-  kernels only ever see indices inside the tensor, whatever the inputs hold;
+  the graph by `where(bad, 0, t)` with `bad = (t < 0) | (t >= n)`, after a negative
+  index of the ops that wrap it (`x[idx]`, `take`: _WRAPS_NEGATIVE) got `n` added as
+  eager's kernels add it: the compiled kernels only ever see indices inside the tensor,
+  whatever the inputs hold;
 * `any(bad)` over all of them is one more output of the graph (an error flag, as
   inductor's device asserts are checked after the launch);
 * after the compiled call, a set flag discards the results (IndexOutOfRange, before
   aot_autograd writes anything back) and the backend reruns the captured graph, with
   eager's kernels: eager's error (IndexError from cross_entropy, RuntimeError from
-  gather), or eager's result where eager accepts the index (negative indices of
-  `x[idx]`, `take`). Compiled parts only write buffers they allocated, so the rerun
+  gather). Compiled parts only write buffers they allocated, so the rerun
   starts from the program state eager would see; the random number generator is
   rewound to where the compiled call found it.
 
@@ -248,7 +249,7 @@ def add_bounds_checks(gm: fx.GraphModule, device: str = "cpu") -> bool:
                 continue     # no index to read
             mask = bool_like(v, v.shape)
             with graph.inserting_before(node):
-                if gpu and op_name(node.target) in _WRAPS_NEGATIVE:
+                if op_name(node.target) in _WRAPS_NEGATIVE:   # as eager's CPU and CUDA kernels
                     neg = graph.call_function(aten.lt.Scalar, (t, 0))
                     up = graph.call_function(aten.add.Tensor, (t, n))
                     t = graph.call_function(aten.where.self, (neg, up, t))

@@ -212,6 +212,8 @@ def _build_table() -> dict:
     from .scatter import masked_scatter
 
     table[aten.masked_scatter.default] = masked_scatter   # torch-mlir's lowering: no CPU kernel
+    table[aten.take.default] = _take_by_index       # a 0-d index: torch's decomposition reads it as a number
+    table[aten.gather.default] = _gather_of_scalar(table.get(aten.gather.default))   # 0-d input: no lowering
     for op in (aten.fmax.default, aten.fmin.default):
         table[op] = _broadcast_operands(op, table.get(op))   # torch-mlir: no broadcasting
     for op in (aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default):
@@ -285,6 +287,30 @@ def _build_table() -> dict:
     for op in (aten.bernoulli.default, aten.rrelu.default):
         table[op] = _draws_like_eager_on_cpu_only(table.get(op))
     return {op: _guarded(op, table.get(op), exact.get(op)) for op in set(table) | set(exact)}
+
+
+def _take_by_index(x, index):
+    """aten.take as aten.index of the flattened input at `index`. torch's decomposition
+    indexes with Python's [] (flattened[index]), which reads a 0-d index tensor as a number
+    (.item(): DataDependentOutputException, the whole graph ran eagerly: OpInfo take with a
+    0-d index). aten.index wraps negative indices and raises out of range as take does
+    (bounds.py checks it)."""
+    if not isinstance(x, torch.Tensor) or not isinstance(index, torch.Tensor):
+        return NotImplemented
+    return torch.ops.aten.index.Tensor(x.reshape(-1), [index])
+
+
+def _gather_of_scalar(fn):
+    """aten.gather of a 0-d input (torch-mlir cannot lower it: an 'unsupported' island) as
+    the gather of its one-element view along dim 0, shaped like the index (eager accepts
+    a 0-d or one-dim index there; the index values are checked as for any gather)."""
+    def decomposition(x, dim, index, *args, **kwargs):
+        if isinstance(x, torch.Tensor) and x.dim() == 0 and isinstance(index, torch.Tensor) and index.dim() <= 1 \
+                and dim in (0, -1):
+            return torch.ops.aten.gather.default(x.reshape(1), 0, index.reshape(-1)).reshape(index.shape)
+        return fn(x, dim, index, *args, **kwargs) if fn is not None else NotImplemented
+
+    return decomposition
 
 
 def _draws_like_eager_on_cpu_only(fn):

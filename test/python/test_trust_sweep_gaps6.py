@@ -99,3 +99,58 @@ def test_integer_bilinear_compiles(fallback_log, dtype, bias):
         _check(lambda a, b, w, c: torch.nn.functional.bilinear(a, b, w, c), [a, b, w, c], fallback_log)
     else:
         _check(lambda a, b, w: torch.nn.functional.bilinear(a, b, w), [a, b, w], fallback_log)
+
+
+# ------------------------------------------- fallback: take with a 0-d index, gather of a 0-d input
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.uint8, torch.bool])
+@pytest.mark.parametrize("i", [0, 5, -1, -6])
+def test_take_with_a_0d_index_compiles(fallback_log, dtype, i):
+    # torch's decomposition indexed with Python's [], which read the 0-d index as a number
+    # (.item(): DataDependentOutputException, the graph ran eagerly: OpInfo take bf16 #4)
+    x = torch.arange(6).reshape(2, 3).to(dtype)
+    _check(lambda x, i: torch.take(x, i) if dtype == torch.bool else torch.take(x, i) * 2,
+           [x, torch.tensor(i)], fallback_log)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int16, torch.uint8])
+@pytest.mark.parametrize("index_shape", [(), (1,), (3,)])
+def test_gather_of_a_0d_input_compiles(fallback_log, dtype, index_shape):
+    # torch-mlir cannot lower it: ran through torch (OpInfo gather int16 #5)
+    x = torch.tensor(7).to(dtype)
+    _check(lambda x, i: torch.gather(x, 0, i) + 1, [x, torch.zeros(index_shape, dtype=torch.int64)], fallback_log)
+
+
+@pytest.mark.parametrize("fn,args", [
+    (lambda x, i: torch.take(x, i), (torch.arange(6.0), torch.tensor(6))),
+    (lambda x, i: torch.take(x, i), (torch.arange(6.0), torch.tensor(-7))),
+    (lambda x, i: torch.gather(x, 0, i), (torch.tensor(7.0), torch.tensor([1]))),
+])
+def test_0d_take_and_gather_out_of_range_raise_like_eager(fn, args):
+    with pytest.raises(Exception) as want:
+        fn(*args)
+    fast = mlircap.compile(fn)
+    for _ in range(2):
+        with pytest.raises(type(want.value)):
+            fast(*args)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.uint8])
+def test_negative_tensor_indices_wrap_without_a_rerun(fallback_log, dtype):
+    # x[idx] and take wrap a negative index as eager's CPU kernels do; the CPU bounds
+    # check sent every negative index to an eager rerun (only the GPU wrapped them)
+    x = torch.arange(24).reshape(4, 6).to(dtype)
+    idx = torch.tensor([[-1, 0], [-4, 3]])
+    _check(lambda x, i: x[i] * 3, [x, idx], fallback_log)
+    _check(lambda x, i: x[:, i] + 1, [x, torch.tensor([-6, 5, -2])], fallback_log)
+    _check(lambda x, i: torch.take(x, i) + 1, [x, torch.tensor([-24, 23, -1])], fallback_log)
+
+
+@pytest.mark.parametrize("i", [-5, 4])
+def test_tensor_index_out_of_range_still_raises(i):
+    x = torch.arange(8.0).reshape(4, 2)
+    with pytest.raises(IndexError):
+        x[torch.tensor([i])]
+    fast = mlircap.compile(lambda x, t: x[t] * 2)
+    for _ in range(2):
+        with pytest.raises(IndexError):
+            fast(x, torch.tensor([i]))
