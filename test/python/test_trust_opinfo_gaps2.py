@@ -7,27 +7,11 @@ import pytest
 import torch
 
 import mlircap
+from compiled_check import check_compiled  # test/python/compiled_check.py
 from mlircap import logs
 
 
-def _check(fn, args, log, exact=True, calls=3):
-    """fn compiled: eager's values (bit for bit with `exact`), every graph compiled, no
-    eager island (no bounds-check rerun either)."""
-    want = fn(*[a.clone() for a in args])
-    fast = mlircap.compile(fn)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")   # no 'runs through torch' / 'eagerly' warning
-        for _ in range(calls):
-            got = fast(*[a.clone() for a in args])
-            for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
-                assert g.dtype == w.dtype and g.shape == w.shape, (g, w)
-                tol = {"rtol": 0, "atol": 0} if exact else {}
-                torch.testing.assert_close(g, w, equal_nan=True, **tol)
-    err = log.readouterr().err
-    assert "eager islands" not in err, err
-    assert fast.graphs and all(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs), \
-        [g.fallback_reason for g in fast.graphs]
-    return fast
+_check = check_compiled
 
 
 # ----------------------------------------------------------------- Hermite, Laguerre, Legendre

@@ -2,38 +2,18 @@
 compiled code. Each compiled case compares with eager (bit for bit: these forms compute what
 eager's kernels compute) and checks that no island ran (the 'fallback' log) and every graph
 compiled."""
+import functools
 import warnings
 
 import pytest
 import torch
 
 import mlircap
+from compiled_check import check_compiled, same  # test/python/compiled_check.py
 
 
-def _same(g, w):
-    assert g.dtype == w.dtype and g.shape == w.shape, (g, w)
-    torch.testing.assert_close(g, w, equal_nan=True, rtol=0, atol=0)
-    if g.is_floating_point():   # -0.0 is not 0.0 here (a NaN's sign is not compared)
-        num = ~w.isnan()
-        assert torch.equal(g.signbit()[num], w.signbit()[num]), (g, w)
-
-
-def _check(fn, args, log, calls=3):
-    """fn compiled: eager's values bit for bit, every graph compiled, no eager island
-    (no bounds-check rerun either)."""
-    want = fn(*[a.clone() for a in args])
-    fast = mlircap.compile(fn)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")   # no 'runs through torch' / 'eagerly' warning
-        for _ in range(calls):
-            got = fast(*[a.clone() for a in args])
-            for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
-                _same(g, w)
-    err = log.readouterr().err
-    assert "eager islands" not in err, err
-    assert fast.graphs and all(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs), \
-        [g.fallback_reason for g in fast.graphs]
-    return fast
+_same = functools.partial(same, signs=True)
+_check = functools.partial(check_compiled, signs=True)
 
 
 # ----------------------------------------------------------------------------- copysign

@@ -3,7 +3,7 @@ code, one wrong result the new compiled forms exposed, the strict=True contract 
 that run compiled with bounded or speculated parts, and the sweep's classification of
 designed library calls. Each compiled case compares with eager and checks that every graph
 compiled and no eager island ran (the 'fallback' log)."""
-import re
+import functools
 import warnings
 
 import pytest
@@ -11,26 +11,13 @@ import torch
 import torch.nn.functional as F
 
 import mlircap
+from compiled_check import check_compiled, same  # test/python/compiled_check.py
 from mlircap import logs
 from test_opinfo import _load_opinfo   # bench/opinfo.py as a module
 
 
-def _same(got, want, exact):
-    if exact:
-        torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
-    else:
-        torch.testing.assert_close(got, want, equal_nan=True)
-
-
-def _check(fn, args, log, exact=True):
-    want = fn(*[a.clone() for a in args])
-    fast = mlircap.compile(fn)
-    for _ in range(3):
-        _same(fast(*[a.clone() for a in args]), want, exact)
-    err = log.readouterr().err
-    assert not re.search(r"eager islands: \S", err), err
-    assert fast.graphs and all(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs), \
-        [g.fallback_reason for g in fast.graphs]
+_same = same
+_check = functools.partial(check_compiled, warnings_error=False)
 
 
 INTS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
