@@ -213,6 +213,8 @@ def _build_table() -> dict:
 
     table[aten.masked_scatter.default] = masked_scatter   # torch-mlir's lowering: no CPU kernel
     table[aten.take.default] = _take_by_index       # a 0-d index: torch's decomposition reads it as a number
+    # step > 1 (x[:, ::2] = y): torch-mlir's lowering is a scatter, no CPU kernel
+    table[aten.slice_scatter.default] = _strided_slice_scatter(table.get(aten.slice_scatter.default))
     table[aten.gather.default] = _gather_of_scalar(table.get(aten.gather.default))   # 0-d input: no lowering
     for op in (aten.fmax.default, aten.fmin.default):
         table[op] = _broadcast_operands(op, table.get(op))   # torch-mlir: no broadcasting
@@ -298,6 +300,33 @@ def _take_by_index(x, index):
     if not isinstance(x, torch.Tensor) or not isinstance(index, torch.Tensor):
         return NotImplemented
     return torch.ops.aten.index.Tensor(x.reshape(-1), [index])
+
+
+def _strided_slice_scatter(fn):
+    """aten.slice_scatter with a step above 1 (what functionalization makes of
+    `x[:, 1::2] = y`): torch-mlir lowers it to a scatter no CPU plan has a kernel for, an
+    'unsupported' island splitting the graph. Here a select: along `dim`, position p holds
+    src's element (p - start) // step where p is one of the slice's positions, else x's
+    (src read by index_select at positions made from an arange, always in range). Other
+    steps, and slices of no element: `fn` (torch-mlir lowers them)."""
+    def decomposition(x, src, dim=0, start=None, end=None, step=1):
+        if not (isinstance(x, torch.Tensor) and isinstance(src, torch.Tensor)) or x.dim() == 0 or \
+                not isinstance(step, int) or step <= 1 or x.device.type != "cpu" or x.dtype != src.dtype:
+            return fn(x, src, dim, start, end, step) if fn is not None else NotImplemented
+        d = dim % x.dim()
+        n = x.shape[d]
+        s, e, st = slice(start, end, step).indices(n)
+        count = len(range(s, e, st))
+        if count == 0 or src.shape[d] != count:
+            return fn(x, src, dim, start, end, step) if fn is not None else NotImplemented
+        p = torch.arange(n, device=x.device)
+        hit = (p >= s) & (p < e) & ((p - s) % st == 0)
+        j = torch.clamp((p - s) // st, 0, count - 1)
+        shape = [1] * x.dim()
+        shape[d] = n
+        return torch.where(hit.reshape(shape), src.index_select(d, j), x)
+
+    return decomposition
 
 
 def _gather_of_scalar(fn):
