@@ -2,37 +2,17 @@
 they found, fixed. Each case compares compiled calls with eager (bit for bit unless noted)
 and checks that the first call's recording is replayed by the next ones with every graph
 compiled: no eager island, no 'runs through torch' warning, no bounds-check rerun."""
-import warnings
+import functools
 
 import pytest
 import torch
 
 import mlircap
+from compiled_check import check_compiled, same  # test/python/compiled_check.py
 
 
-def _same(g, w):
-    assert g.dtype == w.dtype and g.shape == w.shape, (g, w)
-    torch.testing.assert_close(g, w, equal_nan=True, rtol=0, atol=0)
-
-
-def _check(fn, args, log, calls=3):
-    """fn compiled: eager's values bit for bit, every graph compiled, no eager island and
-    no rerun (the 'fallback' log names both)."""
-    want = fn(*[a.clone() for a in args])
-    fast = mlircap.compile(fn)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")   # no 'runs through torch' / 'eagerly' warning
-        for _ in range(calls):
-            got = fast(*[a.clone() for a in args])
-            for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
-                _same(g, w)
-    err = log.readouterr().err
-    assert "eager islands" not in err, err
-    cap = fast._compiled._mlircap_capture
-    assert cap.stats.records == 1 and cap.stats.replays >= 1, cap.stats
-    assert fast.graphs and all(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs), \
-        [g.fallback_reason for g in fast.graphs]
-    return fast
+_same = same
+_check = functools.partial(check_compiled, one_record=True)
 
 
 def _polygamma_inputs(dtype):
