@@ -19,7 +19,9 @@ class Policy(nn.Module):
         self.register_buffer("std", torch.full((4,), 0.5))
 
     def forward(self, x, a):
-        d = torch.distributions.Normal(self.mu(x), self.std)
+        # (validate_args explicit: torch.compile / Dynamo, run earlier in the same process,
+        # turns the default off process-wide)
+        d = torch.distributions.Normal(self.mu(x), self.std, validate_args=True)
         return d.log_prob(a).sum(-1), d.entropy().sum()
 
 
