@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
+from torch.utils._pytree import tree_leaves  # noqa: E402
 
 import mlircap  # noqa: E402
 from mlircap import config, models  # noqa: E402
@@ -149,7 +150,7 @@ def bench_one(a, name, dname, dtype, rows):
                        worst=worst, graphs=len(graphs), dev_ms=dev_ms)
             if name in models.KERNELS:
                 # the least traffic the function needs: read every input once, write the output once
-                row["moved"] = sum(t.nbytes for t in args) + sum(t.nbytes for t in _tensors(ref))
+                row["moved"] = sum(t.nbytes for t in args) + sum(t.nbytes for t in tree_leaves(ref) if isinstance(t, torch.Tensor))
                 row["ind_dev_ms"] = ind_dev_ms
             rows.append(row)
             print(f"{name} | {dname} | {t_eager:.3f} | {t_ind:.3f} | {t_cg:.3f} | {t_mc:.3f} | "
@@ -163,22 +164,6 @@ def bench_one(a, name, dname, dtype, rows):
             if cap is not None:
                 print(f"    capture: {cap.stats.__dict__}")
             del fast, m
-
-
-def _tensors(x):
-    if isinstance(x, torch.Tensor):
-        return [x]
-    if isinstance(x, (tuple, list)):
-        return [t for v in x for t in _tensors(v)]
-    return []
-
-
-def copy_kernel_gbs(dtype):
-    """A device-to-device copy's bandwidth from its kernel's device time (CUPTI)."""
-    x = torch.randn(8192, 8192, device="cuda", dtype=dtype)
-    dst = torch.empty_like(x)
-    us = sum(u for _, u in device_kernels(lambda a: dst.copy_(a), (x,)).values())
-    return 2 * x.nbytes / us / 1e3
 
 
 def fallback_overhead(name="bert", dtype=torch.bfloat16):
@@ -221,7 +206,7 @@ def finish(a, rows, dev, commit):
               f"({100 * b['k_gbs'] / b['kc_gbs']:.0f}%)")
     errors = [r for r in rows if "error" in r]
     rows = [r for r in rows if "error" not in r]
-    copy_bw = {d: copy_kernel_gbs(DT[d]) for d in {r["dtype"] for r in rows if "moved" in r}}
+    copy_bw = {d: b["kc_gbs"] for d, b in bw.items()}   # the copy kernel bandwidth_check timed
     for r in rows:
         if "moved" in r:
             r["k_gbs"] = r["moved"] / r["dev_ms"] / 1e6
