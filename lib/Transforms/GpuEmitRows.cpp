@@ -197,13 +197,15 @@ void Codegen::persistentRow(Value tid, Value row, Value valid, ArrayRef<int64_t>
   auto [rows, redShape] = rowSpace(loops, np);
   int64_t chunks = product(redShape) / width;
   SmallVector<Value> rowIvs = delinearize(row, loops.take_front(np));
+  // This row's index over dims `rowShape` (a generic's parallel loops).
+  auto rowIvsOver = [&](ArrayRef<int64_t> rowShape) {
+    return rowShape == loops.take_front(np) ? rowIvs : delinearize(row, rowShape);
+  };
   // The loop ivs of a generic (or the index of an output) over `shape`, whose
   // first `k` dims are the row's and the rest its reduction dims (the row
   // space's, with unit dims in between), at the reduction ivs `red`.
   auto ivsOf = [&](ArrayRef<int64_t> shape, unsigned k, ArrayRef<Value> red) {
-    SmallVector<Value> ivs = shape.take_front(k) == loops.take_front(np)
-                                 ? rowIvs
-                                 : delinearize(row, shape.take_front(k));
+    SmallVector<Value> ivs = rowIvsOver(shape.take_front(k));
     unsigned next = 0;
     for (int64_t e : shape.drop_front(k))
       ivs.push_back(e == 1 ? cIdx(0) : red[next++]);
@@ -257,7 +259,7 @@ void Codegen::persistentRow(Value tid, Value row, Value valid, ArrayRef<int64_t>
           acc = s.inRange ? arith::SelectOp::create(b, loc, s.inRange, vals[0], acc).getResult()
                           : vals[0];
         }
-      if (!finishRowReduction(g, acc, tid, valid, ivsOf(ArrayRef<int64_t>(gLoops).take_front(gNp), gNp, {})))
+      if (!finishRowReduction(g, acc, tid, valid, rowIvsOver(ArrayRef<int64_t>(gLoops).take_front(gNp))))
         return;
       continue;
     }
