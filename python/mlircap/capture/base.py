@@ -41,7 +41,20 @@ class _Canned:
         self.value = value
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if type(self.value) is _Raised:
+            raise self.value.exc
         return self.value
+
+
+class _Raised:
+    """The logged outcome of an uncapturable call that raised at a replay where its
+    recording returned (`next(gen)` of an exhausted generator, a KeyError the function
+    catches): the replay misses, and the recording that follows raises `exc` there instead of
+    calling again (its side effects happened)."""
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
 
 
 class Unreplayable(Exception):

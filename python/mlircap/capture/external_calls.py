@@ -18,7 +18,7 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from .. import logs as _logs
-from .base import Unreplayable, _Canned
+from .base import Unreplayable, _Canned, _Raised
 from .classify import _classify, _ffi, _no_new_epoch
 from .frame_hook import _E
 from .guard_kinds import TypeIs
@@ -68,6 +68,10 @@ class _ExternalCallMixin:
             # side effects happened, so the program gets that call's result instead (and
             # the RNG state it left, where it wrote the RNG: rng.py)
             value = _unlog(self.catchup[i])
+            if type(value) is _Raised:
+                # it raised there (replay.py): this recording raises it again, and the variant
+                # runs eagerly (its replay would call it, and it may raise again or not)
+                self.unreplayable = self.unreplayable or f"{reason} raised {type(value.exc).__name__} at a replay"
             if substitute is not None:
                 substitute(value)
             elif slot is None:

@@ -15,7 +15,7 @@ import torch.fx as fx
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-from .base import Unreplayable
+from .base import Unreplayable, _Raised
 from .steps import CallStep, GraphStep
 from .classify import (
     _DATA_DEP, _GLOBAL_STATE_FUNCS, _IMMUTABLE_CONST, _META_OK, _PRIM, _RNG_WORDS, _SHAPE_META, _SPLITTERS,
@@ -367,6 +367,9 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
             # this step already ran in a replay whose mid-replay guard then failed
             from .rng import _unlog
             res = _unlog(self.catchup[i])
+            if type(res) is _Raised:   # it raised at the replay that missed (replay.py): raises again
+                self.unreplayable = self.unreplayable or f"{_op_name(func)} raised at a replay"
+                raise res.exc
         else:
             res = func(*args, **kwargs)
         reason = f"random op {_op_name(func)} with an explicit generator" if not what else \

@@ -14,12 +14,12 @@ import torch
 import torch.fx as fx
 
 from .autocast import autocast_state_as, set_autocast_state
-from .base import Unreplayable, _Miss
+from .base import Unreplayable, _Miss, _Raised
 from .steps import CallStep, GraphStep, Write
 from .guard_kinds import Guard, GuardEnv, _holds
 from .guards import Placed, _ambient, _compile_guard, _merge_guards
 from .graph_compile import _FirstRunChecked, _compile_graph, _double_backward_ok
-from .rng import RngStates, _RngLogged, _rng_states, _set_rng_states, _unlog
+from .rng import RngStates, _RngLogged, _rng_states, _set_rng_states, _unlog_raising
 from .resume_code import Continuation, continuation_code
 from .device_checks import held_device_asserts, release
 from .asserts import Deopt
@@ -285,7 +285,7 @@ class _GraphVariant(_Variant):
         # their results (_lg) to the next variant tried or to the re-recording, which use
         # them instead of calling again (no double print/write/append, no skipped random).
         L = ["def _make(C, B, _Miss, _mk, torch, _rollback, _merge_log, _unlog, _RngLogged, _rng_states, "
-             "_save_grads):",
+             "_save_grads, _Raised):",
              "    def __replay(L, F, _lg=None):"]
         ind = "        "
         for name, e in rec.counter_bindings() + rec.flow_bindings():   # values as the replay starts
@@ -351,7 +351,16 @@ class _GraphVariant(_Variant):
                 at = len(L)
                 if st.external:
                     j = len(ext_done)
-                    L.append(ind + f"b{k} = _unlog(_lg[{j}]) if _n > {j} else {call}")
+                    # a call that raises where its recording returned (an exhausted iterator's
+                    # next(), a KeyError the function catches) misses: the recording that follows
+                    # raises its exception there (base._Raised), once, as eager's call did
+                    raised = "_Raised(_e)" if not (rollback and rec.uses_rng) else "_RngLogged(_Raised(_e), _rng_states())"
+                    L.append(ind + "try:")
+                    L.append(ind + f"    b{k} = _unlog(_lg[{j}]) if _n > {j} else {call}")
+                    L.append(ind + "except Exception as _e:")
+                    if st.grad is not None:
+                        L.append(ind + f"    torch._C._set_grad_enabled({rec.grad0})")
+                    L.append(ind + f"    {rb}return _Miss(_merge_log(_lg, [{''.join(d + ', ' for d in ext_done)}{raised}]))")
                     if rollback and rec.uses_rng:   # the RNG state it left, for a miss (rng.py)
                         L.append(ind + f"_x{j} = _RngLogged(b{k}, _rng_states())")
                         ext_done.append(f"_x{j}")
@@ -406,8 +415,8 @@ class _GraphVariant(_Variant):
         self.source = "\n".join(L)
         ns = {}
         exec(compile(self.source, "<mlircap replay>", "exec"), ns)
-        self.replay = ns["_make"](self.consts, compiled, _Miss, _mk_obj, torch, _rollback, _merge_log, _unlog,
-                                  _RngLogged, _rng_states, _save_grads)
+        self.replay = ns["_make"](self.consts, compiled, _Miss, _mk_obj, torch, _rollback, _merge_log,
+                                  _unlog_raising, _RngLogged, _rng_states, _save_grads, _Raised)
         self.mid_guards: list[Placed] = [p for p in rec.guards if p.pos > 0]
         if deopt_obj is not None:
             deopt_obj.variant = self

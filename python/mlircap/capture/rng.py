@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from .base import _Raised
+
 RngStates = tuple[torch.Tensor, list[torch.Tensor] | None]
 
 
@@ -33,6 +35,14 @@ class _RngLogged:
 
     def __init__(self, result: Any, state: RngStates) -> None:
         self.result, self.state = result, state
+
+
+def _unlog_raising(v: Any) -> Any:
+    """_unlog for a replay: a logged raise (base._Raised) raises again."""
+    v = _unlog(v)
+    if type(v) is _Raised:
+        raise v.exc
+    return v
 
 
 def _unlog(v: Any) -> Any:

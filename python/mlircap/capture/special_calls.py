@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from .base import Unreplayable, _Canned, inline_path
+from .base import Unreplayable, _Canned, _Raised, inline_path
 from .classify import _PRIM, _func_qualname, _scripted_python
 from .external_calls import _traced
 from .module_factories import _ModuleFactoryMixin
@@ -50,6 +50,8 @@ class _CannedWith:
         self.cm, self.value = cm, value
 
     def __enter__(self) -> Any:
+        if type(self.value) is _Raised:   # (it raised: no __exit__, as eager's)
+            raise self.value.exc
         return self.value
 
     def __exit__(self, *exc: Any) -> Any:
