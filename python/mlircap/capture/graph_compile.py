@@ -61,6 +61,9 @@ def _compile_graph(backend: Callable, gm: fx.GraphModule, examples: list, uses_r
     if dyn_inputs:
         return _PerShape(backend, gm, examples, uses_rng, double_backward, strict, tuple(dyn_inputs))
     grad = torch.is_grad_enabled()
+    cut = _grad_free_inputs(gm, examples)
+    if cut:
+        examples = [e.detach() if i in cut else e for i, e in enumerate(examples)]
     try:
         with torch._C.DisableTorchFunction():
             fn = backend(gm, examples)
@@ -79,8 +82,126 @@ def _compile_graph(backend: Callable, gm: fx.GraphModule, examples: list, uses_r
         return gm.forward
     checked = _FirstRunChecked(fn, gm.forward, uses_rng, gm if strict else None)
     if double_backward and fn != gm.forward:
-        return _HigherOrderGrad(checked, gm)
-    return checked
+        checked = _HigherOrderGrad(checked, gm)
+    return _DetachedInputs(checked, cut) if cut else checked
+
+
+def _is_getattr_of(node: fx.Node, attr: str) -> bool:
+    """`node` reads `x.<attr>` (capture records it as a trampoline over getattr)."""
+    if len(node.args) != 2 or node.args[1] != attr or node.kwargs:
+        return False
+    t = node.target
+    if t is getattr:
+        return True
+    return any(_cell(c) is getattr for c in getattr(t, "__closure__", None) or ())
+
+
+def _cell(c: Any) -> Any:
+    try:
+        return c.cell_contents
+    except ValueError:   # an empty cell
+        return None
+
+
+_DETACH = {torch.Tensor.detach, torch.detach, torch.ops.aten.detach.default}
+
+
+def _cuts_history(node: fx.Node) -> bool:
+    """`node` is `x.detach()` / `torch.detach(x)` / `x.data`: a value with no autograd history."""
+    if node.op == "call_method":
+        return node.target == "detach"
+    return node.op == "call_function" and (node.target in _DETACH or _is_getattr_of(node, "data"))
+
+
+def _reads_autograd_state(node: fx.Node) -> bool:
+    """`node` may read what detaching its tensor changes: an attribute (`.grad`, `.requires_grad`,
+    `.grad_fn`, `.is_leaf`; `.data` aside) or a hook / grad method (`retain_grad`, `register_hook`)."""
+    if node.op == "call_function" and not _is_getattr_of(node, "data") and (
+            node.target is getattr or any(_cell(c) is getattr for c in getattr(node.target, "__closure__", None) or ())):
+        return True
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    return "grad" in name or "hook" in name or "leaf" in name or name in ("__get__", "__set__")
+
+
+def _may_return_view(node: fx.Node) -> bool:
+    """`node`'s result may alias one of its tensor arguments (an aten op of its name returns an
+    alias in some overload; indexing; anything unknown)."""
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    if name in ("__getitem__", "getitem"):
+        return True
+    packet = getattr(torch.ops.aten, name.strip("_"), None) if name else None
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        return not name.startswith("__") or name.strip("_") not in _ARITH_DUNDERS
+    for ov in packet.overloads():
+        sch = getattr(packet, ov)._schema
+        if any(r.alias_info is not None and not r.alias_info.is_write for r in sch.returns):
+            return True
+    return False
+
+
+_ARITH_DUNDERS = {"add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "neg", "radd", "rsub", "rmul",
+                  "rtruediv", "matmul", "and", "or", "xor", "lt", "le", "gt", "ge", "eq", "ne", "abs", "invert"}
+
+
+def _grad_free_inputs(gm: fx.GraphModule, examples: Sequence[Any]) -> tuple[int, ...]:
+    """Positions of inputs that require grad but reach no output (nor any tensor written in
+    place) through a differentiable op: read only through `.detach()` / `.data` or under
+    no_grad, as a loss of an earlier graph summed into a running total after its
+    `.backward()` (`total += loss.detach()`). Eager's autograd graph has no edge from the
+    graph's results to such an input; aot_autograd's Function takes every input requiring
+    grad as an edge, so a later backward through this graph walked into the earlier graph
+    whose saved tensors that backward had freed ('Trying to backward through the graph a
+    second time'). Such inputs are handed to the compiled graph detached."""
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(phs) != len(examples):
+        return ()
+    # (an input no node reads may still be read by a node's code, a vmap's function: kept)
+    cand = [i for i, e in enumerate(examples) if isinstance(e, torch.Tensor) and e.requires_grad and phs[i].users]
+    if not cand:
+        return ()
+    from ..attention_masks import _mutates
+
+    out = []
+    for i in cand:
+        tainted = {phs[i]}
+        grad_on = True   # (a graph recorded under no_grad may run with grad on: a no_grad region counts when the graph switches it)
+        free = True
+        for n in gm.graph.nodes:
+            if n.op == "call_function" and n.target in (torch._C._set_grad_enabled, torch.set_grad_enabled):
+                grad_on = n.args[0] if isinstance(n.args[0], bool) else True
+                continue
+            if n.op == "placeholder":
+                continue
+            ins = []
+            fx.node.map_arg((n.args, n.kwargs), ins.append)
+            if not any(a in tainted for a in ins):
+                continue
+            if n.op == "output" or n.op not in ("call_function", "call_method") or (grad_on and _mutates(n)) or \
+                    _reads_autograd_state(n):
+                free = False
+                break
+            if (grad_on and not _cuts_history(n)) or (not grad_on and _may_return_view(n)):
+                tainted.add(n)   # (a view made under no_grad still aliases the input)
+        if free:
+            out.append(i)
+    return tuple(out)
+
+
+class _DetachedInputs:
+    """Calls `fn` with the inputs at `cut` detached (_grad_free_inputs)."""
+    __slots__ = ("fns", "cut")
+
+    def __init__(self, fn: Callable, cut: tuple[int, ...]) -> None:
+        self.fns, self.cut = [fn], cut
+        if isinstance(fn, _FirstRunChecked):
+            fn.slot = (self.fns, 0)
+
+    def __call__(self, *args: Any) -> Any:
+        a = list(args)
+        for i in self.cut:
+            if isinstance(a[i], torch.Tensor):
+                a[i] = a[i].detach()
+        return self.fns[0](*a)
 
 
 class _PerShape:

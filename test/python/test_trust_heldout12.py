@@ -1,0 +1,101 @@
+"""Held-out trust sweep, batch 12 (issue 10): regressions found by bench/modules10.py (training steps
+inside the compiled function, parametrizations, torch.func, hooks and attributes changed between
+calls, integer / bitwise / float64 / complex programs, torch.linalg, torch.distributions, sorting,
+guards). Each test compares mlircap.compile with eager.
+
+PYTEST_DONT_REWRITE"""
+
+import copy
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import mlircap
+
+
+def _same_state(a, b):
+    for (k, p), (_, q) in zip(a.state_dict().items(), b.state_dict().items()):
+        torch.testing.assert_close(q, p, msg=lambda m: f"{k}: {m}")
+    for (k, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
+        assert (p.grad is None) == (q.grad is None), k
+        if p.grad is not None:
+            torch.testing.assert_close(q.grad, p.grad, msg=lambda m: f"{k}.grad: {m}")
+
+
+class _GradAccum(nn.Module):
+    """Gradient accumulation over micro-batches: each micro-batch's loss backpropagated, then
+    summed into a running total through `.detach()` (or `.data`, or under no_grad)."""
+
+    def __init__(self, how="detach", k=3):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 1))
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.05, momentum=0.9)
+        self.how, self.k = how, k
+
+    def forward(self, x, y):
+        total = 0.0
+        for xb, yb in zip(x.chunk(self.k), y.chunk(self.k)):
+            loss = F.mse_loss(self.net(xb), yb) / self.k
+            loss.backward()
+            if self.how == "detach":
+                total = total + loss.detach()
+            elif self.how == "data":
+                total = total + loss.data * 2
+            else:
+                with torch.no_grad():
+                    total = total + loss
+        self.opt.step()
+        self.opt.zero_grad()
+        return total
+
+
+def _check_accum(how):
+    torch.manual_seed(0)
+    ref = _GradAccum(how)
+    mine = copy.deepcopy(ref)
+    fast = mlircap.compile(mine)
+    for i in range(4):
+        torch.manual_seed(i)
+        x, y = torch.randn(9, 4), torch.randn(9, 1)
+        want = ref(x, y)
+        got = fast(x, y)
+        torch.testing.assert_close(got, want)
+        assert got.requires_grad == want.requires_grad
+        _same_state(ref, mine)
+
+
+def test_grad_accumulation_loss_detached_after_backward():
+    """A loss read through .detach() after its backward, in the next graph: aot_autograd's
+    Function took it as an input with a gradient edge into the earlier graph, whose saved
+    tensors the backward had freed ('backward through the graph a second time' on the replay)."""
+    _check_accum("detach")
+
+
+def test_grad_accumulation_loss_data_after_backward():
+    _check_accum("data")
+
+
+def test_grad_accumulation_loss_under_no_grad_after_backward():
+    _check_accum("no_grad")
+
+
+def test_input_read_by_detach_and_differentiably_keeps_its_gradient():
+    """An input used both through .detach() and differentiably still gets its gradient."""
+    def f(a, w):
+        return a * w + a.detach() ** 2
+
+    fast = mlircap.compile(f)
+    for i in range(3):
+        torch.manual_seed(i)
+        w0 = torch.randn(5, requires_grad=True)
+        a_e = (w0 * 3).sum()
+        a_c = (w0 * 3).sum()
+        w = torch.randn(5, requires_grad=True)
+        want = f(a_e, w)
+        got = fast(a_c, w)
+        torch.testing.assert_close(got, want)
+        g_e = torch.autograd.grad(want.sum(), [w0, w])
+        g_c = torch.autograd.grad(got.sum(), [w0, w])
+        for a, b in zip(g_c, g_e):
+            torch.testing.assert_close(a, b)
