@@ -45,6 +45,7 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
                  the pure-body checks (also of a vmapped function)
   scalar_inputs  _ScalarInputMixin: numbers a tensor operator takes as graph inputs (`x * r`, clamp bounds)
   asserts        _AssertMixin: the truth of a tensor deciding a jump to a raise, a check after the graph
+  deferred       _DeferMixin: numbers read from tensors of the open graph (`t.item()`), read after it
   graph          _GraphMixin, _Seg, _Mode: FX recording of tensor operations
   np_ops         the NumPy operations translated: operator tables, torch._numpy application, replay steps
   np_plan        _NumpyPlanMixin: which instruction on a tracked array translates to what

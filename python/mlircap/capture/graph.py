@@ -28,6 +28,7 @@ from .guard_kinds import Equals, Is
 from .typeinfo import _is_constant_value, _is_ndarray
 from .grad_hooks import _REGISTER_HOOK, _GradHookMixin, pure_mapped_function
 from .asserts import _AssertMixin
+from .deferred import DEFERRABLE, _DeferMixin
 from .restrides import _RESTRIDES, _RestrideMixin
 from .fx_targets import _bind_constants, _fx_target, _has_dataclass, _op_name
 from .scalar_inputs import _BOUND_OPS, _SCALAR_OPERATORS, _ScalarInputMixin, _has_np_scalar
@@ -131,7 +132,7 @@ class _RaisesAs:
         return f"raises({_func_qualname(self.func)}, {self.exc.__name__})"
 
 
-class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixin):
+class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixin, _DeferMixin):
     """FX recording for `_Recorder`: torch functions seen by `_Mode` become nodes of the
     current segment's graph; data-dependent results end the segment (graph break)."""
 
@@ -254,6 +255,9 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
             except Unreplayable as e:
                 self.unreplayable = self.unreplayable or f"{e} (an argument of {_op_name(func)})"
                 return res
+            if name in DEFERRABLE and len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor) and \
+                    self._defer_data_step(func, name, args[0], res, fe, reason, _user_location()):
+                return res   # read after the open graph (deferred.py)
             k = self._call_step(fe, ae, ke, reason, external=False)
             self._add_break(reason, _user_location())
             if func in _GRAD_WRITERS:
@@ -481,8 +485,8 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
         draws from torch's RNG: a replay that misses after the draw logs the torch RNG state
         it left (rng.py), which must be the state after those draws.  None: not hoisted."""
         seg = self.cur
-        if seg is None or not seg.nops:
-            return None
+        if seg is None or not seg.nops or self.defer_window is not None:
+            return None   # (reads pending after the open graph: deferred.py)
         if any(c[0] == seg.idx for c in self.spec_checks):
             # (a check after the open graph, asserts.py, decides whether eager gets here: run
             # before that graph, a draw would have run where the check then misses, and the
@@ -508,6 +512,7 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
             seg.graph.call_function(torch._C._set_grad_enabled, (seg.start_grad,))
             seg.grad = seg.start_grad
         close_autocast(seg.graph, seg.autocast_open)
+        self.close_deferred(seg.idx)
         self.cur = None
 
     def _arg_node(self, seg: _Seg, t: torch.Tensor) -> fx.Node:
@@ -525,6 +530,10 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
                 seg.examples.append(t)
             return ph
         s = self.src.get(id(t))
+        if s is not None and self.defer_nodes:
+            dn = self.defer_nodes.get((seg.idx, s[0]))
+            if dn is not None:   # a graph input the graph computes from numbers it reads after it (deferred.py)
+                return dn
         if s is None:
             what = f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
             if isinstance(t, torch.nn.Parameter):
@@ -576,6 +585,8 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
         amb = _ambient()
         if self.cur is not None and self.cur.inference != amb[0]:
             self._close_seg()   # inference mode switched: a graph of its own, run in that mode
+        if self.defer_window is not None:
+            self.split_deferred(tree_flatten((args, kwargs))[0])
         seg = self._seg()
         if amb != self.amb0 or seg.autocast_open or amb[1] or amb[2]:   # (also a dtype-only change)
             ac = autocast_state()

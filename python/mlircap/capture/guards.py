@@ -203,6 +203,8 @@ class _GuardMixin:
         variant checks a group of such guards through the dicts' version tags first."""
         expr = g.code(self)
         pos = self.ncalls if pos is None else pos
+        if self.__dict__.get("defer_window") is not None:   # (reads pending after the open graph)
+            pos = self.defer_guard_pos(expr, pos)
         # once per epoch (the stretch between uncapturable calls, which may change any state)
         key = (expr, bisect.bisect_right(self.epoch_starts, pos))
         if key in self.guard_exprs:

@@ -89,6 +89,13 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         self.spec_checks: list[tuple[int, str, bool, tuple | None]] = []
         self.np_results: dict[int, int] = {}   # id(tracked array returned by break k) -> k
         self.steps: list[Step] = []   # the replay plan: GraphStep | CallStep, in order
+        # numbers read from tensors of the open graph, run after it (graph._defer_data_step):
+        # break number -> (graph index, reason, location); the open graph's (index, guard position)
+        self.deferred: dict[int, tuple[int, str, str]] = {}
+        self.defer_window: tuple[int, int] | None = None
+        self.deferred_segs: set[int] = set()
+        self.defer_nodes: dict[tuple[int, str], object] = {}   # (graph, graph input's expression) -> its node
+        self.defer_sites: set[str] = set()
         self.ncalls = 0
         self.suspended = 0
         self.ext_depth = 0
@@ -208,13 +215,13 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
             f = f.f_back
         return loc if outer is None or outer == loc else f"{loc} (reached from {outer})"
 
-    def _add_break(self, reason: str, loc: str) -> None:
+    def _add_break(self, reason: str, loc: str, merge: bool = True) -> None:
         """Record a graph break (its CallStep was just appended).  Breaks with no graph
         between them split the graphs at one place, and count as one break (as Dynamo's
         break count does): `f"{t.mean():.3f}"` then `print` is one break with both reasons."""
         self.break_events.append((reason, loc))
         _logs.log("graph_breaks", f"{reason} at {loc}")
-        merged = bool(self.breaks) and len(self.steps) >= 2 and isinstance(self.steps[-2], CallStep)
+        merged = merge and bool(self.breaks) and len(self.steps) >= 2 and isinstance(self.steps[-2], CallStep)
         if merged:
             r0, l0 = self.breaks[-1]
             last = r0.rsplit("; then ", 1)[-1]

@@ -272,7 +272,7 @@ class _GraphVariant(_Variant):
             if isinstance(c, _FirstRunChecked):
                 c.slot = (compiled, i)   # replaced by what it runs once its first run passed
         # (a check after a graph, asserts.py, misses as a mid-replay guard does)
-        has_mid = any(p.pos > 0 for p in rec.guards) or bool(rec.spec_checks)
+        has_mid = any(p.pos > 0 for p in rec.guards) or bool(rec.spec_checks) or bool(rec.deferred_segs)
         # the leaves a backward in the call accumulates gradients into: the tensors requiring
         # grad the graphs take from outside (parameters, arguments)
         leaves = list(dict.fromkeys(
@@ -318,6 +318,7 @@ class _GraphVariant(_Variant):
                     gi = ind + "    "
                 checks = [(out, truth, site) for si, out, truth, site in rec.spec_checks if si == seg.idx]
                 miss = f"{rb}return _Miss(_merge_log(_lg, [{', '.join(ext_done)}]))"
+                deferred = seg.idx in rec.deferred_segs
                 if checks:
                     # the graph computes past a check (asserts.py) what eager computes only when
                     # it holds: an op there may raise where the check fails (an index that the
@@ -328,11 +329,14 @@ class _GraphVariant(_Variant):
                     L.append(gi + f"with {rec.const(held_device_asserts)}() as _dv:")
                     L.append(gi + "    try:")
                     gi += "        "
+                elif deferred:   # the same past a number read after it (deferred.py; CPU only)
+                    L.append(gi + "try:")
+                    gi += "    "
                 if seg.outputs:
                     L.append(gi + "".join(f"n{seg.idx}_{n.name}, " for n in seg.outputs) + "= " + call)
                 else:
                     L.append(gi + call)
-                if checks:
+                if checks or deferred:
                     L.append(gi[:-4] + "except Exception:")
                     L.append(gi + miss)
                 for out, truth, site in checks:   # the truth a jump popped

@@ -164,7 +164,8 @@ def test_plain_function_callee_captured_and_iteration_counts_vary():
 def test_few_loop_breaks_still_unrolled():
     def f(x):
         for _ in range(LOOP_BREAKS - 1):
-            if x.sum().item() > 0:   # (a number compared: a break; a tensor's truth is a check, asserts.py)
+            if x.sum().tolist() > 0:   # (a number compared: a break; a tensor's truth is a check, asserts.py,
+                # and an .item() is read after the graph, deferred.py)
                 x = x * 0.5
         return x
 
@@ -177,7 +178,7 @@ def test_few_loop_breaks_still_unrolled():
 
 
 def test_break_limit_of_distinct_sites_runs_eagerly_with_one_warning():
-    src = "def g(x):\n" + "".join(f"    if x.sum().item() > {-k}:\n        x = x * 0.5\n" for k in range(12)) + \
+    src = "def g(x):\n" + "".join(f"    if x.sum().tolist() > {-k}:\n        x = x * 0.5\n" for k in range(12)) + \
         "    return x\n"
     ns = {}
     exec(compile(src, "<distinct_breaks>", "exec"), ns)

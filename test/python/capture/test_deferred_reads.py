@@ -1,0 +1,180 @@
+"""Numbers read from tensors of the open graph (`t.item()`, `float(t)`, `int(t)`) are read
+after it (deferred.py): the graph goes on past the read where the program needs the number
+only after it (returned, written to an attribute, deciding a branch: a guard after the graph)
+or needs it inside as a graph input the graph can compute exactly (`x / max(m, 1e-6)`,
+`x.clamp(-3 * s, 3 * s)`: float64 ops on a copy of the value).  Each compiled call is compared
+with eager (bit for bit), and the graph count is checked."""
+import torch
+
+from harness import run_program
+
+X = [torch.randn(4, 8) for _ in range(4)] + [torch.zeros(4, 8), torch.randn(4, 8) * 100]
+
+
+def test_scale_by_max_item_is_one_graph():
+    """bench/capture.py scale_by_max_item: `x / max(m, 1e-6)` with m from .item(): before, a
+    break after the max (2 graphs); the all-zero input takes the literal."""
+    run_program("""
+def make():
+    def f(x):
+        m = x.abs().max().item()
+        return x / max(m, 1e-6)
+    return f
+""", [(x,) for x in X], graphs=1, breaks=0, recompiles=0)
+
+
+def test_clamp_by_std_float_is_one_graph():
+    """bench/capture.py clamp_by_std_float: clamp bounds `-3 * s`, `3 * s` from float(x.std())."""
+    run_program("""
+def make():
+    def f(x):
+        s = float(x.std())
+        return x.clamp(-3 * s, 3 * s) + 1
+    return f
+""", [(x,) for x in X], graphs=1, breaks=0, recompiles=0)
+
+
+def test_min_of_item_and_float32_operand():
+    """`loss * min(1.0, 2 * r + 0.5)` with a 0-d float32 operand (the input rounded to float32
+    as the operator rounds a Python float) and a float16 tensor's item."""
+    run_program("""
+def make():
+    def f(x):
+        r = x.half().mean().item()
+        loss = x.sum()
+        return loss * min(1.0, 2 * r + 0.5), x - (-r)
+    return f
+""", [(x,) for x in X], graphs=1, breaks=0, recompiles=0)
+
+
+def test_item_returned_and_written_to_attribute_after_the_graph():
+    """Metrics returned in a dict and a running max written to a float attribute: the graph
+    does not wait for them (one graph), the values are each call's own."""
+    run_program("""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.amax = 0.0
+    def forward(self, x):
+        h = self.fc(x)
+        self.amax = max(self.amax, h.abs().max().item())
+        y = torch.relu(h) * 2
+        return {"y": y, "loss": y.mean().item()}
+def make():
+    return M()
+""", [(x,) for x in X], graphs=1, breaks=0, recompiles=0)
+
+
+def test_item_read_before_an_in_place_write_of_its_tensor():
+    """The number is the value at the read, not after a later in-place write in the graph."""
+    run_program("""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.zeros(3))
+    def forward(self, x):
+        v = self.buf[0].item()
+        self.buf.add_(x.mean())
+        return x * max(v, -1e9), v
+def make():
+    return M()
+""", [(x,) for x in X], graphs=1, breaks=0, recompiles=0)
+
+
+def test_branch_on_item_flips_between_calls():
+    """A branch decided by the number after the read (a guard after the graph): a call that
+    takes the other side misses after the graph and records again; every call as eager."""
+    run_program("""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", torch.zeros(()))
+    def forward(self, x):
+        m = x.mean().item()
+        self.count.add_(1)
+        y = x * 3
+        if m > 0:
+            y = y + 1
+        return y.sum(0)
+def make():
+    return M()
+""", [(x,) for x in [torch.ones(4, 8), -torch.ones(4, 8), torch.ones(4, 8), torch.randn(4, 8)]])
+
+
+def test_python_division_by_the_number_raises_as_eager():
+    """`1.0 / m` in Python raises ZeroDivisionError where a tensor division gives inf: not
+    computed by the graph (a break as before), so the zero input raises as in eager."""
+    run_program("""
+def make():
+    def f(x):
+        m = x.abs().sum().item()
+        return x * (1.0 / m)
+    return f
+""", [(x,) for x in X])
+
+
+def test_int_from_item_as_a_size_that_grows():
+    """`F.one_hot(idx, int(idx.max()) + 1)`: the count a constant of the graph, guarded after
+    it; a larger index later would raise inside the recorded graph: a miss, recorded again."""
+    run_program("""
+def make():
+    def f(idx, x):
+        n = int(idx.max()) + 1
+        return F.one_hot(idx, n).float().sum(0) + x.sum()
+    return f
+""", [(torch.tensor([0, 2, 1]), X[0]), (torch.tensor([1, 0, 2]), X[1]), (torch.tensor([4, 0, 1]), X[2]),
+      (torch.tensor([0, 1, 1]), X[3])])
+
+
+def test_clip_coefficient_divides_an_attribute_by_the_number():
+    """bench/capture.py float_from_item_clip_coef: `min(1.0, self.max_norm / (norm + 1e-6))`,
+    the attribute a graph input the replay reads (changed between calls), the division by the
+    number checked after the graph (a zero divisor raises ZeroDivisionError as in eager)."""
+    run_program("""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.max_norm = 1.0
+    def forward(self, x):
+        u = self.fc(x)
+        norm = u.norm().item()
+        coef = min(1.0, self.max_norm / (norm + 1e-6))
+        return u * coef
+def make():
+    return M()
+def mutate(i, m):
+    m.max_norm = [1.0, 2.0, 50.0, 1.0, 0.5, 1.0][i]
+""", [(x,) for x in X], graphs=1, breaks=0, recompiles=0)
+
+
+def test_division_by_a_number_that_becomes_zero():
+    """`x * (2.0 / (m - 1.0))` with m read from x: one graph while m != 1; the call where m
+    is 1.0 raises ZeroDivisionError as eager does (the check after the graph misses)."""
+    run_program("""
+def make():
+    def f(x):
+        m = x.max().item()
+        return x * (2.0 / (m - 1.0))
+    return f
+""", [(torch.randn(3) + 5,), (torch.randn(3) + 5,), (torch.tensor([0.0, 1.0, 0.5]),), (torch.randn(3) + 5,)])
+
+
+def test_shared_value_of_an_inner_graph_input_and_the_result():
+    """The outer value and an attribute inside its expression equal at the recording (1.0
+    both): each stays its own input (`min(1.0, self.s / m)` with m small)."""
+    run_program("""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.s = 1.0
+    def forward(self, x):
+        m = x.abs().max().item()
+        return x * min(1.0, self.s / m)
+def make():
+    return M()
+def mutate(i, m):
+    m.s = [1.0, 0.25, 3.0, 0.1][i]
+""", [(torch.full((3,), 0.5),), (torch.full((3,), 2.0),), (torch.full((3,), 4.0),), (torch.full((3,), 0.2),)],
+        graphs=1, breaks=0, recompiles=0)
