@@ -35,6 +35,10 @@ _ARITH = {ast.Add: (torch.add, "add"), ast.Sub: (torch.sub, "sub"), ast.Mult: (t
           ast.Div: (torch.div, "div")}
 
 
+def _is_float(v: Any) -> bool:
+    return type(v) is float or isinstance(v, torch.Tensor) and v.dtype == torch.float64
+
+
 class _NotExact(Exception):
     """An expression the open graph does not compute as Python does."""
 
@@ -119,7 +123,7 @@ class _DeferMixin:
             return False
         vals: dict[int, torch.Tensor] = {}
         try:
-            r = self._defer_eval(tree.args[0], pend, vals)
+            r = self._float(self._defer_eval(tree.args[0], pend, vals))
         except (_NotExact, KeyError, IndexError, TypeError):
             return False
         if not isinstance(r, torch.Tensor) or r.dtype != torch.float64:
@@ -154,7 +158,7 @@ class _DeferMixin:
                 not any(isinstance(n, ast.Name) and _BREAK_NAME.fullmatch(n.id) for n in ast.walk(node)):
             src = ast.unparse(node)
             try:
-                v = eval(src, {"C": self.consts, "__builtins__": builtins})   # noqa: S307  (the replay's own text)
+                v = eval(src, {"C": self.consts, "L": self.args, "__builtins__": builtins})   # noqa: S307  (the replay's text)
             except Exception:  # noqa: BLE001  (names of the replay's bindings: not taken)
                 raise _NotExact() from None
             if type(v) not in (int, float) or type(v) is int and abs(v) > 2 ** 53:
@@ -166,26 +170,35 @@ class _DeferMixin:
             return t
         if isinstance(node, ast.Name) and _BREAK_NAME.fullmatch(node.id):
             k = int(node.id[1:])
-            if k not in pend or type(self.flow_vals.get(k)) is not float:
+            v = self.flow_vals.get(k)
+            if k not in pend or type(v) not in (int, float):
                 raise _NotExact()
             if k not in vals:
                 c = self.deferred[k][3]
-                if not (c.is_floating_point() and c.dtype in (torch.float16, torch.bfloat16, torch.float32,
-                                                              torch.float64)):
-                    raise _NotExact()   # (an integer tensor's item is an int)
+                # a float from a float tensor; an int from an integer (not bool) tensor: int64,
+                # made a float only where Python makes it one (an operand of float arithmetic)
+                if type(v) is float and c.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64) \
+                        or type(v) is int and c.dtype not in (torch.int8, torch.int16, torch.int32, torch.int64,
+                                                              torch.uint8):
+                    raise _NotExact()
                 if c.dim():
                     c = self._defer_op(torch.Tensor.reshape, "reshape", c, ())
-                vals[k] = self._defer_op(torch.Tensor.to, "to", c, torch.float64)
+                vals[k] = self._defer_op(torch.Tensor.to, "to", c, torch.float64 if type(v) is float else torch.int64)
             return vals[k]
         if isinstance(node, ast.Constant) and type(node.value) in (int, float):
             if type(node.value) is int and abs(node.value) > 2 ** 53:
                 raise _NotExact()
-            return float(node.value)
+            return node.value
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             v = self._defer_eval(node.operand, pend, vals)
-            return -v if type(v) is float else self._defer_op(torch.neg, "neg", v)
+            if isinstance(v, torch.Tensor) and v.dtype != torch.float64:
+                raise _NotExact()   # (an int stays an int in Python)
+            return -v if type(v) in (int, float) else self._defer_op(torch.neg, "neg", v)
         if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
             a, b = self._defer_eval(node.left, pend, vals), self._defer_eval(node.right, pend, vals)
+            if not (_is_float(a) or _is_float(b)):
+                raise _NotExact()   # (int arithmetic: exact in Python, wraps in int64; int / int rounds once)
+            a, b = self._float(a), self._float(b)
             if type(a) is float and type(b) is float:
                 raise _NotExact()   # (the program's own constants: folded by Python already)
             if isinstance(node.op, ast.Div) and b == 0.0:
@@ -205,10 +218,13 @@ class _DeferMixin:
         if isinstance(node, ast.Call) and not node.keywords and node.args:
             f = self._defer_const(node.func)
             ops = [self._defer_eval(a, pend, vals) for a in node.args]
+            if f is builtins.float and len(ops) == 1 and isinstance(ops[0], torch.Tensor):
+                return self._float(ops[0])
+            if any(isinstance(o, torch.Tensor) and o.dtype != torch.float64 for o in ops):
+                raise _NotExact()   # (Python compares an int with a float exactly, and keeps its type)
+            ops = [float(o) if type(o) is int else o for o in ops]
             if f is builtins.abs and len(ops) == 1 and type(ops[0]) is not float:
                 return self._defer_op(torch.abs, "abs", ops[0])
-            if f is builtins.float and len(ops) == 1 and type(ops[0]) is not float:
-                return ops[0]
             if f in (builtins.max, builtins.min) and len(ops) >= 2 and any(type(o) is not float for o in ops):
                 cmp, cn = (torch.gt, "gt") if f is builtins.max else (torch.lt, "lt")
                 cur = self._defer_tensor(ops[0])
@@ -217,6 +233,14 @@ class _DeferMixin:
                     cur = self._defer_op(torch.where, "where", self._defer_op(cmp, cn, o, cur), o, cur)
                 return cur
         raise _NotExact()
+
+    def _float(self, v: Any) -> Any:
+        """An operand as float arithmetic takes it: an int read (int64) converted to float64,
+        the conversion Python's float(int) makes (round to nearest, ties to even); an int
+        literal a float; an int anywhere else (max of ints, a negated int): not taken."""
+        if isinstance(v, torch.Tensor) and v.dtype == torch.int64:
+            return self._defer_op(torch.Tensor.to, "to", v, torch.float64)
+        return float(v) if type(v) is int else v
 
     def _defer_tensor(self, v: Any) -> torch.Tensor:
         if isinstance(v, torch.Tensor):

@@ -178,3 +178,24 @@ def mutate(i, m):
     m.s = [1.0, 0.25, 3.0, 0.1][i]
 """, [(torch.full((3,), 0.5),), (torch.full((3,), 2.0),), (torch.full((3,), 4.0),), (torch.full((3,), 0.2),)],
         graphs=1, breaks=0, recompiles=0)
+
+
+def test_int_item_in_float_arithmetic_with_a_float_argument():
+    """bench/modules7.py zero_dim_parameters_and_python_scalars: `x + n.item() * f`, n an int64
+    0-d tensor and f a float argument: the int made a float as Python makes it (one graph),
+    f a graph input; int-only arithmetic of the number (`n.item() + 1`) is not computed by
+    the graph (int64 wraps where Python's int does not)."""
+    calls = [(X[i], torch.tensor(3 + i), 0.5 * (i + 1)) for i in range(4)]
+    run_program("""
+def make():
+    def f(x, n, s):
+        return x + n.item() * s
+    return f
+""", calls, graphs=1, breaks=0, recompiles=0)
+    run_program("""
+def make():
+    def f(x, n, s):
+        k = n.item() + 1
+        return x * k
+    return f
+""", calls)
