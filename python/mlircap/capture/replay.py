@@ -370,6 +370,14 @@ class _GraphVariant(_Variant):
                         ext_done.append(f"_x{j}")
                     else:
                         ext_done.append(f"b{k}")
+                elif k in rec.deferred:
+                    # a number read after its graph (deferred.py): int() of a NaN raises here, past
+                    # what the graph computed after the read (eager raised at the read, and the
+                    # function may catch it): a miss, recorded again
+                    L.append(ind + "try:")
+                    L.append(ind + f"    b{k} = {call}")
+                    L.append(ind + "except Exception:")
+                    L.append(ind + f"    {rb}return _Miss(_merge_log(_lg, [{', '.join(ext_done)}]))")
                 else:  # a data-dependent tensor operation: no side effect, just run it
                     L.append(ind + f"b{k} = {call}")
                 if st.grad is not None:   # run in the grad mode it was recorded in (graphs: grad0)

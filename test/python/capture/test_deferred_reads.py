@@ -199,3 +199,26 @@ def make():
         return x * k
     return f
 """, calls)
+
+
+def test_int_of_nan_caught_by_the_function_after_a_buffer_write():
+    """`int(x.max())` of a NaN raises ValueError, which the function catches; the graph has
+    gone on past the read (a buffer written in place): the replay misses there, rolls the
+    buffer back and records again, which takes the except path as eager does."""
+    run_program("""
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("acc", torch.zeros(3))
+    def forward(self, x):
+        m = x.max()
+        try:
+            n = int(m)
+        except ValueError:
+            n = -1
+        self.acc.add_(x[:3])
+        return x * 2, n
+def make():
+    return M()
+""", [(torch.arange(4.0),), (torch.arange(4.0) + 1,), (torch.tensor([0.0, float("nan"), 1.0, 2.0]),),
+      (torch.arange(4.0) + 2,)])
