@@ -12,6 +12,7 @@ with one warning naming the stage and every unsupported op; with
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import threading
 import warnings
@@ -1106,7 +1107,73 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
 
     def bw_compiler(gm, example_inputs):
         _drop_dead_random(gm)
-        return make_boxed_func(gm.forward)
+        compiled = _compile_backward(gm, example_inputs)
+        if compiled is not None:
+            return compiled
+        # As it is, the graph's inputs get the layouts aot_autograd traced it with: compiled forwards
+        # return contiguous tensors where eager's saved activations are views, and the graph's
+        # aten.view of a permute of one raised 'view size is not compatible with input tensor's
+        # size and stride' out of loss.backward() (SegFormer's efficient attention)
+        layouts = [_eager_layout(v) for v in example_inputs]
+        if not any(layouts):
+            return make_boxed_func(gm.forward)
+        forward = gm.forward
+
+        def as_traced(*args):
+            return forward(*[_restride(a, lay) if lay is not None else a for a, lay in zip(args, layouts)])
+        return make_boxed_func(as_traced)
+
+    def _compile_backward(gm, example_inputs):
+        """aot_autograd's backward graph compiled (CPU), or None: it then runs as it is (torch's
+        aten kernels, as it always did before; MLIRCAP_COMPILE_BACKWARD=0 keeps that). Gradients
+        of inputs that need none (None entries of the output) are put back around the compiled
+        graph; a graph that does not compile whole or in parts runs as it is, silently (and never
+        raises under strict=True: the backward was never held to it), its islands logged under
+        'fallback' instead of warned about."""
+        if not config.env_flag("MLIRCAP_COMPILE_BACKWARD") or _device_of(example_inputs, gm) != "cpu":
+            return None
+        out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+        outs = out.args[0]
+        if not isinstance(outs, (list, tuple)):
+            return None
+        keep = [i for i, o in enumerate(outs) if isinstance(o, torch.fx.Node)]
+        if not keep or any(o is not None and not isinstance(o, torch.fx.Node) for o in outs) or \
+                any(not isinstance(outs[i].meta.get("val"), torch.Tensor) for i in keep):
+            return None
+        part = copy.copy(gm)
+        part.graph = copy.deepcopy(gm.graph)
+        part_out = next(n for n in reversed(part.graph.nodes) if n.op == "output")
+        part_out.args = ([part_out.args[0][i] for i in keep],)
+        part.recompile()
+        graphs: list = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                compiled = compile_partitioned(part, example_inputs, dataclasses.replace(options, strict=False),
+                                               graphs)
+            except Exception as e:  # noqa: BLE001 - the backward runs as it is, as before
+                logs.log("fallback", f"backward graph runs as it is: {type(e).__name__}: {str(e)[:200]}")
+                return None
+        if _runs_nothing_compiled(compiled) or any(g.fallback_reason is not None for g in graphs):
+            logs.log("fallback", "backward graph runs as it is: it did not compile (" + "; ".join(
+                str(g.fallback_reason)[:300] for g in graphs if g.fallback_reason is not None) + ")")
+            return None
+        for w in caught:
+            logs.log("fallback", f"backward graph: {str(w.message)[:500]}")
+        if registry is not None:
+            registry.extend(graphs)
+        n, kind = len(outs), type(outs)
+
+        def run(args):
+            res = compiled(*args)
+            full = [None] * n
+            for i, r in zip(keep, res):
+                full[i] = r
+            return kind(full)
+
+        run._boxed_call = True
+        run.compiled = compiled
+        return run
 
     def backend(gm, example_inputs):
         from .ddsplit import restoring_global_modes

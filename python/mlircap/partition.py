@@ -69,6 +69,15 @@ _LIBRARY_OPS = {"aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_
                 "aten::_scaled_dot_product_cudnn_attention", "aten::_flash_attention_forward",
                 "aten::_efficient_attention_forward", "aten::_scaled_dot_product_fused_attention_overrideable",
                 "aten::_scaled_dot_product_flash_attention_for_cpu",
+                # their gradients in backward graphs (aot_autograd keeps them whole), as eager runs
+                # them: torch-mlir's convolution_backward (a transposed convolution of the padded,
+                # dilated gradient) made CPU plans the builder rejects ('tensor.insert_slice'), and
+                # each one's probe found no op to blame, so the backward graph fell back whole
+                "aten::convolution_backward", "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+                "aten::_scaled_dot_product_flash_attention_backward",
+                "aten::_scaled_dot_product_efficient_attention_backward",
+                "aten::_scaled_dot_product_cudnn_attention_backward", "aten::_flash_attention_backward",
+                "aten::_efficient_attention_backward",
                 # FFTs (pocketfft/MKL, cuFFT) on complex values as pairs of reals (complex_pairs.py)
                 *FFT_OPS,
                 # LAPACK (cuSOLVER/MAGMA) factorizations and solvers, as inductor calls them
