@@ -158,9 +158,12 @@ class _DeferMixin:
                 not any(isinstance(n, ast.Name) and _BREAK_NAME.fullmatch(n.id) for n in ast.walk(node)):
             src = ast.unparse(node)
             try:
-                v = eval(src, {"C": self.consts, "L": self.args, "__builtins__": builtins})   # noqa: S307  (the replay's text)
-            except Exception:  # noqa: BLE001  (names of the replay's bindings: not taken)
-                raise _NotExact() from None
+                lit = ast.literal_eval(node)   # (-3, a literal the flows wrote negated)
+            except Exception:  # noqa: BLE001  (not a literal)
+                lit = None
+            if type(lit) in (int, float) and not (type(lit) is int and abs(lit) > 2 ** 53):
+                return lit
+            v = self._static_value(node)
             if type(v) not in (int, float) or type(v) is int and abs(v) > 2 ** 53:
                 raise _NotExact()
             from .scalar_inputs import _scalar_tensor
@@ -232,6 +235,22 @@ class _DeferMixin:
                     o = self._defer_tensor(o)
                     cur = self._defer_op(torch.where, "where", self._defer_op(cmp, cn, o, cur), o, cur)
                 return cur
+        raise _NotExact()
+
+    def _static_value(self, node: ast.AST) -> Any:
+        """The value now of a replay expression that reads the constants or the arguments by
+        subscripts alone (`C[12]['max_norm']`, `L[3]`): plain dicts, lists and tuples, no code
+        run (an attribute could be a property)."""
+        if isinstance(node, ast.Name) and node.id in ("C", "L"):
+            return self.consts if node.id == "C" else self.args
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            obj = self._static_value(node.value)
+            if type(obj) not in (dict, list, tuple):
+                raise _NotExact()
+            try:
+                return obj[node.slice.value]
+            except (KeyError, IndexError, TypeError):
+                raise _NotExact() from None
         raise _NotExact()
 
     def _float(self, v: Any) -> Any:
