@@ -269,6 +269,15 @@ void optimizeModule(llvm::Module &m, llvm::TargetMachine *target, int optLevel) 
   if (target) {
     m.setDataLayout(target->createDataLayout());
     m.setTargetTriple(target->getTargetTriple());
+    // x86 subtargets with AVX-512 default to 256-bit vectors (LLVM's
+    // "prefer 256 bit" tuning of skylake-avx512 .. sapphirerapids, against
+    // clock throttling); torch's own CPU kernels use 512-bit ones on such a
+    // host (ATen's AVX512 capability), and a kernel bound by its arithmetic
+    // (exp, erf, division) ran up to 2x slower than eager's at 256 bits.
+    if (target->getTargetFeatureString().contains("+avx512f"))
+      for (llvm::Function &f : m)
+        if (!f.isDeclaration() && !f.hasFnAttribute("prefer-vector-width"))
+          f.addFnAttr("prefer-vector-width", "512");
   }
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
