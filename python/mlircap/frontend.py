@@ -172,6 +172,7 @@ def _build_table() -> dict:
     losses.install(table)   # multilabel_margin_loss: torch's decomposition counts the labels after a -1
     for op in (aten.pow.Tensor_Tensor, aten.pow.Scalar):   # integers: torch-mlir has no lowering
         table[op] = intmath.integer_pow(table.get(op))
+    table[aten.pow.Tensor_Scalar] = intmath.integer_pow_scalar(table.get(aten.pow.Tensor_Scalar))
     table[aten.gcd.default] = intmath.gcd   # torch-mlir has no lowering for gcd and lcm
     table[aten.lcm.default] = intmath.lcm
     table[aten.max.default] = intmath.full_reduction(aten.amax.default)   # int8: torch-mlir crashes
@@ -372,6 +373,12 @@ def _flash_for_cpu_with_logsumexp(fallback):
     def flash_for_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
         if fallback is None or dropout_p != 0.0:
             return NotImplemented
+        if query.dtype in _LOW_PRECISION and key.dtype == value.dtype == query.dtype:
+            from .attention import _worth_it
+
+            if _worth_it(query.device, query.dtype, query.shape[:-1].numel() * key.size(-2)):
+                return NotImplemented   # where attention.fuse_attention would fuse it: torch's kernel
+            return _flash_for_cpu_low_precision(query, key, value, is_causal, attn_mask, scale)
         out, _ = fallback(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)
         acc = torch.float32 if query.dtype in (torch.bfloat16, torch.float16) else query.dtype
         k = key if key.size(1) == query.size(1) else key.repeat_interleave(query.size(1) // key.size(1), 1)
@@ -385,6 +392,38 @@ def _flash_for_cpu_with_logsumexp(fallback):
         return out, torch.logsumexp(s, -1)
 
     return flash_for_cpu
+
+
+def _flash_for_cpu_low_precision(query, key, value, is_causal, attn_mask, scale):
+    """bfloat16/float16 CPU flash attention in the steps of eager's kernel (ATen's
+    cpu_flash_attention, one block of keys): scores q @ k^T accumulated in float32,
+    times the scale, plus the mask (causal: -inf above the diagonal); e = exp(s - max)
+    in float32 (0 where a row's max is -inf), its float32 sum l; e rounded to the dtype
+    times v, accumulated in float32; that times 1 / l (l = 0 read as 1: a row masked out
+    entirely is 0), rounded once. The table's math form rounded the scaled q and k, the
+    scores and the normalized probabilities to the dtype (OpInfo
+    scaled_dot_product_attention bfloat16: 3 samples off by up to 6% of an element).
+    Returns (out, logsumexp) as the op does: max (0 for -inf) + log(l)."""
+    acc, dt = torch.float32, query.dtype
+    rep = query.size(1) // key.size(1)
+    k = key if rep == 1 else key.repeat_interleave(rep, 1)
+    v = value if rep == 1 else value.repeat_interleave(rep, 1)
+    factor = scale if scale is not None else query.size(-1) ** -0.5
+    s = (query.to(acc) @ k.to(acc).transpose(-2, -1)) * factor
+    if is_causal:
+        keep = torch.ones(query.size(-2), key.size(-2), dtype=torch.bool, device=query.device).tril()
+        s = s.masked_fill(~keep, float("-inf"))
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else s + attn_mask.to(acc)
+    m = torch.amax(s, -1, keepdim=True)
+    m = torch.where(m == float("-inf"), torch.zeros_like(m), m)
+    e = torch.exp(s - m)
+    total = e.sum(-1, keepdim=True)
+    total = torch.where(total == 0, torch.ones_like(total), total)
+    out = ((e.to(dt).to(acc) @ v.to(acc)) * torch.reciprocal(total)).to(dt)
+    # the op's layout: [N, H, L, E] sizes over [N, L, H, E] memory (as the table's form)
+    out = out.permute(2, 0, 1, 3).contiguous(memory_format=torch.contiguous_format).permute(1, 2, 0, 3)
+    return out, (m + torch.log(total)).squeeze(-1)
 
 
 def _product_plus_bias_rounded_once(product):
