@@ -312,6 +312,30 @@ def integer_pow(fallback):
     return decomposition
 
 
+def integer_pow_scalar(fallback):
+    """aten.pow.Tensor_Scalar of an integer tensor and a non-negative Python int (`ids ** 2`,
+    `torch.pow(a, 3)`): torch-mlir lowered it with a float compare on the integers (rejected: the
+    op ran through torch, an island in the graph). Square and multiply over the exponent's bits,
+    unrolled (the products wrap in the dtype as eager's powi; uint8 in int16, wrapped back);
+    ** 0 is ones. A negative exponent (eager raises), a float one and anything else: `fallback`."""
+
+    def decomposition(a, b, *args, **kwargs):
+        if args or kwargs or not _integer(a) or not isinstance(b, int) or isinstance(b, bool) or b < 0:
+            return NotImplemented if fallback is None else fallback(a, b, *args, **kwargs)
+        if a.dtype == torch.uint8:
+            return decomposition(a.to(torch.int16), b).to(torch.uint8)
+        r, x = None, a
+        while b:
+            if b & 1:
+                r = x if r is None else r * x
+            b >>= 1
+            if b:
+                x = x * x
+        return torch.ones_like(a) if r is None else r.clone() if r is a else r
+
+    return decomposition
+
+
 def narrow_int_conversions(gm):
     """gm with every conversion of a float tensor to int8 / int16 made through int32, as
     eager's conversion is (a float out of the narrow range wraps: -153.0 to int8 is 103; a

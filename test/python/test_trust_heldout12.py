@@ -7,11 +7,13 @@ PYTEST_DONT_REWRITE"""
 
 import copy
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 import mlircap
+from compiled_check import check_compiled
 
 
 def _same_state(a, b):
@@ -99,3 +101,21 @@ def test_input_read_by_detach_and_differentiably_keeps_its_gradient():
         g_c = torch.autograd.grad(got.sum(), [w0, w])
         for a, b in zip(g_c, g_e):
             torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8])
+@pytest.mark.parametrize("exp", [0, 1, 2, 3, 13])
+def test_integer_tensor_to_python_int_power_compiles(dtype, exp, fallback_log):
+    """`ids ** 2` / torch.pow(a, 3) of integer tensors: torch-mlir lowered aten.pow.Tensor_Scalar
+    with a float compare on the integers (rejected), so it ran through torch as an eager island
+    (bench/modules10.py int_pow_and_clamp_float_bounds_promotion). Exact, wrapping as eager's."""
+    lo = 0 if dtype == torch.uint8 else -100
+    a = torch.randint(lo, 100, (64,), generator=torch.Generator().manual_seed(exp)).to(dtype)
+    check_compiled(lambda x: (x ** exp, torch.pow(x, exp) + 1), [a], fallback_log)
+
+
+def test_integer_negative_power_still_raises():
+    fast = mlircap.compile(lambda x: x ** -1)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="negative integer powers"):
+            fast(torch.tensor([1, 2]))
