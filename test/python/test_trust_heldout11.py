@@ -177,3 +177,25 @@ def test_segformer_backward_with_strided_convolutions_compiles():
 
     fast = _train_steps(Hidden(), lambda step: [torch.randn(2, 3, 32, 32)], steps=2)
     assert _compiled_backward_graphs(fast), [(g.name, g.fallback_reason) for g in fast.graphs]
+
+
+def test_poolformer_backward_with_padded_average_pooling_compiles():
+    """avg_pool2d_backward (PoolFormer's 3x3 pooling with count_include_pad=False) runs through torch
+    as eager does: compiled, one of the four stages' left torch-to-linalg a 'torch.constant.int' it
+    rejected, naming no op, past the probes' limit, and the whole backward graph ran as it was
+    (bench/heldout.py --train: poolformer 0.55x eager, funnel 0.67x)."""
+    from transformers import PoolFormerConfig, PoolFormerModel
+
+    torch.manual_seed(0)
+    model = PoolFormerModel(PoolFormerConfig(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1])).eval()
+
+    class Hidden(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, x):
+            return self.m(x).last_hidden_state
+
+    fast = _train_steps(Hidden(), lambda step: [torch.randn(2, 3, 32, 32)], steps=2)
+    assert _compiled_backward_graphs(fast), [(g.name, g.fallback_reason) for g in fast.graphs]
