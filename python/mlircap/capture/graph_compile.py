@@ -177,7 +177,10 @@ def _grad_free_inputs(gm: fx.GraphModule, examples: Sequence[Any]) -> tuple[int,
             if not any(a in tainted for a in ins):
                 continue
             if n.op == "output" or n.op not in ("call_function", "call_method") or (grad_on and _mutates(n)) or \
-                    _reads_autograd_state(n):
+                    _reads_autograd_state(n) or _mutates(n) and n.args and n.args[0] in tainted:
+                # (the input itself written in place, also under no_grad: a parameter's update or
+                # weight clipping; the graph reads it on through the write's result, which the
+                # taint does not follow: detached, the later ops lost its gradient and `.grad`)
                 free = False
                 break
             if (grad_on and not _cuts_history(n)) or (not grad_on and _may_return_view(n)):
