@@ -40,7 +40,11 @@ class _GradAccum(nn.Module):
         for xb, yb in zip(x.chunk(self.k), y.chunk(self.k)):
             loss = F.mse_loss(self.net(xb), yb) / self.k
             loss.backward()
-            if self.how == "detach":
+            if self.how == "plain":   # the running total keeps each loss's graph (eager frees none it needs)
+                total = total + loss
+            elif self.how == "iadd":   # from the second loss on, an in-place add_ on the total
+                total += loss
+            elif self.how == "detach":
                 total = total + loss.detach()
             elif self.how == "data":
                 total = total + loss.data * 2
@@ -80,6 +84,51 @@ def test_grad_accumulation_loss_data_after_backward():
 
 def test_grad_accumulation_loss_under_no_grad_after_backward():
     _check_accum("no_grad")
+
+
+def test_grad_accumulation_total_keeps_losses_with_their_graphs():
+    """`total = total + loss` after each micro-batch's backward (no detach): the next graph
+    computes the next loss and the total; as one aot_autograd node, the next backward walked
+    through the total's edge into the earlier graph whose saved tensors were freed."""
+    _check_accum("plain")
+
+
+def test_grad_accumulation_total_added_in_place():
+    """`total += loss` (add_ on the running total from the second micro-batch on): the graph's
+    groups split around the in-place write, which belongs to the total's group alone."""
+    _check_accum("iadd")
+
+
+class _RetainedTotal(nn.Module):
+    """Losses backpropagated with retain_graph=True and summed into a total that the caller
+    backpropagates again at the end: both gradient paths against eager's."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Linear(3, 1)
+
+    def forward(self, x):
+        total = 0.0
+        for xb in x.chunk(3):
+            loss = self.net(xb).pow(2).mean()
+            loss.backward(retain_graph=True)
+            total = total + loss * 0.5
+        return total
+
+
+def test_accumulated_total_backpropagated_after_the_loop():
+    torch.manual_seed(0)
+    ref = _RetainedTotal()
+    mine = copy.deepcopy(ref)
+    fast = mlircap.compile(mine)
+    for i in range(3):
+        torch.manual_seed(i)
+        x = torch.randn(6, 3)
+        want, got = ref(x), fast(x)
+        torch.testing.assert_close(got, want)
+        want.backward()
+        got.backward()
+        _same_state(ref, mine)
 
 
 def test_input_read_by_detach_and_differentiably_keeps_its_gradient():

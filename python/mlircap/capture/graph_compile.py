@@ -60,6 +60,12 @@ def _compile_graph(backend: Callable, gm: fx.GraphModule, examples: list, uses_r
     compiled per shape of those (_PerShape)."""
     if dyn_inputs:
         return _PerShape(backend, gm, examples, uses_rng, double_backward, strict, tuple(dyn_inputs))
+    if not uses_rng:
+        groups = _separate_gradient_groups(gm, examples)
+        if groups is not None:
+            return _SplitOutputs([
+                (ins, outs, _compile_graph(backend, sub, [examples[i] for i in ins], uses_rng, double_backward, strict))
+                for ins, outs, sub in groups], len(_output_nodes(gm)))
     grad = torch.is_grad_enabled()
     cut = _grad_free_inputs(gm, examples)
     if cut:
@@ -188,6 +194,119 @@ def _grad_free_inputs(gm: fx.GraphModule, examples: Sequence[Any]) -> tuple[int,
         if free:
             out.append(i)
     return tuple(out)
+
+
+def _output_nodes(gm: fx.GraphModule) -> list:
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    vals = out.args[0]
+    return list(vals) if isinstance(vals, (tuple, list)) else None
+
+
+def _separate_gradient_groups(gm: fx.GraphModule, examples: Sequence[Any]):
+    """A graph whose outputs fall into groups that no input requiring grad links differentiably
+    (`total = total + loss` of an earlier graph's loss beside the next micro-batch's loss): one
+    autograd node for the whole graph (aot_autograd's Function) made a backward from one group's
+    output walk into the other group's inputs, into an earlier graph whose backward had freed its
+    saved tensors ('backward through the graph a second time'), where eager's per-op graph never
+    reaches them. Such a graph is compiled as one graph per group (each its own autograd node),
+    when it is pure (no in-place write, no grad-mode switch or other node without users).
+    Returns [(input positions, output positions, sub-graph)] or None."""
+    outs = _output_nodes(gm)
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if not outs or len(phs) != len(examples) or not all(isinstance(o, fx.Node) for o in outs):
+        return None
+    roots = {p: i for i, (p, e) in enumerate(zip(phs, examples)) if isinstance(e, torch.Tensor) and e.requires_grad}
+    if len(roots) < 2:
+        return None
+    from ..attention_masks import _mutates
+
+    anc: dict = {}   # node -> positions of inputs requiring grad it depends on differentiably
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            anc[n] = frozenset([roots[n]]) if n in roots else frozenset()
+            continue
+        if n.op == "output":
+            continue
+        if n.op not in ("call_function", "call_method") or not n.users or \
+                n.target in (torch._C._set_grad_enabled, torch.set_grad_enabled) or _reads_autograd_state(n):
+            return None
+        ins: list = []
+        fx.node.map_arg((n.args, n.kwargs), ins.append)
+        anc[n] = frozenset() if _cuts_history(n) else frozenset().union(*(anc[a] for a in ins))
+    # union of input sets over outputs
+    parent = {}
+
+    def find(x):
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+    for o in outs:
+        s = sorted(anc[o])
+        for a in s[1:]:
+            parent[find(a)] = find(s[0])
+    keys = {}
+    for j, o in enumerate(outs):
+        if anc[o]:
+            keys.setdefault(find(min(anc[o])), []).append(j)
+    # (a backward walking into a leaf, a parameter, only adds nothing to its .grad: groups whose
+    # inputs requiring grad are all leaves stay together, as one graph)
+    leafy = [j for k, js in keys.items() if all(examples[i].grad_fn is None for i in _inputs_of(k, find, roots))
+             for j in js]
+    groups = [js for k, js in keys.items() if not all(examples[i].grad_fn is None for i in _inputs_of(k, find, roots))]
+    rest = [j for j, o in enumerate(outs) if not anc[o]]
+    if leafy or not groups:
+        groups.insert(0, leafy)
+    if len(groups) < 2:
+        return None
+    groups[0] = sorted(groups[0] + rest)
+    result, needs = [], []
+    for g in groups:
+        needed: set = set()
+        stack = [outs[j] for j in g]
+        while stack:
+            n = stack.pop()
+            if n in needed:
+                continue
+            needed.add(n)
+            fx.node.map_arg((n.args, n.kwargs), stack.append)
+        needs.append(needed)
+    for n in gm.graph.nodes:   # an in-place write: in one group only, its tensor read by that group only
+        if n.op != "output" and n.op != "placeholder" and _mutates(n):
+            owners = [k for k, nd in enumerate(needs) if n in nd]
+            base = n.args[0] if n.args and isinstance(n.args[0], fx.Node) else None
+            if len(owners) != 1 or base is None or "out" in n.kwargs or any(
+                    u in nd for u in base.users for k, nd in enumerate(needs) if k != owners[0]):
+                return None
+    for g, needed in zip(groups, needs):
+        graph = fx.Graph()
+        env: dict = {}
+        ins = [i for i, p in enumerate(phs) if p in needed]
+        for n in gm.graph.nodes:
+            if n in needed:
+                env[n] = graph.node_copy(n, lambda a: env[a])
+        graph.output(tuple(env[outs[j]] for j in g))
+        result.append((ins, g, fx.GraphModule(gm, graph)))
+    return result
+
+
+def _inputs_of(key: int, find: Callable, roots: dict) -> list:
+    return [i for i in roots.values() if find(i) == key]
+
+
+class _SplitOutputs:
+    """The groups of _separate_gradient_groups, each compiled on its own: called with the inputs
+    each takes, their outputs put back in the graph's order."""
+    __slots__ = ("parts", "n")
+
+    def __init__(self, parts: list, n: int) -> None:
+        self.parts, self.n = parts, n
+
+    def __call__(self, *args: Any) -> Any:
+        res = [None] * self.n
+        for ins, outs, fn in self.parts:
+            for j, v in zip(outs, fn(*[args[i] for i in ins])):
+                res[j] = v
+        return tuple(res)
 
 
 class _DetachedInputs:
