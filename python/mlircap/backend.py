@@ -655,6 +655,7 @@ def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Optio
     from .complex_pairs import lower_complex
     from .constfold import fold_constants
     from .partition import extract, fill_empty_results, partition, rewrite_random_likes
+    from .softmax_steps import softmax_like_eager
     from .split_reductions import channel_stats, split_reductions
 
     try:
@@ -669,6 +670,7 @@ def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Optio
     gm.graph = copy.deepcopy(gm.graph)
     rewrite_random_likes(gm)
     fuse_attention(gm)
+    softmax_like_eager(gm)
     fold_constants(gm)
     channel_stats(gm)
     split_reductions(gm)

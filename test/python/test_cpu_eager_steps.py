@@ -1,11 +1,15 @@
 """CPU ops whose decompositions follow the steps of eager's own kernels (frontend.py):
 bfloat16/float16 scaled_dot_product_attention (ATen's cpu_flash_attention: float32 scores,
-exp rounded to the dtype before the product with v, one rounding at the end). Compiled calls are compared with eager at OpInfo's tolerances for the dtype, and every
+exp rounded to the dtype before the product with v, one rounding at the end), and softmax
+over the last dim (softmax_steps.py: exp(x - max) times the reciprocal of its sum, as
+_vec_softmax_lastdim). Compiled calls are compared with eager at OpInfo's tolerances for the dtype, and every
 graph must compile (no eager island, no fallback)."""
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.testing import make_tensor
+
+import mlircap
 
 from compiled_check import check_compiled  # test/python/compiled_check.py
 
@@ -62,8 +66,6 @@ def test_low_precision_sdpa_rounds_like_eager(fallback_log, dtype, variant):
 def test_low_precision_sdpa_gradients(dtype):
     # training graphs: the op's backward (kept whole) reads the forward's logsumexp, which
     # the decomposition computes as eager's kernel does (max + log(sum))
-    import mlircap
-
     q, k, v = _qkv(dtype, lq=5, s=7)
 
     def fn(q, k, v):
@@ -81,3 +83,37 @@ def test_low_precision_sdpa_gradients(dtype):
             scale = b.grad.float().abs().max().item()
             assert (a.grad.float() - b.grad.float()).abs().max().item() <= 2e-2 * scale, (a.grad, b.grad)
     assert all(g.fallback_reason is None for g in fast.graphs), [g.fallback_reason for g in fast.graphs]
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_softmax_over_last_dim_like_eager(fallback_log, dtype, dim):
+    # NaN, a row of -inf (NaN everywhere, as eager), a partly -inf row and +inf
+    x = (torch.randn(64, 300, generator=torch.Generator().manual_seed(0)) * 5).to(dtype)
+    x[3, 7] = float("nan")
+    x[5] = float("-inf")
+    x[6, :10] = float("-inf")
+    x[7, 3] = float("inf")
+    fast = check_compiled(lambda x: torch.softmax(x, dim), [x], fallback_log, exact=False)
+    torch.testing.assert_close(fast(x), torch.softmax(x, dim), equal_nan=True)
+
+
+def test_softmax_rewrite_applies_to_last_dim_only(fallback_log):
+    from mlircap import logs
+
+    x = torch.randn(8, 5, 33)
+    for dim, rewritten in ((-1, True), (2, True), (1, False)):
+        fast = mlircap.compile(lambda x: torch.softmax(x, dim))
+        logs.set_logs("fallback,passes")
+        try:
+            got = fast(x)
+        finally:
+            logs.set_logs("fallback")
+        err = fallback_log.readouterr().err
+        assert ("softmax_like_eager: 1 " in err) == rewritten, (dim, err)
+        torch.testing.assert_close(got, torch.softmax(x, dim))
+
+
+def test_softmax_of_empty_and_scalar_tensors(fallback_log):
+    # the decomposition leaves these to torch-mlir's lowering (rank 0: the one-element view)
+    for x in (torch.randn(0, 5), torch.randn(()), torch.randn(4, 0)):
+        fast = check_compiled(lambda x: torch.softmax(x, -1), [x], fallback_log, exact=False)
+        torch.testing.assert_close(fast(x), torch.softmax(x, -1))
