@@ -528,6 +528,15 @@ def _integer_bounds(op, fallback):
         return as_dtype_scalar(v, dtype) if isinstance(v, int) and not isinstance(v, bool) else v
 
     def decomposition(x, *bounds, **kwargs):
+        floats = [b for b in (*bounds, kwargs.get("min"), kwargs.get("max")) if isinstance(b, float)]
+        if isinstance(x, torch.Tensor) and not x.is_floating_point() and not x.is_complex() and floats:
+            # a float bound promotes (clamp(ids, max=2.5) is float32): torch-mlir compared the
+            # integers with arith.cmpf (rejected: the op ran through torch). Clamped in the
+            # result's dtype, as eager's kernel computes it
+            dt = x.dtype
+            for b in floats:
+                dt = torch.promote_types(dt, torch.result_type(torch.empty((), dtype=x.dtype), b))
+            return op(x.to(dt), *bounds, **kwargs)
         if isinstance(x, torch.Tensor) and not x.is_floating_point() and not x.is_complex() and \
                 x.dtype != torch.bool:
             nb = tuple(convert(b, x.dtype) for b in bounds)

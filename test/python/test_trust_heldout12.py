@@ -168,3 +168,26 @@ def test_integer_negative_power_still_raises():
     for _ in range(2):
         with pytest.raises(RuntimeError, match="negative integer powers"):
             fast(torch.tensor([1, 2]))
+
+
+_CLAMPS = {
+    "min_max": lambda a: torch.clamp(a, min=-1.5, max=2.5),
+    "min": lambda a: a.clamp(min=0.5),
+    "max": lambda a: a.clamp(max=3.25),
+    "clamp_min": lambda a: torch.clamp_min(a, 1.5),
+    "clamp_max": lambda a: torch.clamp_max(a, -0.5),
+    "int_and_float": lambda a: a.clamp(-2, 2.5),
+    "min_above_max": lambda a: a.clamp(min=2.0, max=1.0),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool])
+@pytest.mark.parametrize("kind", sorted(_CLAMPS))
+def test_integer_clamp_with_float_bounds_compiles(dtype, kind, fallback_log):
+    """clamp of an integer (or bool) tensor with a Python float bound is float32 in eager; torch-mlir
+    compared the integers with arith.cmpf and rejected it (bench/modules10.py
+    int_pow_and_clamp_float_bounds_promotion: the graph ran eagerly / the op through torch)."""
+    g = torch.Generator().manual_seed(len(kind))
+    a = (torch.randint(0, 2, (16,), generator=g) if dtype == torch.bool else
+         torch.randint(-5, 6, (16,), generator=g)).to(dtype)
+    check_compiled(_CLAMPS[kind], [a], fallback_log)
