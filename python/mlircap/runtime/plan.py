@@ -33,6 +33,16 @@ def _bias(ins):
 def _conv2d_depthwise(ins, st: LibraryStep):
     # w: (channels, kh, kw), one filter per input channel
     x, w = ins[0], ins[1]
+    if x.is_cpu and x.dim() == 4 and x.shape[2] * x.shape[3] <= w.shape[1] * w.shape[2]:
+        # a map no larger than the window (ConvNeXt's 7x7 convolutions on its last stages' 2x2
+        # and 1x1 maps): oneDNN's NCHW depthwise path is slow there, its NHWC one is not (1 thread,
+        # Zen 3, float32 7x7: 2x128x2x2 264 us against 56 with the copies, 2x256x1x1 352 against
+        # 50, 2x64x4x4 68 against 58; larger maps lose to the copies). The strides are NHWC's also
+        # for a 1x1 map (its NCHW strides pass for channels-last too, and keep the NCHW path).
+        # (Float32 plans run depthwise convolutions in the core's own kernel; this serves the
+        # others: bf16/f16, computed in float32 where the host has no native 16-bit kernels.)
+        n, c, h, wd = x.shape
+        x = torch.empty_strided(x.shape, (h * wd * c, 1, wd * c, c), dtype=x.dtype, device=x.device).copy_(x)
     return _conv2d(x, w.unsqueeze(1), st, groups=x.shape[1], bias=_bias(ins))
 
 
