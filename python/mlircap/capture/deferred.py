@@ -30,7 +30,7 @@ from .guard_kinds import Equals
 from .steps import CallStep
 
 _BREAK_NAME = re.compile(r"\bb(\d+)\b")
-DEFERRABLE = ("item", "__float__", "__int__")
+DEFERRABLE = ("item", "__float__", "__int__", "__format__")
 _ARITH = {ast.Add: (torch.add, "add"), ast.Sub: (torch.sub, "sub"), ast.Mult: (torch.mul, "mul"),
           ast.Div: (torch.div, "div")}
 
@@ -48,16 +48,19 @@ class _DeferMixin:
     its number must enter the open graph, `defer_guard_pos` for the guards placed meanwhile."""
 
     def _defer_data_step(self, func: Any, name: str, t: torch.Tensor, res: Any, fe: str, reason: str,
-                         loc: str) -> bool:
+                         loc: str, more: list[str] = ()) -> bool:
         """`res = t.item()` (func) just ran: read it after the open graph instead of splitting
-        the graph here.  False: not deferred (a graph break as before)."""
-        if self.stopped or type(res) not in (int, float) or t.device.type != "cpu" or t.numel() != 1 or \
-                self.__dict__.get("dyn_shape") and id(t) in self.dyn_shape or loc in self.defer_sites or self.epoch:
+        the graph here (`f"{t:.3f}"`: Tensor.__format__ of a one-element tensor, `more` its
+        format spec, a text).  False: not deferred (a graph break as before)."""
+        if self.stopped or type(res) not in ((str,) if name == "__format__" else (int, float)) or \
+                t.device.type != "cpu" or t.numel() != 1 or \
+                self.__dict__.get("dyn_shape") and id(t) in self.dyn_shape or self._defer_site(loc) in self.defer_sites \
+                or self.epoch:
             # (a read met again at its place, in a loop: a break, as recorder.LOOP_BREAKS counts;
             # after an uncapturable call that may write state, a guard failing after the read
             # continues the frame from the break (resumes.py), which a deferred read has not)
             return False
-        self.defer_sites.add(loc)
+        self.defer_sites.add(self._defer_site(loc))
         c = torch.Tensor.clone(t)
         try:
             self._record(torch.Tensor.clone, "clone", (t,), {}, c)
@@ -71,11 +74,19 @@ class _DeferMixin:
             self.defer_window = (seg.idx, self.ncalls)
         k = self.ncalls
         self.ncalls += 1
-        self.steps.append(CallStep(k, fe, [self.expr_of(c)], {}, reason, external=False, grad=None))
+        self.steps.append(CallStep(k, fe, [self.expr_of(c), *more], {}, reason, external=False, grad=None))
         self.deferred[k] = (seg.idx, reason, loc, c)
         self.deferred_segs.add(seg.idx)
         self._data_result(k, res)
         return True
+
+    @staticmethod
+    def _defer_site(loc: str) -> tuple:
+        """The place of a read: its line and the instruction of the user's frame making it (two
+        reads on one line, `f"{a.max():.3f} {a.min():.3f}"`, are two places)."""
+        from .flow_state import _calling_user_frame   # (a module above this one)
+        f = _calling_user_frame()
+        return (loc, f.f_lasti if f is not None else -1)
 
     def _pending_reads(self) -> set[int]:
         w = self.defer_window

@@ -197,8 +197,8 @@ class _FlowMixin(_FlowRootMixin):
                 self.flow_locals.pop((fr, arg), None)
                 return _shift(fl, 1, 0)
             obj = _E.peek(fr, 0)
-            if not (_followable(obj) or type(obj) is int):
-                return None
+            if not (_followable(obj) or type(obj) is int or type(obj) is str and len(obj) > 1):
+                return None   # (a text: `s = f"{t.max():.2f}"`, a fresh object unless it is that short)
             # a variable holding a followed number: its loads are followed again (op_load_fast;
             # an int is told from an equal one by op_store_fast dropping every other store)
             self.flow_locals[(fr, arg)] = (*slots[0], obj)
@@ -283,8 +283,9 @@ class _FlowMixin(_FlowRootMixin):
         for p in pos:
             expr, ks = fl.slots[p]
             obj = _E.peek(fr, p)
-            if not (type(obj) is float or _np_float(obj)) or any(k in self.flow_pos for k in ks):
-                return None
+            if not (type(obj) is float or _np_float(obj) or type(obj) is str and len(obj) > 1) or \
+                    any(k in self.flow_pos for k in ks):
+                return None   # (a text of one character or none may be a shared object: guarded)
             items.append((obj, expr, ks))
         _shift(fl, pops, pushes)
         for obj, expr, ks in items:

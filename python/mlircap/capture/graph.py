@@ -255,8 +255,9 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
             except Unreplayable as e:
                 self.unreplayable = self.unreplayable or f"{e} (an argument of {_op_name(func)})"
                 return res
-            if name in DEFERRABLE and len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor) and \
-                    self._defer_data_step(func, name, args[0], res, fe, reason, _user_location()):
+            if name in DEFERRABLE and not kwargs and args and isinstance(args[0], torch.Tensor) and \
+                    (len(args) == 1 or name == "__format__" and len(args) == 2 and type(args[1]) is str) and \
+                    self._defer_data_step(func, name, args[0], res, fe, reason, _user_location(), ae[1:]):
                 return res   # read after the open graph (deferred.py)
             k = self._call_step(fe, ae, ke, reason, external=False)
             self._add_break(reason, _user_location())

@@ -95,7 +95,7 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         self.defer_window: tuple[int, int] | None = None
         self.deferred_segs: set[int] = set()
         self.defer_nodes: dict[tuple[int, str], object] = {}   # (graph, graph input's expression) -> its node
-        self.defer_sites: set[str] = set()
+        self.defer_sites: set[tuple] = set()
         self.ncalls = 0
         self.suspended = 0
         self.ext_depth = 0

@@ -222,3 +222,38 @@ def make():
     return M()
 """, [(torch.arange(4.0),), (torch.arange(4.0) + 1,), (torch.tensor([0.0, float("nan"), 1.0, 2.0]),),
       (torch.arange(4.0) + 2,)])
+
+
+def test_formatted_tensor_logged_and_returned_is_one_graph():
+    """`log.debug(f"... {h.mean():.3f}")` to a disabled logger and a formatted value returned
+    (`s = f"{h.max():.2f}"`): Tensor.__format__ read after the graph, the text returned as its
+    expression (format(b1, '.2f')), so a new value neither splits the graph nor recompiles
+    (before: 3 graphs and a recompile on every call, the returned text guarded by value)."""
+    run_program("""
+import logging
+log = logging.getLogger("capture_test_formatted_tensor")
+log.setLevel(logging.WARNING)
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+    def forward(self, x):
+        h = self.fc(x)
+        log.debug(f"activation mean {h.mean():.3f}")
+        s = f"{h.max():.2f}"
+        return h.relu(), s, f"max {h.max():.4f} min {h.min():.4f}"
+def make():
+    return M()
+""", [(x,) for x in X], graphs=1, breaks=0, recompiles=0)
+
+
+def test_short_formatted_text_stays_guarded():
+    """A one-character text (`f"{t.argmax()}"`) may be a shared object: guarded by value as
+    before; every call as eager (a recompile where it changes)."""
+    run_program("""
+def make():
+    def f(x):
+        k = f"{x.sum(0).argmax()}"
+        return x * 2, k
+    return f
+""", [(x,) for x in X])
