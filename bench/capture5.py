@@ -1263,3 +1263,25 @@ class ZipStarTranspose(nn.Module):
 
 
 case("zip_star_divmod_bit_length_dict_update", lambda: (R(5, 8),))(lambda: ZipStarTranspose())
+
+
+class LoggedStats(nn.Module):
+    """Activation statistics formatted into log messages of a logger below its level
+    (`log.debug(f"... {h.mean():.3f}")`, evaluated eagerly, then dropped) and a formatted
+    summary string returned next to the output, as training code reports values."""
+
+    def __init__(self):
+        super().__init__()
+        import logging
+        self.log = logging.getLogger("capture5.logged_stats")
+        self.log.setLevel(logging.WARNING)
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.fc(x)
+        self.log.debug(f"activation mean {h.mean():.3f} std {h.std():.3f}")
+        summary = f"max={h.max():.2f}"
+        return torch.relu(h), summary
+
+
+case("disabled_logger_fstring_of_tensor_values", lambda: (R(3, 8),), ncalls=4)(lambda: LoggedStats())
