@@ -1148,7 +1148,9 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         part_out.args = ([part_out.args[0][i] for i in keep],)
         part.recompile()
         graphs: list = []
-        with warnings.catch_warnings(record=True) as caught:
+        # (aot_autograd compiles a backward at its first call, from the thread running it: one at a
+        # time with the forwards, as backend_inner compiles those)
+        with _COMPILE_LOCK, warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
                 compiled = compile_partitioned(part, example_inputs, dataclasses.replace(options, strict=False),

@@ -243,3 +243,28 @@ def test_small_map_depthwise_convolution_runs_nhwc(monkeypatch):
     for shape, stride in seen:
         n, c, h, w = shape
         assert stride == (h * w * c, 1, w * c, c), (shape, stride)
+
+
+def test_backward_graphs_compiled_from_two_threads():
+    """aot_autograd compiles a backward graph at its first call, from the thread running it; two
+    threads training their own compiled models compile theirs one at a time (backend._COMPILE_LOCK,
+    as the forwards are) and each gets eager's gradients. (A guard: the race it prevents is not
+    reproduced on demand.)"""
+    import threading
+
+    torch.manual_seed(0)
+    models = [nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 4)) for _ in range(2)]
+    errors = []
+
+    def work(model):
+        try:
+            _train_steps(model, lambda step: [torch.randn(8, 16)], steps=2)
+        except Exception as e:  # noqa: BLE001 - reported below, from the main thread
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(m,)) for m in models]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
