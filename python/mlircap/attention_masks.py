@@ -301,13 +301,15 @@ def simplify_attention_masks(gm: fx.GraphModule, example_inputs) -> int:
     if changed:
         # the mask's own nodes, now unused (only those: a global dead-code pass could
         # drop in-place method calls whose result nobody reads)
-        dead = [m for _, m, *_ in found]
+        dead, erased = [m for _, m, *_ in found], set()
         while dead:
             z = dead.pop()
-            if isinstance(z, fx.Node) and z.graph is gm.graph and not z.users and \
+            # (a node reached twice, e.g. one expand feeding two masks, is erased once)
+            if isinstance(z, fx.Node) and z not in erased and z.graph is gm.graph and not z.users and \
                     z.op in ("call_function", "call_method"):
                 inputs = z.all_input_nodes
                 gm.graph.erase_node(z)
+                erased.add(z)
                 dead.extend(inputs)
         gm.recompile()
     return changed
