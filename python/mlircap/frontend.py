@@ -892,12 +892,24 @@ def _unless_kept_whole(op, fn):
     the C++ dispatcher runs it (under aot_autograd: records it as one node)."""
 
     def kernel(*args, **kwargs):
-        if _keep_whole(op, args, kwargs):
-            with torch._C._DisablePythonDispatcher():
-                return op(*args, **kwargs)
+        active = _WHOLE.__dict__.setdefault("ops", set())
+        if op not in active and _keep_whole(op, args, kwargs):
+            # (under no_grad, functionalization decomposes a CompositeImplicit op through its
+            # Python kernel again: this kernel met itself and recursed until RecursionError, the
+            # graph ran uncompiled (complex matmul, istft under torch.no_grad). The nested call
+            # decomposes instead)
+            active.add(op)
+            try:
+                with torch._C._DisablePythonDispatcher():
+                    return op(*args, **kwargs)
+            finally:
+                active.discard(op)
         return fn(*args, **kwargs)
 
     return kernel
+
+
+_WHOLE = threading.local()   # ops whose whole form _unless_kept_whole is running, on this thread
 
 
 # Reductions whose eager kernels accumulate bfloat16/float16 in float32 ("opmath")

@@ -6,6 +6,7 @@ guards). Each test compares mlircap.compile with eager.
 PYTEST_DONT_REWRITE"""
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -191,3 +192,30 @@ def test_integer_clamp_with_float_bounds_compiles(dtype, kind, fallback_log):
     a = (torch.randint(0, 2, (16,), generator=g) if dtype == torch.bool else
          torch.randint(-5, 6, (16,), generator=g)).to(dtype)
     check_compiled(_CLAMPS[kind], [a], fallback_log)
+
+
+def _no_backend_failure(fn, args, ctx):
+    """fn compiled, called 3 times under `ctx` against eager, no 'backend failed' warning."""
+    fast = mlircap.compile(fn)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            with ctx():
+                got, want = fast(*args), fn(*args)
+            torch.testing.assert_close(got, want)
+    failed = [str(w.message) for w in caught if "backend failed" in str(w.message)]
+    assert not failed, failed[0][:300]
+    assert fast.graphs and all(g.fallback_reason is None for g in fast.graphs)
+
+
+_W = torch.randn(4, 3, dtype=torch.cfloat, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("ctx", [torch.no_grad, torch.inference_mode])
+def test_complex_matmul_under_no_grad_compiles(ctx):
+    """A complex matmul (kept whole: torch-mlir cannot lower it) under no_grad: functionalization
+    decomposed matmul through its Python kernel, which kept it whole and met itself again,
+    recursing until RecursionError; the graph ran uncompiled (bench/modules10.py --inference
+    complex_weight_linear_modrelu, stft_istft_roundtrip_hann)."""
+    x = torch.randn(5, 4, dtype=torch.cfloat, generator=torch.Generator().manual_seed(1))
+    _no_backend_failure(lambda a: torch.view_as_real(a @ _W).relu(), [x], ctx)
