@@ -162,7 +162,10 @@ def _grad_free_inputs(gm: fx.GraphModule, examples: Sequence[Any]) -> tuple[int,
     if len(phs) != len(examples):
         return ()
     # (an input no node reads may still be read by a node's code, a vmap's function: kept)
-    cand = [i for i, e in enumerate(examples) if isinstance(e, torch.Tensor) and e.requires_grad and phs[i].users]
+    # (a leaf, a parameter: an edge into it adds nothing to its .grad; only values of earlier
+    # graphs, with a history of their own, are cut)
+    cand = [i for i, e in enumerate(examples)
+            if isinstance(e, torch.Tensor) and e.requires_grad and e.grad_fn is not None and phs[i].users]
     if not cand:
         return ()
     from ..attention_masks import _mutates
@@ -216,8 +219,8 @@ def _separate_gradient_groups(gm: fx.GraphModule, examples: Sequence[Any]):
     if not outs or len(phs) != len(examples) or not all(isinstance(o, fx.Node) for o in outs):
         return None
     roots = {p: i for i, (p, e) in enumerate(zip(phs, examples)) if isinstance(e, torch.Tensor) and e.requires_grad}
-    if len(roots) < 2:
-        return None
+    if len(roots) < 2 or all(examples[i].grad_fn is None for i in roots.values()):
+        return None   # (leaves only: they stay together anyway)
     from ..attention_masks import _mutates
 
     anc: dict = {}   # node -> positions of inputs requiring grad it depends on differentiably
