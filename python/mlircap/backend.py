@@ -1150,11 +1150,13 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         graphs: list = []
         # (aot_autograd compiles a backward at its first call, from the thread running it: one at a
         # time with the forwards, as backend_inner compiles those)
+        opts = dataclasses.replace(options, strict=False)
         with _COMPILE_LOCK, warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                compiled = compile_partitioned(part, example_inputs, dataclasses.replace(options, strict=False),
-                                               graphs)
+                compiled = _backward_bounds_checked(part, example_inputs, opts, graphs)
+                if compiled is None:
+                    compiled = compile_partitioned(part, example_inputs, opts, graphs)
             except Exception as e:  # noqa: BLE001 - the backward runs as it is, as before
                 logs.log("fallback", f"backward graph runs as it is: {type(e).__name__}: {str(e)[:200]}")
                 return None
@@ -1322,6 +1324,33 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
             )
 
     return backend
+
+
+def _backward_bounds_checked(gm: torch.fx.GraphModule, example_inputs, options: Options, graphs: list):
+    """A backward graph `gm` with index ops compiled bounds-checked, as _compile_bounds_checked compiles
+    forwards (erfinv's gradient reads special_erf's tables at indices computed from the data): a call
+    whose check fails runs `gm` as it is. None where it has no index op to check or did not compile
+    whole (it is then compiled with its index ops as eager islands)."""
+    from .bounds import BoundsChecked, add_bounds_checks, rerun_on_bad_index
+    from .partition import is_random
+
+    checked = copy.copy(gm)
+    checked.graph = copy.deepcopy(gm.graph)
+    flagged = add_bounds_checks(checked, "cpu")
+    if not any(n.meta.get("mlircap_bounds_checked") for n in checked.graph.nodes):
+        return None
+    mine: list = []
+    try:
+        compiled = compile_partitioned(checked, example_inputs, options, mine)
+    except Exception:  # noqa: BLE001 - compiled unchecked instead
+        return None
+    if _runs_nothing_compiled(compiled) or any(g.fallback_reason is not None for g in mine):
+        return None
+    graphs.extend(mine)
+    if not flagged:
+        return compiled
+    return rerun_on_bad_index(BoundsChecked(compiled, checked, "cpu"), gm,
+                              any(is_random(n) for n in gm.graph.nodes), strict=False)
 
 
 def _reads_grad(node: torch.fx.Node) -> bool:
