@@ -219,3 +219,27 @@ def test_complex_matmul_under_no_grad_compiles(ctx):
     complex_weight_linear_modrelu, stft_istft_roundtrip_hann)."""
     x = torch.randn(5, 4, dtype=torch.cfloat, generator=torch.Generator().manual_seed(1))
     _no_backend_failure(lambda a: torch.view_as_real(a @ _W).relu(), [x], ctx)
+
+
+def test_data_error_on_a_graphs_first_replay_keeps_it_compiled():
+    """Integer division by a zero on the first replay: eager raises, the compiled graph raised
+    the same error, and _FirstRunChecked took that for a backend failure and ran the graph
+    uncompiled for good (bench/modules10.py int_division_by_zero_raises_like_eager: fallback)."""
+    def f(a, b):
+        return a // b, a % b
+
+    fast = mlircap.compile(f)
+    a = torch.tensor([7, -9, 4, 5])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i, b in enumerate([torch.tensor([1, 2, 3, 4]), torch.tensor([1, 0, 3, 4]), torch.tensor([2, -2, 3, 1])]):
+            if i == 1:
+                with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+                    f(a, b)
+                with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+                    fast(a, b)
+            else:
+                for g, w in zip(fast(a, b), f(a, b)):
+                    assert torch.equal(g, w)
+    assert not [w for w in caught if "failed on its first run" in str(w.message)]
+    assert fast.graphs and all(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs)

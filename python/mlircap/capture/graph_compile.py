@@ -536,12 +536,23 @@ class _FirstRunChecked:
             if self.strict_gm is not None:
                 self.fallback(*args)   # the same error eagerly: the user's, raised as eager raises it
                 raise _strict_backend_error(e, self.strict_gm, "the backend-compiled graph failed on its first run")
+            try:
+                out = self.fallback(*args)
+            except Exception as e2:
+                if type(e2) is type(e):
+                    # the captured graph raises too (integer division by zero, an index out of
+                    # range): the call's data, not the backend; the compiled graph is kept for
+                    # the next call, still unchecked (it ran uncompiled for good before)
+                    raise
+                self.fn = self.fallback
+                self._done()
+                raise
             warnings.warn(f"mlircap.capture: backend-compiled graph failed on its first run "
                           f"({type(e).__name__}: {str(e)[:200]}); running the captured graph without it",
                           RuntimeWarning)
             self.fn = self.fallback
             self._done()
-            return self.fallback(*args)
+            return out
         self._done()
         return out
 
