@@ -155,3 +155,20 @@ def test_low_precision_mse_loss_rounds_the_difference(fallback_log, dtype, reduc
         assert torch.equal(got, want)
     else:
         torch.testing.assert_close(got, want, **_TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_low_precision_soft_margin_loss_rounds_each_step(fallback_log, dtype, reduction):
+    # eager rounds neg(x) * y, its exp and the log1p to the dtype: a float16 exp(12)
+    # overflows to inf there, and the loss is inf; computed in float32 it stayed finite
+    # (OpInfo soft_margin_loss float16 #1-#5)
+    torch.manual_seed(0)
+    x = make_tensor((40,), dtype=dtype, device="cpu", low=-9, high=9)
+    y = torch.where(torch.rand(40) > 0.5, 1.0, -1.0).to(dtype)
+    x[:3] = torch.tensor([12.0, -11.5, 3.0], dtype=dtype)
+    y[:3] = torch.tensor([-1.0, 1.0, 1.0], dtype=dtype)
+    fast = check_compiled(lambda x, y: F.soft_margin_loss(x, y, reduction=reduction), [x, y], fallback_log,
+                          exact=False)
+    torch.testing.assert_close(fast(x, y), F.soft_margin_loss(x, y, reduction=reduction), equal_nan=True,
+                               **_TOL[dtype])
