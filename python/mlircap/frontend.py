@@ -383,18 +383,25 @@ def _flash_for_cpu_with_logsumexp(fallback):
                 return NotImplemented   # where attention.fuse_attention would fuse it: torch's kernel
             return _flash_for_cpu_low_precision(query, key, value, is_causal, attn_mask, scale)
         out, _ = fallback(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)
-        acc = torch.float32 if query.dtype in (torch.bfloat16, torch.float16) else query.dtype
-        k = key if key.size(1) == query.size(1) else key.repeat_interleave(query.size(1) // key.size(1), 1)
-        factor = scale if scale is not None else query.size(-1) ** -0.5
-        s = (query.to(acc) @ k.to(acc).transpose(-2, -1)) * factor
-        if is_causal:
-            keep = torch.ones(query.size(-2), key.size(-2), dtype=torch.bool, device=query.device).tril()
-            s = s.masked_fill(~keep, float("-inf"))
-        if attn_mask is not None:
-            s = s.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else s + attn_mask.to(acc)
-        return out, torch.logsumexp(s, -1)
+        acc = torch.float32 if query.dtype in _LOW_PRECISION else query.dtype
+        return out, torch.logsumexp(_attention_scores(query, key, is_causal, attn_mask, scale, acc), -1)
 
     return flash_for_cpu
+
+
+def _attention_scores(query, key, is_causal, attn_mask, scale, acc):
+    """The CPU flash kernel's scores in `acc`: q @ k^T (k's heads repeated for GQA) times
+    the scale, -inf above the diagonal when causal, plus the mask (a bool mask: -inf where
+    False)."""
+    k = key if key.size(1) == query.size(1) else key.repeat_interleave(query.size(1) // key.size(1), 1)
+    factor = scale if scale is not None else query.size(-1) ** -0.5
+    s = (query.to(acc) @ k.to(acc).transpose(-2, -1)) * factor
+    if is_causal:
+        keep = torch.ones(query.size(-2), key.size(-2), dtype=torch.bool, device=query.device).tril()
+        s = s.masked_fill(~keep, float("-inf"))
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else s + attn_mask.to(acc)
+    return s
 
 
 def _flash_for_cpu_low_precision(query, key, value, is_causal, attn_mask, scale):
@@ -408,16 +415,8 @@ def _flash_for_cpu_low_precision(query, key, value, is_causal, attn_mask, scale)
     scaled_dot_product_attention bfloat16: 3 samples off by up to 6% of an element).
     Returns (out, logsumexp) as the op does: max (0 for -inf) + log(l)."""
     acc, dt = torch.float32, query.dtype
-    rep = query.size(1) // key.size(1)
-    k = key if rep == 1 else key.repeat_interleave(rep, 1)
-    v = value if rep == 1 else value.repeat_interleave(rep, 1)
-    factor = scale if scale is not None else query.size(-1) ** -0.5
-    s = (query.to(acc) @ k.to(acc).transpose(-2, -1)) * factor
-    if is_causal:
-        keep = torch.ones(query.size(-2), key.size(-2), dtype=torch.bool, device=query.device).tril()
-        s = s.masked_fill(~keep, float("-inf"))
-    if attn_mask is not None:
-        s = s.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else s + attn_mask.to(acc)
+    v = value if value.size(1) == query.size(1) else value.repeat_interleave(query.size(1) // value.size(1), 1)
+    s = _attention_scores(query, key, is_causal, attn_mask, scale, acc)
     m = torch.amax(s, -1, keepdim=True)
     m = torch.where(m == float("-inf"), torch.zeros_like(m), m)
     e = torch.exp(s - m)
@@ -980,39 +979,39 @@ def _logsumexp_rounded_like_eager(fallback):
     return decomposition
 
 
-def _mse_loss_rounded_like_eager(fallback):
-    """bfloat16/float16 mse_loss on the CPU as eager's kernel computes it (ATen's mse_kernel:
-    diff = a - b rounded to the dtype, then diff * diff rounded; the reduction over those):
-    torch's decomposition computes (a - b) ** 2 in float32 and rounds once, 2 ulps away
-    from eager's where the difference's rounding matters (OpInfo mse_loss float16 #3).
+def _loss_in_dtype_steps(fallback, elementwise):
+    """A bfloat16/float16 CPU loss `loss(x, y, reduction)` as eager's kernel computes it:
+    `elementwise(x, y)` op by op in the dtype (each op rounded), then the reduction.
     Other dtypes and devices go to `fallback`."""
 
     def decomposition(x, y, reduction=1):
         if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.dtype in _LOW_PRECISION
                 and y.dtype == x.dtype and x.device.type == "cpu" and reduction in (0, 1, 2)):
             return fallback(x, y, reduction) if fallback is not None else NotImplemented
-        d = torch.sub(x, y)
-        loss = torch.mul(d, d)
+        loss = elementwise(x, y)
         return loss if reduction == 0 else loss.mean() if reduction == 1 else loss.sum()
 
     return decomposition
+
+
+def _mse_loss_rounded_like_eager(fallback):
+    """mse_loss (ATen's mse_kernel: diff = a - b rounded to the dtype, then diff * diff
+    rounded): torch's decomposition computes (a - b) ** 2 in float32 and rounds once, 2 ulps
+    away from eager's where the difference's rounding matters (OpInfo mse_loss float16 #3)."""
+
+    def elementwise(x, y):
+        d = torch.sub(x, y)
+        return torch.mul(d, d)
+
+    return _loss_in_dtype_steps(fallback, elementwise)
 
 
 def _soft_margin_loss_rounded_like_eager(fallback):
-    """bfloat16/float16 soft_margin_loss on the CPU in eager's steps (ATen's
-    soft_margin_loss_out: neg(x) * y, exp_, log1p_, each rounded to the dtype, then the
-    reduction). Computed in float32 and rounded once, a float16 exp(12) that overflows
-    to inf in eager (so the loss is inf) stayed finite (OpInfo soft_margin_loss float16
-    #1-#5: 7.64 where eager gives inf). Other dtypes and devices go to `fallback`."""
-
-    def decomposition(x, y, reduction=1):
-        if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.dtype in _LOW_PRECISION
-                and y.dtype == x.dtype and x.device.type == "cpu" and reduction in (0, 1, 2)):
-            return fallback(x, y, reduction) if fallback is not None else NotImplemented
-        loss = torch.log1p(torch.exp(torch.mul(torch.neg(x), y)))
-        return loss if reduction == 0 else loss.mean() if reduction == 1 else loss.sum()
-
-    return decomposition
+    """soft_margin_loss (ATen's soft_margin_loss_out: neg(x) * y, exp_, log1p_, each rounded
+    to the dtype). Computed in float32 and rounded once, a float16 exp(12) that overflows to
+    inf in eager (so the loss is inf) stayed finite (OpInfo soft_margin_loss float16 #1-#5:
+    7.64 where eager gives inf)."""
+    return _loss_in_dtype_steps(fallback, lambda x, y: torch.log1p(torch.exp(torch.mul(torch.neg(x), y))))
 
 
 def _pointwise_in_float32(op, fn):
