@@ -224,6 +224,8 @@ def _build_table() -> dict:
         table[op] = _broadcast_operands(op, table.get(op))   # torch-mlir: no broadcasting
     for op in (aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default):
         table[op] = _integer_bounds(op, table.get(op))   # bounds wrap to the dtype, as eager's
+    # a negative pad crops: torch-mlir folds a pad whose result has its input's shape to the input
+    table[aten.constant_pad_nd.default] = _negative_pads_as_slices(table.get(aten.constant_pad_nd.default))
     from .special import avg_pool2d_divisor_override
 
     table[aten.avg_pool2d.default] = _with_batch_dim(aten.avg_pool2d.default, 2, avg_pool2d_divisor_override(
@@ -546,6 +548,26 @@ def _integer_bounds(op, fallback):
             if nb != bounds or nk != kwargs:
                 return op(x, *nb, **nk)
         return NotImplemented if fallback is None else fallback(x, *bounds, **kwargs)
+
+    return decomposition
+
+
+def _negative_pads_as_slices(fallback):
+    """constant_pad_nd with a negative pad (a crop) as slices of the input, then a pad by
+    the non-negative amounts. torch-mlir folds a constant_pad_nd whose result type is its
+    input's type to the input: pads that keep a dim's size but move its elements (RWKV's
+    token shift nn.ZeroPad2d((0, 0, 1, -1)), F.pad(x, (1, -1))) returned x unshifted, and
+    the backward of any pad is such a crop. Other calls go to `fallback`."""
+
+    def decomposition(x, pad, value=0.0):
+        if not isinstance(x, torch.Tensor) or all(not (p < 0) for p in pad):
+            return NotImplemented if fallback is None else fallback(x, pad, value)
+        for i in range(len(pad) // 2):
+            dim, lo, hi = x.dim() - 1 - i, pad[2 * i], pad[2 * i + 1]
+            if lo < 0 or hi < 0:
+                x = torch.ops.aten.slice.Tensor(x, dim, -lo if lo < 0 else 0,
+                                                x.shape[dim] + hi if hi < 0 else x.shape[dim])
+        return torch.ops.aten.constant_pad_nd.default(x, [p if p > 0 else 0 for p in pad], value)
 
     return decomposition
 
