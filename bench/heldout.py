@@ -317,8 +317,9 @@ TOL = {"fp32": 1e-4, "bf16": 3e-2}
 TRAIN_TOL = {"fp32": 1e-3, "bf16": 6e-2}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(cases_fn=cases, doc=__doc__):
+    """The runner; `cases_fn(big)` yields (name, build) as cases() does (bench/heldout2.py passes its own)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtypes", default="fp32")
     ap.add_argument("--models", default="", help="comma-separated names (default: all)")
@@ -341,7 +342,7 @@ def main():
     ratios, ind_ratios, bad, off = [], [], 0, []
     for dname in a.dtypes.split(","):
         dt = DTYPES[dname]
-        for name, build in (timm_cases(a.timm, dev == "cuda") if a.timm else cases(dev == "cuda")):
+        for name, build in (timm_cases(a.timm, dev == "cuda") if a.timm else cases_fn(dev == "cuda")):
             if only and name not in only and name.removeprefix("timm:") not in only or name in skip:
                 continue
             torch.manual_seed(0)
