@@ -94,15 +94,19 @@ class _ExternalCallMixin:
             return
         k = self._hoisted_step(fe, ae, ke, reason) if not idempotent and (
             hoist or _rng_draw(f, args, kwargs) or pure_draw(f, args)) else None
+        external = k is None and not idempotent   # (hoisted draws and idempotent calls write no tensor)
         if k is None:
             k = self._call_step(fe, ae, ke, reason, external=not idempotent)
             self._add_break(reason, _frame_loc(frame))
         else:
             _logs.log("graph_breaks", f"{reason} at {_frame_loc(frame)}: run before the graph, which it does not split")
         self.ext_depth += 1
+        seen = [(t, t._version) for t, _ in self.versions.values()] if external else ()
 
         def finish(fr: types.FrameType) -> None:
             self.ext_depth -= 1
+            if any(t._version != v for t, v in seen):
+                self.tensor_writing_calls.append((k, reason))
             if not inert and not _no_new_epoch(f, args, kwargs):
                 self._new_epoch(k)
             res = _E.peek(fr, 0)

@@ -62,6 +62,9 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         self.read_exprs: dict[str, int] = {}   # expression read -> the epoch it was read in
         self.epoch = 0   # uncapturable calls (which may write any state) recorded so far
         self.epoch_starts: list[int] = []   # the guard position each epoch after the first starts at
+        # the uncapturable calls that wrote in place a tensor the recording had read before them
+        # (torch.optim's step on the parameters): a replay must not record again after them
+        self.tensor_writing_calls: list[tuple[int, str]] = []   # (call number, reason)
         self.hooked = set()
         self.memo = None
         self.lets = []

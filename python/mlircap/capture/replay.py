@@ -162,12 +162,22 @@ def _continuations(rec: _Recorder) -> dict[int, list[tuple[str, ResumePoint]]]:
     runs the rest of the frame through it (resume_code.py).  Running the function again
     from its start would read before that call what the call has written since.  A guard
     there without one is a known gap (see below)."""
-    if not rec.epoch_starts or rec.uses_rng:   # (a miss restores the RNG state and records again)
+    if not rec.epoch_starts:
         return {}
     k0 = min(rec.epoch_starts) - 1   # the first uncapturable call that may write any state
+    kw = min((k for k, _ in rec.tensor_writing_calls), default=None)
     out = {}
     for p in sorted({p.pos for p in rec.guards if p.pos > k0}):
-        rp = rec.resumes.get(p - 1)
+        rp = rec.resumes.get(p - 1) if not rec.uses_rng else None   # (a miss restores the RNG state, records again)
+        if rp is None and kw is not None and p > kw:
+            # the call wrote in place tensors the function read before it (an optimizer's step
+            # on the parameters its forward read): a replay failing this guard would record
+            # again from the start, the forward reading the parameters already stepped, and
+            # the step not run again (its result logged): a wrong result.  No continuation
+            # from there: the function runs eagerly for these arguments (what it calls is
+            # captured on its own)
+            raise Unreplayable(f"a guard after {dict(rec.tensor_writing_calls)[kw]}, which wrote in place "
+                               f"tensors the function read before it, with no continuation from there")
         if rp is None:
             # Known gap: no continuation from there (the call made through library code, a
             # write to external state before it, ...): a replay failing this guard records

@@ -1,0 +1,104 @@
+"""A guard placed after an optimizer's step inside the captured function, where no
+continuation from that point exists (a number read in a comprehension frame, after a write
+to external state): a replay failing it recorded the call again from its start, so the
+forward read the parameters the replay's step had already updated and the step itself was
+not run again (its result logged as run once).  Found by bench/capture6.py: the loss dict's
+`{k: v.item() ...}` after `opt.step()` and a loop of `opt.step(); losses.append(loss.item())`
+returned other losses and parameters than eager from the second call on.  A recording whose
+uncapturable call wrote in place tensors the function read before it, with such a guard after
+it, now runs eagerly for these arguments (the modules it calls captured on their own)."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from harness import EAGER, same
+from mlircap.capture import capture
+
+
+class LossDictStep(nn.Module):
+    def __init__(self, momentum):
+        super().__init__()
+        self.net = nn.Linear(6, 5)
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.05, momentum=momentum)
+
+    def forward(self, x, box, cls):
+        out = self.net(x)
+        losses = {"box": F.smooth_l1_loss(out[:, :4], box), "cls": F.binary_cross_entropy_with_logits(out[:, 4], cls)}
+        total = sum(losses.values())
+        self.opt.zero_grad(set_to_none=False)
+        total.backward()
+        self.opt.step()
+        return total.detach(), {k: v.item() for k, v in losses.items()}
+
+
+class InnerLoop(nn.Module):
+    def __init__(self, momentum):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1, momentum=momentum)
+
+    def forward(self, x, y):
+        losses = []
+        for _ in range(2):
+            self.opt.zero_grad()
+            loss = F.cross_entropy(self.net(x), y)
+            loss.backward()
+            nn.utils.clip_grad_norm_(self.net.parameters(), 1.0)
+            self.opt.step()
+            losses.append(loss.item())
+        return torch.tensor(losses), self.net(x).detach()
+
+
+def _inputs(cls):
+    if cls is LossDictStep:
+        return torch.randn(6, 6), torch.randn(6, 4), torch.rand(6)
+    return torch.randn(8, 6), torch.randint(0, 3, (8,))
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+@pytest.mark.parametrize("cls", [LossDictStep, InnerLoop])
+def test_guard_after_optimizer_step_without_continuation_matches_eager(cls, momentum):
+    torch.manual_seed(0)
+    ref = cls(momentum)
+    m = copy.deepcopy(ref)
+    fast = capture(m, EAGER)
+    for i in range(5):
+        args = _inputs(cls)
+        same(fast(*args), ref(*args), f"call {i}")
+        for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+            same(p, q, f"call {i} parameter {n}")
+    c = fast._mlircap_capture
+    assert any("wrote in place tensors the function read before it" in (v.reason or "")
+               for v in c.variants if v.eager), [getattr(v, "reason", None) for v in c.variants]
+
+
+def test_optimizer_step_with_guards_it_cannot_fail_stays_captured():
+    """The same step returning the loss as a tensor (no guard after the step): replayed, not eager."""
+    class Step(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(6, 2)
+            self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1, momentum=0.9)
+
+        def forward(self, x, y):
+            self.opt.zero_grad()
+            loss = F.mse_loss(self.net(x), y)
+            loss.backward()
+            self.opt.step()
+            return loss.detach()
+
+    torch.manual_seed(0)
+    ref = Step()
+    m = copy.deepcopy(ref)
+    fast = capture(m, EAGER)
+    for i in range(4):
+        x, y = torch.randn(5, 6), torch.randn(5, 2)
+        same(fast(x, y), ref(x, y), f"call {i}")
+        for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+            same(p, q, f"call {i} parameter {n}")
+    c = fast._mlircap_capture
+    assert not any(v.eager for v in c.variants), [v.reason for v in c.variants]
+    assert c.stats.replays == 3
