@@ -11,6 +11,7 @@ import inspect
 import io
 import os
 import random
+import re
 import types
 import weakref
 from typing import Any
@@ -84,7 +85,8 @@ _SAFE_BUILTIN_NAMES = {
     "staticmethod", "classmethod", "ascii", "bin", "hex", "oct", "StopIteration",
 }
 _SAFE_SELF_TYPES = (str, list, dict, tuple, int, float, set, frozenset, bytes, bool,
-                    collections.OrderedDict, collections.deque, type({}.keys()), type({}.values()), type({}.items()))
+                    collections.OrderedDict, collections.deque, type({}.keys()), type({}.values()), type({}.items()),
+                    re.Pattern, re.Match)   # (a compiled regex's match / findall / split: pure text functions)
 _MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault",
              "add", "discard", "sort", "reverse", "popitem", "__setitem__", "__delitem__",
              "difference_update", "intersection_update", "symmetric_difference_update",
