@@ -417,3 +417,36 @@ func.func @not_kernel(%x: memref<64x64xf32>, %y: memref<64x64xf32>) {
   }
   return
 }
+
+// -----
+
+// Outer dims too short to dispatch alone (2 rows: little parallelism) over a
+// long last dim: the linear chunk [lo, hi) runs row by row, each row's part an
+// inner loop over the last dim (vectorized by LLVM), instead of recovering
+// both indices from the linear one per element.
+// CHECK-LABEL: func.func private @bcast_parallel_body(
+// CHECK: %[[L:.*]] = arith.index_cast %{{.*}} : i64 to index
+// CHECK: %[[H:.*]] = arith.index_cast %{{.*}} : i64 to index
+// CHECK: %[[RL:.*]] = arith.divui %[[L]], %c4096
+// CHECK: %[[RH:.*]] = arith.ceildivui %[[H]], %c4096
+// CHECK: scf.for %[[R:.*]] = %[[RL]] to %[[RH]]
+// CHECK:   %[[S:.*]] = arith.muli %[[R]], %c4096
+// CHECK:   %[[C0:.*]] = arith.maxsi
+// CHECK:   %[[C1:.*]] = arith.minsi
+// CHECK:   scf.parallel (%[[J:.*]]) = (%[[C0]]) to (%[[C1]])
+// CHECK:     memref.load %{{.*}}[%[[J]]]
+// CHECK:     memref.store %{{.*}}, %{{.*}}[%[[R]], %[[J]]]
+// CHECK-LABEL: func.func @bcast(
+// CHECK: %[[N:.*]] = arith.index_cast %c8192 : index to i64
+// CHECK: call @mlircap_parallel_for(%{{.*}}, %{{.*}}, %c0_i64, %[[N]], %c1024_i64)
+func.func @bcast(%x: memref<4096xf32>, %y: memref<2x4096xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c4096 = arith.constant 4096 : index
+  scf.parallel (%i, %j) = (%c0, %c0) to (%c2, %c4096) step (%c1, %c1) {
+    %v = memref.load %x[%j] : memref<4096xf32>
+    memref.store %v, %y[%i, %j] : memref<2x4096xf32>
+  }
+  return
+}
