@@ -18,6 +18,7 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from .. import logs as _logs
+from ._bytecode import _instrs
 from .base import Unreplayable, _Canned, _Raised
 from .classify import _classify, _ffi, _no_new_epoch
 from .frame_hook import _E
@@ -110,9 +111,15 @@ class _ExternalCallMixin:
             if not inert and not _no_new_epoch(f, args, kwargs):
                 self._new_epoch(k)
             res = _E.peek(fr, 0)
-            if type(res) in (int, float) and self._follow_result(fr, k, res):
+            if _popped(fr):
+                # the result is dropped unread (`opt.step()` as a statement): nothing of it
+                # to source or guard (a guard `b4 is None` after an optimizer's step had no
+                # continuation and made the function run eagerly, replay._continuations)
+                pass
+            elif type(res) in (int, float) and self._follow_result(fr, k, res):
                 return   # followed: guarded where the program uses it (flows.py)
-            self._call_result(k, res, external=True)
+            else:
+                self._call_result(k, res, external=True)
             if fr in self.flow_frames:
                 self._flow_tick(fr)   # flows of this frame: this step took their pending slot
         finish.is_call = True  # type: ignore[attr-defined]
@@ -144,6 +151,13 @@ class _ExternalCallMixin:
 
 
 _SCALAR_ARGS = (str, bytes, int, float, bool, type(None))
+
+
+def _popped(fr: types.FrameType) -> bool:
+    """The frame's next instruction (it is about to run: the call just returned) drops the
+    call's result from the stack unread."""
+    ins = _instrs(fr.f_code).get(fr.f_lasti)
+    return ins is not None and ins[0] == "POP_TOP"
 
 
 def _rng_draw(f: Any, args: list, kwargs: dict) -> bool:

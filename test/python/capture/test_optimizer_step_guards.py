@@ -102,3 +102,34 @@ def test_optimizer_step_with_guards_it_cannot_fail_stays_captured():
     c = fast._mlircap_capture
     assert not any(v.eager for v in c.variants), [v.reason for v in c.variants]
     assert c.stats.replays == 3
+
+
+_DROPPED_RESULT = """
+class Step(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(5, 2)
+        self.opt = torch.optim.SGD(self.a.parameters(), lr=0.1, momentum=0.9)
+        self.calls = 0
+    def forward(self, x, y):
+        self.calls += 1                      # a write to external state: no continuation after it
+        self.opt.zero_grad()
+        loss = F.mse_loss(self.a(x), y)
+        loss.backward()
+        out = loss.detach()
+        self.opt.step()                      # its result (None) dropped unread
+        return out
+def make():
+    return Step()
+def state(m):
+    return [p.grad for p in m.parameters()] + [m.opt.state_dict()["state"]]
+"""
+
+
+def test_dropped_result_of_optimizer_step_is_not_guarded():
+    """`opt.step()` as a statement: its result was guarded (`b4 is None`), a guard after the
+    step with no continuation, so the function ran eagerly; a result the next instruction
+    pops is neither sourced nor guarded (external_calls._popped)."""
+    from harness import run_program
+    calls = [(torch.randn(6, 5), torch.randn(6, 2)) for _ in range(5)]
+    run_program(_DROPPED_RESULT, calls, name="dropped", recompiles=0)
