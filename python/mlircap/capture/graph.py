@@ -139,6 +139,8 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
     # -- torch function recording --------------------------------------------------
     def on_torch(self, func: Callable, types_: tuple, args: tuple, kwargs: dict) -> Any:
         name = _fname(func)
+        if name == "grad" and args:
+            self._grad_read(args[0])   # (a write to it waiting for the open graph: that graph ends first)
         if func in _GLOBAL_STATE_FUNCS:
             return func(*args, **kwargs)  # grad mode is tracked per recorded op
         if name == "__iter__" and args and isinstance(args[0], torch.Tensor):
@@ -242,6 +244,8 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
             if name in ("__bool__", "item") and len(args) == 1 and not kwargs and \
                     self._speculate_truth(args[0], res, after_call=name == "item"):
                 return res   # the truth deciding a raise: a check after the graph (asserts.py)
+            if name == "grad" and getattr(func, "__name__", None) == "__set__" and self._grad_write(func, args, kwargs):
+                return res   # `p.grad = None` / `p.grad = g`: run right after the open graph
             # data-dependent (or unknown) non-tensor result: graph break
             reason = f"data-dependent operation Tensor.{name}()" if name in _DATA_DEP else \
                 "version counter of a tensor from outside the function (Tensor._version)" \
@@ -332,6 +336,55 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
         self._add_break(reason, _user_location())
         self._call_result(k, res)
         return res
+
+    def _grad_write(self, func: Callable, args: tuple, kwargs: dict) -> bool:
+        """`p.grad = None` / `p.grad = g` on a leaf from outside the function (a parameter),
+        as training code clears or sets gradients by hand between the ops of a step
+        (`p -= lr * p.grad; p.grad = None` in a loop).  It wrote its broken graph at each
+        assignment; the write is now a step run right after the open graph instead (replay
+        order: the graph, then the writes in their order, then what closed the graph).  What
+        the graph reads of `.grad` comes before the write (its inputs and getattr nodes run
+        with the graph); a later read of that tensor's `.grad`, by the function or by library
+        code (clip_grad_norm_, an optimizer's step: an uncapturable call), closes the graph
+        first (`_grad_read`), so it runs after the write as in eager.  False: not such a write
+        (it breaks the graph as before)."""
+        if kwargs or len(args) != 2 or not isinstance(args[0], torch.Tensor) or not args[0].is_leaf or \
+                not (args[1] is None or isinstance(args[1], torch.Tensor)):
+            return False
+        s = self.src.get(id(args[0]))
+        if s is None or s[2] == "opaque":
+            return False
+        try:
+            fe = self.const(func, _func_qualname(func))
+            ae = [self.expr_of(a) for a in args]
+        except Unreplayable:
+            return False
+        self.grad_writes = True   # a replay missing after it restores the leaves' .grad
+        self.__dict__.setdefault("grad_written", {})[ae[0]] = None
+        pend = self.__dict__.setdefault("pending_grad_writes", {})
+        pend.setdefault(id(args[0]), []).append((fe, ae))
+        if self.cur is None or not self.cur.nops:
+            self._flush_grad_writes()   # (no graph open: it runs here, between graphs)
+        return True
+
+    def _grad_read(self, t: Any) -> None:
+        """`t.grad` read where a write to it waits for the open graph to end: the graph ends
+        here, and the write runs before what reads it."""
+        pend = self.__dict__.get("pending_grad_writes")
+        if pend and isinstance(t, torch.Tensor) and id(t) in pend:
+            self._close_seg()
+
+    def _flush_grad_writes(self) -> None:
+        """The `.grad` writes waiting for the open graph (`_grad_write`), as steps after it."""
+        pend = self.__dict__.get("pending_grad_writes")
+        if not pend:
+            return
+        for writes in list(pend.values()):
+            for fe, ae in writes:
+                k = self.ncalls
+                self.ncalls += 1
+                self.steps.append(CallStep(k, fe, ae, {}, "Tensor.grad = ... (a write after the graph)", external=False))
+        pend.clear()
 
     def _autograd_state_step(self, fn: Callable, args: tuple) -> None:
         """`fn(*args)` (Tensor.requires_grad_ / retain_grad, also for `t.requires_grad = v`:
@@ -515,6 +568,7 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
         close_autocast(seg.graph, seg.autocast_open)
         self.close_deferred(seg.idx)
         self.cur = None
+        self._flush_grad_writes()
 
     def _arg_node(self, seg: _Seg, t: torch.Tensor) -> fx.Node:
         e = self.env.get(id(t))

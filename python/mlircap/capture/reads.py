@@ -261,6 +261,8 @@ class _ReadMixin(_CounterMixin):
         """An attribute read on a tensor: Python attributes set on it (`t.tag`) are guarded
         by value, methods and properties against monkeypatching of the tensor class."""
         cls = type(t)
+        if name == "grad":
+            self._grad_read(t)   # (a write to it waiting for the open graph: that graph ends first)
         if name == "grad" and s is not None and s[2] != "opaque" and t.is_leaf:
             # `p.grad`: None or a tensor, deciding branches (`if p.grad is not None`) and
             # read by the graph (getattr(p, 'grad')): guarded as it is now

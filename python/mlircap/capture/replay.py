@@ -285,10 +285,12 @@ class _GraphVariant(_Variant):
         has_mid = any(p.pos > 0 for p in rec.guards) or bool(rec.spec_checks) or bool(rec.deferred_segs)
         # the leaves a backward in the call accumulates gradients into: the tensors requiring
         # grad the graphs take from outside (parameters, arguments)
+        # (and those whose .grad the call sets: `p.grad = None`, graph._grad_write)
         leaves = list(dict.fromkeys(
-            e for seg in rec.segs for e, t in zip(seg.inputs, seg.examples)
-            if isinstance(t, torch.Tensor) and t.is_leaf and t.requires_grad and not _BREAK_RESULT.search(e)
-            and not _NODE_VALUE.search(e))) if rec.__dict__.get("grad_writes") else []
+            [e for seg in rec.segs for e, t in zip(seg.inputs, seg.examples)
+             if isinstance(t, torch.Tensor) and t.is_leaf and t.requires_grad and not _BREAK_RESULT.search(e)
+             and not _NODE_VALUE.search(e)] + list(rec.__dict__.get("grad_written") or ()))) \
+            if rec.__dict__.get("grad_writes") else []
         rollback = has_mid and (mutated or rec.uses_rng or leaves)
         # Uncapturable calls ("external" steps) run in order, exactly once per call of the
         # function: when a mid-replay guard fails after some of them ran, the miss carries
