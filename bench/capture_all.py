@@ -3,7 +3,9 @@ backend against torch.compile(backend=counting) / Dynamo, capture only, no mlirc
 on the cases of bench/capture.py, capture2-4.py and bench/modules.py (its own cases and
 modules2-4.py's), modules5-7.py and capture5.py (Python idioms: dataclass configs, enums, partials,
 registries, **kwargs wrappers, mixins, generators, try/except, NamedTuple outputs, recursion over
-nested containers; registered as modules5-7.py's are).  Cases whose eager call raises (the
+nested containers; registered as modules5-7.py's are) and capture6.py (training loops, grad-mode and
+autocast blocks, contextmanager helpers, caches, decorated helpers, match / walrus, exceptions for
+control flow, hand-written einops).  Cases whose eager call raises (the
 error-parity cases of the modules corpora) are left out.
 
     PYTHONPATH=python python bench/capture_all.py [--jobs 2] [--no-dynamo] [--filter A,B] [--corpus capture2,modules7]
@@ -26,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import capture as bench  # noqa: E402  (bench/capture.py)
 
 CORPORA = ("capture", "capture2", "capture3", "capture4", "modules", "modules2", "modules3", "modules4",
-           "modules5", "modules6", "modules7", "capture5")
+           "modules5", "modules6", "modules7", "capture5", "capture6")
 
 
 def load_cases(corpora):
