@@ -52,6 +52,10 @@ torch's OpInfo database needs the ``expecttest`` package. Workers run with
 MLIRCAP_CACHE_DIR in a temporary directory, one torch thread, and MLIRCAP_LOGS=fallback (its
 lines name the eager islands).
 
+``--inputs reference`` sweeps the op's ``reference_inputs`` instead: its samples plus, for
+elementwise ops, extremal values (inf, -inf, nan), large and small numbers, noncontiguous and
+broadcast operands, which ``sample_inputs`` leaves out.
+
 Ops are named ``op.name`` or ``op.name.variant_test_name`` (``--list-ops`` prints them).
 ``--max-samples-per-op N`` keeps the first N samples of each (op, dtype). Sample inputs are
 generated with torch/numpy/random seeded to 0 for each (op, dtype), so (op, dtype, index)
@@ -82,6 +86,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DTYPES = ("float32", "bfloat16", "bool", "uint8", "int8", "int16", "int32", "int64")
 CATEGORIES = ("ok", "fallback", "wrong", "error", "crash", "timeout", "eager-error")
 GEN_SEED = 0        # sample generation: torch/numpy/random seeded per (op, dtype)
+INPUTS_ENV = "MLIRCAP_OPINFO_INPUTS"   # "reference": --inputs reference, read by the workers
 CALL_SEED = 1234    # torch.manual_seed before every eager and compiled call
 # Outputs (or parts) are uninitialized memory: compared on shape and dtype only.
 UNINITIALIZED = ("empty", "empty_like", "empty_strided", "empty_permuted", "new_empty",
@@ -132,8 +137,8 @@ def generate_samples(op, device: str, dtype: str, limit: int | None = None) -> l
     np.random.seed(GEN_SEED)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return list(itertools.islice(op.sample_inputs(device, getattr(torch, dtype), requires_grad=False),
-                                     limit))
+        gen = op.reference_inputs if os.environ.get(INPUTS_ENV) == "reference" else op.sample_inputs
+        return list(itertools.islice(gen(device, getattr(torch, dtype), requires_grad=False), limit))
 
 
 # --------------------------------------------------------------------------- worker side
@@ -988,6 +993,9 @@ def main(argv=None):
     ap.add_argument("--json", help="write every sample's record and the summary here")
     ap.add_argument("--markdown", action="store_true", help="print the report as markdown")
     ap.add_argument("--report", metavar="JSON", help="print the report of a saved --json run, run nothing")
+    ap.add_argument("--inputs", choices=("sample", "reference"), default="sample",
+                    help="the op's sample_inputs, or its reference_inputs (the samples plus extremal "
+                         "values: inf, nan, large and tiny numbers, noncontiguous and broadcast operands)")
     ap.add_argument("--list-ops", action="store_true")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -1007,6 +1015,7 @@ def main(argv=None):
                   f"{saved.get('wall_s')} s wall.\n")
         report(saved["records"], markdown=a.markdown)
         return 0
+    os.environ[INPUTS_ENV] = a.inputs   # the workers inherit it
     names = [n.strip() for n in a.ops.split(",") if n.strip()] if a.ops else None
     dtypes = [d.strip() for d in a.dtypes.split(",") if d.strip()]
     t1 = time.time()
