@@ -292,6 +292,7 @@ def _build_table() -> dict:
     for name in intmath.INT8_PRODUCTS:   # int8 computed in int32 (torch-mlir's int8 lowering crashes)
         op = getattr(aten, name.split(".")[0]).default
         exact[op] = intmath.int8_product(op, exact.get(op))
+    table[aten.bernoulli.default] = _bernoulli_draws_in_float64_for_double(table.get(aten.bernoulli.default))
     for op in (aten.bernoulli.default, aten.rrelu.default):
         table[op] = _draws_like_eager_on_cpu_only(table.get(op))
     return {op: _guarded(op, table.get(op), exact.get(op)) for op in set(table) | set(exact)}
@@ -360,6 +361,22 @@ def _draws_like_eager_on_cpu_only(fn):
         if fn is None or isinstance(x, torch.Tensor) and x.device.type != "cpu":
             return NotImplemented
         return fn(*args, **kwargs)
+
+    return decomposition
+
+
+def _bernoulli_draws_in_float64_for_double(fallback):
+    """bernoulli(p) of a float64 p draws float64 uniforms, as eager's CPU kernel does (a
+    double p: bernoulli_distribution<double>, one 64-bit draw per element, 53 bits used);
+    torch's decomposition draws float32 uniforms (rand(dtype=float32) < p), which spends
+    the same generator differently: with the same seed 5-8 of 24 elements differed. Other
+    dtypes draw float32 in eager's kernel too (bernoulli_distribution<float>) and keep the
+    decomposition."""
+    def decomposition(p, *, generator=None):
+        if fallback is None or p.dtype != torch.float64:
+            return fallback(p, generator=generator) if fallback is not None else NotImplemented
+        raw = torch.rand(p.size(), dtype=torch.float64, device=p.device, generator=generator)
+        return (raw < p).to(p.dtype)
 
     return decomposition
 
