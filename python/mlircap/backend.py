@@ -129,7 +129,7 @@ class CompiledGraph:
             report = f"{type(e).__name__} while running compiled code: {str(e).strip()[:500]}"
             if self.strict:
                 raise MlircapCompileError(f"{self.name}: {report}") from e
-            warnings.warn(f"mlircap: {self.name} failed at run time and now runs eagerly. {report}", stacklevel=2)
+            logs.warn(f"mlircap: {self.name} failed at run time and now runs eagerly. {report}", stacklevel=2)
             self.fallback_reason = report
             self.executable = self.gm
             return self.gm(*args)
@@ -459,7 +459,7 @@ def _compile_graph(graph: CompiledGraph, gm: torch.fx.GraphModule, device: str, 
             graph.torch_ir, graph.linalg_ir = crash_ir["torch_ir"], crash_ir["linalg_ir"]
         if options.strict:
             raise MlircapCompileError(report) from e
-        warnings.warn(f"mlircap: running {graph.name} eagerly. {report}", stacklevel=2)
+        logs.warn(f"mlircap: running {graph.name} eagerly. {report}", stacklevel=2)
         graph.executable = fallback
         _dump(graph)
         return graph
@@ -733,7 +733,7 @@ def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Optio
     graph.fallback_reason = "unsupported ops: " + ", ".join(forced.values())
     if registry is not None:
         registry.append(graph)
-    warnings.warn(f"mlircap: running {graph.name} eagerly. {graph.fallback_reason}", stacklevel=2)
+    logs.warn(f"mlircap: running {graph.name} eagerly. {graph.fallback_reason}", stacklevel=2)
     return graph
 
 
@@ -812,7 +812,7 @@ def _report_unsupported(gm: torch.fx.GraphModule, parts, forced: dict[str, str],
             + "\n".join(f"  {line}" for line in dict.fromkeys(lines)))
     if options.strict:
         raise MlircapCompileError(text)
-    warnings.warn(f"mlircap: {text}", stacklevel=3)
+    logs.warn(f"mlircap: {text}", stacklevel=3)
 
 
 def compile_views(gm: torch.fx.GraphModule, options: Options) -> CompiledGraph | None:
@@ -1098,7 +1098,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         if _runs_nothing_compiled(compiled) or any(g.fallback_reason is not None for g in graphs):
             return None
         for w in caught:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            logs.warn_explicit(w.message, w.category, w.filename, w.lineno)
         if registry is not None:
             registry.extend(graphs)
         compiled_now.append(compiled)

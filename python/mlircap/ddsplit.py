@@ -248,7 +248,7 @@ def split_data_dependent(gm: fx.GraphModule, example_inputs: Sequence,
     if fake_failure is not None:   # not by design: the user hears of it
         from .backend import _node_loc
 
-        warnings.warn(f"mlircap: {name} at {_node_loc(dd)} runs through torch, the graph is compiled "
+        logs.warn(f"mlircap: {name} at {_node_loc(dd)} runs through torch, the graph is compiled "
                       f"around it: {why}", stacklevel=2)
     # run in order, each value freed after its last use: the partitioner's runner
     return PartitionedGraph(gm, steps)

@@ -4,12 +4,16 @@
     MLIRCAP_LOGS=all
 
 Warnings about eager fallbacks are always shown (once per graph) through the
-``warnings`` module; the areas above add detail on stderr.
+``warnings`` module; the areas above add detail on stderr. They are information, never
+a change of the program's behaviour: where the user's filters turn them into errors
+(``python -W error``, pytest's ``filterwarnings = error``), `warn` writes them to stderr
+instead of raising into the user's program (eager would not have raised there).
 """
 from __future__ import annotations
 
 import sys
 import time
+import warnings
 from contextlib import contextmanager
 
 from . import config
@@ -38,6 +42,23 @@ def set_logs(*areas: str) -> None:
 
 def enabled(area: str) -> bool:
     return area in _enabled
+
+
+def warn(message: str, category: type[Warning] = UserWarning, stacklevel: int = 1) -> None:
+    """warnings.warn(message, category, stacklevel) (as seen from our caller), except that a
+    filter whose action is "error" gets the message on stderr rather than an exception."""
+    try:
+        warnings.warn(message, category, stacklevel=stacklevel + 1)
+    except Warning:
+        sys.stderr.write(f"[mlircap] {category.__name__}: {message}\n")
+
+
+def warn_explicit(message, category: type[Warning], filename: str, lineno: int) -> None:
+    """warnings.warn_explicit with `warn`'s protection."""
+    try:
+        warnings.warn_explicit(message, category, filename, lineno)
+    except Warning:
+        sys.stderr.write(f"[mlircap] {category.__name__}: {message}\n")
 
 
 def log(area: str, msg: str) -> None:

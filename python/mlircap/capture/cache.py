@@ -7,7 +7,6 @@ import functools
 import os
 import sys
 import types
-import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -190,7 +189,7 @@ class _Captured:
                                 f"({_ext.error()})")
         if not self.warned:
             self.warned = True
-            warnings.warn(f"mlircap.capture: C++ frame hook unavailable ({_ext.error()}); "
+            _logs.warn(f"mlircap.capture: C++ frame hook unavailable ({_ext.error()}); "
                           f"running {self.code.co_name} eagerly", RuntimeWarning, stacklevel=2)
         self.stats.eager_calls += 1
         return self.fn(*args, **kwargs)
@@ -235,7 +234,7 @@ class _Captured:
             if not self.warned:
                 self.warned = True
                 worst = self.fail_counts.most_common(1)[0][0] if self.fail_counts else reason
-                warnings.warn(f"mlircap.capture: cache_limit ({self.cache_limit}) reached for "
+                _logs.warn(f"mlircap.capture: cache_limit ({self.cache_limit}) reached for "
                               f"{self.code.co_name} ({self.code.co_filename}:{self.code.co_firstlineno}); "
                               f"running eagerly from now on. Guard that kept failing: {worst}",
                               RuntimeWarning, stacklevel=_callers_level())
@@ -255,7 +254,7 @@ class _Captured:
             raise _strict_error(f"{self._where()} would run eagerly: {why}")
         if not self.warned_mode:
             self.warned_mode = True
-            warnings.warn(f"mlircap.capture: {self._where()} runs eagerly while {why}",
+            _logs.warn(f"mlircap.capture: {self._where()} runs eagerly while {why}",
                           RuntimeWarning, stacklevel=_callers_level())
         self.stats.eager_calls += 1
         return _call_bound(func, self.code, args)
@@ -308,14 +307,14 @@ class _Captured:
                     _REC_TLS.rec = prev_rec
         if rec.break_overflow and not self.warned_breaks and not self.strict:
             self.warned_breaks = True
-            warnings.warn(f"mlircap.capture: {self._where()} broke the graph more than {self.break_limit} times "
+            _logs.warn(f"mlircap.capture: {self._where()} broke the graph more than {self.break_limit} times "
                           f"in one call ({rec.break_overflow}); running it eagerly for these arguments, "
                           f"the modules and functions it calls captured on their own",
                           RuntimeWarning, stacklevel=_callers_level())
         elif rec.loop_break and not self.warned_breaks and not self.strict:
             self.warned_breaks = True
             r, loc, n = rec.loop_break
-            warnings.warn(f"mlircap.capture: {self._where()} broke the graph {n} times at one place in a loop "
+            _logs.warn(f"mlircap.capture: {self._where()} broke the graph {n} times at one place in a loop "
                           f"({r} at {loc}); running it eagerly for these arguments, the modules and functions "
                           f"it calls captured on their own", RuntimeWarning, stacklevel=_callers_level())
         if self.strict:
@@ -381,7 +380,7 @@ class _Captured:
             return
         self.warned_giveups.add(reason)
         also = " (the modules and functions it calls are captured on their own)" if callees else ""
-        warnings.warn(f"mlircap.capture: capture gave up on {self._where()}, which runs eagerly for these "
+        _logs.warn(f"mlircap.capture: capture gave up on {self._where()}, which runs eagerly for these "
                       f"arguments{also}: {reason}", RuntimeWarning, stacklevel=_callers_level())
 
     def _check_strict(self, rec: _Recorder) -> None:

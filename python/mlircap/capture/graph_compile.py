@@ -3,13 +3,13 @@ backend fails, first-run check, higher-order gradients, strict-mode errors."""
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx as fx
 
+from .. import logs as _logs
 from .base import _strict_error
 
 if TYPE_CHECKING:  # annotations only: recorder imports this module
@@ -81,7 +81,7 @@ def _compile_graph(backend: Callable, gm: fx.GraphModule, examples: list, uses_r
             raise _strict_backend_error(e, gm, "the backend failed to compile a captured graph")
         if getattr(e, "propagate", False):  # the backend asked for its error to reach the user (strict mode)
             raise
-        warnings.warn(f"mlircap.capture: backend failed to compile a captured graph "
+        _logs.warn(f"mlircap.capture: backend failed to compile a captured graph "
                       f"({type(e).__name__}: {str(e)[:200]}); running the graph without it", RuntimeWarning)
         return gm.forward
     if fn is None:
@@ -547,7 +547,7 @@ class _FirstRunChecked:
                 self.fn = self.fallback
                 self._done()
                 raise
-            warnings.warn(f"mlircap.capture: backend-compiled graph failed on its first run "
+            _logs.warn(f"mlircap.capture: backend-compiled graph failed on its first run "
                           f"({type(e).__name__}: {str(e)[:200]}); running the captured graph without it",
                           RuntimeWarning)
             self.fn = self.fallback
