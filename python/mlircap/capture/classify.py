@@ -91,6 +91,8 @@ _MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "
              "add", "discard", "sort", "reverse", "popitem", "__setitem__", "__delitem__",
              "difference_update", "intersection_update", "symmetric_difference_update",
              "move_to_end", "__iadd__", "appendleft", "extendleft", "popleft", "rotate"}
+# methods of BaseException that only set the exception object's own state
+_EXC_METHODS = frozenset({"__init__", "__new__", "with_traceback", "add_note"})
 _SAFE_MODULES = ("_abc", "abc", "math", "operator", "itertools", "functools", "_operator", "_functools",
                  "collections", "_collections", "dataclasses", "copy", "numbers", "cmath",
                  "string")
@@ -569,6 +571,8 @@ def _call_kind(f: object) -> str:
             return "mutator" if f.__name__ in _MUTATORS else "safe"
         if objc is not None and issubclass(objc, _SAFE_SELF_TYPES):
             return "safe"
+        if isinstance(objc, type) and issubclass(objc, BaseException) and f.__name__ in _EXC_METHODS:
+            return "safe"   # super().__init__(msg) of an exception class: sets the new object's args
         return "external"
     mod = getattr(t, "__module__", "") or ""
     if mod.startswith("torch") or mod.split(".")[0] in _SAFE_MODULES or hasattr(f, "__call__") and \
