@@ -372,7 +372,10 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
         here, and the write runs before what reads it."""
         pend = self.__dict__.get("pending_grad_writes")
         if pend and isinstance(t, torch.Tensor) and id(t) in pend:
+            split = self.cur is not None and self.cur.nops > 0
             self._close_seg()
+            if split:   # (the graph ends here: a split, counted as graph breaks are)
+                self._add_break("a read of a .grad the open graph's step writes", _user_location())
 
     def _flush_grad_writes(self) -> None:
         """The `.grad` writes waiting for the open graph (`_grad_write`), as steps after it."""

@@ -63,6 +63,14 @@ def state(m):
 """
 
 
+def test_grad_read_after_write_sees_the_write_and_counts_the_split():
+    """The graph ends at `w.grad * 2` (a read of the .grad it writes): a split, counted as a
+    graph break."""
+    src = READ_AFTER_WRITE.replace("NORM(self.parameters(), 1.0)", "nn.utils.clip_grad_norm_(self.parameters(), 1.0)")
+    c = run_program(src, _calls(3), name="split")
+    assert any("a read of a .grad the open graph's step writes" in r for v in c.variants for r, _ in v.breaks)
+
+
 def test_grad_read_after_write_sees_the_write():
     for norm in ("nn.utils.clip_grad_norm_", "nn.utils.get_total_norm"):
         src = READ_AFTER_WRITE.replace("NORM(self.parameters(), 1.0)", f"{norm}([p.grad for p in self.parameters() if p.grad is not None], 1.0)"
