@@ -1,4 +1,5 @@
-"""Differential gradient sweep over torch's OpInfo database (CPU, float32).
+"""Differential gradient sweep over torch's OpInfo database (CPU, float32; --dtype float64 /
+bfloat16 / float16 for the ops that support it).
 
 For each op that supports autograd (shuffled by --seed, --start/--count of them) and its
 first sample (--pick random: one of its first 16 samples, drawn with --seed, so that new
@@ -44,7 +45,13 @@ def _loss_and_grads(f, ts):
     return loss.detach(), torch.autograd.grad(loss, [x for x in xs if x.requires_grad], allow_unused=True)
 
 
-def check(op, sample) -> dict:
+# (rtol, atol) of the loss and of each gradient, atol relative to the gradient's largest
+# magnitude (at least 1) in the 16-bit dtypes, whose sums of many rounded terms differ by order
+TOLERANCES = {"float32": ((1e-4, 1e-4), (1e-3, 1e-4)), "float64": ((1e-4, 1e-4), (1e-3, 1e-4)),
+              "bfloat16": ((5e-2, 5e-2), (5e-2, 5e-2)), "float16": ((1e-2, 1e-2), (1e-2, 1e-2))}
+
+
+def check(op, sample, dtype: str = "float32") -> dict:
     fn, ts = OI.make_fn(op, sample)
     try:
         want_loss, want = _loss_and_grads(fn, ts)
@@ -58,10 +65,16 @@ def check(op, sample) -> dict:
             loss, got = _loss_and_grads(fast, ts)
         except Exception as e:  # noqa: BLE001 - eager ran: compiled must too
             return {"status": "raised", "why": f"{type(e).__name__}: {str(e)[:150]}"}
-        if not torch.allclose(want_loss, loss, rtol=1e-4, atol=1e-4, equal_nan=True):
+        (lr, la), (gr, ga) = TOLERANCES[dtype]
+        scale = 1.0 if dtype in ("float32", "float64") else max(1.0, want_loss.abs().item())
+        if not torch.allclose(want_loss, loss, rtol=lr, atol=la * scale, equal_nan=True):
             return {"status": "wrong", "why": f"loss {want_loss.item()} vs {loss.item()}"}
         for a, b in zip(want, got):
-            if (a is None) != (b is None) or (a is not None and not torch.allclose(a, b, rtol=1e-3, atol=1e-4,
+            if a is not None and b is not None and dtype not in ("float32", "float64"):
+                scale = max(1.0, a.float().abs().nan_to_num(0, 0, 0).max().item()) if a.numel() else 1.0
+            else:
+                scale = 1.0
+            if (a is None) != (b is None) or (a is not None and not torch.allclose(a, b, rtol=gr, atol=ga * scale,
                                                                                   equal_nan=True)):
                 diff = "None" if a is None or b is None else f"{(a - b).abs().max().item():.2e}"
                 return {"status": "wrong", "why": f"gradient differs (max {diff})"}
@@ -77,9 +90,12 @@ def main():
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--pick", choices=("first", "random"), default="first",
                     help="which sample of each op: the first, or one of the first 16 drawn with --seed")
+    ap.add_argument("--dtype", choices=tuple(TOLERANCES), default="float32",
+                    help="the samples' dtype (ops that support it); float64 and the 16-bit dtypes "
+                         "check gradients the float32 sweeps never computed")
     a = ap.parse_args()
     warnings.simplefilter("ignore")
-    ops = [o for o in op_db if o.supports_autograd and torch.float32 in o.supported_dtypes("cpu")]
+    ops = [o for o in op_db if o.supports_autograd and getattr(torch, a.dtype) in o.supported_dtypes("cpu")]
     rng = random.Random(a.seed)
     rng.shuffle(ops)
     picks = [rng.randrange(16) if a.pick == "random" else 0 for _ in ops]   # independent of --start
@@ -87,12 +103,12 @@ def main():
     for op, pick in list(zip(ops, picks))[a.start:a.start + a.count]:
         name = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
         try:
-            samples = OI.generate_samples(op, "cpu", "float32", pick + 1)
+            samples = OI.generate_samples(op, "cpu", a.dtype, pick + 1)
         except Exception:  # noqa: BLE001
             samples = []
         for index, sample in enumerate(samples[-1:], len(samples) - 1):
             try:
-                rec = check(op, sample)
+                rec = check(op, sample, a.dtype)
             except Exception as e:  # noqa: BLE001 - the harness cannot run the sample (sparse layouts)
                 rec = {"status": "harness", "why": f"{type(e).__name__}: {str(e)[:150]}"}
             counts[rec["status"]] += 1
