@@ -293,6 +293,7 @@ def _build_table() -> dict:
         op = getattr(aten, name.split(".")[0]).default
         exact[op] = intmath.int8_product(op, exact.get(op))
     table[aten.bernoulli.default] = _bernoulli_draws_in_float64_for_double(table.get(aten.bernoulli.default))
+    table[aten.rrelu_with_noise_backward.default] = _rrelu_with_noise_backward
     for op in (aten.bernoulli.default, aten.rrelu.default):
         table[op] = _draws_like_eager_on_cpu_only(table.get(op))
     return {op: _guarded(op, table.get(op), exact.get(op)) for op in set(table) | set(exact)}
@@ -379,6 +380,18 @@ def _bernoulli_draws_in_float64_for_double(fallback):
         return (raw < p).to(p.dtype)
 
     return decomposition
+
+
+def _rrelu_with_noise_backward(grad_output, x, noise, lower, upper, training, self_is_result):
+    """rrelu's gradient as eager's kernel computes it (the noise times the gradient in
+    training, leaky_relu's gradient at the mean slope otherwise). torch-mlir's lowering gave
+    grad + x * slope where x < 0 in eval mode (F.rrelu(x) of [-4.8, 1.5]: gradient -0.1, 1
+    where eager's is 0.229, 1: OpInfo nn.functional.rrelu #3/#4, float32 and float64), and
+    in training with lower == upper (torch's decomposition, which ignores the noise there,
+    is not eager's either)."""
+    if training:
+        return noise * grad_output
+    return torch.ops.aten.leaky_relu_backward.default(grad_output, x, (lower + upper) / 2, self_is_result)
 
 
 def _flash_for_cpu_with_logsumexp(fallback):
