@@ -293,6 +293,45 @@ def test_broken_toolchain_falls_back_whole_not_one_island_per_op(monkeypatch):
     assert backend._PROBES[("x + 1", "cpu", "sm_90", 3)]
 
 
+def test_probe_first_pass_leaves_out_view_ops_and_kinds_that_compiled_before(monkeypatch):
+    # A Qwen2-MoE model (bench/heldout.py, CPU bf16) probed 90 ops one at a time, each a
+    # torch-mlir lowering in the compile worker, to find its two without a CPU kernel
+    # (topk, sort): 66 of the probes were views, slices and fills. Now a first pass probes
+    # the other ops, and op kinds (op, dtypes, ranks) that compiled alone before are
+    # probed only when the first pass finds nothing.
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from mlircap import backend
+
+    probed = []
+
+    def fake_lower(raw_ir, device, options, check=False):
+        ops = sorted(set(re.findall(r"torch\.aten\.([a-z_0-9]+)", raw_ir)))
+        probed.append(ops)
+        return {"cpu_plan_error": "mlircap plan: unsupported op 'topk'" if "topk" in ops else None}
+
+    def f(x):
+        y = x.view(4, 6).permute(1, 0).unsqueeze(0)
+        return torch.topk(y.sum(0) @ y[0].t(), 2)[0].expand(3, 6, 2)
+
+    monkeypatch.setattr(backend, "_lower", fake_lower)
+    monkeypatch.setattr(backend, "_PROBES", {})
+    monkeypatch.setattr(backend, "_ACCEPTED_KINDS", set())
+    found = backend._probe_rejected(make_fx(f)(torch.randn(24)), "cpu", backend.Options())
+    assert [v.split(" at ")[0] for v in found.values()] == ["aten.topk"], found
+    # (x + 1: the toolchain check)
+    assert sorted(p[0] for p in probed) == ["add", "mm", "sum", "topk"], probed   # no view, permute, t, expand
+    probed.clear()
+    # another graph of the same op kinds (other shapes): mm and sum compiled alone before
+    found = backend._probe_rejected(make_fx(f)(torch.randn(24, dtype=torch.float32) * 2), "cpu",
+                                    backend.Options())
+    assert list(found.values()) and probed == [], probed   # the same signatures: all cached
+    g = lambda x: torch.topk(x.sum(0) @ x[0].t(), 3)[0]   # noqa: E731
+    found = backend._probe_rejected(make_fx(g)(torch.randn(2, 5, 7)), "cpu", backend.Options())
+    assert [v.split(" at ")[0] for v in found.values()] == ["aten.topk"], found
+    assert [p[0] for p in probed] == ["topk"], probed
+
+
 def test_broken_toolchain_runs_the_captured_graph_not_views_and_decomposed_parts(monkeypatch):
     # A graph split around an island (here dropout) whose kernel parts all fail to
     # compile, while its views-only part "compiles" (as_strided, no kernel), ran
