@@ -524,6 +524,12 @@ def _call_kind(f: object) -> str:
         if f.__module__ == "builtins" and f.__name__ in _SAFE_BUILTIN_NAMES or \
                 issubclass(f, (list, dict, tuple, set, int, float, str, BaseException)):
             return "safe"
+        if (getattr(f, "__module__", None) or "").split(".")[0] in ("logging", "warnings"):
+            # warnings.catch_warnings(): a library context manager holding the process's warning
+            # filters (compiled patterns) it saves on entry; made by a replayed call, its object
+            # is a handle whose __enter__ / __exit__ are replayed (the recording could not make
+            # the object again from its contents: capture gave up on the function)
+            return "external"
         return "safe"  # user classes: __init__ is Python code; torch classes are recorded or inert
     if t in (types.BuiltinFunctionType, types.BuiltinMethodType):
         so = getattr(f, "__self__", None)
