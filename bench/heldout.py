@@ -153,11 +153,11 @@ def cases(big: bool):
                                             num_attention_heads=4, vocab_size=1000, new_decoder_architecture=True,
                                             num_kv_heads=2)), ids())
     yield "gptj", lambda: (FirstOutput(hf("GPTJConfig", "GPTJModel", n_embd=h, n_layer=layers, n_head=4,
-                                          rotary_dim=8, vocab_size=1000, n_positions=64)), ids())
+                                          rotary_dim=8, vocab_size=1000, n_positions=4 * s)), ids())
     yield "codegen", lambda: (FirstOutput(hf("CodeGenConfig", "CodeGenModel", n_embd=h, n_layer=layers, n_head=4,
-                                             rotary_dim=8, vocab_size=1000, n_positions=64, n_ctx=64)), ids())
+                                             rotary_dim=8, vocab_size=1000, n_positions=4 * s, n_ctx=4 * s)), ids())
     yield "gpt_bigcode", lambda: (FirstOutput(hf("GPTBigCodeConfig", "GPTBigCodeModel", n_embd=h, n_layer=layers,
-                                                 n_head=4, vocab_size=1000, n_positions=64)), ids())
+                                                 n_head=4, vocab_size=1000, n_positions=4 * s)), ids())
     yield "stablelm", lambda: (FirstOutput(hf("StableLmConfig", "StableLmModel", num_key_value_heads=2, **dec)),
                                ids())
     yield "gemma2", lambda: (FirstOutput(hf("Gemma2Config", "Gemma2Model", num_key_value_heads=2, head_dim=h // 4,
