@@ -909,7 +909,13 @@ def eager_kernels_for_islands():
 
     from .losses import python_kernel_fixes
 
-    fixes = python_kernel_fixes()   # torch's Python kernels that differ from eager, replaced
+    fixes = dict(python_kernel_fixes())   # torch's Python kernels that differ from eager, replaced
+    matmul, implicit = torch.ops.aten.matmul.default, DispatchKey.CompositeImplicitAutograd
+    if implicit in matmul.py_kernels:   # batch dims one operand broadcasts: not expanded (CPU)
+        from .matmul_broadcast import broadcast_batched_matmul
+
+        fixes[(matmul, implicit)] = broadcast_batched_matmul(fixes.get((matmul, implicit),
+                                                                       matmul.py_kernels[implicit]))
     patched = []
     with _PATCH_LOCK:
         for op in _overloads_with_python_kernels():
