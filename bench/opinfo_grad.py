@@ -88,17 +88,23 @@ def main():
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--count", type=int, default=10 ** 6)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--pick", choices=("first", "random"), default="first",
-                    help="which sample of each op: the first, or one of the first 16 drawn with --seed")
+    ap.add_argument("--pick", choices=("first", "random", "all"), default="first",
+                    help="which sample of each op: the first, one of the first 16 drawn with --seed, "
+                         "or all of the first 16")
+    ap.add_argument("--ops", help="comma-separated op names (op.name or op.name.variant): only these")
     ap.add_argument("--dtype", choices=tuple(TOLERANCES), default="float32",
                     help="the samples' dtype (ops that support it); float64 and the 16-bit dtypes "
                          "check gradients the float32 sweeps never computed")
     a = ap.parse_args()
     warnings.simplefilter("ignore")
     ops = [o for o in op_db if o.supports_autograd and getattr(torch, a.dtype) in o.supported_dtypes("cpu")]
+    if a.ops:
+        keep = {n.strip() for n in a.ops.split(",")}
+        ops = [o for o in ops if OI.op_key(o) in keep]
     rng = random.Random(a.seed)
     rng.shuffle(ops)
-    picks = [rng.randrange(16) if a.pick == "random" else 0 for _ in ops]   # independent of --start
+    picks = [rng.randrange(16) if a.pick == "random" else 15 if a.pick == "all" else 0
+             for _ in ops]   # independent of --start
     counts = collections.Counter()
     for op, pick in list(zip(ops, picks))[a.start:a.start + a.count]:
         name = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
@@ -106,7 +112,8 @@ def main():
             samples = OI.generate_samples(op, "cpu", a.dtype, pick + 1)
         except Exception:  # noqa: BLE001
             samples = []
-        for index, sample in enumerate(samples[-1:], len(samples) - 1):
+        first = 0 if a.pick == "all" else max(len(samples) - 1, 0)
+        for index, sample in enumerate(samples[first:], first):
             try:
                 rec = check(op, sample, a.dtype)
             except Exception as e:  # noqa: BLE001 - the harness cannot run the sample (sparse layouts)
