@@ -44,6 +44,10 @@ def floor_division(op, fallback):
 
     def decomposition(a, b, *args, **kwargs):
         mode = kwargs.get("rounding_mode", args[0] if args else "floor")
+        if mode in ("floor", "trunc") and _python_int(a) and _python_int(b):
+            # two Python ints (torch.floor_divide(-8, 6)): an int64 0-dim result that
+            # torch-mlir folded with unsigned division (3074457345618258432 for -2)
+            a = aten.scalar_tensor.default(a, dtype=torch.int64)
         if mode == "trunc" and _integer(a) and isinstance(b, int) and not isinstance(b, bool):
             return aten.div.Tensor_mode(a, _as_tensor(a, b), rounding_mode="trunc")   # by a Python int
         if mode != "floor" or not _integer(a) or not (
@@ -57,6 +61,10 @@ def floor_division(op, fallback):
         return aten.sub.Tensor(q, aten._to_copy.default(fix, dtype=q.dtype))
 
     return decomposition
+
+
+def _python_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _as_tensor(a, b):

@@ -74,3 +74,22 @@ def test_rrelu_with_noise_backward_like_eager(training, lower, upper, self_is_re
     fast = mlircap.compile(fn)
     for _ in range(3):
         torch.testing.assert_close(fast(g, x, noise), fn(g, x, noise), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("mode", ["floor_divide", "floor", "trunc"])
+@pytest.mark.parametrize("a,b", [(-8, 6), (-7, 2), (7, -2), (-7, -2), (-9, 4), (9, 4), (2 ** 62, -3)])
+def test_integer_division_of_two_python_ints_like_eager(mode, a, b):
+    # OpInfo floor_divide int32/int64 #45 (--inputs reference: floor_divide(-8, 6)) was WRONG:
+    # two Python ints made a constant that torch-mlir folded with unsigned division
+    # (3074457345618258432 where eager gives -2; div(rounding_mode='trunc') too)
+    if mode == "floor_divide":
+        def fn():
+            return torch.floor_divide(a, b)
+    else:
+        def fn():
+            return torch.div(a, b, rounding_mode=mode)
+
+    fast = mlircap.compile(fn)
+    for _ in range(3):
+        want, got = fn(), fast()
+        assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
