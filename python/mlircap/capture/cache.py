@@ -103,6 +103,9 @@ class _Captured:
         self.code: types.CodeType | None = self.func.__code__ if self.func is not None else None
         self.variants: list[_Variant] = []
         self.warned = False
+        # past cache_limit: the argument signatures (_arg_signature) of calls that matched no
+        # variant; such a call again runs eagerly without checking the variants' guards
+        self.eager_signatures: set[tuple] = set()
         self.warned_breaks = False
         self.warned_mode = False
         self.warned_giveups: set[str] = set()
@@ -209,6 +212,15 @@ class _Captured:
             if why is not None:
                 return self._call_under_mode(func, args, why)
         log = None  # results of uncapturable calls already run by a replay that missed
+        signature = None
+        if self.eager_signatures and len(self.variants) >= self.cache_limit and not self.strict:
+            # (checking 8 variants' guards, all failing, made each such call of a loop over
+            # 20 sequence lengths 5-10% slower than eager, bench/varying_lengths.py; a call whose
+            # signature missed every variant before runs eagerly at once. Sound whatever the
+            # variants' guards would say: eager is what a miss runs)
+            signature = _arg_signature(args)
+            if signature in self.eager_signatures:
+                return self._call_eager(func, args)
         for v in self.variants:
             if v.guard(args, func):
                 r = v.call(args, func, log)
@@ -242,6 +254,10 @@ class _Captured:
                               f"{self.code.co_name} ({self.code.co_filename}:{self.code.co_firstlineno}); "
                               f"running eagerly from now on. Guard that kept failing: {worst}",
                               RuntimeWarning, stacklevel=_callers_level())
+            if log is None and len(self.eager_signatures) < 1024:
+                sig = signature if signature is not None else _arg_signature(args)
+                if sig is not None:
+                    self.eager_signatures.add(sig)
             return self._call_eager(func, args, log)
         if reason is not None:
             self.stats.recompile_reasons.append(reason)
@@ -465,6 +481,23 @@ class _Callees:
 
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _arg_signature(args: tuple) -> tuple | None:
+    """The tensors' shapes, strides, dtypes, devices and requires_grad and the Python
+    numbers, strings and None among `args` (the bound arguments); other objects by type.
+    None where an argument is a container (what it holds is not looked at)."""
+    sig = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            sig.append((a.shape, a.stride(), a.dtype, a.device, a.requires_grad))
+        elif a is None or isinstance(a, (bool, int, float, str)):
+            sig.append((type(a), a))
+        elif isinstance(a, (list, tuple, dict, set)):
+            return None
+        else:
+            sig.append(type(a))
+    return tuple(sig)
 
 
 def _callers_level() -> int:

@@ -34,3 +34,38 @@ def test_calls_past_cache_limit_skip_the_miss_reason():
         same(fast(x), m(x))
     assert c.stats.replays == replays + 3
     assert calls == [], "the reason of a miss was computed past cache_limit after the warning"
+
+
+def test_a_signature_that_missed_every_variant_runs_eagerly_without_their_guards():
+    # The guards of all cache_limit variants were still checked, all failing, on every call of
+    # a length past the limit (~35 us on this host: bench/varying_lengths.py's 12 such lengths
+    # 5-10% slower than eager). A call whose argument signature (shapes, strides, dtypes,
+    # numbers) missed every variant before now runs eagerly at once; the compiled lengths
+    # still replay, and a new signature still checks the guards first.
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
+    fast = capture(m, EAGER, cache_limit=3)
+    xs = [torch.randn(n, 8) for n in range(1, 8)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for x in xs:
+            same(fast(x), m(x))
+    c = fast._mlircap_capture
+    checked = []
+    for i, v in enumerate(c.variants):
+        orig = v.guard
+        v.guard = lambda *a, _o=orig, _i=i: checked.append(_i) or _o(*a)
+    replays, eager = c.stats.replays, c.stats.eager_calls
+    for x in xs:
+        same(fast(x), m(x))
+    assert c.stats.replays == replays + 3 and c.stats.eager_calls == eager + 4
+    # the three compiled lengths find their variants (guards 0; 0, 1; 0, 1, 2); the four
+    # lengths that missed before check none
+    assert checked == [0, 0, 1, 0, 1, 2], checked
+    checked.clear()
+    x = torch.randn(9, 8)   # a signature not seen: the guards first, then eagerly, remembered
+    same(fast(x), m(x))
+    same(fast(x), m(x))
+    assert checked == [0, 1, 2], checked
+    with torch.no_grad():   # (the same signature under no_grad: guards decide, as before)
+        same(fast(xs[0]), m(xs[0]))
