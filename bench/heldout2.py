@@ -81,10 +81,10 @@ class LSTMAttnSeq2Seq(nn.Module):
         self.out = nn.Linear(2 * hid, vocab)
 
     def forward(self, src, src_lens, tgt):
-        packed = pack_padded_sequence(self.src_emb(src), src_lens, batch_first=True, enforce_sorted=False)
+        packed = pack_padded_sequence(self.src_emb(src), src_lens.cpu(), batch_first=True, enforce_sorted=False)
         enc, (h, c) = self.encoder(packed)
         enc, _ = pad_packed_sequence(enc, batch_first=True, total_length=src.size(1))
-        mask = torch.arange(src.size(1)).unsqueeze(0) < src_lens.unsqueeze(1)
+        mask = torch.arange(src.size(1), device=src.device).unsqueeze(0) < src_lens.unsqueeze(1)
         h, c = h[0], c[0]
         ctx = torch.zeros_like(h)
         logits = []
