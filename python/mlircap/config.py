@@ -126,6 +126,8 @@ ENV: dict[str, EnvVar] = _vars(
            "binding on the GPU host (relative to the repository)", "scripts/gpu-bundle"),
     EnvVar("MLIRCAP_COMMIT", None, "commit recorded in bench/RESULTS.md (default: git HEAD)",
            "bench/gpu.py"),
+    EnvVar("MLIRCAP_OPINFO_INPUTS", None, "set by bench/opinfo.py --inputs reference for its "
+           "sample workers: sweep OpInfo's reference_inputs instead of sample_inputs", "bench/opinfo.py"),
 )
 
 
