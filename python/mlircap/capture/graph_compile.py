@@ -373,16 +373,22 @@ class _HigherOrderGrad:
 
     aot_autograd-compiled graphs refuse double backward ("torch.compile with aot_autograd
     does not currently support double backward"), while the first (eager, recording) call
-    of a captured function supports it.  When some input requires grad, the compiled call
-    runs inside _RecomputeForHigherOrder: a plain backward calls the compiled backward; a
-    backward with create_graph=True differentiates the captured FX graph re-run on the
-    saved inputs, which autograd can differentiate again.  Only used for graphs that do
-    not mutate or alias their inputs and draw no random numbers (_double_backward_ok).
-    Cost: one autograd Function around each training-mode call of such a graph."""
-    __slots__ = ("fns", "gm")
+    of a captured function supports it.  A backward with create_graph=True must then
+    differentiate the captured FX graph re-run on the call's inputs, which autograd can
+    differentiate again; a plain backward runs the compiled backward.  Only used for graphs
+    that do not mutate or alias their inputs and draw no random numbers (_double_backward_ok).
+
+    Where the compiled graph's outputs come from one aot_autograd node whose inputs are
+    exactly the call's inputs (checked once per node class, _direct_node_ok), the call runs
+    the compiled graph as it is and leaves the inputs and their versions on that node
+    (_stash_inputs); its class's backward (_patch_aot_backward) recomputes through the FX
+    graph only under create_graph=True.  Else each call runs inside _RecomputeForHigherOrder,
+    an autograd Function around the compiled one (about 35 µs a call)."""
+    __slots__ = ("fns", "gm", "direct")
 
     def __init__(self, fn: Callable, gm: fx.GraphModule) -> None:
         self.fns, self.gm = [fn], gm
+        self.direct = True   # False once a call's node did not pass _direct_node_ok
         if isinstance(fn, _FirstRunChecked):
             fn.slot = (self.fns, 0)
 
@@ -399,8 +405,117 @@ class _HigherOrderGrad:
                     # it is, as eager, which saves only what each op's gradient needs)
                     if any(b.is_inference() for b in args):
                         break
+                    if self.direct:
+                        outs = self.fns[0](*args)
+                        if _stash_inputs(self, outs, args):
+                            return outs
+                        self.direct = False   # (the graph draws no random numbers: run it again)
                     return _RecomputeForHigherOrder.apply(self, *args)
         return self.fns[0](*args)
+
+
+def _stash_inputs(runner: _HigherOrderGrad, outs: Any, args: tuple) -> bool:
+    """A direct call's outputs `outs`: leave (runner, args, their versions) on their
+    aot_autograd node for a create_graph backward. False: the outputs cannot be
+    differentiated twice so (the call must run under _RecomputeForHigherOrder)."""
+    node = None
+    for o in outs:
+        if isinstance(o, torch.Tensor) and o.grad_fn is not None:
+            node = o.grad_fn
+            break
+    if node is None:
+        return True   # nothing to differentiate (no output requires grad)
+    cls = getattr(node, "_forward_cls", None)
+    if cls is None or "_double_backward" not in cls.__dict__:
+        # not an aot_autograd node: where the compiled graph was replaced by the captured
+        # one (its first run failed), eager's own nodes, which differentiate again; any
+        # other node (a view of an aot_autograd output, another Function) runs under the
+        # Function
+        return cls is None and runner.fns[0] == runner.gm.forward
+    ok = cls.__dict__.get("_mlircap_direct_ok")
+    if ok is None:   # checked once per aot_autograd Function class
+        ok = _direct_node_ok(node, cls, outs, args)
+        if ok:
+            _patch_aot_backward(cls)
+        cls._mlircap_direct_ok = ok
+    if not ok or not _same_node(node, outs):
+        return False
+    node._mlircap_hog = (runner, args, [a._version for a in args], len(outs))
+    return True
+
+
+def _same_node(node: Any, outs: Any) -> bool:
+    """Output i that requires grad is output i of `node`."""
+    for i, o in enumerate(outs):
+        if not isinstance(o, torch.Tensor):
+            return False
+        if o.requires_grad and (o.grad_fn is not node or o.output_nr != i):
+            return False
+    return True
+
+
+def _direct_node_ok(node: Any, cls: Any, outs: Any, args: tuple) -> bool:
+    """An aot_autograd node whose gradients map one to one: its outputs are the graph's
+    outputs in order (no mutated input, no intermediate base among them) and its inputs
+    are the graph's inputs in order (no deduplicated or synthetic-base input)."""
+    meta = getattr(cls, "metadata", None)
+    if meta is None:
+        return False
+    try:
+        if meta.num_mutated_inp_runtime_indices or meta.num_intermediate_bases or meta.num_outputs != len(outs):
+            return False
+    except AttributeError:
+        return False
+    return _same_node(node, outs) and _edges_are_inputs(node, args)
+
+
+def _patch_aot_backward(cls: Any) -> None:
+    """`cls` (an aot_autograd Function)'s backward: under create_graph=True, on a node that
+    _stash_inputs marked, the gradients of the FX graph re-run on the call's inputs (which
+    can be differentiated again); else the compiled backward, as before."""
+    if "_mlircap_orig_backward" in cls.__dict__:
+        return
+    orig = cls.backward
+
+    def backward(ctx: Any, *grads: Any) -> Any:
+        st = getattr(ctx, "_mlircap_hog", None)
+        if st is None or not torch.is_grad_enabled():
+            if st is not None and not _keep_graph():
+                ctx._mlircap_hog = None
+            return orig(ctx, *grads)
+        runner, args, vers, n = st
+        if getattr(cls, "boxed_grads_call", False) and len(grads) == 1 and isinstance(grads[0], list):
+            grads = tuple(grads[0])   # (the engine hands a boxed class its gradients as one list)
+        if len(grads) != n:  # pragma: no cover - _direct_node_ok checked the outputs
+            raise RuntimeError("mlircap: a compiled graph's backward got another number of gradients")
+        for a, v in zip(args, vers):
+            if a._version != v:
+                raise RuntimeError(
+                    "one of the variables needed for gradient computation has been modified by an "
+                    "inplace operation: an input of a compiled graph changed after the call "
+                    f"(version {a._version}, expected {v})")
+        return _recomputed_grads(runner.gm, args, grads)
+
+    cls._mlircap_orig_backward = orig
+    cls.backward = staticmethod(backward)
+
+
+def _recomputed_grads(gm: Any, args: tuple, grads: tuple) -> tuple:
+    """The gradients of `gm` at `args` for output gradients `grads`, as a graph that can be
+    differentiated again (create_graph=True): `gm` re-run on views of the inputs."""
+    with torch.enable_grad():
+        ins = tuple(_fresh_input(a, True) for a in args)
+        outs = gm(*ins)
+    pairs = [(o, g) for o, g in zip(outs, grads)
+             if g is not None and isinstance(o, torch.Tensor) and o.requires_grad]
+    need = [i for i, x in enumerate(ins) if isinstance(x, torch.Tensor) and x.requires_grad]
+    gi = torch.autograd.grad([o for o, _ in pairs], [ins[i] for i in need], [g for _, g in pairs],
+                             allow_unused=True, retain_graph=True, create_graph=True) \
+        if pairs and need else ()
+    out: list = [None] * len(ins)
+    for i, g in zip(need, gi):
+        out[i] = g
+    return tuple(out)
 
 
 def _edges_are_inputs(node: Any, args: tuple) -> bool:
