@@ -1,0 +1,1018 @@
+"""Random-program differential fuzzer: mlircap.compile against eager on small random PyTorch
+functions generated from a seed.
+
+    python bench/fuzz_graphs.py --seeds 0:300 --jobs 1            # a range of seeds
+    python bench/fuzz_graphs.py --seed 17 --show                  # print one program (and run it)
+    python bench/fuzz_graphs.py --seeds 0:300 --json /tmp/fz.json  # records, for --report
+
+Each seed gives one function `f(x0, x1, ...)` of 3-12 ops drawn from op families (FAMILIES):
+pointwise unary / binary with broadcasting and type promotion between float / int / bool / bf16
+operands and Python scalars, reductions (dims, dim lists, keepdim), views (view / reshape /
+permute / transpose / expand / slices with steps / narrow / unfold / as_strided / diagonal /
+dtype views), cat / stack / split / chunk, indexing with int / bool / tensor indices,
+in-place ops (index_put_ / scatter_ / masked_fill_ / setitem / add_ ...) on inputs and on views
+of inputs, matmul / bmm / einsum / linear, norms, softmax, where / clamp / min / max with
+NaN / inf / -0.0, scans and sorts, conv1d / conv2d, pooling, interpolate and pad, RNG ops
+(every call follows torch.manual_seed), constants and outputs that alias inputs. Every op is
+checked eagerly while the program is generated (an op eager rejects is drawn again), so the
+program runs eagerly at its first input shapes. Inputs have random shapes (size-0 / size-1
+dims included), layouts (transposed, sliced with a step, storage offset, expanded,
+channels_last), dtypes (float32 / bfloat16 / float16 / float64 / int64 / int32 / uint8 / bool)
+and values (NaN, inf, -0.0, large and tiny numbers). Dims are named sizes: the second input set
+gives some of them other values, so the same program runs at another shape.
+
+Every program runs in a worker process (bench/opinfo.py's Pool: a crash or a timeout is
+recorded, not fatal). The program is called eagerly, then compiled with mlircap.compile and
+called twice at the first shapes (the first call records, the second replays the compiled
+variant) and once at the second shapes; each call is preceded by torch.manual_seed and runs on
+fresh copies of the inputs with their exact layout. Outputs are compared with eager on values
+(per-dtype tolerance relative to the output's scale; integers and bools exactly), the NaN
+pattern, dtype and shape; so are the inputs the call mutated; where eager raises, compiled must
+raise the same exception type. A program is one of
+
+    compiled     compiled and correct (every graph compiled, the second call replayed it)
+    fallback     correct, but part of it ran eagerly (the reason is recorded)
+    wrong        an output or a mutated input differs from eager
+    crash        the worker process died (segfault, abort)
+    error        compiled raised where eager did not, or another exception type than eager's
+    timeout      over --timeout seconds
+
+For every program that is not compiled / fallback the report prints its source (the function
+and its inputs), which `--seed N --show` prints again.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import io
+import json
+import math
+import os
+import random
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import opinfo  # noqa: E402  (bench/opinfo.py: worker pool, comparison, compiled status)
+
+CATEGORIES = ("compiled", "fallback", "wrong", "crash", "error", "timeout")
+CALL_SEED = 1234
+MAX_NUMEL = 1 << 16
+
+FLOATS = ("float32", "bfloat16", "float16", "float64")
+INTS = ("int64", "int32", "uint8")
+DTYPE_WEIGHTS = (("float32", 10), ("bfloat16", 3), ("float16", 2), ("float64", 2), ("int64", 3),
+                 ("int32", 2), ("uint8", 1), ("bool", 2))
+SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16)
+LAYOUTS = ("contig", "contig", "contig", "T", "step", "offset", "expand", "channels_last")
+FILLS = ("normal", "normal", "normal", "extreme", "positive", "ties")
+
+
+# --------------------------------------------------------------------------- inputs
+
+def make_input(spec, sizes, seed):
+    """The tensor of an input spec {"dims": [symbol or int], "dtype", "layout", "fill"} with the
+    symbols' sizes; deterministic in (spec, sizes, seed)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    shape = [sizes[d] if isinstance(d, str) else d for d in spec["dims"]]
+    dt = getattr(torch, spec["dtype"])
+    layout, fill = spec["layout"], spec["fill"]
+    if layout == "expand" and shape:
+        base_shape = [1 if i in spec.get("expand_dims", [0]) else n for i, n in enumerate(shape)]
+    else:
+        base_shape = list(shape)
+    if layout == "T" and len(shape) >= 2:
+        alloc = base_shape[:-2] + [base_shape[-1], base_shape[-2]]
+    elif layout == "step" and shape:
+        alloc = [base_shape[0] * 2] + base_shape[1:]
+    else:
+        alloc = base_shape
+    n = math.prod(alloc) + (1 if layout == "offset" else 0)
+    if dt.is_floating_point:
+        if fill == "extreme":
+            pool = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 0.0, 1.0, -1.0, 0.5,
+                                 1e4, -3e3, 1e-30, 2.5, -7.0], dtype=torch.float64)
+            flat = pool[torch.randint(0, len(pool), (n,), generator=g)]
+            flat = torch.where(torch.rand(n, generator=g) < 0.5, torch.randn(n, generator=g, dtype=torch.float64), flat)
+        elif fill == "positive":
+            flat = torch.rand(n, generator=g, dtype=torch.float64) * 2 + 0.1
+        elif fill == "ties":
+            flat = torch.randint(-3, 4, (n,), generator=g).double()
+        else:
+            flat = torch.randn(n, generator=g, dtype=torch.float64) * 2
+        flat = flat.to(dt)
+    elif dt == torch.bool:
+        flat = torch.rand(n, generator=g) < 0.5
+    elif dt == torch.uint8:
+        flat = torch.randint(0, 256, (n,), generator=g).to(dt)
+    else:
+        lo, hi = (-2**31, 2**31) if (fill == "extreme" and dt == torch.int32) else (-20, 21)
+        flat = torch.randint(lo, hi, (n,), generator=g, dtype=torch.int64)
+        if fill == "extreme" and dt == torch.int64:
+            flat = flat * (2**40)
+        flat = flat.to(dt)
+    if layout == "offset":
+        t = flat[1:].view(alloc)
+    else:
+        t = flat.view(alloc)
+    if layout == "T" and len(shape) >= 2:
+        t = t.transpose(-1, -2)
+    elif layout == "step" and shape:
+        t = t[::2]
+    elif layout == "expand" and shape:
+        t = t.expand(shape)
+    elif layout == "channels_last" and len(shape) == 4:
+        t = t.contiguous(memory_format=torch.channels_last)
+    return t
+
+
+def make_inputs(prog, alt=False):
+    sizes = prog["alt_sizes"] if alt else prog["sizes"]
+    return [make_input(s, sizes, prog["seed"] * 1000 + i + (500 if alt else 0))
+            for i, s in enumerate(prog["inputs"])]
+
+
+# --------------------------------------------------------------------------- generator
+
+class Gen:
+    """Builds one program op by op, running each op eagerly on the first inputs as it goes."""
+
+    def __init__(self, seed):
+        import torch
+        import torch.nn.functional as F
+
+        self.torch = torch
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.sizes = {}
+        self.alt_sizes = {}
+        self.inputs = []
+        self.lines = []
+        self.ns = {"torch": torch, "F": F, "nan": float("nan"), "inf": float("inf")}
+        self.vars = []        # names of tensors, in order of definition
+        self.input_names = []
+        self.families = []
+        self.float_dtypes = set()    # of every value: a result is compared at the loosest one's tolerance
+
+    # ----- sizes and inputs
+    def sym(self, value=None):
+        r = self.rng
+        if value is not None:
+            for k, v in self.sizes.items():
+                if v == value:
+                    return k
+        name = f"s{len(self.sizes)}"
+        v = value if value is not None else (0 if r.random() < 0.04 else r.choice(SIZES))
+        self.sizes[name] = v
+        self.alt_sizes[name] = v if (v in (0, 1) and r.random() < 0.7) or r.random() < 0.3 else r.choice(SIZES[1:])
+        return name
+
+    def new_input(self, dims=None, dtype=None, layout=None, fill=None):
+        r = self.rng
+        if dims is None:
+            rank = r.choice((0, 1, 2, 2, 3, 3, 4))
+            syms = list(self.sizes)
+            dims = [r.choice(syms) if syms and r.random() < 0.5 else self.sym() for _ in range(rank)]
+        if dtype is None:
+            names, weights = zip(*DTYPE_WEIGHTS)
+            dtype = r.choices(names, weights)[0]
+        if layout is None:
+            layout = r.choice(LAYOUTS)
+            if layout == "channels_last" and len(dims) != 4:
+                layout = "contig"
+        spec = {"dims": dims, "dtype": dtype, "layout": layout, "fill": fill or r.choice(FILLS)}
+        if layout == "expand" and dims:
+            spec["expand_dims"] = [r.randrange(len(dims))]
+        name = f"x{len(self.inputs)}"
+        self.inputs.append(spec)
+        self.input_names.append(name)
+        self.ns[name] = make_input(spec, self.sizes, self.seed * 1000 + len(self.inputs) - 1)
+        if self.ns[name].is_floating_point():
+            self.float_dtypes.add(spec["dtype"])
+        self.vars.append(name)
+        return name
+
+    # ----- picking operands
+    def t(self, name):
+        return eval(name, self.ns)  # noqa: S307 - the generator's own expressions
+
+    def pick(self, pred=None, recent=0.6):
+        cands = [v for v in self.vars if pred is None or pred(self.t(v))]
+        if not cands:
+            return None
+        if self.rng.random() < recent:
+            return cands[-1]
+        return self.rng.choice(cands)
+
+    def pick_float(self, min_rank=0, max_rank=8):
+        return self.pick(lambda t: t.is_floating_point() and min_rank <= t.dim() <= max_rank)
+
+    def dim(self, t, allow_neg=True):
+        d = self.rng.randrange(t.dim())
+        return d - t.dim() if allow_neg and self.rng.random() < 0.4 else d
+
+    def scalar(self):
+        return self.rng.choice(("2", "-3", "0", "0.5", "-0.0", "inf", "-inf", "nan", "True", "1e4",
+                                "255", "-1", "1.5", "3"))
+
+    # ----- running one line
+    def try_line(self, text, family, new=True):
+        torch = self.torch
+        name = f"v{len(self.lines)}"
+        stmt = f"{name} = {text}" if new else text
+        saved = {k: self.ns[k].clone() if isinstance(self.ns[k], torch.Tensor) else self.ns[k]
+                 for k in self.vars}
+        try:
+            with torch.no_grad():
+                torch.manual_seed(CALL_SEED + len(self.lines))
+                exec(stmt, self.ns)  # noqa: S102 - the generator's own statement
+            if new:
+                v = self.ns[name]
+                if not isinstance(v, torch.Tensor) or v.numel() > MAX_NUMEL or v.is_complex() \
+                        or v.layout != torch.strided:
+                    raise ValueError("unsuitable result")
+                if v.is_floating_point():
+                    self.float_dtypes.add(str(v.dtype).split(".")[1])
+        except Exception:  # noqa: BLE001 - eager rejects this op here: draw another
+            for k, v in saved.items():
+                if isinstance(v, torch.Tensor):
+                    self.ns[k] = v
+            self.ns.pop(name, None)
+            return False
+        self.lines.append(stmt)
+        self.families.append(family)
+        if new:
+            self.vars.append(name)
+        return True
+
+
+# ----- op families: each returns the text of an expression (or a statement with new=False)
+
+U_FLOAT = ("torch.exp({})", "torch.log({})", "torch.sqrt({})", "torch.rsqrt({})", "torch.sin({})",
+           "torch.cos({})", "torch.tanh({})", "torch.sigmoid({})", "torch.erf({})", "torch.log1p({})",
+           "torch.expm1({})", "F.gelu({})", "F.gelu({}, approximate='tanh')", "F.silu({})",
+           "F.softplus({})", "F.elu({})", "F.leaky_relu({}, 0.1)", "F.hardswish({})", "F.mish({})",
+           "torch.reciprocal({})", "{}.frac()", "torch.atan({})", "torch.asin({})", "torch.exp2({})",
+           "F.relu6({})", "torch.logit({}, eps=1e-3)", "F.hardsigmoid({})", "torch.tan({})")
+U_ANY = ("torch.abs({})", "torch.neg({})", "torch.relu({})", "torch.sign({})", "torch.floor({})",
+         "torch.ceil({})", "torch.round({})", "torch.trunc({})", "torch.square({})", "torch.isnan({})",
+         "torch.isinf({})", "torch.isfinite({})", "torch.nan_to_num({})",
+         "torch.nan_to_num({}, nan=0.0, posinf=1.0, neginf=-1.0)", "torch.logical_not({})",
+         "torch.bitwise_not({})", "{}.float()", "{}.double()", "{}.to(torch.bfloat16)", "{}.half()",
+         "{}.bool()", "torch.signbit({})", "{}.clone()", "{}.contiguous()", "{}.long()",
+         "torch.nan_to_num({}).clamp(-1000, 1000).to(torch.int32)", "{}.to(torch.uint8)",
+         "torch.round({}, decimals=1)", "{}.abs().sqrt()", "(-{})")
+
+
+def fam_unary(g):
+    a = g.pick()
+    if a is None:
+        return None
+    t = g.t(a)
+    if t.is_floating_point() and g.rng.random() < 0.6:
+        return g.rng.choice(U_FLOAT).format(a)
+    e = g.rng.choice(U_ANY)
+    if t.is_floating_point() and (".long()" in e or "uint8" in e):
+        return None      # float -> int of out-of-range values is undefined behaviour in eager
+    return e.format(a)
+
+
+BINARY = ("{a} + {b}", "{a} - {b}", "{a} * {b}", "{a} / {b}", "torch.floor_divide({a}, {b})",
+          "torch.remainder({a}, {b})", "torch.fmod({a}, {b})", "torch.pow({a}, {b})",
+          "torch.maximum({a}, {b})", "torch.minimum({a}, {b})", "torch.fmax({a}, {b})",
+          "torch.fmin({a}, {b})", "torch.atan2({a}, {b})", "{a} == {b}", "{a} < {b}", "{a} >= {b}",
+          "{a} != {b}", "torch.logical_and({a}, {b})", "torch.logical_or({a}, {b})",
+          "torch.bitwise_and({a}, {b})", "{a} | {b}", "{a} ^ {b}", "torch.add({a}, {b}, alpha=2)",
+          "torch.sub({a}, {b}, alpha=3)", "torch.hypot({a}, {b})", "torch.copysign({a}, {b})",
+          "torch.xlogy({a}, {b})", "torch.addcmul({a}, {a}, {b}, value=0.5)",
+          "torch.div({a}, {b}, rounding_mode='floor')", "torch.div({a}, {b}, rounding_mode='trunc')",
+          "{a} << {b}", "{a} >> {b}", "torch.lerp({a}, {b}, 0.25)", "torch.clamp({a}, min={b})",
+          "torch.true_divide({a}, {b})", "torch.heaviside({a}, {b})")
+
+
+def operand_b(g, a):
+    r = g.rng
+    t = g.t(a)
+    k = r.random()
+    if k < 0.3:
+        return g.scalar()
+    if k < 0.4:
+        return f"torch.tensor({g.scalar()})"
+    if k < 0.5 and t.dim() >= 1:
+        return f"{a}[..., :1]"
+    if k < 0.6 and t.dim() >= 1 and t.is_floating_point():
+        return f"{a}.mean(-1, keepdim=True)"
+    torch = g.torch
+
+    def fits(u):
+        try:
+            torch.broadcast_shapes(u.shape, t.shape)
+            return True
+        except RuntimeError:
+            return False
+    b = g.pick(fits, recent=0.2)
+    return b or g.scalar()
+
+
+def fam_binary(g):
+    a = g.pick()
+    if a is None:
+        return None
+    b = operand_b(g, a)
+    e = g.rng.choice(BINARY)
+    if g.rng.random() < 0.2 and not b[0].isalpha():
+        return e.format(a=b, b=a) if e.startswith("{a} ") else e.format(a=a, b=b)
+    return e.format(a=a, b=b)
+
+
+def dims_arg(g, t):
+    r = g.rng
+    if t.dim() == 0:
+        return None
+    if r.random() < 0.3 and t.dim() >= 2:
+        ds = r.sample(range(t.dim()), 2)
+        return "[" + ", ".join(str(d - t.dim() if r.random() < 0.3 else d) for d in ds) + "]"
+    return str(g.dim(t))
+
+
+def fam_reduce(g):
+    a = g.pick()
+    if a is None:
+        return None
+    t = g.t(a)
+    r = g.rng
+    kd = r.choice(("True", "False"))
+    d = dims_arg(g, t)
+    if d is None or r.random() < 0.15:
+        return r.choice((f"{a}.sum()", f"{a}.amax()", f"{a}.mean()", f"{a}.max()", f"{a}.min()",
+                         f"{a}.any()", f"{a}.all()", f"{a}.prod()", f"{a}.argmax()", f"{a}.nansum()",
+                         f"{a}.sum(dtype=torch.float64)", f"torch.count_nonzero({a})", f"{a}.std()",
+                         f"torch.linalg.vector_norm({a})"))
+    one = str(g.dim(t))
+    return r.choice((f"{a}.sum({d}, keepdim={kd})", f"{a}.mean({d}, keepdim={kd})",
+                     f"{a}.amax({d}, keepdim={kd})", f"{a}.amin({d}, keepdim={kd})",
+                     f"{a}.prod({one}, keepdim={kd})", f"torch.max({a}, {one}, keepdim={kd})[0]",
+                     f"torch.min({a}, {one})[1]", f"{a}.argmax({one}, keepdim={kd})",
+                     f"{a}.argmin({one})", f"{a}.std({d}, keepdim={kd})", f"{a}.var({d}, correction=0)",
+                     f"torch.linalg.vector_norm({a}, 2, {d}, {kd})", f"torch.logsumexp({a}, {d})",
+                     f"{a}.any({one})", f"{a}.all({one}, keepdim={kd})", f"torch.count_nonzero({a}, {d})",
+                     f"{a}.sum({d}, dtype=torch.float32)", f"torch.aminmax({a}, dim={one})[1]",
+                     f"{a}.norm(1, {one})", f"torch.nanmean({a}, {d})"))
+
+
+def fam_view(g):
+    a = g.pick()
+    if a is None:
+        return None
+    t = g.t(a)
+    r = g.rng
+    n = t.dim()
+    opts = [f"{a}.reshape(-1)", f"{a}.view(-1)", f"{a}.unsqueeze({r.randint(-n - 1, n)})",
+            f"{a}.reshape({a}.shape[0], -1)" if n else f"{a}.reshape(1, 1)"]
+    if t.dtype.itemsize in (2, 4, 8) and t.dtype != g.torch.bool:
+        other = {2: ("torch.int16", "torch.bfloat16", "torch.float16"), 4: ("torch.int32", "torch.float32"),
+                 8: ("torch.int64", "torch.float64")}[t.dtype.itemsize]
+        if not t.is_floating_point():
+            opts.append(f"{a}.view({r.choice(other)})")
+    if n >= 1:
+        d = g.dim(t)
+        size = t.shape[d]
+        opts += [f"{a}.flip({d})", f"torch.roll({a}, {r.randint(-3, 3)}, {d})",
+                 f"{a}[..., ::2]", f"{a}[1:]", f"{a}.select({d}, {r.randint(-1, max(size - 1, 0))})",
+                 f"{a}[{r.randint(-1, max(t.shape[0] - 1, 0))}]", f"{a}.squeeze({d})",
+                 f"{a}.narrow({d}, {r.randint(0, max(size - 1, 0))}, {r.randint(0, 2)})",
+                 f"{a}.unfold({d}, {r.randint(1, 3)}, {r.randint(1, 2)})",
+                 f"{a}.repeat({', '.join(str(r.choice((1, 1, 2))) for _ in range(n))})",
+                 f"{a}.unsqueeze(0).expand(2, *{a}.shape)", f"{a}.expand(3, *{a}.shape)",
+                 f"{a}.contiguous().as_strided(({max(t.numel() - 1, 0)}, 2), (1, 1))",
+                 f"{a}.as_strided(({max(t.numel() // 2, 0)},), (2,), 0)",
+                 f"{a}.flatten()[{r.randint(0, 2)}::{r.randint(1, 3)}]",
+                 f"{a}[..., None, {r.randint(-1, 1)}:]"]
+        if size >= 2:
+            opts.append(f"{a}.unflatten({d}, (2, -1))")
+    if n >= 2:
+        perm = list(range(n))
+        r.shuffle(perm)
+        d0, d1 = r.sample(range(n), 2)
+        opts += [f"{a}.permute({', '.join(map(str, perm))})", f"{a}.transpose({d0}, {d1})", f"{a}.mT",
+                 f"{a}.diagonal({r.randint(-1, 1)}, {d0}, {d1})", f"{a}.flatten({min(d0, d1)}, {max(d0, d1)})",
+                 f"{a}[:, {r.randint(0, 2)}::{r.randint(1, 3)}]", f"{a}.movedim(0, -1)",
+                 f"{a}.transpose({d0}, {d1}).reshape(-1)", f"{a}.transpose({d0}, {d1}).contiguous().view(-1)",
+                 f"{a}.permute({', '.join(map(str, perm))}).contiguous()"]
+    return r.choice(opts)
+
+
+def fam_cat(g):
+    a = g.pick()
+    if a is None:
+        return None
+    t = g.t(a)
+    r = g.rng
+    if t.dim() == 0:
+        return f"torch.stack([{a}, {a} * 2])"
+    d = g.dim(t)
+    same = g.pick(lambda u: u.shape == t.shape and u is not t, recent=0.2) or f"({a} * 2)"
+    return r.choice((f"torch.cat([{a}, {same}], {d})", f"torch.stack([{a}, {same}], {d})",
+                     f"torch.cat([{a}, {a}[:0]])", f"torch.split({a}, {r.randint(1, 3)}, {d})[{r.choice((0, -1))}]",
+                     f"{a}.chunk({r.randint(1, 3)}, {d})[-1]", f"torch.unbind({a}, {d})[0]",
+                     f"torch.cat([{a}, {a}.narrow({d}, 0, 1)], {d})", f"torch.hstack([{a}, {same}])",
+                     f"torch.cat([{a}.float(), {same}], {d})",
+                     f"torch.split({a}, [1, {a}.shape[{d}] - 1], {d})[1]"))
+
+
+def int_index(g, size, n):
+    """A constant index tensor of n distinct valid positions of a dim of `size` (some negative)."""
+    r = g.rng
+    if size == 0:
+        return "torch.tensor([], dtype=torch.long)"
+    pos = r.sample(range(size), min(n, size))
+    pos = [p - size if r.random() < 0.3 else p for p in pos]
+    return f"torch.tensor({pos})"
+
+
+def input_index(g, size):
+    """An index from an integer input (bounds-checked indices), kept in range with remainder."""
+    ii = g.pick(lambda u: not u.is_floating_point() and u.dtype != g.torch.bool and 1 <= u.dim() <= 2, recent=0.3)
+    if ii is None or size == 0:
+        return None
+    return f"({ii}.long().flatten()[:4] % {size})"
+
+
+def fam_index(g):
+    a = g.pick(lambda u: u.dim() >= 1)
+    if a is None:
+        return None
+    t = g.t(a)
+    r = g.rng
+    d = g.dim(t, allow_neg=False)
+    size = t.shape[d]
+    idx = int_index(g, size, r.randint(1, 3))
+    opts = [f"{a}[{idx}]" if d == 0 else f"{a}[:, {idx}]" if d == 1 else f"{a}[..., {idx}]",
+            f"torch.index_select({a}, {d}, {idx})", f"{a}[{a} > 0]" if t.dtype != g.torch.bool else f"{a}[{a}]",
+            f"{a}[[0, -1]]", f"{a}[{r.randint(0, 1)}, ..., None]", f"{a}[..., {r.randint(-1, 0)}]",
+            f"torch.masked_select({a}, {a} != 0)", f"{a}[{a}.bool()].sum()" if t.dtype != g.torch.bool else f"{a}.sum()"]
+    ii = input_index(g, size)
+    if ii:
+        opts += [f"torch.index_select({a}, {d}, {ii})", f"{a}[{ii}]" if d == 0 else f"{a}.index_select({d}, {ii})"]
+    if t.dim() >= 1 and size:
+        gi = f"torch.randint(0, {size}, {tuple(t.shape)})".replace(",)", ",)")
+        opts += [f"torch.gather({a}, {d}, {gi})", f"torch.take_along_dim({a}, {a}.argsort({d}, stable=True), {d})"]
+    return r.choice(opts)
+
+
+def fam_inplace(g):
+    """An in-place op on an input, a view of an input, or an intermediate (aliasing)."""
+    r = g.rng
+    base = g.pick(recent=0.2) if r.random() < 0.3 else (
+        r.choice(g.input_names) if g.input_names else None)
+    if base is None:
+        return None
+    t = g.t(base)
+    views = [base]
+    if t.dim() >= 1:
+        views += [f"{base}[1:]", f"{base}[..., ::2]", f"{base}.view(-1)", f"{base}.unsqueeze(0)",
+                  f"{base}[0]", f"{base}.narrow(-1, 0, 1)"]
+    if t.dim() >= 2:
+        views += [f"{base}.t()" if t.dim() == 2 else f"{base}.transpose(0, 1)", f"{base}.diagonal()",
+                  f"{base}[:, 1]"]
+    v = r.choice(views)
+    s = g.scalar() if r.random() < 0.6 else "1"
+    opts = [f"{v}.add_({s})", f"{v}.mul_({s})", f"{v}.clamp_(min=0)", f"{v}.zero_()", f"{v}.fill_({s})",
+            f"{v}.relu_()", f"{v}.neg_()", f"{v}.sub_({v}.mean())", f"{v}.div_(2)", f"{v}.abs_()",
+            f"{v}[...] = {s}", f"{v}.copy_({v}.flip(-1))" if t.dim() else f"{v}.copy_({v} * 2)",
+            f"{v}.masked_fill_({v} > 0, {s})" if t.dtype != g.torch.bool else f"{v}.masked_fill_({v}, False)",
+            f"{v}.sigmoid_()", f"{v}.add_({v})", f"{v}.lerp_({v}.flip(0), 0.5)" if t.dim() else f"{v}.exp_()",
+            f"{v}.uniform_()", f"{v}.bernoulli_(0.5)", f"{v}.exponential_()"]
+    if t.dim() >= 1 and t.shape[0]:
+        size = t.shape[0]
+        idx = int_index(g, size, r.randint(1, 2))
+        opts += [f"{base}.index_put_(({idx},), torch.tensor({s}))",
+                 f"{base}.index_put_(({idx},), {base}[{idx}] * 2, accumulate=True)",
+                 f"{base}[{idx}] = {s}", f"{base}.index_fill_(0, {idx}, {s})",
+                 f"{base}.index_add_(0, {idx}, {base}[{idx}])"]
+        ii = input_index(g, size)
+        if ii:
+            opts += [f"{base}.index_put_(({ii},), torch.tensor({s}), accumulate=True)",
+                     f"{base}.index_add_(0, {ii}, {base}[{ii}])"]
+        if t.dim() == 1 or (t.dim() >= 1 and r.random() < 0.5):
+            src_shape = (min(2, size),) + tuple(t.shape[1:])
+            perm = r.sample(range(size), min(2, size))
+            sc = f"torch.tensor({perm}).view({-1 if t.dim() == 1 else ', '.join(['-1'] + ['1'] * (t.dim() - 1))}).expand({', '.join(map(str, src_shape))})"
+            opts += [f"{base}.scatter_(0, {sc}, {s})", f"{base}.scatter_add_(0, {sc}, {base}[:{len(perm)}])",
+                     f"{base}.scatter_reduce_(0, {sc}, {base}[:{len(perm)}], 'amax')"]
+    stmt = r.choice(opts)
+    if "=" in stmt.split("(")[0]:
+        return ("stmt", stmt)
+    return ("stmt", stmt) if r.random() < 0.5 else stmt
+
+
+def fam_matmul(g):
+    a = g.pick(lambda u: u.dim() >= 1 and (u.is_floating_point() or u.dtype == g.torch.int64))
+    if a is None:
+        return None
+    t = g.t(a)
+    r = g.rng
+    k = g.sym(t.shape[-1])
+    n = g.sym()
+    dt = str(t.dtype).split(".")[1] if r.random() < 0.9 else r.choice(FLOATS)
+    kind = r.randrange(7)
+    if kind == 0:
+        w = g.new_input([k, n], dt)
+        return f"{a} @ {w}"
+    if kind == 1:
+        w = g.new_input([n, k], dt)
+        b = g.new_input([n], dt) if r.random() < 0.5 else "None"
+        return f"F.linear({a}, {w}, {b})"
+    if kind == 2 and t.dim() == 3:
+        b0 = g.sym(t.shape[0])
+        w = g.new_input([b0, k, n], dt)
+        return f"torch.bmm({a}, {w})"
+    if kind == 3:
+        w = g.new_input([k, n], dt)
+        return f"torch.einsum('...k,kn->...n', {a}, {w})"
+    if kind == 4 and t.dim() >= 2:
+        return f"{a} @ {a}.mT"
+    if kind == 5 and t.dim() >= 2:
+        return f"torch.einsum('...ij,...kj->...ik', {a}, {a})"
+    w = g.new_input([k], dt)
+    return f"torch.matmul({a}, {w})"
+
+
+def fam_norm(g):
+    a = g.pick_float(min_rank=1)
+    if a is None:
+        return None
+    t = g.t(a)
+    r = g.rng
+    dt = str(t.dtype).split(".")[1]
+    kind = r.randrange(8)
+    last = g.sym(t.shape[-1])
+    if kind == 0:
+        w = g.new_input([last], dt) if r.random() < 0.5 else "None"
+        b = g.new_input([last], dt) if r.random() < 0.5 else "None"
+        return f"F.layer_norm({a}, {a}.shape[-1:], {w}, {b})"
+    if kind == 1:
+        w = g.new_input([last], dt) if r.random() < 0.5 else "None"
+        return f"F.rms_norm({a}, {a}.shape[-1:], {w})"
+    if kind == 2 and t.dim() >= 2:
+        c = t.shape[1]
+        groups = r.choice([d for d in (1, 2, 3, 4) if c % d == 0] or [1])
+        return f"F.group_norm({a}, {groups})"
+    if kind == 3 and t.dim() >= 2:
+        c = g.sym(t.shape[1])
+        rm = g.new_input([c], "float32", "contig", "normal")
+        rv = g.new_input([c], "float32", "contig", "positive")
+        tr = r.choice(("True", "False"))
+        w = g.new_input([c], "float32", "contig") if r.random() < 0.5 else "None"
+        return f"F.batch_norm({a}, {rm}, {rv}, {w}, None, training={tr}, momentum=0.1)"
+    if kind == 4 and t.dim() >= 3:
+        return f"F.instance_norm({a})"
+    if kind == 5:
+        return f"F.normalize({a}, dim={g.dim(t)})"
+    return f"torch.softmax({a}, {g.dim(t)})"
+
+
+def fam_softmax(g):
+    a = g.pick(lambda u: u.dim() >= 1 and (u.is_floating_point() or g.rng.random() < 0.2))
+    if a is None:
+        return None
+    t = g.t(a)
+    d = g.dim(t)
+    return g.rng.choice((f"torch.softmax({a}, {d})", f"F.log_softmax({a}, {d})",
+                         f"torch.softmax({a}, {d}, dtype=torch.float32)", f"F.softmin({a}, {d})",
+                         f"torch.log_softmax({a}.float(), {d})"))
+
+
+def fam_where(g):
+    a = g.pick()
+    if a is None:
+        return None
+    r = g.rng
+    b = operand_b(g, a)
+    c = g.pick(lambda u: u.dtype == g.torch.bool, recent=0.3) or f"({a} > 0)"
+    lo, hi = r.choice((("0", "1"), ("-1.5", "nan"), ("None", "0"), ("-inf", "2"), ("0.5", "-0.5"), ("-0.0", "0.0")))
+    return r.choice((f"torch.where({c}, {a}, {b})", f"torch.where({a} != {a}, 0.0, {a})",
+                     f"torch.clamp({a}, {lo}, {hi})", f"{a}.clamp(min={b})", f"torch.clamp_min({a}, {lo})",
+                     f"F.hardtanh({a})", f"torch.max({a}, {b})" if not b[0].isdigit() and b[0] != "-" else f"torch.max({a})",
+                     f"torch.min({a}, torch.tensor({g.scalar()}))", f"torch.where({c}, {a}, {g.scalar()})",
+                     f"{a}.masked_fill({c}, {g.scalar()})", f"torch.clamp({a}, max={b})"))
+
+
+def fam_scan(g):
+    a = g.pick(lambda u: u.dim() >= 1)
+    if a is None:
+        return None
+    t = g.t(a)
+    r = g.rng
+    d = g.dim(t)
+    k = r.randint(1, max(1, min(3, t.shape[d])))
+    return r.choice((f"torch.cumsum({a}, {d})", f"torch.cumprod({a}, {d})", f"torch.cummax({a}, {d})[0]",
+                     f"torch.cummin({a}, {d})[1]", f"torch.logcumsumexp({a}, {d})",
+                     f"torch.sort({a}, {d}, stable=True)[0]", f"torch.sort({a}, {d}, descending=True, stable=True)[1]",
+                     f"torch.topk({a}, {k}, {d})[0]", f"torch.argsort({a}, {d}, stable=True)",
+                     f"torch.kthvalue({a}, {k}, {d})[0]", f"{a}.argmax({d})", f"torch.msort({a})",
+                     f"torch.cumsum({a}, {d}, dtype=torch.float64)", f"torch.topk({a}, {k}, {d}, largest=False)[0]",
+                     f"torch.diff({a}, dim={d})"))
+
+
+def fam_conv(g):
+    r = g.rng
+    a = g.pick_float(min_rank=3, max_rank=4)
+    if a is None:
+        a = g.new_input([g.sym(2), g.sym(), g.sym(), g.sym()][: r.choice((3, 4))], r.choice(("float32", "float32", "bfloat16", "float64")))
+    t = g.t(a)
+    dt = str(t.dtype).split(".")[1]
+    nd = t.dim() - 2
+    cin = t.shape[1]
+    groups = r.choice([d for d in (1, 2, 3) if cin % d == 0] or [1])
+    cout = groups * r.randint(1, 3)
+    k = r.randint(1, 3)
+    w = g.new_input([cout, g.sym(cin) if groups == 1 else max(cin // groups, 1)] + [k] * nd, dt)
+    b = g.new_input([cout], dt) if r.random() < 0.5 else "None"
+    pad = r.choice(("0", "1", "'same'"))
+    stride = "1" if pad == "'same'" else r.choice(("1", "2"))
+    dil = r.choice(("1", "1", "2"))
+    return f"F.conv{nd}d({a}, {w}, {b}, stride={stride}, padding={pad}, dilation={dil}, groups={groups})"
+
+
+def fam_pool(g):
+    r = g.rng
+    a = g.pick_float(min_rank=3, max_rank=4)
+    if a is None:
+        return None
+    t = g.t(a)
+    nd = t.dim() - 2
+    k = r.randint(1, 3)
+    s = r.randint(1, 2)
+    p = r.randint(0, k // 2)
+    cm = r.choice(("True", "False"))
+    return r.choice((f"F.max_pool{nd}d({a}, {k}, {s}, {p}, ceil_mode={cm})",
+                     f"F.avg_pool{nd}d({a}, {k}, {s}, {p}, ceil_mode={cm}, count_include_pad={r.choice(('True', 'False'))})",
+                     f"F.adaptive_avg_pool{nd}d({a}, {r.randint(1, 3)})",
+                     f"F.adaptive_max_pool{nd}d({a}, {r.randint(1, 3)})",
+                     f"F.max_pool{nd}d({a}, {k}, {s}, {p}, return_indices=True)[1]",
+                     f"F.lp_pool{nd}d({a}, 2, {k})"))
+
+
+def fam_interp(g):
+    r = g.rng
+    a = g.pick_float(min_rank=3, max_rank=4)
+    if a is None:
+        a = g.pick(lambda u: u.dim() >= 1)
+        if a is None:
+            return None
+        t = g.t(a)
+        pads = ", ".join(str(r.randint(-1, 2)) for _ in range(2 * min(t.dim(), 2)))
+        return f"F.pad({a}, ({pads}), value={g.scalar()})"
+    t = g.t(a)
+    nd = t.dim() - 2
+    mode = r.choice(("nearest", "nearest-exact") + (("linear",) if nd == 1 else ("bilinear", "bicubic")))
+    ac = "" if mode.startswith("nearest") else f", align_corners={r.choice(('True', 'False'))}"
+    size = r.choice((f"scale_factor={r.choice(('2', '1.5', '0.5', '3'))}",
+                     f"size={tuple(r.randint(1, 9) for _ in range(nd))}"))
+    pads = ", ".join(str(r.randint(-1, 2)) for _ in range(2 * nd))
+    pmode = r.choice(("'constant'", "'reflect'", "'replicate'", "'circular'"))
+    return r.choice((f"F.interpolate({a}, {size}, mode='{mode}'{ac})",
+                     f"F.pad({a}, ({pads}), mode={pmode})", f"F.pad({a}, ({pads}), value={g.scalar()})",
+                     f"F.pixel_shuffle({a}, 2)" if nd == 2 else f"F.interpolate({a}, scale_factor=2)"))
+
+
+def fam_rng(g):
+    a = g.pick()
+    r = g.rng
+    if a is None:
+        return "torch.rand(3, 4)"
+    t = g.t(a)
+    fa = a if t.is_floating_point() else f"{a}.float()"
+    return r.choice((f"torch.rand_like({fa})", f"torch.randn_like({fa})", f"F.dropout({fa}, 0.3, training=True)",
+                     f"torch.bernoulli(torch.full_like({fa}, 0.5))", f"torch.randint_like({a}, 0, 10)",
+                     f"{fa} + torch.rand({tuple(t.shape[-1:])})", f"torch.randperm({max(1, min(t.numel(), 16))})",
+                     f"{fa}.clone().uniform_(-1, 1)", f"torch.normal({fa}, 1.0)",
+                     f"F.dropout({fa}, 0.5, training=True) * torch.rand_like({fa})"))
+
+
+def fam_const(g):
+    r = g.rng
+    a = g.pick()
+    n = r.randint(0, 5)
+    opts = [f"torch.zeros({n}, {r.randint(1, 3)})", f"torch.arange({n})", f"torch.full((2, {n}), {g.scalar()})",
+            f"torch.eye({n})", f"torch.linspace(0, 1, {n})", "torch.tensor([1.0, nan, -0.0, inf])",
+            f"torch.ones({n}, dtype=torch.{r.choice(FLOATS + INTS + ('bool',))})", "torch.empty(0)"]
+    if a is not None:
+        opts += [f"{a}.new_ones(2, {n})", f"torch.full_like({a}, 3)", f"torch.zeros_like({a})",
+                 f"{a} + torch.arange({g.t(a).shape[-1] if g.t(a).dim() else 1})",
+                 f"{a}.new_tensor([1, 2])", f"torch.ones_like({a}) * {a}.shape[0]" if g.t(a).dim() else f"{a} * 1"]
+    return r.choice(opts)
+
+
+FAMILIES = {"unary": (fam_unary, 10), "binary": (fam_binary, 12), "reduce": (fam_reduce, 7),
+            "view": (fam_view, 10), "cat": (fam_cat, 4), "index": (fam_index, 5),
+            "inplace": (fam_inplace, 7), "matmul": (fam_matmul, 4), "norm": (fam_norm, 4),
+            "softmax": (fam_softmax, 3), "where": (fam_where, 5), "scan": (fam_scan, 4),
+            "conv": (fam_conv, 2), "pool": (fam_pool, 2), "interp": (fam_interp, 2),
+            "rng": (fam_rng, 2), "const": (fam_const, 2)}
+
+
+def generate(seed: int, families=None) -> dict:
+    """The program of a seed: {"seed", "source", "inputs", "sizes", "alt_sizes", "families"}."""
+    g = Gen(seed)
+    r = g.rng
+    for _ in range(r.choice((1, 1, 2, 2, 3))):
+        g.new_input()
+    n_ops = r.randint(3, 12)
+    fams = [f for f in FAMILIES if families is None or f in families]
+    weights = [FAMILIES[f][1] for f in fams]
+    tries = 0
+    while len(g.lines) < n_ops and tries < 200:
+        tries += 1
+        fam = r.choices(fams, weights)[0]
+        try:
+            text = FAMILIES[fam][0](g)
+        except (RuntimeError, ValueError, IndexError, TypeError):
+            text = None
+        if text is None:
+            continue
+        if isinstance(text, tuple):
+            g.try_line(text[1], fam, new=False)
+        else:
+            g.try_line(text, fam)
+    torch = g.torch
+    made = [v for v in g.vars if v.startswith("v")]
+    outs = made[-1:] if made else []
+    for v in made[:-1]:
+        if r.random() < 0.25:
+            outs.append(v)
+    if g.input_names and r.random() < 0.15:
+        x = r.choice(g.input_names)
+        outs.append(r.choice((x, f"{x}.t()" if g.t(x).dim() == 2 else x, f"{x}.view(-1)" if g.t(x).is_contiguous() else x,
+                              f"{x}[1:]" if g.t(x).dim() else x)))
+    if r.random() < 0.1:
+        outs.append("torch.zeros(2)")
+    if not outs:
+        outs = [g.input_names[0]]
+    params = ", ".join(g.input_names)
+    body = "\n".join("    " + ln for ln in g.lines)
+    ret = ", ".join(outs)
+    src = f"def f({params}):\n{body}\n    return ({ret},)\n" if body else f"def f({params}):\n    return ({ret},)\n"
+    del torch
+    return {"seed": seed, "source": src, "inputs": g.inputs, "sizes": g.sizes, "alt_sizes": g.alt_sizes,
+            "families": sorted(set(g.families)), "tol": max((TOL[d] for d in g.float_dtypes), default=0.0)}
+
+
+def repro(prog) -> str:
+    """A standalone script that reproduces the program against eager."""
+    return (f"# seed {prog['seed']} (families: {', '.join(prog['families'])})\n"
+            "import torch, torch.nn.functional as F\nimport mlircap\n"
+            "import sys; sys.path.insert(0, 'bench'); from fuzz_graphs import make_input\n"
+            "nan, inf = float('nan'), float('inf')\n"
+            + prog["source"]
+            + f"specs = {json.dumps(prog['inputs'])}\n"
+            + f"sizes, alt_sizes = {json.dumps(prog['sizes'])}, {json.dumps(prog['alt_sizes'])}\n"
+            + f"inputs = [make_input(s, sizes, {prog['seed']} * 1000 + i) for i, s in enumerate(specs)]\n"
+            + f"alt = [make_input(s, alt_sizes, {prog['seed']} * 1000 + i + 500) for i, s in enumerate(specs)]\n")
+
+
+# --------------------------------------------------------------------------- running one program
+
+TOL = {"float64": 1e-7, "float32": 1e-4, "bfloat16": 3e-2, "float16": 4e-3}
+
+
+def compare_values(actual, expected, path, tol=0.0):
+    """Raises opinfo.Mismatch: values (tolerance of the dtype or `tol`, the larger, relative to
+    the output's scale: a float64 result of bfloat16 steps gets bfloat16's), NaN pattern, dtype
+    and shape; integers and bools exactly."""
+    import torch
+
+    if isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor):
+        if actual.shape != expected.shape or actual.dtype != expected.dtype:
+            raise opinfo.Mismatch(f"{path}: shape/dtype {tuple(actual.shape)} {actual.dtype} "
+                                  f"!= eager {tuple(expected.shape)} {expected.dtype}")
+        if expected.is_floating_point():
+            a, e = actual.detach().double(), expected.detach().double()
+            if not torch.equal(a.isnan(), e.isnan()):
+                raise opinfo.Mismatch(f"{path}: NaN pattern differs ({int(a.isnan().sum())} NaN, eager "
+                                      f"{int(e.isnan().sum())})")
+            fin = e.isfinite()
+            if not torch.equal(a[~fin & ~e.isnan()], e[~fin & ~e.isnan()]):
+                raise opinfo.Mismatch(f"{path}: inf pattern differs")
+            rtol = max(tol, TOL[str(expected.dtype).split(".")[1]])
+            scale = max(1.0, float(e[fin].abs().max())) if fin.any() else 1.0
+            diff = (a[fin] - e[fin]).abs()
+            bad = diff > rtol * scale + rtol * e[fin].abs()
+            if bool(bad.any()) or not bool(a[fin].isfinite().all()):
+                raise opinfo.Mismatch(f"{path}: {int(bad.sum())} of {e.numel()} values differ, max abs diff "
+                                      f"{float(diff.max()):.4g} (scale {scale:.4g})")
+            return
+        if not torch.equal(actual, expected):
+            raise opinfo.Mismatch(f"{path}: {int((actual != expected).sum())} of {expected.numel()} values differ")
+        return
+    if isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple)) and len(actual) == len(expected):
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            compare_values(a, e, f"{path}[{i}]", tol)
+        return
+    opinfo.compare(actual, expected, path, None)
+
+
+def run_program(prog) -> dict:
+    import warnings
+
+    import torch
+    import torch.nn.functional as F
+
+    import mlircap
+
+    ns = {"torch": torch, "F": F, "nan": float("nan"), "inf": float("inf")}
+    exec(prog["source"], ns)  # noqa: S102 - the generated program
+    fn = ns["f"]
+    first = make_inputs(prog)
+    second = make_inputs(prog, alt=True)
+
+    def call(f, tensors):
+        ins = opinfo._clone(tensors)
+        torch.manual_seed(CALL_SEED)
+        try:
+            with torch.no_grad():
+                return f(*ins), ins, None
+        except Exception as e:  # noqa: BLE001
+            return None, ins, e
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref1 = call(fn, first)
+        ref1b = call(fn, first)
+        ref2 = call(fn, second)
+    meta_only = False
+    if ref1[2] is None:
+        try:
+            compare_values(ref1b[0], ref1[0], "out")
+        except opinfo.Mismatch:
+            meta_only = True     # eager itself differs between two seeded runs
+    c = mlircap.compile(fn)
+    log = io.StringIO()
+    with warnings.catch_warnings(record=True) as wlist, contextlib.redirect_stderr(log):
+        warnings.simplefilter("always")
+        got = [call(c, first), call(c, first)]
+        status = opinfo.compiled_status(c, [str(w.message) for w in wlist], log.getvalue())
+        got.append(call(c, second))
+    sys.stderr.write(log.getvalue()[-2000:])
+    for i, ((out, ins, exc), (eout, eins, eexc)) in enumerate(zip(got, (ref1, ref1, ref2)), 1):
+        where = ("recording call", "replayed call", "call at the second shapes")[i - 1]
+        if eexc is not None:
+            if exc is None:
+                return {"category": "error", "detail": f"{where}: eager raised {opinfo._exc_line(eexc)}; compiled returned"}
+            if type(exc) is not type(eexc):
+                return {"category": "error", "detail": f"{where}: eager raised {type(eexc).__name__}, compiled "
+                                                       f"raised {opinfo._exc_line(exc)}"}
+            continue
+        if exc is not None:
+            return {"category": "error", "detail": f"{where}: compiled raised {opinfo._exc_line(exc)}",
+                    "trace": "".join(traceback.format_exception(exc))[-3000:]}
+        try:
+            if meta_only and i < 3:
+                opinfo.compare(out, eout, "out", None, meta_only=True)
+            else:
+                compare_values(out, eout, "out", prog.get("tol", 0.0))
+                compare_values(ins, eins, "input", prog.get("tol", 0.0))
+        except opinfo.Mismatch as m:
+            return {"category": "wrong", "detail": f"{where}: {m}"}
+    if status is None:
+        return {"category": "compiled", "detail": None}
+    return {"category": "fallback", "detail": status}
+
+
+def worker_main(device: str) -> None:
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    import torch
+
+    torch.set_num_threads(1)
+    import mlircap  # noqa: F401
+
+    proto.write(json.dumps({"ready": True}) + "\n")
+    for line in sys.stdin:
+        task = json.loads(line)
+        t0 = time.time()
+        print(f"[fuzz] seed {task['seed']}", file=sys.stderr, flush=True)
+        try:
+            res = run_program(task["prog"])
+        except Exception as e:  # noqa: BLE001 - the harness itself failed
+            res = {"category": "error", "detail": f"harness: {opinfo._exc_line(e)}",
+                   "trace": traceback.format_exc()[-3000:]}
+        res["time"] = round(time.time() - t0, 3)
+        proto.write(json.dumps(res) + "\n")
+
+
+class FuzzWorker(opinfo.Worker):
+    def __init__(self, device, env, logdir, n):    # noqa: D107 - opinfo.Worker running this file
+        import subprocess
+
+        self.log_path = os.path.join(logdir, f"worker{n}.log")
+        self.log = open(self.log_path, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", os.path.abspath(__file__), "--worker"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env, cwd=ROOT,
+            start_new_session=True)
+        self.buf = b""
+        self.ready = False
+        self.task = None
+        self.deadline = None
+        self.log_offset = 0
+        self.done = 0
+        self.started = time.time()
+
+
+class FuzzPool(opinfo.Pool):
+    def _spawn(self):
+        self.nstarted += 1
+        return FuzzWorker(self.device, self.env, self.tmp, self.nstarted)
+
+
+def run_seeds(seeds, jobs=1, timeout=180.0, families=None, progress=True):
+    """Generates and runs the programs of the seeds; returns one record per seed."""
+    progs = [generate(s, families) for s in seeds]
+    tasks = [{"seed": p["seed"], "prog": p} for p in progs]
+    with contextlib.redirect_stdout(sys.stdout if progress else io.StringIO()), FuzzPool("cpu", jobs, 200) as pool:
+        recs = pool.run(tasks, timeout=timeout, progress=progress)
+    for rec in recs:
+        rec["category"] = {"ok": "compiled"}.get(rec["category"], rec["category"])
+    return recs
+
+
+def report(records, out=sys.stdout):
+    p = (lambda s="": print(s, file=out))
+    cnt = collections.Counter(r["category"] for r in records)
+    p(f"{'programs':>9} " + " ".join(f"{c:>9}" for c in CATEGORIES))
+    p(f"{len(records):>9} " + " ".join(f"{cnt[c]:>9}" for c in CATEGORIES))
+    fam = collections.defaultdict(collections.Counter)
+    for r in records:
+        for f in r["prog"]["families"]:
+            fam[f][r["category"]] += 1
+    p("\nprograms per family (a program counts in every family it uses):")
+    for f in sorted(fam):
+        p(f"  {f:>8}: " + " ".join(f"{c}={fam[f][c]}" for c in CATEGORIES if fam[f][c]))
+    reasons = collections.Counter(opinfo._reason_key(r["detail"]) for r in records if r["category"] == "fallback")
+    if reasons:
+        p("\ntop fallback reasons:")
+        for reason, n in reasons.most_common(10):
+            p(f"  {n:>4}  {reason}")
+    for r in records:
+        if r["category"] in ("wrong", "crash", "error", "timeout"):
+            p(f"\n=== seed {r['seed']}: {r['category'].upper()}: {r['detail']}")
+            p(repro(r["prog"]))
+
+
+def parse_seeds(text):
+    out = []
+    for part in text.split(","):
+        if ":" in part:
+            a, b = part.split(":")
+            out += list(range(int(a), int(b)))
+        elif part:
+            out.append(int(part))
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", default="0:100", help="seeds: A:B ranges and numbers, comma-separated")
+    ap.add_argument("--seed", type=int, help="one seed")
+    ap.add_argument("--show", action="store_true", help="print the program(s), then run them")
+    ap.add_argument("--families", help="comma-separated families to draw from (default: all)")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=180.0)
+    ap.add_argument("--json", help="write the records here")
+    ap.add_argument("--report", help="re-print the report of a --json file")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.worker:
+        worker_main("cpu")
+        return 0
+    if a.report:
+        with open(a.report) as f:
+            report(json.load(f))
+        return 0
+    seeds = [a.seed] if a.seed is not None else parse_seeds(a.seeds)
+    fams = a.families.split(",") if a.families else None
+    if a.show:
+        for s in seeds:
+            print(repro(generate(s, fams)))
+    t0 = time.time()
+    recs = run_seeds(seeds, a.jobs, a.timeout, fams)
+    report(recs)
+    print(f"\n{len(recs)} programs in {time.time() - t0:.0f} s")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(recs, f)
+    return 1 if any(r["category"] in ("wrong", "crash", "error", "timeout") for r in recs) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
