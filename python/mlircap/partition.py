@@ -364,7 +364,7 @@ def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
     """Why `node` must run through torch, or None."""
     if node.meta.get(BOUNDARY):   # a pair viewed as complex for a library call, or back
         return _VIEW_FOR_ISLAND
-    if is_random(node):
+    if is_random(node) or node.meta.get(_RANDOM_LAYOUT):
         return "random"
     name = op_name(node.target)
     if name in _LIBRARY_OPS or _library_error_check(node):
@@ -427,8 +427,16 @@ class Part:
     views: bool = False     # views of its inputs only: no launch plan (backend.compile_views)
 
 
+# An empty_strided that gives a random op eager's layout (rewrite_random_likes): part of its island.
+_RANDOM_LAYOUT = "mlircap_random_layout"
+
+
 def rewrite_random_likes(gm: fx.GraphModule) -> None:
-    """rand_like(x) -> rand(shape of x): the value of x is not read."""
+    """rand_like(x) -> rand(shape of x): the value of x is not read. Where x's layout is not
+    contiguous (transposed, channels_last), eager's rand_like draws into a tensor laid out as
+    x (empty_like keeps the layout): in memory order, and randn one number at a time where a
+    contiguous result takes the vectorized path. There it becomes rand_like of an
+    empty_strided tensor of that layout, which draws as eager does."""
     for node in list(gm.graph.nodes):
         if node.op != "call_function":
             continue
@@ -436,9 +444,17 @@ def rewrite_random_likes(gm: fx.GraphModule) -> None:
         val = node.meta.get("val")
         if factory is None or not isinstance(val, torch.Tensor):
             continue
+        opts = {"dtype": val.dtype, "device": val.device}
         with gm.graph.inserting_before(node):
-            new = gm.graph.call_function(factory, (list(val.shape),),
-                                         {"dtype": val.dtype, "device": val.device})
+            if val.is_contiguous():
+                new = gm.graph.call_function(factory, (list(val.shape),), opts)
+            else:
+                like = gm.graph.call_function(aten.empty_strided.default,
+                                              (list(val.shape), list(val.stride())), opts)
+                like.meta = {"val": val, _RANDOM_LAYOUT: True}   # runs in the random op's island
+                if "tensor_meta" in node.meta:
+                    like.meta["tensor_meta"] = node.meta["tensor_meta"]
+                new = gm.graph.call_function(node.target, (like,), {})
         new.meta = dict(node.meta)
         node.replace_all_uses_with(new)
         gm.graph.erase_node(node)
