@@ -315,8 +315,15 @@ class _Specialized:
     def __init__(self, gm: fx.GraphModule, compile_fn: Callable, strict: bool = False) -> None:
         self.gm, self.compile_fn, self.strict = gm, compile_fn, strict
         self.variants: dict[tuple, tuple[Callable, list[int]]] = {}
+        self.nested: dict[tuple, Callable] = {}
 
     def __call__(self, *args: Any) -> Any:
+        at = tuple(k for k, a in enumerate(args) if isinstance(a, torch.Tensor) and a.is_nested)
+        if at:   # (a nested tensor has no sizes to key a signature by)
+            split = self.nested.get(at)
+            if split is not None:
+                return split(*args)
+            return self._split_nested(at, args)
         key = tuple(_signature(a) for a in args)
         hit = self.variants.get(key)
         if hit is None:
@@ -325,6 +332,46 @@ class _Specialized:
                 return self.gm(*args)
         fn, tensor_pos = hit
         return fn(*[args[i] for i in tensor_pos])
+
+    def _split_nested(self, at: tuple, args: tuple) -> Any:
+        """The part's nodes up to the last one that reads or makes a nested tensor (from
+        nn.TransformerEncoder's fast path: _nested_tensor_from_mask, the native encoder
+        layers on it, to_padded_tensor) run through torch, the nodes after it are
+        specialized and compiled as this part is. This call runs the graph node by node
+        (finding those nodes) and returns its result; later calls run the split."""
+        nodes = [n for n in self.gm.graph.nodes if n.op not in ("placeholder", "output")]
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        env: dict[fx.Node, Any] = dict(zip(placeholders, args))
+
+        def nested(v: Any) -> bool:
+            if isinstance(v, torch.Tensor):
+                return v.is_nested
+            return isinstance(v, (tuple, list)) and any(nested(x) for x in v)
+
+        last = -1
+        with restoring_global_modes():
+            for i, n in enumerate(nodes):
+                env[n] = _fake_run(n, self.gm, env)
+                if nested(env[n]) or any(nested(env[a]) for a in _uses([n])):
+                    last = i
+        result = fx.node.map_arg(self.gm.graph.output_node().args[0], lambda a: env[a])
+        head, tail = nodes[: last + 1], nodes[last + 1:]
+        final_nodes: list[fx.Node] = []
+        fx.node.map_arg(self.gm.graph.output_node().args[0], final_nodes.append)
+        steps: list[tuple[Callable, list[fx.Node], list[fx.Node]]] = []
+        used_later = set(_uses(tail)) | set(final_nodes)
+        head_outs = [n for n in head if n in used_later]
+        head_ins = [n for n in _uses(head) if n not in set(head)]
+        steps.append((_subgraph(self.gm, head, head_ins, head_outs), head_ins, head_outs))
+        if tail:
+            tail_outs = [n for n in tail if n in set(final_nodes)]
+            tail_ins = [n for n in _uses(tail) if n not in set(tail)]
+            sub = _subgraph(self.gm, tail, tail_ins, tail_outs)
+            steps.append((_Specialized(sub, self.compile_fn, self.strict) if tail_outs else sub, tail_ins, tail_outs))
+        logs.log("fallback", f"the part after a data-dependent op reads nested tensors: its first {len(head)} "
+                             f"of {len(nodes)} nodes run through torch, the rest is compiled")
+        self.nested[at] = PartitionedGraph(self.gm, steps)
+        return result
 
     def _compile(self, args: tuple) -> tuple[Callable, list[int]] | None:
         if len(self.variants) >= MAX_VARIANTS:

@@ -1,0 +1,57 @@
+"""Held-out trust sweep, batch 14 (issue 10): regressions found by bench/heldout3.py (hand-written
+torch models written as torchvision, timm, torchaudio, fairseq and lucidrains write them: CNN
+classifiers with BatchNorm, torch.nn's Transformer modules and their fast paths, FFT mixing,
+spectrogram frontends, detection decoding, sparsemax, memory networks, fake quantization, losses).
+Each test compares mlircap.compile with eager.
+
+PYTEST_DONT_REWRITE"""
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+import mlircap
+
+
+# ------------------------------------------- the part after nn.TransformerEncoder's nested tensors
+def _encoder_then_head(d=16):
+    torch.manual_seed(0)
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(d, 2, 2 * d, batch_first=True), 2).eval()
+    head = nn.Linear(d, 4)
+
+    def f(x, pad):
+        return torch.tanh(head(enc(x * 2, src_key_padding_mask=pad))) * 2
+
+    return f
+
+
+@pytest.mark.parametrize("padded_rows", [(1,), (0, 1)])
+def test_encoder_fast_path_then_compiled_head(padded_rows, fallback_log):
+    """nn.TransformerEncoder in eval under no_grad with a padding mask takes eager's fast path:
+    _nested_tensor_from_mask (an eager island: fake tensors cannot run it), the native encoder
+    layers on the nested tensor, to_padded_tensor. The part after the island keyed its compiled
+    variants by the shapes of its inputs, and a nested tensor has none ('NestedTensorImpl doesn't
+    support sizes'): the whole captured graph failed its first run and ran uncompiled, the head
+    after the encoder included (bench/heldout3.py nn_transformer: the encoder, the decoder and the
+    generator). Now the nodes that read or make nested tensors run through torch and the rest of
+    the part is compiled."""
+    f = _encoder_then_head()
+    fast = mlircap.compile(f)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for i in range(4):
+            x = torch.randn(3, 6, 16)
+            pad = torch.zeros(3, 6, dtype=torch.bool)
+            for r in padded_rows:
+                pad[r, 3 + r:] = True
+            with torch.no_grad():
+                want, got = f(x, pad), fast(x, pad)
+            torch.testing.assert_close(got, want, msg=lambda s: f"call {i}: {s}")
+    assert not [x for x in w if "failed on its first run" in str(x.message)], [str(x.message) for x in w]
+    err = fallback_log.readouterr().err
+    assert "run through torch, the rest is compiled" in err, err
+    heads = [g for g in fast.graphs if "aten.tanh" in g.ir("fx")]
+    assert heads and all(g.fallback_reason is None and g.executable is not g.gm for g in heads), \
+        [g.ir("fx") for g in fast.graphs]
