@@ -584,12 +584,15 @@ def _broadcast_operands(op, fallback):
     broadcast shape: torch-mlir's lowering of fmax/fmin does not broadcast (its NaN
     masks keep their operand's shape: 'tensor.cast ... cast incompatible'; OpInfo
     fmax/fmin: every sample with broadcasting ran eagerly). Same shapes go to
-    `fallback`."""
+    `fallback`. Both are converted to the result's dtype first: expanded, a 0-dim operand
+    would take part in the type promotion as a dimensioned one (fmin of a float16 tensor and
+    a float32 0-dim tensor is float16 in eager, float32 of the expanded operands)."""
 
     def decomposition(a, b, *args, **kwargs):
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape != b.shape:
             shape = torch.broadcast_shapes(a.shape, b.shape)
-            return op(a.expand(shape), b.expand(shape), *args, **kwargs)
+            dtype = torch.result_type(a, b)
+            return op(a.to(dtype).expand(shape), b.to(dtype).expand(shape), *args, **kwargs)
         return NotImplemented if fallback is None else fallback(a, b, *args, **kwargs)
 
     return decomposition

@@ -47,3 +47,37 @@ def test_random_like_of_strided_tensor_draws_as_eager(layout, op):
         assert g.dtype == want.dtype and g.shape == want.shape
         assert torch.equal(g, want)
     assert fast.graphs and all(g.fallback_reason is None for g in fast.graphs)
+
+
+# ----------------------------------------------------------------- fmin / fmax promotion
+_PROMOTION_OPERANDS = [
+    (torch.float16, torch.float32),    # a dimensioned float16 and a 0-dim float32: float16
+    (torch.bfloat16, torch.float64),
+    (torch.float32, torch.float64),
+    (torch.int32, torch.int64),        # int32
+    (torch.int64, torch.float64),      # a 0-dim float decides the category: float32
+    (torch.uint8, torch.int64),
+]
+
+
+@pytest.mark.parametrize("op", ["fmin", "fmax"])
+@pytest.mark.parametrize("dtypes", _PROMOTION_OPERANDS, ids=lambda d: f"{d[0]}-{d[1]}".replace("torch.", ""))
+@pytest.mark.parametrize("zero_dim_first", [False, True])
+def test_fmin_fmax_with_zero_dim_operand_promote_as_eager(op, dtypes, zero_dim_first):
+    # seed 303: torch.fmin(x0, v6) of a float16 [4] x0 and a float32 0-dim v6 (a norm) came
+    # back float32 from the compiled graph, float16 from eager: the decomposition expanded
+    # both operands to the broadcast shape first, and the expanded 0-dim operand took part
+    # in the type promotion as a dimensioned tensor.
+    g = torch.Generator().manual_seed(3)
+    a = (torch.randn(3, 4, generator=g) * 50).to(dtypes[0])
+    a.view(-1)[0] = 0
+    b = torch.tensor(float("nan") if dtypes[1].is_floating_point else 7, dtype=dtypes[1])
+    fn = getattr(torch, op)
+
+    def f(a, b):
+        return fn(b, a) if zero_dim_first else fn(a, b.abs() + 1)
+    want, got, _ = _calls(f, a, b)
+    for r in got:
+        assert r.dtype == want.dtype and r.shape == want.shape
+        assert torch.equal(r.isnan(), want.isnan()) if r.is_floating_point() else True
+        assert torch.equal(torch.nan_to_num(r), torch.nan_to_num(want))
