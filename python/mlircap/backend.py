@@ -1356,6 +1356,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
 
         simplify_attention_masks(gm, example_inputs)
         from .ddsplit import restoring_global_modes
+        from .saved_views import partition as saved_views_partition
 
         # (a failed trace restores them before the graph is tried again, speculated or split:
         # compiled with grad left off, a part of it became an inference graph)
@@ -1363,6 +1364,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
             return aot_module_simplified(
                 gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
                 inference_compiler=inference_compiler, decompositions=decomposition_table(),
+                partition_fn=saved_views_partition,
             )
 
     return backend
