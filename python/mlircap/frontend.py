@@ -808,14 +808,20 @@ def _max_pool_backward(nd):
 def _floor_division_like_eager(op, fallback):
     """Floating floor division as eager's kernel computes it (c10::div_floor_floating):
     from fmod, so that inf // 0.7 is NaN (fmod(inf, b) is NaN) and the quotient is
-    the exact one's floor, rounded to nearest; torch-mlir's floor(a / b) gave inf."""
+    the exact one's floor, rounded to nearest; torch-mlir's floor(a / b) gave inf.
+    Operands of different dtypes (float16 // float32, int64 // float32) are converted to
+    the result's dtype first, as eager's kernel computes in it."""
 
     def decomposition(a, b, *args, **kwargs):
         mode = kwargs.get("rounding_mode", args[0] if args else "floor")
         x = a if isinstance(a, torch.Tensor) else None
-        if mode != "floor" or x is None or not x.is_floating_point() or isinstance(b, torch.Tensor) and (
-                not b.is_floating_point() or b.dtype != x.dtype):
+        dtype = torch.result_type(a, b) if x is not None else None
+        if mode != "floor" or x is None or not dtype.is_floating_point:
             return NotImplemented if fallback is None else fallback(a, b, *args, **kwargs)
+        if isinstance(b, torch.Tensor) and b.dtype != dtype:
+            b = b.to(dtype)
+        if x.dtype != dtype:
+            a = x.to(dtype)
         mod = torch.fmod(a, b)
         div = (a - mod) / b
         div = torch.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)

@@ -271,7 +271,9 @@ def _exact_dtypes(name: str, kwargs, device=None) -> tuple[torch.dtype, ...] | N
 def eager_numerics(target, args, kwargs) -> bool:
     """`target(*args, **kwargs)` must run through torch to give eager's values
     (EAGER_NUMERICS): its result's dtype is the dtype= argument of a factory,
-    else its input's."""
+    else its input's; a pointwise op of two operands computes in their promoted dtype
+    (a float16 tensor // a float32 one runs eager's float32 kernel), as the partition
+    judges the node by its result's dtype."""
     name = op_name(target)
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     if name in _FACTORIES or not args or not isinstance(args[0], torch.Tensor):
@@ -279,6 +281,9 @@ def eager_numerics(target, args, kwargs) -> bool:
         device = kwargs.get("device") or (tensors[0].device if tensors else torch.get_default_device())
     else:
         dtype, device = args[0].dtype, args[0].device
+        if len(args) > 1 and isinstance(args[1], (torch.Tensor, int, float)) and (
+                torch.Tag.pointwise in getattr(target, "tags", ()) or name == "aten::floor_divide"):
+            dtype = torch.result_type(args[0], args[1])
     exact = _exact_dtypes(name, kwargs, device)
     return exact is not None and dtype not in exact
 
