@@ -271,10 +271,11 @@ def _view_maker(shape, strides, offset, cell):
     shape, strides, offset = list(shape), list(strides), int(offset)
 
     def make(base, ptr):
+        if not isinstance(base, torch.nn.Parameter):   # a view for this call only
+            return base.as_strided(shape, strides, base.storage_offset() + offset)
         with torch.inference_mode(False):   # usable by calls in and out of inference mode
             view = base.as_strided(shape, strides, base.storage_offset() + offset)
-        if isinstance(base, torch.nn.Parameter):
-            cell[0] = (base, ptr, view)
+        cell[0] = (base, ptr, view)
         return view
     return make
 
