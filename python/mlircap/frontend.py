@@ -295,6 +295,9 @@ def _build_table() -> dict:
     table[aten.bernoulli.default] = _bernoulli_draws_in_float64_for_double(table.get(aten.bernoulli.default))
     table[aten.rrelu_with_noise_backward.default] = _rrelu_with_noise_backward
     table[aten.addr.default] = _addr_rounded_like_eager(table.get(aten.addr.default))
+    from . import xlogy_steps
+
+    table.update(xlogy_steps.decompositions(table))   # CPU bf16/f16: log(y) rounded before the product
     for op in (aten.bernoulli.default, aten.rrelu.default):
         table[op] = _draws_like_eager_on_cpu_only(table.get(op))
     return {op: _guarded(op, table.get(op), exact.get(op)) for op in set(table) | set(exact)}
