@@ -208,6 +208,17 @@ struct FuseElementwise : impl::MlircapFuseElementwiseBase<FuseElementwise> {
         return false;
       if (producer.getNumReductionLoops() != 0)
         return false;
+      // A producer that reads its result's initial value (torch-mlir's sum or
+      // prod of a 0-d tensor: a generic of no loops yielding out + in) read
+      // through a broadcast: the fused generic would make that value one
+      // element of an output indexed by none of the broadcast loops, and
+      // accumulate into it once per element (y - x.sum() of a 0-d x
+      // subtracted x, 2x, 3x, ... along y).
+      if (!consumer.getMatchingIndexingMap(fused).isPermutation() &&
+          llvm::any_of(producer.getDpsInitsMutable(), [&](OpOperand &init) {
+            return producer.payloadUsesValueFromOperand(&init);
+          }))
+        return false;
       if (!producer->hasOneUse() && !isPureDataMovement(producer) &&
           !isPureConversion(producer) &&
           !(recompute && isBroadcastArith(producer) && onlyGenericUsers(producer)))

@@ -377,3 +377,36 @@ func.func @conversion_read_by_extract(%x: tensor<8x4xbf16>) -> tensor<4xf32> {
   } -> tensor<4xf32>
   return %r : tensor<4xf32>
 }
+
+// -----
+
+// A generic of no loops that reads its initial value (torch-mlir's sum of a 0-d
+// tensor: out + in) stays out of a consumer that broadcasts it: fused, the
+// initial value would be an output indexed by none of the consumer's loops,
+// accumulated into once per element.
+#map = affine_map<() -> ()>
+#map1 = affine_map<(d0) -> (d0)>
+#map2 = affine_map<(d0) -> ()>
+// CHECK-LABEL: func.func @zero_dim_sum_broadcast
+// CHECK: linalg.generic {{.*}}iterator_types = []
+// CHECK: arith.addf
+// CHECK: linalg.generic {{.*}}iterator_types = ["parallel"]
+// CHECK-NOT: arith.addf
+// CHECK: arith.subf
+func.func @zero_dim_sum_broadcast(%x: tensor<f32>, %y: tensor<3xf32>) -> tensor<3xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %e0 = tensor.empty() : tensor<f32>
+  %init = linalg.fill ins(%cst : f32) outs(%e0 : tensor<f32>) -> tensor<f32>
+  %s = linalg.generic {indexing_maps = [#map, #map], iterator_types = []} ins(%x : tensor<f32>) outs(%init : tensor<f32>) {
+  ^bb0(%in: f32, %out: f32):
+    %a = arith.addf %in, %out : f32
+    linalg.yield %a : f32
+  } -> tensor<f32>
+  %e = tensor.empty() : tensor<3xf32>
+  %r = linalg.generic {indexing_maps = [#map1, #map2, #map1], iterator_types = ["parallel"]} ins(%y, %s : tensor<3xf32>, tensor<f32>) outs(%e : tensor<3xf32>) {
+  ^bb0(%in: f32, %in_0: f32, %out: f32):
+    %d = arith.subf %in, %in_0 : f32
+    linalg.yield %d : f32
+  } -> tensor<3xf32>
+  return %r : tensor<3xf32>
+}

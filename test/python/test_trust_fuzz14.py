@@ -120,3 +120,35 @@ def test_rounding_division_of_mixed_dtypes_as_eager(dtypes, op):
     for r in got:
         for x, w in zip(r, want):
             _same_floats(x, w)
+
+
+# ----------------------------------------------------------------- reductions of a 0-d tensor
+_ZERO_DIM_REDUCTIONS = {
+    "sum": lambda x, y: y - x.sum(),
+    "prod": lambda x, y: y - x.prod(),
+    "mean": lambda x, y: y - x.float().mean(),
+    "sum_dtype": lambda x, y: y * x.sum(dtype=torch.float64),
+    "prod_times": lambda x, y: (y * x.prod()).sum(-1),
+    "nansum": lambda x, y: y + x.nansum(),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.int64, torch.uint8, torch.bfloat16])
+@pytest.mark.parametrize("op", sorted(_ZERO_DIM_REDUCTIONS))
+def test_reduction_of_zero_dim_tensor_broadcast_into_pointwise(op, dtype):
+    # seed 264: v3 = v2 - v0 with v0 = x1.prod() of a 0-d uint8 x1 gave values off by up to
+    # 9e18: torch-mlir's sum / prod of a 0-d tensor is a generic of no loops that yields
+    # out + in; fused into the broadcasting consumer (mlircap-fuse-elementwise), its initial
+    # value became an output indexed by none of the consumer's loops and accumulated once
+    # per element (y - x.sum() subtracted x, 2x, 3x, ... along y).
+    fn = _ZERO_DIM_REDUCTIONS[op]
+    if dtype in (torch.float32, torch.bfloat16):
+        x = torch.tensor(1.75, dtype=dtype)
+    else:
+        x = torch.tensor(3, dtype=dtype)
+    y = torch.arange(-5.0, 7.0).view(3, 4)     # sums of these are exact in any order
+    want, got, fast = _calls(fn, x, y)
+    for r in got:
+        assert r.dtype == want.dtype and r.shape == want.shape
+        torch.testing.assert_close(r, want, rtol=0, atol=0)
+    assert fast.graphs and all(g.fallback_reason is None for g in fast.graphs)
