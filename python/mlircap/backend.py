@@ -945,10 +945,25 @@ def _any_layout(node: torch.fx.Node, island: set) -> bool:
     from .partition import is_random, op_name
 
     users = [u for u in node.users if u in island]
+    if users and all(u.op == "call_function" and op_name(u.target) == "aten::convolution_backward" and
+                     node in u.args[:3] and node not in u.args[3:] and node not in u.kwargs.values()
+                     for u in users):
+        # a convolution's backward reads its operands in any strides: eager's layout matters
+        # where it picks the memory format (channels-last), else it only cost a copy to
+        # eager's strides (a conv1d input transposed back, PointNet's) and a slower path
+        return not _channels_last(node.meta.get("val"))
     return bool(users) and all(
         u.op == "call_function" and op_name(u.target) in _ANY_QKV_LAYOUT and
         not is_random(u) and node in u.args[:3] and node not in u.args[3:] and node not in u.kwargs.values()
         for u in users)
+
+
+def _channels_last(v) -> bool:
+    """An example tensor laid out channels-last (and not also contiguous), or not a tensor."""
+    if not isinstance(v, torch.Tensor):
+        return True
+    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(v.dim())
+    return fmt is not None and v.is_contiguous(memory_format=fmt) and not v.is_contiguous()
 
 
 def _eager_layout(v) -> tuple | None:

@@ -379,3 +379,59 @@ def test_view_of_a_plain_input_made_without_switching_inference_mode(monkeypatch
     p = nn.Parameter(torch.randn(2, 4))
     v = make(p, p.data_ptr())
     assert len(entered) == 1 and cell[0][0] is p and cell[0][2] is v and torch.equal(v, p.t())
+
+
+# ------------------------------------------------ convolution backward islands' input layouts
+class _PointConv(nn.Module):
+    """PointNet's feature transform: a bmm on the transposed points, transposed back into
+    Conv1d layers (eager's conv input is a transposed view)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv1d(8, 16, 1)
+        self.c2 = nn.Conv1d(16, 32, 1)
+        self.bn = nn.BatchNorm1d(16)
+
+    def forward(self, x, t):
+        x = torch.bmm(x.transpose(2, 1), t).transpose(2, 1)
+        x = self.c2(torch.relu(self.bn(self.c1(x))))
+        return x.max(dim=2)[0]
+
+
+def _grads_against_eager(m, args, steps=3):
+    fast = mlircap.compile(m)
+    params = list(m.parameters())
+    for _ in range(steps):
+        res = []
+        for fn in (m, fast):
+            for p in params:
+                p.grad = None
+            ins = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+            fn(*ins).pow(2).mean().backward()
+            res.append([p.grad.clone() for p in params] + [a.grad for a in ins if a.requires_grad])
+        for a, b in zip(*res):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_conv1d_backward_reads_its_operands_without_a_copy(fallback_log):
+    """The convolution backward island takes the compiled parts' contiguous tensors as they
+    are (it restrided them to eager's transposed strides: a copy per operand per call);
+    gradients as eager's."""
+    torch.manual_seed(6)
+    m = _PointConv()
+    x = torch.randn(2, 64, 8, requires_grad=True)   # [batch, points, features]
+    t = torch.randn(2, 8, 8, requires_grad=True)
+    _grads_against_eager(m, (x.transpose(1, 2).contiguous(), t))
+    err = fallback_log.readouterr().err
+    assert "island convolution_backward" in err or "convolution_backward" in err, err
+    assert "given eager's layout" not in err, err
+
+
+def test_channels_last_conv_backward_keeps_eager_layout(fallback_log):
+    """A channels-last model's convolution backward still gets eager's (channels-last)
+    operands, which pick eager's memory format; gradients as eager's."""
+    torch.manual_seed(7)
+    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 3, padding=1))
+    m = m.to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 12, 12).to(memory_format=torch.channels_last)
+    _grads_against_eager(m, (x,))
