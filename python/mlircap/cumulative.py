@@ -11,6 +11,11 @@ of eager's prefix, multiplied in another order in a type with 29 (float32) or 16
 (bfloat16) more bits than the result, so the rounded result is eager's except for
 products within a rounding error of a tie; integers (wrapping products) are exact.
 CUDA's kernel (a parallel scan in float32) keeps its island.
+
+Each result is contiguous, as eager's cumulative ops return (the masked reduction along
+the last dim moved back is a transposed view): the trace's layout is the one an eager
+island reading it gets (backend._EagerIsland), and a random op there (uniform_ of a
+cumsum's result, randint_like of cummin's indices) draws in memory order.
 """
 from __future__ import annotations
 
@@ -39,7 +44,7 @@ def cumprod(x, dim, dtype=None):
     mask = torch.ones(n, n, dtype=torch.bool, device=x.device).tril()
     one = torch.ones((), dtype=acc, device=x.device)
     res = torch.where(mask, xt.unsqueeze(-2), one).prod(-1)
-    return res.to(out_dtype).movedim(-1, dim)
+    return res.to(out_dtype).movedim(-1, dim).contiguous()
 
 
 def _prefix_mask(n: int, device) -> torch.Tensor:
@@ -90,7 +95,7 @@ def _cum_extreme(x, dim, largest: bool):
     values = torch.where(pick, xj, lowest).amax(-1)
     if x.dtype == torch.bool:
         values = values.to(torch.bool)
-    return values.movedim(-1, dim), idx.movedim(-1, dim)
+    return values.movedim(-1, dim).contiguous(), idx.movedim(-1, dim).contiguous()
 
 
 def cummax(x, dim):
@@ -121,4 +126,4 @@ def logcumsumexp(x, dim):
     xt = x.movedim(dim, -1).to(torch.float64)
     low = torch.full((), float("-inf"), dtype=torch.float64, device=x.device)
     masked = torch.where(_prefix_mask(n, x.device), xt.unsqueeze(-2), low)
-    return torch.logsumexp(masked, -1).to(x.dtype).movedim(-1, dim)
+    return torch.logsumexp(masked, -1).to(x.dtype).movedim(-1, dim).contiguous()

@@ -1402,7 +1402,7 @@ def _cumsum_as_masked_sum(x, dim, dtype=None):
     # sum(dtype=): a plain sum of int32 is int64 (cumsum(dtype=torch.int32) came out int64,
     # and the MoE's grouped_mm rejected its int64 offsets)
     res = torch.where(mask, xt.unsqueeze(-2), torch.zeros((), dtype=out_dtype, device=x.device)).sum(-1, dtype=out_dtype)
-    return res.movedim(-1, dim)
+    return res.movedim(-1, dim).contiguous()   # eager's layout (cumulative.py says why)
 
 
 @dataclass
