@@ -750,6 +750,36 @@ def _lowers_max_pool(x, nd, kernel_size, stride=(), padding=(0,), dilation=(1,),
     return x.is_floating_point() and x.ndim == nd + 2 and not ceil_mode
 
 
+def _ceil_mode_as_padding(x, nd, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+    """A ceil_mode max pool of a batched floating `x` as one torch-mlir lowers: `x` padded
+    with -inf after its last row / column of each pooled dim (the windows ceil_mode adds
+    reach past the input; -inf never wins, and eager's kernel skips what lies outside), then
+    pooled without ceil_mode: (padded x, its pool's arguments), or None. torchvision's
+    SqueezeNet / GoogLeNet / Inception pool with ceil_mode: maxpool.py's form of it (a
+    stack of K strided slices) is a library cat on the CPU, and split their graphs (bench/
+    heldout3.py squeezenet: 7 parts, its training step 0.49x eager)."""
+    if not ceil_mode or not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.ndim != nd + 2 \
+            or x.numel() == 0:
+        return None
+    from .maxpool import _expand, _output_size
+
+    ks, pa, di = _expand(kernel_size, nd), _expand(padding, nd), _expand(dilation, nd)
+    st = _expand(stride, nd, default=ks)
+    sizes = [int(v) for v in x.shape[-nd:]]
+    pads = []
+    for d in reversed(range(nd)):
+        out = _output_size(sizes[d], ks[d], pa[d], st[d], di[d], True)
+        if out <= 0 or (out - 1) * st[d] - pa[d] >= sizes[d]:
+            return None   # a window that starts past the input: eager's index is its own
+        extra = max(0, (out - 1) * st[d] + (ks[d] - 1) * di[d] + 1 - (sizes[d] + 2 * pa[d]))
+        if _output_size(sizes[d] + extra, ks[d], pa[d], st[d], di[d], False) != out:
+            return None
+        pads += [0, extra]
+    if not any(pads):
+        return x, (ks, st, pa, di, False)
+    return torch.ops.aten.constant_pad_nd.default(x, pads, float("-inf")), (ks, st, pa, di, False)
+
+
 def _pool_index_of_last_nan(op, nd):
     """max_pool2d/3d_with_indices of a floating tensor as eager computes its indices: a
     window holding a NaN points at its last NaN (eager's kernel takes every NaN it
@@ -764,6 +794,19 @@ def _pool_index_of_last_nan(op, nd):
             return NotImplemented
         if not isinstance(x, torch.Tensor):
             return NotImplemented
+        ceil = _ceil_mode_as_padding(x, nd, *args, **kwargs)
+        if ceil is not None:
+            xp, pool_args = ceil
+            values, indices = decomposition(xp, *pool_args)
+            # a flat index into the padded plane, whose extra rows / columns lie after the
+            # input's: the same coordinates in the input's plane
+            sizes, padded = [int(v) for v in x.shape[-nd:]], [int(v) for v in xp.shape[-nd:]]
+            flat, rest = None, indices
+            for d in reversed(range(nd)):
+                coord = rest % padded[d] if d else rest
+                rest = rest // padded[d]
+                flat = coord if flat is None else flat + coord * math.prod(sizes[d + 1:])
+            return values, flat
         if not _lowers_max_pool(x, nd, *args, **kwargs):
             # integers, unbatched inputs, ceil_mode: torch-mlir's lowering fails there
             from .maxpool import max_pool_with_indices
