@@ -435,3 +435,50 @@ def test_channels_last_conv_backward_keeps_eager_layout(fallback_log):
     m = m.to(memory_format=torch.channels_last)
     x = torch.randn(2, 3, 12, 12).to(memory_format=torch.channels_last)
     _grads_against_eager(m, (x,))
+
+
+# ------------------------------------------------ CPU plan outputs that reshape a buffer whole
+def test_reshaped_buffer_output_is_allocated_in_its_shape():
+    """An output that is a whole reshape of a plan buffer (a matmul result [B*T, D] returned
+    as [B, T, D]) is allocated in its own shape: no view made per call (and none for
+    aot_autograd to detach when it saves it); values as eager's."""
+    torch.manual_seed(8)
+    w = torch.randn(16, 24)
+
+    def f(x):
+        y = (x.reshape(-1, 16) @ w).relu()
+        return (y @ w.t()).reshape(2, 5, 16) * 2, y.reshape(2, 5, 24)
+
+    c = mlircap.compile(f)
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        for _ in range(3):
+            got, want = c(x), f(x)
+            for a, b in zip(got, want):
+                assert a.shape == b.shape
+                _close(a, b)
+    with torch.no_grad():
+        got = c(x)
+    assert not got[1]._is_view(), "the reshaped matmul result came back as a view"
+
+
+def test_reshaped_output_still_aliases_its_buffer_where_eager_does():
+    """Returned with the buffer it reshapes (y and y.view(...), aliases in eager), the two
+    outputs still share memory, so an in-place change of one shows in the other as eager's."""
+    w = torch.randn(8, 8)
+
+    def f(x):
+        y = x @ w
+        return y, y.view(-1), y.sum()
+
+    c = mlircap.compile(f)
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        for _ in range(3):
+            res = []
+            for fn in (f, c):
+                y, flat, s = fn(x)
+                flat.mul_(2)
+                res.append((y.clone(), flat.clone(), s))
+            for a, b in zip(*res):
+                _close(a, b)

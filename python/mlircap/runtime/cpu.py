@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import threading
 
@@ -424,6 +425,38 @@ class CpuPlanExecutable:
         order = sorted(tensors)
         return tuple(tensors[v] for v in order) + tuple(_data_ptr(tensors[v]) for v in order)
 
+    def _reshaped_outputs(self, ws: set) -> dict:
+        """Buffers an output reshapes whole (offset 0, contiguous strides, the buffer's elements):
+        buffer id -> (that output's id, its allocator, whether the buffer's own tensor is still
+        needed). The generated call allocates the output's tensor and takes the buffer's pointer
+        from it: a training forward returns many such reshapes as saved activations ([B*T, D]
+        matmul results as [B, T, D]), each an as_strided per call here and a detach of a view in
+        aot_autograd's saving of it."""
+        exe, values, rebound = self.exe, self.exe.values, self._rebound
+        outputs = set(exe.outputs)
+        allocated = {vid for vid, _, _ in self._alloc} - ws - set(rebound)
+        lib = {vid for st in self.plan.library_steps for vid in (*st.ins, st.out)}
+        views_of: dict[int, list] = {}
+        for vid, of, shape, strides, offset in self._views:
+            views_of.setdefault(of, []).append((vid, shape, strides, offset))
+        generic = any(step is not None and step.out not in rebound and not (
+            _OUT_VARIANTS.get(step.op) is not None and values[step.out].kind == "buffer" and
+            all(values[i].dtype == values[step.out].dtype for i in step.ins)) for step, _, _ in self._segments)
+        found = {}
+        for of, vs in views_of.items():
+            if of not in allocated:
+                continue
+            base = values[of]
+            for vid, shape, strides, offset in vs:
+                v = values[vid]
+                if vid in outputs and int(offset) == 0 and v.dtype == base.dtype and \
+                        list(strides) == contiguous_strides(shape) and \
+                        math.prod(int(d) for d in shape) == math.prod(int(d) for d in base.shape):
+                    needed = generic or of in lib or of in outputs or len(vs) > 1
+                    found[of] = (vid, _allocator(shape, v.torch_dtype), needed)
+                    break
+        return found
+
     def _generate(self, first: bool = False, tg=None):
         """The per-call work of `_call_generic` as one generated function of straight-line
         code: each value a local variable, buffer shapes and views' sizes as literals,
@@ -464,9 +497,17 @@ class CpuPlanExecutable:
             body.append("ws = POOL.pop() if POOL else NEWWS()")
             body.append(", ".join([f"x{v}" for v in ws_values] + [f"p{v}" for v in ws_values]) + " = ws")
         rebound = self._rebound
+        reshaped = self._reshaped_outputs(ws)
         for vid, new, sizes in self._alloc:
             if vid in rebound:
                 body += [f"x{vid} = None", f"p{vid} = 0"]
+            elif vid in reshaped:   # allocated as the output that reshapes it (no view made per call)
+                out, (onew, osizes), base_needed = reshaped[vid]
+                g[f"N{out}"] = onew
+                body.append(f"x{out} = N{out}({', '.join(repr(s) for s in osizes)})")
+                body.append(f"p{vid} = dp(x{out})")
+                if base_needed:
+                    body.append(f"x{vid} = x{out}.view({list(values[vid].shape)!r})")
             elif vid not in ws:
                 g[f"N{vid}"] = new
                 body.append(f"x{vid} = N{vid}({', '.join(repr(s) for s in sizes)})")
@@ -486,6 +527,9 @@ class CpuPlanExecutable:
                 body += [f"x{vid} = None", f"p{vid} = 0"]
                 continue
             if of in ws:
+                continue
+            if of in reshaped and reshaped[of][0] == vid:
+                body.append(f"p{vid} = p{of}")
                 continue
             view = f"x{of}.as_strided({list(shape)!r}, {list(strides)!r}, x{of}.storage_offset() + {int(offset)})"
             if of in inputs:   # reused while the same Parameter (same data) comes back
