@@ -25,6 +25,17 @@ namespace mlir::mlircap {
 #define GEN_PASS_REGISTRATION
 #include "mlircap/Passes.h.inc"
 
+/// Below this magnitude sin/cos of f32 reduce their argument with two f64
+/// multiples of pi/2 (Cody-Waite: n < 2^12, so n * P1 is exact), above it
+/// with Payne-Hanek (MathApprox.cpp).
+constexpr float kSinCosShortLimit = 6400.0f;
+
+/// sin (`isCos` false) or cos of `x` (f32 or a fixed-size f32 vector) as
+/// arithmetic, about 0.6 ulp (MathApprox.cpp). `largeArgs` false leaves out
+/// the reduction of arguments from kSinCosShortLimit on, inf and NaN: for
+/// inputs known to be finite and smaller.
+Value emitSinCosF32(OpBuilder &b, Location loc, Value x, bool isCos, bool largeArgs);
+
 /// Textual pass pipelines (anchored on builtin.module, without the wrapper).
 /// `channelsLast`: library convolutions in NHWC (the GPU pipeline).
 std::string fusePipeline(bool channelsLast = false);

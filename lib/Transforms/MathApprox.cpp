@@ -34,77 +34,78 @@ constexpr uint32_t kInvPio4[24] = {
     0x2757d1f5, 0x57d1f534, 0xd1f534dd, 0xf534ddc0, 0x34ddc0db, 0xddc0db62,
     0xc0db6295, 0xdb629599, 0x6295993c, 0x95993c43, 0x993c4390, 0x3c439041};
 
+} // namespace
+
 /// sin / cos of f32 (scalar or fixed-size vector), about 0.55 ulp over the
 /// whole f32 range, without branches or calls (so the loops vectorize):
 ///  * |x| = n * pi/2 + y with |y| <= pi/4, computed twice and selected:
-///    - |x| < 120: in f64, n = round(|x| * 2/pi), y = |x| - n*P1 - n*P2 with
-///      pi/2 = P1 + P2 and n*P1 exact (Cody-Waite);
+///    - |x| < kSinCosShortLimit (6400): in f64, n = round(|x| * 2/pi),
+///      y = |x| - n*P1 - n*P2 with pi/2 = P1 + P2 and n*P1 exact (Cody-Waite;
+///      n < 2^12. The error of n*P2, below 1e-24, stays far under an ulp of
+///      y: every f32 in [100, 8192) is within 0.601 ulp of sin/cos);
 ///    - else: Payne-Hanek in integers: the 24-bit mantissa times a 96-bit
 ///      window of 4/pi chosen by the exponent gives |x| * 2/pi mod 4 as a
 ///      2.62 fixed-point number, exact; its integer part is n, the rest y.
 ///  * sin(y) and cos(y) by minimax polynomials in f64 (degree 7 and 8),
 ///    swapped and negated by the quadrant n mod 4; sin(x) takes x's sign.
 ///  * inf and NaN give NaN.
-template <bool isCos, typename OpTy>
-struct SinCos : OpRewritePattern<OpTy> {
-  using OpRewritePattern<OpTy>::OpRewritePattern;
-  LogicalResult matchAndRewrite(OpTy op, PatternRewriter &rw) const override {
-    Type type = op.getType();
-    auto vt = dyn_cast<VectorType>(type);
-    if (!getElementTypeOrSelf(type).isF32() || (vt && vt.isScalable()))
-      return failure();
-    Location loc = op.getLoc();
-    auto ty = [&](Type e) -> Type {
-      return vt ? (Type)VectorType::get(vt.getShape(), e) : e;
-    };
-    Type f32 = ty(rw.getF32Type()), f64 = ty(rw.getF64Type());
-    Type i1 = ty(rw.getI1Type()), i32 = ty(rw.getI32Type()), i64 = ty(rw.getI64Type());
-    auto cst = [&](Type t, TypedAttr a) -> Value {
-      if (auto v = dyn_cast<VectorType>(t))
-        return arith::ConstantOp::create(rw, loc, DenseElementsAttr::get(v, a));
-      return arith::ConstantOp::create(rw, loc, a);
-    };
-    auto f64c = [&](double v) { return cst(f64, rw.getF64FloatAttr(v)); };
-    auto f32c = [&](float v) { return cst(f32, rw.getF32FloatAttr(v)); };
-    auto i32c = [&](uint32_t v) {
-      return cst(i32, rw.getIntegerAttr(rw.getI32Type(), APInt(32, v)));
-    };
-    auto i64c = [&](uint64_t v) {
-      return cst(i64, rw.getIntegerAttr(rw.getI64Type(), APInt(64, v)));
-    };
-    auto add = [&](Value a, Value b) { return arith::AddFOp::create(rw, loc, a, b).getResult(); };
-    auto sub = [&](Value a, Value b) { return arith::SubFOp::create(rw, loc, a, b).getResult(); };
-    auto mul = [&](Value a, Value b) { return arith::MulFOp::create(rw, loc, a, b).getResult(); };
-    auto iand = [&](Value a, Value b) { return arith::AndIOp::create(rw, loc, a, b).getResult(); };
-    auto ior = [&](Value a, Value b) { return arith::OrIOp::create(rw, loc, a, b).getResult(); };
-    auto shr = [&](Value a, Value b) { return arith::ShRUIOp::create(rw, loc, a, b).getResult(); };
-    auto shl = [&](Value a, Value b) { return arith::ShLIOp::create(rw, loc, a, b).getResult(); };
-    auto imul = [&](Value a, Value b) { return arith::MulIOp::create(rw, loc, a, b).getResult(); };
-    auto select = [&](Value c, Value a, Value b) {
-      return arith::SelectOp::create(rw, loc, c, a, b).getResult();
-    };
+/// `largeArgs` false: only the Cody-Waite reduction, for inputs known to be
+/// finite and below kSinCosShortLimit (mlircap-trig-functions' fast path).
+Value emitSinCosF32(OpBuilder &rw, Location loc, Value x, bool isCos, bool largeArgs) {
+  Type type = x.getType();
+  auto vt = dyn_cast<VectorType>(type);
+  auto ty = [&](Type e) -> Type {
+    return vt ? (Type)VectorType::get(vt.getShape(), e) : e;
+  };
+  Type f32 = ty(rw.getF32Type()), f64 = ty(rw.getF64Type());
+  Type i1 = ty(rw.getI1Type()), i32 = ty(rw.getI32Type()), i64 = ty(rw.getI64Type());
+  auto cst = [&](Type t, TypedAttr a) -> Value {
+    if (auto v = dyn_cast<VectorType>(t))
+      return arith::ConstantOp::create(rw, loc, DenseElementsAttr::get(v, a));
+    return arith::ConstantOp::create(rw, loc, a);
+  };
+  auto f64c = [&](double v) { return cst(f64, rw.getF64FloatAttr(v)); };
+  auto f32c = [&](float v) { return cst(f32, rw.getF32FloatAttr(v)); };
+  auto i32c = [&](uint32_t v) {
+    return cst(i32, rw.getIntegerAttr(rw.getI32Type(), APInt(32, v)));
+  };
+  auto i64c = [&](uint64_t v) {
+    return cst(i64, rw.getIntegerAttr(rw.getI64Type(), APInt(64, v)));
+  };
+  auto add = [&](Value a, Value b) { return arith::AddFOp::create(rw, loc, a, b).getResult(); };
+  auto sub = [&](Value a, Value b) { return arith::SubFOp::create(rw, loc, a, b).getResult(); };
+  auto mul = [&](Value a, Value b) { return arith::MulFOp::create(rw, loc, a, b).getResult(); };
+  auto iand = [&](Value a, Value b) { return arith::AndIOp::create(rw, loc, a, b).getResult(); };
+  auto ior = [&](Value a, Value b) { return arith::OrIOp::create(rw, loc, a, b).getResult(); };
+  auto shr = [&](Value a, Value b) { return arith::ShRUIOp::create(rw, loc, a, b).getResult(); };
+  auto shl = [&](Value a, Value b) { return arith::ShLIOp::create(rw, loc, a, b).getResult(); };
+  auto imul = [&](Value a, Value b) { return arith::MulIOp::create(rw, loc, a, b).getResult(); };
+  auto select = [&](Value c, Value a, Value b) {
+    return arith::SelectOp::create(rw, loc, c, a, b).getResult();
+  };
 
-    Value x = op.getOperand();
-    Value bits = arith::BitcastOp::create(rw, loc, i32, x);
-    Value absBits = iand(bits, i32c(0x7fffffff));
-    Value ax = arith::BitcastOp::create(rw, loc, f32, absBits);
-    Value dx = arith::ExtFOp::create(rw, loc, f64, ax);
-    // NaN and inf compare false: they take the large path, replaced at the end.
-    Value small = arith::CmpFOp::create(rw, loc, arith::CmpFPredicate::OLT, ax, f32c(120.0f));
+  Value bits = arith::BitcastOp::create(rw, loc, i32, x);
+  Value absBits = iand(bits, i32c(0x7fffffff));
+  Value ax = arith::BitcastOp::create(rw, loc, f32, absBits);
+  Value dx = arith::ExtFOp::create(rw, loc, f64, ax);
+  // NaN and inf compare false: they take the large path, replaced at the end.
+  Value small = arith::CmpFOp::create(rw, loc, arith::CmpFPredicate::OLT, ax, f32c(kSinCosShortLimit));
 
-    // |x| < 120: Cody-Waite in f64. P1 = pi/2 with 12 low bits cleared, so
-    // n * P1 is exact for n < 2^12; the input is zeroed on the other path so
-    // fptosi stays in range.
-    Value dxs = select(small, dx, f64c(0.0));
-    Value r = mul(dxs, f64c(0x1.45F306DC9C883p-1)); // 2/pi
-    Value ns = arith::FPToSIOp::create(rw, loc, i32, add(r, f64c(0.5)));
-    Value nf = arith::SIToFPOp::create(rw, loc, f64, ns);
-    Value ys = sub(sub(dxs, mul(nf, f64c(0x1.921fb54442p0))),
-                   mul(nf, f64c(0x1.a308d313198a3p-41)));
+  // |x| < kSinCosShortLimit: Cody-Waite in f64. P1 = pi/2 with 12 low bits cleared, so
+  // n * P1 is exact for n < 2^12; the input is zeroed on the other path so
+  // fptosi stays in range.
+  Value dxs = largeArgs ? select(small, dx, f64c(0.0)) : dx;
+  Value r = mul(dxs, f64c(0x1.45F306DC9C883p-1)); // 2/pi
+  Value ns = arith::FPToSIOp::create(rw, loc, i32, add(r, f64c(0.5)));
+  Value nf = arith::SIToFPOp::create(rw, loc, f64, ns);
+  Value ys = sub(sub(dxs, mul(nf, f64c(0x1.921fb54442p0))),
+                 mul(nf, f64c(0x1.a308d313198a3p-41)));
 
-    // |x| >= 120: Payne-Hanek (exact integer arithmetic; 32-bit where it
+  Value n = ns, y = ys;
+  if (largeArgs) {
+    // |x| >= kSinCosShortLimit: Payne-Hanek (exact integer arithmetic; 32-bit where it
     // can be, 32x32->64 products as zero-extended multiplies).
-    Value idx = iand(shr(absBits, i32c(26)), i32c(15)); // exponent bits 6..3
+    Value idx = iand(shr(absBits, i32c(26)), i32c(15));  // exponent bits 6..3
     Value shift = iand(shr(absBits, i32c(23)), i32c(7)); // exponent bits 2..0
     Value m = shl(ior(iand(absBits, i32c(0x7fffff)), i32c(0x800000)), shift);
     Value idxBit[4];
@@ -133,34 +134,48 @@ struct SinCos : OpRewritePattern<OpTy> {
     Value nl = arith::TruncIOp::create(rw, loc, i32, nl64);
     Value yl = mul(arith::SIToFPOp::create(rw, loc, f64, r0),
                    f64c(0x1.921FB54442D18p-62)); // pi/2 * 2^-62
+    n = select(small, ns, nl);
+    y = select(small, ys, yl);
+  }
+  Value y2 = mul(y, y), y4 = mul(y2, y2);
+  Value sinY = add(y, mul(mul(y, y2),
+                          add(f64c(-0x1.555545995a603p-3),
+                              mul(y2, add(f64c(0x1.1107605230bc4p-7),
+                                          mul(y2, f64c(-0x1.994eb3774cf24p-13)))))));
+  Value cosY = add(add(add(f64c(1.0), mul(y2, f64c(-0x1.ffffffd0c621cp-2))),
+                       mul(y4, f64c(0x1.55553e1068f19p-5))),
+                   mul(mul(y4, y2), add(f64c(-0x1.6c087e89a359dp-10),
+                                        mul(y2, f64c(0x1.99343027bf8c3p-16)))));
+  // cos(|x|) = sin(|x| + pi/2): one more quadrant.
+  Value q = isCos ? arith::AddIOp::create(rw, loc, n, i32c(1)).getResult() : n;
+  Value odd = arith::TruncIOp::create(rw, loc, i1, q);
+  Value neg = arith::TruncIOp::create(rw, loc, i1, shr(q, i32c(1)));
+  Value v = select(odd, cosY, sinY);
+  v = select(neg, arith::NegFOp::create(rw, loc, v).getResult(), v);
+  Value res = arith::TruncFOp::create(rw, loc, f32, v);
+  if (!isCos) { // sin(-x) = -sin(x), also for -0
+    Value rb = arith::BitcastOp::create(rw, loc, i32, res);
+    Value sign = iand(bits, i32c(0x80000000));
+    res = arith::BitcastOp::create(rw, loc, f32,
+                                   arith::XOrIOp::create(rw, loc, rb, sign));
+  }
+  if (!largeArgs)
+    return res;
+  Value nonFinite = arith::CmpIOp::create(rw, loc, arith::CmpIPredicate::uge, absBits,
+                                          i32c(0x7f800000));
+  return select(nonFinite, sub(x, x), res);
+}
 
-    Value n = select(small, ns, nl);
-    Value y = select(small, ys, yl);
-    Value y2 = mul(y, y), y4 = mul(y2, y2);
-    Value sinY = add(y, mul(mul(y, y2),
-                            add(f64c(-0x1.555545995a603p-3),
-                                mul(y2, add(f64c(0x1.1107605230bc4p-7),
-                                            mul(y2, f64c(-0x1.994eb3774cf24p-13)))))));
-    Value cosY = add(add(add(f64c(1.0), mul(y2, f64c(-0x1.ffffffd0c621cp-2))),
-                         mul(y4, f64c(0x1.55553e1068f19p-5))),
-                     mul(mul(y4, y2), add(f64c(-0x1.6c087e89a359dp-10),
-                                          mul(y2, f64c(0x1.99343027bf8c3p-16)))));
-    // cos(|x|) = sin(|x| + pi/2): one more quadrant.
-    Value q = isCos ? arith::AddIOp::create(rw, loc, n, i32c(1)).getResult() : n;
-    Value odd = arith::TruncIOp::create(rw, loc, i1, q);
-    Value neg = arith::TruncIOp::create(rw, loc, i1, shr(q, i32c(1)));
-    Value v = select(odd, cosY, sinY);
-    v = select(neg, arith::NegFOp::create(rw, loc, v).getResult(), v);
-    Value res = arith::TruncFOp::create(rw, loc, f32, v);
-    if (!isCos) { // sin(-x) = -sin(x), also for -0
-      Value rb = arith::BitcastOp::create(rw, loc, i32, res);
-      Value sign = iand(bits, i32c(0x80000000));
-      res = arith::BitcastOp::create(rw, loc, f32,
-                                     arith::XOrIOp::create(rw, loc, rb, sign));
-    }
-    Value nonFinite = arith::CmpIOp::create(rw, loc, arith::CmpIPredicate::uge, absBits,
-                                            i32c(0x7f800000));
-    rw.replaceOp(op, select(nonFinite, sub(x, x), res));
+namespace {
+template <bool isCos, typename OpTy>
+struct SinCos : OpRewritePattern<OpTy> {
+  using OpRewritePattern<OpTy>::OpRewritePattern;
+  LogicalResult matchAndRewrite(OpTy op, PatternRewriter &rw) const override {
+    Type type = op.getType();
+    auto vt = dyn_cast<VectorType>(type);
+    if (!getElementTypeOrSelf(type).isF32() || (vt && vt.isScalable()))
+      return failure();
+    rw.replaceOp(op, emitSinCosF32(rw, op.getLoc(), op.getOperand(), isCos, /*largeArgs=*/true));
     return success();
   }
 };

@@ -26,7 +26,7 @@ func.func @untouched(%x: f32) -> f32 {
 
 // -----
 
-// sin/cos of f32 reduce their argument exactly (Cody-Waite below 120,
+// sin/cos of f32 reduce their argument exactly (Cody-Waite below 6400,
 // Payne-Hanek in integers above), in f64, branch-free: no libm call, no
 // math op left, vectors stay vectors.
 // CHECK-LABEL: func.func @sincos

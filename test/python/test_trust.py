@@ -567,6 +567,46 @@ def test_r16_sin_cos_of_large_arguments():
             torch.testing.assert_close(got, f(x), equal_nan=True, atol=2e-7, rtol=0)
 
 
+def _ulp_error(got, x, op):
+    """|got - op(x)| in ulps of the float32 result, against float64."""
+    ref = op(x.double())
+    r = ref.float().abs()
+    ulp = ((r.view(torch.int32) + 1).view(torch.float32) - r).double()
+    return ((got.double() - ref).abs() / ulp).nan_to_num(0.0)
+
+
+def test_sin_cos_vector_variants_agree_lane_by_lane():
+    # mlircap-trig-functions: the loop vectorizer calls sin/cos variants that take the
+    # short Cody-Waite reduction when every lane of a vector is below 6400 and the full
+    # one (Payne-Hanek above 6400, inf, NaN) otherwise. A value's result must not depend
+    # on its neighbours: the same elements computed among large ones (every vector on the
+    # full path) and alone (short path) are bit-identical, and both within 0.65 ulp.
+    g = torch.Generator().manual_seed(0)
+    n = 16 * 97 + 5  # a remainder for the scalar function too
+    small = (torch.rand(n, generator=g) * 2 - 1) * 6400
+    edges = torch.tensor([6399.9995, -6399.9995, 119.99, 0.0, -0.0, 1e-30, 3.0e-3, 1.5707964, 3.1415927, 4712.389])
+    small[50:50 * (len(edges) + 1):50] = edges
+    mixed = small.clone()
+    big = torch.tensor([6400.0, -1e4, 3e7, 1e30, float("inf"), -float("inf"), float("nan")])
+    mixed[3::37] = big.repeat(n // 37 // len(big) + 1)[: mixed[3::37].numel()]
+    keep = torch.ones(n, dtype=torch.bool)
+    keep[3::37] = False
+    for op in (torch.sin, torch.cos):
+        f = lambda x, op=op: op(x) * 1.0   # noqa: E731
+        fast = mlircap.compile(f)
+        fast(small)  # the recording call runs eagerly
+        alone, among = fast(small), fast(mixed)
+        assert _compiled_graphs_ran(fast)
+        assert torch.equal(alone[keep], among[keep])
+        assert _ulp_error(alone, small, op).max() <= 0.65
+        torch.testing.assert_close(among, f(mixed), equal_nan=True, atol=2e-7, rtol=0)
+        # every float32 in [6000, 6800): both sides of the threshold
+        x = torch.arange(int(torch.tensor(6000.0).view(torch.int32)), int(torch.tensor(6800.0).view(torch.int32)),
+                         dtype=torch.int32).view(torch.float32)
+        fast(x)
+        assert _ulp_error(fast(x), x, op).max() <= 0.65
+
+
 def test_large_sum_is_as_accurate_as_eager():
     x = torch.rand(1_000_000, generator=torch.Generator().manual_seed(0))
     f = lambda x: (x * 1.0001).sum()   # noqa: E731
