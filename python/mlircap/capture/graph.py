@@ -132,6 +132,16 @@ class _RaisesAs:
         return f"raises({_func_qualname(self.func)}, {self.exc.__name__})"
 
 
+def _overlapping_write(name: str, args: tuple, kwargs: dict) -> bool:
+    """An in-place call (or one with out=) writing a tensor with internal overlap
+    (an expand's stride 0: several positions, one element), which eager allowed."""
+    if "out" not in kwargs and name != "__setitem__" and not (name.endswith("_") and not name.endswith("__")):
+        return False
+    t = kwargs.get("out", args[0] if args else None)
+    return isinstance(t, torch.Tensor) and t.layout == torch.strided and not t.is_nested and \
+        t.device.type != "meta" and torch._debug_has_internal_overlap(t) == 1
+
+
 class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixin, _DeferMixin):
     """FX recording for `_Recorder`: torch functions seen by `_Mode` become nodes of the
     current segment's graph; data-dependent results end the segment (graph break)."""
@@ -189,6 +199,13 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
             # restrides.py: x.transpose_(0, 1) on an argument, recorded as x.transpose(0, 1)
             self._restrided(restride)
             func, name = getattr(torch.Tensor, _RESTRIDES[name]), _RESTRIDES[name]
+        elif _overlapping_write(name, args, kwargs):
+            # v.index_fill_(...) of an expanded v (eager warns, and writes each shared element
+            # once for all its positions): a graph's functional form writes each position
+            # alone, so its views read other values than eager's; the function runs eagerly
+            self.unreplayable = self.unreplayable or \
+                f"{_op_name(func)} wrote in place to a tensor whose elements share memory (expanded)"
+            return res
         elif before and any(_metadata(t) != m for t, m in before):
             # a graph cannot change its inputs' shapes or strides (aot_autograd's epilogue
             # copied the result into the input as it was: torch.mul(x, y, out=empty) raised,
