@@ -14,20 +14,16 @@ from pathlib import Path
 
 import pytest
 
-FOUND = [171, 175, 264, 297, 303, 372, 400, 573]   # wrong before test_trust_fuzz14's fixes
-SEEDS = FOUND + list(range(1000, 1300, 10))        # 38 programs (1290 among them)
+FOUND = [171, 175, 264, 297, 303, 372, 400, 573, 1052]   # wrong before test_trust_fuzz14's fixes (1290 too)
+SEEDS = FOUND + list(range(1000, 1300, 10))        # 39 programs (1290 among them)
 BAD = ("wrong", "crash", "error", "timeout")
 
 # Seeds known to fail, seed -> the category observed, with the diagnosis. Each one that
 # still fails is reported as a skip (`pytest -rs`), one that passes as a warning asking to
 # remove it.
 KNOWN: dict[int, str] = {
-    # x0.diagonal().clamp_(min=0) of an expanded input x0 (stride 0 along dim 1): eager writes
-    # the diagonal, which has no internal overlap; the compiled replay writes the functional
-    # result back into the whole input and torch raises 'more than one element of the
-    # written-to tensor refers to a single memory location'. Functionalization does not
-    # model mutations of inputs with internal overlap: such graphs should run eagerly.
-    1290: "error",
+    # Emptied on 2026-12-05: seed 1290 (an in-place write through a view of an expanded
+    # argument) runs eagerly now (capture/graph._overlapping_write).
 }
 
 

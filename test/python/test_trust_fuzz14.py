@@ -221,3 +221,46 @@ def test_in_place_write_to_expanded_tensor_as_eager(fn):
         for a, b in zip(r if isinstance(r, tuple) else (r,), want if isinstance(want, tuple) else (want,)):
             assert a.dtype == b.dtype and a.shape == b.shape
             assert torch.equal(a, b)
+
+
+def _seed1290(x0, x1):
+    v0 = torch.where(x1 > 0, x1, 0)
+    v1 = v0.abs().sqrt()
+    v2 = v1.repeat(1, 2, 1)
+    v3 = v2.permute(1, 0, 2)
+    v4 = torch.cummax(v3, 2)[0]
+    x0.diagonal().clamp_(min=0)
+    v7 = x1[1:].abs_()
+    v8 = v7.expand(3, *v7.shape)
+    v10 = v2.diagonal(-1, 1, 0)
+    return torch.hstack([v10, v10 * 2]), v0, v1, v8, v4
+
+
+def _diagonal_of_expanded(x0, x1):
+    x0.diagonal().clamp_(min=0)
+    return x0 + 1, torch.cummax(x1.float(), 1)[0]
+
+
+@pytest.mark.parametrize("fn", [_seed1290, _diagonal_of_expanded], ids=lambda f: f.__name__)
+def test_in_place_write_through_view_of_expanded_argument(fn):
+    # seed 1290: x0.diagonal().clamp_(min=0) of an expanded argument x0 (stride 0 along dim
+    # 1; the diagonal itself has no overlap): the compiled replay wrote the whole of x0 back
+    # and torch raised 'more than one element of the written-to tensor refers to a single
+    # memory location', where eager returned. The function now runs eagerly.
+    g = torch.Generator().manual_seed(5)
+    base = torch.randn(5, 1, generator=g).bfloat16()
+    x1 = torch.randint(0, 9, (12, 5, 8), generator=g)
+
+    def args():
+        return base.clone().expand(5, 12), x1.clone()
+    want = fn(*args())
+    fast = mlircap.compile(fn)
+    for _ in range(3):
+        a = args()
+        got = fast(*a)
+        for r, w in zip(got, want):
+            assert r.dtype == w.dtype and r.shape == w.shape
+            assert torch.equal(r, w)
+        ref = args()
+        fn(*ref)
+        assert torch.equal(a[0], ref[0]) and torch.equal(a[1], ref[1])   # the arguments as eager left them

@@ -132,14 +132,19 @@ class _RaisesAs:
         return f"raises({_func_qualname(self.func)}, {self.exc.__name__})"
 
 
-def _overlapping_write(name: str, args: tuple, kwargs: dict) -> bool:
+def _overlapping_write(name: str, args: tuple, kwargs: dict, overlap_storages=()) -> bool:
     """An in-place call (or one with out=) writing a tensor with internal overlap
-    (an expand's stride 0: several positions, one element), which eager allowed."""
+    (an expand's stride 0: several positions, one element), which eager allowed, or
+    writing the storage of an argument with internal overlap through a view of it
+    (x.diagonal().clamp_() of an expanded x: the graph wrote all of x back, and torch
+    raised on its overlap)."""
     if "out" not in kwargs and name != "__setitem__" and not (name.endswith("_") and not name.endswith("__")):
         return False
     t = kwargs.get("out", args[0] if args else None)
-    return isinstance(t, torch.Tensor) and t.layout == torch.strided and not t.is_nested and \
-        t.device.type != "meta" and torch._debug_has_internal_overlap(t) == 1
+    if not isinstance(t, torch.Tensor) or t.layout != torch.strided or t.is_nested or t.device.type == "meta":
+        return False
+    return torch._debug_has_internal_overlap(t) == 1 or \
+        bool(overlap_storages) and t.untyped_storage().data_ptr() in overlap_storages
 
 
 class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixin, _DeferMixin):
@@ -199,7 +204,7 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
             # restrides.py: x.transpose_(0, 1) on an argument, recorded as x.transpose(0, 1)
             self._restrided(restride)
             func, name = getattr(torch.Tensor, _RESTRIDES[name]), _RESTRIDES[name]
-        elif _overlapping_write(name, args, kwargs):
+        elif _overlapping_write(name, args, kwargs, getattr(self, "overlap_storages", ())):
             # v.index_fill_(...) of an expanded v (eager warns, and writes each shared element
             # once for all its positions): a graph's functional form writes each position
             # alone, so its views read other values than eager's; the function runs eagerly

@@ -186,6 +186,12 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
                 self._source(a, f"L[{i}]", n, argrooted=True)
         except Exception as e:  # e.g. an argument structure we cannot guard
             self.unreplayable = f"{type(e).__name__}: {e}"
+        # storages of tensor arguments with internal overlap (expanded): an in-place write to
+        # a view of one runs the function eagerly (graph._overlapping_write)
+        self.overlap_storages: set[int] = {
+            a.untyped_storage().data_ptr() for a in args
+            if isinstance(a, torch.Tensor) and a.layout == torch.strided and not a.is_nested and
+            a.device.type != "meta" and torch._debug_has_internal_overlap(a) == 1}
         if isinstance(func, types.FunctionType) and func.__closure__:
             for i, (c, n) in enumerate(zip(func.__closure__, code.co_freevars)):
                 self.ext_cells[id(c)] = (f"F.__closure__[{i}]", n)
