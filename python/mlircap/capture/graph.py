@@ -143,8 +143,28 @@ def _overlapping_write(name: str, args: tuple, kwargs: dict, overlap_storages=()
     t = kwargs.get("out", args[0] if args else None)
     if not isinstance(t, torch.Tensor) or t.layout != torch.strided or t.is_nested or t.device.type == "meta":
         return False
-    return torch._debug_has_internal_overlap(t) == 1 or \
-        bool(overlap_storages) and t.untyped_storage().data_ptr() in overlap_storages
+    if torch._debug_has_internal_overlap(t) == 1 or \
+            bool(overlap_storages) and t.untyped_storage().data_ptr() in overlap_storages:
+        return True
+    # another operand viewing the memory written, laid out otherwise (x.scatter_reduce_(0, i,
+    # x[:2], 'amax'): eager's kernel reads the rows it already wrote, a graph reads them as
+    # they were); eager's pointwise ops reject such operands, scatters and index ops do not
+    flat, _ = tree_flatten((args[1:], {k: v for k, v in kwargs.items() if k != "out"}))
+    lo, hi = _byte_span(t)
+    return any(isinstance(o, torch.Tensor) and o is not t and o.layout == torch.strided and o.numel() and
+               o.device == t.device and o.untyped_storage().data_ptr() == t.untyped_storage().data_ptr() and
+               (o.data_ptr(), o.shape, o.stride()) != (t.data_ptr(), t.shape, t.stride()) and
+               _byte_span(o)[0] < hi and lo < _byte_span(o)[1] for o in flat)
+
+
+def _byte_span(t: torch.Tensor) -> tuple[int, int]:
+    """The bytes of `t`'s storage its elements occupy, [first, last + 1)."""
+    if t.numel() == 0:
+        return 0, 0
+    lo = hi = t.data_ptr()
+    for n, st in zip(t.shape, t.stride()):
+        (lo, hi) = (lo + (n - 1) * st * t.element_size(), hi) if st < 0 else (lo, hi + (n - 1) * st * t.element_size())
+    return lo, hi + t.element_size()
 
 
 class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixin, _DeferMixin):
