@@ -193,6 +193,9 @@ def _build_table() -> dict:
         table[op] = intmath.tensor_shift(left)   # amounts out of range: LLVM poison
     for op in (aten.argmax.default, aten.argmin.default, aten.max.dim, aten.min.dim):
         table[op] = _first_nan_index(op, table.get(op))
+    from . import argreduce
+
+    argreduce.install(table)   # CPU: max / min with indices, argmax / argmin in two passes
     from .search import searchsorted, searchsorted_scalar
 
     table[aten.searchsorted.Tensor] = searchsorted    # torch-mlir has no lowering for it
