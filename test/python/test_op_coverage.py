@@ -15,17 +15,26 @@ from mlircap import logs
 
 
 # --- max_pool{2,3}d_with_indices_backward: torch-mlir's scatter had no CPU kernel ---
+# On the CPU the 2-D one runs eager's kernel as a library step by default (partition.CPU_LIBRARY_OPS);
+# these tests compile the decomposition (maxpool.max_pool_backward), as MLIRCAP_CPU_LIBRARY_OPS=0
+# and CUDA do.
+
+
+@pytest.fixture
+def pool_backward_compiled(monkeypatch):
+    monkeypatch.setenv("MLIRCAP_CPU_LIBRARY_OPS", "0")
+
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("case", range(len(op_cases.POOLS)))
-def test_max_pool2d_backward_compiles_like_eager(compiled_whole, dtype, case):
+def test_max_pool2d_backward_compiles_like_eager(pool_backward_compiled, compiled_whole, dtype, case):
     # Overlapping windows (stride < kernel) and inputs of few distinct values: many
     # windows pick the same element, whose gradients eager adds in window order,
     # rounding each sum to the dtype (bfloat16: 1 + 2^-8 + 2^-8 stays 1).
     compiled_whole(*op_cases.max_pool2d_backward(case, dtype, "cpu"))
 
 
-def test_max_pool2d_backward_low_precision_sums_in_window_order(compiled_whole):
+def test_max_pool2d_backward_low_precision_sums_in_window_order(pool_backward_compiled, compiled_whole):
     x = torch.zeros(1, 1, 1, 9, dtype=torch.bfloat16)
     x[..., 4] = 10                                  # every window of 5 picks element 4
     grad = torch.tensor([[[[1.0, 2 ** -8, 2 ** -8, 2 ** -8, 2 ** -8]]]], dtype=torch.bfloat16)
@@ -44,7 +53,25 @@ def test_max_pool3d_backward_compiles_like_eager(compiled_whole):
         gr, x, [3, 3, 3], [2, 2, 2], [1, 1, 1], [1, 1, 1], False, i), grad, x, idx)
 
 
-def test_max_pool_backward_graph_like_eager(capsys, monkeypatch):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_max_pool2d_backward_runs_eagers_kernel_on_the_cpu(capsys, monkeypatch, dtype):
+    # by default the CPU backward of a 2-D max pool is eager's kernel, a library step between
+    # compiled parts: eager's gradient bit for bit
+    monkeypatch.setattr(logs, "_enabled", logs._enabled | {"fallback"})
+    f = lambda x: (torch.nn.functional.max_pool2d(x * 1.5, 3, 2, 1, ceil_mode=True) ** 2).sum()   # noqa: E731
+    x = torch.randint(0, 4, (2, 3, 9, 9)).to(dtype)
+    want = x.clone().requires_grad_()
+    f(want).backward()
+    fast = mlircap.compile(f)
+    capsys.readouterr()
+    for _ in range(2):
+        got = x.clone().requires_grad_()
+        fast(got).backward()
+    assert torch.equal(got.grad, want.grad)
+    assert "max_pool2d_with_indices_backward: library" in capsys.readouterr().err
+
+
+def test_max_pool_backward_graph_like_eager(pool_backward_compiled, capsys, monkeypatch):
     # the backward graph of a pooling layer (autograd's own indices), traced by
     # aot_autograd with the decomposition
     monkeypatch.setattr(logs, "_enabled", logs._enabled | {"fallback"})
