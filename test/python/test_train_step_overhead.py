@@ -482,3 +482,33 @@ def test_reshaped_output_still_aliases_its_buffer_where_eager_does():
                 res.append((y.clone(), flat.clone(), s))
             for a, b in zip(*res):
                 _close(a, b)
+
+
+def test_one_tensor_passed_twice_gets_its_own_variant_with_the_tensor_guard_extension():
+    """f(x, x) after f(x, w) in grad mode: the variant recorded for distinct inputs must not
+    serve it. With the tensor-guard extension built (as in a long-lived cache dir) it did, and
+    x.grad and the second-order gradient came out wrong; the Distinct guard now covers
+    differentiated graphs, in both guard paths."""
+    from mlircap.capture import _tensor_ext
+
+    _tensor_ext.load(block=True)
+
+    def g(x, w):
+        y = torch.sigmoid(x * w)
+        return y.view(-1), y.t(), (y * w).sum()
+    c = mlircap.compile(g)
+    torch.manual_seed(0)
+    x = torch.randn(3, 3, requires_grad=True)
+    w = torch.randn(3, 3, requires_grad=True)
+    for args in [(x, w)] * 3 + [(x, x)] * 3:
+        res = []
+        for fn in (g, c):
+            a, b, s = fn(*args)
+            (gx,) = torch.autograd.grad(a.sum() + b.pow(2).sum() + s, x, create_graph=True)
+            (hx,) = torch.autograd.grad(gx.pow(2).sum(), x)
+            x.grad = w.grad = None
+            a, b, s = fn(*args)
+            (a.sum() + b[0].sum() + s).backward()
+            res.append((gx.detach(), hx, x.grad.clone()))
+        for p, q in zip(*res):
+            _close(p, q)

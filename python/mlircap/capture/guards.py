@@ -238,9 +238,13 @@ class _GuardMixin:
         try:
             for g, names in self.builtin_reads.values():
                 self.guard(NoShadowedBuiltins(g, frozenset(names)), group=(g,))
-            if len(self.arg_tensors) > 1 and self.has_inplace:
+            if len(self.arg_tensors) > 1 and (self.has_inplace or torch.is_grad_enabled()):
+                # also under grad mode: aot_autograd's graph and backward were traced for
+                # distinct inputs; one tensor passed twice (f(x, x) after f(x, w)) gave
+                # wrong gradients where the tensor-guard extension let it match
                 self.guard(Distinct(tuple(self.arg_tensors),
-                                    "tensor arguments are distinct objects (the graph mutates inputs)"))
+                                    "tensor arguments are distinct objects (the graph mutates inputs "
+                                    "or is differentiated)"))
             if self.mutated_ids():
                 # The recording wrote to a tensor in place: the graph is only right for inputs
                 # sharing storage exactly as the recorded ones did.  Parameters are left out
