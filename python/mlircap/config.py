@@ -149,6 +149,27 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mlircap"
 
 
+_FINGERPRINT: list[str] = []
+
+
+def code_fingerprint() -> str:
+    """A hash of this package's Python sources, part of every on-disk cache key: an entry
+    stored by other code (an older checkout, another installed version) with the same core
+    build and the same IR is a miss. How the runtime reads a cached plan (buffer reuse,
+    output views, the calls around it) lives in these sources, not in the core, so a plan
+    stored by one version is not necessarily read right by another. About 4 ms, once."""
+    if not _FINGERPRINT:
+        import hashlib
+
+        h = hashlib.sha256()
+        root = Path(__file__).resolve().parent
+        for f in sorted(root.rglob("*.py")):
+            h.update(str(f.relative_to(root)).encode() + b"\0")
+            h.update(f.read_bytes())
+        _FINGERPRINT.append(h.hexdigest())
+    return _FINGERPRINT[0]
+
+
 def markdown_table() -> str:
     """The README's table of environment variables."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]

@@ -147,6 +147,16 @@ def test_key_depends_on_ir_opt_level_and_kind():
     assert k != cpu._cache_key("whole", "ir", 3)
 
 
+def test_key_depends_on_the_python_sources(monkeypatch):
+    # an entry stored by another version of the package (same core, same IR) is a miss
+    from mlircap import config
+
+    k = cpu._cache_key("plan", "ir", 3)
+    assert len(config.code_fingerprint()) == 64
+    monkeypatch.setattr(config, "code_fingerprint", lambda: "other sources")
+    assert k != cpu._cache_key("plan", "ir", 3)
+
+
 def test_key_names_this_build_and_host():
     triple, cpu_name, features = core().cpu_target().split(" ")
     assert triple.startswith(("x86_64-", "aarch64-")) and cpu_name

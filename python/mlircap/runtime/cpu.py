@@ -53,7 +53,8 @@ def contiguous_strides(shape) -> list[int]:
 def _cache_key(kind: str, linalg_ir: str, opt_level: int) -> str:
     c = core()
     h = hashlib.sha256()
-    for part in (c.version(), c.build_id(), c.cpu_target(), kind, str(opt_level), linalg_ir):
+    for part in (c.version(), c.build_id(), config.code_fingerprint(), c.cpu_target(), kind, str(opt_level),
+                 linalg_ir):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
