@@ -132,8 +132,7 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             # which the recording's own TorchFunctionMode made True: the recording took the slow
             # path where eager (under no_grad) takes the fast one. Answered as eager answers it
             # (an argument of a type overriding it)
-            _E.poke(frame, slot, _Canned(any(_overrides_torch_function(t) for t in args[0]) or
-                                         _slow_path_same_as_fast(frame)))
+            _E.poke(frame, slot, _Canned(any(_overrides_torch_function(t) for t in args[0])))
             return
         if slot is not None and (f := self._redirect_call(frame, f, args, kwargs, slot)) is None:
             return   # (a scripted function's Python function called instead; a vmapped one replayed)
@@ -393,30 +392,6 @@ def _transformer_fast_path_possible(frame: types.FrameType) -> bool:
     layer = loc.get("first_layer")
     ts = [loc.get("src")] + (list(layer.parameters()) if isinstance(layer, torch.nn.Module) else [])
     return not any(isinstance(t, torch.Tensor) and t.requires_grad for t in ts)
-
-
-_MHA_FORWARD = torch.nn.MultiheadAttention.forward.__code__
-_ENCODER_LAYER_FORWARD = torch.nn.TransformerEncoderLayer.forward.__code__
-
-
-def _slow_path_same_as_fast(frame: types.FrameType) -> bool:
-    """In nn.MultiheadAttention / nn.TransformerEncoderLayer forward (`frame`), without masks,
-    causal hint or nested input, the slow path computes what the fused fast-path kernel
-    (torch._native_multi_head_attention, torch._transformer_encoder_layer_fwd) computes:
-    projections, softmax attention (and the layer's norms and MLP); the two differ only in
-    rows a mask removes entirely. There the recording takes the slow path, which compiles
-    with the ops around it, where the fast path ran as an eager island between two compiled
-    parts (a pre-norm block with nn.MultiheadAttention under no_grad, 1 thread: 247 us ->
-    185 us, eager 328). The masks and is_causal are arguments the recording guards."""
-    loc = frame.f_locals
-    if frame.f_code is _MHA_FORWARD:
-        masks, x = ("key_padding_mask", "attn_mask"), loc.get("query")
-    elif frame.f_code is _ENCODER_LAYER_FORWARD:
-        masks, x = ("src_mask", "src_key_padding_mask"), loc.get("src")
-    else:
-        return False
-    return all(loc.get(m) is None for m in masks) and loc.get("is_causal", False) is False and \
-        isinstance(x, torch.Tensor) and not x.is_nested
 
 
 def _overrides_torch_function(t: Any) -> bool:
