@@ -254,7 +254,12 @@ class _Captured:
                               f"{self.code.co_name} ({self.code.co_filename}:{self.code.co_firstlineno}); "
                               f"running eagerly from now on. Guard that kept failing: {worst}",
                               RuntimeWarning, stacklevel=_callers_level())
-            if log is None and len(self.eager_signatures) < 1024:
+            # (also after a miss in the middle of a replay that had run uncapturable calls, `log`:
+            # this call then continues under the tracer with their results, a recording's cost,
+            # 8-30x eager's; each later call of the signature paid it again wherever its
+            # data-dependent path (a random flip, a crop offset drawn from a generator) was not
+            # among the variants': bench/heldout4.py augment_generator ran at 0.03x eager)
+            if len(self.eager_signatures) < 1024:
                 sig = signature if signature is not None else _arg_signature(args)
                 if sig is not None:
                     self.eager_signatures.add(sig)
