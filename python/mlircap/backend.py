@@ -1249,6 +1249,33 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
 
     def _backend(gm, example_inputs):
         _wait_for_collectives(gm)
+        kept = _keep_dead_raising_ops(gm)
+        checks = None
+        if kept is not None and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
+            # a graph that is differentiated: capture's backward passes one gradient per
+            # output of its own (graph_compile), so the kept ops run as a graph of their own,
+            # with eager's kernels, before the compiled one
+            checks, kept = _eager_checks(kept[0], kept[1][0]), None
+        elif kept is not None:
+            gm, kept = kept
+        fn = _backend_kept(gm, example_inputs)
+        if kept is None and checks is None:
+            return fn
+        if checks is not None:
+            def run(*args):
+                with torch.no_grad():
+                    checks(*args)
+                return fn(*args)
+        else:
+            n, as_list = kept
+
+            def run(*args):
+                res = fn(*args)
+                return list(res[:n]) if as_list else tuple(res[:n])
+        run.compiled = getattr(fn, "compiled", fn)
+        return run
+
+    def _backend_kept(gm, example_inputs):
         if not eager_first:
             return backend_parts(gm, example_inputs)
         eager = _with_python_asserts(gm)   # before anything rewrites gm
@@ -1509,6 +1536,106 @@ def _wait_for_collectives(gm: torch.fx.GraphModule) -> None:
             changed = True
     if changed:
         gm.recompile()
+
+
+# Ops whose eager kernels raise for the values in their tensor arguments (an index out of
+# range, an integer division by zero, a class target outside the classes, a negative count, a
+# matrix that is not positive-definite): the bounds checks (bounds.py) and library calls that
+# raise as eager does only run where the op is in the graph aot_autograd traces, which drops
+# every result nothing reads.
+_RAISING_OPS = frozenset((
+    "fmod", "remainder", "floor_divide", "div", "divide", "floordiv", "rfloordiv", "mod", "rmod",
+    "truediv", "rtruediv", "getitem", "index_select", "gather", "take", "take_along_dim", "embedding",
+    "embedding_bag", "index_add", "index_copy", "index_fill", "index_put", "index_reduce", "scatter",
+    "scatter_add", "scatter_reduce", "bincount", "repeat_interleave", "multinomial", "one_hot",
+    "nll_loss", "cross_entropy", "multi_margin_loss", "multilabel_margin_loss", "ctc_loss",
+    "searchsorted", "cholesky", "linalg_cholesky", "cholesky_ex", "inv", "inverse", "solve",
+    "histc", "bernoulli", "binary_cross_entropy", "masked_scatter", "put", "index_put_", "pow"))
+
+
+def _keep_dead_raising_ops(gm: torch.fx.GraphModule):
+    """A captured op whose result nothing reads still runs in eager, and raises there for its
+    data (x1 % x1 with a zero in x1, x[idx] with idx out of range): aot_autograd's trace drops
+    it, and the compiled graph returned. Each such node (_RAISING_OPS, taking a tensor computed
+    in the graph or given to it) makes an extra output of `gm` (_detached_leaves); returns (the number
+    of the graph's own outputs, whether they are a list), the rewritten copy of `gm` first, or
+    None where there is none."""
+    out = next((n for n in reversed(gm.graph.nodes) if n.op == "output"), None)
+    if out is None or not isinstance(out.args[0], (tuple, list)):
+        return None
+    dead = []
+    for n in gm.graph.nodes:
+        if n.op not in ("call_function", "call_method") or n.users:
+            continue
+        name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+        name = str(name).strip("_")
+        if name not in _RAISING_OPS:
+            continue
+        args = list(n.args) + list(n.kwargs.values())
+        if name == "getitem":      # x[idx] of a tensor index (not a tuple's item or x[1:])
+            args = args[1:]
+        if not any(_has_node(a) for a in args):
+            continue
+        dead.append(n)
+    if not dead:
+        return None
+    # rewritten on a copy: where the backend gives up, the caller runs `gm` itself
+    graph = copy.deepcopy(gm.graph)
+    gm = torch.fx.GraphModule(gm, graph)
+    names = {n.name for n in dead}
+    dead = [n for n in graph.nodes if n.name in names]
+    out = next(n for n in reversed(graph.nodes) if n.op == "output")
+    res = out.args[0]
+    extra = []
+    for n in dead:
+        with gm.graph.inserting_after(n):
+            extra.append(gm.graph.call_function(_detached_leaves, (n,)))
+    out.args = (type(res)(list(res) + extra),)
+    gm.recompile()
+    return gm, (len(res), isinstance(res, list))
+
+
+_RANDOM_NAMES = ("rand", "dropout", "bernoulli", "normal", "multinomial", "uniform", "exponential",
+                 "poisson", "rrelu", "cauchy", "geometric", "log_normal", "gumbel")
+
+
+def _eager_checks(kept: torch.fx.GraphModule, n: int):
+    """The graph of `kept` (_keep_dead_raising_ops' copy) that computes its extra outputs
+    alone, run with eager's kernels; None where computing them again would write state or
+    draw random numbers a second time."""
+    graph = copy.deepcopy(kept.graph)
+    out = next(x for x in reversed(graph.nodes) if x.op == "output")
+    out.args = (tuple(out.args[0][n:]),)
+    graph.eliminate_dead_code()
+    for x in graph.nodes:
+        if x.op in ("call_function", "call_method", "call_module"):
+            name = str(x.target if isinstance(x.target, str) else getattr(x.target, "__name__", x.target))
+            if x.op == "call_module" or "out" in x.kwargs or "setitem" in name or \
+                    (name.endswith("_") and not name.endswith("__")) or _draws_random_name(name):
+                return None
+    return torch.fx.GraphModule(kept, graph)
+
+
+def _draws_random_name(name: str) -> bool:
+    return any(k in name.lower() for k in _RANDOM_NAMES)
+
+
+def _has_node(a) -> bool:
+    if isinstance(a, torch.fx.Node):
+        return True
+    if isinstance(a, (tuple, list)):
+        return any(_has_node(b) for b in a)
+    return False
+
+
+def _detached_leaves(x):
+    """The sum of an op's result (a tensor; the sums of a tuple's tensors stacked), detached:
+    one small output that makes the op run, never differentiated, aliasing nothing."""
+    ts = [x] if isinstance(x, torch.Tensor) else [t for t in x if isinstance(t, torch.Tensor)] \
+        if isinstance(x, (tuple, list)) else []
+    if len(ts) == 1:
+        return ts[0].detach().sum()
+    return torch.stack([t.detach().sum().to(torch.float64) for t in ts]) if ts else torch.zeros(0)
 
 
 def _drop_dead_random(gm: torch.fx.GraphModule) -> None:

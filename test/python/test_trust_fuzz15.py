@@ -1,0 +1,84 @@
+"""Random-program differential fuzzer, generator v2 (bench/fuzz_graphs.py --grad and the
+module / dtype / tensor-op families, issue 10): the wrong results and errors it found,
+minimized. Each case compares compiled calls (the recording call and the replayed compiled
+variant) with eager, the exception type included where eager raises."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import mlircap
+
+
+def _outcome(fn, *args, grad=False):
+    """("ok", result) or ("raised", exception type) of one call on fresh copies of args."""
+    ins = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+    try:
+        with torch.set_grad_enabled(grad):
+            return "ok", fn(*ins)
+    except Exception as e:  # noqa: BLE001 - compared with eager's
+        return "raised", type(e)
+
+
+def _same_outcomes(fn, good, bad, grad=False):
+    """fn compiled: two calls on `good` (record, replay), then one on `bad`, each as eager's:
+    the same exception type where eager raises, the same values where it returns."""
+    fast = mlircap.compile(fn)
+    for args in (good, good, bad):
+        want, got = _outcome(fn, *args, grad=grad), _outcome(fast, *args, grad=grad)
+        assert want[0] == got[0], f"eager {want}, compiled {got}"
+        if want[0] == "raised":
+            assert got[1] is want[1], f"eager raised {want[1].__name__}, compiled {got[1].__name__}"
+        else:
+            for w, g in zip(want[1], got[1]):
+                assert torch.equal(w.detach(), g.detach())
+    return fast
+
+
+# ----------------------------------------------------------------- ops whose result nothing reads
+_DEAD = {
+    # seed 27 (--grad): v1 = torch.fmod(x1, x1), unused; eager raised ZeroDivisionError at
+    # a call with a zero in x1, the compiled graph returned (aot_autograd's trace drops it)
+    "fmod": (lambda x, i: torch.fmod(i, i), torch.tensor([1, 2, 3]), torch.tensor([1, 0, 3])),
+    "floordiv": (lambda x, i: i // i, torch.tensor([1, 2, 3]), torch.tensor([1, 0, 3])),
+    "remainder": (lambda x, i: torch.remainder(i, i.flip(0)), torch.tensor([1, 2, 3]), torch.tensor([0, 2, 3])),
+    "index": (lambda x, i: x[i], torch.tensor([0, 2, 1]), torch.tensor([0, 5, 1])),
+    "index_select": (lambda x, i: x.index_select(0, i), torch.tensor([0, 2]), torch.tensor([0, 3])),
+    "gather": (lambda x, i: torch.gather(x, 0, i), torch.tensor([0, 2, 1]), torch.tensor([0, -7, 1])),
+    # seeds 97 and 131 (modules): an unused F.nll_loss of a target holding -100 with
+    # ignore_index=4: eager raised IndexError there (97: compiled raised RuntimeError at a
+    # later EmbeddingBag instead; 131: compiled returned)
+    "nll_loss": (lambda x, i: F.nll_loss(x.view(1, 3).log_softmax(1), i[:1], ignore_index=0),
+                 torch.tensor([2, 1, 1]), torch.tensor([-100, 1, 1])),
+    "embedding": (lambda x, i: F.embedding(i, x.view(3, 1)), torch.tensor([0, 2]), torch.tensor([0, 4])),
+}
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+@pytest.mark.parametrize("op", sorted(_DEAD))
+def test_unused_op_raises_as_eager(op, grad):
+    body, good, bad = _DEAD[op]
+
+    def f(x, i):
+        body(x, i)               # the result is dropped: eager still runs (and checks) it
+        return (x * 2,)
+    x = torch.randn(3, requires_grad=grad)
+    _same_outcomes(f, (x, good), (x, bad), grad=grad)
+
+
+def test_unused_op_kept_does_not_change_the_result_or_gradient():
+    # the op kept for its check is an extra output of the graph, detached: the outputs and
+    # the gradients are eager's, and a call that does not raise is compiled
+    def f(x, i):
+        y = x[i]                 # unused
+        return ((x.sin() * 3).sum(),)
+    x = torch.randn(5, requires_grad=True)
+    i = torch.tensor([4, 0, 2])
+    fast = mlircap.compile(f)
+    for _ in range(3):
+        xe, xc = x.detach().clone().requires_grad_(), x.detach().clone().requires_grad_()
+        f(xe, i)[0].backward()
+        out = fast(xc, i)
+        out[0].backward()
+        assert len(out) == 1
+        assert torch.allclose(out[0], f(x, i)[0]) and torch.allclose(xc.grad, xe.grad)
+    assert fast.graphs and all(g.fallback_reason is None for g in fast.graphs)
