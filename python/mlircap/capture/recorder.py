@@ -17,6 +17,7 @@ from .locations import _user_location
 from .guards import Placed, _GlobalState, _GuardMixin
 from .guard_kinds import TypeIs
 from .flow_state import _followable
+from .typeinfo import _pure_python_type
 from .values import _ValueMixin
 from .sources import _SourceMixin
 from .side_effects import _SideEffectMixin
@@ -35,6 +36,15 @@ if TYPE_CHECKING:  # pragma: no cover
 # every iteration: the frame runs eagerly, its calls captured (replay.SkipFrameVariant)
 LOOP_BREAKS = 8
 _REPEATED = re.compile(r"(.*) \(x(\d+)\)")
+
+
+def _plain_instance(v: object) -> bool:
+    """An instance of a Python class with an instance dict (not a module, class, function or
+    container): what sources._source guards by its whole dict when it is an argument."""
+    t = type(v)
+    return not isinstance(v, (type, torch.nn.Module, torch.Tensor, list, tuple, dict, set)) and \
+        type(getattr(v, "__dict__", None)) is dict and _pure_python_type(t) and \
+        not isinstance(v, (types.FunctionType, types.MethodType, types.ModuleType))
 
 
 class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffectMixin, _SourceMixin, _ValueMixin, _GuardMixin):
@@ -175,6 +185,7 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         # flow key -(index + 1)
         self.float_args: dict[str, tuple[int, float]] = {}
         self.seen_here: set[tuple] = set()   # sources this recording noted first (flow_roots._varies)
+        bound = getattr(captured, "bound", None)
         try:
             for i, (a, n) in enumerate(zip(args, argnames)):
                 if i < code.co_argcount + code.co_kwonlyargcount and n not in code.co_cellvars and \
@@ -182,6 +193,16 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
                     self.guard(TypeIs(f"L[{i}]", n, type(a)))
                     self.float_args[n] = (i, a)
                     self._flow_root(-(i + 1), f"L[{i}]", n, a)
+                    continue
+                if i == 0 and a is bound and _plain_instance(a):
+                    # the instance of a compiled bound method or callable object (`mlircap.compile(
+                    # kf.step)`): every call of this capture passes that same object, so it is read
+                    # as an object reached through a global or a module attribute is (identity,
+                    # its attributes guarded lazily where they are read), not as an argument
+                    # object whose whole instance dict is guarded by value: a step counter or a
+                    # write pointer it keeps (`self.n += 1`, `self.ptr = (self.ptr + 1) % cap`)
+                    # recompiled every call, as a module's does not
+                    self._source(a, f"L[{i}]", n, argrooted=False)
                     continue
                 self._source(a, f"L[{i}]", n, argrooted=True)
         except Exception as e:  # e.g. an argument structure we cannot guard

@@ -311,5 +311,8 @@ def test_partials_bound_methods_and_callable_objects():
                 assert _close(fast(*args), ref())
             assert len(fast.graphs) == 1
         fast = cases[-1][0]
-        s.k = 5.0   # the object's state is guarded
-        assert _close(fast(x), s(x)) and len(fast.graphs) == 2
+        s.k = 5.0   # the object's state is read at each call: its float attribute is a graph input
+        assert _close(fast(x), s(x)) and len(fast.graphs) == 1
+        s.k = None   # and guarded by its type
+        with pytest.raises(TypeError):
+            fast(x)
