@@ -125,3 +125,28 @@ def test_a_bound_method_called_on_another_instance_of_the_class_still_reads_its_
     assert (a.n, b.n) == (3, 3)
     torch.testing.assert_close(b.x, eb.x)
 
+
+def test_lazily_guarded_state_dict_tested_by_len_keeps_its_step_counter_followed():
+    """A pre-2.0 torch.optim-style step: per-parameter state initialized under `if len(state) == 0`
+    and an int step counter in it. len() of the dict guarded every item by value (as any call
+    taking it), so the counter, read back into a tensor operand, recompiled every call; len()
+    is decided by the dict's type and length alone."""
+    def make():
+        p = torch.linspace(-1.0, 1.0, 5)
+        state = {}
+
+        def step(g):
+            st = state.setdefault("p", {})
+            if len(st) == 0:
+                st["step"] = 0
+                st["exp_avg"] = torch.zeros_like(p)
+            st["step"] += 1
+            st["exp_avg"].mul_(0.9).add_(g, alpha=0.1)
+            p.sub_(st["exp_avg"] * (0.01 * st["step"]))
+            return p.clone()
+        return step, lambda: (p, state["p"]["step"], state["p"]["exp_avg"])
+    torch.manual_seed(0)
+    fast = _compare_calls(make, [(torch.randn(5),) for _ in range(7)])
+    # (the first call's dict was empty: one recompile when it is not)
+    assert len(fast._call.variants) == 2, fast.explain().recompile_reasons
+

@@ -4,6 +4,7 @@ of graph breaks (`_follow_result`, `_data_result`), and the guard by value a num
 when it escapes the follower (`_flow_escape`, `close_flows`)."""
 from __future__ import annotations
 
+import collections
 import types
 from collections.abc import Callable
 from typing import Any
@@ -12,7 +13,7 @@ from ._bytecode import _instrs, _order
 from .flow_state import _ATTR_KEYS, _Flow, _calling_user_frame, _followable
 from .flow_writes import _FlowWriteMixin
 from .frame_hook import _E
-from .guard_kinds import Keys, Number, TypeIs, TypeLen
+from .guard_kinds import Equals, Keys, Number, TypeIs, TypeLen
 
 
 # sources and call sites remembered per captured function (`_varies`)
@@ -323,6 +324,8 @@ class _FlowRootMixin(_FlowWriteMixin):
         (`_flow_item`; setdefault writes nothing then); `d.get(k, default)` of a key it does
         not have: decided by its keys (`_flow_dict_keys`).  True: handled (nothing else to do
         for the call); False: any other call."""
+        if f is len and len(args) == 1 and not kwargs:
+            return self._flow_len(args[0])
         if kwargs or type(f) not in (types.BuiltinMethodType, types.MethodDescriptorType):
             return False
         name = getattr(f, "__name__", "")
@@ -342,6 +345,33 @@ class _FlowRootMixin(_FlowWriteMixin):
         if key not in d:
             return name == "get" and self._flow_dict_keys(d, key)
         return self._flow_item(frame, d, key)
+
+    def _flow_len(self, c: Any) -> bool:
+        """`len(c)` of a lazily guarded list, tuple, deque or plain dict: decided by its type and
+        length, guarded as they were when it was read, its items still guarded only where the
+        program reads them. As any other call it guarded every item by value (touch): an int
+        step counter in an optimizer's per-parameter state (`if len(state) == 0: ...;
+        state["step"] += 1`) or the floats of a history list (`hist.append(float(n)); if
+        len(hist) > 4: hist.pop(0)`) recompiled every call.  True: handled."""
+        if type(c) not in (list, tuple, dict, collections.deque):
+            return False
+        if id(c) in self.float_items:
+            return True   # (its type and length guarded by _flow_container)
+        lz = self.lazy.get(id(c))
+        if lz is None:
+            return False
+        v, expr, pretty, depth, pos, group = lz[:6]
+        snap = lz[6] if len(lz) > 6 else self.snaps[id(c)][4]
+        # (as touch: a dict read from a dict group's entry is guarded in that group)
+        group = group + (v,) if group and type(v) is dict else None
+        saved, self.ncalls = self.ncalls, pos
+        try:
+            self.guard(TypeLen(expr, pretty, type(v), len(snap)), group=group)
+            if type(v) is collections.deque:
+                self.guard(Equals(f"{expr}.maxlen", f"{pretty}.maxlen", v.maxlen))
+        finally:
+            self.ncalls = saved
+        return True
 
     def _flow_items_escape(self, c: Any) -> bool:
         """Any use of a list whose float items are followed (`_flow_item`) but a subscript:
