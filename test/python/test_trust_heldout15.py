@@ -150,3 +150,23 @@ def test_lazily_guarded_state_dict_tested_by_len_keeps_its_step_counter_followed
     # (the first call's dict was empty: one recompile when it is not)
     assert len(fast._call.variants) == 2, fast.explain().recompile_reasons
 
+
+def test_bias_correction_with_a_power_of_the_step_counter_is_a_graph_input():
+    """LAMB / Adam written by hand: `m / (1 - beta1 ** step)` with a Python step counter.
+    flows.py followed + - * / // % but not **, so the bias correction was guarded by its value:
+    a recompile every step (bench/heldout4.py lamb: 4 recompiles in 5 calls, then eager)."""
+    def make():
+        p = torch.linspace(-1.0, 1.0, 6)
+        m = torch.zeros(6)
+        counter = {"step": 0}
+
+        def step(g, b1=0.9, b2=0.999):
+            counter["step"] += 1
+            m.mul_(b1).add_(g, alpha=1 - b1)
+            m_hat = m / (1 - b1 ** counter["step"])
+            p.sub_(0.1 * m_hat / (1 - b2 ** counter["step"]) ** 0.5)
+            return m_hat
+        return step, lambda: (p, m, counter["step"])
+    torch.manual_seed(0)
+    fast = _compare_calls(make, [(torch.randn(6),) for _ in range(7)])
+    assert len(fast._call.variants) == 1, fast.explain().recompile_reasons

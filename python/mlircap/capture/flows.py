@@ -37,7 +37,7 @@ from .typeinfo import _np_float
 
 _CMP = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
         ">=": operator.ge}
-_ARITH = {"+", "-", "*", "/", "//", "%"}
+_ARITH = {"+", "-", "*", "/", "//", "%", "**"}
 _PUSH1 = ("LOAD_CONST", "LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_DEREF", "LOAD_CLASSDEREF")
 _NOOPS = ("PRECALL", "KW_NAMES", "NOP", "EXTENDED_ARG", "CACHE")
 _CONV = {0: "{}", 1: "str({})", 2: "repr({})", 3: "ascii({})"}
