@@ -920,6 +920,8 @@ class _EagerIsland:
 
     def __init__(self, gm: torch.fx.GraphModule, reasons: dict[str, str], examples: list | None = None):
         self.gm, self.reasons = gm, reasons
+        self.training = any(n.target is torch.ops.aten.mkldnn_rnn_layer.default and n.args[-1] is True
+                            for n in gm.graph.nodes)
         self.layouts = [_eager_layout(v) for v in examples or ()]
         if not any(self.layouts):
             self.layouts = None
@@ -930,6 +932,13 @@ class _EagerIsland:
     def __call__(self, *args):
         if self.layouts is not None:
             args = [_restride(a, lay) if lay is not None else a for a, lay in zip(args, self.layouts)]
+        if self.training and not torch.is_grad_enabled():
+            # oneDNN's LSTM layer in training (train=True) keeps the workspace its backward
+            # reads only under grad mode, which a compiled forward runs without (as an
+            # autograd.Function's forward): under no_grad it returns none, as eager's layer
+            # never does. Grad mode on, on detached inputs: no autograd graph is built.
+            with torch.enable_grad():
+                return self.gm(*[a.detach() if isinstance(a, torch.Tensor) else a for a in args])
         return self.gm(*args)
 
 
