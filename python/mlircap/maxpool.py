@@ -211,16 +211,24 @@ def adaptive_max_pool(nd: int):
     shorter window repeating its last position, after it in the scan order, so neither
     a first maximum nor a last NaN moves), and per window eager's choice (cpu kernel:
     `val > maxval || isnan(val)` from maxval -inf at the window's first position): the
-    last NaN, else the first position of the maximum. Equal windows and other inputs
-    keep the op."""
+    last NaN, else the first position of the maximum. Equal windows are a max pool; other
+    inputs keep the op."""
 
     def decomposition(x, output_size):
         if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() not in (nd + 1, nd + 2) \
                 or x.numel() == 0:
             return NotImplemented
         sizes, outs = list(x.shape[-nd:]), list(output_size)
-        if len(outs) != nd or all(length % o == 0 for length, o in zip(sizes, outs)):
+        if len(outs) != nd:
             return NotImplemented
+        if all(o and length % o == 0 for length, o in zip(sizes, outs)):
+            # windows of one size: the max pool of that kernel and stride, whose decomposition
+            # (frontend._pool_index_of_last_nan) gives a window holding a NaN eager's index;
+            # torch-mlir's adaptive pool left it -1 (and the backward wrote through it:
+            # 'double free or corruption', bench/fuzz_graphs.py seed 162 --grad)
+            ks = [length // o for length, o in zip(sizes, outs)]
+            pool = aten.max_pool2d_with_indices.default if nd == 2 else aten.max_pool3d_with_indices.default
+            return pool(x, ks, ks)
         lead = x.dim() - nd
         v, flat = x, None
         for d, (length, o) in enumerate(zip(sizes, outs)):
