@@ -69,7 +69,7 @@ def test_unused_op_kept_does_not_change_the_result_or_gradient():
     # the op kept for its check is an extra output of the graph, detached: the outputs and
     # the gradients are eager's, and a call that does not raise is compiled
     def f(x, i):
-        y = x[i]                 # unused
+        _unused = x[i]           # nothing reads it
         return ((x.sin() * 3).sum(),)
     x = torch.randn(5, requires_grad=True)
     i = torch.tensor([4, 0, 2])
