@@ -33,11 +33,39 @@ def _has_api_tag(path: str) -> bool:
         return False
 
 
+def elf_complete(path: str) -> bool:
+    """The file is a whole 64-bit little-endian ELF object: its program and section headers,
+    and the bytes they map, lie inside it. A truncated shared library (a full disk, an
+    interrupted copy of the cache) is not dlopen'ed: mapping pages past its end kills the
+    process with SIGBUS."""
+    import struct
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    n = len(data)
+    if n < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return False
+    phoff, shoff = struct.unpack_from("<QQ", data, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 0x36)
+    if phoff + phnum * phentsize > n or shoff + shnum * shentsize > n or phentsize < 56:
+        return False
+    for i in range(phnum):
+        p_type, _, p_offset = struct.unpack_from("<IIQ", data, phoff + i * phentsize)
+        (p_filesz,) = struct.unpack_from("<Q", data, phoff + i * phentsize + 0x20)
+        if p_offset + p_filesz > n:
+            return False
+    return True
+
+
 def _cache_dir() -> str:
     base = os.environ.get("MLIRCAP_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "mlircap")
     with open(_SRC, "rb") as f:
-        h = hashlib.sha1(f.read()).hexdigest()[:12]
+        # (the source and the exact Python build: the extension uses CPython's frame internals)
+        h = hashlib.sha1(f.read() + sys.version.encode()).hexdigest()[:12]
     tag = f"{sys.implementation.cache_tag}-{sys.version_info[0]}{sys.version_info[1]}-{h}"
     return os.path.join(base, tag)
 
@@ -71,7 +99,7 @@ def load() -> types.ModuleType | None:
         cands = [os.path.join(pkg, "_lib"), pkg]
     for cand in cands:
         path = os.path.join(cand, "_mlircap_evalframe" + suffix)
-        if os.path.exists(path) and _has_api_tag(path):
+        if os.path.exists(path) and _has_api_tag(path) and elf_complete(path):
             try:
                 m = _import_from(path)
                 if getattr(m, "API_VERSION", 0) == API_VERSION:
@@ -87,6 +115,8 @@ def load() -> types.ModuleType | None:
         for d in (d0, os.path.join(tempfile.gettempdir(), "mlircap-" + os.path.basename(d0))):
             out = os.path.join(d, "_mlircap_evalframe" + suffix)
             try:
+                if os.path.exists(out) and not elf_complete(out):
+                    os.unlink(out)   # damaged: built again
                 if not os.path.exists(out):
                     os.makedirs(d, exist_ok=True)
                     try:

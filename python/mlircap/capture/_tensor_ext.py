@@ -18,6 +18,7 @@ import threading
 import types
 
 from .. import config
+from ._ext import elf_complete
 
 _SRC = os.path.join(os.path.dirname(__file__), "_tensor_meta.cpp")
 _NAME = "_mlircap_tensor_meta"
@@ -32,7 +33,9 @@ def _out_path() -> str:
     import torch
     base = str(config.cache_dir())
     with open(_SRC, "rb") as f:
-        h = hashlib.sha1(f.read() + torch.__version__.encode()).hexdigest()[:12]
+        # (the source, the torch build it links against and the exact Python build)
+        h = hashlib.sha1(f.read() + torch.__version__.encode() + str(torch.version.git_version).encode() +
+                         sys.version.encode()).hexdigest()[:12]
     tag = f"{sys.implementation.cache_tag}-torch{torch.__version__.replace('+', '_')}-{h}"
     return os.path.join(base, tag, _NAME + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
 
@@ -90,6 +93,8 @@ def load(block: bool = False) -> types.ModuleType | None:
         if t is None:
             try:
                 out = _out_path()
+                if os.path.exists(out) and not elf_complete(out):
+                    os.unlink(out)   # damaged (truncated): built again, never dlopen'ed
                 if os.path.exists(out):
                     _mod = _import(out)
                     return _mod

@@ -18,6 +18,7 @@ import hashlib
 import json
 import operator
 import os
+import threading
 from collections import ChainMap
 from pathlib import Path
 
@@ -75,7 +76,7 @@ def store_cached_plan(key: str, plan: str) -> None:
     try:
         d.mkdir(parents=True, exist_ok=True)
         body = plan.encode()
-        tmp = d / f".{key}.{os.getpid()}.tmp"
+        tmp = d / f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"   # (one per writer)
         tmp.write_bytes(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
         tmp.replace(d / f"{key}.plan")   # atomic: readers never see half an entry
     except OSError as e:
