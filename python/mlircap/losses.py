@@ -9,6 +9,8 @@
   op's Python kernel at the Autograd key too, which tracing runs before a
   decomposition table is consulted: that kernel is replaced while aot_autograd
   traces (python_kernel_fixes), as well as the table's entry (install).
+* binary_cross_entropy: eager's CPU kernel raises for an input outside [0, 1] (NaN
+  included); torch's decomposition computes on (binary_cross_entropy_checked).
 """
 from __future__ import annotations
 
@@ -36,9 +38,31 @@ def multilabel_margin_loss_forward(input, target, reduction):
 
 
 
+def binary_cross_entropy_checked(fallback):
+    """binary_cross_entropy as torch's decomposition computes it, after eager's CPU kernel's
+    check of the input (`(input_val >= 0) && (input_val <= 1)`, per element: a NaN fails it):
+    an _assert_async of it, which the bounds checks (bounds.py) turn into an error flag that
+    reruns the graph eagerly, so eager's RuntimeError is raised. The decomposition alone
+    returned NaN or a loss of log(<0) (bench/fuzz_graphs.py seed 295 --families modules:
+    the binary_cross_entropy of sigmoid(cos(x)) with an inf in x)."""
+
+    def decomposition(input, target, weight=None, reduction=1):
+        if isinstance(input, torch.Tensor) and input.device.type == "cpu" and input.numel():
+            ok = torch.ops.aten.logical_and.default(torch.ops.aten.ge.Scalar(input, 0), torch.ops.aten.le.Scalar(input, 1))
+            torch.ops.aten._assert_async.msg(torch.ops.aten.all.default(ok),
+                                             "all elements of input should be between 0 and 1")
+        if fallback is None:
+            return NotImplemented
+        return fallback(input, target, weight, reduction)
+
+    return decomposition
+
+
 def install(table: dict) -> None:
     """Puts the decompositions of this module in `table`."""
     table[torch.ops.aten.multilabel_margin_loss_forward.default] = multilabel_margin_loss_forward
+    bce = torch.ops.aten.binary_cross_entropy.default
+    table[bce] = binary_cross_entropy_checked(table.get(bce))
 
 
 _KERNEL_FIXES: dict | None = None

@@ -124,3 +124,21 @@ def test_adaptive_max_pool_of_equal_windows_with_nan_as_eager(case, dtype):
         assert torch.equal(got[1], want[1])
         assert torch.equal(xc.grad, xe.grad)
     assert fast.graphs and all(gr.fallback_reason is None for gr in fast.graphs)
+
+
+# ----------------------------------------------------------------- binary_cross_entropy's input check
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+@pytest.mark.parametrize("bad", ["nan", "above_one", "negative"])
+def test_binary_cross_entropy_of_input_outside_0_1_raises_as_eager(bad, grad):
+    # seed 295 (modules): F.binary_cross_entropy(torch.sigmoid(cos(x0)), x1) with an inf in
+    # x0 (a NaN probability): eager's CPU kernel raised 'all elements of input should be
+    # between 0 and 1', the compiled graph returned NaN. Inputs inside [0, 1] stay compiled.
+    def f(p, t):
+        return (F.binary_cross_entropy(p.sigmoid() * 1.5 - 0.25, t, reduction="sum"),
+                F.binary_cross_entropy(p.sigmoid(), t, reduction="none"))
+    t = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    good = torch.tensor([-1.0, 0.0, 1.0, 0.5], requires_grad=grad)   # p * 1.5 - 0.25 in [0, 1]
+    worse = {"nan": [float("nan"), 0.0, 1.0, 2.0], "above_one": [0.0, 3.0, 0.0, 0.0],
+             "negative": [0.0, -3.0, 0.0, 0.0]}[bad]
+    fast = _same_outcomes(f, (good, t), (torch.tensor(worse, requires_grad=grad), t), grad=grad)
+    assert fast.graphs and all(g.fallback_reason is None for g in fast.graphs)
