@@ -1604,29 +1604,36 @@ def _keep_dead_raising_ops(gm: torch.fx.GraphModule):
     return gm, (len(res), isinstance(res, list))
 
 
-_RANDOM_NAMES = ("rand", "dropout", "bernoulli", "normal", "multinomial", "uniform", "exponential",
-                 "poisson", "rrelu", "cauchy", "geometric", "log_normal", "gumbel")
-
-
 def _eager_checks(kept: torch.fx.GraphModule, n: int):
     """The graph of `kept` (_keep_dead_raising_ops' copy) that computes its extra outputs
-    alone, run with eager's kernels; None where computing them again would write state or
-    draw random numbers a second time."""
+    alone, run with eager's kernels; None unless they read the graph's inputs only: an op
+    computed again would write its state again (a training batch_norm's running statistics:
+    bench/fuzz_graphs.py seed 204 --families modules) or draw random numbers again."""
     graph = copy.deepcopy(kept.graph)
     out = next(x for x in reversed(graph.nodes) if x.op == "output")
     out.args = (tuple(out.args[0][n:]),)
     graph.eliminate_dead_code()
     for x in graph.nodes:
-        if x.op in ("call_function", "call_method", "call_module"):
-            name = str(x.target if isinstance(x.target, str) else getattr(x.target, "__name__", x.target))
-            if x.op == "call_module" or "out" in x.kwargs or "setitem" in name or \
-                    (name.endswith("_") and not name.endswith("__")) or _draws_random_name(name):
-                return None
+        if x.op in ("placeholder", "output") or x.target is _detached_leaves:
+            continue
+        if x.op not in ("call_function", "call_method"):
+            return None
+        name = str(x.target if isinstance(x.target, str) else getattr(x.target, "__name__", x.target))
+        if "out" in x.kwargs or name.endswith("_") and not name.endswith("__") or \
+                name.strip("_") not in _RAISING_OPS and name.strip("_") not in _PURE:
+            return None
     return torch.fx.GraphModule(kept, graph)
 
 
-def _draws_random_name(name: str) -> bool:
-    return any(k in name.lower() for k in _RANDOM_NAMES)
+# Tensor functions that write no state and draw no random numbers: what _eager_checks may
+# compute again on the way to a kept op.
+_PURE = frozenset((
+    "view", "reshape", "flip", "permute", "transpose", "t", "contiguous", "clone", "unsqueeze", "squeeze",
+    "expand", "expand_as", "flatten", "unflatten", "narrow", "select", "float", "double", "half", "long",
+    "int", "bool", "to", "type", "abs", "neg", "add", "sub", "mul", "radd", "rsub", "rmul", "exp", "log",
+    "sigmoid", "tanh", "relu", "softmax", "log_softmax", "sum", "mean", "amax", "amin", "argmax", "argmin",
+    "max", "min", "clamp", "where", "arange", "zeros_like", "ones_like", "full_like", "eq", "ne", "lt",
+    "le", "gt", "ge", "sign", "round", "floor", "ceil", "trunc", "cat", "stack", "roll", "sort", "argsort"))
 
 
 def _has_node(a) -> bool:
