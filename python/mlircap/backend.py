@@ -500,7 +500,7 @@ def _lower(raw_ir: str, device: str, options: Options, check: bool = False) -> d
     from . import worker
 
     req = {"raw_ir": raw_ir, "device": device, "chip": options.chip, "features": config.DEFAULT_PTX_FEATURES,
-           "opt_level": options.opt_level}
+           "opt_level": options.opt_level, "env": worker.settings()}
     if not options.cpu_plan and device == "cpu":
         req["device"] = "none"
     if not worker.enabled():

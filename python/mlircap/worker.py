@@ -168,11 +168,34 @@ def prestart() -> None:
             logs.log("progress", f"compile worker could not start: {e}")
 
 
-def compile_in_worker(raw_ir: str, device: str, chip: str, features: str, opt_level: int) -> dict:
+def settings() -> tuple[tuple[str, str | None], ...]:
+    """This process's MLIRCAP_* settings now, and its sources' fingerprint: the worker compiles
+    under them. It was started with the environment of its start: MLIRCAP_CACHE_DIR or
+    MLIRCAP_CPU_CHANNELS_LAST set since then made it compile other IR than the parent's own
+    compile, which its success is meant to prove safe, and fill another cache directory; and
+    it hashed the package's sources when it started, the parent when it first compiled (a
+    source edited in between: it filled entries under keys the parent never looks up)."""
+    return tuple((k, os.environ.get(k)) for k in sorted(config.ENV)) + \
+        (("code_fingerprint", config.code_fingerprint()),)
+
+
+def _apply_settings(env: tuple | None) -> None:
+    for k, v in env or ():
+        if k == "code_fingerprint":
+            config._FINGERPRINT[:] = [v]
+        elif v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def compile_in_worker(raw_ir: str, device: str, chip: str, features: str, opt_level: int,
+                      env: tuple | None = None) -> dict:
     """Runs `_compile` in the worker: {"torch_ir", "linalg_ir", "cpu_plan_error"}."""
     return _worker.request({"raw_ir": raw_ir, "device": device, "chip": chip, "features": features,
                             "opt_level": opt_level, "fault": config.env("MLIRCAP_WORKER_FAULT"),
-                            "send_ir": bool(config.env("MLIRCAP_DUMP_DIR"))})
+                            "send_ir": bool(config.env("MLIRCAP_DUMP_DIR")),
+                            "env": settings() if env is None else env})
 
 
 def stage_in_worker(linalg_ir: str, stage: str, chip: str) -> str:
@@ -196,6 +219,7 @@ def _compile(req: dict, report) -> dict:
     """The worker's job (also the in-process path's steps)."""
     from .frontend import lower_torch_ir
 
+    _apply_settings(req.get("env"))
     if "stage_ir" in req:
         report(f"mlircap {req['stage']} stage")
         return stage_text(req["stage_ir"], req["stage"], req["chip"])

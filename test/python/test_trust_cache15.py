@@ -211,9 +211,11 @@ def test_threads_of_one_process_write_their_own_temporary_files(cache, monkeypat
 
     names = []
     real = pathlib.Path.write_bytes
+    both = threading.Barrier(2, timeout=60)
 
-    def record(self, data):
+    def record(self, data):   # (both threads in their write at once)
         names.append(self.name)
+        both.wait()
         return real(self, data)
 
     monkeypatch.setattr(pathlib.Path, "write_bytes", record)
@@ -285,3 +287,42 @@ def test_frame_extension_loader_rejects_a_truncated_build(tmp_path):
     for cut in (len(data) // 2, len(data) - 1, 63):
         (tmp_path / "cut.so").write_bytes(data[:cut])
         assert not _ext.elf_complete(str(tmp_path / "cut.so"))
+
+
+@pytest.mark.parametrize("setting", ["MLIRCAP_CACHE_DIR", "MLIRCAP_CPU_CHANNELS_LAST"])
+def test_worker_compiles_under_the_settings_of_the_compile(setting, tmp_path, monkeypatch):
+    # The compile worker is started once, with the environment of its start. Set since then,
+    # MLIRCAP_CACHE_DIR made it fill another directory and MLIRCAP_CPU_CHANNELS_LAST compile other
+    # IR than the parent's own compile, whose success its compile is meant to prove safe
+    # (so the parent compiled the graph in-process, unchecked). Now each request carries the
+    # settings: the worker compiles what the parent loads, and the parent's compile is a hit.
+    from mlircap import worker
+
+    if not worker.enabled():
+        pytest.fail("test needs the compile worker (MLIRCAP_COMPILE_WORKER unset)")
+    monkeypatch.setenv("MLIRCAP_CACHE_DIR", str(tmp_path / "at_start"))
+    monkeypatch.delenv("MLIRCAP_CPU_CHANNELS_LAST", raising=False)
+    monkeypatch.delenv("MLIRCAP_CPU_CACHE", raising=False)
+    worker._worker.stop()
+    worker.prestart()
+    try:
+        if setting == "MLIRCAP_CACHE_DIR":
+            monkeypatch.setenv("MLIRCAP_CACHE_DIR", str(tmp_path / "later"))
+        else:
+            monkeypatch.setenv("MLIRCAP_CPU_CHANNELS_LAST", "1")
+        conv = torch.nn.Conv2d(3, 5, 3).eval()
+        seed = torch.randn(5)
+
+        def f(x):
+            return (conv(x) + seed[:, None, None]).relu()
+
+        x = torch.randn(2, 3, 9, 9)
+        fast = mlircap.compile(f)
+        with torch.no_grad():
+            for _ in range(2):
+                torch.testing.assert_close(fast(x), f(x), rtol=1e-5, atol=1e-5)
+        exes = [g.executable for g in fast.graphs]
+        assert exes and all(getattr(e, "cache_hit", None) is True for e in exes), \
+            [(type(e).__name__, getattr(e, "cache_hit", None)) for e in exes]
+    finally:
+        worker._worker.stop()   # (the next compile starts one with the test session's environment)
