@@ -131,15 +131,23 @@ def _check_divisor(graph: fx.Graph, node: fx.Node):
     overflow = low < 0 and (isinstance(av, torch.Tensor) and not av.is_floating_point() and not av.is_complex()
                             and av.dtype != torch.bool and torch.iinfo(av.dtype).min <= low
                             or isinstance(av, int) and not isinstance(av, bool) and av == low)
+    # the kernel divides by the divisor converted to the result's dtype: an int64 256 divides
+    # a uint8 tensor as 0 (eager: ZeroDivisionError; compiled: SIGFPE, bench/fuzz_graphs.py
+    # seed 271 --families dtypes), so that is what is compared, and what it divides by
+    # (torch-mlir's lowering divided a uint8 by an int64 -3 as -3, eager by 253)
+    divisor = node.args[1]
     with graph.inserting_before(node):
-        zero = graph.call_function(aten.eq.Scalar, (node.args[1], 0))
+        if b.dtype != res.dtype:
+            divisor = graph.call_function(aten._to_copy.default, (node.args[1],), {"dtype": res.dtype})
+            divisor.meta["val"] = tensor_like(b, b.shape, res.dtype)
+        zero = graph.call_function(aten.eq.Scalar, (divisor, 0))
         bad = zero
         if overflow:
-            minus = graph.call_function(aten.eq.Scalar, (node.args[1], -1))
+            minus = graph.call_function(aten.eq.Scalar, (divisor, -1))
             lowest = graph.call_function(aten.eq.Scalar, (a, low)) if isinstance(a, fx.Node) else None
             trap = graph.call_function(aten.logical_and.default, (minus, lowest)) if lowest is not None else minus
             bad = graph.call_function(aten.logical_or.default, (zero, trap))
-        safe = graph.call_function(aten.where.ScalarSelf, (bad, 1, node.args[1]))
+        safe = graph.call_function(aten.where.ScalarSelf, (bad, 1, divisor))
         flag = graph.call_function(aten.any.default, (bad,))
     zero.meta["val"], flag.meta["val"] = bool_like(b, b.shape), bool_like(b, ())
     if overflow:
@@ -149,7 +157,8 @@ def _check_divisor(graph: fx.Graph, node: fx.Node):
             trap.meta["val"] = bool_like(b, torch.broadcast_shapes(b.shape, av.shape))
         bad.meta["val"] = bool_like(b, torch.broadcast_shapes(b.shape, trap.meta["val"].shape))
     shape = bad.meta["val"].shape if overflow else b.shape
-    safe.meta["val"] = b if tuple(shape) == tuple(b.shape) else tensor_like(b, shape)
+    bv = divisor.meta["val"] if divisor is not node.args[1] else b
+    safe.meta["val"] = bv if tuple(shape) == tuple(b.shape) else tensor_like(bv, shape)
     node.args = (a, safe, *node.args[2:])
     node.meta["mlircap_bounds_checked"] = True
     return flag

@@ -37,6 +37,26 @@ def neg(fallback):
     return decomposition
 
 
+def bool_add(op, fallback):
+    """aten.add of bool tensors (a bool result): eager's kernel computes `a + alpha * b` of
+    C++ bools, whose sum converts back to bool as "nonzero" (a logical or where alpha is
+    nonzero); torch-mlir's lowering added in i1, which wraps: `a + True` of a True element
+    gave False (bench/fuzz_graphs.py seed 217 --families dtypes, then a division by that
+    False)."""
+
+    def decomposition(a, b, *args, **kwargs):
+        alpha = kwargs.get("alpha", args[0] if args else 1)
+        if not isinstance(a, torch.Tensor) or a.dtype != torch.bool or torch.result_type(a, b) != torch.bool:
+            return NotImplemented if fallback is None else fallback(a, b, *args, **kwargs)
+        if not isinstance(b, torch.Tensor):
+            b = torch.scalar_tensor(bool(b), dtype=torch.bool, device=a.device)
+        if not alpha:
+            return torch.logical_or(a, torch.zeros_like(b))
+        return torch.logical_or(a, b)
+
+    return decomposition
+
+
 def floor_division(op, fallback):
     """floor_divide / div(rounding_mode="floor") of integers as truncating division
     plus a correction; truncating division by a Python int with a 0-dim divisor
@@ -74,7 +94,10 @@ def _as_tensor(a, b):
     as a tensor because torch-mlir's lowerings of the .Scalar overloads crashed on
     int8 (SIGSEGV in the compile worker)."""
     if isinstance(b, torch.Tensor):
-        return b
+        # a wider 0-dim divisor converts to the result's dtype first (uint8 // an int64 -3:
+        # by 253), as eager's kernel computes in that dtype
+        rt = torch.result_type(a, b)
+        return aten._to_copy.default(b, dtype=rt) if b.dtype != rt and not rt.is_floating_point else b
     info = torch.iinfo(a.dtype)
     span = info.max - info.min + 1
     return aten.full.default([], (b - info.min) % span + info.min, dtype=a.dtype, device=a.device)

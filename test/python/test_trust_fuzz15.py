@@ -177,3 +177,55 @@ def test_unused_op_after_a_training_batch_norm_updates_its_statistics_once(grad)
     if not grad:   # (with a batch norm before it, a differentiated graph drops the unused index)
         with pytest.raises(IndexError):
             fast(x, torch.tensor([0, 7]))
+
+
+# ----------------------------------------------------------------- bool addition
+_BOOL_ADDS = {
+    "plus_true": lambda a, b: a + True,
+    "add_true_alpha3": lambda a, b: torch.add(a, True, alpha=3),
+    "true_plus": lambda a, b: True + a,
+    "plus_tensor": lambda a, b: a + b,
+    "add_tensor_alpha2": lambda a, b: torch.add(a, b, alpha=2),
+    "add_false_alpha": lambda a, b: torch.add(a, b[:1], alpha=False),
+    "then_int": lambda a, b: (a + True).int() + (a + b).int(),
+}
+
+
+@pytest.mark.parametrize("op", sorted(_BOOL_ADDS))
+def test_bool_addition_is_a_logical_or_as_eager(op):
+    # seed 217 (dtypes): v5 = torch.add(v4, True, alpha=3) of a bool v4: eager's kernel adds
+    # C++ bools, nonzero converting back to True; the compiled graph added in i1, which wraps
+    # (True + True gave False), then divided by that False: 56 of 56 values off (INT_MIN).
+    fn = _BOOL_ADDS[op]
+    a = torch.tensor([[True, False, True, False], [False, True, True, False]])
+    b = torch.tensor([True, True, False, False])
+
+    def f(a, b):
+        return (fn(a, b),)
+    want = f(a, b)[0]
+    fast = mlircap.compile(f)
+    for _ in range(3):
+        got = fast(a, b)[0]
+        assert got.dtype == want.dtype and torch.equal(got, want)
+    assert fast.graphs and all(g.fallback_reason is None for g in fast.graphs)
+
+
+# ----------------------------------------------------------------- a divisor of a wider dtype
+@pytest.mark.parametrize("op", ["floor_divide", "remainder", "fmod", "div_trunc"])
+@pytest.mark.parametrize("dtypes", [(torch.uint8, torch.int64), (torch.int8, torch.int64), (torch.int16, torch.int32)],
+                         ids=lambda d: f"{d[0]}-{d[1]}".replace("torch.", ""))
+def test_division_by_a_divisor_that_converts_to_zero_raises_as_eager(op, dtypes):
+    # seed 271 (dtypes): torch.floor_divide(v7, v8) of a uint8 v7 by v8 = x3.prod(), a 0-dim
+    # int64 holding a multiple of 256: the division runs in uint8, the divisor converted to 0;
+    # eager raised ZeroDivisionError, the compiled graph checked the int64 value (nonzero)
+    # and its division by 0 trapped (SIGFPE, the process died).
+    fns = {"floor_divide": torch.floor_divide, "remainder": torch.remainder, "fmod": torch.fmod,
+           "div_trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc")}
+    fn = fns[op]
+
+    def f(x, d):
+        return (fn(x, d) + 1,)
+    x = torch.tensor([[3, 0, 7], [5, 7, 100]], dtype=dtypes[0])
+    wide = 1 << torch.iinfo(dtypes[0]).bits
+    _same_outcomes(f, (x, torch.tensor(3, dtype=dtypes[1])), (x, torch.tensor(wide, dtype=dtypes[1])))
+    _same_outcomes(f, (x, torch.tensor(-3, dtype=dtypes[1])), (x, torch.tensor(2 * wide, dtype=dtypes[1])))
