@@ -1572,9 +1572,10 @@ def _keep_dead_raising_ops(gm: torch.fx.GraphModule):
     out = next((n for n in reversed(gm.graph.nodes) if n.op == "output"), None)
     if out is None or not isinstance(out.args[0], (tuple, list)):
         return None
+    live = _live_nodes(gm.graph, out)
     dead = []
     for n in gm.graph.nodes:
-        if n.op not in ("call_function", "call_method") or n.users:
+        if n.op not in ("call_function", "call_method") or n in live:
             continue
         name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
         name = str(name).strip("_")
@@ -1634,6 +1635,33 @@ _PURE = frozenset((
     "sigmoid", "tanh", "relu", "softmax", "log_softmax", "sum", "mean", "amax", "amin", "argmax", "argmin",
     "max", "min", "clamp", "where", "arange", "zeros_like", "ones_like", "full_like", "eq", "ne", "lt",
     "le", "gt", "ge", "sign", "round", "floor", "ceil", "trunc", "cat", "stack", "roll", "sort", "argsort"))
+
+
+def _live_nodes(graph: torch.fx.Graph, out: torch.fx.Node) -> set:
+    """The nodes the graph's outputs and its side-effecting nodes read, transitively: a
+    raising op read only by unused ones (an EmbeddingBag's result viewed, the view unused:
+    bench/fuzz_graphs.py seed 410 --families modules) is dropped with them."""
+    live: set = set()
+    stack = [out] + [n for n in graph.nodes if n.op in ("call_function", "call_method") and _writes(n)]
+    while stack:
+        n = stack.pop()
+        if n in live:
+            continue
+        live.add(n)
+        stack.extend(n.all_input_nodes)
+    return live
+
+
+def _writes(n: torch.fx.Node) -> bool:
+    """A captured call that may write state (an in-place method, out=, setitem, an op FX
+    itself keeps): its operands are live."""
+    name = str(n.target if isinstance(n.target, str) else getattr(n.target, "__name__", n.target))
+    if "out" in n.kwargs or "setitem" in name or name.endswith("_") and not name.endswith("__"):
+        return True
+    try:
+        return n.is_impure()
+    except Exception:  # noqa: BLE001 - an FX that cannot tell: keep it
+        return True
 
 
 def _has_node(a) -> bool:

@@ -50,6 +50,11 @@ _DEAD = {
     "nll_loss": (lambda x, i: F.nll_loss(x.view(1, 3).log_softmax(1), i[:1], ignore_index=0),
                  torch.tensor([2, 1, 1]), torch.tensor([-100, 1, 1])),
     "embedding": (lambda x, i: F.embedding(i, x.view(3, 1)), torch.tensor([0, 2]), torch.tensor([0, 4])),
+    # seed 410 (modules): an EmbeddingBag(mode='max') of indices holding -100 whose result is
+    # read only by an unused view: eager raised, the compiled graph returned
+    "embedding_bag_viewed": (lambda x, i: F.embedding_bag(i.view(1, -1), x.view(3, 1), mode="max").view(-1) + 1,
+                             torch.tensor([0, 2, 1]), torch.tensor([0, -100, 1])),
+    "index_then_sum": (lambda x, i: x[i].sum() * 2, torch.tensor([0, 2]), torch.tensor([0, 3])),
 }
 
 
