@@ -112,6 +112,12 @@ def test_fp64_criterion_for_amplified_rounding(fuzz):
     err = float((e[fin] - r[fin]).pow(2).mean().sqrt())
     bad[2] = torch.where(fin, want[2] + 100 * max(err, 1e-6), want[2])
     assert not fuzz.within_fp64_error(bad, want, ref, prog["tol"])
+    # integers: a difference is accepted only where eager's own result differs from the
+    # float64 program's (a rank of values one ulp apart), in at most twice as many places
+    e = torch.tensor([0, 1, 2, 3])
+    assert not fuzz.within_fp64_error((torch.tensor([0, 1, 2, 4]),), (e,), (e.clone(),), 0.0)
+    assert fuzz.within_fp64_error((torch.tensor([0, 2, 1, 3]),), (e,), (torch.tensor([0, 2, 2, 3]),), 0.0)
+    assert not fuzz.within_fp64_error((torch.tensor([3, 2, 1, 0]),), (e,), (torch.tensor([0, 2, 2, 3]),), 0.0)
 
 
 def test_generation_is_deterministic(fuzz):
