@@ -1265,6 +1265,15 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
             # output of its own (graph_compile), so the kept ops run as a graph of their own,
             # with eager's kernels, before the compiled one
             checks, kept = _eager_checks(kept[0], kept[1][0]), None
+            if checks is None:
+                # an op on the way to it writes state or draws random numbers: the graph runs
+                # as captured, with eager's kernels (its errors and results are eager's)
+                logs.log("fallback", "graph runs eagerly: an unused op that checks its data "
+                                     "(an index, a divisor, a target) reads a value a differentiated graph computes")
+                if options.strict:
+                    raise MlircapCompileError("an unused op that checks its data reads a value the differentiated "
+                                              "graph computes: the graph would run eagerly (strict=True)")
+                return gm.forward
         elif kept is not None:
             gm, kept = kept
         fn = _backend_kept(gm, example_inputs)
@@ -1575,18 +1584,8 @@ def _keep_dead_raising_ops(gm: torch.fx.GraphModule):
     live = _live_nodes(gm.graph, out)
     dead = []
     for n in gm.graph.nodes:
-        if n.op not in ("call_function", "call_method") or n in live:
-            continue
-        name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
-        name = str(name).strip("_")
-        if name not in _RAISING_OPS:
-            continue
-        args = list(n.args) + list(n.kwargs.values())
-        if name == "getitem":      # x[idx] of a tensor index (not a tuple's item or x[1:])
-            args = args[1:]
-        if not any(_has_node(a) for a in args):
-            continue
-        dead.append(n)
+        if n.op in ("call_function", "call_method") and n not in live and _kept(n):
+            dead.append(n)
     if not dead:
         return None
     # rewritten on a copy: where the backend gives up, the caller runs `gm` itself
@@ -1635,6 +1634,18 @@ _PURE = frozenset((
     "sigmoid", "tanh", "relu", "softmax", "log_softmax", "sum", "mean", "amax", "amin", "argmax", "argmin",
     "max", "min", "clamp", "where", "arange", "zeros_like", "ones_like", "full_like", "eq", "ne", "lt",
     "le", "gt", "ge", "sign", "round", "floor", "ceil", "trunc", "cat", "stack", "roll", "sort", "argsort"))
+
+
+def _kept(n: torch.fx.Node) -> bool:
+    """`n` calls an op of _RAISING_OPS on a tensor the graph computes or is given."""
+    name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+    name = str(name).strip("_")
+    if name not in _RAISING_OPS:
+        return False
+    args = list(n.args) + list(n.kwargs.values())
+    if name == "getitem":      # x[idx] of a tensor index (not a tuple's item or x[1:])
+        args = args[1:]
+    return any(_has_node(a) for a in args)
 
 
 def _live_nodes(graph: torch.fx.Graph, out: torch.fx.Node) -> set:
