@@ -169,6 +169,11 @@ def _continuations(rec: _Recorder) -> dict[int, list[tuple[str, ResumePoint]]]:
     out = {}
     for p in sorted({p.pos for p in rec.guards if p.pos > k0}):
         rp = rec.resumes.get(p - 1) if not rec.uses_rng else None   # (a miss restores the RNG state, records again)
+        if rp is None and kw is not None and p > kw and rec.uses_rng:
+            # recording again is no option after such a call (below); a continuation is: the
+            # replay's random ops drew what eager draws (random islands), so the generator is
+            # where eager's is when the rest of the frame runs eagerly from the break
+            rp = rec.resumes.get(p - 1)
         if rp is None and kw is not None and p > kw:
             # the call wrote in place tensors the function read before it (an optimizer's step
             # on the parameters its forward read): a replay failing this guard would record

@@ -133,3 +133,47 @@ def test_dropped_result_of_optimizer_step_is_not_guarded():
     from harness import run_program
     calls = [(torch.randn(6, 5), torch.randn(6, 2)) for _ in range(5)]
     run_program(_DROPPED_RESULT, calls, name="dropped", recompiles=0)
+
+
+class DropoutStep(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(6, 8), nn.GELU(), nn.Dropout(0.3), nn.Linear(8, 3))
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.05, momentum=0.9)
+
+    def forward(self, x, y):
+        self.net.train()
+        loss = F.cross_entropy(self.net(x), y)
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        if self.opt.param_groups[0]["lr"] < 0.02:   # a guard after the step: fails at call 3
+            loss = loss * 0.5 + torch.rand(())
+        return loss.detach()
+
+
+def test_random_draws_before_optimizer_step_keep_the_continuation():
+    """A training step with dropout (random draws before the step): a guard after the step
+    had no continuation (a recording that draws random numbers restored the generator and
+    recorded again on a miss, which is no option after a step), so every such train step ran
+    eagerly. The continuation is right there: the replay drew what eager draws, and the rest
+    of the frame runs from the break with the generator where eager's is."""
+    torch.manual_seed(0)
+    ref = DropoutStep()
+    m = copy.deepcopy(ref)
+    fast = capture(m, EAGER)
+    for i in range(5):
+        x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+        if i == 3:
+            for mod in (ref, m):
+                mod.opt.param_groups[0]["lr"] = 0.01
+        torch.manual_seed(10 + i)
+        want = ref(x, y)
+        state = torch.get_rng_state()
+        torch.manual_seed(10 + i)
+        same(fast(x, y), want, f"call {i}")
+        assert torch.equal(torch.get_rng_state(), state), f"call {i}: generator state"
+        for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+            same(p, q, f"call {i} parameter {n}")
+    c = fast._mlircap_capture
+    assert not any(v.eager for v in c.variants), [v.reason for v in c.variants]
