@@ -2,6 +2,7 @@
 holds it (FX's code generation cannot name it: capture gave up on the whole function with a
 SyntaxError).  Only a function that is pure tensor code of its arguments, the same at every
 call, is held so; what it reads of torch's modules is guarded.  Any other runs eagerly."""
+import pytest
 import torch
 
 from harness import run_program
@@ -28,7 +29,19 @@ def dist(x, y):   # a module-level function (FX wrote it as its repr too)
 """, _calls(), graphs=1, recompiles=0, breaks=0)
 
 
-def test_local_function_reading_a_torch_global_is_guarded():
+@pytest.fixture
+def cosine_similarity_restored():
+    """The program below replaces F.cosine_similarity and puts back what it saved, in both copies
+    (eager's first): the compiled copy saved the replacement, and left F.cosine_similarity as
+    torch.pairwise_distance for the rest of the process (the transformer fast-path tests, which
+    check that torch is as defined, then found the slow path refused)."""
+    import torch.nn.functional as F
+    f = F.cosine_similarity
+    yield
+    F.cosine_similarity = f
+
+
+def test_local_function_reading_a_torch_global_is_guarded(cosine_similarity_restored):
     """The lambda reads F.cosine_similarity through the global F; replacing it is seen."""
     run_program("""
 def mutate(i, f):
