@@ -233,3 +233,19 @@ def test_division_by_a_divisor_that_converts_to_zero_raises_as_eager(op, dtypes)
     wide = 1 << torch.iinfo(dtypes[0]).bits
     _same_outcomes(f, (x, torch.tensor(3, dtype=dtypes[1])), (x, torch.tensor(wide, dtype=dtypes[1])))
     _same_outcomes(f, (x, torch.tensor(-3, dtype=dtypes[1])), (x, torch.tensor(2 * wide, dtype=dtypes[1])))
+
+
+@pytest.mark.parametrize("op", ["div_floor", "remainder", "floor_divide"])
+def test_integer_division_by_a_false_bool_raises_as_eager(op):
+    # seed 473 (dtypes): torch.div(v0, x0, rounding_mode='floor') of a uint8 v0 by a 0-dim
+    # bool x0: False divides as 0, eager raised ZeroDivisionError; the divisor check skipped
+    # bool divisors and the compiled graph returned.
+    fns = {"div_floor": lambda a, b: torch.div(a, b, rounding_mode="floor"), "remainder": torch.remainder,
+           "floor_divide": torch.floor_divide}
+    fn = fns[op]
+
+    def f(x, d):
+        return (fn(x | 1, d) + 1,)
+    x = torch.tensor([[3, 0, 7], [5, 7, 100]], dtype=torch.uint8)
+    _same_outcomes(f, (x, torch.tensor(True)), (x, torch.tensor(False)))
+    _same_outcomes(f, (x.int(), torch.tensor([True, True, True])), (x.int(), torch.tensor([True, False, True])))
