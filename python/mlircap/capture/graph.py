@@ -31,7 +31,7 @@ from .asserts import _AssertMixin
 from .deferred import DEFERRABLE, _DeferMixin
 from .restrides import _RESTRIDES, _RestrideMixin
 from .fx_targets import _bind_constants, _fx_target, _has_dataclass, _op_name
-from .scalar_inputs import _BOUND_OPS, _SCALAR_OPERATORS, _ScalarInputMixin, _has_np_scalar
+from .scalar_inputs import _ALPHA_OPS, _BOUND_OPS, _PRE, _SCALAR_OPERATORS, _ScalarInputMixin, _has_np_scalar
 
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -209,6 +209,14 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
             kwargs = {k: self._index_step(v) if _count_tensor(name, v) else v for k, v in kwargs.items()}
         if name in _UNVERSIONED_WRITERS:
             self._note_unversioned(name, args, kwargs)
+        if self.flow_call is not None and name in _ALPHA_OPS:
+            alt = self._scalar_alpha(func, name, args, kwargs)
+            if alt is not None:   # the scalar a graph input, in a form eager rounds the same
+                pre, func, name, args, kwargs = alt
+                if pre is not None:
+                    pv = torch.mul(*pre)
+                    self._record(torch.mul, "mul", pre, {}, pv)
+                    args = tuple(pv if a is _PRE else a for a in args)
         if self.flow_call is not None:
             step = self._flow_torch_step(func, name, args, kwargs)
             if step is not None:

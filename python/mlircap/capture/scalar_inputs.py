@@ -116,6 +116,87 @@ class _ScalarInputMixin:
         self._flow_call_done(fc)   # taken by the graph: no guard (close_flows)
         return args2, kwargs2
 
+    def _scalar_alpha(self, func: Callable, name: str, args: tuple, kwargs: dict) -> tuple | None:
+        """`p.add_(g, alpha=-lr)`, `p.addcdiv_(m, denom, value=-lr / bc1)`, `v.mul_(d)`: a
+        float flows.py follows handed (called right from the user's frame) as the scalar of an
+        in-place or alpha-taking operator on CPU float32 / float64 tensors.  Held by the graph
+        it is a constant guarded by value: a step counter's bias correction or a decay
+        schedule recompiled every call.  The scalar becomes a 0-d graph input of the tensors'
+        dtype (the value eager's kernel casts the Python float to) in an equivalent form that
+        eager computes with the same roundings: `a + alpha * b` is one fused multiply-add in
+        eager's kernel, as `addcmul(a, b, alpha)` is (`a + b * alpha` rounds twice);
+        `addcmul(a, b, c, value=v)` is `addcmul(a, v * b, c)`, `addcdiv(a, b, c, value=v)` is
+        `addcdiv(a, b * v, c)`; `mul_(r)` / `div_(r)` take the 0-d tensor as they take r.
+        The form is checked on copies to give eager's result bit for bit, else None (r stays a
+        guarded constant).  Returns (pre, func, name, args, kwargs): pre is None or
+        (mul operands) made first, its result standing in args as `_PRE`."""
+        fc = self.flow_call
+        f = sys._getframe(1)
+        while f is not None and (f.f_code.co_filename.startswith(_CAPTURE_DIR) or
+                                 f.f_code.co_filename == _OVERRIDES_FILE):
+            f = f.f_back
+        x = args[0] if args else None
+        if f is not fc[0] or f.f_lasti != fc[1] or not isinstance(x, torch.Tensor) or \
+                x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64) or \
+                x.layout != torch.strided or "out" in kwargs:
+            return None
+        exprs = fc[2]
+        base, inplace = name.rstrip("_"), name.endswith("_")
+        kw = "alpha" if base in ("add", "sub") else "value" if base in ("addcmul", "addcdiv") else None
+        pos = {"add": 2, "sub": 2, "addcmul": 3, "addcdiv": 3}.get(base)
+        flat = list(args[1:]) + list(kwargs.values())
+        followed = [v for v in flat if id(v) in exprs]
+        if len(followed) != 1 or len(exprs) != 1 or not (type(followed[0]) is float or _np_float(followed[0])):
+            return None   # (a number also given elsewhere, an int, more than one: guarded)
+        r = followed[0]
+        if not all(isinstance(t, torch.Tensor) and t.dtype == x.dtype and t.device == x.device
+                   for t in flat if t is not r and isinstance(t, torch.Tensor)):
+            return None
+        if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (x, *flat)):
+            return None   # (autograd records the op as written: its errors and its backward)
+        e = exprs[id(r)]
+        mk = _scalar_tensor if x.dtype == torch.float64 else _f32_scalar_tensor
+        pre = None
+        if base in ("mul", "div") and len(args) == 2 and not kwargs and args[1] is r:
+            neg, f2, a2 = False, name, (x, None)
+        elif kw is not None and (kwargs.get(kw) is r or len(args) > pos and args[pos] is r):
+            rest = args[1:pos]
+            if len(rest) != pos - 1 or not all(isinstance(t, torch.Tensor) for t in rest) or \
+                    set(kwargs) - {kw}:
+                return None
+            neg = base == "sub"
+            f2 = "addcmul" if base in ("add", "sub") else base
+            f2 += "_" if inplace else ""
+            if base in ("add", "sub"):
+                a2 = (x, rest[0], None)
+            else:
+                pre = (None, rest[0]) if base == "addcmul" else (rest[0], None)
+                a2 = (x, _PRE, rest[1])
+        else:
+            return None
+        t = mk(-r if neg else r)
+        fill = lambda a: tuple(t if v is None else v for v in a)   # noqa: E731
+        a2 = fill(a2)
+        pre = fill(pre) if pre is not None else None
+        fn2 = getattr(torch.Tensor, f2)
+        try:
+            with torch.no_grad():
+                x1, x2 = x.detach().clone(), x.detach().clone()
+                want = getattr(torch.Tensor, name)(x1, *[a.detach() if isinstance(a, torch.Tensor) else a
+                                                         for a in args[1:]], **kwargs)
+                pv = torch.mul(*[v.detach() for v in pre]) if pre is not None else None
+                got = fn2(x2, *[pv if a is _PRE else a.detach() if isinstance(a, torch.Tensor) else a
+                                for a in a2[1:]])
+        except Exception:
+            return None
+        if not _same_result(want, got):
+            return None
+        self.keep.append(t)
+        made = f"{self.const(mk)}(-({e}))" if neg else f"{self.const(mk)}({e})"
+        self.src[id(t)] = (made, f"<{_pretty_flow(e)} as a graph input>", True)
+        self._flow_call_done(fc)   # taken by the graph: no guard (close_flows)
+        return pre, fn2, f2, a2, {}
+
     def _flow_torch_step(self, func: Callable, name: str, args: tuple, kwargs: dict) -> tuple | None:
         """`torch.fake_quantize_per_tensor_affine(h, s, 0, -128, 127)`, `F.batch_norm(...,
         momentum, eps)`: a torch function called right from the user's frame with floats
@@ -128,7 +209,7 @@ class _ScalarInputMixin:
         results are inputs of the graph after it.  None: not such a call (recorded as usual);
         else (its result,)."""
         fc = self.flow_call
-        if name in _SCALAR_OPERATORS or name in _BOUND_OPS or self.flow_scalar is not None or \
+        if name in _SCALAR_OPERATORS or name in _BOUND_OPS or name in _ALPHA_OPS or self.flow_scalar is not None or \
                 name.endswith("_") and not name.endswith("__") or "out" in kwargs:
             return None   # (an in-place op on a graph's result between graphs: not done)
         f, untraced = sys._getframe(2), False
@@ -234,6 +315,12 @@ _SCALAR_OPERATORS = {"mul", "add", "sub", "div", "rsub", "true_divide", "__mul__
 # Python float gives on any device, for a float32 or float64 operand (graph.py _scalar_input)
 _SCALAR_OPERATORS_ANY_DEVICE = {"mul", "add", "sub", "rsub", "__mul__", "__rmul__", "__add__", "__radd__",
                                 "__sub__", "__rsub__"}
+
+
+# operators taking a float as alpha= / value= or (in place) as their operand, which
+# `_scalar_alpha` makes a graph input
+_ALPHA_OPS = {"add", "add_", "sub", "sub_", "addcmul", "addcmul_", "addcdiv", "addcdiv_", "mul_", "div_"}
+_PRE = object()   # (`_scalar_alpha`: the result of its first step, in its second's arguments)
 
 
 # torch functions taking float bounds, which graph.py _scalar_bounds makes graph inputs
