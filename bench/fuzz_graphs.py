@@ -1608,6 +1608,32 @@ def within_fp64_error(actual, expected, ref, tol, multiplier=2.0):
     return True
 
 
+def _eager_depends_on_layout(call, fn, tensors, got, want, tol) -> bool:
+    """Whether eager's result on these inputs differs from eager's on contiguous copies of
+    them while the compiled result `got` is the latter: eager's kernel reads the inputs' memory
+    layout (torch.median along an expanded dim runs nth_element in place on memory the
+    expanded elements share, its values and indices garbage: tensorops seed 371), so eager's
+    result there is no reference (OpInfo's noncontiguous samples assume layout-independence)."""
+    import torch
+
+    if not any(isinstance(t, torch.Tensor) and not t.is_contiguous() for t in tensors):
+        return False
+    out, ins, exc = call(fn, [t.contiguous() if isinstance(t, torch.Tensor) else t for t in tensors])
+    if exc is not None:
+        return False
+    try:
+        compare_values(out, want[0], "out", tol)
+        return False           # eager agrees with itself: the difference is the compiler's
+    except opinfo.Mismatch:
+        pass
+    try:
+        compare_values(got[0], out, "out", tol)
+        compare_values(got[1], ins, "input", tol)
+    except opinfo.Mismatch:
+        return False
+    return True
+
+
 def run_program(prog) -> dict:
     import warnings
 
@@ -1690,6 +1716,11 @@ def run_program(prog) -> dict:
                 compare_values(out, eout, "out", prog.get("tol", 0.0))
                 compare_values(ins, eins, "input", prog.get("tol", 0.0))
         except opinfo.Mismatch as m:
+            if _eager_depends_on_layout(call, fn, ([sets[0]] + sets)[i - 1], (out, ins), (eout, eins),
+                                        prog.get("tol", 0.0)):
+                notes.append(f"{where}: {m}; eager's own result depends on the inputs' memory layout, "
+                             "compiled is eager's on contiguous copies")
+                continue
             ref = None if "values differ" not in str(m) else fp64_reference(prog, ([sets[0]] + sets)[i - 1])
             if ref is None or not within_fp64_error((out, ins), (eout, eins), ref, prog.get("tol", 0.0)):
                 return {"category": "wrong", "detail": f"{where}: {m}"}
