@@ -21,7 +21,8 @@ from .guard_kinds import Is, Lengths, TypeIs
 from .frame_hook import _E, _NULL
 from .typeinfo import _mro_lookup
 from .classify import (
-    _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _func_qualname, _idempotent_call, _node_hook_call,
+    _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _context_wrapper, _func_qualname, _idempotent_call,
+    _node_hook_call,
     _optimizer_step,
 )
 from .external_calls import _SCALAR_ARGS
@@ -219,7 +220,9 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             return   # `d.get(k)` / `d.setdefault(k, v)` of a key the dict has: an item read (flow_roots.py)
         if self.lazy or self.lazy_objs:
             ff = getattr(f, "__func__", f)
-            traced = type(ff) is types.FunctionType and _classify(ff.__code__) == "user"
+            # (torch's wrapper of a `@torch.no_grad()` method hands its arguments on to the traced
+            # method: its object's counters and floats are read lazily there, not all guarded now)
+            traced = type(ff) is types.FunctionType and (_classify(ff.__code__) == "user" or _context_wrapper(ff))
             if not traced:
                 if kind == "mutator" and getattr(f, "__name__", "") in _WRITE_ONLY:
                     self.touch_deep(list(args[1:] if getattr(f, "__self__", None) is None else args)

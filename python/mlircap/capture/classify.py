@@ -71,6 +71,27 @@ def _classify(code: types.CodeType) -> str:
     return k
 
 
+_CONTEXT_WRAPPERS = tuple(os.path.join(_TORCH_DIR, "utils", f) for f in ("_contextlib.py",)) + \
+    (os.path.join(_TORCH_DIR, "amp", "autocast_mode.py"),)
+
+
+def _context_wrapper(fn: Any) -> bool:
+    """fn is torch's wrapper of a function decorated with a context manager
+    (`@torch.no_grad()`, `@torch.enable_grad()`, `@torch.autocast(...)`): it enters the
+    context and calls the traced function it wraps with its arguments, reading nothing of
+    them itself."""
+    w = getattr(fn, "__wrapped__", None)
+    return type(fn) is types.FunctionType and fn.__code__.co_filename in _CONTEXT_WRAPPERS and \
+        type(w) is types.FunctionType and _classify(w.__code__) == "user"
+
+
+def _context_wrapper_frame(fr: types.FrameType) -> bool:
+    """fr runs such a wrapper (`with ctx: return func(*args, **kwargs)`): what func returns,
+    the wrapper returns to its own caller unchanged."""
+    code = fr.f_code
+    return code.co_filename in _CONTEXT_WRAPPERS and code.co_name in ("decorate_context", "decorate_autocast")
+
+
 # ----------------------------------------------------------------------------------
 # value categories
 _PRIM = (bool, int, float, str, bytes, complex, type(None))

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._bytecode import _instrs, _order
+from .classify import _context_wrapper, _context_wrapper_frame
 from .flow_state import _ATTR_KEYS, _Flow, _calling_user_frame, _followable
 from .flow_writes import _FlowWriteMixin
 from .frame_hook import _E
@@ -97,9 +98,12 @@ class _FlowRootMixin(_FlowWriteMixin):
         fc = self.flow_call
         caller = frame.f_back
         code = frame.f_code
+        f = fc[4] if fc is not None else None
+        if caller is not None and _context_wrapper_frame(caller) and _context_wrapper(getattr(f, "__func__", f)):
+            # (`@torch.no_grad()`: torch's wrapper hands the arguments on as they are)
+            caller, f = caller.f_back, getattr(f, "__func__", f).__wrapped__
         if fc is None or caller is not fc[0] or caller.f_lasti != fc[1] or code.co_flags & _NOT_PLAIN:
             return
-        f = fc[4]
         if getattr(getattr(f, "__func__", f), "__code__", None) is not code:
             return
         n = code.co_argcount + code.co_kwonlyargcount

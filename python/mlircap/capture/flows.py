@@ -28,7 +28,7 @@ import torch
 
 from ._bytecode import _instrs, _nb_op
 from .base import PY312
-from .classify import _classify
+from .classify import _classify, _context_wrapper_frame
 from .flow_roots import _FlowRootMixin
 from .flow_state import _JUMPS, _Flow, _followable, _next_offsets, _operand, _pretty, _shift
 from .frame_hook import _E, _NULL
@@ -297,8 +297,11 @@ class _FlowMixin(_FlowRootMixin):
 
     def _flow_return(self, fl: _Flow, fr: types.FrameType) -> bool | None:
         """A traced function returns a followed number (`random.uniform(a, b)`: `a + (b - a) *
-        self.random()` in random.py) to the traced code calling it: followed on there."""
+        self.random()` in random.py) to the traced code calling it: followed on there (through
+        torch's wrapper of a `@torch.no_grad()` function, which returns it as it is)."""
         caller = fr.f_back
+        if caller is not None and _context_wrapper_frame(caller):
+            caller = caller.f_back
         if caller is None or caller.f_trace is None or not caller.f_trace_opcodes or \
                 _classify(caller.f_code) != "user" or caller in self.pending and self.pending[caller] != self._flow_tick:
             return None
