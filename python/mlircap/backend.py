@@ -1104,9 +1104,11 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
 
     speculating: list = []   # the plan of a speculated graph being compiled (speculate.py)
     random_seen: list = []   # forward graphs that draw from torch's generator
+    fw_reach: list = []      # the outputs each input of the forward just compiled reaches (_output_reach)
     eager_graph: list = []   # the captured graph with Python asserts (eager_first), for reruns
 
     def fw_compiler(gm, example_inputs):
+        fw_reach.append(_output_reach(gm))
         expected = None
         if speculating:
             from .speculate import take_guards
@@ -1420,14 +1422,76 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
 
         # (a failed trace restores them before the graph is tried again, speculated or split:
         # compiled with grad left off, a part of it became an inference graph)
+        fw_reach.clear()
         with restoring_global_modes(), eager_kernels_for_islands():
-            return aot_module_simplified(
+            fn = aot_module_simplified(
                 gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
                 inference_compiler=inference_compiler, decompositions=decomposition_table(),
                 partition_fn=saved_views_partition,
             )
+        reach = fw_reach[-1] if len(fw_reach) == 1 else None
+        fw_reach.clear()
+        return _unreached_gradients_as_none(fn, reach) if reach is not None else fn
 
     return backend
+
+
+def _output_reach(gm: torch.fx.GraphModule) -> list[frozenset[int]] | None:
+    """For each input of a forward graph, the positions of the graph's outputs it reaches."""
+    out = next((n for n in reversed(gm.graph.nodes) if n.op == "output"), None)
+    outs = out.args[0] if out is not None else None
+    if not isinstance(outs, (list, tuple)):
+        return None
+    reach: dict[torch.fx.Node, set[int]] = {}
+    for j, o in enumerate(outs):
+        if isinstance(o, torch.fx.Node):
+            reach.setdefault(o, set()).add(j)
+    for n in reversed(gm.graph.nodes):   # users before producers
+        if n.op == "output":
+            continue
+        mine = reach.setdefault(n, set())
+        for u in n.users:
+            if u.op != "output":
+                mine |= reach.get(u, set())
+    return [frozenset(reach.get(n, ())) for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def _unreached_gradients_as_none(fn, reach: list[frozenset[int]]):
+    """aot_autograd's compiled function, whose backward leaves None the gradient of an input
+    that reaches only outputs the backward passes no gradient for, as eager's autograd does:
+    its CompiledFunction (an autograd.Function) materializes a missing output gradient as
+    zeros, so an input feeding only an output the loss does not use (a second head, a
+    returned intermediate) got a zero .grad where eager leaves None, and an optimizer then
+    steps that parameter (momentum, weight decay) where eager's skips it (bench/fuzz_graphs.py
+    --grad seed 26). Node hooks of each call's backward node see which gradients are
+    missing (before materialization) and drop the gradients of such inputs."""
+    if len(reach) < 2 or all(len(r) <= 1 for r in reach):
+        return fn
+    outputs = frozenset().union(*reach)
+    if all(not r or r == outputs for r in reach):
+        return fn   # every input reaches every output: a missing gradient never isolates one
+
+    def run(*args):
+        out = fn(*args)
+        node = next((t.grad_fn for t in (out if isinstance(out, (list, tuple)) else (out,))
+                     if isinstance(t, torch.Tensor) and t.grad_fn is not None
+                     and type(t.grad_fn).__name__ == "CompiledFunctionBackward"), None)
+        if node is not None:
+            missing: list = []
+            node.register_prehook(lambda grads: missing.append([g is None for g in grads]))
+
+            def post(grad_inputs, _grad_outputs):
+                if not missing or len(grad_inputs) != len(reach):
+                    return None
+                none = missing[-1]
+                new = [None if g is not None and reach[i] and all(j >= len(none) or none[j] for j in reach[i])
+                       else g for i, g in enumerate(grad_inputs)]
+                return tuple(new) if any(a is not b for a, b in zip(new, grad_inputs)) else None
+            node.register_hook(post)
+        return out
+
+    run.__dict__.update(getattr(fn, "__dict__", {}))
+    return run
 
 
 def _backward_bounds_checked(gm: torch.fx.GraphModule, example_inputs, options: Options, graphs: list):
