@@ -249,3 +249,29 @@ def test_integer_division_by_a_false_bool_raises_as_eager(op):
     x = torch.tensor([[3, 0, 7], [5, 7, 100]], dtype=torch.uint8)
     _same_outcomes(f, (x, torch.tensor(True)), (x, torch.tensor(False)))
     _same_outcomes(f, (x.int(), torch.tensor([True, True, True])), (x.int(), torch.tensor([True, False, True])))
+
+
+def test_backward_of_a_graph_with_fewer_node_outputs_than_graph_outputs():
+    # seed 437 (--grad): outputs (loss, v2.detach(), x2[x2]) of an expanded bool x2: the
+    # compiled graph's autograd node has fewer outputs than the graph (aot regenerates one),
+    # and loss.backward() from the second call raised aot_autograd's 'expected 2 grad_outs,
+    # got 3' (eager runs); now the gradient is eager's.
+    def f(x0, x1, x2):
+        v0 = x2 | True
+        v1 = x2[x2]
+        v2 = torch.fmax(v0, x1)
+        loss = (v2.double() * torch.arange(v2.numel()).reshape(v2.shape).double()).sum()
+        return loss, v2.detach(), v1
+
+    fast = mlircap.compile(f)
+    for i in range(3):
+        x2 = (torch.rand(1, 7, 1, generator=torch.Generator().manual_seed(i)) > 0.5).expand(8, 7, 1)
+        grads = []
+        for fn in (f, fast):
+            x1 = torch.tensor(1.5 + i, dtype=torch.float16, requires_grad=True)
+            out = fn(torch.tensor(0.3), x1, x2)
+            out[0].backward()
+            grads.append((x1.grad, out[0].detach(), out[2]))
+        torch.testing.assert_close(grads[1][0], grads[0][0])
+        torch.testing.assert_close(grads[1][1], grads[0][1])
+        assert torch.equal(grads[1][2], grads[0][2])
