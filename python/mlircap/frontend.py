@@ -121,6 +121,50 @@ def _lstm_layers_through_onednn_with_grad() -> None:
 _lstm_layers_through_onednn_with_grad()
 
 
+def _linear_upsampling_as_weighted_sums() -> None:
+    """torch's linear / bilinear / trilinear upsampling decomposition (_upsample_linear)
+    combines the two neighbours of each pass as `a + (b - a) * w`; eager's kernels
+    (UpSampleKernel.cpp, the CUDA ones alike) compute `a * (1 - w) + b * w`, the last dim's
+    pass first. With an infinity among the neighbours the first form gives NaN (inf - inf,
+    or -inf * 0) where eager gives +-inf: F.interpolate(mode='bilinear') of an input holding
+    +-inf had 64 NaN against eager's 15 (bench/fuzz_graphs.py --grad seed 389), and finite
+    values round differently. The helper replaced by separable passes in eager's form, for
+    floating inputs (others keep torch's)."""
+    import torch._decomp.decompositions as d
+
+    original = getattr(d, "_upsample_linear", None)
+    scale_of, source_index = getattr(d, "_compute_scale", None), getattr(d, "_compute_source_index", None)
+    if original is None or scale_of is None or source_index is None or getattr(original, "_mlircap", False):
+        return
+    from torch._prims_common import suggest_memory_format
+
+    def _upsample_linear(input, output_size, align_corners, scales):
+        if not input.is_floating_point() or len(output_size) != input.dim() - 2:
+            return original(input, output_size, align_corners, scales)
+        out = input
+        for k in reversed(range(len(output_size))):
+            dim, n_in, n_out = 2 + k, input.shape[2 + k], output_size[k]
+            scale = scale_of(n_in, n_out, align_corners, scales[k] if scales else None)
+            src = source_index(scale, torch.arange(n_out, device=input.device).to(input.dtype),
+                               align_corners).clamp(min=0.0)
+            i0 = src.to(torch.int64)
+            i1 = (i0 + 1).clamp(max=n_in - 1)
+            w1 = (src - i0).clamp(0.0, 1.0)
+            shape = [n_out if i == dim else 1 for i in range(input.dim())]
+            out = out.index_select(dim, i0) * (1 - w1).reshape(shape) + \
+                out.index_select(dim, i1) * w1.reshape(shape)
+        fmt = suggest_memory_format(input)
+        if input.device.type == "cuda" and input.shape[1] < 16:
+            fmt = torch.contiguous_format
+        return out.contiguous(memory_format=fmt)
+
+    _upsample_linear._mlircap = True
+    d._upsample_linear = _upsample_linear
+
+
+_linear_upsampling_as_weighted_sums()
+
+
 def _lstm_final_state_shape() -> None:
     """torch before 2.12: the LSTM decomposition (one_layer_lstm, which lstm_impl runs
     off the CPU's mkldnn path: on the GPU, and in training) returns each layer's final

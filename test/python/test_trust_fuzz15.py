@@ -275,3 +275,22 @@ def test_backward_of_a_graph_with_fewer_node_outputs_than_graph_outputs():
         torch.testing.assert_close(grads[1][0], grads[0][0])
         torch.testing.assert_close(grads[1][1], grads[0][1])
         assert torch.equal(grads[1][2], grads[0][2])
+
+
+@pytest.mark.parametrize("align_corners", [True, False])
+@pytest.mark.parametrize("mode,shape", [("linear", (1, 2, 5)), ("bilinear", (1, 1, 3, 4)), ("trilinear", (1, 1, 2, 3, 3))])
+def test_linear_upsampling_of_infinities_as_eager(mode, shape, align_corners):
+    # seed 389 (--grad): F.interpolate(mode='bilinear') of an input holding +-inf: torch's
+    # decomposition combined neighbours as a + (b - a) * w (inf - inf: NaN), eager as
+    # a * (1 - w) + b * w: 64 NaN against eager's 15.
+    def f(x):
+        return F.interpolate(x, scale_factor=3, mode=mode, align_corners=align_corners)
+
+    fast = mlircap.compile(f)
+    for i in range(3):
+        x = torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(i))
+        flat = x.view(-1)
+        flat[1], flat[-2] = float("inf"), -float("inf")
+        want, got = f(x), fast(x)
+        assert torch.equal(got.isnan(), want.isnan()), (int(got.isnan().sum()), int(want.isnan().sum()))
+        torch.testing.assert_close(got, want, equal_nan=True)
