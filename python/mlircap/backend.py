@@ -1108,6 +1108,9 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
     eager_graph: list = []   # the captured graph with Python asserts (eager_first), for reruns
 
     def fw_compiler(gm, example_inputs):
+        from .intmath import bool_adds_as_or
+
+        bool_adds_as_or(gm)
         fw_reach.append(_output_reach(gm))
         expected = None
         if speculating:

@@ -257,8 +257,6 @@ def _build_table() -> dict:
     for op in (aten.div.Tensor_mode, aten.div.Scalar_mode, aten.floor_divide.default, aten.floor_divide.Scalar):
         table[op] = _floor_division_like_eager(op, intmath.floor_division(op, table.get(op)))
     table[aten.neg.default] = intmath.neg(table.get(aten.neg.default))   # torch-mlir: through f32
-    for op in (aten.add.Tensor, aten.add.Scalar):
-        table[op] = intmath.bool_add(op, table.get(op))   # bool: torch-mlir adds in i1, which wraps
     from . import losses
 
     losses.install(table)   # multilabel_margin_loss: torch's decomposition counts the labels after a -1

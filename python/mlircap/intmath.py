@@ -37,24 +37,45 @@ def neg(fallback):
     return decomposition
 
 
-def bool_add(op, fallback):
-    """aten.add of bool tensors (a bool result): eager's kernel computes `a + alpha * b` of
-    C++ bools, whose sum converts back to bool as "nonzero" (a logical or where alpha is
-    nonzero); torch-mlir's lowering added in i1, which wraps: `a + True` of a True element
-    gave False (bench/fuzz_graphs.py seed 217 --families dtypes, then a division by that
-    False)."""
-
-    def decomposition(a, b, *args, **kwargs):
-        alpha = kwargs.get("alpha", args[0] if args else 1)
-        if not isinstance(a, torch.Tensor) or a.dtype != torch.bool or torch.result_type(a, b) != torch.bool:
-            return NotImplemented if fallback is None else fallback(a, b, *args, **kwargs)
-        if not isinstance(b, torch.Tensor):
-            b = torch.scalar_tensor(bool(b), dtype=torch.bool, device=a.device)
-        if not alpha:
-            return torch.logical_or(a, torch.zeros_like(b))
-        return torch.logical_or(a, b)
-
-    return decomposition
+def bool_adds_as_or(gm) -> None:
+    """aten.add of bool tensors (a bool result), rewritten in a traced graph: eager's kernel
+    computes `a + alpha * b` of C++ bools, whose sum converts back to bool as "nonzero" (a
+    logical or where alpha is nonzero); torch-mlir's lowering added in i1, which wraps: `a +
+    True` of a True element gave False (bench/fuzz_graphs.py seed 217 --families dtypes, then a
+    division by that False). A graph pass, not a decomposition: an entry for aten.add.Tensor in
+    the decomposition table, even one returning NotImplemented for other dtypes, changed how
+    aot_autograd traced every bfloat16 add (computed in float32 and rounded), and attention
+    masks added so were no longer fused."""
+    aten = torch.ops.aten
+    changed = False
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or n.target not in (aten.add.Tensor, aten.add.Scalar):
+            continue
+        val = n.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.dtype != torch.bool or len(n.args) < 2:
+            continue
+        a, b = n.args[0], n.args[1]
+        alpha = n.kwargs.get("alpha", n.args[2] if len(n.args) > 2 else 1)
+        if not isinstance(a, torch.fx.Node) or isinstance(alpha, torch.fx.Node):
+            continue
+        with gm.graph.inserting_before(n):
+            if not isinstance(b, torch.fx.Node):
+                if alpha and bool(b):
+                    new = gm.graph.call_function(aten.full_like.default, (a, True))
+                else:
+                    new = gm.graph.call_function(aten.logical_or.default, (a, a))
+            else:
+                if not alpha:
+                    zeros = gm.graph.call_function(aten.zeros_like.default, (b,))
+                    zeros.meta = dict(b.meta)
+                    b = zeros
+                new = gm.graph.call_function(aten.logical_or.default, (a, b))
+        new.meta = dict(n.meta)
+        n.replace_all_uses_with(new)
+        gm.graph.erase_node(n)
+        changed = True
+    if changed:
+        gm.recompile()
 
 
 def floor_division(op, fallback):
