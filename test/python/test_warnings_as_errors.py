@@ -38,7 +38,9 @@ def test_island_note_goes_to_stderr_not_into_the_program(capfd):
     x = torch.randn(8)
     fast, outs = _with_errors(_island, x)
     for out in outs:
-        assert torch.equal(out, _island(x))
+        # compiled sin is within an ulp of eager's, not bit-identical (x is unseeded: the
+        # exact comparison failed on some draws, ./scripts/test at 9fbd7ae)
+        torch.testing.assert_close(out, _island(x))
     assert fast.graphs and all(g.fallback_reason is None for g in fast.graphs)
     err = capfd.readouterr().err
     assert "aten.nextafter" in err and "UserWarning" in err, err
