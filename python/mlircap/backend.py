@@ -1142,6 +1142,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
 
     def inference_compiler(gm, example_inputs):
         run = fw_compiler(gm, example_inputs)
+        fw_reach.clear()   # no backward: _unreached_gradients_as_none would only cost each call
         inference_now.append((run.compiled, gm))
         return run
 

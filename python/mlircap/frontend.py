@@ -91,8 +91,7 @@ def _lstm_layers_through_onednn_with_grad() -> None:
     if select is None or getattr(select, "_mlircap", False):
         return
 
-    def onednn_like_eager(input, hx, params) -> bool:
-        tensors = [input, *hx, *(t for p in params for t in p)]
+    def onednn_like_eager(tensors, input, hx) -> bool:
         if not torch._C._get_mkldnn_enabled() or input.numel() == 0 or hx[0].size(2) != hx[1].size(2):
             return False
         if any(t.device.type != "cpu" for t in tensors):
@@ -110,7 +109,7 @@ def _lstm_layers_through_onednn_with_grad() -> None:
 
     def select_one_layer_lstm_function(input, hx, params):
         tensors = [input, *hx, *(t for p in params for t in p)]
-        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors) and onednn_like_eager(input, hx, params):
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors) and onednn_like_eager(tensors, input, hx):
             return layer_with_grad
         return select(input, hx, params)
 

@@ -82,10 +82,7 @@ class _ScalarInputMixin:
         bound, a Python float or a 0-d tensor, to x's dtype: the same for float32 and
         float64 x on any device (not assumed for other dtypes: they stay constants)."""
         fc = self.flow_call
-        f = sys._getframe(1)
-        while f is not None and (f.f_code.co_filename.startswith(_CAPTURE_DIR) or
-                                 f.f_code.co_filename == _OVERRIDES_FILE):
-            f = f.f_back
+        f = _frame_outside_capture()
         x = args[0] if args else None
         if f is not fc[0] or f.f_lasti != fc[1] or not isinstance(x, torch.Tensor) or \
                 x.dtype not in (torch.float32, torch.float64) or not isinstance(res, torch.Tensor):
@@ -131,10 +128,7 @@ class _ScalarInputMixin:
         guarded constant).  Returns (pre, func, name, args, kwargs): pre is None or
         (mul operands) made first, its result standing in args as `_PRE`."""
         fc = self.flow_call
-        f = sys._getframe(1)
-        while f is not None and (f.f_code.co_filename.startswith(_CAPTURE_DIR) or
-                                 f.f_code.co_filename == _OVERRIDES_FILE):
-            f = f.f_back
+        f = _frame_outside_capture()
         x = args[0] if args else None
         if f is not fc[0] or f.f_lasti != fc[1] or not isinstance(x, torch.Tensor) or \
                 x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64) or \
@@ -327,6 +321,16 @@ _PRE = object()   # (`_scalar_alpha`: the result of its first step, in its secon
 _BOUND_OPS = {"clamp", "clip", "clamp_min", "clamp_max"}
 _CAPTURE_DIR = __file__.rsplit("/", 1)[0] + "/"
 _OVERRIDES_FILE = torch.overrides.__file__
+
+
+def _frame_outside_capture() -> Any:
+    """The nearest frame above the caller's caller that is neither this package's nor
+    torch.overrides' (the frame that called the op a handler here was given)."""
+    f = sys._getframe(2)
+    while f is not None and (f.f_code.co_filename.startswith(_CAPTURE_DIR) or
+                             f.f_code.co_filename == _OVERRIDES_FILE):
+        f = f.f_back
+    return f
 
 
 # Scalar input tensors by (dtype, value, sign, device): a number that keeps its value between
