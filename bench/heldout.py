@@ -265,6 +265,15 @@ def unconstant_vectors(m: nn.Module) -> nn.Module:
     return m
 
 
+def record_error(rec: dict, what: str, e: Exception, json_path: str) -> None:
+    """A case that raised: printed, kept in `rec` and appended to the --json file."""
+    print(f"{what}: ERROR {type(e).__name__}: {str(e)[:300]}", flush=True)
+    rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+    if json_path:
+        with open(json_path, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+
 def train_step(fn, args, params):
     """One training step's values: output.float().pow(2).mean() backward through `fn`;
     (loss, [each parameter's .grad or None])."""
@@ -399,11 +408,7 @@ def main(cases_fn=cases, doc=__doc__):
                         torch._dynamo.reset()
             except Exception as e:  # noqa: BLE001 - one model's failure must not lose the others'
                 bad += 1
-                print(f"{name} {dname}: ERROR {type(e).__name__}: {str(e)[:300]}", flush=True)
-                rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-                if a.json:
-                    with open(a.json, "a") as f:
-                        f.write(json.dumps(rec) + "\n")
+                record_error(rec, f"{name} {dname}", e, a.json)
                 continue
             err = (out.double() - ref.double()).abs().max().item()
             scale = ref.double().abs().max().item()

@@ -38,7 +38,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from heldout import DTYPES, TOL, geomean, side_by_side_ms  # noqa: E402  (bench/heldout.py's runner helpers)
+from heldout import DTYPES, TOL, geomean, record_error, side_by_side_ms  # noqa: E402  (bench/heldout.py's runner helpers)
 
 import mlircap  # noqa: E402
 
@@ -1311,11 +1311,7 @@ def main():
                     rec.update(run_case(name, make, inputs, ncalls, dt))
             except Exception as e:  # noqa: BLE001 - one case's failure must not lose the others'
                 bad += 1
-                print(f"{name} {dname}: ERROR {type(e).__name__}: {str(e)[:300]}", flush=True)
-                rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-                if a.json:
-                    with open(a.json, "a") as f:
-                        f.write(json.dumps(rec) + "\n")
+                record_error(rec, f"{name} {dname}", e, a.json)
                 continue
             notes = sorted({str(x.message).splitlines()[0][:160] for x in w if "mlircap" in str(x.message)})
             ok = rec["err"] <= TOL[dname]
