@@ -724,9 +724,13 @@ def eager_prims_to_aten(graph: fx.Graph) -> None:
     nn.LSTM's mkldnn_rnn_layer island ran 0.41x eager, two prims.squeeze
     included). Same values and views: each aten op computes what the prims op
     does (collapse_view/split_dim as flatten/unflatten, which are views where
-    the prims op is defined)."""
+    the prims op is defined). with_effects (a higher-order op) calls its op
+    directly (_with_effects_direct)."""
     P = torch.ops.prims
     for n in graph.nodes:
+        if n.op == "call_function" and n.target is torch.ops.higher_order.with_effects and \
+                len(n.args) >= 2 and isinstance(n.args[1], torch._ops.OpOverload):
+            n.target = _with_effects_direct
         if n.op != "call_function" or n.kwargs:
             continue
         t, args = n.target, n.args
@@ -746,6 +750,16 @@ def eager_prims_to_aten(graph: fx.Graph) -> None:
             n.target, n.args = aten.unflatten.int, (args[0], args[1], [args[2], -1])
         elif t is P.broadcast_in_dim.default and len(args) == 3:
             n.target = _broadcast_in_dim
+
+
+def _with_effects_direct(token, op, *args, **kwargs):
+    """with_effects(token, op, *args) as an eager island runs it: `op` called directly, the
+    token passed on (it only orders the effects, which the island's node order keeps). The
+    higher-order op dispatches through Python (its mode and fake-tensor layers, a new token
+    tensor): 44 us a call against 8 for aten._linalg_check_errors itself (1 thread, Zen 4),
+    twice per call of a Kalman filter step (linalg.solve and linalg.inv each checked)."""
+    out = op(*args, **kwargs)
+    return (token, *out) if isinstance(out, tuple) else (token, out)
 
 
 def extract(gm: fx.GraphModule, part: Part, used_later: set[fx.Node]) -> tuple[fx.GraphModule, list, list]:
