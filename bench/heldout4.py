@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -1174,6 +1175,10 @@ def _leaves(x, path="out"):
     """(path, leaf) of a nested output / state: tensors, numbers, strings, None."""
     if isinstance(x, torch.Tensor):
         yield path, x
+    elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+        yield path, f"<{type(x).__name__}>"
+        for f in dataclasses.fields(x):
+            yield from _leaves(getattr(x, f.name), f"{path}.{f.name}")
     elif isinstance(x, dict):
         for k in x:
             yield from _leaves(x[k], f"{path}[{k!r}]" if not isinstance(k, torch.Tensor) else f"{path}[t{id(k) % 997}]")
@@ -1285,8 +1290,10 @@ def run_case(name, make, inputs, ncalls, dt):
     return rec
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(cases=None, doc=__doc__, script="bench/heldout4.py"):
+    """the command line over `cases` (default: this file's CASES); bench/heldout5.py passes its own."""
+    cases = CASES if cases is None else cases
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtypes", default="fp32")
     ap.add_argument("--models", default="", help="comma-separated names (default: all)")
@@ -1295,13 +1302,13 @@ def main():
     ap.add_argument("--json", default="", help="also append one JSON record per case to this file")
     a = ap.parse_args()
     if a.device != "cpu":
-        raise SystemExit("bench/heldout4.py's programs build CPU tensors (their Python control flow is the point)")
+        raise SystemExit(f"{script}'s programs build CPU tensors (their Python control flow is the point)")
     torch.set_num_threads(a.threads)
     only, skip = set(filter(None, a.models.split(","))), set(filter(None, a.skip.split(",")))
     ratios, bad, off = [], 0, []
     for dname in a.dtypes.split(","):
         dt = DTYPES[dname]
-        for name, make, inputs, ncalls, low_ok in CASES:
+        for name, make, inputs, ncalls, low_ok in cases:
             if (only and name not in only) or name in skip or (dname != "fp32" and not low_ok):
                 continue
             rec = {"model": name, "dtype": dname}
