@@ -91,7 +91,17 @@ class _ExternalCallMixin:
             ae = [self._flow_arg(frame, a) or self.expr_of(a) for a in args]
             ke = {k: self._flow_arg(frame, v) or self.expr_of(v) for k, v in kwargs.items()}
         except Unreplayable as e:
+            # the function runs eagerly; the call still runs here, unrecorded as a replayable
+            # one's is: its ops are not the program's (torch.vmap(torch.func.grad(f)) of a
+            # function the replay cannot rebuild: recorded, its functorch-wrapped tensors, which
+            # have no storage, made the recorder raise where eager ran)
             self.unreplayable = self.unreplayable or f"{reason}: {e}"
+            self.ext_depth += 1
+
+            def unrecorded(fr: types.FrameType) -> None:
+                self.ext_depth -= 1
+            unrecorded.is_call = True  # type: ignore[attr-defined]
+            self.pending[frame] = unrecorded
             return
         k = self._hoisted_step(fe, ae, ke, reason) if not idempotent and (
             hoist or _rng_draw(f, args, kwargs) or pure_draw(f, args)) else None

@@ -151,10 +151,29 @@ def _overlapping_write(name: str, args: tuple, kwargs: dict, overlap_storages=()
     # they were); eager's pointwise ops reject such operands, scatters and index ops do not
     flat, _ = tree_flatten((args[1:], {k: v for k, v in kwargs.items() if k != "out"}))
     lo, hi = _byte_span(t)
+    # `y[:, 1] -= r` is y.__setitem__((slice, 1), y[:, 1].__isub__(r)): the value written is
+    # the very view it is written to (a copy onto itself), not another layout of that memory
+    dest = _basic_index_view(t, args[1]) if name == "__setitem__" and len(args) > 1 else None
+    same = {(t.data_ptr(), t.shape, t.stride())} | \
+        ({(dest.data_ptr(), dest.shape, dest.stride())} if dest is not None else set())
     return any(isinstance(o, torch.Tensor) and o is not t and o.layout == torch.strided and o.numel() and
                o.device == t.device and o.untyped_storage().data_ptr() == t.untyped_storage().data_ptr() and
-               (o.data_ptr(), o.shape, o.stride()) != (t.data_ptr(), t.shape, t.stride()) and
+               (o.data_ptr(), o.shape, o.stride()) not in same and
                _byte_span(o)[0] < hi and lo < _byte_span(o)[1] for o in flat)
+
+
+def _basic_index_view(t: torch.Tensor, index: Any) -> torch.Tensor | None:
+    """t[index] where index is basic (ints, slices, None, Ellipsis: a view of t), else None."""
+    parts = index if type(index) is tuple else (index,)
+    if not all(type(p) in (int, slice, type(None)) or p is Ellipsis for p in parts) or \
+            any(type(p) is slice and not all(type(b) in (int, type(None)) for b in (p.start, p.stop, p.step))
+                for p in parts):
+        return None
+    try:
+        with torch._C.DisableTorchFunction():
+            return t[index]
+    except (IndexError, RuntimeError, ValueError):
+        return None
 
 
 def _byte_span(t: torch.Tensor) -> tuple[int, int]:
