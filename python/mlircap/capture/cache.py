@@ -6,6 +6,7 @@ import collections
 import functools
 import os
 import sys
+import threading
 import types
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -102,6 +103,9 @@ class _Captured:
         self.func: types.FunctionType | None = func if isinstance(func, types.FunctionType) else None
         self.code: types.CodeType | None = self.func.__code__ if self.func is not None else None
         self.variants: list[_Variant] = []
+        self.n_recorded = 0   # variants stored so far (_await_recordings: threads recording at once)
+        self._recording = threading.Condition()   # guards _recorders: threads recording a variant
+        self._recorders: set[int] = set()
         self.warned = False
         # past cache_limit: the argument signatures (_arg_signature) of calls that matched no
         # variant; such a call again runs eagerly without checking the variants' guards
@@ -203,6 +207,7 @@ class _Captured:
     def dispatch(self, func: types.FunctionType, args: tuple) -> Any:
         stats = self.stats
         stats.calls += 1
+        seen = self.n_recorded
         if torch._C._is_torch_function_mode_enabled():
             mode = _user_function_mode()
             if mode is not None:
@@ -267,7 +272,35 @@ class _Captured:
         if reason is not None:
             self.stats.recompile_reasons.append(reason)
             _logs.log("recompiles", f"{self.code.co_name}: {reason}")
-        return self._record(func, args, log)
+        if log is not None:   # (uncapturable calls ran: this call goes on from their results)
+            return self._record(func, args, log)
+        if self._await_recordings(seen):
+            stats.calls -= 1
+            return self.dispatch(func, args)
+        try:
+            return self._record(func, args, log)
+        finally:
+            with self._recording:
+                self._recorders.discard(threading.get_ident())
+                self._recording.notify_all()
+
+    def _await_recordings(self, seen: int) -> bool:
+        """Threads that missed at once (a server's workers on their first request) each
+        recorded and compiled the same variant: duplicates that filled cache_limit, after
+        which every call ran eagerly.  A call that missed waits for the other threads'
+        recordings of this function to store their variants (not inside a recording of its
+        own, which holds the recording lock theirs need); True: a variant was stored since
+        it missed (`seen`: `n_recorded` then), check the variants again.  Else this thread
+        is marked as recording."""
+        me = threading.get_ident()
+        with self._recording:
+            if not _RECORD_LOCK._is_owned():
+                while self._recorders - {me}:
+                    self._recording.wait()
+            if self.n_recorded != seen:
+                return True
+            self._recorders.add(me)
+            return False
 
     def _call_under_mode(self, func: types.FunctionType, args: tuple, why: str) -> Any:
         """A call made while the user's TorchFunctionMode is active (`with torch.device("cuda"):`,
@@ -391,6 +424,7 @@ class _Captured:
                 v = None
         if v is not None:
             self.variants.append(v)
+            self.n_recorded += 1
             if _logs.enabled("guards"):
                 _logs.log("guards", f"{self.code.co_name} variant {len(self.variants)}: " + "; ".join(g.describe() for g in v.pre))
         return _plain(result)

@@ -1,0 +1,52 @@
+"""API-level audit (issues 10/11): mlircap used as a user with production code would use it (the
+compiled module wrapper, composition with torch's stack, unusual inputs, errors, threads), each
+defect found compared with eager."""
+import threading
+import warnings
+
+import torch
+from torch import nn
+
+import mlircap
+
+
+def test_threads_missing_at_once_record_one_variant():
+    """Threads serving one compiled model (a server's workers on their first request) all miss the
+    empty cache at once. Each recorded and compiled the same variant after waiting for the recording
+    lock: 4 threads left 4 identical variants, and 8 filled cache_limit, after which every call of
+    the model ran eagerly. A thread that missed now waits for the other threads' recordings of the
+    function and replays the variant they stored."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8)).eval()
+    fast = mlircap.compile(model)
+    x = torch.randn(4, 16)
+    want = model(x)
+    n = 6
+    start = threading.Barrier(n)
+    results, errors = [], []
+
+    def worker():
+        try:
+            start.wait()
+            for _ in range(3):
+                results.append(fast(x))
+        except BaseException as e:   # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        threads = [threading.Thread(target=worker) for _ in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors, errors
+    assert len(results) == 3 * n
+    for r in results:
+        torch.testing.assert_close(r, want, rtol=1e-5, atol=1e-5)
+    assert len(fast.graphs) == 1, f"{len(fast.graphs)} graphs recorded for one variant"
+    assert not [w for w in caught if "cache_limit" in str(w.message)]
+    # the threads' later variants (grad mode off) are recorded once each too
+    with torch.no_grad():
+        fast(x)
+    assert len(fast.graphs) == 2
