@@ -107,6 +107,11 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
         if type(fn) is types.FunctionType and _classify(fn.__code__) == "user" and f is not _IS_COMPILING:
             self._note_callee(frame, f)
             return True
+        if _namedtuple_class(f):
+            # State(*(s.detach() for s in state)): a namedtuple's generated __new__ is traced
+            # code too; made here, untraced, the generator's tensors were of unknown origin
+            # and the whole function ran eagerly
+            return True
         if type(fn) in (types.FunctionType, types.BuiltinFunctionType) and f is not _IS_COMPILING and \
                 (getattr(fn, "__module__", None) or "").startswith("torch") and _call_kind(f) == "safe" and \
                 not (self.lazy or self.lazy_objs) and f not in (torch.from_numpy, torch.as_tensor, torch.tensor):
@@ -588,3 +593,15 @@ def _reads_only_its_operands(f: Any, args: list, kwargs: dict) -> bool:
 
 
 _HEAPTYPE = 1 << 9   # Py_TPFLAGS_HEAPTYPE: classes made by Python code (and 3.12's heap C types)
+
+
+def _namedtuple_class(f: Any) -> bool:
+    """A class made by collections.namedtuple / typing.NamedTuple whose construction is its
+    generated `__new__` (traced code: _classify says "user"), nothing overridden around it."""
+    if not (isinstance(f, type) and issubclass(f, tuple) and hasattr(f, "_fields") and type(f) is type):
+        return False
+    new = f.__dict__.get("__new__") or next((c.__dict__["__new__"] for c in f.__mro__[1:]
+                                             if "__new__" in c.__dict__ and c is not tuple), None)
+    new = getattr(new, "__func__", new)
+    return type(new) is types.FunctionType and _classify(new.__code__) == "user" and \
+        f.__init__ is tuple.__init__ and new.__code__.co_filename.startswith("<")

@@ -61,6 +61,43 @@ def make():
 """, [(torch_randn(6, seed=i),) for i in range(2)], allow_eager=True)
 
 
+def test_namedtuple_made_from_a_generator_of_tensors_is_captured():
+    """A streaming LSTM's carried state detached between calls, `self.state = State(*(s.detach()
+    for s in self.state))`: f(*gen) of a namedtuple class turned gen into a tuple in the handler,
+    untraced, so the detached tensors were of unknown origin and the whole function ran eagerly
+    (heldout5 namedtuple_stream). The namedtuple's generated __new__ is traced code: CPython runs
+    the generator, traced, as for a user function. One graph per state shape (None, then a
+    State), each replayed."""
+    run_program("""
+import collections
+from typing import NamedTuple
+
+class State(NamedTuple):
+    h: torch.Tensor
+    c: torch.Tensor
+
+Pair = collections.namedtuple("Pair", "a b")
+
+class Streamer:
+    def __init__(self):
+        self.state = None
+        self.pair = None
+
+    def __call__(self, x):
+        st = self.state if self.state is not None else State(x * 0, x * 0 + 1)
+        h, c = torch.tanh(st.h + x), st.c * torch.sigmoid(x)
+        self.state = State(*(s.detach() for s in (h, c)))
+        self.pair = Pair(*(t * 2 for t in self.state))
+        return h + c
+
+def make():
+    return Streamer()
+
+def state(s):
+    return s.state, s.pair
+""", [(torch_randn(3, seed=i),) for i in range(4)], graphs=2, recompiles=1)
+
+
 def torch_randn(*shape, seed):
     import torch
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
