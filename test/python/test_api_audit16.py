@@ -50,3 +50,42 @@ def test_threads_missing_at_once_record_one_variant():
     with torch.no_grad():
         fast(x)
     assert len(fast.graphs) == 2
+
+
+def _sin_poly(a):
+    return a.sin() * a + a.cos()
+
+
+def test_torch_func_transforms_over_a_compiled_function_run_it_eagerly():
+    """torch.func.vmap of a compiled function raised out of the user's call ('Batching rule not
+    implemented for aten::_debug_has_internal_overlap': the recording read the batched argument's
+    storage), where eager computes it; torch.func.grad / jacrev warned that capture gave up ('Cannot
+    access storage of TensorWrapper') and kept a variant that runs eagerly. A call under a torch.func
+    transform that matches no variant now runs eagerly, with one warning naming the transform, and
+    records nothing: calls outside the transform still replay the compiled graph."""
+    fast = mlircap.compile(_sin_poly)
+    x = torch.randn(5)
+    fast(x)
+    batch = torch.randn(3, 5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.testing.assert_close(torch.func.vmap(fast)(batch), torch.func.vmap(_sin_poly)(batch))
+        torch.testing.assert_close(torch.func.jacrev(fast)(x), torch.func.jacrev(_sin_poly)(x))
+        loss = mlircap.compile(lambda a: _sin_poly(a).sum())
+        torch.testing.assert_close(torch.func.grad(loss)(x), torch.func.grad(lambda a: _sin_poly(a).sum())(x))
+    messages = [str(w.message) for w in caught]
+    assert not [m for m in messages if "gave up" in m], messages
+    assert [m for m in messages if "torch.func transform" in m], messages
+    torch.testing.assert_close(fast(x), _sin_poly(x))
+    assert len(fast.graphs) == 1 and fast._call.stats.replays == 1
+
+
+def test_torch_func_vmap_over_a_compiled_module():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    fast = mlircap.compile(model)
+    batch = torch.randn(3, 5, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.func.vmap(fast)(batch)
+    torch.testing.assert_close(got, torch.func.vmap(model)(batch))

@@ -29,6 +29,7 @@ from .replay import _EagerVariant, _GraphVariant, _SkipFrameVariant, _Variant
 T = TypeVar("T")
 _top_saved_hooks = torch._C._autograd._top_saved_tensors_default_hooks   # (~60 ns a call)
 _dispatch_modes = torch._C._len_torch_dispatch_stack
+_functorch_level = torch._C._functorch.peek_interpreter_stack
 
 
 
@@ -238,6 +239,13 @@ class _Captured:
                 self.fail_counts["a data-dependent value (mid-replay guard)"] += 1
         if any(getattr(v, "dead", False) for v in self.variants):   # (asserts.Deopt)
             self.variants = [v for v in self.variants if not getattr(v, "dead", False)]
+        if log is None and _functorch_level() is not None:
+            # a call under torch.func.vmap / grad / jacrev / jvp that matched no variant: its
+            # arguments are the transform's wrapped tensors (no storage), whose recording
+            # raised out of the user's call (vmap: 'Batching rule not implemented for
+            # aten::_debug_has_internal_overlap') or left a variant that runs eagerly
+            return self._call_under_mode(func, args, "a torch.func transform (vmap, grad, jacrev, jvp, ...) "
+                                                     "is active")
         reason = None
         full = len(self.variants) >= self.cache_limit
         if self.variants and not (full and self.warned and not self.strict):
