@@ -17,6 +17,7 @@ compile worker fills the cache, so the process running the graph only loads.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import math
 import os
@@ -235,6 +236,41 @@ def _depthwise_call(step, values, constants) -> list[int] | None:
     return [int(len(step.ins) == 3), sh, sw, ph, pw, dh, dw]
 
 
+def _share_by_liveness(plan: Plan, buffers: list) -> list[list[int]]:
+    """`buffers` (plan values) grouped into slots of one memory each: buffers of one shape
+    and dtype share a slot when no step uses two of them (a step's use of a view is a use
+    of its base; a buffer lives from the first step that uses it to the last). Each slot
+    lists its buffers by first use. Kernels take their pointers as noalias: two buffers
+    one step uses are never in one slot. A backward graph's per-step products (an RNN's
+    weight gradients, its gates) then write memory a step before them wrote and left,
+    warm in cache, instead of a distinct buffer each."""
+    ids = {v.id for v in buffers}
+    first, last = {}, {}
+    for k, step in enumerate(plan.steps):
+        used = step.value_args if isinstance(step, KernelStep) else (*step.ins, step.out)
+        for vid in used:
+            b = plan.base_of(vid)
+            if b in ids:
+                first.setdefault(b, k)
+                last[b] = k
+    groups: dict[tuple, list] = {}
+    for v in buffers:
+        if v.id in first:
+            groups.setdefault((tuple(v.shape), v.dtype), []).append(v.id)
+    slots = [[v.id] for v in buffers if v.id not in first]   # (unused: a slot of its own)
+    for vids in groups.values():
+        free: list[tuple[int, int]] = []   # (last use, slot index) of the group's slots
+        for vid in sorted(vids, key=lambda i: (first[i], i)):
+            if free and free[0][0] < first[vid]:
+                _, i = heapq.heappop(free)
+                slots[i].append(vid)
+            else:
+                i = len(slots)
+                slots.append([vid])
+            heapq.heappush(free, (last[vid], i))
+    return slots
+
+
 # Bytes of intermediate buffers a CPU plan keeps between calls (CpuPlanExecutable._workspace_buffers):
 # allocating a buffer costs about 1 µs of host time whatever its size, so small graphs gain most;
 # large intermediates are allocated per call as eager does, not held while the graph is idle.
@@ -331,6 +367,7 @@ class CpuPlanExecutable:
             if params is not None:
                 self._native[id(step)] = params
         self._rebound = self._rebound_values()
+        self._shared = {}     # workspace buffer id -> the one whose memory it uses (_share_by_liveness)
         self._workspace = self._workspace_buffers()
         self._view_cells = {}   # view id -> [(Parameter, its data pointer, the view)] (_view_maker)
         self.program = self._core.CpuProgram()
@@ -390,21 +427,23 @@ class CpuPlanExecutable:
 
     def _workspace_buffers(self) -> set[int]:
         """Buffers kept from call to call instead of allocated per call: those no
-        output is (a view of), smallest first while their bytes sum to at most
+        output is (a view of), smallest first while their memory sums to at most
         WORKSPACE_BYTES. Their contents never outlive a call, so a call reuses the
-        buffers of an earlier one (a pool: concurrent calls take different sets)."""
+        buffers of an earlier one (a pool: concurrent calls take different sets).
+        Buffers of one shape and dtype whose uses do not overlap share memory
+        (`_share_by_liveness`, recorded in self._shared), counted once."""
         exe = self.exe
         returned = {exe._base_of(o) for o in exe.outputs}
-        sizes = []
-        for v in exe.buffers:
-            if v.id not in returned and v.id not in self._rebound:
-                sizes.append((v.nbytes, v.id))
+        candidates = [v for v in exe.buffers if v.id not in returned and v.id not in self._rebound]
+        slots = _share_by_liveness(self.plan, candidates)
         kept, total = set(), 0
-        for n, vid in sorted(sizes):
+        for slot in sorted(slots, key=lambda s: (self.exe.values[s[0]].nbytes, s[0])):
+            n = self.exe.values[slot[0]].nbytes
             if total + n > WORKSPACE_BYTES:
                 break
-            kept.add(vid)
+            kept.update(slot)
             total += n
+            self._shared.update((vid, slot[0]) for vid in slot[1:])
         return kept
 
     def _new_workspace(self) -> tuple:
@@ -415,10 +454,12 @@ class CpuPlanExecutable:
             return self._make_workspace()
 
     def _make_workspace(self) -> tuple:
-        tensors = {}
+        tensors, shared = {}, self._shared
         for vid, new, sizes in self._alloc:
-            if vid in self._workspace:
+            if vid in self._workspace and vid not in shared:
                 tensors[vid] = new(*sizes)
+        for vid, owner in shared.items():
+            tensors[vid] = tensors[owner]
         for vid, of, shape, strides, offset in self._views:
             if of in self._workspace:
                 base = tensors[of]
