@@ -106,8 +106,8 @@ class CompiledGraph:
             self._recorded += 1
             self._last_inputs = [weakref.ref(a) if isinstance(a, torch.Tensor) else (lambda a=a: a) for a in args]
         exe = self.executable
-        if exe is self.gm:
-            return self.gm(*args)
+        if exe is self.gm:   # (forward: see PartitionedGraph's steps)
+            return self.gm.forward(*args)
         try:
             ins = args if not self._permuted else layouts.take_physical(args, self._permuted)
             ins = ins if self._widened is None else _widen_inputs(ins, self._widened[0])
@@ -938,8 +938,8 @@ class _EagerIsland:
             # autograd.Function's forward): under no_grad it returns none, as eager's layer
             # never does. Grad mode on, on detached inputs: no autograd graph is built.
             with torch.enable_grad():
-                return self.gm(*[a.detach() if isinstance(a, torch.Tensor) else a for a in args])
-        return self.gm(*args)
+                return self.gm.forward(*[a.detach() if isinstance(a, torch.Tensor) else a for a in args])
+        return self.gm.forward(*args)   # (not the module's __call__: see PartitionedGraph's steps)
 
 
 # fused attention kernels that take q, k and v in any layout with a unit last stride

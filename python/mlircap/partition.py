@@ -794,6 +794,32 @@ def extract(gm: fx.GraphModule, part: Part, used_later: set[fx.Node]) -> tuple[f
     return module, inputs, outputs
 
 
+def note_user_line(e: BaseException) -> None:
+    """Adds the user's file:line of the graph op that raised `e` (eager's error out of an
+    island: an index out of range, a LAPACK failure) as a note: the traceback of a compiled
+    call ends in mlircap's runner, where eager's names the user's line."""
+    from .backend import _node_loc
+
+    node = None
+    tb = e.__traceback__
+    while tb is not None:   # the innermost generated forward of a graph module
+        code = tb.tb_frame.f_code
+        if code.co_filename.startswith("<eval_with_key>") and code.co_name == "forward":
+            gm = tb.tb_frame.f_locals.get("self")
+            idx = (getattr(gm, "_lineno_map", None) or {}).get(tb.tb_lineno - code.co_firstlineno)
+            if idx is not None and isinstance(gm, fx.GraphModule):
+                node = list(gm.graph.nodes)[idx]
+        tb = tb.tb_next
+    loc = _node_loc(node) if node is not None else None
+    if loc is None or loc.startswith("<") or any("(mlircap:" in n for n in getattr(e, "__notes__", ())):
+        return
+    t = node.target
+    if t is _with_effects_direct or t is torch.ops.higher_order.with_effects:
+        t = node.args[1]
+    name = op_name(t).replace("::", ".") if hasattr(t, "_schema") else getattr(t, "__qualname__", str(t))
+    e.add_note(f"(mlircap: raised by {name} at {loc} in the compiled call)")
+
+
 class PartitionedGraph:
     """Runs the parts of a graph in order, each either a compiled graph or an
     eager island (an FX GraphModule run by torch). Values are dropped after
@@ -823,6 +849,11 @@ class PartitionedGraph:
         self.steps = []
         for k, (fn, ins, outs_k) in enumerate(steps):
             free = [s for s, last in last_use.items() if last == k and s not in keep and s >= self.n_inputs]
+            if isinstance(fn, fx.GraphModule):
+                # its generated forward, not the module's __call__: an op raising there (an
+                # index out of range, eager's error) printed FX's 'Call using an FX-traced
+                # Module' report on stderr and dropped the traceback (eager prints nothing)
+                fn = fn.forward
             self.steps.append((fn, [slots[n] for n in ins], [slots[n] for n in outs_k], free))
         self.n_slots = len(slots)
         self.whole = None   # runtime.cuda.WholeGraph running it as one CUDA graph, if set
@@ -834,11 +865,15 @@ class PartitionedGraph:
 
     def run_parts(self, *args):
         env = list(args) + [None] * (self.n_slots - len(args))
-        for fn, ins, outs, free in self.steps:
-            res = fn(*[env[i] for i in ins])
-            for s, v in zip(outs, res):
-                env[s] = v
-            for s in free:
-                env[s] = None
+        try:
+            for fn, ins, outs, free in self.steps:
+                res = fn(*[env[i] for i in ins])
+                for s, v in zip(outs, res):
+                    env[s] = v
+                for s in free:
+                    env[s] = None
+        except Exception as e:
+            note_user_line(e)
+            raise
         result = [env[s] if s is not None else lit for s, lit in self._out]
         return result[0] if self._single else result

@@ -89,3 +89,38 @@ def test_torch_func_vmap_over_a_compiled_module():
         warnings.simplefilter("ignore")
         got = torch.func.vmap(fast)(batch)
     torch.testing.assert_close(got, torch.func.vmap(model)(batch))
+
+
+def _counts(i):
+    return torch.bincount(i, minlength=4) + 1   # the line the error names
+
+
+def test_an_error_raised_in_a_compiled_call_names_the_users_line_and_prints_nothing(capfd):
+    """An op of a compiled graph that raises eager's error at run time (torch.bincount of a negative
+    index, run through torch between compiled parts) went through torch.fx's GraphModule.__call__,
+    which printed a 'Call using an FX-traced Module' report with the generated code on stderr (eager
+    prints nothing: a loop that catches the error printed it every time) and re-raised the error
+    without its traceback, so nothing named the user's line. The parts' generated forwards are called
+    directly now, and the error gets a note naming the op and the user's file:line."""
+    fast = mlircap.compile(_counts)
+    good = torch.tensor([0, 1, 3])
+    for _ in range(2):
+        torch.testing.assert_close(fast(good), _counts(good))
+    capfd.readouterr()
+    bad = torch.tensor([0, -1, 3])
+    for _ in range(2):
+        try:
+            fast(bad)
+        except RuntimeError as e:
+            err = e
+        else:
+            raise AssertionError("no error")
+    try:
+        _counts(bad)
+    except RuntimeError as e:
+        assert str(err) == str(e)
+    assert "FX-traced" not in capfd.readouterr().err
+    line = _counts.__code__.co_firstlineno + 1
+    assert [n for n in getattr(err, "__notes__", ()) if f"test_api_audit16.py:{line}" in n and "bincount" in n], \
+        getattr(err, "__notes__", None)
+    torch.testing.assert_close(fast(good), _counts(good))
