@@ -368,7 +368,7 @@ class _Captured:
                     rec.grad_end = torch.is_grad_enabled()   # (torch.set_grad_enabled(False) unrestored)
                     rec.autocast_end = autocast_state()   # (torch.set_autocast_enabled(...) unrestored)
                 finally:
-                    sys.setprofile(old_prof)
+                    _restore_profile(old_prof)
                     sys.settrace(old)
                     _REC_TLS.rec = prev_rec
         if rec.break_overflow and not self.warned_breaks and not self.strict:
@@ -558,6 +558,22 @@ def _callers_level() -> int:
 
 
 _CONTEXT_DECORATORS = (os.path.join("utils", "_contextlib.py"), os.path.join("amp", "autocast_mode.py"))
+
+
+def _restore_profile(old: Any) -> None:
+    """Puts back the profile function a recording replaced.  Under cProfile (3.11: a C
+    profile function) sys.getprofile() returns the Profile object, which sys.setprofile
+    rejects ('Profile' object is not callable, raised to a user profiling a compiled call):
+    its enable() installs it again.  A C profiler with no such method cannot be restored
+    from Python and stays off (it loses the events of this thread, not the call)."""
+    if old is None or callable(old):
+        sys.setprofile(old)
+    elif callable(getattr(old, "enable", None)):
+        sys.setprofile(None)
+        old.enable()
+    else:
+        sys.setprofile(None)
+
 
 def _hook_acquire() -> None:
     """One more user of the frame hook (installed while any captured call or recording of
