@@ -63,3 +63,20 @@ def adopt_fake_vals(graph, fake, copied) -> None:
             else:
                 with fake:
                     n.meta["val"] = torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=v.device)
+
+
+def keep_layout(new, old_val) -> None:
+    """`new`, a node traced apart that replaces one whose meta value is `old_val`, given
+    `old_val`'s strides and storage offset where its own differ. The views of the replaced
+    node (an alias, y[0]) kept meta values computed from `old_val`'s layout; a layout of its
+    own (the traced copysign's `where` contiguous, eager's result transposed as its input)
+    made backend._output_views remake y[0] as an as_strided of `new`'s buffer with strides
+    relative to another layout: elements from the wrong places (--grad seed 537: x.grad)."""
+    import torch
+
+    v = new.meta.get("val")
+    if not (isinstance(v, torch.Tensor) and isinstance(old_val, torch.Tensor)) or v.shape != old_val.shape or \
+            v.dtype != old_val.dtype or (v.stride() == old_val.stride() and
+                                         v.storage_offset() == old_val.storage_offset()):
+        return
+    new.meta["val"] = old_val

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from .fxutil import adopt_fake_vals, op_name
+from .fxutil import adopt_fake_vals, keep_layout, op_name
 
 MAX_DEGREE = 16
 
@@ -188,9 +188,10 @@ def _rewrite_recurrence(graph: fx.Graph, node: fx.Node, kind: str) -> list[fx.No
 
 def inline(graph: fx.Graph, node: fx.Node, fn, inputs: list) -> fx.Node | None:
     """Replaces `node` by `fn(*inputs)` -> (value, error flag) traced into `graph` (on
-    real zero tensors shaped like the inputs, meta values then as the graph's fake
-    tensors); returns the flag's node, or None (`node` left as it is) where tracing fails
-    or the value is not `node`'s shape and dtype."""
+    real zero tensors laid out as the inputs, meta values then as the graph's fake
+    tensors, the value's with `node`'s strides: keep_layout); returns the flag's node, or
+    None (`node` left as it is) where tracing fails or the value is not `node`'s shape
+    and dtype."""
     from torch._guards import detect_fake_mode
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
@@ -202,7 +203,7 @@ def inline(graph: fx.Graph, node: fx.Node, fn, inputs: list) -> fx.Node | None:
     fake = detect_fake_mode(vals)
     try:
         with unset_fake_temporarily(), disable_proxy_modes_tracing():
-            examples = [torch.zeros(v.shape, dtype=v.dtype) for v in vals]
+            examples = [torch.zeros_like(torch.empty_strided(v.shape, v.stride(), dtype=v.dtype)) for v in vals]
             sub = make_fx(fn, decomposition_table=decomposition_table())(*examples)
     except Exception:   # noqa: BLE001 - anything it does not handle stays an island
         return None
@@ -215,6 +216,7 @@ def inline(graph: fx.Graph, node: fx.Node, fn, inputs: list) -> fx.Node | None:
     with graph.inserting_before(node):
         res, flag = graph.graph_copy(sub.graph, dict(zip(phs, inputs)))
     adopt_fake_vals(graph, fake, set(graph.nodes) - before)
+    keep_layout(res, want)
     res.meta["mlircap_bounds_checked"] = True
     node.replace_all_uses_with(res)
     graph.erase_node(node)

@@ -27,7 +27,7 @@ import math
 import torch
 import torch.fx as fx
 
-from .fxutil import adopt_fake_vals, bool_like, op_name
+from .fxutil import adopt_fake_vals, bool_like, keep_layout, op_name
 
 aten = torch.ops.aten
 
@@ -471,6 +471,7 @@ def rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
             flags.append(flag)
     # the copied nodes' values as the graph's fake tensors
     adopt_fake_vals(graph, fake, set(graph.nodes) - before)
+    keep_layout(out, want)
     out.meta["mlircap_bounds_checked"] = True
     node.replace_all_uses_with(out)
     graph.erase_node(node)
