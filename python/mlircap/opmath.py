@@ -168,3 +168,36 @@ def overflowing_number(node: fx.Node) -> bool:
     big = torch.finfo(v.dtype).max
     return any(isinstance(a, (int, float)) and not isinstance(a, bool) and abs(a) > big and math.isfinite(a)
                for a in (*node.args, *node.kwargs.values()))
+
+
+def lerp_rounded_once(start, end, weight):
+    """aten.lerp (.Scalar / .Tensor) of float32 / bfloat16 / float16 on the CPU as eager's
+    kernel (native/cpu/LerpKernel.cpp, lerp_vec) computes it: coeff = weight (|weight| < 0.5)
+    or weight - 1, base = start or end, then fmadd(coeff, end - start, base) in float32,
+    one rounding for the product and the sum (then to bfloat16 / float16). torch's
+    decomposition rounds the product first: one unit off on some elements (tensorops seed
+    550: 76 of 588 lerps of integers by their sigmoids, amplified by linalg.inv into
+    unique's counts). The fused step is the float64 product of the float32 operands (exact)
+    plus the float32 base, rounded to float32 (a second rounding differs from the fma's
+    only within 2^-29 units of a float32 midpoint). float64 (no wider type) and other
+    devices: NotImplemented."""
+    if not isinstance(start, torch.Tensor) or not isinstance(end, torch.Tensor) or start.device.type != "cpu" or \
+            start.dtype not in (torch.float32, *LOW) or end.dtype != start.dtype:
+        return NotImplemented
+    f32, f64 = torch.float32, torch.float64
+    s, e = start.to(f32), end.to(f32)
+    if isinstance(weight, torch.Tensor):
+        if weight.dtype != start.dtype:
+            return NotImplemented
+        w = weight.to(f32)
+        small = w.abs() < 0.5
+        coeff = torch.where(small, w, w - 1).to(f64)
+        base = torch.where(small, s, e)
+    elif isinstance(weight, (int, float)) and not isinstance(weight, bool):
+        w = as_dtype_scalar(float(weight), f32)   # eager reads the number as float32 (opmath)
+        small = abs(w) < 0.5
+        coeff, base = (w, s) if small else (as_dtype_scalar(w - 1, f32), e)
+    else:
+        return NotImplemented
+    out = ((e - s).to(f64) * coeff + base.to(f64)).to(f32)
+    return out.to(start.dtype)
