@@ -147,6 +147,16 @@ class _Worker:
                 raise WorkerCrashed(stage, f"timed out after {timeout_s():.0f} s", ir) from None
             except (BrokenPipeError, OSError, EOFError, pickle.UnpicklingError):
                 pass
+            except WorkerError:   # the request's own answer: the conversation is in step
+                raise
+            except BaseException:
+                # interrupted while the worker works on this request (Ctrl-C during a long
+                # compile, a signal handler's exception): its answer would stay in the pipe
+                # and answer the next request, whose graph was then built from this one's
+                # IR (a silent wrong result where the two graphs' signatures agree). A
+                # worker whose conversation is out of step is not reused.
+                self.stop()
+                raise
             rc = _reap(proc)
             self.proc = None
             how = (f"died with {signal.Signals(-rc).name}" if rc < 0 and -rc in signal.Signals._value2member_map_
