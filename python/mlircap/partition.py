@@ -371,6 +371,20 @@ def _many_piece_cpu_cat(node: fx.Node) -> bool:
         config.env_flag("MLIRCAP_CPU_LIBRARY_OPS")
 
 
+def _eager_rejects(node: fx.Node, name: str) -> bool:
+    """Whether eager's kernel raises on `node`'s operand dtypes, whatever the values: sub /
+    rsub with a bool operand ("Subtraction, the `-` operator, with a bool tensor is not
+    supported"), neg of a bool. Fake tensors do not check it, so a graph can hold one:
+    aot_autograd's backward of pow(x, mask) computes `mask - 1` (pow_backward_self), and the
+    compiled backward returned a gradient where eager's raised (--grad seed 657). Through
+    torch it raises as eager's."""
+    if name not in ("aten::sub", "aten::rsub", "aten::neg"):
+        return False
+    ops = node.args[:1] if name == "aten::neg" else node.args[:2]
+    return any(isinstance(a, bool) or (isinstance(a, fx.Node) and isinstance(v := a.meta.get("val"), torch.Tensor)
+                                       and v.dtype == torch.bool) for a in ops)
+
+
 def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
     """Why `node` must run through torch, or None."""
     if node.meta.get(BOUNDARY):   # a pair viewed as complex for a library call, or back
@@ -378,6 +392,8 @@ def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
     if is_random(node) or node.meta.get(_RANDOM_LAYOUT):
         return "random"
     name = op_name(node.target)
+    if _eager_rejects(node, name):
+        return "eager raises (operand dtypes)"
     if name in _LIBRARY_OPS or _library_error_check(node):
         return "library"
     out = node.meta.get("val")

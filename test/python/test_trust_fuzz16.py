@@ -97,3 +97,25 @@ def test_unique_counts_after_lerp_and_inverse():
         for w, got in zip(f(x), fast(x)):
             assert torch.equal(got, w)
 
+
+# ------------------------------------------- an op eager rejects for its dtypes, in a backward
+# --grad seed 657: torch.pow(v, mask) of a float v requiring grad and a bool exponent;
+# eager's backward computes `mask - 1` (pow_backward_self) and raises RuntimeError
+# ("Subtraction, the `-` operator, with a bool tensor is not supported"); fake tensors do
+# not check it, and the compiled backward returned a gradient from the second call on
+def test_pow_of_a_bool_exponent_backward_raises_as_eager():
+    def f(x, y):
+        return ((torch.pow(x, y > 0) * 2).sum(),)
+    x, y = torch.randn(5), torch.randn(5)
+
+    def outcome(fn):
+        xs = x.clone().requires_grad_()
+        try:
+            fn(xs, y)[0].backward()
+        except RuntimeError:
+            return "raised"
+        return "returned"
+    assert outcome(f) == "raised"
+    fast = mlircap.compile(f)
+    assert [outcome(fast) for _ in range(3)] == ["raised"] * 3
+
