@@ -31,9 +31,10 @@ class _FlowWriteMixin:
     def _flow_store(self, fr: types.FrameType, name: str, expr: str, ks: frozenset[int]) -> bool:
         """STORE_ATTR about to store the followed float (expression expr of the numbers ks)
         into `obj.name` (obj at the top of the stack): True when its write is replayed as
-        the expression (the instruction is then done with the float)."""
+        the expression (the instruction is then done with the float).  An int too: a counter
+        read before its increment (`lr = sched(self.n)` ... `self.n += 1`)."""
         obj, val = _E.peek(fr, 0), _E.peek(fr, 1)
-        if type(val) is not float or val != val or id(obj) not in self.src or self.ext_writes or \
+        if type(val) not in (float, int) or val != val or id(obj) not in self.src or self.ext_writes or \
                 self._flow_stale(ks) or (id(obj), name) in self.flow_stores:
             return False
         if any(k <= -_ATTR_KEYS and self.flow_ext.get(k) != 0 for k in ks):
@@ -137,6 +138,8 @@ class _FlowWriteMixin:
             for k in ks:
                 if k <= -_ATTR_KEYS and k in self.flow_roots:
                     out[self._flow_bound(k)] = self.flow_roots[k][0]
+        for k in self.flow_ret_roots:   # (and the returned floats' expressions: flows._flow_returned)
+            out[self._flow_bound(k)] = self.flow_roots[k][0]
         return sorted(out.items())
 
     def flow_writes(self, writes: list[Write]) -> list[Write]:

@@ -278,14 +278,21 @@ class _FlowMixin(_FlowRootMixin):
     def _flow_returned(self, fl: _Flow, fr: types.FrameType, pos: tuple[int, ...], pops: int, pushes: int) -> bool | None:
         """Followed floats the captured function returns (at pos): the replay returns them as
         their expressions (`expr_of`) instead of as the values of this recording, which then
-        need no guard.  Not an attribute: read at the end of the replay, after its writes."""
+        need no guard.  An attribute in them (`d = min(self.decay, (1 + self.updates) / (10 +
+        self.updates))`, an EMA's warmup) is the value it had as the replay starts (flow_bindings),
+        where it was read before any break: the return is evaluated after the replay's writes."""
         items = []
         for p in pos:
             expr, ks = fl.slots[p]
             obj = _E.peek(fr, p)
             if not (type(obj) is float or _np_float(obj) or type(obj) is str and len(obj) > 1) or \
-                    any(k in self.flow_pos for k in ks):
+                    any(k in self.flow_pos and (self.flow_pos[k] or self.flow_ext.get(k) or k not in self.flow_roots)
+                        for k in ks):
                 return None   # (a text of one character or none may be a shared object: guarded)
+            for k in ks:
+                if k in self.flow_pos:
+                    expr = expr.replace(self.flow_roots[k][0], self._flow_bound(k))
+                    self.flow_ret_roots.add(k)
             items.append((obj, expr, ks))
         _shift(fl, pops, pushes)
         for obj, expr, ks in items:

@@ -492,7 +492,9 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
         of its own (`what`: _cudnn_rnn_dropout)."""
         i = self.ext_seen
         self.ext_seen += 1
-        self.ext_writes += 1
+        # (no ext_writes: it reads and writes its generator and its tensors alone, never a
+        # number the recording follows: `self.paths += n` after `torch.randn(..., generator=g)`
+        # stays an expression of the value bound at the start, not a guard by value)
         if i < len(self.catchup):
             # this step already ran in a replay whose mid-replay guard then failed
             from .rng import _unlog

@@ -53,9 +53,11 @@ return y
 """), [(_x(i),) for i in range(5)], recompiles=1)
     # iterated, summed, handed to a call: every float item guarded by value
     for body in ("return self.a(x) * self.weights[0] + sum(w for w in self.weights[:2])",
-                 "return self.a(x) * self.weights[0] + len(str(self.weights))",
-                 "return self.a(x) * self.weights[0], self.weights[1]"):
+                 "return self.a(x) * self.weights[0] + len(str(self.weights))"):
         run_program(_prog(body), [(_x(i),) for i in range(4)], recompiles=3)
+    # returned: the item as the replay starts (flows._flow_returned), no guard
+    run_program(_prog("return self.a(x) * self.weights[0], self.weights[1]"), [(_x(i),) for i in range(4)],
+                recompiles=0)
     # a torch function's argument: guarded by value until its call site has seen two values,
     # then run between graphs with the replay's value (scalar_inputs._flow_torch_step)
     run_program(_prog("return torch.full_like(x, self.weights[0])"), [(_x(i),) for i in range(4)], recompiles=1)

@@ -98,6 +98,108 @@ def state(s):
 """, [(torch_randn(3, seed=i),) for i in range(4)], graphs=2, recompiles=1)
 
 
+def test_int_counter_read_then_incremented_is_not_guarded_by_value():
+    """A schedule reading a step counter before its increment, `lr = warmup(self.n)` ...
+    `self.n += 1` (or `self.n = self.n + 1`), with no graph break: the read was followed, but
+    the store of the followed int escaped (only floats were written back as expressions), so
+    the counter was guarded by value: a recompile every step until cache_limit, then eager
+    (heldout5 lr_sched_sgd's pattern without its backward). Three recompiles now (the first,
+    before the counter is seen to change), one where the warmup branch ends, and one at
+    step == warmup (the counter then is the very int object 3 the comparison's other operand is:
+    ambiguous, guarded; 6 recompiles before); every call compared with eager."""
+    run_program("""
+import math
+
+def warmup_decay(step, warmup=3, base=0.1):
+    if step < warmup:
+        return base * (step + 1) / warmup
+    return base * math.exp(-0.1 * step)
+
+class Opt:
+    def __init__(self):
+        self.p = torch.zeros(8)
+        self.n = 0
+        self.m = 0
+
+    def __call__(self, g):
+        lr = warmup_decay(self.n)
+        self.p.add_(g, alpha=-lr)
+        self.n += 1
+        self.m = self.m + 2
+        return self.p * 1.0
+
+def make():
+    return Opt()
+
+def state(o):
+    return o.p, o.n, o.m
+""", [(torch_randn(8, seed=i),) for i in range(7)], recompiles=3)
+
+
+def test_returned_float_computed_from_attributes_is_not_guarded():
+    """An EMA's decay warmup returned to the caller, `d = min(self.decay, (1 + self.updates) /
+    (10 + self.updates))` after `self.updates += 1` (timm's ModelEmaV2, heldout4 ema_update): a
+    returned float whose expression read an attribute was guarded by value (the return is
+    evaluated after the replay's writes), a recompile per update. The attributes are now bound
+    as the replay starts, as for written-back floats: no recompile, d and the EMA as eager's."""
+    run_program("""
+class EMA:
+    def __init__(self):
+        self.shadow = torch.zeros(8)
+        self.decay = 0.999
+        self.updates = 0
+
+    @torch.no_grad()
+    def update(self, p):
+        self.updates += 1
+        d = min(self.decay, (1 + self.updates) / (10 + self.updates))
+        self.shadow.mul_(d).add_(p, alpha=1 - d)
+        return d
+
+def make():
+    ema = EMA()
+
+    def step(p):
+        d = ema.update(p)
+        return ema.shadow * 2, d
+    step.ema = ema
+    return step
+
+def state(f):
+    return f.ema.shadow, f.ema.updates
+""", [(torch_randn(8, seed=i),) for i in range(5)], recompiles=0, graphs=1)
+
+
+def test_counter_after_a_draw_from_an_explicit_generator_is_not_guarded_by_value():
+    """A Monte Carlo pricer owning a torch.Generator counts its paths after the draw
+    (`z = torch.randn(n, generator=self.gen)` ... `self.paths += n`): the draw is a step between
+    graphs and was counted as an uncapturable call that may write any state, so the counter read
+    after it was guarded by value mid-replay: every call missed ('a data-dependent value changed
+    (mid-replay guard)') until cache_limit, then eager (heldout5 mc_asian_option). A draw reads
+    and writes its generator and tensors only; the counter is followed: one recompile (before it
+    is seen to change), the generator's state and the draws as eager's."""
+    run_program("""
+import math
+
+class Pricer:
+    def __init__(self):
+        self.gen = torch.Generator().manual_seed(1234)
+        self.paths = 0
+
+    def __call__(self, s0, n=64):
+        z = torch.randn(n, 4, generator=self.gen)
+        payoff = torch.clamp(s0 * torch.exp(0.2 * z.cumsum(1)).mean(1) - 1.0, min=0)
+        self.paths += n
+        return payoff.mean(), (payoff > 0).sum()
+
+def make():
+    return Pricer()
+
+def state(p):
+    return p.gen.get_state(), p.paths
+""", [(1.0 + 0.1 * i,) for i in range(5)], recompiles=1)
+
+
 def torch_randn(*shape, seed):
     import torch
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
