@@ -360,11 +360,31 @@ struct MathApprox : impl::MlircapMathApproxBase<MathApprox> {
     getOperation().walk([&](math::ExpOp op) { exps.push_back(op); });
     for (math::ExpOp op : exps)
       squareSubnormalExp(op);
+    getOperation().walk([&](arith::FPToSIOp op) {
+      op->setAttr(kOwnCast, UnitAttr::get(&getContext()));
+    });
     RewritePatternSet patterns(&getContext());
     populateMathPolynomialApproximationPatterns(patterns);
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
-      signalPassFailure();
+      return signalPassFailure();
+    // Upstream's exp (and expm1, tanh, ... built on it) converts its exponent k with
+    // fptosi after a clamp of unordered compares, which lets a NaN through; fptosi of
+    // NaN is poison in LLVM, and where the NaN is a constant LLVM folds the result
+    // to anything (softmax of a var() of no elements: 1 or inf, not NaN). k = 0 for
+    // a NaN: the polynomial's NaN times 2^0 stays NaN.
+    getOperation().walk([&](arith::FPToSIOp op) {
+      if (op->hasAttr(kOwnCast)) {
+        op->removeAttr(kOwnCast);
+        return;
+      }
+      OpBuilder b(op);
+      Value v = op.getIn();
+      Value nan = arith::CmpFOp::create(b, op.getLoc(), arith::CmpFPredicate::UNO, v, v);
+      Value zero = arith::ConstantOp::create(b, op.getLoc(), b.getZeroAttr(v.getType()));
+      op.getInMutable().assign(arith::SelectOp::create(b, op.getLoc(), nan, zero, v));
+    });
   }
+  static constexpr llvm::StringLiteral kOwnCast = "mlircap.math_approx.input_cast";
 };
 } // namespace
 } // namespace mlir::mlircap

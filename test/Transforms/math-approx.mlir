@@ -90,3 +90,20 @@ func.func @exp_subnormal(%x: vector<8xf32>) -> vector<8xf32> {
   %a = math.exp %x : vector<8xf32>
   return %a : vector<8xf32>
 }
+
+// -----
+
+// exp's exponent reaches fptosi NaN-free (fptosi of NaN is poison, which LLVM folds
+// to anything where the NaN is a constant: softmax of a var() of no elements gave
+// 1 or inf); a conversion of the program's own stays as it is.
+// CHECK-LABEL: func.func @exp_exponent_not_nan
+// CHECK: %[[NAN:.*]] = arith.cmpf uno, %[[K:.*]], %[[K]] : f32
+// CHECK: %[[SAFE:.*]] = arith.select %[[NAN]], %{{.*}}, %[[K]] : f32
+// CHECK: arith.fptosi %[[SAFE]] : f32 to i32
+// CHECK: arith.fptosi %arg1 : f32 to i32
+// CHECK-NOT: mlircap.math_approx
+func.func @exp_exponent_not_nan(%x: f32, %y: f32) -> (f32, i32) {
+  %a = math.exp %x : f32
+  %b = arith.fptosi %y : f32 to i32
+  return %a, %b : f32, i32
+}

@@ -119,3 +119,18 @@ def test_pow_of_a_bool_exponent_backward_raises_as_eager():
     fast = mlircap.compile(f)
     assert [outcome(fast) for _ in range(3)] == ["raised"] * 3
 
+
+# ------------------------------------------------------- exp of a constant NaN (LLVM poison)
+# --grad seed 727: softmax(x.var([-1, -2], correction=0)) of an x with no elements: the var
+# is a constant NaN, and the compiled softmax gave 1 or inf instead of NaN (upstream's exp
+# approximation converted a NaN exponent with fptosi: poison, folded by LLVM)
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+def test_softmax_of_a_var_of_no_elements_is_nan(grad):
+    def f(x):
+        return (x.var([-1, -2], correction=0).softmax(-1),)
+    x = torch.randn(1, 0, 8, requires_grad=grad)
+    fast = mlircap.compile(f)
+    for _ in range(3):
+        with torch.set_grad_enabled(grad):
+            got = fast(x)[0]
+        assert got.isnan().all(), got
