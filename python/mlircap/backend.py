@@ -16,6 +16,7 @@ import copy
 import dataclasses
 import hashlib
 import math
+import operator
 import threading
 import warnings
 import weakref
@@ -1105,6 +1106,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
     speculating: list = []   # the plan of a speculated graph being compiled (speculate.py)
     random_seen: list = []   # forward graphs that draw from torch's generator
     fw_reach: list = []      # the outputs each input of the forward just compiled reaches (_output_reach)
+    fw_trivial: list = []    # per forward compiled: whether it computes one small op at most (_one_small_op)
     eager_graph: list = []   # the captured graph with Python asserts (eager_first), for reruns
 
     def fw_compiler(gm, example_inputs):
@@ -1112,6 +1114,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
 
         bool_adds_as_or(gm)
         fw_reach.append(_output_reach(gm))
+        fw_trivial.append(_one_small_op(gm))
         expected = None
         if speculating:
             from .speculate import take_guards
@@ -1339,6 +1342,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
             compiled_now.clear()
             bounds_checked.clear()
             inference_now.clear()
+            fw_trivial.clear()
             autocast = torch._C._is_any_autocast_enabled()
             try:
                 fn = _aot(gm, example_inputs)
@@ -1377,6 +1381,12 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
                 # Nothing compiled: run the captured graph as it is, with
                 # eager's own kernels, not aot_autograd's decomposed graph.
                 logs.log("fallback", "no part of the graph compiled; the captured graph runs as it is")
+                return gm.forward
+            if fw_trivial == [True] and not inference_now and not bounds_checked and not options.strict:
+                # a differentiated graph computing one small op (a graph break's remainder: a cat of
+                # a loss and logits): compiled, it fuses nothing and its call pays aot_autograd's
+                # Function and wrappers (~80 us forward and backward) for eager's one kernel (~8 us)
+                logs.log("fallback", "graph of one small op with gradients: the captured graph runs as it is")
                 return gm.forward
             if bounds_checked:
                 from .bounds import rerun_on_bad_index
@@ -1438,6 +1448,27 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         return _unreached_gradients_as_none(fn, reach) if reach is not None else fn
 
     return backend
+
+
+# Elements up to which a differentiated graph of one op runs as captured (_one_small_op)
+TRIVIAL_GRAPH_ELEMENTS = 1 << 16
+
+
+def _one_small_op(gm: torch.fx.GraphModule) -> bool:
+    """aot_autograd's forward graph `gm` computes at most one op besides views, on at most
+    TRIVIAL_GRAPH_ELEMENTS result elements: nothing to fuse, and too little work for a
+    compiled kernel to win back the per-call cost of the graph's autograd Function."""
+    ops = 0
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or n.target is operator.getitem:
+            continue
+        if isinstance(n.target, torch._ops.OpOverload) and n.target.is_view:
+            continue
+        ops += 1
+        v = n.meta.get("val")
+        if ops > 1 or not isinstance(v, torch.Tensor) or v.numel() > TRIVIAL_GRAPH_ELEMENTS:
+            return False
+    return True
 
 
 def _output_reach(gm: torch.fx.GraphModule) -> list[frozenset[int]] | None:
