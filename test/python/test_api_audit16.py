@@ -124,3 +124,53 @@ def test_an_error_raised_in_a_compiled_call_names_the_users_line_and_prints_noth
     assert [n for n in getattr(err, "__notes__", ()) if f"test_api_audit16.py:{line}" in n and "bincount" in n], \
         getattr(err, "__notes__", None)
     torch.testing.assert_close(fast(good), _counts(good))
+
+
+class _Wrapped(torch.Tensor):
+    """A wrapper tensor subclass as users write them (a logging or quantized tensor): no storage of
+    its own, each aten op run on the tensor it wraps by __torch_dispatch__."""
+
+    @staticmethod
+    def __new__(cls, elem):
+        return torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype, device=elem.device)
+
+    def __init__(self, elem):
+        self.elem = elem
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_map
+
+        def unwrap(t):
+            return t.elem if isinstance(t, _Wrapped) else t
+        out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))
+        return tree_map(lambda t: _Wrapped(t) if isinstance(t, torch.Tensor) else t, out)
+
+
+def test_a_wrapper_tensor_subclass_argument_runs_the_function_eagerly():
+    """A tensor subclass with its own __torch_dispatch__ and torch function handling disabled (as
+    DTensor's, float8 tensors' and TwoTensor's): capture recorded the ops it dispatched as a graph of
+    plain tensors, and the second call handed the subclass (no storage of its own) to the compiled
+    code, which read its data pointer: a segfault. Such an argument now runs the function eagerly, as
+    other tensor subclasses do (its results keep their type and values)."""
+    fast = mlircap.compile(_sin_poly)
+    t = _Wrapped(torch.randn(4))
+    want = _sin_poly(t)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(3):
+            got = fast(t)
+            assert type(got) is _Wrapped
+            torch.testing.assert_close(got.elem, want.elem)
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    fast_model = mlircap.compile(model)
+    x = _Wrapped(torch.randn(2, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(3):
+            got = fast_model(x)
+            assert type(got) is _Wrapped
+            torch.testing.assert_close(got.elem, model(x).elem)

@@ -36,12 +36,16 @@ _PATH = re.compile(r"(?:[CLF]\[\d+\]|F|b\d+|_r\d+)(?:\.\w+|\[[^\[\]()]*\])+")
 
 def _propagating_subclass(t: type) -> bool:
     """A torch.Tensor subclass whose type torch's ops carry to their results (the default
-    __torch_function__, or its own); not nn.Parameter (its ops give plain tensors) nor a lazy
-    module's uninitialized parameter or buffer."""
+    __torch_function__, or its own; or its own __torch_dispatch__: a wrapper subclass, whose
+    ops run its Python per aten op and which may have no storage of its own, DTensor- or
+    TwoTensor-like: a replay handed one to compiled code, which read its data pointer and
+    segfaulted); not nn.Parameter (its ops give plain tensors) nor a lazy module's
+    uninitialized parameter or buffer."""
     if t is torch.Tensor or issubclass(t, torch.nn.Parameter) or \
             issubclass(t, torch.nn.parameter.UninitializedTensorMixin):
         return False
-    return getattr(t, "__torch_function__", None) is not torch._C._disabled_torch_function_impl
+    return getattr(t, "__torch_function__", None) is not torch._C._disabled_torch_function_impl or \
+        getattr(t, "__torch_dispatch__", None) is not torch._C._disabled_torch_dispatch_impl
 
 
 class _SourceMixin:
