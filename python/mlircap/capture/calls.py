@@ -23,7 +23,7 @@ from .typeinfo import _mro_lookup
 from .classify import (
     _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _context_wrapper, _func_qualname, _idempotent_call,
     _node_hook_call,
-    _optimizer_step,
+    _optimizer_step, _reads_clock,
 )
 from .external_calls import _SCALAR_ARGS
 from .iterators import stateful_next
@@ -295,8 +295,9 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             if id(so) in self.src:
                 self.dirty.add((id(so), "*"))
                 self.dirty.add((id(so), "**"))   # (by a method: any key, flow_roots._flow_item)
-            if self.flow_stores:
-                self._flow_items_written(so)
+            if self.flow_stores and not (type(so) is list and getattr(f, "__name__", "") == "append"):
+                # (an append leaves the items stored before it where they are: flow_writes)
+                self._flow_items_written(so, frame)
             return
         if self._disabled_log_call(f, args, kwargs):
             self._flow_unused(frame)
@@ -581,6 +582,8 @@ def _reads_only_its_operands(f: Any, args: list, kwargs: dict) -> bool:
     called with numbers and strings only: C code that reads its receiver and arguments and
     runs no Python code, so it cannot read a list or deque of the program (which an
     uncapturable call otherwise might: all lazily guarded containers are guarded then)."""
+    if _reads_clock(f, args, kwargs):   # time.perf_counter(): reads the clock only
+        return True
     if type(f) is types.MethodDescriptorType and args and isinstance(args[0], f.__objclass__):
         so, args = args[0], args[1:]   # o.write(s) as CALL runs it: the descriptor, o, s
     elif type(f) is types.BuiltinMethodType:

@@ -12,6 +12,7 @@ import io
 import os
 import random
 import re
+import time
 import types
 import weakref
 from typing import Any
@@ -658,6 +659,21 @@ def _no_new_epoch(f: Any, args: list, kwargs: dict) -> bool:
         return all(type(a) in _TEXT_ARGS or type(a) is tuple and all(type(x) in _TEXT_ARGS for x in a)
                    for a in flat)
     return False
+
+
+# Clock reads: they read no state of the program and write none (timing code in a forward,
+# `t0 = time.perf_counter()` ... `self.stats["ms"] = (time.perf_counter() - t0) * 1e3`)
+_CLOCKS = frozenset(id(f) for f in (
+    time.time, time.time_ns, time.perf_counter, time.perf_counter_ns, time.monotonic,
+    time.monotonic_ns, time.process_time, time.process_time_ns, time.thread_time, time.thread_time_ns))
+
+
+def _reads_clock(f: Any, args: list, kwargs: dict) -> bool:
+    """A call of one of the time module's clocks, with no arguments: an uncapturable call that
+    is inert (external_calls: reads and writes none of the program's state), so a number
+    computed from it and stored into the program's state is replayed as its expression
+    instead of being guarded by value (a recompile on every call)."""
+    return id(f) in _CLOCKS and not args and not kwargs
 
 
 _BUFFERS = (io.StringIO, io.BytesIO)

@@ -20,7 +20,7 @@ from torch.utils.hooks import RemovableHandle
 from .. import logs as _logs
 from ._bytecode import _instrs
 from .base import Unreplayable, _Canned, _Raised
-from .classify import _classify, _ffi, _no_new_epoch
+from .classify import _classify, _ffi, _no_new_epoch, _reads_clock
 from .frame_hook import _E
 from .guard_kinds import TypeIs
 from .iterators import pure_draw
@@ -59,6 +59,7 @@ class _ExternalCallMixin:
         read again after it (no new epoch, `ext_writes` unchanged); idempotent: calling it
         again leaves the state it leaves (zero_grad): not logged as run once for a replay
         that misses, but run again by the recording that follows (classify._idempotent_call)."""
+        inert = inert or _reads_clock(f, args, kwargs)
         i = self.ext_seen if not idempotent else len(self.catchup)
         if not idempotent:
             self.ext_seen += 1

@@ -90,6 +90,25 @@ class _FlowWriteMixin:
         self.keep.append(val)
         return True
 
+    def _flow_store_append(self, fr: types.FrameType, lst: list, expr: str, ks: frozenset[int]) -> bool:
+        """`lst.append(v)` about to append the followed number v (expression expr) to a list
+        the recording tracks (`self.losses.append(loss.item())`, a timing log): True when the
+        appended item is replayed as the expression, as a stored item (`_flow_store_item`,
+        the same conditions: a list still lazily guarded, no uncapturable call before); the
+        value was guarded instead, a recompile on every call."""
+        val, snap = _E.peek(fr, 0), self.snaps.get(id(lst))
+        if not (type(val) is float and val == val or type(val) is int) or id(lst) not in self.lazy or \
+                snap is None or snap[0] != "list" or self.ext_writes or self._flow_stale(ks) or \
+                any(k <= -_ATTR_KEYS and self.flow_ext.get(k) != 0 for k in ks):
+            return False
+        key = (id(lst), ("item", len(lst)))
+        if key in self.flow_stores:
+            return False
+        self.flow_stores[key] = (val, expr, ks, lst)
+        self.flow_item_at = (fr, fr.f_lasti)
+        self.keep.append(val)
+        return True
+
     def _flow_item_load(self, frame: types.FrameType, lst: Any, idx: Any) -> bool:
         """`N[0]` read back by BINARY_SUBSCR after this call stored a followed number there:
         followed as the store's expression.  False: not such a read."""
@@ -127,6 +146,21 @@ class _FlowWriteMixin:
         if st is not None:
             self._flow_escape_keys(st[2])
 
+    def _flow_extend(self, w: Write, by_target: dict, done: set) -> Write:
+        """An "extend" write (a list's appended tail) with its followed items as their
+        expressions."""
+        st0 = next((st for (t, _), st in by_target.items() if t == w.target), None)
+        if st0 is None:
+            return w
+        base = len(self.snaps[id(st0[3])][4])
+        vals = list(w.value)
+        for j, x in enumerate(vals):
+            st = by_target.get((w.target, base + j))
+            if st is not None and x is st[0] and all(k > -_ATTR_KEYS for k in st[2]):
+                vals[j] = _SymExpr(st[1])
+                done.add(id(st))
+        return Write(w.kind, w.target, w.key, vals, w.setter)
+
     def _flow_bound(self, k: int) -> str:
         return f"_a{-k - _ATTR_KEYS}"
 
@@ -158,6 +192,8 @@ class _FlowWriteMixin:
                 by_target[(f"{snap[2]}.__dict__", name)] = st
         out, done = [], set()
         for w in writes:
+            if w.kind == "extend" and type(w.value) is list:   # appended items (`_flow_store_append`)
+                w = self._flow_extend(w, by_target, done)
             st = by_target.get((w.target, w.key)) if w.kind == "item" else None
             if st is not None and w.value is st[0] and all(k in self.flow_roots or k > -_ATTR_KEYS for k in st[2]):
                 e = st[1]

@@ -64,6 +64,20 @@ def _binop(arg: int | None) -> str | None:
     return s if s in _ARITH else None
 
 
+def _appended_list(fr: types.FrameType, argc: int) -> list | None:
+    """The list a CALL about to run appends to (`lst.append(v)`, the method form or a bound
+    `lst.append`), else None."""
+    m = _E.peek(fr, argc + 1)
+    if m is list.append:
+        lst = _E.peek(fr, argc)
+        return lst if type(lst) is list else None
+    if m is _NULL:
+        c = _E.peek(fr, argc)
+        if type(c) is types.BuiltinMethodType and type(c.__self__) is list and c.__name__ == "append":
+            return c.__self__
+    return None
+
+
 class _FlowMixin(_FlowRootMixin):
     """For `_Recorder` (through `_TracerMixin`): `_follow_result` after an uncapturable call,
     `_data_result` after a data-dependent operation, `_flow_arg` for the replayed call that
@@ -224,6 +238,15 @@ class _FlowMixin(_FlowRootMixin):
         if op == "CALL":
             if arg in slots or arg + 1 in slots:
                 return None   # the callable or the bound receiver
+            if arg == 1 and 0 in slots:
+                lst = _appended_list(fr, arg)
+                if lst is not None and self._flow_store_append(fr, lst, *slots[0]):
+                    # `losses.append(loss.item())`: written as its expression (flow_writes.py)
+                    ks = slots[0][1]
+                    _shift(fl, arg + 2, 1)
+                    for k in ks:
+                        self._flow_settled(k)
+                    return True
             given = {p: t for p, t in slots.items() if p < arg}
             if given:
                 pure = self._flow_pure_call(fl, fr, arg)

@@ -31,7 +31,8 @@ def test_compiled_call_under_cprofile():
     finally:
         pr.disable()
     want = _fn(x)
-    assert torch.equal(first, want) and torch.equal(second, want)
+    torch.testing.assert_close(first, want)   # (compiled sin: within an ulp of eager's)
+    torch.testing.assert_close(second, want)
     assert f.graphs, "nothing compiled"
     names = {k[2] for k in pstats.Stats(pr).stats}
     assert "_after" in names, "cProfile stopped profiling after the compiled call"
@@ -43,7 +44,8 @@ def test_compiled_call_under_torch_profiler_with_stack():
     with profile(activities=[ProfilerActivity.CPU], with_stack=True) as p:
         first, second = f(x), f(x)
     want = _fn(x)
-    assert torch.equal(first, want) and torch.equal(second, want)
+    torch.testing.assert_close(first, want)   # (compiled sin: within an ulp of eager's)
+    torch.testing.assert_close(second, want)
     assert f.graphs, "nothing compiled"
     assert len(p.key_averages()) > 0
     assert sys.getprofile() is None
