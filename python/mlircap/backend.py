@@ -319,6 +319,15 @@ def _output_specs(gm: torch.fx.GraphModule):
 def _check_static(gm: torch.fx.GraphModule):
     for n in gm.graph.nodes:
         val = n.meta.get("val")
+        if n.op == "placeholder" and isinstance(val, torch.Tensor):
+            # (said plainly: a sparse input reached the plan builder as "unsupported op
+            # 'tensor.cast'", a meta one as "graph output add is on meta")
+            if val.layout != torch.strided:
+                raise MlircapCompileError(f"input {n.name} is a {str(val.layout).replace('torch.', '')} tensor: "
+                                          f"mlircap compiles strided (dense) tensors only")
+            if val.device.type == "meta":
+                raise MlircapCompileError(f"input {n.name} is on the meta device (shapes without data): "
+                                          f"nothing to compile")
         if isinstance(val, torch.SymInt) or (
             isinstance(val, torch.Tensor) and any(not isinstance(s, int) for s in val.shape)
         ):
