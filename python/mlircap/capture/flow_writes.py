@@ -70,10 +70,9 @@ class _FlowWriteMixin:
         write of the list (`_flow_items_written`) or an uncapturable call in the recording
         ends it (an int is told from an equal one only by where it was stored)."""
         key, lst, val = _E.peek(fr, 0), _E.peek(fr, 1), _E.peek(fr, 2)
-        snap = self.snaps.get(id(lst))
-        if not (type(val) is float and val == val or type(val) is int) or id(lst) not in self.lazy or \
-                snap is None or self.ext_writes or self._flow_stale(ks):
+        if not self._flow_item_ok(lst, val, ks):
             return False
+        snap = self.snaps[id(lst)]
         if type(lst) is dict:   # `self.stats["calls"] += 1`: a key the dict had before the call
             if snap[0] != "dict" or type(key) not in (str, int) or key not in lst or key not in snap[4]:
                 return False
@@ -82,13 +81,21 @@ class _FlowWriteMixin:
             return False
         else:
             i = key + len(lst) if key < 0 else key
-        if (id(lst), ("item", i)) in self.flow_stores or \
-                any(k <= -_ATTR_KEYS and self.flow_ext.get(k) != 0 for k in ks):
+        if (id(lst), ("item", i)) in self.flow_stores:
             return False
         self.flow_stores[(id(lst), ("item", i))] = (val, expr, ks, lst)
         self.flow_item_at = (fr, fr.f_lasti)
         self.keep.append(val)
         return True
+
+    def _flow_item_ok(self, lst: Any, val: Any, ks: frozenset[int]) -> bool:
+        """What a number stored into a container item (`_flow_store_item`) or appended
+        (`_flow_store_append`) needs to be written as its expression: a number (not NaN), a
+        container still lazily guarded, no uncapturable call before in the recording, no
+        attribute among its operands read after one."""
+        return (type(val) is float and val == val or type(val) is int) and id(lst) in self.lazy and \
+            id(lst) in self.snaps and not self.ext_writes and not self._flow_stale(ks) and \
+            not any(k <= -_ATTR_KEYS and self.flow_ext.get(k) != 0 for k in ks)
 
     def _flow_store_append(self, fr: types.FrameType, lst: list, expr: str, ks: frozenset[int]) -> bool:
         """`lst.append(v)` about to append the followed number v (expression expr) to a list
@@ -96,10 +103,8 @@ class _FlowWriteMixin:
         appended item is replayed as the expression, as a stored item (`_flow_store_item`,
         the same conditions: a list still lazily guarded, no uncapturable call before); the
         value was guarded instead, a recompile on every call."""
-        val, snap = _E.peek(fr, 0), self.snaps.get(id(lst))
-        if not (type(val) is float and val == val or type(val) is int) or id(lst) not in self.lazy or \
-                snap is None or snap[0] != "list" or self.ext_writes or self._flow_stale(ks) or \
-                any(k <= -_ATTR_KEYS and self.flow_ext.get(k) != 0 for k in ks):
+        val = _E.peek(fr, 0)
+        if not self._flow_item_ok(lst, val, ks) or self.snaps[id(lst)][0] != "list":
             return False
         key = (id(lst), ("item", len(lst)))
         if key in self.flow_stores:
