@@ -34,6 +34,15 @@ _BOUND = re.compile(r"_r\d+")
 _PATH = re.compile(r"(?:[CLF]\[\d+\]|F|b\d+|_r\d+)(?:\.\w+|\[[^\[\]()]*\])+")
 
 
+def _dict_items(d: dict) -> dict:
+    """The items d holds, in its iteration order, without calling a subclass's __getitem__:
+    `dict(d)` of a mapping that is not a plain dict reads each item through it, and HF's
+    `ACT2FN` (an OrderedDict whose __getitem__ instantiates the activation class it holds)
+    then made a module per snapshot, guarded by identity against the class the replay reads
+    (a recompile per call)."""
+    return dict(d) if type(d) is dict else {k: dict.__getitem__(d, k) for k in d}
+
+
 def _propagating_subclass(t: type) -> bool:
     """A torch.Tensor subclass whose type torch's ops carry to their results (the default
     __torch_function__, or its own; or its own __torch_dispatch__: a wrapper subclass, whose
@@ -380,7 +389,7 @@ class _SourceMixin:
         elif isinstance(v, collections.deque):
             snap, kind = list(v), "deque"
         elif isinstance(v, dict):
-            snap, kind = dict(v), "dict"
+            snap, kind = _dict_items(v), "dict"
         elif isinstance(v, set):
             snap, kind = set(v), "set"
         elif type(getattr(v, "__dict__", None)) is not dict:
@@ -442,7 +451,7 @@ class _SourceMixin:
         for vid, (kind, v, expr, pretty, _) in self.snaps.items():
             if kind in ("list", "dict", "deque", "set", "tuple") and (vid, "*") not in self.dirty:
                 lz = self.lazy.get(vid)
-                now = list(v) if kind in ("list", "deque", "tuple") else dict(v) if kind == "dict" else set(v)
+                now = list(v) if kind in ("list", "deque", "tuple") else _dict_items(v) if kind == "dict" else set(v)
                 self.lazy[vid] = (v, expr, pretty, lz[3] if lz else 0, k + 1, None, now)
         for vid, (o, _, *_) in list(self.lazy_objs.items()):
             self.lazy_objs[vid] = (o, k + 1, dict(o.__dict__))
