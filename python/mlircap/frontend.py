@@ -11,6 +11,7 @@ import contextlib
 import copy
 import math
 import re
+import struct
 import threading
 from dataclasses import dataclass
 
@@ -387,6 +388,7 @@ def _build_table() -> dict:
         exact[op] = intmath.int8_product(op, exact.get(op))
     table[aten.bernoulli.default] = _bernoulli_draws_in_float64_for_double(table.get(aten.bernoulli.default))
     table[aten.rrelu_with_noise_backward.default] = _rrelu_with_noise_backward
+    table[aten.logit_backward.default] = _logit_backward
     table[aten.addr.default] = _addr_rounded_like_eager(table.get(aten.addr.default))
     from . import xlogy_steps
 
@@ -533,6 +535,41 @@ def _rrelu_with_noise_backward(grad_output, x, noise, lower, upper, training, se
     if training:
         return noise * grad_output
     return torch.ops.aten.leaky_relu_backward.default(grad_output, x, (lower + upper) / 2, self_is_result)
+
+
+def _logit_backward(grad_output, x, eps=None):
+    """logit's gradient as eager's kernels bound it. torch's decomposition kept a NaN input's
+    gradient 0 under eps (eager: NaN, CPU scalar path and CUDA; --grad fuzz seed 1015:
+    torch.logit(conv2d(...), eps=1e-3) of NaN pixels), took a negative eps as bounds
+    (eager: no eps, NaN outside [0, 1]) and compared bfloat16 / float16 inputs with bounds
+    in float32 where eager's CPU kernel rounds lo = eps and hi = 1 - eps to the dtype
+    (bfloat16 x = 1.0 under eps=1e-3: inside, an infinite gradient; torch's: 0). Computed
+    in float32 for the half types, as eager's kernels."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        return NotImplemented
+    dt = x.dtype
+    ot = torch.float32 if dt in (torch.bfloat16, torch.float16) else dt
+    xo, go = x.to(ot), grad_output.to(ot)
+    value = go / (xo * (1.0 - xo))
+    if eps is None or eps < 0:
+        out = torch.where((xo < 0.0) | (xo > 1.0), float("nan"), value)
+    else:
+        lo, hi = eps, 1.0 - eps
+        if x.device.type == "cpu" and ot is not dt:   # eager's CPU kernel: the bounds in the dtype
+            lo = _round_to_half_type(eps, dt)
+            hi = _round_to_half_type(1.0 - lo, dt)
+        out = torch.where((xo < lo) | (xo > hi), 0.0, value)   # a NaN x: NaN
+    return out.to(dt)
+
+
+def _round_to_half_type(v: float, dtype) -> float:
+    """The Python float `v` rounded to bfloat16 / float16 (through float32, as c10's
+    conversions from a double), to nearest even; no tensor (decompositions run traced)."""
+    if dtype == torch.float16:
+        return struct.unpack("<e", struct.pack("<e", v))[0]
+    b = struct.unpack("<I", struct.pack("<f", v))[0]
+    b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+    return struct.unpack("<f", struct.pack("<I", b))[0]
 
 
 def _flash_for_cpu_with_logsumexp(fallback):

@@ -1,0 +1,62 @@
+"""Random-program differential fuzzer (bench/fuzz_graphs.py, issue 10), seeds 900:1200 of each
+mode and the userops group (attention, fft, einsum, distributions, masks): the wrong results
+and errors it found, minimized. Each case compares compiled calls (the recording call and the
+replayed compiled variant) with eager."""
+import pytest
+import torch
+
+import mlircap
+
+
+def _grads(fn, *xs):
+    xs = [x.detach().clone().requires_grad_() for x in xs]
+    out = fn(*xs)
+    out[0].backward()
+    return [x.grad for x in xs]
+
+
+def _assert_grads_as_eager(f, *xs, tol=0.0):
+    want = _grads(f, *xs)
+    fast = mlircap.compile(f)
+    for _ in range(3):
+        for g, w in zip(_grads(fast, *xs), want):
+            torch.testing.assert_close(g, w, equal_nan=True, rtol=tol, atol=tol)
+
+
+# ------------------------------------------------------------------ logit's gradient bounds
+# --grad seed 1015: torch.logit(conv2d(x, w), eps=1e-3) of NaN pixels: eager's gradient is NaN
+# there, torch's decomposition of logit_backward gave 0 (and x.grad lost its NaNs). Fewer
+# elements than one vector of eager's CPU kernel (its vectorized body keeps 0 for a NaN, its
+# scalar loop and the CUDA kernel give NaN).
+_X = [float("nan"), 0.5, 0.25, 1.0, 0.0, 2.0, -1.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("eps", [1e-3, 0.0, -1.0, None])
+def test_logit_gradient_of_nan_and_bounds(eps, dtype):
+    def f(x):
+        return ((torch.logit(x, eps=eps) * torch.arange(1, 8)).sum(),)
+    _assert_grads_as_eager(f, torch.tensor(_X, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_logit_gradient_bounds_rounded_to_the_dtype(dtype):
+    # 1 - 1e-3 rounds to 1.0 in bfloat16, to 1 - 2**-10 in float16: eager's CPU kernel keeps
+    # such an x inside the bounds (a large or infinite gradient), torch's decomposition
+    # compared with 0.999 in float32 (0)
+    def f(x):
+        return ((torch.logit(x, eps=1e-3) * torch.tensor([1.0, -2.0, 3.0, 0.5])).sum(),)
+    _assert_grads_as_eager(f, torch.tensor([0.5, 1.0, 1 - 2**-10, 1e-3], dtype=dtype))
+
+
+def test_logit_gradient_of_a_convolution_with_nan_pixels():
+    # seed 1015 minimized: bfloat16 pixels with NaN, a 1x1 convolution, logit with eps
+    g = torch.Generator().manual_seed(1015)
+    x = torch.randn(2, 3, 5, 4, generator=g).to(torch.bfloat16)
+    x[0, 1, 2, 2] = float("nan")   # pixels the stride-2 convolution reads
+    x[1, 0, 4, 0] = float("nan")
+    w = (torch.rand(1, 3, 1, 1, generator=g) * 0.3).to(torch.bfloat16)
+
+    def f(x, w):
+        return (torch.logit(torch.nn.functional.conv2d(x, w, stride=2), eps=1e-3).double().sum(),)
+    _assert_grads_as_eager(f, x, w, tol=2e-2)   # the NaN pattern exactly, values to bfloat16's rounding
