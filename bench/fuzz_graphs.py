@@ -47,6 +47,7 @@ unchanged):
     python bench/fuzz_graphs.py --seeds 0:600 --families modules      # nn modules and losses
     python bench/fuzz_graphs.py --seeds 0:600 --families dtypes       # integer / bool / half dtypes
     python bench/fuzz_graphs.py --seeds 0:600 --families tensorops    # sorts, scatters, linalg ...
+    python bench/fuzz_graphs.py --seeds 0:150 --families userops      # attention, fft, distributions ...
 
 `--grad`: floating inputs (not loss targets) require grad, the outputs are reduced to one
 float64 loss (each weighted by a fixed pattern of element positions), .backward(); the forward
@@ -69,7 +70,13 @@ to an integer type clamped into its range first: out of range is undefined in ea
 index_add / index_copy / index_fill / masked_scatter, take_along_dim, narrow / unfold / movedim,
 where / masked_fill / clamp with tensor bounds, lerp / addcmul / addcdiv, softmax / logsumexp of
 -inf rows, nan_to_num, linalg (norms, solve / inv / det / cholesky / slogdet on SPD matrices, qr,
-eigvalsh). Programs of v2 run at a fourth input set too (the first shapes, other values), and
+eigvalsh). `userops` (generator v3's families): F.scaled_dot_product_attention with bool and
+additive -inf masks (rows fully masked), is_causal, scale, enable_gqa, and its hand-written form;
+torch.fft (rfft / fft / irfft round trips, norms, fftshift, n); einsum equations (transposes,
+diagonals, traces, outer products, ellipsis); torch.distributions (log_prob / cdf / entropy /
+rsample / kl of Normal, Laplace, Uniform out of its support, Bernoulli, Categorical, Gamma, Beta,
+Poisson, MultivariateNormal, ...); masked_fill with -inf then softmax, where with scalar
+branches, scans with a dtype. Programs of v2 run at a fourth input set too (the first shapes, other values), and
 where eager rejects the second shapes (a module bound to a size) that set keeps the first ones.
 
 A float result that differs from eager's beyond the dtype's tolerance is accepted when it is no
@@ -1273,8 +1280,202 @@ def fam_linalg(g):
     return r.choice(opts)
 
 
+# ----- generator v3 families (--families userops): ops users write that v1 / v2 draw rarely or
+# never; no earlier group draws them, so every earlier seed's program is unchanged
+
+def _float_operand(g, min_rank=1, max_rank=4, dtypes=("float32", "float64")):
+    """A float32 / float64 tensor of the program (or a new input) of rank min_rank..max_rank."""
+    torch = g.torch
+    r = g.rng
+    a = g.pick(lambda u: u.dtype in tuple(getattr(torch, d) for d in dtypes) and min_rank <= u.dim() <= max_rank)
+    if a is None or r.random() < 0.25:
+        rank = r.randint(min_rank, max_rank)
+        a = g.new_input([g.sym() for _ in range(rank)], r.choice(dtypes), None, r.choice(FILLS))
+    return a
+
+
+def fam_attention(g):
+    """F.scaled_dot_product_attention: bool / additive (-inf) masks broadcast over batch and
+    heads (rows fully masked included), is_causal with L != S, scale, enable_gqa; and the
+    hand-written form (q @ k^T * scale).masked_fill(mask, -inf).softmax(-1) @ v."""
+    r = g.rng
+    dt = r.choice(("float32", "float32", "float64", "bfloat16"))
+    fill = r.choice(("normal", "normal", "extreme", "ties"))
+    batch = [g.sym(r.choice((1, 2, 3))) for _ in range(r.choice((0, 1, 2)))]
+    L, S, E = g.sym(), g.sym(), g.sym(r.choice((1, 2, 4, 8)))
+    Ev = E if r.random() < 0.5 else g.sym()
+    gqa = len(batch) == 2 and r.random() < 0.2
+    # enable_gqa: q has twice the key's heads
+    q = g.new_input(([batch[0], g.sym(2 * g.sizes[batch[1]])] if gqa else batch) + [L, E], dt, None, fill)
+    k = g.new_input(batch + [S, E], dt, None, fill)
+    v = g.new_input(batch + [S, Ev], dt, None, r.choice(FILLS))
+    mask_kind = r.choice(("none", "bool", "bool", "float", "causal", "tril"))
+    mshape = [batch[0]] + [1] * (len(batch) - 1) if batch and r.random() < 0.3 else []
+    mask = ""
+    if mask_kind in ("bool", "float"):
+        m = g.no_grad_input(g.new_input(mshape + [L, S], "bool", "contig", "normal"))
+        mask = f", attn_mask={m}" if mask_kind == "bool" else \
+            f", attn_mask=torch.zeros_like({m}, dtype={q}.dtype).masked_fill({m}, -inf)"
+    elif mask_kind == "tril":
+        mask = f", attn_mask=torch.ones({q}.shape[-2], {k}.shape[-2], dtype=torch.bool).tril(diagonal={r.randint(-1, 1)})"
+    elif mask_kind == "causal":
+        mask = ", is_causal=True"
+    scale = r.choice(("", "", ", scale=0.5", ", scale=2.0"))
+    extra = ", enable_gqa=True" if gqa else ""
+    if r.random() < 0.25 and mask_kind in ("none", "bool", "tril"):
+        sc = {"": f"{q}.shape[-1] ** -0.5", ", scale=0.5": "0.5", ", scale=2.0": "2.0"}[scale]
+        s = f"({q} @ {k}.transpose(-2, -1)) * {sc}"
+        if mask_kind != "none":
+            mexpr = mask.split("=", 1)[1]
+            s = f"({s}).masked_fill(~({mexpr}), -inf)"
+        return f"torch.softmax({s}, -1) @ {v}"
+    return f"F.scaled_dot_product_attention({q}, {k}, {v}{mask}{scale}{extra})"
+
+
+def fam_fft(g):
+    """torch.fft on float32 / float64: real-valued results of complex transforms (abs, real,
+    imag, view_as_real), round trips (irfft of rfft with n, ifft), norms, fftshift, fftfreq."""
+    r = g.rng
+    a = _float_operand(g, 1, 3)
+    t = g.t(a)
+    d = g.dim(t)
+    n = t.shape[d]
+    norm = r.choice(("", "", ", norm='ortho'", ", norm='forward'", ", norm='backward'"))
+    return r.choice((f"torch.fft.rfft({a}, dim={d}{norm}).abs()", f"torch.fft.fft({a}, dim={d}{norm}).real",
+                     f"torch.fft.fft({a}, dim={d}{norm}).imag", f"torch.view_as_real(torch.fft.rfft({a}, dim={d}{norm}))",
+                     f"torch.fft.irfft(torch.fft.rfft({a}, dim={d}{norm}), n={a}.shape[{d}], dim={d}{norm})",
+                     f"torch.fft.ifft(torch.fft.fft({a}, dim={d}), dim={d}).real",
+                     f"torch.fft.rfft({a}, n={r.randint(1, 9)}, dim={d}).abs()",
+                     f"torch.fft.fftn({a}{norm}).abs()", f"torch.fft.rfft2({a}).real" if t.dim() >= 2 else f"torch.fft.rfft({a}).real",
+                     f"torch.fft.fftshift({a}, dim={d})", f"torch.fft.ifftshift({a})",
+                     f"torch.fft.hfft(torch.fft.ifft({a}, dim={d}), n={max(n, 1)}, dim={d})" if n else f"{a} * 2",
+                     f"{a} * torch.fft.rfftfreq({a}.shape[-1] * 2 - 1)[:{a}.shape[-1]]",
+                     f"torch.fft.irfft(torch.fft.rfft({a}) * torch.fft.rfft({a}.flip(-1)), n={a}.shape[-1])"))
+
+
+def fam_einsum(g):
+    """torch.einsum on equations of the operands' ranks: transposes, diagonals, traces, outer
+    products, contractions, batch and ellipsis broadcasting, a repeated operand."""
+    r = g.rng
+    a = g.pick(lambda u: u.is_floating_point() and 1 <= u.dim() <= 3)
+    if a is None:
+        a = g.new_input([g.sym() for _ in range(r.randint(1, 3))], r.choice(("float32", "float64", "bfloat16")))
+    t = g.t(a)
+    dt = str(t.dtype).split(".")[1]
+    syms = [g.sym(s) for s in t.shape]
+    rank = t.dim()
+    letters = "ijk"[:rank]
+    kind = r.randrange(8)
+    if kind == 0:
+        return f"torch.einsum('{letters}->{letters[::-1]}', {a})"
+    if kind == 1:
+        return f"torch.einsum('{letters}->', {a})" if r.random() < 0.5 else f"torch.einsum('{letters}->{letters[-1]}', {a})"
+    if kind == 2 and rank >= 2 and t.shape[-1] == t.shape[-2]:
+        return r.choice((f"torch.einsum('...ii->...i', {a})", f"torch.einsum('...ii->...', {a})"))
+    if kind == 3:
+        b = g.new_input([g.sym()], dt)
+        return f"torch.einsum('{letters},z->{letters}z', {a}, {b})"
+    if kind == 4:
+        b = g.new_input([syms[-1], g.sym()], dt)
+        return f"torch.einsum('...{letters[-1]},{letters[-1]}z->...z', {a}, {b})"
+    if kind == 5 and rank >= 2:
+        b = g.new_input(syms[:-1] + [g.sym()], dt)
+        return f"torch.einsum('{letters},{letters[:-1]}z->{letters[-1]}z', {a}, {b})"
+    if kind == 6:
+        return f"torch.einsum('{letters},{letters}->{letters[0]}', {a}, {a})"
+    if rank == 3:
+        b = g.new_input([syms[0], syms[2], g.sym()], dt)
+        return f"torch.einsum('bij,bjk->bik', {a}, {b})"
+    return f"torch.einsum('...{letters[-1]},...{letters[-1]}->...', {a}, {a}.flip(-1))"
+
+
+def fam_distrib(g):
+    """torch.distributions: log_prob / cdf / entropy / rsample (under the call's seed) / kl of
+    Normal, Laplace, Cauchy, Uniform, Bernoulli, Categorical, Gamma, Beta, Poisson, Exponential,
+    Independent and MultivariateNormal; values out of the support (validate_args raises in
+    eager, so compiled must too) included."""
+    r = g.rng
+    D = "torch.distributions"
+    a = _float_operand(g, 1, 3)
+    t = g.t(a)
+    fa = a if g.rng.random() < 0.5 else f"{a}.detach()"
+    pos = f"(F.softplus({a}) + 0.1)"
+    val = g.pick(lambda u: u.shape == t.shape and u.is_floating_point(), recent=0.3) or f"{a}.flip(-1)"
+    kind = r.randrange(13)
+    if kind == 0:
+        return r.choice((f"{D}.Normal({fa}, {pos}).log_prob({val})", f"{D}.Normal({fa}, 2.0).cdf({val})",
+                         f"{D}.Normal({a}, {pos}).entropy()", f"{D}.Normal({a}, {pos}).icdf(torch.sigmoid({val}))"))
+    if kind == 1:
+        return f"{D}.Normal({a}, {pos}).rsample()" if r.random() < 0.5 else f"{D}.Normal({a}, 1.0).rsample((2,))"
+    if kind == 2:
+        return r.choice((f"{D}.Laplace({a}, {pos}).log_prob({val})", f"{D}.Cauchy({a}, {pos}).log_prob({val})",
+                         f"{D}.Laplace({a}, 0.5).cdf({val})", f"{D}.StudentT(3.0, {a}, {pos}).log_prob({val})"))
+    if kind == 3:
+        # in the support or not: eager raises ValueError on a value out of it
+        return r.choice((f"{D}.Uniform({a} - 1, {a} + 1).log_prob({a} + torch.tanh({val}) * 0.5)",
+                         f"{D}.Uniform(-1.0, 1.0).log_prob({val})",
+                         f"{D}.Uniform(-1.0, 1.0, validate_args=False).log_prob({val})"))
+    if kind == 4:
+        return r.choice((f"{D}.Bernoulli(logits={a}).log_prob(({val} > 0).to({a}.dtype))",
+                         f"{D}.Bernoulli(logits={a}).entropy()", f"{D}.Bernoulli(probs=torch.sigmoid({a})).log_prob(torch.ones_like({a}))"))
+    if kind == 5 and t.shape[-1]:
+        c = t.shape[-1]
+        return r.choice((f"{D}.Categorical(logits={a}).log_prob(torch.arange({a}.shape[:-1].numel()).reshape({a}.shape[:-1]) % {c})",
+                         f"{D}.Categorical(logits={a}).entropy()", f"{D}.Categorical(probs=torch.softmax({a}, -1)).probs",
+                         f"{D}.OneHotCategorical(logits={a}).log_prob(F.one_hot(torch.zeros({a}.shape[:-1], dtype=torch.long), {c}).to({a}.dtype))"))
+    if kind == 6:
+        return r.choice((f"{D}.Gamma({pos}, 2.0).log_prob({pos}.flip(-1))", f"{D}.Gamma({pos}, {pos}).entropy()",
+                         f"{D}.Beta({pos}, 1.5).log_prob(torch.sigmoid({val}))", f"{D}.Exponential({pos}).log_prob({val}.abs())",
+                         f"{D}.Exponential({pos}).log_prob({val})"))
+    if kind == 7:
+        return f"{D}.Poisson({pos}).log_prob(({val}.detach().abs() * 3).floor())"
+    if kind == 8:
+        return f"{D}.Independent({D}.Normal({a}, {pos}), 1).log_prob({val})"
+    if kind == 9:
+        return f"{D}.kl_divergence({D}.Normal({a}, {pos}), {D}.Normal({val}, 1.5))"
+    if kind == 10 and t.shape[-1]:
+        n = t.shape[-1]
+        return (f"{D}.MultivariateNormal({a}, scale_tril=torch.eye({n}, dtype={a}.dtype) * 2 + "
+                f"torch.tril(torch.ones({n}, {n}, dtype={a}.dtype), -1) * 0.3).log_prob({val})")
+    if kind == 11:
+        return f"{D}.Normal(0.0, 1.0).log_prob({val}).sum(-1)"
+    return f"{D}.LogNormal({a}, {pos}).log_prob({val}.abs() + 0.5)"
+
+
+def fam_masked(g):
+    """Masks users write: masked_fill with -inf then softmax / log_softmax (rows fully masked:
+    NaN in eager), torch.where with scalar branches (both, either, of other dtypes), nan_to_num
+    of the result, running means and reversed scans, cumsum / cumprod with a dtype."""
+    torch = g.torch
+    r = g.rng
+    a = g.pick(lambda u: u.dim() >= 1)
+    if a is None:
+        a = _float_operand(g, 1, 3)
+    t = g.t(a)
+    d = g.dim(t)
+    fa = a if t.is_floating_point() else f"{a}.float()"
+    c = g.pick(lambda u: u.dtype == torch.bool and _bcast(torch, u, t), recent=0.3) or \
+        r.choice((f"({a} > 0)", f"({a} != {a}.flip({d}))", f"({a} < 1)"))
+    s1, s2 = r.choice((("0.0", "1.0"), ("1", "-1"), ("-inf", "0.0"), ("True", "False"), ("2", "0.5"),
+                       ("float('nan')", "0"), ("-1", "3.5")))
+    return r.choice((f"torch.softmax({fa}.masked_fill({c}, -inf), {d})", f"F.log_softmax({fa}.masked_fill(~{c}, float('-inf')), {d})",
+                     f"torch.softmax({fa}.masked_fill({c}, -inf), {d}).nan_to_num(0.0)",
+                     f"torch.softmax(torch.where({c}, {fa}, -inf), {d})", f"torch.where({c}, {s1}, {s2})",
+                     f"torch.where({c}, {a}, {s1})", f"torch.where({c}, {s2}, {a})",
+                     f"torch.where({c}, {fa}, torch.tensor({s1}))", f"{fa}.masked_fill(~{c}, 0.0).sum({d}) / {c}.sum({d}).clamp(min=1)",
+                     f"torch.cumsum({a}, {d}, dtype=torch.{r.choice(('int32', 'int64', 'float32', 'float64'))})",
+                     f"torch.cumprod({a}, {d}, dtype=torch.{r.choice(('int64', 'float64'))})",
+                     f"torch.flip(torch.cumsum(torch.flip({a}, [{d}]), {d}), [{d}])",
+                     f"torch.logcumsumexp({fa}.masked_fill({c}, -inf), {d})",
+                     f"torch.cumsum({fa}, {d}) / torch.arange(1, {a}.shape[{d}] + 1).reshape([-1] + [1] * ({t.dim()} - 1 - {d % t.dim()}))",
+                     f"torch.cummax({fa}.masked_fill({c}, nan), {d})[{r.randint(0, 1)}]",
+                     f"{c}.cumsum({d})", f"torch.amax({fa}.masked_fill({c}, -inf), {d})"))
+
+
 NEW_FAMILIES = {"module": (fam_module, 10), "loss": (fam_loss, 4), "intops": (fam_intops, 10),
-                "cast": (fam_cast, 6), "tensorop": (fam_tensorop, 10), "linalg": (fam_linalg, 3)}
+                "cast": (fam_cast, 6), "tensorop": (fam_tensorop, 10), "linalg": (fam_linalg, 3),
+                "attention": (fam_attention, 4), "fft": (fam_fft, 3), "einsum": (fam_einsum, 3),
+                "distrib": (fam_distrib, 4), "masked": (fam_masked, 4)}
 ALL_FAMILIES = {**FAMILIES, **NEW_FAMILIES}
 
 # Family groups (generator v2): --families GROUP draws from these weights.
@@ -1282,6 +1483,8 @@ GROUPS = {
     "modules": {"module": 10, "loss": 4, "unary": 1, "binary": 1, "view": 1, "reduce": 1},
     "dtypes": {"intops": 10, "cast": 6, "binary": 2, "reduce": 1, "view": 1, "where": 1},
     "tensorops": {"tensorop": 10, "linalg": 3, "unary": 1, "binary": 1, "view": 1},
+    "userops": {"attention": 4, "fft": 3, "einsum": 3, "distrib": 4, "masked": 4, "unary": 1, "binary": 1,
+                "view": 1, "reduce": 1},
 }
 
 
@@ -1329,6 +1532,10 @@ def _first_inputs(g, families):
     if families and "dtypes" in families:
         for _ in range(r.choice((1, 2, 2, 3))):
             g.new_input(None, r.choice(ALL_DTYPES), None, r.choice(FILLS + ("extreme",)))
+        return
+    if families and "userops" in families:
+        for _ in range(r.choice((1, 1, 2))):
+            g.new_input([g.sym() for _ in range(r.randint(1, 3))], r.choice(("float32", "float32", "float64", "bfloat16")))
         return
     for i in range(r.choice((1, 1, 2, 2, 3))):
         g.new_input(None, r.choice(("float32", "float32", "float64")) if g.grad and i == 0 else None)

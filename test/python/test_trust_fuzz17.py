@@ -101,3 +101,21 @@ def test_fuzz_seed_1171_grad_not_counted_wrong():
     rec = fuzz.run_program(fuzz.generate(1171, None, grad=True))
     assert rec["category"] in ("compiled", "fallback"), rec
     assert any("within 2x eager's own error" in n for n in rec.get("fp64", [])), rec
+
+
+def test_userops_group_draws_its_families_only():
+    # generator v3's group (attention, fft, einsum, distributions, masks): selected by
+    # --families userops only, so earlier modes' programs stay the same
+    fuzz = _load_fuzz()
+    assert "attention" not in fuzz.family_weights(None)
+    for mode in ("modules", "dtypes", "tensorops"):
+        assert not set(fuzz.family_weights([mode])) & {"attention", "fft", "einsum", "distrib", "masked"}
+    seen = set()
+    for seed in range(12):
+        p = fuzz.generate(seed, ["userops"])
+        assert p["v2"] and p == fuzz.generate(seed, ["userops"])
+        assert set(p["families"]) <= set(fuzz.GROUPS["userops"])
+        seen |= set(p["families"])
+    assert {"attention", "fft", "einsum", "distrib", "masked"} <= seen
+    recs = fuzz.run_programs([fuzz.generate(s, ["userops"]) for s in (1, 3)], jobs=1, timeout=120, progress=False)
+    assert [r["category"] for r in recs if r["category"] not in ("compiled", "fallback")] == [], recs
