@@ -238,6 +238,14 @@ class _SourceMixin:
         if isinstance(v, torch.nn.Module) and id(v) in self.fresh_modules:
             self._source_fresh_module(v, expr, pretty)   # (module_factories.py)
             return
+        if t is types.BuiltinMethodType and isinstance(v.__self__, type):
+            # a classmethod of a C class (`dict.fromkeys`, `int.from_bytes`): each read binds a
+            # new method object, so an identity guard failed on every call (a recompile per call
+            # until cache_limit: transformers' Mamba forward reads dict.fromkeys); equal methods
+            # are those of the same class and C function
+            self.guard(Equals(expr, pretty, v, exact=t), group=group)
+            self.src[vid] = (self.const(v, pretty), pretty, False)
+            return
         if isinstance(v, (torch.nn.Module, types.FunctionType, types.BuiltinFunctionType,
                           types.ModuleType, type, types.MethodWrapperType,
                           types.WrapperDescriptorType, types.MethodDescriptorType)) or \
