@@ -119,3 +119,46 @@ def test_mamba_forward_is_no_recompile_per_call():
             ids = torch.randint(3, 40, (2, 6), generator=torch.Generator().manual_seed(i))
             assert _same(f(ids), logits(ids))
     assert f.explain().variants == 1, f.explain().recompile_reasons
+
+
+def test_train_then_eval_inside_the_call_is_no_recompile_per_call():
+    """A training step followed by a validation pass, `model.train()` ... `model.eval()` in one
+    call: nn.Module.train ran untraced, so dropout's `training` read after it was guarded as the
+    state at the call's start (True), which the previous call's eval() had left False: every call
+    recompiled (heldout6 data2vec_train_eval). The flags are writes of the call now; the modes
+    after each call and the outputs (dropout drawn alike) equal eager's."""
+    cfg = transformers.Data2VecTextConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                          intermediate_size=32, max_position_embeddings=24, num_labels=3,
+                                          hidden_dropout_prob=0.2, pad_token_id=1)
+    models = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        models.append(transformers.Data2VecTextForSequenceClassification(cfg))
+
+    def make(model):
+        def epoch(x, y, vx):
+            model.train()
+            loss = model(input_ids=x, labels=y).loss
+            loss.backward()
+            model.eval()
+            with torch.no_grad():
+                val = model(input_ids=vx).logits
+            return loss.detach(), val
+        return epoch
+
+    fe, fc = make(models[0]), mlircap.compile(make(models[1]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(4):
+            g = torch.Generator().manual_seed(i)
+            args = (torch.randint(3, 40, (2, 8), generator=g), torch.randint(0, 3, (2,), generator=g),
+                    torch.randint(3, 40, (2, 8), generator=g))
+            torch.manual_seed(i)
+            re = fe(*args)
+            torch.manual_seed(i)
+            rc = fc(*args)
+            assert _same(re, rc)
+            assert [m.training for m in models[0].modules()] == [m.training for m in models[1].modules()]
+            for p, q in zip(models[0].parameters(), models[1].parameters()):
+                assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-6)
+    assert fc.explain().variants <= 2, fc.explain().recompile_reasons   # (the first call starts in train mode)

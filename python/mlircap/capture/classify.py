@@ -39,6 +39,13 @@ _OPAQUE_STDLIB = ("typing.py", "abc.py", "warnings.py", "threading.py", "weakref
                   "linecache.py", "traceback.py", "logging/", "importlib/", "re/", "sre_",
                   "dis.py", "copyreg.py", "codecs.py", "ctypes/")
 _code_kind = {}
+# nn.Module.train / eval (module.py, otherwise untraced): traced, so that the `training` flags
+# they write are writes of the call (module attributes the replay stores) and the forward's
+# reads of them after it are that value, not guarded as the state at the call's start: a step
+# that calls model.train() then model.eval() (a validation pass) recompiled on every call,
+# each call starting in eval mode against a guard `dropout.training is True`
+for _m in (torch.nn.Module.train, torch.nn.Module.eval):
+    _code_kind[_m.__code__] = "user"
 
 
 def _classify(code: types.CodeType) -> str:
