@@ -15,6 +15,10 @@ class _Missing:
 
 _MISSING = _Missing()
 
+# a flow_call's callable where the followed number indexes a tensor (flows._flow_index:
+# `betas[t]`, `buf[ptr] = x`; taken by scalar_inputs._index_input)
+INDEXING = "<subscript>"
+
 
 class _Miss:
     """A replay whose mid-replay guard failed.  `log`: the results of the uncapturable

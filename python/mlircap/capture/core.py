@@ -44,6 +44,7 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   grad_hooks     _GradHookMixin: pure gradient hooks and custom autograd.Functions as graph nodes;
                  the pure-body checks (also of a vmapped function)
   scalar_inputs  _ScalarInputMixin: numbers a tensor operator takes as graph inputs (`x * r`, clamp bounds)
+  index_inputs   _IndexInputMixin: ints that index or fill a tensor as graph inputs (`betas[t]`, `torch.full((n,), t)`)
   asserts        _AssertMixin: the truth of a tensor deciding a jump to a raise, a check after the graph
   deferred       _DeferMixin: numbers read from tensors of the open graph (`t.item()`), read after it
   graph          _GraphMixin, _Seg, _Mode: FX recording of tensor operations

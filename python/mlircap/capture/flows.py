@@ -27,7 +27,7 @@ import types
 import torch
 
 from ._bytecode import _instrs, _nb_op
-from .base import PY312
+from .base import INDEXING, PY312
 from .classify import _classify, _context_wrapper_frame
 from .flow_roots import _FlowRootMixin
 from .flow_state import _JUMPS, _Flow, _followable, _next_offsets, _operand, _pretty, _shift
@@ -166,6 +166,13 @@ class _FlowMixin(_FlowRootMixin):
             for k in ks:
                 self._flow_settled(k)
             return True
+        if op in ("BINARY_SUBSCR", "STORE_SUBSCR") and 0 in slots and 1 not in slots and 2 not in slots:
+            # `betas[t]`, `buf[self.ptr] = x`: a tensor indexed by a followed int, which the
+            # graph takes as a 0-d index tensor input (scalar_inputs._index_input) instead of
+            # a value guard (a recompile per value: a sampling loop's step, a ring buffer's pointer)
+            if not self._flow_index(fr, *slots[0]):
+                return None
+            return _shift(fl, 2, 1) if op == "BINARY_SUBSCR" else _shift(fl, 3, 0)
         eff = _EFFECTS.get(op)
         if eff is not None and op not in _BUILDS:
             pops, pushes = eff(arg)
@@ -270,6 +277,23 @@ class _FlowMixin(_FlowRootMixin):
                         self.flows_given[k] = self.flows_open.pop(k, self.flow_vals[k])
             return _shift(fl, arg + 2, 1)
         return None
+
+    def _flow_index(self, fr: types.FrameType, expr: str, ks: frozenset[int]) -> bool:
+        """The subscript about to run in fr indexes a tensor by the followed int on top of
+        the stack: handed to the indexing op like a call's argument (flow_call), which
+        takes it as a graph input where it can (scalar_inputs._index_input); else it is
+        guarded by value at the end (close_flows)."""
+        idx, base = _E.peek(fr, 0), _E.peek(fr, 1)
+        if type(idx) is not int or not isinstance(base, torch.Tensor) or self._flow_stale(ks) or \
+                (fr.f_code, fr.f_lasti) in getattr(self.captured, "index_sites_off", ()):
+            return False
+        self.flow_call = (fr, fr.f_lasti, {id(idx): expr}, ks, INDEXING)
+        self.flow_calls.append(self.flow_call)
+        self.keep.append(idx)
+        for k in ks:
+            if k not in self.flows_guarded:
+                self.flows_given[k] = self.flows_open.pop(k, self.flow_vals[k])
+        return True
 
     def _flow_pure_call(self, fl: _Flow, fr: types.FrameType, argc: int) -> tuple[str, frozenset[int]] | None:
         """`max(m, 1e-6)`, `math.sqrt(d)`, `float(r)`: a function of numbers alone, with no

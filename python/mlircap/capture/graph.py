@@ -31,6 +31,7 @@ from .asserts import _AssertMixin
 from .deferred import DEFERRABLE, _DeferMixin
 from .restrides import _RESTRIDES, _RestrideMixin
 from .fx_targets import _bind_constants, _fx_target, _has_dataclass, _op_name
+from .index_inputs import _IndexInputMixin
 from .scalar_inputs import _ALPHA_OPS, _BOUND_OPS, _PRE, _SCALAR_OPERATORS, _ScalarInputMixin, _has_np_scalar
 
 
@@ -186,7 +187,7 @@ def _byte_span(t: torch.Tensor) -> tuple[int, int]:
     return lo, hi + t.element_size()
 
 
-class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixin, _DeferMixin):
+class _GraphMixin(_ScalarInputMixin, _IndexInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixin, _DeferMixin):
     """FX recording for `_Recorder`: torch functions seen by `_Mode` become nodes of the
     current segment's graph; data-dependent results end the segment (graph break)."""
 
@@ -365,8 +366,21 @@ class _GraphMixin(_ScalarInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixi
                 args = self._scalar_input(func, name, args, res, fs)
             elif name in _BOUND_OPS and self.flow_call is not None:
                 args, kwargs = self._scalar_bounds(func, args, kwargs, res)
+            indexed = False
+            if name in ("__getitem__", "__setitem__") and self.flow_call is not None and len(args) > 1:
+                args, indexed = self._index_input(name, args, res)   # `betas[t]`: t a graph input
+            elif name == "full" and self.flow_call is not None:
+                filled = self._full_input(func, args, kwargs, res)   # `torch.full((n,), t)`: the same
+                if filled is not None:
+                    func, args, kwargs = filled
             if _has_np_scalar((args, kwargs)):
                 args, kwargs = self._np_scalar_args(func, name, args, kwargs, res)
+            if indexed:   # `betas[[t]]` squeezed; a copy where eager's is a view: checked when the graph is built (replay.py)
+                with torch._C.DisableTorchFunction():
+                    rows = args[0][args[1]]
+                self._record(func, name, args, kwargs, rows)
+                self.__dict__.setdefault("index_copies", []).append((self.env[id(rows)][2], self.index_site))
+                func, name, args = torch.Tensor.squeeze, "squeeze", (rows, 0)
             self._record(func, name, args, kwargs, res)
         except Unreplayable as e:
             self.unreplayable = self.unreplayable or f"{e} (in {_op_name(func)})"

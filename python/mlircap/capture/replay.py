@@ -19,6 +19,7 @@ from .steps import CallStep, GraphStep, Write
 from .guard_kinds import Guard, GuardEnv, _holds
 from .guards import Placed, _ambient, _compile_guard, _merge_guards
 from .graph_compile import _FirstRunChecked, _compile_graph, _double_backward_ok
+from .index_inputs import index_copy_hazard
 from .rng import RngStates, _RngLogged, _rng_states, _set_rng_states, _unlog_raising
 from .resume_code import Continuation, continuation_code
 from .device_checks import held_device_asserts, release
@@ -261,7 +262,17 @@ class _GraphVariant(_Variant):
             fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
         except Exception:  # pragma: no cover
             fake_mode = None
+        copies = rec.__dict__.get("index_copies", ())
         for seg in rec.segs:
+            hazard = index_copy_hazard(seg, [n for n, _ in copies])
+            if hazard is not None:
+                # the next call records again, guarding that index by value (flows._flow_index);
+                # this one ran for real: correct
+                sites = rec.captured.__dict__.setdefault("index_sites_off", set())
+                sites.update(site for n, site in copies if n.graph is seg.graph)
+                rec.relearn = True
+                rec.unreplayable = f"a tensor indexed by a number that changes between calls, {hazard}"
+                raise Unreplayable(rec.unreplayable)
             if fake_mode is not None:
                 phs = [n for n in seg.graph.nodes if n.op == "placeholder"]
                 for ph, ex in zip(phs, seg.examples):
