@@ -141,7 +141,7 @@ def _node_name(n: Any) -> str:
 
 
 def _writes_first_arg(n: Any) -> bool:
-    name = _node_name(n)
+    name = _node_name(n).split(".")[0]   # (an aten overload: `add_.Tensor`)
     return name.endswith("_") and not name.endswith("__") or name in _INPLACE_DUNDERS or \
         name in ("__setitem__", "setitem", "__set__") or "out" in n.kwargs
 

@@ -153,3 +153,21 @@ def test_a_timestep_batch_filled_from_an_int_compiles_once():
     y = torch.randn(2, 4)
     fast = _run(g, lambda i: (y, 0.1 * i + 1e-3), calls=5)
     assert fast.explain().variants == 1   # (a float argument: followed from the start)
+
+
+def test_an_aten_in_place_op_on_the_indexed_tensor_is_found():
+    # torch.ops.aten.mul_ (an overload's name, `mul_.Tensor`) on buf after its row is read
+    def f(buf, x, t):
+        row = buf[t]
+        torch.ops.aten.mul_.Tensor(buf, torch.full_like(buf, 2.0))
+        return row + x
+
+    b = torch.randn(8, 4)
+    bufs = [b, b.clone()]
+    fast = mlircap.compile(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(5):
+            x = torch.randn(4)
+            torch.testing.assert_close(fast(bufs[1], x, i), f(bufs[0], x, i), rtol=1e-6, atol=1e-6)
+            assert torch.equal(bufs[0], bufs[1])
