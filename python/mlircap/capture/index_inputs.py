@@ -185,6 +185,8 @@ def index_copy_hazard(seg: Any, nodes: list) -> str | None:
             roots |= {p for p, ex in phs.items() if ex.untyped_storage().data_ptr() == st}
         watched = copy | _aliases(roots, down_only=False)
         for m in order:
-            if order[m] > order[n] and _writes_first_arg(m) and m.args and m.args[0] in watched:
+            first = m.args[0] if m.args else None
+            written = first if isinstance(first, (list, tuple)) else (first,)   # (torch._foreach_mul_)
+            if order[m] > order[n] and _writes_first_arg(m) and any(w in watched for w in written):
                 return f"written in place ({_node_name(m)})"
     return None

@@ -155,11 +155,17 @@ def test_a_timestep_batch_filled_from_an_int_compiles_once():
     assert fast.explain().variants == 1   # (a float argument: followed from the start)
 
 
-def test_an_aten_in_place_op_on_the_indexed_tensor_is_found():
-    # torch.ops.aten.mul_ (an overload's name, `mul_.Tensor`) on buf after its row is read
+@pytest.mark.parametrize("op", ["aten", "foreach"])
+def test_other_in_place_forms_on_the_indexed_tensor_are_found(op):
+    # torch.ops.aten.mul_ (an overload's name, `mul_.Tensor`), or a foreach op (a list of
+    # tensors written) on buf after its row is read: each read a copy where eager's view
+    # saw the write (wrong from the second value of t on)
     def f(buf, x, t):
         row = buf[t]
-        torch.ops.aten.mul_.Tensor(buf, torch.full_like(buf, 2.0))
+        if op == "aten":
+            torch.ops.aten.mul_.Tensor(buf, torch.full_like(buf, 2.0))
+        else:
+            torch._foreach_mul_([x, buf], 3.0)
         return row + x
 
     b = torch.randn(8, 4)
@@ -169,5 +175,5 @@ def test_an_aten_in_place_op_on_the_indexed_tensor_is_found():
         warnings.simplefilter("ignore")
         for i in range(5):
             x = torch.randn(4)
-            torch.testing.assert_close(fast(bufs[1], x, i), f(bufs[0], x, i), rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(fast(bufs[1], x.clone(), i), f(bufs[0], x.clone(), i), rtol=1e-6, atol=1e-6)
             assert torch.equal(bufs[0], bufs[1])
