@@ -8,6 +8,7 @@ ring buffer's pointer).  The graph's read is an advanced index, a copy where eag
 that index guarded by value."""
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -140,10 +141,34 @@ def _node_name(n: Any) -> str:
     return name or str(t)
 
 
-def _writes_first_arg(n: Any) -> bool:
-    name = _node_name(n).split(".")[0]   # (an aten overload: `add_.Tensor`)
-    return name.endswith("_") and not name.endswith("__") or name in _INPLACE_DUNDERS or \
-        name in ("__setitem__", "setitem", "__set__") or "out" in n.kwargs
+def _flat(v: Any) -> list:
+    return [x for y in v for x in _flat(y)] if isinstance(v, (list, tuple)) else [v]
+
+
+def _inplace_flag(n: Any) -> bool:
+    """`F.relu(x, inplace=True)` (also positional: `F.dropout(x, 0.1, True, True)`)."""
+    if n.kwargs.get("inplace") is True:
+        return True
+    t = n.target
+    if isinstance(t, str) or not callable(t) or not any(a is True for a in n.args):
+        return False
+    try:
+        return inspect.signature(t).bind_partial(*n.args, **n.kwargs).arguments.get("inplace") is True
+    except (TypeError, ValueError):
+        return True   # (a True argument of a function whose parameters are unknown: assumed to write)
+
+
+def _written(n: Any) -> list:
+    """The nodes `n` writes in place: its out= tensors, or its first argument (a list of them
+    for a foreach op) where it is an in-place op (`add_`, an aten overload `add_.Tensor`,
+    `__iadd__`, `__setitem__`, `inplace=True`)."""
+    if "out" in n.kwargs:
+        return _flat(n.kwargs["out"])
+    name = _node_name(n).split(".")[0]
+    if name.endswith("_") and not name.endswith("__") or name in _INPLACE_DUNDERS or \
+            name in ("__setitem__", "setitem", "__set__") or _inplace_flag(n):
+        return _flat(n.args[0]) if n.args else []
+    return []
 
 
 def _aliases(roots: set, down_only: bool) -> set:
@@ -185,8 +210,6 @@ def index_copy_hazard(seg: Any, nodes: list) -> str | None:
             roots |= {p for p, ex in phs.items() if ex.untyped_storage().data_ptr() == st}
         watched = copy | _aliases(roots, down_only=False)
         for m in order:
-            first = m.args[0] if m.args else None
-            written = first if isinstance(first, (list, tuple)) else (first,)   # (torch._foreach_mul_)
-            if order[m] > order[n] and _writes_first_arg(m) and any(w in watched for w in written):
+            if order[m] > order[n] and any(w in watched for w in _written(m)):
                 return f"written in place ({_node_name(m)})"
     return None

@@ -155,7 +155,7 @@ def test_a_timestep_batch_filled_from_an_int_compiles_once():
     assert fast.explain().variants == 1   # (a float argument: followed from the start)
 
 
-@pytest.mark.parametrize("op", ["aten", "foreach"])
+@pytest.mark.parametrize("op", ["aten", "foreach", "out", "relu_inplace", "hardtanh_positional"])
 def test_other_in_place_forms_on_the_indexed_tensor_are_found(op):
     # torch.ops.aten.mul_ (an overload's name, `mul_.Tensor`), or a foreach op (a list of
     # tensors written) on buf after its row is read: each read a copy where eager's view
@@ -164,8 +164,14 @@ def test_other_in_place_forms_on_the_indexed_tensor_are_found(op):
         row = buf[t]
         if op == "aten":
             torch.ops.aten.mul_.Tensor(buf, torch.full_like(buf, 2.0))
-        else:
+        elif op == "foreach":
             torch._foreach_mul_([x, buf], 3.0)
+        elif op == "out":
+            torch.mul(x.sum(), x.sum(), out=buf[2:3, 1])   # (a view of buf written through out=)
+        elif op == "relu_inplace":
+            torch.nn.functional.relu(buf, inplace=True)
+        else:
+            torch.nn.functional.hardtanh(buf, -0.5, 0.5, True)   # (inplace given by position)
         return row + x
 
     b = torch.randn(8, 4)
