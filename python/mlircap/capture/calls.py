@@ -223,6 +223,7 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             self._state_dict_tree(so)
         if self.lazy and slot is not None and self._flow_dict_call(frame, f, args, kwargs):
             return   # `d.get(k)` / `d.setdefault(k, v)` of a key the dict has: an item read (flow_roots.py)
+        own = kind == "external" and self._optimizer_reads(f, args, kwargs)
         if self.lazy or self.lazy_objs:
             ff = getattr(f, "__func__", f)
             # (torch's wrapper of a `@torch.no_grad()` method hands its arguments on to the traced
@@ -234,6 +235,8 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
                                     + list(kwargs.values()))
                 elif kind == "external" and _reads_only_its_operands(f, args, kwargs):
                     pass   # nothing it reads can be a container of the program's
+                elif own:
+                    pass   # an optimizer's step: it reads the optimizer's own state alone (guarded there)
                 elif kind == "external":
                     for o in list(self.lazy.values()):
                         self.touch(o[0])

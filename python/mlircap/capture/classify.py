@@ -466,6 +466,40 @@ def _optimizer_step(f: object, args: list) -> bool:
 _MODULE_GRAD_CALLS = (torch.nn.Module.zero_grad, torch.nn.Module.requires_grad_)
 
 
+def _optimizer_owning_call(f: object, args: list, kwargs: dict) -> torch.optim.Optimizer | None:
+    """The optimizer of `opt.step()` / `opt.zero_grad(...)` where that call writes no state of
+    the program but its own (its `state` dict, the tensors in it) and tensors in place (the
+    parameters, their .grad): a torch.optim class of torch's own (its methods torch's, not a
+    subclass's), step without a closure (which runs the user's code) and with no step hook
+    registered (global or the optimizer's: the caller guards them to stay so).  After it, what
+    the program read before it needs no guard again (no new epoch, sources._new_epoch): an
+    optimizer step in a training function placed its guards again after it (`if step %
+    accum == 0`, `opt.param_groups[0]['lr']`), which needed a continuation the frame rarely has
+    (a counter written before it), and the function ran eagerly.  None: not such a call."""
+    if not _optimizer_step(f, args):
+        return None
+    so = getattr(f, "__self__", None)
+    if so is None:
+        so, args = args[0], args[1:]
+    name = f.__name__
+    cls = type(so)
+    if not cls.__module__.startswith("torch.optim.") or getattr(f, "__func__", f) is not getattr(cls, name, None):
+        return None
+    if name == "step":
+        if args or kwargs or so._optimizer_step_pre_hooks or so._optimizer_step_post_hooks:
+            return None
+        from torch.optim import optimizer as _opt
+        if _opt._global_optimizer_pre_hooks or _opt._global_optimizer_post_hooks:
+            return None
+    elif name == "zero_grad":
+        flat = list(args) + list(kwargs.values())
+        if len(flat) > 1 or kwargs and set(kwargs) != {"set_to_none"} or any(type(a) is not bool for a in flat):
+            return None
+    else:
+        return None
+    return so
+
+
 def _idempotent_call(f: object, args: list) -> bool:
     """`opt.zero_grad()`, `module.zero_grad()`, `module.requires_grad_(flag)` (see
     _optimizer_step): they only set the .grad of parameters to None (or zero) or their

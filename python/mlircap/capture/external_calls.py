@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import types
 from collections.abc import Callable
 from typing import Any
@@ -20,9 +21,9 @@ from torch.utils.hooks import RemovableHandle
 from .. import logs as _logs
 from ._bytecode import _instrs
 from .base import Unreplayable, _Canned, _Raised
-from .classify import _classify, _ffi, _no_new_epoch, _reads_clock
+from .classify import _classify, _ffi, _no_new_epoch, _optimizer_owning_call, _optimizer_step, _reads_clock
 from .frame_hook import _E
-from .guard_kinds import TypeIs
+from .guard_kinds import Equals, TypeIs
 from .iterators import pure_draw
 from .locations import _frame_loc
 from .rng import _unlog
@@ -60,11 +61,14 @@ class _ExternalCallMixin:
         again leaves the state it leaves (zero_grad): not logged as run once for a replay
         that misses, but run again by the recording that follows (classify._idempotent_call)."""
         inert = inert or _reads_clock(f, args, kwargs)
+        own = self._own_state_call(f, args, kwargs) if not inert else None
         i = self.ext_seen if not idempotent else len(self.catchup)
         if not idempotent:
             self.ext_seen += 1
-        if not inert:
+        if not inert and own is None:   # (an optimizer's step reads and writes its own state alone)
             self.ext_writes += 1
+        elif own is not None:
+            self.own_calls += 1   # (resumes.py: continuations are taken after it)
         if i < len(self.catchup):
             # this call already ran in a replay whose mid-replay guard then failed: its
             # side effects happened, so the program gets that call's result instead (and
@@ -119,7 +123,11 @@ class _ExternalCallMixin:
             self.ext_depth -= 1
             if any(t._version != v for t, v in seen):
                 self.tensor_writing_calls.append((k, reason))
-            if not inert and not _no_new_epoch(f, args, kwargs):
+            if own is not None:
+                own_state = [own.state, *own.state.values()]
+                self.keep.append(own_state)
+                self.own_state.update((id(o), o) for o in own_state)
+            elif not inert and not _no_new_epoch(f, args, kwargs):
                 self._new_epoch(k)
             res = _E.peek(fr, 0)
             if _popped(fr):
@@ -135,6 +143,57 @@ class _ExternalCallMixin:
                 self._flow_tick(fr)   # flows of this frame: this step took their pending slot
         finish.is_call = True  # type: ignore[attr-defined]
         self.pending[frame] = finish
+
+    def _own_state_call(self, f: Any, args: list, kwargs: dict) -> Any:
+        """The optimizer of an uncapturable call about to run that is its step / zero_grad,
+        writing no state of the program but the optimizer's own (classify.
+        _optimizer_owning_call), whose state the recording has not read: the call starts no
+        new epoch (what the program read before it is not guarded again after it) and counts
+        as no write to the program's state.  Its step hooks are guarded to stay none; its
+        state (noted after the call) read later in the call gives up (sources._source), as no
+        guard after the call would check it.  None: not such a call."""
+        opt = _optimizer_owning_call(f, args, kwargs)
+        if opt is None:
+            return None
+        seen = (self.src, self.snaps, self.lazy, self.lazy_objs)
+        if any(id(o) in m for o in [opt.state, *opt.state.values()] for m in seen):
+            return None   # (read before it: guarded again after it, as after any such call)
+        from torch.optim import optimizer as _opt
+        s = self.src.get(id(opt))
+        oe = self.src_first.get(id(opt), s[0]) if s is not None and s[2] != "opaque" else None
+        if oe is None or _BREAK_NAME.match(oe):
+            oe = self.const(opt)   # (its step is called through a constant or a guarded location)
+        for e, d in ((f"{oe}._optimizer_step_pre_hooks", opt._optimizer_step_pre_hooks),
+                     (f"{oe}._optimizer_step_post_hooks", opt._optimizer_step_post_hooks),
+                     (self.const(_opt._global_optimizer_pre_hooks), _opt._global_optimizer_pre_hooks),
+                     (self.const(_opt._global_optimizer_post_hooks), _opt._global_optimizer_post_hooks)):
+            self.guard(Equals(f"len({e})", "the optimizer step hooks registered", len(d)), pos=0)
+        return opt
+
+    def _optimizer_reads(self, f: Any, args: list, kwargs: dict) -> bool:
+        """Before an optimizer's step / zero_grad (calls._on_call): what it reads of the
+        program's state is the optimizer's own (param_groups, defaults, attributes), guarded
+        now, not every container the program holds (a dict counter the function increments
+        stays followed).  The function writing any of it before the call (`g["lr"] = ...`)
+        runs eagerly: the replay applies writes at its end, so its step read the old values
+        (once its guards after the step no longer made it run eagerly).  False: not such a call."""
+        if not _optimizer_step(f, args):
+            return False
+        opt = getattr(f, "__self__", None)
+        opt = args[0] if opt is None else opt
+        if not isinstance(opt, torch.optim.Optimizer):
+            return False   # (nn.Module's zero_grad / requires_grad_)
+        groups = opt.param_groups
+        objs = [opt, groups, *groups, opt.defaults]
+        ids = {id(o) for o in objs}
+        if any(k[0] in ids for k in self.dirty) or any(k[0] in ids for k in self.flow_stores):
+            self.unreplayable = self.unreplayable or \
+                f"{type(opt).__name__}.{f.__name__} reads the optimizer's param_groups or attributes the " \
+                f"function wrote before it (a replay writes them at its end)"
+        if _optimizer_owning_call(f, args, kwargs) is None:
+            return False
+        self.touch_deep(objs[1:])   # (not the optimizer's attributes: its state, read here, is its own)
+        return True
 
     def _call_result(self, k: int, res: Any, external: bool = False) -> None:
         name = f"b{k}"
@@ -162,6 +221,7 @@ class _ExternalCallMixin:
 
 
 _SCALAR_ARGS = (str, bytes, int, float, bool, type(None))
+_BREAK_NAME = re.compile(r"b\d+\b|_r\d+\b")
 
 
 def _popped(fr: types.FrameType) -> bool:

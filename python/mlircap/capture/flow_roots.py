@@ -173,6 +173,7 @@ class _FlowRootMixin(_FlowWriteMixin):
             k = -(_ATTR_KEYS + len(self.flow_pos))
             self.flow_pos[k] = pos
             self.flow_ext[k] = self.ext_writes
+            self.flow_bwd[k] = self.backward_steps
         self.flow_roots[k] = (expr, pretty, v, pos, group)
         self.flow_vals[k] = v
         self.keep.append(v)
@@ -248,8 +249,13 @@ class _FlowRootMixin(_FlowWriteMixin):
             return True   # an item guarded by value, or an IndexError
         if k in self.flows_guarded:
             return True
-        if self.flow_vals[k] is not v or self.flow_pos[k] != self.ncalls:
-            self._flow_escape(k)   # a break since it was read: guarded by the value read then
+        if self.flow_vals[k] is not v or self.flow_pos[k] != self.ncalls and \
+                (self.flow_ext.get(k) != self.ext_writes or self.flow_bwd.get(k) != self.backward_steps):
+            # an uncapturable call that may write it since it was read, or a backward (its
+            # hooks): guarded by the value read then (other breaks leave it: the replay writes
+            # the program's state at its end, so the item still holds the value bound as the
+            # replay started)
+            self._flow_escape(k)
             return True
         self._flow_load(frame, self.flow_roots[k][0], frozenset((k,)), v)
         return True

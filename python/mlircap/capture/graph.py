@@ -30,6 +30,7 @@ from .grad_hooks import _REGISTER_HOOK, _GradHookMixin, pure_mapped_function
 from .asserts import _AssertMixin
 from .deferred import DEFERRABLE, _DeferMixin
 from .restrides import _RESTRIDES, _RestrideMixin
+from .data_writes import _DataWriteMixin
 from .fx_targets import _bind_constants, _fx_target, _has_dataclass, _op_name
 from .index_inputs import _IndexInputMixin
 from .scalar_inputs import _ALPHA_OPS, _BOUND_OPS, _PRE, _SCALAR_OPERATORS, _ScalarInputMixin, _has_np_scalar
@@ -187,7 +188,7 @@ def _byte_span(t: torch.Tensor) -> tuple[int, int]:
     return lo, hi + t.element_size()
 
 
-class _GraphMixin(_ScalarInputMixin, _IndexInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixin, _DeferMixin):
+class _GraphMixin(_ScalarInputMixin, _IndexInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixin, _DeferMixin, _DataWriteMixin):
     """FX recording for `_Recorder`: torch functions seen by `_Mode` become nodes of the
     current segment's graph; data-dependent results end the segment (graph break)."""
 
@@ -196,6 +197,7 @@ class _GraphMixin(_ScalarInputMixin, _IndexInputMixin, _GradHookMixin, _Restride
         name = _fname(func)
         if name == "grad" and args:
             self._grad_read(args[0])   # (a write to it waiting for the open graph: that graph ends first)
+        self._data_read(args, kwargs)   # (a .data write to an argument waiting for it: the same)
         if func in _GLOBAL_STATE_FUNCS:
             return func(*args, **kwargs)  # grad mode is tracked per recorded op
         if name == "__iter__" and args and isinstance(args[0], torch.Tensor):
@@ -316,6 +318,8 @@ class _GraphMixin(_ScalarInputMixin, _IndexInputMixin, _GradHookMixin, _Restride
                 return res   # the truth deciding a raise: a check after the graph (asserts.py)
             if name == "grad" and getattr(func, "__name__", None) == "__set__" and self._grad_write(func, args, kwargs):
                 return res   # `p.grad = None` / `p.grad = g`: run right after the open graph
+            if name == "data" and getattr(func, "__name__", None) == "__set__" and self._data_write(func, args, kwargs):
+                return res   # `t.data = v`: run right after the open graph (data_writes.py)
             # data-dependent (or unknown) non-tensor result: graph break
             reason = f"data-dependent operation Tensor.{name}()" if name in _DATA_DEP else \
                 "version counter of a tensor from outside the function (Tensor._version)" \
@@ -337,6 +341,11 @@ class _GraphMixin(_ScalarInputMixin, _IndexInputMixin, _GradHookMixin, _Restride
             self._add_break(reason, _user_location())
             if func in _GRAD_WRITERS:
                 self.grad_writes = True   # a replay missing after it restores the leaves' .grad
+                self.backward_steps += 1   # (its hooks may write the program's state: flow_roots._flow_item)
+                if res is None:
+                    # (it returns None: a guard `b4 is None`, which cannot fail, after an optimizer's
+                    # step needed a continuation; the program's use of it is the constant None)
+                    return res
             self._data_result(k, res)
             return res
         if not self.uses_rng and any(w in name for w in _RNG_WORDS):
@@ -657,8 +666,12 @@ class _GraphMixin(_ScalarInputMixin, _IndexInputMixin, _GradHookMixin, _Restride
         self.close_deferred(seg.idx)
         self.cur = None
         self._flush_grad_writes()
+        self._flush_data_writes()
 
     def _arg_node(self, seg: _Seg, t: torch.Tensor) -> fx.Node:
+        dn = self._data_node(seg, t)
+        if dn is not None:   # (its .data written in this graph: the value written)
+            return dn
         e = self.env.get(id(t))
         if e is not None and e[0] is t:
             _, si, node = e

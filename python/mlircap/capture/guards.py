@@ -3,6 +3,7 @@ variant depends on, and compiling the pre-call guards into one Python function (
 guard kinds themselves are in guard_kinds.py and guard_tensors.py)."""
 from __future__ import annotations
 
+import ast
 import bisect
 import re
 from collections.abc import Callable
@@ -19,6 +20,35 @@ from .typeinfo import _dict_version, _dicts_unchanged
 
 if TYPE_CHECKING:  # annotations only: recorder imports this module
     from .recorder import _Recorder
+
+
+# what a guard's code may name to be checked earlier in the replay (`start_state`)
+_START_NAMES = frozenset({"L", "F", "C", "type", "len", "tuple", "isinstance", "int", "float", "bool", "str",
+                          "set", "frozenset", "_dv"})
+# tensor state the steps between graphs write (optimizer steps, .grad / .data writes, backward)
+_TENSOR_ATTRS = frozenset({"grad", "data", "is_leaf", "grad_fn", "retains_grad", "output_nr", "_is_view",
+                           "_version", "shape", "dtype", "device", "requires_grad", "layout", "size", "stride",
+                           "_base", "state"})
+
+
+def start_state(g: Guard, code: str) -> bool:
+    """Whether guard `g` (compiled to `code`) reads only Python state of the call's start:
+    the arguments, the function and constants (`L`, `F`, `C`), not a tensor's metadata or
+    autograd state, a replay's own values (`b3`, `n0_add`, bindings) or an optimizer's
+    state.  Within one epoch (no uncapturable call that may write any state in between) it
+    decides the same anywhere in the replay: the replay applies the function's writes at
+    its end."""
+    if isinstance(g, (TensorMatch, TensorMatchAll, StorageAliasing, Distinct)):
+        return False
+    try:
+        tree = ast.parse(code, mode="eval")
+    except SyntaxError:
+        return False
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and n.id not in _START_NAMES or \
+                isinstance(n, ast.Attribute) and n.attr in _TENSOR_ATTRS:
+            return False
+    return True
 
 
 @dataclass(slots=True)

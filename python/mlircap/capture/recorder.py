@@ -75,6 +75,8 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         # the uncapturable calls that wrote in place a tensor the recording had read before them
         # (torch.optim's step on the parameters): a replay must not record again after them
         self.tensor_writing_calls: list[tuple[int, str]] = []   # (call number, reason)
+        self.own_calls = 0   # optimizer steps recorded that start no epoch (a guard after one needs a continuation)
+        self.own_state: dict[int, object] = {}   # an optimizer's state its step wrote (external_calls._own_state_call)
         self.hooked = set()
         self.memo = None
         self.lets = []
@@ -128,6 +130,8 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         self.flow_roots: dict[int, tuple] = {}
         self.flow_pos: dict[int, int] = {}         # attribute key -> the break count where it was read
         self.flow_ext: dict[int, int] = {}         # ... and the uncapturable calls met before (ext_writes)
+        self.flow_bwd: dict[int, int] = {}         # ... and the backward calls met before (backward_steps)
+        self.backward_steps = 0   # .backward() calls recorded (their hooks may run the program's code)
         self.flow_locals: dict[tuple, tuple] = {}  # (frame, variable index) -> (expression, keys, number)
         self.flow_stored: tuple | None = None      # (frame, variable index, offset) the follower stored last
         self.flow_attrs: dict[str, int] = {}       # attribute expression -> its key

@@ -17,7 +17,8 @@ from .autocast import autocast_state_as, set_autocast_state
 from .base import Unreplayable, _Miss, _Raised
 from .steps import CallStep, GraphStep, Write
 from .guard_kinds import Guard, GuardEnv, _holds
-from .guards import Placed, _ambient, _compile_guard, _merge_guards
+from .data_writes import undo_data_writes
+from .guards import Placed, _ambient, _compile_guard, _merge_guards, start_state
 from .graph_compile import _FirstRunChecked, _compile_graph, _double_backward_ok
 from .index_inputs import index_copy_hazard
 from .rng import RngStates, _RngLogged, _rng_states, _set_rng_states, _unlog_raising
@@ -163,10 +164,14 @@ def _continuations(rec: _Recorder) -> dict[int, list[tuple[str, ResumePoint]]]:
     runs the rest of the frame through it (resume_code.py).  Running the function again
     from its start would read before that call what the call has written since.  A guard
     there without one is a known gap (see below)."""
-    if not rec.epoch_starts:
-        return {}
-    k0 = min(rec.epoch_starts) - 1   # the first uncapturable call that may write any state
     kw = min((k for k, _ in rec.tensor_writing_calls), default=None)
+    if not rec.epoch_starts and kw is None:
+        return {}
+    if kw is not None:
+        _hoist_before(rec, kw)
+    # the first uncapturable call that may write any state, or that wrote tensors the function
+    # read before it (an optimizer's step, which starts no epoch: classify._optimizer_owning_call)
+    k0 = min(rec.epoch_starts + [kw + 1 if kw is not None else 1 << 30]) - 1
     out = {}
     for p in sorted({p.pos for p in rec.guards if p.pos > k0}):
         rp = rec.resumes.get(p - 1) if not rec.uses_rng else None   # (a miss restores the RNG state, records again)
@@ -199,6 +204,21 @@ def _continuations(rec: _Recorder) -> dict[int, list[tuple[str, ResumePoint]]]:
             chain.append((rec.const(Continuation(continuation_code(r.code, r.offset, unbound, real), rec.captured)), r))
         out[p - 1] = chain
     return out
+
+
+def _hoist_before(rec: _Recorder, kw: int) -> None:
+    """Guards placed after the uncapturable call kw, which wrote tensors the function read
+    before it (an optimizer's step), with no call that may write any state in between, that
+    read only Python state of the call's start (guards.start_state: `opt.zero_grad` looked up
+    after the step, the branch of a dict counter the function increments): checked right
+    before call kw instead, where they decide the same (the replay writes the program's state
+    at its end) and where a miss can still record the call again from its start.  After the
+    step, a miss needed a continuation (_continuations), without which the function ran
+    eagerly."""
+    nxt = min((s for s in rec.epoch_starts if s > kw), default=1 << 30)
+    for p in rec.guards:
+        if kw < p.pos < nxt and start_state(p.guard, p.expr):
+            p.pos = kw
 
 
 def _merge_log(log: list | None, done: list) -> list:
@@ -307,7 +327,8 @@ class _GraphVariant(_Variant):
              if isinstance(t, torch.Tensor) and t.is_leaf and t.requires_grad and not _BREAK_RESULT.search(e)
              and not _NODE_VALUE.search(e)] + list(rec.__dict__.get("grad_written") or ()))) \
             if rec.__dict__.get("grad_writes") else []
-        rollback = has_mid and (mutated or rec.uses_rng or leaves)
+        data_written = list(rec.__dict__.get("data_written") or ())   # (`t.data = v`: data_writes.py)
+        rollback = has_mid and (mutated or rec.uses_rng or leaves or data_written)
         # Uncapturable calls ("external" steps) run in order, exactly once per call of the
         # function: when a mid-replay guard fails after some of them ran, the miss carries
         # their results (_lg) to the next variant tried or to the re-recording, which use
@@ -321,11 +342,16 @@ class _GraphVariant(_Variant):
         if any(isinstance(st, CallStep) and st.external for st in rec.steps):
             L.append(ind + "_n = len(_lg) if _lg else 0")
         if rollback:
+            if data_written:   # (their storage as the replay starts, put back first)
+                L.append(ind + "_sd = [(_t, _t.data) for _t in (" +
+                         "".join(_unheld(rec, e) + ", " for e in data_written) + ")]")
             L.append(ind + "_sv = [(_t, _t.detach().clone()) for _t in (" + "".join(m + ", " for m in mutated) + ")]")
             L.append(ind + ("_rng = _rng_states()" if rec.uses_rng else "_rng = None"))
             if leaves:   # (as the replay starts: held objects by their locations, bound later)
                 L.append(ind + "_gs = _save_grads((" + "".join(_unheld(rec, e) + ", " for e in leaves) + "))")
             rb = "_rollback(_sv, _rng, _gs); " if leaves else "_rollback(_sv, _rng); "
+            if data_written:
+                rb = f"{rec.const(undo_data_writes)}(_sd); " + rb
         else:
             rb = ""
         midg: dict[int, list[str]] = collections.defaultdict(list)

@@ -175,6 +175,8 @@ class _SourceMixin:
             self.guard(Number(expr, pretty, v, t), group=group)
             return
         vid = id(v)
+        if vid in self.own_state:
+            raise Unreplayable(f"{pretty}: an optimizer's state read after its step or zero_grad wrote it")
         if vid in self.src:
             old = self.src[vid][0]
             if old != expr:  # same object reached through another path: guard aliasing
