@@ -323,7 +323,7 @@ def _layer_norm(fallback):
             return NotImplemented if fallback is None else fallback(input, normalized_shape, weight, bias, eps)
         low = input.dtype
         dims = list(range(input.dim() - len(normalized_shape), input.dim()))
-        x = input.to(F32)
+        x = input.contiguous().to(F32)   # (eager's layout: see _layer_norm_f32)
         mean = x.mean(dims, keepdim=True)
         rstd = torch.rsqrt((x - mean).square().mean(dims, keepdim=True) + round_scalar(eps, F32))
         shift = -rstd * mean   # const float bias = -rstd_val * mean_val
@@ -351,6 +351,11 @@ def _layer_norm_f32(input, normalized_shape, weight, bias, eps):
     fused into its pass. The mean is corrected by the mean deviation from it (below).
     Output, mean and rstd within 2x of eager's error against a float64 LayerNorm
     (test_cpu_reductions.py::test_layer_norm_f32_as_accurate_as_eager)."""
+    # (eager's kernel computes on input.contiguous() and returns a contiguous output: laid out as
+    # a transposed input, the output's strides differed from eager's, and a dropout after it drew
+    # its mask in another memory order, other elements dropped (conv -> flatten -> transpose ->
+    # LayerNorm -> Dropout, a ViT / Swin patch embedding in training))
+    input = input.contiguous()
     dims = list(range(input.dim() - len(normalized_shape), input.dim()))
     first = input.mean(dims, keepdim=True)
     # The variance pass also sums the deviations from the first mean: their mean `d` is
