@@ -268,6 +268,9 @@ def _build_table() -> dict:
     table[aten.max.default] = intmath.full_reduction(aten.amax.default)   # int8: torch-mlir crashes
     table[aten.min.default] = intmath.full_reduction(aten.amin.default)
     table[aten.remainder.Scalar] = intmath.scalar_remainder(aten.remainder.Tensor)   # int8: torch-mlir crashes
+    table[aten.remainder.Scalar_Tensor] = intmath.scalar_dividend_remainder   # torch-mlir has no lowering
+    for name in ("bitwise_or", "bitwise_xor"):   # torch-mlir lowers only bitwise_and.Scalar
+        table[getattr(aten, name).Scalar] = intmath.bitwise_scalar(getattr(aten, name).Tensor)
     table[aten.fmod.Scalar] = intmath.scalar_remainder(aten.fmod.Tensor)
     for op in (aten.fmod.Tensor, aten.fmod.Scalar):   # floats: exact, from remainder
         table[op] = _fmod_from_remainder(table.get(op))
@@ -300,6 +303,9 @@ def _build_table() -> dict:
     from .nonzero import nonzero_static
 
     table[aten.nonzero_static.default] = nonzero_static   # torch-mlir cannot lower it
+    from .polynomials import scalar_overloads
+
+    table.update(scalar_overloads())   # x_scalar / n_scalar: the op of a 0-dim tensor (polynomials.py)
     from .histogram import histc
 
     table[aten.histc.default] = histc   # torch-mlir cannot lower it
@@ -1082,7 +1088,7 @@ _UINT8_DECOMPOSABLE = {f"aten::{n}" for n in (
     "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
     "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "logspace", "max_pool2d_with_indices",
     "max_pool3d_with_indices", "searchsorted", "cummax", "cummin", "diagonal_scatter", "as_strided_scatter",
-    "masked_scatter")}
+    "masked_scatter", "nonzero_static")}
 
 
 @dataclass

@@ -85,6 +85,12 @@ def floor_division(op, fallback):
 
     def decomposition(a, b, *args, **kwargs):
         mode = kwargs.get("rounding_mode", args[0] if args else "floor")
+        if mode in ("floor", "trunc") and _python_int(a) and _integer(b):
+            # a Python int dividend (torch.floor_divide(300, t), 300 // t): eager converts it to the
+            # divisor's dtype, wrapped (a uint8 t divides 44); widened uint8 code divided 300
+            a = _as_tensor(b, a)
+            if mode == "trunc":
+                return aten.div.Tensor_mode(a, b, rounding_mode="trunc")
         if mode in ("floor", "trunc") and _python_int(a) and _python_int(b):
             # two Python ints (torch.floor_divide(-8, 6)): an int64 0-dim result that
             # torch-mlir folded with unsigned division (3074457345618258432 for -2)
@@ -132,6 +138,40 @@ def scalar_remainder(op):
         if not _integer(a) or not isinstance(b, int) or isinstance(b, bool):
             return NotImplemented
         return op(a, _as_tensor(a, b))
+
+    return decomposition
+
+
+def scalar_dividend_remainder(a, b):
+    """aten.remainder.Scalar_Tensor (`5 % t`, torch.remainder(5, t)): torch-mlir has no lowering
+    for it (it ran through torch). The .Tensor overload of the number as a 0-dim tensor of the
+    result's dtype (an int converted to an integer divisor's dtype as eager converts it,
+    _as_tensor) and the divisor in that dtype."""
+    if not isinstance(b, torch.Tensor) or b.is_complex() or b.dtype == torch.bool or \
+            not isinstance(a, (int, float)) or isinstance(a, bool):
+        return NotImplemented
+    dt = torch.result_type(a, b)
+    if b.dtype != dt:
+        b = aten._to_copy.default(b, dtype=dt)
+    a = aten.full.default([], a, dtype=dt, device=b.device) if dt.is_floating_point else _as_tensor(b, a)
+    return aten.remainder.Tensor(a, b)
+
+
+def bitwise_scalar(tensor_op):
+    """aten.bitwise_or / bitwise_xor .Scalar (`x | 6`, `x ^ mask`): torch-mlir has no lowering
+    for them (each ran through torch, an island). `tensor_op` (the .Tensor overload) with the
+    number as a 0-dim tensor of the result's dtype, converted as eager converts it (int8 | 300
+    ors 44: _as_tensor); a bool tensor with an int computes in int64, eager's result type."""
+
+    def decomposition(a, b):
+        if not isinstance(a, torch.Tensor) or a.is_floating_point() or a.is_complex() or not isinstance(b, int):
+            return NotImplemented
+        dt = torch.result_type(a, b)
+        if dt == torch.bool:
+            return tensor_op(a, aten.full.default([], bool(b), dtype=torch.bool, device=a.device))
+        if a.dtype != dt:
+            a = aten._to_copy.default(a, dtype=dt)
+        return tensor_op(a, _as_tensor(a, b))
 
     return decomposition
 
@@ -238,28 +278,38 @@ def lcm(a, b):
 # torch-to-linalg; partition._LOWERS_ONLY kept them eager islands).
 INT8_PRODUCTS = ("mm.default", "bmm.default", "addmm.default", "baddbmm.default", "addbmm.default", "mv.default",
                  "addmv.default", "dot.default", "vdot.default")
+# Products plus a bias that torch-mlir lowers only for floating operands (it rejects
+# addmv and addbmm of integers: OpInfo addmv int64 ran as an eager island).
+_FLOAT_ONLY_LOWERINGS = ("addmv", "addbmm")
+_ADD_PRODUCTS = {"addmm": torch.mm, "baddbmm": torch.bmm, "addmv": torch.mv,
+                 "addbmm": lambda x, y: torch.bmm(x, y).sum(0, dtype=x.dtype)}
 
 
 def int8_product(op, other=None):
     """`op` (a matrix product) of int8 tensors computed in int32 and converted back to
     int8: sums of products (and alpha/beta multiples) are exact modulo 2**8 in int32,
     which wraps modulo 2**32, so the conversion, which keeps the low 8 bits, gives
-    eager's wrapping int8 arithmetic. Other dtypes: `other` (or NotImplemented)."""
+    eager's wrapping int8 arithmetic. addmv / addbmm of other integer tensors (one
+    dtype, integer beta / alpha) as beta * input + alpha * product in their dtype, the
+    same wrapping sums (eager ignores the input where beta is 0; 0 * an integer is 0).
+    Other dtypes: `other` (or NotImplemented)."""
+    name = op.name().split("::")[1]
 
     def decomposition(*args, **kwargs):
         ts = [a for a in args if isinstance(a, torch.Tensor)]
-        if ts and all(t.dtype == torch.int8 for t in ts) and \
-                all(isinstance(v, int) and not isinstance(v, bool) for v in kwargs.values()):
+        int_scalars = all(isinstance(v, int) and not isinstance(v, bool) for v in kwargs.values())
+        if ts and all(t.dtype == torch.int8 for t in ts) and int_scalars:
             wide = [a.to(torch.int32) if isinstance(a, torch.Tensor) else a for a in args]
-            name = op.name().split("::")[1]
             if name.startswith("add"):   # beta * input + alpha * product, as the plain product
                 c, a, b = wide
-                prod = {"addmm": torch.mm, "baddbmm": torch.bmm, "addmv": torch.mv,
-                        "addbmm": lambda x, y: torch.bmm(x, y).sum(0)}[name](a, b)
-                out = kwargs.get("beta", 1) * c + kwargs.get("alpha", 1) * prod
+                out = kwargs.get("beta", 1) * c + kwargs.get("alpha", 1) * _ADD_PRODUCTS[name](a, b)
             else:
                 out = op(*wide, **kwargs)
             return out.to(torch.int8)
+        if name in _FLOAT_ONLY_LOWERINGS and len(ts) == 3 and len(args) == 3 and int_scalars and \
+                _integer(ts[0]) and all(t.dtype == ts[0].dtype for t in ts):
+            c, a, b = args
+            return kwargs.get("beta", 1) * c + kwargs.get("alpha", 1) * _ADD_PRODUCTS[name](a, b)
         return NotImplemented if other is None else other(*args, **kwargs)
 
     return decomposition
@@ -372,6 +422,17 @@ def integer_pow_scalar(fallback):
     ** 0 is ones. A negative exponent (eager raises), a float one and anything else: `fallback`."""
 
     def decomposition(a, b, *args, **kwargs):
+        if isinstance(a, torch.Tensor) and a.dtype == torch.bool and not args and not kwargs and \
+                isinstance(b, (int, float)) and b >= 0:
+            # a bool base (torch.square of a bool tensor): eager computes in the result's dtype
+            # (int64 for an int exponent, the default float dtype for a float one; torch-mlir
+            # rejected the bool op); a bool exponent keeps bool: a ** True is a, a ** False 1
+            dt = torch.result_type(a, b)
+            if dt == torch.bool:
+                return aten.clone.default(a) if b else aten.ones_like.default(a)
+            x = aten._to_copy.default(a, dtype=dt)
+            out = decomposition(x, b)
+            return aten.pow.Tensor_Scalar(x, b) if out is NotImplemented else out
         if args or kwargs or not _integer(a) or not isinstance(b, int) or isinstance(b, bool) or b < 0:
             return NotImplemented if fallback is None else fallback(a, b, *args, **kwargs)
         if a.dtype == torch.uint8:

@@ -48,6 +48,31 @@ _RECURRENCES = {
 OPS = frozenset(_KINDS) | frozenset(_RECURRENCES)
 
 
+def scalar_overloads() -> dict:
+    """Decompositions of the ops' .x_scalar / .n_scalar overloads (a Python number for x or
+    n: `special.chebyshev_polynomial_t(x, 3)`), which were left as they are and ran through
+    torch: the .default overload with the number as a 0-dim tensor of the dtype eager
+    converts it to (the result type of the tensor and the number), which rewrite() takes."""
+    aten = torch.ops.aten
+    table = {}
+    for name in OPS:
+        packet = getattr(aten, name.split("::")[1])
+        table[packet.x_scalar] = _with_number(packet.default, 0)
+        table[packet.n_scalar] = _with_number(packet.default, 1)
+    return table
+
+
+def _with_number(op, which: int):
+    def decomposition(x, n):
+        number, tensor = (x, n) if which == 0 else (n, x)
+        if not isinstance(tensor, torch.Tensor) or not isinstance(number, (int, float)) or tensor.is_complex():
+            return NotImplemented
+        t = torch.ops.aten.full.default([], number, dtype=torch.result_type(tensor, number), device=tensor.device)
+        return op(t, tensor) if which == 0 else op(tensor, t)
+
+    return decomposition
+
+
 def _signed(n, even_val, odd_val):
     return torch.where(n % 2 == 0, even_val, odd_val)
 

@@ -22,6 +22,16 @@ per slice, only up to MAX_WORK comparisons), under the order eager's kernel
   run, and the index of the run's last pair. std::sort is an insertion sort (stable) for
   slices of up to 16 elements: the index is the largest among the mode's elements. Longer
   slices with a repeated value, and slices with NaN, set the flag.
+* topk: eager's kernel (TopKImpl.h) orders (value, index) pairs by value alone (largest:
+  NaN first, then descending; smallest: ascending, NaN last) with std::partial_sort, or
+  std::nth_element then std::sort of the first k - 1 (sorted=True). Where no element of
+  the first k is equivalent to another element of its slice (equal, -0.0 and 0.0
+  included, or both NaN), those k and their order are the order's first k, whichever
+  algorithm ran: values and indices are eager's. Otherwise the indices (and a zero's
+  sign) depend on the algorithm's swaps: the flag is set. sorted=False leaves the first
+  k - 1 in nth_element's order unless partial_sort ran (k * 64 <= length) or k is 1:
+  other such calls are not rewritten (torch-mlir's topk has no CPU kernel: they run
+  through torch).
 
 A set flag reruns the captured graph eagerly (bounds.py: rerun_on_bad_index).
 """
@@ -37,7 +47,7 @@ from .fxutil import op_name
 MAX_WORK = 1 << 22
 _STABLE_SORT = 16        # std::sort sorts slices this short by insertion: stable
 
-OPS = frozenset({"aten::median", "aten::nanmedian", "aten::kthvalue", "aten::mode"})
+OPS = frozenset({"aten::median", "aten::nanmedian", "aten::kthvalue", "aten::mode", "aten::topk"})
 _DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int8, torch.int16, torch.int32,
            torch.int64, torch.uint8, torch.bool)
 # computed in a wider integer type holding every value (the same order), the values converted back
@@ -193,6 +203,25 @@ def _mode(dim: int, keepdim: bool):
     return fn
 
 
+def _topk(k: int, dim: int, largest: bool):
+    def fn(x):
+        xs = x.movedim(dim, -1)
+        n = xs.shape[-1]
+        rank = _ranks(xs, True)                               # ascending, NaN last
+        if largest:
+            rank = (n - 1) - rank                             # descending, NaN first
+        onehot = rank.unsqueeze(-2) == torch.arange(k).unsqueeze(-1)   # [.., r, i]
+        val, idx = _pick(xs.unsqueeze(-2), onehot), _index(onehot, n)
+        same = xs.unsqueeze(-1) == xs.unsqueeze(-2)           # [.., i, j]
+        if xs.is_floating_point():
+            nan = torch.isnan(xs)
+            same = same | (nan.unsqueeze(-1) & nan.unsqueeze(-2))
+        flag = ((rank < k) & (same.sum(-1) > 1)).any()
+        return val.movedim(-1, dim), idx.movedim(-1, dim), flag
+
+    return fn
+
+
 def _args(node: fx.Node):
     """(fn, multi) for `node`, or None."""
     name = op_name(node.target)
@@ -221,6 +250,11 @@ def _args(node: fx.Node):
         return None
     if name in ("aten::median", "aten::nanmedian"):
         return _as_vector(_median_dim(name == "aten::nanmedian", dim, keepdim)), True
+    if name == "aten::topk":
+        k, largest, ordered = bound.get("k"), bound.get("largest", True), bound.get("sorted", True)
+        if not isinstance(k, int) or not 1 <= k <= n or not (ordered or k == 1 or k * 64 <= n):
+            return None
+        return _as_vector(_topk(k, dim, bool(largest))), True
     if name == "aten::kthvalue":
         k = bound.get("k")
         if not isinstance(k, int) or not 1 <= k <= n:

@@ -62,6 +62,7 @@ _UINT8_OPS = {
     # matrix products: sums of products, exact modulo 256 in int32 like add and mul
     "aten::mm", "aten::bmm", "aten::matmul", "aten::mv", "aten::dot", "aten::vdot", "aten::addmm",
     "aten::addmv", "aten::baddbmm", "aten::addbmm", "aten::_trilinear",   # (bilinear's)
+    "aten::addr",            # beta * input + alpha * outer product (it ran through torch)
     "aten::eye", "aten::_chunk_cat",   # a factory of 0s and 1s; chunks moved into one tensor
     # pads that copy edge or mirrored elements (ran through torch: torch-mlir lowers their int8)
     "aten::reflection_pad1d", "aten::reflection_pad2d", "aten::reflection_pad3d",
