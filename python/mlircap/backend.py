@@ -1749,7 +1749,10 @@ _PURE = frozenset((
     "int", "bool", "to", "type", "abs", "neg", "add", "sub", "mul", "radd", "rsub", "rmul", "exp", "log",
     "sigmoid", "tanh", "relu", "softmax", "log_softmax", "sum", "mean", "amax", "amin", "argmax", "argmin",
     "max", "min", "clamp", "where", "arange", "zeros_like", "ones_like", "full_like", "eq", "ne", "lt",
-    "le", "gt", "ge", "sign", "round", "floor", "ceil", "trunc", "cat", "stack", "roll", "sort", "argsort"))
+    "le", "gt", "ge", "sign", "round", "floor", "ceil", "trunc", "cat", "stack", "roll", "sort", "argsort",
+    # attention and masks on the way to a kept division (--grad --families userops seed 20)
+    "matmul", "mm", "bmm", "einsum", "masked_fill", "invert", "bitwise_not", "logical_not", "logical_and",
+    "logical_or", "softplus", "sqrt", "square", "tril", "triu", "nan_to_num", "cumsum"))
 
 
 def _kept(n: torch.fx.Node) -> bool:

@@ -119,3 +119,51 @@ def test_userops_group_draws_its_families_only():
     assert {"attention", "fft", "einsum", "distrib", "masked"} <= seen
     recs = fuzz.run_programs([fuzz.generate(s, ["userops"]) for s in (1, 3)], jobs=1, timeout=120, progress=False)
     assert [r["category"] for r in recs if r["category"] not in ("compiled", "fallback")] == [], recs
+
+
+# ------------------------- an unused division after attention in a differentiated graph
+# --grad --families userops seed 20: a division nothing reads (kept: eager raises
+# for an integer divisor of 0) on a path through matmul / masked_fill / ~mask: the graph ran
+# eagerly whole ('an unused op that checks its data ...'); the checks now run as a graph of
+# eager kernels before the compiled one
+def _attention_with_unused_division(divisor):
+    def f(q, k, v, m):
+        s = torch.softmax(((q @ k.transpose(-2, -1)) * 0.5).masked_fill(~m, -float("inf")), -1) @ v
+        n = (s < 1).sum(-1)
+        unused = s.masked_fill(~(s < 1), 0.0).sum(-1) / n.clamp(min=1) + n // divisor(n)  # noqa: F841
+        return ((s * s).sum(),)
+    return f
+
+
+def _attention_inputs():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 4, generator=g) for _ in range(3))
+    return q, k, v, torch.rand(3, 3, generator=g) < 0.7
+
+
+def test_unused_division_after_attention_compiles():
+    f = _attention_with_unused_division(lambda n: n.clamp(min=1))
+    q, k, v, m = _attention_inputs()
+
+    def grads(fn):
+        xs = [t.clone().requires_grad_() for t in (q, k, v)]
+        fn(*xs, m)[0].backward()
+        return [x.grad for x in xs]
+    want = grads(f)
+    fast = mlircap.compile(f)
+    for _ in range(3):
+        for g, w in zip(grads(fast), want):
+            torch.testing.assert_close(g, w)
+    assert fast.graphs and all(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs)
+
+
+def test_unused_integer_division_by_zero_after_attention_raises_as_eager():
+    f = _attention_with_unused_division(lambda n: n * 0)
+    q, k, v, m = _attention_inputs()
+    xs = [t.clone().requires_grad_() for t in (q, k, v)]
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        f(*xs, m)
+    fast = mlircap.compile(f)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            fast(*[t.clone().requires_grad_() for t in (q, k, v)], m)
