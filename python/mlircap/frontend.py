@@ -271,6 +271,8 @@ def _build_table() -> dict:
     table[aten.remainder.Scalar_Tensor] = intmath.scalar_dividend_remainder   # torch-mlir has no lowering
     for name in ("bitwise_or", "bitwise_xor"):   # torch-mlir lowers only bitwise_and.Scalar
         table[getattr(aten, name).Scalar] = intmath.bitwise_scalar(getattr(aten, name).Tensor)
+    for name in ("bitwise_or", "bitwise_xor", "bitwise_and"):   # n | t: t | n, the ops commute
+        table[getattr(aten, name).Scalar_Tensor] = intmath.swapped(intmath.bitwise_scalar(getattr(aten, name).Tensor))
     table[aten.fmod.Scalar] = intmath.scalar_remainder(aten.fmod.Tensor)
     for op in (aten.fmod.Tensor, aten.fmod.Scalar):   # floats: exact, from remainder
         table[op] = _fmod_from_remainder(table.get(op))

@@ -176,6 +176,11 @@ def bitwise_scalar(tensor_op):
     return decomposition
 
 
+def swapped(fn):
+    """fn with its two operands swapped (a commuting op's Scalar_Tensor overload)."""
+    return lambda a, b: fn(b, a)
+
+
 def full_reduction(reduce):
     """aten.max/min over all elements of an integer tensor as amax/amin over every
     dim: torch-mlir's lowering of max.default/min.default on int8 crashed the compile

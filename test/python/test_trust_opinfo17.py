@@ -94,6 +94,16 @@ def test_bitwise_or_xor_of_a_number_compile(dtype, number, op):
     _check(fn, x[0].clone())   # a 0-dim tensor (OpInfo __ror__ int16 #83)
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int64, torch.bool])
+@pytest.mark.parametrize("op", [torch.bitwise_or, torch.bitwise_xor, torch.bitwise_and])
+def test_bitwise_of_a_number_and_a_tensor_compile(dtype, op):
+    # OpInfo bitwise_xor int64 (reference inputs): torch.bitwise_xor(n, t), the .Scalar_Tensor
+    # overload, ran through torch
+    x = torch.tensor([1, 0, 5, 127, 44, 3]).to(dtype)
+    for number in (300, -3, True):
+        _check(lambda x: op(number, x), x)
+
+
 @pytest.mark.parametrize("exponent", [2, 3, 0, True, False, 2.0, 0.5])
 def test_power_of_bool_tensor_compiles(exponent):
     # OpInfo square bool: pow.Tensor_Scalar of a bool tensor ran through torch (2.0 failed to
