@@ -67,6 +67,13 @@ class _ExternalCallMixin:
             self.ext_seen += 1
         if not inert and own is None:   # (an optimizer's step reads and writes its own state alone)
             self.ext_writes += 1
+            stale = self._written_before(f, args, kwargs)
+            if stale is not None:
+                # `cfg["a"] = s; json.dumps(cfg)`, `m["loss"] = v; print(m)`: the replay applies the
+                # function's writes at its end, so its call read the values from before them (a
+                # wrong printout, a wrong result built from it): the function runs eagerly
+                self.unreplayable = self.unreplayable or \
+                    f"{reason} reads {stale}, which the function wrote before the call (a replay writes at its end)"
         elif own is not None:
             self.own_calls += 1   # (resumes.py: continuations are taken after it)
         if i < len(self.catchup):
@@ -169,6 +176,31 @@ class _ExternalCallMixin:
                      (self.const(_opt._global_optimizer_post_hooks), _opt._global_optimizer_post_hooks)):
             self.guard(Equals(f"len({e})", "the optimizer step hooks registered", len(d)), pos=0)
         return opt
+
+    def _written_before(self, f: Any, args: list, kwargs: dict) -> str | None:
+        """What of the objects an uncapturable call is handed (its arguments, the items of a
+        list / tuple / dict argument, the object of a bound method) the function wrote before
+        the call (a store into it, a followed number stored there); None: nothing."""
+        if not self.dirty and not self.flow_stores:
+            return None
+        objs = list(args) + list(kwargs.values())
+        so = getattr(f, "__self__", None)
+        if so is not None and not isinstance(so, (types.ModuleType, type)):
+            objs.append(so)
+        if getattr(f, "__module__", None) == "torch.nn.modules.module":
+            # (nn.Module's own methods, zero_grad / requires_grad_, read its parameters and
+            # submodules, not the attributes a program sets on it; torch.save would: checked)
+            objs = [o for o in objs if not isinstance(o, torch.nn.Module)]
+        for o in list(objs):
+            if type(o) in (list, tuple):
+                objs.extend(o)
+            elif type(o) is dict:
+                objs.extend(o.values())
+        ids = {id(o): o for o in objs}
+        for key in list(self.dirty) + list(self.flow_stores):
+            if type(key) is tuple and key[0] in ids:
+                return f"a {type(ids[key[0]]).__name__}"
+        return None
 
     def _optimizer_reads(self, f: Any, args: list, kwargs: dict) -> bool:
         """Before an optimizer's step / zero_grad (calls._on_call): what it reads of the
