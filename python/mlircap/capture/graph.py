@@ -375,20 +375,19 @@ class _GraphMixin(_ScalarInputMixin, _IndexInputMixin, _GradHookMixin, _Restride
                 args = self._scalar_input(func, name, args, res, fs)
             elif name in _BOUND_OPS and self.flow_call is not None:
                 args, kwargs = self._scalar_bounds(func, args, kwargs, res)
-            indexed = False
+            read = None
             if name in ("__getitem__", "__setitem__") and self.flow_call is not None and len(args) > 1:
-                args, indexed = self._index_input(name, args, res)   # `betas[t]`: t a graph input
+                args, read = self._index_input(name, args, res)   # `betas[t]`: t a graph input
             elif name == "full" and self.flow_call is not None:
                 filled = self._full_input(func, args, kwargs, res)   # `torch.full((n,), t)`: the same
                 if filled is not None:
                     func, args, kwargs = filled
             if _has_np_scalar((args, kwargs)):
                 args, kwargs = self._np_scalar_args(func, name, args, kwargs, res)
-            if indexed:   # `betas[[t]]` squeezed; a copy where eager's is a view: checked when the graph is built (replay.py)
-                with torch._C.DisableTorchFunction():
-                    rows = args[0][args[1]]
+            if read is not None:   # `betas[[t]]` squeezed; a copy where eager's is a view: checked when the graph is built (replay.py)
+                rows, site = read
                 self._record(func, name, args, kwargs, rows)
-                self.__dict__.setdefault("index_copies", []).append((self.env[id(rows)][2], self.index_site))
+                self.__dict__.setdefault("index_copies", []).append((self.env[id(rows)][2], site))
                 func, name, args = torch.Tensor.squeeze, "squeeze", (rows, 0)
             self._record(func, name, args, kwargs, res)
         except Unreplayable as e:

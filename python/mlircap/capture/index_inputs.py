@@ -15,18 +15,16 @@ from typing import Any
 import torch
 
 from .base import INDEXING
-from .scalar_inputs import _frame_outside_capture, _int_scalar_tensor, _pretty_flow, _same_result, _scalar_tensor
+from .scalar_inputs import _frame_outside_capture, _int_scalar_tensor, _same_result, _scalar_tensor
 
 
 class _IndexInputMixin:
-    """For `_GraphMixin` (the recorder's `src`, `keep`, `const`, `flow_call`)."""
-    src: dict[int, tuple]
-    keep: list
+    """For `_GraphMixin` (the recorder's `flow_call`; graph inputs made by scalar_inputs.py)."""
     flow_call: tuple | None
-    const: Callable[..., str]                            # (values.py)
     _flow_call_done: Callable[[tuple], None]             # (flow_roots.py)
+    _number_input: Callable[..., None]                   # (scalar_inputs.py)
 
-    def _index_input(self, name: str, args: tuple, res: Any) -> tuple[tuple, bool]:
+    def _index_input(self, name: str, args: tuple, res: Any) -> tuple[tuple, tuple | None]:
         """`betas[t]` / `buf[self.ptr] = x` with t an int flows.py follows (`_flow_index`: an
         argument, attribute or counter seen with two values, `_varies`), called right from the
         user's frame: the graph indexes with a 0-d int64 tensor input made from t's replay
@@ -41,39 +39,36 @@ class _IndexInputMixin:
         copy differs from eager's view only where the view is written in place, its tensor is
         written in place after it, or it leaves the graph (a view the program keeps): the graph
         is checked for those when it is built (`index_copy_hazard`).  Returns (the args to
-        record, whether a read was taken so)."""
+        record, and for a read taken so (its rows `betas[[t]]`, the call site), else None)."""
         fc = self.flow_call
         f = _frame_outside_capture()
         base, idx = args[0], args[1]
         if fc[4] is not INDEXING or f is not fc[0] or f.f_lasti != fc[1] or id(idx) not in fc[2] or \
                 type(idx) is not int or not isinstance(base, torch.Tensor) or base.layout != torch.strided or \
                 base.dim() == 0 or type(base) not in (torch.Tensor, torch.nn.Parameter):
-            return args, False
+            return args, None
         dev = None if base.device.type == "cpu" else base.device
         if name == "__setitem__":
             v = args[2] if len(args) > 2 else None
             if not (type(v) in (int, float, bool) or isinstance(v, torch.Tensor) and type(v) in
                     (torch.Tensor, torch.nn.Parameter) and v.dtype == base.dtype and v.device == base.device):
-                return args, False
+                return args, None
+        rows = None
         try:
             t = _int_index_tensor(idx, dev)
             if name == "__getitem__":
                 with torch._C.DisableTorchFunction():
+                    rows = base[t]
                     # (values: under no_grad eager's view of a tensor requiring grad says it
                     # requires grad, a copy does not; only a view leaving the graph could tell)
-                    same = _same_result(res.detach(), base[t].squeeze(0).detach())
+                    same = _same_result(res.detach(), rows.squeeze(0).detach())
                 if not same:
-                    return args, False
+                    return args, None
         except Exception:  # noqa: BLE001 - (an int beyond int64: kept a constant)
-            return args, False
-        self.keep.append(t)
-        e = fc[2][id(idx)]
-        made = f"{self.const(_int_index_tensor)}({e})" if dev is None else \
-            f"{self.const(_int_index_tensor)}({e}, {self.const(dev)})"
-        self.src[id(t)] = (made, f"<{_pretty_flow(e)} as a graph input>", True)
+            return args, None
+        self._number_input(t, _int_index_tensor, fc[2][id(idx)], dev)
         self._flow_call_done(fc)   # taken by the graph: no guard (close_flows)
-        self.index_site = (f.f_code, f.f_lasti)
-        return (base, t) + tuple(args[2:]), name == "__getitem__"
+        return (base, t) + tuple(args[2:]), None if rows is None else (rows, (f.f_code, f.f_lasti))
 
     def _full_input(self, func: Callable, args: tuple, kwargs: dict, res: Any) -> tuple | None:
         """`torch.full((n,), t, dtype=torch.long)` with t a number flows.py follows (an int
@@ -92,18 +87,15 @@ class _IndexInputMixin:
         if id(v) not in fc[2] or type(v) not in (int, float) or any(a is v for a in args[0]):
             return None
         dev = None if res.device.type == "cpu" else res.device
+        mk = _int_scalar_tensor if type(v) is int else _scalar_tensor
         try:
-            t = (_int_scalar_tensor if type(v) is int else _scalar_tensor)(v, dev)
+            t = mk(v, dev)
             with torch._C.DisableTorchFunction():
                 if not _same_result(res, _filled(t, tuple(args[0]), res.dtype)):
                     return None
         except Exception:  # noqa: BLE001 - (an int beyond int64: kept a constant)
             return None
-        self.keep.append(t)
-        e = fc[2][id(v)]
-        mk = _int_scalar_tensor if type(v) is int else _scalar_tensor
-        made = f"{self.const(mk)}({e})" if dev is None else f"{self.const(mk)}({e}, {self.const(dev)})"
-        self.src[id(t)] = (made, f"<{_pretty_flow(e)} as a graph input>", True)
+        self._number_input(t, mk, fc[2][id(v)], dev)
         self._flow_call_done(fc)   # taken by the graph: no guard (close_flows)
         return _filled, (t, tuple(args[0]), res.dtype), {}
 

@@ -35,6 +35,13 @@ class _ScalarInputMixin:
     _flow_call_done: Callable[[tuple], None]             # (flow_roots.py)
     _flow_guard_pos: Callable[[frozenset[int]], int]     # (flow_roots.py)
 
+    def _number_input(self, t: torch.Tensor, mk: Callable, expr: str, dev: torch.device | None) -> None:
+        """t, made by `mk(<the number expr evaluates to>[, dev])` (dev None: the CPU), is a
+        graph input: the replay makes it from the replay's value of expr."""
+        self.keep.append(t)
+        made = f"{self.const(mk)}({expr})" if dev is None else f"{self.const(mk)}({expr}, {self.const(dev)})"
+        self.src[id(t)] = (made, f"<{_pretty_flow(expr)} as a graph input>", True)
+
     def _scalar_input(self, func: Callable, name: str, args: tuple, res: Any, fs: tuple) -> tuple:
         """`x * r` with r a float computed from numbers flows.py follows (graph-break results
         `random.random()`, `t.item()`; float arguments and attributes; `1 - lam`): r becomes
@@ -68,9 +75,7 @@ class _ScalarInputMixin:
         if res2 is None or not _same_result(res, res2):
             self._flow_escape_keys(ks)
             return args
-        self.keep.append(t)
-        made = f"{self.const(mk)}({expr})" if dev.type == "cpu" else f"{self.const(mk)}({expr}, {self.const(dev)})"
-        self.src[id(t)] = (made, f"<{_pretty_flow(expr)} as a graph input>", True)
+        self._number_input(t, mk, expr, None if dev.type == "cpu" else dev)
         for k in ks:   # this use needs no guard (close_flows)
             self.flows_scalar.pop(k, None)
         return args2
@@ -106,10 +111,7 @@ class _ScalarInputMixin:
         if not _same_result(res, res2):
             return args, kwargs
         for vid, t in made.items():
-            self.keep.append(t)
-            e = exprs[vid]
-            c = f"{self.const(_scalar_tensor)}({e})" if dev is None else f"{self.const(_scalar_tensor)}({e}, {self.const(dev)})"
-            self.src[id(t)] = (c, f"<{_pretty_flow(e)} as a graph input>", True)
+            self._number_input(t, _scalar_tensor, exprs[vid], dev)
         self._flow_call_done(fc)   # taken by the graph: no guard (close_flows)
         return args2, kwargs2
 
