@@ -1035,7 +1035,7 @@ class FakeQuantConv(nn.Module):
         x = torch.fake_quantize_per_tensor_affine(x, scale, zp, 0, 255)
         w = self.conv.weight
         ws = (w.detach().abs().max() / 127.0).float()
-        wq = torch.fake_quantize_per_tensor_affine(w, ws, torch.zeros((), dtype=torch.int32), -128, 127)
+        wq = torch.fake_quantize_per_tensor_affine(w, ws, torch.zeros((), dtype=torch.int32, device=w.device), -128, 127)
         return F.relu(self.bn(F.conv2d(x, wq, self.conv.bias, self.conv.stride, self.conv.padding)))
 
 
