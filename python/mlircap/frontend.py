@@ -694,8 +694,11 @@ def _cpu_convolution(fallback):
         if w.dim() == 3:
             if not len(stride) == len(padding) == len(dilation) == 1:
                 return NotImplemented
-            return aten.convolution.default(x.unsqueeze(2), w.unsqueeze(2), bias, [1, stride[0]], [0, padding[0]],
-                                            [1, dilation[0]], False, [0, 0], groups).squeeze(2)
+            # ATen makes the input contiguous first ("avoid accidentally going through NHWC
+            # for permuted 3d input"): a transposed one's unit-height view is channels-last,
+            # where oneDNN skips the padding (0 * inf not NaN: --grad seed 1342)
+            return aten.convolution.default(x.contiguous().unsqueeze(2), w.unsqueeze(2), bias, [1, stride[0]],
+                                            [0, padding[0]], [1, dilation[0]], False, [0, 0], groups).squeeze(2)
         dt = x.dtype
         if bias is not None and groups == 1 and dt in (torch.bfloat16, torch.float16) and w.dtype == dt and \
                 bias.dtype == dt:

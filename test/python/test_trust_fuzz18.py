@@ -1,7 +1,10 @@
 """Random-program differential fuzzer (bench/fuzz_graphs.py, issue 10), seeds 1200:1500 of each
 mode and userops seeds 150:400: the wrong results and errors it found, minimized, and the
 fuzzer's own fixes (false positives)."""
+import pytest
 import torch
+
+import mlircap
 
 
 def _load_fuzz():
@@ -65,3 +68,36 @@ def test_fuzz_seed_1221_grad_not_counted_wrong():
     prog = fuzz.generate(1221, grad=True)
     res = fuzz.run_program(prog)
     assert res["category"] in ("compiled", "fallback"), res
+
+
+# ------------------------------------------ conv1d of a transposed input with inf weights
+# --grad seed 1342: conv1d(x.transpose(1, 2), w, padding=1) with an inf weight: frontend's 1-D
+# convolution as the 2-D one of unit height viewed the transposed input as channels-last,
+# where oneDNN skips the zero padding (0 * inf: no NaN, 96 NaN where eager has 108). ATen
+# makes a 1-D convolution's input contiguous first.
+@pytest.mark.parametrize("groups", [1, 3])
+@pytest.mark.parametrize("grad", [False, True])
+def test_conv1d_of_a_transposed_input_keeps_the_padding_nans(groups, grad):
+    g = torch.Generator().manual_seed(1342)
+    x = torch.rand(4, 16, 12, generator=g).transpose(1, 2)
+    w = torch.randn(6, 12 // groups, 2, generator=g)
+    w[0, 0, 0] = float("inf")
+    w[4, 1, 1] = float("-inf")
+
+    def f(x, w):
+        return (x.sum() * 2, torch.nn.functional.conv1d(x, w, None, stride=2, padding=1, groups=groups))
+    if grad:
+        def f2(x, w):
+            s, y = f(x, w)
+            return (y.nan_to_num(0, 0, 0).double().sum() + s, y.detach())
+        want = f2(x, w)
+        fast = mlircap.compile(f2)
+        for _ in range(3):
+            got = fast(x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_())
+            torch.testing.assert_close(got[1], want[1], equal_nan=True)
+        return
+    want = f(x, w)[1]
+    assert want.isnan().any() or groups == 1   # eager pads with zeros there (oneDNN: none)
+    fast = mlircap.compile(f)
+    for _ in range(3):
+        torch.testing.assert_close(fast(x, w)[1], want, equal_nan=True)
