@@ -101,3 +101,44 @@ def test_conv1d_of_a_transposed_input_keeps_the_padding_nans(groups, grad):
     fast = mlircap.compile(f)
     for _ in range(3):
         torch.testing.assert_close(fast(x, w)[1], want, equal_nan=True)
+
+
+# --------------------------------------- logit's gradient of NaN: eager's depends on position
+# --grad seed 1435: logit(einsum(...), eps=1e-3) of NaN values. Eager's CPU logit_backward
+# gives 0 for a NaN x in its vectorized body and NaN in its scalar remainder (and for a
+# strided input everywhere); compiled gives NaN everywhere (since b86dd7c, as the scalar loop
+# and CUDA). The fuzzer takes the kernel's scalar rule as the reference there.
+def _logit_call(fn, tensors):
+    x = tensors[0].detach().clone().requires_grad_()
+    try:
+        out = fn(x)
+        out[0].backward()
+        return (out, [x.grad]), [x.detach()], None
+    except Exception as e:  # noqa: BLE001
+        return None, [x.detach()], e
+
+
+def _logit_f(x):
+    return ((torch.logit(x * 1.0, eps=1e-3) * torch.arange(x.numel())).sum(),)
+
+
+def test_fuzz_logit_gradient_of_nan_scalar_rule():
+    fuzz = _load_fuzz()
+    x = torch.rand(100)
+    x[::3] = float("nan")
+    scalar = x.detach().clone().requires_grad_()
+    want = fuzz._scalar_logit_backward(torch.arange(100.0), x, 1e-3)
+    assert int(want.isnan().sum()) == 34               # every NaN x, as the scalar loop
+    got = (_logit_f(scalar), [want]), [x]
+    assert fuzz._eager_depends_on_position(_logit_call, _logit_f, [x], got, 0.0)
+    bad = want.clone()
+    bad[0] = 0.0       # eager vector body's value at a NaN x: not the scalar rule
+    assert not fuzz._eager_depends_on_position(_logit_call, _logit_f, [x], ((_logit_f(scalar), [bad]), [x]), 0.0)
+    # a program without such a kernel: eager's result is the reference
+    assert not fuzz._eager_depends_on_position(_logit_call, lambda x: ((x * 2).sum(),), [x], got, 0.0)
+
+
+def test_fuzz_seed_1435_grad_not_counted_wrong():
+    fuzz = _load_fuzz()
+    res = fuzz.run_program(fuzz.generate(1435, grad=True))
+    assert res["category"] in ("compiled", "fallback"), res
