@@ -602,7 +602,11 @@ def _flash_for_cpu_with_logsumexp(fallback):
             return _flash_for_cpu_low_precision(query, key, value, is_causal, attn_mask, scale)
         out, _ = fallback(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)
         acc = torch.float32 if query.dtype in _LOW_PRECISION else query.dtype
-        return out, torch.logsumexp(_attention_scores(query, key, is_causal, attn_mask, scale, acc), -1)
+        lse = torch.logsumexp(_attention_scores(query, key, is_causal, attn_mask, scale, acc), -1)
+        # a row masked out entirely: the kernel's log-sum-exp is 0 (its max -inf read as 0, as
+        # its output row is 0), and its backward's exp(s - lse) 0 there; -inf made every
+        # q / k / v gradient NaN (userops --grad seeds 183, 264, 398)
+        return out, lse.masked_fill(lse == float("-inf"), 0.0)
 
     return flash_for_cpu
 

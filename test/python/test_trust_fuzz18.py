@@ -142,3 +142,36 @@ def test_fuzz_seed_1435_grad_not_counted_wrong():
     fuzz = _load_fuzz()
     res = fuzz.run_program(fuzz.generate(1435, grad=True))
     assert res["category"] in ("compiled", "fallback"), res
+
+
+# ---------------------------------------- attention's gradient with a row masked out entirely
+# userops --grad seeds 183, 264, 398: F.scaled_dot_product_attention with a bool or -inf mask
+# hiding every key from a query row. The CPU flash op's log-sum-exp there is 0 (its output
+# row 0), its backward's probabilities exp(s - lse) 0; the compiled form's logsumexp gave
+# -inf, and every q / k / v gradient was NaN.
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("mask", ["bool", "additive"])
+def test_attention_gradient_of_a_fully_masked_row(dtype, mask):
+    g = torch.Generator().manual_seed(183)
+    q, k, v = (torch.randn(3, 2, n, 4, generator=g).to(dtype) for n in (3, 5, 5))
+    keep = torch.rand(3, 5, generator=g) > 0.3
+    keep[1] = False
+    m = keep if mask == "bool" else torch.zeros(3, 5, dtype=dtype).masked_fill(~keep, float("-inf"))
+
+    def f(q, k, v):
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=2.0)
+        return ((o.double() * torch.arange(o.numel()).reshape(o.shape)).sum(), o.detach())
+    want = _grads(f, q, k, v)
+    assert not any(w.isnan().any() for w in want)
+    tol = {torch.float64: 1e-7, torch.float32: 1e-4, torch.bfloat16: 2e-2}[dtype]
+    fast = mlircap.compile(f)
+    for _ in range(3):
+        for got, w in zip(_grads(fast, q, k, v), want):
+            torch.testing.assert_close(got, w, rtol=tol, atol=tol)
+
+
+def _grads(fn, *xs):
+    xs = [x.detach().clone().requires_grad_() for x in xs]
+    out = fn(*xs)
+    out[0].backward()
+    return [out[1]] + [x.grad for x in xs]
