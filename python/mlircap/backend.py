@@ -1193,6 +1193,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
 
     def bw_compiler(gm, example_inputs):
         _drop_dead_random(gm)
+        _evenly_distribute_as_cpu(gm, example_inputs)
         compiled = _compile_backward(gm, example_inputs)
         if compiled is not None:
             return compiled
@@ -1810,6 +1811,48 @@ def _detached_leaves(x):
     if len(ts) == 1:
         return ts[0].detach().sum()
     return torch.stack([t.detach().sum().to(torch.float64) for t in ts]) if ts else torch.zeros(0)
+
+
+def _evenly_distribute_as_cpu(gm: torch.fx.GraphModule, example_inputs) -> None:
+    """The gradient of a full min / max / median (autograd's evenly_distribute_backward) as
+    eager's CPU formula computes it: zeros with grad / count written where the input equals
+    the result (masked_fill), where aot_autograd traces its form for CUDA and tensor subclasses,
+    `mask * (grad / count)`: a NaN or infinite upstream gradient made every other element's
+    gradient NaN (0 * inf) where eager's is 0 (--grad seed 1487: x.min() feeding addcmul with
+    an inf). The traced form is matched exactly: mul(logical_or(eq(x, v), logical_and(isnan(x),
+    isnan(v))), div(g, sum(mask))), on the CPU only (CUDA's eager formula is the product)."""
+    if _device_of(example_inputs, gm) != "cpu":
+        return
+    aten = torch.ops.aten
+
+    def is_call(n, *targets):
+        return isinstance(n, torch.fx.Node) and n.op == "call_function" and n.target in targets
+
+    changed = False
+    for n in list(gm.graph.nodes):
+        if not is_call(n, aten.mul.Tensor) or len(n.args) != 2:
+            continue
+        mask, value = n.args
+        if not (is_call(mask, aten.logical_or.default) and is_call(value, aten.div.Tensor)):
+            continue
+        eq, both_nan = mask.args
+        if not (is_call(eq, aten.eq.Tensor) and is_call(both_nan, aten.logical_and.default)
+                and all(is_call(a, aten.isnan.default) for a in both_nan.args)
+                and [a.args[0] for a in both_nan.args] == list(eq.args)
+                and is_call(value.args[1], aten.sum.dim_IntList, aten.sum.default) and value.args[1].args[0] is mask):
+            continue
+        with gm.graph.inserting_before(n):
+            zero = gm.graph.call_function(aten.scalar_tensor.default, (0.0,),
+                                          {"dtype": n.meta["val"].dtype} if "val" in n.meta else {})
+            if "val" in n.meta:
+                zero.meta["val"] = torch.empty((), dtype=n.meta["val"].dtype, device=n.meta["val"].device)
+            new = gm.graph.call_function(aten.where.self, (mask, value, zero))
+            new.meta.update(n.meta)
+        n.replace_all_uses_with(new)
+        gm.graph.erase_node(n)
+        changed = True
+    if changed:
+        gm.recompile()
 
 
 def _drop_dead_random(gm: torch.fx.GraphModule) -> None:
