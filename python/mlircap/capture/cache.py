@@ -22,6 +22,7 @@ from .classify import _TORCH_DIR, _autograd_mode_on
 from .frame_hook import (
     CALLEES, _E, _E_real, _HOOK_LOCK, _HOOK_USERS, _RECORD_LOCK, _REC_TLS, _active, _call_bound, _hook_cb,
 )
+from .give_ups import MAX_LEARNED
 from .graph import _Mode
 from .recorder import _Recorder
 from .replay import _EagerVariant, _GraphVariant, _SkipFrameVariant, _Variant
@@ -122,6 +123,7 @@ class _Captured:
         self.int_seen: dict[tuple, int] = {}
         self.dyn_ints: set[tuple] = set()
         self.callees = _Callees(self)   # captured on their own where the frame runs eagerly
+        self.break_codes: dict[types.CodeType, str] = {}   # callees it gave up in: broken around (give_ups.py)
         if self.code is not None:
             c = self.code
             n = c.co_argcount + c.co_kwonlyargcount + bool(c.co_flags & 0x04) + bool(c.co_flags & 0x08)
@@ -408,6 +410,8 @@ class _Captured:
                 return _plain(result)
             if self.strict:
                 raise _strict_error(f"{self._where()} would run eagerly: {reason}") from e
+            if self._learn_break(rec, why):
+                return _plain(result)
             callees = bool(rec.called_modules or rec.called_funcs or self.is_module)
             self._gave_up(reason, callees)
             pre = [p for p in rec.guards if p.pos == 0]
@@ -421,6 +425,14 @@ class _Captured:
                         # eagerly from now on where no earlier variant's guards hold
                         pre = []
                     v = _SkipFrameVariant(rec, pre, reason, brk)
+                elif any(u.eager and u.reason == reason for u in self.variants):
+                    # gave up at the same place for other arguments before (a model whose forward
+                    # gives up deep inside, called with other sequence lengths): it gives up
+                    # whatever the arguments, and each new shape recorded the whole call again
+                    # (100x+ an eager call); from now on it runs eagerly where no earlier
+                    # variant's guards hold
+                    pre = []
+                    v = _SkipFrameVariant(rec, pre, reason, None) if callees else _EagerVariant(rec, pre, reason)
                 elif callees:
                     # as Dynamo does for a frame it skips: what the frame calls is captured
                     # on its own (a wrapper whose forward does bookkeeping capture cannot
@@ -436,6 +448,20 @@ class _Captured:
             if _logs.enabled("guards"):
                 _logs.log("guards", f"{self.code.co_name} variant {len(self.variants)}: " + "; ".join(g.describe() for g in v.pre))
         return _plain(result)
+
+    def _learn_break(self, rec: _Recorder, why: str) -> bool:
+        """The recording gave up inside a callee of the frame (give_ups.failing_callee) not
+        learned before: from the next call on, recordings break the graph at calls into it
+        and run it eagerly, instead of the frame running eagerly with each level of its
+        callees recording again on a later call.  True: learned (this call ran for real)."""
+        code = rec.give_up_callee
+        if code is None or code in self.break_codes or len(self.break_codes) >= MAX_LEARNED or \
+                not rec.unreplayable:
+            return False
+        self.break_codes[code] = why if len(why) <= 160 else why[:157] + "..."
+        _logs.log("fallback", f"{self._where()}: capture gave up in {code.co_name} ({code.co_filename}:"
+                              f"{code.co_firstlineno}): {why}; recording again, its calls run eagerly")
+        return True
 
     def _gave_up(self, reason: str, callees: bool = False) -> None:
         """Capture gave up on a recording (the call, and later calls matching its guards,
@@ -496,6 +522,8 @@ class _Callees:
             ch = _Captured(o, p.backend, p.cache_limit, strict=p.strict, break_limit=p.break_limit)
             if ch.code is None or ch.code is p.code:
                 continue
+            # the callees the frame's recordings gave up in: broken around from the first recording
+            ch.break_codes = {c: w for c, w in p.break_codes.items() if c is not ch.code}
             who = o if isinstance(o, torch.nn.Module) else ch.func
             self.by_key[(ch.code, id(who))] = (who, ch)
 

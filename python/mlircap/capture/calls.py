@@ -26,6 +26,7 @@ from .classify import (
     _optimizer_step, _reads_clock,
 )
 from .external_calls import _SCALAR_ARGS
+from .give_ups import learned_break
 from .iterators import stateful_next
 from .special_calls import _TENSOR_DEEPCOPY, _SpecialCallMixin
 from .flows import _FlowMixin
@@ -197,6 +198,17 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
                                 f"({getattr(cls, '__qualname__', '?')}.apply) on a tensor that requires grad", slot)
             return
         kind = _call_kind(f)
+        learned = learned_break(getattr(self.captured, "break_codes", None), f)
+        if learned is not None:
+            # a callee an earlier recording of this function gave up in: run eagerly between
+            # graphs (give_ups.py); what the function wrote before it, the replay writes at its
+            # end, after the callee read it
+            kind = "external"
+            if (self.dirty or self.flow_stores) and not self.unreplayable:
+                # (the callers up to this frame would read those writes so too: none is learned)
+                self.unreplayable = f"the function wrote state before a call into {_callee_name(f)}, " \
+                                    f"which it runs eagerly (a replay writes at its end)"
+                self.give_up_callee = None
         recv = self._opaque_method(f, args)
         if recv is not None or kind == "safe" and (stateful_next(f, args, self.src) or _optimizer_step(f, args)):
             kind = "external"
@@ -306,7 +318,8 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             self._flow_unused(frame)
             return
         # uncapturable call: replay it eagerly
-        reason = f"call to uncapturable {_func_qualname(f)}"
+        reason = f"call to uncapturable {_func_qualname(f)}" if learned is None else \
+            f"call to {_callee_name(f)}, which capture gave up in ({learned})"
         if recv is not None:
             f, args = recv
         self._external_call(frame, f, args, kwargs, reason, slot, idempotent=_idempotent_call(f, args))
@@ -393,6 +406,10 @@ _IS_COMPILING = torch.compiler.is_compiling
 _HAS_TORCH_FUNCTION = torch._C._has_torch_function
 _TRANSFORMER_FILE = torch.nn.modules.transformer.__file__
 _FAST_PATH_FILES = (_TRANSFORMER_FILE, torch.nn.modules.activation.__file__)
+
+
+def _callee_name(f: Any) -> str:
+    return f"{type(f).__qualname__}.forward" if isinstance(f, torch.nn.Module) else _func_qualname(f)
 
 
 def _transformer_fast_path_possible(frame: types.FrameType) -> bool:

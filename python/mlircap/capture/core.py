@@ -58,6 +58,7 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   flow_roots     _FlowRootMixin: where followed numbers start (arguments, attributes, breaks) and escape (guards)
   flows          _FlowMixin: numbers followed opcode by opcode to their use (branch outcome guards, printed)
   external_calls _ExternalCallMixin: the uncapturable call replayed as a graph break, its result sourced
+  give_ups       callees a recording gave up in (failing_callee), broken around at their calls (learned_break)
   module_factories _ModuleFactoryMixin: modules the function makes (`nn.Linear(...)`), a replayed call
                  run before the open graph, the module sourced through its result (kind "fresh")
   special_calls  _SpecialCallMixin: methods of opaque call results (`with fork_rng()`), lru_cache calls,

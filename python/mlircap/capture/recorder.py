@@ -25,6 +25,7 @@ from .graph import _GraphMixin
 from .np_interop import _NumpyMixin
 from .tracer import _TracerMixin
 from .resumes import ResumePoint, _ResumeMixin
+from .give_ups import failing_callee
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import _Captured
@@ -159,6 +160,7 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         self._unreplayable: str | None = None
         self.relearn = False   # gave up on a state writer now known: the next call records again
         self.unreplayable_loc: str | None = None   # the user's file:line where capture gave up
+        self.give_up_callee: types.CodeType | None = None   # the callee it gave up in (give_ups.py)
         self.return_loc: str | None = None   # the file:line the captured function returned from
         self.breaks: list[tuple[str, str]] = []   # (reason, location), one per place the graphs split
         self.leading_breaks = 0   # of those, the ones before any graph operation (splitting nothing)
@@ -234,6 +236,7 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
             self._unreplayable = why
             try:
                 self.unreplayable_loc = self._give_up_location()
+                self.give_up_callee = failing_callee(self.root_frame, self.code)
             except Exception:  # pragma: no cover
                 self.unreplayable_loc = "<unknown>"
 

@@ -465,6 +465,14 @@ class _SourceMixin:
                 self.lazy[vid] = (v, expr, pretty, lz[3] if lz else 0, k + 1, None, now)
         for vid, (o, _, *_) in list(self.lazy_objs.items()):
             self.lazy_objs[vid] = (o, k + 1, dict(o.__dict__))
+        # an object's attributes the call wrote are its replay's writes, not the function's: the
+        # snapshot of an object the function did not write is taken again (`self.calls += 1` in a
+        # module run between graphs was also replayed at the end as the recording's count)
+        written = {key[0] for key in self.dirty if type(key) is tuple}
+        for vid, (kind, v, expr, pretty, _) in list(self.snaps.items()):
+            if kind in ("module", "obj", "slots", "obj+slots") and vid not in written:
+                del self.snaps[vid]
+                self._snap(v, expr, pretty)
 
     def _bind_held(self, k: int) -> None:
         """Before uncapturable call k, which may rebind any location: every object the

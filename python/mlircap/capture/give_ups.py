@@ -1,0 +1,101 @@
+"""Callees capture gave up in, broken around: where a recording gives up inside a function or
+module the captured frame calls (a router's data-dependent loop, a scan handed to torch code,
+a module's `.to()` walking its parameters untraced), the frame is recorded again on its next
+call with the call into that callee an uncapturable call (a graph break whose replay step
+runs the callee eagerly, external_calls.py), the rest of the frame compiled around it.
+
+Before, the frame ran eagerly with its callees captured on their own (replay._SkipFrameVariant):
+each of them recorded on its next call and gave up one module level deeper again, so a model
+whose forward gave up deep inside recorded again on call after call (a recording costs 100x+
+an eager call: a Switch-Transformers MoE ran at 0.01x eager, Mamba at 0.02x).  The callee is
+found by `failing_callee` when the recording gives up, kept per capture (`_Captured.break_codes`,
+at most MAX_LEARNED), and matched at each call site of later recordings by `learned_break`."""
+from __future__ import annotations
+
+import os
+import sys
+import types
+from typing import Any
+
+import torch
+
+from .classify import _TORCH_DIR, _classify
+
+# callees learned per captured function: each costs one recording more; past them the frame
+# gives up as before (runs eagerly, its callees captured on their own)
+MAX_LEARNED = 4
+
+_MODULE_CALL = frozenset({torch.nn.Module._wrapped_call_impl.__code__, torch.nn.Module._call_impl.__code__} |
+                         {c for c in torch.nn.Module._call_impl.__code__.co_consts if type(c) is types.CodeType})
+_CONTEXT_WRAPPER_FILES = (os.path.join(_TORCH_DIR, "utils", "_contextlib.py"),
+                          os.path.join(_TORCH_DIR, "amp", "autocast_mode.py"))
+
+
+def _machinery(code: types.CodeType) -> bool:
+    """Untraced frames a call from traced code passes through on its way to the callee it
+    names: nn.Module.__call__ (its `inner` too, the path with hooks) and torch's
+    context-manager decorators (`@torch.no_grad()`)."""
+    return code in _MODULE_CALL or code.co_filename in _CONTEXT_WRAPPER_FILES
+
+
+def failing_callee(root: types.FrameType | None, code: types.CodeType) -> types.CodeType | None:
+    """At the moment a recording gives up (called from inside the recorder): the code of the
+    innermost traced frame below the captured frame `root` (whose code is `code`) that a traced
+    frame called through call machinery alone, so that a call site of traced code names it
+    (a function, a bound method, a module whose forward it is).  A traced frame called by
+    untraced library code (a `combine_fn` that torch's associative_scan calls) is passed over
+    for the traced frame that called into that library.  None: capture gave up in the captured
+    frame's own code (or outside it)."""
+    if root is None:
+        return None
+    chain = []   # frames from the innermost up to root (left out)
+    f = sys._getframe(1)
+    while f is not None and f is not root:
+        chain.append(f)
+        f = f.f_back
+    if f is None:
+        return None
+    traced = [_classify(fr.f_code) == "user" for fr in chain]
+    i = next((k for k, t in enumerate(traced) if t), len(chain))
+    while i < len(chain):
+        j = i + 1
+        direct = True
+        while j < len(chain) and not traced[j]:
+            direct = direct and _machinery(chain[j].f_code)
+            j += 1
+        c = chain[i].f_code
+        if direct:
+            return c if c is not code else None
+        i = j
+    return None
+
+
+def _entry_codes(f: Any) -> list[types.CodeType]:
+    """The code objects calling `f` enters, outermost first: a function's, a bound method's,
+    a module's forward (an instance's own `forward` included), each followed down the
+    `__wrapped__` chain of decorators (functools.wraps, torch's context decorators)."""
+    if isinstance(f, torch.nn.Module):
+        fn = f.__dict__.get("forward", type(f).forward)
+    else:
+        fn = f
+    out = []
+    for _ in range(8):
+        fn = getattr(fn, "__func__", fn)
+        code = getattr(fn, "__code__", None) if type(fn) is types.FunctionType else None
+        if code is None:
+            break
+        out.append(code)
+        fn = getattr(fn, "__wrapped__", None)
+    return out
+
+
+def learned_break(learned: dict, f: Any) -> str | None:
+    """Where calling `f` enters a callee capture gave up in before (`learned`: code -> why):
+    that reason; else None."""
+    if not learned or isinstance(f, type):
+        return None
+    for code in _entry_codes(f):
+        why = learned.get(code)
+        if why is not None:
+            return why
+    return None
