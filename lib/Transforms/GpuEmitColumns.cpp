@@ -7,6 +7,8 @@
 
 namespace mlir::mlircap::gpu_emit {
 
+static bool isPerOutputOf(Value v, linalg::GenericOp red, int depth);
+
 linalg::GenericOp Codegen::columnReduction() {
   linalg::GenericOp red;
   for (auto g : kfn.getBody().front().getOps<linalg::GenericOp>()) {
@@ -29,40 +31,83 @@ linalg::GenericOp Codegen::columnReduction() {
   if (redLen < 64 || product(outType.getShape()) == 0)
     return {};
   for (auto [v, k] : outputs()) {
-    if (v == red.getResult(0))
-      continue;
-    auto g = v.getDefiningOp<linalg::GenericOp>();
-    if (!g || !isAllParallel(g) || v.getType() != outType ||
-        !g.getIndexingMapMatchingResult(cast<OpResult>(v)).isIdentity())
+    if (!isPerOutputOf(v, red, 0))
       return {};
-    for (OpOperand &in : g->getOpOperands()) {
-      if (in.get() == red.getResult(0) &&
-          !g.getMatchingIndexingMap(&in).isIdentity())
-        return {};
-      // Other generics of the kernel would be recomputed elsewhere.
-      if (auto d = in.get().getDefiningOp<linalg::GenericOp>())
-        if (d != red && !isCloneableIntoKernel(d))
-          return {};
-    }
   }
   return red;
 }
 
+/// `v` is computed element by element over the reduction's output shape from
+/// the reduction's element at the same index, other values of that shape
+/// computed the same way, and cloneable values: each output thread evaluates
+/// it at its own element (a dtype conversion of the sum, BatchNorm's running
+/// statistics updated from the mean and the variance).
+static bool isPerOutputOf(Value v, linalg::GenericOp red, int depth) {
+  if (v == red.getResult(0))
+    return true;
+  auto outShape = cast<RankedTensorType>(red.getResult(0).getType()).getShape();
+  auto g = v.getDefiningOp<linalg::GenericOp>();
+  auto vt = dyn_cast<RankedTensorType>(v.getType());
+  if (!g || depth > 8 || !isAllParallel(g) || !vt || vt.getShape() != outShape ||
+      !g.getIndexingMapMatchingResult(cast<OpResult>(v)).isIdentity())
+    return false;
+  for (OpOperand *in : g.getDpsInputOperands()) {
+    auto d = in->get().getDefiningOp<linalg::GenericOp>();
+    if (!d || isCloneableIntoKernel(d))
+      continue;
+    if (!g.getMatchingIndexingMap(in).isIdentity() || !isPerOutputOf(in->get(), red, depth + 1))
+      return false;
+  }
+  return true;
+}
+
 void Codegen::columnKernel(linalg::GenericOp red, Value tid, Value bid) {
-  constexpr int64_t kCols = 32, kSlices = 8;
-  strategy = "reduction_split";
-  block = kCols * kSlices;
   auto outType = cast<RankedTensorType>(red.getResult(0).getType());
   ArrayRef<int64_t> outShape = outType.getShape();
   int64_t numOut = product(outShape);
-  grid = std::max<int64_t>(1, (numOut + kCols - 1) / kCols);
+  SmallVector<int64_t> loops = red.getStaticLoopRanges();
+  int64_t redLen = 1;
+  for (auto [i, it] : llvm::enumerate(red.getIteratorTypesArray()))
+    if (it != utils::IteratorType::parallel)
+      redLen *= loops[i];
+  // A block computes `cols` outputs, `slices` threads each splitting its
+  // reduction; partials combined by a tree in workgroup memory. When the
+  // innermost loop is a reduction loop (NCHW BatchNorm statistics: each
+  // channel's rows of H*W), a column's slices are adjacent threads reading
+  // adjacent elements; otherwise (NHWC: contiguous channels) adjacent threads
+  // take adjacent columns, at least 8 of them (a 32-byte sector of f32).
+  // Few outputs get blocks of up to 1024 threads and fewer columns each, so
+  // that the grid still spreads over the SMs (96 channels of 4x16x16 ran in
+  // 3 blocks of 8 slices: 128 dependent loads a thread).
+  bool sliceFast = red.getIteratorTypesArray().back() != utils::IteratorType::parallel;
+  int64_t blockSize = 256;
+  auto gridFor = [&](int64_t c) { return (numOut + c - 1) / c; };
+  int64_t cols;
+  if (sliceFast) {
+    int64_t want = std::clamp<int64_t>(llvm::PowerOf2Ceil((redLen + 3) / 4), 32, 1024);
+    if (want > blockSize && numOut < numSMs * 2)
+      blockSize = want;
+    cols = std::max<int64_t>(1, blockSize / std::min(want, blockSize));
+  } else {
+    cols = 32;
+    while (cols > 8 && gridFor(cols) < numSMs)
+      cols /= 2;
+    if (gridFor(cols) < numSMs && redLen >= 4 * 1024 / cols)
+      blockSize = 1024;
+  }
+  int64_t kSlices = blockSize / cols;
+  strategy = sliceFast ? "reduction_split_rows" : "reduction_split";
+  block = blockSize;
+  grid = std::max<int64_t>(1, gridFor(cols));
   Operation *comb = getCombiner(red);
   Type t = comb->getResult(0).getType();
   TypedAttr identity = getCombinerIdentity(comb, t);
-  Value tx = arith::RemUIOp::create(b, loc, tid, cIdx(kCols));
-  Value ty = arith::DivUIOp::create(b, loc, tid, cIdx(kCols));
+  Value tx = sliceFast ? arith::DivUIOp::create(b, loc, tid, cIdx(kSlices)).getResult()
+                       : arith::RemUIOp::create(b, loc, tid, cIdx(cols)).getResult();
+  Value ty = sliceFast ? arith::RemUIOp::create(b, loc, tid, cIdx(kSlices)).getResult()
+                       : arith::DivUIOp::create(b, loc, tid, cIdx(cols)).getResult();
   Value o = arith::AddIOp::create(
-      b, loc, arith::MulIOp::create(b, loc, bid, cIdx(kCols)), tx);
+      b, loc, arith::MulIOp::create(b, loc, bid, cIdx(cols)), tx);
   Value valid = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, o, cIdx(numOut));
   Value oc = arith::MinUIOp::create(b, loc, o, cIdx(numOut - 1));
   auto idx = delinearize(oc, outShape);
@@ -91,17 +136,29 @@ void Codegen::columnKernel(linalg::GenericOp red, Value tid, Value bid) {
       return;
     scf::YieldOp::create(b, loc, vals[0]);
   }
-  Value partials = sharedBuffer(kSlices * kCols, t);
+  // Partial of (column tx, slice ty) at slot(tx, ty); a tree over the slices.
+  auto slot = [&](Value c, Value sl) -> Value {
+    return sliceFast ? arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, c, cIdx(kSlices)), sl)
+                     : arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, sl, cIdx(cols)), c);
+  };
+  Value partials = sharedBuffer(blockSize, t);
   sharedStore(loop.getResult(0), partials, tid);
+  for (int64_t half = kSlices / 2; half >= 1; half /= 2) {
+    gpu::BarrierOp::create(b, loc);
+    Value lower = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, ty, cIdx(half));
+    auto step = scf::IfOp::create(b, loc, lower, false);
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(step.thenBlock());
+    Value mine = sharedLoad(partials, tid, t);
+    Value other = sharedLoad(
+        partials, slot(tx, arith::AddIOp::create(b, loc, ty, cIdx(half))), t);
+    sharedStore(combine(comb, mine, other), partials, tid);
+  }
   gpu::BarrierOp::create(b, loc);
   Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, ty, cIdx(0));
   auto ifOp = scf::IfOp::create(b, loc, arith::AndIOp::create(b, loc, first, valid), false);
   b.setInsertionPointToStart(ifOp.thenBlock());
-  Value acc = sharedLoad(partials, tx, t);
-  for (int64_t sl = 1; sl < kSlices; ++sl) {
-    Value at = arith::AddIOp::create(b, loc, cIdx(sl * kCols), tx);
-    acc = combine(comb, acc, sharedLoad(partials, at, t));
-  }
+  Value acc = sharedLoad(partials, tid, t);
   OpOperand *init = red.getDpsInitOperand(0);
   SmallVector<Value> ivs0(*ivsOpt);
   for (unsigned d : redDims)

@@ -239,8 +239,11 @@ struct Codegen {
   /// same element (identity maps over R's shape).
   linalg::GenericOp columnReduction();
 
-  /// 32 output elements per block, 8 threads per element splitting the
-  /// reduction; partials combined through workgroup memory.
+  /// Several output elements per block, each reduction split across the
+  /// block's slices (adjacent threads on adjacent reduction elements when the
+  /// innermost loop reduces, on adjacent outputs otherwise; blocks sized so
+  /// that few outputs still fill the GPU); partials combined by a tree in
+  /// workgroup memory.
   void columnKernel(linalg::GenericOp red, Value tid, Value bid);
 
   LogicalResult run(StringRef kind);

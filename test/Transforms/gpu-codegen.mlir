@@ -243,21 +243,25 @@ func.func @short(%x: tensor<100x16xf32>) -> tensor<100xf32> {
 
 // -----
 
-// Long column reduction: 32 columns x 8 row slices per block, partials
-// combined through workgroup memory.
+// Long column reduction, the innermost loop parallel: adjacent threads take
+// adjacent columns, 8 columns a block where 32 would leave SMs idle, 32
+// slices each; partials combined by a tree in workgroup memory (5 halvings).
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #col = affine_map<(d0, d1) -> (d1)>
 // CHECK-LABEL: gpu.func @colsum_k0
 // CHECK-SAME: workgroup(%[[P:.*]] : memref<256xf32, #gpu.address_space<workgroup>>)
 // CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
-// CHECK-SAME: grid = array<i64: 1, 1, 1>
+// CHECK-SAME: grid = array<i64: 4, 1, 1>
 // CHECK-SAME: strategy = "reduction_split"
-// CHECK: scf.for %{{.*}} = %{{.*}} to %c64 step %c8 iter_args
+// CHECK: arith.remui %{{.*}}, %c8
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c64 step %c32 iter_args
 // CHECK: memref.store %{{.*}}, %[[P]]
+// CHECK-COUNT-5: gpu.barrier
 // CHECK: gpu.barrier
 // CHECK: scf.if
-// CHECK-COUNT-8: memref.load %[[P]]
+// CHECK: memref.load %[[P]]
 // CHECK: memref.store
+// CHECK-NOT: gpu.barrier
 // CHECK-NOT: gpu.shuffle
 func.func @colsum(%x: tensor<64x32xf32>) -> tensor<32xf32> {
   %zero = arith.constant 0.0 : f32
@@ -270,6 +274,71 @@ func.func @colsum(%x: tensor<64x32xf32>) -> tensor<32xf32> {
     linalg.yield %r : f32
   } -> tensor<32xf32>
   return %s : tensor<32xf32>
+}
+
+// -----
+
+// BatchNorm's statistics of an NCHW tensor: the innermost loop reduces, so a
+// column's slices are adjacent threads reading adjacent elements (coalesced
+// rows of H*W); 64 slices for 256 elements, 4 columns a block.
+#x = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#c = affine_map<(d0, d1, d2) -> (d1)>
+// CHECK-LABEL: gpu.func @chanstats_k0
+// CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
+// CHECK-SAME: grid = array<i64: 6, 1, 1>
+// CHECK-SAME: strategy = "reduction_split_rows"
+// CHECK: arith.divui %{{.*}}, %c64
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c256 step %c64 iter_args
+// CHECK-COUNT-6: gpu.barrier
+// CHECK: gpu.barrier
+// CHECK-NOT: gpu.barrier
+func.func @chanstats(%x: tensor<4x24x64xf32>) -> tensor<24xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<24xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<24xf32>) -> tensor<24xf32>
+  %s = linalg.generic {indexing_maps = [#x, #c], iterator_types = ["reduction", "parallel", "reduction"]}
+      ins(%x : tensor<4x24x64xf32>) outs(%f : tensor<24xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.addf %a, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<24xf32>
+  return %s : tensor<24xf32>
+}
+
+// -----
+
+// Three long rows (few outputs): a block of 1024 threads per output; the sum
+// in f64 converted to f32 by an elementwise op of the output's shape is
+// evaluated by the output's thread (it ran one thread per output before).
+#x = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#c = affine_map<(d0, d1, d2) -> (d1)>
+#o = affine_map<(d0) -> (d0)>
+// CHECK-LABEL: gpu.func @fewrows_k0
+// CHECK-SAME: workgroup(%{{.*}} : memref<1024xf64, #gpu.address_space<workgroup>>)
+// CHECK-SAME: known_block_size = array<i32: 1024, 1, 1>
+// CHECK-SAME: grid = array<i64: 3, 1, 1>
+// CHECK-SAME: strategy = "reduction_split_rows"
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c32768 step %c1024 iter_args
+// CHECK: arith.truncf %{{.*}} : f64 to f32
+func.func @fewrows(%x: tensor<8x3x4096xf32>) -> (tensor<3xf64>, tensor<3xf32>) {
+  %zero = arith.constant 0.0 : f64
+  %e = tensor.empty() : tensor<3xf64>
+  %f = linalg.fill ins(%zero : f64) outs(%e : tensor<3xf64>) -> tensor<3xf64>
+  %s = linalg.generic {indexing_maps = [#x, #c], iterator_types = ["reduction", "parallel", "reduction"]}
+      ins(%x : tensor<8x3x4096xf32>) outs(%f : tensor<3xf64>) {
+  ^bb0(%a: f32, %o: f64):
+    %w = arith.extf %a : f32 to f64
+    %r = arith.addf %w, %o : f64
+    linalg.yield %r : f64
+  } -> tensor<3xf64>
+  %e32 = tensor.empty() : tensor<3xf32>
+  %t = linalg.generic {indexing_maps = [#o, #o], iterator_types = ["parallel"]}
+      ins(%s : tensor<3xf64>) outs(%e32 : tensor<3xf32>) {
+  ^bb0(%a: f64, %o: f32):
+    %r = arith.truncf %a : f64 to f32
+    linalg.yield %r : f32
+  } -> tensor<3xf32>
+  return %s, %t : tensor<3xf64>, tensor<3xf32>
 }
 
 // -----
