@@ -60,12 +60,10 @@ def _compile_graph(backend: Callable, gm: fx.GraphModule, examples: list, uses_r
     compiled per shape of those (_PerShape)."""
     if dyn_inputs:
         return _PerShape(backend, gm, examples, uses_rng, double_backward, strict, tuple(dyn_inputs))
-    if not uses_rng:
-        groups = _separate_gradient_groups(gm, examples)
-        if groups is not None:
-            return _SplitOutputs([
-                (ins, outs, _compile_graph(backend, sub, [examples[i] for i in ins], uses_rng, double_backward, strict))
-                for ins, outs, sub in groups], len(_output_nodes(gm)))
+    parts = _separate_gradient_groups(gm, examples)
+    if parts is not None:
+        return _SplitOutputs(parts, len(_output_nodes(gm)), lambda sub, ex: _compile_graph(
+            backend, sub, ex, uses_rng, double_backward, strict))
     grad = torch.is_grad_enabled()
     cut = _grad_free_inputs(gm, examples)
     if cut:
@@ -110,6 +108,8 @@ def _cell(c: Any) -> Any:
 
 
 _DETACH = {torch.Tensor.detach, torch.detach, torch.ops.aten.detach.default}
+# tensor attributes that detaching leaves as they are (spectral_norm reads `weight_mat.H`)
+_PLAIN_ATTRS = ("H", "T", "mT", "mH", "shape", "dtype", "device", "ndim", "real", "imag")
 
 
 def _cuts_history(node: fx.Node) -> bool:
@@ -211,31 +211,47 @@ def _separate_gradient_groups(gm: fx.GraphModule, examples: Sequence[Any]):
     autograd node for the whole graph (aot_autograd's Function) made a backward from one group's
     output walk into the other group's inputs, into an earlier graph whose backward had freed its
     saved tensors ('backward through the graph a second time'), where eager's per-op graph never
-    reaches them. Such a graph is compiled as one graph per group (each its own autograd node),
-    when it is pure (no in-place write, no grad-mode switch or other node without users).
-    Returns [(input positions, output positions, sub-graph)] or None."""
+    reaches them. The same for groups of parameters alone: a GAN step's graph computing the
+    discriminator's loss and the generator's `fake`, one node, the loss's backward freed the saved
+    tensors the generator loss's backward through `fake` needs later. Such a graph is compiled as
+    one part per group (each its own autograd node), every node in one part: a node in the part of
+    the group whose inputs it depends on differentiably, any other (no history, or one another
+    group reads through `.detach()` alone: D(fake.detach())) in the first part to run that needs it,
+    later parts taking it as an input. Only where no node without users but a grad-mode switch
+    (copied into every part) is in the graph, the parts' order keeps the random draws' order, and
+    an in-place write (spectral_norm's `out=` power iteration under no_grad) has its tensor read
+    in its own part alone.
+    Returns [(input slots, output slots, sub-graph)] in the order to run (_SplitOutputs) or None."""
     outs = _output_nodes(gm)
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if not outs or len(phs) != len(examples) or not all(isinstance(o, fx.Node) for o in outs):
         return None
     roots = {p: i for i, (p, e) in enumerate(zip(phs, examples)) if isinstance(e, torch.Tensor) and e.requires_grad}
-    if len(roots) < 2 or all(examples[i].grad_fn is None for i in roots.values()):
-        return None   # (leaves only: they stay together anyway)
+    if len(roots) < 2:
+        return None
     from ..attention_masks import _mutates
+    from .classify import _RNG_WORDS, _fname
 
     anc: dict = {}   # node -> positions of inputs requiring grad it depends on differentiably
+    modes, grad_on = [], True
     for n in gm.graph.nodes:
         if n.op == "placeholder":
             anc[n] = frozenset([roots[n]]) if n in roots else frozenset()
             continue
         if n.op == "output":
             continue
+        if n.op == "call_function" and n.target in (torch._C._set_grad_enabled, torch.set_grad_enabled):
+            if not isinstance(n.args[0], bool):
+                return None
+            grad_on = n.args[0]
+            modes.append(n)
+            continue
         if n.op not in ("call_function", "call_method") or not n.users or \
-                n.target in (torch._C._set_grad_enabled, torch.set_grad_enabled) or _reads_autograd_state(n):
+                _reads_autograd_state(n) and not any(_is_getattr_of(n, a) for a in _PLAIN_ATTRS):
             return None
         ins: list = []
         fx.node.map_arg((n.args, n.kwargs), ins.append)
-        anc[n] = frozenset() if _cuts_history(n) else frozenset().union(*(anc[a] for a in ins))
+        anc[n] = frozenset() if _cuts_history(n) or not grad_on else frozenset().union(*(anc[a] for a in ins))
     # union of input sets over outputs
     parent = {}
 
@@ -251,64 +267,112 @@ def _separate_gradient_groups(gm: fx.GraphModule, examples: Sequence[Any]):
     for j, o in enumerate(outs):
         if anc[o]:
             keys.setdefault(find(min(anc[o])), []).append(j)
-    # (a backward walking into a leaf, a parameter, only adds nothing to its .grad: groups whose
-    # inputs requiring grad are all leaves stay together, as one graph)
-    leafy = [j for k, js in keys.items() if all(examples[i].grad_fn is None for i in _inputs_of(k, find, roots))
-             for j in js]
-    groups = [js for k, js in keys.items() if not all(examples[i].grad_fn is None for i in _inputs_of(k, find, roots))]
-    rest = [j for j, o in enumerate(outs) if not anc[o]]
-    if leafy or not groups:
-        groups.insert(0, leafy)
+    groups = list(keys.values())   # (groups of parameters alone too: see above)
     if len(groups) < 2:
         return None
-    groups[0] = sorted(groups[0] + rest)
-    result, needs = [], []
+    groups[0] = sorted(groups[0] + [j for j, o in enumerate(outs) if not anc[o]])
+    owner = {find(min(anc[outs[j]])): k for k, g in enumerate(groups) for j in g if anc[outs[j]]}
+    needs = []
     for g in groups:
         needed: set = set()
         stack = [outs[j] for j in g]
         while stack:
             n = stack.pop()
-            if n in needed:
+            if n in needed or n.op == "placeholder":
                 continue
             needed.add(n)
             fx.node.map_arg((n.args, n.kwargs), stack.append)
         needs.append(needed)
-    for n in gm.graph.nodes:   # an in-place write: in one group only, its tensor read by that group only
-        if n.op != "output" and n.op != "placeholder" and _mutates(n):
-            owners = [k for k, nd in enumerate(needs) if n in nd]
-            base = n.args[0] if n.args and isinstance(n.args[0], fx.Node) else None
-            if len(owners) != 1 or base is None or "out" in n.kwargs or any(
-                    u in nd for u in base.users for k, nd in enumerate(needs) if k != owners[0]):
+    body = [n for n in gm.graph.nodes if n.op not in ("output", "placeholder") and n not in modes]
+    # each node runs in one part: a node depending differentiably on a group's inputs in that group's
+    # part, others (no gradient history, or one the group reads through .detach() alone) in the first
+    # part to run that needs them; a part reading another's value takes it as an input, after it
+    home = {n: owner.get(find(min(anc[n]))) if anc[n] else None for n in body}
+    deps = [set() for _ in groups]
+    for k, nd in enumerate(needs):
+        deps[k] |= {home[n] for n in nd if home[n] is not None and home[n] != k}
+    order, placed = [], set()
+    rng_first = {}
+    for i, n in enumerate(body):
+        name = n.target if isinstance(n.target, str) else _fname(n.target)
+        if any(w in name for w in _RNG_WORDS):
+            for k, nd in enumerate(needs):
+                if n in nd:
+                    rng_first.setdefault(k, i)
+    while len(order) < len(groups):
+        ready = [k for k in range(len(groups)) if k not in placed and deps[k] <= placed]
+        if not ready:
+            return None
+        k = min(ready, key=lambda k: (rng_first.get(k, len(body)), k))
+        order.append(k)
+        placed.add(k)
+    rank = {k: r for r, k in enumerate(order)}
+    for n in body:
+        if home[n] is None:
+            needers = [k for k, nd in enumerate(needs) if n in nd]
+            if not needers:
                 return None
-    for g, needed in zip(groups, needs):
+            home[n] = min(needers, key=rank.get)
+    last_draw = -1
+    for n in body:
+        name = n.target if isinstance(n.target, str) else _fname(n.target)
+        if any(w in name for w in _RNG_WORDS):   # random draws in the graph's order
+            if rank[home[n]] < last_draw:
+                return None
+            last_draw = rank[home[n]]
+        if _mutates(n):   # an in-place write: its tensor read in the writing part alone
+            base = n.kwargs["out"] if "out" in n.kwargs else n.args[0] if n.args else None
+            if not isinstance(base, fx.Node) or any(home.get(u, home[n]) != home[n] for u in base.users):
+                return None
+    # the parts, in order: inputs are slots (the graph's inputs, then values parts hand on), outputs the
+    # graph's output positions, then slots of values handed on
+    n_out, n_in = len(outs), len(phs)
+    slot: dict = {p: i for i, p in enumerate(phs)}
+    result = []
+    for k in order:
         graph = fx.Graph()
         env: dict = {}
-        ins = [i for i, p in enumerate(phs) if p in needed]
+        ins: list = []
+
+        def arg(a, env=env, ins=ins, graph=graph):
+            if a not in env:
+                ins.append(slot[a])
+                env[a] = graph.placeholder(f"in{len(ins) - 1}")
+            return env[a]
+        mine = {n for n in body if home[n] == k}
         for n in gm.graph.nodes:
-            if n in needed:
-                env[n] = graph.node_copy(n, lambda a: env[a])
-        graph.output(tuple(env[outs[j]] for j in g))
-        result.append((ins, g, fx.GraphModule(gm, graph)))
+            if n in modes or n in mine:
+                env[n] = graph.node_copy(n, arg)
+        later = [n for n in mine if any(n in needs[q] for q in order[order.index(k) + 1:]) and n not in slot]
+        for n in later:
+            slot[n] = len(slot)
+        graph.output(tuple([env[outs[j]] for j in groups[k]] + [env[n] for n in later]))
+        result.append((ins, groups[k] + [n_out + slot[n] - n_in for n in later], fx.GraphModule(gm, graph)))
     return result
 
 
-def _inputs_of(key: int, find: Callable, roots: dict) -> list:
-    return [i for i in roots.values() if find(i) == key]
-
-
 class _SplitOutputs:
-    """The groups of _separate_gradient_groups, each compiled on its own: called with the inputs
-    each takes, their outputs put back in the graph's order."""
-    __slots__ = ("parts", "n")
+    """The parts of _separate_gradient_groups, each compiled on its own at its first call (a part may
+    take values an earlier part hands on): called in order with the inputs each takes, their outputs
+    put back in the graph's order."""
+    __slots__ = ("parts", "n", "compile")
 
-    def __init__(self, parts: list, n: int) -> None:
-        self.parts, self.n = parts, n
+    def __init__(self, parts: list, n: int, compile: Callable) -> None:
+        self.parts, self.n, self.compile = parts, n, compile
 
     def __call__(self, *args: Any) -> Any:
         res = [None] * self.n
-        for ins, outs, fn in self.parts:
-            for j, v in zip(outs, fn(*[args[i] for i in ins])):
-                res[j] = v
+        env = list(args)
+        for p, (ins, outs, fn) in enumerate(self.parts):
+            a = [env[i] for i in ins]
+            if isinstance(fn, fx.GraphModule):
+                fn = self.compile(fn, a)
+                self.parts[p] = (ins, outs, fn)
+            for j, v in zip(outs, fn(*a)):
+                if j < self.n:
+                    res[j] = v
+                else:   # (handed on in order: the next slot)
+                    env.append(v)
         return tuple(res)
 
 

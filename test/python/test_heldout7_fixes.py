@@ -1,0 +1,77 @@
+"""Fixes found by bench/heldout7.py (classic PyTorch project code: GAN / VAE / RL / GNN training steps,
+hooks, parametrizations, autograd tricks), each a tiny program compared with eager after every call."""
+import torch
+import torch.nn as nn
+from torch.nn.utils import parametrizations
+
+import mlircap
+
+
+def _close(a, b):
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    if a is None or b is None:
+        return a is b
+    return torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _gan(spectral=False, weight_norm=False):
+    torch.manual_seed(0)
+    G, D = nn.Linear(2, 4), nn.Linear(4, 1)
+    if weight_norm:
+        G = parametrizations.weight_norm(G)
+    if spectral:
+        D = parametrizations.spectral_norm(D)
+    optD = torch.optim.SGD(D.parameters(), lr=0.1)
+    optG = torch.optim.SGD(G.parameters(), lr=0.1)
+
+    def step(real, z=None):
+        if z is None:
+            z = torch.randn(real.shape[0], 2)
+        fake = G(z)
+        d_loss = D(real).mean() - D(fake.detach()).mean()
+        optD.zero_grad()
+        d_loss.backward()
+        optD.step()
+        g_loss = -D(fake).mean()
+        optG.zero_grad()
+        g_loss.backward()
+        optG.step()
+        return d_loss.detach(), g_loss.detach()
+    return step, lambda: [p.detach().clone() for p in (*G.parameters(), *D.parameters())] + \
+        [p.grad for p in (*G.parameters(), *D.parameters())]
+
+
+def _check_gan(calls, **kw):
+    (fe, se), (fc, sc) = _gan(**kw), _gan(**kw)
+    fast = mlircap.compile(fc)
+    for i, args in enumerate(calls):
+        torch.manual_seed(10 + i)
+        re = fe(*args)
+        torch.manual_seed(10 + i)
+        rc = fast(*args)
+        assert _close(re, rc), (i, re, rc)
+        assert _close(se(), sc()), i
+
+
+def test_gan_step_discriminator_loss_and_fake_in_one_graph():
+    """A GAN step (the DCGAN / WGAN loop): `fake = G(z)`, the discriminator's loss on `fake.detach()`,
+    its backward, then the generator's loss through `fake` and its backward. The graph up to the first
+    backward returns the loss (of D's parameters) and `fake` (of G's): as one autograd node, the loss's
+    backward freed the saved tensors `fake`'s backward needs ('Trying to backward through the graph a
+    second time' where eager runs); parameters alone were kept in one graph."""
+    torch.manual_seed(1)
+    _check_gan([(torch.randn(3, 4), torch.randn(3, 2)) for _ in range(3)])
+
+
+def test_gan_step_weight_norm_generator():
+    torch.manual_seed(2)
+    _check_gan([(torch.randn(3, 4), torch.randn(3, 2)) for _ in range(3)], weight_norm=True)
+
+
+def test_sngan_step_spectral_norm_power_iteration_and_noise_drawn_inside():
+    """the same with the noise drawn in the graph (`torch.randn`) and a spectral_norm discriminator (its
+    power iteration writes the u / v buffers with `out=` under no_grad): the parts run in the order of
+    their draws, the buffer writes in the discriminator's part."""
+    torch.manual_seed(3)
+    _check_gan([(torch.randn(3, 4),) for _ in range(3)], spectral=True)
