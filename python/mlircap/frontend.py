@@ -229,6 +229,8 @@ def _build_table() -> dict:
     # (it has no lowering for these: they ran through torch, an island per constraint)
     table[aten._is_all_true.default] = lambda t: aten.all.default(t)
     table[aten._is_any_true.default] = lambda t: aten.any.default(t)
+    # torch._refs' number operands (xlogy(2, t), ...): torch-mlir lowers aten's scalar_tensor only
+    table[torch.ops.prims.scalar_tensor.default] = _prims_scalar_tensor
     for op in (aten._softmax.default, aten._log_softmax.default):
         table[op] = _scalar_as_vector(op, table.get(op))   # rank 0: torch-mlir's lowering hangs
     from .cumulative import cummax, cummin, cumprod, logcumsumexp
@@ -404,6 +406,11 @@ def _build_table() -> dict:
     for op in (aten.bernoulli.default, aten.rrelu.default):
         table[op] = _draws_like_eager_on_cpu_only(table.get(op))
     return {op: _guarded(op, table.get(op), exact.get(op)) for op in set(table) | set(exact)}
+
+
+def _prims_scalar_tensor(s, *, dtype=None, device=None):
+    """prims.scalar_tensor as aten.scalar_tensor: the same 0-d tensor of `s`."""
+    return torch.ops.aten.scalar_tensor.default(s, dtype=dtype, device=device)
 
 
 def _take_by_index(x, index):

@@ -15,6 +15,7 @@ Division by zero: eager raises; the compiled division is checked (bounds.py).
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 
 import torch
@@ -297,11 +298,16 @@ def int8_product(op, other=None):
     eager's wrapping int8 arithmetic. addmv / addbmm of other integer tensors (one
     dtype, integer beta / alpha) as beta * input + alpha * product in their dtype, the
     same wrapping sums (eager ignores the input where beta is 0; 0 * an integer is 0).
-    Other dtypes: `other` (or NotImplemented)."""
+    A float beta / alpha of integer tensors is truncated as eager converts it to the
+    dtype (_integer_scale). Other dtypes: `other` (or NotImplemented)."""
     name = op.name().split("::")[1]
 
     def decomposition(*args, **kwargs):
         ts = [a for a in args if isinstance(a, torch.Tensor)]
+        if ts and _integer(ts[0]) and kwargs:
+            scales = {k: _integer_scale(v, ts[0].dtype) for k, v in kwargs.items()}
+            if all(v is not None for v in scales.values()):
+                kwargs = scales
         int_scalars = all(isinstance(v, int) and not isinstance(v, bool) for v in kwargs.values())
         if ts and all(t.dtype == torch.int8 for t in ts) and int_scalars:
             wide = [a.to(torch.int32) if isinstance(a, torch.Tensor) else a for a in args]
@@ -318,6 +324,20 @@ def int8_product(op, other=None):
         return NotImplemented if other is None else other(*args, **kwargs)
 
     return decomposition
+
+
+def _integer_scale(v, dtype: torch.dtype) -> int | None:
+    """beta / alpha of an integer product as eager's kernels use it: a Scalar converted to
+    the dtype, a float truncated toward zero (addmv(c, a, b, beta=0.6, alpha=2.9) of int16
+    tensors: 0 * c + 2 * (a @ b); OpInfo addbmm int16 ran through torch, torch-mlir rejects
+    float scales of integers). None where the conversion is not that (a float outside the
+    dtype's range raises in eager: the op stays whole) or `v` is not a number."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    if isinstance(v, int):
+        return v
+    info = torch.iinfo(dtype)
+    return int(v) if math.isfinite(v) and info.min <= v <= info.max else None
 
 
 def scalar_shift(op, left: bool):

@@ -1,0 +1,64 @@
+"""OpInfo sweep (bench/opinfo.py, issue 10), held-out seeds 1801-1803: ops that ran through
+torch. Each case compares compiled calls with eager; strict=True also asserts that nothing
+ran through torch."""
+import pytest
+import torch
+
+import mlircap
+
+
+def _check(fn, *args, strict=True, calls=2):
+    fast = mlircap.compile(fn, strict=strict)
+    want = fn(*args)
+    for _ in range(calls):
+        got = fast(*args)
+        wants, gots = (want, got) if isinstance(want, tuple) else ((want,), (got,))
+        assert len(gots) == len(wants)
+        for g, w in zip(gots, wants):
+            assert g.dtype == w.dtype and g.shape == w.shape, (g, w)
+            torch.testing.assert_close(g, w, equal_nan=True)   # the dtype's default tolerance
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int16, torch.uint8, torch.bool, torch.float32])
+@pytest.mark.parametrize("form", ["xlogy_number_self", "xlogy_zero_self", "xlog1py_number_self"])
+def test_number_operand_of_refs_decomposition_compiles(dtype, form):
+    # OpInfo xlogy int64 (reference inputs #89: xlogy(1, t)): torch._refs wraps the number in
+    # prims.scalar_tensor, which torch-mlir cannot lower: it ran through torch
+    t = torch.tensor([[8, 7, 0, 1, 4], [3, 9, 2, 5, 6]]).to(dtype)
+    fn = {"xlogy_number_self": lambda t: torch.xlogy(1, t),
+          "xlogy_zero_self": lambda t: torch.xlogy(0, t) + t,
+          "xlog1py_number_self": lambda t: torch.special.xlog1py(2.5, t)}[form]
+    _check(fn, t)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64])
+@pytest.mark.parametrize("op", ["addmv", "addbmm", "addmm", "baddbmm"])
+@pytest.mark.parametrize("scales", [{"beta": 0.6, "alpha": 0.2}, {"beta": 2.9, "alpha": 3.9},
+                                    {"beta": -0.0, "alpha": 1.5}])
+def test_float_scales_of_integer_products_compile(dtype, op, scales):
+    # OpInfo addbmm int16 #3 (beta=0.6, alpha=0.2) ran through torch: eager truncates a float
+    # beta / alpha to the integer dtype (0 * input + 0 * product), torch-mlir rejects it
+    g = torch.Generator().manual_seed(0)
+    lo = 0 if dtype == torch.uint8 else -9
+    r = (lambda *s: torch.randint(lo, 9, s, generator=g).to(dtype))
+    shapes = {"addmv": ((5,), (5, 10), (10,)), "addbmm": ((5, 10), (4, 5, 6), (4, 6, 10)),
+              "addmm": ((5, 10), (5, 6), (6, 10)), "baddbmm": ((4, 5, 10), (4, 5, 6), (4, 6, 10))}[op]
+    f = getattr(torch, op)
+    _check(lambda c, a, b: f(c, a, b, **scales), *(r(*s) for s in shapes))
+
+
+@pytest.mark.parametrize("dtype,scale", [(torch.uint8, -0.6), (torch.int8, 127.5), (torch.int16, float("nan"))])
+@pytest.mark.parametrize("op", ["addmv", "addbmm"])
+def test_float_scale_outside_integer_range_raises_like_eager(dtype, scale, op):
+    # eager's conversion of the Scalar raises ("cannot be converted ... without overflow")
+    c, a, b = {"addmv": (torch.ones(2, dtype=dtype), torch.ones(2, 3, dtype=dtype), torch.ones(3, dtype=dtype)),
+               "addbmm": (torch.ones(2, 2, dtype=dtype), torch.ones(1, 2, 3, dtype=dtype),
+                          torch.ones(1, 3, 2, dtype=dtype))}[op]
+    f = getattr(torch, op)
+    fn = (lambda c, a, b: f(c, a, b, alpha=scale))
+    with pytest.raises(RuntimeError):
+        fn(c, a, b)
+    fast = mlircap.compile(fn)
+    for _ in range(2):
+        with pytest.raises(RuntimeError):
+            fast(c, a, b)
