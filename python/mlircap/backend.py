@@ -1277,7 +1277,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
 
     def _backend(gm, example_inputs):
         _wait_for_collectives(gm)
-        kept = _keep_dead_raising_ops(gm)
+        kept = _keep_dead_raising_ops(gm, example_inputs)
         checks = None
         if kept is not None and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
             # a graph that is differentiated: capture's backward passes one gradient per
@@ -1688,13 +1688,15 @@ _RAISING_OPS = frozenset((
     "histc", "bernoulli", "binary_cross_entropy", "masked_scatter", "put", "index_put_", "pow"))
 
 
-def _keep_dead_raising_ops(gm: torch.fx.GraphModule):
+def _keep_dead_raising_ops(gm: torch.fx.GraphModule, example_inputs=None):
     """A captured op whose result nothing reads still runs in eager, and raises there for its
     data (x1 % x1 with a zero in x1, x[idx] with idx out of range): aot_autograd's trace drops
     it, and the compiled graph returned. Each such node (_RAISING_OPS, taking a tensor computed
     in the graph or given to it) makes an extra output of `gm` (_detached_leaves); returns (the number
     of the graph's own outputs, whether they are a list), the rewritten copy of `gm` first, or
-    None where there is none."""
+    None where there is none. Arithmetic (_ARITHMETIC_RAISING) with a floating result is not
+    kept (`example_inputs` given): it never raises (a float division, or pow, of a dead KL
+    term in a differentiated graph made the whole graph run eagerly: userops --grad seed 8)."""
     out = next((n for n in reversed(gm.graph.nodes) if n.op == "output"), None)
     if out is None or not isinstance(out.args[0], (tuple, list)):
         return None
@@ -1703,6 +1705,9 @@ def _keep_dead_raising_ops(gm: torch.fx.GraphModule):
     for n in gm.graph.nodes:
         if n.op in ("call_function", "call_method") and n not in live and _kept(n):
             dead.append(n)
+    if example_inputs is not None and any(_op_name(n) in _ARITHMETIC_RAISING for n in dead):
+        floating = _floating_results(gm, example_inputs)
+        dead = [n for n in dead if not (_op_name(n) in _ARITHMETIC_RAISING and n.name in floating)]
     if not dead:
         return None
     # rewritten on a copy: where the backend gives up, the caller runs `gm` itself
@@ -1754,6 +1759,35 @@ _PURE = frozenset((
     # attention and masks on the way to a kept division (--grad --families userops seed 20)
     "matmul", "mm", "bmm", "einsum", "masked_fill", "invert", "bitwise_not", "logical_not", "logical_and",
     "logical_or", "softplus", "sqrt", "square", "tril", "triu", "nan_to_num", "cumsum"))
+
+
+# _RAISING_OPS that raise only on integer operands (a division or remainder by zero, an integer
+# to a negative integer power): with a floating (or complex) result they never raise.
+_ARITHMETIC_RAISING = frozenset((
+    "fmod", "remainder", "floor_divide", "div", "divide", "floordiv", "rfloordiv", "mod", "rmod", "truediv",
+    "rtruediv", "pow"))
+
+
+def _op_name(n: torch.fx.Node) -> str:
+    return str(n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")).strip("_")
+
+
+def _floating_results(gm: torch.fx.GraphModule, example_inputs) -> set:
+    """Names of the nodes of `gm` whose result is a floating or complex tensor, found by
+    running a copy of it on fake tensors of `example_inputs`; empty where that fails."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    try:
+        copy_gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            FakeTensorProp(copy_gm, mode).propagate(*example_inputs)
+    except Exception:  # noqa: BLE001 - every candidate stays kept
+        return set()
+    return {n.name for n in copy_gm.graph.nodes
+            if isinstance(v := n.meta.get("val"), torch.Tensor) and (v.is_floating_point() or v.is_complex())}
 
 
 def _kept(n: torch.fx.Node) -> bool:

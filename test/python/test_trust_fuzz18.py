@@ -203,3 +203,40 @@ def test_fuzz_seed_1487_grad_not_counted_wrong():
     fuzz = _load_fuzz()
     res = fuzz.run_program(fuzz.generate(1487, grad=True))
     assert res["category"] in ("compiled", "fallback"), res
+
+
+# --------------------------------- an unused float division / pow in a differentiated graph
+# userops --grad seeds 8, 13, 34: a KL divergence of two Normals nothing reads (p.scale /
+# q.scale, .pow(2)) after a random draw / a training-mode op: kept as a check of its data
+# (an integer division by zero raises in eager), and the whole graph ran eagerly. A division,
+# remainder or pow with a floating result never raises: it is no longer kept.
+def _kl_unused(x, y):
+    s = torch.nn.functional.softplus(x) + 0.1
+    kl = torch.distributions.kl_divergence(torch.distributions.Normal(x, s), torch.distributions.Normal(x, 1.5))  # noqa: F841
+    unused = (y * 2) % (x.sum() + 1) + torch.rand(3)  # noqa: F841
+    loss = (x * s).sum() + torch.dropout(y, 0.0, True).sum()
+    return (loss, loss.detach())
+
+
+def test_unused_float_division_in_a_differentiated_graph_compiles():
+    g = torch.Generator().manual_seed(8)
+    x, y = torch.randn(4, 3, generator=g), torch.randn(4, 3, generator=g)
+    want = _grads(_kl_unused, x, y)[1:]
+    fast = mlircap.compile(_kl_unused)
+    for _ in range(3):
+        for got, w in zip(_grads(fast, x, y)[1:], want):
+            torch.testing.assert_close(got, w)
+    assert fast.graphs and all(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs)
+
+
+def test_unused_integer_remainder_by_zero_still_raises():
+    def f(x, n):
+        unused = (n * 3) % (n * 0) + torch.rand(2)  # noqa: F841
+        return ((x * 2).sum(),)
+    x, n = torch.randn(3), torch.arange(3)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        f(x.requires_grad_(), n)
+    fast = mlircap.compile(f)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            fast(x.detach().clone().requires_grad_(), n)
