@@ -21,9 +21,8 @@ from .guard_kinds import Is, Lengths, TypeIs
 from .frame_hook import _E, _NULL
 from .typeinfo import _mro_lookup
 from .classify import (
-    _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _context_wrapper, _func_qualname, _idempotent_call,
-    _node_hook_call,
-    _optimizer_step, _reads_clock,
+    _MODULE_WALKERS, _TORCH_DIR, _WRITE_ONLY, _call_kind, _classify, _context_wrapper, _func_qualname, _idempotent_call,
+    _lr_scheduler_call, _node_hook_call, _optimizer_step, _reads_clock,
 )
 from .external_calls import _SCALAR_ARGS
 from .give_ups import learned_break
@@ -210,7 +209,8 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
                                     f"which it runs eagerly (a replay writes at its end)"
                 self.give_up_callee = None
         recv = self._opaque_method(f, args)
-        if recv is not None or kind == "safe" and (stateful_next(f, args, self.src) or _optimizer_step(f, args)):
+        if recv is not None or kind == "safe" and (stateful_next(f, args, self.src) or _optimizer_step(f, args) or
+                                                   _lr_scheduler_call(f, args)):
             kind = "external"
         if kind == "external" and recv is None and (_pure_ufunc_call(f, args, kwargs) or
                                    f is id and frame.f_code.co_filename == copy.__file__):
@@ -335,7 +335,10 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
         fn = f.__func__ if type(f) is types.MethodType else f
         if type(fn) is types.FunctionType and frame.f_code is self.code and \
                 len(self.called_funcs) < _MAX_CALLEES and _classify(fn.__code__) == "user" and \
-                fn.__code__ not in self.code.co_consts:   # not one the frame makes (a new one per call)
+                fn.__code__ not in self.code.co_consts and \
+                not fn.__code__.co_filename.startswith(_TORCH_DIR):
+            # (not one the frame makes, a new one per call; nor torch's own traced getters, as
+            # LRScheduler.get_last_lr, whose list of floats captured on its own recompiled per value)
             self.called_funcs[id(fn)] = fn
 
     def _guard_class_check(self, f: Any, x: Any, classes: Any) -> None:

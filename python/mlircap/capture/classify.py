@@ -46,6 +46,10 @@ _code_kind = {}
 # each call starting in eval mode against a guard `dropout.training is True`
 for _m in (torch.nn.Module.train, torch.nn.Module.eval):
     _code_kind[_m.__code__] = "user"
+# LRScheduler.get_last_lr (`return self._last_lr`): traced, so that `sched.get_last_lr()[0]` after the
+# scheduler's step (a replayed call, _lr_scheduler_call) is a float item of an attribute's list,
+# followed (flow_roots._flow_item), not guarded by value: a new variant every call of a schedule
+_code_kind[torch.optim.lr_scheduler.LRScheduler.get_last_lr.__code__] = "user"
 
 
 def _classify(code: types.CodeType) -> str:
@@ -456,6 +460,8 @@ def _optimizer_step(f: object, args: list) -> bool:
     if name not in ("step", "zero_grad", "requires_grad_"):
         return False
     so = getattr(f, "__self__", None)
+    if so is None:
+        so = _lr_scheduler_optimizer(f)
     if so is None and args:
         so = args[0]
     if isinstance(so, torch.optim.Optimizer):
@@ -464,6 +470,36 @@ def _optimizer_step(f: object, args: list) -> bool:
 
 
 _MODULE_GRAD_CALLS = (torch.nn.Module.zero_grad, torch.nn.Module.requires_grad_)
+_LR_SCHEDULER_FILE = os.path.join(_TORCH_DIR, "optim", "lr_scheduler.py")
+
+
+def _lr_scheduler_call(f: object, args: list) -> bool:
+    """`sched.step()` of a torch.optim.lr_scheduler scheduler of torch's own
+    class (bound, or the function with the scheduler first): untraced library code that writes the
+    scheduler's counters (`last_epoch`) and its optimizer's learning rates, replayed between graphs
+    (an uncapturable call).  Run as untraced code, its writes were diffed at the recording's end
+    and replayed as constants, its counter guarded by value: a new variant every call."""
+    fn = getattr(f, "__func__", f)
+    so = getattr(f, "__self__", None)
+    if so is None and args and type(f) is types.FunctionType:
+        so, args = args[0], args[1:]
+    name = getattr(fn, "__name__", None)
+    return name == "step" and not args and isinstance(so, torch.optim.lr_scheduler.LRScheduler) \
+        and type(so).__module__ == "torch.optim.lr_scheduler" and getattr(type(so), name, None) is fn
+
+
+def _lr_scheduler_optimizer(f: object) -> torch.optim.Optimizer | None:
+    """The optimizer whose `step` an LR scheduler wrapped, where `f` is that wrapper (torch's
+    LRScheduler sets `opt.step` on the instance to a function of lr_scheduler.py that sets
+    `opt._opt_called = True` and calls the step it wrapped): `opt.step()` is then that step of the
+    optimizer, not untraced library code whose ops were recorded one by one (an AdamW step under
+    a transformers schedule broke the graph at every parameter's `.item()`).  Else None."""
+    if type(f) is not types.FunctionType or not getattr(f, "_wrapped_by_lr_sched", False) or \
+            f.__code__.co_filename != _LR_SCHEDULER_FILE or f.__code__.co_freevars != ("func", "opt_ref"):
+        return None
+    opt = f.__closure__[1].cell_contents
+    opt = opt() if isinstance(opt, weakref.ref) else None
+    return opt if isinstance(opt, torch.optim.Optimizer) and opt.__dict__.get("step") is f else None
 
 
 def _optimizer_owning_call(f: object, args: list, kwargs: dict) -> torch.optim.Optimizer | None:
@@ -479,11 +515,16 @@ def _optimizer_owning_call(f: object, args: list, kwargs: dict) -> torch.optim.O
     if not _optimizer_step(f, args):
         return None
     so = getattr(f, "__self__", None)
+    fn = getattr(f, "__func__", f)
     if so is None:
-        so, args = args[0], args[1:]
+        so = _lr_scheduler_optimizer(f)
+        if so is not None:   # (its wrapper: the class's step, once `so._opt_called = True` is set)
+            fn = f.__closure__[f.__code__.co_freevars.index("func")].cell_contents
+        else:
+            so, args = args[0], args[1:]
     name = f.__name__
     cls = type(so)
-    if not cls.__module__.startswith("torch.optim.") or getattr(f, "__func__", f) is not getattr(cls, name, None):
+    if not cls.__module__.startswith("torch.optim.") or fn is not getattr(cls, name, None):
         return None
     if name == "step":
         if args or kwargs or so._optimizer_step_pre_hooks or so._optimizer_step_post_hooks:

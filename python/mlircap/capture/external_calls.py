@@ -21,7 +21,9 @@ from torch.utils.hooks import RemovableHandle
 from .. import logs as _logs
 from ._bytecode import _instrs
 from .base import Unreplayable, _Canned, _Raised
-from .classify import _classify, _ffi, _no_new_epoch, _optimizer_owning_call, _optimizer_step, _reads_clock
+from .classify import (
+    _classify, _ffi, _lr_scheduler_optimizer, _no_new_epoch, _optimizer_owning_call, _optimizer_step, _reads_clock,
+)
 from .frame_hook import _E
 from .guard_kinds import Equals, TypeIs
 from .iterators import pure_draw
@@ -212,6 +214,7 @@ class _ExternalCallMixin:
         if not _optimizer_step(f, args):
             return False
         opt = getattr(f, "__self__", None)
+        opt = _lr_scheduler_optimizer(f) if opt is None else opt
         opt = args[0] if opt is None else opt
         if not isinstance(opt, torch.optim.Optimizer):
             return False   # (nn.Module's zero_grad / requires_grad_)

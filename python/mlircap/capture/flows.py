@@ -333,11 +333,18 @@ class _FlowMixin(_FlowRootMixin):
             expr, ks = fl.slots[p]
             obj = _E.peek(fr, p)
             if not (type(obj) is float or _np_float(obj) or type(obj) is str and len(obj) > 1) or \
-                    any(k in self.flow_pos and (self.flow_pos[k] or self.flow_ext.get(k) or k not in self.flow_roots)
+                    any(k in self.flow_pos and (not self.flow_pos[k] and self.flow_ext.get(k) or k not in self.flow_roots)
                         for k in ks):
                 return None   # (a text of one character or none may be a shared object: guarded)
             for k in ks:
-                if k in self.flow_pos:
+                if k in self.flow_pos and self.flow_pos[k]:
+                    # read after break flow_pos[k] - 1 (`sched.get_last_lr()[0]` after the scheduler's
+                    # step): bound by the replay right after that break, where it read it (replay.py)
+                    name = f"_p{-k}"
+                    self.__dict__.setdefault("flow_late_binds", {}).setdefault(self.flow_pos[k], {})[name] = \
+                        self.flow_roots[k][0]
+                    expr = expr.replace(self.flow_roots[k][0], name)
+                elif k in self.flow_pos:
                     expr = expr.replace(self.flow_roots[k][0], self._flow_bound(k))
                     self.flow_ret_roots.add(k)
             items.append((obj, expr, ks))

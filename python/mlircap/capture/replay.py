@@ -437,6 +437,7 @@ class _GraphVariant(_Variant):
                 if st.grad is not None:   # run in the grad mode it was recorded in (graphs: grad0)
                     L.insert(at, ind + f"torch._C._set_grad_enabled({st.grad})")
                     L.append(ind + f"torch._C._set_grad_enabled({rec.grad0})")
+                late = (rec.__dict__.get("flow_late_binds") or {}).get(k + 1, {})
                 if midg.get(k + 1):
                     # (a guard raising, e.g. a key its container lost, fails: as the pre-call ones)
                     cond = " and ".join(f"({e})" for e in midg[k + 1])
@@ -456,6 +457,8 @@ class _GraphVariant(_Variant):
                             L.append(ind + f"    {'return' if last else '_v ='} {cont}({rp.func}, {', '.join(vals)})")
                     else:
                         L.append(ind + f"    {rb}return _Miss(_merge_log(_lg, [{', '.join(ext_done)}]))")
+                # numbers returned as read after this break (flows._flow_returned)
+                L.extend(ind + f"{name} = {e}" for name, e in sorted(late.items()))
         for name, e in lets:
             L.append(ind + f"{name} = {e}")
         for i, w in enumerate(wexprs):

@@ -145,3 +145,57 @@ def test_frame_giving_up_for_other_shapes_records_twice():
     s = _stats(g)
     assert s.records == 2, s.records
     assert s.eager_calls == 5, s.eager_calls
+
+
+def _train_step(schedule):
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.01)
+    sched = schedule(opt)
+
+    def step(x, y):
+        loss = ((m(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        return loss.detach(), sched.get_last_lr()[0]
+    return step, m, opt, sched
+
+
+def _check_train_steps(schedule, n=6):
+    fe, me, oe, se = _train_step(schedule)
+    fc, mc, oc, sc = _train_step(schedule)
+    g = mlircap.compile(fc)
+    torch.manual_seed(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(n):
+            x, y = torch.randn(4, 8), torch.randn(4, 1)
+            (le, lre), (lc, lrc) = fe(x, y), g(x, y)
+            assert torch.allclose(le, lc, rtol=1e-5) and lre == lrc
+            assert se.last_epoch == sc.last_epoch and oe.param_groups[0]["lr"] == oc.param_groups[0]["lr"]
+            assert all(torch.allclose(p, q, rtol=1e-5, atol=1e-6) for p, q in zip(me.parameters(), mc.parameters()))
+            assert all(torch.equal(oe.state[p]["step"], oc.state[q]["step"])
+                       for p, q in zip(me.parameters(), mc.parameters()))
+    return g
+
+
+def test_scheduled_optimizer_step_is_one_call_and_compiles_once():
+    """An LR scheduler wraps `opt.step` (an instance attribute, torch's lr_scheduler.py): still
+    the optimizer's step, one call between graphs (it was traced op by op, its `.item()`s breaking
+    the graph, and capture gave up); the scheduler's step is a call replayed between graphs (its
+    `last_epoch`, diffed at the recording's end and guarded by value, recompiled every call), and
+    `sched.get_last_lr()[0]`, a new value every call, is returned as read after it."""
+    g = _check_train_steps(lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.9 ** s))
+    s = _stats(g)
+    assert (s.records, s.replays, s.eager_calls) == (1, 5, 0), (s.records, s.replays, s.eager_calls)
+    assert any("Adam.step" in r and "LRScheduler.step" in r for r, _ in g.explain().breaks)
+    # (the learning rate returned is not guarded by value: a replay would miss on it every call)
+    assert not any("_last_lr[0] ==" in p.guard.describe() for p in g._call.variants[0].mid_guards)
+
+
+def test_torch_schedulers_without_lambdas():
+    g = _check_train_steps(lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10))
+    s = _stats(g)
+    assert (s.records, s.replays) == (1, 5), (s.records, s.replays)
