@@ -236,6 +236,12 @@ def swiglu(gate, up):
     return F.silu(gate) * up
 
 
+def batchnorm_train(x, running_mean, running_var, w, b):
+    """BatchNorm2d in training mode: per-channel statistics over N, H and W of an NCHW tensor (column
+    reductions keeping the middle dim), the running statistics updated in place."""
+    return F.batch_norm(x, running_mean, running_var, w, b, True, 0.1, 1e-5)
+
+
 def _kernel_case(name: str, big: bool, g: torch.Generator):
     """Row reductions and gated activations at LLM sizes ("bench"), small for tests."""
     rows, cols = (8192, 4096) if big else (64, 256)
@@ -253,6 +259,10 @@ def _kernel_case(name: str, big: bool, g: torch.Generator):
     if name == "k_swiglu":
         n, h = (8192, 11008) if big else (64, 256)
         return swiglu, (torch.randn(n, h, generator=g), torch.randn(n, h, generator=g))
+    if name == "k_bn_train":
+        n, c, hw = (32, 128, 56) if big else (4, 8, 6)
+        return batchnorm_train, (torch.randn(n, c, hw, hw, generator=g), torch.zeros(c), torch.ones(c),
+                                 torch.rand(c, generator=g) + 0.5, torch.randn(c, generator=g))
     raise ValueError(name)
 
 
@@ -308,5 +318,6 @@ ZOO = ("llama", "vit", "resnet", "unet", "t5", "moe")
 # bench/cpu.py's default set: the reference models plus a ResNet-style conv net (BatchNorm),
 # a Llama-style decoder (RMSNorm, SwiGLU, rotary, GQA) and a vision transformer, at CPU sizes.
 CPU_BENCH = NAMES + ("resnet", "llama", "vit")
-# single fused kernels at LLM sizes (issue: row reductions at >= 80% of copy bandwidth)
-KERNELS = ("k_layernorm", "k_rmsnorm", "k_softmax", "k_cross_entropy", "k_swiglu")
+# single fused kernels at LLM sizes (issue: row reductions at >= 80% of copy bandwidth), and
+# BatchNorm's training statistics at a ResNet stage's size (reductions over N, H, W)
+KERNELS = ("k_layernorm", "k_rmsnorm", "k_softmax", "k_cross_entropy", "k_swiglu", "k_bn_train")
