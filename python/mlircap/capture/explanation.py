@@ -21,6 +21,9 @@ class ExplainOutput:
         self.mid_guards = [p.guard.describe() for v in c.variants if not v.eager for p in v.mid_guards]
         self.recompile_reasons = list(c.stats.recompile_reasons)
         self.eager_reasons = [v.reason for v in c.variants if v.eager]
+        # callees a recording gave up in, run eagerly between graphs by later recordings (give_ups.py)
+        self.eager_callees = [f"{k.co_name} ({k.co_filename}:{k.co_firstlineno}): {why}"
+                              for k, why in getattr(c, "break_codes", {}).items()]
         self.op_count = sum(len([n for n in g.graph.nodes if n.op == "call_function"]) for g in self.graphs)
         self.hook = HOOK
 
@@ -35,6 +38,9 @@ class ExplainOutput:
         if self.eager_reasons:
             L.append("Ran eagerly because:")
             L += [f"  - {r}" for r in self.eager_reasons]
+        if self.eager_callees:
+            L.append("Callees capture gave up in (later recordings run them eagerly between graphs):")
+            L += [f"  - {r}" for r in self.eager_callees]
         L.append("Guards:")
         L += [f"  - {g}" for g in self.guards]
         if self.mid_guards:

@@ -94,6 +94,16 @@ def test_callee_that_gives_up_is_broken_around():
     assert any("capture gave up in" in r for r, _ in ex.breaks), ex.breaks
 
 
+def test_explain_names_the_callee_after_one_call():
+    """The first call gave up in _Experts.forward and stored no variant: explain says so."""
+    _, m = _pair()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = mlircap.explain(m)(torch.randn(5, 8))
+    assert out.variants == 0 and len(out.eager_callees) == 1 and "forward" in out.eager_callees[0]
+    assert "Callees capture gave up in" in str(out)
+
+
 def test_callee_reading_state_the_frame_wrote_runs_eagerly():
     """The frame writes an attribute the failing callee reads: the replay writes at its end, so the
     callee run between graphs would read the old value; the frame runs eagerly instead."""
