@@ -151,12 +151,32 @@ class Trim:
             return self.op(x, *self.extra_args, **self.kwargs)
         n = int(count)
         d = 0 if self.dim is None else self.dim % max(x.dim(), 1)
-        out = [values.narrow(d, 0, n).contiguous()]
+        # eager's storages: unique's values and counts hold the valid rows alone; those of
+        # unique_consecutive (flattened) and the counts along a dim keep the input's size
+        padded = "consecutive" in getattr(self.op, "__name__", "") and self.dim is None
+        out = [_narrow_in_storage(values, d, n, padded)]
         if self.inv:
             out.append(inverse)
         if self.cnt:
-            out.append(counts.narrow(0, 0, n))
+            out.append(_narrow_in_storage(counts, 0, n, padded or self.dim is not None))
         return out[0] if len(out) == 1 else tuple(out)
+
+
+def _own_storage(t: torch.Tensor) -> bool:
+    return t.is_contiguous() and t.storage_offset() == 0 and \
+        t.untyped_storage().nbytes() == t.numel() * t.element_size()
+
+
+def _narrow_in_storage(t: torch.Tensor, d: int, n: int, padded: bool) -> torch.Tensor:
+    """The first `n` rows along `d` of the padded result `t`, contiguous, in a storage of the
+    size eager's kernel leaves: the rows alone, or (`padded`) the padded size. The storage
+    is visible to as_strided: a narrow of the padded buffer read its padding (-inf, 0) past
+    the valid rows where eager raises (tensorops seed 1373: unique(...).contiguous()
+    .as_strided((3, 2), (1, 1)) of one distinct value)."""
+    if padded:
+        return (t if _own_storage(t) else t.clone(memory_format=torch.contiguous_format)).narrow(d, 0, n)
+    rows = t.narrow(d, 0, n)
+    return rows if _own_storage(rows) else rows.clone(memory_format=torch.contiguous_format)
 
 
 def _nonzero_args(input, *, out=None, as_tuple=False):  # noqa: A002
@@ -189,7 +209,10 @@ class TrimNonzero:
         self.__module__ = __name__
 
     def __call__(self, indices, count):
-        rows = indices.narrow(0, 0, int(count))
+        # eager's layout: (count, ndim) with strides (1, count), in a storage of its own
+        n = int(count)
+        rows = torch.empty_strided((n, indices.size(1)), (1, n), dtype=indices.dtype,
+                                   device=indices.device).copy_(indices.narrow(0, 0, n))
         if self.as_tuple:
             return tuple(rows.unbind(1))
         return rows.narrow(1, 0, 0) if self.scalar else rows
