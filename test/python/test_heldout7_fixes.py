@@ -75,3 +75,60 @@ def test_sngan_step_spectral_norm_power_iteration_and_noise_drawn_inside():
     their draws, the buffer writes in the discriminator's part."""
     torch.manual_seed(3)
     _check_gan([(torch.randn(3, 4),) for _ in range(3)], spectral=True)
+
+
+def test_gradient_hook_on_a_leaf_made_in_the_call_each_loop_step():
+    """`x = x.clone().requires_grad_()` then, in a loop, `x.register_hook(lambda g: ...)`, a forward and
+    `loss.backward()` (style transfer's clamped image gradient): the graph held the hook as a node
+    returning x, and its result stood in for the leaf, a non-leaf whose history is that graph's autograd
+    node; the next step's backward walked into it, freed by the first ('backward through the graph a
+    second time'). A leaf's hook stays a step between graphs."""
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 4)
+
+    def step(x):
+        x = x.clone().requires_grad_(True)
+        losses = []
+        for _ in range(2):
+            x.register_hook(lambda g: g.clamp(-0.1, 0.1))
+            loss = torch.relu(lin(x)).sum()
+            loss.backward()
+            losses.append(loss.detach())
+        return losses, x.grad
+
+    fast = mlircap.compile(step)
+    for _ in range(3):
+        x = torch.randn(2, 4)
+        lin.zero_grad()
+        ref, ref_lin = step(x), lin.weight.grad.clone()
+        lin.zero_grad()
+        got = fast(x)
+        assert _close(ref, got) and _close(ref_lin, lin.weight.grad)
+
+
+def _hooked_net(store):
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+    feats = {}
+    if store:
+        def hook(m, i, o):
+            feats["relu"] = o
+    else:
+        hook = lambda m, i, o: feats.__setitem__("relu", o)  # noqa: E731
+    net[1].register_forward_hook(hook)
+    return net, feats
+
+
+def test_forward_hook_writing_a_dict_of_its_closure():
+    """Features taken by a forward hook into a dict of the enclosing function (style transfer's and
+    perceptual losses' `feats[name] = out`, Grad-CAM): the hook's closure was no source capture knew, so
+    the write went untracked, and from the first replay on the dict held the recording's tensor (a wrong
+    value; with a backward through it, 'backward through the graph a second time')."""
+    for store in (True, False):
+        net, feats = _hooked_net(store)
+        fast = mlircap.compile(net)
+        for _ in range(3):
+            x = torch.randn(2, 4)
+            out = fast(x)
+            got = feats["relu"]
+            assert torch.allclose(out, net(x)) and torch.allclose(got, feats["relu"])

@@ -382,6 +382,13 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
         self.hooked.add(id(mod))
         hs = [mod._forward_hooks, mod._forward_pre_hooks, mod._backward_hooks, mod._backward_pre_hooks]
         self.guard(Lengths(tuple(hs), tuple(len(h) for h in hs), pretty), group=tuple(hs))
+        for name, hd in (("_forward_hooks", hs[0]), ("_forward_pre_hooks", hs[1])):
+            # a hook closing over the program's state (`feats[name] = out`, a dict of the enclosing
+            # function): sourced, its cells are external state whose writes the replay makes
+            # (unsourced, the write went untracked and the dict held the first call's tensor)
+            for k, h in hd.items():
+                if type(h) is types.FunctionType and h.__closure__ and id(h) not in self.src:
+                    self._source(h, f"{self.const(hd)}[{k!r}]", f"{pretty}.{name}[{k!r}]", False, 1)
         d = mod.__dict__
         if forward and "forward" in d:
             self.read(f"{self.const(d)}['forward']", f"{pretty}.forward", d["forward"], id(mod), "forward",

@@ -272,6 +272,11 @@ class _GradHookMixin:
         fr = _dropping_user_frame()
         if e is None or e[0] is not t or id(t) in self.src or fr is None or self.np_env:
             return False
+        if t.grad_fn is None:
+            # (a leaf, `x = x.clone().requires_grad_()` made in the call: the tensor the graph returns
+            # stood in for it, a non-leaf whose history is the graph's autograd node; a second
+            # backward through it in a loop walked into that node, freed by the first)
+            return False
         names = pure_grad_hook(hook, fr.f_code)
         if names is None:
             return False
