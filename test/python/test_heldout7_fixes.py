@@ -110,7 +110,9 @@ def _hooked_net(store):
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
     feats = {}
-    if store:
+    if store == "default":
+        hook = lambda m, i, o, feats=feats: feats.__setitem__("relu", o)  # noqa: E731
+    elif store:
         def hook(m, i, o):
             feats["relu"] = o
     else:
@@ -126,9 +128,18 @@ def test_forward_hook_writing_a_dict_of_its_closure():
     value; with a backward through it, 'backward through the graph a second time')."""
     for store in (True, False):
         net, feats = _hooked_net(store)
-        fast = mlircap.compile(net)
-        for _ in range(3):
-            x = torch.randn(2, 4)
-            out = fast(x)
-            got = feats["relu"]
-            assert torch.allclose(out, net(x)) and torch.allclose(got, feats["relu"])
+        _check_hooked(net, feats)
+
+
+def test_forward_hook_writing_a_dict_given_as_its_default_argument():
+    """the same dict handed to the hook as a default argument (`lambda m, i, o, feats=feats: ...`)."""
+    _check_hooked(*_hooked_net("default"))
+
+
+def _check_hooked(net, feats):
+    fast = mlircap.compile(net)
+    for _ in range(3):
+        x = torch.randn(2, 4)
+        out = fast(x)
+        got = feats["relu"]
+        assert torch.allclose(out, net(x)) and torch.allclose(got, feats["relu"])

@@ -386,9 +386,12 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             # a hook closing over the program's state (`feats[name] = out`, a dict of the enclosing
             # function): sourced, its cells are external state whose writes the replay makes
             # (unsourced, the write went untracked and the dict held the first call's tensor)
+            kw = mod._forward_hooks_with_kwargs if name == "_forward_hooks" else mod._forward_pre_hooks_with_kwargs
             for k, h in hd.items():
                 if type(h) is types.FunctionType and h.__closure__ and id(h) not in self.src:
                     self._source(h, f"{self.const(hd)}[{k!r}]", f"{pretty}.{name}[{k!r}]", False, 1)
+                # (or as a default argument, `lambda m, i, o, feats=feats: ...`: hook(module, args[, kwargs][, out]))
+                self._source_defaults(h, [None] * (2 + (name == "_forward_hooks") + bool(kw.get(k))), {})
         d = mod.__dict__
         if forward and "forward" in d:
             self.read(f"{self.const(d)}['forward']", f"{pretty}.forward", d["forward"], id(mod), "forward",
