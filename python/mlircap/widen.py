@@ -63,6 +63,7 @@ _UINT8_OPS = {
     "aten::mm", "aten::bmm", "aten::matmul", "aten::mv", "aten::dot", "aten::vdot", "aten::addmm",
     "aten::addmv", "aten::baddbmm", "aten::addbmm", "aten::_trilinear",   # (bilinear's)
     "aten::addr",            # beta * input + alpha * outer product (it ran through torch)
+    "aten::linalg_cross", "aten::cross",   # differences of products (OpInfo linalg.cross uint8 ran through torch)
     "aten::eye", "aten::_chunk_cat",   # a factory of 0s and 1s; chunks moved into one tensor
     # pads that copy edge or mirrored elements (ran through torch: torch-mlir lowers their int8)
     "aten::reflection_pad1d", "aten::reflection_pad2d", "aten::reflection_pad3d",

@@ -62,3 +62,16 @@ def test_float_scale_outside_integer_range_raises_like_eager(dtype, scale, op):
     for _ in range(2):
         with pytest.raises(RuntimeError):
             fast(c, a, b)
+
+
+@pytest.mark.parametrize("form", ["linalg_cross", "cross", "broadcast", "transposed"])
+def test_uint8_cross_compiles(form):
+    # OpInfo linalg.cross uint8 (reference inputs #0) ran through torch ('dtype uint8'): its
+    # differences of products are exact modulo 256 in int32 (widen.py), as eager's wrap
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randint(0, 256, (4, 3, 5), generator=g).to(torch.uint8) for _ in range(2))
+    fn = {"linalg_cross": lambda a, b: torch.linalg.cross(a, b, dim=1),
+          "cross": lambda a, b: torch.cross(a, b, dim=1),
+          "broadcast": lambda a, b: torch.linalg.cross(a[:1, :, 0], b[:, :, 1]),
+          "transposed": lambda a, b: torch.linalg.cross(a.transpose(1, 2), b.transpose(1, 2))}[form]
+    _check(fn, a, b)
