@@ -63,6 +63,23 @@ def install(table: dict) -> None:
     table[torch.ops.aten.multilabel_margin_loss_forward.default] = multilabel_margin_loss_forward
     bce = torch.ops.aten.binary_cross_entropy.default
     table[bce] = binary_cross_entropy_checked(table.get(bce))
+    mm = torch.ops.aten.multi_margin_loss.default
+    if table.get(mm) is not None:
+        table[mm] = multi_margin_loss_shaped(table[mm])
+
+
+def multi_margin_loss_shaped(fn):
+    """torch's multi_margin_loss decomposition `fn`, with eager's shape: reduction='none'
+    of a 0-dim target is 0-dim (eager resizes its output to (nframe,) only for a target
+    with dims); the decomposition returned shape (1,) (OpInfo multi_margin_loss float32,
+    reference inputs #83: a wrong result)."""
+    def decomposition(input, target, p=1, margin=1, weight=None, reduction=1):
+        out = fn(input, target, p, margin, weight, reduction)
+        if reduction == 0 and isinstance(target, torch.Tensor) and target.dim() == 0:
+            out = out.reshape(())
+        return out
+
+    return decomposition
 
 
 _KERNEL_FIXES: dict | None = None
@@ -86,4 +103,11 @@ def python_kernel_fixes() -> dict:
             with torch.no_grad():
                 if not torch.equal(theirs(x, t, 0)[0], op(x, t, 0)[0]):   # a target row ending in -1
                     _KERNEL_FIXES[(op, DispatchKey.Autograd)] = multilabel_margin_loss_forward
+        op = torch.ops.aten.multi_margin_loss.default
+        theirs = op.py_kernels.get(DispatchKey.Autograd)
+        x, t = torch.tensor([0.3, -0.2, 0.5]), torch.tensor(1)
+        if theirs is not None:
+            with torch.no_grad():
+                if theirs(x, t, 1, 1, None, 0).shape != op(x, t, 1, 1, None, 0).shape:   # a 0-dim target
+                    _KERNEL_FIXES[(op, DispatchKey.Autograd)] = multi_margin_loss_shaped(theirs)
     return _KERNEL_FIXES

@@ -1,8 +1,11 @@
-"""OpInfo sweep (bench/opinfo.py, issue 10), held-out seeds 1801-1803: ops that ran through
-torch. Each case compares compiled calls with eager; strict=True also asserts that nothing
-ran through torch."""
+"""OpInfo sweep (bench/opinfo.py, issue 10), held-out seeds 1801-1807: a wrong result (the
+shape of an unreduced multi_margin_loss) and ops that ran through torch. Each case compares
+compiled calls with eager; strict=True also asserts that nothing ran through torch."""
+import math
+
 import pytest
 import torch
+import torch.nn.functional as F
 
 import mlircap
 
@@ -75,3 +78,34 @@ def test_uint8_cross_compiles(form):
           "broadcast": lambda a, b: torch.linalg.cross(a[:1, :, 0], b[:, :, 1]),
           "transposed": lambda a, b: torch.linalg.cross(a.transpose(1, 2), b.transpose(1, 2))}[form]
     _check(fn, a, b)
+
+
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("shapes", [((5,), ()), ((1, 5), ()), ((5,), (1,)), ((3, 5), (3,))])
+def test_multi_margin_loss_unreduced_shape_as_eager(p, shapes):
+    # OpInfo nn.functional.multi_margin_loss float32 (reference inputs #83) was WRONG: with
+    # reduction='none' and a 0-dim target eager returns a 0-dim loss, torch's decomposition
+    # (also its Python kernel at the Autograd key) returned shape (1,)
+    xs, ts = shapes
+    x = torch.linspace(-8.5, 3.0, math.prod(xs)).reshape(xs)
+    t = torch.tensor(1) if ts == () else torch.arange(ts[0]) % 5
+    _check(lambda x, t: F.multi_margin_loss(x, t, p=p, margin=0.5, reduction="none"), x, t)
+
+
+def test_multi_margin_loss_unreduced_0d_target_gradient():
+    x0, t = torch.tensor([-8.5, -1.7, 4.3, -2.4, 7.9]), torch.tensor(2)
+
+    def step(x, t):
+        loss = F.multi_margin_loss(x, t, reduction="none")
+        loss.backward()
+        return loss
+
+    fast = mlircap.compile(step)
+    xe = x0.clone().requires_grad_()
+    want = step(xe, t)
+    for _ in range(2):
+        xc = x0.clone().requires_grad_()
+        got = fast(xc, t)
+        assert got.shape == want.shape == torch.Size([])
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(xc.grad, xe.grad)
