@@ -660,7 +660,8 @@ def _flash_for_cpu_low_precision(query, key, value, is_causal, attn_mask, scale)
 def _product_plus_bias_rounded_once(product):
     """addmm / addmv (`product` mm / mv) of bfloat16/float16 on the CPU as eager's kernel
     computes them: the product accumulated in float32 plus the bias in float32, rounded
-    once to the dtype. Products of bfloat16/float16 values are exact in float32, so the
+    once to the dtype (and float32/float64 addmv, which torch-mlir does not lower, as torch
+    decomposes it). Products of bfloat16/float16 values are exact in float32, so the
     float32 `product` of the converted operands differs from eager's only in the order of
     its float32 sums (64x256x128 bfloat16: 1 element in 8192 one unit off; the plan's
     bfloat16 library product rounded before the bias add: 2229). beta = alpha = 1 only
@@ -668,6 +669,14 @@ def _product_plus_bias_rounded_once(product):
     and runs it through torch)."""
 
     def decomposition(bias, a, b, *, beta=1, alpha=1):
+        if product is torch.ops.aten.mv.default and all(isinstance(t, torch.Tensor) for t in (bias, a, b)) and \
+                a.dtype in (torch.float32, torch.float64) and bias.dtype == a.dtype == b.dtype:
+            # float32/64 addmv, kept whole for the low-precision rule, has no torch-mlir lowering
+            # (it ran through torch): torch's own decomposition (alpha * mv + beta * bias, the
+            # bias ignored for beta == 0)
+            from torch._decomp import decomposition_table
+
+            return decomposition_table[torch.ops.aten.addmv.default](bias, a, b, beta=beta, alpha=alpha)
         if not all(isinstance(t, torch.Tensor) for t in (bias, a, b)) or beta != 1 or alpha != 1:
             return NotImplemented
         dt = a.dtype
