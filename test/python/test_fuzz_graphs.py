@@ -157,7 +157,10 @@ def test_eager_layout_dependence_is_not_counted_wrong(fuzz):
     prog = fuzz.generate(371, ["tensorops"])
     assert "torch.median(x0, 0)" in prog["source"]
     r = fuzz.run_program(prog)
-    assert r["category"] == "compiled" and "memory layout" in str(r.get("fp64")), r
+    # (eager's garbage differs from run to run and sometimes equals the contiguous result: then
+    # there is nothing to excuse; the excusal itself is checked deterministically above)
+    assert r["category"] == "compiled", r
+    assert r.get("fp64") is None or "memory layout" in str(r["fp64"]), r
 
 
 def test_generation_is_deterministic(fuzz):
