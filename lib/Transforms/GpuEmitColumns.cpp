@@ -7,7 +7,29 @@
 
 namespace mlir::mlircap::gpu_emit {
 
-static bool isPerOutputOf(Value v, linalg::GenericOp red, int depth);
+/// `v` is computed element by element over the reduction's output shape from
+/// the reduction's element at the same index, other values of that shape
+/// computed the same way, and cloneable values: each output thread evaluates
+/// it at its own element (a dtype conversion of the sum, BatchNorm's running
+/// statistics updated from the mean and the variance).
+static bool isPerOutputOf(Value v, linalg::GenericOp red, int depth) {
+  if (v == red.getResult(0))
+    return true;
+  auto outShape = cast<RankedTensorType>(red.getResult(0).getType()).getShape();
+  auto g = v.getDefiningOp<linalg::GenericOp>();
+  auto vt = dyn_cast<RankedTensorType>(v.getType());
+  if (!g || depth > 8 || !isAllParallel(g) || !vt || vt.getShape() != outShape ||
+      !g.getIndexingMapMatchingResult(cast<OpResult>(v)).isIdentity())
+    return false;
+  for (OpOperand *in : g.getDpsInputOperands()) {
+    auto d = in->get().getDefiningOp<linalg::GenericOp>();
+    if (!d || isCloneableIntoKernel(d))
+      continue;
+    if (!g.getMatchingIndexingMap(in).isIdentity() || !isPerOutputOf(in->get(), red, depth + 1))
+      return false;
+  }
+  return true;
+}
 
 linalg::GenericOp Codegen::columnReduction() {
   linalg::GenericOp red;
@@ -37,39 +59,18 @@ linalg::GenericOp Codegen::columnReduction() {
   return red;
 }
 
-/// `v` is computed element by element over the reduction's output shape from
-/// the reduction's element at the same index, other values of that shape
-/// computed the same way, and cloneable values: each output thread evaluates
-/// it at its own element (a dtype conversion of the sum, BatchNorm's running
-/// statistics updated from the mean and the variance).
-static bool isPerOutputOf(Value v, linalg::GenericOp red, int depth) {
-  if (v == red.getResult(0))
-    return true;
-  auto outShape = cast<RankedTensorType>(red.getResult(0).getType()).getShape();
-  auto g = v.getDefiningOp<linalg::GenericOp>();
-  auto vt = dyn_cast<RankedTensorType>(v.getType());
-  if (!g || depth > 8 || !isAllParallel(g) || !vt || vt.getShape() != outShape ||
-      !g.getIndexingMapMatchingResult(cast<OpResult>(v)).isIdentity())
-    return false;
-  for (OpOperand *in : g.getDpsInputOperands()) {
-    auto d = in->get().getDefiningOp<linalg::GenericOp>();
-    if (!d || isCloneableIntoKernel(d))
-      continue;
-    if (!g.getMatchingIndexingMap(in).isIdentity() || !isPerOutputOf(in->get(), red, depth + 1))
-      return false;
-  }
-  return true;
-}
-
 void Codegen::columnKernel(linalg::GenericOp red, Value tid, Value bid) {
   auto outType = cast<RankedTensorType>(red.getResult(0).getType());
   ArrayRef<int64_t> outShape = outType.getShape();
   int64_t numOut = product(outShape);
-  SmallVector<int64_t> loops = red.getStaticLoopRanges();
-  int64_t redLen = 1;
+  SmallVector<unsigned> redDims;
+  SmallVector<int64_t> redShape;
   for (auto [i, it] : llvm::enumerate(red.getIteratorTypesArray()))
-    if (it != utils::IteratorType::parallel)
-      redLen *= loops[i];
+    if (it != utils::IteratorType::parallel) {
+      redDims.push_back(i);
+      redShape.push_back(red.getStaticLoopRanges()[i]);
+    }
+  int64_t redLen = product(redShape);
   // A block computes `cols` outputs, `slices` threads each splitting its
   // reduction; partials combined by a tree in workgroup memory. When the
   // innermost loop is a reduction loop (NCHW BatchNorm statistics: each
@@ -114,15 +115,8 @@ void Codegen::columnKernel(linalg::GenericOp red, Value tid, Value bid) {
   auto ivsOpt = invertOutput(red, 0, idx);
   if (!ivsOpt)
     return;
-  SmallVector<unsigned> redDims;
-  SmallVector<int64_t> redShape;
-  for (auto [i, it] : llvm::enumerate(red.getIteratorTypesArray()))
-    if (it != utils::IteratorType::parallel) {
-      redDims.push_back(i);
-      redShape.push_back(red.getStaticLoopRanges()[i]);
-    }
   Value id = arith::ConstantOp::create(b, loc, identity);
-  auto loop = scf::ForOp::create(b, loc, ty, cIdx(product(redShape)),
+  auto loop = scf::ForOp::create(b, loc, ty, cIdx(redLen),
                                  cIdx(kSlices), ValueRange{id});
   {
     OpBuilder::InsertionGuard guard(b);
