@@ -1243,6 +1243,29 @@ def _clone(x):
     return x
 
 
+def with_rng(make, ncalls):
+    """Case `make` with the global RNG's state compared after each compared call too (heldout6/7): the
+    eager instance (run_case makes it first) snapshots it after its call; the compiled instance's is
+    read when the state is (nothing draws between)."""
+    made = []
+
+    def wrapped(dt):
+        fn, state = make(dt)
+        made.append(fn)
+        if len(made) % 2:
+            box = {"n": 0, "rng": None}
+
+            def eager(*a):
+                r = fn(*a)
+                box["n"] += 1
+                if box["n"] <= ncalls:
+                    box["rng"] = torch.get_rng_state()
+                return r
+            return eager, lambda: (state(), box["rng"])
+        return fn, lambda: (state(), torch.get_rng_state())
+    return wrapped
+
+
 def run_case(name, make, inputs, ncalls, dt):
     """eager and compiled side by side over `ncalls` calls; the record of the case."""
     torch.manual_seed(0)

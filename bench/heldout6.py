@@ -663,28 +663,6 @@ def _gran_inputs(i, dt):
     return ({"input_ids": ids, "attention_mask": mask},)
 
 
-def _with_rng(make, ncalls):
-    """compare the global RNG's state after each compared call too: the eager instance (run_case makes it first)
-    snapshots it after its call; the compiled instance's is read when the state is (nothing draws between)."""
-    made = []
-
-    def wrapped(dt):
-        fn, state = make(dt)
-        made.append(fn)
-        if len(made) % 2:
-            box = {"n": 0, "rng": None}
-
-            def eager(*a):
-                r = fn(*a)
-                box["n"] += 1
-                if box["n"] <= ncalls:
-                    box["rng"] = torch.get_rng_state()
-                return r
-            return eager, lambda: (state(), box["rng"])
-        return fn, lambda: (state(), torch.get_rng_state())
-    return wrapped
-
-
 _CASES = [
     # name, make(dt) -> (callable, state()), inputs(i, dt) -> args, calls, bf16 meaningful
     ("granite_padded_logits", make_granite_logits, _gran_inputs, 4, True),
@@ -724,7 +702,7 @@ _CASES = [
     ("decision_transformer", make_decision_transformer, dt_inputs, 4, True),
 ]
 
-CASES = [(name, _with_rng(make, n), inputs, n, low) for name, make, inputs, n, low in _CASES]
+CASES = [(name, heldout4.with_rng(make, n), inputs, n, low) for name, make, inputs, n, low in _CASES]
 
 
 if __name__ == "__main__":

@@ -59,28 +59,6 @@ def _opt_state(opt, sched=None):
             [g["lr"] for g in opt.param_groups], sched.last_epoch if sched else None)
 
 
-def _with_rng(make, ncalls):
-    """the global RNG's state after each compared call compared too (bench/heldout6.py's wrapper): the eager
-    instance (run_case makes it first) snapshots it after its call, the compiled one's is read with the state."""
-    made = []
-
-    def wrapped(dt):
-        fn, state = make(dt)
-        made.append(fn)
-        if len(made) % 2:
-            box = {"n": 0, "rng": None}
-
-            def eager(*a):
-                r = fn(*a)
-                box["n"] += 1
-                if box["n"] <= ncalls:
-                    box["rng"] = torch.get_rng_state()
-                return r
-            return eager, lambda: (state(), box["rng"])
-        return fn, lambda: (state(), torch.get_rng_state())
-    return wrapped
-
-
 # ------------------------------------------------------------------------------------------------ GANs
 class DCGenerator(nn.Module):
     def __init__(self, nz=8, ngf=8, nc=1):
@@ -767,8 +745,8 @@ class PointNetCls(nn.Module):
 
 def feature_transform_regularizer(trans):
     d = trans.size()[1]
-    I = torch.eye(d, dtype=trans.dtype)[None, :, :]
-    return torch.mean(torch.norm(torch.bmm(trans, trans.transpose(2, 1)) - I, dim=(1, 2)))
+    eye = torch.eye(d, dtype=trans.dtype)[None, :, :]
+    return torch.mean(torch.norm(torch.bmm(trans, trans.transpose(2, 1)) - eye, dim=(1, 2)))
 
 
 def make_pointnet(dt):
@@ -1718,7 +1696,7 @@ _CASES = [
     ("word_lm_transformer", make_word_lm, word_lm_inputs, 3, False),
 ]
 
-CASES = [(name, _with_rng(make, n), inputs, n, low) for name, make, inputs, n, low in _CASES]
+CASES = [(name, heldout4.with_rng(make, n), inputs, n, low) for name, make, inputs, n, low in _CASES]
 
 
 if __name__ == "__main__":
