@@ -4,14 +4,11 @@ enough blocks to spread over the SMs (before: BatchNorm2d(96) on 4x96x16x16 ran 
 3 blocks of 8 slices, its variance in one thread per channel, 0.1-0.4 ms a kernel on an H100,
 heldout3's efficientnet_sd 0.37x eager there), and its kernels, run by the SIMT interpreter, equal
 the CPU JIT on the same IR."""
-import json
-
 import pytest
-import simt  # test/python/simt.py
 import torch
+from test_numerics import check  # (test/python is on sys.path)
 
 import mlircap
-from mlircap._core import core, tool_path
 
 
 def _bn_train(x):
@@ -40,7 +37,9 @@ def test_split_reductions_fill_the_gpu_and_match(monkeypatch, tmp_path, name):
         fast(x)
         fast(x)
     ir = next(tmp_path.glob("*/linalg.mlir")).read_text()
-    plan = json.loads(core().gpu_compile(ir))
+    # the plan's kernels in the SIMT interpreter against the CPU JIT (test_numerics' check)
+    plan = check(ir, atol=1e-5, rtol=1e-5)
+    assert plan["outputs"]
     reductions = [s for s in plan["steps"] if s["kind"] == "kernel" and s["strategy"].startswith("reduction")]
     assert reductions, [s.get("strategy") for s in plan["steps"]]
     # every long reduction split, none left to one thread per output (the variance with its
@@ -48,15 +47,3 @@ def test_split_reductions_fill_the_gpu_and_match(monkeypatch, tmp_path, name):
     assert {s["strategy"] for s in reductions} == {strategy}, [s["strategy"] for s in reductions]
     n_out = shape[1] if name == "batchnorm_train" else shape[2]
     assert all(s["grid"][0] >= n_out // 8 for s in reductions), [s["grid"] for s in reductions]
-    _, _, kernels = simt.load_kernels(str(tool_path("mlircap-opt")), ir)
-    g = torch.Generator().manual_seed(0)
-    specs = sorted((v for v in plan["values"] if v["kind"] == "input"), key=lambda v: v["index"])
-    inputs = [(torch.randn(v["shape"], generator=g) * 2 + 1).to(simt.DTYPES[v["dtype"]])
-              if simt.DTYPES[v["dtype"]].is_floating_point else torch.zeros(v["shape"], dtype=simt.DTYPES[v["dtype"]])
-              for v in specs]
-    vals = {v["id"]: v for v in plan["values"]}
-    out = simt.run_plan(plan, kernels, inputs)
-    ref = simt.reference(core(), ir, inputs, [vals[o] for o in plan["outputs"]])
-    assert len(out) == len(ref) > 0
-    for a, b in zip(out, ref):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
