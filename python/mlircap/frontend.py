@@ -317,6 +317,7 @@ def _build_table() -> dict:
 
     table[aten.masked_scatter.default] = masked_scatter   # torch-mlir's lowering: no CPU kernel
     table[aten.take.default] = _take_by_index       # a 0-d index: torch's decomposition reads it as a number
+    table[aten.embedding_renorm.default] = _embedding_renorm   # max_norm: torch-mlir cannot lower it
     # step > 1 (x[:, ::2] = y): torch-mlir's lowering is a scatter, no CPU kernel
     table[aten.slice_scatter.default] = _strided_slice_scatter(table.get(aten.slice_scatter.default))
     table[aten.gather.default] = _gather_of_scalar(table.get(aten.gather.default))   # 0-d input: no lowering
@@ -324,6 +325,8 @@ def _build_table() -> dict:
         table[op] = _broadcast_operands(op, table.get(op))   # torch-mlir: no broadcasting
     for op in (aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default):
         table[op] = _integer_bounds(op, table.get(op))   # bounds wrap to the dtype, as eager's
+    for op in (aten.clamp.Tensor, aten.clamp_min.Tensor, aten.clamp_max.Tensor):
+        table[op] = _tensor_bounds_promoted(op, table.get(op))   # an integer input, float bounds
     # a negative pad crops: torch-mlir folds a pad whose result has its input's shape to the input
     table[aten.constant_pad_nd.default] = _negative_pads_as_slices(table.get(aten.constant_pad_nd.default))
     from .special import avg_pool2d_divisor_override
@@ -422,6 +425,27 @@ def _take_by_index(x, index):
     if not isinstance(x, torch.Tensor) or not isinstance(index, torch.Tensor):
         return NotImplemented
     return torch.ops.aten.index.Tensor(x.reshape(-1), [index])
+
+
+def _embedding_renorm(weight, indices, max_norm, norm_type):
+    """aten.embedding_renorm (F.embedding / nn.Embedding with max_norm: functionalization's
+    form of the in-place renorm of the looked-up rows of the weight), which torch-mlir cannot
+    lower (an 'unsupported' island before every such lookup). Eager's CPU kernel
+    (embedding_renorm_cpu_) takes each distinct index once: norm = row.norm(p) in the dtype,
+    read as a double; where norm > max_norm, row *= max_norm / (norm + 1e-7), a double
+    Scalar that the multiplication converts to the dtype (bfloat16 too). Here the same per
+    looked-up row, written back at its index (a repeated index writes the same row twice);
+    rows at or under max_norm, or with a NaN norm, are left as they are. aten.index wraps and
+    checks indices as the kernel's row select does (bounds.py)."""
+    if not (isinstance(weight, torch.Tensor) and isinstance(indices, torch.Tensor)) or weight.dim() != 2 or \
+            indices.dtype not in (torch.int64, torch.int32) or not weight.is_floating_point():
+        return NotImplemented
+    aten = torch.ops.aten
+    idx = indices.reshape(-1)
+    rows = aten.index.Tensor(weight, [idx])
+    norm = torch.linalg.vector_norm(rows, norm_type, dim=1, keepdim=True).to(torch.float64)
+    scale = (max_norm / (norm + 1e-7)).to(weight.dtype)
+    return aten.index_put.default(weight, [idx], torch.where(norm > max_norm, rows * scale, rows))
 
 
 def _strided_slice_scatter(fn):
@@ -758,6 +782,28 @@ def _broadcast_operands(op, fallback):
             dtype = torch.result_type(a, b)
             return op(a.to(dtype).expand(shape), b.to(dtype).expand(shape), *args, **kwargs)
         return NotImplemented if fallback is None else fallback(a, b, *args, **kwargs)
+
+    return decomposition
+
+
+def _tensor_bounds_promoted(op, fallback):
+    """clamp / clamp_min / clamp_max with tensor operands of different dtypes. Where the
+    promoted dtype is not the input's (an integer input and a float bound: OpInfo clamp int8
+    reference #23, clamp(int64 0-dim, float32 min, int8 max) is float32) torch-mlir cannot
+    lower it (an island); an int8 input with a 0-dim int64 bound crashed its lowering
+    (SIGSEGV, contained: the graph ran eagerly). Eager's kernel converts every operand to
+    the common dtype (TensorIterator's, a 0-dim bound wrapped into it) and clamps there: so
+    here, each operand converted first."""
+    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+    def decomposition(x, *bounds, **kwargs):
+        ts = [t for t in (x, *bounds, *kwargs.values()) if isinstance(t, torch.Tensor)]
+        if isinstance(x, torch.Tensor) and not any(t.is_complex() for t in ts):
+            _, dt = elementwise_dtypes(*ts, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+            if any(t.dtype != dt for t in ts) and dt != torch.bool:
+                conv = (lambda v: v.to(dt) if isinstance(v, torch.Tensor) else v)
+                return op(x.to(dt), *map(conv, bounds), **{k: conv(v) for k, v in kwargs.items()})
+        return NotImplemented if fallback is None else fallback(x, *bounds, **kwargs)
 
     return decomposition
 
@@ -1187,15 +1233,61 @@ def eager_kernels_for_islands():
                     kernels[key] = _unless_kept_whole(op, fixes.get((op, key), fn))
                     patched.append((op, key, fn))
             op._dispatch_cache.clear()
+        for op, fn in _torch_custom_ops_by_their_code():
+            for key in (DispatchKey.Autograd, DispatchKey.AutogradCPU, DispatchKey.AutogradCUDA):
+                patched.append((op, key, op.py_kernels.get(key)))
+                op.py_kernels[key] = fn
+            op._dispatch_cache.clear()
         try:
             yield
         finally:
             for op, key, fn in patched:
-                op.py_kernels[key] = fn
+                if fn is None:
+                    op.py_kernels.pop(key, None)
+                else:
+                    op.py_kernels[key] = fn
                 op._dispatch_cache.clear()
 
 
 _PATCH_LOCK = threading.RLock()
+
+
+def _torch_custom_ops_by_their_code() -> list:
+    """[(op, kernel)]: torch's own custom ops (torch.library.custom_op, opaque to the
+    compiler: an island each) that aot_autograd traces through their implementation, torch
+    code, where nothing needs their autograd formula. F.linear_cross_entropy's chunked paths
+    (LinearCrossEntropyOptions, a batch longer than batch_chunk_size) call
+    torch_nn::_linear_cross_entropy_batch_chunked (mean / sum; it returns (0, 0) gradient
+    placeholders when asked for none: the island was reported 'empty') and
+    ..._no_reduction ('none'): chunks of mm, amax, exp, log, gather and dot into scratch
+    buffers, the ops eager runs in its order. The kernel sits at the Autograd keys, above
+    functionalization (their out= and in-place ops become functional ones); where a tensor
+    argument requires grad (or the scalar op is asked for gradients), the op stays whole:
+    its autograd formula, torch's kernel."""
+    try:
+        from torch.nn.modules import linear_cross_entropy as lce
+    except ImportError:
+        return []
+    out = []
+    for name in ("_linear_cross_entropy_batch_chunked", "_linear_cross_entropy_batch_chunked_no_reduction"):
+        custom = getattr(lce, name, None)
+        impl, op = getattr(custom, "_init_fn", None), getattr(custom, "_opoverload", None)
+        if impl is None or not isinstance(op, torch._ops.OpOverload):
+            continue
+
+        names = [a.name for a in op._schema.arguments]
+
+        def kernel(*args, _op=op, _impl=impl, _names=names, **kwargs):
+            bound = {**dict(zip(_names, args)), **kwargs}
+            if any(bound.get(f"compute_{g}_grad") for g in ("input", "linear_weight", "linear_bias")) or \
+                    torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad
+                                                    for a in bound.values()):
+                with torch._C._DisablePythonDispatcher():
+                    return _op(*args, **kwargs)
+            return _impl(*args, **kwargs)
+
+        out.append((op, kernel))
+    return out
 
 
 def _overloads_with_python_kernels():

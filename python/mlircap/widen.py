@@ -37,6 +37,7 @@ _UINT8_OPS = {
     "aten::transpose", "aten::squeeze", "aten::unsqueeze", "aten::slice", "aten::select", "aten::cat",
     "aten::stack", "aten::clone", "aten::contiguous", "aten::flip", "aten::roll", "aten::repeat",
     "aten::unbind", "aten::split", "aten::split_with_sizes", "aten::chunk", "aten::narrow",
+    "aten::unsafe_split", "aten::unsafe_split_with_sizes", "aten::unsafe_chunk",
     "aten::alias", "aten::detach", "aten::lift_fresh_copy", "aten::_to_copy", "aten::copy",
     "aten::full", "aten::full_like", "aten::zeros", "aten::zeros_like", "aten::ones", "aten::ones_like",
     "aten::scalar_tensor", "aten::arange", "aten::empty", "aten::empty_like", "aten::empty_strided",
