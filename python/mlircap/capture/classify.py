@@ -258,10 +258,6 @@ def _dyn_shape_op(name: str, args: tuple, kwargs: dict) -> bool:
         idx = idx if isinstance(idx, (tuple, list)) else (idx,)
         return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in idx)
     return False
-_RNG_WORDS = ("rand", "dropout", "bernoulli", "normal", "multinomial", "uniform", "rrelu",
-              "exponential", "cauchy", "geometric", "log_normal", "random_")
-
-
 def _fname(func: object) -> str:
     n = getattr(func, "__name__", None)
     if n == "__get__" or n == "__set__":

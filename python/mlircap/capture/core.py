@@ -27,6 +27,7 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   steps          typed replay plan records: GraphStep, CallStep, Write
   frame_hook     the C++ frame hook glue: _E (+ 3.12 stack-depth shim), _active, _hook_cb
   classify       code classification (_classify), call kinds (_call_kind), value categories
+  draws          which torch calls and graph nodes draw from torch's generators (_draws_rng, _node_draws)
   iterators      `next` on iterators that outlive the call (replayed, not folded), which may run before a graph
   autocast       autocast regions inside the call: _enter_autocast / _exit_autocast nodes in the graph
   locations      the user's file:line (_user_location, _frame_loc), short value descriptions
@@ -45,6 +46,7 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   grad_hooks     _GradHookMixin: pure gradient hooks and custom autograd.Functions as graph nodes;
                  the pure-body checks (also of a vmapped function)
   scalar_inputs  _ScalarInputMixin: numbers a tensor operator takes as graph inputs (`x * r`, clamp bounds)
+  number_calls   _NumberCallMixin: floats handed to torch functions / autograd.Functions as graph inputs
   index_inputs   _IndexInputMixin: ints that index or fill a tensor as graph inputs (`betas[t]`, `torch.full((n,), t)`)
   asserts        _AssertMixin: the truth of a tensor deciding a jump to a raise, a check after the graph
   deferred       _DeferMixin: numbers read from tensors of the open graph (`t.item()`), read after it
@@ -120,7 +122,6 @@ from .classify import (  # noqa: F401
     _OPAQUE_STDLIB,
     _OWN_DIR,
     _PRIM,
-    _RNG_WORDS,
     _SAFE_BUILTIN_NAMES,
     _SAFE_MODULES,
     _SAFE_SELF_TYPES,

@@ -24,7 +24,8 @@ import torch
 
 from ._bytecode import _instrs, _order
 from .base import Unreplayable
-from .classify import _DATA_DEP, _RNG_WORDS, _classify
+from .classify import _DATA_DEP, _classify
+from .draws import _draws_rng
 from .frame_hook import _E
 from .typeinfo import _mro_lookup
 
@@ -216,7 +217,7 @@ def pure_mapped_function(fn: object) -> list[tuple[str, object, str | None]] | N
 def _torch_function(name: str, obj: object) -> bool:
     """A function of a torch module that computes from its operands alone."""
     if name.startswith("_") or name.endswith("_") or name in _NOT_PURE or name in _DATA_DEP or \
-            any(w in name for w in _RNG_WORDS):
+            _draws_rng(name):
         return False
     return isinstance(obj, (types.BuiltinFunctionType, types.FunctionType)) and \
         (getattr(obj, "__module__", None) or "torch").startswith("torch")
@@ -306,12 +307,22 @@ class _GradHookMixin:
     def _function_node(self, frame: types.FrameType, cls: type, args: list, kwargs: dict) -> bool:
         """`cls.apply(*args)` about to run here held by the graph as one node (see the module's
         docstring): its tensor arguments the graph's, the others constants, none a followed
-        number.  The call then runs untraced and unrecorded; its result is the node's."""
-        # (a followed number handed to it is guarded by value: flows.py, as for any call that
-        # does not take it as an expression)
+        number, or a followed float that it uses as it uses a 0-d float64 tensor, which then
+        is a graph input (`GradReverse.apply(h, alpha)` with a scheduled alpha: one variant for
+        every alpha, number_calls.py).  The call then runs untraced and
+        unrecorded; its result is the node's."""
+        # (another followed number handed to it is guarded by value: flows.py, as for any call
+        # that does not take it as an expression)
         lookups = None if kwargs or self.np_env else pure_autograd_function(cls)
         if lookups is None:
             return False
+        fc = self.flow_call
+        if fc is not None and fc[0] is frame and fc[1] == frame.f_lasti and all(k < 0 for k in fc[3]) and \
+                graph_arguments(self, args, _CONST_TYPES):
+            args2 = self._number_tensor_apply(cls, args, fc[2])
+            if args2 is not None:
+                args = args2
+                self._flow_call_done(fc)
         if not graph_arguments(self, args, _CONST_TYPES):
             return False
         target = _APPLY_TARGETS.setdefault(cls, cls.apply)

@@ -18,9 +18,10 @@ from torch.utils._pytree import tree_flatten
 from .base import Unreplayable, _Raised
 from .steps import CallStep, GraphStep
 from .classify import (
-    _DATA_DEP, _GLOBAL_STATE_FUNCS, _IMMUTABLE_CONST, _META_OK, _PRIM, _RNG_WORDS, _SHAPE_META, _SPLITTERS,
+    _DATA_DEP, _GLOBAL_STATE_FUNCS, _IMMUTABLE_CONST, _META_OK, _PRIM, _SHAPE_META, _SPLITTERS,
     _classify, _dyn_shape_op, _fname, _func_qualname,
 )
+from .draws import _RNG_META, _draws_rng, _node_draws, _rng_token
 from .locations import _user_location, _user_stack_trace
 from .autocast import autocast_state, close_autocast, sync_autocast
 from .guards import _ambient
@@ -33,6 +34,7 @@ from .restrides import _RESTRIDES, _RestrideMixin
 from .data_writes import _DataWriteMixin
 from .fx_targets import _bind_constants, _fx_target, _has_dataclass, _op_name
 from .index_inputs import _IndexInputMixin
+from .number_calls import _NumberCallMixin
 from .scalar_inputs import _ALPHA_OPS, _BOUND_OPS, _PRE, _SCALAR_OPERATORS, _ScalarInputMixin, _has_np_scalar
 
 
@@ -188,7 +190,8 @@ def _byte_span(t: torch.Tensor) -> tuple[int, int]:
     return lo, hi + t.element_size()
 
 
-class _GraphMixin(_ScalarInputMixin, _IndexInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixin, _DeferMixin, _DataWriteMixin):
+class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixin,
+                  _DeferMixin, _DataWriteMixin):
     """FX recording for `_Recorder`: torch functions seen by `_Mode` become nodes of the
     current segment's graph; data-dependent results end the segment (graph break)."""
 
@@ -245,11 +248,19 @@ class _GraphMixin(_ScalarInputMixin, _IndexInputMixin, _GradHookMixin, _Restride
                 return step[0]
         before = self._external_metadata(name, args, kwargs)
         restride = self._restride_inputs(name, kwargs, before) if before else None
+        # a call whose name does not say it draws (`F.gumbel_softmax`'s exponential_, attention's
+        # dropout) is seen to by the generators' state: its nodes are marked (classify._node_draws)
+        tok = None if _draws_rng(name) else _rng_token()
+        seg0 = self.cur
+        n0 = len(seg0.graph.nodes) if seg0 is not None else 0
         try:
             res = func(*args, **kwargs)
         except Exception as e:
             self._raised(func, name, args, kwargs, e)
             raise
+        drew = tok is not None and _rng_token() != tok
+        if drew:
+            self.uses_rng = True
         if restride is not None and any(_metadata(t) != m for t, m in before):
             # restrides.py: x.transpose_(0, 1) on an argument, recorded as x.transpose(0, 1)
             self._restrided(restride)
@@ -273,6 +284,21 @@ class _GraphMixin(_ScalarInputMixin, _IndexInputMixin, _GradHookMixin, _Restride
         except Exception as e:  # bookkeeping must never break the user's program
             self.unreplayable = self.unreplayable or f"internal: {type(e).__name__}: {e}"
             return res
+        finally:
+            if drew and self.cur is not None:
+                self._mark_draws(seg0, n0)
+
+    def _mark_draws(self, seg0: Any, n0: int) -> None:
+        """The call just recorded drew from torch's generators: the nodes it added to the open
+        graph (after its first n0 nodes when that graph is seg0) are marked as draws."""
+        nodes = self.cur.graph.nodes
+        k = len(nodes) - (n0 if self.cur is seg0 else 0)
+        for n in reversed(nodes):
+            if k <= 0:
+                break
+            k -= 1
+            if n.op in ("call_function", "call_method"):
+                n.meta[_RNG_META] = True
 
     def _external_metadata(self, name: str, args: tuple, kwargs: dict) -> list:
         """[(tensor, its metadata)] for the tensors from outside the function (graph inputs)
@@ -348,7 +374,7 @@ class _GraphMixin(_ScalarInputMixin, _IndexInputMixin, _GradHookMixin, _Restride
                     return res
             self._data_result(k, res)
             return res
-        if not self.uses_rng and any(w in name for w in _RNG_WORDS):
+        if not self.uses_rng and _draws_rng(name):
             self.uses_rng = True
         if name in _AUTOGRAD_STATE or name == "__set__" and \
                 getattr(getattr(func, "__self__", None), "__name__", "") == "requires_grad":
@@ -643,7 +669,7 @@ class _GraphMixin(_ScalarInputMixin, _IndexInputMixin, _GradHookMixin, _Restride
             # call recorded again would take its logged result for another call)
             return None
         for n in seg.graph.nodes:
-            if n.op == "call_function" and any(w in _fname(n.target) for w in _RNG_WORDS):
+            if _node_draws(n):
                 return None
         at = next((i for i in range(len(self.steps) - 1, -1, -1)
                    if isinstance(self.steps[i], GraphStep) and self.steps[i].seg is seg), None)

@@ -230,7 +230,7 @@ def _separate_gradient_groups(gm: fx.GraphModule, examples: Sequence[Any]):
     if len(roots) < 2:
         return None
     from ..attention_masks import _mutates
-    from .classify import _RNG_WORDS, _fname
+    from .draws import _node_draws
 
     anc: dict = {}   # node -> positions of inputs requiring grad it depends on differentiably
     modes, grad_on = [], True
@@ -294,8 +294,7 @@ def _separate_gradient_groups(gm: fx.GraphModule, examples: Sequence[Any]):
     order, placed = [], set()
     rng_first = {}
     for i, n in enumerate(body):
-        name = n.target if isinstance(n.target, str) else _fname(n.target)
-        if any(w in name for w in _RNG_WORDS):
+        if _node_draws(n):
             for k, nd in enumerate(needs):
                 if n in nd:
                     rng_first.setdefault(k, i)
@@ -315,8 +314,7 @@ def _separate_gradient_groups(gm: fx.GraphModule, examples: Sequence[Any]):
             home[n] = min(needers, key=rank.get)
     last_draw = -1
     for n in body:
-        name = n.target if isinstance(n.target, str) else _fname(n.target)
-        if any(w in name for w in _RNG_WORDS):   # random draws in the graph's order
+        if _node_draws(n):   # random draws in the graph's order
             if rank[home[n]] < last_draw:
                 return None
             last_draw = rank[home[n]]

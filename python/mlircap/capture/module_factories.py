@@ -20,7 +20,8 @@ from typing import Any
 import torch
 
 from .base import _MISSING
-from .classify import _PRIM, _RNG_WORDS, _fname
+from .classify import _PRIM
+from .draws import _node_draws
 from .external_calls import _ExternalCallMixin
 from .frame_hook import _E
 from .guard_kinds import Keys, NoKey, TypeIs
@@ -120,7 +121,7 @@ class _ModuleFactoryMixin(_ExternalCallMixin):
         """A replayed call met now can run before the open graph (graph._hoisted_step)."""
         seg = self.cur
         return seg is not None and bool(seg.nops) and not any(
-            n.op == "call_function" and any(w in _fname(n.target) for w in _RNG_WORDS) for n in seg.graph.nodes)
+            _node_draws(n) for n in seg.graph.nodes)
 
     def _source_fresh_module(self, v: torch.nn.Module, expr: str, pretty: str) -> None:
         """v, a module the call made (or a submodule of one), read from expr: its type is

@@ -14,7 +14,8 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from .base import Unreplayable
-from .classify import _RNG_WORDS, _classify, _func_qualname
+from .classify import _classify, _func_qualname
+from .draws import _draws_rng
 from .frame_hook import _E
 from .fx_targets import _op_name
 from .guard_kinds import Number
@@ -34,6 +35,7 @@ class _ScalarInputMixin:
     _flow_escape_keys: Callable[[frozenset[int]], None]  # (flow_roots.py)
     _flow_call_done: Callable[[tuple], None]             # (flow_roots.py)
     _flow_guard_pos: Callable[[frozenset[int]], int]     # (flow_roots.py)
+    _number_tensor_call: Callable[..., tuple | None]     # (number_calls.py)
 
     def _number_input(self, t: torch.Tensor, mk: Callable, expr: str, dev: torch.device | None) -> None:
         """t, made by `mk(<the number expr evaluates to>[, dev])` (dev None: the CPU), is a
@@ -244,7 +246,21 @@ class _ScalarInputMixin:
                 self.guard(Number(e, f"<{_pretty_flow(e)}>", a, type(a)), pos=pos)
             self._flow_call_done(fc)
             return None
-        res = func(*args, **kwargs)
+        # (numbers computed from a break's result stay steps: one read after the open graph,
+        # deferred.py, is known only after the graph that would take it)
+        held = self._number_tensor_call(func, args, kwargs, exprs) if all(k < 0 for k in fc[3]) else None
+        if held is not None and held[0] is not None:   # the graph holds the call, taking the numbers as inputs
+            args2, kwargs2, res, drew = held
+            if drew:
+                self.uses_rng = True
+            seg0 = self.cur
+            n0 = len(seg0.graph.nodes) if seg0 is not None else 0
+            self._flow_call_done(fc)
+            res = self._after_torch(func, name, args2, kwargs2, res)
+            if drew and self.cur is not None:
+                self._mark_draws(seg0, n0)
+            return (res,)
+        res = held[3] if held is not None else func(*args, **kwargs)
         reason = f"{_op_name(func)} taking a number that changes between calls"
         try:
             fe = self.const(func, _func_qualname(func))
@@ -253,7 +269,7 @@ class _ScalarInputMixin:
         except Unreplayable as e:
             self.unreplayable = self.unreplayable or f"{e} (an argument of {_op_name(func)})"
             return (res,)
-        if any(w in name for w in _RNG_WORDS):
+        if _draws_rng(name):
             self.uses_rng = True
         k = self._call_step(fe, ae, ke, reason, external=False)
         self._add_break(reason, _user_location())
@@ -271,7 +287,7 @@ class _ScalarInputMixin:
         Python types, float64 / int64 / bool_, convert)."""
         args2, kwargs2 = _py_scalars(args), _py_scalars(kwargs)
         once = name.endswith("_") and not name.endswith("__") or name in ("__setitem__", "__set__") or \
-            any(w in name for w in _RNG_WORDS)
+            _draws_rng(name)
         if once:
             flat, _ = tree_flatten((args, kwargs))
             if all(type(x).__name__ in ("float64", "int64", "bool_") for x in flat if _is_np_scalar(x)):

@@ -1,0 +1,74 @@
+"""Which torch calls draw from torch's generators: by exact name (`_draws_rng`: aten's ops tagged
+nondeterministic_seeded and the Python functions over them), a graph node by its target or by the
+mark a recording that saw its call draw left on it (`_node_draws`), and what changes when a call
+draws (`_rng_token`).  A graph that draws is replayed with the RNG state rolled back on a miss, and
+calls made before it (a module's constructor) are not moved past its draws."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .classify import _fname
+
+# torch functions and methods that draw from torch's generators, by exact name: aten's ops tagged
+# nondeterministic_seeded (`_draws_rng`), and the Python functions and methods over them that the
+# recorder sees as one call.  (A substring match took `F.normalize`, `Tensor.__rand__` (`True & t`),
+# `set_flush_denormal` and `native_dropout_backward` for draws, and `F.gumbel_softmax` for none.)
+_RNG_NAMES = frozenset({
+    "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "random", "random_",
+    "normal", "normal_", "uniform", "uniform_", "bernoulli", "bernoulli_", "multinomial", "poisson", "binomial",
+    "exponential", "exponential_", "cauchy", "cauchy_", "geometric", "geometric_", "log_normal", "log_normal_",
+    "_standard_gamma", "_sample_dirichlet",
+    "dropout", "dropout_", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "alpha_dropout_",
+    "feature_dropout", "feature_dropout_", "feature_alpha_dropout", "feature_alpha_dropout_", "native_dropout",
+    "_fused_dropout", "rrelu", "rrelu_", "rrelu_with_noise", "rrelu_with_noise_", "gumbel_softmax",
+    "fractional_max_pool2d", "fractional_max_pool3d", "fractional_max_pool2d_with_indices",
+    "fractional_max_pool3d_with_indices",
+    # torch.nn.init's initializers (their `_no_grad_*` helpers included)
+    "trunc_normal_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_",
+    "sparse_", "_no_grad_uniform_", "_no_grad_normal_", "_no_grad_trunc_normal_"})
+_RNG_ATEN: dict[str, bool] = {}
+
+
+def _draws_rng(name: str) -> bool:
+    """The torch function or method called `name` draws from torch's generators: one of
+    `_RNG_NAMES`, or an aten op of that name with an overload tagged nondeterministic_seeded
+    (cached per name).  Which calls drew at a recording is also seen from the generators'
+    state (`_rng_token`, at graph.py's
+    calls): this names the draws of graph nodes and steps."""
+    r = _RNG_ATEN.get(name)
+    if r is None:
+        r = name in _RNG_NAMES
+        if not r and not name.startswith("__"):
+            p = getattr(torch.ops.aten, name, None) if name.isidentifier() else None
+            try:
+                r = isinstance(p, torch._ops.OpOverloadPacket) and any(
+                    torch.Tag.nondeterministic_seeded in getattr(p, o).tags for o in p.overloads())
+            except Exception:
+                r = False
+        _RNG_ATEN[name] = r
+    return r
+
+
+def _node_draws(n: Any) -> bool:
+    """The FX node `n` draws from torch's generators (by its target's name, or marked so by the
+    recording that saw its call draw: `_RNG_META`)."""
+    if n.op not in ("call_function", "call_method"):
+        return False
+    return bool(n.meta.get(_RNG_META)) or _draws_rng(n.target if isinstance(n.target, str) else _fname(n.target))
+
+
+_RNG_META = "mlircap_draws_rng"
+
+
+def _rng_token() -> tuple:
+    """What changes when a call draws from torch's default generators: the CPU generator's
+    state, and each CUDA generator's offset once CUDA is in use."""
+    cpu = torch.default_generator.get_state().numpy().tobytes()
+    if not torch.cuda.is_initialized():
+        return (cpu,)
+    try:
+        return (cpu, tuple(g.get_offset() for g in torch.cuda.default_generators))
+    except RuntimeError:   # (a generator that cannot say: its draws are named by `_draws_rng` alone)
+        return (cpu,)
