@@ -1154,12 +1154,13 @@ def _keep_whole(op, args, kwargs) -> bool:
 # kernel (0 wrong over the OpInfo sweep's integer samples); max pooling and
 # searchsorted, cummax and cummin only compare and select (maxpool.py, search.py,
 # cumulative.py), the view scatters and masked_scatter only gather (view_ops.py,
-# scatter.py).
+# scatter.py); isin only compares elements (== against each test element, or sorts and
+# searches).
 _UINT8_DECOMPOSABLE = {f"aten::{n}" for n in (
     "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
     "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "logspace", "max_pool2d_with_indices",
     "max_pool3d_with_indices", "searchsorted", "cummax", "cummin", "diagonal_scatter", "as_strided_scatter",
-    "masked_scatter", "nonzero_static")}
+    "masked_scatter", "nonzero_static", "isin")}
 
 
 @dataclass

@@ -2,6 +2,8 @@
 through torch (an eager island, or the whole graph eagerly). Each case compares compiled
 calls with eager (results and the inputs an op writes in place); strict=True also asserts
 that nothing ran through torch."""
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -144,3 +146,15 @@ def test_uint8_unsafe_split_compiles(form):
           "unsafe_split": lambda t: [c * 3 for c in torch.unsafe_split(t, 4)],
           "unsafe_split_with_sizes": lambda t: [c * 3 for c in torch.unsafe_split_with_sizes(t, [5, 2, 8])]}[form]
     _check(lambda t: tuple(fn(t)), t)
+
+
+@pytest.mark.parametrize("kw", [{}, {"invert": True}, {"assume_unique": True}])
+@pytest.mark.parametrize("test_shape", [(5,), (2, 3), ()])
+def test_uint8_isin_compiles(kw, test_shape):
+    # OpInfo isin uint8 #0 ran through torch ('dtype uint8'): its decomposition only
+    # compares elements (== against each test element), exact in int32 (widen.py)
+    g = torch.Generator().manual_seed(0)
+    e = torch.randperm(256, generator=g)[:20].reshape(4, 5).to(torch.uint8)
+    t = torch.cat([e.reshape(-1)[:3], torch.tensor([255, 0, 7])]).to(torch.uint8)[:max(1, math.prod(test_shape))]
+    t = t.reshape(test_shape)
+    _check(lambda e, t: torch.isin(e, t, **kw), e, t)
