@@ -259,6 +259,64 @@ def _no_training(fallback):
     return decomposition
 
 
+def _transform_as_eager(res, input, weight, bias, running_mean, running_var, training, eps):
+    """float32 / float64 batch norm's output `res[0]` (torch's decomposition: `((x - mean) *
+    invstd) * weight + bias`) where eager's CPU kernel gives another non-finite result: its
+    contiguous transform computes `x * alpha + beta` (alpha = invstd * weight, beta = bias -
+    mean * alpha, per channel), so a channel whose alpha or beta is not finite (an infinite
+    weight, a mean times alpha past the range) gives `inf - inf` = NaN where the decomposition's
+    form gives +-inf or a finite number (training-mode F.batch_norm with a -inf weight: NaN in
+    4 of 6 elements, fuzz_graphs seed 1385). Those channels take eager's form; the others keep
+    the decomposition's (it loses no digits to cancellation where the mean is large)."""
+    params = [t for t in (weight, bias, running_mean, running_var) if t is not None]
+    if not isinstance(input, torch.Tensor) or input.dtype not in (F32, F64) or input.device.type != "cpu" \
+            or input.dim() < 2 or input.numel() == 0 or not _contiguous_any(input) \
+            or any(t.dtype != input.dtype or t.dim() != 1 or not t.is_contiguous() for t in params):
+        return res
+    bshape = [1, input.shape[1]] + [1] * (input.dim() - 2)
+    if training:
+        mean, invstd = res[1], res[2]
+    elif running_mean is None or running_var is None:
+        return res
+    else:   # 1 / std::sqrt(running_var + (opmath_t)eps)
+        mean = running_mean
+        invstd = 1.0 / torch.sqrt(running_var + (round_scalar(eps, F32) if input.dtype == F32 else eps))
+    alpha = invstd * weight if weight is not None else invstd
+    beta = bias - mean * alpha if bias is not None else -(mean * alpha)
+    finite = (torch.isfinite(alpha) & torch.isfinite(beta)).reshape(bshape)
+    alpha, beta = alpha.reshape(bshape), beta.reshape(bshape)
+    # a fused multiply-add where eager's kernels contract it: x * alpha exact, so a finite
+    # product past the range plus an infinite beta is beta, not inf - inf
+    eager = input * alpha + beta
+    if _contracts():
+        eager = torch.where(torch.isinf(beta) & torch.isfinite(input) & torch.isfinite(alpha), beta, eager)
+    return (torch.where(finite, res[0], eager), *res[1:])
+
+
+def _nonfinite_as_eager(op, fallback):
+    """`fallback` (a batch norm decomposition of `op`) with _transform_as_eager on its output."""
+    if fallback is None:
+        return None
+
+    def decomposition(*args, **kwargs):
+        res = fallback(*args, **kwargs)
+        if kwargs or res is NotImplemented:
+            return res
+        input, weight, bias = args[:3]
+        if op is aten._native_batch_norm_legit.no_stats:
+            rm = rv = None
+            training, eps = args[3], args[5]
+        elif op in (aten._native_batch_norm_legit_no_training.default, aten._batch_norm_no_update.default):
+            rm, rv, training, eps = args[3], args[4], False, args[6]
+        elif op in (aten._batch_norm_with_update.default, aten._batch_norm_with_update_functional.default):
+            rm, rv, training, eps = args[3], args[4], True, args[6]
+        else:
+            rm, rv, training, eps = args[3], args[4], args[5], args[7]
+        return _transform_as_eager(res, input, weight, bias, rm, rv, training, eps)
+
+    return decomposition
+
+
 def _reserve(input):
     """The reserve tensor of _batch_norm_with_update / _no_update: empty (cuDNN only uses it)."""
     return torch.empty(0, dtype=torch.uint8, device=input.device)
@@ -390,5 +448,5 @@ def install(table: dict) -> None:
            (aten._batch_norm_no_update.default, _no_update))
     torch_table = get_decompositions([op for op, _ in ops])
     for op, wrap in ops:
-        table[op] = wrap(table.get(op, torch_table.get(op)))
+        table[op] = wrap(_nonfinite_as_eager(op, table.get(op, torch_table.get(op))))
     table[aten.native_layer_norm.default] = _layer_norm(table.get(aten.native_layer_norm.default))
