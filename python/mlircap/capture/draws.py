@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .classify import _fname
+from .classify import _META_OK, _fname
 
 # torch functions and methods that draw from torch's generators, by exact name: aten's ops tagged
 # nondeterministic_seeded (`_draws_rng`), and the Python functions and methods over them that the
@@ -60,6 +60,15 @@ def _node_draws(n: Any) -> bool:
 
 
 _RNG_META = "mlircap_draws_rng"
+
+
+def _may_draw(func: Any, name: str) -> bool:
+    """Whether a call of `func` (named `name`) is worth watching for draws (`_rng_token`, ~10 us
+    a call under the recorder's mode): not Python's operators on tensors (`__add__`,
+    `__getitem__`), attribute reads and writes (`t.shape`, `t.grad = g`), metadata queries
+    (`_META_OK`), none of which draws; and not the calls `_draws_rng` names already."""
+    return not (name.startswith("__") or name in _META_OK or
+                getattr(func, "__name__", None) in ("__get__", "__set__") or _draws_rng(name))
 
 
 def _rng_token() -> tuple:

@@ -21,7 +21,7 @@ from .classify import (
     _DATA_DEP, _GLOBAL_STATE_FUNCS, _IMMUTABLE_CONST, _META_OK, _PRIM, _SHAPE_META, _SPLITTERS,
     _classify, _dyn_shape_op, _fname, _func_qualname,
 )
-from .draws import _RNG_META, _draws_rng, _node_draws, _rng_token
+from .draws import _RNG_META, _draws_rng, _may_draw, _node_draws, _rng_token
 from .locations import _user_location, _user_stack_trace
 from .autocast import autocast_state, close_autocast, sync_autocast
 from .guards import _ambient
@@ -250,7 +250,7 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
         restride = self._restride_inputs(name, kwargs, before) if before else None
         # a call whose name does not say it draws (`F.gumbel_softmax`'s exponential_, attention's
         # dropout) is seen to by the generators' state: its nodes are marked (classify._node_draws)
-        tok = None if _draws_rng(name) else _rng_token()
+        tok = _rng_token() if _may_draw(func, name) else None
         seg0 = self.cur
         n0 = len(seg0.graph.nodes) if seg0 is not None else 0
         try:

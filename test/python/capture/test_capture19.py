@@ -60,8 +60,9 @@ def test_normalize_does_not_stop_a_constructor_running_before_the_graph():
 
 @pytest.mark.parametrize("fn", [lambda x: F.gumbel_softmax(x, tau=0.5),
                                 lambda x: F.fractional_max_pool2d(x.reshape(1, 1, 2, 4).repeat(1, 1, 2, 1), 2,
-                                                                  output_size=2).reshape(1, 4).expand(2, 4)],
-                         ids=["gumbel_softmax", "fractional_max_pool2d"])
+                                                                  output_size=2).reshape(1, 4).expand(2, 4),
+                                lambda x: F.scaled_dot_product_attention(x[None], x[None], x[None], dropout_p=0.5)[0]],
+                         ids=["gumbel_softmax", "fractional_max_pool2d", "sdpa_dropout"])
 def test_a_draw_not_named_so_keeps_the_constructor_after_it(fn):
     # the graph draws before the constructor does (its init): the replay made the head first, whose
     # weights and the graph's noise then came from the other draws than eager's
