@@ -1919,13 +1919,69 @@ def _scalar_logit_backward(grad, x, eps=None):
     return torch.where((x < eps) | (x > 1 - eps), 0.0, grad / (x * (1 - x)))
 
 
+def _scalar_loop(name):
+    """aten op `name` as eager's scalar loop computes it: on strided copies of its tensor
+    arguments (TensorIterator takes the vectorized body only for contiguous operands), the
+    result laid out as the first one."""
+
+    def strided(t):
+        import torch
+
+        if not isinstance(t, torch.Tensor) or t.dim() == 0:
+            return t
+        buf = t.new_empty((*t.shape, 2))[..., 0]
+        return buf.copy_(t)
+
+    def rule(*args, **kwargs):
+        import torch
+
+        out = getattr(torch.ops.aten, name).default(*[strided(a) for a in args], **kwargs)
+        return torch.empty_like(args[0]).copy_(out)
+
+    return rule
+
+
+def _row_by_row(name):
+    """aten mm / addmm / bmm `name` of bfloat16 / float16 operands as eager computes each row
+    of the result alone (a product of one row: M = 1); other dtypes as they are."""
+
+    def rule(*args, **kwargs):
+        import torch
+
+        op = getattr(torch.ops.aten, name).default
+        a = args[1] if name == "addmm" else args[0]
+        if a.dtype not in (torch.bfloat16, torch.float16) or a.shape[-2] <= 1:
+            return op(*args, **kwargs)
+        rows = []
+        for i in range(a.shape[-2]):
+            if name == "addmm":
+                bias = args[0]
+                if bias.dim() == 2 and bias.shape[0] != 1:
+                    bias = bias[i:i + 1]
+                rows.append(op(bias, a[i:i + 1], *args[2:], **kwargs))
+            else:
+                rows.append(op(a[..., i:i + 1, :], *args[1:], **kwargs))
+        return torch.cat(rows, -2)
+
+    return rule
+
+
 # eager CPU kernels whose result at an element depends on its position in the kernel's loop:
 # the vectorized body and the scalar remainder (or a strided input, scalar throughout) differ.
 # logit_backward with eps: its vector body gives 0 for a NaN x, its scalar loop NaN (float32,
 # AVX512: elements 32..59 of 60 NaN, 96..99 of 100, all of 16 or fewer, all of a strided
-# input; --grad seed 1435). Their scalar rule, consistent at every position, is the reference
-# where eager's own result is not.
-POSITION_DEPENDENT_KERNELS = {"logit_backward": _scalar_logit_backward}
+# input; --grad seed 1435). gelu (erf form) of +inf: NaN in the vector body (float32 / bfloat16
+# / float16, every contiguous tensor of 2 or more elements), +inf in the scalar loop (one
+# element, a strided input) as in its float64 kernel (vectorized too) and the limit
+# (--grad seed 1667: gelu of an adaptive_max_pool1d of logs of an overflowed float16 einsum).
+# A bfloat16 product (oneDNN) of many rows: a row of -inf times positive weights gives NaN in
+# about half its elements where the same row alone (M = 1) and float32 give -inf (K = 7, M = 96:
+# 576 NaN of 1152; --grad seed 1534, F.linear of a masked_fill(-inf)); each row alone is the rule.
+# Their scalar rule, consistent at every position, is the reference where eager's own result
+# is not.
+POSITION_DEPENDENT_KERNELS = {"logit_backward": _scalar_logit_backward,
+                              "gelu": _scalar_loop("gelu"),
+                              **{name: _row_by_row(name) for name in ("mm", "addmm", "bmm")}}
 
 
 def _eager_depends_on_position(call, fn, tensors, got, tol) -> bool:
@@ -2081,7 +2137,8 @@ def run_program(prog) -> dict:
                 continue
             if _eager_depends_on_position(call, fn, ([sets[0]] + sets)[i - 1], (out, ins), prog.get("tol", 0.0)):
                 notes.append(f"{where}: {m}; eager's own result depends on the elements' positions in its "
-                             "kernel's vector loop, compiled is its scalar rule's")
+                             "kernel's loop (vector body or scalar remainder, a product's rows), compiled is "
+                             "the rule that holds at every position")
                 continue
             ref = None if "values differ" not in str(m) else fp64_reference(prog, ([sets[0]] + sets)[i - 1])
             if ref is None or not within_fp64_error((out, ins), (eout, eins), ref, prog.get("tol", 0.0)):

@@ -10,6 +10,17 @@ import mlircap
 inf = float("inf")
 
 
+def _load_fuzz():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "fuzz_graphs.py"
+    spec = importlib.util.spec_from_file_location("mlircap_bench_fuzz_graphs19", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def _same(got, want):
     """Equal values, NaN where eager has NaN, infinities of eager's signs."""
     assert got.shape == want.shape and got.dtype == want.dtype
@@ -61,3 +72,47 @@ def test_batch_norm_finite_channels_unchanged():
     got, other = c(x, w), c(x, finite)
     assert torch.equal(got[:, 0::2], other[:, 0::2])
     _same(got[:, 1], f(x, w)[:, 1])
+
+
+# ------------------------------------------------- fuzzer: position-dependent eager kernels
+# --grad seed 1667: gelu of +inf is NaN in eager's vectorized loop (a contiguous tensor of 2 or
+# more elements) and +inf in its scalar loop (one element, a strided input) and in float64.
+def test_fuzz_gelu_of_inf_scalar_rule():
+    fuzz = _load_fuzz()
+    x = torch.tensor([inf, -inf, 1.0, float("nan"), -2.0] * 4)
+    rule = fuzz.POSITION_DEPENDENT_KERNELS["gelu"]
+    got = rule(x)
+    assert torch.isnan(F.gelu(x)[0])                  # eager's vector body
+    assert got[0] == inf and torch.isnan(got[1]) and torch.isnan(got[3])
+    assert torch.equal(got[2::5], F.gelu(x)[2::5])     # finite inputs: eager's values
+    assert got.is_contiguous() and got.shape == x.shape
+
+
+def test_fuzz_seed_1667_grad_not_counted_wrong():
+    fuzz = _load_fuzz()
+    res = fuzz.run_program(fuzz.generate(1667, grad=True))
+    assert res["category"] in ("compiled", "fallback"), res
+
+
+# --grad seed 1534: a bfloat16 F.linear of rows of -inf (K = 7, M = 96): eager's oneDNN product
+# gives NaN in about half the elements where the same row alone and float32 give -inf.
+def test_fuzz_bf16_product_row_rule():
+    fuzz = _load_fuzz()
+    a = torch.full((96, 7), -inf, dtype=torch.bfloat16)
+    a[::2] = torch.randn(48, 7).bfloat16()
+    w = (torch.rand(12, 7) + 0.1).bfloat16()
+    rule = fuzz.POSITION_DEPENDENT_KERNELS["mm"]
+    got = rule(a, w.t())
+    assert torch.equal(got[1::2], torch.full((48, 12), -inf, dtype=torch.bfloat16))
+    assert torch.allclose(got[::2].float(), (a[::2].float() @ w.float().t()), rtol=2e-2, atol=1e-2)
+    bias = torch.randn(12).bfloat16()
+    got = fuzz.POSITION_DEPENDENT_KERNELS["addmm"](bias, a, w.t())
+    assert torch.equal(got[1::2], torch.full((48, 12), -inf, dtype=torch.bfloat16))
+    x = torch.randn(5, 7)
+    assert torch.equal(rule(x, w.float().t()), x @ w.float().t())   # other dtypes: eager's op
+
+
+def test_fuzz_seed_1534_grad_not_counted_wrong():
+    fuzz = _load_fuzz()
+    res = fuzz.run_program(fuzz.generate(1534, grad=True))
+    assert res["category"] in ("compiled", "fallback"), res
