@@ -1123,6 +1123,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
 
         bool_adds_as_or(gm)
         fw_reach.append(_output_reach(gm))
+        copies = _hoist_input_copies(gm)   # (after the reach: the outputs it adds come last)
         fw_trivial.append(_one_small_op(gm))
         expected = None
         if speculating:
@@ -1145,8 +1146,17 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
 
             compiled = checked(compiled, expected)
 
-        def run(args):
-            return compiled(*args)
+        if copies is None:
+            def run(args):
+                return compiled(*args)
+        else:
+            n_out, dsts = copies
+            _transient_outputs(compiled, gm, n_out)
+
+            def run(args):
+                outs = compiled(*args)
+                _copy_into([args[i] for i in dsts], outs[n_out:])
+                return outs[:n_out]
 
         run._boxed_call = True
         run.compiled = compiled
@@ -1452,6 +1462,9 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
                 gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
                 inference_compiler=inference_compiler, decompositions=decomposition_table(),
                 partition_fn=saved_views_partition,
+                # writes to inputs (BatchNorm's running statistics, an in-place op on an
+                # argument) stay in the graph as copy_ nodes: _hoist_input_copies
+                keep_inference_input_mutations=True,
             )
         reach = fw_reach[-1] if len(fw_reach) == 1 else None
         fw_reach.clear()
@@ -1479,6 +1492,74 @@ def _one_small_op(gm: torch.fx.GraphModule) -> bool:
         if ops > 1 or not isinstance(v, torch.Tensor) or v.numel() > TRIVIAL_GRAPH_ELEMENTS:
             return False
     return True
+
+
+def _hoist_input_copies(gm: torch.fx.GraphModule) -> tuple[int, list[int]] | None:
+    """aot_autograd (keep_inference_input_mutations) ends a graph that writes its inputs with
+    `aten.copy_(input, new_value)` nodes: BatchNorm's running statistics and batch count,
+    an in-place op on an argument. torch-mlir imports value semantics only, and without
+    the flag aot_autograd's runtime wrapper copied each new value back itself, one copy_
+    call (and on CUDA a kernel launch, after a clone of the value out of the CUDA graph)
+    per written input. Each such copy_ leaves the graph and its value becomes an extra
+    output, after the graph's own: returns (the graph's output count, the input index of
+    each extra output), or None when there is none. A copy_ is hoisted only where it is the
+    last use of its input (functionalization guarantees that) and the last write to it."""
+    g = gm.graph
+    out = g.output_node()
+    outs = out.args[0]
+    if not isinstance(outs, (list, tuple)):
+        return None
+    phs = [n for n in g.nodes if n.op == "placeholder"]
+    order = {n: i for i, n in enumerate(g.nodes)}
+    copy_ = torch.ops.aten.copy_.default
+    hoisted, dead, dsts = [], [], []
+    for i, p in enumerate(phs):
+        writes = [u for u in p.users if u.op == "call_function" and u.target is copy_ and not u.users
+                  and len(u.args) == 2 and not u.kwargs and u.args[0] is p and isinstance(u.args[1], torch.fx.Node)]
+        if not writes or any(order[u] > min(order[w] for w in writes) for u in p.users if u not in writes):
+            continue   # the input is read after it was written (or written otherwise): left as it is
+        writes.sort(key=order.__getitem__)
+        hoisted.append(writes[-1])
+        dead += writes[:-1]   # overwritten by the last one, and nothing reads in between
+        dsts.append(i)
+    if not hoisted:
+        return None
+    copies = hoisted
+    out.args = (tuple(outs) + tuple(c.args[1] for c in copies),)
+    for c in dead + copies:
+        g.erase_node(c)
+    gm.recompile()
+    return len(outs), dsts
+
+
+def _copy_into(dsts: list, srcs) -> None:
+    """dst.copy_(src) for each pair: one foreach call per device and dtype where shapes match."""
+    groups: dict = {}
+    for d, s in zip(dsts, srcs):
+        if isinstance(s, torch.Tensor) and d.shape == s.shape and d.dtype == s.dtype and d.device == s.device:
+            groups.setdefault((d.device, d.dtype), ([], []))
+            groups[d.device, d.dtype][0].append(d)
+            groups[d.device, d.dtype][1].append(s)
+        else:
+            d.copy_(s)
+    for ds, ss in groups.values():
+        if len(ds) == 1:
+            ds[0].copy_(ss[0])
+        else:
+            torch._foreach_copy_(ds, ss)
+
+
+def _transient_outputs(compiled, gm: torch.fx.GraphModule, n_out: int) -> None:
+    """Tells a GPU executable that outputs n_out.. are copied into inputs before the call
+    returns (_hoist_input_copies), so a CUDA graph replay may return them without a clone,
+    except a value that is also one of the graph's own outputs (saved for backward)."""
+    exe = getattr(compiled, "executable", None)
+    mark = getattr(exe, "set_transient_outputs", None)
+    if mark is None:
+        return
+    outs = gm.graph.output_node().args[0]
+    kept = {id(o) for o in outs[:n_out]}
+    mark({j for j in range(n_out, len(outs)) if id(outs[j]) not in kept and outs[j].op != "placeholder"})
 
 
 def _output_reach(gm: torch.fx.GraphModule) -> list[frozenset[int]] | None:

@@ -187,6 +187,16 @@ class GpuExecutable(PlanExecutor, _StaticInputs):
         self._calls = 0
         self._graph = None
         self._unstable = set()   # inputs whose address changed after a capture: copied in
+        self._transient = frozenset()   # output positions the caller consumes before the next call
+
+    def set_transient_outputs(self, positions) -> None:
+        """Outputs (positions) the caller copies elsewhere before this executable runs again
+        (the new values of inputs a graph writes: backend._hoist_input_copies). A CUDA graph
+        replay returns them as the graph's own buffers, without a clone, and they do not
+        end the captured part of the plan."""
+        if self._graph is not None:
+            raise RuntimeError("set_transient_outputs after a CUDA graph was captured")
+        self._transient = frozenset(positions)
 
     def _build_program(self):
         """Kernel launches as a C++ LaunchProgram, indexed by the plan's steps."""
@@ -245,8 +255,8 @@ class GpuExecutable(PlanExecutor, _StaticInputs):
             ids = step.value_args if isinstance(step, KernelStep) else (*step.ins, step.out)
             for vid in ids:
                 producer.setdefault(self._base_of(vid), i)
-        starts = [producer[self._base_of(o)] for o in self.outputs
-                  if self.values[self._base_of(o)].kind == "buffer" and self._base_of(o) in producer]
+        starts = [producer[self._base_of(o)] for j, o in enumerate(self.outputs) if j not in self._transient
+                  and self.values[self._base_of(o)].kind == "buffer" and self._base_of(o) in producer]
         return min(starts) if starts else len(self.exec_steps), producer
 
     @torch.no_grad()
@@ -317,6 +327,7 @@ class GpuExecutable(PlanExecutor, _StaticInputs):
     # output) step by step from Python after the replay.
     _TAIL_STEP_S = 8e-6        # host time of one plan step run from Python
     _COPY_BYTES_PER_S = 2e12   # device-to-device clone
+    _CLONE_S = 3e-6            # host time of one clone (allocation and a launch)
 
     def _capture_tail(self, tail: int) -> bool:
         """Whether the whole plan goes into the graph, outputs cloned after each
@@ -324,9 +335,9 @@ class GpuExecutable(PlanExecutor, _StaticInputs):
         n_tail = len(self.exec_steps) - tail
         if n_tail <= 1:
             return False
-        bases = [self.values[self._base_of(o)] for o in self.outputs]
+        bases = [self.values[self._base_of(o)] for j, o in enumerate(self.outputs) if j not in self._transient]
         out_bytes = sum(v.nbytes for v in bases)
-        return out_bytes / self._COPY_BYTES_PER_S < (n_tail - 1) * self._TAIL_STEP_S
+        return out_bytes / self._COPY_BYTES_PER_S + len(bases) * self._CLONE_S < (n_tail - 1) * self._TAIL_STEP_S
 
     def _replay(self, args):
         for i, buf in self._dynamic_inputs:
@@ -337,7 +348,7 @@ class GpuExecutable(PlanExecutor, _StaticInputs):
             buf.copy_(x)
         self._graph.replay()
         if self._tail == len(self.exec_steps):        # outputs are inputs/constants
-            return [o.clone() for o in self._graph_outputs]
+            return [o if j in self._transient else o.clone() for j, o in enumerate(self._graph_outputs)]
         # Steps after the graph write fresh buffers: only their table slots change
         # (the graph has its own pointers baked in), so one table is reused.
         fresh, table = {}, self._tail_table
@@ -349,7 +360,8 @@ class GpuExecutable(PlanExecutor, _StaticInputs):
             table[v.id] = self._view(v, fresh).data_ptr()
         t = ChainMap(fresh, self._graph_tensors)
         self._run(t, _raw_stream(), self._tail, None, table)
-        return [fresh[o] if o in fresh else self._graph_tensors[o].clone() for o in self.outputs]
+        return [fresh[o] if o in fresh else self._graph_tensors[o] if j in self._transient
+                else self._graph_tensors[o].clone() for j, o in enumerate(self.outputs)]
 
     def _capture(self, ins):
         """Capture the whole plan as one CUDA graph (static shapes)."""
