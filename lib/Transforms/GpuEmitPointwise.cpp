@@ -107,67 +107,51 @@ void Codegen::pointwise(Value tid, Value bid, bool allowVector) {
     b.setInsertionPointToStart(ifAligned.elseBlock());
     scalarLoops();
     b.setInsertionPointToStart(ifAligned.thenBlock());
+    // Kernel inputs read along the innermost loop at a lane's index, by the
+    // final generic or any producer it evaluates (a dtype conversion, an
+    // expand_shape of the argument), are read with one aligned vector load
+    // a slot (vectorLane); anything else per lane. Base pointers are checked
+    // for 16-byte alignment above; slots start at multiples of `width`.
+    vecWidth = width;
+    vecLoads = true;
     gridStride(maxN / width, gtid, [&](Value i) {
       Value base = arith::MulIOp::create(b, loc, i, cIdx(width));
       SmallVector<Value> ivs0 = delinearize(base, shape);
-      // Inputs read contiguously along the innermost loop: one aligned
-      // vector load; inputs not indexed by it: one scalar for all lanes;
-      // anything else is computed per lane.
-      DenseMap<unsigned, Value> vecs, scalarsIn;
+      // inputs not indexed by the innermost loop: one scalar for all lanes
+      DenseMap<unsigned, Value> scalarsIn;
       for (OpOperand *in : g.getDpsInputOperands()) {
         Block &body = g.getRegion().front();
-        if (body.getArgument(in->getOperandNumber()).use_empty())
-          continue;
-        auto t = dyn_cast<RankedTensorType>(in->get().getType());
-        if (!t)
+        if (body.getArgument(in->getOperandNumber()).use_empty() ||
+            !isa<RankedTensorType>(in->get().getType()))
           continue;
         AffineMap map = g.getMatchingIndexingMap(in);
-        bool usesLast = map.isFunctionOfDim(last);
-        if (!usesLast) {
-          Value v = eval(in->get(), applyMap(map, ivs0));
-          if (!v)
-            return;
-          scalarsIn[in->getOperandNumber()] = v;
+        if (map.isFunctionOfDim(last))
           continue;
-        }
-        auto arg = dyn_cast<BlockArgument>(in->get());
-        auto lastExpr = dyn_cast<AffineDimExpr>(map.getResults().back());
-        bool contiguous =
-            arg && vecType(t.getElementType()) && lastExpr &&
-            lastExpr.getPosition() == last && t.getShape().back() % width == 0 &&
-            llvm::count_if(map.getResults(), [&](AffineExpr e) {
-              return e.isFunctionOfDim(last);
-            }) == 1;
-        if (!contiguous)
-          continue;
-        Value at = linearize(applyMap(map, ivs0), t.getShape());
-        auto load = vector::LoadOp::create(
-            b, loc, VectorType::get({width}, t.getElementType()),
-            argMem[arg.getArgNumber()], ValueRange{at});
-        // Base pointers are checked for 16-byte alignment at the top of
-        // the kernel; offsets are multiples of `width` elements.
-        load.setAlignment(vecAlign(width, t.getElementType()));
-        vecs[in->getOperandNumber()] = load;
+        Value v = eval(in->get(), applyMap(map, ivs0));
+        if (!v)
+          return;
+        scalarsIn[in->getOperandNumber()] = v;
       }
       SmallVector<Value> results;
       for (int64_t l = 0; l < width; ++l) {
         SmallVector<Value> ivs(ivs0);
-        ivs[last] = arith::AddIOp::create(b, loc, ivs0[last], cIdx(l));
-        DenseMap<unsigned, Value> given(scalarsIn);
-        for (auto [num, vv] : vecs)
-          given[num] = vector::ExtractOp::create(b, loc, vv, l);
+        if (l > 0)
+          ivs[last] = arith::AddIOp::create(b, loc, ivs0[last], cIdx(l));
+        laneOf[ivs[last]] = {ivs0[last], l};
         SmallVector<Value> outs;
         for (OpOperand &init : g.getDpsInitsMutable())
           outs.push_back(body_uses(g, init)
                              ? eval(init.get(), applyMap(g.getMatchingIndexingMap(&init), ivs))
                              : Value());
-        auto vals = evalBody(g, ivs, outs, given);
+        auto vals = evalBody(g, ivs, outs, scalarsIn);
         if (vals.empty())
           return;
         results.push_back(vals[0]);
       }
       storeLanes(k, results, base);
     });
+    vecLoads = false;
+    laneOf.clear();
     return;
   }
   scalarLoops();
