@@ -1468,6 +1468,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
             )
         reach = fw_reach[-1] if len(fw_reach) == 1 else None
         fw_reach.clear()
+        fn = _batch_norm_stats_unversioned(fn, _batch_norm_stats(gm))
         return _unreached_gradients_as_none(fn, reach) if reach is not None else fn
 
     return backend
@@ -1492,6 +1493,61 @@ def _one_small_op(gm: torch.fx.GraphModule) -> bool:
         if ops > 1 or not isinstance(v, torch.Tensor) or v.numel() > TRIVIAL_GRAPH_ELEMENTS:
             return False
     return True
+
+
+_BN_STAT_ARGS = {torch.nn.functional.batch_norm: (1, 2, "running_mean", "running_var", 5, "training"),
+                 torch.batch_norm: (3, 4, "running_mean", "running_var", 5, "training")}
+
+
+def _batch_norm_stats(gm: torch.fx.GraphModule) -> frozenset[int]:
+    """Positions of the captured graph's inputs that only training-mode batch norms write, as
+    their running statistics. Eager's kernel updates them in place without a new version, while
+    aot_autograd's copy of the new values back into them made one: an earlier call's backward
+    node that saved them (eager's NativeBatchNormBackward saves the running statistics; a
+    module recorded eagerly on its first call, then compiled in the same step: a SimCLR / VICReg
+    projector applied to two views, bench/heldout8.py vicreg) raised 'modified by an inplace
+    operation' in a backward eager runs."""
+    found = set()
+    for i, p in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
+        if not p.users:
+            continue
+        ok = True
+        for u in p.users:
+            spec = _BN_STAT_ARGS.get(u.target) if u.op == "call_function" else None
+            if spec is None:
+                ok = False
+                break
+            a_mean, a_var, k_mean, k_var, a_train, k_train = spec
+            training = u.kwargs.get(k_train, u.args[a_train] if len(u.args) > a_train else False)
+            stats = [u.args[a] if len(u.args) > a else u.kwargs.get(k) for a, k in ((a_mean, k_mean), (a_var, k_var))]
+            others = [a for a in (*u.args, *u.kwargs.values()) if a is p]
+            if training is not True or p not in stats or len(others) != sum(s is p for s in stats):
+                ok = False
+                break
+        if ok:
+            found.add(i)
+    return frozenset(found)
+
+
+def _batch_norm_stats_unversioned(fn, stats: frozenset[int]):
+    """`fn` (aot_autograd's function of the captured graph) leaving the versions of the inputs
+    at `stats` (_batch_norm_stats) as they were: aot's wrapper counts a version for each input
+    the graph writes, and the copy of the new value back into it one more."""
+    if not stats:
+        return fn
+    idx = tuple(sorted(stats))
+
+    def run(*args):
+        held = tuple(args[i] for i in idx)
+        if not all(isinstance(t, torch.Tensor) and not t.is_inference() for t in held):
+            return fn(*args)
+        vers = tuple(t._version for t in held)
+        out = fn(*args)
+        torch._C._autograd._unsafe_set_version_counter(held, vers)
+        return out
+
+    run.__dict__.update(getattr(fn, "__dict__", {}))
+    return run
 
 
 def _hoist_input_copies(gm: torch.fx.GraphModule) -> tuple[int, list[int]] | None:
@@ -1562,8 +1618,25 @@ def _transient_outputs(compiled, gm: torch.fx.GraphModule, n_out: int) -> None:
     mark({j for j in range(n_out, len(outs)) if id(outs[j]) not in kept and outs[j].op != "placeholder"})
 
 
+_NO_GRAD_LIKE = {getattr(torch.ops.aten, n) for n in (
+    "full_like", "ones_like", "zeros_like", "empty_like", "rand_like", "randn_like", "randint_like",
+    "new_full", "new_ones", "new_zeros", "new_empty")}
+
+
+def _carries_no_gradient(node: torch.fx.Node) -> bool:
+    """`node`'s result has no gradient path to its tensor arguments: a factory taking only their
+    shape and dtype (`ones_like(out)`: the output gradient of an autograd.grad in the graph), or
+    a result of an integer or boolean dtype (comparisons, argmax, indices)."""
+    t = node.target
+    if isinstance(t, torch._ops.OpOverload) and t.overloadpacket in _NO_GRAD_LIKE:
+        return True
+    val = node.meta.get("val")
+    return isinstance(val, torch.Tensor) and not (val.is_floating_point() or val.is_complex())
+
+
 def _output_reach(gm: torch.fx.GraphModule) -> list[frozenset[int]] | None:
-    """For each input of a forward graph, the positions of the graph's outputs it reaches."""
+    """For each input of a forward graph, the positions of the graph's outputs it reaches through
+    values that carry gradients (autograd's edges: a result of no gradient path stops it)."""
     out = next((n for n in reversed(gm.graph.nodes) if n.op == "output"), None)
     outs = out.args[0] if out is not None else None
     if not isinstance(outs, (list, tuple)):
@@ -1572,12 +1645,13 @@ def _output_reach(gm: torch.fx.GraphModule) -> list[frozenset[int]] | None:
     for j, o in enumerate(outs):
         if isinstance(o, torch.fx.Node):
             reach.setdefault(o, set()).add(j)
+    cut = {n for n in gm.graph.nodes if n.op == "call_function" and _carries_no_gradient(n)}
     for n in reversed(gm.graph.nodes):   # users before producers
         if n.op == "output":
             continue
         mine = reach.setdefault(n, set())
         for u in n.users:
-            if u.op != "output":
+            if u.op != "output" and u not in cut:
                 mine |= reach.get(u, set())
     return [frozenset(reach.get(n, ())) for n in gm.graph.nodes if n.op == "placeholder"]
 
