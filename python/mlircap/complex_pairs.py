@@ -14,7 +14,8 @@ value is a real tensor with one more trailing dimension of 2 (real and imaginary
   the pair's last dimension; conjugates (`_conj`, `conj_physical`: the imaginary part
   negated), negation, addition, subtraction, multiplication;
 * `view_as_real`, `real`, `imag` (the pair, or one half of it), `abs` (in float64,
-  rounded once, as the correctly rounded hypot eager calls), `angle` (atan2).
+  rounded once, as the correctly rounded hypot eager calls; +inf where a part is infinite,
+  scaled where float64 squares leave the range), `angle` (atan2).
 
 The FFTs (`_fft_r2c`, `_fft_c2c`, `_fft_c2r`) are library calls through torch (pocketfft /
 MKL on the CPU, cuFFT on the GPU, as inductor calls them: partition.py's "library"
@@ -191,7 +192,21 @@ def _rewrite(b: _Builder, n: fx.Node, pairs: dict, env: dict) -> None:
         re, im = _parts(b, p)
         wide = [b(prims.convert_element_type.default, t, torch.float64) for t in (re, im)]
         s = b(aten.add.Tensor, b(aten.mul.Tensor, wide[0], wide[0]), b(aten.mul.Tensor, wide[1], wide[1]))
-        env[n] = b(prims.convert_element_type.default, b(aten.sqrt.default, s), val.dtype)
+        r = b(aten.sqrt.default, s)
+        if re.meta["val"].dtype == torch.float64:
+            # float64 parts: squares past the range (|z| > 1e154) or below it (< 1e-154) are
+            # scaled by the larger part, m * sqrt(1 + (n / m)^2), as hypot scales them
+            a = [b(aten.abs.default, t) for t in wide]
+            m, lo = b(aten.maximum.default, a[0], a[1]), b(aten.minimum.default, a[0], a[1])
+            q = b(aten.div.Tensor, lo, m)
+            scaled = b(aten.mul.Tensor, m, b(aten.sqrt.default, b(aten.add.Tensor, b(aten.mul.Tensor, q, q), 1.0)))
+            far = b(aten.logical_or.default, b(aten.gt.Scalar, m, 1e150),
+                    b(aten.logical_and.default, b(aten.lt.Scalar, m, 1e-150), b(aten.gt.Scalar, m, 0.0)))
+            r = b(aten.where.self, far, scaled, r)
+        # hypot of an infinite part is +inf, a NaN other part included (eager's std::abs)
+        inf = b(aten.logical_or.default, b(aten.isinf.default, wide[0]), b(aten.isinf.default, wide[1]))
+        r = b(aten.masked_fill.Scalar, r, inf, float("inf"))
+        env[n] = b(prims.convert_element_type.default, r, val.dtype)
         return
     if name == "aten::angle" and not out_complex:
         re, im = _parts(b, p)

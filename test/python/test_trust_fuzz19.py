@@ -116,3 +116,31 @@ def test_fuzz_seed_1534_grad_not_counted_wrong():
     fuzz = _load_fuzz()
     res = fuzz.run_program(fuzz.generate(1534, grad=True))
     assert res["category"] in ("compiled", "fallback"), res
+
+
+# ---------------------------------------------- complex abs: hypot's infinities and range
+# userops seed 563: rfft(...).abs() of nan+infj, compiled NaN where eager's hypot gives +inf;
+# complex128 parts past 1e154 (or below 1e-154) squared out of float64's range (inf, 0).
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_complex_abs_as_hypot(dtype):
+    nan = float("nan")
+    vals = [(nan, inf), (inf, nan), (-inf, 1.0), (nan, 1.0), (3.0, 4.0), (0.0, -0.0), (-inf, -inf), (1.5, -2.25),
+            (1e30, 1e30), (1e200, 1e200), (1e-200, 3e-200), (1e160, 1.0), (-0.0, 1e-310)]
+    re = torch.tensor([v[0] for v in vals], dtype=dtype)
+    im = torch.tensor([v[1] for v in vals], dtype=dtype)
+
+    def f(re, im):
+        return torch.complex(re, im).abs()
+
+    want = f(re, im)
+    c = mlircap.compile(f)
+    for _ in range(2):
+        got = c(re, im)
+        assert torch.equal(got.isnan(), want.isnan()), (got, want)
+        assert torch.allclose(got, want, rtol=1e-15 if dtype == torch.float64 else 0, atol=0, equal_nan=True), (got, want)
+
+
+def test_fuzz_userops_seed_563_not_counted_wrong():
+    fuzz = _load_fuzz()
+    res = fuzz.run_program(fuzz.generate(563, ["userops"]))
+    assert res["category"] in ("compiled", "fallback"), res
