@@ -177,6 +177,24 @@ def bitwise_scalar(tensor_op):
     return decomposition
 
 
+def int8_scalar(tensor_op, fallback):
+    """aten.mul.Scalar / aten.sub.Scalar of an int8 tensor and a Python int (what torch's
+    decompositions make of `x * 2`: torch.gradient of an int8 tensor, OpInfo gradient int8
+    #5): torch-mlir's lowering of these .Scalar overloads on int8 crashed (SIGSEGV in the
+    compile worker; contained, the graph ran eagerly). `tensor_op` (the .Tensor overload)
+    with the number as a 0-dim int8 tensor, wrapped as eager converts it (_as_tensor: int8
+    products and differences are exact modulo 256 either way); other calls: `fallback`."""
+
+    def decomposition(a, b, *args, **kwargs):
+        if isinstance(a, torch.Tensor) and a.dtype == torch.int8 and isinstance(b, int):
+            if args:   # sub.Scalar's alpha, positional here, keyword-only in sub.Tensor
+                kwargs = {**kwargs, "alpha": args[0]}
+            return tensor_op(a, _as_tensor(a, int(b)), **kwargs)
+        return NotImplemented if fallback is None else fallback(a, b, *args, **kwargs)
+
+    return decomposition
+
+
 def swapped(fn):
     """fn with its two operands swapped (a commuting op's Scalar_Tensor overload)."""
     return lambda a, b: fn(b, a)
