@@ -633,11 +633,6 @@ def _flash_for_cpu_with_logsumexp(fallback):
             if _worth_it(query.device, query.dtype, query.shape[:-1].numel() * key.size(-2)):
                 return NotImplemented   # where attention.fuse_attention would fuse it: torch's kernel
             return _flash_for_cpu_low_precision(query, key, value, is_causal, attn_mask, scale)
-        if is_causal and key.dtype == value.dtype == query.dtype:
-            # eager's kernel fills the scores above the diagonal with -inf; the table's math
-            # form adds a -inf mask, and a NaN score there (a NaN or infinite key) made the
-            # row NaN where eager's ignores it (userops seed 530)
-            return _flash_for_cpu_low_precision(query, key, value, is_causal, attn_mask, scale)
         out, _ = fallback(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)
         acc = torch.float32 if query.dtype in _LOW_PRECISION else query.dtype
         lse = torch.logsumexp(_attention_scores(query, key, is_causal, attn_mask, scale, acc), -1)
@@ -673,10 +668,8 @@ def _flash_for_cpu_low_precision(query, key, value, is_causal, attn_mask, scale)
     entirely is 0), rounded once. The table's math form rounded the scaled q and k, the
     scores and the normalized probabilities to the dtype (OpInfo
     scaled_dot_product_attention bfloat16: 3 samples off by up to 6% of an element).
-    Returns (out, logsumexp) as the op does: max (0 for -inf) + log(l). float32 / float64
-    (causal: the same steps in the dtype) round nothing in between."""
-    dt = query.dtype
-    acc = torch.float32 if dt in _LOW_PRECISION else dt
+    Returns (out, logsumexp) as the op does: max (0 for -inf) + log(l)."""
+    acc, dt = torch.float32, query.dtype
     v = value if value.size(1) == query.size(1) else value.repeat_interleave(query.size(1) // value.size(1), 1)
     s = _attention_scores(query, key, is_causal, attn_mask, scale, acc)
     m = torch.amax(s, -1, keepdim=True)
