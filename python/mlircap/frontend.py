@@ -627,7 +627,10 @@ def _flash_for_cpu_with_logsumexp(fallback):
     def flash_for_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
         if fallback is None or dropout_p != 0.0:
             return NotImplemented
-        if query.dtype in _LOW_PRECISION and key.dtype == value.dtype == query.dtype:
+        # float32 / float64 causal too: eager's kernel fills the scores above the diagonal with
+        # -inf; the table's math form adds a -inf mask, and a NaN score there (a NaN or
+        # infinite key) made the row NaN where eager's ignores it (userops seed 530)
+        if (query.dtype in _LOW_PRECISION or is_causal) and key.dtype == value.dtype == query.dtype:
             from .attention import _worth_it
 
             if _worth_it(query.device, query.dtype, query.shape[:-1].numel() * key.size(-2)):
@@ -668,8 +671,10 @@ def _flash_for_cpu_low_precision(query, key, value, is_causal, attn_mask, scale)
     entirely is 0), rounded once. The table's math form rounded the scaled q and k, the
     scores and the normalized probabilities to the dtype (OpInfo
     scaled_dot_product_attention bfloat16: 3 samples off by up to 6% of an element).
-    Returns (out, logsumexp) as the op does: max (0 for -inf) + log(l)."""
-    acc, dt = torch.float32, query.dtype
+    Returns (out, logsumexp) as the op does: max (0 for -inf) + log(l). float32 / float64
+    (causal: the same steps in the dtype) round nothing in between."""
+    dt = query.dtype
+    acc = torch.float32 if dt in _LOW_PRECISION else dt
     v = value if value.size(1) == query.size(1) else value.repeat_interleave(query.size(1) // value.size(1), 1)
     s = _attention_scores(query, key, is_causal, attn_mask, scale, acc)
     m = torch.amax(s, -1, keepdim=True)

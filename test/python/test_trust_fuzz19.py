@@ -144,3 +144,34 @@ def test_fuzz_userops_seed_563_not_counted_wrong():
     fuzz = _load_fuzz()
     res = fuzz.run_program(fuzz.generate(563, ["userops"]))
     assert res["category"] in ("compiled", "fallback"), res
+
+
+# ------------------------------------------- causal attention: the mask fills, it does not add
+# userops seed 530: F.scaled_dot_product_attention(is_causal=True) with a NaN key above the
+# diagonal. Eager's CPU kernel fills the scores there with -inf; the math form added a -inf mask,
+# NaN + -inf = NaN, and the rows before that key were NaN where eager's ignore it.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("grad", [False, True])
+def test_causal_attention_ignores_nonfinite_keys_above_the_diagonal(dtype, grad):
+    g = torch.Generator().manual_seed(530)
+    q, k, v = (torch.randn(2, 3, n, 4, generator=g, dtype=dtype) for n in (7, 5, 5))
+    k[:, :, 3] = float("nan")
+    k[1, 2, 4] = inf
+    v[0, 1, 2] = -inf
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def run(fn):
+        ins = [t.clone().requires_grad_(grad) for t in (q, k, v)]
+        out = fn(*ins)
+        if grad:
+            out.sum().backward()
+        return [out.detach()] + ([t.grad for t in ins] if grad else [])
+
+    want = run(f)
+    assert torch.isfinite(want[0][1, :, :3]).all()
+    c = mlircap.compile(f)
+    for _ in range(2):
+        for got, w in zip(run(c), want):
+            _same(got, w)
