@@ -341,6 +341,34 @@ func.func @chanstats(%x: tensor<4x24x64xf32>) -> tensor<24xf32> {
 
 // -----
 
+// A long bf16 channel reduction (17 x 1024 elements a channel, 1024 slices):
+// each slice keeps 8 independent partials over whole rounds of 8192 elements
+// (8 loads in flight a thread), the last 1024 elements go into the first
+// partial, and the partials combine pairwise before the tree in workgroup memory.
+#xl = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#cl = affine_map<(d0, d1, d2) -> (d1)>
+// CHECK-LABEL: gpu.func @longstats_k0
+// CHECK-SAME: strategy = "reduction_split_rows"
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c16384 step %c8192 iter_args({{.*}}) -> (f32, f32, f32, f32, f32, f32, f32, f32)
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c17408 step %c1024 iter_args(%{{.*}} = %{{.*}}#0) -> (f32)
+// CHECK-COUNT-7: arith.addf
+// CHECK: gpu.barrier
+func.func @longstats(%x: tensor<17x4x1024xbf16>) -> tensor<4xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<4xf32>) -> tensor<4xf32>
+  %s = linalg.generic {indexing_maps = [#xl, #cl], iterator_types = ["reduction", "parallel", "reduction"]}
+      ins(%x : tensor<17x4x1024xbf16>) outs(%f : tensor<4xf32>) {
+  ^bb0(%a: bf16, %o: f32):
+    %w = arith.extf %a : bf16 to f32
+    %r = arith.addf %w, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<4xf32>
+  return %s : tensor<4xf32>
+}
+
+// -----
+
 // Three long rows (few outputs): a block of 1024 threads per output; the sum
 // in f64 converted to f32 by an elementwise op of the output's shape is
 // evaluated by the output's thread (it ran one thread per output before).
