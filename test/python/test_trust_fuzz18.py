@@ -5,17 +5,7 @@ import pytest
 import torch
 
 import mlircap
-
-
-def _load_fuzz():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "bench" / "fuzz_graphs.py"
-    spec = importlib.util.spec_from_file_location("mlircap_bench_fuzz_graphs18", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from test_trust_fuzz17 import _load_fuzz  # bench/fuzz_graphs.py as a module (test/python is on sys.path)
 
 
 def _program(source, families, grad=False):
