@@ -130,7 +130,7 @@ void Codegen::columnKernel(linalg::GenericOp red, Value tid, Value bid) {
   // dependent 2-byte load in flight a thread: 21% of copy bandwidth on an
   // H100): an unguarded loop over whole rounds of kSlices * unroll elements,
   // then the rest one at a time into the first partial.
-  int64_t narrow = llvm::any_of(red.getDpsInputOperands(), [](OpOperand *in) {
+  bool narrow = llvm::any_of(red.getDpsInputOperands(), [](OpOperand *in) {
     auto tt = dyn_cast<RankedTensorType>(in->get().getType());
     return tt && tt.getElementTypeBitWidth() <= 16;
   });

@@ -1572,17 +1572,16 @@ def _hoist_input_copies(gm: torch.fx.GraphModule) -> tuple[int, list[int]] | Non
     for i, p in enumerate(phs):
         writes = [u for u in p.users if u.op == "call_function" and u.target is copy_ and not u.users
                   and len(u.args) == 2 and not u.kwargs and u.args[0] is p and isinstance(u.args[1], torch.fx.Node)]
-        if not writes or any(order[u] > min(order[w] for w in writes) for u in p.users if u not in writes):
-            continue   # the input is read after it was written (or written otherwise): left as it is
         writes.sort(key=order.__getitem__)
+        if not writes or any(order[u] > order[writes[0]] for u in p.users if u not in writes):
+            continue   # the input is read after it was written (or written otherwise): left as it is
         hoisted.append(writes[-1])
         dead += writes[:-1]   # overwritten by the last one, and nothing reads in between
         dsts.append(i)
     if not hoisted:
         return None
-    copies = hoisted
-    out.args = (tuple(outs) + tuple(c.args[1] for c in copies),)
-    for c in dead + copies:
+    out.args = (tuple(outs) + tuple(c.args[1] for c in hoisted),)
+    for c in dead + hoisted:
         g.erase_node(c)
     gm.recompile()
     return len(outs), dsts
@@ -1593,9 +1592,9 @@ def _copy_into(dsts: list, srcs) -> None:
     groups: dict = {}
     for d, s in zip(dsts, srcs):
         if isinstance(s, torch.Tensor) and d.shape == s.shape and d.dtype == s.dtype and d.device == s.device:
-            groups.setdefault((d.device, d.dtype), ([], []))
-            groups[d.device, d.dtype][0].append(d)
-            groups[d.device, d.dtype][1].append(s)
+            ds, ss = groups.setdefault((d.device, d.dtype), ([], []))
+            ds.append(d)
+            ss.append(s)
         else:
             d.copy_(s)
     for ds, ss in groups.values():
