@@ -7,6 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import mlircap
+from test_grad_hooks import _GradReverse  # (the test's own folder is on sys.path)
 from mlircap.capture.draws import _draws_rng
 
 
@@ -71,17 +72,6 @@ def test_a_draw_not_named_so_keeps_the_constructor_after_it(fn):
 
 
 # -- (a) floats handed to untraced torch functions and autograd.Functions ------------------------
-class _GradReverse(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, alpha):
-        ctx.alpha = alpha
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, g):
-        return g.neg() * ctx.alpha, None
-
-
 class _Branchy(torch.autograd.Function):
     """Its forward branches on alpha: the graph cannot hold that branch for a 0-d input."""
     @staticmethod
