@@ -165,6 +165,80 @@ def _linear_upsampling_as_weighted_sums() -> None:
 _linear_upsampling_as_weighted_sums()
 
 
+def _nearest_upsampling_indices_as_cpu_kernels() -> None:
+    """torch's nearest / nearest-exact decomposition (_compute_upsample_nearest_indices)
+    takes each source index as `int((i + offset) * scale)` in float32, scale = 1 / scale_factor
+    (the output size's ratio without one). Eager's CPU kernels differ in two ways
+    (UpSampleKernel.cpp): the channels-last kernel, which also runs 2d inputs whose output
+    H + W <= 128 (and channels-last inputs of more than 3 channels, 2d or 3d), computes plain
+    nearest with `nearest_idx`: a dim whose output size equals its input size copies, one of twice
+    the input size takes i >> 1, whatever scale_factor says (F.interpolate(scale_factor=2.3) of
+    a width 2 gives 4, read as [0, 0, 1, 1]: bench/fuzz_graphs.py --families modules seed 1794,
+    44 elements differed); the generic kernel computes the index in the input's opmath type
+    (double for float64) and floors it as a float. The helper replaced by eager's rules on CPU
+    inputs; the CUDA kernels compute torch's formula (no special cases)."""
+    import torch._decomp.decompositions as d
+
+    original = getattr(d, "_compute_upsample_nearest_indices", None)
+    if original is None or getattr(original, "_mlircap", False):
+        return
+
+    def _compute_upsample_nearest_indices(input, output_size, scales, exact=False):
+        n = len(output_size)
+        if input.device.type != "cpu" or input.dim() != n + 2:
+            return original(input, output_size, scales, exact)
+        channels = input.shape[1]
+        if n == 2:
+            cl = input.is_contiguous(memory_format=torch.channels_last) and channels > 3
+            vectorized = cl or output_size[0] + output_size[1] <= 128
+        elif n == 3:
+            vectorized = input.is_contiguous(memory_format=torch.channels_last_3d) and channels > 3
+        else:
+            vectorized = False
+        wide = not vectorized and input.dtype == torch.float64   # the generic kernel's opmath
+
+        def f32(t):   # a float32 rounding of a float64 value (float32 ops emulated exactly)
+            return t.to(torch.float32).to(torch.float64)
+
+        indices = []
+        for k in range(n):
+            osize, isize = output_size[k], input.shape[2 + k]
+            s = scales[k] if scales else None
+            if s is not None and s > 0:
+                scale = 1.0 / s
+            elif isinstance(isize, int) and isinstance(osize, int):
+                scale = isize / osize   # (float) isize / osize: one rounding, the same value
+            else:
+                return original(input, output_size, scales, exact)
+            if not wide:
+                scale = struct.unpack("f", struct.pack("f", scale))[0]
+            i = torch.arange(osize, device=input.device, dtype=torch.int64)
+            pos = i.to(torch.float64)
+            if vectorized and not exact and osize == isize:
+                src = i
+            elif vectorized and not exact and osize == 2 * isize:
+                src = i // 2
+            else:
+                if not exact:   # floorf(scale * i) in the opmath type
+                    pos = pos * scale if wide else f32(pos * scale)
+                elif vectorized:   # floorf((i + 0.5) * scale): a double product
+                    pos = (pos + 0.5) * scale
+                else:   # floorf(max(scale * (i + 0.5) - 0.5, 0) + 0.5) in the opmath type
+                    pos = (pos + 0.5) * scale if wide else f32((pos + 0.5) * scale)
+                    pos = (pos - 0.5 if wide else f32(pos - 0.5)).clamp(min=0.0) + 0.5
+                src = pos.to(torch.float32).floor().to(torch.int64).clamp(max=isize - 1)
+            for _ in range(n - 1 - k):
+                src = src.unsqueeze(-1)
+            indices.append(src)
+        return indices
+
+    _compute_upsample_nearest_indices._mlircap = True
+    d._compute_upsample_nearest_indices = _compute_upsample_nearest_indices
+
+
+_nearest_upsampling_indices_as_cpu_kernels()
+
+
 def _lstm_final_state_shape() -> None:
     """torch before 2.12: the LSTM decomposition (one_layer_lstm, which lstm_impl runs
     off the CPU's mkldnn path: on the GPU, and in training) returns each layer's final

@@ -1,0 +1,76 @@
+"""Random-program differential fuzzer (bench/fuzz_graphs.py, issue 10), seeds 1800:2050 of each
+mode and userops seeds 650:850, and the cases left open at seeds 1500:1800: the wrong results
+it found, minimized, and the fuzzer's own fixes (false positives)."""
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F  # noqa: N812
+
+import mlircap
+from mlircap import frontend  # noqa: F401  (installs the decompositions' replacements)
+
+aten = torch.ops.aten
+
+
+# ------------------------------------------- nearest upsampling's indices as eager's CPU kernels
+# --families modules seed 1794: F.interpolate(scale_factor=2.3, mode='nearest') of a 5 x 2 input
+# gives 11 x 4; eager's channels-last kernel (also run for 2d outputs of H + W <= 128) reads a
+# width of twice the input's as i >> 1, torch's decomposition as floor(i / 2.3): 44 elements differed.
+_NEAREST = {(1, False): aten.upsample_nearest1d.vec, (2, False): aten.upsample_nearest2d.vec,
+            (3, False): aten.upsample_nearest3d.vec, (1, True): aten._upsample_nearest_exact1d.vec,
+            (2, True): aten._upsample_nearest_exact2d.vec, (3, True): aten._upsample_nearest_exact3d.vec}
+
+
+def test_nearest_indices_decomposition_as_eager():
+    from torch._decomp import decomposition_table
+    rng = random.Random(1794)
+    checked = 0
+    for _ in range(600):
+        n, exact = rng.choice([1, 2, 3]), rng.random() < 0.4
+        sp = [rng.randint(1, 9) for _ in range(n)]
+        if n == 2 and rng.random() < 0.3:   # the generic kernel: output H + W > 128
+            sp = [rng.randint(20, 90) for _ in range(n)]
+        dtype = rng.choice([torch.float32, torch.float64, torch.bfloat16, torch.uint8])
+        x = (torch.rand(2, rng.choice([1, 3, 4, 5]), *sp, generator=torch.Generator().manual_seed(1)) * 100).to(dtype)
+        if n >= 2 and rng.random() < 0.4:
+            x = x.contiguous(memory_format=torch.channels_last if n == 2 else torch.channels_last_3d)
+        if rng.random() < 0.6:
+            size, sf = None, [rng.choice([0.5, 0.7, 1.3, 1.5, 2.0, 2.3, 2.5, 1 / 3, 3.0, 1.9, 0.9]) for _ in range(n)]
+        else:
+            size, sf = [rng.randint(1, 20) for _ in range(n)], None
+        op = _NEAREST[(n, exact)]
+        try:
+            want = op(x, size, sf)
+        except RuntimeError:   # an output size of 0
+            continue
+        got = decomposition_table[op](x, size, sf)
+        assert torch.equal(got, want), (n, exact, tuple(x.shape), x.stride(), dtype, sf, size)
+        checked += 1
+    assert checked > 500
+
+
+@pytest.mark.parametrize("case", [
+    ((1, 4, 5, 2), 2.3, "nearest", False),         # seed 1794: width 2 -> 4 reads i >> 1
+    ((1, 2, 3, 4), (1.3, 2.3), "nearest", False),  # height 3 -> 3 copies, width 4 -> 9
+    ((1, 5, 3, 4), 2.3, "nearest", True),          # channels-last, 5 channels
+    ((1, 2, 40, 70), 1.3, "nearest", False),       # the generic kernel: floor(i / 1.3)
+    ((2, 3, 7), 2.3, "nearest", False),            # 1d: the generic kernel
+    ((1, 5, 2, 3, 2), 2.3, "nearest", True),       # 3d channels-last
+    ((1, 4, 5, 2), 2.3, "nearest-exact", False),
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_interpolate_nearest_scale_factor_as_eager(case, dtype):
+    shape, sf, mode, channels_last = case
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(1794), dtype=dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
+
+    def f(x):
+        return F.interpolate(x, scale_factor=sf, mode=mode) * 2
+
+    want = f(x)
+    c = mlircap.compile(f)
+    for _ in range(2):
+        got = c(x)
+        assert got.shape == want.shape and torch.equal(got, want)
