@@ -328,6 +328,8 @@ struct PlanBuilder {
     step["grid"] = dims("grid");
     step["block"] = dims("block");
     step["smem"] = cast<IntegerAttr>(launch.get("smem")).getInt();
+    if (launch.get("grid_stride"))
+      step["grid_stride"] = true; // any grid up to `grid` is correct
     if (auto s = dyn_cast_or_null<StringAttr>(launch.get("strategy"))) {
       step["strategy"] = s.getValue().str();
       if (s.getValue().starts_with("pointwise_vec"))

@@ -134,13 +134,17 @@ struct GpuCodegen : impl::MlircapGpuCodegenBase<GpuCodegen> {
       if (failed(cg.run(kind)))
         return signalPassFailure();
       gfn.setKnownBlockSizeAttr(gb.getDenseI32ArrayAttr({(int32_t)cg.block, 1, 1}));
-      gfn.setKnownGridSizeAttr(gb.getDenseI32ArrayAttr({(int32_t)cg.grid, 1, 1}));
-      auto launch = gb.getDictionaryAttr({
+      if (!cg.gridStrided)
+        gfn.setKnownGridSizeAttr(gb.getDenseI32ArrayAttr({(int32_t)cg.grid, 1, 1}));
+      SmallVector<NamedAttribute> entries{
           gb.getNamedAttr("grid", gb.getDenseI64ArrayAttr({cg.grid, 1, 1})),
           gb.getNamedAttr("block", gb.getDenseI64ArrayAttr({cg.block, 1, 1})),
           gb.getNamedAttr("smem", gb.getI64IntegerAttr(0)),
           gb.getNamedAttr("strategy", gb.getStringAttr(cg.strategy)),
-      });
+      };
+      if (cg.gridStrided) // `grid` is an upper bound (see Codegen::gridStrided)
+        entries.push_back(gb.getNamedAttr("grid_stride", gb.getUnitAttr()));
+      auto launch = gb.getDictionaryAttr(entries);
       kfn->setAttr(kLaunchAttr, launch);
       gfn->setAttr(kLaunchAttr, launch);
     }

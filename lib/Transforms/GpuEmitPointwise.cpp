@@ -8,7 +8,14 @@
 namespace mlir::mlircap::gpu_emit {
 
 void Codegen::gridStride(int64_t n, Value gtid, function_ref<void(Value)> body) {
-  auto loop = scf::ForOp::create(b, loc, gtid, cIdx(n), cIdx(grid * block));
+  // Stride by the launched grid, not the planned one: how many blocks fit
+  // on an SM at once depends on the registers ptxas gives the kernel, known
+  // only when the module is loaded, and blocks past one wave each run their
+  // whole share of the loop after the first wave (a tail of up to 1/3).
+  gridStrided = true;
+  Value launched = gpu::GridDimOp::create(b, loc, gpu::Dimension::x);
+  Value stride = arith::MulIOp::create(b, loc, launched, cIdx(block));
+  auto loop = scf::ForOp::create(b, loc, gtid, cIdx(n), stride);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(loop.getBody());
   body(loop.getInductionVar());

@@ -43,6 +43,10 @@ struct Codegen {
   DenseMap<Value, Value> materialized;   // row-reduced values (same row)
   DenseMap<Value, unsigned> resultIndex; // kfn result values -> output index (row kernels)
   int64_t grid = 1, block = 1;
+  /// The kernel's loops stride by the launched grid (gpu.grid_dim), so any
+  /// grid from 1 to `grid` computes the same result: the runtime launches as
+  /// many blocks as fit on the device at once (one wave).
+  bool gridStrided = false;
   int64_t rowLanes = 32; // threads cooperating on one row
   std::string strategy;
   bool failedFlag = false;

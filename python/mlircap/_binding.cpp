@@ -160,6 +160,7 @@ struct Cuda {
                       unsigned, unsigned, void *, void **, void **) = nullptr;
   Res (*getErrorString)(Res, const char **) = nullptr;
   Res (*funcSetAttribute)(void *, int, int) = nullptr;
+  Res (*occupancy)(int *, void *, int, size_t) = nullptr;
 
   static Cuda &get() {
     static Cuda cuda;
@@ -179,6 +180,8 @@ struct Cuda {
       cuda.launchKernel = reinterpret_cast<decltype(cuda.launchKernel)>(sym("cuLaunchKernel"));
       cuda.getErrorString = reinterpret_cast<decltype(cuda.getErrorString)>(sym("cuGetErrorString"));
       cuda.funcSetAttribute = reinterpret_cast<decltype(cuda.funcSetAttribute)>(sym("cuFuncSetAttribute"));
+      cuda.occupancy =
+          reinterpret_cast<decltype(cuda.occupancy)>(sym("cuOccupancyMaxActiveBlocksPerMultiprocessor"));
       loaded = true;
     }
     return cuda;
@@ -364,6 +367,17 @@ PYBIND11_MODULE(_mlircap, m) {
         return reinterpret_cast<std::uintptr_t>(fn);
       },
       py::arg("module"), py::arg("name"), py::arg("dynamic_smem") = 0);
+  m.def(
+      "cuda_blocks_per_sm",
+      [](std::uintptr_t fn, int block, int dynamicSmem) {
+        Cuda &cuda = Cuda::get();
+        int n = 0;
+        cuda.check(cuda.occupancy(&n, reinterpret_cast<void *>(fn), block, (size_t)dynamicSmem),
+                   "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+        return n;
+      },
+      py::arg("fn"), py::arg("block"), py::arg("dynamic_smem") = 0,
+      "How many blocks of `fn` fit on one multiprocessor at once (its registers, shared memory).");
   py::class_<LaunchProgram>(m, "LaunchProgram")
       .def(py::init<>())
       .def("add", &LaunchProgram::add, py::arg("fn"), py::arg("grid"), py::arg("block"),

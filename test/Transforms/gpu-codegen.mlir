@@ -37,14 +37,19 @@ func.func @vec4(%x: tensor<4096xf32>, %y: tensor<4096xf32>) -> tensor<4096xf32> 
 // -----
 
 // Large kernel whose innermost dim is not a multiple of 4: scalar path, grid
-// capped at 8 blocks x 132 SMs and a grid-stride loop of 1056 * 256 elements.
+// capped at 8 blocks x 132 SMs, and a grid-stride loop by the launched grid
+// (grid_stride: the runtime may launch fewer blocks, one wave), so no known
+// grid size.
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #row = affine_map<(d0, d1) -> (d1)>
 // CHECK-LABEL: gpu.func @big_k0
-// CHECK-SAME: grid = array<i64: 1056, 1, 1>
+// CHECK-NOT: known_grid_size
+// CHECK-SAME: grid = array<i64: 1056, 1, 1>, grid_stride
 // CHECK-SAME: strategy = "pointwise"
-// CHECK-DAG: %[[STEP:.*]] = arith.constant 270336 : index
 // CHECK-DAG: %[[N:.*]] = arith.constant 1047552 : index
+// CHECK-DAG: %[[C256:.*]] = arith.constant 256 : index
+// CHECK: %[[G:.*]] = gpu.grid_dim x
+// CHECK: %[[STEP:.*]] = arith.muli %[[G]], %[[C256]]
 // CHECK: scf.for %{{.*}} = %{{.*}} to %[[N]] step %[[STEP]]
 // CHECK: arith.remui
 // CHECK: memref.load

@@ -304,10 +304,12 @@ def load_kernels(mlircap_opt, ir_text):
     return ctx, module, kernels
 
 
-def run_plan(plan, kernels, inputs, debug=None, misalign=False):
+def run_plan(plan, kernels, inputs, debug=None, misalign=False, max_grid=None):
     """Executes a launch plan on CPU: library ops with torch, kernels with the
     SIMT interpreter. Returns the outputs. misalign: every input starts one
-    element past its allocation (not 16-byte aligned)."""
+    element past its allocation (not 16-byte aligned). max_grid: grid-stride
+    kernels run with at most that many blocks (as the CUDA runtime fits them
+    to one wave)."""
     vals = {v["id"]: v for v in plan["values"]}
     storage = {}
 
@@ -371,8 +373,11 @@ def run_plan(plan, kernels, inputs, debug=None, misalign=False):
             off = v.get("offset", 0)
             t = b[off:]
             args.append(t.view(torch.int8) if t.dtype == torch.bool else t)
-        for bid in range(s["grid"][0]):
-            Block(f, args, bid, s["grid"][0], s["block"][0]).run()
+        grid = s["grid"][0]
+        if max_grid is not None and s.get("grid_stride"):
+            grid = min(grid, max_grid)
+        for bid in range(grid):
+            Block(f, args, bid, grid, s["block"][0]).run()
     if debug is not None:
         debug.update({i: tensor(i) for i in storage})
     return [tensor(o).clone() for o in plan["outputs"]]

@@ -28,14 +28,14 @@ def random_input(v, g):
     return torch.randint(0, 5, v["shape"], generator=g).to(dt)  # valid indices
 
 
-def check(ir_text, seed=0, atol=1e-4, rtol=1e-4, misalign=False):
+def check(ir_text, seed=0, atol=1e-4, rtol=1e-4, misalign=False, max_grid=None):
     plan = json.loads(_mlircap.gpu_compile(ir_text))
     _, _, kernels = simt.load_kernels(OPT, ir_text)
     g = torch.Generator().manual_seed(seed)
     specs = sorted((v for v in plan["values"] if v["kind"] == "input"),
                    key=lambda v: v["index"])
     inputs = [random_input(v, g) for v in specs]
-    got = simt.run_plan(plan, kernels, inputs, misalign=misalign)
+    got = simt.run_plan(plan, kernels, inputs, misalign=misalign, max_grid=max_grid)
     vals = {v["id"]: v for v in plan["values"]}
     want = simt.reference(_mlircap, ir_text, inputs, [vals[o] for o in plan["outputs"]])
     for a, b in zip(got, want):
@@ -125,7 +125,11 @@ def test_pointwise_vec4_and_grid_stride():
     }"""
     plan = check(ir)
     (k,) = plan["steps"]
-    assert k["strategy"] == "pointwise_vec4" and k["grid"][0] == 293
+    assert k["strategy"] == "pointwise_vec4" and k["grid"][0] == 293 and k["grid_stride"]
+    # The loop strides by the launched grid: fewer blocks than planned (the CUDA runtime
+    # launches one wave of them) compute every element, in the vector and scalar loops.
+    check(ir, max_grid=5)
+    check(ir, max_grid=5, misalign=True)
 
 
 def test_pointwise_vec8_bf16_with_f32_operand():

@@ -109,6 +109,9 @@ BROKEN = {
         {"kind": "kernel", "name": "k", "grid": [1, 1, 1], "block": [1, 1, 1], "args": [{"f32": 1.0}]}),
         "bad argument"),
     "boolean as integer": (_break(["steps", 0, "out"], True), "integer"),
+    "grid_stride not a boolean": (lambda p: p["steps"].append(
+        {"kind": "kernel", "name": "k", "grid": [1, 1, 1], "block": [1, 1, 1], "args": [], "grid_stride": 1}),
+        "grid_stride must be a boolean"),
 }
 
 
@@ -131,3 +134,20 @@ def test_nonfinite_constants_decode():
     d = plan.values[4].data
     assert d[0] != d[0] and d[1] == float("inf") and d[2] == float("-inf")
     assert plan.to_json()["values"][4]["data"] == ["nan", "inf", "-inf"]
+
+
+def test_grid_stride_kernels_are_marked():
+    """Pointwise kernels loop by the launched grid (gpu.grid_dim), so the plan says any grid up
+    to its own is correct (the CUDA runtime fits it to one wave); a row kernel's grid is its
+    rows and is not marked."""
+    c = core()
+    steps = {}
+    for name in ("mlp", "layernorm"):
+        plan = Plan.from_json(json.loads(c.gpu_compile((ROOT / "test" / "Pipelines" / f"{name}.mlir").read_text())))
+        for s in plan.steps:
+            if isinstance(s, KernelStep):
+                steps.setdefault(s.strategy.split("_")[0], set()).add(s.grid_stride)
+    assert steps.get("pointwise") == {True}, steps
+    assert steps.get("row") == {False}, steps
+    k = {"kind": "kernel", "name": "k", "grid": [8, 1, 1], "block": [32, 1, 1], "args": [], "grid_stride": True}
+    assert KernelStep.from_json(k, 0).to_json()["grid_stride"] is True

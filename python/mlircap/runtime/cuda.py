@@ -205,6 +205,7 @@ class GpuExecutable(PlanExecutor, _StaticInputs):
         module = self._core.cuda_load_module(self.plan.ptx) if self.n_kernels else None
         self.program = self._core.LaunchProgram()
         self.exec_steps = []        # per plan step: ("kernel", program index) | ("library", step)
+        self.launch_grids = []      # per kernel launch: the grid it runs with
         functions = {}
         for step in self.plan.steps:
             if isinstance(step, KernelStep):
@@ -220,10 +221,23 @@ class GpuExecutable(PlanExecutor, _StaticInputs):
                         consts.append(a.i64)
                         slots.append(-1)
                 n = len(self.program)
-                self.program.add(functions[name], list(step.grid), list(step.block), step.smem, consts, slots)
+                grid = self._launch_grid(step, functions[name])
+                self.launch_grids.append(grid)
+                self.program.add(functions[name], grid, list(step.block), step.smem, consts, slots)
                 self.exec_steps.append(("kernel", n))
             else:
                 self.exec_steps.append(("library", step))
+
+    def _launch_grid(self, step: KernelStep, fn) -> list[int]:
+        """A grid-stride kernel runs in one wave: as many blocks as fit on the device at
+        once (registers and shared memory decide, known once the module is loaded), at most
+        the plan's grid. More would run their whole share of the loop after the first wave."""
+        grid = list(step.grid)
+        if step.grid_stride:
+            per_sm = self._core.cuda_blocks_per_sm(fn, step.block[0] * step.block[1] * step.block[2], step.smem)
+            sms = torch.cuda.get_device_properties(self.device).multi_processor_count
+            grid[0] = max(1, min(grid[0], per_sm * sms))
+        return grid
 
     def _table(self, t):
         return [t[v.id].data_ptr() for v in self.values]   # table slot = value id

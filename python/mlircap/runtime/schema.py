@@ -21,7 +21,9 @@ Wire format (JSON):
       constant  "data": [number | "nan" | "inf" | "-inf" | "-0.0"], "splat": true when one
                 element fills the shape
     KernelStep  {"kind": "kernel", "name", "grid": [3], "block": [3], "smem",
-                 "args": [{"value": id} | {"i64": n}], "strategy"?, "align"?}
+                 "args": [{"value": id} | {"i64": n}], "strategy"?, "align"?, "grid_stride"?}
+                "grid_stride": true when the kernel's loops stride by the launched grid,
+                so any grid from 1 to "grid" is correct (the runtime fits it to one wave)
     LibraryStep {"kind": "library", "op", "ins": [id], "out": id, "attrs"?}
       conv2d_nchw_fchw, conv2d_depthwise_nchw_chw (ins [input, weight (C, kh, kw)]),
       conv2d_nhwc_fhwc (ins [input (N, H, W, C), weight (F, kh, kw, C)]; GPU),
@@ -169,6 +171,7 @@ class KernelStep:
     smem: int = 0
     strategy: str = "kernel"
     align: int | None = None
+    grid_stride: bool = False
     kind: str = field(default="kernel", init=False)
 
     @property
@@ -178,7 +181,7 @@ class KernelStep:
     @staticmethod
     def from_json(o: dict, i: int) -> KernelStep:
         what = f"step {i} (kernel)"
-        _keys(o, what, ("kind", "name", "grid", "block", "args"), ("smem", "strategy", "align"))
+        _keys(o, what, ("kind", "name", "grid", "block", "args"), ("smem", "strategy", "align", "grid_stride"))
         if not isinstance(o["name"], str) or not o["name"]:
             raise PlanError(f"launch plan: {what} has no kernel name")
         args = []
@@ -195,10 +198,13 @@ class KernelStep:
         if not isinstance(strategy, str):
             raise PlanError(f"launch plan: {what} strategy must be a string")
         align = o.get("align")
+        grid_stride = o.get("grid_stride", False)
+        if not isinstance(grid_stride, bool):
+            raise PlanError(f"launch plan: {what} grid_stride must be a boolean")
         return KernelStep(name=o["name"], grid=_ints(o["grid"], f"{what} grid", 3),
                           block=_ints(o["block"], f"{what} block", 3), args=tuple(args),
                           smem=_int(o.get("smem", 0), f"{what} smem"), strategy=strategy,
-                          align=None if align is None else _int(align, f"{what} align"))
+                          align=None if align is None else _int(align, f"{what} align"), grid_stride=grid_stride)
 
     def to_json(self) -> dict:
         o: dict[str, Any] = {"kind": "kernel", "name": self.name, "grid": list(self.grid),
@@ -209,6 +215,8 @@ class KernelStep:
             o["strategy"] = self.strategy
         if self.align is not None:
             o["align"] = self.align
+        if self.grid_stride:
+            o["grid_stride"] = True
         return o
 
 
