@@ -1448,9 +1448,11 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         return speculate.rerun_on_failed_guard(fn, gm, strict=options.strict)
 
     def _aot(gm, example_inputs):
+        from . import inplace_draws
         from .attention_masks import simplify_attention_masks
 
         simplify_attention_masks(gm, example_inputs)
+        inplace_draws.rewrite(gm)   # x.bernoulli_(p): eager's memory order, not bernoulli.p's
         from .ddsplit import restoring_global_modes
         from .saved_views import partition as saved_views_partition
 
