@@ -393,6 +393,7 @@ def _build_table() -> dict:
 
     table[aten.masked_scatter.default] = masked_scatter   # torch-mlir's lowering: no CPU kernel
     table[aten.take.default] = _take_by_index       # a 0-d index: torch's decomposition reads it as a number
+    table[aten.resize.default] = _resize_contiguous   # resize_as_: torch-mlir cannot lower it
     table[aten.embedding_renorm.default] = _embedding_renorm   # max_norm: torch-mlir cannot lower it
     # step > 1 (x[:, ::2] = y): torch-mlir's lowering is a scatter, no CPU kernel
     table[aten.slice_scatter.default] = _strided_slice_scatter(table.get(aten.slice_scatter.default))
@@ -501,6 +502,19 @@ def _take_by_index(x, index):
     if not isinstance(x, torch.Tensor) or not isinstance(index, torch.Tensor):
         return NotImplemented
     return torch.ops.aten.index.Tensor(x.reshape(-1), [index])
+
+
+def _resize_contiguous(x, size, memory_format=None):
+    """aten.resize (functionalization's form of x.resize_as_(y), x.resize_(...) whose result
+    is used), which torch-mlir cannot lower (an island). Of a contiguous x to at most its
+    element count, eager's resize_ keeps the storage and gives it contiguous strides: the
+    result is x's first numel(size) elements in order. A larger size (new, uninitialized
+    memory) or a non-contiguous x (its storage reinterpreted) stays whole."""
+    n = math.prod(size) if isinstance(size, (list, tuple)) and all(isinstance(d, int) for d in size) else -1
+    if not isinstance(x, torch.Tensor) or memory_format not in (None, torch.contiguous_format) or \
+            not 0 <= n <= x.numel() or not x.is_contiguous():
+        return NotImplemented
+    return x.reshape(-1)[:n].reshape(size).clone()
 
 
 def _embedding_renorm(weight, indices, max_norm, norm_type):
@@ -1236,12 +1250,13 @@ def _keep_whole(op, args, kwargs) -> bool:
 # searchsorted, cummax and cummin only compare and select (maxpool.py, search.py,
 # cumulative.py), the view scatters and masked_scatter only gather (view_ops.py,
 # scatter.py); isin only compares elements (== against each test element, or sorts and
-# searches).
+# searches); resize / resize_as only move elements (_resize_contiguous), aminmax only
+# compares (amin, amax).
 _UINT8_DECOMPOSABLE = {f"aten::{n}" for n in (
     "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
     "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "logspace", "max_pool2d_with_indices",
     "max_pool3d_with_indices", "searchsorted", "cummax", "cummin", "diagonal_scatter", "as_strided_scatter",
-    "masked_scatter", "nonzero_static", "isin")}
+    "masked_scatter", "nonzero_static", "isin", "resize", "resize_as", "aminmax")}
 
 
 @dataclass

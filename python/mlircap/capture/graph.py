@@ -190,6 +190,16 @@ def _byte_span(t: torch.Tensor) -> tuple[int, int]:
     return lo, hi + t.element_size()
 
 
+def _plain_equal_operands(args: tuple, kwargs: dict) -> bool:
+    """torch.equal(a, b) of dense tensors on one device (other devices raise: left to eager's
+    call), whose value is eq(a, b).all() where the shapes are the same, else False."""
+    if kwargs or len(args) != 2 or not all(type(a) in (torch.Tensor, torch.nn.Parameter) for a in args):
+        return False
+    a, b = args
+    return a.device == b.device and a.layout == b.layout == torch.strided and \
+        not (a.is_quantized or b.is_quantized or a.is_nested or b.is_nested)
+
+
 class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixin,
                   _DeferMixin, _DataWriteMixin):
     """FX recording for `_Recorder`: torch functions seen by `_Mode` become nodes of the
@@ -212,6 +222,15 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
             # only the bool breaks it (the whole call was a data-dependent step: no graph)
             close = self.on_torch(torch.isclose, types_, args, kwargs)
             every = self.on_torch(torch.Tensor.all, types_, (close,), {})
+            return self.on_torch(torch.Tensor.__bool__, types_, (every,), {})
+        if name == "equal" and _plain_equal_operands(args, kwargs) and not self._dyn_shape_args(args, kwargs):
+            # eager's equal of same-shaped tensors is eq(...).all().item() (promoting, NaN
+            # unequal, an alias too): a graph and the bool that breaks it, as allclose. Other
+            # shapes are unequal: False (shapes fixed by the guards; a shape that follows
+            # tensor data, nonzero's, leaves the call to eager)
+            if args[0].shape != args[1].shape:
+                return False
+            every = self.on_torch(torch.Tensor.all, types_, (self.on_torch(torch.eq, types_, args, {}),), {})
             return self.on_torch(torch.Tensor.__bool__, types_, (every,), {})
         if any(isinstance(a, torch.Generator) for a in args) or \
                 any(isinstance(a, torch.Generator) for a in kwargs.values()):
