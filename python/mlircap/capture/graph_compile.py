@@ -744,8 +744,14 @@ class _FirstRunChecked:
 def _double_backward_ok(rec: _Recorder, seg: _Seg) -> bool:
     """Can this graph run under _HigherOrderGrad: it takes some input that requires grad,
     makes no in-place change, draws no random numbers (a recompute would draw others) and
-    returns no view of an input (a custom autograd Function would lose the view)."""
+    returns no view of an input (a custom autograd Function would lose the view). Nor a
+    graph that calls autograd.grad and takes an input with a history: the Function cuts
+    that history, through which the call differentiates (forces = -grad(energy, pos) where
+    the energy came from an eager callee: 'differentiated Tensor ... not used')."""
     if seg.inplace or rec.uses_rng or not any(t.requires_grad for t in seg.examples):
+        return False
+    if any(t.grad_fn is not None for t in seg.examples) and any(
+            n.op == "call_function" and n.target is torch.autograd.grad for n in seg.graph.nodes):
         return False
     out_nodes = set(seg.outputs)
     in_storages = {t.untyped_storage().data_ptr() for t in seg.examples}
