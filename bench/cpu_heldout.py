@@ -30,11 +30,8 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
 import warnings
 
-# bench/ holds a kernels.py; transformers probes for a package of that name (hub kernels)
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 warnings.filterwarnings("ignore", message="dynamo_pgo force disabled")
 

@@ -18,12 +18,9 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 import warnings
 
-# bench/ holds a kernels.py; transformers probes for a package of that name (hub kernels)
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402

@@ -50,14 +50,11 @@ Models (CPU sizes; `big`: GPU sizes):
 from __future__ import annotations
 
 import math
-import os
-import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import heldout  # noqa: E402  (its runner, report format and options)
 
 

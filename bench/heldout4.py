@@ -29,8 +29,6 @@ import copy
 import dataclasses
 import json
 import math
-import os
-import sys
 import time
 import warnings
 
@@ -38,7 +36,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from heldout import DTYPES, TOL, geomean, record_error, side_by_side_ms  # noqa: E402  (bench/heldout.py's runner helpers)
 
 import mlircap  # noqa: E402

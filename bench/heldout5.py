@@ -25,8 +25,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
-import sys
 from typing import NamedTuple, Optional
 
 import torch
@@ -35,7 +33,6 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 from torch.utils.checkpoint import checkpoint
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import heldout4  # noqa: E402  (the runner: run_case, diff, main)
 
 

@@ -19,15 +19,12 @@ state, counters, the global RNG's state after the call, arguments): bench/heldou
 """
 from __future__ import annotations
 
-import os
-import sys
 import warnings
 
 import numpy as np
 import torch
 import transformers as T
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import heldout4  # noqa: E402  (the runner: run_case, diff, main)
 
 warnings.filterwarnings("ignore", module="transformers")

@@ -21,8 +21,6 @@ counters, the global RNG's state after the call, arguments): bench/heldout4.py's
 from __future__ import annotations
 
 import math
-import os
-import sys
 
 import torch
 import torch.nn as nn
@@ -32,7 +30,6 @@ from torch.nn.utils import parametrizations
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from torch.utils.checkpoint import checkpoint_sequential
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import heldout4  # noqa: E402  (the runner: run_case, diff, main)
 
 

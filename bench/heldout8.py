@@ -27,15 +27,12 @@ counters, the global RNG's state after the call, arguments): bench/heldout4.py's
 from __future__ import annotations
 
 import math
-import os
-import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils import parametrizations
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import heldout4  # noqa: E402  (the runner: run_case, diff, main)
 
 

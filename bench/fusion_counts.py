@@ -1,6 +1,6 @@
 """Kernels per model before/after fusion, and estimated memory traffic.
 
-    python bench/kernels.py [--scale small|bench]
+    python bench/fusion_counts.py [--scale small|bench]
 
 Per model: the aten compute ops of the captured, decomposed graph (views and
 metadata ops not counted). This overstates eager's launches where eager has
