@@ -389,6 +389,10 @@ def _build_table() -> dict:
     from .histogram import histc
 
     table[aten.histc.default] = histc   # torch-mlir cannot lower it
+    from .histogram import histogram_bin_ct, histogram_bins_tensor
+
+    table[aten.histogram.bins_tensor] = histogram_bins_tensor   # torch-mlir cannot lower it
+    table[aten.histogram.bin_ct] = histogram_bin_ct
     from .scatter import masked_scatter
 
     table[aten.masked_scatter.default] = masked_scatter   # torch-mlir's lowering: no CPU kernel

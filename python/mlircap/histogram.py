@@ -120,3 +120,96 @@ def histc(x, bins=100, min=0, max=0):  # noqa: A002 - aten's argument names
     pos = torch.where(pos == bins, pos - 1, pos)
     hit = valid.unsqueeze(-1) & (pos.unsqueeze(-1) == torch.arange(bins))
     return hit.sum(0).to(dtype)
+
+
+# ----------------------------------------------------------------------------- histogram
+# torch.histogram (aten.histogram.bins_tensor / .bin_ct), which torch-mlir cannot lower, as
+# eager's CPU kernel (ATen/native/cpu/HistogramKernel.cpp) counts: an element outside
+# [edges[0], edges[-1]] (NaN too) is skipped; its bin is std::upper_bound(edges, x) - 1
+# (bins_tensor, whatever the order of the edges), or for bin_ct the interpolated
+#     pos = int64((x - edges[0]) * (n_edges - 1) / (edges[-1] - edges[0]))   (in the dtype)
+# then upper_bound over edges[max(pos - 1, 0) : min(pos + 2, n_edges)]; the last edge
+# belongs to the last bin. Here upper_bound is libstdc++'s binary search, step by step for
+# every element at once (bit_length(n_edges) masked steps), so the bins are eager's for any
+# edges; weights are summed per bin (a sum in another order: the dtype's rounding), and
+# density divides by the total and then by the bin widths, as eager does. bin_ct edges are
+# eager's linspace of `range`, evaluated when the graph is traced; without a range they
+# come from the data (eager raises on a non-finite element): that form stays whole.
+
+_HIST_DTYPES = (torch.float32, torch.float64)
+
+
+def _upper_bound(edges: torch.Tensor, x: torch.Tensor, first: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
+    """libstdc++'s std::upper_bound(edges + first, edges + first + length, x) - edges for
+    each element of `x` (int64 `first` / `length` per element)."""
+    n = edges.shape[0]
+    for _ in range(n.bit_length()):
+        half = torch.div(length, 2, rounding_mode="floor")
+        middle = first + half
+        v = torch.index_select(edges, 0, torch.clamp(middle, 0, n - 1))
+        left = x < v
+        active = length > 0
+        first = torch.where(active & ~left, middle + 1, first)
+        length = torch.where(active, torch.where(left, half, length - half - 1), length)
+    return first
+
+
+def _counted(x, edges, pos, weight, density, bins):
+    """The histogram of the elements of `x` at bins `pos` (as eager: outside the edges
+    skipped, the last edge in the last bin), with its weights and density."""
+    valid = (x >= edges[0]) & (x <= edges[-1])
+    pos = torch.where(pos == bins, pos - 1, pos)
+    hit = valid.unsqueeze(-1) & (pos.unsqueeze(-1) == torch.arange(bins, device=x.device))
+    if weight is None:
+        hist = hit.sum(0).to(x.dtype)
+    else:
+        hist = torch.where(hit, weight.reshape(-1).unsqueeze(-1), torch.zeros((), dtype=x.dtype)).sum(0)
+    if density:
+        hist = hist / hist.sum()
+        hist = hist / (edges[1:] - edges[:-1])
+    return hist
+
+
+def _histogram_args_ok(x, weight, bins) -> bool:
+    return isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dtype in _HIST_DTYPES and \
+        (weight is None or isinstance(weight, torch.Tensor) and weight.dtype == x.dtype and
+         weight.shape == x.shape) and 0 < bins and x.numel() * (bins + 1) <= MAX_WORK
+
+
+def histogram_bins_tensor(x, bins, *, weight=None, density=False):
+    """aten.histogram.bins_tensor (the comment above); NotImplemented where not handled."""
+    if not isinstance(bins, torch.Tensor) or bins.dim() != 1 or bins.dtype != getattr(x, "dtype", None) or \
+            not _histogram_args_ok(x, weight, bins.shape[0] - 1):
+        return NotImplemented
+    n = bins.shape[0]
+    xf = x.reshape(-1)
+    zero = torch.zeros(xf.shape, dtype=torch.int64, device=x.device)
+    pos = _upper_bound(bins, xf, zero, zero + n) - 1
+    return _counted(xf, bins, pos, weight, density, n - 1), bins.clone()
+
+
+def histogram_bin_ct(x, bins=100, *, range=None, weight=None, density=False):  # noqa: A002 - aten's names
+    """aten.histogram.bin_ct with a `range` (the comment above); NotImplemented otherwise."""
+    from .ranges import _now
+
+    if not isinstance(bins, int) or range is None or len(range) != 2 or not _histogram_args_ok(x, weight, bins):
+        return NotImplemented
+    lo, hi = (float(v) for v in range)
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+        return NotImplemented   # eager raises
+    if lo == hi:
+        lo, hi = lo - 0.5, hi + 0.5
+    dtype, n = x.dtype, bins + 1
+    edges = _now(lambda: torch.linspace(lo, hi, n, dtype=dtype))
+    left, right = _now(lambda: (edges[0].item(), edges[-1].item()))
+    span = _now(lambda: (edges[-1] - edges[0]).item())   # in the dtype, as eager's
+    edges = torch.ops.aten.lift_fresh_copy.default(edges)   # a constant of the graph
+    xf = x.reshape(-1)
+    valid = (xf >= left) & (xf <= right)
+    # eager: (x - left) * (n_edges - 1) / (right - left), each step in the dtype; int64
+    # truncation of a non-negative value (elements outside are skipped: 0 for them here)
+    pos = torch.where(valid, (xf - left) * float(n - 1) / span, torch.zeros((), dtype=dtype)).to(torch.int64)
+    first = torch.clamp(pos - 1, min=0)
+    length = torch.clamp(pos + 2, max=n) - first
+    pos = _upper_bound(edges, xf, first, length) - 1
+    return _counted(xf, edges, pos, weight, density, bins), edges.clone()

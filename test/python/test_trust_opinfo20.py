@@ -114,3 +114,59 @@ def test_uint8_aminmax_compiles(fallback_log, kwargs):
     x = torch.tensor([[0, 255, 128, 3], [129, 127, 255, 0], [1, 2, 254, 200]], dtype=torch.uint8)
     check_compiled(lambda a: torch.aminmax(a, **kwargs), [x], fallback_log)
     check_compiled(lambda a: torch.aminmax(a, **kwargs), [x[:, ::2]], fallback_log)
+
+
+# -------------------------------------------------------------------------------- histogram
+def _hist_input(dtype):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 7, generator=g, dtype=torch.float64).to(dtype) * 2
+    x[0, :5] = torch.tensor([float("nan"), -1.0, 0.0, 1.0, 3.0], dtype=dtype)   # NaN, edges, outside
+    return x, torch.rand(6, 7, generator=g, dtype=torch.float64).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("edges", [[-1.0, 0.0, 0.5, 1.0, 3.0], [-1.0, 1.0, 1.0, 2.0], [0.0, 2.0, 1.0, 3.0, -1.0, 4.0],
+                                   [-3.0, float("nan"), 3.0], [1.0, 1.0]],
+                         ids=["sorted", "repeated", "unsorted", "nan", "one-bin"])
+@pytest.mark.parametrize("weighted,density", [(False, False), (True, False), (False, True), (True, True)])
+def test_histogram_of_a_bins_tensor_compiles(fallback_log, dtype, edges, weighted, density):
+    # OpInfo histogram float32 #31 (seed 2001) ran through torch (aten.histogram.bins_tensor,
+    # no torch-mlir lowering). Each element's bin is eager's std::upper_bound, whatever the
+    # order of the edges (an unsorted or NaN edge too); the last edge is in the last bin
+    x, w = _hist_input(dtype)
+    b = torch.tensor(edges, dtype=dtype)
+    kw = {"density": density}
+    if weighted:
+        check_compiled(lambda a, e, v: torch.histogram(a, e, weight=v, **kw), [x, b, w], fallback_log, exact=False)
+    else:
+        check_compiled(lambda a, e: torch.histogram(a, e, **kw), [x, b], fallback_log, exact=not density)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("bins,rng", [(4, (-1.0, 3.0)), (7, (-2.5, 2.5)), (1, (0.0, 1.0)), (100, (-3.0, 3.0)),
+                                      (3, (1.0, 1.0)), (10, (0.1, 0.7))])
+@pytest.mark.parametrize("weighted,density", [(False, False), (True, True)])
+def test_histogram_with_a_range_compiles(fallback_log, dtype, bins, rng, weighted, density):
+    # aten.histogram.bin_ct with range=: eager's linspace edges (a constant), the bin
+    # interpolated in the dtype then searched around as eager's kernel does
+    x, w = _hist_input(dtype)
+    x = torch.cat([x.reshape(-1), torch.linspace(rng[0], rng[1], bins + 1, dtype=dtype)])   # the edges themselves
+    w = torch.cat([w.reshape(-1), torch.ones(bins + 1, dtype=dtype)])
+    kw = {"range": rng, "density": density}
+    if weighted:
+        check_compiled(lambda a, v: torch.histogram(a, bins, weight=v, **kw), [x, w], fallback_log, exact=False)
+    else:
+        check_compiled(lambda a: torch.histogram(a, bins, **kw), [x], fallback_log)
+
+
+def test_histogram_without_a_range_stays_eager():
+    # bins from the data (eager raises on a non-finite element): left whole, eager's values
+    fn = lambda a: torch.histogram(a, 5)   # noqa: E731
+    fast = mlircap.compile(fn)
+    x = torch.tensor([0.0, 1.0, 2.5, 2.5, 4.0])
+    for _ in range(2):
+        got, want = fast(x), fn(x)
+        torch.testing.assert_close(got.hist, want.hist, rtol=0, atol=0)
+        torch.testing.assert_close(got.bin_edges, want.bin_edges, rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="not finite"):
+        fast(torch.tensor([0.0, float("inf")]))
