@@ -307,6 +307,46 @@ def _as_views(res, views: tuple):
     return res
 
 
+def _output_layouts(gm: torch.fx.GraphModule, n_out: int | None = None) -> tuple:
+    """(j, shape, stride) of each output j that eager lays out dense but not contiguous (the
+    graph's own intermediate, no view of an input or of another output's memory): compiled
+    parts return such outputs contiguous, and eager's layout is observable later (a
+    randn_like of a permuted tensor after a graph break draws in its memory order:
+    bench/fuzz_graphs.py seed 1510; strides, is_contiguous). torch.compile keeps them too."""
+    roots = _eager_roots(gm)
+    shared = {r for r in roots if r is not None}
+    shared = {r for r in shared if sum(x == r for x in roots) > 1}
+    res = []
+    for j, ((n, val), root) in enumerate(zip(_outputs(gm), roots)):
+        if n_out is not None and j >= n_out:
+            break
+        if not isinstance(val, torch.Tensor) or val.layout != torch.strided or root in shared or \
+                root != ("node", getattr(n, "name", None)) or val.is_contiguous():
+            continue
+        try:
+            shape, stride = tuple(int(x) for x in val.shape), tuple(int(x) for x in val.stride())
+        except (TypeError, RuntimeError):   # symbolic sizes
+            continue
+        expected = 1   # dense: the dims by increasing stride, each the extent of those inside
+        for st, size in sorted((st, size) for size, st in zip(shape, stride) if size > 1):
+            if st != expected:
+                break
+            expected *= size
+        else:
+            res.append((j, shape, stride))
+    return tuple(res)
+
+
+def _as_eager_layouts(outs, layouts: tuple):
+    """The outputs of _output_layouts copied into eager's strides where they differ."""
+    outs = list(outs)
+    for j, shape, stride in layouts:
+        t = outs[j]
+        if isinstance(t, torch.Tensor) and tuple(t.shape) == shape and t.stride() != stride:
+            outs[j] = t.new_empty_strided(shape, stride).copy_(t)
+    return outs
+
+
 def _output_specs(gm: torch.fx.GraphModule):
     specs = []
     for n, val in _outputs(gm):
@@ -1146,9 +1186,15 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
 
             compiled = checked(compiled, expected)
 
-        if copies is None:
+        # (the forward's outputs past the user's are saved for the backward: left as they come)
+        n_user = min(copies[0] if copies is not None else 1 << 62, gm.meta.get("mlircap_num_fwd_outputs", 1 << 62))
+        eager_layouts = _output_layouts(gm, n_user)
+        if copies is None and not eager_layouts:
             def run(args):
                 return compiled(*args)
+        elif copies is None:
+            def run(args):
+                return _as_eager_layouts(compiled(*args), eager_layouts)
         else:
             n_out, dsts = copies
             _transient_outputs(compiled, gm, n_out)
@@ -1156,7 +1202,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
             def run(args):
                 outs = compiled(*args)
                 _copy_into([args[i] for i in dsts], outs[n_out:])
-                return outs[:n_out]
+                return _as_eager_layouts(outs[:n_out], eager_layouts) if eager_layouts else outs[:n_out]
 
         run._boxed_call = True
         run.compiled = compiled
@@ -1414,6 +1460,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
                 return rerun_on_bad_index(fn, eager_graph[0] if eager_graph else gm,
                                           any(b.uses_rng for b in bounds_checked), options.strict)
             if len(inference_now) == 1 and compiled_now == [inference_now[0][0]] and not autocast and \
+                    not _output_layouts(inference_now[0][1]) and \
                     _aot_passes_through(inference_now[0][1], gm, example_inputs):
                 # aot_autograd's runtime wrapper would only turn grad mode off around the
                 # call (CompiledGraph does that itself) and check the output count: the

@@ -32,6 +32,7 @@ def partition(joint_module: fx.GraphModule, joint_inputs: Any, *, num_fwd_output
         save_inputs_not_views(fw, bw, num_fwd_outputs)
     except Exception:   # (graphs left half rewritten: partitioned again, as torch partitions them)
         fw, bw = default_partition(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kwargs)
+    fw.meta["mlircap_num_fwd_outputs"] = num_fwd_outputs   # the rest is saved for the backward
     return fw, bw
 
 
