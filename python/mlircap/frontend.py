@@ -398,6 +398,7 @@ def _build_table() -> dict:
     table[aten.masked_scatter.default] = masked_scatter   # torch-mlir's lowering: no CPU kernel
     table[aten.take.default] = _take_by_index       # a 0-d index: torch's decomposition reads it as a number
     table[aten.resize.default] = _resize_contiguous   # resize_as_: torch-mlir cannot lower it
+    table[aten.repeat_interleave.Tensor] = _repeat_indices   # output_size=: torch-mlir cannot lower it
     table[aten.embedding_renorm.default] = _embedding_renorm   # max_norm: torch-mlir cannot lower it
     # step > 1 (x[:, ::2] = y): torch-mlir's lowering is a scatter, no CPU kernel
     table[aten.slice_scatter.default] = _strided_slice_scatter(table.get(aten.slice_scatter.default))
@@ -506,6 +507,26 @@ def _take_by_index(x, index):
     if not isinstance(x, torch.Tensor) or not isinstance(index, torch.Tensor):
         return NotImplemented
     return torch.ops.aten.index.Tensor(x.reshape(-1), [index])
+
+
+def _repeat_indices(repeats, *, output_size=None):
+    """aten.repeat_interleave.Tensor with output_size= (x.repeat_interleave(r, dim,
+    output_size=n): index_select by these indices), which torch-mlir cannot lower (an
+    island): index i repeated repeats[i] times, i.e. for each output position the number of
+    cumulative repeats at or below it (a comparison count, repeats' dtype). Eager raises
+    for a negative repeat or a sum other than output_size: an assert, which reruns the
+    graph eagerly (bounds.py). Without output_size the length follows the data: left whole."""
+    if not isinstance(repeats, torch.Tensor) or not isinstance(output_size, int) or repeats.dim() != 1 or \
+            repeats.dtype not in (torch.int32, torch.int64) or repeats.shape[0] == 0 or \
+            output_size * repeats.shape[0] > _REPEAT_MAX_WORK:
+        return NotImplemented
+    ends = torch.cumsum(repeats.to(torch.int64), 0)
+    torch._assert_async((repeats >= 0).all() & (ends[-1] == output_size), "repeat_interleave: repeats")
+    pos = torch.arange(output_size, device=repeats.device)
+    return (ends.unsqueeze(0) <= pos.unsqueeze(1)).sum(1).to(repeats.dtype)
+
+
+_REPEAT_MAX_WORK = 1 << 22
 
 
 def _resize_contiguous(x, size, memory_format=None):
