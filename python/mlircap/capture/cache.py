@@ -124,6 +124,7 @@ class _Captured:
         self.dyn_ints: set[tuple] = set()
         self.callees = _Callees(self)   # captured on their own where the frame runs eagerly
         self.break_codes: dict[types.CodeType, str] = {}   # callees it gave up in: broken around (give_ups.py)
+        self.pass_codes: set[tuple] = set()   # frames its callees run as they are (give_ups.py)
         if self.code is not None:
             c = self.code
             n = c.co_argcount + c.co_kwonlyargcount + bool(c.co_flags & 0x04) + bool(c.co_flags & 0x08)
@@ -524,6 +525,7 @@ class _Callees:
                 continue
             # the callees the frame's recordings gave up in: broken around from the first recording
             ch.break_codes = {c: w for c, w in p.break_codes.items() if c is not ch.code}
+            ch.pass_codes = set(p.pass_codes)
             who = o if isinstance(o, torch.nn.Module) else ch.func
             self.by_key[(ch.code, id(who))] = (who, ch)
 

@@ -25,7 +25,8 @@ from .classify import (
     _lr_scheduler_call, _node_hook_call, _optimizer_step, _reads_clock,
 )
 from .external_calls import _SCALAR_ARGS
-from .give_ups import learned_break
+from .give_ups import learned_break, pass_through_codes
+from .grad_clips import clip_after_break
 from .iterators import stateful_next
 from .special_calls import _TENSOR_DEEPCOPY, _SpecialCallMixin
 from .flows import _FlowMixin
@@ -144,6 +145,8 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             return
         if slot is not None and (f := self._redirect_call(frame, f, args, kwargs, slot)) is None:
             return   # (a scripted function's Python function called instead; a vmapped one replayed)
+        if clip_after_break(self, frame, f, args, kwargs, slot):
+            return   # (clip_grad_norm_ right after a break: run with it, grad_clips.py)
         if (f is isinstance or f is issubclass) and len(args) == 2 and not kwargs:
             self._guard_class_check(f, args[0], args[1])
         elif type(f) is types.FunctionType and f.__code__ is _SINGLEDISPATCH_CODE and args:
@@ -208,6 +211,7 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
                 self.unreplayable = f"the function wrote state before a call into {_callee_name(f)}, " \
                                     f"which it runs eagerly (a replay writes at its end)"
                 self.give_up_callee = None
+                self.pass_codes = pass_through_codes(self.dirty, self.root_frame)
         recv = self._opaque_method(f, args)
         if recv is not None or kind == "safe" and (stateful_next(f, args, self.src) or _optimizer_step(f, args) or
                                                    _lr_scheduler_call(f, args)):

@@ -27,6 +27,8 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   steps          typed replay plan records: GraphStep, CallStep, Write
   frame_hook     the C++ frame hook glue: _E (+ 3.12 stack-depth shim), _active, _hook_cb
   classify       code classification (_classify), call kinds (_call_kind), value categories
+  functorch_calls torch.func transforms (grad, jacrev, vjp, ...) called from traced code: uncapturable calls,
+                 their closures made again at replay (rebuilt_function)
   draws          which torch calls and graph nodes draw from torch's generators (_draws_rng, _node_draws)
   iterators      `next` on iterators that outlive the call (replayed, not folded), which may run before a graph
   autocast       autocast regions inside the call: _enter_autocast / _exit_autocast nodes in the graph
@@ -61,6 +63,7 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   flows          _FlowMixin: numbers followed opcode by opcode to their use (branch outcome guards, printed)
   external_calls _ExternalCallMixin: the uncapturable call replayed as a graph break, its result sourced
   give_ups       callees a recording gave up in (failing_callee), broken around at their calls (learned_break)
+  grad_clips     clip_grad_norm_ / clip_grad_value_ right after a graph break: run with that break
   module_factories _ModuleFactoryMixin: modules the function makes (`nn.Linear(...)`), a replayed call
                  run before the open graph, the module sourced through its result (kind "fresh")
   special_calls  _SpecialCallMixin: methods of opaque call results (`with fork_rng()`), lru_cache calls,

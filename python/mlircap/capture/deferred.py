@@ -60,6 +60,11 @@ class _DeferMixin:
             # after an uncapturable call that may write state, a guard failing after the read
             # continues the frame from the break (resumes.py), which a deferred read has not)
             return False
+        if (self.cur is None or not self.cur.nops) and self.steps and isinstance(self.steps[-1], CallStep):
+            # right after a break, no graph operation since (`loss.backward(); opt.step();
+            # return loss.item()`): read now, a break merged with that one, instead of a
+            # graph of one clone
+            return False
         self.defer_sites.add(self._defer_site(loc))
         c = torch.Tensor.clone(t)
         try:

@@ -71,8 +71,8 @@ def _hook_cb(code: types.CodeType, func: types.FunctionType, args: tuple) -> Any
     if e[1] is CALLEES:
         # a frame running eagerly whose callees are captured on their own (cache._Callees)
         ch = st.lookup(code, func, args)
-        if ch is None:
-            return NOT_HANDLED
+        if ch is None or st.parent.pass_codes and (code, id(type(args[0])) if args else None) in st.parent.pass_codes:
+            return NOT_HANDLED   # (give_ups.pass_through_codes: run as it is, its callees looked up here)
         a.append([ch, False])   # its own frames and callees: dispatched / recorded by it
         try:
             return ch.dispatch(func, args)

@@ -41,6 +41,7 @@ from .scalar_inputs import _ALPHA_OPS, _BOUND_OPS, _PRE, _SCALAR_OPERATORS, _Sca
 if TYPE_CHECKING:  # pragma: no cover
     from .recorder import _Recorder
 
+_functorch_level = torch._C._functorch.peek_interpreter_stack
 
 class _Seg:
     """One captured graph (a segment of the call between graph breaks)."""
@@ -959,6 +960,11 @@ class _Mode(TorchFunctionMode):
         kwargs = kwargs or {}
         rec = self.rec
         if rec.suspended or rec.ext_depth or rec.stopped:
+            return func(*args, **kwargs)
+        if _functorch_level() is not None:
+            # under a torch.func transform the recording did not see start (torch code that runs
+            # one): its tensors are the transform's wrapped ones, which no graph holds
+            rec.unreplayable = rec.unreplayable or f"{_op_name(func)} under a torch.func transform"
             return func(*args, **kwargs)
         rec.suspended += 1
         try:

@@ -25,7 +25,7 @@ from .graph import _GraphMixin
 from .np_interop import _NumpyMixin
 from .tracer import _TracerMixin
 from .resumes import ResumePoint, _ResumeMixin
-from .give_ups import failing_callee
+from .give_ups import WriteSet, failing_callee
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import _Captured
@@ -89,7 +89,8 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         self.has_inplace = False
         self.cv_local = set()
         self.hooked_global = False
-        self.dirty = set()     # (id(obj), key)
+        self.dirty = WriteSet()   # (id(obj), key)
+        self.pass_codes: set = set()   # (give_ups.pass_through_codes)
         # keys the code stored into (attribute names, ("item", key) for subscripts): replayed
         # even when the stored value is the one the object already had when recording, since
         # the object may hold another value at replay

@@ -119,6 +119,7 @@ class _SkipFrameVariant(_EagerVariant):
             self.breaks = [brk]
             self.splits = 1
         c = rec.captured
+        c.pass_codes |= rec.pass_codes
         mods = list(rec.called_modules.values())
         if rec.captured.is_module:   # its children, also those the loop reaches after the stop
             mods += [m for _, m in rec.captured.fn.named_children()]

@@ -76,6 +76,7 @@ class _ResumeMixin:
             f = f.f_back
         if f is None:
             return
+        f = _dispatched_caller(f, root)
         inner = f
         while f is not root:   # the frames between: traced user code only
             if f is None or f.f_code.co_filename.startswith(_OWN_DIR) or f.f_trace is None or \
@@ -228,8 +229,39 @@ class _ResumeMixin:
                 return expr   # computed from breaks' results and float arguments: valid there
             for kk in ks:     # (an attribute's expression would read it after the call): its value
                 self._flow_escape(kk)
+        if type(v) is _RANGE_ITER:
+            # `for _ in range(n):` around the break (a training loop's steps): the loop's
+            # iterator, made again at its position (its bounds are ints the recording guarded:
+            # the loop's trip count follows them)
+            _, (r,), i = v.__reduce__()
+            return f"{self.const(_range_iter)}({r.start}, {r.stop}, {r.step}, {i})"
         # (an object the frame read through a location before an uncapturable call that may
         # write is named by the binding the replay made before that call, sources._bind_held;
         # one read through a location since the last such call: that location is unchanged
         # since, as no Python code ran in between)
         return self.expr_of(v)
+
+
+_RANGE_ITER = type(iter(range(0)))
+_HANDLE_TORCH_FUNCTION = torch.overrides.handle_torch_function.__code__
+
+
+def _dispatched_caller(f: types.FrameType, root: types.FrameType) -> types.FrameType:
+    """f, the frame the recorder was called from; where that is torch's handle_torch_function
+    called by a Python torch function that returns what it returns (`Tensor.backward`: `if
+    has_torch_function_unary(self): return handle_torch_function(...)`), the frame calling that
+    torch function: the step recorded is that whole call, so the caller continues right after it."""
+    g = f.f_back
+    if f.f_code is not _HANDLE_TORCH_FUNCTION or g is None or g is root or g.f_back is None or \
+            _classify(g.f_code) != "opaque":
+        return f
+    order, pos = _order(g.f_code)
+    i = pos.get(g.f_lasti)
+    nxt = _instrs(g.f_code).get(order[i + 1]) if i is not None and i + 1 < len(order) else None
+    return g.f_back if nxt is not None and nxt[0] == "RETURN_VALUE" else f
+
+
+def _range_iter(start: int, stop: int, step: int, i: int) -> Any:
+    it = iter(range(start, stop, step))
+    it.__setstate__(i)
+    return it

@@ -18,6 +18,7 @@ from .guard_kinds import (
     Equals, FunctionCode, Is, Keys, NdarrayContents, Number, SameAs, TypeIs, TypeLen,
 )
 from .classify import _C_BUFFERS, _ID_HASHED, _IMMUTABLE_CONST, _PRIM, _classify, _ffi_object
+from .functorch_calls import transform_call
 from .locations import _short
 from .typeinfo import (
     _NDARRAY_GUARD_BYTES, _dataclass_fields, _np_float, _is_constant_value, _is_frozen_dataclass, _is_ndarray, _pure_python_type,
@@ -247,6 +248,14 @@ class _SourceMixin:
             # are those of the same class and C function
             self.guard(Equals(expr, pretty, v, exact=t), group=group)
             self.src[vid] = (self.const(v, pretty), pretty, False)
+            return
+        if argrooted and transform_call(v):
+            # the function torch.func.vjp / linearize return (a closure of torch's, new each
+            # call): an opaque value, called by a replayed call (functorch_calls); guarded by
+            # identity, every call recorded again
+            self.guard(TypeIs(expr, f"type({pretty})", t))
+            self.src[vid] = (expr, pretty, "opaque")
+            self.keep.append(v)
             return
         if isinstance(v, (torch.nn.Module, types.FunctionType, types.BuiltinFunctionType,
                           types.ModuleType, type, types.MethodWrapperType,

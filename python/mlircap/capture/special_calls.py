@@ -35,7 +35,9 @@ from .base import Unreplayable, _Canned, _Raised, inline_path
 from .classify import _PRIM, _func_qualname, _scripted_python
 from .external_calls import _traced
 from .module_factories import _ModuleFactoryMixin
+from .counters import _SymExpr
 from .frame_hook import _E
+from .functorch_calls import rebuilt_function, transform_call
 from .grad_hooks import _torch_function, graph_arguments, pure_mapped_function
 from .guard_kinds import Equals
 from .values import _DESCRIPTORS
@@ -164,10 +166,24 @@ class _SpecialCallMixin(_ModuleFactoryMixin):
         if vm is not None and self._vmap_node(frame, vm, args, kwargs):
             return None
         if vm is not None:
-            self._external_call(frame, vm[0], vm[1:] + list(args), kwargs,
-                                f"torch.vmap of {_func_qualname(vm[1])}", slot)
+            reason = f"torch.vmap of {_func_qualname(vm[1])}"
+            self._external_call(frame, vm[0], [self._rebuilt(vm[1], reason)] + vm[2:] + list(args), kwargs,
+                                reason, slot)
+            return None
+        if transform_call(f):   # torch.func.grad(g)(x), jacrev, vjp, ...: run between graphs (functorch_calls)
+            reason = f"a torch.func transform ({_func_qualname(f)})"
+            self._external_call(frame, self._rebuilt(f, reason), list(args), kwargs, reason, slot)
             return None
         return f
+
+    def _rebuilt(self, f: Any, reason: str) -> Any:
+        """f as the replay makes it again (functorch_calls.rebuilt_function), or f itself where
+        it cannot: the call then runs unrecorded and the function eagerly."""
+        try:
+            return _SymExpr(rebuilt_function(self, f))
+        except Unreplayable as e:
+            self.unreplayable = self.unreplayable or f"{reason}: {e}"
+            return f
 
     def _optimized_module_target(self, f: Any) -> torch.nn.Module | None:
         """A module compiled by torch.compile (an OptimizedModule, a submodule of the captured

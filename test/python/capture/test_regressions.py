@@ -599,16 +599,16 @@ class _GeneratorLeftOnSelf(nn.Module):
 
 
 class _VmapOfClosure(nn.Module):
-    """torch.vmap of a lambda closing over a local tensor, which a replay cannot rebuild (the
-    case before was an SGD step, bench/modules.py sgd_momentum_step; optimizer steps run at
-    replay now: test_optimizer_step.py)."""
+    """torch.vmap of a lambda closing over a local list, which a replay cannot rebuild (a local
+    tensor it can since functorch_calls.rebuilt_function; the case before was an SGD step,
+    bench/modules.py sgd_momentum_step; optimizer steps run at replay now: test_optimizer_step.py)."""
     def __init__(self):
         super().__init__()
         self.net = nn.Linear(4, 2)
 
     def forward(self, x):
-        s = self.net(x).sum()
-        return torch.vmap(lambda r: r * s)(x)
+        s = [self.net(x).sum()]
+        return torch.vmap(lambda r: r * s[0])(x)
 
 
 class _Log:
