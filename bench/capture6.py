@@ -847,3 +847,91 @@ class SamplerNoGradRollout(nn.Module):
 
 
 case("c6_rollout_no_grad_then_policy_loss", lambda: (R(6, 4), R(6)), train=True)(lambda: SamplerNoGradRollout())
+
+
+# ===================================================================== issue 11, session 20
+class InputSaliencyFuncGrad(nn.Module):
+    """Input saliency inside the forward: torch.func.grad of the predicted class's logit with
+    respect to the input (a closure over the module and the class index), used to mask the input
+    (the attribution-then-classify pattern of interpretability code)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
+
+    def forward(self, x):
+        cls = 1
+
+        def logit(v):
+            return self.net(v)[..., cls].sum()
+        sal = torch.func.grad(logit)(x).abs()
+        keep = sal >= sal.mean(-1, keepdim=True)
+        return self.net(x * keep), sal
+
+
+case("c6_func_grad_input_saliency", lambda: (R(5, 6),))(lambda: InputSaliencyFuncGrad())
+
+
+class ClipSchedStep(nn.Module):
+    """A whole optimizer step as the function: backward, clip_grad_norm_ of the parameters,
+    AdamW step, a OneCycle-style LambdaLR step, zero_grad, and the loss returned as a float."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=1e-2)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / 4))
+
+    def forward(self, x, y):
+        loss = F.mse_loss(self.net(x), y)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.net.parameters(), 0.5)
+        self.opt.step()
+        self.sched.step()
+        self.opt.zero_grad(set_to_none=True)
+        return loss.item()
+
+
+case("c6_train_step_clip_lambdalr_item", lambda: (R(6, 8), R(6, 1)), train=True, ncalls=4)(lambda: ClipSchedStep())
+
+
+_COLLECT = {"active": None}
+
+
+class _CollectedBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ff, self.gate = nn.Linear(8, 8), nn.Linear(8, 2)
+        self.w = nn.Parameter(torch.randn(2, 8, 8) / 3)
+
+    def forward(self, h):
+        h = h + self.ff(h).relu()
+        idx = self.gate(h).argmax(-1)
+        if _COLLECT["active"] is not None:
+            _COLLECT["active"].append(idx)
+        out = torch.zeros_like(h)
+        for e in torch.greater(F.one_hot(idx, 2).sum(0), 0).nonzero():
+            rows = torch.where(idx == e[0])[0]
+            out.index_add_(0, rows, h[rows] @ self.w[e[0]])
+        return h + out
+
+
+class CollectorMoEStack(nn.Module):
+    """Switch-style routed blocks under a stack whose forward sets a module-level output
+    collector around them (transformers' output capturing): a data-dependent expert loop."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(_CollectedBlock() for _ in range(2))
+
+    def forward(self, x):
+        _COLLECT["active"] = []
+        try:
+            for b in self.blocks:
+                x = b(x)
+            return x, torch.stack(_COLLECT["active"])
+        finally:
+            _COLLECT["active"] = None
+
+
+case("c6_moe_collector_stack", lambda: (R(10, 8),), ncalls=5)(lambda: CollectorMoEStack())
