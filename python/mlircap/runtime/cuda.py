@@ -234,9 +234,14 @@ class GpuExecutable(PlanExecutor, _StaticInputs):
         the plan's grid. More would run their whole share of the loop after the first wave."""
         grid = list(step.grid)
         if step.grid_stride:
-            per_sm = self._core.cuda_blocks_per_sm(fn, step.block[0] * step.block[1] * step.block[2], step.smem)
+            try:
+                per_sm = self._core.cuda_blocks_per_sm(fn, step.block[0] * step.block[1] * step.block[2], step.smem)
+            except (AttributeError, RuntimeError) as e:   # a binding without the query: the plan's grid is correct too
+                logs.log("progress", f"kernel {step.name}: no occupancy query ({e}); launching the plan's grid")
+                return grid
             sms = torch.cuda.get_device_properties(self.device).multi_processor_count
-            grid[0] = max(1, min(grid[0], per_sm * sms))
+            if per_sm > 0:
+                grid[0] = max(1, min(grid[0], per_sm * sms))
         return grid
 
     def _table(self, t):
