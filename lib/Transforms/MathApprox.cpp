@@ -18,6 +18,7 @@
 #include "mlir/Dialect/X86Vector/X86VectorDialect.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include <limits>
+#include <type_traits>
 
 namespace mlir::mlircap {
 #define GEN_PASS_DEF_MLIRCAPMATHAPPROX
@@ -338,6 +339,46 @@ void squareSubnormalExp(math::ExpOp op) {
   op.erase();
 }
 
+/// expm1 and log1p of f64: convert-math-to-llvm lowers them as exp(x) - 1 and
+/// log(1 + x), which cancel for small x (expm1(1e-10) was 8e-8 off relatively,
+/// expm1(1e-30) and log1p(1e-30) 0, expm1(-0.0) +0.0: bench/fuzz_graphs.py --grad
+/// seed 2007). Kahan's forms instead, on f64 exp and log (libm's): expm1(x) =
+/// (u - 1) * x / log(u) with u = exp(x), log1p(x) = log(u) * x / (u - 1) with
+/// u = 1 + x; x itself where u rounds to 1 (and NaN), u's own limits at the ends.
+/// (f32's are upstream's polynomial approximations, built the same way.)
+template <typename OpTy>
+void kahanF64(OpTy op) {
+  Type type = op.getType();
+  auto vt = dyn_cast<VectorType>(type);
+  if (!getElementTypeOrSelf(type).isF64() || (vt && vt.isScalable()))
+    return;
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  auto cst = [&](double v) -> Value {
+    TypedAttr a = b.getF64FloatAttr(v);
+    if (vt)
+      return arith::ConstantOp::create(b, loc, DenseElementsAttr::get(vt, a));
+    return arith::ConstantOp::create(b, loc, a);
+  };
+  using P = arith::CmpFPredicate;
+  Value x = op.getOperand(), one = cst(1.0);
+  constexpr bool isExpm1 = std::is_same_v<OpTy, math::ExpM1Op>;
+  Value u = isExpm1 ? (Value)math::ExpOp::create(b, loc, x)
+                    : (Value)arith::AddFOp::create(b, loc, one, x);
+  Value um1 = arith::SubFOp::create(b, loc, u, one);
+  Value lu = math::LogOp::create(b, loc, u);
+  Value r = isExpm1 ? (Value)arith::MulFOp::create(b, loc, um1, arith::DivFOp::create(b, loc, x, lu))
+                    : (Value)arith::MulFOp::create(b, loc, lu, arith::DivFOp::create(b, loc, x, um1));
+  // u = +inf (log(u) == u): expm1 +inf, log1p +inf
+  r = arith::SelectOp::create(b, loc, arith::CmpFOp::create(b, loc, P::OEQ, lu, u), lu, r);
+  if (isExpm1) // exp(x) - 1 == -1: x far below 0 (and -inf)
+    r = arith::SelectOp::create(b, loc, arith::CmpFOp::create(b, loc, P::OEQ, um1, cst(-1.0)),
+                                cst(-1.0), r);
+  r = arith::SelectOp::create(b, loc, arith::CmpFOp::create(b, loc, P::UEQ, u, one), x, r);
+  op.replaceAllUsesWith(r);
+  op.erase();
+}
+
 struct MathApprox : impl::MlircapMathApproxBase<MathApprox> {
   void runOnOperation() override {
     // sin/cos/erf first: upstream's approximations of sin/cos are only
@@ -360,6 +401,14 @@ struct MathApprox : impl::MlircapMathApproxBase<MathApprox> {
     getOperation().walk([&](math::ExpOp op) { exps.push_back(op); });
     for (math::ExpOp op : exps)
       squareSubnormalExp(op);
+    SmallVector<math::ExpM1Op> expm1s;
+    SmallVector<math::Log1pOp> log1ps;
+    getOperation().walk([&](math::ExpM1Op op) { expm1s.push_back(op); });
+    getOperation().walk([&](math::Log1pOp op) { log1ps.push_back(op); });
+    for (math::ExpM1Op op : expm1s)
+      kahanF64(op);
+    for (math::Log1pOp op : log1ps)
+      kahanF64(op);
     getOperation().walk([&](arith::FPToSIOp op) {
       op->setAttr(kOwnCast, UnitAttr::get(&getContext()));
     });

@@ -107,3 +107,23 @@ func.func @exp_exponent_not_nan(%x: f32, %y: f32) -> (f32, i32) {
   %b = arith.fptosi %y : f32 to i32
   return %a, %b : f32, i32
 }
+
+// -----
+
+// expm1 and log1p of f64 in Kahan's forms on exp and log (convert-math-to-llvm
+// would lower them as exp(x) - 1 and log(1 + x), which cancel near 0); x itself
+// where u rounds to 1. f32's keep upstream's approximations.
+// CHECK-LABEL: func.func @expm1_log1p_f64
+// CHECK-NOT: math.expm1
+// CHECK-NOT: math.log1p
+// CHECK: math.exp
+// CHECK: math.log
+// CHECK: arith.cmpf ueq
+// CHECK: math.log
+// CHECK: arith.cmpf ueq
+// CHECK: return
+func.func @expm1_log1p_f64(%x: f64, %v: vector<4xf64>) -> (f64, vector<4xf64>) {
+  %a = math.expm1 %x : f64
+  %b = math.log1p %v : vector<4xf64>
+  return %a, %b : f64, vector<4xf64>
+}

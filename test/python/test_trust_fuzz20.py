@@ -144,3 +144,25 @@ def test_randn_like_after_break_draws_as_eager():
         torch.manual_seed(1510)
         got = c(x)
         assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+# ------------------------------------------------------------ float64 expm1 and log1p near 0
+# --grad seed 2007: expm1 of a float64 -0.0 came back +0.0 (signbit differed) and of 1e-30 as 0:
+# convert-math-to-llvm lowers f64 expm1 / log1p as exp(x) - 1 / log(1 + x), which cancel
+# (expm1(1e-10) 8e-8 off relatively). MathApprox rewrites them in Kahan's forms.
+@pytest.mark.parametrize("op", [torch.expm1, torch.log1p])
+def test_float64_expm1_log1p_near_zero(op):
+    x = torch.tensor([1e-30, -0.0, 0.0, 1e-10, -1e-10, 1e-5, -3e-3, 0.3, -0.7, 5.0, 1e300, -1.0, -2.0,
+                      float("inf"), float("-inf"), float("nan"), 2e-308, 700.0, 710.0, -40.0],
+                     dtype=torch.float64)
+
+    def f(x):
+        return op(x) * 1
+
+    want = f(x)
+    c = mlircap.compile(f)
+    for _ in range(2):
+        got = c(x)
+        ok = ~want.isnan()
+        assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got[ok].signbit(), want[ok].signbit())
+        torch.testing.assert_close(got[ok], want[ok], rtol=4e-16, atol=0)
