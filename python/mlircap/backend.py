@@ -1682,6 +1682,14 @@ def _carries_no_gradient(node: torch.fx.Node) -> bool:
     return isinstance(val, torch.Tensor) and not (val.is_floating_point() or val.is_complex())
 
 
+def _inside_float_decomposition(node: torch.fx.Node, decomposed_floats: set) -> bool:
+    """`node` is a step of a decomposed op (its original_aten another op) that also made a
+    floating or complex value (`decomposed_floats`: such ops' names; the meta holds a new
+    OpOverload object per node): the op, not the step, is what autograd differentiated."""
+    orig = node.meta.get("original_aten")
+    return isinstance(orig, torch._ops.OpOverload) and str(orig) != str(node.target) and str(orig) in decomposed_floats
+
+
 def _output_reach(gm: torch.fx.GraphModule) -> list[frozenset[int]] | None:
     """For each input of a forward graph, the positions of the graph's outputs it reaches through
     values that carry gradients (autograd's edges: a result of no gradient path stops it)."""
@@ -1693,7 +1701,13 @@ def _output_reach(gm: torch.fx.GraphModule) -> list[frozenset[int]] | None:
     for j, o in enumerate(outs):
         if isinstance(o, torch.fx.Node):
             reach.setdefault(o, set()).add(j)
-    cut = {n for n in gm.graph.nodes if n.op == "call_function" and _carries_no_gradient(n)}
+    # An integer / bool step inside the decomposition of an op with a floating result is no
+    # autograd edge: autograd saw the op itself (cdist with p=0 counts differing features,
+    # its formula gives x1 and x2 zero gradients, which cutting at its `ne` left None)
+    decomposed_floats = {str(n.meta.get("original_aten")) for n in gm.graph.nodes if n.op == "call_function"
+                         and isinstance(v := n.meta.get("val"), torch.Tensor) and (v.is_floating_point() or v.is_complex())}
+    cut = {n for n in gm.graph.nodes if n.op == "call_function" and _carries_no_gradient(n)
+           and not _inside_float_decomposition(n, decomposed_floats)}
     for n in reversed(gm.graph.nodes):   # users before producers
         if n.op == "output":
             continue
