@@ -426,6 +426,13 @@ def integer_pow(fallback):
     no lowering for it. Anything else (floats, a Python number exponent) to `fallback`."""
 
     def decomposition(a, b, *args, **kwargs):
+        if not args and not kwargs and isinstance(b, torch.Tensor) and b.dtype == torch.bool and \
+                torch.result_type(a, b).is_floating_point:
+            # a bool exponent as the result's dtype: torch-mlir folds a constant 0-d one into
+            # pow.Tensor_Scalar reading the i1 signed (True as -1: `x ** torch.tensor(True)` gave
+            # 1 / x; bench/fuzz_graphs.py --families modules seed 1988)
+            return aten.pow.Tensor_Tensor(a, b.to(torch.result_type(a, b))) if isinstance(a, torch.Tensor) \
+                else aten.pow.Scalar(a, b.to(torch.result_type(a, b)))
         if args or kwargs or not isinstance(b, torch.Tensor) or not (
                 _integer(a) or isinstance(a, int) and not isinstance(a, bool)):
             return NotImplemented if fallback is None else fallback(a, b, *args, **kwargs)

@@ -166,3 +166,25 @@ def test_float64_expm1_log1p_near_zero(op):
         ok = ~want.isnan()
         assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got[ok].signbit(), want[ok].signbit())
         torch.testing.assert_close(got[ok], want[ok], rtol=4e-16, atol=0)
+
+
+# ---------------------------------------------------------------- pow with a bool exponent
+# --families modules seed 1988: `torch.pow(x, torch.tensor(True))` gave 1 / x: torch-mlir folded
+# the constant 0-d bool exponent into pow.Tensor_Scalar reading the i1 signed (True as -1).
+@pytest.mark.parametrize("case", ["true", "false", "mask", "number_base"])
+def test_pow_bool_exponent(case):
+    def f(x):
+        if case == "true":
+            return torch.pow(x, torch.tensor(True)) * 1
+        if case == "false":
+            return torch.pow(x, torch.tensor(False)) * 1
+        if case == "mask":
+            return torch.pow(x, x > 0) * 1
+        return torch.pow(2.5, x > 0) * x
+
+    x = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(1988)).transpose(1, 2)
+    want = f(x)
+    c = mlircap.compile(f)
+    for _ in range(2):
+        got = c(x)
+        assert got.dtype == want.dtype and torch.equal(got, want)
