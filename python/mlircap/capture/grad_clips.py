@@ -36,7 +36,10 @@ def clip_after_break(rec: Any, frame: types.FrameType, f: Any, args: list, kwarg
         if g is None:
             return False
         args[0] = g
-    rec._external_call(frame, f, args, kwargs, f"call to {f.__name__} right after a graph break", slot)
+    # inert: torch's clipping code reads and writes the gradients alone (tensors, whose in-place
+    # writes external_calls tracks by their versions), no state of the program's Python objects:
+    # no new epoch, so the numbers read after it are still read after the graph (deferred.py)
+    rec._external_call(frame, f, args, kwargs, f"call to {f.__name__} right after a graph break", slot, inert=True)
     return True
 
 

@@ -331,3 +331,36 @@ def test_training_loop_inside_the_function_is_captured():
         assert ref.sched.last_epoch == m.sched.last_epoch
     out = ex.captured.explain()
     assert not out.eager_reasons and out.variants == 1, out
+
+
+def test_numbers_read_after_clipping_stay_deferred():
+    # clip_grad_norm_ run with backward's break started a new epoch (as an uncapturable call that
+    # may write Python state): the two .item()s after it became breaks of their own (4 graphs, 3
+    # breaks; PPO's approx-KL / clip fraction logging, bench/modules7.py)
+    torch.manual_seed(0)
+    pi = nn.Linear(4, 3)
+
+    def ppo(obs, act, old_logp, adv):
+        for p in pi.parameters():
+            p.grad = None
+        logp = torch.log_softmax(pi(obs), -1).gather(-1, act[:, None]).squeeze(-1)
+        ratio = torch.exp(logp - old_logp)
+        loss = -torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv).mean()
+        loss.backward()
+        gn = nn.utils.clip_grad_norm_(pi.parameters(), 0.5)
+        with torch.no_grad():
+            kl = ((ratio - 1) - (logp - old_logp)).mean().item()
+            frac = ((ratio - 1).abs() > 0.2).float().mean().item()
+        return loss.detach(), gn, kl, frac
+    ex = explain(ppo, EAGER)
+    for i in range(3):
+        a = (torch.randn(8, 4), torch.randint(0, 3, (8,)), torch.randn(8) * 0.1 - 1.1, torch.randn(8))
+        want = ppo(*a)
+        grads = [p.grad.clone() for p in pi.parameters()]
+        out = ex(*a)
+        got = ex.captured(*a)
+        assert all(torch.allclose(p.grad, g, atol=1e-6) for p, g in zip(pi.parameters(), grads)), i
+        assert torch.allclose(got[0], want[0]) and torch.allclose(got[1], want[1], atol=1e-6), i
+        assert got[2] == pytest.approx(want[2], rel=1e-5, abs=1e-7) and got[3] == want[3], i
+    out = ex.captured.explain()
+    assert out.graph_count == 2 and out.break_count == 1 and out.variants == 1, out
