@@ -1676,7 +1676,7 @@ class SparsemaxFunction(torch.autograd.Function):
 
 class GBN(nn.Module):
     """ghost batch norm: one BatchNorm1d over virtual batches (chunks)."""
-    def __init__(self, input_dim, virtual_batch_size=4, momentum=0.02):
+    def __init__(self, input_dim, virtual_batch_size=8, momentum=0.02):
         super().__init__()
         self.virtual_batch_size = virtual_batch_size
         self.bn = nn.BatchNorm1d(input_dim, momentum=momentum)
@@ -2332,7 +2332,7 @@ _CASES = [
     ("wavenet_revin_quantile", make_wavenet_quantile, wavenet_inputs, 4, True),
     ("nbeats_smape", make_nbeats, nbeats_inputs, 4, True),
     ("deepar_studentt", make_deepar, deepar_inputs, 3, False),
-    ("tabnet_sparsemax", make_tabnet, tabnet_inputs, 4, True),
+    ("tabnet_sparsemax", make_tabnet, tabnet_inputs, 4, False),
     ("ft_transformer", make_ft_transformer, ft_inputs, 4, True),
     ("pinn_burgers", make_pinn_burgers, pinn_inputs, 4, False),
     ("hnn_rollout", make_hnn, hnn_inputs, 4, False),
