@@ -1386,7 +1386,10 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         # (the graph as captured: a call whose .grad are not the compiled graph's runs it)
         original = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph)) if \
             any(_reads_grad(n) for n in gm.graph.nodes) else None
-        hoisted = _hoist_grad_reads(gm, example_inputs)
+        # (rewritten on a copy: the caller runs `gm` itself if compiling fails, and the
+        # rewritten graph takes the gradients as more arguments)
+        hoisted = None if original is None else \
+            _hoist_grad_reads(torch.fx.GraphModule(gm, copy.deepcopy(gm.graph)), example_inputs)
         if hoisted is not None:
             gm, example_inputs, owners = hoisted
             eager_graph.clear()   # the hoisted graph takes the grads as arguments
