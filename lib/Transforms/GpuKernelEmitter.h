@@ -96,10 +96,46 @@ struct Codegen {
     auto it = memo.find(key);
     if (it != memo.end() && dominatesInsertion(it->second))
       return it->second;
-    Value lin = idx.front();
-    for (auto [i, s] : llvm::zip(ArrayRef<Value>(idx).drop_front(), ArrayRef<int64_t>(shape).drop_front()))
-      lin = arith::AddIOp::create(
-          b, loc, arith::MulIOp::create(b, loc, lin, cIdx(s)), i);
+    // Indices that delinearize split off one value are joined back without
+    // the division chain: (X / s % e) * s + X % s is X % (e * s), and
+    // (X / s) * s + X % s is X. A term is `src` or `src % mod`; an element's
+    // address from its own loop index is then the index itself, and an NCHW
+    // column's (h, w) from the reduction index r is r % (H * W).
+    auto constOf = [](Value v) -> std::optional<int64_t> {
+      APInt c;
+      if (matchPattern(v, m_ConstantInt(&c)))
+        return c.getSExtValue();
+      return std::nullopt;
+    };
+    auto term = [&](Value v, int64_t extent) -> std::pair<Value, int64_t> {
+      if (auto rem = v.getDefiningOp<arith::RemUIOp>())
+        if (constOf(rem.getRhs()) == extent)
+          return {rem.getLhs(), extent};
+      return {v, 0};
+    };
+    auto materialize = [&](std::pair<Value, int64_t> t) -> Value {
+      return t.second ? arith::RemUIOp::create(b, loc, t.first, cIdx(t.second)).getResult() : t.first;
+    };
+    auto acc = term(idx.front(), shape.front());
+    int64_t accExtent = shape.front();
+    Value lin; // the materialized part before `acc`, scaled as it goes
+    for (auto [i, s] : llvm::zip(ArrayRef<Value>(idx).drop_front(), ArrayRef<int64_t>(shape).drop_front())) {
+      auto next = term(i, s);
+      auto div = acc.first.getDefiningOp<arith::DivUIOp>();
+      if (next.second == s && div && div.getLhs() == next.first && constOf(div.getRhs()) == s &&
+          (acc.second == 0 || acc.second == accExtent)) {
+        acc = {next.first, acc.second ? accExtent * s : 0};
+        accExtent *= s;
+        continue;
+      }
+      Value a = materialize(acc);
+      lin = lin ? arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, lin, cIdx(accExtent)), a).getResult()
+                : a;
+      acc = next;
+      accExtent = s;
+    }
+    Value a = materialize(acc);
+    lin = lin ? arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, lin, cIdx(accExtent)), a).getResult() : a;
     memo[key] = lin;
     return lin;
   }

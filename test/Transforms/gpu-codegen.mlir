@@ -610,3 +610,29 @@ func.func @keepdim_softmax(%x: tensor<64x256xf32>) -> tensor<64x256xf32> {
   } -> tensor<64x256xf32>
   return %y : tensor<64x256xf32>
 }
+
+// -----
+
+// NCHW channel statistics (a reduction over N, H and W): the load's address
+// joins (h, w), split off the reduction index r by delinearize, back into
+// r % (H * W) instead of (r / W % H) * W + r % W (half the integer work a load).
+#x4 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#c4 = affine_map<(d0, d1, d2, d3) -> (d1)>
+// CHECK-LABEL: gpu.func @nchwstats_k0
+// CHECK-SAME: strategy = "reduction_split_rows"
+// CHECK: scf.for %[[R:.*]] = %{{.*}} to %c240 step %c64
+// CHECK-NOT: arith.remui %[[R]], %c10
+// CHECK: arith.remui %[[R]], %c60
+// CHECK: memref.load %arg0
+func.func @nchwstats(%x: tensor<4x8x6x10xf32>) -> tensor<8xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<8xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<8xf32>) -> tensor<8xf32>
+  %s = linalg.generic {indexing_maps = [#x4, #c4], iterator_types = ["reduction", "parallel", "reduction", "reduction"]}
+      ins(%x : tensor<4x8x6x10xf32>) outs(%f : tensor<8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %r = arith.addf %a, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<8xf32>
+  return %s : tensor<8xf32>
+}
