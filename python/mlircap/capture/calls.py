@@ -233,6 +233,13 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             # parameters()/modules()/... run in torch code we do not trace: source the whole
             # subtree now so the yielded modules/parameters/buffers are known and guarded
             self._source_module_tree(so)
+            if f.__name__ == "to":
+                # (nn.Module.to: _apply sets each converted tensor as .data, or makes new
+                # parameters / swaps them where torch.__future__'s flags say so)
+                for flag in (torch.__future__.get_overwrite_module_params_on_conversion,
+                             torch.__future__.get_swap_module_params_on_conversion):
+                    self.guard(Is(f"{self.const(flag)}()", f"torch.__future__.{flag.__name__}()", flag(),
+                                  repr(flag())))
         elif isinstance(so, torch.nn.Module) and getattr(f, "__name__", "") == "state_dict" and \
                 id(so) in self.src and not args[1 if getattr(f, "__self__", None) is None else 0:] and \
                 set(kwargs) <= {"keep_vars"}:

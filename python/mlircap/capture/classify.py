@@ -139,6 +139,8 @@ _META_OK = {
     "is_inference_mode_enabled", "names", "is_mkldnn", "_is_view", "is_nested", "is_cpu",
     "itemsize", "nbytes", "is_autocast_enabled", "is_signed", "output_nr", "retains_grad",
     "_version", "__torch_function__", "is_conj", "is_neg",
+    # (nn.Module.to's: its arguments parsed, whether a converted tensor can be set as .data)
+    "_parse_to", "_has_compatible_shallow_copy_type",
 }
 # Tensor functions whose results' shapes depend on tensor data (nonzero, boolean-mask
 # indexing, unique, ...); a shape read of such a result (or of anything computed from
@@ -273,7 +275,7 @@ def _func_qualname(func: object) -> str:
 
 
 _MODULE_WALKERS = {"parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children",
-                   "modules", "named_modules"}
+                   "modules", "named_modules", "to"}
 _WRITE_ONLY = {"append", "extend", "insert", "add", "update", "clear", "__setitem__", "__delitem__",
                "discard", "sort", "reverse", "__iadd__"}
 

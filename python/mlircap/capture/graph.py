@@ -352,6 +352,9 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
                 return res
             if name == "grad_fn" and res is None and len(args) == 1 and self._autograd_meta_guarded(name, args, res):
                 return res   # (`x.grad_fn is None`: whether x is a leaf, see below)
+            if name == "grad" and res is None and len(args) == 1 and getattr(func, "__name__", None) == "__get__" \
+                    and self._grad_none_guarded(args[0]):
+                return res   # `p.grad` read as None by library code (nn.Module.to's _apply): guarded None
             if name == "_assert" and args and not isinstance(args[0], torch.Tensor):
                 return res   # torch._assert(cond: bool, msg): passed; cond is a traced Python value
             if name == "numpy" and len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor) and \
@@ -364,6 +367,9 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
                 return res   # the truth deciding a raise: a check after the graph (asserts.py)
             if name == "grad" and getattr(func, "__name__", None) == "__set__" and self._grad_write(func, args, kwargs):
                 return res   # `p.grad = None` / `p.grad = g`: run right after the open graph
+            if name == "data" and getattr(func, "__name__", None) == "__set__" and len(args) == 2 and \
+                    args[1] is args[0] and not kwargs:
+                return res   # `t.data = t` (nn.Module.to's _apply, converting nothing): no write
             if name == "data" and getattr(func, "__name__", None) == "__set__" and self._data_write(func, args, kwargs):
                 return res   # `t.data = v`: run right after the open graph (data_writes.py)
             # data-dependent (or unknown) non-tensor result: graph break
@@ -637,6 +643,19 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
             return False
         self.guard(Is(form.format(s[0]), form.format(s[1]), res, repr(res)) if type(res) is not int else
                    Equals(form.format(s[0]), form.format(s[1]), res, int))
+        return True
+
+    def _grad_none_guarded(self, t: Any) -> bool:
+        """`t.grad` is None now, for a tensor read through a guarded location whose `.grad`
+        this call has not written (no write pending after the open graph nor run before):
+        guarded `is None` where it is read (a write of it this call makes is ordered by
+        `_grad_write`, whose value the guard would not see)."""
+        s = self.src.get(id(t))
+        if not isinstance(t, torch.Tensor) or s is None or s[2] == "opaque" or \
+                id(t) in self.__dict__.get("pending_grad_writes", {}) or \
+                self.expr_of(t) in self.__dict__.get("grad_written", {}):
+            return False
+        self.guard(Is(f"{s[0]}.grad", f"{s[1]}.grad", None, "None"))
         return True
 
     def _known_tensor(self, t: torch.Tensor) -> bool:

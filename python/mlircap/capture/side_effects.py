@@ -14,7 +14,8 @@ from .base import Unreplayable, _MISSING
 from .steps import Write
 from .frame_hook import _E
 from .classify import _C_BUFFERS, _PRIM
-from .typeinfo import _is_ndarray, _slot_values
+from .guard_kinds import Lengths
+from .typeinfo import _is_ndarray, _mro_lookup, _slot_values
 
 
 class _SideEffectMixin:
@@ -50,8 +51,31 @@ class _SideEffectMixin:
         if id(obj) in self.src:
             if isinstance(obj, _C_BUFFERS):
                 raise Unreplayable(f"write to {type(obj).__name__}.{name} (a C buffer)")
+            if isinstance(obj, torch.nn.Module) and self._same_submodule_store(obj, name, _E.peek(frame, 1)):
+                return
             self.dirty.add((id(obj), name))
             self.stored[id(obj)].add(name)
+
+    def _same_submodule_store(self, m: torch.nn.Module, name: str, v: object) -> bool:
+        """`m.name = v` where v is the submodule m already holds under that name
+        (`self.classifier = self.classifier.to(self.dtype)`, a .to() converting nothing):
+        nn.Module.__setattr__ puts it back where it was, so no write (it made the frame one
+        that wrote state, given up on where a callee after it runs eagerly).  Guarded: the
+        class's __setattr__ is nn.Module's, no global module registration hook (which may
+        replace the value)."""
+        d = m.__dict__
+        mods = d.get("_modules")
+        if type(mods) is not dict or mods.get(name, _MISSING) is not v or name in d or \
+                name in d.get("_parameters", ()) or name in d.get("_buffers", ()):
+            return False
+        _, raw = _mro_lookup(type(m), "__setattr__")
+        gs = (torch.nn.modules.module._global_module_registration_hooks,)
+        if raw is not torch.nn.Module.__setattr__ or gs[0]:
+            return False
+        pretty = self.src[id(m)][1]
+        self._class_guard(type(m), "__setattr__", raw, f"type({pretty}).__setattr__")
+        self.guard(Lengths(gs, (0,), "global module registration hooks"), group=gs)
+        return True
 
     def op_store_subscr(self, frame: types.FrameType, arg: int | None, argval: Any) -> None:
         obj = _E.peek(frame, 1)
