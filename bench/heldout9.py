@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import copy
 import math
-import os
-import sys
 
 import torch
 import torch.nn as nn
@@ -43,9 +41,8 @@ import torch.nn.functional as F
 from torch.distributions import Normal, StudentT
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from heldout7 import _opt_state, _state  # noqa: E402  (parameters / grads / buffers, optimizer state)
-import heldout4  # noqa: E402, I001  (the runner: run_case, diff, main; after heldout7: bench/heldout.py drops bench/ from sys.path)
+import heldout4  # noqa: E402  (the runner: run_case, diff, main)
 
 
 # ------------------------------------------------------------------------------------------------ RL
