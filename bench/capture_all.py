@@ -16,16 +16,12 @@ causes of capture giving up on a function and of graph breaks (ours)."""
 import argparse
 import collections
 import multiprocessing
-import os
 import re
 import signal
 import statistics
-import sys
 import warnings
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import capture as bench  # noqa: E402  (bench/capture.py)
+import capture as bench  # noqa: E402  (bench/capture.py: Python puts this script's folder first on sys.path)
 
 CORPORA = ("capture", "capture2", "capture3", "capture4", "modules", "modules2", "modules3", "modules4",
            "modules5", "modules6", "modules7", "capture5", "capture6")
