@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch.distributions import Normal, StudentT
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from heldout7 import _opt_state, _state  # noqa: E402  (parameters / grads / buffers, optimizer state)
+from heldout7 import _opt_state, _state, sigmoid_focal_loss  # noqa: E402  (state; torchvision's focal loss)
 import heldout4  # noqa: E402  (the runner: run_case, diff, main)
 
 
@@ -2101,21 +2101,6 @@ class Matcher:
             pred_inds_to_update = gt_pred_pairs[1]
             matches[pred_inds_to_update] = all_matches[pred_inds_to_update]
         return matches
-
-
-def sigmoid_focal_loss(inputs, targets, alpha=0.25, gamma=2, reduction="none"):
-    p = torch.sigmoid(inputs)
-    ce_loss = F.binary_cross_entropy_with_logits(inputs, targets, reduction="none")
-    p_t = p * targets + (1 - p) * (1 - targets)
-    loss = ce_loss * ((1 - p_t) ** gamma)
-    if alpha >= 0:
-        alpha_t = alpha * targets + (1 - alpha) * (1 - targets)
-        loss = alpha_t * loss
-    if reduction == "sum":
-        loss = loss.sum()
-    elif reduction == "mean":
-        loss = loss.mean()
-    return loss
 
 
 def encode_boxes(reference_boxes, proposals, weights=(1.0, 1.0, 1.0, 1.0)):
