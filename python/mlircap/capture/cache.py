@@ -17,7 +17,7 @@ import torch.autograd.forward_ad as _forward_ad
 from . import _ext
 from .. import logs as _logs
 from .autocast import autocast_state
-from .base import INLINE_TYPES, PY312, Unreplayable, _Miss, _fn_name, _strict_error, inline_target
+from .base import INLINE_TYPES, PY312, Unreplayable, _MISSING, _Miss, _fn_name, _strict_error, inline_target
 from .classify import _TORCH_DIR, _autograd_mode_on
 from .frame_hook import (
     CALLEES, _E, _E_real, _HOOK_LOCK, _HOOK_USERS, _RECORD_LOCK, _REC_TLS, _active, _call_bound, _hook_cb,
@@ -499,6 +499,20 @@ class _Captured:
 INLINE_TYPES[_Captured] = "fn"   # (base.inline_path)
 
 
+def _first_positional(code: types.CodeType, args: tuple) -> Any:
+    """The first positional argument of a call of `code`, from its frame-bound arguments
+    (positional, keyword-only, *args, **kwargs): of a `def wrapper(*args)` (a decorated
+    forward: `return fn(*args)`), the first item of its *args tuple, where the module is;
+    _MISSING where there is none."""
+    if code.co_argcount:
+        return args[0] if args else _MISSING
+    if code.co_flags & 0x04:   # CO_VARARGS
+        i = code.co_kwonlyargcount
+        if i < len(args) and type(args[i]) is tuple and args[i]:
+            return args[i][0]
+    return _MISSING
+
+
 class _Callees:
     """The modules and functions called by a frame that runs eagerly (replay._SkipFrameVariant),
     each captured on its own: while the frame runs, the frame hook hands their frames to
@@ -531,9 +545,12 @@ class _Callees:
 
     def lookup(self, code: types.CodeType, func: types.FunctionType, args: tuple) -> _Captured | None:
         """The capture of a frame (`code`, `func`, bound `args`) the eager frame calls, or None."""
-        if args:
-            r = self.by_key.get((code, id(args[0])))
-            if r is not None and r[0] is args[0]:
+        first = _first_positional(code, args)
+        if first is not _MISSING:
+            r = self.by_key.get((code, id(first)))
+            # (a wrapper's code is shared by every function its decorator wraps: another
+            # decorated method of the same module is not its forward)
+            if r is not None and r[0] is first and (code.co_argcount or r[1].func is func):
                 return r[1]
         r = self.by_key.get((code, id(func)))
         return r[1] if r is not None and r[0] is func else None

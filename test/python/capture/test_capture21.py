@@ -163,3 +163,53 @@ def test_storing_back_the_same_submodule_is_no_write():
             assert out.variants == 1 and not out.eager_reasons, out
             assert out.graph_count == 2 and out.break_count == 1, out
 
+
+# -- a submodule whose forward a `def wrapper(*args)` decorator wraps, called by an eager frame ---
+def _plain_deco(fn):
+    def wrapper(*args):   # (no functools.wraps: nothing leads to the function it wraps)
+        return fn(*args)
+    return wrapper
+
+
+class Wrapped(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.calls = 0
+
+    @_plain_deco
+    def forward(self, x):
+        self.calls += 1
+        return self.lin(x).relu() * 2 + 1
+
+    @_plain_deco
+    def shifted(self, x):   # (the same wrapper code: not forward)
+        return self.lin(x) - 3
+
+
+class Caller(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Wrapped()
+
+    def forward(self, x):
+        y = self.inner(x) + self.inner.shifted(x)
+        for v in y.sum(1).unique().unbind(0):   # (data-dependent: this frame runs eagerly)
+            y = y + v
+        return y
+
+
+def test_a_decorated_forward_is_captured_as_a_callee():
+    # it was never captured on its own: the callee lookup keyed by the first bound argument,
+    # the wrapper's *args tuple here
+    torch.manual_seed(0)
+    m = Caller()
+    ref = copy.deepcopy(m)
+    ex = explain(m, EAGER)
+    for i in range(5):
+        x = torch.randn(3, 4)
+        assert torch.allclose(ex.captured(x), ref(x), rtol=1e-5, atol=1e-6), i
+        assert m.inner.calls == ref.inner.calls == i + 1
+    c = ex.captured._mlircap_capture
+    chs = {type(ch.fn).__name__: ch for _, ch in c.callees.by_key.values()}
+    assert chs["Wrapped"].stats.replays >= 3 and all(not v.eager for v in chs["Wrapped"].variants), chs
