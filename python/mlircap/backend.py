@@ -1685,6 +1685,13 @@ def _carries_no_gradient(node: torch.fx.Node) -> bool:
     return isinstance(val, torch.Tensor) and not (val.is_floating_point() or val.is_complex())
 
 
+def _no_grad_factory(node: torch.fx.Node) -> bool:
+    """`node` makes a tensor from its arguments' shape and dtype alone, itself or as a step of
+    such an op's decomposition (`ones_like` -> `full_like`)."""
+    return any(isinstance(t, torch._ops.OpOverload) and t.overloadpacket in _NO_GRAD_LIKE
+               for t in (node.target, node.meta.get("original_aten")))
+
+
 def _inside_float_decomposition(node: torch.fx.Node, decomposed_floats: set) -> bool:
     """`node` is a step of a decomposed op (its original_aten another op) that also made a
     floating or complex value (`decomposed_floats`: such ops' names; the meta holds a new
@@ -1709,8 +1716,9 @@ def _output_reach(gm: torch.fx.GraphModule) -> list[frozenset[int]] | None:
     # its formula gives x1 and x2 zero gradients, which cutting at its `ne` left None)
     decomposed_floats = {str(n.meta.get("original_aten")) for n in gm.graph.nodes if n.op == "call_function"
                          and isinstance(v := n.meta.get("val"), torch.Tensor) and (v.is_floating_point() or v.is_complex())}
+    # (a factory of no gradient, `ones_like(out)` decomposed to full_like, stays a cut)
     cut = {n for n in gm.graph.nodes if n.op == "call_function" and _carries_no_gradient(n)
-           and not _inside_float_decomposition(n, decomposed_floats)}
+           and (_no_grad_factory(n) or not _inside_float_decomposition(n, decomposed_floats))}
     for n in reversed(gm.graph.nodes):   # users before producers
         if n.op == "output":
             continue
