@@ -116,67 +116,132 @@ void Codegen::columnKernel(linalg::GenericOp red, Value tid, Value bid) {
   if (!ivsOpt)
     return;
   Value id = arith::ConstantOp::create(b, loc, identity);
-  // One step of a slice's reduction at reduction index `r` into `acc`.
-  auto reduceAt = [&](Value r, Value acc) -> Value {
-    SmallVector<Value> ivs(*ivsOpt);
-    auto rivs = delinearize(r, redShape);
-    for (auto [k, d] : llvm::enumerate(redDims))
-      ivs[d] = rivs[k];
-    auto vals = evalBody(red, ivs, {acc});
-    return vals.empty() ? Value() : vals[0];
-  };
-  // `unroll` independent partials a slice, so that as many loads are in
-  // flight per thread (a block per channel of 100k elements had one
-  // dependent 2-byte load in flight a thread: 21% of copy bandwidth on an
-  // H100): an unguarded loop over whole rounds of kSlices * unroll elements,
-  // then the rest one at a time into the first partial.
+  unsigned last = red.getNumLoops() - 1;
   bool narrow = llvm::any_of(red.getDpsInputOperands(), [](OpOperand *in) {
     auto tt = dyn_cast<RankedTensorType>(in->get().getType());
     return tt && tt.getElementTypeBitWidth() <= 16;
   });
-  int64_t unroll = narrow ? 8 : 4;
-  if (redLen < 2 * kSlices * unroll)
-    unroll = 1;
-  int64_t full = unroll > 1 ? redLen / (kSlices * unroll) * (kSlices * unroll) : 0;
-  SmallVector<Value> accs(unroll, id);
-  if (unroll > 1) {
-    auto main = scf::ForOp::create(b, loc, ty, cIdx(full), cIdx(kSlices * unroll), accs);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(main.getBody());
-    SmallVector<Value> next;
-    for (int64_t u = 0; u < unroll; ++u) {
-      Value r = arith::AddIOp::create(b, loc, main.getInductionVar(), cIdx(u * kSlices));
-      Value v = reduceAt(r, main.getRegionIterArgs()[u]);
-      if (!v)
-        return;
-      next.push_back(v);
+  // Slice ty's partial over chunks ty, ty + kSlices, ... of `width`
+  // consecutive reduction elements along the innermost loop (width 1: single
+  // elements). Independent partials keep loads in flight per thread (a block
+  // per channel of 100k elements with one dependent 2-byte load in flight a
+  // thread ran at 21% of copy bandwidth on an H100): `width` of them, one per
+  // lane of a chunk's vector load, or `unroll` for single elements. An
+  // unguarded loop over whole rounds of kSlices * unroll chunks issues every
+  // round's loads before its combines; the rest one chunk at a time.
+  auto slicePartial = [&](int64_t width) -> Value {
+    int64_t chunks = redLen / width;
+    int64_t unroll = width > 1 ? 4 : narrow ? 8
+                                            : 4;
+    if (chunks < 2 * kSlices * unroll)
+      unroll = 1;
+    int64_t full = unroll > 1 ? chunks / (kSlices * unroll) * (kSlices * unroll) : 0;
+    // Reduction ivs of chunk q's first element (lane indices registered for
+    // vector loads of the inputs read along the innermost loop).
+    auto chunkIvs = [&](Value q) {
+      SmallVector<Value> ivs(*ivsOpt);
+      Value r = width > 1 ? arith::MulIOp::create(b, loc, q, cIdx(width)).getResult() : q;
+      auto rivs = delinearize(r, redShape);
+      for (auto [k, d] : llvm::enumerate(redDims))
+        ivs[d] = rivs[k];
+      if (width > 1)
+        laneOf[ivs[last]] = {ivs[last], 0};
+      return ivs;
+    };
+    auto chunkInto = [&](ArrayRef<Value> ivs0, MutableArrayRef<Value> accs, int64_t u) -> bool {
+      for (int64_t l = 0; l < width; ++l) {
+        SmallVector<Value> ivs(ivs0);
+        if (l > 0) {
+          ivs[last] = arith::AddIOp::create(b, loc, ivs0[last], cIdx(l));
+          laneOf[ivs[last]] = {ivs0[last], l};
+        }
+        Value &acc = accs[width > 1 ? l : u];
+        auto vals = evalBody(red, ivs, {acc});
+        if (vals.empty())
+          return false;
+        acc = vals[0];
+      }
+      return true;
+    };
+    SmallVector<Value> accs(width > 1 ? width : unroll, id);
+    if (unroll > 1) {
+      auto main = scf::ForOp::create(b, loc, ty, cIdx(full), cIdx(kSlices * unroll), accs);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(main.getBody());
+      SmallVector<SmallVector<Value>> round;
+      for (int64_t u = 0; u < unroll; ++u) {
+        round.push_back(chunkIvs(arith::AddIOp::create(b, loc, main.getInductionVar(), cIdx(u * kSlices))));
+        // the chunk's loads first (memoized for the lanes' bodies)
+        for (OpOperand *in : red.getDpsInputOperands())
+          if (isa<RankedTensorType>(in->get().getType()) &&
+              !red.getRegion().front().getArgument(in->getOperandNumber()).use_empty() &&
+              !eval(in->get(), applyMap(red.getMatchingIndexingMap(in), round.back())))
+            return {};
+      }
+      SmallVector<Value> next(main.getRegionIterArgs());
+      for (int64_t u = 0; u < unroll; ++u)
+        if (!chunkInto(round[u], next, u))
+          return {};
+      scf::YieldOp::create(b, loc, next);
+      b.setInsertionPointAfter(main);
+      accs.assign(main.getResults().begin(), main.getResults().end());
     }
-    scf::YieldOp::create(b, loc, next);
-    b.setInsertionPointAfter(main);
-    accs.assign(main.getResults().begin(), main.getResults().end());
-  }
-  auto loop = scf::ForOp::create(b, loc, arith::AddIOp::create(b, loc, ty, cIdx(full)),
-                                 cIdx(redLen), cIdx(kSlices), ValueRange{accs[0]});
-  {
+    auto loop = scf::ForOp::create(b, loc, arith::AddIOp::create(b, loc, ty, cIdx(full)),
+                                   cIdx(chunks), cIdx(kSlices), width > 1 ? ValueRange(accs) : ValueRange{accs[0]});
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(loop.getBody());
+      SmallVector<Value> next(loop.getRegionIterArgs());
+      if (!chunkInto(chunkIvs(loop.getInductionVar()), next, 0))
+        return {};
+      scf::YieldOp::create(b, loc, next);
+    }
+    for (auto [i, r] : llvm::enumerate(loop.getResults()))
+      accs[i] = r;
+    for (int64_t w = 1; w < (int64_t)accs.size(); w *= 2) // pairwise: (a0 + a1) + (a2 + a3)
+      for (int64_t u = 0; u + w < (int64_t)accs.size(); u += 2 * w)
+        accs[u] = combine(comb, accs[u], accs[u + w]);
+    return accs[0];
+  };
+  Value partials = sharedBuffer(blockSize, t);
+  // 16-byte vector loads of the inputs read along the innermost loop when
+  // its extent is a multiple of the width (8 lanes of a 16-bit input, 4 of
+  // a 32-bit one) and the buffers are aligned (checked at run time, the
+  // scalar loop otherwise).
+  int64_t width = narrow ? 8 : 4;
+  bool vec = sliceFast && redShape.back() % width == 0 && redLen >= 2 * kSlices * width &&
+             llvm::any_of(red.getDpsInputOperands(), [&](OpOperand *in) {
+               auto tt = dyn_cast<RankedTensorType>(in->get().getType());
+               return tt && vecType(tt.getElementType()) && red.getMatchingIndexingMap(in).isFunctionOfDim(last);
+             });
+  if (vec) {
+    strategy += "_vec" + std::to_string(width);
+    auto ifAligned = scf::IfOp::create(b, loc, buffersAligned16(), /*withElse=*/true);
     OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(loop.getBody());
-    Value v = reduceAt(loop.getInductionVar(), loop.getRegionIterArgs()[0]);
-    if (!v)
+    b.setInsertionPointToStart(ifAligned.thenBlock());
+    vecWidth = width;
+    vecLoads = true;
+    Value partial = slicePartial(width);
+    vecLoads = false;
+    laneOf.clear();
+    if (!partial)
       return;
-    scf::YieldOp::create(b, loc, v);
+    sharedStore(partial, partials, tid);
+    b.setInsertionPointToStart(ifAligned.elseBlock());
+    if (!(partial = slicePartial(1)))
+      return;
+    sharedStore(partial, partials, tid);
+  } else {
+    Value partial = slicePartial(1);
+    if (!partial)
+      return;
+    sharedStore(partial, partials, tid);
   }
-  accs[0] = loop.getResult(0);
-  for (int64_t w = 1; w < unroll; w *= 2) // pairwise: (a0 + a1) + (a2 + a3)
-    for (int64_t u = 0; u + w < unroll; u += 2 * w)
-      accs[u] = combine(comb, accs[u], accs[u + w]);
-  Value partial = accs[0];
   // Partial of (column tx, slice ty) at slot(tx, ty); a tree over the slices.
   auto slot = [&](Value c, Value sl) -> Value {
     return sliceFast ? arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, c, cIdx(kSlices)), sl)
                      : arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, sl, cIdx(cols)), c);
   };
-  Value partials = sharedBuffer(blockSize, t);
-  sharedStore(partial, partials, tid);
   for (int64_t half = kSlices / 2; half >= 1; half /= 2) {
     gpu::BarrierOp::create(b, loc);
     Value lower = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, ty, cIdx(half));

@@ -347,13 +347,22 @@ func.func @chanstats(%x: tensor<4x24x64xf32>) -> tensor<24xf32> {
 // -----
 
 // A long bf16 channel reduction (17 x 1024 elements a channel, 1024 slices):
-// each slice keeps 8 independent partials over whole rounds of 8192 elements
-// (8 loads in flight a thread), the last 1024 elements go into the first
-// partial, and the partials combine pairwise before the tree in workgroup memory.
+// on 16-byte aligned buffers each slice reads chunks of 8 elements with one
+// vector load, a partial per lane (2176 chunks: no whole round of 4 chunks a
+// slice). Otherwise (scalar loads) each slice keeps 8 independent partials
+// over whole rounds of 8192 elements (8 loads in flight a thread), the last
+// 1024 elements go into the first partial, and the partials combine pairwise
+// before the tree in workgroup memory.
 #xl = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
 #cl = affine_map<(d0, d1, d2) -> (d1)>
 // CHECK-LABEL: gpu.func @longstats_k0
-// CHECK-SAME: strategy = "reduction_split_rows"
+// CHECK-SAME: strategy = "reduction_split_rows_vec8"
+// CHECK: scf.if
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c2176 step %c1024 iter_args({{.*}}) -> (f32, f32, f32, f32, f32, f32, f32, f32)
+// CHECK: vector.load %{{.*}} {alignment = 16 : i64} : memref<69632xbf16>, vector<8xbf16>
+// CHECK-NOT: memref.load
+// CHECK-COUNT-7: arith.addf %{{.*}}, %{{.*}} : f32
+// CHECK: } else {
 // CHECK: scf.for %{{.*}} = %{{.*}} to %c16384 step %c8192 iter_args({{.*}}) -> (f32, f32, f32, f32, f32, f32, f32, f32)
 // CHECK: scf.for %{{.*}} = %{{.*}} to %c17408 step %c1024 iter_args(%{{.*}} = %{{.*}}#0) -> (f32)
 // CHECK-COUNT-7: arith.addf
@@ -374,6 +383,37 @@ func.func @longstats(%x: tensor<17x4x1024xbf16>) -> tensor<4xf32> {
 
 // -----
 
+// Whole rounds of vector chunks (9 x 8192 bf16 a channel: 9216 chunks of 8):
+// each round issues its 4 chunks' 16-byte loads before their lanes' adds
+// (into 8 partials, one per lane), the last 1024 chunks one at a time.
+#xv = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#cv = affine_map<(d0, d1, d2) -> (d1)>
+// CHECK-LABEL: gpu.func @vecrounds_k0
+// CHECK-SAME: strategy = "reduction_split_rows_vec8"
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c8192 step %c4096 iter_args({{.*}}) -> (f32, f32, f32, f32, f32, f32, f32, f32)
+// CHECK-COUNT-4: vector.load %{{.*}} : memref<294912xbf16>, vector<8xbf16>
+// CHECK-NOT: vector.load
+// CHECK: arith.addf
+// CHECK: scf.yield
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c9216 step %c1024 iter_args
+// CHECK: vector.load
+// CHECK: } else {
+func.func @vecrounds(%x: tensor<9x4x8192xbf16>) -> tensor<4xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<4xf32>) -> tensor<4xf32>
+  %s = linalg.generic {indexing_maps = [#xv, #cv], iterator_types = ["reduction", "parallel", "reduction"]}
+      ins(%x : tensor<9x4x8192xbf16>) outs(%f : tensor<4xf32>) {
+  ^bb0(%a: bf16, %o: f32):
+    %w = arith.extf %a : bf16 to f32
+    %r = arith.addf %w, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<4xf32>
+  return %s : tensor<4xf32>
+}
+
+// -----
+
 // Three long rows (few outputs): a block of 1024 threads per output; the sum
 // in f64 converted to f32 by an elementwise op of the output's shape is
 // evaluated by the output's thread (it ran one thread per output before).
@@ -384,7 +424,7 @@ func.func @longstats(%x: tensor<17x4x1024xbf16>) -> tensor<4xf32> {
 // CHECK-SAME: workgroup(%{{.*}} : memref<1024xf64, #gpu.address_space<workgroup>>)
 // CHECK-SAME: known_block_size = array<i32: 1024, 1, 1>
 // CHECK-SAME: grid = array<i64: 3, 1, 1>
-// CHECK-SAME: strategy = "reduction_split_rows"
+// CHECK-SAME: strategy = "reduction_split_rows_vec4"
 // CHECK: scf.for %{{.*}} = %{{.*}} to %c32768 step %c1024 iter_args
 // CHECK: arith.truncf %{{.*}} : f64 to f32
 func.func @fewrows(%x: tensor<8x3x4096xf32>) -> (tensor<3xf64>, tensor<3xf32>) {
