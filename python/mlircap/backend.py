@@ -1503,6 +1503,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
 
         simplify_attention_masks(gm, example_inputs)
         inplace_draws.rewrite(gm)   # x.bernoulli_(p): eager's memory order, not bernoulli.p's
+        from . import saved_versions
         from .ddsplit import restoring_global_modes
         from .saved_views import partition as saved_views_partition
 
@@ -1521,6 +1522,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         reach = fw_reach[-1] if len(fw_reach) == 1 else None
         fw_reach.clear()
         fn = _batch_norm_stats_unversioned(fn, _batch_norm_stats(gm))
+        fn = saved_versions.checked(fn, saved_versions.saved_boundary(gm, example_inputs))
         return _unreached_gradients_as_none(fn, reach) if reach is not None else fn
 
     return backend

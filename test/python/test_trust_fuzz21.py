@@ -1,0 +1,71 @@
+"""Random-program differential fuzzer (bench/fuzz_graphs.py, issue 10), seeds 2050:2300 of each
+mode and userops seeds 850:1050, and the cases left open at seeds 1800:2050 (grad 1493, 2039,
+userops 750, tensorops 1990): the wrong results and errors it found, minimized, and the
+fuzzer's own fixes (false positives)."""
+import pytest
+import torch
+
+import mlircap
+from test_trust_fuzz17 import _load_fuzz  # bench/fuzz_graphs.py as a module (test/python is on sys.path)
+
+
+# ------------------------------------ a tensor eager's autograd saved, written after the graph
+# --grad seed 1493: v1 = gather(v0, 0, i) in one graph (a break at masked_select), v0[0].abs_()
+# in the next. Eager's GatherBackward0 saves v0 (its formula reads only the sizes) and its
+# backward raises "modified by an inplace operation"; aot_autograd's partitioner saved no v0,
+# so the compiled graph's backward returned a gradient.
+def _gather_of_output(x, i):
+    v0 = x * 2
+    return v0, torch.gather(v0, 0, i)
+
+
+def _gather_of_input(x, i):
+    return (torch.gather(x, 0, i) * 3,)
+
+
+def _index_select_of_output(x, i):
+    v0 = x.sin()
+    return v0.view(-1), v0.index_select(1, i[0, :3]).cos()
+
+
+def _outcome(fn, x, i, write, use):
+    leaf = x.clone().requires_grad_()
+    xx = leaf * 1
+    try:
+        outs = fn(xx, i)
+        write(xx, outs)
+        loss = sum(o.sum() for k, o in enumerate(outs) if k in use)
+        loss.backward()
+    except RuntimeError as e:
+        assert "modified by an inplace operation" in str(e), e
+        return "raised"
+    return leaf.grad
+
+
+@pytest.mark.parametrize("case", [
+    (_gather_of_output, lambda x, o: o[0].mul_(2), (1,)),          # the saved output written
+    (_gather_of_output, lambda x, o: o[0][0].abs_(), (0, 1)),      # through a view of it
+    (_gather_of_input, lambda x, o: x.add_(1), (0,)),              # the saved input written
+    (_index_select_of_output, lambda x, o: o[0].zero_(), (1,)),    # a view returned, its base saved
+    (_gather_of_output, lambda x, o: o[0].mul_(2), (0,)),          # gather's gradient not reached: no error
+    (_gather_of_output, lambda x, o: None, (0, 1)),                # nothing written: the gradient
+    (_gather_of_input, lambda x, o: o[0].add_(1), (0,)),           # gather's result written: no error
+])
+def test_saved_tensor_written_after_graph_raises_as_eager(case):
+    fn, write, use = case
+    torch.manual_seed(0)
+    x, i = torch.randn(7, 5), torch.randint(0, 5, (7, 5))
+    want = _outcome(fn, x, i, write, use)
+    comp = mlircap.compile(fn)
+    for _ in range(3):   # the recording call, then the compiled graph's replays
+        got = _outcome(comp, x, i, write, use)
+        if isinstance(want, str):
+            assert got == want
+        else:
+            assert isinstance(got, torch.Tensor) and torch.allclose(got, want), (got, want)
+
+
+def test_fuzz_seed_1493_grad_raises_as_eager():
+    fuzz = _load_fuzz()
+    res = fuzz.run_program(fuzz.generate(1493, grad=True))
+    assert res["category"] in ("compiled", "fallback"), res
