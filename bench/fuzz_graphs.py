@@ -1977,10 +1977,14 @@ def _row_by_row(name):
 # A bfloat16 product (oneDNN) of many rows: a row of -inf times positive weights gives NaN in
 # about half its elements where the same row alone (M = 1) and float32 give -inf (K = 7, M = 96:
 # 576 NaN of 1152; --grad seed 1534, F.linear of a masked_fill(-inf)); each row alone is the rule.
+# hardswish_backward of a NaN x: NaN in the float64 vector body, the gradient itself in the
+# scalar loop (its `x <= 3` else-branch) and in every float32 / bfloat16 element (--grad seed
+# 2241: 16 of a float64 row of 20, hardswish of a matmul of atan of a NaN input).
 # Their scalar rule, consistent at every position, is the reference where eager's own result
 # is not.
 POSITION_DEPENDENT_KERNELS = {"logit_backward": _scalar_logit_backward,
                               "gelu": _scalar_loop("gelu"),
+                              "hardswish_backward": _scalar_loop("hardswish_backward"),
                               **{name: _row_by_row(name) for name in ("mm", "addmm", "bmm")}}
 
 

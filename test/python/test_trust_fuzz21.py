@@ -69,3 +69,25 @@ def test_fuzz_seed_1493_grad_raises_as_eager():
     fuzz = _load_fuzz()
     res = fuzz.run_program(fuzz.generate(1493, grad=True))
     assert res["category"] in ("compiled", "fallback"), res
+
+
+# ------------------------------------------------ hardswish's gradient of NaN: eager's two rules
+# --grad seed 2241: hardswish of a float64 matmul of atan of a NaN input. Eager's
+# hardswish_backward gives NaN in its float64 vector body and the gradient itself (`x <= 3`
+# false, the else-branch) in its scalar loop and in every float32 element; the compiled form
+# is the latter everywhere. The fuzzer's POSITION_DEPENDENT_KERNELS rule is the scalar loop.
+def test_hardswish_backward_scalar_rule_is_eager_strided():
+    fuzz = _load_fuzz()
+    rule = fuzz.POSITION_DEPENDENT_KERNELS["hardswish_backward"]
+    x = torch.tensor([float("nan"), -4.0, -1.0, 0.5, 4.0] * 4, dtype=torch.float64)
+    g = torch.arange(20, dtype=torch.float64) + 1
+    strided = torch.ops.aten.hardswish_backward(g, torch.stack([x, x], -1)[:, 0])
+    got = rule(g, x)
+    assert torch.equal(got, strided)
+    assert not torch.isnan(got).any()
+
+
+def test_fuzz_seed_2241_grad_not_counted_wrong():
+    fuzz = _load_fuzz()
+    res = fuzz.run_program(fuzz.generate(2241, grad=True))
+    assert res["category"] in ("compiled", "fallback"), res
