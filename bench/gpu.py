@@ -134,12 +134,16 @@ def bench_one(a, name, dname, dtype, rows):
             lib = sum(g.executable.n_library for g in graphs) if ok else "-"
             # Device time per kernel (CUPTI, one call, the compiled graphs as they run):
             # per-step CUDA events would also count launch gaps.
-            names = {}
+            # Every graph names its kernels main_k0, main_k1, ...: the profiler's rows add up the
+            # kernels of one name over the graphs, so such a row names no one graph's kernel.
+            descs: dict = {}
             for g in graphs:
                 ex = g.executable
                 plan = getattr(ex, "plan", None)
                 for st in plan.kernels if plan is not None else ():
-                    names.setdefault(st.name, ex.describe_kernel(st))
+                    descs.setdefault(st.name, []).append(ex.describe_kernel(st))
+            names = {k: d[0] if len(set(d)) == 1 else f"{k} [{len(d)} graphs' kernels of this name]"
+                     for k, d in descs.items()}
             ks = device_kernels(fast, args)
             worst = sorted(((names.get(k, k[:80]) + (f" x{n:.0f}" if n > 1 else ""), us / 1e3)
                             for k, (n, us) in ks.items()), key=lambda x: -x[1])[:4]
