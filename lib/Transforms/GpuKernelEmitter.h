@@ -119,6 +119,11 @@ struct Codegen {
     auto acc = term(idx.front(), shape.front());
     int64_t accExtent = shape.front();
     Value lin; // the materialized part before `acc`, scaled as it goes
+    auto append = [&] {
+      Value a = materialize(acc);
+      lin = lin ? arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, lin, cIdx(accExtent)), a).getResult()
+                : a;
+    };
     for (auto [i, s] : llvm::zip(ArrayRef<Value>(idx).drop_front(), ArrayRef<int64_t>(shape).drop_front())) {
       auto next = term(i, s);
       auto div = acc.first.getDefiningOp<arith::DivUIOp>();
@@ -128,14 +133,11 @@ struct Codegen {
         accExtent *= s;
         continue;
       }
-      Value a = materialize(acc);
-      lin = lin ? arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, lin, cIdx(accExtent)), a).getResult()
-                : a;
+      append();
       acc = next;
       accExtent = s;
     }
-    Value a = materialize(acc);
-    lin = lin ? arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, lin, cIdx(accExtent)), a).getResult() : a;
+    append();
     memo[key] = lin;
     return lin;
   }
