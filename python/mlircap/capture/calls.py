@@ -285,6 +285,8 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             return
         if kind == "setattr":
             if args and id(args[0]) in self.src and len(args) >= 2:
+                if isinstance(args[0], torch.Tensor) and type(args[1]) is str:
+                    self._tensor_dict_store(args[0], args[1])   # (side_effects.py)
                 self.dirty.add((id(args[0]), args[1]))
                 if type(args[1]) is str:
                     self.stored[id(args[0])].add(args[1])

@@ -15,7 +15,7 @@ from .steps import Write
 from .frame_hook import _E
 from .classify import _C_BUFFERS, _PRIM
 from .guard_kinds import Lengths
-from .typeinfo import _is_ndarray, _mro_lookup, _slot_values
+from .typeinfo import _is_data_descr, _is_ndarray, _mro_lookup, _slot_values
 
 
 class _SideEffectMixin:
@@ -51,10 +51,23 @@ class _SideEffectMixin:
         if id(obj) in self.src:
             if isinstance(obj, _C_BUFFERS):
                 raise Unreplayable(f"write to {type(obj).__name__}.{name} (a C buffer)")
+            if isinstance(obj, torch.Tensor):
+                self._tensor_dict_store(obj, name)
             if isinstance(obj, torch.nn.Module) and self._same_submodule_store(obj, name, _E.peek(frame, 1)):
                 return
             self.dirty.add((id(obj), name))
             self.stored[id(obj)].add(name)
+
+    def _tensor_dict_store(self, t: torch.Tensor, name: str) -> None:
+        """`p.org = p.data.clone()` (BinaryNet keeps a parameter's real-valued weights on it): a
+        Python attribute stored on a tensor the recording tracks writes the tensor's instance
+        dict, snapshotted here (before the store) so that writes() replays it as an object's.
+        Before, nothing was replayed: every later call saw the recording's tensor there.  The
+        tensor class's own descriptors (.data, .grad, ...) are not the dict's."""
+        expr, pretty, how = self.src[id(t)]
+        if how != "opaque" and not _is_data_descr(_mro_lookup(type(t), name)[1]) and \
+                type(getattr(t, "__dict__", None)) is dict:
+            self._snap(t, expr, pretty)
 
     def _same_submodule_store(self, m: torch.nn.Module, name: str, v: object) -> bool:
         """`m.name = v` where v is the submodule m already holds under that name
