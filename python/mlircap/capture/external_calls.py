@@ -133,6 +133,7 @@ class _ExternalCallMixin:
             if any(t._version != v for t, v in seen):
                 self.tensor_writing_calls.append((k, reason))
             if own is not None:
+                self.own_steps.add(k)
                 own_state = [own.state, *own.state.values()]
                 self.keep.append(own_state)
                 self.own_state.update((id(o), o) for o in own_state)

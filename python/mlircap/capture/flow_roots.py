@@ -477,13 +477,25 @@ class _FlowRootMixin(_FlowWriteMixin):
         if self.flow_scalar is not None:   # an operand the operator never took (graph.py)
             self._flow_escape_keys(self.flow_scalar[3])
             self.flow_scalar = None
+        dead = self._dead_local_keys()
         for k in list(self.flows_open):
-            self._flow_escape(k)
+            if k not in dead:
+                self._flow_escape(k)
         for fc in self.flow_calls:   # each call handed followed numbers, not done (_flow_call_done)
             if id(fc) not in self.flow_calls_done:
                 self._flow_escape_keys(fc[3])
         for k in list(self.flows_scalar):   # (graph.py _scalar_input resolves each use)
             self._flow_escape(k)
+
+    def _dead_local_keys(self) -> set[int]:
+        """Break results still followed at the end only in variables of frames that have
+        returned (`unused = loss.item()`, never read again): nothing computed from them was
+        used, so they need no guard (a recompile per value).  Not in a generator's frame
+        (it may run on) nor where a followed stack slot still holds them."""
+        live = {k for fl in self.flow_frames.values() for _, ks in fl.slots.values() for k in ks}
+        gen = 0x20 | 0x80 | 0x200   # CO_GENERATOR, CO_COROUTINE, CO_ASYNC_GENERATOR
+        return {k for (fr, _), (_, ks, _) in self.flow_locals.items() if not fr.f_code.co_flags & gen
+                for k in ks if k >= 0 and k not in live}
 
     def _data_result(self, k: int, res: Any) -> None:
         """The number or text a data-dependent operation returned (`loss.item()`, `float(t)`,

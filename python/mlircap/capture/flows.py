@@ -23,11 +23,12 @@ import builtins
 import math
 import operator
 import types
+from typing import Any
 
 import torch
 
 from ._bytecode import _instrs, _nb_op
-from .base import INDEXING, PY312
+from .base import INDEXING, PY312, _MISSING
 from .classify import _classify, _context_wrapper_frame
 from .flow_roots import _FlowRootMixin
 from .flow_state import _JUMPS, _Flow, _followable, _next_offsets, _operand, _pretty, _shift
@@ -62,6 +63,24 @@ _EFFECTS = {
 def _binop(arg: int | None) -> str | None:
     s = _nb_op(arg)
     return s if s in _ARITH else None
+
+
+def _built_paths(fr: types.FrameType, op: str, arg: int) -> dict[int, Any] | None:
+    """Where each stack slot of the container op (a BUILD_* about to run in fr) goes in it: its
+    index in a tuple / list, ("key", k) for a dict's value (str / int keys, all distinct); None
+    where a dict's keys are not such (a value is placed by its key)."""
+    if op in ("BUILD_TUPLE", "BUILD_LIST"):
+        return {p: arg - 1 - p for p in range(arg)}
+    if op == "BUILD_MAP":
+        keys = {p: _E.peek(fr, p + 1) for p in range(0, 2 * arg, 2)}
+    else:
+        kt = _E.peek(fr, 0)
+        if type(kt) is not tuple or len(kt) != arg:
+            return None
+        keys = {p: kt[arg - p] for p in range(1, arg + 1)}
+    if any(type(k) not in (str, int) for k in keys.values()) or len(set(keys.values())) != len(keys):
+        return None
+    return {p: ("key", k) for p, k in keys.items()}
 
 
 def _appended_list(fr: types.FrameType, argc: int) -> list | None:
@@ -193,6 +212,8 @@ class _FlowMixin(_FlowRootMixin):
                     self._flow_settled(k)
                 return True
             return _shift(fl, 1, 0)
+        if op.startswith("POP_JUMP") and op.endswith("NONE") and 0 not in slots:
+            return _shift(fl, 1, 0)   # `None if a is None else a.item()` below a followed number
         if op == "FORMAT_VALUE":
             spec = bool(arg & 4)
             if 0 in slots and spec:
@@ -228,20 +249,21 @@ class _FlowMixin(_FlowRootMixin):
             return _shift(fl, 1, 0)
         if op == "RETURN_VALUE" and 0 in slots:
             if self._flow_root_frame(fr):
-                return self._flow_returned(fl, fr, (0,), 1, 0)
+                return self._flow_returned(fl, fr, (0,), 1, 0, {0: None})
             return self._flow_return(fl, fr)
         if op in _BUILDS and not any(p < _EFFECTS[op](arg)[0] for p in slots):
             return _shift(fl, *_EFFECTS[op](arg))
-        if op in _BUILDS and any(p < (2 * arg if op == "BUILD_MAP" else arg) for p in slots):
+        if op in _BUILDS:
             # `return y, lam`, `return {"loss": loss.item()}`: built and returned at once
             n = 2 * arg if op == "BUILD_MAP" else arg + (op == "BUILD_CONST_KEY_MAP")
             nxt = _instrs(fr.f_code).get(_next_offsets(fr.f_code, fr.f_lasti, ins)[0])
             if nxt is None or nxt[0] != "RETURN_VALUE" or not self._flow_root_frame(fr):
                 return None
-            vals = range(1, n, 2) if op == "BUILD_MAP" else range(1 if op == "BUILD_CONST_KEY_MAP" else 0, n)
+            # (BUILD_MAP: key, value pairs, a value on top; BUILD_CONST_KEY_MAP: the keys' tuple on top)
+            vals = range(0, n, 2) if op == "BUILD_MAP" else range(1 if op == "BUILD_CONST_KEY_MAP" else 0, n)
             if any(p < n and p not in vals for p in slots):
                 return None   # a followed key
-            return self._flow_returned(fl, fr, tuple(p for p in vals if p in slots), n, 1)
+            return self._flow_returned(fl, fr, tuple(p for p in vals if p in slots), n, 1, _built_paths(fr, op, arg))
         if op == "CALL":
             if arg in slots or arg + 1 in slots:
                 return None   # the callable or the bound receiver
@@ -322,17 +344,23 @@ class _FlowMixin(_FlowRootMixin):
         caller = fr.f_back
         return fr.f_code is self.code and (caller is None or caller.f_trace is None or _classify(caller.f_code) != "user")
 
-    def _flow_returned(self, fl: _Flow, fr: types.FrameType, pos: tuple[int, ...], pops: int, pushes: int) -> bool | None:
+    def _flow_returned(self, fl: _Flow, fr: types.FrameType, pos: tuple[int, ...], pops: int, pushes: int,
+                       paths: dict[int, Any] | None = None) -> bool | None:
         """Followed floats the captured function returns (at pos): the replay returns them as
         their expressions (`expr_of`) instead of as the values of this recording, which then
         need no guard.  An attribute in them (`d = min(self.decay, (1 + self.updates) / (10 +
         self.updates))`, an EMA's warmup) is the value it had as the replay starts (flow_bindings),
-        where it was read before any break: the return is evaluated after the replay's writes."""
+        where it was read before any break: the return is evaluated after the replay's writes.
+        An int (`(pred == y).sum().item()`, a count) may be a shared small-int object: it is
+        returned as its expression only at its place in the value returned (`paths`: stack
+        position -> None for the value itself, an index of the tuple / list or a dict's key
+        built right before the return; values.return_expr), not wherever that object occurs."""
         items = []
         for p in pos:
             expr, ks = fl.slots[p]
             obj = _E.peek(fr, p)
-            if not (type(obj) is float or _np_float(obj) or type(obj) is str and len(obj) > 1) or \
+            placed = type(obj) is int and paths is not None and p in paths
+            if not (type(obj) is float or _np_float(obj) or type(obj) is str and len(obj) > 1 or placed) or \
                     any(k in self.flow_pos and (not self.flow_pos[k] and self.flow_ext.get(k) or k not in self.flow_roots)
                         for k in ks):
                 return None   # (a text of one character or none may be a shared object: guarded)
@@ -347,10 +375,13 @@ class _FlowMixin(_FlowRootMixin):
                 elif k in self.flow_pos:
                     expr = expr.replace(self.flow_roots[k][0], self._flow_bound(k))
                     self.flow_ret_roots.add(k)
-            items.append((obj, expr, ks))
+            items.append((obj, expr, ks, paths[p] if placed else _MISSING))
         _shift(fl, pops, pushes)
-        for obj, expr, ks in items:
-            self.flow_ret[id(obj)] = (obj, expr)
+        for obj, expr, ks, path in items:
+            if path is _MISSING:
+                self.flow_ret[id(obj)] = (obj, expr)
+            else:
+                self.flow_ret_at[path] = (obj, expr)
             self.keep.append(obj)
             for k in ks:
                 self._flow_settled(k)

@@ -398,6 +398,13 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
                     # (it returns None: a guard `b4 is None`, which cannot fail, after an optimizer's
                     # step needed a continuation; the program's use of it is the constant None)
                     return res
+            if name == "tolist" and type(res) is list and len(res) <= 512:
+                # a new list of numbers (nested lists for more dimensions) no one else holds: its
+                # items are guarded where the program reads them (a lazy container, sources.touch),
+                # not all by value at once (`return loss.item(), err.abs().tolist()`: a recompile
+                # per call, or after an optimizer's step a guard with no continuation)
+                self._source(res, f"b{k}", f"<result of break {k}>", False)
+                return res
             self._data_result(k, res)
             return res
         if not self.uses_rng and _draws_rng(name):

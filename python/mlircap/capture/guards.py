@@ -24,20 +24,21 @@ if TYPE_CHECKING:  # annotations only: recorder imports this module
 
 # what a guard's code may name to be checked earlier in the replay (`start_state`)
 _START_NAMES = frozenset({"L", "F", "C", "type", "len", "tuple", "isinstance", "int", "float", "bool", "str",
-                          "set", "frozenset", "_dv"})
+                          "set", "frozenset", "_dv", "vars"})
 # tensor state the steps between graphs write (optimizer steps, .grad / .data writes, backward)
 _TENSOR_ATTRS = frozenset({"grad", "data", "is_leaf", "grad_fn", "retains_grad", "output_nr", "_is_view",
                            "_version", "shape", "dtype", "device", "requires_grad", "layout", "size", "stride",
                            "_base", "state"})
 
 
-def start_state(g: Guard, code: str) -> bool:
+def start_state(g: Guard, code: str, consts: list | None = None) -> bool:
     """Whether guard `g` (compiled to `code`) reads only Python state of the call's start:
     the arguments, the function and constants (`L`, `F`, `C`), not a tensor's metadata or
     autograd state, a replay's own values (`b3`, `n0_add`, bindings) or an optimizer's
     state.  Within one epoch (no uncapturable call that may write any state in between) it
     decides the same anywhere in the replay: the replay applies the function's writes at
-    its end."""
+    its end.  `consts` (the recording's C): an attribute of a class constant named as a
+    tensor's state is a class attribute (`Parameter.data is <attribute 'data'>`)."""
     if isinstance(g, (TensorMatch, TensorMatchAll, StorageAliasing, Distinct)):
         return False
     try:
@@ -46,9 +47,26 @@ def start_state(g: Guard, code: str) -> bool:
         return False
     for n in ast.walk(tree):
         if isinstance(n, ast.Name) and n.id not in _START_NAMES or \
-                isinstance(n, ast.Attribute) and n.attr in _TENSOR_ATTRS:
+                isinstance(n, ast.Attribute) and n.attr in _TENSOR_ATTRS and not _class_const(n.value, consts):
             return False
     return True
+
+
+def _class_const(n: ast.expr, consts: list | None) -> bool:
+    """n is `C[i]` naming a class in consts."""
+    if consts is None or not (isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and n.value.id == "C"
+                              and isinstance(n.slice, ast.Constant) and type(n.slice.value) is int):
+        return False
+    i = n.slice.value
+    return 0 <= i < len(consts) and isinstance(consts[i], type)
+
+
+def start_tensor(g: Guard) -> bool:
+    """Whether `g` is the metadata guard of a tensor reached from the call's start state (its
+    location passes start_state): first read after an optimizer's step that starts no epoch
+    (classify._optimizer_owning_call), it has the metadata it had before that step, whose
+    in-place writes change the data of tensors alone (replay._hoist_before)."""
+    return isinstance(g, TensorMatch) and start_state(Guard(), g.src)
 
 
 @dataclass(slots=True)

@@ -77,6 +77,7 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         # (torch.optim's step on the parameters): a replay must not record again after them
         self.tensor_writing_calls: list[tuple[int, str]] = []   # (call number, reason)
         self.own_calls = 0   # optimizer steps recorded that start no epoch (a guard after one needs a continuation)
+        self.own_steps: set[int] = set()   # their call numbers
         self.own_state: dict[int, object] = {}   # an optimizer's state its step wrote (external_calls._own_state_call)
         self.hooked = set()
         self.memo = None
@@ -139,6 +140,7 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         self.flow_attrs: dict[str, int] = {}       # attribute expression -> its key
         self.float_items: dict[int, tuple] = {}    # id(list) -> (list, item index -> key): flow_roots._flow_item
         self.flow_ret: dict[int, tuple] = {}       # id(float returned) -> (float, its expression)
+        self.flow_ret_at: dict[object, tuple] = {}   # an int returned: its place in the result -> (int, expression)
         self.flow_ret_roots: set[int] = set()      # attributes those expressions read (bound at the start)
         # (id(obj), attribute) -> (float, expression, keys, obj): a followed float stored (flow_writes.py)
         self.flow_stores: dict[tuple[int, str | tuple], tuple] = {}   # (a list item: (id, ("item", i)))

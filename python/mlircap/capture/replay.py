@@ -18,7 +18,7 @@ from .base import Unreplayable, _Miss, _Raised
 from .steps import CallStep, GraphStep, Write
 from .guard_kinds import Guard, GuardEnv, _holds
 from .data_writes import undo_data_writes
-from .guards import Placed, _ambient, _compile_guard, _merge_guards, start_state
+from .guards import Placed, _ambient, _compile_guard, _merge_guards, start_state, start_tensor
 from .graph_compile import _FirstRunChecked, _compile_graph, _double_backward_ok
 from .index_inputs import index_copy_hazard
 from .rng import RngStates, _RngLogged, _rng_states, _set_rng_states, _unlog_raising
@@ -215,10 +215,15 @@ def _hoist_before(rec: _Recorder, kw: int) -> None:
     before call kw instead, where they decide the same (the replay writes the program's state
     at its end) and where a miss can still record the call again from its start.  After the
     step, a miss needed a continuation (_continuations), without which the function ran
-    eagerly."""
+    eagerly.  So is the metadata guard of a tensor first read after the step at such a
+    location (guards.start_tensor) where every tensor-writing call from kw on before it is an
+    optimizer's own step: a step writes the data of tensors, not their metadata (a TD3 update
+    reading its actor's parameters after the critic's step ran eagerly)."""
     nxt = min((s for s in rec.epoch_starts if s > kw), default=1 << 30)
+    writers = [k for k, _ in rec.tensor_writing_calls]
     for p in rec.guards:
-        if kw < p.pos < nxt and start_state(p.guard, p.expr):
+        if kw < p.pos < nxt and (start_state(p.guard, p.expr, rec.consts) or start_tensor(p.guard) and
+                                 all(k in rec.own_steps for k in writers if k < p.pos)):
             p.pos = kw
 
 
@@ -252,7 +257,7 @@ class _GraphVariant(_Variant):
     def __init__(self, rec: _Recorder, result: Any, backend: Callable) -> None:
         rec.memo = {}
         try:
-            ret = rec.expr_of(result)
+            ret = rec.return_expr(result)
         except Unreplayable as e:
             raise Unreplayable(f"{e} (in the value {rec.code.co_name} returns)") from None
         rec.close_flows()

@@ -18,6 +18,10 @@ from .guard_kinds import Lengths
 from .typeinfo import _is_data_descr, _is_ndarray, _mro_lookup, _slot_values
 
 
+# immutable values a same-value attribute store may leave in place (`_same_value_store`)
+_SAME_STORE_TYPES = (torch.dtype, torch.device, torch.layout, torch.memory_format, bool, type(None), str)
+
+
 class _SideEffectMixin:
     """Side effects for `_Recorder`: STORE_*/DELETE_* opcode handlers mark external
     state dirty; `writes()` diffs the touched state against its snapshots."""
@@ -53,7 +57,8 @@ class _SideEffectMixin:
                 raise Unreplayable(f"write to {type(obj).__name__}.{name} (a C buffer)")
             if isinstance(obj, torch.Tensor):
                 self._tensor_dict_store(obj, name)
-            if isinstance(obj, torch.nn.Module) and self._same_submodule_store(obj, name, _E.peek(frame, 1)):
+            if isinstance(obj, torch.nn.Module) and (self._same_submodule_store(obj, name, _E.peek(frame, 1)) or
+                                                     self._same_value_store(obj, name, _E.peek(frame, 1))):
                 return
             self.dirty.add((id(obj), name))
             self.stored[id(obj)].add(name)
@@ -88,6 +93,26 @@ class _SideEffectMixin:
         pretty = self.src[id(m)][1]
         self._class_guard(type(m), "__setattr__", raw, f"type({pretty}).__setattr__")
         self.guard(Lengths(gs, (0,), "global module registration hooks"), group=gs)
+        return True
+
+    def _same_value_store(self, m: torch.nn.Module, name: str, v: object) -> bool:
+        """`m.name = v` where the module's instance dict already holds that very immutable value
+        (`self.input_dtype = hidden_states.dtype` of a Switch-Transformers router on its second
+        call): no write, the value it holds guarded instead (a replay where it holds another
+        records again).  A write made the frame one that wrote state, run eagerly where a
+        callee after it is.  Guarded as _same_submodule_store: nn.Module's __setattr__, no data
+        descriptor of that name on the class."""
+        d = m.__dict__
+        if type(v) not in _SAME_STORE_TYPES or d.get(name, _MISSING) is not v or (id(m), name) in self.dirty or \
+                any(name in (d.get(s) or ()) for s in ("_parameters", "_buffers", "_modules")):
+            return False
+        _, raw = _mro_lookup(type(m), "__setattr__")
+        if raw is not torch.nn.Module.__setattr__ or _mro_lookup(type(m), name)[1] is not _MISSING:
+            return False
+        pretty = self.src[id(m)][1]
+        self._class_guard(type(m), "__setattr__", raw, f"type({pretty}).__setattr__")
+        self._class_guard(type(m), name, _MISSING, f"type({pretty}).{name}")
+        self.read(f"{self.const(d)}[{name!r}]", f"{pretty}.{name}", v, id(m), name, group=(d,))
         return True
 
     def op_store_subscr(self, frame: types.FrameType, arg: int | None, argval: Any) -> None:

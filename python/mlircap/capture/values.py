@@ -64,6 +64,36 @@ class _ValueMixin:
             return name
         return self._expr_of(v, depth)
 
+    def return_expr(self, v: Any) -> str:
+        """The value the function returns: expr_of, with the ints followed to a place in it
+        (flows._flow_returned: None the value itself, an index of a tuple / list or a dict's
+        key built right before the return) as their expressions."""
+        at = self.flow_ret_at
+        if not at:
+            return self.expr_of(v)
+        r = at.get(None)
+        if r is not None and r[0] is v:
+            return r[1]
+
+        def item(key: Any, x: Any) -> str:
+            r = at.get(key)
+            return r[1] if r is not None and r[0] is x else self.expr_of(x, 1)
+        t = type(v)
+        if t is tuple:
+            return "(" + "".join(item(i, x) + ", " for i, x in enumerate(v)) + ")"
+        if t is list:
+            e = "[" + ", ".join(item(i, x) for i, x in enumerate(v)) + "]"
+        elif t is dict:
+            e = "{" + ", ".join(f"{self.expr_of(k, 1)}: {item(('key', k), x)}" for k, x in v.items()) + "}"
+        else:
+            return self.expr_of(v)
+        if self.memo is None or id(v) in self.src:
+            return self.expr_of(v)
+        name = f"_l{len(self.lets)}"   # (bound once, as expr_of binds a list or dict: aliasing kept)
+        self.lets.append((name, e))
+        self.memo[id(v)] = name
+        return name
+
     def _expr_of(self, v: Any, depth: int = 0) -> str:
         if isinstance(v, torch.Tensor):
             s = self.src.get(id(v))

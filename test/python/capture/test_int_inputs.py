@@ -40,7 +40,7 @@ def test_int_argument_rebound_or_needed_by_value_keeps_its_guard():
             ("return x.view(-1)[n], x * n", distinct - 1),           # an index: guarded
             ("return torch.zeros(n), x * n", distinct - 1),          # a torch call's size: guarded
             ("return x.sum(dim=n % 2) * n", distinct - 1),           # a dim of a graph op: guarded
-            ("return x * n, n", distinct - 1),                       # returned
+            ("return x * n, n", 1),                                  # returned: as its expression
             ("return [x * k for k in range(n)]", distinct - 1),      # a loop count
             ("n = 5\n        return x * n", 1),                      # rebound to the small int 5
             ("del n\n        n = 5\n        return x * n", 1),
