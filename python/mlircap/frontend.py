@@ -488,6 +488,9 @@ def _build_table() -> dict:
     from . import xlogy_steps
 
     table.update(xlogy_steps.decompositions(table))   # CPU bf16/f16: log(y) rounded before the product
+    for op in (aten.div.Tensor_mode, aten.div.Scalar_mode, aten.floor_divide.default, aten.floor_divide.Scalar):
+        table[op] = _low_precision_division(op, table.get(op))   # CPU bf16/f16: eager's two kernels
+    table[aten.trunc.default] = _trunc_keeping_signed_zero(table.get(aten.trunc.default))
     for op in (aten.bernoulli.default, aten.rrelu.default):
         table[op] = _draws_like_eager_on_cpu_only(table.get(op))
     return {op: _guarded(op, table.get(op), exact.get(op)) for op in set(table) | set(exact)}
@@ -1195,7 +1198,9 @@ def _floor_division_like_eager(op, fallback):
             b = b.to(dtype)
         if x.dtype != dtype:
             a = x.to(dtype)
-        mod = torch.fmod(a, b)
+        # (exact in float32: bf16 fmod itself is kept whole, partition.EAGER_NUMERICS)
+        mod = torch.fmod(a.float(), b.float() if isinstance(b, torch.Tensor) else b).to(dtype) \
+            if dtype in _LOW_PRECISION else torch.fmod(a, b)
         div = (a - mod) / b
         div = torch.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
         floordiv = torch.floor(div)
@@ -1206,6 +1211,53 @@ def _floor_division_like_eager(op, fallback):
         if not isinstance(b, torch.Tensor):   # a Python number (x // 0.7): b == 0 is a bool
             return a / b if b == 0 else floordiv
         return torch.where(b == 0, a / b, floordiv)
+
+    return decomposition
+
+
+def _low_precision_division(op, fn):
+    """bfloat16/float16 floor and truncating division (CPU) as eager's kernels compute them.
+    A divisor of one element (a number, a 0-dim or fully broadcast tensor: TensorIterator's
+    scalar operand) takes eager's scalar kernel: the quotient in float32 with the divisor
+    read as float32 from its own dtype, rounded once. Any other divisor takes the kernel
+    that computes each step of c10::div_floor_floating (or trunc(a / b)) in the dtype,
+    rounding each: the float decomposition on the low-precision operands, whose pointwise
+    steps each round once (_pointwise_in_float32). Checked against eager over every
+    bfloat16 / float16 dividend."""
+    aten = torch.ops.aten
+    floor_op = op in (aten.floor_divide.default, aten.floor_divide.Scalar)
+
+    def decomposition(a, b, *args, **kwargs):
+        mode = "floor" if floor_op else kwargs.get("rounding_mode", args[0] if args else None)
+        tensors = [t for t in (a, b) if isinstance(t, torch.Tensor)]
+        dtype = torch.result_type(a, b) if tensors else None
+        if dtype not in _LOW_PRECISION or mode not in ("floor", "trunc") or isinstance(a, complex) or \
+                isinstance(b, complex) or any(t.device.type != "cpu" or t.is_complex() for t in tensors):
+            return NotImplemented if fn is None else fn(a, b, *args, **kwargs)
+        if not isinstance(a, torch.Tensor):   # (0.7 // x: the number converted to the dtype, as eager's)
+            a = aten.scalar_tensor.default(a, dtype=dtype, device=b.device)
+        if not isinstance(b, torch.Tensor) or b.numel() == 1:   # eager's scalar kernel
+            b32 = b.to(torch.float32) if isinstance(b, torch.Tensor) else b
+            a32 = a.to(dtype).to(torch.float32)   # (an integer dividend: converted to the dtype first)
+            return aten.div.Tensor_mode(a32, b32, rounding_mode=mode).to(dtype) \
+                if isinstance(b32, torch.Tensor) else aten.div.Scalar_mode(a32, b32,
+                                                                            rounding_mode=mode).to(dtype)
+        a, b = a.to(dtype), b.to(dtype)
+        if mode == "trunc":
+            return aten.trunc.default(aten.div.Tensor(a, b))   # the quotient rounded, then truncated
+        return fn(a, b) if floor_op else aten.floor_divide.default(a, b)
+
+    return decomposition
+
+
+def _trunc_keeping_signed_zero(fallback):
+    """Floating trunc as ceil below zero, floor elsewhere: torch-mlir's sign(x) * floor(|x|)
+    gave +0.0 for trunc(-0.0) (sign(-0.0) is 0), where eager keeps -0.0."""
+
+    def decomposition(x):
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            return NotImplemented if fallback is None else fallback(x)
+        return torch.where(x < 0, torch.ceil(x), torch.floor(x))
 
     return decomposition
 

@@ -201,6 +201,7 @@ def cpu_narrow_library(name: str, args) -> bool:
 # passes.
 _FLOATS = (torch.float32, torch.float64)
 _INTS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+_LOW = (torch.bfloat16, torch.float16)
 EAGER_NUMERICS: dict[str, tuple[torch.dtype, ...]] = {
     "aten::linspace": _FLOATS, "aten::logspace": _FLOATS + _INTS,
     "aten::upsample_linear1d": _FLOATS, "aten::upsample_bilinear2d": _FLOATS,
@@ -217,9 +218,12 @@ EAGER_NUMERICS: dict[str, tuple[torch.dtype, ...]] = {
     # products): computing them in float32 and rounding once (opmath.py) is more
     # accurate but differs from eager's
     "aten::logit": _FLOATS, "aten::linalg_cross": _FLOATS + _INTS, "aten::cross": _FLOATS + _INTS,
-    # and rounding divisions (div only with a rounding_mode), whose bf16 kernels round their own way
-    "aten::floor_divide": _FLOATS + _INTS, "aten::fmod": _FLOATS + _INTS, "aten::remainder": _FLOATS + _INTS,
-    "aten::div": _FLOATS + _INTS,
+    # and rounding divisions (div only with a rounding_mode): floor / trunc division follows
+    # eager's two bf16/f16 kernels (frontend._low_precision_division); bf16 fmod / remainder
+    # are exact compiled, but eager's vector loop gives NaN where |a / b| overflows float32
+    # (its scalar loop, for the last elements, the exact value): kept whole
+    "aten::floor_divide": _FLOATS + _INTS + _LOW, "aten::fmod": _FLOATS + _INTS + (torch.float16,),
+    "aten::remainder": _FLOATS + _INTS + (torch.float16,), "aten::div": _FLOATS + _INTS + _LOW,
     # bfloat16/float16 matmul + bias on the CPU: eager adds the bias to the float32
     # product and rounds once; the compiled plan rounds the library product, then
     # adds (1-ulp differences, amplified by a following cross-entropy: OpInfo
@@ -261,6 +265,8 @@ _CUDA_EAGER_NUMERICS: dict[str, tuple[torch.dtype, ...]] = {
     "aten::logspace": _FLOATS,
     # the GPU keeps compiling low-precision matmul + bias (unchanged; not re-measured here)
     **{op: _FLOATS + _INTS + (torch.bfloat16, torch.float16) for op in ("aten::addmm", "aten::addmv")},
+    # bf16/f16 rounding divisions follow eager's CPU kernels only (frontend._low_precision_division)
+    **{op: _FLOATS + _INTS for op in ("aten::floor_divide", "aten::fmod", "aten::remainder", "aten::div")},
 }
 
 

@@ -22,3 +22,99 @@ def test_bucketize_of_uint8(bdtype, right, out_int32, fallback_log):
     check_compiled(lambda v, b: torch.bucketize(v, b, right=right, out_int32=out_int32), [x, bounds], fallback_log)
     check_compiled(lambda v, b: torch.bucketize(v + 1, b, right=right, out_int32=out_int32), [x, bounds],
                    fallback_log)   # with a wrapping add before it
+
+
+# --------------------------------------------------------- bf16 / f16 floor and trunc division
+def _every_value(dtype):
+    """Every bfloat16 / float16 value (NaN, inf, subnormals, -0.0 included)."""
+    return torch.arange(65536, dtype=torch.int32).to(torch.int16).view(dtype)
+
+
+_DIVISORS = [0.7, -11.5, 1e-3, 2.5, -3.0, 1e5, 1e-30, 0.0, -0.0, float("inf"), float("nan")]
+
+
+def _divisors(dtype, n):
+    torch.manual_seed(0)
+    d = torch.tensor(_DIVISORS, dtype=torch.float32)
+    return torch.cat([d, torch.randn(n - len(d)) * 10.0 ** torch.randint(-3, 4, (n - len(d),))]).to(dtype)
+
+
+_FORMS = {
+    "floor_divide": lambda a, b: torch.floor_divide(a, b),
+    "div_floor": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+    "div_trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    "reversed": lambda a, b: b // a,
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("form", list(_FORMS))
+def test_low_precision_division_by_a_tensor(dtype, form, fallback_log):
+    # OpInfo div.floor_rounding bf16 reference #29 (seed 2102), floor_divide / remainder bf16:
+    # 'eager islands: div (numerics)'. Eager's kernel for a divisor tensor rounds each step of
+    # div_floor_floating ((a - fmod) / b, the - 1, the + 1) and trunc's quotient to the dtype
+    # (1096 // -11.5 is -97 in bf16, -96 exactly); computed in float32 it was 1 off
+    a = _every_value(dtype).repeat(16)
+    b = _divisors(dtype, 16).repeat_interleave(65536)
+    check_compiled(_FORMS[form], [a, b], fallback_log, calls=2, signs=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("divisor", _DIVISORS[:6])
+def test_low_precision_division_by_a_scalar(dtype, divisor, fallback_log):
+    # a divisor of one element (a number, a 0-dim or a fully broadcast tensor) takes eager's
+    # scalar kernel: the quotient in float32 with the divisor as float32, rounded once
+    # (x // 0.7 in bf16: 191 of 65536 values differ from the stepwise kernel's)
+    x = _every_value(dtype)
+    b0 = torch.tensor(divisor, dtype=dtype)
+    for fn, args in (
+            (lambda a: a // divisor, [x]),
+            (lambda a: torch.div(a, divisor, rounding_mode="trunc"), [x]),
+            (lambda a: divisor // a, [x]),                                   # a number dividend: stepwise
+            (lambda a, b: a // b, [x, b0]),
+            (lambda a, b: torch.div(a.reshape(256, 256), b, rounding_mode="floor"), [x, b0.reshape(1, 1)]),
+            (lambda a, b: torch.div(a, b, rounding_mode="trunc"), [x, b0.reshape(1)]),
+            (lambda a, b: a // b, [x, torch.tensor(divisor)]),              # a float32 0-dim divisor
+            (lambda a, b: torch.div(a.reshape(256, 256), b, rounding_mode="floor"),   # broadcast along one dim
+             [x, _divisors(dtype, 256).reshape(256, 1)])):
+        check_compiled(fn, args, fallback_log, calls=2, signs=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_division_of_other_dtypes(dtype, fallback_log):
+    # operands converted to the result's dtype first, as eager's TensorIterator does
+    x = _every_value(dtype)
+    big = torch.arange(-3000, 3000) * 7919
+    for fn, args in (
+            (lambda a, b: a // b, [x, torch.tensor(1000003)]),                  # an int64 0-dim divisor
+            (lambda a, b: a // b, [big, torch.tensor(0.7, dtype=dtype)]),       # an int64 dividend
+            (lambda a, b: a // b, [big, torch.randn(6000).to(dtype)]),
+            (lambda a, b: torch.div(a, b, rounding_mode="trunc"), [x, torch.randint(-1000, 1000, (65536,))]),
+            (lambda a, b: torch.div(a, b, rounding_mode="floor") + a // b,          # all 0-dim
+             [torch.tensor(1096.0, dtype=dtype), torch.tensor(-11.5, dtype=dtype)])):
+        check_compiled(fn, args, fallback_log, calls=2, signs=True)
+
+
+def test_float16_fmod_and_remainder(fallback_log):
+    # float16 fmod / remainder compile (an island before): exact in float32, rounded once, as
+    # eager's. (bfloat16 stays whole: eager's vector loop gives NaN where |a / b| overflows
+    # float32, its scalar loop the exact value)
+    a = _every_value(torch.float16).repeat(16)
+    b = _divisors(torch.float16, 16).repeat_interleave(65536)
+    for fn in (torch.fmod, torch.remainder):
+        check_compiled(lambda x, y: fn(x, y), [a, b], fallback_log, calls=2, signs=True)
+        check_compiled(lambda x: fn(x, -0.3), [a[:65536]], fallback_log, calls=2, signs=True)
+    check_compiled(lambda x: 3.5 % x, [a[:65536]], fallback_log, calls=2, signs=True)
+
+
+# ------------------------------------------------------------------------------ trunc of -0.0
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_trunc_keeps_negative_zero(dtype, fallback_log):
+    # torch-mlir's trunc is sign(x) * floor(|x|): trunc(-0.0) gave +0.0 (the division above
+    # truncates a rounded -0.0 quotient: 0 / -11.5)
+    x = torch.tensor([-0.0, 0.0, -0.5, 0.5, -2.5, 2.5, float("inf"), -float("inf"), float("nan"), -1e-30, 7.0],
+                     dtype=dtype)
+    check_compiled(lambda t: torch.trunc(t), [x], fallback_log, signs=True)
+    check_compiled(lambda t: t.trunc() * 2, [x], fallback_log, signs=True)
+    check_compiled(lambda t: torch.fix(t - 0.0), [x], fallback_log, signs=True)
+    check_compiled(lambda t: torch.trunc(t.to(torch.int32)), [x[4:6]], fallback_log)   # integers: unchanged
