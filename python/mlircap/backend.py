@@ -1613,7 +1613,11 @@ def _hoist_input_copies(gm: torch.fx.GraphModule) -> tuple[int, list[int]] | Non
     per written input. Each such copy_ leaves the graph and its value becomes an extra
     output, after the graph's own: returns (the graph's output count, the input index of
     each extra output), or None when there is none. A copy_ is hoisted only where it is the
-    last use of its input (functionalization guarantees that) and the last write to it."""
+    last use of its input (functionalization guarantees that) and the last write to it, or
+    where only the graph's output reads the input after it: an output that is the written
+    input itself (`r = org.copy_(w.data.clamp_(-1, 1))` kept by a graph break) returns the new
+    value instead (aot_autograd hands the input object back for it; before, the copy_ stayed
+    and torch-mlir, value semantics only, rejected the graph: all of it ran eagerly)."""
     g = gm.graph
     out = g.output_node()
     outs = out.args[0]
@@ -1622,18 +1626,21 @@ def _hoist_input_copies(gm: torch.fx.GraphModule) -> tuple[int, list[int]] | Non
     phs = [n for n in g.nodes if n.op == "placeholder"]
     order = {n: i for i, n in enumerate(g.nodes)}
     copy_ = torch.ops.aten.copy_.default
-    hoisted, dead, dsts = [], [], []
+    hoisted, dead, dsts, returned = [], [], [], {}
     for i, p in enumerate(phs):
         writes = [u for u in p.users if u.op == "call_function" and u.target is copy_ and not u.users
                   and len(u.args) == 2 and not u.kwargs and u.args[0] is p and isinstance(u.args[1], torch.fx.Node)]
         writes.sort(key=order.__getitem__)
-        if not writes or any(order[u] > order[writes[0]] for u in p.users if u not in writes):
+        if not writes or any(order[u] > order[writes[0]] for u in p.users if u not in writes and u is not out):
             continue   # the input is read after it was written (or written otherwise): left as it is
         hoisted.append(writes[-1])
         dead += writes[:-1]   # overwritten by the last one, and nothing reads in between
         dsts.append(i)
+        if p in out.users and any(o is p for o in outs):
+            returned[p] = writes[-1].args[1]
     if not hoisted:
         return None
+    outs = [returned.get(o, o) if isinstance(o, torch.fx.Node) else o for o in outs]
     out.args = (tuple(outs) + tuple(c.args[1] for c in hoisted),)
     for c in dead + hoisted:
         g.erase_node(c)

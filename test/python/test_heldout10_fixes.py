@@ -69,3 +69,41 @@ def test_python_attribute_stored_on_argument_tensor(tmp_path, monkeypatch):
         xc = xe.clone()
         assert torch.allclose(fn(xe), fast(xc))
         assert torch.equal(xe.scale, xc.scale) and xc.tag == "seen"
+
+
+class _ClipIntoCopy(torch.nn.Module):
+    """the graph capture cut out of BinaryNet's step after a break: the clipped weights copied into their
+    .org tensor, the copy_'s result (the written input itself) returned, beside a differentiated value."""
+
+    def forward(self, p, org, x):
+        r = org.copy_(p.data.clamp_(-1, 1))
+        return r, (x * p).sum()
+
+
+def test_returned_written_input_graph_compiles(tmp_path, monkeypatch):
+    """aot_autograd keeps the write as a trailing copy_ whose input the output also returns: it is now
+    hoisted (the output returns the new value), where before the copy_ stayed in the graph, torch-mlir
+    rejected it ('torch.aten.copy_' op operand #0 must be ... Tensor type) and the graph ran eagerly."""
+    import torch.fx
+    import warnings
+    from mlircap.backend import mlircap_backend
+
+    monkeypatch.setenv("MLIRCAP_CACHE_DIR", str(tmp_path))
+    gm = torch.fx.symbolic_trace(_ClipIntoCopy())
+    w0 = torch.tensor([0.5, -2.0, 3.0, 0.1])
+    p, org, x = torch.nn.Parameter(w0.clone()), torch.zeros(4), torch.randn(4, requires_grad=True)
+    pe, oe, xe = torch.nn.Parameter(w0.clone()), torch.zeros(4), x.detach().clone().requires_grad_()
+    want = _ClipIntoCopy()(pe, oe, xe)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fn = mlircap_backend(gm, [p, org, x])
+        got = fn(p, org, x)
+    assert not [str(w.message) for w in caught if "eagerly" in str(w.message)]   # 'running graph1 eagerly'
+    torch.testing.assert_close(got[0], want[0])
+    torch.testing.assert_close(got[1], want[1])
+    torch.testing.assert_close(org, oe)
+    torch.testing.assert_close(p.detach(), pe.detach())
+    got[1].backward()
+    want[1].backward()
+    torch.testing.assert_close(x.grad, xe.grad)
+    torch.testing.assert_close(p.grad, pe.grad)
