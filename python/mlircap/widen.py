@@ -41,7 +41,7 @@ _UINT8_OPS = {
     "aten::alias", "aten::detach", "aten::lift_fresh_copy", "aten::_to_copy", "aten::copy",
     "aten::full", "aten::full_like", "aten::zeros", "aten::zeros_like", "aten::ones", "aten::ones_like",
     "aten::scalar_tensor", "aten::arange", "aten::empty", "aten::empty_like", "aten::empty_strided",
-    "aten::new_full", "aten::new_zeros", "aten::new_ones", "aten::new_empty", "aten::fill",
+    "aten::new_full", "aten::new_zeros", "aten::new_ones", "aten::new_empty", "aten::new_empty_strided", "aten::fill",
     "aten::sum", "aten::prod", "aten::amax", "aten::amin", "aten::max", "aten::min", "aten::argmax",
     "aten::argmin", "aten::cumsum", "aten::cumprod", "aten::sort", "aten::topk", "aten::where",
     "aten::masked_fill", "aten::constant_pad_nd", "aten::diagonal", "aten::tril", "aten::triu",

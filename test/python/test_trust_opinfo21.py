@@ -118,3 +118,22 @@ def test_trunc_keeps_negative_zero(dtype, fallback_log):
     check_compiled(lambda t: t.trunc() * 2, [x], fallback_log, signs=True)
     check_compiled(lambda t: torch.fix(t - 0.0), [x], fallback_log, signs=True)
     check_compiled(lambda t: torch.trunc(t.to(torch.int32)), [x[4:6]], fallback_log)   # integers: unchanged
+
+
+# ---------------------------------------------------------------------- uint8 new_empty_strided
+@pytest.mark.parametrize("size,stride", [((2, 3), (1, 2)), ((4,), (2,)), ((2, 2, 3), (6, 1, 2)), ((0, 3), (3, 1))])
+def test_uint8_new_empty_strided(size, stride, fallback_log):
+    # OpInfo new_empty_strided uint8 #3 (seed 2103): 'aten.new_empty_strided (dtype uint8)' ran
+    # through torch; a factory of uninitialized memory, as new_empty (widen.py): filled here,
+    # compared with eager's values and strides
+    x = torch.tensor([[3, 200], [255, 7]], dtype=torch.uint8)
+
+    def f(t):
+        e = t.new_empty_strided(size, stride)
+        return e.fill_(201) + t.flatten()[1], e
+
+    fast = check_compiled(f, [x], fallback_log)
+    got = fast(x.clone())
+    assert got[1].dtype == torch.uint8
+    if size != (4,):   # (strides with gaps, (4,) by (2,), come back contiguous, as in float32)
+        assert got[1].stride() == torch.empty_strided(size, stride).stride()
