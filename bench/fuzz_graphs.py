@@ -1860,6 +1860,13 @@ def _run_for_reference(prog, ns, ins, tensors):
     return res, [t.detach() for t in ins]
 
 
+def _nonfinite_kind(t):
+    """Per element: 0 finite, 1 NaN, 2 +inf, 3 -inf."""
+    import torch
+
+    return t.isnan().to(torch.int8) + 2 * (t == float("inf")).to(torch.int8) + 3 * (t == float("-inf")).to(torch.int8)
+
+
 def within_fp64_error(actual, expected, ref, tol, multiplier=2.0):
     """Whether every floating leaf of `actual` that differs from eager's (`expected`) beyond the
     dtype's tolerance is at most `multiplier` times as far from the float64 result (`ref`, same
@@ -1895,12 +1902,25 @@ def within_fp64_error(actual, expected, ref, tol, multiplier=2.0):
             pass
         if not isinstance(r, torch.Tensor) or r.shape != e.shape or not r.is_floating_point():
             return False
+        if not isinstance(a, torch.Tensor) or a.shape != e.shape or a.dtype != e.dtype:
+            return False
         rtol = max(tol, TOL[str(e.dtype).split(".")[1]])
         a, e, r = a.detach().double(), e.detach().double(), r.detach().double()
-        if not torch.equal(a.isnan(), e.isnan()) or not torch.equal(a.isfinite(), e.isfinite()):
-            return False
-        fin = e.isfinite() & r.isfinite()
+        # NaN / +inf / -inf where eager's differ: accepted only at elements where eager's own
+        # differ from the float64 program's (a division by a cancellation that is rounding
+        # noise: eager's tanh one ulp below 1 made gelu(-5.11) -0, 1 / it -inf, where the
+        # float64 program's and the compiled one's are finite; --grad seed 1645), as for
+        # integers above, and off the float64 program's in at most twice as many elements
+        pa, pe, pr = _nonfinite_kind(a), _nonfinite_kind(e), _nonfinite_kind(r)
+        differ = pa != pe
+        if differ.any():
+            e_off = pe != pr
+            if not bool(e_off[differ].all()) or int((pa != pr).sum()) > multiplier * int(e_off.sum()):
+                return False
+        fin = e.isfinite() & r.isfinite() & ~differ
         if not fin.any():
+            if differ.any():
+                continue
             return False
         scale = max(1.0, float(e[fin].abs().max()))
         res_err = float((a[fin] - r[fin]).pow(2).mean().sqrt())
@@ -2144,7 +2164,8 @@ def run_program(prog) -> dict:
                              "kernel's loop (vector body or scalar remainder, a product's rows), compiled is "
                              "the rule that holds at every position")
                 continue
-            ref = None if "values differ" not in str(m) else fp64_reference(prog, ([sets[0]] + sets)[i - 1])
+            ref = None if "values differ" not in str(m) and "pattern differs" not in str(m) else \
+                fp64_reference(prog, ([sets[0]] + sets)[i - 1])
             if ref is None or not within_fp64_error((out, ins), (eout, eins), ref, prog.get("tol", 0.0)):
                 return {"category": "wrong", "detail": f"{where}: {m}"}
             notes.append(f"{where}: {m}; within 2x eager's own error against float64")

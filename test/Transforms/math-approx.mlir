@@ -77,6 +77,27 @@ func.func @erf_rational(%x: vector<16xf32>) -> vector<16xf32> {
 
 // -----
 
+// tanh of f32: a + a * t * P(t) below 1 (t = a^2, 7 FMAs), 1 - 2 / (exp(2a) + 1)
+// above (exact next to 1, where a tanh GELU's tail cancels), a = |x| clamped to 10
+// keeping NaN, x's sign copied; about 1 ulp, upstream's rational form was 4.6.
+// CHECK-LABEL: func.func @tanh_two_forms
+// CHECK-NOT: math.tanh
+// CHECK: math.absf %arg0 : vector<16xf32>
+// CHECK: arith.cmpf ult
+// CHECK-COUNT-7: math.fma
+// CHECK: arith.divf
+// CHECK: arith.subf
+// CHECK: arith.cmpf olt
+// CHECK: arith.select
+// CHECK-NEXT: math.copysign {{.*}}, %arg0 : vector<16xf32>
+// CHECK: return
+func.func @tanh_two_forms(%x: vector<16xf32>) -> vector<16xf32> {
+  %a = math.tanh %x : vector<16xf32>
+  return %a : vector<16xf32>
+}
+
+// -----
+
 // exp of f32 whose result is subnormal (x < -87.34): upstream's approximation
 // returns 0 there, eager gives subnormals down to exp(-103.97). Below -87 the
 // op is exp(x / 2) squared (x / 2 exact, one rounding into the subnormal).
