@@ -1498,6 +1498,9 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         return speculate.rerun_on_failed_guard(fn, gm, strict=options.strict)
 
     def _aot(gm, example_inputs):
+        dupes = _duplicate_inputs(example_inputs)
+        if dupes:
+            return _deduplicated(gm, example_inputs, dupes, _aot)
         from . import inplace_draws
         from .attention_masks import simplify_attention_masks
 
@@ -1581,6 +1584,46 @@ def _batch_norm_stats(gm: torch.fx.GraphModule) -> frozenset[int]:
         if ok:
             found.add(i)
     return frozenset(found)
+
+
+def _duplicate_inputs(example_inputs) -> dict[int, int]:
+    """{position: first position} of tensors passed more than once (capture hands a gradient read
+    twice in one graph as two inputs: PGD's `grad = delta.grad.detach()` ... `delta.grad.zero_()`)."""
+    first: dict[int, int] = {}
+    dupes = {}
+    for j, t in enumerate(example_inputs):
+        if isinstance(t, torch.Tensor):
+            i = first.setdefault(id(t), j)
+            if i != j:
+                dupes[j] = i
+    return dupes
+
+
+def _deduplicated(gm: torch.fx.GraphModule, example_inputs: list, dupes: dict[int, int], compile_fn):
+    """`gm` compiled with each repeated input passed once (its placeholder's uses read the first
+    one's), called so where the call passes the same tensors again, else run as it is.
+    aot_autograd deduplicates such inputs itself, but when the graph also writes an input in
+    place inside the graph (`delta.data[idx] = d`) its remove_dupe_metadata indexes past
+    mutated_inp_runtime_indices (IndexError) and the whole graph ran uncompiled."""
+    graph = torch.fx.Graph()
+    val_map: dict = {}
+    graph.output(graph.graph_copy(gm.graph, val_map))
+    phs = [val_map[n] for n in gm.graph.nodes if n.op == "placeholder"]
+    for j, i in dupes.items():
+        phs[j].replace_all_uses_with(phs[i])
+        graph.erase_node(phs[j])
+    sub = torch.fx.GraphModule(gm, graph)
+    keep = [k for k in range(len(example_inputs)) if k not in dupes]
+    fn = compile_fn(sub, [example_inputs[k] for k in keep])
+    pairs = tuple(dupes.items())
+
+    def run(*args):
+        if all(args[j] is args[i] for j, i in pairs):
+            return fn(*[args[k] for k in keep])
+        return gm(*args)
+
+    run.__dict__.update(getattr(fn, "__dict__", {}))
+    return run
 
 
 def _batch_norm_stats_unversioned(fn, stats: frozenset[int]):

@@ -107,3 +107,44 @@ def test_returned_written_input_graph_compiles(tmp_path, monkeypatch):
     want[1].backward()
     torch.testing.assert_close(x.grad, xe.grad)
     torch.testing.assert_close(p.grad, pe.grad)
+
+
+class _StepAndZeroGrad(torch.nn.Module):
+    """locuslab/fast_adversarial's PGD step as capture cuts it: delta.grad read twice (two inputs, the
+    same tensor), delta's data written through .data, the gradient zeroed, a differentiated loss."""
+
+    def forward(self, g0, d, g1, w, x):
+        step = g0.detach().sign() * 0.1
+        d.data.narrow(0, 1, 3).copy_((d[1:] + step[1:]).clamp(-0.2, 0.2))
+        g1.zero_()
+        return (((x + d) * w).sum(),)
+
+
+def _pgd_inputs(same):
+    torch.manual_seed(0)
+    d = torch.zeros(4, requires_grad=True)
+    d.grad = torch.randn(4)
+    return [d.grad, d, d.grad if same else d.grad.clone(), torch.randn(4, requires_grad=True), torch.randn(4)]
+
+
+def test_repeated_input_with_in_graph_write_compiles(tmp_path, monkeypatch):
+    """aot_autograd's own deduplication raised IndexError (remove_dupe_metadata) for a graph that takes
+    one tensor twice and writes an input inside the graph: the graph ran uncompiled (bench/heldout10.py
+    pgd_adv_train). The backend now passes a repeated input once; a call passing two different tensors
+    there runs the graph as it is."""
+    import torch.fx
+    from mlircap.backend import mlircap_backend
+
+    monkeypatch.setenv("MLIRCAP_CACHE_DIR", str(tmp_path))
+    gm = torch.fx.symbolic_trace(_StepAndZeroGrad())
+    fn = mlircap_backend(gm, _pgd_inputs(True))
+    for same in (True, False, True):
+        got_in, want_in = _pgd_inputs(same), _pgd_inputs(same)
+        got, want = fn(*got_in)[0], _StepAndZeroGrad()(*want_in)[0]
+        torch.testing.assert_close(got, want)
+        got.backward()
+        want.backward()
+        for a, b in zip(got_in, want_in):
+            torch.testing.assert_close(a.detach(), b.detach())
+        torch.testing.assert_close(got_in[3].grad, want_in[3].grad)
+        torch.testing.assert_close(got_in[1].grad, want_in[1].grad)
