@@ -145,24 +145,32 @@ def checked(fn: Any, checks: list[Check]) -> Any:
     where a tensor at `checks` was written in place after the call."""
     if not checks:
         return fn
+    # per output whose gradient reaches a saving op: (from the inputs?, index, op) of the tensors
+    # whose versions its hook checks (laid out once: this runs on every training call)
+    spec: dict[int, list] = {}
+    for (kind, i), js, op in checks:
+        for j in js:
+            spec.setdefault(j, []).append((kind == "in", i, op))
+    per_output = tuple((j, tuple(v)) for j, v in sorted(spec.items()))
 
     def run(*args: Any) -> Any:
         out = fn(*args)
         if not torch.is_grad_enabled():
             return out
         outs = out if isinstance(out, (list, tuple)) else (out,)
-        per_output: dict[int, list] = {}
-        for (kind, i), js, op in checks:
-            src = args if kind == "in" else outs
-            t = src[i] if i < len(src) else None
-            if not isinstance(t, torch.Tensor) or t.is_inference():
-                continue
-            held = (t.detach(), t._version, op)   # (a detached tensor shares the version counter)
-            for j in js:
-                per_output.setdefault(j, []).append(held)
-        for j, held in per_output.items():
+        for j, wanted in per_output:
             o = outs[j] if j < len(outs) else None
-            if isinstance(o, torch.Tensor) and o.requires_grad:
+            if not isinstance(o, torch.Tensor) or not o.requires_grad:
+                continue
+            held = []
+            for from_input, i, op in wanted:
+                src = args if from_input else outs
+                t = src[i] if i < len(src) else None
+                if isinstance(t, torch.Tensor) and not t.is_inference():
+                    # an output is held detached (it shares the version counter): held as it
+                    # is, the hook on it would keep it alive through itself
+                    held.append((t if from_input else t.detach(), t._version, op))
+            if held:
                 o.register_hook(_hook(held))
         return out
 
