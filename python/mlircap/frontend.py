@@ -491,6 +491,7 @@ def _build_table() -> dict:
     for op in (aten.div.Tensor_mode, aten.div.Scalar_mode, aten.floor_divide.default, aten.floor_divide.Scalar):
         table[op] = _low_precision_division(op, table.get(op))   # CPU bf16/f16: eager's two kernels
     table[aten.trunc.default] = _trunc_keeping_signed_zero(table.get(aten.trunc.default))
+    table[aten.nextafter.default] = _nextafter   # torch-mlir has no lowering for it
     for op in (aten.bernoulli.default, aten.rrelu.default):
         table[op] = _draws_like_eager_on_cpu_only(table.get(op))
     return {op: _guarded(op, table.get(op), exact.get(op)) for op in set(table) | set(exact)}
@@ -1260,6 +1261,44 @@ def _trunc_keeping_signed_zero(fallback):
         return torch.where(x < 0, torch.ceil(x), torch.floor(x))
 
     return decomposition
+
+
+# dtype -> (mantissa bits p, smallest subnormal's exponent, largest finite's exponent)
+_FLOAT_FORMATS = {torch.float32: (24, -149, 127), torch.float64: (53, -1074, 1023),
+                  torch.bfloat16: (8, -133, 127), torch.float16: (11, -24, 15)}
+
+
+def _nextafter(x, y):
+    """nextafter(x, y) without reinterpreting bits (torch-mlir has neither nextafter nor a
+    bitcast): |x|'s binade found with comparisons against powers of two (a binary search,
+    each power a product of exact power-of-two factors), its spacing 2^(e - p + 1) (the
+    binade's below for a step down from a power of two; the subnormals' below the
+    normal range), and one exact addition: x + spacing overflows to inf as eager's. NaN
+    for a NaN operand, y where x == y, the smallest subnormal with y's sign from 0, the
+    largest finite value from an infinity."""
+    dtype = torch.result_type(x, y)
+    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor) or dtype not in _FLOAT_FORMATS:
+        return NotImplemented
+    p, lo, hi = _FLOAT_FORMATS[dtype]
+    x, y = x.to(dtype), y.to(dtype)
+    u = x.abs()
+    tiny = 2.0 ** lo
+    binade = torch.full_like(u, tiny)    # the largest power of two <= u (u >= tiny)
+    for j in reversed(range((hi - lo).bit_length())):
+        up, k = binade, 1 << j
+        while k:   # times 2^k, in factors the dtype represents (past its range: inf, never <= u)
+            up, k = up * 2.0 ** min(k, hi), k - min(k, hi)
+        binade = torch.where(up <= u, up, binade)
+    spacing = torch.clamp_min(binade * 2.0 ** (1 - p), tiny)
+    below = torch.where(u == binade, torch.clamp_min(binade * 2.0 ** -p, tiny), spacing)
+    away = (y > x) == (x > 0)            # the magnitude grows
+    mag = torch.where(away, u + spacing, u - below)
+    res = torch.where(x < 0, -mag, mag)  # (u - below is +0 from the smallest subnormal: -0 for x < 0)
+    big = torch.finfo(dtype).max
+    res = torch.where(u == math.inf, torch.where(x > 0, torch.full_like(x, big), torch.full_like(x, -big)), res)
+    res = torch.where(x == 0, torch.where(y > 0, torch.full_like(x, tiny), torch.full_like(x, -tiny)), res)
+    res = torch.where(x == y, y, res)
+    return torch.where(x.isnan() | y.isnan(), x + y, res)
 
 
 def _with_sign_of(magnitude, x):

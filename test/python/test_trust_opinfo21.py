@@ -137,3 +137,34 @@ def test_uint8_new_empty_strided(size, stride, fallback_log):
     assert got[1].dtype == torch.uint8
     if size != (4,):   # (strides with gaps, (4,) by (2,), come back contiguous, as in float32)
         assert got[1].stride() == torch.empty_strided(size, stride).stride()
+
+
+# ---------------------------------------------------------------------------------- nextafter
+_TOWARD = [0.0, -0.0, 1.0, -1.0, float("inf"), -float("inf"), float("nan"), 2.0, 1e-30, -3e38]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_nextafter_of_every_low_precision_value(dtype, fallback_log):
+    # OpInfo nextafter: 'aten.nextafter' ran through torch (torch-mlir has no lowering, and
+    # no bitcast to step the bits): the binade by comparisons, one exact step (subnormals,
+    # powers of two stepping down, overflow to inf, infinities, signed zeros included)
+    x = torch.arange(65536, dtype=torch.int32).to(torch.int16).view(dtype).repeat(len(_TOWARD))
+    y = torch.tensor(_TOWARD).to(dtype).repeat_interleave(65536)
+    check_compiled(lambda a, b: torch.nextafter(a, b), [x, y], fallback_log, calls=2, signs=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_nextafter_float32_float64(dtype, fallback_log):
+    fi = torch.finfo(dtype)
+    torch.manual_seed(0)
+    p = 2.0 ** torch.arange(-150, 128, dtype=dtype)
+    x = torch.cat([torch.tensor(_TOWARD, dtype=dtype), p, -p, p * 1.5, fi.tiny * torch.arange(-40, 40, dtype=dtype),
+                   torch.tensor([fi.max, -fi.max, fi.smallest_normal, 5e-324 if dtype == torch.float64 else 1e-45],
+                                dtype=dtype),
+                   torch.randn(2000, dtype=dtype) * 10.0 ** torch.randint(-40, 38, (2000,)).to(dtype)])
+    y = torch.tensor(_TOWARD, dtype=dtype)
+    check_compiled(lambda a, b: torch.nextafter(a, b), [x.repeat(len(y)), y.repeat_interleave(len(x))],
+                   fallback_log, calls=2, signs=True)
+    check_compiled(lambda a, b: torch.nextafter(a[:, None], b) * 2, [x, y], fallback_log, calls=2, signs=True)
+    check_compiled(lambda a: torch.nextafter(a, torch.tensor(1.0, dtype=torch.float64)), [x.float()], fallback_log,
+                   calls=2, signs=True)   # promoted to float64, as eager
