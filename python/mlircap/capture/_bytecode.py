@@ -68,26 +68,52 @@ def _stack_depths(code: types.CodeType, instrs: list[dis.Instruction]) -> dict[i
 
 
 def _instrs(code: types.CodeType) -> dict[int, Instr]:
+    """{offset: instruction}.  On 3.11 an instruction with EXTENDED_ARG prefixes (a jump over more
+    than 255 code units, the 257th name of a function) traces one opcode event, at its first
+    prefix (ceval dispatches the instruction from the prefix untraced): that offset maps to the
+    instruction itself, as does its own offset (the frame's f_lasti while it runs a call).  As
+    a prefix, a store there was missed (its write not replayed: a wrong result) and a followed
+    number lost its step."""
     d = _instr_cache.get(code)
     if d is None:
         d = {}
         ins_list = list(dis.get_instructions(code))
         depths = _stack_depths(code, ins_list) if _STATIC_DEPTH else {}
+        prefixes: list[int] = []
         for ins in ins_list:
             d[ins.offset] = (ins.opname, ins.arg, ins.argval, depths.get(ins.offset, -1))
+            if ins.opname == "EXTENDED_ARG" and not PY312:
+                prefixes.append(ins.offset)
+                continue
+            for o in prefixes:
+                d[o] = d[ins.offset][:3] + (depths.get(o, depths.get(ins.offset, -1)),)
+                _prefixed.setdefault(code, {})[ins.offset] = prefixes[0]
+            prefixes = []
         _instr_cache[code] = d
     return d
 
 
 _offset_index: dict[types.CodeType, tuple[list[int], dict[int, int]]] = {}
+# code -> {offset of an instruction with EXTENDED_ARG prefixes: the offset of its first prefix}
+_prefixed: dict[types.CodeType, dict[int, int]] = {}
 
 
 def _order(code: types.CodeType) -> tuple[list[int], dict[int, int]]:
-    """The code's instruction offsets in order, and each offset's position among them."""
+    """The offsets of the code's traced instructions in order, and each offset's position
+    among them (an instruction with EXTENDED_ARG prefixes: at its first prefix, its own
+    offset and its later prefixes at that position too)."""
     r = _offset_index.get(code)
     if r is None:
-        offs = list(_instrs(code))
-        r = (offs, {o: i for i, o in enumerate(offs)})
+        d = _instrs(code)
+        pre = _prefixed.get(code, {})
+        inner = set(pre) | {o for o in d if d[o] is not None and o not in pre and
+                            any(f < o < r_ for r_, f in pre.items())}
+        offs = [o for o in d if o not in inner]
+        pos = {o: i for i, o in enumerate(offs)}
+        for o in inner:
+            first = pre.get(o, max((f for r_, f in pre.items() if f < o < r_), default=o))
+            pos[o] = pos[first]
+        r = (offs, pos)
         _offset_index[code] = r
     return r
 

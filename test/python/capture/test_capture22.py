@@ -236,3 +236,46 @@ def test_numbers_read_into_a_returned_dict_or_left_unused_need_no_guard():
         return f
     '''
     run_program(src, _calls(5))
+
+
+def test_store_with_an_extended_arg_prefix_is_replayed():
+    # the 257th name of a function: STORE_ATTR carries an EXTENDED_ARG prefix, and 3.11 traces the
+    # instruction at its prefix only; the tracer saw EXTENDED_ARG there and missed the store (the
+    # replay never wrote cfg.count: a wrong result from the second call on)
+    reads = "\n".join(f"        _u{i} = cfg.a{i}" for i in range(300))
+    src = f'''
+class Cfg:
+    pass
+cfg = Cfg()
+for i in range(300):
+    setattr(cfg, f"a{{i}}", i)
+cfg.count = 0
+def state(f):
+    return cfg.count
+def make():
+    def f(x):
+{reads}
+        cfg.count = cfg.count + 1
+        return x * 2
+    return f
+'''
+    run_program(src, [(torch.randn(3),) for _ in range(4)])
+
+
+def test_counter_branch_over_a_long_jump_is_followed():
+    # `if it["n"] % freq == 0:` jumping over a long block (an EXTENDED_ARG prefix on the jump):
+    # the followed counter lost the jump's step and was guarded by value, one variant per call
+    body = "\n".join(f"            y = y + {i}.5 * x" for i in range(150))
+    src = f'''
+def make():
+    it = {{"n": 0}}
+    freq = 2
+    def f(x):
+        it["n"] += 1
+        y = x
+        if it["n"] % freq == 0:
+{body}
+        return y
+    return f
+'''
+    run_program(src, [(torch.randn(3),) for _ in range(6)], recompiles=1)
