@@ -539,6 +539,36 @@ def _optimizer_owning_call(f: object, args: list, kwargs: dict) -> torch.optim.O
     return so
 
 
+_TREE_WALK = ("zero_grad", "parameters", "named_parameters", "_named_members", "named_modules")
+
+
+def _module_zero_grad(f: object, args: list, kwargs: dict) -> torch.nn.Module | None:
+    """The module of `module.zero_grad(...)` where that call writes the .grad of its parameters
+    alone, as an optimizer's zero_grad does (_optimizer_owning_call): nn.Module's own method,
+    every module of the tree walking its parameters with nn.Module's methods (`_TREE_WALK`: the
+    caller guards them to stay so), set_to_none a bool.  None: not such a call."""
+    so = getattr(f, "__self__", None)
+    if so is None and args:
+        so, args = args[0], args[1:]
+    flat = list(args) + list(kwargs.values())
+    if getattr(f, "__func__", f) is not torch.nn.Module.zero_grad or not isinstance(so, torch.nn.Module) or \
+            len(flat) > 1 or kwargs and set(kwargs) != {"set_to_none"} or any(type(a) is not bool for a in flat):
+        return None
+    seen, work = set(), [so]
+    while work:
+        m = work.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        if len(seen) > 4096 or any(getattr(type(m), n, None) is not getattr(torch.nn.Module, n) for n in _TREE_WALK):
+            return None
+        mods = m.__dict__.get("_modules")
+        if type(mods) is not dict:
+            return None
+        work.extend(c for c in mods.values() if c is not None)
+    return so
+
+
 def _idempotent_call(f: object, args: list) -> bool:
     """`opt.zero_grad()`, `module.zero_grad()`, `module.requires_grad_(flag)` (see
     _optimizer_step): they only set the .grad of parameters to None (or zero) or their

@@ -22,8 +22,10 @@ from .. import logs as _logs
 from ._bytecode import _instrs
 from .base import Unreplayable, _Canned, _Raised
 from .classify import (
-    _classify, _ffi, _lr_scheduler_optimizer, _no_new_epoch, _optimizer_owning_call, _optimizer_step, _reads_clock,
+    _TREE_WALK, _classify, _ffi, _lr_scheduler_optimizer, _module_zero_grad, _no_new_epoch, _optimizer_owning_call,
+    _optimizer_step, _reads_clock,
 )
+from .typeinfo import _mro_lookup
 from .frame_hook import _E
 from .guard_kinds import Equals, TypeIs
 from .iterators import pure_draw
@@ -164,7 +166,7 @@ class _ExternalCallMixin:
         guard after the call would check it.  None: not such a call."""
         opt = _optimizer_owning_call(f, args, kwargs)
         if opt is None:
-            return None
+            return self._module_grads_call(f, args, kwargs)
         seen = (self.src, self.snaps, self.lazy, self.lazy_objs)
         if any(id(o) in m for o in [opt.state, *opt.state.values()] for m in seen):
             return None   # (read before it: guarded again after it, as after any such call)
@@ -179,6 +181,27 @@ class _ExternalCallMixin:
                      (self.const(_opt._global_optimizer_post_hooks), _opt._global_optimizer_post_hooks)):
             self.guard(Equals(f"len({e})", "the optimizer step hooks registered", len(d)), pos=0)
         return opt
+
+    def _module_grads_call(self, f: Any, args: list, kwargs: dict) -> Any:
+        """`module.zero_grad()` writing its parameters' .grad alone (classify._module_zero_grad),
+        as an optimizer's zero_grad: no new epoch (a dict counter incremented after it was
+        guarded by value, a recompile per call).  The methods its walk of the tree calls are
+        guarded to stay nn.Module's; it has no state of its own (an empty one).  None: not such
+        a call."""
+        m = _module_zero_grad(f, args, kwargs)
+        if m is None:
+            return None
+        classes, work, seen = set(), [m], set()
+        while work:
+            x = work.pop()
+            if id(x) not in seen:
+                seen.add(id(x))
+                classes.add(type(x))
+                work.extend(c for c in x.__dict__["_modules"].values() if c is not None)
+        for cls in classes:
+            for n in _TREE_WALK:
+                self._class_guard(cls, n, _mro_lookup(cls, n)[1], f"{cls.__qualname__}.{n}")
+        return _NO_STATE
 
     def _written_before(self, f: Any, args: list, kwargs: dict) -> str | None:
         """What of the objects an uncapturable call is handed (its arguments, the items of a
@@ -218,7 +241,8 @@ class _ExternalCallMixin:
         opt = _lr_scheduler_optimizer(f) if opt is None else opt
         opt = args[0] if opt is None else opt
         if not isinstance(opt, torch.optim.Optimizer):
-            return False   # (nn.Module's zero_grad / requires_grad_)
+            # (nn.Module's zero_grad / requires_grad_: the former reads the parameters' .grad alone)
+            return _module_zero_grad(f, args, kwargs) is not None
         groups = opt.param_groups
         objs = [opt, groups, *groups, opt.defaults]
         ids = {id(o) for o in objs}
@@ -256,6 +280,12 @@ class _ExternalCallMixin:
                 self.unreplayable = self.unreplayable or str(e)
 
 
+class _NoState:
+    """The own state of a call writing none of its own (module.zero_grad: _module_grads_call)."""
+    state: dict = {}
+
+
+_NO_STATE = _NoState()
 _SCALAR_ARGS = (str, bytes, int, float, bool, type(None))
 _BREAK_NAME = re.compile(r"b\d+\b|_r\d+\b")
 

@@ -5,6 +5,8 @@ ran its whole frame eagerly ('a guard after call to uncapturable SGD.step ... wi
 continuation'), or recompiled on every call: the returned int, list or float was guarded by
 value.  A tensor first read after the step (a TD3 actor's parameters after the critic's step)
 had its metadata guarded there, where no continuation was: now checked before the step."""
+import re
+
 import torch
 
 from harness import run_program
@@ -279,3 +281,38 @@ def make():
     return f
 '''
     run_program(src, [(torch.randn(3),) for _ in range(6)], recompiles=1)
+
+
+def test_module_zero_grad_starts_no_epoch():
+    # Rainbow's learn(): online.zero_grad() (nn.Module's), backward, step, then a dict counter
+    # incremented and branched on: module.zero_grad counted as a call that may write any state,
+    # after which the counter's store could not be replayed as its expression (guarded by value,
+    # a new variant every call)
+    src = '''
+    m = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    opt = torch.optim.Adam(m.parameters(), 1e-2)
+    st = {"steps": 0}
+    def state(f):
+        return [(p.detach().clone(), None if p.grad is None else p.grad.clone(),
+                 {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in opt.state[p].items()})
+                for p in m.parameters()] + [dict(st)]
+    def make():
+        def learn(x, t):
+            loss = F.mse_loss(m(x).squeeze(-1), t)
+            m.zero_grad()
+            loss.backward()
+            opt.step()
+            st["steps"] += 1
+            if st["steps"] % 3 == 0:
+                with torch.no_grad():
+                    m[0].bias.mul_(0.5)
+            return loss.item()
+        return learn
+    '''
+    c = run_program(src, _calls(7))
+    # the counter is followed: no guard of its value (checked after zero_grad, it failed on
+    # every call, which then ran the rest of the frame eagerly as a continuation)
+    guards = [getattr(p, "guard", p).describe() for v in c.variants for p in list(v.pre) + list(v.mid_guards)]
+    by_value = [g for g in guards if re.fullmatch(r".*\['steps'\] == \d+", g)]
+    assert not by_value, by_value
+    assert len(c.variants) == 2, c.stats.recompile_reasons   # (the branch taken and not)
