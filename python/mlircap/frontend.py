@@ -415,6 +415,8 @@ def _build_table() -> dict:
 
     table[aten.avg_pool2d.default] = _with_batch_dim(aten.avg_pool2d.default, 2, avg_pool2d_divisor_override(
         table.get(aten.avg_pool2d.default)))
+    for op in (aten.remainder.Tensor, aten.remainder.Scalar):   # (fmod and floor division: through it)
+        table[op] = _remainder_overflow_checked(op, table.get(op))   # before _pointwise_in_float32
     for packet in _OPMATH_REDUCTIONS:
         for name in packet.overloads():
             op = getattr(packet, name)
@@ -1199,9 +1201,14 @@ def _floor_division_like_eager(op, fallback):
             b = b.to(dtype)
         if x.dtype != dtype:
             a = x.to(dtype)
-        # (exact in float32: bf16 fmod itself is kept whole, partition.EAGER_NUMERICS)
-        mod = torch.fmod(a.float(), b.float() if isinstance(b, torch.Tensor) else b).to(dtype) \
-            if dtype in _LOW_PRECISION else torch.fmod(a, b)
+        # (bf16: exact in float32; eager's division takes the exact fmod even where |a / b|
+        # overflows, unlike its fmod op: no overflow check, _remainder_overflow_checked)
+        was, _REMAINDER_CHECKING.on = getattr(_REMAINDER_CHECKING, "on", False), True
+        try:
+            mod = torch.fmod(a.float(), b.float() if isinstance(b, torch.Tensor) else b).to(dtype) \
+                if dtype in _LOW_PRECISION else torch.fmod(a, b)
+        finally:
+            _REMAINDER_CHECKING.on = was
         div = (a - mod) / b
         div = torch.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
         floordiv = torch.floor(div)
@@ -1323,6 +1330,44 @@ def _fmod_from_remainder(fallback):
         y = b.to(dtype).abs() if isinstance(b, torch.Tensor) else abs(b)
         # a's sign without copysign's NaN check (signs.py): a NaN a gives a NaN anyway
         return _with_sign_of(torch.remainder(x.abs(), y), x)
+
+    return decomposition
+
+
+_REMAINDER_CHECKING = threading.local()
+
+
+def _remainder_overflow_checked(op, fn):
+    """Floating remainder (and fmod and floor division, computed from it) on the CPU, with
+    an assert that reruns the graph eagerly where some |a / b| overflows (in float32 for
+    bf16/f16): eager's vector loop (Sleef's fmod) gives NaN there and its scalar loop (the
+    last elements) the exact value, which compiled code gives everywhere (measured over
+    2^20 random pairs a dtype: NaN exactly where the quotient overflows, float32 / float64
+    / bfloat16). `op` itself is then recorded or decomposed as before (fn)."""
+
+    def decomposition(a, b, *args, **kwargs):
+        if getattr(_REMAINDER_CHECKING, "on", False) or not isinstance(a, torch.Tensor) or \
+                not torch.result_type(a, b).is_floating_point or a.device.type != "cpu" or \
+                isinstance(b, complex) or (isinstance(b, torch.Tensor) and (b.is_complex() or b.device.type != "cpu")):
+            return NotImplemented if fn is None else fn(a, b, *args, **kwargs)
+        dtype = torch.result_type(a, b)
+        wide = torch.float64 if dtype == torch.float64 else torch.float32
+        x = a.to(dtype).to(wide)
+        if isinstance(b, torch.Tensor):
+            y = b.to(dtype).to(wide)
+            past = torch.isinf(x / y) & torch.isfinite(x) & (y != 0)
+        else:
+            from .opmath import as_dtype_scalar
+
+            y = as_dtype_scalar(b, dtype)   # (the number rounded to the dtype, as eager converts it)
+            past = torch.isinf(x / y) & torch.isfinite(x) if y != 0 else None
+        if past is not None:
+            torch._assert_async(~past.any(), "remainder: |a / b| overflows (eager's vector loop: NaN)")
+        _REMAINDER_CHECKING.on = True
+        try:
+            return op(a, b, *args, **kwargs)
+        finally:
+            _REMAINDER_CHECKING.on = False
 
     return decomposition
 

@@ -219,11 +219,10 @@ EAGER_NUMERICS: dict[str, tuple[torch.dtype, ...]] = {
     # accurate but differs from eager's
     "aten::logit": _FLOATS, "aten::linalg_cross": _FLOATS + _INTS, "aten::cross": _FLOATS + _INTS,
     # and rounding divisions (div only with a rounding_mode): floor / trunc division follows
-    # eager's two bf16/f16 kernels (frontend._low_precision_division); bf16 fmod / remainder
-    # are exact compiled, but eager's vector loop gives NaN where |a / b| overflows float32
-    # (its scalar loop, for the last elements, the exact value): kept whole
-    "aten::floor_divide": _FLOATS + _INTS + _LOW, "aten::fmod": _FLOATS + _INTS + (torch.float16,),
-    "aten::remainder": _FLOATS + _INTS + (torch.float16,), "aten::div": _FLOATS + _INTS + _LOW,
+    # eager's two bf16/f16 kernels (frontend._low_precision_division); fmod / remainder are
+    # exact, rerun eagerly where |a / b| overflows (frontend._remainder_overflow_checked)
+    "aten::floor_divide": _FLOATS + _INTS + _LOW, "aten::fmod": _FLOATS + _INTS + _LOW,
+    "aten::remainder": _FLOATS + _INTS + _LOW, "aten::div": _FLOATS + _INTS + _LOW,
     # bfloat16/float16 matmul + bias on the CPU: eager adds the bias to the float32
     # product and rounds once; the compiled plan rounds the library product, then
     # adds (1-ulp differences, amplified by a following cross-entropy: OpInfo

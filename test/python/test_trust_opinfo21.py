@@ -4,7 +4,8 @@ Each case compares compiled calls with eager and checks that every graph compile
 import pytest
 import torch
 
-from compiled_check import check_compiled  # test/python/compiled_check.py
+import mlircap
+from compiled_check import check_compiled, same  # test/python/compiled_check.py
 
 
 # --------------------------------------------------------------------------------- bucketize
@@ -95,16 +96,48 @@ def test_low_precision_division_of_other_dtypes(dtype, fallback_log):
         check_compiled(fn, args, fallback_log, calls=2, signs=True)
 
 
-def test_float16_fmod_and_remainder(fallback_log):
-    # float16 fmod / remainder compile (an island before): exact in float32, rounded once, as
-    # eager's. (bfloat16 stays whole: eager's vector loop gives NaN where |a / b| overflows
-    # float32, its scalar loop the exact value)
-    a = _every_value(torch.float16).repeat(16)
-    b = _divisors(torch.float16, 16).repeat_interleave(65536)
+def _eager_values(fn, args, log, calls=3):
+    """fn compiled gives eager's values (signs of zeros too) on every call, the calls whose
+    check fails rerun eagerly (their bounds-check log read here)."""
+    want = fn(*[a.clone() for a in args])
+    fast = mlircap.compile(fn)
+    for _ in range(calls):
+        same(fast(*[a.clone() for a in args]), want, signs=True)
+    log.readouterr()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_fmod_and_remainder(dtype, fallback_log):
+    # OpInfo remainder / __rmod__ bf16 reference #63 / #98 (seed 2102), fmod bf16 #4 (seed
+    # 2101): 'eager islands: remainder (numerics)'. Exact in float32, rounded once, as
+    # eager's; where some |a / b| overflows float32 (2.9e38 % 0.85) eager's vector loop
+    # gives NaN: such a call reruns eagerly (every bf16 value x 16 divisors has them)
+    a = _every_value(dtype).repeat(16)
+    b = _divisors(dtype, 16).repeat_interleave(65536)
+    small = a[:65536].clone()
+    small[small.abs() > 60000] = 1.0   # no quotient past float32 below: compiled
     for fn in (torch.fmod, torch.remainder):
-        check_compiled(lambda x, y: fn(x, y), [a, b], fallback_log, calls=2, signs=True)
-        check_compiled(lambda x: fn(x, -0.3), [a[:65536]], fallback_log, calls=2, signs=True)
-    check_compiled(lambda x: 3.5 % x, [a[:65536]], fallback_log, calls=2, signs=True)
+        _eager_values(lambda x, y: fn(x, y), [a, b], fallback_log, calls=2)
+        _eager_values(lambda x: fn(x, 1e-3) * 2, [a[:65536]], fallback_log, calls=2)
+        check_compiled(lambda x, y: fn(x, y), [small, _divisors(dtype, 16).repeat(4096)], fallback_log, calls=2,
+                       signs=True)
+        check_compiled(lambda x: fn(x, -0.3), [small], fallback_log, calls=2, signs=True)
+    _eager_values(lambda x: 3.5 % x, [a[:65536]], fallback_log, calls=2)   # (3.5 % 1e-40: past float32)
+    check_compiled(lambda x: 3.5 % x, [small[small.abs() > 1e-20]], fallback_log, calls=2, signs=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fmod_where_the_quotient_overflows_is_eager(dtype, fallback_log):
+    # compiled float32 fmod / remainder were exact where eager's vector loop gives NaN
+    # (|a / b| past the dtype's range: fmod(2.9e38, 0.85)); such a call now reruns eagerly
+    big = torch.finfo(dtype).max / 1.2
+    a = torch.tensor([big, -big, 1e10, 7.25, -5.5, big / 2, 3.0, 1.0] * 8, dtype=dtype)
+    b = torch.full((64,), 0.84765625, dtype=dtype)
+    for fn in (torch.fmod, torch.remainder, torch.floor_divide):
+        _eager_values(lambda x, y: fn(x, y), [a, b], fallback_log)
+    _eager_values(lambda x: torch.fmod(x, 1e-3) + torch.remainder(x, 1e-3), [a], fallback_log)
+    # the other calls compile
+    check_compiled(lambda x, y: torch.fmod(x, y) + torch.remainder(x, y), [a, b * 4], fallback_log, signs=True)
 
 
 # ------------------------------------------------------------------------------ trunc of -0.0
