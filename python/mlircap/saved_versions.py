@@ -167,9 +167,10 @@ def checked(fn: Any, checks: list[Check]) -> Any:
                 src = args if from_input else outs
                 t = src[i] if i < len(src) else None
                 if isinstance(t, torch.Tensor) and not t.is_inference():
-                    # an output is held detached (it shares the version counter): held as it
-                    # is, the hook on it would keep it alive through itself
-                    held.append((t if from_input else t.detach(), t._version, op))
+                    # held detached (it shares the version counter) where it is an output:
+                    # held as it is, a hook on it would keep it alive through itself
+                    own = from_input and all(t is not x for x in outs)
+                    held.append((t if own else t.detach(), t._version, op))
             if held:
                 o.register_hook(_hook(held))
         return out
