@@ -131,8 +131,7 @@ void Codegen::columnKernel(linalg::GenericOp red, Value tid, Value bid) {
   // round's loads before its combines; the rest one chunk at a time.
   auto slicePartial = [&](int64_t width) -> Value {
     int64_t chunks = redLen / width;
-    int64_t unroll = width > 1 ? 4 : narrow ? 8
-                                            : 4;
+    int64_t unroll = width == 1 && narrow ? 8 : 4;
     if (chunks < 2 * kSlices * unroll)
       unroll = 1;
     int64_t full = unroll > 1 ? chunks / (kSlices * unroll) * (kSlices * unroll) : 0;
@@ -214,6 +213,13 @@ void Codegen::columnKernel(linalg::GenericOp red, Value tid, Value bid) {
                auto tt = dyn_cast<RankedTensorType>(in->get().getType());
                return tt && vecType(tt.getElementType()) && red.getMatchingIndexingMap(in).isFunctionOfDim(last);
              });
+  // Slice ty's partial into partials[tid]; false on failure.
+  auto storePartial = [&](int64_t w) {
+    Value partial = slicePartial(w);
+    if (partial)
+      sharedStore(partial, partials, tid);
+    return bool(partial);
+  };
   if (vec) {
     strategy += "_vec" + std::to_string(width);
     auto ifAligned = scf::IfOp::create(b, loc, buffersAligned16(), /*withElse=*/true);
@@ -221,21 +227,14 @@ void Codegen::columnKernel(linalg::GenericOp red, Value tid, Value bid) {
     b.setInsertionPointToStart(ifAligned.thenBlock());
     vecWidth = width;
     vecLoads = true;
-    Value partial = slicePartial(width);
+    bool ok = storePartial(width);
     vecLoads = false;
     laneOf.clear();
-    if (!partial)
-      return;
-    sharedStore(partial, partials, tid);
     b.setInsertionPointToStart(ifAligned.elseBlock());
-    if (!(partial = slicePartial(1)))
+    if (!ok || !storePartial(1))
       return;
-    sharedStore(partial, partials, tid);
-  } else {
-    Value partial = slicePartial(1);
-    if (!partial)
-      return;
-    sharedStore(partial, partials, tid);
+  } else if (!storePartial(1)) {
+    return;
   }
   // Partial of (column tx, slice ty) at slot(tx, ty); a tree over the slices.
   auto slot = [&](Value c, Value sl) -> Value {
