@@ -308,11 +308,13 @@ def _as_views(res, views: tuple):
 
 
 def _output_layouts(gm: torch.fx.GraphModule, n_out: int | None = None) -> tuple:
-    """(j, shape, stride) of each output j that eager lays out dense but not contiguous (the
-    graph's own intermediate, no view of an input or of another output's memory): compiled
-    parts return such outputs contiguous, and eager's layout is observable later (a
+    """(j, shape, stride) of each output j that eager lays out not contiguous but without
+    overlap (the graph's own intermediate, no view of an input or of another output's
+    memory): a permutation, or padded strides (new_empty_strided((2,), (4,)) then written).
+    Compiled parts return such outputs contiguous, and eager's layout is observable later (a
     randn_like of a permuted tensor after a graph break draws in its memory order:
-    bench/fuzz_graphs.py seed 1510; strides, is_contiguous). torch.compile keeps them too."""
+    bench/fuzz_graphs.py seed 1510; strides, is_contiguous; an as_strided of the result
+    reads its padding positions). torch.compile keeps them too."""
     roots = _eager_roots(gm)
     shared = {r for r in roots if r is not None}
     shared = {r for r in shared if sum(x == r for x in roots) > 1}
@@ -327,12 +329,7 @@ def _output_layouts(gm: torch.fx.GraphModule, n_out: int | None = None) -> tuple
             shape, stride = tuple(int(x) for x in val.shape), tuple(int(x) for x in val.stride())
         except (TypeError, RuntimeError):   # symbolic sizes
             continue
-        expected = 1   # dense: the dims by increasing stride, each the extent of those inside
-        for st, size in sorted((st, size) for size, st in zip(shape, stride) if size > 1):
-            if st != expected:
-                break
-            expected *= size
-        else:
+        if _non_overlapping(shape, stride) and all(st >= 0 for st in stride):
             res.append((j, shape, stride))
     return tuple(res)
 
