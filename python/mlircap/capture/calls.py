@@ -57,6 +57,8 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
             args = args[:len(args) - nkw]
         else:
             kwargs = {}
+        if argc == 1 and not nkw:
+            self._flow_float_call(frame, f, args)
         self._on_call(frame, f, args, kwargs, slot)
 
     def op_call_ex(self, frame: types.FrameType, arg: int | None, argval: Any) -> None:

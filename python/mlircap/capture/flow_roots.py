@@ -17,6 +17,8 @@ from .frame_hook import _E
 from .guard_kinds import Equals, Keys, Number, TypeIs, TypeLen
 
 
+# the result of the call a waiting break result was read in (`math.log10(t)`: flows._flow_float_call)
+FLOAT_CALL = object()
 # sources and call sites remembered per captured function (`_varies`)
 _MAX_INT_SOURCES = 4096
 _NOT_PLAIN = 0x04 | 0x08 | 0x20 | 0x80 | 0x100 | 0x200   # *args, **kwargs, generator, coroutine
@@ -500,7 +502,10 @@ class _FlowRootMixin(_FlowWriteMixin):
     def _data_result(self, k: int, res: Any) -> None:
         """The number or text a data-dependent operation returned (`loss.item()`, `float(t)`,
         `f"{t.mean():.3f}"`), break k: followed from the user's code calling it, when that is
-        where it returns to."""
+        where it returns to.  Where the user's code called `math.log10(t)` (a function of one
+        number, handed the tensor itself: its Tensor.__float__ is break k), the call's result
+        is followed as `math.log10(b{k})` (flows._flow_float_call); it was guarded by value,
+        a new recording on every call (EDSR's PSNR, `-10 * math.log10(mse)`)."""
         f = _calling_user_frame() if type(res) in (int, float, str) else None
         if f is None or f in self.pending and self.pending[f] != self._flow_tick:
             self._call_result(k, res)
@@ -508,7 +513,11 @@ class _FlowRootMixin(_FlowWriteMixin):
         self.flows_open[k] = res
         self.flow_vals[k] = res
         self.keep.append(res)
-        self.flow_frames.setdefault(f, _Flow()).waiting.append((f"b{k}", frozenset((k,)), res))
+        fc, self.float_call = self.__dict__.get("float_call"), None
+        if fc is not None and fc[0] is f and fc[1] == f.f_lasti and type(res) is float:
+            self.flow_frames.setdefault(f, _Flow()).waiting.append((f"{fc[2]}(b{k})", frozenset((k,)), FLOAT_CALL))
+        else:
+            self.flow_frames.setdefault(f, _Flow()).waiting.append((f"b{k}", frozenset((k,)), res))
         self.pending[f] = self._flow_tick
 
 

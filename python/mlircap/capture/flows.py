@@ -30,7 +30,7 @@ import torch
 from ._bytecode import _instrs, _nb_op
 from .base import INDEXING, PY312, _MISSING
 from .classify import _classify, _context_wrapper_frame
-from .flow_roots import _FlowRootMixin
+from .flow_roots import FLOAT_CALL, _FlowRootMixin
 from .flow_state import _JUMPS, _Flow, _followable, _next_offsets, _operand, _pretty, _shift
 from .frame_hook import _E, _NULL
 from .guard_kinds import Equals
@@ -48,6 +48,8 @@ _PURE_NUMERIC = {f: n for n, f in [(n, getattr(builtins, n)) for n in ("max", "m
                  [(f"math.{n}", getattr(math, n)) for n in (
                      "sqrt", "exp", "log", "log2", "log10", "log1p", "expm1", "sin", "cos", "tan", "tanh", "atan",
                      "sinh", "cosh", "erf", "pow", "fabs", "floor", "ceil", "hypot", "copysign")]}
+# those of them that read their one argument as a float (Tensor.__float__ for a tensor)
+_MATH_OF_FLOAT = {f: n for f, n in _PURE_NUMERIC.items() if n.startswith("math.") and n not in ("math.floor", "math.ceil")}
 _BUILDS = ("BUILD_TUPLE", "BUILD_LIST", "BUILD_MAP", "BUILD_CONST_KEY_MAP")
 # (pops, pushes) of instructions that only touch their operands: with no followed operand,
 # the followed slots below them just move
@@ -112,7 +114,8 @@ class _FlowMixin(_FlowRootMixin):
         if fl.expect is not None and fr.f_lasti not in fl.expect:
             self._flow_escape_all(fl)   # a step was missed (another pending step ran instead)
         for expr, ks, res in fl.waiting:
-            if _E.peek(fr, 0) is res and 0 not in fl.slots:
+            top = _E.peek(fr, 0)
+            if (top is res or res is FLOAT_CALL and type(top) is float) and 0 not in fl.slots:
                 fl.slots[0] = (expr, ks)
             else:
                 for k in ks:
@@ -338,6 +341,12 @@ class _FlowMixin(_FlowRootMixin):
                 return None
             ops.append(o)
         return (f"{self.const(f, name)}({', '.join(o[0] for o in ops)})", frozenset().union(*(o[1] for o in ops)))
+
+    def _flow_float_call(self, fr: types.FrameType, f: Any, args: list) -> None:
+        """The CALL about to run in fr is `math.log10(t)` of a tensor: the number its
+        Tensor.__float__ returns (a break) is followed through the call (flow_roots._data_result)."""
+        if type(f) is types.BuiltinFunctionType and isinstance(args[0], torch.Tensor) and f in _MATH_OF_FLOAT:
+            self.float_call = (fr, fr.f_lasti, self.const(f, _MATH_OF_FLOAT[f]))
 
     def _flow_root_frame(self, fr: types.FrameType) -> bool:
         """fr is the captured function's own frame (its return value is the call's)."""
