@@ -2028,6 +2028,30 @@ def _row_by_row(name):
     return rule
 
 
+def _flash_attention_for_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    """aten._scaled_dot_product_flash_attention_for_cpu as eager's kernel computes a row whose
+    keys fill its vector loop: eager's own result, but NaN (output row and logsumexp) in a row
+    whose scores are all NaN or -inf, one NaN at least (its vector maximum is NaN, where its
+    scalar remainder's std::max skips NaN and leaves -inf: a row masked out entirely, 0).
+    Scores: q @ k^T (k's heads repeated for GQA) times the scale, -inf above the diagonal
+    when causal, plus the mask."""
+    import torch
+
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(
+        query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)
+    if dropout_p != 0.0:
+        return out, lse
+    heads = query.size(1)
+    k = key if key.size(1) == heads else key.repeat_interleave(heads // key.size(1), 1)
+    s = (query @ k.transpose(-2, -1)) * (scale if scale is not None else query.size(-1) ** -0.5)
+    if is_causal:
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), float("-inf"))
+    if attn_mask is not None:
+        s = s + attn_mask     # additive (F.scaled_dot_product_attention converts a bool mask)
+    nan_rows = s.isnan().any(-1) & (s.isnan() | (s == float("-inf"))).all(-1)
+    return out.masked_fill_(nan_rows[..., None], float("nan")), lse.masked_fill_(nan_rows, float("nan"))
+
+
 # eager CPU kernels whose result at an element depends on its position in the kernel's loop:
 # the vectorized body and the scalar remainder (or a strided input, scalar throughout) differ.
 # logit_backward with eps: its vector body gives 0 for a NaN x, its scalar loop NaN (float32,
@@ -2042,17 +2066,24 @@ def _row_by_row(name):
 # hardswish_backward of a NaN x: NaN in the float64 vector body, the gradient itself in the
 # scalar loop (its `x <= 3` else-branch) and in every float32 / bfloat16 element (--grad seed
 # 2241: 16 of a float64 row of 20, hardswish of a matmul of atan of a NaN input).
-# Their scalar rule, consistent at every position, is the reference where eager's own result
-# is not.
+# CPU flash attention: its row max is a vector maximum (NaN-propagating) over the keys that
+# fill its vector loop and std::max (NaN skipped) over the remainder, so a row of NaN scores (a
+# NaN query row) with fewer keys than one vector (16 float32 on AVX512) has max -inf, read as a
+# row masked out entirely: 0, where 16 keys or more, a transposed key (the same call) and its
+# math backend give NaN (userops seed 750: 120 NaN elements eager, 208 compiled). Here the
+# rule is the vector loop's, which holds at every position.
+# Their consistent rule (a scalar loop, a row alone, a full vector loop) is the reference where
+# eager's own result is not.
 POSITION_DEPENDENT_KERNELS = {"logit_backward": _scalar_logit_backward,
                               "gelu": _scalar_loop("gelu"),
                               "hardswish_backward": _scalar_loop("hardswish_backward"),
+                              "_scaled_dot_product_flash_attention_for_cpu": _flash_attention_for_cpu,
                               **{name: _row_by_row(name) for name in ("mm", "addmm", "bmm")}}
 
 
 def _eager_depends_on_position(call, fn, tensors, got, tol) -> bool:
     """Whether the compiled result `got` is eager's with POSITION_DEPENDENT_KERNELS run as
-    their scalar rule (while eager's own result differs from it: the caller's mismatch)."""
+    their consistent rule (while eager's own result differs from it: the caller's mismatch)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import mlircap
+from test_trust_fuzz17 import _load_fuzz  # bench/fuzz_graphs.py as a module (test/python is on sys.path)
 
 
 # ------------------------------------------------------ addcmul rounded as eager's CPU kernel
@@ -38,3 +39,64 @@ def test_addcmul_in_place_broadcast_as_eager():
     fast = mlircap.compile(f)
     for _ in range(2):
         assert torch.equal(fast(x, a, b), f(x, a, b))
+
+
+# ------------------------------------------- CPU flash attention of NaN rows: eager's two rules
+# userops seed 750 (open since 1800:2050): F.scaled_dot_product_attention of float32 inputs
+# with NaN and inf. Eager's CPU flash kernel takes a row's max as a vector maximum
+# (NaN-propagating) over the keys that fill its vector loop and std::max (NaN skipped) over
+# the rest: a query row of NaN scores with fewer keys than one vector is 0 (read as a row
+# masked out entirely), with 16 keys or more, a transposed key or the math backend NaN. The
+# compiled form is NaN (the vector loop's rule); the fuzzer's POSITION_DEPENDENT_KERNELS rule.
+def _flash(q, k, v, **kw):
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v, **kw)
+
+
+def test_eager_flash_attention_nan_row_depends_on_key_count():
+    q = torch.randn(1, 1, 4, 8)
+    q[0, 0, 1, 2] = float("nan")
+    short = _flash(q, torch.randn(1, 1, 7, 8), torch.randn(1, 1, 7, 8))[0][0, 0, 1]
+    full = _flash(q, torch.randn(1, 1, 16, 8), torch.randn(1, 1, 16, 8))[0][0, 0, 1]
+    if not bool((short == 0).all()):
+        pytest.skip("this CPU's flash kernel propagates NaN in short rows too: no two rules to choose from")
+    assert bool(full.isnan().all())
+    # the fuzzer's rule: NaN in that row (the vector loop's), eager's result elsewhere
+    k, v = torch.randn(1, 1, 7, 8), torch.randn(1, 1, 7, 8)
+    want, got = _flash(q, k, v), _load_fuzz()._flash_attention_for_cpu(q, k, v)
+    assert bool(got[0][0, 0, 1].isnan().all()) and bool(got[1][0, 0, 1].isnan())
+    rows = [0, 2, 3]
+    assert torch.equal(got[0][0, 0, rows], want[0][0, 0, rows]) and torch.equal(got[1][0, 0, rows], want[1][0, 0, rows])
+
+
+@pytest.mark.parametrize("case", ["plain", "mask", "masked_row", "causal", "scale", "gqa"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_flash_rule_is_eager_full_vector_loop(case, dtype):
+    fuzz = _load_fuzz()
+    g = torch.Generator().manual_seed(750)
+    heads_k = 1 if case == "gqa" else 2
+    q = torch.randn(2, 2, 5, 8, generator=g)
+    k, v = torch.randn(2, heads_k, 32, 8, generator=g), torch.randn(2, heads_k, 32, 8, generator=g)
+    q[0, 1, 2, 3] = float("nan")    # a NaN query row
+    k[1, 0, 4, 0] = float("inf")    # an inf key: NaN and -inf scores
+    kw = {}
+    if case in ("mask", "masked_row"):
+        drop = torch.rand(5, 32, generator=g) < 0.3
+        if case == "masked_row":
+            drop[3] = True           # a row masked out entirely: 0, its logsumexp 0
+        kw["attn_mask"] = torch.zeros(5, 32).masked_fill(drop, float("-inf")).to(dtype)
+    elif case == "causal":
+        kw["is_causal"] = True
+    elif case == "scale":
+        kw["scale"] = 0.3
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    want, got = _flash(q, k, v, **kw), fuzz._flash_attention_for_cpu(q, k, v, **kw)
+    for w, r in zip(want, got):
+        assert w.shape == r.shape and w.dtype == r.dtype and w.stride() == r.stride()
+        torch.testing.assert_close(r, w, atol=1e-5, rtol=1e-5, equal_nan=True)
+
+
+def test_fuzz_seed_750_userops_not_wrong():
+    fuzz = _load_fuzz()
+    for grad in (False, True):
+        res = fuzz.run_program(fuzz.generate(750, ["userops"], grad=grad))
+        assert res["category"] in ("compiled", "fallback"), res
