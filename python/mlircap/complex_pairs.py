@@ -39,7 +39,18 @@ aten = torch.ops.aten
 prims = torch.ops.prims
 
 FFT_OPS = ("aten::_fft_r2c", "aten::_fft_c2c", "aten::_fft_c2r")
-_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
+_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64, torch.complex32: torch.float16}
+# complex32 (chalf): eager's kernels compute its arithmetic in their own precision, so only
+# what moves or converts its half-precision parts once (each rounding eager's own) is rewritten
+_HALF_OPS = frozenset({
+    "aten::_to_copy", "prims::convert_element_type", "aten::complex", "aten::view_as_complex", "aten::view_as_real",
+    "aten::real", "aten::imag", "aten::_conj", "aten::conj_physical", "aten::_conj_physical", "aten::conj",
+    "aten::resolve_conj", "aten::resolve_neg", "aten::clone", "aten::alias", "aten::detach", "aten::lift_fresh_copy",
+    "aten::neg", "aten::slice", "aten::select", "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::expand",
+    "aten::permute", "aten::t", "aten::transpose", "aten::unsqueeze", "aten::squeeze", "aten::constant_pad_nd",
+    "aten::cat"})
+# real dtypes whose conversion to float16 eager rounds once (the others go through float first)
+_HALF_EXACT_SOURCES = (torch.float16, torch.float32, torch.bfloat16, torch.bool, torch.uint8, torch.int8, torch.int16)
 # meta key of the view_as_real / view_as_complex nodes between pairs and complex values:
 # zero-cost views that join the library calls around them (partition.py)
 BOUNDARY = "mlircap_complex_view"
@@ -131,6 +142,10 @@ def _rewrite(b: _Builder, n: fx.Node, pairs: dict, env: dict) -> None:
     real = _REAL.get(val.dtype) if out_complex else None
     if out_complex and real is None:
         raise _Unsupported(f"dtype {val.dtype}")
+    half = real == torch.float16 or any(a in pairs and pairs[a].meta["val"].dtype == torch.float16
+                                        for a in n.all_input_nodes)
+    if half and name not in _HALF_OPS:
+        raise _Unsupported(f"{name} of complex32")
     if name in FFT_OPS:
         x = args[0]
         operand = b.boundary(aten.view_as_complex.default, pairs[x]) if x in pairs else env[x]
@@ -149,6 +164,9 @@ def _rewrite(b: _Builder, n: fx.Node, pairs: dict, env: dict) -> None:
                 extra.get("memory_format", torch.preserve_format) not in (torch.preserve_format, torch.contiguous_format):
             raise _Unsupported(f"{name} with {extra}")
         x = args[0]
+        src = pairs[x].meta["val"].dtype if x in pairs else x.meta["val"].dtype
+        if real == torch.float16 and src not in _HALF_EXACT_SOURCES:
+            raise _Unsupported(f"{name} of {src} to complex32")
         if x not in pairs:          # real -> complex
             pairs[n] = _from_real(b, env[x], real)
         elif out_complex:           # complex -> complex

@@ -1,11 +1,13 @@
 """OpInfo sweep (bench/opinfo.py, issue 10), held-out seeds 2201-2205: op forms that ran
 through torch (an eager island, a whole graph eagerly) or gave another result than eager.
 Each case compares compiled calls with eager and checks that every graph compiled."""
+import re
+
 import pytest
 import torch
 
 import mlircap
-from compiled_check import check_compiled, same  # test/python/compiled_check.py
+from compiled_check import all_compiled, check_compiled, same  # test/python/compiled_check.py
 
 
 # ------------------------------------------------------------------ padded output strides
@@ -32,3 +34,57 @@ def test_padded_output_keeps_eager_strides(form, fallback_log):
             (got.stride(), want.stride())
         assert got.untyped_storage().nbytes() >= want.untyped_storage().nbytes()
         same(got.as_strided(want.shape, want.stride()), want.as_strided(want.shape, want.stride()))
+
+
+# ------------------------------------------------------------------------ complex32 (chalf)
+def _chalf_sources():
+    torch.manual_seed(0)
+    v = torch.cat([torch.randn(40) * 10.0 ** torch.randint(-8, 6, (40,)),
+                   torch.tensor([0.0, -0.0, 65504.0, 65520.0, -1e6, 6e-8, 3e-8, 1e-40, float("inf"), float("nan")])])
+    return {"float32": v, "bfloat16": v.bfloat16(), "float16": v.half(), "int16": (v * 7).clamp(-3e4, 3e4).short(),
+            "uint8": v.abs().clamp(0, 255).to(torch.uint8), "bool": v > 0}
+
+
+_CHALF = {
+    "chalf": lambda x: x.chalf(),
+    "to": lambda x: x.to(torch.complex32).view(10, 5).t(),
+    "real_imag": lambda x: (x.chalf().real, x.chalf().imag.unsqueeze(0)),
+    "view_as_real": lambda x: torch.view_as_real(x.chalf()[::2].conj().resolve_conj()),
+    "cat": lambda x: torch.cat([x.chalf(), x.chalf().neg()]),
+}
+
+
+def _as_real(t):
+    return torch.view_as_real(t) if isinstance(t, torch.Tensor) and t.dtype == torch.complex32 else t
+
+
+@pytest.mark.parametrize("source", list(_chalf_sources()))
+@pytest.mark.parametrize("form", list(_CHALF))
+def test_complex32_conversions_compile(source, form, fallback_log):
+    # OpInfo chalf float32 reference #33 / #37 (seed 2202), chalf bf16 #0 (seed 2201):
+    # 'aten._to_copy (dtype complex32)' ran through torch. complex32 is a pair of float16
+    # parts (complex_pairs.py); its conversions round each part once, as eager's
+    x = _chalf_sources()[source]
+    fn = _CHALF[form]
+    want = fn(x.clone())
+    fast = mlircap.compile(fn)
+    for _ in range(3):
+        got = fast(x.clone())
+        gs, ws = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+        for g, w in zip(gs, ws):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            same(_as_real(g), _as_real(w), signs=True)
+    err = fallback_log.readouterr().err
+    assert not re.search(r"eager islands: \S", err), err
+    all_compiled(fast)
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.chalf() * x.chalf(), lambda x: x.double().chalf(),
+                                lambda x: x.long().chalf()])
+def test_complex32_arithmetic_and_double_rounding_stay_eager(fn):
+    # complex32 arithmetic (eager computes in its own precision) and conversions that eager
+    # rounds twice (float64, int32 / int64 through float) are left to torch: correct values
+    x = _chalf_sources()["float32"].clamp(-1e4, 1e4)
+    want = fn(x.clone())
+    got = mlircap.compile(fn)(x.clone())
+    same(_as_real(got), _as_real(want))
