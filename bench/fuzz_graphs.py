@@ -2029,11 +2029,11 @@ def _row_by_row(name):
 
 
 def _flash_attention_for_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
-    """aten._scaled_dot_product_flash_attention_for_cpu as eager's kernel computes a row whose
-    keys fill its vector loop: eager's own result, but NaN (output row and logsumexp) in a row
-    whose scores are all NaN or -inf, one NaN at least (its vector maximum is NaN, where its
-    scalar remainder's std::max skips NaN and leaves -inf: a row masked out entirely, 0).
-    Scores: q @ k^T (k's heads repeated for GQA) times the scale, -inf above the diagonal
+    """aten._scaled_dot_product_flash_attention_for_cpu: eager's own result, but NaN (output row
+    and logsumexp) in a row whose scores are all NaN or -inf, one NaN at least, as eager's vector
+    loop gives it (its vector maximum is NaN, where its scalar remainder's std::max skips NaN and
+    leaves -inf: a row masked out entirely, 0). Scores as the kernel's: q @ k^T (float32 for
+    bfloat16 / float16; k's heads repeated for GQA) times the scale, -inf above the diagonal
     when causal, plus the mask."""
     import torch
 
@@ -2043,11 +2043,12 @@ def _flash_attention_for_cpu(query, key, value, dropout_p=0.0, is_causal=False, 
         return out, lse
     heads = query.size(1)
     k = key if key.size(1) == heads else key.repeat_interleave(heads // key.size(1), 1)
-    s = (query @ k.transpose(-2, -1)) * (scale if scale is not None else query.size(-1) ** -0.5)
+    acc = torch.float32 if query.dtype in (torch.bfloat16, torch.float16) else query.dtype   # the kernel's
+    s = (query.to(acc) @ k.to(acc).transpose(-2, -1)) * (scale if scale is not None else query.size(-1) ** -0.5)
     if is_causal:
         s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), float("-inf"))
     if attn_mask is not None:
-        s = s + attn_mask     # additive (F.scaled_dot_product_attention converts a bool mask)
+        s = s + attn_mask.to(acc)     # additive (F.scaled_dot_product_attention converts a bool mask)
     nan_rows = s.isnan().any(-1) & (s.isnan() | (s == float("-inf"))).all(-1)
     return out.masked_fill_(nan_rows[..., None], float("nan")), lse.masked_fill_(nan_rows, float("nan"))
 

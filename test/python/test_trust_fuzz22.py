@@ -95,6 +95,14 @@ def test_flash_rule_is_eager_full_vector_loop(case, dtype):
         torch.testing.assert_close(r, w, atol=1e-5, rtol=1e-5, equal_nan=True)
 
 
+def test_fuzz_seed_1204_userops_not_wrong():
+    # seeds 1050:1250: causal bfloat16 attention of 8 queries and 1 key with NaN and inf
+    # inputs (80 NaN elements eager, 448 compiled): the same rule, its scores in float32
+    fuzz = _load_fuzz()
+    res = fuzz.run_program(fuzz.generate(1204, ["userops"]))
+    assert res["category"] in ("compiled", "fallback"), res
+
+
 def test_fuzz_seed_750_userops_not_wrong():
     fuzz = _load_fuzz()
     for grad in (False, True):
