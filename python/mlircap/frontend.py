@@ -472,11 +472,13 @@ def _build_table() -> dict:
     exact[aten.arange.start_step] = ranges.arange   # float/bool numbers: eager's truncation
     # integer/bool logit: eager's float32 kernel (EAGER_NUMERICS keeps logit whole but in float32/64)
     exact[aten.logit.default] = special.integers_in_float(aten.logit.default, None)
-    from .opmath import addcmul_rounded_once, lerp_rounded_once
+    from .opmath import add_alpha_rounded_once, addcmul_rounded_once, lerp_rounded_once
 
     for op in (aten.lerp.Scalar, aten.lerp.Tensor):
         exact[op] = lerp_rounded_once   # eager's fused multiply-add
     exact[aten.addcmul.default] = addcmul_rounded_once   # eager's kernel, contracted to one
+    for op in (aten.add.Tensor, aten.sub.Tensor):
+        exact[op] = add_alpha_rounded_once(op)   # alpha != 1: eager's fused multiply-add
     exact[aten.addmm.default] = _product_plus_bias_rounded_once(aten.mm.default)
     exact[aten.addmv.default] = _product_plus_bias_rounded_once(aten.mv.default)
     for op in (aten.all.default, aten.all.dim, aten.all.dims, aten.any.default, aten.any.dim, aten.any.dims):
