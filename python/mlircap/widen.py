@@ -72,6 +72,7 @@ _UINT8_OPS = {
     # nansum of integers is sum; an accumulating masked index_put adds, exact modulo 256
     # like add (they ran through torch)
     "aten::nansum", "aten::_unsafe_masked_index_put_accumulate",
+    "aten::_unsafe_masked_index",   # a gather with a fill where masked (ran through torch)
     "aten::bucketize",       # compares the values 0..255 with the boundaries (ran through torch)
 }
 # Pointwise ops whose integer semantics differ from uint8's beyond wrapping.

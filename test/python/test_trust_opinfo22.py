@@ -88,3 +88,20 @@ def test_complex32_arithmetic_and_double_rounding_stay_eager(fn):
     want = fn(x.clone())
     got = mlircap.compile(fn)(x.clone())
     same(_as_real(got), _as_real(want))
+
+
+# ------------------------------------------------------------------ uint8 _unsafe_masked_index
+@pytest.mark.parametrize("fill", [5, 200, 255, 0])
+def test_uint8_masked_index(fill, fallback_log):
+    # OpInfo _unsafe_masked_index uint8 #5 (seed 2203): 'aten._unsafe_masked_index (dtype
+    # uint8)' ran through torch. It only moves elements and writes the fill: exact in int32
+    # (widen.py), values above 127 included
+    torch.manual_seed(0)
+    x = torch.randint(0, 256, (6, 5, 4), dtype=torch.uint8)
+    mask = torch.rand(6, 5, 4) > 0.4
+    idx = [torch.randint(0, 6, (6, 1, 1)), torch.randint(0, 5, (1, 5, 1)), torch.randint(0, 4, (1, 1, 4))]
+    ops = torch.ops.aten
+    check_compiled(lambda t, m, i0, i1, i2: ops._unsafe_masked_index(t, m, [i0, i1, i2], fill), [x, mask, *idx],
+                   fallback_log)
+    check_compiled(lambda t, m, i0, i1, i2: ops._unsafe_masked_index(t * 3, m, [i0, i1, i2], fill) + 100,
+                   [x, mask, *idx], fallback_log)   # wrapping arithmetic around it
