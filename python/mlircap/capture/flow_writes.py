@@ -17,6 +17,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
+from ._bytecode import _instrs
 from .counters import _SymExpr
 from .frame_hook import _E
 from .steps import Write
@@ -81,8 +82,13 @@ class _FlowWriteMixin:
             return False
         else:
             i = key + len(lst) if key < 0 else key
-        if (id(lst), ("item", i)) in self.flow_stores:
+        old = self.flow_stores.get((id(lst), ("item", i)))
+        if old is not None and lst[i] is not old[0]:
             return False
+        # (stored again over this call's own followed store, which the item still holds: a counter
+        # incremented in a loop, `for _ in range(n): ...; st["steps"] += 1`, its reads back followed
+        # as the expression stored before (_flow_item_load); the last store is the one replayed.
+        # It was guarded by value, a new recording on every call)
         self.flow_stores[(id(lst), ("item", i))] = (val, expr, ks, lst)
         self.flow_item_at = (fr, fr.f_lasti)
         self.keep.append(val)
@@ -139,6 +145,14 @@ class _FlowWriteMixin:
         (`_flow_item_load`): a store, a deletion, a mutating method, a read (sources.touch):
         its items' followed stores end (the operands guarded)."""
         if frame is not None and self.flow_item_at == (frame, frame.f_lasti):
+            return
+        if frame is not None and type(lst) is dict and _instrs(frame.f_code).get(frame.f_lasti, ("",))[0] == "STORE_SUBSCR" \
+                and type(_E.peek(frame, 0)) in (str, int):
+            # a store to one key of a dict (`state["f"] = f` after the loop that counted
+            # `state["steps"] += 1`): the followed stores of its other keys stand
+            st = self.flow_stores.pop((id(lst), ("item", _E.peek(frame, 0))), None)
+            if st is not None:
+                self._flow_escape_keys(st[2])
             return
         for key in [k for k in self.flow_stores if k[0] == id(lst) and type(k[1]) is tuple]:
             self._flow_escape_keys(self.flow_stores.pop(key)[2])
