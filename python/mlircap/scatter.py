@@ -69,6 +69,9 @@ def _steps(out, dim: int, index, src, reduce: str | None, include_self: bool = T
     is rounded before the division; without it (index_reduce, index_put) every
     step rounds to the dtype, as c10::BFloat16 arithmetic does."""
     dtype = dtype or out.dtype
+    if reduce == "sum" and include_self and dtype == out.dtype and _integer_sum(dtype, True) \
+            and int(index.shape[dim]) > _MAX_STEPS:
+        return _order_free_sum(out, dim, index, src)
     low = dtype in _LOW
     if low:
         out, src = out.float(), src.float()
@@ -191,8 +194,25 @@ def _is_index(v) -> bool:
     return isinstance(v, torch.Tensor) and v.dtype in (torch.int64, torch.int32)
 
 
-def _small(steps: int, numel: int) -> bool:
-    return 0 < steps <= _MAX_STEPS and steps * max(numel, 1) <= _MAX_WORK
+def _small(steps: int, numel: int, order_free: bool = False) -> bool:
+    """`order_free`: an integer sum (_order_free_sum), which has no step limit."""
+    return 0 < steps and (order_free or steps <= _MAX_STEPS) and steps * max(numel, 1) <= _MAX_WORK
+
+
+def _integer_sum(dtype, accumulate) -> bool:
+    return bool(accumulate) and not dtype.is_floating_point and not dtype.is_complex and dtype != torch.bool
+
+
+def _order_free_sum(out, dim: int, index, src):
+    """An accumulating write of integers: sums modulo 2**bits, the same in any order, so
+    every index position is compared at once (one (.., n, J, ..) comparison) instead of
+    eager's loop unrolled one step per position (_steps: up to _MAX_STEPS)."""
+    n = int(out.shape[dim])
+    shape = [1] * (out.ndim + 1)
+    shape[dim] = n
+    hit = index.unsqueeze(dim) == torch.arange(n, device=out.device).view(shape)
+    added = torch.where(hit, src.unsqueeze(dim).to(torch.int64), 0).sum(dim + 1)
+    return (out.to(torch.int64) + added).to(out.dtype)
 
 
 def _spec(node: fx.Node):
@@ -303,7 +323,7 @@ def _spec(node: fx.Node):
         accumulate = args[3] if len(args) > 3 else kw.get("accumulate", False)
         iv, sv = _val(index), _val(source)
         if not _is_index(iv) or iv.numel() == 0 or not isinstance(sv, torch.Tensor) or sv.dtype != xv.dtype \
-                or sv.numel() != iv.numel() or not _small(iv.numel(), xv.numel()):
+                or sv.numel() != iv.numel() or not _small(iv.numel(), xv.numel(), _integer_sum(xv.dtype, accumulate)):
             return None
         return (lambda x, i, s: index_put(x.reshape(-1), [i.reshape(-1)], s.reshape(-1), bool(accumulate)).view(x.shape),
                 [x, index, source], [(index, -xv.numel(), xv.numel())])
@@ -327,7 +347,7 @@ def _spec(node: fx.Node):
             return None
         if torch.broadcast_shapes(vv.shape, lead + list(bshape) + tail) != torch.Size(lead + list(bshape) + tail):
             return None
-        if not _small(math.prod(bshape), xv.numel()):
+        if not _small(math.prod(bshape), xv.numel(), _integer_sum(xv.dtype, accumulate)):
             return None
         slots = [None if t is None else k for k, t in enumerate(indices)]
 

@@ -105,3 +105,30 @@ def test_uint8_masked_index(fill, fallback_log):
                    fallback_log)
     check_compiled(lambda t, m, i0, i1, i2: ops._unsafe_masked_index(t * 3, m, [i0, i1, i2], fill) + 100,
                    [x, mask, *idx], fallback_log)   # wrapping arithmetic around it
+
+
+# ------------------------------------------------------- integer accumulating index writes
+_INT_DTYPES = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8]
+
+
+def _int_values(shape, dtype):
+    info = torch.iinfo(dtype)
+    lo, hi = max(info.min, -1 << 40), min(info.max, 1 << 40)
+    return torch.randint(lo, hi, shape, dtype=torch.int64).to(dtype)   # sums wrap in the narrow dtypes
+
+
+@pytest.mark.parametrize("dtype", _INT_DTYPES)
+def test_integer_index_put_accumulate_of_many_positions(dtype, fallback_log):
+    # OpInfo _unsafe_masked_index_put_accumulate int64 #5 (seed 2203): 'eager islands:
+    # index_put (index)', 990 index positions past scatter.py's 128 unrolled steps. An integer
+    # sum is the same in any order (modulo 2**bits): all positions are compared at once
+    torch.manual_seed(0)
+    x = _int_values((5, 6, 4), dtype)
+    i0 = torch.randint(-5, 5, (30, 1))
+    i1 = torch.randint(0, 6, (1, 9))
+    v = _int_values((30, 9, 4), dtype)
+    check_compiled(lambda t, a, b, s: torch.index_put(t, (a, b), s, accumulate=True), [x, i0, i1, v], fallback_log)
+    check_compiled(lambda t, a, s: torch.ops.aten.index_put(t, [None, a], s * 3, True) + 1,
+                   [x, torch.randint(0, 6, (200,)), _int_values((5, 200, 4), dtype)], fallback_log)
+    check_compiled(lambda t, a, s: t.put(a, s, accumulate=True),
+                   [x, torch.randint(-120, 120, (500,)), _int_values((500,), dtype)], fallback_log)
