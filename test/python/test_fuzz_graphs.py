@@ -23,7 +23,7 @@ BAD = ("wrong", "crash", "error", "timeout")
 # remove it.
 KNOWN: dict[int, str] = {
     # Emptied on 2026-12-05: seed 1290 (an in-place write through a view of an expanded
-    # argument) runs eagerly now (capture/graph._overlapping_write).
+    # argument) runs eagerly now (capture/overlaps._overlapping_write).
 }
 
 

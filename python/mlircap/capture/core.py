@@ -44,6 +44,7 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   side_effects   _SideEffectMixin: STORE_* handlers and the writes replayed
   fx_targets     FX call targets FX code generation can name (_fx_target), constants bound into targets
   restrides      _RestrideMixin: in-place view ops (x.transpose_) on tensors from outside, recorded
+  overlaps       in-place writes onto memory an operand shares (eager), interleaved views told apart
   data_writes    _DataWriteMixin: `t.data = v` as a step after the open graph, which reads v for t
   grad_hooks     _GradHookMixin: pure gradient hooks and custom autograd.Functions as graph nodes;
                  the pure-body checks (also of a vmapped function)

@@ -31,7 +31,7 @@ from .guard_kinds import Equals, TypeIs
 from .iterators import pure_draw
 from .locations import _frame_loc
 from .rng import _unlog
-from .typeinfo import _is_opaque_value
+from .typeinfo import _is_opaque_value, _np_float
 
 
 def _traced(fn: Any) -> bool:
@@ -57,17 +57,21 @@ class _ExternalCallMixin:
 
     def _external_call(self, frame: types.FrameType, f: Any, args: list, kwargs: dict, reason: str,
                        slot: int | None = None, substitute: Callable[[Any], None] | None = None,
-                       hoist: bool = False, inert: bool = False, idempotent: bool = False) -> None:
+                       hoist: bool = False, inert: bool = False, idempotent: bool = False,
+                       rerun: bool = False) -> None:
         """hoist: run before the open graph where it can (graph._hoisted_step); inert: the
         call cannot read or write the program's state (a torch.nn module constructor with
         constant arguments: module_factories.py), so what the program read before it is not
         read again after it (no new epoch, `ext_writes` unchanged); idempotent: calling it
         again leaves the state it leaves (zero_grad): not logged as run once for a replay
-        that misses, but run again by the recording that follows (classify._idempotent_call)."""
+        that misses, but run again by the recording that follows (classify._idempotent_call);
+        rerun: the same for a call writing only tensors a replay that misses restores (gradient
+        clipping after a backward: grad_clips.py), its tensor writes tracked as an external call's."""
         inert = inert or _reads_clock(f, args, kwargs)
         own = self._own_state_call(f, args, kwargs) if not inert else None
-        i = self.ext_seen if not idempotent else len(self.catchup)
-        if not idempotent:
+        logged = not (idempotent or rerun)
+        i = self.ext_seen if logged else len(self.catchup)
+        if logged:
             self.ext_seen += 1
         if not inert and own is None:   # (an optimizer's step reads and writes its own state alone)
             self.ext_writes += 1
@@ -123,7 +127,7 @@ class _ExternalCallMixin:
             hoist or _rng_draw(f, args, kwargs) or pure_draw(f, args)) else None
         external = k is None and not idempotent   # (hoisted draws and idempotent calls write no tensor)
         if k is None:
-            k = self._call_step(fe, ae, ke, reason, external=not idempotent)
+            k = self._call_step(fe, ae, ke, reason, external=logged)
             self._add_break(reason, _frame_loc(frame))
         else:
             _logs.log("graph_breaks", f"{reason} at {_frame_loc(frame)}: run before the graph, which it does not split")
@@ -147,7 +151,8 @@ class _ExternalCallMixin:
                 # to source or guard (a guard `b4 is None` after an optimizer's step had no
                 # continuation and made the function run eagerly, replay._continuations)
                 pass
-            elif type(res) in (int, float) and self._follow_result(fr, k, res):
+            elif (type(res) in (int, float) or _np_float(res) and res == res) and self._follow_result(fr, k, res):
+                # (a NumPy float: `np.quantile(d, q)`, followed as a float)
                 return   # followed: guarded where the program uses it (flows.py)
             else:
                 self._call_result(k, res, external=True)

@@ -241,24 +241,31 @@ class _FlowRootMixin(_FlowWriteMixin):
         if fi is None:
             return False
         if is_dict:
-            k = fi[1].get(idx)
+            at = idx
             v = c[idx]
         else:
             n = len(c)
-            k = fi[1].get(idx + n if -n <= idx < 0 else idx)
-            v = c[idx] if k is not None else None
+            at = idx + n if -n <= idx < 0 else idx
+            v = c[idx] if at in fi[1] else None
+        k = fi[1].get(at)
         if k is None:
             return True   # an item guarded by value, or an IndexError
         if k in self.flows_guarded:
             return True
         if self.flow_vals[k] is not v or self.flow_pos[k] != self.ncalls and \
                 (self.flow_ext.get(k) != self.ext_writes or self.flow_bwd.get(k) != self.backward_steps):
-            # an uncapturable call that may write it since it was read, or a backward (its
-            # hooks): guarded by the value read then (other breaks leave it: the replay writes
-            # the program's state at its end, so the item still holds the value bound as the
-            # replay started)
-            self._flow_escape(k)
-            return True
+            if self.flow_vals[k] is not v or self.flow_ext.get(k) != self.ext_writes or k not in self.flow_roots:
+                # an uncapturable call that may write it since it was read: guarded by the value
+                # read then (other breaks leave it: the replay writes the program's state at its
+                # end, so the item still holds the value bound as the replay started)
+                self._flow_escape(k)
+                return True
+            # only a backward since (its hooks may write it): read here again, as a float attribute
+            # read after it is (`p.data.add_(p.grad, alpha=-st["lr"])` after `loss.backward()`:
+            # its value was guarded, a recompile per learning rate), its type guarded here
+            ie, ip, _, _, group = self.flow_roots[k]
+            self.guard(TypeIs(ie, ip, type(v)), group=group)
+            k = fi[1][at] = self._flow_root(None, ie, ip, v, pos=self.ncalls, group=group)
         self._flow_load(frame, self.flow_roots[k][0], frozenset((k,)), v)
         return True
 

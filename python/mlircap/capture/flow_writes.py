@@ -21,6 +21,7 @@ from ._bytecode import _instrs
 from .counters import _SymExpr
 from .frame_hook import _E
 from .steps import Write
+from .typeinfo import _np_float
 
 _ATTR_KEYS = 1 << 20   # (as flows.py: attribute keys are <= -_ATTR_KEYS)
 
@@ -35,7 +36,7 @@ class _FlowWriteMixin:
         the expression (the instruction is then done with the float).  An int too: a counter
         read before its increment (`lr = sched(self.n)` ... `self.n += 1`)."""
         obj, val = _E.peek(fr, 0), _E.peek(fr, 1)
-        if type(val) not in (float, int) or val != val or id(obj) not in self.src or self.ext_writes or \
+        if not (type(val) in (float, int) or _np_float(val)) or val != val or id(obj) not in self.src or self.ext_writes or \
                 self._flow_stale(ks) or (id(obj), name) in self.flow_stores:
             return False
         if any(k <= -_ATTR_KEYS and self.flow_ext.get(k) != 0 for k in ks):
@@ -99,7 +100,7 @@ class _FlowWriteMixin:
         (`_flow_store_append`) needs to be written as its expression: a number (not NaN), a
         container still lazily guarded, no uncapturable call before in the recording, no
         attribute among its operands read after one."""
-        return (type(val) is float and val == val or type(val) is int) and id(lst) in self.lazy and \
+        return ((type(val) is float or _np_float(val)) and val == val or type(val) is int) and id(lst) in self.lazy and \
             id(lst) in self.snaps and not self.ext_writes and not self._flow_stale(ks) and \
             not any(k <= -_ATTR_KEYS and self.flow_ext.get(k) != 0 for k in ks)
 

@@ -56,7 +56,7 @@ _BUILDS = ("BUILD_TUPLE", "BUILD_LIST", "BUILD_MAP", "BUILD_CONST_KEY_MAP")
 _EFFECTS = {
     "BINARY_SUBSCR": lambda a: (2, 1), "BINARY_SLICE": lambda a: (3, 1), "BUILD_SLICE": lambda a: (a, 1),
     "BUILD_TUPLE": lambda a: (a, 1), "BUILD_LIST": lambda a: (a, 1), "BUILD_MAP": lambda a: (2 * a, 1),
-    "BUILD_CONST_KEY_MAP": lambda a: (a + 1, 1), "UNARY_NOT": lambda a: (1, 1), "UNARY_INVERT": lambda a: (1, 1),
+    "BUILD_CONST_KEY_MAP": lambda a: (a + 1, 1), "UNARY_INVERT": lambda a: (1, 1),
     "UNARY_POSITIVE": lambda a: (1, 1), "CONTAINS_OP": lambda a: (2, 1), "IS_OP": lambda a: (2, 1),
     "STORE_ATTR": lambda a: (2, 0), "STORE_SUBSCR": lambda a: (3, 0), "GET_LEN": lambda a: (1, 2),
 }   # flow keys of attributes: -(_ATTR_KEYS + i); of float arguments: -(index + 1)
@@ -195,27 +195,25 @@ class _FlowMixin(_FlowRootMixin):
             if not self._flow_index(fr, *slots[0]):
                 return None
             return _shift(fl, 2, 1) if op == "BINARY_SUBSCR" else _shift(fl, 3, 0)
+        if op == "IS_OP" and (0 in slots) != (1 in slots) and _E.peek(fr, 1 if 0 in slots else 0) is None:
+            # `st["best"] is None` of a followed number: the test is followed (its branch guards it)
+            e, ks = slots[0 if 0 in slots else 1]
+            return _shift(fl, 2, 1, (f"({e} is{' not' if arg else ''} None)", ks))
         eff = _EFFECTS.get(op)
         if eff is not None and op not in _BUILDS:
             pops, pushes = eff(arg)
             return _shift(fl, pops, pushes) if not any(p < pops for p in slots) else None
-        if op == "UNARY_NEGATIVE":
+        if op in ("UNARY_NEGATIVE", "UNARY_NOT"):   # (`if not x.shape[0]:`, a data-dependent row count)
             if 0 in slots:
-                slots[0] = (f"(-{slots[0][0]})", slots[0][1])
+                slots[0] = (f"({'-' if op == 'UNARY_NEGATIVE' else 'not '}{slots[0][0]})", slots[0][1])
             return True
         if op.startswith("POP_JUMP") and ("IF_FALSE" in op or "IF_TRUE" in op):
             if 0 in slots:
-                expr, ks = slots[0]
-                value = _E.peek(fr, 0)
-                if type(value) is not bool or self._flow_stale(ks):
-                    return None
-                self.guard(Equals(expr, _pretty(expr), value, exact=bool), pos=self._flow_guard_pos(ks))
-                _shift(fl, 1, 0)
-                for k in ks:
-                    self._flow_settled(k)
-                return True
+                return self._flow_branch(fl, fr, slots[0], _E.peek(fr, 0))
             return _shift(fl, 1, 0)
-        if op.startswith("POP_JUMP") and op.endswith("NONE") and 0 not in slots:
+        if op.startswith("POP_JUMP") and op.endswith("NONE"):
+            if 0 in slots:   # `if st["best"] is None:` of a followed number (3.12 jumps on it)
+                return self._flow_branch(fl, fr, (f"({slots[0][0]} is None)", slots[0][1]), _E.peek(fr, 0) is None)
             return _shift(fl, 1, 0)   # `None if a is None else a.item()` below a followed number
         if op == "FORMAT_VALUE":
             spec = bool(arg & 4)
@@ -250,6 +248,12 @@ class _FlowMixin(_FlowRootMixin):
             self.flow_stored = (fr, arg, fr.f_lasti)
             self.keep.append(obj)
             return _shift(fl, 1, 0)
+        if op in ("MAP_ADD", "LIST_APPEND") and 0 in slots and self._flow_comp_returned(fr):
+            # `return loss, {k: v.item() for k, v in losses.items()}`: a float the comprehension
+            # adds to the container the captured function returns at once
+            if any(0 < p < (2 if op == "MAP_ADD" else 1) for p in slots):
+                return None   # (a followed key)
+            return self._flow_returned(fl, fr, (0,), 2 if op == "MAP_ADD" else 1, 0)
         if op == "RETURN_VALUE" and 0 in slots:
             if self._flow_root_frame(fr):
                 return self._flow_returned(fl, fr, (0,), 1, 0, {0: None})
@@ -303,6 +307,19 @@ class _FlowMixin(_FlowRootMixin):
             return _shift(fl, arg + 2, 1)
         return None
 
+    def _flow_branch(self, fl: _Flow, fr: types.FrameType, slot: tuple[str, frozenset[int]], value: Any) -> bool | None:
+        """A conditional jump pops the followed test slot (its outcome value): guarded by that outcome."""
+        expr, ks = slot
+        if type(value) in (int, float):   # `if not x.shape[0]:` jumps on the number's truth
+            expr, value = f"bool({expr})", bool(value)
+        if type(value) is not bool or self._flow_stale(ks):
+            return None
+        self.guard(Equals(expr, _pretty(expr), value, exact=bool), pos=self._flow_guard_pos(ks))
+        _shift(fl, 1, 0)
+        for k in ks:
+            self._flow_settled(k)
+        return True
+
     def _flow_index(self, fr: types.FrameType, expr: str, ks: frozenset[int]) -> bool:
         """The subscript about to run in fr indexes a tensor by the followed int on top of
         the stack: handed to the indexing op like a call's argument (flow_call), which
@@ -347,6 +364,27 @@ class _FlowMixin(_FlowRootMixin):
         Tensor.__float__ returns (a break) is followed through the call (flow_roots._data_result)."""
         if type(f) is types.BuiltinFunctionType and isinstance(args[0], torch.Tensor) and f in _MATH_OF_FLOAT:
             self.float_call = (fr, fr.f_lasti, self.const(f, _MATH_OF_FLOAT[f]))
+
+    def _flow_comp_returned(self, fr: types.FrameType) -> bool:
+        """fr is a dict / list comprehension's frame (Python 3.11: a function of its own) called by
+        the captured function's frame, which returns its result at once (in a tuple, list or dict
+        it builds right there): no code reads the container in between."""
+        caller = fr.f_back
+        if fr.f_code.co_name not in ("<dictcomp>", "<listcomp>") or caller is None or \
+                caller.f_trace is None or not self._flow_root_frame(caller):
+            return False
+        code, off = caller.f_code, caller.f_lasti
+        for i in range(6):   # the comprehension's CALL, then only builds up to the return
+            ins = _instrs(code).get(off)
+            if ins is None or ins[0] not in ((("CALL",) if i == 0 else ()) + _BUILDS + _NOOPS + ("RETURN_VALUE",)):
+                return False
+            if ins[0] == "RETURN_VALUE":
+                return True
+            nxt = _next_offsets(code, off, ins)
+            if len(nxt) != 1:
+                return False
+            off = nxt[0]
+        return False
 
     def _flow_root_frame(self, fr: types.FrameType) -> bool:
         """fr is the captured function's own frame (its return value is the call's)."""

@@ -35,6 +35,7 @@ from .data_writes import _DataWriteMixin
 from .fx_targets import _bind_constants, _fx_target, _has_dataclass, _op_name
 from .index_inputs import _IndexInputMixin
 from .number_calls import _NumberCallMixin
+from .overlaps import _overlapping_write
 from .scalar_inputs import _ALPHA_OPS, _BOUND_OPS, _PRE, _SCALAR_OPERATORS, _ScalarInputMixin, _has_np_scalar
 
 
@@ -135,60 +136,6 @@ class _RaisesAs:
 
     def __repr__(self) -> str:
         return f"raises({_func_qualname(self.func)}, {self.exc.__name__})"
-
-
-def _overlapping_write(name: str, args: tuple, kwargs: dict, overlap_storages=()) -> bool:
-    """An in-place call (or one with out=) writing a tensor with internal overlap
-    (an expand's stride 0: several positions, one element), which eager allowed, or
-    writing the storage of an argument with internal overlap through a view of it
-    (x.diagonal().clamp_() of an expanded x: the graph wrote all of x back, and torch
-    raised on its overlap)."""
-    if "out" not in kwargs and name != "__setitem__" and not (name.endswith("_") and not name.endswith("__")):
-        return False
-    t = kwargs.get("out", args[0] if args else None)
-    if not isinstance(t, torch.Tensor) or t.layout != torch.strided or t.is_nested or t.device.type == "meta":
-        return False
-    if torch._debug_has_internal_overlap(t) == 1 or \
-            bool(overlap_storages) and t.untyped_storage().data_ptr() in overlap_storages:
-        return True
-    # another operand viewing the memory written, laid out otherwise (x.scatter_reduce_(0, i,
-    # x[:2], 'amax'): eager's kernel reads the rows it already wrote, a graph reads them as
-    # they were); eager's pointwise ops reject such operands, scatters and index ops do not
-    flat, _ = tree_flatten((args[1:], {k: v for k, v in kwargs.items() if k != "out"}))
-    lo, hi = _byte_span(t)
-    # `y[:, 1] -= r` is y.__setitem__((slice, 1), y[:, 1].__isub__(r)): the value written is
-    # the very view it is written to (a copy onto itself), not another layout of that memory
-    dest = _basic_index_view(t, args[1]) if name == "__setitem__" and len(args) > 1 else None
-    same = {(t.data_ptr(), t.shape, t.stride())} | \
-        ({(dest.data_ptr(), dest.shape, dest.stride())} if dest is not None else set())
-    return any(isinstance(o, torch.Tensor) and o is not t and o.layout == torch.strided and o.numel() and
-               o.device == t.device and o.untyped_storage().data_ptr() == t.untyped_storage().data_ptr() and
-               (o.data_ptr(), o.shape, o.stride()) not in same and
-               _byte_span(o)[0] < hi and lo < _byte_span(o)[1] for o in flat)
-
-
-def _basic_index_view(t: torch.Tensor, index: Any) -> torch.Tensor | None:
-    """t[index] where index is basic (ints, slices, None, Ellipsis: a view of t), else None."""
-    parts = index if type(index) is tuple else (index,)
-    if not all(type(p) in (int, slice, type(None)) or p is Ellipsis for p in parts) or \
-            any(type(p) is slice and not all(type(b) in (int, type(None)) for b in (p.start, p.stop, p.step))
-                for p in parts):
-        return None
-    try:
-        with torch._C.DisableTorchFunction():
-            return t[index]
-    except (IndexError, RuntimeError, ValueError):
-        return None
-
-
-def _byte_span(t: torch.Tensor) -> tuple[int, int]:
-    """The bytes of `t`'s storage its elements occupy, [first, last + 1)."""
-    if t.numel() == 0:
-        return 0, 0
-    lo = hi = t.data_ptr()
-    for n, st in zip(t.shape, t.stride()):
-        (lo, hi) = (lo + (n - 1) * st * t.element_size(), hi) if st < 0 else (lo, hi + (n - 1) * st * t.element_size())
-    return lo, hi + t.element_size()
 
 
 def _plain_equal_operands(args: tuple, kwargs: dict) -> bool:

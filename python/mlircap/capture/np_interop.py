@@ -28,6 +28,7 @@ from .base import Unreplayable
 from .frame_hook import _E, _E_real, _NULL
 from .classify import _OWN_DIR, _classify
 from .locations import _frame_loc
+from .typeinfo import _np_float
 from .np_ops import (_MOVES, _RETURN_PATH, _close, _matches, _np, _np_apply, _np_call, _np_from_tensor,
                      _np_to_tensor, _static_depth, _use, _wrapper)
 from .np_plan import _NumpyPlanMixin
@@ -355,6 +356,8 @@ class _NumpyMixin(_NumpyPlanMixin):
         k = self._call_step(fe, ae, ke, reason, external=False)
         if guard:
             self._add_break(reason, _frame_loc(frame))
+            if (type(res) in (int, float) or _np_float(res) and res == res) and self._follow_result(frame, k, res):
+                return   # a number (`np.quantile(d, q)`): followed, guarded where the program uses it (flows.py)
             self._call_result(k, res)
         else:
             # returned as it is: the step converts an output of the last graph, which is not

@@ -218,7 +218,7 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         except Exception as e:  # e.g. an argument structure we cannot guard
             self.unreplayable = f"{type(e).__name__}: {e}"
         # storages of tensor arguments with internal overlap (expanded): an in-place write to
-        # a view of one runs the function eagerly (graph._overlapping_write)
+        # a view of one runs the function eagerly (overlaps._overlapping_write)
         self.overlap_storages: set[int] = {
             a.untyped_storage().data_ptr() for a in args
             if isinstance(a, torch.Tensor) and a.layout == torch.strided and not a.is_nested and
