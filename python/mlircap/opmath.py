@@ -212,16 +212,18 @@ def addcmul_rounded_once(self, tensor1, tensor2, *, value=1):
     rounds `value * t1 * t2` before the sum: one unit off on about a quarter of the elements
     (tensorops seed 2076: addcmul of norms of a cholesky factor, one unit that split a run of
     unique_consecutive, another output size). The fused step as lerp_rounded_once's: the
-    float64 product of float32 operands plus self, rounded to float32. Mixed dtypes, a value
-    that is not a number, float64 and other devices: NotImplemented."""
+    float64 product of float32 operands plus self, rounded to float32; float64: fma64. Mixed
+    dtypes, a value that is not a number and other devices: NotImplemented."""
     ts = (self, tensor1, tensor2)
     if not all(isinstance(t, torch.Tensor) for t in ts) or isinstance(value, bool) or \
             not isinstance(value, (int, float)):
         return NotImplemented
     dt = self.dtype
-    if dt not in (torch.float32, *LOW) or any(t.dtype != dt or t.device.type != "cpu" for t in ts):
+    if dt not in (torch.float32, torch.float64, *LOW) or any(t.dtype != dt or t.device.type != "cpu" for t in ts):
         return NotImplemented
     f32, f64 = torch.float32, torch.float64
+    if dt == f64:   # the same fmadd in float64 (every element of 7 and 1003, the values above)
+        return fma64(*torch.broadcast_tensors(tensor1 * float(value), tensor2, self))
     v = as_dtype_scalar(float(value), f32)   # eager's value.to<float>()
     out = ((tensor1.to(f32) * v).to(f64) * tensor2.to(f64) + self.to(f64)).to(f32)
     return out.to(dt)

@@ -14,7 +14,7 @@ from test_trust_fuzz17 import _load_fuzz  # bench/fuzz_graphs.py as a module (te
 # Eager's CPU kernel computes `self + value * t1 * t2` in float32 and the compiler contracts
 # it to fmadd(value * t1, t2, self): one rounding for the product and the sum. torch's
 # decomposition rounds the product first: one unit off on about a quarter of the elements.
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 @pytest.mark.parametrize("value", [-0.5, 0.3, 1, 2.5])
 def test_addcmul_bitwise_as_eager(value, dtype):
     def f(s, a, b):
