@@ -17,7 +17,6 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from ._bytecode import _instrs
 from .counters import _SymExpr
 from .frame_hook import _E
 from .steps import Write
@@ -146,14 +145,6 @@ class _FlowWriteMixin:
         (`_flow_item_load`): a store, a deletion, a mutating method, a read (sources.touch):
         its items' followed stores end (the operands guarded)."""
         if frame is not None and self.flow_item_at == (frame, frame.f_lasti):
-            return
-        if frame is not None and type(lst) is dict and _instrs(frame.f_code).get(frame.f_lasti, ("",))[0] == "STORE_SUBSCR" \
-                and type(_E.peek(frame, 0)) in (str, int):
-            # a store to one key of a dict (`state["f"] = f` after the loop that counted
-            # `state["steps"] += 1`): the followed stores of its other keys stand
-            st = self.flow_stores.pop((id(lst), ("item", _E.peek(frame, 0))), None)
-            if st is not None:
-                self._flow_escape_keys(st[2])
             return
         for key in [k for k in self.flow_stores if k[0] == id(lst) and type(k[1]) is tuple]:
             self._flow_escape_keys(self.flow_stores.pop(key)[2])
