@@ -172,6 +172,55 @@ def MlircapLibraryInit : Pass<"mlircap-library-init", "::mlir::func::FuncOp"> {
                            "::mlir::arith::ArithDialect"];
 }
 
+def MlircapMatmulBias : Pass<"mlircap-matmul-bias", "::mlir::func::FuncOp"> {
+  let summary = "Library matmuls take a column bias added to their result as torch.addmm";
+  let description = [{
+    torch-mlir lowers `aten.linear` and `aten.addmm` as a 2-D matmul from a
+    zero fill, then an elementwise add of a 1-D bias along the result's
+    columns; for bf16/f16 operands the matmul result is f32 and the sum is
+    rounded once (eager's addmm). In a module with the unit attribute
+    `mlircap.matmul_bias` (the runtime marks the IR of CPU and GPU launch plans
+    with it, unless MLIRCAP_MATMUL_BIAS=0), such
+    a matmul (`linalg.matmul`, transposed-B included) whose one user is that
+    add takes the bias as its init: a broadcast generic of its own marked
+    `mlircap.matmul_bias`, which elementwise fusion leaves alone and the
+    launch plan turns into the matmul step's third operand. The runtime runs
+    the step as `torch.addmm(bias, a, b)`, eager's own call (cuBLASLt adds the
+    bias in its epilogue, oneDNN/MKL in its accumulation), and the add is gone
+    from the epilogue kernel (or the kernel itself, where it was all there was).
+
+    With bf16/f16 operands, a bias that is the same narrow values extended and
+    a sum that is only rounded back to that type, the matmul's result is
+    stored narrow (half the bytes written and read back; before, the f32
+    result went to a kernel that added the bias and rounded), extended back
+    for its users as mlircap-narrow-library-operands does. Anything else (a
+    wide bias with narrow operands, a sum used wide, more users of the matmul)
+    is left as it is. Runs after mlircap-library-init, so every library init
+    it sees is a zero fill.
+
+    Before:
+    ```mlir
+    %m = linalg.matmul ins(%a, %b : tensor<4x8xbf16>, tensor<8x16xbf16>)
+                       outs(%zero : tensor<4x16xf32>) -> tensor<4x16xf32>
+    %s = linalg.generic {indexing_maps = [(d0, d1) -> (d0, d1), (d0, d1) -> (d1),
+                                          (d0, d1) -> (d0, d1)], ...}
+        ins(%m, %bias_f32 : tensor<4x16xf32>, tensor<16xf32>) ... { arith.addf }
+    %r = linalg.generic ... ins(%s : tensor<4x16xf32>) ... { arith.truncf to bf16 }
+    ```
+    After:
+    ```mlir
+    %i = linalg.generic {... (d0, d1) -> (d1), (d0, d1) -> (d0, d1) ...}
+        ins(%bias : tensor<16xbf16>) outs(%e : tensor<4x16xbf16>) attrs = {mlircap.matmul_bias}
+    %m = linalg.matmul ins(%a, %b : ...) outs(%i : tensor<4x16xbf16>) -> tensor<4x16xbf16>
+    %s = linalg.generic ... ins(%m : tensor<4x16xbf16>) ... { arith.extf to f32 }
+    %r = linalg.generic ... ins(%s : tensor<4x16xf32>) ... { arith.truncf to bf16 }
+    ```
+  }];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect",
+                           "::mlir::tensor::TensorDialect",
+                           "::mlir::arith::ArithDialect"];
+}
+
 def MlircapConvChannelsLast
     : Pass<"mlircap-conv-channels-last", "::mlir::func::FuncOp"> {
   let summary = "Library convolutions in NHWC, activations between them in NHWC (GPU)";

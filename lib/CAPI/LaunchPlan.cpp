@@ -377,8 +377,9 @@ struct PlanBuilder {
       ins.push_back(*id);
     }
     Value init = op.getDpsInitOperand(0)->get();
-    if (Value bias = mlircap::convBiasOf(op)) {
-      // a convolution's bias (mlircap-library-init): its third operand
+    if (Value bias = mlircap::libraryBiasOf(op)) {
+      // a convolution's bias (mlircap-library-init) or a matmul's
+      // (mlircap-matmul-bias): its third operand
       auto id = idOf(op, bias);
       if (failed(id))
         return failure();
@@ -443,12 +444,12 @@ struct PlanBuilder {
       else if (auto s = dyn_cast<tensor::ExtractSliceOp>(op))
         r = slice(s);
       else if (auto g = dyn_cast<linalg::GenericOp>(op);
-               g && g->hasAttr(mlircap::kConvBiasAttr) &&
+               g && mlircap::isLibraryBiasInit(g) &&
                llvm::all_of(g->getUses(), [&](OpOperand &use) {
                  auto lin = dyn_cast<linalg::LinalgOp>(use.getOwner());
-                 return lin && lin.isDpsInit(&use) && mlircap::convBiasOf(lin);
+                 return lin && lin.isDpsInit(&use) && mlircap::libraryBiasOf(lin);
                }))
-        r = success(); // a bias the convolutions reading it add (library())
+        r = success(); // a bias the library ops reading it add (library())
       else if (auto g = dyn_cast<linalg::GenericOp>(op); g && mlircap::isViewGeneric(g))
         r = viewGeneric(g);
       else if (auto pad = dyn_cast<tensor::PadOp>(op); pad && mlircap::convInputPadding(pad))

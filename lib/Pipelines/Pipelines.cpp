@@ -43,6 +43,7 @@ static const char *kFuseElementwise =
     " mlircap-simplify-math,"
     " mlircap-generalize-elementwise,"
     " mlircap-library-init,"
+    " mlircap-matmul-bias,"
     "mlircap-tensor-to-generic, mlircap-fuse-elementwise),"
     "canonicalize, cse";
 

@@ -201,10 +201,10 @@ struct FuseElementwise : impl::MlircapFuseElementwiseBase<FuseElementwise> {
       auto consumer = dyn_cast<linalg::GenericOp>(fused->getOwner());
       if (!producer || !consumer)
         return false;
-      // A library convolution's bias broadcast stays a view of the 1-D bias
-      // (the plan hands the bias to the convolution): its producer (a bf16
-      // bias converted) is not recomputed at every element of the result.
-      if (consumer->hasAttr(kConvBiasAttr))
+      // A library convolution's or matmul's bias broadcast stays a view of the
+      // 1-D bias (the plan hands the bias to the library op): its producer (a
+      // bf16 bias converted) is not recomputed at every element of the result.
+      if (isLibraryBiasInit(consumer))
         return false;
       if (producer.getNumReductionLoops() != 0)
         return false;
@@ -240,6 +240,11 @@ struct FuseElementwise : impl::MlircapFuseElementwiseBase<FuseElementwise> {
           // above a reshape: a 5-D padding of a channel shuffle's groups is
           // no convolution's padding (the plan rejected the graph).
           if (auto pad = dyn_cast<tensor::PadOp>(fused->getOwner()); pad && convInputPadding(pad))
+            return false;
+          // Nor move a reshape across a library op's bias broadcast (a Linear's
+          // bias viewed from a [2, 3] parameter): expanded, it is no 1-D bias
+          // the plan can hand to the library op (the plan rejected the graph).
+          if (isLibraryBiasInit(fused->getOwner()) || (producer && isLibraryBiasInit(producer)))
             return false;
           // Nor expand a reduction's loops for a reshape of its result
           // (GroupNorm's per-channel sums viewed as [N, G, C/G]): the

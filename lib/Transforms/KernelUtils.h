@@ -269,12 +269,12 @@ inline unsigned convChannelDim(Operation *conv) {
   return isa<linalg::Conv2DNhwcFhwcOp, linalg::DepthwiseConv2DNhwcHwcOp>(conv) ? 3 : 1;
 }
 
-/// The 1-D bias `init` broadcasts along dim `channel` of its rank-4 float
-/// result (a linalg.broadcast, or a view generic indexing its input by that dim
-/// alone), with the result's element type; null otherwise.
-inline Value channelBiasOf(Value init, unsigned channel) {
+/// The 1-D bias `init` broadcasts along dim `channel` of its float result of
+/// rank `rank` (a linalg.broadcast, or a view generic indexing its input by
+/// that dim alone), with the result's element type; null otherwise.
+inline Value channelBiasOf(Value init, unsigned channel, int64_t rank = 4) {
   auto type = dyn_cast<RankedTensorType>(init.getType());
-  if (!type || type.getRank() != 4 || !type.hasStaticShape() ||
+  if (!type || type.getRank() != rank || !type.hasStaticShape() ||
       !isa<FloatType>(type.getElementType()))
     return {};
   Value bias;
@@ -282,7 +282,7 @@ inline Value channelBiasOf(Value init, unsigned channel) {
     if (!bc.hasPureTensorSemantics())
       return {};
     ArrayRef<int64_t> dims = bc.getDimensions();
-    if (dims.size() != 3 || llvm::is_contained(dims, (int64_t)channel))
+    if ((int64_t)dims.size() != rank - 1 || llvm::is_contained(dims, (int64_t)channel))
       return {};
     bias = bc.getInput();
   } else if (auto g = init.getDefiningOp<linalg::GenericOp>(); g && isViewGeneric(g)) {
@@ -313,20 +313,119 @@ inline Value convBiasOf(Operation *conv) {
 }
 
 /// A fresh broadcast of 1-D `bias` to `type` along dim `channel`, marked
-/// kConvBiasAttr: the init of one library convolution.
+/// `mark` (kConvBiasAttr: the init of one library convolution).
 inline Value buildConvBiasInit(OpBuilder &b, Location loc, Value bias, RankedTensorType type,
-                               unsigned channel) {
+                               unsigned channel, StringRef mark = kConvBiasAttr) {
   Value empty = tensor::EmptyOp::create(b, loc, type.getShape(), type.getElementType());
   MLIRContext *ctx = b.getContext();
+  unsigned rank = type.getRank();
   SmallVector<AffineMap> maps = {
-      AffineMap::get(4, 0, {getAffineDimExpr(channel, ctx)}, ctx),
-      b.getMultiDimIdentityMap(4)};
-  SmallVector<utils::IteratorType> iters(4, utils::IteratorType::parallel);
+      AffineMap::get(rank, 0, {getAffineDimExpr(channel, ctx)}, ctx),
+      b.getMultiDimIdentityMap(rank)};
+  SmallVector<utils::IteratorType> iters(rank, utils::IteratorType::parallel);
   auto g = linalg::GenericOp::create(
       b, loc, TypeRange{type}, ValueRange{bias}, ValueRange{empty}, maps, iters,
       [](OpBuilder &nb, Location l, ValueRange args) { linalg::YieldOp::create(nb, l, args[0]); });
-  g->setAttr(kConvBiasAttr, b.getUnitAttr());
+  g->setAttr(mark, b.getUnitAttr());
   return g.getResult(0);
+}
+
+/// The narrow source of `v` if `v` is an elementwise generic that only
+/// extends floats (identity maps), else null.
+inline Value narrowSource(Value v) {
+  auto g = v.getDefiningOp<linalg::GenericOp>();
+  if (!g || g.getNumDpsInputs() != 1 || g.getNumDpsInits() != 1 ||
+      g.getNumReductionLoops() != 0 ||
+      !llvm::all_of(g.getIndexingMapsArray(), [](AffineMap m) { return m.isIdentity(); }))
+    return {};
+  Block &body = g.getRegion().front();
+  if (body.getOperations().size() != 2)
+    return {};
+  auto ext = dyn_cast<arith::ExtFOp>(body.front());
+  auto yield = cast<linalg::YieldOp>(body.getTerminator());
+  if (!ext || ext.getIn() != body.getArgument(0) || yield.getValues().size() != 1 ||
+      yield.getValues()[0] != ext.getResult())
+    return {};
+  return g.getDpsInputs()[0];
+}
+
+/// `op`'s attributes for a rebuilt op of its kind (operand segment sizes are
+/// the builder's).
+inline SmallVector<NamedAttribute> opAttrs(Operation *op) {
+  SmallVector<NamedAttribute> attrs;
+  for (NamedAttribute a : op->getAttrs())
+    if (a.getName() != "operandSegmentSizes")
+      attrs.push_back(a);
+  return attrs;
+}
+
+/// True if every use of `v` rounds it to `narrow` before anything else: each
+/// user is an elementwise generic reading `v` as an input whose block argument
+/// is only truncated to `narrow` (torch-mlir's bf16 matmul: f32 result, then
+/// truncf). Storing `v` narrow then loses nothing. A user that computes with
+/// the wide value (`a.float() @ b.float()` of bf16 tensors, an f32 bias added
+/// before one rounding) needs the wide result.
+inline bool onlyRoundedTo(Value v, Type narrow) {
+  if (v.use_empty())
+    return false;
+  for (OpOperand &use : v.getUses()) {
+    auto g = dyn_cast<linalg::GenericOp>(use.getOwner());
+    if (!g || g.getNumReductionLoops() != 0 || !g.isDpsInput(&use))
+      return false;
+    BlockArgument arg = g.getMatchingBlockArgument(&use);
+    if (arg.use_empty())
+      continue;
+    for (Operation *u : arg.getUsers()) {
+      auto t = dyn_cast<arith::TruncFOp>(u);
+      if (!t || t.getType() != narrow)
+        return false;
+    }
+  }
+  return true;
+}
+
+/// Module attribute: 2-D library matmuls whose result gets a 1-D bias added
+/// along its columns before anything else (torch-mlir's aten.linear / addmm:
+/// mm, then + bias, rounded once) take the bias as their init, and the runtime
+/// runs them as torch.addmm, eager's own call for them (cuBLASLt adds it in its
+/// epilogue; a bf16 result is then stored bf16, not f32 for a kernel to add
+/// the bias and round). Set by the runtime on the IR of launch plans
+/// (runtime/plan.py's mark_matmul_bias); see mlircap-matmul-bias.
+inline constexpr llvm::StringLiteral kMatmulBiasModuleAttr = "mlircap.matmul_bias";
+/// Marks the broadcast of such a bias (a view generic the launch plan folds
+/// into the matmul step as its third operand).
+inline constexpr llvm::StringLiteral kMatmulBiasAttr = "mlircap.matmul_bias";
+
+/// A 2-D library matmul whose operands give an (M, N) result as torch.addmm's
+/// (matmul, matmul_transpose_b).
+inline bool isLibraryMatmul2D(Operation *op) {
+  llvm::StringRef name = libraryOpName(op);
+  return name == "matmul" || name == "matmul_transpose_b";
+}
+
+/// The bias of 2-D library matmul `op` whose init is its broadcast along the
+/// result's columns marked kMatmulBiasAttr (mlircap-matmul-bias); null if none.
+inline Value matmulBiasOf(Operation *op) {
+  auto lin = dyn_cast<linalg::LinalgOp>(op);
+  if (!lin || !isLibraryMatmul2D(op) || lin.getNumDpsInits() != 1)
+    return {};
+  auto g = lin.getDpsInitOperand(0)->get().getDefiningOp<linalg::GenericOp>();
+  if (!g || !g->hasAttr(kMatmulBiasAttr))
+    return {};
+  return channelBiasOf(g->getResult(0), 1, /*rank=*/2);
+}
+
+/// The 1-D bias a library op adds inside its accumulation (a convolution's
+/// or a matmul's: the launch plan's third operand of its step); null if none.
+inline Value libraryBiasOf(Operation *op) {
+  if (Value bias = convBiasOf(op))
+    return bias;
+  return matmulBiasOf(op);
+}
+
+/// A broadcast marked as some library op's bias init.
+inline bool isLibraryBiasInit(Operation *op) {
+  return op->hasAttr(kConvBiasAttr) || op->hasAttr(kMatmulBiasAttr);
 }
 
 inline bool hasStaticShapes(Operation *op) {

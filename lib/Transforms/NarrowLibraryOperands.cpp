@@ -7,6 +7,7 @@
 // f32 anyway). See Passes.td.
 //
 //===----------------------------------------------------------------------===//
+#include "KernelUtils.h"
 #include "mlircap/Passes.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -17,35 +18,6 @@ namespace mlir::mlircap {
 #include "mlircap/Passes.h.inc"
 
 namespace {
-/// The narrow source of `v` if `v` is an elementwise generic that only
-/// extends floats (identity maps), else null.
-Value narrowSource(Value v) {
-  auto g = v.getDefiningOp<linalg::GenericOp>();
-  if (!g || g.getNumDpsInputs() != 1 || g.getNumDpsInits() != 1 ||
-      g.getNumReductionLoops() != 0 ||
-      !llvm::all_of(g.getIndexingMapsArray(), [](AffineMap m) { return m.isIdentity(); }))
-    return {};
-  Block &body = g.getRegion().front();
-  if (body.getOperations().size() != 2)
-    return {};
-  auto ext = dyn_cast<arith::ExtFOp>(body.front());
-  auto yield = cast<linalg::YieldOp>(body.getTerminator());
-  if (!ext || ext.getIn() != body.getArgument(0) || yield.getValues().size() != 1 ||
-      yield.getValues()[0] != ext.getResult())
-    return {};
-  return g.getDpsInputs()[0];
-}
-
-/// `op`'s attributes for a rebuilt op of its kind (operand segment sizes are
-/// the builder's).
-SmallVector<NamedAttribute> opAttrs(Operation *op) {
-  SmallVector<NamedAttribute> attrs;
-  for (NamedAttribute a : op->getAttrs())
-    if (a.getName() != "operandSegmentSizes")
-      attrs.push_back(a);
-  return attrs;
-}
-
 /// `op`'s inputs with each elementwise `extf` looked through; `changed` tells
 /// whether any was.
 SmallVector<Value> narrowInputs(Operation *op, bool &changed) {
@@ -63,31 +35,6 @@ SmallVector<Value> narrowInputs(Operation *op, bool &changed) {
 bool isZeroFill(Value v) {
   auto fill = v.getDefiningOp<linalg::FillOp>();
   return fill && matchPattern(fill.getInputs()[0], m_AnyZeroFloat());
-}
-
-/// True if every use of `v` rounds it to `narrow` before anything else: each
-/// user is an elementwise generic reading `v` as an input whose block argument
-/// is only truncated to `narrow` (torch-mlir's bf16 matmul: f32 result, then
-/// truncf). Storing `v` narrow then loses nothing. A user that computes with
-/// the wide value (`a.float() @ b.float()` of bf16 tensors, an f32 bias added
-/// before one rounding) needs the wide result.
-bool onlyRoundedTo(Value v, Type narrow) {
-  if (v.use_empty())
-    return false;
-  for (OpOperand &use : v.getUses()) {
-    auto g = dyn_cast<linalg::GenericOp>(use.getOwner());
-    if (!g || g.getNumReductionLoops() != 0 || !g.isDpsInput(&use))
-      return false;
-    BlockArgument arg = g.getMatchingBlockArgument(&use);
-    if (arg.use_empty())
-      continue;
-    for (Operation *u : arg.getUsers()) {
-      auto t = dyn_cast<arith::TruncFOp>(u);
-      if (!t || t.getType() != narrow)
-        return false;
-    }
-  }
-  return true;
 }
 
 /// Replaces `op` by the same library op on `inputs` whose result is stored in

@@ -84,6 +84,9 @@ ENV: dict[str, EnvVar] = _vars(
            "contiguous tensor (attention's output, channels-last images) contiguous on CUDA instead of "
            "compiling the graph for their memory order; force does it on the CPU too",
            "mlircap/layouts.py"),
+    EnvVar("MLIRCAP_MATMUL_BIAS", "1", "0 adds a Linear's bias in the kernel after its library matmul "
+           "(a bf16 matmul then stores its float32 sum) instead of passing it to the matmul as "
+           "torch.addmm does (mlircap-matmul-bias)", "mlircap/runtime/plan.py"),
     EnvVar("MLIRCAP_CUDA_GRAPHS", "1", "0 disables CUDA graphs for GPU plans",
            "mlircap/runtime/cuda.py"),
     EnvVar("MLIRCAP_CUDNN_BENCHMARK", None, "1 lets cuDNN time its algorithms for the plan's "

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from mlircap._core import core
+from mlircap.runtime.plan import mark_matmul_bias
 
 _mlircap = core()
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -22,7 +23,8 @@ def compile_plan(ir):
 
 
 def model(name):
-    return compile_plan((PIPELINES / f"{name}.mlir").read_text())
+    # marked as the runtime marks a launch plan's IR (runtime/cuda.py's compile_plan)
+    return compile_plan(mark_matmul_bias((PIPELINES / f"{name}.mlir").read_text()))
 
 
 def kinds(plan):
@@ -73,16 +75,20 @@ def check_well_formed(plan):
 def test_mlp():
     plan = model("mlp")
     check_well_formed(plan)
-    assert kinds(plan) == ["library", "kernel", "library", "kernel"]
+    # Each Linear's bias is its matmul step's third operand (mlircap-matmul-bias: torch.addmm,
+    # eager's call): the second Linear needs no kernel after it.
+    assert kinds(plan) == ["library", "kernel", "library"]
     mm = plan["steps"][0]
     assert mm["op"] == "matmul"
     vals = values(plan)
+    assert len(mm["ins"]) == 3 and vals[mm["ins"][2]]["kind"] == "constant" and vals[mm["ins"][2]]["shape"] == [32]
+    assert plan["outputs"] == [plan["steps"][2]["out"]] and len(plan["steps"][2]["ins"]) == 3
     # x @ W^T: the transposed weight is a strided view of the constant.
     w = vals[mm["ins"][1]]
     assert w["kind"] == "view" and w["shape"] == [16, 32] and w["strides"] == [1, 16]
     assert vals[w["of"]]["kind"] == "constant" and len(vals[w["of"]]["data"]) == 512
     assert vals[mm["out"]]["kind"] == "buffer" and vals[mm["out"]]["shape"] == [8, 32]
-    # The epilogue kernel reads the matmul result and the bias.
+    # The ReLU kernel reads the matmul result.
     k0 = kernels(plan)[0]
     assert {"value": mm["out"]} in k0["args"]
     out = vals[plan["outputs"][0]]

@@ -27,7 +27,7 @@ import torch
 
 from .. import config, logs
 from .._core import core
-from .plan import _OUT_VARIANTS, LIBRARY, PlanError, PlanExecutor, mark_layout, mark_round_once
+from .plan import LIBRARY, PlanError, PlanExecutor, mark_layout, mark_matmul_bias, mark_round_once, out_variant
 from .schema import KernelStep, Plan
 
 _threads = [0]   # the core's thread count, as last set from here
@@ -126,7 +126,7 @@ def compile_cpu(linalg_ir: str, opt_level: int = config.DEFAULT_CPU_OPT_LEVEL, p
     and the IR compiled again."""
     c = core()
     if plan:
-        linalg_ir = mark_layout(linalg_ir, config.env("MLIRCAP_CPU_CHANNELS_LAST") == "1")
+        linalg_ir = mark_matmul_bias(mark_layout(linalg_ir, config.env("MLIRCAP_CPU_CHANNELS_LAST") == "1"))
     linalg_ir = mark_round_once(linalg_ir)
     use_cache = config.env_flag("MLIRCAP_CPU_CACHE")
     key = _cache_key("plan" if plan else "whole", linalg_ir, opt_level) if use_cache else None
@@ -192,10 +192,12 @@ class CpuExecutable:
 
 _data_ptr = torch.Tensor.data_ptr
 
-# _OUT_VARIANTS' operands as expressions of the step's inputs, written into the generated call
-# (test_call_overhead compares it with _call_generic, which calls _OUT_VARIANTS)
-_OPERANDS = {"matmul": "{0}, {1}", "matmul_transpose_b": "{0}, {1}.t()", "matmul_transpose_a": "{0}.t(), {1}",
-             "batch_matmul": "{0}, {1}", "batch_matmul_transpose_b": "{0}, {1}.transpose(1, 2)"}
+# out_variant's operands as expressions of the step's inputs, written into the generated call
+# (test_call_overhead compares it with _call_generic, which calls out_variant): (op, number of inputs)
+_OPERANDS = {("matmul", 2): "{0}, {1}", ("matmul_transpose_b", 2): "{0}, {1}.t()",
+             ("matmul_transpose_a", 2): "{0}.t(), {1}", ("batch_matmul", 2): "{0}, {1}",
+             ("batch_matmul_transpose_b", 2): "{0}, {1}.transpose(1, 2)",
+             ("matmul", 3): "{2}, {0}, {1}", ("matmul_transpose_b", 3): "{2}, {0}, {1}.t()"}
 
 # Library ops without an out= form (convolutions): their result tensor becomes the plan's
 # value (its pointer replaces the buffer's in the table) instead of being copied into a
@@ -297,8 +299,8 @@ def _in_f32(fn, dtype):
 
 def _into_f32(op):
     """An out= library op computed on float32 operands, rounded into `out` (_emulated_narrow)."""
-    def run(a, b, out):
-        return out.copy_(op(a.float(), b.float()))
+    def run(*args, out):
+        return out.copy_(op(*(x.float() for x in args)))
     return run
 
 
@@ -482,7 +484,7 @@ class CpuPlanExecutable:
         for vid, of, shape, strides, offset in self._views:
             views_of.setdefault(of, []).append((vid, shape, strides, offset))
         generic = any(step is not None and step.out not in rebound and not (
-            _OUT_VARIANTS.get(step.op) is not None and values[step.out].kind == "buffer" and
+            out_variant(step) is not None and values[step.out].kind == "buffer" and
             all(values[i].dtype == values[step.out].dtype for i in step.ins)) for step, _, _ in self._segments)
         found = {}
         for of, vs in views_of.items():
@@ -596,7 +598,7 @@ class CpuPlanExecutable:
             if step is None:
                 body.append(f"run(table, {begin}, {end})")
                 continue
-            variant, ins, out = _OUT_VARIANTS.get(step.op), step.ins, step.out
+            variant, ins, out = out_variant(step), step.ins, step.out
             emulated = _emulated_narrow(values[out].torch_dtype) and \
                 all(values[i].dtype == values[out].dtype for i in ins)
             if out in rebound:
@@ -618,7 +620,7 @@ class CpuPlanExecutable:
                 g[f"L{k}"], g[f"O{k}"] = variant
                 if emulated:
                     g[f"L{k}"] = _into_f32(variant[0])
-                operands = _OPERANDS.get(step.op)
+                operands = _OPERANDS.get((step.op, len(ins)))
                 operands = operands.format(*(f"x{i}" for i in ins)) if operands else \
                     f"*O{k}({', '.join(f'x{i}' for i in ins)})"
                 body.append(f"L{k}({operands}, out=x{out})")

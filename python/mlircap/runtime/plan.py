@@ -14,7 +14,8 @@ import torch
 from .. import config
 from .schema import DTYPES, KernelStep, LibraryStep, Plan, PlanError, Value
 
-__all__ = ["DTYPES", "LIBRARY", "Plan", "PlanError", "PlanExecutor", "mark_layout", "mark_round_once"]
+__all__ = ["DTYPES", "LIBRARY", "Plan", "PlanError", "PlanExecutor", "mark_layout", "mark_matmul_bias",
+           "mark_round_once"]
 
 
 def _conv2d(x, w, st: LibraryStep, groups: int = 1, bias=None):
@@ -71,9 +72,14 @@ def _widened(ins: list, out: torch.Tensor) -> list:
     return ins
 
 
+def _mm(a, b, ins):
+    # a third operand is the bias mlircap-matmul-bias gave the matmul: eager's addmm
+    return torch.mm(a, b) if len(ins) == 2 else torch.addmm(ins[2], a, b)
+
+
 LIBRARY = {
-    "matmul": lambda ins, st: torch.mm(ins[0], ins[1]),
-    "matmul_transpose_b": lambda ins, st: torch.mm(ins[0], ins[1].t()),
+    "matmul": lambda ins, st: _mm(ins[0], ins[1], ins),
+    "matmul_transpose_b": lambda ins, st: _mm(ins[0], ins[1].t(), ins),
     "matmul_transpose_a": lambda ins, st: torch.mm(ins[0].t(), ins[1]),
     "batch_matmul": lambda ins, st: torch.bmm(ins[0], ins[1]),
     "batch_matmul_transpose_b": lambda ins, st: torch.bmm(ins[0], ins[1].transpose(1, 2)),
@@ -92,6 +98,16 @@ _OUT_VARIANTS = {
     "batch_matmul": (torch.bmm, lambda a, b: (a, b)),
     "batch_matmul_transpose_b": (torch.bmm, lambda a, b: (a, b.transpose(1, 2))),
 }
+# The same for steps with a third operand, a bias (mlircap-matmul-bias): torch.addmm.
+_BIAS_OUT_VARIANTS = {
+    "matmul": (torch.addmm, lambda a, b, c: (c, a, b)),
+    "matmul_transpose_b": (torch.addmm, lambda a, b, c: (c, a, b.t())),
+}
+
+
+def out_variant(step: LibraryStep):
+    """(torch function with out=, operands from the step's inputs) for `step`, or None."""
+    return (_OUT_VARIANTS if len(step.ins) == 2 else _BIAS_OUT_VARIANTS).get(step.op)
 
 
 # Convolutions cuDNN can write into the plan's buffer (aten.cudnn_convolution.out).
@@ -149,6 +165,16 @@ def mark_round_once(linalg_ir: str) -> str:
     if "conv_2d" not in linalg_ir:
         return linalg_ir
     return mark_module(linalg_ir, "mlircap.round_once")
+
+
+def mark_matmul_bias(linalg_ir: str) -> str:
+    """The module as the plan compilers take it: marked (`mlircap.matmul_bias`) for
+    mlircap-matmul-bias to hand a Linear's bias to its library matmul (torch.addmm, eager's
+    call; a bf16 result stored bf16), unless MLIRCAP_MATMUL_BIAS=0. Part of the IR, so of
+    the compile cache's key."""
+    if "linalg.matmul" not in linalg_ir or config.env("MLIRCAP_MATMUL_BIAS") == "0":
+        return linalg_ir
+    return mark_module(linalg_ir, "mlircap.matmul_bias")
 
 
 def mark_module(linalg_ir: str, attr: str) -> str:
@@ -300,14 +326,15 @@ class PlanExecutor:
                 if not cpu_native_narrow_kernels(out.dtype):   # float32 sums rounded once, as torch's
                     out.copy_(LIBRARY[step.op]([x.float() for x in ins], step))   # (runtime/cpu._emulated_narrow)
                     return
-        variant = _OUT_VARIANTS.get(step.op)
+        variant = out_variant(step)
         if variant is not None and out.is_contiguous():
             op, operands = variant
-            a, b = operands(*ins)
-            if out.dtype == a.dtype:
-                op(a, b, out=out)
+            args = operands(*ins)
+            a, b = args[-2:]
+            if all(x.dtype == out.dtype for x in ins):
+                op(*args, out=out)
                 return
-            if out.device.type == "cuda" and self._wide_out_ok:
+            if out.device.type == "cuda" and self._wide_out_ok and len(ins) == 2:
                 # bf16/f16 operands accumulating into an f32 result (see
                 # mlircap-narrow-library-operands): cuBLAS writes f32 directly
                 # (mm.dtype_out; CUDA only).
