@@ -29,7 +29,10 @@ def test_kernels_between_library_ops_run_in_one_call_each():
         h = (h.sum(0) + 1).exp().sum() * h      # three kernels in a row
         return torch.softmax(h @ w2, -1)
 
-    args = (torch.randn(8, 32), torch.randn(32, 64) / 8, torch.randn(64, 16) / 8)
+    # seeded: exp of a sum scales the logits of the softmax, which turn rounding into a 2e-4
+    # relative difference on some draws (1 of 128 elements in one full-suite run)
+    g = torch.Generator().manual_seed(0)
+    args = (torch.randn(8, 32, generator=g), torch.randn(32, 64, generator=g) / 8, torch.randn(64, 16, generator=g) / 8)
     fast, exe = compiled_executable(f, *args)
     steps = [s.kind for s in exe.plan.steps]
     assert steps.count("library") == 2

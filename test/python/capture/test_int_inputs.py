@@ -181,7 +181,9 @@ def test_list_item_counter_written_by_the_function():
             # the item rebound to a constant (the small int object the sum may be): the constant
             # (N[0] is 3 at every later call: one recompile)
             ("N[0] = N[0] + 1\n        N[0] = 3\n        return x * N[0]", 1),
-            ("N[0] = N[0] + 1\n        N[0] = N[0] - 1 + 1\n        return x * N[0]", 5),
+            # stored twice in one call: the second store, over the call's own followed store, replaces
+            # it (3351909: a counter stored again in a loop), so followed as well
+            ("N[0] = N[0] + 1\n        N[0] = N[0] - 1 + 1\n        return x * N[0]", 1),
             ("N[0] += 1\n        return x * sum(N)", 5),                 # the list read otherwise
             ("N[0] += 1\n        N.append(0)\n        return x * N[0]", 5),  # the list written otherwise
             ("N[0] += 1\n        print(N[0], file=SINK)\n        return x * N[0]", 5),   # an uncapturable call
@@ -196,3 +198,31 @@ def make():
         {body}
     return f
 """, [(_x(i),) for i in range(6)], recompiles=recompiles, cache_limit=20)
+
+
+def test_negative_index_counter_follows_the_list_as_it_grows():
+    """`N[-1] += 1` on a global list that grows and is rebound between calls: each call's item -1,
+    as eager (results and the list after every call)."""
+    import torch
+
+    import mlircap
+
+    n = [0]
+
+    def f(x):
+        n[-1] += 1
+        return x * n[-1]
+
+    def run(fn):
+        n[:] = [0]
+        got = []
+        for i in range(8):
+            if i in (3, 5):
+                n.append(100 * i)
+            if i == 6:
+                n[-1] = -7
+            got.append((fn(torch.ones(2)).tolist(), list(n)))
+        return got
+
+    want = run(f)
+    assert run(mlircap.compile(f)) == want
