@@ -1,5 +1,5 @@
 """A Linear's bias is passed to the library matmul (mlircap-matmul-bias, under the module attribute
-mlircap.matmul_bias that both launch-plan compilers set): torch-mlir's aten.linear / addmm is a
+mlircap.matmul_bias that runtime/plan.py puts on CPU and GPU plan IR): torch-mlir's aten.linear / addmm is a
 matmul from zero, then + bias along the columns, rounded once. The plan's matmul step gets the 1-D
 bias as a third operand and runs as torch.addmm, eager's own call for it. Before, the bias was added
 by the kernel after the matmul, and a bf16 matmul stored its float32 sum for that kernel to add the
@@ -11,28 +11,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import mlircap
-
-
-def _plans(fast):
-    return [g.executable.plan for g in fast.graphs if hasattr(g.executable, "plan")]
+from test_conv_bias import _compiled, _data, _plans   # the same harness as the convolutions' bias
 
 
 def _mm_steps(fast):
     return [(p, s) for p in _plans(fast) for s in p.library_steps if s.op.startswith("matmul")]
-
-
-def _compiled(fn, *args):
-    fast = mlircap.compile(fn)
-    with torch.no_grad():
-        ref = fn(*args)
-        for _ in range(2):
-            out = fast(*args)
-    return fast, ref, out
-
-
-def _data(*shapes, dtype=torch.float32, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(s, generator=g).to(dtype) for s in shapes]
 
 
 @pytest.mark.parametrize("shape", [(24, 512), (3, 8, 512)], ids=["2d", "3d"])
