@@ -1084,6 +1084,10 @@ def _dump(graph: CompiledGraph) -> None:
     if plan is not None:
         import json
 
+        from .runtime.plan import plan_input_ir
+
+        # the IR as the plan compiler took it (module marks: matmul / conv bias, layouts)
+        (d / "plan_input.mlir").write_text(plan_input_ir(graph.linalg_ir, graph.device))
         wire = plan.to_json()
         (d / "plan.json").write_text(json.dumps({k: v for k, v in wire.items() if k != "ptx"}, indent=1))
         (d / "kernels.ptx").write_text(wire.get("ptx") or "")
@@ -1092,6 +1096,8 @@ def _dump(graph: CompiledGraph) -> None:
         "#!/bin/sh\n# Reproduces each mlircap stage of this graph from linalg.mlir.\n"
         f"cd {q(str(d.resolve()))}\n"
         "mlircap-opt linalg.mlir --mlircap-fuse -o fused.mlir\n"
+        + ("# the launch plan's kernels: its input, marked as the plan compiler takes it\n"
+           "mlircap-opt plan_input.mlir --mlircap-fuse -o plan_fused.mlir\n" if plan is not None else "") +
         "mlircap-opt linalg.mlir --mlircap-cpu-pipeline -o llvm.mlir\n"
         f"mlircap-opt linalg.mlir --mlircap-gpu-pipeline='chip={config.DEFAULT_CHIP} "
         f"features={config.DEFAULT_PTX_FEATURES}' -o gpu.mlir\n")

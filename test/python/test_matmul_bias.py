@@ -5,6 +5,8 @@ bias as a third operand and runs as torch.addmm, eager's own call for it. Before
 by the kernel after the matmul, and a bf16 matmul stored its float32 sum for that kernel to add the
 bias and round (on the GPU: twice the bytes written and read back, and a kernel for a Linear with
 no other epilogue). Values against eager, bit for bit in float32."""
+import re
+
 import pytest
 import torch
 import torch.nn as nn
@@ -107,3 +109,23 @@ def test_reshaped_bias_stays_the_matmuls_operand(dtype, recwarn):
     torch.testing.assert_close(out, ref)
     [(plan, step)] = _mm_steps(fast)
     assert len(step.ins) == 3
+
+
+def test_dump_has_the_plans_own_input(tmp_path, monkeypatch):
+    # MLIRCAP_DUMP_DIR's fused.mlir runs the fuse pipeline on linalg.mlir as it is, without the
+    # marks the plan compiler's input carries (matmul / conv bias, layouts): plan_input.mlir is
+    # that input, and repro.sh fuses it into plan_fused.mlir, with the matmul adding its bias
+    import subprocess
+
+    from mlircap._core import tool_path
+
+    monkeypatch.setenv("MLIRCAP_DUMP_DIR", str(tmp_path))
+    m = nn.Sequential(nn.Linear(16, 32), nn.ReLU()).eval()
+    fast, ref, out = _compiled(m, *_data((4, 16), seed=8))
+    d = tmp_path / fast.graphs[0].name
+    assert "mlircap.matmul_bias" in (d / "plan_input.mlir").read_text()
+    assert "mlircap.matmul_bias" not in (d / "fused.mlir").read_text()
+    env = {"PATH": f"{tool_path('mlircap-opt').parent}:/usr/bin:/bin"}
+    subprocess.run(["sh", str(d / "repro.sh")], check=True, env=env, capture_output=True)
+    fused = (d / "plan_fused.mlir").read_text()
+    assert re.search(r"attrs =\s+\{mlircap.matmul_bias\}", fused) and "mlircap.conv_bias" in fused

@@ -27,7 +27,7 @@ import torch
 
 from .. import config, logs
 from .._core import core
-from .plan import LIBRARY, PlanError, PlanExecutor, mark_layout, mark_matmul_bias, mark_round_once, out_variant
+from .plan import LIBRARY, PlanError, PlanExecutor, mark_round_once, out_variant, plan_input_ir
 from .schema import KernelStep, Plan
 
 _threads = [0]   # the core's thread count, as last set from here
@@ -125,9 +125,7 @@ def compile_cpu(linalg_ir: str, opt_level: int = config.DEFAULT_CPU_OPT_LEVEL, p
     is used when every function it should hold links; otherwise it is removed
     and the IR compiled again."""
     c = core()
-    if plan:
-        linalg_ir = mark_matmul_bias(mark_layout(linalg_ir, config.env("MLIRCAP_CPU_CHANNELS_LAST") == "1"))
-    linalg_ir = mark_round_once(linalg_ir)
+    linalg_ir = plan_input_ir(linalg_ir, "cpu") if plan else mark_round_once(linalg_ir)
     use_cache = config.env_flag("MLIRCAP_CPU_CACHE")
     key = _cache_key("plan" if plan else "whole", linalg_ir, opt_level) if use_cache else None
     entry = load_cached(key) if use_cache else None

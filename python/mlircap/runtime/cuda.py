@@ -26,7 +26,7 @@ import torch
 
 from .. import config, logs
 from .._core import core
-from .plan import PlanError, PlanExecutor, mark_layout, mark_matmul_bias
+from .plan import PlanError, PlanExecutor, plan_input_ir
 from .schema import KernelStep, Plan
 
 # -- compile cache ---------------------------------------------------------------------------------
@@ -85,7 +85,7 @@ def store_cached_plan(key: str, plan: str) -> None:
 
 def compile_plan(linalg_ir: str, chip: str = config.DEFAULT_CHIP, features: str = config.DEFAULT_PTX_FEATURES) -> tuple[Plan, bool]:
     """(plan, cache_hit). Codegen runs only on a cache miss."""
-    linalg_ir = mark_matmul_bias(mark_layout(linalg_ir, config.env("MLIRCAP_GPU_CHANNELS_LAST") != "0"))
+    linalg_ir = plan_input_ir(linalg_ir, "cuda")
     key = _cache_key(linalg_ir, chip, features)
     plan = load_cached_plan(key)
     hit = plan is not None

@@ -177,17 +177,30 @@ def mark_matmul_bias(linalg_ir: str) -> str:
     return mark_module(linalg_ir, "mlircap.matmul_bias")
 
 
+def plan_input_ir(linalg_ir: str, device: str) -> str:
+    """The IR exactly as the launch-plan compiler of `device` ("cpu" | "cuda") takes it: the
+    marks above (part of the compile cache's key) and, for the CPU, the `mlircap.conv_bias`
+    mlircap_cpu_plan_compile adds itself. MLIRCAP_DUMP_DIR writes it (plan_input.mlir), so that
+    `mlircap-opt plan_input.mlir --mlircap-fuse` shows the plan's own kernels."""
+    if device == "cuda":
+        return mark_matmul_bias(mark_layout(linalg_ir, config.env("MLIRCAP_GPU_CHANNELS_LAST") != "0"))
+    marked = mark_round_once(mark_matmul_bias(mark_layout(linalg_ir, config.env("MLIRCAP_CPU_CHANNELS_LAST") == "1")))
+    return mark_module(marked, "mlircap.conv_bias")
+
+
 def mark_module(linalg_ir: str, attr: str) -> str:
     """`linalg_ir` with the unit attribute `attr` on its module."""
     m = _MODULE.search(linalg_ir)    # after any attribute aliases (#map = ...)
-    if m is None:
-        return f"module attributes {{{attr}}} {{\n" + linalg_ir + "\n}\n"
+    if m is None:   # an implicit module: wrapped, its leading aliases left outside
+        a = _ALIASES.match(linalg_ir).end()
+        return linalg_ir[:a] + f"module attributes {{{attr}}} {{\n" + linalg_ir[a:] + "\n}\n"
     if m.group(1):
         return linalg_ir[:m.end()] + f"{attr}, " + linalg_ir[m.end():]
     return linalg_ir[:m.start()] + f"module attributes {{{attr}}} {{" + linalg_ir[m.end():]
 
 
 _MODULE = re.compile(r"^module\s*(?:(attributes\s*\{)|\{)", re.M)
+_ALIASES = re.compile(r"(?:\s*#[^\n]*\n)*")
 
 
 def _host_input_ok(x, device: torch.device) -> bool:
