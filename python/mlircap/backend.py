@@ -1498,7 +1498,14 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
             return None
         logs.log("fallback", f"graph compiled for {len(plan)} data-dependent decision(s) taken as eager "
                              "took them on the example inputs, guarded")
-        return speculate.rerun_on_failed_guard(fn, gm, strict=options.strict)
+        def around(args):
+            # once the data keeps taking another path: compiled around the op, which runs
+            # through torch (what the graph got without speculation)
+            from .ddsplit import split_data_dependent
+
+            return split_data_dependent(gm, args, backend)
+
+        return speculate.rerun_on_failed_guard(fn, gm, strict=options.strict, around=around)
 
     def _aot(gm, example_inputs):
         dupes = _duplicate_inputs(example_inputs)

@@ -9,18 +9,24 @@ failed on the graph and ddsplit.py ran the whole op as an eager island.
 `speculative` compiles such a graph for the decisions eager took instead:
 
 * the captured graph runs once eagerly at compile time, on copies of the example
-  inputs (random number generator state restored), recording every boolean a kernel
-  read from tensor data (`_local_scalar_dense` of a bool tensor, `aten.equal`): the plan;
+  inputs (random number generator state restored), recording every boolean or integer a
+  kernel read from tensor data (`_local_scalar_dense` of a bool or integer tensor,
+  `aten.equal`): the plan. An integer read is a position or size an op takes from a
+  tensor (`narrow` with a tensor start reads it with `.item()`): the graph is compiled
+  for that value, a view or slice at a constant offset as eager makes it;
 * aot_autograd traces it with fake tensors answering those reads from the plan, in
   order, and keeping them in the graph (they are made side-effectful for the trace);
 * the backend replaces each read by one more graph output, the tensor it read
-  (`equal(a, b)` as `all(a == b)`): compiled with the rest, a guard;
+  (`equal(a, b)` as `all(a == b)`, an integer read as `t == value`): compiled with the
+  rest, a guard;
 * after each compiled call, a guard whose value differs from the plan discards the
   results (before aot_autograd writes anything back) and the captured graph reruns
   eagerly: eager's error, or eager's other branch. After `MAX_MISSES` such calls
-  the graph runs eagerly for good (the data keeps taking another path).
+  the graph is compiled around the op instead, the op running through torch (ddsplit.py,
+  what it did without speculation), or where that fails, runs eagerly for good (the data
+  keeps taking another path: a window start that moves every call).
 
-Only boolean reads, only when every example input is a real tensor and none
+Only boolean and integer reads (a float read is not speculated), only when every example input is a real tensor and none
 requires grad (inference graphs), and the graph reads no module state (the
 compile-time run would update a buffer). Under strict=True the graph runs compiled
 the same way, and a call whose guard fails raises MlircapCompileError instead of
@@ -42,6 +48,10 @@ MAX_MISSES = 3
 _READS = (aten._local_scalar_dense.default, aten.equal.default)
 
 
+def _integer(dtype: torch.dtype) -> bool:
+    return dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
 class GuardFailed(Exception):
     """A speculated decision differs from the one the data takes: rerun eagerly."""
 
@@ -49,14 +59,16 @@ class GuardFailed(Exception):
 class _Observe(TorchDispatchMode):
     def __init__(self):
         super().__init__()
-        self.seen: list[bool] = []
-        self.other = False   # a non-boolean read (.item() of a number): not speculated
+        self.seen: list[bool | int] = []
+        self.other = False   # a read of another number (.item() of a float): not speculated
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if func is aten._local_scalar_dense.default:
             if args[0].dtype == torch.bool:
                 self.seen.append(bool(out))
+            elif _integer(args[0].dtype):
+                self.seen.append(int(out))
             else:
                 self.other = True
         elif func is aten.equal.default:
@@ -64,8 +76,9 @@ class _Observe(TorchDispatchMode):
         return out
 
 
-def observe(gm: fx.GraphModule, example_inputs) -> list[bool] | None:
-    """The boolean data reads of one eager run of `gm` on copies of the inputs, or None."""
+def observe(gm: fx.GraphModule, example_inputs) -> list[bool | int] | None:
+    """The boolean and integer data reads of one eager run of `gm` on copies of the
+    inputs, or None."""
     from torch._subclasses.fake_tensor import FakeTensor
 
     if not all(isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor) and not x.requires_grad
@@ -94,10 +107,10 @@ def observe(gm: fx.GraphModule, example_inputs) -> list[bool] | None:
 
 
 @contextlib.contextmanager
-def answering(plan: list[bool]):
-    """Fake tensors answer boolean data reads from `plan` (in order, restarting with
-    each trace of the graph: aot_autograd traces it more than once), and the reads
-    stay in the traced graph."""
+def answering(plan: list[bool | int]):
+    """Fake tensors answer boolean and integer data reads from `plan` (in order,
+    restarting with each trace of the graph: aot_autograd traces it more than once),
+    and the reads stay in the traced graph."""
     from torch._subclasses import fake_impls
 
     impls = fake_impls.op_implementations_dict
@@ -110,7 +123,7 @@ def answering(plan: list[bool]):
         return v
 
     def local_scalar_dense(fake_mode, func, arg):
-        if arg.dtype != torch.bool:
+        if arg.dtype != torch.bool and not _integer(arg.dtype):
             return old(fake_mode, func, arg)
         return answer()
 
@@ -130,10 +143,10 @@ def answering(plan: list[bool]):
         effectful.difference_update(added)
 
 
-def take_guards(gm: fx.GraphModule, plan: list[bool]) -> list[bool] | None:
+def take_guards(gm: fx.GraphModule, plan: list[bool | int]) -> list[bool] | None:
     """Replaces the data reads of the traced graph `gm` by guard outputs (appended to
     its outputs, in order); returns the values they must have, or None when the
-    reads do not match the plan."""
+    reads do not match the plan. An integer read's guard is `t == value` (True)."""
     reads = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in _READS]
     if len(reads) != len(plan):
         return None
@@ -159,9 +172,13 @@ def take_guards(gm: fx.GraphModule, plan: list[bool]) -> list[bool] | None:
                 g = gm.graph.call_function(aten.all.default, (eq,))
             else:
                 v = n.args[0].meta.get("val") if isinstance(n.args[0], fx.Node) else None
-                if not isinstance(v, torch.Tensor):
+                if not isinstance(v, torch.Tensor) or (v.dtype == torch.bool) != (type(want) is bool):
                     return None
                 g = gm.graph.call_function(aten.reshape.default, (n.args[0], []))
+                if type(want) is not bool:   # an integer read: the graph holds for this value only
+                    g.meta["val"] = v.new_empty(())
+                    g = gm.graph.call_function(aten.eq.Scalar, (g, want))
+                    want = True
             g.meta["val"] = bool_like(va if n.target is aten.equal.default else v, ())
         guards.append(g)
         expected.append(want)
@@ -187,15 +204,27 @@ def checked(compiled, expected: list[bool]):
     return run
 
 
-def rerun_on_failed_guard(fn, gm: fx.GraphModule, strict: bool = False):
+def rerun_on_failed_guard(fn, gm: fx.GraphModule, strict: bool = False, around=None):
     """`fn` (aot_autograd's function of the speculated graph), except where a guard
     fails: then `gm` runs eagerly, from the generator state `fn` started with
-    (`strict`: MlircapCompileError instead)."""
+    (`strict`: MlircapCompileError instead). After `MAX_MISSES` failed guards,
+    `around(args)` (the graph compiled around its data-dependent op, for these inputs;
+    None where it cannot be) runs every call, else `gm` eagerly."""
     misses = [0]
+    after: list = []   # [the function run once the misses are spent]
 
     def run(*args):
         if misses[0] >= MAX_MISSES:
-            return gm.forward(*args)
+            if not after:
+                split = None
+                if around is not None:
+                    try:
+                        split = around(list(args))
+                    except Exception as e:  # noqa: BLE001 - eager below: the captured graph as it is
+                        logs.log("fallback", f"the graph compiled around its data-dependent op failed ({e}): "
+                                             "it runs eagerly")
+                after.append(split or gm.forward)
+            return after[0](*args)
         rng = torch.get_rng_state()
         try:
             return fn(*args)
