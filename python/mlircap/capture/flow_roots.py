@@ -227,6 +227,13 @@ class _FlowRootMixin(_FlowWriteMixin):
         it after a break) guards every followed item by value (`_flow_items_escape`,
         through touch).  False: not such a read (touch the container)."""
         is_dict = type(c) is dict
+        if is_dict and type(idx) in (str, int) and idx in c and ("item", idx) in self.stored.get(id(c), ()) and \
+                (id(c), "**") not in self.dirty and (id(c), ("item", idx)) not in self.flow_stores:
+            # a key this call stored itself by STORE_SUBSCR, no method since (`stats["mean"] = m` then
+            # `x - stats["mean"]`): the value read is that store's, computed by the call from values
+            # guarded or in the graph (a followed number stored there is read by _flow_item_load or
+            # guarded); the dict's other items (a followed counter) are not read
+            return True
         if is_dict:
             # a followed dict this call stored other keys of (`d["calls"] += 1` then
             # `d.get("tokens", 0)`) still holds the other keys' values at the call

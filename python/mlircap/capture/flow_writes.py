@@ -17,6 +17,8 @@ from __future__ import annotations
 import types
 from typing import Any
 
+from ._bytecode import _instrs
+from .base import _MISSING
 from .counters import _SymExpr
 from .frame_hook import _E
 from .steps import Write
@@ -146,8 +148,31 @@ class _FlowWriteMixin:
         its items' followed stores end (the operands guarded)."""
         if frame is not None and self.flow_item_at == (frame, frame.f_lasti):
             return
+        i = self._stored_item(lst, frame)
+        if i is not _MISSING:
+            # a store to one item (`state["f"] = f` after the loop that counted `state["steps"] += 1`):
+            # the followed stores of the other items stand, a followed store to that item ends
+            st = self.flow_stores.pop((id(lst), ("item", i)), None)
+            if st is not None:
+                self._flow_escape_keys(st[2])
+            return
         for key in [k for k in self.flow_stores if k[0] == id(lst) and type(k[1]) is tuple]:
             self._flow_escape_keys(self.flow_stores.pop(key)[2])
+
+    @staticmethod
+    def _stored_item(lst: Any, frame: types.FrameType | None) -> Any:
+        """The item of lst the STORE_SUBSCR about to run in frame writes (a dict's str / int key, a
+        list's index from 0): its other items keep their values; _MISSING: another instruction, or
+        a key whose item is not told apart by its type (a bool, a float, a slice, ...)."""
+        if frame is None or _instrs(frame.f_code).get(frame.f_lasti, ("",))[0] != "STORE_SUBSCR" or \
+                _E.peek(frame, 1) is not lst:
+            return _MISSING
+        key = _E.peek(frame, 0)
+        if type(lst) is dict and type(key) in (str, int):
+            return key
+        if type(lst) is list and type(key) is int and -len(lst) <= key < len(lst):
+            return key + len(lst) if key < 0 else key
+        return _MISSING
 
     def _flow_store_read(self, oid: int, name: str) -> None:
         """`obj.name` (obj: id oid) read after this call stored a followed float there: the

@@ -203,7 +203,12 @@ class _SideEffectMixin:
             if kind == "list":
                 # items holding a followed number this call stored (flow_writes._flow_store_item)
                 fl = {k[1][1]: st[0] for k, st in self.flow_stores.items() if k[0] == vid and type(k[1]) is tuple}
-                if len(v) >= len(snap) and all(a is b or i in fl and a is fl[i] for i, (a, b) in enumerate(zip(v, snap))):
+                # and items stored by STORE_SUBSCR, no method since, the length unchanged (`N[-1] = x`
+                # beside a followed counter N[0]): written as items, not the whole list
+                own = {k + len(v) if k < 0 else k for k in items if type(k) is int and -len(v) <= k < len(v)} \
+                    if len(v) == len(snap) and (vid, "**") not in self.dirty else ()
+                if len(v) >= len(snap) and all(a is b or i in fl and a is fl[i] or i in own
+                                               for i, (a, b) in enumerate(zip(v, snap))):
                     # unchanged prefix: the stored indices (lst[i] = x), then the appended tail
                     for i in sorted(k for k in items if type(k) is int and -len(snap) <= k < len(snap)):
                         out.append(Write("item", expr, i, v[i]))
