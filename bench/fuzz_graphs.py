@@ -48,6 +48,7 @@ unchanged):
     python bench/fuzz_graphs.py --seeds 0:600 --families dtypes       # integer / bool / half dtypes
     python bench/fuzz_graphs.py --seeds 0:600 --families tensorops    # sorts, scatters, linalg ...
     python bench/fuzz_graphs.py --seeds 0:150 --families userops      # attention, fft, distributions ...
+    python bench/fuzz_graphs.py --seeds 0:300 --families edges        # promotion, 0-dim, size-0, out=, views
 
 `--grad`: floating inputs (not loss targets) require grad, the outputs are reduced to one
 float64 loss (each weighted by a fixed pattern of element positions), .backward(); the forward
@@ -76,7 +77,11 @@ torch.fft (rfft / fft / irfft round trips, norms, fftshift, n); einsum equations
 diagonals, traces, outer products, ellipsis); torch.distributions (log_prob / cdf / entropy /
 rsample / kl of Normal, Laplace, Uniform out of its support, Bernoulli, Categorical, Gamma, Beta,
 Poisson, MultivariateNormal, ...); masked_fill with -inf then softmax, where with scalar
-branches, scans with a dtype. Programs of v2 run at a fourth input set too (the first shapes, other values), and
+branches, scans with a dtype. `edges` (fam_edges): type promotion of tensors against 0-dim
+tensors and Python scalars of other dtypes, in-place ops casting back into their operand, `out=`
+(resized), metadata in-place ops (t_ / unsqueeze_ / as_strided_ / resize_) on inputs, writes
+through stored views, reductions over size-0 dims, numbers from shapes and .item(); its inputs
+mix every dtype with 0-dim and size-0 shapes. Programs of v2 run at a fourth input set too (the first shapes, other values), and
 where eager rejects the second shapes (a module bound to a size) that set keeps the first ones.
 
 A float result that differs from eager's beyond the dtype's tolerance is accepted when it is no
@@ -134,6 +139,8 @@ def make_input(spec, sizes, seed):
     symbols' sizes; deterministic in (spec, sizes, seed)."""
     import torch
 
+    if spec["layout"] == "alias":     # made by _aliased from the input it views
+        return torch.empty(0)
     g = torch.Generator().manual_seed(seed)
     shape = [sizes[d] if isinstance(d, str) else d for d in spec["dims"]]
     dt = getattr(torch, spec["dtype"])
@@ -207,9 +214,25 @@ def make_inputs(prog, alt=False):
     sizes = prog["alt_sizes"] if alt is True else prog["sizes"]
     off = {False: 0, True: 500, "values": 250}[alt]
     ts = [make_input(s, sizes, prog["seed"] * 1000 + i + off) for i, s in enumerate(prog["inputs"])]
+    ts = _aliased(prog["inputs"], ts)
     if prog.get("grad"):
         ts = [t.requires_grad_() if t.is_floating_point() and not _no_grad_spec(s) else t
               for t, s in zip(ts, prog["inputs"])]
+    return ts
+
+
+def _aliased(specs, ts):
+    """The inputs with each spec of layout "alias" a view ("view", an expression of x) of an
+    earlier input ("alias": its index): the caller passes one tensor twice, or two views of one
+    storage (edges group)."""
+    if not any(s["layout"] == "alias" for s in specs):
+        return ts
+    import torch
+
+    ts = list(ts)
+    for i, s in enumerate(specs):
+        if s["layout"] == "alias":
+            ts[i] = eval(s["view"], {"x": ts[s["alias"]], "torch": torch})  # noqa: S307 - the generator's own view
     return ts
 
 
@@ -282,6 +305,18 @@ class Gen:
         self.vars.append(name)
         return name
 
+    def new_alias_input(self, j, view):
+        """An input that is `view` (an expression of x) of input j: aliased arguments."""
+        t = eval(view, {"x": self.ns[self.input_names[j]], "torch": self.torch})  # noqa: S307
+        spec = {"dims": list(t.shape), "dtype": self.inputs[j]["dtype"], "layout": "alias", "fill": "alias",
+                "alias": j, "view": view}
+        name = f"x{len(self.inputs)}"
+        self.inputs.append(spec)
+        self.input_names.append(name)
+        self.ns[name] = t
+        self.vars.append(name)
+        return name
+
     def no_grad_input(self, name):
         self.inputs[self.input_names.index(name)]["nograd"] = True
         self.ns[name] = self.ns[name].detach()
@@ -328,7 +363,11 @@ class Gen:
         torch = self.torch
         name = f"v{len(self.lines)}"
         stmt = f"{name} = {text}" if new else text
-        saved = {k: self._saved(self.ns[k]) for k in self.vars}
+        if any(sp["layout"] == "alias" for sp in self.inputs) and not self.grad:
+            # one copy of the values keeping which of them view one storage (aliased inputs)
+            saved = dict(zip(self.vars, opinfo._clone([self.ns[k] for k in self.vars])))
+        else:
+            saved = {k: self._saved(self.ns[k]) for k in self.vars}
         try:
             with (torch.enable_grad() if self.grad else torch.no_grad()):
                 if setup is not None:
@@ -1472,10 +1511,138 @@ def fam_masked(g):
                      f"{c}.cumsum({d})", f"torch.amax({fa}.masked_fill({c}, -inf), {d})"))
 
 
+# ----- generator v3's "edges" group: the corners of the language users hit without meaning to
+
+def _zero_dim(g, a):
+    """A 0-dim tensor: a reduction or an element of `a`, or a literal of some dtype."""
+    r = g.rng
+    t = g.t(a)
+    lit = r.choice(("2", "-3", "0", "0.5", "-1.5", "True", "255", "1e4"))
+    dt = r.choice(ALL_DTYPES)
+    opts = [f"torch.tensor({lit}, dtype=torch.{dt})", f"torch.tensor({lit})", f"{a}.sum()", f"{a}.amax()" if t.numel() else f"{a}.sum()",
+            f"{a}.new_tensor({lit})", f"torch.scalar_tensor({lit})"]
+    if t.dim() and t.numel():
+        opts += [f"{a}[{', '.join(['0'] * t.dim())}]", f"{a}.flatten()[-1]"]
+    return r.choice(opts)
+
+
+def fam_edges(g):
+    """Corners of type promotion and shapes that real programs reach: 0-dim tensors and Python
+    scalars of other dtypes against tensors (0-dim tensors do not promote a tensor's category
+    unless they are of a higher one: uint8 - torch.tensor(7) wraps, int + torch.tensor(2.5) is
+    float), in-place ops whose result type must cast back into the operand (float += int,
+    int += float raises), `out=` arguments (one of the wrong shape is resized), metadata in-place
+    ops (t_, unsqueeze_, squeeze_, transpose_) on inputs and intermediates, writes through a
+    stored view read back through its base, reductions over size-0 dims with keepdim and empty
+    dim lists, matmul over an empty inner dim, and Python numbers taken from shapes and
+    .item()."""
+    torch = g.torch
+    r = g.rng
+    a = g.pick()
+    if a is None or r.random() < 0.1:
+        a = g.new_input(None, r.choice(ALL_DTYPES), None, r.choice(FILLS))
+    t = g.t(a)
+    n = t.dim()
+    kind = r.randrange(8)
+    if kind == 0:       # promotion against a 0-dim tensor or a Python scalar
+        s = _zero_dim(g, a) if r.random() < 0.6 else r.choice(("2", "-1", "2.5", "True", "False", "-0.0", "300", "1e-3"))
+        op = r.choice(("{a} + {b}", "{b} - {a}", "{a} * {b}", "{a} / {b}", "{b} // {a}", "{a} % {b}", "{a} ** {b}",
+                       "torch.maximum({a}, torch.as_tensor({b}))", "torch.where({a} > 0, {a}, {b})",
+                       "torch.where({a} > 0, {b}, {a})", "torch.clamp({a}, max={b})", "torch.add({a}, {b}, alpha=2)",
+                       "{a} == {b}", "{a} & {b}", "torch.lerp({a}.float(), torch.as_tensor({b}).float(), 0.5)",
+                       "torch.fmod({a}, {b})", "torch.copysign({a}, {b})", "{b} ** {a}"))
+        return op.format(a=a, b=s)
+    if kind == 1:       # in-place with promotion: the result is cast back into the operand
+        other = g.pick(lambda u: u is not t and _bcast(torch, u, t), recent=0.3) or _zero_dim(g, a)
+        base = a if r.random() < 0.5 or not g.input_names else r.choice(g.input_names)
+        bt = g.t(base)
+        view = base
+        if bt.dim() >= 2 and r.random() < 0.5:
+            view = r.choice((f"{base}.t()" if bt.dim() == 2 else f"{base}.transpose(0, 1)", f"{base}[:, ::2]",
+                             f"{base}.diagonal()", f"{base}[1:].unsqueeze(0)", f"{base}.select(1, -1)"))
+        op = r.choice(("add_", "sub_", "mul_", "div_", "floor_divide_", "remainder_", "pow_", "clamp_min_",
+                       "maximum", "copy_", "lerp_", "bitwise_or_", "logical_and_", "masked_fill_"))
+        if op == "maximum":
+            return ("stmt", f"torch.maximum({view}, {other}, out={view})" if r.random() < 0.5 else
+                    f"{view}.copy_(torch.maximum({view}, {other}))")
+        if op == "lerp_":
+            return ("stmt", f"{view}.lerp_({other}, 0.25)")
+        if op == "masked_fill_":
+            return ("stmt", f"{view}.masked_fill_({view} > {other}, {r.choice(('2', '-1.5', 'True', 'nan'))})")
+        return ("stmt", f"{view}.{op}({other})")
+    if kind == 2:       # out= arguments (another op's result, an input, a tensor of the wrong shape)
+        dst = r.choice((f"torch.empty(0, dtype={a}.dtype)", f"torch.empty_like({a})",
+                        f"torch.zeros({n + 1}, dtype={a}.dtype)", f"{a}.new_empty({a}.shape).t()" if n == 2 else
+                        f"torch.empty_like({a})"))
+        other = _zero_dim(g, a)
+        op = r.choice(("torch.add({a}, {b}, out={o})", "torch.mul({a}, {b}, out={o})", "torch.neg({a}, out={o})",
+                       "torch.abs({a}, out={o})", "torch.sum({a}, {d}, keepdim=True, out={o})" if n else "torch.sum({a}, out={o})",
+                       "torch.clamp({a}, -1, 1, out={o})", "torch.where({a} > 0, {a}, {b}, out={o})",
+                       "torch.cumsum({a}, {d}, out={o})" if n else "torch.neg({a}, out={o})",
+                       "torch.amax({a}, {d}, out={o})" if n else "torch.abs({a}, out={o})"))
+        return op.format(a=a, b=other, o=dst, d=g.dim(t) if n else 0)
+    if kind == 3:       # metadata in-place ops on an input or an intermediate (the caller's input is changed)
+        base = a if r.random() < 0.5 or not g.input_names else r.choice(g.input_names)
+        bt = g.t(base)
+        opts = [f"{base}.unsqueeze_({r.randint(-bt.dim() - 1, bt.dim())})", f"{base}.squeeze_()"]
+        if bt.dim() >= 1:
+            opts += [f"{base}.squeeze_({g.dim(bt)})", f"{base}.unsqueeze_(0).squeeze_(0).mul_(1)"]
+        if bt.dim() == 2:
+            opts += [f"{base}.t_()"]
+        if bt.dim() >= 2:
+            opts += [f"{base}.transpose_(0, -1)", f"{base}.swapdims_(0, 1)"]
+        if bt.numel() >= 2:
+            opts += [f"{base}.as_strided_(({bt.numel() // 2},), (2,))", f"{base}.resize_({bt.numel() - 1})"]
+        return ("stmt", r.choice(opts))
+    if kind == 4:       # writes through a stored view, the base read back
+        if not n:
+            return f"{a}.view(1).add_(1).view(())"
+        d = g.dim(t)
+        view = r.choice((f"{a}.narrow({d}, 0, 1)", f"{a}.unsqueeze(0)", f"{a}.view(-1)" if t.is_contiguous() else f"{a}[..., :1]",
+                         f"{a}.movedim({d}, 0)", f"{a}[..., ::2]", f"{a}.flatten()" if t.is_contiguous() else f"{a}[:1]",
+                         f"{a}.view({a}.shape)"))
+        op = r.choice(("mul_(2)", "add_(1)", "zero_()", "fill_(3)", "neg_()", "clamp_(max=0)", "copy_(torch.ones(()))",
+                       "bitwise_not_()" if not t.is_floating_point() else "sqrt_()"))
+        return f"{view}.{op}.sum() + {a}.sum()" if r.random() < 0.3 else \
+            ("stmt", f"{view}.{op}") if r.random() < 0.5 else f"{a}.clone().{op}"
+    if kind == 5:       # reductions over size-0 dims (keepdim, empty dim lists)
+        if not n:
+            return r.choice((f"{a}.sum([])", f"{a}.mean([]) if {a}.is_floating_point() else {a}.sum([])", f"{a}.amax([])"))
+        d = g.dim(t)
+        e = r.choice((f"{a}.narrow({d}, 0, 0)", f"{a}[..., :0]", f"{a}[:0]"))
+        kd = r.choice(("True", "False"))
+        return r.choice((f"{e}.sum({d}, keepdim={kd})", f"{e}.prod({d}, keepdim={kd})", f"{e}.mean({d}, keepdim={kd})",
+                         f"{e}.float().mean({d}, keepdim={kd})", f"{e}.any({d}, keepdim={kd})", f"{e}.all({d})",
+                         f"torch.count_nonzero({e}, {d})", f"torch.logsumexp({e}.float(), {d}, keepdim={kd})",
+                         f"{e}.float().var({d}, keepdim={kd})", f"{e}.float().std()", f"torch.linalg.vector_norm({e}.float(), 2, {d}, {kd})",
+                         f"{e}.sum()", f"{e}.sum(dtype=torch.float64)", f"{a}.sum([], keepdim={kd})", f"{a}.amax([]) if {a}.numel() else {a}.sum([])",
+                         f"torch.cumsum({e}, {d})", f"{e}.sum(-1, keepdim={kd}) + 1", f"torch.nansum({e}, {d})",
+                         f"{e}.float() @ {e}.float().mT" if n >= 2 else f"{e}.float() @ {e}.float()",
+                         f"torch.cat([{e}, {e}.flip({d})], {d}).sum({d}, keepdim={kd})",
+                         f"{e}.amax({(d + 1) % n}, keepdim={kd})" if n >= 2 else f"{e}.amin(0) if {e}.numel() else {e}.sum(0)"))
+    if kind == 6:       # Python numbers from shapes and .item()
+        opts = [f"{a} * {a}.shape[-1]" if n else f"{a} * 2", f"{a} / {a}.numel() ** 0.5",
+                f"{a}.float().sum() / max({a}.numel(), 1)", f"{a} * float({a}.float().abs().amax()) if {a}.numel() else {a}",
+                f"{a} + int({a}.float().sum().clamp(-100, 100))", f"{a}.reshape({a}.numel() // max({a}.shape[0], 1), -1)" if n else f"{a}.reshape(1)",
+                f"torch.full({tuple(t.shape)}, {a}.float().mean().item()) if {a}.numel() else {a}",
+                f"{a} - {a}.float().sum().item() / 3", f"{a}.new_full((2,), len({a}))" if n else f"{a}.new_zeros(2)",
+                f"{a} * (1 if bool({a}.float().sum() > 0) else -1)"]
+        return r.choice(opts)
+    # kind 7: 0-dim tensors mixed in: indexing by one, expanding one, one as a bound or a fill
+    z = _zero_dim(g, a)
+    opts = [f"{z}.expand({', '.join(str(s) for s in t.shape) or '()'})", f"torch.clamp({a}, min={z})",
+            f"{a}.masked_fill({a} != {a}, {z}.item())" if t.is_floating_point() else f"{a}.masked_fill({a} > 0, {z}.item())",
+            f"torch.stack([{z}, {z} * 2])", f"({z} + {a}).sum()", f"{z}.reshape(1, 1)",
+            f"torch.full_like({a}, {z}.item())", f"{a}.new_full((3,), {z}.item())"]
+    if n and t.shape[0]:
+        opts += [f"{a}[torch.tensor({r.randint(-t.shape[0], t.shape[0] - 1)})]", f"{a}[{z}.long().clamp(0, {t.shape[0] - 1})]"]
+    return r.choice(opts)
+
+
 NEW_FAMILIES = {"module": (fam_module, 10), "loss": (fam_loss, 4), "intops": (fam_intops, 10),
                 "cast": (fam_cast, 6), "tensorop": (fam_tensorop, 10), "linalg": (fam_linalg, 3),
                 "attention": (fam_attention, 4), "fft": (fam_fft, 3), "einsum": (fam_einsum, 3),
-                "distrib": (fam_distrib, 4), "masked": (fam_masked, 4)}
+                "distrib": (fam_distrib, 4), "masked": (fam_masked, 4), "edges": (fam_edges, 10)}
 ALL_FAMILIES = {**FAMILIES, **NEW_FAMILIES}
 
 # Family groups (generator v2): --families GROUP draws from these weights.
@@ -1485,6 +1652,7 @@ GROUPS = {
     "tensorops": {"tensorop": 10, "linalg": 3, "unary": 1, "binary": 1, "view": 1},
     "userops": {"attention": 4, "fft": 3, "einsum": 3, "distrib": 4, "masked": 4, "unary": 1, "binary": 1,
                 "view": 1, "reduce": 1},
+    "edges": {"edges": 10, "inplace": 2, "view": 2, "reduce": 2, "binary": 2, "intops": 1, "cast": 1, "index": 1},
 }
 
 
@@ -1532,6 +1700,19 @@ def _first_inputs(g, families):
     if families and "dtypes" in families:
         for _ in range(r.choice((1, 2, 2, 3))):
             g.new_input(None, r.choice(ALL_DTYPES), None, r.choice(FILLS + ("extreme",)))
+        return
+    if families and "edges" in families:      # mixed dtypes, 0-dim inputs, size-0 dims
+        for _ in range(r.choice((1, 2, 2, 3))):
+            rank = r.choice((0, 1, 2, 2, 3))
+            dims = [g.sym(0) if r.random() < 0.12 else g.sym() for _ in range(rank)]
+            g.new_input(dims, r.choice(ALL_DTYPES + ("float32", "float32")), None, r.choice(FILLS + ("extreme",)))
+        if not g.grad and r.random() < 0.3:       # the same tensor passed twice, or two views of it
+            j = r.randrange(len(g.inputs))
+            t = g.t(g.input_names[j])
+            views = ["x", "x", "x.unsqueeze(0)"] + (["x[1:]", "x[..., 1:]", "x[..., ::2]"] if t.dim() else []) + \
+                (["x[0]"] if t.dim() and t.shape[0] else []) + \
+                (["x.mT", "x.diagonal()", "x[:, 1:].mT"] if t.dim() >= 2 else [])
+            g.new_alias_input(j, r.choice(views))
         return
     if families and "userops" in families:
         for _ in range(r.choice((1, 1, 2))):
@@ -1660,6 +1841,9 @@ def repro(prog) -> str:
             + f"sizes, alt_sizes = {json.dumps(prog['sizes'])}, {json.dumps(prog['alt_sizes'])}\n"
             + f"inputs = [make_input(s, sizes, {prog['seed']} * 1000 + i) for i, s in enumerate(specs)]\n"
             + f"alt = [make_input(s, alt_sizes, {prog['seed']} * 1000 + i + 500) for i, s in enumerate(specs)]\n"
+            + ("from fuzz_graphs import _aliased  # inputs that view another input\n"
+               "inputs, alt = _aliased(specs, inputs), _aliased(specs, alt)\n"
+               if any(s["layout"] == "alias" for s in prog["inputs"]) else "")
             + _repro_v2(prog))
 
 
@@ -1779,6 +1963,8 @@ def fp64_reference(prog, tensors, round_ties=False):
     `round_ties`: the float64 values TIE_OPS read are rounded to float32 first (_ties_rounded)."""
     import torch
 
+    if any(s["layout"] == "alias" for s in prog["inputs"]):
+        return None          # the float64 copies would not alias each other
     draws = None
     if "rng" in prog["families"] or "distrib" in prog["families"]:
         draws = _draws_mode()

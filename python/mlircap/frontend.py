@@ -1755,6 +1755,7 @@ def _prepare_for_import(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         if dev is not None and torch.device(dev).type != "cpu":
             node.kwargs = {**node.kwargs, "device": cpu}
         _int8_scalars_as_tensors(graph, node)
+        _bool_scalars_as_ints(node)
         _self_equality_as_not_nan(graph, node)
     _one_get_attr_per_use(graph)
     out = torch.fx.GraphModule(gm, graph)   # takes gm's get_attr values; generates code once
@@ -1909,6 +1910,32 @@ def _self_equality_as_not_nan(graph: torch.fx.Graph, node: torch.fx.Node) -> Non
         nan = graph.call_function(torch.ops.aten.isnan.default, (x,))
     nan.meta = dict(node.meta)
     node.target, node.args, node.kwargs = torch.ops.aten.logical_not.default, (nan,), {}
+
+
+def _bool_scalars_as_ints(node: torch.fx.Node) -> None:
+    """A Python bool where the op's schema takes a number (`Scalar` / `Scalar?`) becomes
+    the int it stands for: torch-mlir's importer emits it as `!torch.bool`, which its
+    ops' number operands reject when they are optional (`torch.clamp(x, max=True)`,
+    `x.clip(min=False)`: 'operand #2 must be Optional torch scalar type', the whole graph
+    ran eagerly; bench/fuzz_graphs.py --families edges seeds 112, 116). The result dtype
+    is the graph's (node meta), and True / False are 1 / 0 as numbers."""
+    if not isinstance(node.target, torch._ops.OpOverload):
+        return
+    schema = node.target._schema.arguments
+    by_name = {a.name: a for a in schema}
+
+    def number(arg) -> bool:
+        t = arg.type
+        if isinstance(t, torch.OptionalType):
+            t = t.getElementType()
+        return isinstance(t, torch.NumberType)
+
+    if any(type(a) is bool and i < len(schema) and number(schema[i]) for i, a in enumerate(node.args)):
+        node.args = tuple(int(a) if type(a) is bool and i < len(schema) and number(schema[i]) else a
+                          for i, a in enumerate(node.args))
+    if any(type(v) is bool and k in by_name and number(by_name[k]) for k, v in node.kwargs.items()):
+        node.kwargs = {k: int(v) if type(v) is bool and k in by_name and number(by_name[k]) else v
+                       for k, v in node.kwargs.items()}
 
 
 def _int8_scalars_as_tensors(graph: torch.fx.Graph, node: torch.fx.Node) -> None:

@@ -1,0 +1,102 @@
+"""Random-program differential fuzzer (bench/fuzz_graphs.py, issue 10), session 23: seeds
+2551:2800 of each mode, userops 1251:1400 and the new `edges` group (type promotion against
+0-dim tensors and Python scalars, in-place ops casting back, out=, metadata in-place ops,
+aliased inputs, size-0 reductions): what it found, minimized, and the group's own checks."""
+import pytest
+import torch
+
+import mlircap
+from compiled_check import check_compiled, same  # test/python/compiled_check.py
+from test_trust_fuzz17 import _load_fuzz  # bench/fuzz_graphs.py as a module (test/python is on sys.path)
+
+
+# ------------------------------------------------------------- bool numbers of clamp / clip
+# edges seeds 112, 116: `torch.clamp(x, max=True)` (a bool where the schema takes a number,
+# `Scalar?`): torch-mlir's importer wrote it as !torch.bool, which clamp's optional number
+# operands reject ('operand #2 must be Optional torch scalar type'): the whole graph ran
+# eagerly. frontend._bool_scalars_as_ints passes the int it stands for.
+_CLAMPS = {
+    "max": lambda x: torch.clamp(x, max=True) * 3,
+    "min": lambda x: torch.clamp(x, min=True) + x,
+    "both": lambda x: torch.clamp(x, False, True),
+    "clip": lambda x: x.clip(min=False),
+    "in_place": lambda x: x.clone().clamp_(max=True),
+    "clamp_min": lambda x: torch.clamp_min(x, True),
+    "clamp_max": lambda x: torch.clamp_max(x, False),
+}
+_SOURCES = {
+    "int64": torch.arange(-3, 9).view(3, 4),
+    "uint8": torch.arange(0, 12, dtype=torch.uint8).view(3, 4),
+    "float32": torch.linspace(-2, 2, 12).view(3, 4),
+    "float16": torch.linspace(-2, 2, 12).view(3, 4).half(),
+}
+
+
+@pytest.mark.parametrize("dtype", list(_SOURCES))
+@pytest.mark.parametrize("form", list(_CLAMPS))
+def test_clamp_with_bool_bounds_compiles(form, dtype, fallback_log):
+    check_compiled(_CLAMPS[form], [_SOURCES[dtype]], fallback_log)
+
+
+def test_bool_numbers_of_other_ops_unchanged(fallback_log):
+    # the importer's own Int.bool for a number that is not optional (fill values, exponents,
+    # an alpha / value / beta): same results as before
+    def f(x):
+        return (x.masked_fill(x > 0, True), torch.pow(x, True), torch.lerp(x, x * 2, True),
+                torch.addcmul(x, x, x, value=True), torch.nn.functional.softplus(x, beta=True),
+                torch.full_like(x, True) + x)
+
+    check_compiled(f, [torch.linspace(-2, 2, 12).view(3, 4)], fallback_log, exact=False)
+
+
+# ------------------------------------------------------------------ the edges group itself
+@pytest.fixture(scope="module")
+def fuzz():
+    return _load_fuzz()
+
+
+def test_edges_group_is_deterministic_and_its_own(fuzz):
+    for seed in (3, 17, 112):
+        p = fuzz.generate(seed, ["edges"])
+        assert p["v2"] and p == fuzz.generate(seed, ["edges"])
+        assert set(p["families"]) <= set(fuzz.GROUPS["edges"])
+    # generator v1's programs are unchanged by the new family
+    assert "edges" not in fuzz.family_weights(None)
+
+
+def test_aliased_inputs_view_one_storage(fuzz):
+    # an input of layout "alias" is a view of an earlier one in every input set (the same
+    # tensor passed twice, or two views of one storage), and the run's copies keep it so
+    progs = [p for p in (fuzz.generate(s, ["edges"]) for s in range(40))
+             if any(i["layout"] == "alias" for i in p["inputs"])]
+    assert progs
+    for p in progs[:5]:
+        for alt in (False, True, "values"):
+            ins = fuzz.make_inputs(p, alt=alt)
+            copies = fuzz.opinfo._clone(ins)
+            for i, spec in enumerate(p["inputs"]):
+                if spec["layout"] == "alias":
+                    j = spec["alias"]
+                    for ts in (ins, copies):
+                        assert ts[i].untyped_storage().data_ptr() == ts[j].untyped_storage().data_ptr()
+        assert fuzz.fp64_reference(p, fuzz.make_inputs(p)) is None   # float64 copies would not alias
+
+
+def test_aliased_input_written_through_the_other(fuzz):
+    # what the aliased inputs test: a write through one argument read through the other
+    def f(a, b):
+        a.mul_(2)
+        return b + 1
+
+    x = torch.randn(4, 4)
+    fast = mlircap.compile(f)
+    for _ in range(2):
+        e, c = x.clone(), x.clone()
+        same(fast(c, c.t()), f(e, e.t()))
+        same(c, e)
+
+
+@pytest.mark.parametrize("seed", [69, 112, 116])
+def test_edges_seeds_not_wrong(fuzz, seed):
+    rec = fuzz.run_programs([fuzz.generate(seed, ["edges"])], jobs=1, timeout=120, progress=False)[0]
+    assert rec["category"] in ("compiled", "fallback"), rec
