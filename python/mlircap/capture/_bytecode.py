@@ -125,3 +125,22 @@ def _nb_op(arg: int | None) -> str | None:
     except (IndexError, TypeError):
         return None
     return s[:-1] if s.endswith("=") else s
+
+
+_NONE_JUMPS = ("POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_NONE",
+               "POP_JUMP_BACKWARD_IF_NOT_NONE", "POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE")
+
+
+def _none_tested(code: types.CodeType, off: int) -> bool:
+    """The value the instruction at `off` pushes is only tested against None by the code that
+    follows it (`x.grad_fn is None`, `if x.grad_fn is not None:`): `LOAD_CONST None; IS_OP`
+    or a jump on None.  Nothing else in the frame can see the value."""
+    order, pos = _order(code)
+    i = pos.get(off)
+    if i is None:
+        return False
+    d = _instrs(code)
+    nxt = [d[o] for o in order[i + 1:i + 3]]
+    if nxt and nxt[0][0] in _NONE_JUMPS:
+        return True
+    return len(nxt) == 2 and nxt[0][0] == "LOAD_CONST" and nxt[0][2] is None and nxt[1][0] == "IS_OP"

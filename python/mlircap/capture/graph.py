@@ -15,6 +15,7 @@ import torch.fx as fx
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
+from ._bytecode import _instrs, _none_tested
 from .base import Unreplayable, _Raised
 from .steps import CallStep, GraphStep
 from .classify import (
@@ -299,6 +300,8 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
                 return res
             if name == "grad_fn" and res is None and len(args) == 1 and self._autograd_meta_guarded(name, args, res):
                 return res   # (`x.grad_fn is None`: whether x is a leaf, see below)
+            if name == "grad_fn" and res is not None and len(args) == 1 and self._grad_fn_none_tested(args[0]):
+                return res   # `x.grad_fn is None` of a tensor that has one: only its presence seen
             if name == "grad" and res is None and len(args) == 1 and getattr(func, "__name__", None) == "__get__" \
                     and self._grad_none_guarded(args[0]):
                 return res   # `p.grad` read as None by library code (nn.Module.to's _apply): guarded None
@@ -597,6 +600,30 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
             return False
         self.guard(Is(form.format(s[0]), form.format(s[1]), res, repr(res)) if type(res) is not int else
                    Equals(form.format(s[0]), form.format(s[1]), res, int))
+        return True
+
+    def _grad_fn_none_tested(self, t: Any) -> bool:
+        """`x.grad_fn is None` / `if x.grad_fn is not None:` where x has a grad_fn: the node
+        itself (another each call, the compiled graph's at replay) reaches no code, only
+        whether there is one: the frame reading it tests it against None next (the frame
+        right above the mode's).  Of a graph value requiring grad that follows from the graph
+        and its guarded inputs; of a tensor from outside it is guarded."""
+        if not isinstance(t, torch.Tensor):
+            return False
+        f = sys._getframe(1)
+        while f is not None and f.f_code is not _Mode.__torch_function__.__code__:
+            f = f.f_back
+        f = f.f_back if f is not None else None   # (the reader: the mode is called from its LOAD_ATTR)
+        ins = _instrs(f.f_code).get(f.f_lasti) if f is not None else None
+        if ins is None or ins[0] != "LOAD_ATTR" or ins[2] != "grad_fn" or not _none_tested(f.f_code, f.f_lasti):
+            return False
+        e = self.env.get(id(t))
+        if e is not None and e[0] is t:
+            return t.requires_grad and not t.is_leaf
+        s = self.src.get(id(t))
+        if s is None or s[2] == "opaque":
+            return False
+        self.guard(Is(f"({s[0]}.grad_fn is None)", f"{s[1]}.grad_fn is None", False, "False"))
         return True
 
     def _grad_none_guarded(self, t: Any) -> bool:
