@@ -1,5 +1,5 @@
 """Training steps through mlircap.compile without the per-call autograd Function around each
-compiled graph (capture/graph_compile._HigherOrderGrad): the compiled graph's own aot_autograd
+compiled graph (capture/higher_order._HigherOrderGrad): the compiled graph's own aot_autograd
 node carries the call's inputs, and only a backward with create_graph=True recomputes through
 the captured FX graph. Every gradient (first order, create_graph, second order, retain_graph)
 is compared with eager's."""

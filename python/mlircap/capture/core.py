@@ -200,13 +200,15 @@ from .recorder import (  # noqa: F401
 from .graph_compile import (  # noqa: F401
     _FirstRunChecked,
     _HAS_LOC,
+    _compile_graph,
+    _graph_loc,
+    _strict_backend_error,
+)
+from .higher_order import (  # noqa: F401
     _HigherOrderGrad,
     _RecomputeForHigherOrder,
-    _compile_graph,
     _double_backward_ok,
-    _graph_loc,
     _keep_graph,
-    _strict_backend_error,
 )
 from .replay import (  # noqa: F401
     _EagerVariant,

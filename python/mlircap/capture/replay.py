@@ -19,7 +19,8 @@ from .steps import CallStep, GraphStep, Write
 from .guard_kinds import Guard, GuardEnv, _holds
 from .data_writes import undo_data_writes
 from .guards import Placed, _ambient, _compile_guard, _merge_guards, start_state, start_tensor
-from .graph_compile import _FirstRunChecked, _compile_graph, _double_backward_ok
+from .graph_compile import _FirstRunChecked, _compile_graph
+from .higher_order import _double_backward_ok
 from .index_inputs import index_copy_hazard
 from .rng import RngStates, _RngLogged, _rng_states, _set_rng_states, _unlog_raising
 from .resume_code import Continuation, continuation_code
