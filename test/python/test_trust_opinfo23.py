@@ -97,3 +97,14 @@ def test_float_reads_are_not_speculated():
     assert speculate.observe(gm, [torch.randn(3), torch.tensor(1)]) == [1]
     gm = fx.symbolic_trace(lambda x, t: x * t.item())
     assert speculate.observe(gm, [torch.randn(3), torch.tensor(0.5)]) is None
+
+
+# ------------------------------------------------------------------------------ uint8 trace
+@pytest.mark.parametrize("shape", [(1, 5), (4, 4), (5, 3)], ids=str)
+def test_uint8_trace_compiles(shape, fallback_log):
+    # OpInfo trace uint8 #3 (seed 2206) ran through torch ('aten.trace (dtype uint8)'): the
+    # diagonal's sum in int64 (past 255: 4 x 200 is 800), exact computed in int32 as sum is;
+    # x * 3 wraps in uint8 before the sum, as eager's
+    x = torch.randint(0, 256, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(5))
+    check_compiled(lambda v: (torch.trace(v), torch.trace(v * 3) + 1), [x], fallback_log)
+    check_compiled(lambda v: torch.trace(v), [torch.full(shape, 200, dtype=torch.uint8)], fallback_log)
