@@ -402,8 +402,11 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
         except Unreplayable as e:
             self.unreplayable = self.unreplayable or f"{e} (in {_op_name(func)})"
             return res
-        if dyn or _dyn_shape_op(name, args, kwargs):
-            # its shape follows tensor data: reading it is a data-dependent operation
+        if dyn or _dyn_shape_op(name, args, kwargs) or \
+                any(isinstance(t, torch.Tensor) and t.layout != torch.strided for t in flat_res):
+            # its shape follows tensor data: reading it is a data-dependent operation (a sparse
+            # or nested result too: how many elements coalesce() keeps, and so the shapes of its
+            # values() and indices(), follow the indices)
             dyn_ids = self.__dict__.setdefault("dyn_shape", {})
             for t in flat_res:
                 if isinstance(t, torch.Tensor):
@@ -645,11 +648,14 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
         return e is not None and e[0] is t or id(t) in self.src
 
     def _dyn_shape_args(self, args: tuple, kwargs: dict) -> bool:
-        """Whether a tensor argument's shape depends on tensor data (see `_dyn_shape_op`)."""
+        """Whether a tensor argument's shape depends on tensor data (see `_dyn_shape_op`); a
+        sparse or nested one's does (its element count: no tensor guard's sizes cover it)."""
+        flat, _ = tree_flatten((args, kwargs))
+        if any(isinstance(t, torch.Tensor) and t.layout != torch.strided for t in flat):
+            return True
         dyn_ids = self.__dict__.get("dyn_shape")
         if not dyn_ids:
             return False
-        flat, _ = tree_flatten((args, kwargs))
         return any(isinstance(t, torch.Tensor) and dyn_ids.get(id(t)) is t for t in flat)
 
     def _seg(self) -> _Seg:

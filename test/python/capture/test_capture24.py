@@ -83,3 +83,53 @@ def test_grad_fn_used_as_a_value_still_breaks():
         return f
     '''
     run_program(src, [(torch.randn(3),) for _ in range(3)])
+
+
+def test_coalesced_sparse_nnz_follows_the_indices():
+    # bench/modules10.py sparse_coo_duplicates_coalesce_to_dense: how many entries coalesce()
+    # keeps follows the indices; the recorded count was replayed (a wrong result)
+    src = '''
+    def make():
+        def f(ind, val):
+            s = torch.sparse_coo_tensor(ind, val, (4, 4)).coalesce()
+            return s.to_dense(), torch.sparse.mm(s, torch.eye(4) * 2), s.values().shape[0], len(s.indices()[0])
+        return f
+    '''
+    g = torch.Generator().manual_seed(0)
+    calls = [(torch.randint(0, 4, (2, 9), generator=g), torch.randn(9, generator=g)) for _ in range(4)]
+    calls.append((torch.tensor([[0, 0, 0, 0, 0, 0, 0, 0, 0]] * 2), torch.randn(9, generator=g)))   # one entry
+    run_program(src, calls)
+
+
+def test_sparse_tensor_from_outside_values_shape():
+    # a sparse tensor from outside the function (set on the function between calls): its nnz
+    # is no part of a tensor guard's sizes
+    src = '''
+    def sp(n):
+        i = torch.stack([torch.arange(n) % 4, torch.arange(n) // 4])
+        return torch.sparse_coo_tensor(i, torch.arange(1.0, n + 1), (4, 4))
+    def mutate(i, f):
+        f.s = sp((3, 5, 5, 2, 7)[i])
+    def make():
+        def f(x):
+            v = f.s.coalesce().values()
+            return v.shape[0] + 1, x * v.sum(), f.s.to_dense() + x, f.s._nnz()
+        return f
+    '''
+    run_program(src, [(torch.randn(4, 4),) for _ in range(5)])
+
+
+def test_coalesced_sparse_from_outside_values_shape():
+    # its values() / indices() shapes follow its nnz, which no tensor guard covers
+    src = '''
+    def sp(n):
+        i = torch.stack([torch.arange(n) % 4, torch.arange(n) // 4])
+        return torch.sparse_coo_tensor(i, torch.arange(1.0, n + 1), (4, 4)).coalesce()
+    def mutate(i, f):
+        f.s = sp((3, 5, 5, 2, 7)[i])
+    def make():
+        def f(x):
+            return f.s.values().shape[0], x * f.s._values().sum(), f.s.indices().shape
+        return f
+    '''
+    run_program(src, [(torch.randn(4, 4),) for _ in range(5)])
