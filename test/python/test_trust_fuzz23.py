@@ -100,3 +100,11 @@ def test_aliased_input_written_through_the_other(fuzz):
 def test_edges_seeds_not_wrong(fuzz, seed):
     rec = fuzz.run_programs([fuzz.generate(seed, ["edges"])], jobs=1, timeout=120, progress=False)[0]
     assert rec["category"] in ("compiled", "fallback"), rec
+
+
+@pytest.mark.parametrize("seed", [134, 137, 173])
+def test_edges_programs_run_eagerly_at_their_first_inputs(fuzz, seed):
+    # the generator's copies after an op eager rejected keep each input's layout: an expanded
+    # input cloned dense accepted an in-place op the run's expanded input raises on (these
+    # seeds raised in eager and compiled alike, every call recorded again)
+    assert not fuzz._eager_raises(fuzz.generate(seed, ["edges"]), alt=False)
