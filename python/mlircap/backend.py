@@ -713,7 +713,9 @@ def _unsupported_nodes(gm: torch.fx.GraphModule, e: Exception) -> dict[str, str]
                 continue
             name = op_name(n.target)
             short = name.split("::")[-1]
-            if f"'{short}'" in text or f"'{name}'" in text or f"target={name}" in text:
+            # (torch-mlir's parser names the op as torch-mlir spells it: 'torch.aten.copy_')
+            if f"'{short}'" in text or f"'{name}'" in text or f"target={name}" in text or \
+                    f"'torch.{name.replace('::', '.')}'" in text:
                 found[n.name] = f"{name.replace('::', '.')} at {_node_loc(n)}"
         return found
     for op, loc in e.unsupported:
@@ -1112,7 +1114,11 @@ def _failure_report(graph: CompiledGraph, e: Exception) -> str:
             lines.append("Unsupported ops:")
             lines += [f"  {op} at {loc or '<unknown location>'}" for op, loc in e.unsupported]
         else:
-            lines.append(str(e).strip().splitlines()[0] if str(e).strip() else repr(e))
+            msg = str(e).strip().splitlines()
+            # a header ("Unable to parse module assembly:") and the parser's error under it
+            errors = [m.strip() for m in msg[1:] if m.strip().startswith("error:")]
+            lines.append((msg[0] + (" " + errors[0] if msg[0].endswith(":") and errors else "")) if msg
+                         else repr(e))
             named = _unsupported_nodes(graph.gm, e)
             if named:
                 lines.append("Unsupported ops:")

@@ -108,3 +108,50 @@ def test_uint8_trace_compiles(shape, fallback_log):
     x = torch.randint(0, 256, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(5))
     check_compiled(lambda v: (torch.trace(v), torch.trace(v * 3) + 1), [x], fallback_log)
     check_compiled(lambda v: torch.trace(v), [torch.full(shape, 200, dtype=torch.uint8)], fallback_log)
+
+
+# ------------------------------------------------- a parse error names the op and the user's line
+def test_parse_error_names_the_op_and_the_users_line():
+    # torch-mlir's parser rejected an imported graph (a copy_ into an input returned by the
+    # graph: the part after a data-dependent narrow, `y = x.narrow(0, t, 2); y.mul_(3)`): the
+    # warning read "Stage 'torch-mlir parse' (torch-mlir) rejected the graph. Unable to parse
+    # module assembly:", no op, no line, and the whole graph ran eagerly. The error under the
+    # header names the op: it is found in the graph (its user's line) and runs through torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from mlircap.backend import CompiledGraph, _failure_report, _unsupported_nodes
+    from mlircap.frontend import FrontendError, import_fx, lower_torch_ir
+
+    gm = make_fx(lambda a: (torch.ops.aten.copy_.default(a, a * 3),))(torch.randn(2, 3))
+    with pytest.raises(FrontendError) as err:
+        lower_torch_ir(import_fx(gm))
+    e = err.value
+    assert e.stage == "torch-mlir parse" and str(e).startswith("Unable to parse module assembly:"), str(e)
+    named = list(_unsupported_nodes(gm, e).values())
+    assert len(named) == 1 and named[0].startswith("aten.copy_ at "), named
+    report = _failure_report(CompiledGraph(name="g", gm=gm), e)
+    assert "'torch.aten.copy_' op operand #0" in report and "aten.copy_ at" in report, report
+
+
+def test_inplace_through_a_data_dependent_narrow_after_the_guard_misses():
+    # the graph compiled around narrow once its start keeps changing: the part after it
+    # writes the input in place; eager's values, the input written as eager's, and a
+    # warning, where any, names the op and this file's line, never only the parser's header
+    def f(x, t):
+        y = x.narrow(0, t, 2)
+        y.mul_(3)
+        return y
+
+    fast = mlircap.compile(f)
+    with pytest.warns() as record:
+        for v in (1, 2, 3, 0, 1, 2, 3, 0):
+            x1 = torch.randn(5, 3)
+            x2 = x1.clone()
+            want, got = f(x1, torch.tensor(v)), fast(x2, torch.tensor(v))
+            same(got, want)
+            same(x2, x1)
+        import warnings
+        warnings.warn("end of the calls")   # (pytest.warns needs one)
+    msgs = [str(w.message) for w in record if str(w.message).startswith("mlircap")]
+    for m in msgs:
+        assert "Unable to parse module assembly:\n" not in m + "\n" and "test_trust_opinfo23.py:" in m, m
