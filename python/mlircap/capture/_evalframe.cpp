@@ -236,7 +236,7 @@ PYBIND11_MODULE(_mlircap_evalframe, m) {
   m.def("register_code", [](py::object code) { PySet_Add(g_registry, code.ptr()); });
   m.def("unregister_code", [](py::object code) { PySet_Discard(g_registry, code.ptr()); });
   // While the callback runs, no frame is intercepted. A frame the callback runs as it is,
-  // whose callees are captured on their own (cache._Callees.run), lifts that for its
+  // whose callees are captured on their own (callees._Callees.run), lifts that for its
   // duration: suspend_callback() -> the depth to hand back to resume_callback(depth).
   m.def("suspend_callback", []() { int d = g_inCallback; g_inCallback = 0; return d; });
   m.def("resume_callback", [](int d) { g_inCallback = d; });

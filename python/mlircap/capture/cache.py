@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import os
 import sys
 import threading
 import types
@@ -17,10 +16,15 @@ import torch.autograd.forward_ad as _forward_ad
 from . import _ext
 from .. import logs as _logs
 from .autocast import autocast_state
-from .base import INLINE_TYPES, PY312, Unreplayable, _MISSING, _Miss, _fn_name, _strict_error, inline_target
+from .base import INLINE_TYPES, PY312, Unreplayable, _Miss, _fn_name, _strict_error, inline_target
 from .classify import _TORCH_DIR, _autograd_mode_on
 from .frame_hook import (
-    CALLEES, _E, _E_real, _HOOK_LOCK, _HOOK_USERS, _RECORD_LOCK, _REC_TLS, _active, _call_bound, _hook_cb,
+    _E, _E_real, _RECORD_LOCK, _REC_TLS, _active, _call_bound,
+)
+from .callees import _Callees
+from .dispatch_args import (
+    _CONTEXT_DECORATORS, _VARARGS, _VARKEYWORDS, _arg_signature, _bind_args, _callers_level, _hook_acquire,
+    _hook_release, _module_direct, _restore_profile,
 )
 from .give_ups import MAX_LEARNED
 from .graph import _Mode
@@ -31,7 +35,6 @@ T = TypeVar("T")
 _top_saved_hooks = torch._C._autograd._top_saved_tensors_default_hooks   # (~60 ns a call)
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _functorch_level = torch._C._functorch.peek_interpreter_stack
-
 
 
 def _user_function_mode() -> Any:
@@ -497,211 +500,6 @@ class _Captured:
 
 
 INLINE_TYPES[_Captured] = "fn"   # (base.inline_path)
-
-
-def _first_positional(code: types.CodeType, args: tuple) -> Any:
-    """The first positional argument of a call of `code`, from its frame-bound arguments
-    (positional, keyword-only, *args, **kwargs): of a `def wrapper(*args)` (a decorated
-    forward: `return fn(*args)`), the first item of its *args tuple, where the module is;
-    _MISSING where there is none."""
-    if code.co_argcount:
-        return args[0] if args else _MISSING
-    if code.co_flags & 0x04:   # CO_VARARGS
-        i = code.co_kwonlyargcount
-        if i < len(args) and type(args[i]) is tuple and args[i]:
-            return args[i][0]
-    return _MISSING
-
-
-class _Callees:
-    """The modules and functions called by a frame that runs eagerly (replay._SkipFrameVariant),
-    each captured on its own: while the frame runs, the frame hook hands their frames to
-    their own `_Captured` (frame_hook._hook_cb), as Dynamo compiles the callees of a frame it
-    skips.  A module is matched by instance, a function by identity."""
-
-    def __init__(self, parent: _Captured) -> None:
-        self.parent = parent
-        self.by_key: dict[tuple, tuple[object, _Captured]] = {}
-        self.seen: set[int] = set()
-        self.keep: list = []
-
-    def add(self, mods: list[torch.nn.Module], funcs: list[types.FunctionType]) -> None:
-        p = self.parent
-        for o in mods + funcs:
-            if id(o) in self.seen or o is p.fn or o is p.func:
-                continue
-            self.seen.add(id(o))
-            self.keep.append(o)
-            if isinstance(o, torch.nn.Module) and type(o).forward is torch.nn.Module.forward:
-                continue   # a container (ModuleList, ModuleDict): never called
-            ch = _Captured(o, p.backend, p.cache_limit, strict=p.strict, break_limit=p.break_limit)
-            if ch.code is None or ch.code is p.code:
-                continue
-            # the callees the frame's recordings gave up in: broken around from the first recording
-            ch.break_codes = {c: w for c, w in p.break_codes.items() if c is not ch.code}
-            ch.pass_codes = set(p.pass_codes)
-            who = o if isinstance(o, torch.nn.Module) else ch.func
-            self.by_key[(ch.code, id(who))] = (who, ch)
-
-    def lookup(self, code: types.CodeType, func: types.FunctionType, args: tuple) -> _Captured | None:
-        """The capture of a frame (`code`, `func`, bound `args`) the eager frame calls, or None."""
-        first = _first_positional(code, args)
-        if first is not _MISSING:
-            r = self.by_key.get((code, id(first)))
-            # (a wrapper's code is shared by every function its decorator wraps: another
-            # decorated method of the same module is not its forward)
-            if r is not None and r[0] is first and (code.co_argcount or r[1].func is func):
-                return r[1]
-        r = self.by_key.get((code, id(func)))
-        return r[1] if r is not None and r[0] is func else None
-
-    def run(self, func: types.FunctionType, code: types.CodeType, args: tuple) -> Any:
-        """Run the frame eagerly, its callees' frames dispatched to their captures."""
-        if not self.by_key:
-            return _call_bound(func, code, args)
-        a = _active()
-        a.append([self, CALLEES])
-        _hook_acquire()
-        # reached through the frame hook (a module with hooks, not dispatched directly):
-        # the hook ignores every frame while its callback runs, the callees' too
-        depth = _E_real.suspend_callback() if _E_real is not None else 0
-        try:
-            return _call_bound(func, code, args)
-        finally:
-            if depth:
-                _E_real.resume_callback(depth)
-            _hook_release()
-            a.pop()
-
-
-_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _arg_signature(args: tuple) -> tuple | None:
-    """The tensors' shapes, strides, dtypes, devices and requires_grad and the Python
-    numbers, strings and None among `args` (the bound arguments); other objects by type.
-    None where an argument is a container (what it holds is not looked at)."""
-    sig = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            sig.append((a.shape, a.stride(), a.dtype, a.device, a.requires_grad))
-        elif a is None or isinstance(a, (bool, int, float, str)):
-            sig.append((type(a), a))
-        elif isinstance(a, (list, tuple, dict, set)):
-            return None
-        else:
-            sig.append(type(a))
-    return tuple(sig)
-
-
-def _callers_level() -> int:
-    """The `stacklevel` of warnings.warn, called by our caller, that points at the code
-    calling the captured function (the first frame outside mlircap and torch)."""
-    f, n = sys._getframe(2), 2   # stacklevel 2: our caller's caller
-    while f is not None and (f.f_code.co_filename.startswith(_PKG_DIR) or
-                             f.f_code.co_filename.startswith(_TORCH_DIR)):
-        f, n = f.f_back, n + 1
-    return n if f is not None else 1
-
-
-_CONTEXT_DECORATORS = (os.path.join("utils", "_contextlib.py"), os.path.join("amp", "autocast_mode.py"))
-
-
-def _restore_profile(old: Any) -> None:
-    """Puts back the profile function a recording replaced.  Under cProfile (3.11: a C
-    profile function) sys.getprofile() returns the Profile object, which sys.setprofile
-    rejects ('Profile' object is not callable, raised to a user profiling a compiled call):
-    its enable() installs it again.  A C profiler with no such method cannot be restored
-    from Python and stays off (it loses the events of this thread, not the call)."""
-    if old is None or callable(old):
-        sys.setprofile(old)
-    elif callable(getattr(old, "enable", None)):
-        sys.setprofile(None)
-        old.enable()
-    else:
-        sys.setprofile(None)
-
-
-def _hook_acquire() -> None:
-    """One more user of the frame hook (installed while any captured call or recording of
-    any thread is in flight)."""
-    with _HOOK_LOCK:
-        _HOOK_USERS[0] += 1
-        if _HOOK_USERS[0] == 1:
-            _E_real.set_callback(_hook_cb)
-
-
-def _hook_release() -> None:
-    with _HOOK_LOCK:
-        _HOOK_USERS[0] -= 1
-        if _HOOK_USERS[0] == 0:
-            _E_real.set_callback(None)
-
-
-_VARARGS, _VARKEYWORDS = 0x04, 0x08
-
-
-def _bind_args(code: types.CodeType, func: types.FunctionType, args: tuple, kwargs: dict) -> tuple | None:
-    """The arguments of a frame of `func` called with `args` and `kwargs`, as CPython binds
-    them into its first fast locals (positional parameters, keyword-only ones, the *args
-    tuple, the **kwargs dict: what the frame hook hands to dispatch), or None where the
-    call does not bind (CPython's TypeError is then raised by the call itself)."""
-    n = code.co_argcount
-    flags = code.co_flags
-    if not kwargs and len(args) == n and not code.co_kwonlyargcount and not flags & (_VARARGS | _VARKEYWORDS):
-        return args
-    if len(args) > n and not flags & _VARARGS:
-        return None
-    names = code.co_varnames
-    kw = dict(kwargs)
-    posonly = code.co_posonlyargcount
-    for i in range(posonly, min(len(args), n)):
-        if names[i] in kw:   # given by position and by keyword
-            return None
-    vals = list(args[:n])
-    defaults = func.__defaults__ or ()
-    first_default = n - len(defaults)
-    for i in range(len(vals), n):
-        name = names[i]
-        if i >= posonly and name in kw:
-            vals.append(kw.pop(name))
-        elif i >= first_default:
-            vals.append(defaults[i - first_default])
-        else:
-            return None
-    if code.co_kwonlyargcount:
-        kwdefaults = func.__kwdefaults__ or {}
-        for name in names[n:n + code.co_kwonlyargcount]:
-            if name in kw:
-                vals.append(kw.pop(name))
-            elif name in kwdefaults:
-                vals.append(kwdefaults[name])
-            else:
-                return None
-    if flags & _VARARGS:
-        vals.append(tuple(args[n:]))
-    if flags & _VARKEYWORDS:
-        vals.append(kw)
-    elif kw:
-        return None
-    return tuple(vals)
-
-
-_Module = torch.nn.Module
-_module_call = torch.nn.Module.__call__
-_mm = sys.modules[torch.nn.Module.__module__]   # torch.nn.modules.module: the global hooks
-_tracing_state = torch._C._get_tracing_state
-
-
-def _module_direct(m: torch.nn.Module, func: types.FunctionType) -> bool:
-    """`m(*args)` would call `func` (its class's forward) right away: Module.__call__
-    taking its path without hooks (no module or global forward/backward hooks, not
-    torch.compile'd, not under torch.jit tracing) and no `forward` set on the instance."""
-    t = type(m)
-    return t.__call__ is _module_call and t.forward is func and m._compiled_call_impl is None and \
-        not (m._backward_hooks or m._backward_pre_hooks or m._forward_hooks or m._forward_pre_hooks or
-             _mm._global_backward_pre_hooks or _mm._global_backward_hooks or _mm._global_forward_hooks or
-             _mm._global_forward_pre_hooks) and "forward" not in m.__dict__ and not _tracing_state()
 
 
 def _plain(x: T) -> T:

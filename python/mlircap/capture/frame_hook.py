@@ -54,7 +54,7 @@ def _active() -> list:
     return a
 
 
-CALLEES = object()   # the mark of an _active() entry [callees, CALLEES] (cache._Callees)
+CALLEES = object()   # the mark of an _active() entry [callees, CALLEES] (callees._Callees)
 
 
 def _hook_cb(code: types.CodeType, func: types.FunctionType, args: tuple) -> Any:
@@ -69,7 +69,7 @@ def _hook_cb(code: types.CodeType, func: types.FunctionType, args: tuple) -> Any
     e = a[-1]
     st = e[0]
     if e[1] is CALLEES:
-        # a frame running eagerly whose callees are captured on their own (cache._Callees)
+        # a frame running eagerly whose callees are captured on their own (callees._Callees)
         ch = st.lookup(code, func, args)
         if ch is None or st.parent.pass_codes and (code, id(type(args[0])) if args else None) in st.parent.pass_codes:
             return NOT_HANDLED   # (give_ups.pass_through_codes: run as it is, its callees looked up here)

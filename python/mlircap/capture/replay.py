@@ -108,7 +108,7 @@ class _EagerVariant(_Variant):
 
 
 class _SkipFrameVariant(_EagerVariant):
-    """The frame runs eagerly and what it calls is captured on its own (cache._Callees), as
+    """The frame runs eagerly and what it calls is captured on its own (callees._Callees), as
     Dynamo skips a frame with a graph break in a loop: a break met again and again at one
     place (recorder.LOOP_BREAKS) or too many breaks in one call (break_limit).  Unrolled,
     the loop would be a graph per iteration, each compiled, and its iteration count a
