@@ -21,12 +21,11 @@ from torch.utils.hooks import RemovableHandle
 from .. import logs as _logs
 from ._bytecode import _instrs
 from .base import Unreplayable, _Canned, _Raised
-from .classify import (
-    _TREE_WALK, _classify, _ffi, _lr_scheduler_optimizer, _module_zero_grad, _no_new_epoch, _optimizer_owning_call,
-    _optimizer_step, _reads_clock,
-)
+from .classify import _classify, _ffi, _no_new_epoch, _reads_clock
+from .optim_calls import _TREE_WALK, _lr_scheduler_optimizer, _module_zero_grad, _optimizer_owning_call, _optimizer_step
 from .typeinfo import _mro_lookup
 from .frame_hook import _E
+from .functorch_calls import rebuilt_function
 from .guard_kinds import Equals, TypeIs
 from .iterators import pure_draw
 from .locations import _frame_loc
@@ -55,6 +54,18 @@ class _ExternalCallMixin:
     replayed as a graph break (`_external_call`) and the sourcing of its result
     (`_call_result`, also used for the results of other steps between graphs)."""
 
+    def _arg_expr(self, a: Any) -> str:
+        """The replay's expression of an uncapturable call's argument; a closure the call made
+        (`opt.step(closure)`, the closure computing the loss and its backward) is made again
+        from its code and the replay's values of its cells (functorch_calls.rebuilt_function:
+        where a cell holds what the replay cannot make again, the function runs eagerly)."""
+        try:
+            return self.expr_of(a)
+        except Unreplayable:
+            if type(a) is types.FunctionType and a.__closure__ and id(a) not in self.src:
+                return rebuilt_function(self, a)
+            raise
+
     def _external_call(self, frame: types.FrameType, f: Any, args: list, kwargs: dict, reason: str,
                        slot: int | None = None, substitute: Callable[[Any], None] | None = None,
                        hoist: bool = False, inert: bool = False, idempotent: bool = False,
@@ -64,7 +75,7 @@ class _ExternalCallMixin:
         constant arguments: module_factories.py), so what the program read before it is not
         read again after it (no new epoch, `ext_writes` unchanged); idempotent: calling it
         again leaves the state it leaves (zero_grad): not logged as run once for a replay
-        that misses, but run again by the recording that follows (classify._idempotent_call);
+        that misses, but run again by the recording that follows (optim_calls._idempotent_call);
         rerun: the same for a call writing only tensors a replay that misses restores (gradient
         clipping after a backward: grad_clips.py), its tensor writes tracked as an external call's."""
         inert = inert or _reads_clock(f, args, kwargs)
@@ -108,8 +119,8 @@ class _ExternalCallMixin:
                         and not isinstance(so, (logging.Logger, torch.Generator)):
                     raise
                 fe = self.const(f)  # the same callable object is called again at replay
-            ae = [self._flow_arg(frame, a) or self.expr_of(a) for a in args]
-            ke = {k: self._flow_arg(frame, v) or self.expr_of(v) for k, v in kwargs.items()}
+            ae = [self._flow_arg(frame, a) or self._arg_expr(a) for a in args]
+            ke = {k: self._flow_arg(frame, v) or self._arg_expr(v) for k, v in kwargs.items()}
         except Unreplayable as e:
             # the function runs eagerly; the call still runs here, unrecorded as a replayable
             # one's is: its ops are not the program's (torch.vmap(torch.func.grad(f)) of a

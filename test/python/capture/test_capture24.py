@@ -133,3 +133,78 @@ def test_coalesced_sparse_from_outside_values_shape():
         return f
     '''
     run_program(src, [(torch.randn(4, 4),) for _ in range(5)])
+
+
+# ---- `opt.step(closure)`: a closure made in the call handed to an uncapturable call
+def test_optimizer_step_closure_is_made_again_at_replay():
+    # bench/modules10.py optimizer_step_with_closure_returns_loss: capture gave up ('cannot
+    # reproduce value of type function'); the closure's cells (the module, x, y, a float
+    # argument) take the replay's values
+    src = '''
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(3, 1)
+            self.opt = torch.optim.SGD(self.l.parameters(), lr=0.1, momentum=0.5)
+        def forward(self, x, y, w):
+            def closure():
+                self.opt.zero_grad()
+                loss = F.mse_loss(self.l(x), y) * w
+                loss.backward()
+                return loss
+            loss = self.opt.step(closure)
+            return loss.detach(), self.l.weight.detach().clone()
+    def make():
+        return M()
+    '''
+    g = torch.Generator().manual_seed(0)
+    calls = [(torch.randn(4, 3, generator=g), torch.randn(4, 1, generator=g), 0.5 + i % 2) for i in range(4)]
+    c = run_program(src, calls)
+    # (w, a float in a cell, guarded by value: one variant per value)
+    assert c.recompiles == 1 and all(len(v.graphs) == 1 for v in c.variants), c.stats.recompile_reasons
+
+
+def test_lbfgs_closure_runs_several_times():
+    src = '''
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(3, 1)
+            self.opt = torch.optim.LBFGS(self.l.parameters(), lr=0.5, max_iter=4)
+        def forward(self, x, y):
+            def closure():
+                self.opt.zero_grad()
+                loss = ((self.l(x) - y) ** 2).mean()
+                loss.backward()
+                return loss
+            return self.opt.step(closure).detach() * 2
+    def make():
+        return M()
+    '''
+    g = torch.Generator().manual_seed(1)
+    run_program(src, [(torch.randn(5, 3, generator=g), torch.randn(5, 1, generator=g)) for _ in range(3)])
+
+
+def test_closure_writing_its_cells_runs_eagerly():
+    # its writes would reach the new function's cells, not the program's: eager, eager's result
+    src = '''
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(3, 1)
+            self.opt = torch.optim.SGD(self.l.parameters(), lr=0.1)
+        def forward(self, x):
+            n = 0
+            def closure():
+                nonlocal n
+                n += 1
+                self.opt.zero_grad()
+                loss = self.l(x).pow(2).mean()
+                loss.backward()
+                return loss
+            loss = self.opt.step(closure)
+            return loss.detach() + n
+    def make():
+        return M()
+    '''
+    run_program(src, [(torch.randn(4, 3),) for _ in range(3)], allow_eager=True)
