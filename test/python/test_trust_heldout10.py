@@ -141,7 +141,7 @@ def test_arange_of_a_tensor_length_iterated():
     """torch.arange(lengths.max()) iterated: its length was read as recorded (a shape the
     guards do not cover, set by tensor data): a longer max returned the recorded number of
     items (len 3 where eager's was 4). Results of ops that read an int from a tensor argument
-    (a size, count, k, offset) now have data-dependent shapes (classify._SHAPE_INT_OPS)."""
+    (a size, count, k, offset) now have data-dependent shapes (shape_ops._SHAPE_INT_OPS)."""
     _compare(_arange_max_length_loop, _length_calls())
 
 

@@ -21,9 +21,10 @@ from .guard_kinds import Is, Lengths, TypeIs
 from .frame_hook import _E, _NULL
 from .typeinfo import _mro_lookup
 from .classify import (
-    _MODULE_WALKERS, _TORCH_DIR, _WRITE_ONLY, _call_kind, _classify, _context_wrapper, _func_qualname, _idempotent_call,
-    _lr_scheduler_call, _node_hook_call, _optimizer_step, _reads_clock,
+    _MODULE_WALKERS, _TORCH_DIR, _WRITE_ONLY, _call_kind, _classify, _context_wrapper, _func_qualname, _node_hook_call,
+    _reads_clock,
 )
+from .optim_calls import _idempotent_call, _lr_scheduler_call, _optimizer_step
 from .external_calls import _SCALAR_ARGS
 from .give_ups import learned_break, pass_through_codes
 from .grad_clips import clip_after_break

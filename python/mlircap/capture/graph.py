@@ -18,10 +18,8 @@ from torch.utils._pytree import tree_flatten
 from ._bytecode import _instrs, _none_tested
 from .base import Unreplayable, _Raised
 from .steps import CallStep, GraphStep
-from .classify import (
-    _DATA_DEP, _GLOBAL_STATE_FUNCS, _IMMUTABLE_CONST, _META_OK, _PRIM, _SHAPE_META, _SPLITTERS,
-    _classify, _dyn_shape_op, _fname, _func_qualname,
-)
+from .classify import _DATA_DEP, _GLOBAL_STATE_FUNCS, _IMMUTABLE_CONST, _META_OK, _PRIM, _classify, _fname, _func_qualname
+from .shape_ops import _SHAPE_META, _SPLITTERS, _dyn_shape_op
 from .draws import _RNG_META, _draws_rng, _may_draw, _node_draws, _rng_token
 from .locations import _user_location, _user_stack_trace
 from .autocast import autocast_state, close_autocast, sync_autocast
@@ -69,6 +67,15 @@ class _Seg:
         self.inference = torch.is_inference_mode_enabled()
         if self.inference:
             self.start_grad = self.grad = torch.is_grad_enabled()
+
+
+def _same_view(t: Any, v: Any) -> bool:
+    """v views exactly t's elements as t does (`t.data`, written in place): `t.data = v`
+    changes nothing of t."""
+    return isinstance(t, torch.Tensor) and isinstance(v, torch.Tensor) and t.layout == v.layout == torch.strided \
+        and not v.requires_grad and t.dtype == v.dtype and t.device == v.device and t.shape == v.shape and \
+        t.stride() == v.stride() and t.storage_offset() == v.storage_offset() and \
+        t.untyped_storage().data_ptr() == v.untyped_storage().data_ptr()
 
 
 def _new_placeholder(seg: _Seg) -> fx.Node:
@@ -215,6 +222,8 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
             if step is not None:
                 return step[0]
         before = self._external_metadata(name, args, kwargs)
+        if name == "data" and getattr(func, "__name__", None) == "__set__" and len(args) == 2:
+            self.data_same_view = _same_view(args[0], args[1])   # (before the write: after it, t is v's view)
         restride = self._restride_inputs(name, kwargs, before) if before else None
         # a call whose name does not say it draws (`F.gumbel_softmax`'s exponential_, attention's
         # dropout) is seen to by the generators' state: its nodes are marked (classify._node_draws)
@@ -318,8 +327,10 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
             if name == "grad" and getattr(func, "__name__", None) == "__set__" and self._grad_write(func, args, kwargs):
                 return res   # `p.grad = None` / `p.grad = g`: run right after the open graph
             if name == "data" and getattr(func, "__name__", None) == "__set__" and len(args) == 2 and \
-                    args[1] is args[0] and not kwargs:
-                return res   # `t.data = t` (nn.Module.to's _apply, converting nothing): no write
+                    not kwargs and (args[1] is args[0] or self.__dict__.pop("data_same_view", False)):
+                # `t.data = t` (nn.Module.to's _apply, converting nothing), `t.data *= mask` (the
+                # in-place op wrote t's memory through `t.data`, which it sets back): no write
+                return res
             if name == "data" and getattr(func, "__name__", None) == "__set__" and self._data_write(func, args, kwargs):
                 return res   # `t.data = v`: run right after the open graph (data_writes.py)
             # data-dependent (or unknown) non-tensor result: graph break

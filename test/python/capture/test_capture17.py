@@ -2,7 +2,7 @@
 teachers, weight clipping) broke the graph at each write (data_writes.py); an optimizer's
 step / zero_grad made every guard after it need a continuation, which a function that
 writes a counter before the step has none of, so gradient accumulation ran eagerly
-(classify._optimizer_owning_call, replay._hoist_start_state).  Each program runs eagerly and
+(optim_calls._optimizer_owning_call, replay._hoist_start_state).  Each program runs eagerly and
 captured on its own copy of the state, compared after every call (harness.run_program)."""
 import torch
 
