@@ -30,6 +30,7 @@ import torch
 from ._bytecode import _instrs, _nb_op
 from .base import INDEXING, PY312, _MISSING
 from .classify import _classify, _context_wrapper_frame
+from .flow_boxes import _PASS, _Box, _FlowBoxMixin
 from .flow_roots import FLOAT_CALL, _FlowRootMixin
 from .flow_state import _JUMPS, _Flow, _followable, _next_offsets, _operand, _pretty, _shift
 from .frame_hook import _E, _NULL
@@ -99,7 +100,7 @@ def _appended_list(fr: types.FrameType, argc: int) -> list | None:
     return None
 
 
-class _FlowMixin(_FlowRootMixin):
+class _FlowMixin(_FlowRootMixin, _FlowBoxMixin):
     """For `_Recorder` (through `_TracerMixin`): `_follow_result` after an uncapturable call,
     `_data_result` after a data-dependent operation, `_flow_arg` for the replayed call that
     takes a followed value, `close_flows` at the end of the recording.  A frame's numbers
@@ -136,6 +137,10 @@ class _FlowMixin(_FlowRootMixin):
         op, arg, argval, _ = ins
         arg = arg or 0
         slots = fl.slots
+        if any(type(e) is _Box for e, _ in slots.values()):   # a container of followed floats (flow_boxes.py)
+            r = self._flow_box_op(fl, fr, ins)
+            if r is not _PASS:
+                return r
         if op in _NOOPS or op in _JUMPS:
             return True
         if op in _PUSH1 or op == "PUSH_NULL":
@@ -255,6 +260,8 @@ class _FlowMixin(_FlowRootMixin):
                 return None   # (a followed key)
             return self._flow_returned(fl, fr, (0,), 2 if op == "MAP_ADD" else 1, 0)
         if op == "RETURN_VALUE" and 0 in slots:
+            if self._flow_root_frame(fr) and type(slots[0][0]) is _Box:   # its floats, by identity
+                return self._flow_returned(fl, fr, (), 1, 0, leaves=[(*t, None) for t in slots[0][0].leaves()])
             if self._flow_root_frame(fr):
                 return self._flow_returned(fl, fr, (0,), 1, 0, {0: None})
             return self._flow_return(fl, fr)
@@ -264,10 +271,12 @@ class _FlowMixin(_FlowRootMixin):
             # `return y, lam`, `return {"loss": loss.item()}`: built and returned at once
             n = 2 * arg if op == "BUILD_MAP" else arg + (op == "BUILD_CONST_KEY_MAP")
             nxt = _instrs(fr.f_code).get(_next_offsets(fr.f_code, fr.f_lasti, ins)[0])
-            if nxt is None or nxt[0] != "RETURN_VALUE" or not self._flow_root_frame(fr):
-                return None
             # (BUILD_MAP: key, value pairs, a value on top; BUILD_CONST_KEY_MAP: the keys' tuple on top)
             vals = range(0, n, 2) if op == "BUILD_MAP" else range(1 if op == "BUILD_CONST_KEY_MAP" else 0, n)
+            if nxt is None or nxt[0] != "RETURN_VALUE" or not self._flow_root_frame(fr) or \
+                    any(type(e) is _Box for p, (e, _) in slots.items() if p < n):
+                # kept, moved and returned later (`metrics = {"epe": e.item()}`): flow_boxes.py
+                return self._flow_box_build(fl, fr, op, n, vals, _built_paths(fr, op, arg))
             if any(p < n and p not in vals for p in slots):
                 return None   # a followed key
             return self._flow_returned(fl, fr, tuple(p for p in vals if p in slots), n, 1, _built_paths(fr, op, arg))
@@ -392,7 +401,7 @@ class _FlowMixin(_FlowRootMixin):
         return fr.f_code is self.code and (caller is None or caller.f_trace is None or _classify(caller.f_code) != "user")
 
     def _flow_returned(self, fl: _Flow, fr: types.FrameType, pos: tuple[int, ...], pops: int, pushes: int,
-                       paths: dict[int, Any] | None = None) -> bool | None:
+                       paths: dict[int, Any] | None = None, leaves: list | None = None) -> bool | None:
         """Followed floats the captured function returns (at pos): the replay returns them as
         their expressions (`expr_of`) instead of as the values of this recording, which then
         need no guard.  An attribute in them (`d = min(self.decay, (1 + self.updates) / (10 +
@@ -401,11 +410,10 @@ class _FlowMixin(_FlowRootMixin):
         An int (`(pred == y).sum().item()`, a count) may be a shared small-int object: it is
         returned as its expression only at its place in the value returned (`paths`: stack
         position -> None for the value itself, an index of the tuple / list or a dict's key
-        built right before the return; values.return_expr), not wherever that object occurs."""
+        built right before the return; values.return_expr), not wherever that object occurs.
+        leaves: (expression, keys, float) of a box returned (flow_boxes.py), instead of pos."""
         items = []
-        for p in pos:
-            expr, ks = fl.slots[p]
-            obj = _E.peek(fr, p)
+        for expr, ks, obj, p in leaves or [(*fl.slots[p], _E.peek(fr, p), p) for p in pos]:
             placed = type(obj) is int and paths is not None and p in paths
             if not (type(obj) is float or _np_float(obj) or type(obj) is str and len(obj) > 1 or placed) or \
                     any(k in self.flow_pos and (not self.flow_pos[k] and self.flow_ext.get(k) or k not in self.flow_roots)

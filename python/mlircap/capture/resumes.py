@@ -223,6 +223,19 @@ class _ResumeMixin:
 
     def _resume_expr(self, v: Any, followed: tuple[str, frozenset[int]] | None, what: str) -> str:
         """The replay expression of a value the frame holds at a resume point."""
+        if followed is not None and type(followed[0]) is not str:
+            # a container of followed floats (flow_boxes.py): made again, its floats as their expressions
+            box, ks = followed
+            if any(kk <= -_ATTR_KEYS for kk in ks):
+                self._flow_escape_keys(ks)
+                return self.expr_of(v)
+            saved = dict(self.flow_ret)
+            try:
+                self.flow_ret.update({id(obj): (obj, e) for e, _, obj in box.leaves()})
+                return self.expr_of(v)
+            finally:
+                self.flow_ret.clear()
+                self.flow_ret.update(saved)
         if followed is not None:
             expr, ks = followed
             if not any(kk <= -_ATTR_KEYS for kk in ks):

@@ -140,11 +140,11 @@ def test_float_variable_needed_by_value_is_guarded():
     """A variable that holds a followed float and is returned, read through locals(), or
     handed to an operation that is not + - * / of a floating tensor: guarded by value."""
     for body, calls in (
-        ("s = t * 2.0\n        return x * s, [s]", 3),
+        ("s = t * 2.0\n        return x * s, {s: 0}", 3),   # (a dict's key; [s] is followed: test_capture25)
         ("s = t * 2.0\n        y = x * s\n        return y + x // s", 3),
         ("s = t * 2.0\n        y = x * s\n        return y + x.long() * s", 3),
         ("s = t * 2.0\n        return x * locals()['s']", 3),
-        ("s = t.item()\n        y = x * s\n        return y, [s]", 3),
+        ("s = t.item()\n        y = x * s\n        return y, {s: 0}", 3),
     ):
         run_program(f"""
 def make():
@@ -172,7 +172,7 @@ def test_float_argument_used_twice_once_by_value():
     """`x * s` takes s as a graph input; `x // s` (floor division, not a scalar-input
     operator) needs its value: guarded, so a new value recompiles and every result is
     eager's (a value guard on the first use alone let the second one keep a stale constant)."""
-    for expr in ("x * s + x // s", "x * s + x.long() * s", "x * s + x % s", "(x * s, (s,))"):
+    for expr in ("x * s + x // s", "x * s + x.long() * s", "x * s + x % s", "(x * s, {s: 0})"):
         run_program(f"""
 def make():
     def f(x, s):
