@@ -1758,6 +1758,7 @@ def _prepare_for_import(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         _bool_scalars_as_ints(node)
         _self_equality_as_not_nan(graph, node)
     _one_get_attr_per_use(graph)
+    _fresh_values(graph)
     out = torch.fx.GraphModule(gm, graph)   # takes gm's get_attr values; generates code once
     bf16 = False
     for node in list(graph.nodes):
@@ -1772,6 +1773,36 @@ def _prepare_for_import(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     if bf16:
         out.recompile()
     return out
+
+
+def _fresh_values(graph: torch.fx.Graph) -> None:
+    """An op that returns new memory (no alias in its schema's returns) whose value shares
+    a storage with one of its arguments' values (a rewrite that copied a node's meta onto
+    the node it inserted) gets a value of its own. torch-mlir's as_strided rewrite
+    (fx_as_strided._base) follows shared storages back to the tensor it indexes: it read
+    through such an op as through a view, and indexed its argument (tensorops seed 2656:
+    `(v == v).as_strided((47, 2), (1, 1))` gave all False)."""
+    for node in graph.nodes:
+        val = node.meta.get("val")
+        if node.op != "call_function" or not isinstance(val, torch.Tensor) or \
+                not isinstance(node.target, torch._ops.OpOverload) or \
+                any(r.alias_info is not None for r in node.target._schema.returns):
+            continue
+        try:
+            st = val.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            continue
+        shared = False
+        for a in node.all_input_nodes:
+            av = a.meta.get("val")
+            try:
+                shared = shared or (isinstance(av, torch.Tensor) and av.untyped_storage() is st)
+            except (RuntimeError, NotImplementedError):
+                pass
+        if shared:
+            with getattr(val, "fake_mode", None) or contextlib.nullcontext():
+                node.meta["val"] = torch.empty_strided(val.shape, val.stride(), dtype=val.dtype,
+                                                       device=val.device)
 
 
 def _one_get_attr_per_use(graph: torch.fx.Graph) -> None:
@@ -1908,7 +1939,12 @@ def _self_equality_as_not_nan(graph: torch.fx.Graph, node: torch.fx.Node) -> Non
         return
     with graph.inserting_before(node):
         nan = graph.call_function(torch.ops.aten.isnan.default, (x,))
-    nan.meta = dict(node.meta)
+    # (its own value: one shared with `node` read as one storage, and torch-mlir's
+    # as_strided rewrite took the isnan for the base of a view of the logical_not,
+    # fuzz tensorops seed 2656: `(v == v).as_strided(...)` all False; _fresh_values)
+    nan.meta = {k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")}
+    with getattr(val, "fake_mode", None) or contextlib.nullcontext():
+        nan.meta["val"] = torch.isnan(val)
     node.target, node.args, node.kwargs = torch.ops.aten.logical_not.default, (nan,), {}
 
 

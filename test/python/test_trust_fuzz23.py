@@ -108,3 +108,52 @@ def test_edges_programs_run_eagerly_at_their_first_inputs(fuzz, seed):
     # input cloned dense accepted an in-place op the run's expanded input raises on (these
     # seeds raised in eager and compiled alike, every call recorded again)
     assert not fuzz._eager_raises(fuzz.generate(seed, ["edges"]), alt=False)
+
+
+# ------------------------------------------- x == x read through as_strided (tensorops 2656)
+# `v == v` becomes ~isnan(v) before import (frontend._self_equality_as_not_nan), and the
+# inserted isnan node took a copy of the eq node's meta: one FakeTensor, one storage.
+# torch-mlir's as_strided rewrite follows shared storages back to the tensor it indexes, so
+# `(v == v).as_strided(...)` indexed isnan(v): all False where eager is all True (94 of 94
+# values, replayed call). Both the rewrite's own value and frontend._fresh_values fix it.
+_SELF_EQ = {
+    "overlapping": lambda x: (lambda v: v == v)(x * 2).as_strided((47, 2), (1, 1)),
+    "offset": lambda x: (lambda v: v == v)(x.float().sigmoid()).as_strided((5, 3), (4, 2), 3),
+    "isfinite": lambda x: torch.isfinite(x * 2).as_strided((20,), (2,)),
+    "with_other_output": lambda x: (lambda v: ((v == v).as_strided((10, 4), (4, 1)), v.sum()))(x - 1),
+}
+
+
+@pytest.mark.parametrize("form", list(_SELF_EQ))
+def test_self_equality_read_through_as_strided(form, fallback_log):
+    x = torch.randn(3, 2, 2, 4)
+    x[0, 1, 0, 2] = float("nan")
+    x[1, 0, 1, 1] = float("inf")
+    check_compiled(_SELF_EQ[form], [x], fallback_log)
+
+
+def test_op_value_sharing_its_arguments_storage_gets_its_own():
+    # frontend._fresh_values on a graph whose logical_not holds the very FakeTensor of the
+    # isnan it reads (what the rewrite left): a value of its own after preparation
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from mlircap import frontend
+
+    aten = torch.ops.aten
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    a = g.call_function(aten.isnan.default, (x,))
+    b = g.call_function(aten.logical_not.default, (a,))
+    v = g.call_function(aten.view.default, (b, [6]))
+    g.output((v,))
+    with FakeTensorMode():
+        xv = torch.empty(2, 3)
+        av = torch.empty(2, 3, dtype=torch.bool)
+        vv = av.view(6)
+    x.meta["val"], a.meta["val"], b.meta["val"], v.meta["val"] = xv, av, av, vv
+    out = frontend._prepare_for_import(torch.fx.GraphModule(torch.nn.Module(), g))
+    nodes = {n.target: n for n in out.graph.nodes if n.op == "call_function"}
+    nv, bv = nodes[aten.isnan.default].meta["val"], nodes[aten.logical_not.default].meta["val"]
+    assert nv.untyped_storage() is not bv.untyped_storage()
+    assert bv.shape == av.shape and bv.dtype == torch.bool
+    assert nodes[aten.view.default].meta["val"] is vv    # a view keeps its argument's storage
