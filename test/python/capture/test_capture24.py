@@ -208,3 +208,60 @@ def test_closure_writing_its_cells_runs_eagerly():
         return M()
     '''
     run_program(src, [(torch.randn(4, 3),) for _ in range(3)], allow_eager=True)
+
+
+# ---- `t.data *= mask`: the in-place write through t.data, set back onto t, writes nothing more
+def test_masked_weight_data_inplace_is_one_graph():
+    # bench/modules8.py pixelcnn_masked_conv_weight_data_inplace: `self.weight.data *= self.mask`
+    # set t.data to a view of t's own elements; as a write after the graph, the conv reading the
+    # weight ended the graph first ('a use of a tensor whose .data the open graph's step writes')
+    src = '''
+    class Masked(nn.Conv2d):
+        def __init__(self):
+            super().__init__(1, 4, 3, padding=1)
+            self.register_buffer("mask", torch.ones_like(self.weight))
+            self.mask[:, :, 2:] = 0
+        def forward(self, x):
+            self.weight.data *= self.mask
+            return super().forward(x)
+    def mutate(i, m):
+        with torch.no_grad():
+            m[0].weight.add_(0.25)           # the weight changed between calls
+            if i == 2:
+                m[0].mask[:, :, 1] = 0       # and the mask
+    def make():
+        return nn.Sequential(Masked(), nn.ReLU(), nn.Conv2d(4, 2, 1))
+    '''
+    g = torch.Generator().manual_seed(0)
+    c = run_program(src, [(torch.randn(2, 1, 6, 6, generator=g),) for _ in range(4)])
+    assert _breaks(c) == 0 and c.graph_count == 1, [v.breaks for v in c.variants]
+
+
+def test_data_rebound_to_new_values_still_written_after_the_graph():
+    # `w.data = w.data * 0.9`: new memory, a real write (eager's result either way)
+    src = '''
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(4, 3)
+        def forward(self, x):
+            self.l.weight.data.clamp_(-0.3, 0.3)
+            self.l.weight.data = self.l.weight.data * 0.9
+            return self.l(x)
+    def make():
+        return M()
+    '''
+    run_program(src, [(torch.randn(2, 4),) for _ in range(4)])
+
+
+def test_data_set_to_a_transposed_view_is_a_write():
+    # same memory, other strides: t takes v's layout (eager's result, and t's strides after)
+    src = '''
+    def make():
+        w = torch.arange(6.0).reshape(2, 3).contiguous()
+        def f(x):
+            w.data = w.data.t() if w.shape[0] == 2 else w.data.t()
+            return x + w.sum(0), w.stride(), w.shape
+        return f
+    '''
+    run_program(src, [(torch.randn(3),) for _ in range(1)] + [(torch.randn(2),)])
