@@ -257,6 +257,89 @@ def _rewrite_nonzero(gm: fx.GraphModule, node: fx.Node, env: dict) -> bool:
     return True
 
 
+def bounded_masked_rows(x: torch.Tensor, mask: torch.Tensor):
+    """(rows, count): the rows of `x` (viewed as (mask.numel(), *rest)) where the bool `mask`
+    (x's leading dims) is True, in row-major order, padded to mask.numel() rows (the
+    padding repeats row 0), and how many are valid. x[mask] and masked_select (a
+    broadcast x and mask, rest empty) are their first `count` rows."""
+    from .nonzero import nonzero_static
+
+    m = mask.numel()
+    flat = x.reshape([m] + list(x.shape[mask.dim():]))
+    idx = nonzero_static(mask.reshape(m), size=m, fill_value=0)[:, 0]
+    return flat.index_select(0, idx), mask.sum()
+
+
+def masked_select_rows(x: torch.Tensor, mask: torch.Tensor):
+    """bounded_masked_rows of masked_select: x and mask broadcast to one shape."""
+    xb, mb = torch.broadcast_tensors(x, mask)
+    return bounded_masked_rows(xb, mb)
+
+
+class TrimRows:
+    """x[mask] / masked_select from the padded rows: the first `count`, contiguous in a
+    storage of their own (eager's fresh result)."""
+
+    mlircap_trim = True
+
+    def __init__(self, name: str) -> None:
+        self.__name__ = "trim_" + name
+        self.__module__ = __name__
+
+    def __call__(self, rows, count):
+        return rows.narrow(0, 0, int(count)).clone(memory_format=torch.contiguous_format)
+
+
+_MASKED_MAX = 1024   # mask elements of a bounded selection (nonzero.py's static form: n * n work)
+
+
+def _rewrite_masked(gm: fx.GraphModule, node: fx.Node, env: dict) -> bool:
+    """x[mask] (one bool mask over x's leading dims, of their exact shape) and
+    masked_select(x, mask) (a bool mask broadcasting with x), for inputs that do not
+    require grad, up to _MASKED_MAX mask elements: the selected rows computed at their
+    bound (every row) and trimmed to the count."""
+    target = node.target if node.op == "call_function" else getattr(torch.Tensor, str(node.target), None)
+    if target in (operator.getitem, torch.Tensor.__getitem__):
+        kind = "getitem"
+    elif target in (torch.masked_select, torch.Tensor.masked_select):
+        kind = "masked_select"
+    else:
+        return False
+    if node.kwargs or len(node.args) != 2 or not all(isinstance(a, fx.Node) for a in node.args):
+        return False
+    x, mask = (env.get(a) for a in node.args)
+    if not isinstance(x, torch.Tensor) or not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or \
+            x.layout != torch.strided or mask.layout != torch.strided or x.device != mask.device or \
+            x.is_complex() or x.requires_grad or mask.dim() == 0:
+        return False
+    if kind == "getitem":
+        if mask.dim() > x.dim() or tuple(mask.shape) != tuple(x.shape[:mask.dim()]):
+            return False   # eager raises (IndexError): left to eager
+        n = mask.numel()
+        fn = bounded_masked_rows
+    else:
+        try:
+            shape = torch.broadcast_shapes(x.shape, mask.shape)
+        except RuntimeError:
+            return False
+        n = 1
+        for d in shape:
+            n *= d
+        fn = masked_select_rows
+    if n == 0 or n > _MASKED_MAX:
+        return False
+    g = gm.graph
+    with g.inserting_before(node):
+        b = g.call_function(fn, tuple(node.args))
+        parts = [g.call_function(operator.getitem, (b, i)) for i in range(2)]
+        t = g.call_function(TrimRows(kind), tuple(parts))
+    t.meta = dict(node.meta)
+    node.replace_all_uses_with(t)
+    g.erase_node(node)
+    gm.recompile()
+    return True
+
+
 def _fits(x, dim) -> bool:
     if not isinstance(x, torch.Tensor) or x.is_complex() or x.layout != torch.strided or x.numel() == 0:
         return False
@@ -347,7 +430,8 @@ def rewrite(gm: fx.GraphModule, node: fx.Node, env: dict) -> bool:
     if spec is None and node.op == "call_method" and node.target in ("unique", "unique_consecutive"):
         spec = _TARGETS.get(getattr(torch.Tensor, node.target))
     if spec is None:
-        return _rewrite_nonzero(gm, node, env) or _rewrite_combinations(gm, node, env)
+        return _rewrite_nonzero(gm, node, env) or _rewrite_combinations(gm, node, env) or \
+            _rewrite_masked(gm, node, env)
     bind, consecutive = spec
     try:
         vals = fx.node.map_arg((node.args, node.kwargs), lambda a: env[a])

@@ -3,6 +3,7 @@ through torch (an eager island, a whole graph eagerly) or gave another result th
 Each case compares compiled calls with eager and checks that every graph compiled."""
 import contextlib
 import io
+import re
 
 import pytest
 import torch
@@ -155,3 +156,65 @@ def test_inplace_through_a_data_dependent_narrow_after_the_guard_misses():
     msgs = [str(w.message) for w in record if str(w.message).startswith("mlircap")]
     for m in msgs:
         assert "Unable to parse module assembly:\n" not in m + "\n" and "test_trust_opinfo23.py:" in m, m
+
+
+# ---------------------------------------------------------- boolean masks computed at their bound
+_MASKED = {
+    "masked_select": lambda x, m: torch.masked_select(x, m) * 2,
+    "method": lambda x, m: x.masked_select(m) + 1,
+    "broadcast_mask": lambda x, m: torch.masked_select(x, m[0]),
+    "broadcast_input": lambda x, m: torch.masked_select(x[0], m),
+    "getitem": lambda x, m: x[m] - 1,
+    "getitem_rows": lambda x, m: (x * 2)[m[:, 0]],
+    "int8": lambda x, m: x.to(torch.int8)[m],
+}
+
+
+@pytest.mark.parametrize("form", list(_MASKED))
+@pytest.mark.parametrize("threshold", [0.0, 5.0, -5.0], ids=["some", "none", "all"])
+def test_boolean_mask_selection_compiles_at_its_bound(form, threshold, fallback_log):
+    # OpInfo masked_select int64 #6 (seed 2206) ran through torch ('masked_select:
+    # data-dependent'), as did x[mask]: the rows a mask selects, in row-major order, are
+    # nonzero.py's static indices of the mask gathered (every row, padded), trimmed to the
+    # count (bounded.py). Eager's values, shapes and fresh contiguous storage
+    f = _MASKED[form]
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(3)) * 3
+    fast = check_compiled(f, [x, x > threshold], fallback_log)
+    got, want = fast(x, x > threshold), f(x, x > threshold)
+    assert got.stride() == want.stride() or got.numel() == 0
+    assert got.untyped_storage().nbytes() == want.untyped_storage().nbytes()
+
+
+def test_boolean_mask_counts_vary_between_calls(fallback_log):
+    def f(x, m):
+        return torch.masked_select(x, m) * 3, x[m] * 2, x[m].amax(0) if m.dim() == 1 else m.sum()
+
+    fast = mlircap.compile(f)
+    g = torch.Generator().manual_seed(4)
+    for t in (0.0, 1.0, -1.0, 0.5, 0.0):
+        x = torch.randn(6, 7, generator=g)
+        got, want = fast(x, x > t), f(x, x > t)
+        for a, b in zip(got, want):
+            same(a, b)
+    err = fallback_log.readouterr().err
+    assert not re.search(r"eager islands: \S", err), err
+    all_compiled(fast)
+
+
+def test_mask_errors_and_large_or_grad_masks_stay_eager():
+    # a mask of another shape raises eager's IndexError; one past 1024 elements and an input
+    # that requires grad keep the op through torch (eager's values, eager's gradient)
+    def f(x, m):
+        return x[m] * 2
+
+    fast = mlircap.compile(f)
+    x = torch.randn(4, 5)
+    with pytest.raises(IndexError):
+        fast(x, torch.ones(3, 5, dtype=torch.bool))
+    big = torch.randn(64, 40)
+    same(fast(big, big > 0), f(big, big > 0))
+    xg = torch.randn(4, 5, requires_grad=True)
+    xe = xg.detach().clone().requires_grad_()
+    fast(xg, xg > 0).sum().backward()
+    f(xe, xe > 0).sum().backward()
+    same(xg.grad, xe.grad)
