@@ -1981,7 +1981,13 @@ _RAISING_OPS = frozenset((
     "scatter_add", "scatter_reduce", "bincount", "repeat_interleave", "multinomial", "one_hot",
     "nll_loss", "cross_entropy", "multi_margin_loss", "multilabel_margin_loss", "ctc_loss",
     "searchsorted", "cholesky", "linalg_cholesky", "cholesky_ex", "inv", "inverse", "solve",
-    "histc", "bernoulli", "binary_cross_entropy", "masked_scatter", "put", "index_put_", "pow"))
+    "histc", "bernoulli", "binary_cross_entropy", "masked_scatter", "put", "index_put_", "pow",
+    # LAPACK's checks: an SVD or symmetric eigensolver of a matrix with NaN / inf ('failed to
+    # converge', _LinAlgError), eig of one (RuntimeError), a singular matrix (tensorops fuzz
+    # seed 2716: an unused matrix_norm(v, 2) of log_softmax rows of -inf raised in eager)
+    "svd", "linalg_svd", "linalg_svdvals", "linalg_matrix_norm", "linalg_norm", "norm", "nuclear_norm",
+    "linalg_eigh", "linalg_eigvalsh", "linalg_eig", "linalg_eigvals", "linalg_pinv", "pinverse",
+    "linalg_matrix_rank", "linalg_lstsq", "linalg_cond", "linalg_inv", "linalg_solve"))
 
 
 def _keep_dead_raising_ops(gm: torch.fx.GraphModule, example_inputs=None):

@@ -157,3 +157,35 @@ def test_op_value_sharing_its_arguments_storage_gets_its_own():
     assert nv.untyped_storage() is not bv.untyped_storage()
     assert bv.shape == av.shape and bv.dtype == torch.bool
     assert nodes[aten.view.default].meta["val"] is vv    # a view keeps its argument's storage
+
+
+# ------------------------------------------ an unused LAPACK op that raises (tensorops 2716)
+# v5 = torch.linalg.matrix_norm(v4, 2), nothing reading v5, with log_softmax rows of -inf
+# in v4 (NaN): eager raised _LinAlgError ('linalg.svd: The algorithm failed to converge
+# because the input matrix contained non-finite values'), the compiled graph (aot_autograd
+# drops unused results) returned. backend._RAISING_OPS keeps such ops as extra outputs.
+_LAPACK_DEAD = {
+    "matrix_norm_2": lambda x: torch.linalg.matrix_norm(x, 2),
+    "svdvals": lambda x: torch.linalg.svdvals(x),
+    "svd": lambda x: torch.linalg.svd(x)[0],
+    "nuclear": lambda x: x.norm(p="nuc"),
+    "eigvalsh": lambda x: torch.linalg.eigvalsh(x + x.mT),
+    "pinv": lambda x: torch.linalg.pinv(x),
+    "cond": lambda x: torch.linalg.cond(x),
+}
+
+
+@pytest.mark.parametrize("form", list(_LAPACK_DEAD))
+def test_unused_lapack_op_raises_as_eager(form):
+    from test_trust_fuzz15 import _same_outcomes
+
+    op = _LAPACK_DEAD[form]
+
+    def f(x):
+        op(x * 1)       # nothing reads it
+        return x * 2
+
+    good = torch.randn(5, 5)
+    bad = good.clone()
+    bad[2, 3] = float("nan")
+    _same_outcomes(f, (good,), (bad,))
