@@ -61,6 +61,7 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   flow_state     _Flow: the stack slots followed in one frame, and their bookkeeping over one instruction
   flow_writes    _FlowWriteMixin: floats written back to attributes (`self.tau *= 0.9`) replayed as expressions
   flow_roots     _FlowRootMixin: where followed numbers start (arguments, attributes, breaks) and escape (guards)
+  flow_boxes     _FlowBoxMixin: containers of followed floats built, moved and returned (a metrics dict)
   flows          _FlowMixin: numbers followed opcode by opcode to their use (branch outcome guards, printed)
   external_calls _ExternalCallMixin: the uncapturable call replayed as a graph break, its result sourced
   give_ups       callees a recording gave up in (failing_callee), broken around at their calls (learned_break)
