@@ -2,6 +2,7 @@
 
 Each test compares the captured call against eager for outputs and program state.
 The repros these come from are named in each test's docstring (rNN_*.py)."""
+import math
 import warnings
 
 import pytest
@@ -100,9 +101,16 @@ def test_r12_numpy_scalar_guarded_by_value():
     run_program("""
 def make():
     def f(x, z):
-        return x * float(z), [float(z)]   # in a list: guarded by value (-0.0 is not 0.0)
+        return x * float(z), {float(z): 0}   # a dict key: guarded by value (-0.0 is not 0.0)
     return f
 """, [(x, np.float64(2.0)), (x, np.float64(2.0)), (x, np.float64(-0.0)), (x, np.float64(3.0))], recompiles=2)
+    # in a returned list the float is followed (flow_boxes.py): made again from z at each call,
+    # so -0.0 keeps its sign with no variant of its own
+    c = capture(lambda x, z: (x * float(z), [float(z)]), EAGER)
+    for z in (2.0, 2.0, -0.0, 3.0, -0.0):
+        out = c(x, np.float64(z))
+        assert math.copysign(1.0, out[1][0]) == math.copysign(1.0, z) and out[1][0] == z
+        assert torch.equal(torch.signbit(out[0]), torch.signbit(x * z))
     run_program("""
 def make():
     def f(x, z):
@@ -369,7 +377,7 @@ def make():
     def f(x):
         r = RNG.random()
         print("r", file=OUT)
-        return x * r, [r]   # r in a list: guarded by value, a new variant every call
+        return x * r, {r: 0}   # r a dict key: guarded by value, a new variant every call
     return f
 import io
 OUT = io.StringIO()
