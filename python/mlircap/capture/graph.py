@@ -222,6 +222,7 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
             if step is not None:
                 return step[0]
         before = self._external_metadata(name, args, kwargs)
+        inner = self._inner_metadata(name, args, kwargs)
         if name == "data" and getattr(func, "__name__", None) == "__set__" and len(args) == 2:
             self.data_same_view = _same_view(args[0], args[1])   # (before the write: after it, t is v's view)
         restride = self._restride_inputs(name, kwargs, before) if before else None
@@ -256,6 +257,15 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
             self.unreplayable = self.unreplayable or \
                 f"{_op_name(func)} changed the shape or strides of a tensor from outside the function in place"
             return res
+        elif inner and any(_metadata(t) != m for t, m in inner):
+            # the same of a tensor the function made: an out= argument resized (torch.add(a, b,
+            # out=torch.zeros(3)) of another shape: the graph's later ops read the result at
+            # the out tensor's old shape), v.as_strided_(...) / v.resize_(n) / v.set_(...) of an
+            # intermediate (its values read at other positions, or an IndexError): fuzz_graphs
+            # --families edges seeds 283, 423, 450. The function runs eagerly
+            self.unreplayable = self.unreplayable or \
+                f"{_op_name(func)} changed the shape or strides of a tensor in place"
+            return res
         try:
             return self._after_torch(func, name, args, kwargs, res)
         except Exception as e:  # bookkeeping must never break the user's program
@@ -284,6 +294,16 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
             return []
         flat, _ = tree_flatten((args, kwargs))
         return [(t, _metadata(t)) for t in flat if isinstance(t, torch.Tensor) and id(t) in self.src]
+
+    def _inner_metadata(self, name: str, args: tuple, kwargs: dict) -> list:
+        """[(tensor, its metadata)] for the function's own tensors that a call of an in-place
+        function or one with out= may resize or restride (the in-place views of _RESTRIDES,
+        which a graph records as views, excepted)."""
+        if "out" not in kwargs and not (name.endswith("_") and not name.endswith("__")) or \
+                name in _RESTRIDES and "out" not in kwargs:
+            return []
+        flat, _ = tree_flatten((args, kwargs))
+        return [(t, _metadata(t)) for t in flat if isinstance(t, torch.Tensor) and id(t) not in self.src]
 
     def _after_torch(self, func: Callable, name: str, args: tuple, kwargs: dict, res: Any) -> Any:
         flat_res, _ = tree_flatten(res)
