@@ -96,7 +96,7 @@ def test_aliased_input_written_through_the_other(fuzz):
         same(c, e)
 
 
-@pytest.mark.parametrize("seed", [69, 112, 116, 283, 423, 450])
+@pytest.mark.parametrize("seed", [69, 112, 116, 283, 361, 423, 450])
 def test_edges_seeds_not_wrong(fuzz, seed):
     rec = fuzz.run_programs([fuzz.generate(seed, ["edges"])], jobs=1, timeout=120, progress=False)[0]
     assert rec["category"] in ("compiled", "fallback"), rec
