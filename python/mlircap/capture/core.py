@@ -27,6 +27,10 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   steps          typed replay plan records: GraphStep, CallStep, Write
   frame_hook     the C++ frame hook glue: _E (+ 3.12 stack-depth shim), _active, _hook_cb
   classify       code classification (_classify), call kinds (_call_kind), value categories
+  shape_ops      which calls make results whose shape depends on tensor data (_dyn_shape_op)
+  optim_calls    optimizer / LR scheduler steps and nn.Module grad walks, run at replay as they are
+  dispatch_args  a call's arguments bound as CPython binds them, direct module calls, warnings' stacklevel,
+                 the frame hook's count of users
   functorch_calls torch.func transforms (grad, jacrev, vjp, ...) called from traced code: uncapturable calls,
                  their closures made again at replay (rebuilt_function)
   draws          which torch calls and graph nodes draw from torch's generators (_draws_rng, _node_draws)
@@ -75,8 +79,10 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   tracer         _TracerMixin, _HANDLERS: the settrace callbacks and the opcode -> handler table
   resumes        _ResumeMixin: the frame's state after breaks, where a failed guard continues it
   recorder       _Recorder: the state of one recording run (all mixins)
-  graph_compile  compiling graphs with the backend (fallbacks, first-run check, double backward)
+  higher_order   create_graph backwards of compiled graphs: the captured graph re-run (_HigherOrderGrad)
+  graph_compile  compiling graphs with the backend (fallbacks, first-run check)
   replay         _Variant, _GraphVariant (generated replay code), _EagerVariant
+  callees        _Callees: the callees of a frame run eagerly, captured on their own
   cache          _Captured: variants, cache_limit, strict, stats; dispatch and recording
   explanation    ExplainOutput
   entry          capture(), explain()

@@ -300,7 +300,7 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
         function or one with out= may resize or restride (the in-place views of _RESTRIDES,
         which a graph records as views, excepted)."""
         if "out" not in kwargs and not (name.endswith("_") and not name.endswith("__")) or \
-                name in _RESTRIDES and "out" not in kwargs:
+                name in _RESTRIDES and "out" not in kwargs or _shrinking_resize(name, args, kwargs):
             return []
         flat, _ = tree_flatten((args, kwargs))
         return [(t, _metadata(t)) for t in flat if isinstance(t, torch.Tensor) and id(t) not in self.src]
@@ -980,6 +980,27 @@ def _raise_from_metadata(name: str, args: tuple, kwargs: dict, dyn: dict, known:
         return False
     return all(type(t) in (torch.Tensor, torch.nn.Parameter) and dyn.get(id(t)) is not t and known(t)
                for t in operands)
+
+
+def _shrinking_resize(name: str, args: tuple, kwargs: dict) -> bool:
+    """`t.resize_(shape)` / `t.resize_as_(other)` of a contiguous tensor to at most as many
+    elements: it keeps its storage and its first elements in order, which the graph computes
+    as eager (backend's rewrite of aten.resize: OpInfo resize_ / resize_as_ of a clone). A
+    growing resize (new elements uninitialized) or one of a strided tensor (its storage read
+    at other positions) still runs the function eagerly (_inner_metadata)."""
+    if name not in ("resize_", "resize_as_") or kwargs.get("memory_format") not in (None, torch.contiguous_format) \
+            or len(args) != 2 or not isinstance(args[0], torch.Tensor) or not args[0].is_contiguous():
+        return False
+    if name == "resize_as_":
+        n = args[1].numel() if isinstance(args[1], torch.Tensor) else None
+    else:
+        size = args[1]
+        n = None
+        if isinstance(size, (tuple, list, torch.Size)) and all(type(d) is int and d >= 0 for d in size):
+            n = 1
+            for d in size:
+                n *= d
+    return n is not None and n <= args[0].numel()
 
 
 def _metadata(t: torch.Tensor) -> tuple:
