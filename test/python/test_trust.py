@@ -444,10 +444,12 @@ def test_islands_keep_input_only_work_with_its_consumer():
 
 # ------------------------------------------------------------------ strict=True contract (r18)
 def test_r18_strict_raises_for_data_dependent_output_shapes():
-    # where the op runs through torch (a boolean mask); unique and nonzero of small
-    # inputs run compiled at their bound (bounded.py): strict=True runs them
-    strict_raises_default_matches_eager(lambda x: x[x > 1] * 3, torch.tensor([1, 1, 2, 3]),
+    # where the op runs through torch (a boolean mask over more elements than bounded.py's
+    # masked-selection bound of 1024); unique and nonzero of small inputs, and small masks, run
+    # compiled at their bound (bounded.py): strict=True runs them
+    strict_raises_default_matches_eager(lambda x: x[x > 1] * 3, torch.arange(2048) % 4,
                                         "depends on tensor data|data-dependent")
+    _same(mlircap.compile(lambda x: x[x > 1] * 3, strict=True)(torch.tensor([1, 1, 2, 3])), torch.tensor([6, 9]))
     for f in (lambda x: torch.unique(x) * 2, lambda x: x.nonzero() + 1):
         _same(mlircap.compile(f, strict=True)(torch.tensor([1, 1, 2, 3])), f(torch.tensor([1, 1, 2, 3])))
 
