@@ -544,11 +544,18 @@ def _resize_contiguous(x, size, memory_format=None):
     element count, eager's resize_ keeps the storage and gives it contiguous strides: the
     result is x's first numel(size) elements in order. A larger size (new, uninitialized
     memory) or a non-contiguous x (its storage reinterpreted) stays whole."""
-    n = math.prod(size) if isinstance(size, (list, tuple)) and all(isinstance(d, int) for d in size) else -1
-    if not isinstance(x, torch.Tensor) or memory_format not in (None, torch.contiguous_format) or \
-            not 0 <= n <= x.numel() or not x.is_contiguous():
+    if not resize_keeps_prefix(x, size, memory_format):
         return NotImplemented
-    return x.reshape(-1)[:n].reshape(size).clone()
+    return x.reshape(-1)[:math.prod(size)].reshape(size).clone()
+
+
+def resize_keeps_prefix(x, size, memory_format=None) -> bool:
+    """Eager's `x.resize_(size)` keeps x's storage and its first numel(size) elements in
+    order: x contiguous, the new size no larger, contiguous strides asked for (what
+    _resize_contiguous computes, and what capture lets a graph record: graph._inner_metadata)."""
+    return isinstance(x, torch.Tensor) and memory_format in (None, torch.contiguous_format) and \
+        isinstance(size, (list, tuple)) and all(isinstance(d, int) and d >= 0 for d in size) and \
+        math.prod(size) <= x.numel() and x.is_contiguous()
 
 
 def _embedding_renorm(weight, indices, max_norm, norm_type):

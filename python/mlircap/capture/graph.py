@@ -16,6 +16,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
 from ._bytecode import _instrs, _none_tested
+from ..frontend import resize_keeps_prefix
 from .base import Unreplayable, _Raised
 from .steps import CallStep, GraphStep
 from .classify import _DATA_DEP, _GLOBAL_STATE_FUNCS, _IMMUTABLE_CONST, _META_OK, _PRIM, _classify, _fname, _func_qualname
@@ -983,24 +984,15 @@ def _raise_from_metadata(name: str, args: tuple, kwargs: dict, dyn: dict, known:
 
 
 def _shrinking_resize(name: str, args: tuple, kwargs: dict) -> bool:
-    """`t.resize_(shape)` / `t.resize_as_(other)` of a contiguous tensor to at most as many
-    elements: it keeps its storage and its first elements in order, which the graph computes
-    as eager (backend's rewrite of aten.resize: OpInfo resize_ / resize_as_ of a clone). A
-    growing resize (new elements uninitialized) or one of a strided tensor (its storage read
-    at other positions) still runs the function eagerly (_inner_metadata)."""
-    if name not in ("resize_", "resize_as_") or kwargs.get("memory_format") not in (None, torch.contiguous_format) \
-            or len(args) != 2 or not isinstance(args[0], torch.Tensor) or not args[0].is_contiguous():
+    """`t.resize_(shape)` / `t.resize_as_(other)` that keeps t's first elements in order
+    (frontend.resize_keeps_prefix), which the graph computes as eager (the frontend's rewrite
+    of aten.resize: OpInfo resize_ / resize_as_ of a clone). A growing resize (new elements
+    uninitialized) or one of a strided tensor (its storage read at other positions) still
+    runs the function eagerly (_inner_metadata)."""
+    if name not in ("resize_", "resize_as_") or len(args) != 2:
         return False
-    if name == "resize_as_":
-        n = args[1].numel() if isinstance(args[1], torch.Tensor) else None
-    else:
-        size = args[1]
-        n = None
-        if isinstance(size, (tuple, list, torch.Size)) and all(type(d) is int and d >= 0 for d in size):
-            n = 1
-            for d in size:
-                n *= d
-    return n is not None and n <= args[0].numel()
+    size = args[1] if name == "resize_" else tuple(args[1].shape) if isinstance(args[1], torch.Tensor) else None
+    return resize_keeps_prefix(args[0], size, kwargs.get("memory_format"))
 
 
 def _metadata(t: torch.Tensor) -> tuple:
