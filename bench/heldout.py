@@ -282,8 +282,11 @@ def train_step(fn, args, params):
 
 
 def train_side_by_side_ms(fns, args, params, rounds=7, block_s=0.02):
-    """side_by_side_ms for a training step (forward, loss, backward) with grad on."""
-    clock = time.process_time if torch.get_num_threads() == 1 else time.perf_counter
+    """side_by_side_ms for a training step (forward, loss, backward) with grad on. On CUDA each
+    block ends with a synchronize and is timed on the wall clock, so device time counts."""
+    cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+    clock = time.process_time if torch.get_num_threads() == 1 and not cuda else time.perf_counter
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     for fn in fns:
         for _ in range(2):
             train_step(fn, args, params)
@@ -293,9 +296,11 @@ def train_side_by_side_ms(fns, args, params, rounds=7, block_s=0.02):
     samples = [[] for _ in fns]
     for _ in range(rounds):
         for fn, out in zip(fns, samples):
+            sync()
             t0 = clock()
             for _ in range(calls):
                 train_step(fn, args, params)
+            sync()
             out.append((clock() - t0) / calls * 1e3)
     return [statistics.median(x) for x in samples]
 
