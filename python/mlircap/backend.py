@@ -1276,13 +1276,14 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         return make_boxed_func(as_traced)
 
     def _compile_backward(gm, example_inputs):
-        """aot_autograd's backward graph compiled (CPU), or None: it then runs as it is (torch's
-        aten kernels, as it always did before; MLIRCAP_COMPILE_BACKWARD=0 keeps that). Gradients
+        """aot_autograd's backward graph compiled (CPU and CUDA), or None: it then runs as it is
+        (torch's aten kernels, one call per decomposed op; MLIRCAP_COMPILE_BACKWARD=0 keeps that). Gradients
         of inputs that need none (None entries of the output) are put back around the compiled
         graph; a graph that does not compile whole or in parts runs as it is, silently (and never
         raises under strict=True: the backward was never held to it), its islands logged under
         'fallback' instead of warned about."""
-        if not config.env_flag("MLIRCAP_COMPILE_BACKWARD") or _device_of(example_inputs, gm) != "cpu":
+        device = _device_of(example_inputs, gm)
+        if not config.env_flag("MLIRCAP_COMPILE_BACKWARD") or device not in ("cpu", "cuda"):
             return None
         out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
         outs = out.args[0]
@@ -1304,7 +1305,8 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         with _COMPILE_LOCK, warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                compiled = _backward_bounds_checked(part, example_inputs, opts, graphs)
+                # (CUDA: index ops as the forward's, _compile_bounds_checked)
+                compiled = _backward_bounds_checked(part, example_inputs, opts, graphs) if device == "cpu" else None
                 if compiled is None:
                     compiled = compile_partitioned(part, example_inputs, opts, graphs)
             except Exception as e:  # noqa: BLE001 - the backward runs as it is, as before
