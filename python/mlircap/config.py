@@ -53,7 +53,7 @@ ENV: dict[str, EnvVar] = _vars(
     EnvVar("MLIRCAP_CPU_CACHE", "1", "0 disables the on-disk cache of compiled CPU code "
            "(every process compiles its graphs again)", "mlircap/runtime/cpu.py"),
     EnvVar("MLIRCAP_COMPILE_BACKWARD", "1", "0 runs aot_autograd's backward graphs as they are "
-           "(torch's aten kernels) instead of compiling them (CPU; on CUDA they always run as they are)",
+           "(torch's aten kernels) instead of compiling them (CPU and CUDA)",
            "mlircap/backend.py"),
     EnvVar("MLIRCAP_DUMP_DIR", None, "write every stage of every graph and a repro.sh there",
            "mlircap/backend.py"),
