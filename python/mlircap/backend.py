@@ -314,7 +314,10 @@ def _output_layouts(gm: torch.fx.GraphModule, n_out: int | None = None) -> tuple
     Compiled parts return such outputs contiguous, and eager's layout is observable later (a
     randn_like of a permuted tensor after a graph break draws in its memory order:
     bench/fuzz_graphs.py seed 1510; strides, is_contiguous; an as_strided of the result
-    reads its padding positions). torch.compile keeps them too."""
+    reads its padding positions). torch.compile keeps them too. An output of no elements is
+    one too, whatever its strides, also a view of an intermediate nothing else returns: every
+    such layout counts as contiguous, and a compiled one came back with strides of 0
+    (`x.reshape(0, 5) * 2`: (0, 0), eager's (5, 1); `torch.zeros(0, 3).t()`)."""
     roots = _eager_roots(gm)
     shared = {r for r in roots if r is not None}
     shared = {r for r in shared if sum(x == r for x in roots) > 1}
@@ -322,14 +325,17 @@ def _output_layouts(gm: torch.fx.GraphModule, n_out: int | None = None) -> tuple
     for j, ((n, val), root) in enumerate(zip(_outputs(gm), roots)):
         if n_out is not None and j >= n_out:
             break
-        if not isinstance(val, torch.Tensor) or val.layout != torch.strided or root in shared or \
-                root != ("node", getattr(n, "name", None)) or val.is_contiguous():
+        if not isinstance(val, torch.Tensor) or val.layout != torch.strided or root in shared:
+            continue
+        if val.numel() != 0 and (root != ("node", getattr(n, "name", None)) or val.is_contiguous()):
+            continue
+        if val.numel() == 0 and (root is None or root[0] != "node"):   # (a view of an input: its own view)
             continue
         try:
             shape, stride = tuple(int(x) for x in val.shape), tuple(int(x) for x in val.stride())
         except (TypeError, RuntimeError):   # symbolic sizes
             continue
-        if _non_overlapping(shape, stride) and all(st >= 0 for st in stride):
+        if 0 in shape or (_non_overlapping(shape, stride) and all(st >= 0 for st in stride)):
             res.append((j, shape, stride))
     return tuple(res)
 
