@@ -249,7 +249,12 @@ _LOWERS_ONLY: dict[str, tuple[torch.dtype, ...]] = {
 # and torch-mlir's static shape arithmetic divides by its zero sizes: the compile
 # worker died of SIGFPE on stack/tile/unfold/group_norm/max_pool of empty
 # tensors; pointwise ops, fills and factories of empty tensors compile).
-BY_DESIGN = ("random", "index", "library", "numerics", "empty")
+BY_DESIGN = ("random", "index", "library", "numerics", "empty", "host")
+# A CPU tensor made in a graph that runs on the GPU (BEiT's relative position index built with
+# torch.arange on the CPU, then indexing a CUDA table): those ops run through torch, where eager
+# runs them; the rest of the graph stays compiled (before, the CPU output made the whole graph
+# run eagerly: 'graph output view_22 is on cpu, the graph is compiled for cuda').
+_HOST = "host"
 # Effect tokens are empty tensors that order side effects (with_effects, a
 # higher-order op, is not an OpOverload): not an empty computation.
 _TOKEN_OPS = ("prims::_make_token", "prims::_sink_tokens")
@@ -388,6 +393,27 @@ def _eager_rejects(node: fx.Node, name: str) -> bool:
     ops = node.args[:1] if name == "aten::neg" else node.args[:2]
     return any(isinstance(a, bool) or (isinstance(a, fx.Node) and isinstance(v := a.meta.get("val"), torch.Tensor)
                                        and v.dtype == torch.bool) for a in ops)
+
+
+def _host_outputs(gm: fx.GraphModule) -> set[fx.Node]:
+    """In a graph that runs on the GPU, the ops making its CPU outputs and the CPU tensors they
+    are made from (_HOST). A CPU tensor that only feeds GPU ops (`x * torch.tensor(0.5)`) stays
+    in the compiled code (a constant there)."""
+    def on_host(n):
+        return isinstance(n, fx.Node) and n.op == "call_function" and \
+            any(v.device.type == "cpu" for v in _leaves(n.meta.get("val"), torch.Tensor))
+
+    if all(v.device.type == "cpu" for n in gm.graph.nodes for v in _leaves(n.meta.get("val"), torch.Tensor)):
+        return set()
+    out = next((n for n in reversed(gm.graph.nodes) if n.op == "output"), None)
+    todo = [n for n in _leaves(out.args, fx.Node) if on_host(n)] if out is not None else []
+    host: set[fx.Node] = set()
+    while todo:
+        n = todo.pop()
+        if n not in host:
+            host.add(n)
+            todo += [d for d in n.all_input_nodes if on_host(d)]
+    return host
 
 
 def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
@@ -654,6 +680,7 @@ def fill_empty_results(gm: fx.GraphModule) -> None:
 def partition(gm: fx.GraphModule, forced: dict[str, str] | None = None) -> list[Part]:
     """Parts in execution order. `forced`: node name -> reason to run it eagerly."""
     forced = forced or {}
+    host = _host_outputs(gm)
     from_input: set[fx.Node] = set()   # nodes whose value depends on a graph input
     stage: dict[fx.Node, int] = {}
     eager: dict[fx.Node, str | None] = {}
@@ -671,7 +698,7 @@ def partition(gm: fx.GraphModule, forced: dict[str, str] | None = None) -> list[
             src = node.args[0]
             eager[node], stage[node] = eager[src], stage[src]
             continue
-        reason = forced.get(node.name) or _eager_reason(node, from_input)
+        reason = forced.get(node.name) or (_HOST if node in host else _eager_reason(node, from_input))
         eager[node] = reason
         if reason is not None:
             s = max([stage[d] for d in deps], default=0)
