@@ -195,7 +195,7 @@ def test_unused_lapack_op_raises_as_eager(form):
 # An out= tensor the function made, resized by the op (edges seed 423: the graph's later ops
 # read the result at the out tensor's old shape: (3,) where eager's is (2,)), as_strided_ of
 # an intermediate (seed 283: 11 of 12 values read at other positions; seed 450: IndexError),
-# resize_ of one: the function runs eagerly (capture.graph._inner_metadata), as it did for
+# resize_ of one: the function runs eagerly (capture.tensor_meta._inner_metadata), as it did for
 # tensors from outside.
 _INNER_META = {
     "out_resized_then_indexed": lambda x: torch.add(x.sum(0), 1, out=torch.zeros(3, dtype=x.dtype))[..., 0],

@@ -4,7 +4,7 @@ where the recorded ops start running under a different autocast state than the g
 start and an `_exit_autocast` node where it changes back or the graph ends, so the graph's
 ops are cast as eager's were (the backend traces through them: aot_autograd records the
 casts).  A replayed step between graphs does not run under the region: a break inside one
-still makes capture give up (graph._call_step)."""
+still makes capture give up (graph_steps._call_step)."""
 from __future__ import annotations
 
 import torch

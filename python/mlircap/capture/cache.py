@@ -27,7 +27,7 @@ from .dispatch_args import (
     _hook_release, _module_direct, _restore_profile,
 )
 from .give_ups import MAX_LEARNED
-from .graph import _Mode
+from .torch_calls import _Mode
 from .recorder import _Recorder
 from .replay import _EagerVariant, _GraphVariant, _SkipFrameVariant, _Variant
 

@@ -57,7 +57,13 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   index_inputs   _IndexInputMixin: ints that index or fill a tensor as graph inputs (`betas[t]`, `torch.full((n,), t)`)
   asserts        _AssertMixin: the truth of a tensor deciding a jump to a raise, a check after the graph
   deferred       _DeferMixin: numbers read from tensors of the open graph (`t.item()`), read after it
-  graph          _GraphMixin, _Seg, _Mode: FX recording of tensor operations
+  torch_calls    _Mode (routes torch calls to the recorder); what a torch call is: writer tables, predicates
+                 on its arguments (cuDNN RNN dropout, a custom Function's forward, raises decided by metadata)
+  tensor_meta    _TensorMetaMixin: tensors an in-place call may resize or restride, data-dependent shapes,
+                 autograd metadata (`is_leaf`, `grad_fn is None`, `.grad is None`) guarded where read
+  graph_steps    _GraphStepMixin: steps a torch call makes between graphs (call steps, hoisted draws, .grad
+                 writes, autograd state, explicit generators, ops that raised)
+  graph          _GraphMixin, _Seg: FX recording of tensor operations
   np_ops         the NumPy operations translated: operator tables, torch._numpy application, replay steps
   np_plan        _NumpyPlanMixin: which instruction on a tracked array translates to what
   np_interop     _NumpyMixin: NumPy arrays computed from tensors, recorded through torch._numpy
@@ -189,9 +195,9 @@ from .sources import (  # noqa: F401
 from .side_effects import (  # noqa: F401
     _SideEffectMixin,
 )
+from .torch_calls import _Mode  # noqa: F401
 from .graph import (  # noqa: F401
     _GraphMixin,
-    _Mode,
     _Seg,
     _new_placeholder,
 )

@@ -70,7 +70,7 @@ class _ExternalCallMixin:
                        slot: int | None = None, substitute: Callable[[Any], None] | None = None,
                        hoist: bool = False, inert: bool = False, idempotent: bool = False,
                        rerun: bool = False) -> None:
-        """hoist: run before the open graph where it can (graph._hoisted_step); inert: the
+        """hoist: run before the open graph where it can (graph_steps._hoisted_step); inert: the
         call cannot read or write the program's state (a torch.nn module constructor with
         constant arguments: module_factories.py), so what the program read before it is not
         read again after it (no new epoch, `ext_writes` unchanged); idempotent: calling it

@@ -1,31 +1,27 @@
-"""FX recording: tensor operations seen by the TorchFunctionMode go into per-segment
-torch.fx graphs (`_GraphMixin`, `_Seg`, `_Mode`).  Call targets are in fx_targets.py,
-numbers a graph takes as inputs in scalar_inputs.py."""
+"""FX recording: tensor operations seen by the TorchFunctionMode (`_Mode`, torch_calls.py) go
+into per-segment torch.fx graphs (`_GraphMixin`, `_Seg`).  Call targets are in fx_targets.py,
+numbers a graph takes as inputs in scalar_inputs.py, the steps a call makes between graphs in
+graph_steps.py, tensors' metadata checks and guards in tensor_meta.py."""
 from __future__ import annotations
 
 import builtins
 import operator
-import sys
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.fx as fx
-from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-from ._bytecode import _instrs, _none_tested
-from ..frontend import resize_keeps_prefix
-from .base import Unreplayable, _Raised
-from .steps import CallStep, GraphStep
+from .base import Unreplayable
+from .steps import GraphStep
 from .classify import _DATA_DEP, _GLOBAL_STATE_FUNCS, _IMMUTABLE_CONST, _META_OK, _PRIM, _classify, _fname, _func_qualname
 from .shape_ops import _SHAPE_META, _SPLITTERS, _dyn_shape_op
-from .draws import _RNG_META, _draws_rng, _may_draw, _node_draws, _rng_token
+from .draws import _RNG_META, _draws_rng, _may_draw, _rng_token
 from .locations import _user_location, _user_stack_trace
 from .autocast import autocast_state, close_autocast, sync_autocast
 from .guards import _ambient
-from .guard_kinds import Equals, Is
 from .typeinfo import _is_constant_value, _is_ndarray
 from .grad_hooks import _REGISTER_HOOK, _GradHookMixin, pure_mapped_function
 from .asserts import _AssertMixin
@@ -37,12 +33,12 @@ from .index_inputs import _IndexInputMixin
 from .number_calls import _NumberCallMixin
 from .overlaps import _overlapping_write
 from .scalar_inputs import _ALPHA_OPS, _BOUND_OPS, _PRE, _SCALAR_OPERATORS, _ScalarInputMixin, _has_np_scalar
+from .torch_calls import (_AUTOGRAD_STATE, _GRAD_WRITERS, _UNVERSIONED_WRITERS, _count_tensor,
+                          _count_tensor_args, _cudnn_rnn_dropout, _custom_function_forward, _metadata,
+                          _plain_equal_operands, _same_view, _tensor_in_slice)
+from .tensor_meta import _TensorMetaMixin
+from .graph_steps import _GraphStepMixin
 
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .recorder import _Recorder
-
-_functorch_level = torch._C._functorch.peek_interpreter_stack
 
 class _Seg:
     """One captured graph (a segment of the call between graph breaks)."""
@@ -70,15 +66,6 @@ class _Seg:
             self.start_grad = self.grad = torch.is_grad_enabled()
 
 
-def _same_view(t: Any, v: Any) -> bool:
-    """v views exactly t's elements as t does (`t.data`, written in place): `t.data = v`
-    changes nothing of t."""
-    return isinstance(t, torch.Tensor) and isinstance(v, torch.Tensor) and t.layout == v.layout == torch.strided \
-        and not v.requires_grad and t.dtype == v.dtype and t.device == v.device and t.shape == v.shape and \
-        t.stride() == v.stride() and t.storage_offset() == v.storage_offset() and \
-        t.untyped_storage().data_ptr() == v.untyped_storage().data_ptr()
-
-
 def _new_placeholder(seg: _Seg) -> fx.Node:
     """Placeholders go before every computation node (some backends assume that)."""
     first = next((n for n in seg.graph.nodes if n.op != "placeholder"), None)
@@ -88,77 +75,8 @@ def _new_placeholder(seg: _Seg) -> fx.Node:
         return seg.graph.placeholder(f"in{len(seg.ph)}")
 
 
-_AUTOGRAD_STATE = ("requires_grad_", "retain_grad")
-# torch functions writing the .grad of autograd leaves (replay._save_grads)
-_GRAD_WRITERS = (torch.Tensor.backward, torch.autograd.backward)
-_RNNS = frozenset({torch._VF.lstm, torch._VF.gru, torch._VF.rnn_tanh, torch._VF.rnn_relu})
-
-
-def _cudnn_rnn_dropout(func: Callable, args: tuple) -> bool:
-    """A multi-layer RNN call with dropout in training on the GPU (`torch._VF.lstm(input,
-    hx, params, has_biases, num_layers, dropout, train, ...)`, or its packed form with
-    batch_sizes after the data): cuDNN drops out between layers with its own generator
-    state, which no compiled graph can draw the same values from."""
-    if func not in _RNNS or len(args) < 8 or not isinstance(args[0], torch.Tensor) or not args[0].is_cuda:
-        return False
-    off = 0 if isinstance(args[3], bool) else 1
-    num_layers, dropout, train = args[4 + off], args[5 + off], args[6 + off]
-    return bool(train) and isinstance(dropout, (int, float)) and dropout > 0 and num_layers > 1
-# torch functions writing their running-statistics arguments without a version bump
-_UNVERSIONED_WRITERS = {"batch_norm", "instance_norm", "native_batch_norm", "_native_batch_norm_legit"}
-
-
-_FUNCTION_APPLY = torch.autograd.function.Function.apply.__func__.__code__
-
-
-def _custom_function_forward(args: tuple, kwargs: dict) -> bool:
-    """Whether an op runs inside a custom autograd.Function's forward (Function.apply
-    up the stack) on a tensor that requires grad."""
-    if not any(isinstance(t, torch.Tensor) and t.requires_grad for t in tree_flatten((args, kwargs))[0]):
-        return False
-    f = sys._getframe(1)
-    for _ in range(64):
-        if f is None:
-            return False
-        if f.f_code is _FUNCTION_APPLY:
-            return True
-        f = f.f_back
-    return False
-
-
-class _RaisesAs:
-    """Runs `func` and tells whether it raised `exc` (as it did when recorded: `_raised`)."""
-
-    __slots__ = ("func", "exc")
-
-    def __init__(self, func: Callable, exc: type) -> None:
-        self.func, self.exc = func, exc
-
-    def __call__(self, *args: Any, **kwargs: Any) -> bool:
-        try:
-            self.func(*args, **kwargs)
-        except self.exc:
-            return True
-        except Exception:  # another error: not the recorded path either
-            return False
-        return False
-
-    def __repr__(self) -> str:
-        return f"raises({_func_qualname(self.func)}, {self.exc.__name__})"
-
-
-def _plain_equal_operands(args: tuple, kwargs: dict) -> bool:
-    """torch.equal(a, b) of dense tensors on one device (other devices raise: left to eager's
-    call), whose value is eq(a, b).all() where the shapes are the same, else False."""
-    if kwargs or len(args) != 2 or not all(type(a) in (torch.Tensor, torch.nn.Parameter) for a in args):
-        return False
-    a, b = args
-    return a.device == b.device and a.layout == b.layout == torch.strided and \
-        not (a.is_quantized or b.is_quantized or a.is_nested or b.is_nested)
-
-
 class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHookMixin, _RestrideMixin, _AssertMixin,
-                  _DeferMixin, _DataWriteMixin):
+                  _DeferMixin, _DataWriteMixin, _TensorMetaMixin, _GraphStepMixin):
     """FX recording for `_Recorder`: torch functions seen by `_Mode` become nodes of the
     current segment's graph; data-dependent results end the segment (graph break)."""
 
@@ -287,24 +205,6 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
             k -= 1
             if n.op in ("call_function", "call_method"):
                 n.meta[_RNG_META] = True
-
-    def _external_metadata(self, name: str, args: tuple, kwargs: dict) -> list:
-        """[(tensor, its metadata)] for the tensors from outside the function (graph inputs)
-        that a call of an in-place function or one with out= may resize or restride."""
-        if "out" not in kwargs and not (name.endswith("_") and not name.endswith("__")):
-            return []
-        flat, _ = tree_flatten((args, kwargs))
-        return [(t, _metadata(t)) for t in flat if isinstance(t, torch.Tensor) and id(t) in self.src]
-
-    def _inner_metadata(self, name: str, args: tuple, kwargs: dict) -> list:
-        """[(tensor, its metadata)] for the function's own tensors that a call of an in-place
-        function or one with out= may resize or restride (the in-place views of _RESTRIDES,
-        which a graph records as views, excepted)."""
-        if "out" not in kwargs and not (name.endswith("_") and not name.endswith("__")) or \
-                name in _RESTRIDES and "out" not in kwargs or _shrinking_resize(name, args, kwargs):
-            return []
-        flat, _ = tree_flatten((args, kwargs))
-        return [(t, _metadata(t)) for t in flat if isinstance(t, torch.Tensor) and id(t) not in self.src]
 
     def _after_torch(self, func: Callable, name: str, args: tuple, kwargs: dict, res: Any) -> Any:
         flat_res, _ = tree_flatten(res)
@@ -447,248 +347,6 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
             self._autograd_state_step(torch.Tensor.requires_grad_, (res, True))
         return res
 
-    def _slice_ints(self, index: Any) -> Any:
-        """`index` with each tensor bound of its slices replaced by its value as a Python int,
-        read by a replayed data-dependent step (a graph break) whose result is guarded."""
-        if isinstance(index, tuple):
-            return tuple(self._slice_ints(i) for i in index)
-        if not isinstance(index, slice):
-            return index
-        return slice(*(self._index_step(b) if isinstance(b, torch.Tensor) else b
-                       for b in (index.start, index.stop, index.step)))
-
-    def _index_step(self, t: torch.Tensor) -> int:
-        res = t.__index__()
-        reason = "data-dependent operation Tensor.__index__() (a tensor bound of a slice)"
-        fn = torch.Tensor.__index__
-        try:
-            fe = self.const(fn, _func_qualname(fn))
-            ae = [self.expr_of(t)]
-        except Unreplayable as e:
-            self.unreplayable = self.unreplayable or f"{e} (a tensor bound of a slice)"
-            return res
-        k = self._call_step(fe, ae, {}, reason, external=False)
-        self._add_break(reason, _user_location())
-        self._call_result(k, res)
-        return res
-
-    def _grad_write(self, func: Callable, args: tuple, kwargs: dict) -> bool:
-        """`p.grad = None` / `p.grad = g` on a leaf from outside the function (a parameter),
-        as training code clears or sets gradients by hand between the ops of a step
-        (`p -= lr * p.grad; p.grad = None` in a loop).  It wrote its broken graph at each
-        assignment; the write is now a step run right after the open graph instead (replay
-        order: the graph, then the writes in their order, then what closed the graph).  What
-        the graph reads of `.grad` comes before the write (its inputs and getattr nodes run
-        with the graph); a later read of that tensor's `.grad`, by the function or by library
-        code (clip_grad_norm_, an optimizer's step: an uncapturable call), closes the graph
-        first (`_grad_read`), so it runs after the write as in eager.  False: not such a write
-        (it breaks the graph as before)."""
-        if kwargs or len(args) != 2 or not isinstance(args[0], torch.Tensor) or not args[0].is_leaf or \
-                not (args[1] is None or isinstance(args[1], torch.Tensor)):
-            return False
-        s = self.src.get(id(args[0]))
-        if s is None or s[2] == "opaque":
-            return False
-        try:
-            fe = self.const(func, _func_qualname(func))
-            ae = [self.expr_of(a) for a in args]
-        except Unreplayable:
-            return False
-        self.grad_writes = True   # a replay missing after it restores the leaves' .grad
-        self.__dict__.setdefault("grad_written", {})[ae[0]] = None
-        pend = self.__dict__.setdefault("pending_grad_writes", {})
-        pend.setdefault(id(args[0]), []).append((fe, ae))
-        if self.cur is None or not self.cur.nops:
-            self._flush_grad_writes()   # (no graph open: it runs here, between graphs)
-        return True
-
-    def _grad_read(self, t: Any) -> None:
-        """`t.grad` read where a write to it waits for the open graph to end: the graph ends
-        here, and the write runs before what reads it."""
-        pend = self.__dict__.get("pending_grad_writes")
-        if pend and isinstance(t, torch.Tensor) and id(t) in pend:
-            split = self.cur is not None and self.cur.nops > 0
-            self._close_seg()
-            if split:   # (the graph ends here: a split, counted as graph breaks are)
-                self._add_break("a read of a .grad the open graph's step writes", _user_location())
-
-    def _flush_grad_writes(self) -> None:
-        """The `.grad` writes waiting for the open graph (`_grad_write`), as steps after it."""
-        pend = self.__dict__.get("pending_grad_writes")
-        if not pend:
-            return
-        for writes in list(pend.values()):
-            for fe, ae in writes:
-                k = self.ncalls
-                self.ncalls += 1
-                self.steps.append(CallStep(k, fe, ae, {}, "Tensor.grad = ... (a write after the graph)", external=False))
-        pend.clear()
-
-    def _autograd_state_step(self, fn: Callable, args: tuple) -> None:
-        """`fn(*args)` (Tensor.requires_grad_ / retain_grad, also for `t.requires_grad = v`:
-        side_effects.op_store_attr) as a replayed step between graphs."""
-        reason = f"Tensor.{fn.__name__} (a tensor's autograd state)"
-        try:
-            ae = [self.expr_of(a) for a in args]
-        except Unreplayable as e:
-            self.unreplayable = self.unreplayable or f"{e} (an argument of Tensor.{fn.__name__})"
-            return
-        self._call_step(self.const(fn, reason), ae, {}, reason, external=False)
-        self._add_break(reason, _user_location())
-
-    def _note_unversioned(self, name: str, args: tuple, kwargs: dict) -> None:
-        """A batch / instance norm using batch statistics writes its running mean and
-        variance in place without bumping their version counters: its external tensor
-        arguments that are not parameters are noted as written (guards.mutated_ids), so a
-        replay that misses after it restores them before the call records again."""
-        flag = kwargs.get("training", kwargs.get("use_input_stats", args[5] if len(args) > 5 else
-                                                 name == "instance_norm"))
-        if flag is False:
-            return
-        for a in list(args) + list(kwargs.values()):
-            if isinstance(a, torch.Tensor) and not isinstance(a, torch.nn.Parameter) and id(a) in self.versions:
-                self.unversioned.add(id(a))
-
-    def _generator_op(self, func: Callable, args: tuple, kwargs: dict, what: str = "") -> Any:
-        """A random op drawing from an explicit torch.Generator (`torch.rand(n, generator=g)`,
-        `t.normal_(generator=g)`): the generator's state is not the graph's to hold, so the op
-        is a replayed step between graphs, in order with the generator's other calls (its
-        manual_seed), run exactly once per call; its tensor result is an input of the graph
-        after it.  Same seed, same values as eager.  Also an op drawing from a generator state
-        of its own (`what`: _cudnn_rnn_dropout)."""
-        i = self.ext_seen
-        self.ext_seen += 1
-        # (no ext_writes: it reads and writes its generator and its tensors alone, never a
-        # number the recording follows: `self.paths += n` after `torch.randn(..., generator=g)`
-        # stays an expression of the value bound at the start, not a guard by value)
-        if i < len(self.catchup):
-            # this step already ran in a replay whose mid-replay guard then failed
-            from .rng import _unlog
-            res = _unlog(self.catchup[i])
-            if type(res) is _Raised:   # it raised at the replay that missed (replay.py): raises again
-                self.unreplayable = self.unreplayable or f"{_op_name(func)} raised at a replay"
-                raise res.exc
-        else:
-            res = func(*args, **kwargs)
-        reason = f"random op {_op_name(func)} with an explicit generator" if not what else \
-            f"random op {_op_name(func)}: {what}"
-        try:
-            fe = self.const(func, _func_qualname(func))
-            ae = [self.expr_of(a) for a in args]
-            ke = {k: self.expr_of(v) for k, v in kwargs.items()}
-            if any(isinstance(t, torch.Tensor) and t.requires_grad for t in tree_flatten((args, kwargs))[0]):
-                raise Unreplayable("its tensor arguments require grad")
-        except Unreplayable as e:
-            self.unreplayable = self.unreplayable or f"{e} (an argument of {_op_name(func)})"
-            return res
-        k = self._call_step(fe, ae, ke, reason, external=True)
-        self._add_break(reason, _user_location())
-        self._call_result(k, res, external=True)
-        return res
-
-    def _raised(self, func: Callable, name: str, args: tuple, kwargs: dict, e: Exception) -> None:
-        """A torch op raised while recording (the function may catch it: `try: L =
-        torch.linalg.cholesky(K) except RuntimeError: <add jitter>`): whether it raises can depend
-        on tensor values, which no guard checks, so a replay took the recorded `except` path for
-        any matrix.  The op is a step between graphs that runs it again and tells whether it
-        raised as recorded: a guard after it holds only then (else the call records anew)."""
-        if self.unreplayable:
-            return
-        if _raise_from_metadata(name, args, kwargs, self.__dict__.get("dyn_shape") or {}, self._known_tensor):
-            # (its tensors' shapes, strides and dtypes are guarded, its other arguments
-            # constants: it raises at every replay of this variant, so nothing runs there)
-            return
-        if name.endswith("_") and not name.endswith("__") or "out" in kwargs or name in ("__setitem__", "__set__"):
-            # (run again at replay, a write that no longer raises would be done twice)
-            self.unreplayable = f"{_op_name(func)} raised {type(e).__name__} (a write whose failure was caught)"
-            return
-        try:
-            fe = self.const(_RaisesAs(func, type(e)), _func_qualname(func))
-            ae = [self.expr_of(a) for a in args]
-            ke = {k: self.expr_of(v) for k, v in kwargs.items()}
-        except Unreplayable as u:
-            self.unreplayable = f"{u} (an argument of {_op_name(func)}, which raised {type(e).__name__})"
-            return
-        reason = f"{_op_name(func)} raised {type(e).__name__}"
-        k = self._call_step(fe, ae, ke, reason, external=False)
-        self._add_break(reason, _user_location())
-        self._call_result(k, True)
-
-    def _autograd_meta_guarded(self, name: str, args: tuple, res: Any) -> bool:
-        """A tensor's autograd metadata that the tensor guards (TensorMatch: dtype, shape,
-        strides, requires_grad, dispatch keys) do not cover (`is_leaf`, `grad_fn is None`,
-        `retains_grad`, `output_nr`, `_is_view()`): of a graph value it follows from the graph
-        and its guarded inputs; of a tensor from outside, its value is guarded here (before:
-        not at all, so `x.is_leaf` of a leaf argument stayed True for a non-leaf one).  False
-        where it cannot be (a tensor of no location): the read breaks the graph."""
-        form = _AUTOGRAD_META.get(name)
-        if form is None:
-            return True
-        t = args[0] if len(args) == 1 and isinstance(args[0], torch.Tensor) else None
-        if t is None or type(res) not in (bool, int, type(None)):
-            return False
-        e = self.env.get(id(t))
-        if e is not None and e[0] is t:
-            return True
-        s = self.src.get(id(t))
-        if s is None or s[2] == "opaque":
-            return False
-        self.guard(Is(form.format(s[0]), form.format(s[1]), res, repr(res)) if type(res) is not int else
-                   Equals(form.format(s[0]), form.format(s[1]), res, int))
-        return True
-
-    def _grad_fn_none_tested(self, t: Any) -> bool:
-        """`x.grad_fn is None` / `if x.grad_fn is not None:` where x has a grad_fn: the node
-        itself (another each call, the compiled graph's at replay) reaches no code, only
-        whether there is one: the frame reading it tests it against None next (the frame
-        right above the mode's).  Of a graph value requiring grad that follows from the graph
-        and its guarded inputs; of a tensor from outside it is guarded."""
-        if not isinstance(t, torch.Tensor):
-            return False
-        f = sys._getframe(1)
-        while f is not None and f.f_code is not _Mode.__torch_function__.__code__:
-            f = f.f_back
-        f = f.f_back if f is not None else None   # (the reader: the mode is called from its LOAD_ATTR)
-        ins = _instrs(f.f_code).get(f.f_lasti) if f is not None else None
-        if ins is None or ins[0] != "LOAD_ATTR" or ins[2] != "grad_fn" or not _none_tested(f.f_code, f.f_lasti):
-            return False
-        e = self.env.get(id(t))
-        if e is not None and e[0] is t:
-            return t.requires_grad and not t.is_leaf
-        s = self.src.get(id(t))
-        if s is None or s[2] == "opaque":
-            return False
-        self.guard(Is(f"({s[0]}.grad_fn is None)", f"{s[1]}.grad_fn is None", False, "False"))
-        return True
-
-    def _grad_none_guarded(self, t: Any) -> bool:
-        """`t.grad` is None now, for a tensor read through a guarded location whose `.grad`
-        this call has not written (no write pending after the open graph nor run before):
-        guarded `is None` where it is read (a write of it this call makes is ordered by
-        `_grad_write`, whose value the guard would not see)."""
-        s = self.src.get(id(t))
-        if not isinstance(t, torch.Tensor) or s is None or s[2] == "opaque" or \
-                id(t) in self.__dict__.get("pending_grad_writes", {}) or \
-                self.expr_of(t) in self.__dict__.get("grad_written", {}):
-            return False
-        self.guard(Is(f"{s[0]}.grad", f"{s[1]}.grad", None, "None"))
-        return True
-
-    def _known_tensor(self, t: torch.Tensor) -> bool:
-        """A value of the recorded graphs, or a tensor read through a guarded location."""
-        e = self.env.get(id(t))
-        return e is not None and e[0] is t or id(t) in self.src
-
-    def _dyn_shape_args(self, args: tuple, kwargs: dict) -> bool:
-        """Whether a tensor argument's shape depends on tensor data (see `_dyn_shape_op`); a
-        sparse or nested one's does (its element count: no tensor guard's sizes cover it)."""
-        flat, _ = tree_flatten((args, kwargs))
-        if any(isinstance(t, torch.Tensor) and t.layout != torch.strided for t in flat):
-            return True
-        dyn_ids = self.__dict__.get("dyn_shape")
-        if not dyn_ids:
-            return False
-        return any(isinstance(t, torch.Tensor) and dyn_ids.get(id(t)) is t for t in flat)
 
     def _seg(self) -> _Seg:
         if self.cur is None:
@@ -697,46 +355,6 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
             self.steps.append(GraphStep(self.cur))
         return self.cur
 
-    def _call_step(self, fe: str, ae: list[str], ke: dict[str, str], reason: str, external: bool) -> int:
-        """Ends the open graph segment and records a call replayed outside graphs
-        (its arguments as replay expressions); returns its call number."""
-        self._close_seg()
-        if external and _ambient() != self.amb0:   # (the replay runs it outside the region)
-            self.unreplayable = self.unreplayable or f"{reason} inside an autocast region"
-        k = self.ncalls
-        self.ncalls += 1
-        g = torch.is_grad_enabled()   # (after an unbalanced torch.set_grad_enabled(False))
-        self.steps.append(CallStep(k, fe, ae, ke, reason, external=external, grad=None if g == self.grad0 else g))
-        self._resume_mark(k)
-        return k
-
-    def _hoisted_step(self, fe: str, ae: list[str], ke: dict[str, str], reason: str) -> int | None:
-        """A draw from a Python or NumPy RNG (`random.random()`, `rs.uniform(0.9, 1.1)`) with
-        no tensor argument, met inside a graph: it touches nothing but its generator's state,
-        so the replay runs it before the open graph instead of splitting the graph there (as
-        Dynamo runs Python random draws before its graph).  The guards placed after it (the
-        branch it decides) are then checked before that graph runs.  Not when the graph so far
-        draws from torch's RNG: a replay that misses after the draw logs the torch RNG state
-        it left (rng.py), which must be the state after those draws.  None: not hoisted."""
-        seg = self.cur
-        if seg is None or not seg.nops or self.defer_window is not None:
-            return None   # (reads pending after the open graph: deferred.py)
-        if any(c[0] == seg.idx for c in self.spec_checks):
-            # (a check after the open graph, asserts.py, decides whether eager gets here: run
-            # before that graph, a draw would have run where the check then misses, and the
-            # call recorded again would take its logged result for another call)
-            return None
-        for n in seg.graph.nodes:
-            if _node_draws(n):
-                return None
-        at = next((i for i in range(len(self.steps) - 1, -1, -1)
-                   if isinstance(self.steps[i], GraphStep) and self.steps[i].seg is seg), None)
-        if at is None:
-            return None
-        k = self.ncalls
-        self.ncalls += 1
-        self.steps.insert(at, CallStep(k, fe, ae, ke, reason, external=True))
-        return k
 
     def _close_seg(self) -> None:
         seg = self.cur
@@ -921,103 +539,3 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
                     raise Unreplayable(f"nested tensor containers returned by {name}")
         elif res is not None:
             raise Unreplayable(f"unsupported result type {type(res).__name__} of {name}")
-
-
-def _tensor_in_slice(index: Any) -> bool:
-    """A slice of `index` (or of its tuple) has a tensor start, stop or step."""
-    if isinstance(index, tuple):
-        return any(_tensor_in_slice(i) for i in index)
-    return isinstance(index, slice) and any(
-        isinstance(b, torch.Tensor) and b.numel() == 1 and not (b.is_floating_point() or b.is_complex())
-        for b in (index.start, index.stop, index.step))
-
-
-def _count_tensor(name: str, a: Any) -> bool:
-    """`a` is a tensor a splitter `name` reads as an int (a count, a size or a dim): an integer
-    tensor of one element (tensor_split and the h/v/dsplit family read a 1-d tensor as a list
-    of indices: only a 0-d one is an int there)."""
-    return isinstance(a, torch.Tensor) and a.numel() == 1 and not (a.is_floating_point() or a.is_complex()) and \
-        (a.dim() == 0 or name not in ("tensor_split", "hsplit", "vsplit", "dsplit"))
-
-
-def _count_tensor_args(name: str, args: tuple, kwargs: dict) -> bool:
-    return any(_count_tensor(name, a) for a in args[1:]) or any(_count_tensor(name, v) for v in kwargs.values())
-
-
-# Autograd metadata no tensor guard covers, as the replay reads it ({} the tensor)
-_AUTOGRAD_META = {"is_leaf": "{}.is_leaf", "grad_fn": "{}.grad_fn", "retains_grad": "{}.retains_grad",
-                  "output_nr": "{}.output_nr", "_is_view": "{}._is_view()"}
-
-
-# Torch functions whose failure (a view of a non-contiguous layout, mismatched shapes) is
-# decided by their tensors' metadata alone, by where those tensors may appear: the first
-# argument, the first two, or the tensors of a first-argument list
-_META_RAISERS = {
-    **dict.fromkeys(("view", "reshape", "expand", "permute", "transpose", "flatten", "unflatten", "narrow",
-                     "select", "squeeze", "unsqueeze", "movedim", "split", "chunk", "unfold", "t", "diagonal",
-                     "size", "stride", "broadcast_to", "unbind", "tensor_split"), 1),
-    **dict.fromkeys(("view_as", "expand_as", "reshape_as", "mm", "matmul", "__matmul__", "bmm", "mv", "dot"), 2),
-    **dict.fromkeys(("cat", "concat", "concatenate", "stack", "hstack", "vstack", "broadcast_tensors"), 0),
-}
-
-
-def _raise_from_metadata(name: str, args: tuple, kwargs: dict, dyn: dict, known: Callable) -> bool:
-    """Whether `name(*args, **kwargs)` raising is decided by guarded metadata: an op of
-    `_META_RAISERS` whose tensors are where that table allows, each a value of the graph or a
-    guarded input (`known`), none of data-dependent shape."""
-    n = _META_RAISERS.get(name)
-    if n is None or any(isinstance(t, torch.Tensor) for t in tree_flatten(kwargs)[0]):
-        return False
-    if n == 0:
-        if not args or not isinstance(args[0], (list, tuple)) or \
-                not all(isinstance(t, torch.Tensor) for t in args[0]):
-            return False
-        operands, rest = list(args[0]), args[1:]
-    else:
-        operands, rest = list(args[:n]), args[n:]
-        if not all(isinstance(t, torch.Tensor) for t in operands):
-            return False
-    if any(isinstance(t, torch.Tensor) for t in tree_flatten(rest)[0]):
-        return False
-    return all(type(t) in (torch.Tensor, torch.nn.Parameter) and dyn.get(id(t)) is not t and known(t)
-               for t in operands)
-
-
-def _shrinking_resize(name: str, args: tuple, kwargs: dict) -> bool:
-    """`t.resize_(shape)` / `t.resize_as_(other)` that keeps t's first elements in order
-    (frontend.resize_keeps_prefix), which the graph computes as eager (the frontend's rewrite
-    of aten.resize: OpInfo resize_ / resize_as_ of a clone). A growing resize (new elements
-    uninitialized) or one of a strided tensor (its storage read at other positions) still
-    runs the function eagerly (_inner_metadata)."""
-    if name not in ("resize_", "resize_as_") or len(args) != 2:
-        return False
-    size = args[1] if name == "resize_" else tuple(args[1].shape) if isinstance(args[1], torch.Tensor) else None
-    return resize_keeps_prefix(args[0], size, kwargs.get("memory_format"))
-
-
-def _metadata(t: torch.Tensor) -> tuple:
-    return t.dtype, t.shape, t.stride(), t.storage_offset()
-
-
-class _Mode(TorchFunctionMode):
-    """Routes every torch function called while recording to the recorder."""
-
-    def __init__(self, rec: _Recorder) -> None:
-        super().__init__()
-        self.rec = rec
-
-    def __torch_function__(self, func: Callable, types_: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
-        rec = self.rec
-        if rec.suspended or rec.ext_depth or rec.stopped:
-            return func(*args, **kwargs)
-        if _functorch_level() is not None:
-            # under a torch.func transform the recording did not see start (torch code that runs
-            # one): its tensors are the transform's wrapped ones, which no graph holds
-            rec.unreplayable = rec.unreplayable or f"{_op_name(func)} under a torch.func transform"
-            return func(*args, **kwargs)
-        rec.suspended += 1
-        try:
-            return rec.on_torch(func, types_, args, kwargs)
-        finally:
-            rec.suspended -= 1

@@ -275,7 +275,7 @@ class _GuardMixin:
         """The ids of the external tensors the recording wrote to in place (directly, or
         through `t.data`, whose writes leave `t._version` unchanged, or as the running
         statistics of a batch norm in training, which its kernels update without a version
-        bump: graph.py `_note_unversioned`)."""
+        bump: graph_steps.py `_note_unversioned`)."""
         out = {vid for vid, (t, ver) in self.versions.items() if t._version != ver}
         out.update(id(base) for a, base, ver in self.data_aliases.values() if a._version != ver)
         out.update(vid for vid in self.unversioned if vid in self.versions)

@@ -43,7 +43,7 @@ def stateful_next(f: Any, args: list, src: dict) -> bool:
 def pure_draw(f: Any, args: list) -> bool:
     """A `next` on an iterator whose advance runs no Python code and touches nothing but its
     own position (a C iterator, an itertools object over one of numbers): like a draw from
-    a Python RNG, the replay may run it before the open graph (graph._hoisted_step)."""
+    a Python RNG, the replay may run it before the open graph (graph_steps._hoisted_step)."""
     it = next_receiver(f, args)
     return it is not None and _plain_c_iterator(it)
 

@@ -4,7 +4,7 @@ in place.  The constructor is not traced (its parameters' initialization would b
 of no graph): it is a replayed call, run again by every replay with the same constant
 arguments, so each replay makes its own module as eager does, and where the open graph
 has not drawn from torch's RNG it runs before that graph instead of splitting it
-(graph._hoisted_step: the constructor's draws then come before the graph's, as in eager).
+(graph_steps._hoisted_step: the constructor's draws then come before the graph's, as in eager).
 
 The module it returns, its submodules and their parameters and buffers are new objects of
 each replay: they are sourced through the replay's result (`b3._parameters['weight']`,
@@ -118,7 +118,7 @@ class _ModuleFactoryMixin(_ExternalCallMixin):
         return True
 
     def _hoistable(self) -> bool:
-        """A replayed call met now can run before the open graph (graph._hoisted_step)."""
+        """A replayed call met now can run before the open graph (graph_steps._hoisted_step)."""
         seg = self.cur
         return seg is not None and bool(seg.nops) and not any(
             _node_draws(n) for n in seg.graph.nodes)

@@ -328,7 +328,7 @@ class _GraphVariant(_Variant):
         has_mid = any(p.pos > 0 for p in rec.guards) or bool(rec.spec_checks) or bool(rec.deferred_segs)
         # the leaves a backward in the call accumulates gradients into: the tensors requiring
         # grad the graphs take from outside (parameters, arguments)
-        # (and those whose .grad the call sets: `p.grad = None`, graph._grad_write)
+        # (and those whose .grad the call sets: `p.grad = None`, graph_steps._grad_write)
         leaves = list(dict.fromkeys(
             [e for seg in rec.segs for e, t in zip(seg.inputs, seg.examples)
              if isinstance(t, torch.Tensor) and t.is_leaf and t.requires_grad and not _BREAK_RESULT.search(e)

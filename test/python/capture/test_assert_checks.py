@@ -278,7 +278,7 @@ def state(m):
 
 
 def test_no_draw_runs_before_a_graph_whose_check_precedes_it():
-    """A Python RNG draw met inside a graph runs before that graph (graph._hoisted_step),
+    """A Python RNG draw met inside a graph runs before that graph (graph_steps._hoisted_step),
     except where the graph holds a check before it: run first, the draw happened on the NaN
     call whose eager run raises before drawing (the generator one draw ahead of eager's)."""
     calls = [(torch.randn(3),) for _ in range(3)] + [(torch.full((3,), float("nan")),), (torch.randn(3),)]

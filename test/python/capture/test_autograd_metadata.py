@@ -3,7 +3,7 @@ requires_grad, dispatch keys) do not cover: `x.is_leaf`, `x.grad_fn is None`,
 `x.retains_grad`, `x.output_nr`, `x._is_view()`.  `x.is_leaf` was returned unguarded, so a
 non-leaf argument requiring grad replayed the variant of a leaf one (a silent wrong result);
 `x.grad_fn is None` broke the graph (bench/modules.py requires_grad_input: 1 graph + a break).
-Each is guarded by its value where read off an argument (graph._autograd_meta_guarded); of a
+Each is guarded by its value where read off an argument (tensor_meta._autograd_meta_guarded); of a
 tensor the graph computed it follows from the graph.  Every call is compared with eager."""
 import torch
 import torch.nn as nn

@@ -2,7 +2,7 @@
 update that clears each gradient after using it, as research code writes it) broke the graph
 at every assignment: bench/modules4.py weight_norm_param_manual_sgd was 8 graphs, 7 breaks
 (Dynamo 2, 1), bench/capture6.py c6_manual_sgd_grad_set_to_none_in_loop 6 graphs, 5 breaks.
-The write is now a step run right after the open graph (graph._grad_write); a later read of
+The write is now a step run right after the open graph (graph_steps._grad_write); a later read of
 that `.grad` (by the function, by library code such as clip_grad_norm_, or by an uncapturable
 call such as an optimizer's step) ends the graph first, so it sees the write as eager does.
 Each program is compared with eager (outputs, parameters, every `.grad`) over several calls."""

@@ -1,7 +1,7 @@
 """A torch op that raises for its tensors' layout or shapes (`x.view(...)` of a non-contiguous
 tensor, `torch.cat` of mismatched shapes) inside `try: ... except RuntimeError:` raises at
 every call with the same guarded metadata: nothing runs for it at replay and the `except`
-path stays in the same graph (graph._raise_from_metadata).  Before, the op was a step
+path stays in the same graph (torch_calls._raise_from_metadata).  Before, the op was a step
 between graphs run again at each call to see whether it still raised (bench/capture4.py
 try_view_except_reshape: 2 graphs).  A call whose metadata differs (a contiguous input,
 whose view succeeds) is a new variant; every call is compared with eager."""

@@ -164,7 +164,7 @@ def test_batchnorm_then_a_branch_that_misses():
     """BatchNorm in training (the default momentum: in the graph), then a branch on data: a
     replay taking the other way misses after the graph updated the running statistics, which
     its kernel does without a version bump; they are restored before the call records again
-    (graph._note_unversioned), so each call updates them once (they were updated twice)."""
+    (graph_steps._note_unversioned), so each call updates them once (they were updated twice)."""
     run_program("""
 class M(nn.Module):
     def __init__(self):
