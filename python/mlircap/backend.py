@@ -1177,7 +1177,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         from .intmath import bool_adds_as_or
 
         bool_adds_as_or(gm)
-        fw_reach.append(_output_reach(gm))
+        fw_reach.append((_output_reach(gm), gm.meta.get("mlircap_num_fwd_outputs")))
         copies = _hoist_input_copies(gm)   # (after the reach: the outputs it adds come last)
         fw_trivial.append(_one_small_op(gm))
         expected = None
@@ -1546,11 +1546,11 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
                 # argument) stay in the graph as copy_ nodes: _hoist_input_copies
                 keep_inference_input_mutations=True,
             )
-        reach = fw_reach[-1] if len(fw_reach) == 1 else None
+        reach, n_returns = fw_reach[-1] if len(fw_reach) == 1 else (None, None)
         fw_reach.clear()
         fn = _batch_norm_stats_unversioned(fn, _batch_norm_stats(gm))
         fn = saved_versions.checked(fn, saved_versions.saved_boundary(gm, example_inputs))
-        return _unreached_gradients_as_none(fn, reach) if reach is not None else fn
+        return _unreached_gradients_as_none(fn, reach, n_returns) if reach is not None else fn
 
     return backend
 
@@ -1805,7 +1805,7 @@ def _output_reach(gm: torch.fx.GraphModule) -> list[frozenset[int]] | None:
     return [frozenset(reach.get(n, ())) for n in gm.graph.nodes if n.op == "placeholder"]
 
 
-def _unreached_gradients_as_none(fn, reach: list[frozenset[int]]):
+def _unreached_gradients_as_none(fn, reach: list[frozenset[int]], n_returns: int | None = None):
     """aot_autograd's compiled function, whose backward leaves None the gradient of an input
     that reaches only outputs the backward passes no gradient for, as eager's autograd does:
     its CompiledFunction (an autograd.Function) materializes a missing output gradient as
@@ -1813,12 +1813,20 @@ def _unreached_gradients_as_none(fn, reach: list[frozenset[int]]):
     returned intermediate) got a zero .grad where eager leaves None, and an optimizer then
     steps that parameter (momentum, weight decay) where eager's skips it (bench/fuzz_graphs.py
     --grad seed 26). Node hooks of each call's backward node see which gradients are
-    missing (before materialization) and drop the gradients of such inputs."""
+    missing (before materialization) and drop the gradients of such inputs. `n_returns`:
+    how many of the forward graph's outputs are the node's (the rest are saved for the
+    backward, which no gradient reaches)."""
     if not reach:
         return fn
     outputs = frozenset().union(*reach)
     if all(not r or r == outputs for r in reach):
         return fn   # every input reaches every output: a missing gradient never isolates one
+    if n_returns is not None and all(not r or set(range(n_returns)) <= r for r in reach):
+        # every input reaches every output of the node (and some saved values besides): a
+        # gradient the node gets reaches every input, and without one it never runs. (The
+        # hooks cost ~7 us of each training call's forward: an MLP's one output, where the
+        # saved activations, reached by some inputs only, made the reach look uneven.)
+        return fn
     dropped: dict[tuple, frozenset] = {}   # which gradients are missing -> the inputs left None
 
     def to_drop(none: tuple) -> frozenset:

@@ -152,12 +152,21 @@ def checked(fn: Any, checks: list[Check]) -> Any:
         for j in js:
             spec.setdefault(j, []).append((kind == "in", i, op))
     per_output = tuple((j, tuple(v)) for j, v in sorted(spec.items()))
+    pending = [True]   # the inputs aot_autograd's node saves itself not yet looked for
 
     def run(*args: Any) -> Any:
+        nonlocal per_output
+        if not per_output:
+            return fn(*args)
         out = fn(*args)
         if not torch.is_grad_enabled():
             return out
         outs = out if isinstance(out, (list, tuple)) else (out,)
+        if pending[0]:
+            node = _aot_node(outs)
+            if node is not None:
+                pending[0] = False
+                per_output = _without_saved_by(node, per_output, args)
         for j, wanted in per_output:
             o = outs[j] if j < len(outs) else None
             if not isinstance(o, torch.Tensor) or not o.requires_grad:
@@ -177,6 +186,41 @@ def checked(fn: Any, checks: list[Check]) -> Any:
 
     run.__dict__.update(getattr(fn, "__dict__", {}))
     return run
+
+
+def _aot_node(outs: Any) -> Any:
+    """The aot_autograd node (CompiledFunctionBackward) of the call's outputs, or None."""
+    for o in outs:
+        node = getattr(o, "grad_fn", None) if isinstance(o, torch.Tensor) else None
+        if node is not None and type(node).__name__ == "CompiledFunctionBackward":
+            return node
+    return None
+
+
+def _without_saved_by(node: Any, per_output: tuple, args: tuple) -> tuple:
+    """`per_output` less the checks of inputs that aot_autograd's `node` saves itself, the
+    input object as it is: its backward then unpacks it with autograd's own version check
+    (save_for_backward), which raises as eager does whenever a gradient reaches the node,
+    so a hook of ours adds nothing but its cost (~10 us of each training call's forward:
+    a Linear's input, which eager's AddmmBackward0 saves and so does the compiled graph's
+    partition). Looked for at the first call: which inputs the partition saves, and that
+    the compiled forward returns them as they are, are the same at every call of the graph.
+    Views of inputs (saved detached) and outputs (saved without their node) keep the hook."""
+    try:
+        saved = node.saved_tensors   # (those saved with a version check; not the no_vc_check ones)
+    except RuntimeError:
+        return per_output
+    ids = {id(t) for t in saved}
+
+    def own(from_input: bool, i: int) -> bool:
+        return from_input and i < len(args) and isinstance(args[i], torch.Tensor) and id(args[i]) in ids
+
+    res = []
+    for j, wanted in per_output:
+        left = tuple(w for w in wanted if not own(w[0], w[1]))
+        if left:
+            res.append((j, left))
+    return tuple(res)
 
 
 def _hook(held: list) -> Any:
