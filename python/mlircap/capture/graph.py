@@ -64,6 +64,10 @@ class _Seg:
         self.inference = torch.is_inference_mode_enabled()
         if self.inference:
             self.start_grad = self.grad = torch.is_grad_enabled()
+        # nodes whose values eager made as inference tensors inside an inference_mode block of
+        # a call entered outside it, recorded into this graph (graph_steps._merge_inference):
+        # those the graph outputs are made inference tensors after it runs (replay.py)
+        self.inf_nodes: set[fx.Node] = set()
 
 
 def _new_placeholder(seg: _Seg) -> fx.Node:
@@ -440,7 +444,7 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
 
     def _record(self, func: Callable, name: str, args: tuple, kwargs: dict, res: Any) -> None:
         amb = _ambient()
-        if self.cur is not None and self.cur.inference != amb[0]:
+        if self.cur is not None and self.cur.inference != amb[0] and not self._merge_inference(self.cur, amb[0]):
             self._close_seg()   # inference mode switched: a graph of its own, run in that mode
         if self.defer_window is not None:
             self.split_deferred(tree_flatten((args, kwargs))[0])
@@ -526,15 +530,20 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
         if trace:
             node.meta["stack_trace"] = trace
         seg.nops += 1
+        merged = amb[0] and not self.amb0[0]   # (an inference value a graph of the entry's mode may hold)
         if isinstance(res, torch.Tensor):
             self.env[id(res)] = (res, seg.idx, node)
             self.keep.append(res)
+            if merged and res.is_inference():
+                seg.inf_nodes.add(node)
         elif isinstance(res, (tuple, list)):
             for i, r in enumerate(res):
                 if isinstance(r, torch.Tensor):
                     gi = seg.graph.call_function(operator.getitem, (node, i))
                     self.env[id(r)] = (r, seg.idx, gi)
                     self.keep.append(r)
+                    if merged and r.is_inference():
+                        seg.inf_nodes.add(gi)
                 elif isinstance(r, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in r):
                     raise Unreplayable(f"nested tensor containers returned by {name}")
         elif res is not None:

@@ -192,6 +192,34 @@ class _GraphStepMixin:
         self._add_break(reason, _user_location())
         self._call_result(k, True)
 
+    def _merge_inference(self, seg: Any, inference: bool) -> bool:
+        """An op about to be recorded runs in another inference mode than the open graph `seg`
+        (a `with torch.inference_mode():` block, a helper decorated with it): whether it joins
+        that graph instead of closing it.  Only in a call entered outside inference mode: the
+        block's ops are recorded with grad off (as eager's, which record no autograd), and
+        their results that eager made as inference tensors are marked (seg.inf_nodes) and made
+        inference tensors after the graph runs, where the graph outputs them (replay.py).  A
+        graph opened inside the block (seg.inference) becomes one of the entry's mode when an
+        op after the block joins it: its ops so far run with grad off.  Each block was a graph
+        of its own, run in inference mode: a graph before, one for the block, one after.  Not
+        for grad enabled inside the block (`torch.enable_grad()` there), nor in a call entered
+        in inference mode (an `inference_mode(False)` block: a graph of its own, as before)."""
+        if self.amb0[0]:
+            return False
+        if inference:
+            return not seg.inference and not torch.is_grad_enabled()
+        if not seg.inference or seg.start_grad or any(
+                n.target is torch._C._set_grad_enabled and n.args[0] for n in seg.graph.nodes):
+            return False
+        first = next((n for n in seg.graph.nodes if n.op != "placeholder"), None)
+        if first is None:
+            seg.graph.call_function(torch._C._set_grad_enabled, (False,))
+        else:
+            with seg.graph.inserting_before(first):
+                seg.graph.call_function(torch._C._set_grad_enabled, (False,))
+        seg.inference, seg.start_grad, seg.grad = False, self.grad0, False
+        return True
+
     def _call_step(self, fe: str, ae: list[str], ke: dict[str, str], reason: str, external: bool) -> int:
         """Ends the open graph segment and records a call replayed outside graphs
         (its arguments as replay expressions); returns its call number."""

@@ -64,6 +64,31 @@ _WRITE_FORMS = {
     "restride": "{t}.as_strided_(*{w})",   # (restrides.py)
 }
 
+def inference_copies(*ts: torch.Tensor) -> list[torch.Tensor]:
+    """Inference tensors holding the values of ts (a graph's outputs that eager made inside an
+    inference_mode block: graph_steps._merge_inference), with their shapes and strides; those
+    that share memory share the copy's (one view of another stays one)."""
+    out: list[torch.Tensor] = []
+    with torch.inference_mode():
+        groups: dict = collections.defaultdict(list)
+        for t in ts:
+            if t.is_inference():
+                continue
+            groups[(t.device, t.untyped_storage().data_ptr())].append(t)
+        copies: dict[int, torch.Tensor] = {}
+        for g in groups.values():
+            if len(g) == 1 and g[0].is_contiguous():
+                t = g[0]
+                copies[id(t)] = t.clone(memory_format=torch.contiguous_format)
+                continue
+            st = g[0].untyped_storage().clone()
+            for t in g:
+                copies[id(t)] = torch.empty((0,), dtype=t.dtype, device=t.device).set_(
+                    st, t.storage_offset(), t.shape, t.stride())
+        out = [copies.get(id(t), t) for t in ts]
+    return out
+
+
 class _Variant:
     eager = False
 
@@ -397,6 +422,10 @@ class _GraphVariant(_Variant):
                     L.append(gi + "".join(f"n{seg.idx}_{n.name}, " for n in seg.outputs) + "= " + call)
                 else:
                     L.append(gi + call)
+                inf = [f"n{seg.idx}_{n.name}" for n in seg.outputs if n in seg.inf_nodes and not seg.inference]
+                if inf:   # values eager made in an inference_mode block (graph_steps._merge_inference)
+                    L.append(gi + "".join(o + ", " for o in inf) + f"= {rec.const(inference_copies)}(" +
+                             "".join(o + ", " for o in inf) + ")")
                 if checks or deferred:
                     L.append(gi[:-4] + "except Exception:")
                     L.append(gi + miss)

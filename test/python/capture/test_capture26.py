@@ -1,0 +1,195 @@
+"""Capture rate against Dynamo (issue 11 item 4): `with torch.inference_mode():` blocks inside a
+call entered outside inference mode.  Each block was a graph of its own, run in inference mode
+(a graph before it, one for it, one after it: three graphs, as many compiled units); Dynamo holds
+such a block in its one graph.  The block's ops now join the open graph with grad off
+(graph_steps._merge_inference), and the graph outputs that eager made as inference tensors are
+made inference tensors after the graph runs (replay.inference_copies).  Each test compares
+results, is_inference, requires_grad, gradients and module state with eager after every call, and
+changes the state the block reads between calls (guards and inputs still right)."""
+import warnings
+
+import torch
+import torch.nn as nn
+
+import mlircap
+from harness import EAGER, run_program, same, state_of
+from mlircap.capture import capture
+
+
+def _inference_same(got, want, exact=True):
+    if exact:
+        same(want, got)
+    for i, (w, g) in enumerate(zip(want, got)):
+        if isinstance(w, torch.Tensor):
+            if not exact:   # (the compiled graph's kernels round otherwise: tanh)
+                assert g.requires_grad == w.requires_grad, f"output {i}: requires_grad differs"
+                torch.testing.assert_close(g, w)
+            assert g.is_inference() == w.is_inference(), f"output {i}: is_inference differs"
+
+
+class _BlockWritesCache(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.register_buffer("cache", torch.zeros(3, 4))
+
+    def forward(self, x, pos):
+        y = self.proj(x)
+        with torch.inference_mode():
+            z = self.proj(x).tanh()
+            self.cache.index_copy_(0, pos, z)
+            s = self.cache.sum(0)
+        return y * 2, z + 1, s, (y * s.clone()).sum()
+
+
+class _BlockFirstThenNoGrad(nn.Module):
+    """The block opens the graph (a graph made in inference mode that the ops after it join)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+        self.register_buffer("mean", torch.zeros(6))
+        self.register_buffer("count", torch.zeros(()))
+
+    def forward(self, x):
+        with torch.inference_mode():
+            m = x.mean(0)
+            n = x.shape[0]
+        with torch.no_grad():
+            self.mean.mul_(self.count / (self.count + n)).add_(m.clone() * n / (self.count + n))
+            self.count.add_(n)
+        return self.fc(x - self.mean), m
+
+
+def _run(make, calls, mutate=None, backward=True, backend=EAGER):
+    torch.manual_seed(0)
+    ref = make()
+    mine = make()
+    mine.load_state_dict(ref.state_dict())
+    fast = capture(mine, backend) if backend is not None else mlircap.compile(mine)
+    for i, args in enumerate(calls):
+        if mutate is not None:
+            mutate(ref, i)
+            mutate(mine, i)
+        want, got = ref(*args), fast(*args)
+        _inference_same(got, want, exact=backend is not None)
+        if backend is not None:
+            same(state_of(ref), state_of(mine), f"call {i} state")
+        else:
+            for (k, a), b in zip(ref.state_dict().items(), mine.state_dict().values()):
+                torch.testing.assert_close(b, a, msg=k)
+        if backward:
+            want[-1 if want[-1].requires_grad else 0].sum().backward()
+            got[-1 if got[-1].requires_grad else 0].sum().backward()
+            for (k, p), q in zip(ref.named_parameters(), mine.parameters()):
+                torch.testing.assert_close(q.grad, p.grad, msg=k)
+    return fast
+
+
+def _graphs_and_breaks(fast):
+    c = fast._mlircap_capture
+    assert not any(v.eager for v in c.variants), [v.reason for v in c.variants]
+    return c.graph_count, sum(len(v.breaks) for v in c.variants)
+
+
+def test_block_inside_forward_is_one_graph():
+    calls = [(torch.randn(1, 4), torch.tensor([i % 3])) for i in range(5)]
+    fast = _run(_BlockWritesCache, calls)
+    assert _graphs_and_breaks(fast) == (1, 0)   # (3 graphs before)
+
+
+def test_block_reads_state_changed_between_calls():
+    # the buffer the block writes and reads is changed from outside between calls, the weight too
+    def mutate(m, i):
+        with torch.no_grad():
+            m.cache.fill_(float(i))
+            m.proj.weight.mul_(0.5)
+
+    calls = [(torch.randn(1, 4), torch.tensor([(2 * i) % 3])) for i in range(4)]
+    fast = _run(_BlockWritesCache, calls, mutate=mutate)
+    assert _graphs_and_breaks(fast) == (1, 0)
+
+
+def test_block_opening_the_graph_then_no_grad_update():
+    def mutate(m, i):
+        if i == 2:
+            m.count.fill_(10.0)
+
+    calls = [(torch.randn(4 + i % 2, 6),) for i in range(5)]
+    fast = _run(_BlockFirstThenNoGrad, calls, mutate=mutate)
+    graphs, breaks = _graphs_and_breaks(fast)
+    assert breaks == 0 and graphs == len(fast._mlircap_capture.variants), graphs   # (one graph per shape)
+
+
+def test_compiled_block_results_are_inference_tensors():
+    # the mlircap backend compiles the merged graph: same results, no eager fallback
+    calls = [(torch.randn(1, 4), torch.tensor([i % 3])) for i in range(3)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _run(_BlockWritesCache, calls, backend=None)
+        _run(_BlockFirstThenNoGrad, [(torch.randn(4, 6),) for _ in range(3)], backend=None)
+    bad = [str(w.message) for w in caught if "mlircap" in str(w.message) and "eager" in str(w.message)]
+    assert not bad, bad
+
+
+def test_views_made_in_the_block_stay_views_of_one_another():
+    # two outputs of the block, one a view of the other: the inference copies share memory, so a
+    # write through one (in a later inference block of the user's) is seen through the other
+    def f(x):
+        y = x * 3
+        with torch.inference_mode():
+            a = y * 2
+            b = a[1:]
+        return y + 1, a, b
+
+    fast = capture(f, EAGER)
+    for i in range(3):
+        x = torch.randn(3, 4)
+        want, got = f(x), fast(x)
+        _inference_same(got, want)
+        with torch.inference_mode():
+            got[1][2].fill_(7.0)
+            want[1][2].fill_(7.0)
+        torch.testing.assert_close(got[2], want[2])
+    assert _graphs_and_breaks(fast) == (1, 0)
+
+
+def test_enable_grad_inside_the_block_keeps_its_own_graph():
+    # grad enabled inside the block: not merged (the graph of its own as before), still eager's
+    src = '''
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+    def forward(self, x):
+        h = self.fc(x)
+        with torch.inference_mode():
+            with torch.enable_grad():
+                k = x * 2
+        return h, k + 1
+def make():
+    return M()
+'''
+    run_program(src, [(torch.randn(2, 4),) for _ in range(3)])
+
+
+def test_flag_read_in_the_block_is_guarded():
+    # a Python flag read inside the block decides its ops: flipping it between calls records again
+    src = '''
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.square = False
+    def forward(self, x):
+        h = self.fc(x)
+        with torch.inference_mode():
+            s = x.abs().mean() if not self.square else (x * x).mean()
+        return h * 2, s
+def make():
+    return M()
+def mutate(i, m):
+    m.square = i % 2 == 1
+'''
+    c = run_program(src, [(torch.randn(2, 4),) for _ in range(4)], graphs=2, breaks=0)
+    assert c.stats.records == 2, c.stats.recompile_reasons
