@@ -3,6 +3,7 @@ measured side by side in one process.
 
     python bench/overhead.py [--calls 20000] [--no-inductor] [--grad] [--cases x+1,mlp,...]
     python bench/overhead.py --profile mlp     # cProfile of mlircap's calls of one case
+    python bench/overhead.py --step            # a training step per call: forward, pow(2).mean(), backward
 
 Each program is tiny (a few elements), so its time is host time: the wrapper, guards,
 the compiled graph's call and the runtime's per-call work.  Times are process CPU time
@@ -88,16 +89,29 @@ def _check(name: str, ref, out) -> None:
         print(f"  !! {name}: result differs from eager (max |diff| {(ref - out).abs().max().item():.2e})")
 
 
-def run(names: list[str], calls: int, block: int, inductor: bool, grad: bool) -> None:
+def _training_step(fn):
+    """`fn` called as a training step: its (first) output's pow(2).mean() backward. The
+    parameters' .grad accumulate (so does eager's, alike)."""
+    def step(*args):
+        out = fn(*args)
+        out = out if isinstance(out, torch.Tensor) else out[0]
+        if out.requires_grad:
+            out.pow(2).mean().backward()
+        return out
+    return step
+
+
+def run(names: list[str], calls: int, block: int, inductor: bool, grad: bool, step: bool = False) -> None:
     torch.set_num_threads(1)
-    mode = "grad mode on" if grad else "torch.no_grad()"
+    mode = "training step (forward, pow(2).mean(), backward)" if step else \
+        "grad mode on" if grad else "torch.no_grad()"
     print(f"per-call process CPU time (µs), min over blocks of {block} calls (median), {calls} calls each, "
           f"1 thread, {mode}")
     hdr = f"{'program':<14} {'eager':>14} {'mlircap':>14} {'x eager':>8}"
     if inductor:
         hdr += f" {'inductor':>14} {'x eager':>8}"
     print(hdr)
-    ctx = torch.enable_grad if grad else torch.no_grad
+    ctx = torch.enable_grad if grad or step else torch.no_grad
     for name, fn, args in cases():
         if name not in names:
             continue
@@ -115,6 +129,8 @@ def run(names: list[str], calls: int, block: int, inductor: bool, grad: bool) ->
                 ind(*args)
                 _check(name + " (inductor)", ref, ind(*args))
                 fronts.append(ind)
+            if step:
+                fronts = [_training_step(f) for f in fronts]
             for f in fronts:   # warm up
                 for _ in range(200):
                     f(*args)
@@ -153,12 +169,14 @@ def main() -> None:
     ap.add_argument("--cases", default=",".join(n for n, _, _ in cases()))
     ap.add_argument("--no-inductor", action="store_true")
     ap.add_argument("--grad", action="store_true", help="calls with grad mode on (no input requires grad)")
+    ap.add_argument("--step", action="store_true",
+                    help="a training step per call (grad mode on): the output's pow(2).mean() backward too")
     ap.add_argument("--profile", metavar="CASE", help="cProfile mlircap's calls of one case instead")
     a = ap.parse_args()
     if a.profile:
         profile(a.profile, a.calls, a.grad)
         return
-    run(a.cases.split(","), a.calls, a.block, not a.no_inductor, a.grad)
+    run(a.cases.split(","), a.calls, a.block, not a.no_inductor, a.grad, a.step)
 
 
 if __name__ == "__main__":

@@ -162,7 +162,8 @@ def checked(fn: Any, checks: list[Check]) -> Any:
         if not torch.is_grad_enabled():
             return out
         outs = out if isinstance(out, (list, tuple)) else (out,)
-        if pending[0]:
+        if pending[0] and torch._C._autograd._top_saved_tensors_default_hooks(False) is None:
+            # (not under saved_tensors_hooks: reading the saved tensors would run their unpack hook)
             node = _aot_node(outs)
             if node is not None:
                 pending[0] = False
