@@ -2138,13 +2138,15 @@ def import_fx(gm: torch.fx.GraphModule, func_name: str = "main") -> str:
 
 
 def lower_torch_ir(raw_ir: str) -> FrontendResult:
-    """torch-mlir's pipelines: raw torch IR -> torch backend IR -> linalg-on-tensors."""
-    from torch_mlir import ir
+    """torch-mlir's pipelines: raw torch IR -> torch backend IR -> linalg-on-tensors
+    (view(dtype) rewritten as builtin code first: bitcast.py)."""
     from torch_mlir.compiler_utils import OutputType, lower_mlir_module, run_pipeline_with_repro_report
+
+    from . import bitcast
 
     ctx, diags = _context()
     try:
-        module = ir.Module.parse(raw_ir, ctx)
+        module = bitcast.parse(bitcast.lower_view_dtype(raw_ir), ctx)
     except Exception as e:
         raise FrontendError("torch-mlir parse", str(e), []) from e
     try:

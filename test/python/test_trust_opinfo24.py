@@ -1,0 +1,92 @@
+"""OpInfo sweep (bench/opinfo.py, issue 10), session 24 (held-out seeds 2207-2209): op forms
+that ran through torch (an eager island, a whole graph eagerly) or gave another result than
+eager. Each case compares compiled calls with eager and checks that every graph compiled."""
+import warnings
+
+import pytest
+import torch
+
+import mlircap
+from compiled_check import check_compiled  # test/python/compiled_check.py
+
+
+def _bits(t):
+    """A tensor's bytes (its elements' bits, NaN payloads included)."""
+    return t.contiguous().reshape(-1).view(torch.uint8) if t.dtype != torch.bool else t
+
+
+def _same_bits(got, want):
+    gs = got if isinstance(got, tuple) else (got,)
+    ws = want if isinstance(want, tuple) else (want,)
+    for g, w in zip(gs, ws):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g, w)
+        assert torch.equal(_bits(g), _bits(w)), (g, w)
+
+
+# ------------------------------------------------------------------------ view(dtype)
+# x.view(dtype) ran through torch ('aten.view ... torch-mlir cannot lower it': torch-mlir has
+# no lowering of torch.aten.view.dtype). bitcast.py rewrites it as linalg: one arith.bitcast
+# per element for the same element size, a wider element split little-endian into the last
+# dim's parts, narrower ones joined.
+_ALL16 = torch.arange(65536, dtype=torch.int32).to(torch.int16)   # every 16-bit pattern
+_VIEWS = {
+    "f32_to_i32": (lambda x: x.view(torch.int32) + 1, torch.randn(4, 6)),
+    "i32_to_f32": (lambda x: (x ^ 5).view(torch.float32), torch.randint(-2 ** 31, 2 ** 31 - 1, (4096,),
+                                                                        dtype=torch.int32)),
+    "f32_to_i16_after_op": (lambda x: (x * 2).view(torch.int16), torch.randn(4, 6)),
+    "i16_to_f32": (lambda x: (x + 1).view(torch.float32), _ALL16.reshape(256, 256)),
+    "bf16_every_pattern_to_i16": (lambda x: x.view(torch.bfloat16).view(torch.int16) ^ 0, _ALL16),
+    "i16_every_pattern_to_bf16": (lambda x: (x ^ 0).view(torch.bfloat16), _ALL16),
+    "f16_every_pattern_to_i16": (lambda x: x.view(torch.float16).view(torch.int16) * 1, _ALL16),
+    "i16_every_pattern_to_f16": (lambda x: (x ^ 0).view(torch.float16), _ALL16),
+    "f16_to_bf16": (lambda x: (x * 2).view(torch.bfloat16).view(torch.int16), torch.randn(3, 4).half()),
+    "f64_to_i8": (lambda x: (x * 3).view(torch.int8), torch.randn(2, 3, dtype=torch.float64)),
+    "i8_to_f64": (lambda x: (x + 1).view(torch.float64).view(torch.int64), torch.randint(-100, 100, (2, 16),
+                                                                                       dtype=torch.int8)),
+    "i64_to_i32_3d": (lambda x: (x ^ 0).view(torch.int32), torch.randint(-2 ** 62, 2 ** 62, (2, 3, 4))),
+    "bf16_to_i8": (lambda x: (x * 1).view(torch.int8), torch.randn(5, 4).bfloat16()),
+    "bool_to_i8": (lambda x: (~x).view(torch.int8), torch.rand(5, 3) > 0.5),
+    "bool_to_i64": (lambda x: (~x).view(torch.int64) + 0, torch.rand(4, 16) > 0.5),
+    "zero_dim": (lambda x: (x * 2).view(torch.int32), torch.tensor(1.5)),
+    "strided_rows": (lambda x: x[:, :4].view(torch.int16) + 1, torch.randn(4, 6)),
+    "transposed": (lambda x: x.t().view(torch.int32) - 1, torch.randn(4, 6)),
+    "subnormals": (lambda x: (x * 1e-40).view(torch.int32), torch.randn(100)),
+}
+
+
+@pytest.mark.parametrize("form", list(_VIEWS))
+def test_view_dtype_compiles(form, fallback_log):
+    f, x = _VIEWS[form]
+    fast = check_compiled(f, [x], fallback_log)
+    _same_bits(fast(x.clone()), f(x.clone()))   # bit for bit (NaN payloads: assert_close does not look)
+
+
+def test_view_dtype_writes_through_to_the_input(fallback_log):
+    # an in-place op on the view writes the input's bits, and a view returned next to
+    # compiled results is still the input's memory
+    def f(x):
+        x.view(torch.int32).bitwise_xor_(-2 ** 31)
+        return x.view(torch.int32), x * 2
+
+    x = torch.randn(4, 6)
+    fast = check_compiled(f, [x], fallback_log)
+    a, b = x.clone(), x.clone()
+    got, want = fast(a), f(b)
+    _same_bits(got, want)
+    assert torch.equal(a, b) and got[0].data_ptr() == a.data_ptr()
+
+
+def test_view_dtype_to_bool_stays_eager():
+    # bytes other than 0 / 1 are no bool: a bool result runs through torch (eager's tensor)
+    def f(x):
+        return (x & 1).view(torch.bool)
+
+    x = torch.randint(-3, 3, (8,), dtype=torch.int8)
+    fast = mlircap.compile(f)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            got = fast(x.clone())
+    assert torch.equal(got, f(x)) and got.dtype == torch.bool
+    assert any("aten.view at" in str(m.message) for m in w), [str(m.message) for m in w]
+
