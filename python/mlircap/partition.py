@@ -182,7 +182,10 @@ def cpu_narrow_library(name: str, args) -> bool:
         x, w = a, b
         if len(args) < 9 or args[6] or w.dim() not in (3, 4) or x.dim() != w.dim():
             return False   # transposed
-        stride, padding, dilation = args[3], args[4], args[5]
+        # a list of one number stands for every spatial dim (ATen's expand_param_if_needed:
+        # conv2d(padding='valid') reaches aten.convolution with padding [0])
+        stride, padding, dilation = ([int(p[0])] * (w.dim() - 2) if len(p) == 1 else list(p)
+                                     for p in (args[3], args[4], args[5]))
         out = x.shape[0] * w.shape[0]
         for i, k in enumerate(w.shape[2:]):
             out *= (x.shape[2 + i] + 2 * padding[i] - dilation[i] * (k - 1) - 1) // stride[i] + 1
