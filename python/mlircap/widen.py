@@ -75,6 +75,7 @@ _UINT8_OPS = {
     "aten::_unsafe_masked_index",   # a gather with a fill where masked (ran through torch)
     "aten::bucketize",       # compares the values 0..255 with the boundaries (ran through torch)
     "aten::trace",           # the diagonal's sum in int64, as sum (OpInfo trace uint8 ran through torch)
+    "aten::block_diag",      # the blocks moved into a tensor of zeros (OpInfo block_diag uint8 ran through torch)
 }
 # Pointwise ops whose integer semantics differ from uint8's beyond wrapping.
 _UINT8_POINTWISE_EXCLUDED = {"aten::lerp", "aten::view_as_real", "aten::view_as_complex"}

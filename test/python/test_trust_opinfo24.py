@@ -128,3 +128,12 @@ def test_valid_padding_large_convolution_is_no_backend_failure():
         got = fast(x, w, b)
     torch.testing.assert_close(got, f(x, w, b), rtol=0, atol=0)
 
+
+# ------------------------------------------------------------------- uint8 block_diag
+# OpInfo block_diag uint8 #2 (seed 2208): 'aten.block_diag (dtype uint8)' ran through torch.
+# It only moves the blocks into a tensor of zeros: widen.py's uint8-computable ops.
+@pytest.mark.parametrize("shapes", [((1,), (2,), (3,)), ((2, 3), (1, 1), (4,)), ((0, 2), (3, 0))])
+def test_uint8_block_diag_compiles(shapes, fallback_log):
+    g = torch.Generator().manual_seed(1)
+    ts = [torch.randint(0, 256, s, generator=g, dtype=torch.uint8) for s in shapes]
+    check_compiled(lambda *ts: torch.block_diag(*ts) + 1, ts, fallback_log)
