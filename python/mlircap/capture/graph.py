@@ -22,6 +22,7 @@ from .draws import _RNG_META, _draws_rng, _may_draw, _rng_token
 from .locations import _user_location, _user_stack_trace
 from .autocast import autocast_state, close_autocast, sync_autocast
 from .guards import _ambient
+from .sources import plain_subclass
 from .typeinfo import _is_constant_value, _is_ndarray
 from .grad_hooks import _REGISTER_HOOK, _GradHookMixin, pure_mapped_function
 from .asserts import _AssertMixin
@@ -68,6 +69,9 @@ class _Seg:
         # a call entered outside it, recorded into this graph (graph_steps._merge_inference):
         # those the graph outputs are made inference tensors after it runs (replay.py)
         self.inf_nodes: set[fx.Node] = set()
+        # nodes whose values eager made as instances of a plain torch.Tensor subclass (an
+        # argument's: sources.plain_subclass): the replay makes the graph's outputs so
+        self.sub_nodes: dict[fx.Node, type] = {}
 
 
 def _new_placeholder(seg: _Seg) -> fx.Node:
@@ -387,8 +391,8 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
             if ph is None:
                 ph = _new_placeholder(seg)
                 seg.ph[key] = ph
-                seg.inputs.append(self._use_node(si, node))
-                seg.examples.append(t)
+                seg.inputs.append(self._plain_input(self._use_node(si, node), t))
+                seg.examples.append(self._plain_example(t))
             return ph
         s = self.src.get(id(t))
         if s is not None and self.defer_nodes:
@@ -405,9 +409,24 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
         if ph is None:
             ph = _new_placeholder(seg)
             seg.ph[key] = ph
-            seg.inputs.append(s[0])
-            seg.examples.append(t)
+            seg.inputs.append(self._plain_input(s[0], t))
+            seg.examples.append(self._plain_example(t))
         return ph
+
+    @staticmethod
+    def _plain_input(expr: str, t: torch.Tensor) -> str:
+        """A graph input of a plain tensor subclass (sources.plain_subclass) goes in as a plain
+        tensor viewing it (`as_subclass(torch.Tensor)`: a compiled graph's runtime wrote its
+        in-place results back through the subclass's __torch_function__ and raised); its
+        ops' results are made instances of it again after the graph (seg.sub_nodes)."""
+        return f"{expr}.as_subclass(torch.Tensor)" if type(t) is not torch.Tensor and plain_subclass(type(t)) else expr
+
+    def _plain_example(self, t: torch.Tensor) -> torch.Tensor:
+        if type(t) is torch.Tensor or not plain_subclass(type(t)):
+            return t
+        p = t.as_subclass(torch.Tensor)
+        self.keep.append(p)
+        return p
 
     def _function_argument(self, fn: Any, name: str) -> bool:
         """fn, an argument of the torch function `name`, is a Python function FX cannot name
@@ -536,6 +555,8 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
             self.keep.append(res)
             if merged and res.is_inference():
                 seg.inf_nodes.add(node)
+            if type(res) is not torch.Tensor and plain_subclass(type(res)):
+                seg.sub_nodes[node] = type(res)
         elif isinstance(res, (tuple, list)):
             for i, r in enumerate(res):
                 if isinstance(r, torch.Tensor):
@@ -544,6 +565,8 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
                     self.keep.append(r)
                     if merged and r.is_inference():
                         seg.inf_nodes.add(gi)
+                    if type(r) is not torch.Tensor and plain_subclass(type(r)):
+                        seg.sub_nodes[gi] = type(r)
                 elif isinstance(r, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in r):
                     raise Unreplayable(f"nested tensor containers returned by {name}")
         elif res is not None:

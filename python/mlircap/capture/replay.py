@@ -426,6 +426,10 @@ class _GraphVariant(_Variant):
                 if inf:   # values eager made in an inference_mode block (graph_steps._merge_inference)
                     L.append(gi + "".join(o + ", " for o in inf) + f"= {rec.const(inference_copies)}(" +
                              "".join(o + ", " for o in inf) + ")")
+                for n in seg.outputs:   # instances of an argument's plain tensor subclass in eager
+                    if n in seg.sub_nodes:
+                        o = f"n{seg.idx}_{n.name}"
+                        L.append(gi + f"{o} = {o}.as_subclass({rec.const(seg.sub_nodes[n])})")
                 if checks or deferred:
                     L.append(gi[:-4] + "except Exception:")
                     L.append(gi + miss)

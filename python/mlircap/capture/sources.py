@@ -44,6 +44,18 @@ def _dict_items(d: dict) -> dict:
     return dict(d) if type(d) is dict else {k: dict.__getitem__(d, k) for k in d}
 
 
+def plain_subclass(t: type) -> bool:
+    """A Python subclass of torch.Tensor that keeps torch's default __torch_function__ and no
+    __torch_dispatch__ (`class Tagged(torch.Tensor)` with methods of its own): its ops run as a
+    plain tensor's, eager's default __torch_function__ then making each tensor result an
+    instance of it (`as_subclass`), which the replay does to the graph's outputs (replay.py)."""
+    tf = getattr(getattr(t, "__torch_function__", None), "__func__", None)
+    return t is not torch.Tensor and issubclass(t, torch.Tensor) and not issubclass(t, torch.nn.Parameter) and \
+        tf is torch.Tensor.__torch_function__.__func__ and \
+        getattr(t, "__torch_dispatch__", None) is torch._C._disabled_torch_dispatch_impl and \
+        not issubclass(t, torch.nn.parameter.UninitializedTensorMixin)
+
+
 def _propagating_subclass(t: type) -> bool:
     """A torch.Tensor subclass whose type torch's ops carry to their results (the default
     __torch_function__, or its own; or its own __torch_dispatch__: a wrapper subclass, whose
@@ -188,7 +200,7 @@ class _SourceMixin:
             return
         self.keep.append(v)
         if isinstance(v, torch.Tensor):
-            if _propagating_subclass(t):
+            if _propagating_subclass(t) and not (argrooted and plain_subclass(t)):
                 # eager's results of ops on it are of the subclass (and its __torch_function__
                 # runs for each); a graph's are plain tensors (returned as torch.Tensor: a
                 # user's methods on the subclass were gone)

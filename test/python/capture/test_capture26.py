@@ -193,3 +193,115 @@ def mutate(i, m):
 '''
     c = run_program(src, [(torch.randn(2, 4),) for _ in range(4)], graphs=2, breaks=0)
     assert c.stats.records == 2, c.stats.recompile_reasons
+
+
+# ---------------------------------------------------------------- plain torch.Tensor subclasses
+# An argument of a Python subclass of torch.Tensor that keeps torch's default __torch_function__
+# (no __torch_dispatch__): capture gave up on the whole function ("a tensor of the torch.Tensor
+# subclass ..."), where Dynamo makes one graph.  Its ops now record as a plain tensor's (the graph
+# takes it as a plain tensor viewing it) and the graph outputs eager made as instances of the
+# subclass are made so after the graph (sources.plain_subclass, replay.py).
+class _Tagged(torch.Tensor):
+    def describe(self):
+        return "tagged"
+
+    def scaled(self, k):
+        return self * k
+
+
+def _subclass_fn(s, x):
+    y = s.mul_(2)
+    return s + x, (s * 2).sum(), x + 1, y, s, s.describe(), torch.split(s.scaled(3.0), 2), s.T
+
+
+def _check_subclass_calls(fast, backend_exact):
+    for i in range(5):
+        base = torch.randn(4, 3)
+        plain = i == 2   # a plain tensor in the same place: a variant of its own (the type is guarded)
+        s1 = base.clone() if plain else base.clone().as_subclass(_Tagged)
+        s2 = base.clone() if plain else base.clone().as_subclass(_Tagged)
+        x = torch.randn(4, 3)
+        if plain:
+            want, got = (s1 + x, x * 3), fast(s2, x)
+            continue
+        want, got = _subclass_fn(s1, x), fast(s2, x)
+        flat_w = list(want[:5]) + list(want[6]) + [want[7]]
+        flat_g = list(got[:5]) + list(got[6]) + [got[7]]
+        assert [type(t) for t in flat_g] == [type(t) for t in flat_w]
+        assert got[3] is s2 and got[4] is s2 and got[5] == want[5]
+        for a, b in zip(flat_w, flat_g):
+            a, b = a.as_subclass(torch.Tensor), b.as_subclass(torch.Tensor)
+            if backend_exact:
+                assert torch.equal(a, b)
+            else:
+                torch.testing.assert_close(b, a)
+        assert torch.equal(s1.as_subclass(torch.Tensor), s2.as_subclass(torch.Tensor))   # (the in-place write)
+
+
+def test_plain_subclass_argument_is_one_graph():
+    def f(s, x):
+        if type(s) is torch.Tensor:
+            return s + x, x * 3
+        return _subclass_fn(s, x)
+
+    fast = capture(f, EAGER)
+    _check_subclass_calls(fast, True)
+    c = fast._mlircap_capture
+    assert not any(v.eager for v in c.variants), [v.reason for v in c.variants]
+    assert c.graph_count == 2 and all(not v.breaks for v in c.variants)   # (the subclass's, the plain one's)
+
+
+def test_plain_subclass_argument_compiled():
+    def f(s, x):
+        if type(s) is torch.Tensor:
+            return s + x, x * 3
+        return _subclass_fn(s, x)
+
+    fast = mlircap.compile(f)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _check_subclass_calls(fast, False)
+    bad = [str(w.message) for w in caught if "mlircap" in str(w.message)]
+    assert not bad, bad
+
+
+def test_plain_subclass_argument_requiring_grad():
+    def f(s, w):
+        return (s @ w).tanh(), (s * s).sum()
+
+    fast = capture(f, EAGER)
+    for i in range(3):
+        base, w = torch.randn(3, 4), torch.randn(4, 2)
+        s1 = base.clone().as_subclass(_Tagged).requires_grad_()
+        s2 = base.clone().as_subclass(_Tagged).requires_grad_()
+        want, got = f(s1, w), fast(s2, w)
+        assert [type(t) for t in got] == [type(t) for t in want] == [_Tagged, _Tagged]
+        (want[0].sum() + want[1]).backward()
+        (got[0].sum() + got[1]).backward()
+        assert type(s2.grad) is type(s1.grad)
+        torch.testing.assert_close(s2.grad.as_subclass(torch.Tensor), s1.grad.as_subclass(torch.Tensor))
+    assert fast._mlircap_capture.graph_count == 1
+
+
+def test_subclass_with_its_own_torch_function_still_runs_eagerly():
+    # a subclass overriding __torch_function__ decides what its ops do: not a plain subclass
+    class Logged(torch.Tensor):
+        calls = []
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            cls.calls.append(getattr(func, "__name__", "?"))
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    def f(s, x):
+        return s + x
+
+    fast = capture(f, EAGER)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        for _ in range(2):
+            s = torch.randn(3).as_subclass(Logged)
+            n0 = len(Logged.calls)
+            got = fast(s, torch.randn(3))
+            assert type(got) is Logged and len(Logged.calls) > n0   # (its __torch_function__ ran)
+    assert all(v.eager for v in fast._mlircap_capture.variants)
