@@ -305,3 +305,28 @@ def test_subclass_with_its_own_torch_function_still_runs_eagerly():
             got = fast(s, torch.randn(3))
             assert type(got) is Logged and len(Logged.calls) > n0   # (its __torch_function__ ran)
     assert all(v.eager for v in fast._mlircap_capture.variants)
+
+
+def test_block_view_of_an_inference_argument_stays_its_view():
+    # a view made in the block of an inference-tensor argument is that argument's view in eager
+    # (an inference tensor already: not copied), so later writes to the argument show through it
+    def f(a, x):
+        y = x * 2
+        with torch.inference_mode():
+            v = a[0]
+            w = v * 3
+        n = float(y.sum())
+        return v, w + n, y
+
+    for fast in (capture(f, EAGER), mlircap.compile(f)):
+        for i in range(3):
+            with torch.inference_mode():
+                a1 = torch.randn(3, 4)
+                a2 = a1.clone()
+            x = torch.randn(3, 4)
+            want, got = f(a1, x), fast(a2, x)
+            _inference_same(got, want, exact=False)
+            with torch.inference_mode():
+                a1.fill_(float(i))
+                a2.fill_(float(i))
+            torch.testing.assert_close(got[0], want[0])
