@@ -50,6 +50,34 @@ _ROUNDED_NUMBERS = {"aten::add": ("other",), "aten::sub": ("other",), "aten::rsu
                     "aten::pow": ("self", "exponent"), "aten::fmod": ("other",), "aten::remainder": ("other",)}
 
 
+# Tensor operands of another dtype than the op's bfloat16/float16 result (`x - t` of a bf16 x
+# and an int32 / float32 0-dim t: the result is bf16): eager's CPU kernels read them converted
+# to the result's dtype first (TensorIterator's common dtype; through float32, as c10 converts
+# an int or a double), as they do Python numbers (_ROUNDED_NUMBERS). Computed in float32, t was
+# read as it is (fuzz_graphs edges seed 501: 99840 - int32 100000 gave -160, eager's 0). But
+# for a one-element second operand of mul / div, which those kernels read as it is (in float32:
+# the scalar path, TensorIterator.original_scalar_value); measured over 4000 values each.
+_ROUNDED_OPERANDS = {"aten::add", "aten::sub", "aten::rsub", "aten::mul", "aten::div", "aten::maximum",
+                     "aten::minimum", "aten::fmax", "aten::fmin", "aten::atan2", "aten::fmod", "aten::remainder",
+                     "aten::hypot", "aten::logaddexp", "aten::logaddexp2", "aten::copysign"}
+_SCALAR_READ = {"aten::mul", "aten::div"}
+
+
+def _rounded_operand(node: fx.Node, a: fx.Node, dtype: torch.dtype) -> bool:
+    """Whether eager reads the tensor operand `a` (not of `dtype`, the low result dtype) of
+    `node` converted to `dtype` (_ROUNDED_OPERANDS)."""
+    v = a.meta.get("val")
+    name = op_name(node.target)
+    if name not in _ROUNDED_OPERANDS or not isinstance(v, torch.Tensor) or v.dtype == dtype or \
+            v.dtype.is_complex or v.dtype in LOW:
+        return False
+    try:
+        scalar = int(v.numel()) == 1
+    except (TypeError, RuntimeError):   # symbolic sizes
+        return False
+    return not (name in _SCALAR_READ and scalar and len(node.args) > 1 and node.args[1] is a and node.args[0] is not a)
+
+
 def as_dtype_scalar(v, dtype: torch.dtype):
     """The Python number `v` converted to `dtype` as eager converts a scalar operand
     (rounded to bfloat16 / float32, wrapped to int8), as a Python number again; `v`
@@ -147,6 +175,12 @@ def compute_in_float32(gm: fx.GraphModule, only: Callable[[fx.Node], bool] | Non
                     up = graph.call_function(prims.convert_element_type.default, (a, torch.float32))
                     up.meta["val"] = _as(v, torch.float32)
                     n.replace_input_with(a, up)
+                elif rounded_numbers and _rounded_operand(n, a, want.dtype):
+                    x = a
+                    for dt in ((torch.float32,) if v.dtype != torch.float32 else ()) + (want.dtype, torch.float32):
+                        x = graph.call_function(prims.convert_element_type.default, (x, dt))
+                        x.meta["val"] = _as(v, dt)
+                    n.replace_input_with(a, x)
         n.meta["val"] = _as(want, torch.float32)
         n.meta.pop("tensor_meta", None)
         with graph.inserting_after(n):

@@ -196,7 +196,9 @@ def test_unused_lapack_op_raises_as_eager(form):
 # read the result at the out tensor's old shape: (3,) where eager's is (2,)), as_strided_ of
 # an intermediate (seed 283: 11 of 12 values read at other positions; seed 450: IndexError),
 # resize_ of one: the function runs eagerly (capture.tensor_meta._inner_metadata), as it did for
-# tensors from outside.
+# tensors from outside. (Since session 24 an out= tensor of the function's own that the op's
+# result simply replaces is rebound to it and compiles, restrides._rebound_out: values then
+# within the dtype's tolerance, a compiled sum.)
 _INNER_META = {
     "out_resized_then_indexed": lambda x: torch.add(x.sum(0), 1, out=torch.zeros(3, dtype=x.dtype))[..., 0],
     "out_empty_then_reduced": lambda x: torch.mul(x, 2, out=torch.empty(0)).sum(-1),
@@ -216,7 +218,7 @@ def test_metadata_changed_in_place_on_own_tensors(form):
         warnings.simplefilter("ignore")
         for _ in range(3):
             want, got = fn(x.clone()), fast(x.clone())
-            same(got, want)
+            same(got, want, exact=not form.startswith("out_"))
 
 
 def test_out_of_the_right_shape_still_compiles(fallback_log):

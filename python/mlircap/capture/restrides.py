@@ -9,10 +9,15 @@ leaves the tensor as it was.  The graph's example of that input is a view with t
 it had before the op (the recording changed the real tensor).  Until the replay's end the
 tensor keeps its old metadata: a graph-break step after the op (which could see it) makes
 the recording give up (`restride_ok`), as do other in-place metadata changes (resize_,
-as_strided_, set_, an out= argument resized) and tensors that require grad."""
+as_strided_, set_, an out= argument resized) and tensors that require grad.
+
+An out= argument the function made itself and the op resizes (`torch.add(a, b,
+out=torch.empty(0))`, the reuse idiom eager's resize warning names) is rebound instead: the
+op is recorded out of place and the tensor is its result from then on (`_rebound_out`)."""
 from __future__ import annotations
 
 import torch
+from torch.utils._pytree import tree_map
 
 from .steps import CallStep, Write
 
@@ -52,6 +57,39 @@ class _RestrideMixin:
                 if seg.examples[i] is t:
                     seg.examples[i] = torch.as_strided(t.detach(), shape, stride, offset)
                     self.keep.append(seg.examples[i])
+
+    def _rebound_out(self, func, name: str, args: tuple, kwargs: dict, res, inner: list):
+        """After `func(*args, out=t)` changed the shape or strides of t, a tensor the function
+        made: the call recorded as `func(*args)`, whose result t is from then on, where that is
+        what eager's out= did (returns `res`; None: the function then runs eagerly, as for
+        as_strided_ / resize_ / set_ of its own tensors). Only where t alone changed, nothing
+        else shares t's memory (a view of it, a tensor it views, an alias of an input: those
+        would see the write, which the rebinding does not make), and the op's out-of-place
+        result, computed on meta tensors, has t's new dtype, shape and strides (out= casts to
+        t's dtype, and a reduction accumulates in it: sum of a half x, out= a float32 t)."""
+        t = kwargs.get("out")
+        if type(t) is not torch.Tensor or res is not t or t.layout != torch.strided or t._base is not None or \
+                t.requires_grad or id(t) in self.__dict__.get("data_aliases", {}) or \
+                any(u is not t and (u.dtype, u.shape, u.stride(), u.storage_offset()) != m for u, m in inner):
+            return None
+        use_count = getattr(torch._C, "_storage_Use_Count", None)
+        # (2: t itself and the storage handle asked for here)
+        if use_count is None or use_count(t.untyped_storage()._cdata) > 2:
+            return None
+        kw = {k: v for k, v in kwargs.items() if k != "out"}
+
+        def meta(x):
+            if type(x) is torch.Tensor and x.layout == torch.strided:
+                return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+            return x
+        try:
+            m = func(*tree_map(meta, args), **tree_map(meta, kw))
+        except Exception:
+            return None
+        if not (type(m) is torch.Tensor and m.device.type == "meta" and m.dtype == t.dtype and
+                m.shape == t.shape and m.stride() == t.stride()):
+            return None
+        return self._after_torch(func, name, args, kw, res)
 
     def restride_ok(self) -> str | None:
         """Why this recording cannot be replayed (see the module's docstring), or None."""
