@@ -81,8 +81,11 @@ struct SimplifyMath : impl::MlircapSimplifyMathBase<SimplifyMath> {
     RewritePatternSet patterns(&getContext());
     populateMathAlgebraicSimplificationPatterns(patterns);
     patterns.add<FoldSqrtOfConstant, DivByConstant>(&getContext());
-    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
-      signalPassFailure();
+    // Not converging is no failure: every rewrite keeps the IR valid and the
+    // values the same. (`math.fpowi %x, 10` never converged: an upstream
+    // pattern matches it again and again, and the pass failing made the whole
+    // graph run eagerly, 'pass pipeline failed', naming no op.)
+    (void)applyPatternsGreedily(getOperation(), std::move(patterns));
   }
 };
 } // namespace

@@ -137,3 +137,17 @@ def test_uint8_block_diag_compiles(shapes, fallback_log):
     g = torch.Generator().manual_seed(1)
     ts = [torch.randint(0, 256, s, generator=g, dtype=torch.uint8) for s in shapes]
     check_compiled(lambda *ts: torch.block_diag(*ts) + 1, ts, fallback_log)
+
+
+# ------------------------------------------------------------ powers past 8
+# x.pow(10.0) (nn.functional.pdist p=10, seed 2209, and any x ** n with |n| > 8): torch-mlir
+# makes math.fpowi, on which mlircap-simplify-math's greedy rewrite never converged; the pass
+# failed, 'pass pipeline failed', and the whole graph ran eagerly naming no op.
+@pytest.mark.parametrize("exponent", [10.0, 16.0, -10.0, 9.0, 37.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_integer_power_past_eight_compiles(exponent, dtype, fallback_log):
+    g = torch.Generator().manual_seed(2)
+    x = (torch.rand(6, 5, generator=g) * 2.4 - 1.2).to(dtype)
+    x[0, :4] = torch.tensor([0.0, float("nan"), float("inf"), -float("inf")]).to(dtype)
+    check_compiled(lambda x: x.pow(exponent) + 1, [x], fallback_log, exact=False)
+
