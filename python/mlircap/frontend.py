@@ -396,6 +396,9 @@ def _build_table() -> dict:
     from .scatter import masked_scatter
 
     table[aten.masked_scatter.default] = masked_scatter   # torch-mlir's lowering: no CPU kernel
+    from .distances import pdist_forward
+
+    table[aten._pdist_forward.default] = pdist_forward   # torch-mlir cannot lower it
     table[aten.take.default] = _take_by_index       # a 0-d index: torch's decomposition reads it as a number
     table[aten.resize.default] = _resize_contiguous   # resize_as_: torch-mlir cannot lower it
     table[aten.repeat_interleave.Tensor] = _repeat_indices   # output_size=: torch-mlir cannot lower it

@@ -151,3 +151,42 @@ def test_integer_power_past_eight_compiles(exponent, dtype, fallback_log):
     x[0, :4] = torch.tensor([0.0, float("nan"), float("inf"), -float("inf")]).to(dtype)
     check_compiled(lambda x: x.pow(exponent) + 1, [x], fallback_log, exact=False)
 
+
+# -------------------------------------------------------------------------- pdist
+# OpInfo nn.functional.pdist float32 #4 (seed 2209): 'aten._pdist_forward (unsupported)', torch-mlir
+# cannot lower it. distances.py: the row pairs of triu_indices gathered, |difference| reduced.
+_PDIST_X = torch.tensor([[1.0, float("nan"), 3.0], [2.0, 5.0, 1.0], [float("inf"), 0.0, 1.0], [2.0, 5.0, 1.0]])
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, 2.0, 3.0, 1.5, 0.5, 10.0, float("inf")])
+@pytest.mark.parametrize("shape", [(5, 5), (7, 3), (5, 1), "special"])
+def test_pdist_compiles(p, shape, fallback_log):
+    if shape == "special":   # NaN, inf and equal rows
+        x = _PDIST_X
+    else:
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(3))
+    check_compiled(lambda x: torch.nn.functional.pdist(x, p), [x], fallback_log, exact=False)
+
+
+def test_pdist_float64_and_small_inputs(fallback_log):
+    x = torch.randn(6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    check_compiled(lambda x: (torch.nn.functional.pdist(x), torch.nn.functional.pdist(x, 0.7)), [x], fallback_log,
+                   exact=False)
+    # one row: no pair; rows of no element: zeros (eager's)
+    for y in (torch.randn(1, 5), torch.randn(3, 0)):
+        fast = mlircap.compile(lambda y: torch.nn.functional.pdist(y) + 0)
+        for _ in range(2):
+            got = fast(y)
+        torch.testing.assert_close(got, torch.nn.functional.pdist(y))
+
+
+def test_pdist_gradient_as_eager():
+    x = torch.randn(5, 3, generator=torch.Generator().manual_seed(5))
+    x[1] = x[3]   # a zero distance: eager's _pdist_backward gives 0 there (no NaN)
+    fast = mlircap.compile(lambda x: torch.nn.functional.pdist(x).sum())
+    for _ in range(2):
+        xc = x.clone().requires_grad_()
+        fast(xc).backward()
+    xe = x.clone().requires_grad_()
+    torch.nn.functional.pdist(xe).sum().backward()
+    torch.testing.assert_close(xc.grad, xe.grad)
