@@ -65,9 +65,10 @@ class _Seg:
         self.inference = torch.is_inference_mode_enabled()
         if self.inference:
             self.start_grad = self.grad = torch.is_grad_enabled()
-        # nodes whose values eager made as inference tensors inside an inference_mode block of
-        # a call entered outside it, recorded into this graph (graph_steps._merge_inference):
-        # those the graph outputs are made inference tensors after it runs (replay.py)
+        # nodes whose values eager made inside a block of the other inference mode than the
+        # call's entry (inference tensors in a normal call, normal ones in an inference call),
+        # recorded into this graph (graph_steps._merge_inference): those the graph outputs are
+        # made tensors of the block's mode after it runs (replay.mode_copies)
         self.inf_nodes: set[fx.Node] = set()
         # nodes whose values eager made as instances of a plain torch.Tensor subclass (an
         # argument's: sources.plain_subclass): the replay makes the graph's outputs so
@@ -189,10 +190,7 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
             # out=torch.zeros(3)) of another shape: the graph's later ops read the result at
             # the out tensor's old shape), v.as_strided_(...) / v.resize_(n) / v.set_(...) of an
             # intermediate (its values read at other positions, or an IndexError): fuzz_graphs
-            # --families edges seeds 283, 423, 450. The function runs eagerly, but for an out= tensor
-            # of its own that the op's result simply replaces (restrides._rebound_out)
-            if "out" in kwargs and self._rebound_out(func, name, args, kwargs, res, inner) is res:
-                return res
+            # --families edges seeds 283, 423, 450. The function runs eagerly
             self.unreplayable = self.unreplayable or \
                 f"{_op_name(func)} changed the shape or strides of a tensor in place"
             return res
@@ -466,7 +464,7 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
 
     def _record(self, func: Callable, name: str, args: tuple, kwargs: dict, res: Any) -> None:
         amb = _ambient()
-        if self.cur is not None and self.cur.inference != amb[0] and not self._merge_inference(self.cur, amb[0]):
+        if self.cur is not None and self.cur.inference != amb[0] and not self._merge_inference(self.cur, amb[0], args, kwargs):
             self._close_seg()   # inference mode switched: a graph of its own, run in that mode
         if self.defer_window is not None:
             self.split_deferred(tree_flatten((args, kwargs))[0])
@@ -552,11 +550,14 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
         if trace:
             node.meta["stack_trace"] = trace
         seg.nops += 1
-        merged = amb[0] and not self.amb0[0]   # (an inference value a graph of the entry's mode may hold)
+        merged = amb[0] != self.amb0[0]   # (a block's value a graph of the entry's mode may hold)
+        if merged and not amb[0] and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                         for t in (res if isinstance(res, (tuple, list)) else (res,))):
+            seg.grad_in_block = True   # (a normal block in an inference call: graph_steps._merge_inference)
         if isinstance(res, torch.Tensor):
             self.env[id(res)] = (res, seg.idx, node)
             self.keep.append(res)
-            if merged and res.is_inference():
+            if merged and res.is_inference() == amb[0]:
                 seg.inf_nodes.add(node)
             if type(res) is not torch.Tensor and plain_subclass(type(res)):
                 seg.sub_nodes[node] = type(res)
@@ -566,7 +567,7 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
                     gi = seg.graph.call_function(operator.getitem, (node, i))
                     self.env[id(r)] = (r, seg.idx, gi)
                     self.keep.append(r)
-                    if merged and r.is_inference():
+                    if merged and r.is_inference() == amb[0]:
                         seg.inf_nodes.add(gi)
                     if type(r) is not torch.Tensor and plain_subclass(type(r)):
                         seg.sub_nodes[gi] = type(r)

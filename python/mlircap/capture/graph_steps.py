@@ -192,22 +192,33 @@ class _GraphStepMixin:
         self._add_break(reason, _user_location())
         self._call_result(k, True)
 
-    def _merge_inference(self, seg: Any, inference: bool) -> bool:
-        """An op about to be recorded runs in another inference mode than the open graph `seg`
-        (a `with torch.inference_mode():` block, a helper decorated with it): whether it joins
-        that graph instead of closing it.  Only in a call entered outside inference mode: the
-        block's ops are recorded with grad off (as eager's, which record no autograd), and
-        their results that eager made as inference tensors are marked (seg.inf_nodes) and made
-        inference tensors after the graph runs, where the graph outputs them (replay.py).  A
-        graph opened inside the block (seg.inference) becomes one of the entry's mode when an
-        op after the block joins it: its ops so far run with grad off.  Each block was a graph
-        of its own, run in inference mode: a graph before, one for the block, one after.  Not
-        for grad enabled inside the block (`torch.enable_grad()` there), nor in a call entered
-        in inference mode (an `inference_mode(False)` block: a graph of its own, as before)."""
-        if self.amb0[0]:
-            return False
-        if inference:
-            return not seg.inference and not torch.is_grad_enabled()
+    def _merge_inference(self, seg: Any, inference: bool, args: tuple, kwargs: dict) -> bool:
+        """An op about to be recorded runs in another inference mode than the open graph `seg`:
+        whether it joins that graph instead of closing it.  A block of the other mode than the
+        call's entry (`with torch.inference_mode():` in a call entered outside inference mode, a
+        helper decorated with it; `with torch.inference_mode(False):` in a call entered inside
+        it) was a graph of its own, run in its mode: a graph before, one for the block, one
+        after.  Its ops now join the graph of the entry's mode: an inference block's with grad
+        off (eager records no autograd there), a normal block's where none of its tensors
+        requires grad (so none of its results does); the results eager made in the block's mode
+        are marked (seg.inf_nodes) and made tensors of that mode after the graph runs, where the
+        graph outputs them (replay.mode_copies).  A graph opened inside the block becomes one of
+        the entry's mode when an op after the block joins it (an inference block's ops so far
+        then run with grad off).  Not for grad enabled inside an inference block
+        (`torch.enable_grad()` there) nor for a normal block whose results require grad."""
+        entry = self.amb0[0]
+        if inference != entry:   # an op inside the block, the open graph of the entry's mode
+            if seg.inference != entry:
+                return False
+            if inference:
+                return not torch.is_grad_enabled()
+            return not any(isinstance(t, torch.Tensor) and t.requires_grad for t in tree_flatten((args, kwargs))[0]) \
+                and kwargs.get("requires_grad") is not True
+        if entry:   # after a normal block that opened the graph: its results required no grad
+            if seg.__dict__.get("grad_in_block"):
+                return False
+            seg.inference = True
+            return True
         if not seg.inference or seg.start_grad or any(
                 n.target is torch._C._set_grad_enabled and n.args[0] for n in seg.graph.nodes):
             return False

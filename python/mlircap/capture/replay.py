@@ -64,15 +64,17 @@ _WRITE_FORMS = {
     "restride": "{t}.as_strided_(*{w})",   # (restrides.py)
 }
 
-def inference_copies(*ts: torch.Tensor) -> list[torch.Tensor]:
-    """Inference tensors holding the values of ts (a graph's outputs that eager made inside an
-    inference_mode block: graph_steps._merge_inference), with their shapes and strides; those
-    that share memory share the copy's (one view of another stays one)."""
+def mode_copies(inference: bool, *ts: torch.Tensor) -> list[torch.Tensor]:
+    """Tensors of the inference mode `inference` (inference tensors, or normal ones) holding the
+    values of ts: a graph's outputs that eager made inside a block of that mode
+    (graph_steps._merge_inference), with their shapes and strides; those that share memory share
+    the copy's (one view of another stays one), those of that mode already are left as they are
+    (a view of an argument of that mode stays its view)."""
     out: list[torch.Tensor] = []
-    with torch.inference_mode():
+    with torch.inference_mode(inference):
         groups: dict = collections.defaultdict(list)
         for t in ts:
-            if t.is_inference():
+            if t.is_inference() == inference:
                 continue
             groups[(t.device, t.untyped_storage().data_ptr())].append(t)
         copies: dict[int, torch.Tensor] = {}
@@ -422,9 +424,10 @@ class _GraphVariant(_Variant):
                     L.append(gi + "".join(f"n{seg.idx}_{n.name}, " for n in seg.outputs) + "= " + call)
                 else:
                     L.append(gi + call)
-                inf = [f"n{seg.idx}_{n.name}" for n in seg.outputs if n in seg.inf_nodes and not seg.inference]
-                if inf:   # values eager made in an inference_mode block (graph_steps._merge_inference)
-                    L.append(gi + "".join(o + ", " for o in inf) + f"= {rec.const(inference_copies)}(" +
+                inf = [f"n{seg.idx}_{n.name}" for n in seg.outputs if n in seg.inf_nodes and
+                       seg.inference == rec.amb0[0]]
+                if inf:   # values eager made in a block of the other inference mode (graph_steps._merge_inference)
+                    L.append(gi + "".join(o + ", " for o in inf) + f"= {rec.const(mode_copies)}({not rec.amb0[0]}, " +
                              "".join(o + ", " for o in inf) + ")")
                 for n in seg.outputs:   # instances of an argument's plain tensor subclass in eager
                     if n in seg.sub_nodes:

@@ -3,7 +3,7 @@ call entered outside inference mode.  Each block was a graph of its own, run in 
 (a graph before it, one for it, one after it: three graphs, as many compiled units); Dynamo holds
 such a block in its one graph.  The block's ops now join the open graph with grad off
 (graph_steps._merge_inference), and the graph outputs that eager made as inference tensors are
-made inference tensors after the graph runs (replay.inference_copies).  Each test compares
+made inference tensors after the graph runs (replay.mode_copies).  Each test compares
 results, is_inference, requires_grad, gradients and module state with eager after every call, and
 changes the state the block reads between calls (guards and inputs still right)."""
 import warnings
@@ -330,3 +330,59 @@ def test_block_view_of_an_inference_argument_stays_its_view():
                 a1.fill_(float(i))
                 a2.fill_(float(i))
             torch.testing.assert_close(got[0], want[0])
+
+
+def test_normal_block_in_an_inference_call_is_one_graph():
+    # called under inference_mode, a `torch.inference_mode(False)` block makes normal tensors (a
+    # buffer to write in place): its ops join the call's graph, its results made normal after it
+    def f(x):
+        a = x * 2
+        with torch.inference_mode(False):
+            b = torch.ones(3, 4) * 3
+            b.add_(1)
+            c = b[1:]
+        return a, b, c, a.sum() + b.sum()
+
+    for fast in (capture(f, EAGER), mlircap.compile(f)):
+        for i in range(3):
+            with torch.inference_mode():
+                x = torch.randn(3, 4)
+                want, got = f(x), fast(x)
+            _inference_same(got, want, exact=False)
+            got[1].mul_(2)   # (normal tensors: writable outside inference mode)
+            want[1].mul_(2)
+            if type(fast) is not mlircap.Compiled:   # (c still b's view; the mlircap backend's
+                torch.testing.assert_close(got[2], want[2])   # outputs do not alias one another)
+    assert _graphs_and_breaks(capture_and_call(f)) == (1, 0)
+
+
+def capture_and_call(f):
+    fast = capture(f, EAGER)
+    with torch.inference_mode():
+        fast(torch.randn(3, 4))
+    return fast
+
+
+def test_normal_block_with_a_parameter_requiring_grad_keeps_its_own_graph():
+    # the block's op reads a parameter that requires grad: its result requires grad in eager, so
+    # the block is a graph of its own (not run in inference mode), as before
+    lin = nn.Linear(4, 4)
+
+    def f(x):
+        a = x * 2
+        with torch.inference_mode(False):
+            h = lin(torch.ones(3, 4))
+        return a, h
+
+    fast = capture(f, EAGER)
+    for i in range(3):
+        with torch.inference_mode():
+            x = torch.randn(3, 4)
+            want, got = f(x), fast(x)
+        _inference_same(got, want)
+        got[1].sum().backward()
+        g = lin.weight.grad.clone()
+        lin.weight.grad = None
+        want[1].sum().backward()
+        torch.testing.assert_close(g, lin.weight.grad)
+        lin.weight.grad = None
