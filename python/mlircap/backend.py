@@ -1174,9 +1174,10 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
     eager_graph: list = []   # the captured graph with Python asserts (eager_first), for reruns
 
     def fw_compiler(gm, example_inputs):
-        from .intmath import bool_adds_as_or
+        from .intmath import bool_adds_as_or, logical_ops_in_common_dtype
 
         bool_adds_as_or(gm)
+        logical_ops_in_common_dtype(gm)
         fw_reach.append((_output_reach(gm), gm.meta.get("mlircap_num_fwd_outputs")))
         copies = _hoist_input_copies(gm)   # (after the reach: the outputs it adds come last)
         fw_trivial.append(_one_small_op(gm))

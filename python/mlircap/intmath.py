@@ -79,6 +79,39 @@ def bool_adds_as_or(gm) -> None:
         gm.recompile()
 
 
+def logical_ops_in_common_dtype(gm) -> None:
+    """aten.logical_and / or / xor of operands of two dtypes, rewritten in a traced graph:
+    eager's TensorIterator converts both to their common dtype first and then tests for
+    nonzero, so an int64 0-dim -2**40 beside an int8 tensor is int8 0, False (and a float64
+    1e-300 beside an int tensor float32 0); torch-mlir's lowering tested each operand as it
+    is (bench/fuzz_graphs.py --families dtypes seed 2865: logical_xor(x2, v9) of an int64 0-dim
+    x2 and an int8 v9, 384 of 384 values wrong at other values)."""
+    aten, prims = torch.ops.aten, torch.ops.prims
+    changed = False
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or n.target not in (aten.logical_and.default, aten.logical_or.default,
+                                                        aten.logical_xor.default) or len(n.args) < 2:
+            continue
+        vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in n.args[:2]]
+        if not all(isinstance(v, torch.Tensor) for v in vals) or vals[0].dtype == vals[1].dtype or \
+                any(v.is_complex() for v in vals):
+            continue
+        common = torch.result_type(*vals)
+        for a, v in zip(n.args[:2], vals):
+            if v.dtype == common:
+                continue
+            with gm.graph.inserting_before(n):
+                c = gm.graph.call_function(prims.convert_element_type.default, (a, common))
+            mode = getattr(v, "fake_mode", None)
+            if mode is not None:
+                with mode:
+                    c.meta["val"] = v.to(common)
+            n.replace_input_with(a, c)
+            changed = True
+    if changed:
+        gm.recompile()
+
+
 def floor_division(op, fallback):
     """floor_divide / div(rounding_mode="floor") of integers as truncating division
     plus a correction; truncating division by a Python int with a 0-dim divisor
