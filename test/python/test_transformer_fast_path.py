@@ -1,5 +1,5 @@
 """nn.MultiheadAttention and nn.TransformerEncoderLayer in eval under no_grad: without masks the
-recording takes the slow path (capture/calls._slow_path_same_as_fast), which computes what the
+recording takes the slow path (capture/fast_paths._slow_path_same_as_fast), which computes what the
 fused fast-path kernel computes and compiles with the ops around it; with masks it keeps eager's
 fast path, whose fully masked rows differ from the slow path's."""
 import pytest
@@ -12,10 +12,10 @@ import mlircap
 @pytest.fixture(autouse=True)
 def torch_as_defined():
     """The slow path is taken only where torch's functions and module methods are as torch
-    defined them (capture/calls._torch_as_defined): a test that left one replaced (as
+    defined them (capture/fast_paths._torch_as_defined): a test that left one replaced (as
     test_adversarial_idioms left nn.Linear.forward, test_function_arguments
     F.cosine_similarity) is named here, instead of the tests below finding an island."""
-    from mlircap.capture.calls import _torch_replaced
+    from mlircap.capture.fast_paths import _torch_replaced
 
     assert not _torch_replaced(), f"an earlier test left torch changed: {_torch_replaced()}"
 

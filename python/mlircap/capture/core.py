@@ -81,6 +81,8 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   special_calls  _SpecialCallMixin: methods of opaque call results (`with fork_rng()`), lru_cache calls,
                  vmap, a tensor's deepcopy, disabled loggers
   reads          _ReadMixin: LOAD_GLOBAL / LOAD_ATTR / LOAD_DEREF reads of external state, guarded
+  fast_paths     nn.MultiheadAttention / TransformerEncoderLayer fast paths: whether eager may take one,
+                 whether the slow path the recording takes computes the same (torch untouched)
   calls          _CallMixin: CALL handlers and call kinds
   tracer         _TracerMixin, _HANDLERS: the settrace callbacks and the opcode -> handler table
   resumes        _ResumeMixin: the frame's state after breaks, where a failed guard continues it
