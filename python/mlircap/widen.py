@@ -15,8 +15,10 @@ before the compiled code runs and uint8 outputs back to uint8 after it
 Only the ops in `uint8_computable` are rewritten this way (the partitioner runs
 the others through torch): pointwise ops, reductions that are sums, products,
 minima or maxima, and ops that only move elements.  Ops whose uint8 kernel
-rounds in its own way (interpolation, pooling averages) or that reinterpret
-bits (`view(dtype)`) are not among them.
+rounds in its own way (interpolation, pooling averages) are not among them.
+A view of uint8 bits as another dtype (`view(dtype)`, either way) reads the
+held value's int8 byte (int32 -> int8 wraps to it) and converts a uint8 result
+back to int32.
 """
 from __future__ import annotations
 
@@ -92,7 +94,7 @@ def uint8_computable(node: fx.Node) -> bool:
     if name in _UINT8_POINTWISE_EXCLUDED:
         return False
     if name == "aten::view" and "dtype" in str(getattr(node.target, "_overloadname", "")):
-        return False   # view(dtype): a bitcast
+        return True   # view(dtype): a bitcast of the wrapped value's int8 (widen_uint8)
     return name in _UINT8_OPS or torch.Tag.pointwise in getattr(node.target, "tags", ())
 
 
@@ -125,6 +127,10 @@ def widen_uint8(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[bool], list[bo
     inputs: list[bool] = []
     for n in nodes:
         if n.op == "output":
+            continue
+        if n.op == "call_function" and n.target is aten.view.dtype and _u8_view(n):
+            env[n] = m = _u8_view_widened(new, n, env)
+            orig[m] = n.meta.get("val")
             continue
         m = new.node_copy(n, lambda a: env[a])
         if n.op == "call_function":
@@ -175,6 +181,24 @@ def widen_uint8(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[bool], list[bo
     wgm = _module(gm, new)
     FakeTensorProp(wgm, mode).propagate(*fakes)
     return wgm, inputs, outputs
+
+
+def _u8_view(n: fx.Node) -> bool:
+    """`n` (an aten.view.dtype) reads or makes uint8."""
+    return n.args[1] is torch.uint8 or (isinstance(n.args[0], fx.Node) and _is_uint8(n.args[0].meta.get("val")))
+
+
+def _u8_view_widened(graph: fx.Graph, n: fx.Node, env: dict) -> fx.Node:
+    """x.view(dtype) of or to uint8 in the widened graph: the same bits as int8 (a uint8
+    value held in int32 converted to int8 wraps to the byte it holds), viewed, and a uint8
+    result converted back to int32 (widen_uint8 then wraps it with & 255)."""
+    x = env[n.args[0]]
+    if _is_uint8(n.args[0].meta.get("val")):
+        x = graph.call_function(prims.convert_element_type.default, (x, torch.int8))
+    if n.args[1] is torch.uint8:
+        v = graph.call_function(aten.view.dtype, (x, torch.int8))
+        return graph.call_function(prims.convert_element_type.default, (v, torch.int32))
+    return graph.call_function(aten.view.dtype, (x, n.args[1]))
 
 
 def _wrap_wider_operands(graph: fx.Graph, orig: dict) -> None:

@@ -190,3 +190,43 @@ def test_pdist_gradient_as_eager():
     xe = x.clone().requires_grad_()
     torch.nn.functional.pdist(xe).sum().backward()
     torch.testing.assert_close(xc.grad, xe.grad)
+
+
+# ------------------------------------------------------------------ uint8 view(dtype)
+# A view of uint8 as another dtype (or of another dtype as uint8) ran through torch ('aten.view
+# (dtype uint8)': widen.py computes uint8 as int32 and left bit views out). widen_uint8 now
+# views the held value's int8 byte (int32 -> int8 wraps to it) and converts a uint8 result
+# back (wrapped with & 255).
+_U8 = torch.randint(0, 256, (6, 8), dtype=torch.uint8, generator=torch.Generator().manual_seed(6))
+_U8_VIEWS = {
+    "u8_to_i64": (lambda x: (x + 1).view(torch.int64), _U8),
+    "u8_to_i8": (lambda x: (x * 3).view(torch.int8) + 0, _U8),
+    "u8_to_f32_bits": (lambda x: (x ^ 7).view(torch.float32).view(torch.int32), _U8),
+    "u8_to_bf16": (lambda x: (x + 0).view(torch.bfloat16).view(torch.int16) * 1, _U8),
+    "i8_to_u8": (lambda x: (x + 1).view(torch.uint8) // 3, _U8.view(torch.int8)),
+    "f32_to_u8": (lambda x: (x * 2).view(torch.uint8) + 1, torch.randn(4, 5)),
+    "i64_to_u8_sum": (lambda x: (x ^ 1).view(torch.uint8).sum(-1), torch.randint(-2 ** 62, 2 ** 62, (3, 4))),
+    "u8_to_u8": (lambda x: (x + 200).view(torch.uint8) + 100, _U8),
+    "bool_to_u8": (lambda x: (~x).view(torch.uint8) * 200, torch.rand(3, 4) > 0.5),
+    "u8_input_to_i16": (lambda x: x.view(torch.int16) + 1, _U8),
+    "zero_dim": (lambda x: (x + 1).view(torch.int8), torch.tensor(250, dtype=torch.uint8)),
+}
+
+
+@pytest.mark.parametrize("form", list(_U8_VIEWS))
+def test_uint8_view_dtype_compiles(form, fallback_log):
+    f, x = _U8_VIEWS[form]
+    fast = check_compiled(f, [x], fallback_log)
+    _same_bits(fast(x.clone()), f(x.clone()))
+
+
+def test_uint8_view_dtype_writes_through_and_aliases(fallback_log):
+    def f(x):
+        x.view(torch.int8).add_(100)
+        return x.view(torch.int8), x * 2
+
+    fast = check_compiled(f, [_U8], fallback_log)
+    a, b = _U8.clone(), _U8.clone()
+    got, want = fast(a), f(b)
+    _same_bits(got, want)
+    assert torch.equal(a, b) and got[0].data_ptr() == a.data_ptr()
