@@ -71,19 +71,23 @@ def test_backward_compiles_on_cuda_and_matches_eager(name, dtype):
     ref_m, _ = _case(name, dtype)   # (the same seed: the same parameters)
     ref_loss, ref_grads = _step(ref_m, ref_m, x, target)
     fast = mlircap.compile(m)
-    for _ in range(3):   # (the first call records; then twice compiled; BatchNorm's gradients
-        loss, grads = _step(fast, m, x, target)   # do not depend on its running statistics)
+    _step(fast, m, x, target)   # records and compiles the forward; its backward is eager's
+    n_forward = len(fast.graphs)
+    for _ in range(2):   # the backward compiles at the first compiled call's backward (BatchNorm's
+        loss, grads = _step(fast, m, x, target)   # gradients do not depend on its running statistics)
     tol = dict(rtol=3e-2, atol=3e-2) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(loss, ref_loss, **tol)
+    # each grad relative to its scale, floored at 1e-3 of the largest (bench/heldout.py's rule: a conv
+    # bias before BatchNorm has a gradient of ~0, rounding noise in eager and here alike)
+    floor = max(r.double().abs().max().item() for r in ref_grads) * 1e-3
     for (n, _), g, r in zip(m.named_parameters(), grads, ref_grads):
-        scale = r.double().abs().max().clamp_min(1e-6)
-        err = ((g.double() - r.double()).abs().max() / scale).item()
+        scale = max(r.double().abs().max().item(), floor)
+        err = (g.double() - r.double()).abs().max().item() / scale
         assert err < (5e-2 if dtype == torch.bfloat16 else 1e-3), (n, err)
-    cuda = [g for g in fast.graphs if g.device == "cuda" and g.fallback_reason is None]
-    assert len(cuda) >= 2, [(g.name, g.device, g.fallback_reason) for g in fast.graphs]
-    backward = cuda[-1]
-    steps = backward.executable.plan.steps
-    assert any(isinstance(s, KernelStep) for s in steps), [type(s).__name__ for s in steps]
+    backward = fast.graphs[n_forward:]
+    assert backward and all(g.device == "cuda" and g.fallback_reason is None for g in backward), \
+        [(g.name, g.device, g.fallback_reason) for g in fast.graphs]
+    assert any(isinstance(s, KernelStep) for g in backward for s in g.executable.plan.steps)
 
 
 def test_backward_runs_as_it_is_when_switched_off(monkeypatch):
@@ -91,7 +95,8 @@ def test_backward_runs_as_it_is_when_switched_off(monkeypatch):
     m, x = _case("block", torch.float32)
     fast = mlircap.compile(m)
     target = torch.zeros(4, dtype=torch.long, device="cuda")
-    for _ in range(3):
+    _step(fast, m, x, target)
+    n_forward = len(fast.graphs)
+    for _ in range(2):
         _step(fast, m, x, target)
-    cuda = [g for g in fast.graphs if g.device == "cuda" and g.fallback_reason is None]
-    assert len(cuda) == 1, [(g.name, g.device, g.fallback_reason) for g in fast.graphs]
+    assert len(fast.graphs) == n_forward, [(g.name, g.device, g.fallback_reason) for g in fast.graphs]
