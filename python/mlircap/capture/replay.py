@@ -62,6 +62,7 @@ _WRITE_FORMS = {
     "update": "{t}.update({w})",
     "discard": "{t}.difference_update({w})",
     "restride": "{t}.as_strided_(*{w})",   # (restrides.py)
+    "restride_kept": "_v = {t}._version; {t}.as_strided_(*{w}); torch._C._autograd._unsafe_set_version_counter(({t},), (_v,))",
 }
 
 def mode_copies(inference: bool, *ts: torch.Tensor) -> list[torch.Tensor]:

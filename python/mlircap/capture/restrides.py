@@ -37,7 +37,11 @@ class _RestrideMixin:
                         for t, _ in before):
             return None
         seg = self._seg()
+        read = self.__dict__.setdefault("restride_read", set())
         for t, _ in before:
+            s = self.src.get(id(t))
+            if s is not None and any(ph.users for sg in self.segs for key, ph in sg.ph.items() if key == ("src", s[0])):
+                read.add(id(t))   # (a graph op read it before: see restride_writes)
             self._arg_node(seg, t)
         return before
 
@@ -100,11 +104,20 @@ class _RestrideMixin:
         return None
 
     def restride_writes(self) -> list[Write]:
-        """The final writes: each restrided tensor given the metadata the recording left."""
+        """The final writes: each restrided tensor given the metadata the recording left.
+        Eager's in-place view op bumps the tensor's version before the ops after it read (and
+        autograd saves) it; the graph saves the tensor before the replay's final as_strided_,
+        whose bump then failed eager's saved-tensor check in backward ("modified by an inplace
+        operation", edges --grad seed 97: `x1.unsqueeze_(-1)` then atan2(v2, x1)). Where no
+        graph op read the tensor before the in-place view op, the final restride keeps its
+        version ("restride_kept"): every read is after it, as the graph's saves are; where one
+        did, eager's saves before the op fail its check, and the bump stays."""
         out = []
+        read = self.__dict__.get("restride_read", set())
         for t in self.__dict__.get("restrided", {}).values():
             s = self.src.get(id(t))
             if s is None:
                 raise RuntimeError("internal: a restrided tensor without a source")
-            out.append(Write("restride", s[0], None, (tuple(t.shape), tuple(t.stride()), t.storage_offset())))
+            out.append(Write("restride" if id(t) in read else "restride_kept", s[0], None,
+                             (tuple(t.shape), tuple(t.stride()), t.storage_offset())))
         return out
