@@ -467,6 +467,8 @@ def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
             isinstance(a, float) for a in _leaves((node.args, tuple(node.kwargs.values())), float)):
         return "numerics"   # eager truncates a float start/step to the integer type
     for v in vals:
+        if v.layout != torch.strided:   # sparse: torch-mlir's importer cannot even type it
+            return f"layout {str(v.layout).replace('torch.', '')}"
         if v.dtype == torch.uint8 and uint8_computable(node):
             continue   # computed as int32 and wrapped (widen.py)
         if v.dtype not in SUPPORTED_DTYPES:

@@ -230,3 +230,38 @@ def test_uint8_view_dtype_writes_through_and_aliases(fallback_log):
     got, want = fast(a), f(b)
     _same_bits(got, want)
     assert torch.equal(a, b) and got[0].data_ptr() == a.data_ptr()
+
+
+# ------------------------------------------------------------- sparse results and operands
+# OpInfo to_sparse bool #0 (seed 2209): torch-mlir's importer cannot type a sparse tensor, and
+# the whole graph ran eagerly with a warning naming no op ("Stage 'fx-import' rejected the
+# graph ... Unable to parse type ... #sparse_tensor.encoding"). An op with a sparse result or
+# operand is an eager island now (partition: 'layout sparse_coo'), named with its line; the
+# rest compiles.
+def _islands_named(fn, x, *ops):
+    fast = mlircap.compile(fn)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            got = fast(x.clone())
+    want = fn(x.clone())
+    gs, ws = (got if isinstance(got, tuple) else (got,)), (want if isinstance(want, tuple) else (want,))
+    for g, e in zip(gs, ws):
+        assert g.layout == e.layout
+        torch.testing.assert_close(g.to_dense(), e.to_dense())   # (a compiled sum: another order)
+    text = "\n".join(str(m.message) for m in w)
+    for op in ops:
+        assert f"aten.{op} at " in text and "(layout sparse_coo)" in text, text
+    assert "fx-import" not in text, text
+    return fast
+
+
+def test_sparse_result_is_a_named_island():
+    _islands_named(lambda x: x.to_sparse(), torch.tensor([[True, False], [False, True]]), "_to_sparse")
+
+
+def test_sparse_island_leaves_the_rest_compiled():
+    fast = _islands_named(lambda x: ((x * 2 + 1).to_sparse(), x.sum()), torch.randn(3, 4), "_to_sparse")
+    assert fast.graphs and all(g.fallback_reason is None for g in fast.graphs)
+    fast = _islands_named(lambda x: x.to_sparse().to_dense() * 3 + x, torch.randn(3, 4), "_to_sparse", "_to_dense")
+    assert fast.graphs and all(g.fallback_reason is None for g in fast.graphs)
