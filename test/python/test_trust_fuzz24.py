@@ -244,3 +244,38 @@ def test_in_place_view_op_and_saved_tensor_as_eager(fn):
 def test_edges_grad_seeds_not_wrong(fuzz, seed):
     rec = fuzz.run_programs([fuzz.generate(seed, ["edges"], grad=True)], jobs=1, timeout=120, progress=False)[0]
     assert rec["category"] in ("compiled", "fallback"), rec
+
+
+# ------------------------------------------------ a number read with .item(), in training
+# edges --grad seed 153: `v0 = x2 - x2.float().sum().item() / 3`: the read is deferred past the
+# open graph (deferred.py) and the graph input made from the number computed by the graph from
+# its copy of x2.sum(), which carried x2's gradient: x2.grad off by 5/3 per element on every
+# replay (`s = x.sum().item(); (x * s).sum()`: twice eager's). The copy is now detached.
+_ITEM_GRADS = {
+    "minus_mean": lambda x: ((x - x.sum().item() / 3) * torch.arange(1.0, 6.0)).sum(),
+    "scaled": lambda x: (x * x.sum().item()).sum(),
+    "clamped": lambda x: (x.clamp(-abs(x.max().item()), x.max().item()) * torch.arange(1.0, 6.0)).sum(),
+    "squeezed": lambda x: (lambda v: (v.squeeze_(), (v * torch.arange(1.0, 6.0)).sum())[1])(x - x.sum().item()),
+}
+
+
+@pytest.mark.parametrize("form", list(_ITEM_GRADS))
+def test_item_read_carries_no_gradient(form):
+    fn = _ITEM_GRADS[form]
+    fast = mlircap.compile(fn)
+    for i in range(3):
+        x0 = torch.linspace(-1, 2, 5) + i
+        grads = []
+        for f in (fn, fast):
+            x = x0.clone().requires_grad_()
+            loss = f(x)
+            loss.backward()
+            grads.append((loss.detach(), x.grad))
+        torch.testing.assert_close(grads[1], grads[0])
+    assert fast._compiled._mlircap_capture.stats.replays >= 1
+
+
+@pytest.mark.parametrize("seed", [153])
+def test_edges_grad_item_seeds_not_wrong(fuzz, seed):
+    rec = fuzz.run_programs([fuzz.generate(seed, ["edges"], grad=True)], jobs=1, timeout=120, progress=False)[0]
+    assert rec["category"] in ("compiled", "fallback"), rec

@@ -66,9 +66,14 @@ class _DeferMixin:
             # graph of one clone
             return False
         self.defer_sites.add(self._defer_site(loc))
-        c = torch.Tensor.clone(t)
+        # (a detached copy: the number has no gradient, and a graph input the open graph computes
+        # from it (_graph_input_in_graph) carried t's: `s = x.sum().item(); (x * s).sum()` gave
+        # x a gradient twice eager's, edges --grad seed 153)
+        d = torch.Tensor.detach(t)
+        c = torch.Tensor.clone(d)
         try:
-            self._record(torch.Tensor.clone, "clone", (t,), {}, c)
+            self._record(torch.Tensor.detach, "detach", (t,), {}, d)
+            self._record(torch.Tensor.clone, "clone", (d,), {}, c)
         except Exception:  # noqa: BLE001  (a tensor the graph cannot take: a break as before)
             return False
         seg = self.cur
