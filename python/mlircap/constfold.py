@@ -159,11 +159,21 @@ def fold_constants(gm: fx.GraphModule) -> int:
 
 def _fold(gm: fx.GraphModule) -> int:
     known = _evaluate(gm)
+    # A view of a known value stays a view of it: folded into constants of their own, an output
+    # and a view of it came back as two tensors where eager's share memory (`b = ones(3, 4) * 3;
+    # return b, b[1:]`: a write through one was not seen through the other), and the base is
+    # folded as read by the view. (Only views the graph returns, or views of them: others fold.)
+    views: set[fx.Node] = set()
+    for n in reversed(list(gm.graph.nodes)):
+        if n in known and getattr(n.target, "is_view", False) and n.args and n.args[0] in known and \
+                any(u.op == "output" or u in views for u in n.users):
+            views.add(n)
     folded = 0
     for node in list(gm.graph.nodes):
-        if node not in known or node.op != "call_function" or not node.all_input_nodes or len(known[node]) != 1:
+        if node not in known or node in views or node.op != "call_function" or not node.all_input_nodes or \
+                len(known[node]) != 1:
             continue   # inputs' constants, factories and tuples stay as they are
-        if all(u in known for u in node.users):
+        if all(u in known and u not in views for u in node.users):
             continue   # only read by nodes folded themselves
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
