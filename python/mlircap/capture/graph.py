@@ -190,7 +190,10 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
             # out=torch.zeros(3)) of another shape: the graph's later ops read the result at
             # the out tensor's old shape), v.as_strided_(...) / v.resize_(n) / v.set_(...) of an
             # intermediate (its values read at other positions, or an IndexError): fuzz_graphs
-            # --families edges seeds 283, 423, 450. The function runs eagerly
+            # --families edges seeds 283, 423, 450. The function runs eagerly, but for an out= tensor
+            # of its own that the op's result simply replaces (restrides._rebound_out)
+            if "out" in kwargs and self._rebound_out(func, name, args, kwargs, res, inner) is res:
+                return res
             self.unreplayable = self.unreplayable or \
                 f"{_op_name(func)} changed the shape or strides of a tensor in place"
             return res
