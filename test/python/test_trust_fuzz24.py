@@ -279,3 +279,31 @@ def test_item_read_carries_no_gradient(form):
 def test_edges_grad_item_seeds_not_wrong(fuzz, seed):
     rec = fuzz.run_programs([fuzz.generate(seed, ["edges"], grad=True)], jobs=1, timeout=120, progress=False)[0]
     assert rec["category"] in ("compiled", "fallback"), rec
+
+
+
+def _bernoulli_with_unused_division(x1, x2):
+    v0 = torch.bernoulli(torch.full_like(x2, 0.5))
+    unused = torch.div(v0, x2, rounding_mode="trunc")   # noqa: F841 - kept: a division checks its data
+    return x1[x1 > 0].sum().double(), torch.softmax(v0, 0)
+
+
+def test_kept_check_does_not_draw_random_numbers_again():
+    """backend._eager_checks: the graph of a differentiated function's unused raising op (the
+    division) computed that op's inputs again before the compiled graph, bernoulli included: it drew
+    its numbers twice, and the graph's own draws came from further along the generator (--grad seed
+    2981: the result was bernoulli of rand(6)[3:6], eager's of rand(3)). A check that draws makes the
+    graph run as captured."""
+    fast = mlircap.compile(_bernoulli_with_unused_division)
+    x1 = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
+    x2 = torch.randn(3, generator=torch.Generator().manual_seed(1))
+    for _ in range(3):
+        outs = []
+        for fn in (_bernoulli_with_unused_division, fast):
+            a, b = x1.clone().requires_grad_(), x2.clone().requires_grad_()
+            torch.manual_seed(0)
+            out = fn(a, b)
+            out[0].backward()
+            outs.append((out[1].detach(), a.grad, torch.rand(1)))
+        for got, want in zip(outs[1], outs[0]):
+            torch.testing.assert_close(got, want)
