@@ -2050,6 +2050,8 @@ def _eager_checks(kept: torch.fx.GraphModule, n: int):
     alone, run with eager's kernels; None unless they read the graph's inputs only: an op
     computed again would write its state again (a training batch_norm's running statistics:
     bench/fuzz_graphs.py seed 204 --families modules) or draw random numbers again."""
+    from .capture.draws import _node_draws
+
     graph = copy.deepcopy(kept.graph)
     out = next(x for x in reversed(graph.nodes) if x.op == "output")
     out.args = (tuple(out.args[0][n:]),)
@@ -2063,16 +2065,12 @@ def _eager_checks(kept: torch.fx.GraphModule, n: int):
         if "out" in x.kwargs or name.endswith("_") and not name.endswith("__") or \
                 name.strip("_") not in _RAISING_OPS and name.strip("_") not in _PURE:
             return None
-        if any(w in name for w in _RANDOM_WORDS):
+        if _node_draws(x):
             # a kept op that draws (bernoulli, multinomial raise on bad probabilities), or one on
             # the way to a kept op: computed again here, it drew its numbers a second time, before
             # the graph's own draws (--grad seed 2981: torch.bernoulli read from rand(6)[3:6])
             return None
     return torch.fx.GraphModule(kept, graph)
-
-
-_RANDOM_WORDS = ("rand", "bernoulli", "multinomial", "normal", "poisson", "dropout", "exponential", "uniform",
-                 "cauchy", "geometric")
 
 
 # Tensor functions that write no state and draw no random numbers: what _eager_checks may
