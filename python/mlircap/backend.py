@@ -529,6 +529,13 @@ class _Unsupported(Exception):
 
 
 _PLAN_REJECTED = "mlircap: unsupported op"
+_PIPELINE_FAILED = "pass pipeline failed"   # the core's error when a pass of its pipeline fails
+
+
+def _pipeline_failed(detail: str) -> bool:
+    """The core's error `detail` is a failing pass's, not the plan builder's rejection of an
+    op it has no kernel for (which fails the pipeline too)."""
+    return _PIPELINE_FAILED in detail and _PLAN_REJECTED not in detail
 
 
 class _PlanRejected(RuntimeError):
@@ -537,6 +544,8 @@ class _PlanRejected(RuntimeError):
     def __init__(self, target: str, detail: str):
         lines = detail.strip().splitlines() or [""]
         first = next((ln.split("error:", 1)[1].strip() for ln in lines if "error:" in ln), lines[-1])
+        # a pass of the CPU pipeline failed, not the plan builder: any op may be the cause
+        self.pipeline_failed = _pipeline_failed(detail)
         super().__init__(f"the {target} launch-plan builder rejected the graph: {first}")
 
 
@@ -636,6 +645,7 @@ def _probe_rejected(gm: torch.fx.GraphModule, device: str, options: Options, lim
         return op_name(n.target) not in _SHAPE_OPS and _kind(device, n) not in _ACCEPTED_KINDS
     passes = [[n for n in order if n is None or first(n)], [n for n in order if n is None or not first(n)]]
     found, probes = {}, 0
+    no_kernel, failed = f"no {device.upper()} kernel", f"{'GPU' if device == 'cuda' else 'CPU'} codegen failed"
     for n in passes[0] + [None] + passes[1]:
         if n is None:
             if found:
@@ -652,13 +662,14 @@ def _probe_rejected(gm: torch.fx.GraphModule, device: str, options: Options, lim
             if outs:
                 try:
                     fe = _lower(import_fx(sub), device, options, check=True)
-                    rejected = f"no {device.upper()} kernel" if fe["cpu_plan_error"] else None
-                except _PlanRejected:
-                    rejected = f"no {device.upper()} kernel"
+                    err = fe["cpu_plan_error"]
+                    rejected = None if not err else failed if _pipeline_failed(err) else no_kernel
+                except _PlanRejected as pr:
+                    rejected = failed if pr.pipeline_failed else no_kernel
                 except FrontendError as fe_err:   # torch-mlir cannot lower the op alone either
                     rejected = "torch-mlir cannot lower it" if _lowering_failed(fe_err) else None
                 except Exception as other:  # noqa: BLE001 - another failure is not this op's plan
-                    rejected = "GPU codegen failed" if _codegen_failed(other, device) else None
+                    rejected = failed if _codegen_failed(other, device) else None
             _PROBES[key] = rejected
             if rejected is None:
                 _ACCEPTED_KINDS.add(_kind(device, n))
@@ -691,9 +702,11 @@ def _toolchain_works(device: str, options: Options) -> bool:
 
 
 def _codegen_failed(e: Exception, device: str) -> bool:
-    """mlircap's GPU pass pipeline failed on the graph (an op its codegen cannot
-    lower): its ops are probed one by one, as for a rejected plan."""
-    return device == "cuda" and "pass pipeline failed" in str(e)
+    """mlircap's GPU or CPU pass pipeline failed on the graph (an op its codegen cannot
+    lower, pointwise ones included): its ops are probed one by one, pointwise ones
+    too, as for a rejected plan. (On the CPU the compile worker's failure comes as a
+    _PlanRejected whose message keeps only the diagnostic.)"""
+    return getattr(e, "pipeline_failed", False) or _pipeline_failed(str(e))
 
 
 def _lowering_failed(e: Exception) -> bool:
