@@ -249,7 +249,7 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin):
                 set(kwargs) <= {"keep_vars"}:
             self._state_dict_tree(so)
         if self.lazy and slot is not None and self._flow_dict_call(frame, f, args, kwargs):
-            return   # `d.get(k)` / `d.setdefault(k, v)` of a key the dict has: an item read (flow_roots.py)
+            return   # `d.get(k)` / `d.setdefault(k, v)` of a key the dict has: an item read (flow_items.py)
         own = kind == "external" and self._optimizer_reads(f, args, kwargs)
         if self.lazy or self.lazy_objs:
             ff = getattr(f, "__func__", f)

@@ -63,13 +63,16 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
                  autograd metadata (`is_leaf`, `grad_fn is None`, `.grad is None`) guarded where read
   graph_steps    _GraphStepMixin: steps a torch call makes between graphs (call steps, hoisted draws, .grad
                  writes, autograd state, explicit generators, ops that raised)
-  graph          _GraphMixin, _Seg: FX recording of tensor operations
+  graph_nodes    _Seg (one graph being recorded), _NodeMixin: a torch call's node, its arguments as nodes or
+                 graph inputs
+  graph          _GraphMixin: FX recording of tensor operations (what a torch call records)
   np_ops         the NumPy operations translated: operator tables, torch._numpy application, replay steps
   np_plan        _NumpyPlanMixin: which instruction on a tracked array translates to what
   np_interop     _NumpyMixin: NumPy arrays computed from tensors, recorded through torch._numpy
   rng            the RNG state a replay that misses restores after logged uncapturable calls
   flow_state     _Flow: the stack slots followed in one frame, and their bookkeeping over one instruction
   flow_writes    _FlowWriteMixin: floats written back to attributes (`self.tau *= 0.9`) replayed as expressions
+  flow_items     _FlowItemMixin: items of lazily guarded lists / dicts followed as numbers (`self.w[0]`, `d.get(k)`)
   flow_roots     _FlowRootMixin: where followed numbers start (arguments, attributes, breaks) and escape (guards)
   flow_boxes     _FlowBoxMixin: containers of followed floats built, moved and returned (a metrics dict)
   flows          _FlowMixin: numbers followed opcode by opcode to their use (branch outcome guards, printed)
@@ -198,10 +201,13 @@ from .side_effects import (  # noqa: F401
     _SideEffectMixin,
 )
 from .torch_calls import _Mode  # noqa: F401
-from .graph import (  # noqa: F401
-    _GraphMixin,
+from .graph_nodes import (  # noqa: F401
+    _NodeMixin,
     _Seg,
     _new_placeholder,
+)
+from .graph import (  # noqa: F401
+    _GraphMixin,
 )
 from .fx_targets import _fx_ok, _fx_target  # noqa: F401
 from .tracer import (  # noqa: F401

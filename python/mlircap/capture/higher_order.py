@@ -11,7 +11,7 @@ import torch
 import torch.fx as fx
 
 if TYPE_CHECKING:  # annotations only: recorder imports this module
-    from .graph import _Seg
+    from .graph_nodes import _Seg
     from .recorder import _Recorder
 
 

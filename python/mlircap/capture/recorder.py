@@ -30,7 +30,7 @@ from .give_ups import WriteSet, failing_callee
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import _Captured
     from .counters import _Counter
-    from .graph import _Seg
+    from .graph_nodes import _Seg
 
 
 # a break site (reason and file:line) met this many times in one call is a loop breaking on

@@ -91,7 +91,7 @@ class _SourceMixin:
         if self.flow_stores:   # a list item this call stored, used otherwise (flow_writes.py)
             self._flow_items_written(obj)
         if self.float_items and self._flow_items_escape(obj):
-            return   # (a list whose float items flow_roots.py follows: they are guarded now)
+            return   # (a list whose float items flow_items.py follows: they are guarded now)
         lz = self.lazy.pop(id(obj), None)
         if lz is None:
             return

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .graph import _Seg
+    from .graph_nodes import _Seg
 
 
 @dataclass(slots=True)
