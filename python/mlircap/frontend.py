@@ -380,6 +380,10 @@ def _build_table() -> dict:
     for op, nd in ((aten.max_pool2d_with_indices_backward.default, 2),
                    (aten.max_pool3d_with_indices_backward.default, 3)):
         table[op] = _max_pool_backward(nd)   # torch-mlir's lowering is a scatter: no CPU kernel
+    from .maxpool import fractional_max_pool
+
+    table[aten.fractional_max_pool2d.default] = fractional_max_pool(2)   # torch-mlir cannot lower them
+    table[aten.fractional_max_pool3d.default] = fractional_max_pool(3)
     from .nonzero import nonzero_static
 
     table[aten.nonzero_static.default] = nonzero_static   # torch-mlir cannot lower it

@@ -21,6 +21,7 @@ Exact in every dtype: nothing is rounded, values are only compared and selected.
 from __future__ import annotations
 
 import itertools
+import math
 
 import torch
 
@@ -256,3 +257,90 @@ def adaptive_max_pool(nd: int):
         return values, indices
 
     return decomposition
+
+
+# Which random sample of a plane places each spatial dim's windows (ATen's
+# FractionalMaxPool2d/3d.cpp): 2d reads W's from sample 0 and H's from sample 1.
+_FRACTIONAL_SAMPLE = {2: (1, 0), 3: (0, 1, 2)}
+
+
+def _rounded(t: torch.Tensor, dtype) -> torch.Tensor:
+    """float32 `t` rounded to `dtype` (bfloat16 / float16: c10's rounding of each step)."""
+    return t if dtype in (torch.float32, torch.float64) else t.to(dtype).to(torch.float32)
+
+
+def _fractional_starts(sample: torch.Tensor, size: int, out: int, k: int) -> torch.Tensor:
+    """ATen's generate_intervals for every plane: (..., out) int64 window starts,
+    start_i = int((i + sample) * alpha) - int(sample * alpha), alpha = (size - k) / (out - 1),
+    each step in the dtype, the last window at size - k."""
+    dtype = sample.dtype
+    last = torch.full((*sample.shape, 1), size - k, dtype=torch.int64, device=sample.device)
+    if out <= 1:
+        return last
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    from .ranges import _now   # (a number computed by eager while the graph is traced)
+
+    alpha = _now(lambda: float((torch.tensor(float(size - k), dtype=dtype)
+                                / torch.tensor(float(out - 1), dtype=dtype)).to(work)))
+    s = sample.to(work).unsqueeze(-1)
+    i = torch.arange(out - 1, device=sample.device).to(work)
+    first = _rounded(_rounded(i + s, dtype) * alpha, dtype).to(torch.int32)
+    base = _rounded(s * alpha, dtype).to(torch.int32)
+    return torch.cat([(first - base).to(torch.int64), last], -1)
+
+
+def fractional_max_pool(nd: int):
+    """aten.fractional_max_pool{nd}d (torch-mlir cannot lower it: it ran through torch) as
+    eager's CPU kernel computes it: per plane, each spatial dim's window starts come from
+    the plane's random sample (_fractional_starts); each window of `kernel_size` is gathered
+    from the flat plane and scanned as eager's kernel does (`val > maxval || isnan(val)`
+    from -inf at the window's first element): the last NaN, else the first position of
+    the maximum; the index is the flat position in the plane. Inputs eager rejects keep
+    the op."""
+
+    def decomposition(x, kernel_size, output_size, random_samples):
+        if not isinstance(x, torch.Tensor) or not isinstance(random_samples, torch.Tensor) or \
+                x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64, torch.bfloat16,
+                                                          torch.float16) or \
+                random_samples.dtype != x.dtype or x.dim() not in (nd + 1, nd + 2) or x.numel() == 0:
+            return NotImplemented
+        ks, outs = [int(v) for v in kernel_size], [int(v) for v in output_size]
+        sizes = [int(v) for v in x.shape[-nd:]]
+        # (eager's 3d check is strict: out + k - 1 < size)
+        if len(ks) != nd or len(outs) != nd or any(k <= 0 or o <= 0 or o + k - 1 > s - (nd == 3)
+                                                   for k, o, s in zip(ks, outs, sizes)):
+            return NotImplemented   # eager raises
+        batched = x.dim() == nd + 2
+        xb = x if batched else x.unsqueeze(0)
+        n, c = int(xb.shape[0]), int(xb.shape[1])
+        if tuple(random_samples.shape) != (n, c, nd):
+            return NotImplemented
+        plane = math.prod(sizes)
+        flat = None   # (n, c, out_0.., out_nd-1, k_0.., k_nd-1) flat positions in the plane
+        for d in range(nd):
+            starts = _fractional_starts(random_samples[:, :, _FRACTIONAL_SAMPLE[nd][d]], sizes[d], outs[d], ks[d])
+            pos = starts.unsqueeze(-1) + torch.arange(ks[d], device=x.device)   # (n, c, out_d, k_d)
+            pos = _place(pos * math.prod(sizes[d + 1:]), n, c, d, nd, outs, ks)
+            flat = pos if flat is None else flat + pos
+        window = math.prod(ks)
+        flat = flat.expand([n, c] + outs + ks).reshape(n, c, -1, window)
+        v = torch.gather(xb.reshape(n, c, plane), 2, flat.reshape(n, c, -1)).reshape(n, c, -1, window)
+        nan = torch.isnan(v)
+        order = torch.arange(window, device=x.device, dtype=torch.int32) + 1
+        last_nan = torch.argmax(nan.to(torch.int32) * order, -1)
+        first_max = torch.argmax((v == torch.amax(v, -1, keepdim=True)).to(torch.int32), -1)
+        pick = torch.where(nan.any(-1), last_nan, first_max).unsqueeze(-1)
+        values = torch.gather(v, -1, pick).reshape([n, c] + outs)
+        indices = torch.gather(flat, -1, pick).reshape([n, c] + outs)
+        if not batched:
+            values, indices = values.squeeze(0), indices.squeeze(0)
+        return values, indices
+
+    return decomposition
+
+
+def _place(pos: torch.Tensor, n: int, c: int, d: int, nd: int, outs: list, ks: list) -> torch.Tensor:
+    """(n, c, out_d, k_d) positions of dim d laid on (n, c, out_0.., out_nd-1, k_0.., k_nd-1)
+    with size 1 in the other dims."""
+    shape = [n, c] + [outs[e] if e == d else 1 for e in range(nd)] + [ks[e] if e == d else 1 for e in range(nd)]
+    return pos.reshape(shape)   # (out_d, k_d) keep their order: a reshape inserting 1s
