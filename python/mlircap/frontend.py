@@ -423,6 +423,10 @@ def _build_table() -> dict:
 
     table[aten.avg_pool2d.default] = _with_batch_dim(aten.avg_pool2d.default, 2, avg_pool2d_divisor_override(
         table.get(aten.avg_pool2d.default)))
+    from .maxpool import _POOL_LISTS, full_pool_lists
+
+    for name in _POOL_LISTS:   # kernel_size=(2,): torch-mlir cannot lower lists of one element
+        table[getattr(aten, name).default] = full_pool_lists(name, table.get(getattr(aten, name).default))
     for op in (aten.remainder.Tensor, aten.remainder.Scalar):   # (fmod and floor division: through it)
         table[op] = _remainder_overflow_checked(op, table.get(op))   # before _pointwise_in_float32
     for packet in _OPMATH_REDUCTIONS:

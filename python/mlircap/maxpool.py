@@ -344,3 +344,45 @@ def _place(pos: torch.Tensor, n: int, c: int, d: int, nd: int, outs: list, ks: l
     with size 1 in the other dims."""
     shape = [n, c] + [outs[e] if e == d else 1 for e in range(nd)] + [ks[e] if e == d else 1 for e in range(nd)]
     return pos.reshape(shape)   # (out_d, k_d) keep their order: a reshape inserting 1s
+
+
+# The int[nd] arguments of the pooling ops (and their backward ops) by position: eager
+# reads a list of one number as that number for every spatial dim, torch-mlir's lowering
+# rejects it ('torch-mlir cannot lower it': OpInfo avg_pool2d padding=(0,), seed 2212)
+_POOL_LISTS = {
+    "avg_pool2d": (2, ("kernel_size", "stride", "padding"), 1),
+    "avg_pool3d": (3, ("kernel_size", "stride", "padding"), 1),
+    "max_pool2d_with_indices": (2, ("kernel_size", "stride", "padding", "dilation"), 1),
+    "max_pool3d_with_indices": (3, ("kernel_size", "stride", "padding", "dilation"), 1),
+    "avg_pool2d_backward": (2, ("kernel_size", "stride", "padding"), 2),
+    "avg_pool3d_backward": (3, ("kernel_size", "stride", "padding"), 2),
+    "max_pool2d_with_indices_backward": (2, ("kernel_size", "stride", "padding", "dilation"), 2),
+    "max_pool3d_with_indices_backward": (3, ("kernel_size", "stride", "padding", "dilation"), 2),
+}
+
+
+def full_pool_lists(name: str, fallback):
+    """The decomposition of pooling op `name` (a key of _POOL_LISTS) whose int list
+    arguments of one element become lists of nd equal elements (the op again, whose
+    decomposition is then `fallback`); other calls go to `fallback` (None: the op kept)."""
+    nd, names, first = _POOL_LISTS[name]
+    op = getattr(aten, name).default
+
+    def decomposition(*args, **kwargs):
+        args = list(args)
+        changed = False
+        for i, arg_name in enumerate(names):
+            pos = first + i
+            in_args = pos < len(args)
+            v = args[pos] if in_args else kwargs.get(arg_name)
+            if isinstance(v, (list, tuple)) and len(v) == 1 and isinstance(v[0], int):
+                changed = True
+                if in_args:
+                    args[pos] = [int(v[0])] * nd
+                else:
+                    kwargs[arg_name] = [int(v[0])] * nd
+        if changed:
+            return op(*args, **kwargs)
+        return fallback(*args, **kwargs) if fallback is not None else NotImplemented
+
+    return decomposition

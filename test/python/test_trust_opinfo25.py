@@ -155,3 +155,49 @@ def test_fractional_max_pool_sequences_against_eager_many_shapes():
                     continue
                 got = dec(x, ks, outs, rs)
                 assert torch.equal(got[1], want[1]) and torch.equal(got[0], want[0]), (nd, dtype, sizes, ks, outs)
+
+
+
+# ------------------------------------------------------------ pooling lists of one element
+# OpInfo nn.functional.avg_pool2d int64 #4 (seed 2212): avg_pool2d(x, (2, 2), (), (0,), False,
+# True, -2) ran through torch ('aten.avg_pool2d (torch-mlir cannot lower it)'): eager reads
+# padding=(0,) as 0 for both dims, torch-mlir's lowering rejects a list of one element. So
+# did kernel_size=(2,), stride=(1,) and dilation=(1,) of avg/max pool 2d/3d (any dtype).
+# maxpool.full_pool_lists makes such lists nd long.
+_POOLS = {
+    "opinfo_int64_avg_pool2d_override": (lambda x: F.avg_pool2d(x, (2, 2), (), (0,), False, True, -2),
+                                         (1, 1, 4, 4), torch.int64, True),
+    "int64_avg_pool2d_kernel_1_list": (lambda x: F.avg_pool2d(x * 3, (2,), (1,), (1,)), (2, 3, 5, 6), torch.int64, True),
+    "f32_avg_pool2d": (lambda x: F.avg_pool2d(x + 1, (3,), (2,), (1,), True), (2, 3, 7, 6), torch.float32, False),
+    "f32_avg_pool3d": (lambda x: F.avg_pool3d(x + 1, (2, 2, 2), (), (0,)), (1, 2, 4, 5, 4), torch.float32, False),
+    "f32_max_pool2d_indices": (lambda x: F.max_pool2d(x + 1, (3,), (2,), (1,), (1,), return_indices=True),
+                               (2, 3, 7, 6), torch.float32, True),
+    "bf16_max_pool3d": (lambda x: F.max_pool3d(x + 1, (2,), (1,), (1,)), (1, 2, 4, 5, 4), torch.bfloat16, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_POOLS))
+def test_pool_lists_of_one_element_compile(fallback_log, name):
+    f, shape, dtype, exact = _POOLS[name]
+    g = torch.Generator().manual_seed(len(name))
+    x = torch.randint(-50, 50, shape, generator=g) if dtype == torch.int64 else \
+        torch.randn(shape, generator=g).to(dtype)
+    # (float avg pools: the compiled sums round in their own order, as for full lists)
+    check_compiled(f, (x,), fallback_log, calls=2, exact=exact)
+
+
+def test_pool_lists_of_one_element_training(fallback_log):
+    x = torch.randn(2, 3, 6, 6, requires_grad=True)
+
+    def f(x):
+        return F.max_pool2d(x * 2, (3,), (2,), (1,)).square().sum()
+
+    fast = mlircap.compile(f)
+    for _ in range(2):
+        x.grad = None
+        fast(x).backward()
+        got = x.grad.clone()
+    x.grad = None
+    f(x).backward()
+    assert torch.equal(got, x.grad)
+    assert "torch-mlir cannot lower" not in fallback_log.readouterr().err
