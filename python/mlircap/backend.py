@@ -1546,12 +1546,13 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         inplace_draws.rewrite(gm)   # x.bernoulli_(p): eager's memory order, not bernoulli.p's
         from . import saved_versions
         from .ddsplit import restoring_global_modes
+        from .lean_autograd import lean_functions
         from .saved_views import partition as saved_views_partition
 
         # (a failed trace restores them before the graph is tried again, speculated or split:
         # compiled with grad left off, a part of it became an inference graph)
         fw_reach.clear()
-        with restoring_global_modes(), eager_kernels_for_islands():
+        with restoring_global_modes(), eager_kernels_for_islands(), lean_functions():
             fn = aot_module_simplified(
                 gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
                 inference_compiler=inference_compiler, decompositions=decomposition_table(),
