@@ -1539,6 +1539,11 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         dupes = _duplicate_inputs(example_inputs)
         if dupes:
             return _deduplicated(gm, example_inputs, dupes, _aot)
+        from .input_views import shared_input_views, views_after
+
+        moved = shared_input_views(gm, example_inputs)   # aot's synthetic base: its view replay fails
+        if moved:
+            return views_after(gm, example_inputs, moved, _aot)
         from . import inplace_draws
         from .attention_masks import simplify_attention_masks
 
