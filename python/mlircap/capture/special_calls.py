@@ -41,6 +41,7 @@ from .functorch_calls import rebuilt_function, transform_call
 from .grad_hooks import _torch_function, graph_arguments, pure_mapped_function
 from .guard_kinds import Equals
 from .values import _DESCRIPTORS
+from .reductions import plain_reducer
 
 
 class _CannedWith:
@@ -154,6 +155,10 @@ class _SpecialCallMixin(_ModuleFactoryMixin):
         if py is not None:
             _E.poke(frame, slot, py)
             return py
+        red = plain_reducer(f, args, kwargs)
+        if red is not None:
+            _E.poke(frame, slot, red)   # (copy.deepcopy of a plain object: reductions.py)
+            return red
         dotted = _dotted_reads(f, args)
         if dotted is not None and id(dotted[0]) in self.src:
             for path in dotted[1]:

@@ -1,0 +1,244 @@
+"""Capture rate against Dynamo (issue 11 item 4), session 25.
+
+copy.deepcopy / copy.copy of a plain Python object (a config, a dataclass instance) inside the
+call: copy.py asks the object for `__reduce_ex__(4)`, C code the recording could not follow,
+so every such copy was an uncapturable call and a graph break (transformers' encoder-decoder
+models deep-copy their config in `get_text_config(decoder=True)` inside forward: bart, pegasus,
+mbart ran as two graphs).  The default reduction is now traced as Python (reductions.py).
+Each test compares results, arguments and module state with eager after every call, and
+changes what the copy reads between calls (guards)."""
+import copy
+import dataclasses
+
+import torch
+
+from harness import EAGER, run_program
+from mlircap.capture import capture
+
+_DATACLASS_CFG = """
+import copy, dataclasses
+
+@dataclasses.dataclass
+class Cfg:
+    scale: float = 2.0
+    sizes: list = dataclasses.field(default_factory=lambda: [1, 2])
+    act: str = "relu"
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cfg = Cfg()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.a(x)
+        c = copy.deepcopy(self.cfg)
+        c.scale = c.scale * 3
+        c.sizes.append(5)
+        y = self.b(h) * c.scale + len(c.sizes)
+        return (y.relu() if c.act == "relu" else y.tanh()), len(self.cfg.sizes)
+
+def make():
+    return M()
+
+def mutate(i, m):
+    if i == 2:
+        m.cfg.scale = 0.5
+    if i == 3:
+        m.cfg.act = "tanh"
+    if i == 4:
+        m.cfg.sizes.append(7)
+"""
+
+
+def test_deepcopy_of_dataclass_config_between_tensor_ops_is_one_graph():
+    calls = [(torch.randn(2, 4),) for _ in range(6)]
+    c = run_program(_DATACLASS_CFG, calls, breaks=0)
+    assert all(len(v.graphs) == 1 for v in c.variants), [len(v.graphs) for v in c.variants]
+
+
+_GET_TEXT_CONFIG = """
+import copy
+
+class Config:
+    def __init__(self):
+        self.d_model = 8
+        self.encoder_layers = 2
+        self.decoder_layers = 1
+        self.decoder_ffn = 16
+        self.is_encoder_decoder = True
+
+    def to_dict(self):
+        return dict(self.__dict__)
+
+    def text_config(self, decoder):
+        # (transformers' PreTrainedConfig.get_text_config of a flat encoder-decoder config)
+        out = copy.deepcopy(self)
+        prefix = "decoder" if decoder else "encoder"
+        for key in out.to_dict():
+            if key.startswith(prefix):
+                new = "num_layers" if key == prefix + "_layers" else key[len(prefix) + 1:]
+                setattr(out, new, getattr(out, key))
+        return out
+
+class Cache:
+    def __init__(self, config):
+        cfg = config.text_config(decoder=True)
+        self.layers = [None] * cfg.num_layers
+        self.width = getattr(cfg, "ffn", 0)
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.config = Config()
+        self.enc = nn.Linear(8, 8)
+        self.dec = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.enc(x).relu()
+        cache = Cache(self.config)
+        out = self.dec(h) * len(cache.layers) + cache.width
+        return out, self.config.to_dict()
+
+def make():
+    return M()
+
+def mutate(i, m):
+    if i == 2:
+        m.config.decoder_layers = 3
+    if i == 4:
+        m.config.decoder_ffn = 4
+"""
+
+
+def test_config_text_copy_of_encoder_decoder_is_one_graph():
+    calls = [(torch.randn(3, 8),) for _ in range(6)]
+    c = run_program(_GET_TEXT_CONFIG, calls, breaks=0)
+    assert all(len(v.graphs) == 1 for v in c.variants), [len(v.graphs) for v in c.variants]
+
+
+_SHALLOW_AND_SHARED = """
+import copy
+
+class Opts:
+    def __init__(self):
+        self.w = [1.0, 2.0]
+        self.alias = self.w
+        self.inner = Inner()
+
+class Inner:
+    def __init__(self):
+        self.k = 2
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.opts = Opts()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.lin(x)
+        d = copy.deepcopy(self.opts)
+        s = copy.copy(self.opts)
+        d.alias.append(3.0)        # (the copy keeps the two names one list, as eager's does)
+        s.inner.k += 1             # (a shallow copy shares the inner object: the program's own)
+        return h * len(d.w) + s.inner.k * sum(d.w), d.w is d.alias, s.w is self.opts.w
+
+def make():
+    return M()
+
+def mutate(i, m):
+    if i == 3:
+        m.opts.w.append(4.0)
+"""
+
+
+def test_deepcopy_keeps_shared_references_and_copy_shares_inner_objects():
+    calls = [(torch.randn(2, 4),) for _ in range(5)]
+    run_program(_SHALLOW_AND_SHARED, calls, breaks=0)
+
+
+class _Slotted:
+    __slots__ = ("k",)
+
+    def __init__(self):
+        self.k = 2
+
+
+class _Reduced:
+    def __init__(self, k):
+        self.k = k
+
+    def __reduce__(self):
+        return (_Reduced, (self.k + 1,))
+
+
+class _CopiesOthers(torch.nn.Module):
+    """Objects whose copy is not the default reduction: still right (copied by their own hooks)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.slotted = _Slotted()
+        self.reduced = _Reduced(1)
+
+    def forward(self, x):
+        h = self.lin(x)
+        a = copy.deepcopy(self.slotted)
+        b = copy.deepcopy(self.reduced)
+        return h * a.k + b.k
+
+
+def test_copies_by_their_own_reduction_stay_right():
+    torch.manual_seed(0)
+    ref = _CopiesOthers()
+    torch.manual_seed(0)
+    mine = _CopiesOthers()   # (a deep copy of ref would run _Reduced's own reduction)
+    fast = capture(mine, EAGER)
+    for i in range(4):
+        if i == 2:
+            ref.reduced.k = mine.reduced.k = 5
+            ref.slotted.k = mine.slotted.k = 7
+        x = torch.randn(2, 4)
+        torch.testing.assert_close(fast(x), ref(x), rtol=0, atol=0)
+
+
+@dataclasses.dataclass
+class _Box:
+    n: int
+    tag: str = "x"
+
+
+class _ReturnsCopy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.box = _Box(2)
+
+    def forward(self, x):
+        y = self.lin(x)
+        b = copy.deepcopy(self.box)
+        b.n += 1
+        return y * b.n, b
+
+
+def test_returned_copy_is_a_new_object_every_call():
+    torch.manual_seed(0)
+    ref = _ReturnsCopy()
+    torch.manual_seed(0)
+    mine = _ReturnsCopy()
+    fast = capture(mine, EAGER)
+    seen = []
+    for i in range(4):
+        if i == 2:
+            ref.box.n = mine.box.n = 10
+        x = torch.randn(2, 4)
+        (ye, be), (yc, bc) = ref(x), fast(x)
+        torch.testing.assert_close(yc, ye, rtol=0, atol=0)
+        assert bc == be and bc is not mine.box and all(bc is not s for s in seen)
+        assert mine.box == ref.box
+        seen.append(bc)
+    c = fast._mlircap_capture
+    assert all(len(v.breaks) == 0 and not v.eager for v in c.variants), [v.breaks for v in c.variants]
+
