@@ -5,7 +5,8 @@ storage), which made the recorder raise out of the user's call.  The transform's
 closure of torch's wrapper over the user's function) is rebuilt at replay from its code and the
 replay's values of its cells (`rebuilt_function`); where a cell holds what the replay cannot
 make again, the function runs eagerly (external_calls: the call runs unrecorded).
-`torch.vmap` has its own handling (special_calls: a graph node where its function is pure)."""
+`torch.vmap` has its own handling (special_calls: a graph node where its function is pure); a
+reverse-mode transform of pure tensor code is a graph node too (transform_nodes.py)."""
 from __future__ import annotations
 
 import os

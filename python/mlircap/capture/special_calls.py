@@ -42,6 +42,7 @@ from .grad_hooks import _torch_function, graph_arguments, pure_mapped_function
 from .guard_kinds import Equals
 from .values import _DESCRIPTORS
 from .reductions import plain_reducer
+from .transform_nodes import _TransformNodeMixin
 
 
 class _CannedWith:
@@ -124,7 +125,7 @@ def _dotted_reads(f: Any, args: list) -> tuple[object, tuple] | None:
     return None
 
 
-class _SpecialCallMixin(_ModuleFactoryMixin):
+class _SpecialCallMixin(_TransformNodeMixin, _ModuleFactoryMixin):
     """For `_Recorder` (through `_CallMixin`): methods of opaque results, `with` on them,
     cached functions, scripted and vmapped functions, deep copies of tensors, calls of
     disabled loggers."""
@@ -170,11 +171,15 @@ class _SpecialCallMixin(_ModuleFactoryMixin):
         vm = _vmap_parts(f)
         if vm is not None and self._vmap_node(frame, vm, args, kwargs):
             return None
+        if vm is not None and self._transform_node(frame, f, args, kwargs, slot):
+            return None   # (a vmapped closure of pure tensor code: one node, transform_nodes.py)
         if vm is not None:
             reason = f"torch.vmap of {_func_qualname(vm[1])}"
             self._external_call(frame, vm[0], [self._rebuilt(vm[1], reason)] + vm[2:] + list(args), kwargs,
                                 reason, slot)
             return None
+        if transform_call(f) and self._transform_node(frame, f, args, kwargs, slot):
+            return None   # (of pure tensor code: one node of the graph, transform_nodes.py)
         if transform_call(f):   # torch.func.grad(g)(x), jacrev, vjp, ...: run between graphs (functorch_calls)
             reason = f"a torch.func transform ({_func_qualname(f)})"
             self._external_call(frame, self._rebuilt(f, reason), list(args), kwargs, reason, slot)

@@ -12,6 +12,7 @@ import dataclasses
 
 import torch
 
+import mlircap
 from harness import EAGER, run_program
 from mlircap.capture import capture
 
@@ -242,3 +243,135 @@ def test_returned_copy_is_a_new_object_every_call():
     c = fast._mlircap_capture
     assert all(len(v.breaks) == 0 and not v.eager for v in c.variants), [v.breaks for v in c.variants]
 
+
+# -- torch.func transforms of pure tensor code: one node of the graph (transform_nodes.py) ----------
+_TRANSFORMS = """
+from torch.func import jacrev, vjp, grad, vmap
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x, c):
+        w = self.lin.weight
+        h = self.lin(x)
+
+        def f(v):
+            return torch.tanh(w @ v) * v
+
+        def s(v):
+            return (v ** 3).sum() + (w @ v).pow(2).sum()
+
+        out, pull = vjp(f, h[1])
+        (ct,) = pull(c)
+        per_row = vmap(grad(lambda z: (z * z * h.mean()).sum()))(h)
+        return jacrev(f)(h[0]) + jacrev(jacrev(s))(h[1]), out + ct, per_row, grad(s)(h[2])
+
+def make():
+    return M()
+
+def mutate(i, m):
+    if i == 2:
+        with torch.no_grad():
+            m.lin.weight.mul_(-0.5)   # (a cell's tensor changed in place: a graph input, read each call)
+    if i == 3:
+        m.lin.weight = nn.Parameter(torch.ones(3, 3) * 0.1)   # (another parameter object)
+"""
+
+
+def test_func_transforms_of_pure_closures_are_one_graph():
+    calls = [(torch.randn(3, 3), torch.randn(3)) for _ in range(5)]
+    c = run_program(_TRANSFORMS, calls, breaks=0)
+    assert all(len(v.graphs) == 1 for v in c.variants), [len(v.graphs) for v in c.variants]
+
+
+_FLOAT_CELL = """
+from torch.func import jacrev
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tau = 0.5
+
+    def forward(self, x):
+        t = self.tau
+        y = x * 2
+        return jacrev(lambda v: torch.sin(v) * t)(y)   # (a float cell: not baked into a node)
+
+def make():
+    return M()
+
+def mutate(i, m):
+    m.tau = 0.5 + i
+"""
+
+
+def test_func_transform_of_a_closure_over_a_float_stays_right():
+    run_program(_FLOAT_CELL, [(torch.randn(4),) for _ in range(4)])
+
+
+class _JacPenalty(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        w = self.lin.weight
+        h = self.lin(x)
+        jac = torch.func.jacrev(lambda v: torch.tanh(w @ v))(h[0])
+        return h.pow(2).mean() + jac.pow(2).sum()
+
+
+def test_func_transform_node_gradients_match_eager():
+    torch.manual_seed(0)
+    ref = _JacPenalty()
+    torch.manual_seed(0)
+    mine = _JacPenalty()
+    fast = capture(mine, EAGER)
+    for i in range(3):
+        x = torch.randn(2, 4)
+        le, lc = ref(x), fast(x)
+        le.backward()
+        lc.backward()
+        torch.testing.assert_close(lc, le, rtol=0, atol=0)
+        for (n, pe), pc in zip(ref.named_parameters(), mine.parameters()):
+            torch.testing.assert_close(pc.grad, pe.grad, rtol=1e-6, atol=1e-7, msg=n)
+    c = fast._mlircap_capture
+    assert all(len(v.breaks) == 0 and len(v.graphs) == 1 for v in c.variants), [v.breaks for v in c.variants]
+
+
+class _JacrevAndJvp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x, c):
+        w = self.lin.weight
+        h = self.lin(x)
+
+        def f(v):
+            return torch.tanh(w @ v) * v
+        loss = h.pow(2).mean() + torch.func.jacrev(f)(h[0]).pow(2).sum()
+        out, jt = torch.func.jvp(f, (h[1],), (c,))
+        return loss, out + jt
+
+
+def test_jacrev_node_next_to_a_jvp_compiles_and_backpropagates():
+    """With the mlircap backend: a jvp held in the graph with a jacrev (its graph holding
+    aten._efficientzerotensor) crashed the compiled backward (segfault); jvp stays a call
+    between graphs, the jacrev a node."""
+    torch.manual_seed(0)
+    ref = _JacrevAndJvp()
+    torch.manual_seed(0)
+    mine = _JacrevAndJvp()
+    fast = mlircap.compile(mine)
+    for i in range(3):
+        x, c = torch.randn(2, 4), torch.randn(4)
+        (le, oe), (lc, oc) = ref(x, c), fast(x, c)
+        torch.testing.assert_close(lc, le, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(oc, oe, rtol=1e-4, atol=1e-5)
+        le.backward()
+        lc.backward()
+        for (n, pe), pc in zip(ref.named_parameters(), mine.parameters()):
+            torch.testing.assert_close(pc.grad, pe.grad, rtol=1e-4, atol=1e-5, msg=n)

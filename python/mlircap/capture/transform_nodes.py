@@ -1,0 +1,226 @@
+"""torch.func transforms of pure tensor code as one node of the graph (`_TransformNodeMixin`):
+`torch.func.jacrev(f)(x)`, `grad`, `grad_and_value`, `vmap` of a closure, `torch.func.vjp(f, x)`
+and the function it returns (not the forward-mode ones: jvp, jacfwd, hessian), where f is the
+user's function whose body is pure
+tensor code (grad_hooks' rules, and cells read by LOAD_DEREF) and whose cells hold tensors,
+torch's functions, None, bools and strings (no numbers: a float a cell holds may be one the
+recording follows, not guarded), or such functions again.  Before, every such call was an
+uncapturable call run between graphs (functorch_calls.py), a graph break each, where Dynamo
+holds them in its graph.
+
+The transform's wrapper (torch's own closure over the user's function, its argnums and
+flags) is taken apart into a template: the tensors its cells hold become graph inputs of the
+node, the rest is made again from the same code objects each time the node runs (the node's
+target rebuilds the functions with cells holding the node's tensors and calls the wrapper).
+The call runs once unrecorded here (its ops see functorch's wrapped tensors); where its result
+is a tensor or a flat tuple / list of tensors, the frame gets that result (`_Canned`) and the
+graph a node computing it; otherwise the call is an uncapturable one as before (a pure body:
+running it again draws nothing and writes nothing)."""
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+
+from .base import Unreplayable, _Canned
+from .classify import _classify
+from .frame_hook import _E
+from .functorch_calls import _FUNCTORCH_DIR, _writes_cells
+from .grad_hooks import _CONST_TYPES, _GENERATORS, _PURE_OPS, _pure_method, _torch_function
+from ._bytecode import _instrs
+
+def _vjp_code() -> types.CodeType:
+    from torch._functorch import eager_transforms
+    return eager_transforms.vjp.__code__
+
+
+_VJP_CODE = _vjp_code()
+_CELL_OPS = frozenset({"COPY_FREE_VARS", "LOAD_DEREF"})
+_USER_CONSTS = (bool, str, type(None))
+_INTERNAL_CONSTS = (bool, int, str, type(None))
+
+
+def pure_closure_lookups(fn: types.FunctionType) -> list[tuple[str, object, str | None]] | None:
+    """grad_hooks.pure_mapped_function's rules for a function that may read the cells of its
+    closure (LOAD_DEREF, never written): the lookups of torch's modules to guard; None where
+    its body is not pure tensor code of its arguments and cells."""
+    code = fn.__code__
+    if fn.__defaults__ or fn.__kwdefaults__ or _classify(code) != "user" or \
+            code.co_flags & (0x04 | 0x08 | _GENERATORS) or code.co_cellvars or _writes_cells(code):
+        return None
+    out: list[tuple[str, object, str | None]] = []
+    held: tuple[str, object] | None = None
+    for op, _arg, argval, _depth in _instrs(code).values():
+        if op == "LOAD_GLOBAL":
+            mod = fn.__globals__.get(argval)
+            if not isinstance(mod, types.ModuleType) or mod.__name__.split(".")[0] != "torch":
+                return None
+            out.append((argval, mod, None))
+            held = (argval, mod)
+            continue
+        if op in ("LOAD_METHOD", "LOAD_ATTR") and held is not None:
+            obj = getattr(held[1], argval, None)
+            if not _torch_function(argval, obj):
+                return None
+            out.append((held[0], held[1], argval))
+            held = None
+            continue
+        held = None
+        if op in _CELL_OPS:
+            continue
+        if op not in _PURE_OPS or op == "UNPACK_SEQUENCE":
+            return None
+        if op == "LOAD_CONST" and not (type(argval) in _CONST_TYPES or
+                                       type(argval) is tuple and all(type(x) in _CONST_TYPES for x in argval)):
+            return None
+        if op in ("LOAD_METHOD", "LOAD_ATTR") and not _pure_method(argval):
+            return None
+    return out
+
+
+def _internal(code: types.CodeType) -> bool:
+    return code.co_filename.startswith(_FUNCTORCH_DIR)
+
+
+# forward-mode transforms (jvp, jacfwd and hessian, which is jacfwd of jacrev, linearize): their
+# traced graphs hold aten._efficientzerotensor, which the mlircap backend runs through torch
+# inside a compiled graph; its ZeroTensor results (no storage) crashed the compiled backward of
+# a graph holding both a jacrev and a jvp (segfault in the CPU plan): left uncapturable calls
+_FORWARD_MODE = ("jvp", "jacfwd.", "linearize", "_jvp_with_argnums")
+
+
+def _forward_mode(code: types.CodeType) -> bool:
+    return code.co_qualname.startswith(_FORWARD_MODE)
+
+
+def build(spec: tuple, vals: tuple) -> Any:
+    """The value a template describes, its tensors taken from vals."""
+    kind = spec[0]
+    if kind == "leaf":
+        return vals[spec[1]]
+    if kind == "const":
+        return spec[1]
+    if kind == "tuple":
+        return tuple(build(s, vals) for s in spec[1])
+    _, code, globals_, name, defaults, kwd, cells = spec
+    f = types.FunctionType(code, globals_, name, defaults, tuple(types.CellType(build(c, vals)) for c in cells))
+    if kwd:
+        f.__kwdefaults__ = dict(kwd)
+    return f
+
+
+class _TransformNodeMixin:
+    """For `_Recorder` (through `_SpecialCallMixin`): `_transform_node`."""
+
+    def _tensor_leaf(self, t: torch.Tensor, leaves: list) -> tuple:
+        e = self.env.get(id(t))
+        if not (e is not None and e[0] is t or id(t) in self.src and self.src[id(t)][2] != "opaque"):
+            raise Unreplayable("a tensor of no graph")
+        for i, x in enumerate(leaves):
+            if x is t:
+                return ("leaf", i)
+        leaves.append(t)
+        return ("leaf", len(leaves) - 1)
+
+    def _template(self, v: Any, leaves: list, lookups: list, internal: bool, depth: int) -> tuple:
+        """A cell's (or an argument's) value as a template; Unreplayable where it cannot be one."""
+        if isinstance(v, torch.Tensor):
+            if type(v) is not torch.Tensor and type(v) is not torch.nn.Parameter:
+                raise Unreplayable("a tensor subclass")
+            return self._tensor_leaf(v, leaves)
+        if type(v) is tuple and depth < 6:
+            return ("tuple", tuple(self._template(x, leaves, lookups, internal, depth + 1) for x in v))
+        if type(v) is types.FunctionType and depth < 6:
+            code = v.__code__
+            inside = _internal(code)
+            if inside and _forward_mode(code):
+                raise Unreplayable("a forward-mode transform")
+            if not inside:
+                lk = pure_closure_lookups(v)
+                if lk is None:
+                    raise Unreplayable(f"{v.__qualname__} is not pure tensor code")
+                lookups.append((v, lk))
+            cells = []
+            for c in v.__closure__ or ():
+                try:
+                    x = c.cell_contents
+                except ValueError:
+                    raise Unreplayable("an empty cell") from None
+                cells.append(self._template(x, leaves, lookups, inside, depth + 1))
+            kwd = tuple(sorted(v.__kwdefaults__.items())) if v.__kwdefaults__ else None
+            if kwd is not None and not all(type(x) in _INTERNAL_CONSTS for _, x in kwd):
+                raise Unreplayable("keyword defaults")
+            return ("fn", code, v.__globals__, v.__name__, v.__defaults__, kwd, tuple(cells))
+        if type(v) in (_INTERNAL_CONSTS if internal else _USER_CONSTS):
+            return ("const", v)
+        if internal and isinstance(v, types.ModuleType):
+            return ("const", v)
+        if isinstance(v, types.BuiltinFunctionType) and _torch_function(getattr(v, "__name__", ""), v):
+            return ("const", v)
+        raise Unreplayable(f"a {type(v).__name__}")
+
+    def _transform_node(self, frame: types.FrameType, f: Any, args: list, kwargs: dict, slot: int) -> bool:
+        """`f(*args)`, f a torch.func transform's wrapper (or `torch.func.vjp` itself, or
+        the function a `vjp` this recording made a node of returned): one node of the open graph
+        where the function it transforms is pure tensor code (module doc).  False: not such a
+        call (nothing done)."""
+        if kwargs or self.np_env or type(f) is not types.FunctionType or not _internal(f.__code__):
+            return False
+        pulls = self.__dict__.setdefault("vjp_pulls", {})
+        leaves: list[torch.Tensor] = []
+        lookups: list = []
+        pull = pulls.get(id(f))
+        try:
+            if pull is not None and pull[0] is f:
+                # the function vjp returned, called: vjp made again in the node, its function
+                # called (the forward runs again there: a pure body computes the same)
+                leaves, lookups, fspec, aspec = list(pull[1]), [], pull[2], pull[3]
+            else:
+                pull = None
+                fspec = self._template(f, leaves, lookups, True, 0)
+                aspec = tuple(self._template(a, leaves, lookups, False, 0) for a in args)
+            cspec = tuple(self._template(a, leaves, lookups, False, 0) for a in args) if pull is not None else ()
+        except Unreplayable:
+            return False
+        if not leaves:
+            return False
+        self.ext_depth += 1
+        try:
+            res = f(*args)
+        except Exception:  # noqa: BLE001  (raised: the call runs as before, and raises there)
+            return False
+        finally:
+            self.ext_depth -= 1
+        is_vjp = f.__code__ is _VJP_CODE
+        if is_vjp and not (type(res) is tuple and len(res) == 2 and type(res[1]) is types.FunctionType):
+            return False
+        out = res[0] if is_vjp else res
+        outs = out if type(out) in (tuple, list) else (out,)
+        if not all(type(t) is torch.Tensor for t in outs):
+            return False
+        for fn, lk in lookups:
+            if id(fn) in self.src:
+                self.read(f"{self.const(fn)}.__code__", f"{fn.__qualname__}.__code__", fn.__code__)
+            for name, mod, attr in lk:
+                g = fn.__globals__
+                self.read(f"{self.const(g)}[{name!r}]", name, mod, group=(g,))
+                if attr is not None:
+                    self.read(f"{self.const(mod)}.{attr}", f"{name}.{attr}", getattr(mod, attr))
+
+        def transformed(*vals: Any) -> Any:
+            r = build(fspec, vals)(*(build(s, vals) for s in aspec))
+            if pull is not None:
+                return r[1](*(build(s, vals) for s in cspec))
+            return r[0] if is_vjp else r
+        qual = getattr(f, "__qualname__", "transform")
+        transformed.__name__ = transformed.__qualname__ = f"func_{qual.split('.')[-1]}"
+        try:
+            self._record(transformed, "torch.func transform", tuple(leaves), {}, out)
+        except Unreplayable:
+            return False
+        if is_vjp:
+            self.keep.append(res)
+            pulls[id(res[1])] = (res[1], tuple(leaves), fspec, aspec)
+        _E.poke(frame, slot, _Canned(res))
+        return True
