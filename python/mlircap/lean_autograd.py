@@ -149,6 +149,11 @@ def make_lean(cls: Any, spec: Any) -> bool:
     non_diff = tuple(i for i, o in enumerate(m.output_info) if not o.requires_grad)
     disable_amp = bool(spec.disable_amp)
     tangents = tuple(zip(_tangent_outputs(m), (t.memory_format for t in m.subclass_tangent_meta)))
+    # (the traced size and stride of each, as ints, where that is what torch's coercion checks:
+    # a gradient laid out so is used as it is)
+    traced = tuple((tuple(int(v) for v in f.size), tuple(int(v) for v in f.stride))
+                   if f.memory_format is None and f.size is not None and f.stride is not None else None
+                   for _, f in tangents)
     check_deterministic = m.deterministic is not None and not m.deterministic
     has_no_vc = bool(m.num_tensors_saved_with_no_vc_check)
     no_autocast = torch._C._DisableAutocast
@@ -185,8 +190,12 @@ def make_lean(cls: Any, spec: Any) -> bool:
             g = grads[i]
             if isinstance(g, _Tensor) and type(g) is not _Tensor:
                 return orig_backward(ctx, *flat)   # a subclass: aot_autograd's coercion (or error)
-        ins = [coerce_to_expected_memory_format(grads[i], fmt) if isinstance(grads[i], _Tensor) else grads[i]
-               for i, fmt in tangents]
+        ins = []
+        for (i, fmt), lay in zip(tangents, traced):
+            g = grads[i]
+            if isinstance(g, _Tensor) and (lay is None or g.shape != lay[0] or g.stride() != lay[1]):
+                g = coerce_to_expected_memory_format(g, fmt)
+            ins.append(g)
         saved = ctx.saved_tensors
         if has_no_vc:
             saved = (*saved, *ctx._tensors_no_vc_check)
