@@ -201,3 +201,16 @@ def test_pool_lists_of_one_element_training(fallback_log):
     f(x).backward()
     assert torch.equal(got, x.grad)
     assert "torch-mlir cannot lower" not in fallback_log.readouterr().err
+
+
+# ---------------------------------------------------------------------------- int8 arange
+# OpInfo arange int8 #9 (seed 2211, --dtypes without float32): torch.arange(0, end=3,
+# dtype=torch.int8) crashed torch-mlir's lowering (SIGSEGV in the compile worker) and the
+# graph ran eagerly with a warning naming no op. ranges.arange computes int8 as eager's
+# kernel does: start + step * i in int64, converted (wrapping past 127 as eager's).
+@pytest.mark.parametrize("args", [(0, 3), (3,), (0, 200), (0, 300), (-200, 5), (250, -3, -7), (-5, 100, 7)])
+def test_int8_arange_compiles(fallback_log, args):
+    def f(x):
+        return torch.arange(*args, dtype=torch.int8) + x
+
+    check_compiled(f, (torch.tensor(1, dtype=torch.int8),), fallback_log, calls=2)
