@@ -429,6 +429,20 @@ class _PerShape:
         return fn(*args)
 
 
+_top_saved_hooks = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+
+
+def _recomputing() -> bool:
+    """Whether non-reentrant checkpoint is recomputing a forward (its recomputation hooks on top
+    of the saved-tensor hooks). It checks that the recomputation saves what the forward saved:
+    a graph not yet run compiled had its forward run eagerly (the recording call), so it runs as
+    captured there too. Before, its first compiled run happened inside the recomputation and
+    saved aot_autograd's tensors instead ('Recomputed values ... have different metadata').
+    Once a graph has run compiled, its forwards and recomputations both run compiled."""
+    top = _top_saved_hooks(False) if _top_saved_hooks is not None else None
+    return top is not None and getattr(top[0], "__qualname__", "").startswith("_recomputation_hook.")
+
+
 class _FirstRunChecked:
     """Runs the backend-compiled `fn`; its first run falls back to the captured graph
     when `fn` fails before touching an input.  `slot` (list, index): where the caller
@@ -452,6 +466,8 @@ class _FirstRunChecked:
     def __call__(self, *args: Any) -> Any:
         if self.checked:
             return self.fn(*args)
+        if _recomputing():
+            return self.fallback(*args)
         vers = [a._version if isinstance(a, torch.Tensor) and not a.is_inference() else None for a in args]
         rng = torch.get_rng_state() if self.uses_rng else None
         grad = torch.is_grad_enabled()
