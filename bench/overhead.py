@@ -4,6 +4,8 @@ measured side by side in one process.
     python bench/overhead.py [--calls 20000] [--no-inductor] [--grad] [--cases x+1,mlp,...]
     python bench/overhead.py --profile mlp     # cProfile of mlircap's calls of one case
     python bench/overhead.py --step            # a training step per call: forward, pow(2).mean(), backward
+    python bench/overhead.py --step --aot-runtime   # also mlircap with aot_autograd's own Function
+                                                    # forward/backward (lean_autograd.py off)
 
 Each program is tiny (a few elements), so its time is host time: the wrapper, guards,
 the compiled graph's call and the runtime's per-call work.  Times are process CPU time
@@ -101,7 +103,23 @@ def _training_step(fn):
     return step
 
 
-def run(names: list[str], calls: int, block: int, inductor: bool, grad: bool, step: bool = False) -> None:
+def _aot_runtime_front(fn, args):
+    """mlircap.compile(fn) compiled (at its second call) with aot_autograd's own Function
+    forward and backward (lean_autograd.ENABLED off while it compiles)."""
+    from mlircap import lean_autograd
+
+    lean_autograd.ENABLED = False
+    try:
+        slow = mlircap.compile(fn)
+        slow(*args)
+        slow(*args)
+    finally:
+        lean_autograd.ENABLED = True
+    return slow
+
+
+def run(names: list[str], calls: int, block: int, inductor: bool, grad: bool, step: bool = False,
+        aot_runtime: bool = False) -> None:
     torch.set_num_threads(1)
     mode = "training step (forward, pow(2).mean(), backward)" if step else \
         "grad mode on" if grad else "torch.no_grad()"
@@ -110,6 +128,8 @@ def run(names: list[str], calls: int, block: int, inductor: bool, grad: bool, st
     hdr = f"{'program':<14} {'eager':>14} {'mlircap':>14} {'x eager':>8}"
     if inductor:
         hdr += f" {'inductor':>14} {'x eager':>8}"
+    if aot_runtime:
+        hdr += f" {'aot runtime':>14} {'x eager':>8}"
     print(hdr)
     ctx = torch.enable_grad if grad or step else torch.no_grad
     for name, fn, args in cases():
@@ -129,6 +149,10 @@ def run(names: list[str], calls: int, block: int, inductor: bool, grad: bool, st
                 ind(*args)
                 _check(name + " (inductor)", ref, ind(*args))
                 fronts.append(ind)
+            if aot_runtime:
+                slow = _aot_runtime_front(fn, args)
+                _check(name + " (aot runtime)", ref, slow(*args))
+                fronts.append(slow)
             if step:
                 fronts = [_training_step(f) for f in fronts]
             for f in fronts:   # warm up
@@ -140,6 +164,9 @@ def run(names: list[str], calls: int, block: int, inductor: bool, grad: bool, st
         if inductor:
             i, im = res[2]
             line += f" {i:>6.2f} ({im:>5.2f}) {i / e:>7.2f}x"
+        if aot_runtime:
+            a, am = res[-1]
+            line += f" {a:>6.2f} ({am:>5.2f}) {a / e:>7.2f}x"
         print(line, flush=True)
 
 
@@ -171,12 +198,14 @@ def main() -> None:
     ap.add_argument("--grad", action="store_true", help="calls with grad mode on (no input requires grad)")
     ap.add_argument("--step", action="store_true",
                     help="a training step per call (grad mode on): the output's pow(2).mean() backward too")
+    ap.add_argument("--aot-runtime", action="store_true",
+                    help="also mlircap with aot_autograd's own Function forward/backward (lean_autograd.py off)")
     ap.add_argument("--profile", metavar="CASE", help="cProfile mlircap's calls of one case instead")
     a = ap.parse_args()
     if a.profile:
         profile(a.profile, a.calls, a.grad)
         return
-    run(a.cases.split(","), a.calls, a.block, not a.no_inductor, a.grad, a.step)
+    run(a.cases.split(","), a.calls, a.block, not a.no_inductor, a.grad, a.step, a.aot_runtime)
 
 
 if __name__ == "__main__":
