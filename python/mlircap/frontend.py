@@ -509,6 +509,9 @@ def _build_table() -> dict:
         table[op] = _low_precision_division(op, table.get(op))   # CPU bf16/f16: eager's two kernels
     table[aten.trunc.default] = _trunc_keeping_signed_zero(table.get(aten.trunc.default))
     table[aten.nextafter.default] = _nextafter   # torch-mlir has no lowering for it
+    from .opmath import ldexp_as_eager
+
+    table[aten.ldexp.Tensor] = ldexp_as_eager   # CPU bf16/f16: eager's kernels (not in float32 at once)
     for op in (aten.bernoulli.default, aten.rrelu.default):
         table[op] = _draws_like_eager_on_cpu_only(table.get(op))
     return {op: _guarded(op, table.get(op), exact.get(op)) for op in set(table) | set(exact)}
@@ -1727,7 +1730,8 @@ def _pointwise_in_float32(op, fn):
     Other dtypes go to `fn`."""
     from torch.utils._pytree import tree_leaves, tree_map
 
-    from .opmath import pin_dtype_defaults
+    from .opmath import pin_dtype_defaults, reads_rounded, rounded_through
+    from .fxutil import op_name
 
     def decomposition(*args, **kwargs):
         tensors = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
@@ -1739,8 +1743,20 @@ def _pointwise_in_float32(op, fn):
             low = floats.pop()
             if low in _LOW_PRECISION:
                 args, kwargs = pin_dtype_defaults(op, args, kwargs, low)
-                up = tree_map(lambda a: a.float() if isinstance(a, torch.Tensor) and a.dtype == low else a,
-                              (args, kwargs))
+                # an integer operand: eager reads it converted to the low dtype first, as
+                # compute_in_float32 (opmath.reads_rounded; fmod(int32 b, bf16 x): b in bfloat16)
+                name = op_name(op)
+                second = args[1] if len(args) > 1 and isinstance(args[1], torch.Tensor) and \
+                    (not isinstance(args[0], torch.Tensor) or args[1] is not args[0]) else None
+
+                def up_one(a):
+                    if not isinstance(a, torch.Tensor):
+                        return a
+                    if a.dtype == low:
+                        return a.float()
+                    return rounded_through(a, low) if reads_rounded(name, a, low, a is second) else a
+
+                up = tree_map(up_one, (args, kwargs))
                 return tree_map(lambda r: r.to(low) if isinstance(r, torch.Tensor) and r.dtype == torch.float32
                                 else r, op(*up[0], **up[1]))
         return fn(*args, **kwargs) if fn is not None else NotImplemented

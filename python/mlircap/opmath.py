@@ -59,15 +59,14 @@ _ROUNDED_NUMBERS = {"aten::add": ("other",), "aten::sub": ("other",), "aten::rsu
 # the scalar path, TensorIterator.original_scalar_value); measured over 4000 values each.
 _ROUNDED_OPERANDS = {"aten::add", "aten::sub", "aten::rsub", "aten::mul", "aten::div", "aten::maximum",
                      "aten::minimum", "aten::fmax", "aten::fmin", "aten::atan2", "aten::fmod", "aten::remainder",
-                     "aten::hypot", "aten::logaddexp", "aten::logaddexp2", "aten::copysign"}
+                     "aten::hypot", "aten::logaddexp", "aten::logaddexp2", "aten::copysign", "aten::pow"}
 _SCALAR_READ = {"aten::mul", "aten::div"}
 
 
-def _rounded_operand(node: fx.Node, a: fx.Node, dtype: torch.dtype) -> bool:
-    """Whether eager reads the tensor operand `a` (not of `dtype`, the low result dtype) of
-    `node` converted to `dtype` (_ROUNDED_OPERANDS)."""
-    v = a.meta.get("val")
-    name = op_name(node.target)
+def reads_rounded(name: str, v, dtype: torch.dtype, second: bool) -> bool:
+    """Whether eager's CPU kernel of the op `name` ("aten::fmod") with a low-precision result of
+    `dtype` reads its tensor operand `v` (of another dtype; `second`: v is the op's second
+    operand and not its first) converted to `dtype` first (_ROUNDED_OPERANDS)."""
     if name not in _ROUNDED_OPERANDS or not isinstance(v, torch.Tensor) or v.dtype == dtype or \
             v.dtype.is_complex or v.dtype in LOW:
         return False
@@ -75,7 +74,20 @@ def _rounded_operand(node: fx.Node, a: fx.Node, dtype: torch.dtype) -> bool:
         scalar = int(v.numel()) == 1
     except (TypeError, RuntimeError):   # symbolic sizes
         return False
-    return not (name in _SCALAR_READ and scalar and len(node.args) > 1 and node.args[1] is a and node.args[0] is not a)
+    return not (name in _SCALAR_READ and scalar and second)
+
+
+def _rounded_operand(node: fx.Node, a: fx.Node, dtype: torch.dtype) -> bool:
+    """Whether eager reads the tensor operand `a` (not of `dtype`, the low result dtype) of
+    `node` converted to `dtype` (_ROUNDED_OPERANDS)."""
+    second = len(node.args) > 1 and node.args[1] is a and node.args[0] is not a
+    return reads_rounded(op_name(node.target), a.meta.get("val"), dtype, second)
+
+
+def rounded_through(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`t` converted to `dtype` as c10 converts an int or a double to bfloat16 / float16
+    (through float32), back in float32."""
+    return t.to(torch.float32).to(dtype).to(torch.float32)
 
 
 def as_dtype_scalar(v, dtype: torch.dtype):
@@ -320,3 +332,31 @@ def add_alpha_rounded_once(op):
         return fma64(x, float(alpha) * sign, s)
 
     return decomposition
+
+
+def ldexp_as_eager(self, other):
+    """aten.ldexp.Tensor on the CPU where a bfloat16 / float16 tensor takes part, as eager's
+    kernels compute it (native/BinaryOps.cpp): a floating `self` and an integer / bool `other`
+    go to std::ldexp (self * 2^other exact, rounded once to self's dtype); else
+    self * _pow2(self, other), two kernels, each rounding: 2^other is a 0-d 2.0 of self's dtype
+    to the power `other` for a float64 / bfloat16 / float16 self, pow(2.0, other) (other's
+    dtype, or float32) for an integer / bool / float32 one. The graph kept ldexp whole and
+    computed it in float32, rounding once (fuzz sweep: ldexp(int64 7, float16 x) gave 6e-8 where
+    eager's pow(2.0, x) is 0 in float16, then 7 * 0). Other devices and dtypes: NotImplemented."""
+    if not isinstance(self, torch.Tensor) or not isinstance(other, torch.Tensor) or \
+            self.device.type != "cpu" or other.device.type != "cpu" or \
+            not any(d in LOW for d in (self.dtype, other.dtype, torch.result_type(self, other))) or \
+            self.is_complex() or other.is_complex():
+        return NotImplemented
+    if self.is_floating_point() and not other.is_floating_point():
+        # |self| in [2^-149, 2^128]: past 2^-+400 the float32 result is 0 or inf either way, and
+        # within it the float64 product is exact: rounded once to float32 as std::ldexp, then
+        # to self's dtype (as eager's kernel converts its float result)
+        n = other.clamp(-400, 400).to(torch.float64) if other.dtype != torch.bool else other.to(torch.float64)
+        out = self.to(torch.float64) * torch.exp2(n)
+        return out.to(torch.float32).to(self.dtype)
+    if not self.is_floating_point() or self.dtype == torch.float32:
+        two = torch.pow(2.0, other)
+    else:
+        two = torch.pow(torch.full((), 2.0, dtype=self.dtype, device=self.device), other)
+    return torch.mul(self, two)

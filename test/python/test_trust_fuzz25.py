@@ -1,7 +1,6 @@
 """Random-program differential fuzzer (bench/fuzz_graphs.py, issue 10), session 25: seeds
 3001:3200 of each mode, edges 800:1100 (and with --grad 200:400), userops 1551:1700, and the
 low-precision operand forms left open in session 24: what they found, minimized."""
-import warnings
 
 import pytest
 import torch
@@ -73,3 +72,54 @@ def test_view_of_input_sharing_memory_with_a_written_one(name, step, fallback_lo
 def test_edges_seeds_not_error(fuzz, seed):
     rec = fuzz.run_programs([fuzz.generate(seed, ["edges"])], jobs=1, timeout=120, progress=False)[0]
     assert rec["category"] in ("compiled", "fallback"), rec
+
+
+# ---------------------- low-precision ops with an integer tensor operand, decomposed in float32
+# Items open since 328a6a6 (bf16/f16 `op(int tensor, low tensor)`): eager's CPU kernels read an
+# integer operand converted to the low result dtype first (TensorIterator's common dtype,
+# through float32). fmod / remainder (decomposed by frontend._pointwise_in_float32, which
+# converted only the low operands to float32) read it as it is: fmod(int32 100003, bf16 x) gave
+# fmod(100003, x) where eager's is fmod(bf16(100003) = 99840, x), all 24 values off. pow of an
+# int exponent: (-1000) ** bf16(100003) is +inf in eager (100352, even), -inf compiled. Swept
+# (/tmp/h25/p1w/sweep.py: 37 ops x 12 operands x both orders x bf16/f16): fmod / remainder 26 and
+# pow 15 forms differed, 0 now.
+_INT_OTHERS = {
+    "0d_int32": torch.tensor(100003, dtype=torch.int32), "0d_int64_big": torch.tensor(310570107),
+    "one_int32": torch.tensor([100003], dtype=torch.int32), "dim_int32": (torch.linspace(-3, 3, 24) * 1e5).int(),
+    "dim_int_mid": torch.arange(-12, 12, dtype=torch.int32) * 41 + 301, "0d_int_mid": torch.tensor(259, dtype=torch.int32),
+}
+_INT_OPS = {"fmod": torch.fmod, "remainder": torch.remainder, "pow": torch.pow}
+
+
+@pytest.mark.parametrize("low", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("other", list(_INT_OTHERS))
+@pytest.mark.parametrize("op", list(_INT_OPS))
+def test_low_precision_op_reads_integer_operand_as_eager(op, other, low, fallback_log):
+    scale = 1000 if low == torch.bfloat16 else 30
+    x = ((torch.linspace(-1, 1, 24) * scale).to(low) + 0.37).to(low)
+    b = _INT_OTHERS[other]
+    for fn in (lambda x, b: _INT_OPS[op](x, b), lambda x, b: _INT_OPS[op](b, x)):
+        check_compiled(fn, [x, b], fallback_log, calls=2)
+
+
+# ldexp stayed one node and was computed in float32 at once; eager computes it as std::ldexp
+# (a float self, an integer exponent) or self * 2^other in two kernels, each rounding
+# (opmath.ldexp_as_eager): ldexp(int64 7, f16 x) gave 6e-8 where eager's 2^x is 0 in float16;
+# ldexp(bf16 x, 0-d float32 1234.5) read 1234.5 unrounded. 13 forms of the sweep differed, 0 now.
+_LDEXP = {
+    "low_int": lambda g, low: ((torch.randn(300, generator=g) * 20).to(low), torch.randint(-160, 160, (300,), generator=g)),
+    "int_low": lambda g, low: (torch.randint(-160, 160, (300,), generator=g), (torch.randn(300, generator=g) * 20).to(low)),
+    "low_low": lambda g, low: ((torch.randn(300, generator=g) * 20).to(low), (torch.randn(300, generator=g) * 20).to(low)),
+    "0d_int_low": lambda g, low: (torch.tensor(7), (torch.randn(300, generator=g) * 20).to(low)),
+    "0d_f32_low": lambda g, low: (torch.tensor(1234.5), (torch.randn(300, generator=g) * 20).to(low)),
+    "low_0d_int": lambda g, low: ((torch.randn(300, generator=g) * 20).to(low), torch.tensor(100003)),
+    "f64_low": lambda g, low: (torch.randn(300, generator=g, dtype=torch.float64) * 30, (torch.randn(300, generator=g) * 20).to(low)),
+    "low_int32_rows": lambda g, low: ((torch.randn(12, 25, generator=g) * 20).to(low), torch.randint(-140, 140, (25,), generator=g).int()),
+}
+
+
+@pytest.mark.parametrize("low", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("form", list(_LDEXP))
+def test_low_precision_ldexp_as_eager(form, low, fallback_log):
+    a, b = _LDEXP[form](torch.Generator().manual_seed(25), low)
+    check_compiled(lambda a, b: torch.ldexp(a, b), [a, b], fallback_log, calls=2)
