@@ -499,12 +499,15 @@ def _compile_graph(graph: CompiledGraph, gm: torch.fx.GraphModule, device: str, 
         if raise_unsupported and not options.strict:
             unsupported = _unsupported_nodes(gm, e)
             if not unsupported and (isinstance(e, _PlanRejected) or _lowering_failed(e)
-                                    or _codegen_failed(e, device)):
+                                    or _codegen_failed(e, device)
+                                    or _lowering_crashed(e) and _toolchain_works(device, options)):
                 # the failure names no node of the graph: find the ops that fail alone
                 # (torch-mlir may fail on a pointwise op too: fmod.Scalar of a float;
-                # so may the GPU codegen: integer abs before convert-math-to-llvm)
+                # so may the GPU codegen: integer abs before convert-math-to-llvm; torch-mlir
+                # crashed on int8 arange)
                 unsupported = _probe_rejected(gm, device, options,
-                                              pointwise=_lowering_failed(e) or _codegen_failed(e, device))
+                                              pointwise=_lowering_failed(e) or _codegen_failed(e, device)
+                                              or _lowering_crashed(e))
         if unsupported:
             raise _Unsupported(unsupported, graph) from e
         report = _failure_report(graph, e)
@@ -669,7 +672,8 @@ def _probe_rejected(gm: torch.fx.GraphModule, device: str, options: Options, lim
                 except FrontendError as fe_err:   # torch-mlir cannot lower the op alone either
                     rejected = "torch-mlir cannot lower it" if _lowering_failed(fe_err) else None
                 except Exception as other:  # noqa: BLE001 - another failure is not this op's plan
-                    rejected = failed if _codegen_failed(other, device) else None
+                    rejected = failed if _codegen_failed(other, device) else \
+                        "torch-mlir crashed on it" if _lowering_crashed(other) else None
             _PROBES[key] = rejected
             if rejected is None:
                 _ACCEPTED_KINDS.add(_kind(device, n))
@@ -707,6 +711,16 @@ def _codegen_failed(e: Exception, device: str) -> bool:
     too, as for a rejected plan. (On the CPU the compile worker's failure comes as a
     _PlanRejected whose message keeps only the diagnostic.)"""
     return getattr(e, "pipeline_failed", False) or _pipeline_failed(str(e))
+
+
+def _lowering_crashed(e: Exception) -> bool:
+    """The compile worker died (a signal: SIGSEGV, SIGABRT) in torch-mlir's lowering: the
+    graph's ops are probed one by one (each crash ends only a worker) to find the op it
+    crashes on (int8 arange did), which then runs through torch, named with its line,
+    instead of the whole graph running eagerly with a warning naming no op."""
+    from .worker import WorkerCrashed
+
+    return isinstance(e, WorkerCrashed) and e.how.startswith("died") and "torch-mlir lowering" in e.stage
 
 
 def _lowering_failed(e: Exception) -> bool:

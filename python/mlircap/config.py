@@ -115,7 +115,8 @@ ENV: dict[str, EnvVar] = _vars(
            "mlircap/capture/_ext.py"),
     # tests
     EnvVar("MLIRCAP_WORKER_FAULT", None, "test hook: the compile worker aborts, segfaults or "
-           "hangs (abort, segv, hang)", "mlircap/worker.py, test/python/test_trust.py"),
+           "hangs (abort, segv, hang), or segfaults in torch-mlir's lowering of graphs whose IR holds "
+           "TEXT (lowering-segv:TEXT)", "mlircap/worker.py, test/python/test_trust.py"),
     # build and tools
     EnvVar("MLIRCAP_BUILD_DIR", "build", "CMake build directory of `pip install` / "
            "./scripts/setup (relative to the repository)", "setup.py"),

@@ -233,13 +233,17 @@ def _compile(req: dict, report) -> dict:
     if "stage_ir" in req:
         report(f"mlircap {req['stage']} stage")
         return stage_text(req["stage_ir"], req["stage"], req["chip"])
-    fault = req.get("fault")   # fault injection for the isolation tests: abort, segv, hang, codegen-abort
-    if fault and fault != "codegen-abort":
+    # fault injection for the isolation tests: abort, segv, hang, codegen-abort, and
+    # lowering-segv:TEXT (a crash in torch-mlir's lowering of a graph whose IR holds TEXT)
+    fault = req.get("fault")
+    if fault and fault != "codegen-abort" and not fault.startswith("lowering-segv:"):
         report(f"fault injection ({fault})")
         if fault == "hang":
             time.sleep(3600)
         os.kill(os.getpid(), signal.SIGABRT if fault == "abort" else signal.SIGSEGV)
     report("torch-mlir lowering (torch -> linalg)")
+    if fault and fault.startswith("lowering-segv:") and fault.split(":", 1)[1] in req["raw_ir"]:
+        os.kill(os.getpid(), signal.SIGSEGV)
     fe = lower_torch_ir(req["raw_ir"])
     out = {"torch_ir": fe.torch_ir, "linalg_ir": fe.linalg_ir, "cpu_plan_error": None}
     if req["device"] == "none":

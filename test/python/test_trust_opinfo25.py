@@ -214,3 +214,30 @@ def test_int8_arange_compiles(fallback_log, args):
         return torch.arange(*args, dtype=torch.int8) + x
 
     check_compiled(f, (torch.tensor(1, dtype=torch.int8),), fallback_log, calls=2)
+
+
+# ----------------------------------------------------- a crash in torch-mlir's lowering
+# A SIGSEGV in torch-mlir's lowering (int8 arange, above, before the fix) ended the compile
+# worker and the whole graph ran eagerly, the warning naming no op: "running graph1
+# eagerly. WorkerCrashed: the compile worker died with SIGSEGV in stage 'torch-mlir
+# lowering'". Now the graph's ops are probed one at a time (each crash ends a worker only)
+# and the op torch-mlir crashes on runs through torch, named with its line; the rest
+# compiles. (The crash is injected: MLIRCAP_WORKER_FAULT=lowering-segv:TEXT kills the
+# worker in the lowering of any graph whose IR holds TEXT.)
+def test_lowering_crash_is_probed_to_the_op_and_its_line(monkeypatch):
+    monkeypatch.setenv("MLIRCAP_WORKER_FAULT", "lowering-segv:torch.aten.atan2")
+    monkeypatch.setattr(backend, "_PROBES", {})
+    monkeypatch.setattr(backend, "_ACCEPTED_KINDS", set())
+    x, y = torch.randn(4, 5), torch.randn(4, 5)
+    fast = mlircap.compile(_atan2_graph)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        outs = [fast(x, y) for _ in range(2)]
+    for out in outs:
+        torch.testing.assert_close(out, _atan2_graph(x, y))
+    text = "\n".join(str(w.message) for w in seen)
+    line = inspect.getsourcelines(_atan2_graph)[1] + 2
+    assert f"aten.atan2 at {__file__}:{line} (torch-mlir crashed on it)" in text, text
+    assert "eagerly" not in text, text
+    assert len(fast.graphs) >= 2 and all(g.fallback_reason is None and g.executable is not g.gm
+                                         for g in fast.graphs), [g.fallback_reason for g in fast.graphs]
