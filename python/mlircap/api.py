@@ -151,6 +151,31 @@ class CompiledModule(Compiled, torch.nn.Module):
     def __setstate__(self, state):
         self.__dict__.update(state)
 
+    # Python looks dunder methods up on the type, past __getattr__: a container module's
+    # (nn.Sequential, ModuleList, ModuleDict) are the module's too, so `len(fast)`,
+    # `fast[0]`, `for layer in fast` and `"k" in fast` behave as on the module (TypeError
+    # where it has none) and truth is the module's (an empty Sequential is false).
+    def __bool__(self):
+        return bool(self.__dict__["_fn"])
+
+    def __len__(self):
+        return len(self.__dict__["_fn"])
+
+    def __iter__(self):
+        return iter(self.__dict__["_fn"])
+
+    def __contains__(self, item):
+        return item in self.__dict__["_fn"]
+
+    def __getitem__(self, key):
+        return self.__dict__["_fn"][key]
+
+    def __setitem__(self, key, value):
+        self.__dict__["_fn"][key] = value
+
+    def __delitem__(self, key):
+        del self.__dict__["_fn"][key]
+
 
 def _module_method(name: str):
     def method(self, *args, **kwargs):
