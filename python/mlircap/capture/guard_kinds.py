@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .typeinfo import _dict_version, _static_lookup
+from .typeinfo import _dict_version, _np_float, _static_lookup
 
 if TYPE_CHECKING:  # pragma: no cover
     from types import CodeType
@@ -180,7 +180,7 @@ class Number(Guard):
         if isinstance(v, complex):
             # repr tells -0.0 from 0.0 and matches NaN parts; only for the rare complex
             return f"{tg} and {k.const(repr)}({k.const(complex)}({e})) == {repr(complex(v))!r}"
-        if isinstance(v, float):
+        if isinstance(v, float) or _np_float(v):   # (np.float32 / float16: not float subclasses)
             if v != v:
                 return f"{tg} and {e} != {e}"
             if v == 0.0:
@@ -195,7 +195,7 @@ class Number(Guard):
             return False
         if isinstance(v, complex):
             return repr(complex(x)) == repr(complex(v))
-        if isinstance(v, float):
+        if isinstance(v, float) or _np_float(v):
             return _exact_float(x, v)
         return x == v
 

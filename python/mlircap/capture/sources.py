@@ -183,8 +183,9 @@ class _SourceMixin:
         if t in (int, float, bytes, complex):
             self.guard(Number(expr, pretty, v, t), group=group)
             return
-        if isinstance(v, (int, float, complex)) and t.__module__ == "numpy":
-            # numpy scalars (np.float64 subclasses float): immutable, guarded by value
+        if isinstance(v, (int, float, complex)) and t.__module__ == "numpy" or _np_float(v):
+            # numpy scalars (np.float64 subclasses float; np.float32 / float16 do not, and were
+            # guarded by identity: a new object each call, never equal): immutable, by value
             self.guard(Number(expr, pretty, v, t), group=group)
             return
         vid = id(v)

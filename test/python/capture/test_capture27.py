@@ -375,3 +375,31 @@ def test_jacrev_node_next_to_a_jvp_compiles_and_backpropagates():
         lc.backward()
         for (n, pe), pc in zip(ref.named_parameters(), mine.parameters()):
             torch.testing.assert_close(pc.grad, pe.grad, rtol=1e-4, atol=1e-5, msg=n)
+
+
+# -- NumPy scalars guarded by value ----------------------------------------------------------------
+
+class _NpScale(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        import numpy as np
+        self.scale = np.float32(0.5)
+
+    def forward(self, x):
+        return x * 2 if str(self.scale) == "0.5" else x - 1   # (the value itself read: guarded)
+
+
+def test_a_numpy_float32_is_guarded_by_value():
+    """np.float32 is no float subclass (np.float64 is): it was guarded by identity, so an
+    equal new object recompiled every call; a different value still recompiles."""
+    import numpy as np
+    torch.manual_seed(0)
+    ref, mine = _NpScale(), _NpScale()
+    fast = capture(mine, EAGER)
+    for i in range(5):
+        v = np.float32(0.5 if i < 3 else 0.25 + i)
+        ref.scale, mine.scale = v, np.float32(float(v))   # (a new object each call)
+        x = torch.randn(3)
+        torch.testing.assert_close(fast(x), ref(x), rtol=0, atol=0)
+    c = fast._mlircap_capture
+    assert c.recompiles == 2, c.stats.recompile_reasons
