@@ -14,6 +14,8 @@ and 13 us (bench/overhead.py --step).
 built inside it whose metadata has none of those features (`_simple`) gets a forward and a
 backward doing only what is left, laid out once per class:
 
+* apply: torch's C apply, bound once (Function.apply's Python part only tests for functorch
+  transforms and setup_context, and unwraps dead functorch wrappers, which this still does);
 * forward: the compiled forward, the saved tensors (views detached, as aot_autograd does) on
   ctx, outputs that need no gradient marked non-differentiable, the user outputs returned;
 * backward: the gradients of the outputs the backward reads, each in the memory layout the
@@ -215,7 +217,21 @@ def make_lean(cls: Any, spec: Any) -> bool:
                 return bw(args)
         return bw(args)
 
+    # apply: torch.autograd.Function.apply's Python part is a setup_context test (this class has
+    # none), the functorch test and a generator unwrapping dead functorch wrappers; the same,
+    # with the C apply bound once (read by aot_autograd's runtime wrapper right after build)
+    generic_apply = cls.apply
+    bound_apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, cls)
+    transforms_active = torch._C._are_functorch_transforms_active
+    unwrap = torch._C._functorch.unwrap_if_dead
+
+    def apply(*args):
+        if transforms_active():
+            return generic_apply(*args)   # (vmap / grad: torch's error or custom_function_call)
+        return bound_apply(*[unwrap(a) if isinstance(a, _Tensor) else a for a in args])
+
     cls.forward = staticmethod(forward)
     cls.backward = staticmethod(backward)
+    cls.apply = staticmethod(apply)
     cls._mlircap_lean = True
     return True

@@ -89,6 +89,7 @@ def test_plain_step_runs_the_lean_backward():
     out = fast(x)
     cls = _node_class(out)
     assert cls.__dict__.get("_mlircap_lean") is True
+    assert isinstance(cls.__dict__.get("apply"), staticmethod)   # (torch's C apply, bound once)
 
     def generic(*a, **k):
         raise AssertionError("aot_autograd's generic backward ran")
