@@ -82,7 +82,7 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   grad_clips     clip_grad_norm_ / clip_grad_value_ right after a graph break: run with that break
   module_factories _ModuleFactoryMixin: modules the function makes (`nn.Linear(...)`), a replayed call
                  run before the open graph, the module sourced through its result (kind "fresh")
-  transform_nodes _TransformNodeMixin: torch.func transforms (jacrev, grad, vjp, vmap of closures; reverse mode) of
+  transform_nodes _TransformNodeMixin: torch.func transforms (jacrev, grad, vjp, vmap of closures; jvp, jacfwd, hessian without grad) of
                  pure tensor code as one graph node
   special_calls  _SpecialCallMixin: methods of opaque call results (`with fork_rng()`), lru_cache calls,
                  vmap, a tensor's deepcopy, disabled loggers

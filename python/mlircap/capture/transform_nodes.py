@@ -1,7 +1,7 @@
 """torch.func transforms of pure tensor code as one node of the graph (`_TransformNodeMixin`):
 `torch.func.jacrev(f)(x)`, `grad`, `grad_and_value`, `vmap` of a closure, `torch.func.vjp(f, x)`
-and the function it returns (not the forward-mode ones: jvp, jacfwd, hessian), where f is the
-user's function whose body is pure
+and the function it returns (the forward-mode ones, jvp, jacfwd, hessian, only where none of the
+tensors requires grad: _FORWARD_MODE), where f is the user's function whose body is pure
 tensor code (grad_hooks' rules, and cells read by LOAD_DEREF) and whose cells hold tensors,
 torch's functions, None, bools and strings (no numbers: a float a cell holds may be one the
 recording follows, not guarded), or such functions again.  Before, every such call was an
@@ -85,8 +85,9 @@ def _internal(code: types.CodeType) -> bool:
 
 # forward-mode transforms (jvp, jacfwd and hessian, which is jacfwd of jacrev, linearize): their
 # traced graphs hold aten._efficientzerotensor, which the mlircap backend runs through torch
-# inside a compiled graph; its ZeroTensor results (no storage) crashed the compiled backward of
-# a graph holding both a jacrev and a jvp (segfault in the CPU plan): left uncapturable calls
+# inside a compiled graph; the compiled backward of a graph holding a jacrev and a jvp of
+# tensors that require grad crashed (segfault in the CPU plan): such a call is a node only
+# where none of its tensors requires grad (or grad is off), else an uncapturable call
 _FORWARD_MODE = ("jvp", "jacfwd.", "linearize", "_jvp_with_argnums")
 
 
@@ -135,7 +136,7 @@ class _TransformNodeMixin:
             code = v.__code__
             inside = _internal(code)
             if inside and _forward_mode(code):
-                raise Unreplayable("a forward-mode transform")
+                lookups.append((None, "forward"))
             if not inside:
                 lk = pure_closure_lookups(v)
                 if lk is None:
@@ -185,6 +186,12 @@ class _TransformNodeMixin:
             return False
         if not leaves:
             return False
+        if any(fn is None for fn, _ in lookups):
+            # a forward-mode transform: only where no backward goes through the node (its graph
+            # holds aten._efficientzerotensor; see _FORWARD_MODE)
+            if torch.is_grad_enabled() and any(t.requires_grad for t in leaves):
+                return False
+            lookups = [e for e in lookups if e[0] is not None]
         self.ext_depth += 1
         try:
             res = f(*args)

@@ -358,9 +358,9 @@ class _JacrevAndJvp(torch.nn.Module):
 
 
 def test_jacrev_node_next_to_a_jvp_compiles_and_backpropagates():
-    """With the mlircap backend: a jvp held in the graph with a jacrev (its graph holding
-    aten._efficientzerotensor) crashed the compiled backward (segfault); jvp stays a call
-    between graphs, the jacrev a node."""
+    """With the mlircap backend: a jvp of a tensor that requires grad held in the graph with a
+    jacrev (its graph holding aten._efficientzerotensor) crashed the compiled backward
+    (segfault); such a jvp stays a call between graphs, the jacrev a node."""
     torch.manual_seed(0)
     ref = _JacrevAndJvp()
     torch.manual_seed(0)
@@ -373,6 +373,70 @@ def test_jacrev_node_next_to_a_jvp_compiles_and_backpropagates():
         torch.testing.assert_close(oc, oe, rtol=1e-4, atol=1e-5)
         le.backward()
         lc.backward()
+        for (n, pe), pc in zip(ref.named_parameters(), mine.parameters()):
+            torch.testing.assert_close(pc.grad, pe.grad, rtol=1e-4, atol=1e-5, msg=n)
+
+
+_FORWARD_MODE = """
+from torch.func import hessian, jacfwd, jvp
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x, a, c):
+        h = self.lin(x)
+
+        def f(v):
+            return torch.tanh(a @ v) * v
+
+        def s(v):
+            return (v ** 3).sum() + (a @ v).pow(2).sum()
+        out, jt = jvp(f, (x[0],), (c,))   # (no tensor here requires grad: nodes)
+        return h.sum() + hessian(s)(x[1]).sum(), jacfwd(f)(x[2]), out + jt
+
+def make():
+    return M()
+"""
+
+
+def test_forward_mode_transforms_of_tensors_without_grad_are_one_graph():
+    calls = [(torch.randn(3, 3), torch.randn(3, 3), torch.randn(3)) for _ in range(4)]
+    c = run_program(_FORWARD_MODE, calls, breaks=0)
+    assert all(len(v.graphs) == 1 for v in c.variants), [len(v.graphs) for v in c.variants]
+
+
+class _ForwardModeNextToBackward(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x, a, c):
+        h = self.lin(x)
+
+        def f(v):
+            return torch.tanh(a @ v) * v
+        hs = torch.func.hessian(lambda v: (a @ v).pow(3).sum())(x[0])
+        out, jt = torch.func.jvp(f, (x[1],), (c,))
+        w = self.lin.weight
+        loss = h.pow(2).mean() + torch.func.jacrev(lambda v: torch.tanh(w @ v))(h[0]).pow(2).sum()
+        return loss, hs + torch.func.jacfwd(f)(x[0]), out + jt
+
+
+def test_forward_mode_nodes_in_a_graph_backpropagated_with_the_mlircap_backend():
+    torch.manual_seed(0)
+    ref = _ForwardModeNextToBackward()
+    torch.manual_seed(0)
+    mine = _ForwardModeNextToBackward()
+    fast = mlircap.compile(mine)
+    for i in range(3):
+        x, a, c = torch.randn(2, 4), torch.randn(4, 4), torch.randn(4)
+        want, got = ref(x, a, c), fast(x, a, c)
+        for w, g in zip(want, got):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+        want[0].backward()
+        got[0].backward()
         for (n, pe), pc in zip(ref.named_parameters(), mine.parameters()):
             torch.testing.assert_close(pc.grad, pe.grad, rtol=1e-4, atol=1e-5, msg=n)
 
