@@ -466,6 +466,9 @@ def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
     if name == "aten::arange" and isinstance(out, torch.Tensor) and not out.is_floating_point() and any(
             isinstance(a, float) for a in _leaves((node.args, tuple(node.kwargs.values())), float)):
         return "numerics"   # eager truncates a float start/step to the integer type
+    if name == "aten::arange" and isinstance(out, torch.Tensor) and out.is_floating_point() and \
+            not _arange_exact(node, out.dtype):
+        return "numerics"   # eager's kernel rounds its own way (ranges.arange folds smaller ones)
     for v in vals:
         if v.layout != torch.strided:   # sparse: torch-mlir's importer cannot even type it
             return f"layout {str(v.layout).replace('torch.', '')}"
@@ -474,6 +477,18 @@ def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
         if v.dtype not in SUPPORTED_DTYPES:
             return f"dtype {str(v.dtype).replace('torch.', '')}"
     return None
+
+
+def _arange_exact(node: fx.Node, dtype) -> bool:
+    """ranges.arange_exact of an aten.arange node's numbers (start, end, step)."""
+    from .ranges import arange_exact
+
+    args = list(node.args)
+    if node.target is torch.ops.aten.arange.default:
+        args = [0, args[0] if args else node.kwargs.get("end"), 1]
+    else:   # .start / .start_step: step 1 where not given
+        args = args[:3] + [node.kwargs.get("step", 1)] if len(args) == 2 else args[:3]
+    return all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args) and arange_exact(args, dtype)
 
 
 # The reason of a view that moved into the eager islands reading it (not reported:

@@ -159,6 +159,23 @@ def arange(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memo
       torch-mlir's lowering of arange(0, 3, dtype=int8) crashed (SIGSEGV; OpInfo arange
       int8 #9, seed 2211)."""
     nums = (start, end, step)
+    if all(_number(x) for x in nums) and not any(isinstance(x, bool) for x in nums):
+        meta_dtype = dtype or _now(lambda: torch.arange(start, end, step, device="meta").dtype)
+        if meta_dtype.is_floating_point and not arange_exact(nums, meta_dtype):
+            # eager's kernel: start + step * i in the accumulate type, its vectorized part from a
+            # base rounded to the dtype: not followed here. Eager's own values, now, as a
+            # constant (OpInfo arange bfloat16 #15: arange(2.1, -2.9, -1.0) gave 0.09375 for
+            # eager's 0.1001); too large ones run through torch (partition: 'numerics')
+            try:
+                n = _now(lambda: torch.arange(start, end, step, dtype=meta_dtype, device="meta").numel())
+            except (RuntimeError, ValueError):
+                return NotImplemented
+            if n > _FOLD_MAX:
+                return NotImplemented
+            dev = torch.device(device) if device is not None else torch.get_default_device()
+            held = torch.float32 if meta_dtype in (torch.bfloat16, torch.float16) else meta_dtype
+            value = _now(lambda: torch.arange(start, end, step, dtype=meta_dtype, device=dev).to(held))
+            return torch.ops.aten.lift_fresh_copy.default(value).to(meta_dtype)
     if not all(_number(x) for x in nums) or not (any(isinstance(x, (bool, float)) for x in nums)
                                                   or dtype == torch.int8):
         return NotImplemented
@@ -174,6 +191,20 @@ def arange(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memo
         return NotImplemented
     i = torch.arange(meta.numel(), dtype=torch.int64, device=device)
     return (i * int(step) + int(start)).to(meta.dtype)
+
+
+# the integers each floating dtype holds exactly, every one up to this magnitude
+_EXACT_INTS = {torch.float64: 2 ** 53, torch.float32: 2 ** 24, torch.float16: 2 ** 11, torch.bfloat16: 2 ** 8}
+
+
+def arange_exact(nums, dtype) -> bool:
+    """Whether a floating arange of the Python numbers `nums` (start, end, step) has only
+    integer values the dtype holds exactly (any way of computing them gives eager's)."""
+    if dtype not in _EXACT_INTS or not all(isinstance(x, int) or isinstance(x, float) and x.is_integer()
+                                           for x in nums):
+        return False
+    start, end, step = (int(x) for x in nums)
+    return max(abs(start), abs(end)) + abs(step) <= _EXACT_INTS[dtype]
 
 
 def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
