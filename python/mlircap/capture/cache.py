@@ -17,7 +17,8 @@ from . import _ext
 from .. import logs as _logs
 from .autocast import autocast_state
 from .base import INLINE_TYPES, PY312, Unreplayable, _Miss, _fn_name, _strict_error, inline_target
-from .classify import _TORCH_DIR, _autograd_mode_on
+from .classify import _TORCH_DIR
+from .state_writers import _autograd_mode_on
 from .frame_hook import (
     _E, _E_real, _RECORD_LOCK, _REC_TLS, _active, _call_bound,
 )
@@ -319,7 +320,7 @@ class _Captured:
     def _call_under_mode(self, func: types.FunctionType, args: tuple, why: str) -> Any:
         """A call made while the user's TorchFunctionMode is active (`with torch.device("cuda"):`,
         a mode that overrides torch functions), or saved tensor hooks / a forward AD level are on
-        (classify._autograd_mode_on): the mode changes what each torch call computes (or what its
+        (state_writers._autograd_mode_on): the mode changes what each torch call computes (or what its
         backward reads), and neither the variants' graphs nor their guards know it, so the call
         runs eagerly."""
         if self.strict:

@@ -20,9 +20,9 @@ from .guard_kinds import Is, Lengths, TypeIs
 from .frame_hook import _E, _NULL
 from .typeinfo import _mro_lookup
 from .classify import (
-    _MODULE_WALKERS, _TORCH_DIR, _WRITE_ONLY, _call_kind, _classify, _context_wrapper, _func_qualname, _node_hook_call,
-    _reads_clock,
+    _MODULE_WALKERS, _TORCH_DIR, _WRITE_ONLY, _call_kind, _classify, _context_wrapper, _func_qualname, _reads_clock,
 )
+from .state_writers import _node_hook_call
 from .optim_calls import _idempotent_call, _lr_scheduler_call, _optimizer_step
 from .external_calls import _SCALAR_ARGS
 from .give_ups import learned_break, pass_through_codes

@@ -27,6 +27,7 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   steps          typed replay plan records: GraphStep, CallStep, Write
   frame_hook     the C++ frame hook glue: _E (+ 3.12 stack-depth shim), _active, _hook_cb
   classify       code classification (_classify), call kinds (_call_kind), value categories
+  state_writers  C functions writing process-wide state (RNG, default dtype) or autograd modes, learned writers
   reductions     copy.deepcopy / copy.copy of plain objects traced: object.__reduce_ex__ as Python code
   shape_ops      which calls make results whose shape depends on tensor data (_dyn_shape_op)
   optim_calls    optimizer / LR scheduler steps and nn.Module grad walks, run at replay as they are

@@ -12,9 +12,8 @@ import torch
 from ._bytecode import _CHECK_DEPTH, _instrs
 from .base import Unreplayable
 from .frame_hook import _E, _E_real
-from .classify import (
-    _autograd_mode_writer, _classify, _global_state_writer, _learn_state_writer, _pushes_user_hooks,
-)
+from .classify import _classify
+from .state_writers import _autograd_mode_writer, _global_state_writer, _learn_state_writer, _pushes_user_hooks
 from .locations import _frame_loc
 from .typeinfo import _mro_lookup
 from .side_effects import _SideEffectMixin
