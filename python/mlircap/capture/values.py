@@ -13,6 +13,12 @@ from .base import Unreplayable
 from .classify import _IMMUTABLE_CONST, _PRIM
 from .counters import _SymExpr
 
+# How deep a value the function returns (or leaves behind) is rebuilt by replay code: objects
+# count two levels each (the object, its __dict__). transformers' encoder-decoder outputs hold
+# their cache four objects down (Seq2SeqModelOutput -> EncoderDecoderCache -> DynamicCache ->
+# its layers -> DynamicLayer -> tensors): at 8, BartModel(input_ids) ran eagerly whole.
+_MAX_DEPTH = 32
+
 # unbound methods of C types (`torch.Generator.manual_seed`): immutable, the same object at replay
 _DESCRIPTORS = (types.MethodDescriptorType, types.WrapperDescriptorType, types.ClassMethodDescriptorType)
 
@@ -119,7 +125,7 @@ class _ValueMixin:
         s = self.src.get(id(v))
         if s is not None:
             return s[0]
-        if depth > 8:
+        if depth > _MAX_DEPTH:
             raise Unreplayable("value too deep")
         if t is list:
             return "[" + ", ".join(self.expr_of(x, depth + 1) for x in v) + "]"
