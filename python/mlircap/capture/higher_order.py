@@ -254,7 +254,15 @@ class _RecomputeForHigherOrder(torch.autograd.Function):
                 outs = ctx.runner.gm(*ins)
         else:       # the compiled backward
             outs = ctx.outs
-        pairs = [(o, g) for o, g, d in zip(outs, grads, ctx.diff) if d and o.requires_grad]
+        # An output that is a leaf is one of the graph's (cut) inputs returned as it is (aot
+        # returns the input for `x.detach()` of an input): its gradient is that input's as it
+        # is, and autograd.grad rejects it as an output ('element 2 of tensors does not require
+        # grad', bench/fuzz_graphs.py --grad --families edges seed 385: v0.detach() returned
+        # beside v0.sum() after a .item() read of v0 split the graphs).
+        pairs, direct = [], []
+        for o, g, d in zip(outs, grads, ctx.diff):
+            if d and o.requires_grad:
+                (pairs if o.grad_fn is not None else direct).append((o, g))
         need = [i for i, x in enumerate(ins) if x.requires_grad]
         gi = torch.autograd.grad([o for o, _ in pairs], [ins[i] for i in need], [g for _, g in pairs],
                                  allow_unused=True, retain_graph=_keep_graph(), create_graph=create) \
@@ -262,6 +270,10 @@ class _RecomputeForHigherOrder(torch.autograd.Function):
         out = [None] * len(ins)
         for i, g in zip(need, gi):
             out[i] = g
+        for o, g in direct:
+            i = next((k for k, x in enumerate(ins) if x is o), None)
+            if i is not None and g is not None:
+                out[i] = g if out[i] is None else out[i] + g
         return (None, *out)
 
 
