@@ -77,6 +77,7 @@ def _install() -> None:
             cls = build(self)
             if getattr(_state, "depth", 0):
                 _nothing_donated(self.spec)
+                _no_overlapping_tangents(self.spec)
                 if ENABLED:
                     try:
                         make_lean(cls, self.spec)
@@ -86,6 +87,38 @@ def _install() -> None:
 
         factory.build = build_lean
         _installed.append(build)
+
+
+def _overlapping(size, stride) -> bool:
+    """Whether a (size, stride) layout has elements sharing memory (an unfold's windows,
+    an expand)."""
+    dims = sorted((st, n) for n, st in zip(size, stride) if n > 1)
+    reach = 0   # the largest offset the dims so far reach
+    for st, n in dims:
+        if st <= reach:
+            return True
+        reach += (n - 1) * st
+    return False
+
+
+def _no_overlapping_tangents(spec: Any) -> None:
+    """A gradient is laid out as its output was traced before the backward runs (aot_autograd's
+    coerce_to_expected_memory_format: empty_strided of the traced size and stride, then copy_).
+    For an output whose elements share memory (`(x * 1.5).unfold(0, 3, 1)` returned to a
+    boolean-mask index that splits the graphs) that copy kept one of each shared element's
+    values, and the gradient reaching x was wrong in about half its values (bench/fuzz_graphs.py
+    --grad seed 3374). mlircap's backward graphs read their inputs by value: such a gradient is
+    made contiguous instead."""
+    m = getattr(spec, "fw_metadata", None)
+    try:
+        from torch._functorch._aot_autograd.schemas import MemoryFormatMeta, PlainTensorMeta
+    except ImportError:   # pragma: no cover - another torch
+        return
+    for meta in getattr(m, "subclass_tangent_meta", None) or ():
+        fmt = getattr(meta, "memory_format", None)
+        if type(meta) is PlainTensorMeta and isinstance(fmt, MemoryFormatMeta) and fmt.memory_format is None \
+                and fmt.size is not None and fmt.stride is not None and _overlapping(fmt.size, fmt.stride):
+            meta.memory_format = MemoryFormatMeta(memory_format=torch.contiguous_format)
 
 
 def _nothing_donated(spec: Any) -> None:
