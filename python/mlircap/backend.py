@@ -335,7 +335,7 @@ def _output_layouts(gm: torch.fx.GraphModule, n_out: int | None = None) -> tuple
             shape, stride = tuple(int(x) for x in val.shape), tuple(int(x) for x in val.stride())
         except (TypeError, RuntimeError):   # symbolic sizes
             continue
-        if 0 in shape or (_non_overlapping(shape, stride) and all(st >= 0 for st in stride)):
+        if 0 in shape or (layouts.non_overlapping(shape, stride) and all(st >= 0 for st in stride)):
             res.append((j, shape, stride))
     return tuple(res)
 
@@ -1076,20 +1076,9 @@ def _restride(t, layout):
     if expanded:
         one = t[tuple(slice(0, 1) if i in expanded else slice(None) for i in range(len(shape)))]
         return _restride(one, (tuple(one.shape), strides)).expand(shape)
-    if not _non_overlapping(shape, strides):
+    if not layouts.non_overlapping(shape, strides):
         return t
     return torch.empty_strided(shape, strides, dtype=t.dtype, device=t.device).copy_(t)
-
-
-def _non_overlapping(shape, strides) -> bool:
-    """No two elements of the layout share memory: dims by increasing stride,
-    each stride at least the extent of the dims inside it."""
-    extent = 1
-    for s, n in sorted((s, n) for n, s in zip(shape, strides) if n > 1):
-        if s < extent:
-            return False
-        extent = s * n
-    return True
 
 
 def _dump(graph: CompiledGraph) -> None:

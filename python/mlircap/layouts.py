@@ -28,6 +28,17 @@ from . import config
 aten = torch.ops.aten
 
 
+def non_overlapping(shape, strides) -> bool:
+    """No two elements of the layout share memory: dims by increasing stride,
+    each stride at least the extent of the dims inside it."""
+    extent = 1
+    for s, n in sorted((s, n) for n, s in zip(shape, strides) if n > 1):
+        if s < extent:
+            return False
+        extent = s * n
+    return True
+
+
 def enabled(device: str) -> bool:
     """MLIRCAP_PHYSICAL_INPUTS: on CUDA by default, 'force' on any device, '0' off."""
     mode = (config.env("MLIRCAP_PHYSICAL_INPUTS") or "1").strip().lower()

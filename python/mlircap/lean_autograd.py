@@ -89,18 +89,6 @@ def _install() -> None:
         _installed.append(build)
 
 
-def _overlapping(size, stride) -> bool:
-    """Whether a (size, stride) layout has elements sharing memory (an unfold's windows,
-    an expand)."""
-    dims = sorted((st, n) for n, st in zip(size, stride) if n > 1)
-    reach = 0   # the largest offset the dims so far reach
-    for st, n in dims:
-        if st <= reach:
-            return True
-        reach += (n - 1) * st
-    return False
-
-
 def _no_overlapping_tangents(spec: Any) -> None:
     """A gradient is laid out as its output was traced before the backward runs (aot_autograd's
     coerce_to_expected_memory_format: empty_strided of the traced size and stride, then copy_).
@@ -109,6 +97,8 @@ def _no_overlapping_tangents(spec: Any) -> None:
     values, and the gradient reaching x was wrong in about half its values (bench/fuzz_graphs.py
     --grad seed 3374). mlircap's backward graphs read their inputs by value: such a gradient is
     made contiguous instead."""
+    from .layouts import non_overlapping
+
     m = getattr(spec, "fw_metadata", None)
     try:
         from torch._functorch._aot_autograd.schemas import MemoryFormatMeta, PlainTensorMeta
@@ -117,7 +107,7 @@ def _no_overlapping_tangents(spec: Any) -> None:
     for meta in getattr(m, "subclass_tangent_meta", None) or ():
         fmt = getattr(meta, "memory_format", None)
         if type(meta) is PlainTensorMeta and isinstance(fmt, MemoryFormatMeta) and fmt.memory_format is None \
-                and fmt.size is not None and fmt.stride is not None and _overlapping(fmt.size, fmt.stride):
+                and fmt.size is not None and fmt.stride is not None and not non_overlapping(fmt.size, fmt.stride):
             meta.memory_format = MemoryFormatMeta(memory_format=torch.contiguous_format)
 
 
@@ -218,6 +208,7 @@ def make_lean(cls: Any, spec: Any) -> bool:
     # per output: its size, stride, dtype and device (static shapes: one graph, one layout), the
     # zeros of a missing gradient; None for a non-tensor or non-differentiable output
     out_meta: list = []
+    n_args: list = []   # the forward's argument count (one graph: always the same)
 
     def forward(ctx, *args):
         if disable_amp:
@@ -236,10 +227,10 @@ def make_lean(cls: Any, spec: Any) -> bool:
             ctx.mark_non_differentiable(*[raw[i] for i in non_diff if isinstance(raw[i], _Tensor)])
         ctx._materialize_non_diff_grads = False
         if not out_meta:
+            n_args.append(len(args))
             out_meta.extend((x.size(), x.stride(), x.dtype, x.device) if isinstance(x, _Tensor) and i not in non_diff
                             else None for i, x in enumerate(raw))
         ctx.set_materialize_grads(False)   # (backward: _missing_gradients)
-        ctx.n_in = len(args)
         return tuple(raw)
 
     def backward(ctx, *flat):
@@ -248,7 +239,7 @@ def make_lean(cls: Any, spec: Any) -> bool:
         if len(given) == n_out and None in given:
             if _missing_gradients(given, out_meta):   # no gradient reached the node: none leaves it
                 ctx.maybe_clear_saved_tensors()
-                return (None,) * ctx.n_in
+                return (None,) * n_args[0]
             if not boxed:
                 flat = tuple(given)
         bw = cls.compiled_bw
