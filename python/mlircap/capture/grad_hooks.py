@@ -186,6 +186,16 @@ def pure_mapped_function(fn: object) -> list[tuple[str, object, str | None]] | N
     code = fn.__code__
     if code.co_flags & (0x04 | 0x08 | _GENERATORS) or code.co_freevars or code.co_cellvars:
         return None
+    return torch_lookups(fn)
+
+
+def torch_lookups(fn: types.FunctionType,
+                  cell_ops: frozenset = frozenset()) -> list[tuple[str, object, str | None]] | None:
+    """The walk over `fn`'s instructions of pure_mapped_function (and transform_nodes'
+    pure_closure_lookups, whose `cell_ops` read the closure's cells): the lookups of torch's
+    modules to guard, each (global name, module, attribute or None); None where an instruction
+    is not pure tensor code."""
+    code = fn.__code__
     out: list[tuple[str, object, str | None]] = []
     held: tuple[str, object] | None = None   # (global, module) the previous instruction pushed
     for op, _arg, argval, _depth in _instrs(code).values():
@@ -204,6 +214,8 @@ def pure_mapped_function(fn: object) -> list[tuple[str, object, str | None]] | N
             held = None
             continue
         held = None
+        if op in cell_ops:
+            continue
         if op not in _PURE_OPS or op == "UNPACK_SEQUENCE":
             return None
         if op == "LOAD_CONST" and not (type(argval) in _CONST_TYPES or

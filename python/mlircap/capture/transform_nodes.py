@@ -27,8 +27,7 @@ from .base import Unreplayable, _Canned
 from .classify import _classify
 from .frame_hook import _E
 from .functorch_calls import _FUNCTORCH_DIR, _writes_cells
-from .grad_hooks import _CONST_TYPES, _GENERATORS, _PURE_OPS, _pure_method, _torch_function
-from ._bytecode import _instrs
+from .grad_hooks import _GENERATORS, _torch_function, torch_lookups
 
 def _vjp_code() -> types.CodeType:
     from torch._functorch import eager_transforms
@@ -49,34 +48,7 @@ def pure_closure_lookups(fn: types.FunctionType) -> list[tuple[str, object, str 
     if fn.__defaults__ or fn.__kwdefaults__ or _classify(code) != "user" or \
             code.co_flags & (0x04 | 0x08 | _GENERATORS) or code.co_cellvars or _writes_cells(code):
         return None
-    out: list[tuple[str, object, str | None]] = []
-    held: tuple[str, object] | None = None
-    for op, _arg, argval, _depth in _instrs(code).values():
-        if op == "LOAD_GLOBAL":
-            mod = fn.__globals__.get(argval)
-            if not isinstance(mod, types.ModuleType) or mod.__name__.split(".")[0] != "torch":
-                return None
-            out.append((argval, mod, None))
-            held = (argval, mod)
-            continue
-        if op in ("LOAD_METHOD", "LOAD_ATTR") and held is not None:
-            obj = getattr(held[1], argval, None)
-            if not _torch_function(argval, obj):
-                return None
-            out.append((held[0], held[1], argval))
-            held = None
-            continue
-        held = None
-        if op in _CELL_OPS:
-            continue
-        if op not in _PURE_OPS or op == "UNPACK_SEQUENCE":
-            return None
-        if op == "LOAD_CONST" and not (type(argval) in _CONST_TYPES or
-                                       type(argval) is tuple and all(type(x) in _CONST_TYPES for x in argval)):
-            return None
-        if op in ("LOAD_METHOD", "LOAD_ATTR") and not _pure_method(argval):
-            return None
-    return out
+    return torch_lookups(fn, _CELL_OPS)
 
 
 def _internal(code: types.CodeType) -> bool:
