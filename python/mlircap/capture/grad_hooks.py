@@ -19,6 +19,7 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -225,6 +226,15 @@ def torch_lookups(fn: types.FunctionType,
             return None
     return out
 
+
+def guard_lookups(rec: Any, fn: types.FunctionType, lookups: list[tuple[str, object, str | None]]) -> None:
+    """Guards what torch_lookups found: each global name still holds its torch module, and each
+    attribute read of it the same function."""
+    for name, mod, attr in lookups:
+        g = fn.__globals__
+        rec.read(f"{rec.const(g)}[{name!r}]", name, mod, group=(g,))
+        if attr is not None:
+            rec.read(f"{rec.const(mod)}.{attr}", f"{name}.{attr}", getattr(mod, attr))
 
 def _torch_function(name: str, obj: object) -> bool:
     """A function of a torch module that computes from its operands alone."""

@@ -38,7 +38,7 @@ from .module_factories import _ModuleFactoryMixin
 from .counters import _SymExpr
 from .frame_hook import _E
 from .functorch_calls import rebuilt_function, transform_call
-from .grad_hooks import _torch_function, graph_arguments, pure_mapped_function
+from .grad_hooks import _torch_function, graph_arguments, guard_lookups, pure_mapped_function
 from .guard_kinds import Equals
 from .values import _DESCRIPTORS
 from .reductions import plain_reducer
@@ -253,11 +253,7 @@ class _SpecialCallMixin(_TransformNodeMixin, _ModuleFactoryMixin):
             return False
         if type(fn) is types.FunctionType:
             self.read(f"{self.const(fn)}.__code__", f"{fn.__qualname__}.__code__", fn.__code__)
-        for name, mod, attr in lookups:
-            g = fn.__globals__
-            self.read(f"{self.const(g)}[{name!r}]", name, mod, group=(g,))
-            if attr is not None:
-                self.read(f"{self.const(mod)}.{attr}", f"{name}.{attr}", getattr(mod, attr))
+        guard_lookups(self, fn, lookups)
 
         def vmapped(*a: Any) -> Any:
             return impl(func, in_dims, out_dims, randomness, chunk_size, *a)

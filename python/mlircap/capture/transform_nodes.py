@@ -27,7 +27,7 @@ from .base import Unreplayable, _Canned
 from .classify import _classify
 from .frame_hook import _E
 from .functorch_calls import _FUNCTORCH_DIR, _writes_cells
-from .grad_hooks import _GENERATORS, _torch_function, torch_lookups
+from .grad_hooks import _GENERATORS, _torch_function, guard_lookups, torch_lookups
 
 def _vjp_code() -> types.CodeType:
     from torch._functorch import eager_transforms
@@ -181,11 +181,7 @@ class _TransformNodeMixin:
         for fn, lk in lookups:
             if id(fn) in self.src:
                 self.read(f"{self.const(fn)}.__code__", f"{fn.__qualname__}.__code__", fn.__code__)
-            for name, mod, attr in lk:
-                g = fn.__globals__
-                self.read(f"{self.const(g)}[{name!r}]", name, mod, group=(g,))
-                if attr is not None:
-                    self.read(f"{self.const(mod)}.{attr}", f"{name}.{attr}", getattr(mod, attr))
+            guard_lookups(self, fn, lk)
 
         def transformed(*vals: Any) -> Any:
             r = build(fspec, vals)(*(build(s, vals) for s in aspec))
