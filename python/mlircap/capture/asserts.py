@@ -7,7 +7,7 @@ off process-wide instead, which changes what an invalid argument does), the grap
 the condition as an extra output (`t != 0`, a fresh tensor at that point of the graph) and
 the replay checks it right after the graph ran (`_AssertMixin.spec_checks`): a value other
 than the recorded one rolls back what the replay wrote (as a mid-replay guard that fails:
-replay._rollback) and records the call again from its start, which then takes eager's path
+replay_helpers._rollback) and records the call again from its start, which then takes eager's path
 (raises eager's error, or records the other branch).  The check is exact whatever the
 bytecode scan decides: the scan only picks where a miss is rare (an error path), since a miss
 costs the graph's run plus an eager call.

@@ -369,7 +369,7 @@ def _call_kind(f: object) -> str:
 
 
 # builtins that run no Python code whatever their arguments (an uncapturable call to one
-# cannot write the state the program reads: no new epoch, sources._new_epoch)
+# cannot write the state the program reads: no new epoch, epochs._new_epoch)
 _NO_PYTHON: set[Any] = {id, torch._C._get_tracing_state, torch.is_grad_enabled, torch.is_inference_mode_enabled}
 _PLAIN_ARGS = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.Tensor)
 
@@ -395,7 +395,7 @@ _TEXT_ARGS = (type(None), bool, int, float, str, bytes)
 
 def _no_new_epoch(f: Any, args: list, kwargs: dict) -> bool:
     """An uncapturable call that cannot write the state the program reads, so that what the
-    program read before it needs no guard again after it (sources._new_epoch): one that runs
+    program read before it needs no guard again after it (epochs._new_epoch): one that runs
     no Python code (_runs_no_python); a method of an in-memory text or bytes buffer
     (`io.StringIO`, `io.BytesIO`, exactly: C code) or `print` to one, with numbers and
     strings; a draw from a generator of the exact types `random.Random`, NumPy's

@@ -46,7 +46,9 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   guards         _GuardMixin, Placed, _GlobalState, guard merging and compilation
   counters       _CounterMixin: int attributes incremented / compared (`self.step += 1`), not guarded by value
   values         _ValueMixin: constants and value reconstruction (expr_of)
-  sources        _SourceMixin: guarding values read from external locations, snapshots
+  lazy_sources   _LazySourceMixin: containers and objects guarded where first used (touch), snapshots
+  epochs         _EpochMixin: what an uncapturable call that may write changes: reads guarded again, held objects bound
+  sources        _SourceMixin: guarding values read from external locations (_source, read)
   side_effects   _SideEffectMixin: STORE_* handlers and the writes replayed
   fx_targets     FX call targets FX code generation can name (_fx_target), constants bound into targets
   restrides      _RestrideMixin: in-place view ops (x.transpose_) on tensors from outside, recorded
@@ -96,6 +98,8 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   recorder       _Recorder: the state of one recording run (all mixins)
   higher_order   create_graph backwards of compiled graphs: the captured graph re-run (_HigherOrderGrad)
   graph_compile  compiling graphs with the backend (fallbacks, first-run check)
+  replay_helpers what generated replay code calls: rebuilt objects, write statements, rollback of a miss
+  guard_misses   where a replay failing a guard after an uncapturable call goes: continuations, hoisted guards
   replay         _Variant, _GraphVariant (generated replay code), _EagerVariant
   callees        _Callees: the callees of a frame run eagerly, captured on their own
   cache          _Captured: variants, cache_limit, strict, stats; dispatch and recording
@@ -235,13 +239,15 @@ from .higher_order import (  # noqa: F401
     _double_backward_ok,
     _keep_graph,
 )
+from .replay_helpers import (  # noqa: F401
+    _merge_log,
+    _mk_obj,
+    _rollback,
+)
 from .replay import (  # noqa: F401
     _EagerVariant,
     _GraphVariant,
     _Variant,
-    _merge_log,
-    _mk_obj,
-    _rollback,
 )
 from .cache import (  # noqa: F401
     CaptureStats,

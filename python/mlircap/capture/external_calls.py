@@ -160,7 +160,7 @@ class _ExternalCallMixin:
             if _popped(fr):
                 # the result is dropped unread (`opt.step()` as a statement): nothing of it
                 # to source or guard (a guard `b4 is None` after an optimizer's step had no
-                # continuation and made the function run eagerly, replay._continuations)
+                # continuation and made the function run eagerly, guard_misses._continuations)
                 pass
             elif (type(res) in (int, float) or _np_float(res) and res == res) and self._follow_result(fr, k, res):
                 # (a NumPy float: `np.quantile(d, q)`, followed as a float)

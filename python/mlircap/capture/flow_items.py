@@ -96,7 +96,7 @@ class _FlowItemMixin:
         is_dict = type(c) is dict
         v, expr, pretty, depth, pos, group = lz[:6]
         kind, _, _, _, snap = self.snaps[id(c)]
-        if len(lz) > 6:   # its contents after an uncapturable call (sources._new_epoch)
+        if len(lz) > 6:   # its contents after an uncapturable call (epochs._new_epoch)
             snap = lz[6]
         if pos != self.ncalls or len(snap) != len(c):
             return None

@@ -68,7 +68,7 @@ class _FlowWriteMixin:
         """STORE_SUBSCR about to store the followed number (expression expr) into `lst[i]`,
         a list the recording tracks (`N[0] = N[0] + 1`: a step counter in a global list):
         True when its write is replayed as the expression (flow_writes).  The list must still
-        be lazily guarded, so that every later use of it is seen (sources.touch); read back
+        be lazily guarded, so that every later use of it is seen (lazy_sources.touch); read back
         by a subscript it is followed as the expression (`_flow_item_load`), any other use or
         write of the list (`_flow_items_written`) or an uncapturable call in the recording
         ends it (an int is told from an equal one only by where it was stored)."""
@@ -144,7 +144,7 @@ class _FlowWriteMixin:
 
     def _flow_items_written(self, lst: Any, frame: types.FrameType | None = None) -> None:
         """Any use of a list but the followed store just made and a read back
-        (`_flow_item_load`): a store, a deletion, a mutating method, a read (sources.touch):
+        (`_flow_item_load`): a store, a deletion, a mutating method, a read (lazy_sources.touch):
         its items' followed stores end (the operands guarded)."""
         if frame is not None and self.flow_item_at == (frame, frame.f_lasti):
             return

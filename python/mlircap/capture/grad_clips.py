@@ -39,7 +39,7 @@ def clip_after_break(rec: Any, frame: types.FrameType, f: Any, args: list, kwarg
     # inert: torch's clipping code reads and writes the gradients alone (tensors, whose in-place
     # writes external_calls tracks by their versions), no state of the program's Python objects:
     # no new epoch, so the numbers read after it are still read after the graph (deferred.py)
-    # rerun: after a backward, a replay that misses past it restores the gradients (replay._save_grads) and
+    # rerun: after a backward, a replay that misses past it restores the gradients (replay_helpers._save_grads) and
     # the recording that follows runs the backward again: the clipping must run again too (its logged
     # result reused left the new gradients unclipped: a wrong result)
     rec._external_call(frame, f, args, kwargs, f"call to {f.__name__} right after a graph break", slot, inert=True,

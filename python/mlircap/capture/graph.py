@@ -246,7 +246,7 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
                     return res
             if name == "tolist" and type(res) is list and len(res) <= 512:
                 # a new list of numbers (nested lists for more dimensions) no one else holds: its
-                # items are guarded where the program reads them (a lazy container, sources.touch),
+                # items are guarded where the program reads them (a lazy container, lazy_sources.touch),
                 # not all by value at once (`return loss.item(), err.abs().tolist()`: a recompile
                 # per call, or after an optimizer's step a guard with no continuation)
                 self._source(res, f"b{k}", f"<result of break {k}>", False)

@@ -65,7 +65,7 @@ def start_tensor(g: Guard) -> bool:
     """Whether `g` is the metadata guard of a tensor reached from the call's start state (its
     location passes start_state): first read after an optimizer's step that starts no epoch
     (classify._optimizer_owning_call), it has the metadata it had before that step, whose
-    in-place writes change the data of tensors alone (replay._hoist_before)."""
+    in-place writes change the data of tensors alone (guard_misses._hoist_before)."""
     return isinstance(g, TensorMatch) and start_state(Guard(), g.src)
 
 

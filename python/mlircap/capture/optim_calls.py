@@ -74,7 +74,7 @@ def _optimizer_owning_call(f: object, args: list, kwargs: dict) -> torch.optim.O
     parameters, their .grad): a torch.optim class of torch's own (its methods torch's, not a
     subclass's), step without a closure (which runs the user's code) and with no step hook
     registered (global or the optimizer's: the caller guards them to stay so).  After it, what
-    the program read before it needs no guard again (no new epoch, sources._new_epoch): an
+    the program read before it needs no guard again (no new epoch, epochs._new_epoch): an
     optimizer step in a training function placed its guards again after it (`if step %
     accum == 0`, `opt.param_groups[0]['lr']`), which needed a continuation the frame rarely has
     (a counter written before it), and the function ran eagerly.  None: not such a call."""

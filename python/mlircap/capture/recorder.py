@@ -154,7 +154,7 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         self.resumes: dict[int, ResumePoint] = {}
         self.resume_missing: dict[int, str] = {}   # break -> why no resume point was taken there
         # uncapturable call k that may write -> (name, expression): objects the frame read
-        # through a location before it, bound by the replay right before it (sources._bind_held)
+        # through a location before it, bound by the replay right before it (epochs._bind_held)
         self.epoch_binds: dict[int, list[tuple[str, str]]] = {}
         self.nbound = 0
         self.src_first: dict[int, str] = {}   # id(obj) -> its expression before it was bound

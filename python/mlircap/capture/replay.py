@@ -1,5 +1,7 @@
 """Variants: a recording turned into guards plus generated replay code
-(`_GraphVariant`), or an eager fallback (`_EagerVariant`)."""
+(`_GraphVariant`), or an eager fallback (`_EagerVariant`).  What the generated code calls is
+replay_helpers.py's; where a replay failing a guard after an uncapturable call goes,
+guard_misses.py's."""
 from __future__ import annotations
 
 import collections
@@ -18,79 +20,27 @@ from .base import Unreplayable, _Miss, _Raised
 from .steps import CallStep, GraphStep, Write
 from .guard_kinds import Guard, GuardEnv, _holds
 from .data_writes import undo_data_writes
-from .guards import Placed, _ambient, _compile_guard, _merge_guards, start_state, start_tensor
+from .guards import Placed, _ambient, _compile_guard, _merge_guards
 from .graph_compile import _FirstRunChecked, _compile_graph
 from .higher_order import _double_backward_ok
 from .index_inputs import index_copy_hazard
-from .rng import RngStates, _RngLogged, _rng_states, _set_rng_states, _unlog_raising
-from .resume_code import Continuation, continuation_code
+from .rng import _RngLogged, _rng_states, _unlog_raising
 from .device_checks import held_device_asserts, release
 from .asserts import Deopt
+from .replay_helpers import _WRITE_FORMS, _merge_log, _mk_obj, _rollback, _save_grads, mode_copies
+from .guard_misses import _continuations
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import _Captured
     from .recorder import _Recorder
-    from .resumes import ResumePoint
 
 
 _BREAK_RESULT = re.compile(r"\bb\d+\b")
 _NODE_VALUE = re.compile(r"\bn\d+_\w+")   # a graph's output in the replay
 
 
-def _mk_obj(cls: type, d: dict, base: type | None = None, items: list | None = None) -> object:
-    """Rebuild an object created during the captured call (fresh object per replay)."""
-    o = cls.__new__(cls)
-    if base is dict or base is collections.OrderedDict:
-        base.__init__(o)
-        for k, x in items:
-            base.__setitem__(o, k, x)
-    elif base is list:
-        list.extend(o, items)
-    o.__dict__.update(d)
-    return o
-
-
 # ======================================================================================
 # variants: guards + generated replay code
-
-# Replayed writes other than item/delitem: kind -> statement ({t} target, {k} attribute, {w} value).
-_WRITE_FORMS = {
-    "set": "{t}.{k} = {w}",
-    "extend": "{t}.extend({w})",
-    "slice": "{t}[:] = {w}",
-    "cvset": "{t}.set({w})",
-    "update": "{t}.update({w})",
-    "discard": "{t}.difference_update({w})",
-    "restride": "{t}.as_strided_(*{w})",   # (restrides.py)
-    "restride_kept": "_v = {t}._version; {t}.as_strided_(*{w}); torch._C._autograd._unsafe_set_version_counter(({t},), (_v,))",
-}
-
-def mode_copies(inference: bool, *ts: torch.Tensor) -> list[torch.Tensor]:
-    """Tensors of the inference mode `inference` (inference tensors, or normal ones) holding the
-    values of ts: a graph's outputs that eager made inside a block of that mode
-    (graph_steps._merge_inference), with their shapes and strides; those that share memory share
-    the copy's (one view of another stays one), those of that mode already are left as they are
-    (a view of an argument of that mode stays its view)."""
-    out: list[torch.Tensor] = []
-    with torch.inference_mode(inference):
-        groups: dict = collections.defaultdict(list)
-        for t in ts:
-            if t.is_inference() == inference:
-                continue
-            groups[(t.device, t.untyped_storage().data_ptr())].append(t)
-        copies: dict[int, torch.Tensor] = {}
-        for g in groups.values():
-            if len(g) == 1 and g[0].is_contiguous():
-                t = g[0]
-                copies[id(t)] = t.clone(memory_format=torch.contiguous_format)
-                continue
-            st = g[0].untyped_storage().clone()
-            for t in g:
-                copies[id(t)] = torch.empty((0,), dtype=t.dtype, device=t.device).set_(
-                    st, t.storage_offset(), t.shape, t.stride())
-        out = [copies.get(id(t), t) for t in ts]
-    return out
-
 
 class _Variant:
     eager = False
@@ -167,7 +117,7 @@ _HELD = re.compile(r"\b_r\d+\b")
 
 def _unheld(rec: _Recorder, e: str) -> str:
     """`e` with the names of held objects (`_r3`, bound right before an uncapturable call:
-    sources._bind_held) replaced by the locations they are bound from, for code that runs
+    epochs._bind_held) replaced by the locations they are bound from, for code that runs
     before those bindings."""
     binds = {name: b for bs in rec.epoch_binds.values() for name, b in bs}
     for _ in range(8):
@@ -185,101 +135,6 @@ def _written(rec: _Recorder, w: Write) -> str:
     if w.kind in ("item", "delitem"):
         return f"{t}[{w.key!r}]"
     return f"{t}.{w.key}" if w.kind == "set" and w.key is not None else t
-
-
-def _continuations(rec: _Recorder) -> dict[int, list[tuple[str, ResumePoint]]]:
-    """The continuations (constant and resume point, of the frame that made the call and
-    of each frame that call returns into, innermost first) each guard position after an
-    uncapturable call that may write any state needs: a replay that fails a guard there
-    runs the rest of the frame through it (resume_code.py).  Running the function again
-    from its start would read before that call what the call has written since.  A guard
-    there without one is a known gap (see below)."""
-    kw = min((k for k, _ in rec.tensor_writing_calls), default=None)
-    if not rec.epoch_starts and kw is None:
-        return {}
-    if kw is not None:
-        _hoist_before(rec, kw)
-    # the first uncapturable call that may write any state, or that wrote tensors the function
-    # read before it (an optimizer's step, which starts no epoch: classify._optimizer_owning_call)
-    k0 = min(rec.epoch_starts + [kw + 1 if kw is not None else 1 << 30]) - 1
-    out = {}
-    for p in sorted({p.pos for p in rec.guards if p.pos > k0}):
-        rp = rec.resumes.get(p - 1) if not rec.uses_rng else None   # (a miss restores the RNG state, records again)
-        if rp is None and kw is not None and p > kw and rec.uses_rng:
-            # recording again is no option after such a call (below); a continuation is: the
-            # replay's random ops drew what eager draws (random islands), so the generator is
-            # where eager's is when the rest of the frame runs eagerly from the break
-            rp = rec.resumes.get(p - 1)
-        if rp is None and kw is not None and p > kw:
-            # the call wrote in place tensors the function read before it (an optimizer's step
-            # on the parameters its forward read): a replay failing this guard would record
-            # again from the start, the forward reading the parameters already stepped, and
-            # the step not run again (its result logged): a wrong result.  No continuation
-            # from there: the function runs eagerly for these arguments (what it calls is
-            # captured on its own)
-            raise Unreplayable(f"a guard after {dict(rec.tensor_writing_calls)[kw]}, which wrote in place "
-                               f"tensors the function read before it, with no continuation from there")
-        if rp is None:
-            # Known gap: no continuation from there (the call made through library code, a
-            # write to external state before it, ...): a replay failing this guard records
-            # again from the start (or tries another variant, whose guards before the call
-            # check the state the call left), reading what the call wrote before it
-            # (test_fuzz_guards.py, xfail).  Giving up on such recordings instead costs
-            # deepcopy, `with lock:`, fork_rng and print-after-write captures.
-            continue
-        chain = []   # the break's frame first, then the frames its call returns into (ResumePoint.outer)
-        for r in [rp] + rp.outer:
-            unbound = tuple(i for i, e in enumerate(r.local_exprs) if e is None)
-            real = tuple(e is not None for e in r.stack_exprs)
-            chain.append((rec.const(Continuation(continuation_code(r.code, r.offset, unbound, real), rec.captured)), r))
-        out[p - 1] = chain
-    return out
-
-
-def _hoist_before(rec: _Recorder, kw: int) -> None:
-    """Guards placed after the uncapturable call kw, which wrote tensors the function read
-    before it (an optimizer's step), with no call that may write any state in between, that
-    read only Python state of the call's start (guards.start_state: `opt.zero_grad` looked up
-    after the step, the branch of a dict counter the function increments): checked right
-    before call kw instead, where they decide the same (the replay writes the program's state
-    at its end) and where a miss can still record the call again from its start.  After the
-    step, a miss needed a continuation (_continuations), without which the function ran
-    eagerly.  So is the metadata guard of a tensor first read after the step at such a
-    location (guards.start_tensor) where every tensor-writing call from kw on before it is an
-    optimizer's own step: a step writes the data of tensors, not their metadata (a TD3 update
-    reading its actor's parameters after the critic's step ran eagerly)."""
-    nxt = min((s for s in rec.epoch_starts if s > kw), default=1 << 30)
-    writers = [k for k, _ in rec.tensor_writing_calls]
-    for p in rec.guards:
-        if kw < p.pos < nxt and (start_state(p.guard, p.expr, rec.consts) or start_tensor(p.guard) and
-                                 all(k in rec.own_steps for k in writers if k < p.pos)):
-            p.pos = kw
-
-
-def _merge_log(log: list | None, done: list) -> list:
-    """The uncapturable-call results known after a failed replay: those it ran (or took
-    from `log`), then any further ones an earlier variant had already run."""
-    return done + log[len(done):] if log and len(log) > len(done) else done
-
-
-def _rollback(saved: list, rng: RngStates | None, grads: list | None = None) -> None:
-    with torch.no_grad():
-        for t, c in saved:
-            t.copy_(c)
-        for t, g, c in grads or ():   # (_save_grads)
-            t.grad = g
-            if g is not None:
-                g.copy_(c)
-    if rng is not None:
-        _set_rng_states(rng)
-
-
-def _save_grads(leaves: tuple) -> list:
-    """The .grad of each leaf (the tensor, its values) as a replay starts: a backward in the
-    function accumulates into them, and a replay that misses after it records the call
-    again from its start, which runs the backward again (and what came before it, a
-    zero_grad): the gradients are restored first, as the other tensors it wrote are."""
-    return [(t, t.grad, None if t.grad is None else t.grad.detach().clone()) for t in leaves]
 
 
 class _GraphVariant(_Variant):

@@ -249,7 +249,7 @@ class _ResumeMixin:
             _, (r,), i = v.__reduce__()
             return f"{self.const(_range_iter)}({r.start}, {r.stop}, {r.step}, {i})"
         # (an object the frame read through a location before an uncapturable call that may
-        # write is named by the binding the replay made before that call, sources._bind_held;
+        # write is named by the binding the replay made before that call, epochs._bind_held;
         # one read through a location since the last such call: that location is unchanged
         # since, as no Python code ran in between)
         return self.expr_of(v)

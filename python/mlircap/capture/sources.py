@@ -1,5 +1,6 @@
 """Sources of tracked values: guarding a value read from an external location
-(`_SourceMixin._source`), lazily guarded containers and objects, snapshots."""
+(`_SourceMixin._source`, `read`); lazily guarded containers and objects and snapshots are
+lazy_sources.py's, what an uncapturable call that may write changes epochs.py's."""
 from __future__ import annotations
 
 import array
@@ -7,7 +8,6 @@ import collections
 import functools
 import re
 import types
-from collections.abc import Iterable
 from typing import Any
 import weakref
 
@@ -20,28 +20,15 @@ from .guard_kinds import (
 from .classify import _C_BUFFERS, _ID_HASHED, _IMMUTABLE_CONST, _PRIM, _classify, _ffi_object
 from .functorch_calls import transform_call
 from .locations import _short
+from .lazy_sources import _LazySourceMixin
+from .epochs import _EpochMixin
 from .typeinfo import (
     _NDARRAY_GUARD_BYTES, _dataclass_fields, _np_float, _is_constant_value, _is_frozen_dataclass, _is_ndarray, _pure_python_type,
-    _slot_names, _slot_values,
+    _slot_names,
 )
 
 
 _BARE_CONST = re.compile(r"C\[\d+\]")
-# the name the replay binds an object read through a location to, before an uncapturable
-# call that may write any state (after it, the location may hold another object)
-_BOUND = re.compile(r"_r\d+")
-# a location path (`C[1]['G']`, `L[0].cfg`, `b3[0]`, `_r0[1]`: attributes and subscripts with
-# literal keys from a root): what is bound
-_PATH = re.compile(r"(?:[CLF]\[\d+\]|F|b\d+|_r\d+)(?:\.\w+|\[[^\[\]()]*\])+")
-
-
-def _dict_items(d: dict) -> dict:
-    """The items d holds, in its iteration order, without calling a subclass's __getitem__:
-    `dict(d)` of a mapping that is not a plain dict reads each item through it, and HF's
-    `ACT2FN` (an OrderedDict whose __getitem__ instantiates the activation class it holds)
-    then made a module per snapshot, guarded by identity against the class the replay reads
-    (a recompile per call)."""
-    return dict(d) if type(d) is dict else {k: dict.__getitem__(d, k) for k in d}
 
 
 def plain_subclass(t: type) -> bool:
@@ -70,7 +57,7 @@ def _propagating_subclass(t: type) -> bool:
         getattr(t, "__torch_dispatch__", None) is not torch._C._disabled_torch_dispatch_impl
 
 
-class _SourceMixin:
+class _SourceMixin(_LazySourceMixin, _EpochMixin):
     """Sources for `_Recorder`: `_source` guards a value read from an external location;
     lazily guarded containers/objects are guarded when first used; snapshots for writes."""
 
@@ -83,90 +70,6 @@ class _SourceMixin:
         self.guard(NdarrayContents(expr, pretty, type(v), v.dtype, tuple(v.shape), v.tobytes()))
         self.src[id(v)] = (expr, pretty, argrooted)
         self.keep.append(v)
-
-    # Lazy containers: lists/dicts/sets reached through attributes, globals or cells are
-    # only guarded (from their snapshot, i.e. the pre-call state) once the program reads
-    # them; append-only / store-only use (logs, caches, histories) needs no guard at all.
-    def touch(self, obj: object) -> None:
-        if self.flow_stores:   # a list item this call stored, used otherwise (flow_writes.py)
-            self._flow_items_written(obj)
-        if self.float_items and self._flow_items_escape(obj):
-            return   # (a list whose float items flow_items.py follows: they are guarded now)
-        lz = self.lazy.pop(id(obj), None)
-        if lz is None:
-            return
-        v, expr, pretty, depth, pos, group = lz[:6]
-        kind, _, _, _, snap = self.snaps[id(v)]
-        if len(lz) > 6:   # its contents after an uncapturable call (_new_epoch)
-            snap = lz[6]
-        t = type(v)
-        # a dict read from a dict group's entry: what is guarded here depends on that entry
-        # and on this dict's contents only
-        group = group + (v,) if group and t is dict else None
-        saved = self.ncalls
-        self.ncalls = pos
-        try:
-            n = len(snap)
-            self.guard(TypeLen(expr, pretty, t, n), group=group)
-            if kind == "deque":
-                self.guard(Equals(f"{expr}.maxlen", f"{pretty}.maxlen", v.maxlen))
-            if kind == "list" or kind == "deque" or kind == "tuple":
-                for i, x in enumerate(snap):
-                    self._source(x, f"{expr}[{i}]", f"{pretty}[{i}]", False, depth + 1)
-            elif kind == "dict":
-                keys = list(snap.keys())
-                self.guard(Keys(expr, pretty, tuple(keys)), group=group)
-                for k in keys:
-                    self._source(snap[k], self._item(v, expr, k), f"{pretty}[{k!r}]", False, depth + 1, group)
-            else:
-                if all(type(x) in _PRIM or isinstance(x, _ID_HASHED) for x in snap):
-                    self.guard(Equals(expr, pretty, set(snap)))
-                else:
-                    raise Unreplayable(f"set of objects at {pretty}")
-        finally:
-            self.ncalls = saved
-
-    def full_obj(self, o: object) -> None:
-        """A lazily guarded object is used by code we do not trace: guard all of it."""
-        v, pos, *now = self.lazy_objs.pop(id(o))
-        _, _, expr, pretty, snap = self.snaps[id(o)]
-        if now:   # its attributes after an uncapturable call (_new_epoch)
-            snap = now[0]
-        d = v.__dict__
-        dc = self.const(d)
-        saved = self.ncalls
-        self.ncalls = pos
-        try:
-            # the instance dict's keys and entries: its version tag decides them all (see
-            # DictVersions)
-            self.guard(Keys(dc, f"vars({pretty})", tuple(snap)), group=(d,))
-            for k, x in snap.items():
-                self.read(f"{dc}[{k!r}]", f"{pretty}.{k}", x, id(v), k, group=(d,))
-        finally:
-            self.ncalls = saved
-
-    def touch_deep(self, objs: Iterable) -> None:
-        if self.flow_stores:   # untraced code may read a float this call stored (flow_writes.py)
-            objs = list(objs)
-            ids = {id(o) for o in objs}
-            for oid, name in [k for k in self.flow_stores if k[0] in ids]:
-                self._flow_store_read(oid, name)
-        if not self.lazy and not self.lazy_objs:
-            return
-        for o in objs:
-            if id(o) in self.lazy_objs:
-                self.full_obj(o)
-            if id(o) in self.lazy:
-                self.touch(o)
-            d = getattr(o, "__dict__", None) if not isinstance(o, type) else None
-            if isinstance(d, dict):
-                for x in list(d.values()):
-                    if id(x) in self.lazy:
-                        self.touch(x)
-            if isinstance(o, (list, tuple)) and len(o) < 64:
-                for x in o:
-                    if id(x) in self.lazy:
-                        self.touch(x)
 
     def _source(self, v: Any, expr: str, pretty: str, argrooted: bool | str, depth: int = 0,
                 group: tuple | None = None) -> None:
@@ -405,34 +308,6 @@ class _SourceMixin:
         if _slot_names(t):
             self._snap(v, c, pretty)
 
-    def _item(self, container: object, expr: str, key: object) -> str:
-        if type(container) in (dict, list, tuple):
-            return f"{expr}[{self._lit(key)}]"
-        return f"{self.const(dict.__getitem__)}({expr}, {self._lit(key)})"
-
-    def _snap(self, v: Any, expr: str, pretty: str) -> None:
-        if id(v) in self.snaps:
-            return
-        if isinstance(v, torch.nn.Module):
-            snap = (dict(v.__dict__), dict(v._parameters), dict(v._buffers), dict(v._modules))
-            kind = "module"
-        elif isinstance(v, list):
-            snap, kind = list(v), "list"
-        elif isinstance(v, collections.deque):
-            snap, kind = list(v), "deque"
-        elif isinstance(v, dict):
-            snap, kind = _dict_items(v), "dict"
-        elif isinstance(v, set):
-            snap, kind = set(v), "set"
-        elif type(getattr(v, "__dict__", None)) is not dict:
-            snap, kind = _slot_values(v), "slots"
-        else:
-            snap, kind = dict(v.__dict__), "obj"
-            slots = _slot_values(v)
-            if slots:
-                snap, kind = (snap, slots), "obj+slots"
-        self.snaps[id(v)] = (kind, v, expr, pretty, snap)
-
     def read(self, expr: str, pretty: str, v: Any, owner_id: int | None = None, key: object = None,
              group: tuple | None = None) -> None:
         if owner_id is not None and (owner_id, key) in self.dirty:
@@ -445,80 +320,3 @@ class _SourceMixin:
             self._reread(expr, pretty, v)
             return
         self._source(v, expr, pretty, argrooted=False, group=group)
-
-    def _reread(self, expr: str, pretty: str, v: Any) -> None:
-        """expr, read before an uncapturable call (which may have written anything), read again
-        after it, giving an object the recording tracks.  An object the replay takes as a
-        constant (a module, a function, a parameter, ...) is guarded to be that object where
-        the program reads it now (a tensor: with its metadata); one it reads through expr
-        (a container, a buffer, an array) may be another object of the same kind: a tensor
-        guarded by metadata, an array by contents, a container lazily by its contents now
-        (_new_epoch already made it lazy: guarded where the program uses it)."""
-        s = self.src[id(v)]
-        if _BOUND.fullmatch(s[0]):
-            # the object the frame read before the call (bound there, _new_epoch): the
-            # location still holds it
-            self.guard(SameAs(expr, pretty, s[0], s[1]))
-        elif s[0] != expr:
-            self.guard(Is(expr, pretty, v, _short(v)))
-        if isinstance(v, torch.Tensor):
-            self.guard(self._tensor_match(expr, pretty, v))
-        elif _is_ndarray(v):
-            self._source_ndarray(v, expr, pretty, False)
-        elif s[0] == expr and id(v) not in self.lazy and type(v) not in (list, dict, set, collections.deque):
-            self.guard(Is(expr, pretty, v, _short(v)))
-
-    def _new_epoch(self, k: int) -> None:
-        """Uncapturable call k (print to a user object, a callback, a logger's handler) has
-        run: it may have written any state the program reads.  What is read again after it is
-        guarded again after it (mid-replay, `read`), and so are the containers the program
-        holds: lists, dicts, deques and sets are lazily guarded again, from their contents
-        now, where the program next uses them (touch); so are objects still lazily guarded."""
-        self._bind_held(k)
-        self.epoch += 1
-        self.epoch_starts.append(k + 1)
-        for vid in list(self.float_items):
-            self.lazy.pop(vid, None)
-            del self.float_items[vid]
-        for vid, (kind, v, expr, pretty, _) in self.snaps.items():
-            if kind in ("list", "dict", "deque", "set", "tuple") and (vid, "*") not in self.dirty:
-                lz = self.lazy.get(vid)
-                now = list(v) if kind in ("list", "deque", "tuple") else _dict_items(v) if kind == "dict" else set(v)
-                self.lazy[vid] = (v, expr, pretty, lz[3] if lz else 0, k + 1, None, now)
-        for vid, (o, _, *_) in list(self.lazy_objs.items()):
-            self.lazy_objs[vid] = (o, k + 1, dict(o.__dict__))
-        # an object's attributes the call wrote are its replay's writes, not the function's: the
-        # snapshot of an object the function did not write is taken again (`self.calls += 1` in a
-        # module run between graphs was also replayed at the end as the recording's count)
-        written = {key[0] for key in self.dirty if type(key) is tuple}
-        for vid, (kind, v, expr, pretty, _) in list(self.snaps.items()):
-            if kind in ("module", "obj", "slots", "obj+slots") and vid not in written:
-                del self.snaps[vid]
-                self._snap(v, expr, pretty)
-
-    def _bind_held(self, k: int) -> None:
-        """Before uncapturable call k, which may rebind any location: every object the
-        recording tracks that the replay reaches through a location (a list read from a
-        global, `gl = GL`; a tensor attribute of an argument) is bound by the replay right
-        before the call (`_r0 = F.__globals__['GL']`, replay.py) and named by that binding
-        from then on: graph inputs, guards, arguments, continuations and writes after the call
-        then use the object the frame holds, not whatever the location holds after it (a
-        location read again after the call is guarded to still hold it: _reread)."""
-        binds = []
-        for vid, s in list(self.src.items()):
-            e = s[0]
-            if not _PATH.fullmatch(e):
-                continue
-            name = f"_r{self.nbound}"
-            self.nbound += 1
-            binds.append((name, e))
-            self.src[vid] = (name,) + tuple(s[1:])
-            self.src_first.setdefault(vid, e)
-            sn = self.snaps.get(vid)
-            if sn is not None and sn[2] == e:
-                self.snaps[vid] = sn[:2] + (name,) + sn[3:]
-            lz = self.lazy.get(vid)
-            if lz is not None and lz[1] == e:
-                self.lazy[vid] = lz[:1] + (name,) + lz[2:]
-        if binds:
-            self.epoch_binds[k] = binds

@@ -35,7 +35,7 @@ def _same_view(t: Any, v: Any) -> bool:
 
 
 _AUTOGRAD_STATE = ("requires_grad_", "retain_grad")
-# torch functions writing the .grad of autograd leaves (replay._save_grads)
+# torch functions writing the .grad of autograd leaves (replay_helpers._save_grads)
 _GRAD_WRITERS = (torch.Tensor.backward, torch.autograd.backward)
 _RNNS = frozenset({torch._VF.lstm, torch._VF.gru, torch._VF.rnn_tanh, torch._VF.rnn_relu})
 
