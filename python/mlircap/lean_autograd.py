@@ -52,9 +52,23 @@ def lean_functions():
     depth = getattr(_state, "depth", 0)
     _state.depth = depth + 1
     try:
-        yield
+        with _no_donated_buffers():
+            yield
     finally:
         _state.depth = depth
+
+
+def _no_donated_buffers():
+    """aot_autograd's own switch for donated buffers, off while mlircap compiles (see
+    _nothing_donated). Where the Function factory cannot be wrapped (torch 2.11, the GPU host's,
+    builds the class inline) this is what keeps `backward(retain_graph=True)` working; it is
+    process-wide, and a graph another thread compiles meanwhile also donates nothing, which only
+    costs inductor a memory reuse."""
+    from torch._functorch import config
+
+    if not hasattr(config, "donated_buffer"):   # pragma: no cover - another torch
+        return contextlib.nullcontext()
+    return config.patch(donated_buffer=False)
 
 
 def _install() -> None:

@@ -78,6 +78,29 @@ def test_retain_graph_without_the_lean_function():
         lean_autograd.ENABLED = True
 
 
+def test_retain_graph_where_the_factory_is_not_wrapped(monkeypatch):
+    """torch 2.11 (the GPU host's) builds aot_autograd's Function class inline, so the factory
+    wrapper that clears a class's donated buffers never runs there and the retain_graph backward
+    raised (test/python/gpu/test_saved_outputs_gpu.py on the H200). aot_autograd's own
+    donated_buffer switch is off while mlircap compiles: simulated here by making the per-class
+    clearing a no-op."""
+    monkeypatch.setattr(lean_autograd, "_nothing_donated", lambda spec: None)
+    m = _mlp(3)
+    fast = mlircap.compile(m)
+    x = torch.randn(5, 6)
+    for _ in range(3):
+        fast(x).sum().backward()
+    res = []
+    for fn in (m, fast):
+        m.zero_grad()
+        loss = fn(x).pow(2).mean()
+        loss.backward(retain_graph=True)
+        loss.backward()
+        res.append(_grads(m))
+    for a, b in zip(*res):
+        _close(a, b)
+
+
 def test_plain_step_runs_the_lean_backward():
     """A plain training step's node class is lean: its backward does not go through
     aot_autograd's generic backward (made to raise here), and gradients equal eager's."""
