@@ -1730,8 +1730,16 @@ def _pointwise_in_float32(op, fn):
     Other dtypes go to `fn`."""
     from torch.utils._pytree import tree_leaves, tree_map
 
-    from .opmath import pin_dtype_defaults, reads_rounded, rounded_through
+    from .opmath import _ALPHA_OPS, pin_dtype_defaults, reads_rounded, rounded_through
     from .fxutil import op_name
+
+    def with_alpha(args, kwargs):
+        # rsub(x, 2.3, alpha=0.7) in bf16: left in the low dtype to compute_in_float32, which
+        # computes the elements eager's scalar loop computes as that loop (opmath._ALPHA_OPS)
+        if op_name(op) not in _ALPHA_OPS:
+            return False
+        alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
+        return not isinstance(alpha, bool) and isinstance(alpha, (int, float)) and alpha != 1
 
     def decomposition(*args, **kwargs):
         tensors = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
@@ -1739,7 +1747,7 @@ def _pointwise_in_float32(op, fn):
         # CPU only for now: on the GPU the float32 form of bf16 ops cost 10-30% on
         # the bf16 transformer benchmarks (kernels matched in bf16 no longer do)
         if len(floats) == 1 and "dtype" not in kwargs and "out" not in kwargs \
-                and all(a.device.type == "cpu" for a in tensors):
+                and all(a.device.type == "cpu" for a in tensors) and not with_alpha(args, kwargs):
             low = floats.pop()
             if low in _LOW_PRECISION:
                 args, kwargs = pin_dtype_defaults(op, args, kwargs, low)

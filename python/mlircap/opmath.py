@@ -48,7 +48,8 @@ _SKIP = {"prims::convert_element_type", "aten::clone", "aten::where", "aten::mas
 #   divisor; `x + 0.1` added bfloat16(0.1), 5% of the sums one unit off). Other kernels
 #   (mul, div, lerp, leaky_relu, elu, softshrink, ...) read the number in float32 as it is.
 _DTYPE_DEFAULTS = {"aten::nan_to_num": {"posinf": lambda fi: fi.max, "neginf": lambda fi: fi.min}}
-_ROUNDED_NUMBERS = {"aten::add": ("other", "alpha"), "aten::sub": ("other", "alpha"), "aten::rsub": ("other", "alpha"),
+_ROUNDED_NUMBERS = {"aten::add": ("self", "other", "alpha"), "aten::sub": ("self", "other", "alpha"),
+                    "aten::rsub": ("other", "alpha"),
                     "aten::pow": ("self", "exponent"), "aten::fmod": ("other",), "aten::remainder": ("other",)}
 
 
@@ -197,7 +198,8 @@ def compute_in_float32(gm: fx.GraphModule, only: Callable[[fx.Node], bool] | Non
                     n.replace_input_with(a, x)
         n.meta["val"] = _as(want, torch.float32)
         n.meta.pop("tensor_meta", None)
-        last = _alpha_scalar_tail(graph, n, want) if rounded_numbers else n
+        last = _alpha_scalar_tail(graph, n, want, [a.meta.get("val") if isinstance(a, fx.Node) else a
+                                                   for a in old.args]) if rounded_numbers else n
         with graph.inserting_after(last):
             down = graph.call_function(prims.convert_element_type.default, (last, want.dtype))
         down.meta["val"] = want
@@ -208,12 +210,15 @@ def compute_in_float32(gm: fx.GraphModule, only: Callable[[fx.Node], bool] | Non
 
 # bf16/f16 add / sub / rsub with alpha != 1 on the CPU (ufunc add: `self + alpha * other`, alpha
 # converted to the tensor's dtype): its vector loop computes vec::fmadd(other, alpha, self) in
-# float32 and rounds once, as compute_in_float32 does; the elements past its last full block
-# (fewer than the block, all of them in a small tensor) go through the scalar loop, whose
-# BFloat16 / Half arithmetic rounds the product alpha * other to the dtype before the sum.
-# Measured: 24 bf16 values, alpha 0.7: 6 of 24 one unit off when computed as the vector loop.
-# The block is measured on this machine (eager_vector_block); only for one-dimensional loops
-# (every operand contiguous of the result's shape, or one element) under the parallel grain.
+# float32 and rounds once, as compute_in_float32 does; its scalar loop's BFloat16 / Half
+# arithmetic rounds the product alpha * other to the dtype before the sum. Which elements each
+# loop computes follows TensorIterator (eager_loop): the inner loop runs along the operands'
+# fastest dim; where every operand is contiguous along it (or all but one, which is one element
+# there), the vector loop takes each run of the inner loop in blocks (eager_vector_block) and the
+# scalar loop the rest of the run; otherwise (a transposed, sliced or broadcast operand along the
+# inner dim) the scalar loop computes every element. Measured: 24 bf16 values, alpha 0.7: 6 of 24
+# one unit off when computed as the vector loop; transposed / strided / broadcast operands 86 of
+# 148 forms off with the vector loop's values at the contiguous positions (/tmp/h26/p1w).
 _ALPHA_OPS = {"aten::add", "aten::sub", "aten::rsub"}
 _GRAIN = 32768   # at::internal::GRAIN_SIZE: larger loops are split between threads
 
@@ -242,83 +247,133 @@ def eager_vector_block(dtype: torch.dtype) -> int | None:
         return fits.pop() if len(fits) == 1 else None
 
 
-def _inner_loop(operands, out: torch.Tensor) -> int | None:
-    """The size of the inner loop TensorIterator runs eager's kernel over, in `out`'s order:
-    `out` contiguous and every operand a one-element tensor or contiguous, broadcast over leading
-    dims only (the trailing dims where every operand has out's sizes coalesce into it); None for
-    other layouts, or where the loop is split between threads (_GRAIN)."""
+def eager_loop(operands, shape, dtype: torch.dtype) -> tuple[list[int], int, bool] | None:
+    """How eager's CPU TensorIterator runs a pointwise kernel of `dtype` over operands (tensors,
+    or Python numbers) broadcast to `shape`, its result allocated by the iterator: (the result's
+    dims from the outermost to the innermost of its loop, the size of the inner loop (the
+    innermost dims it coalesces), whether the kernel's vector loop runs: every operand
+    contiguous along the inner loop, or all but one which is one element along it (Loops.h
+    VectorizedLoop2d)). As TensorIteratorBase: an operand of another dtype is read converted to
+    `dtype` (`.to`, which keeps a dense layout and makes others contiguous); reorder_dimensions
+    sorts the dims by the inputs' strides (the first input whose strides tell decides, equal
+    strides put the smaller dim inside), the result is allocated dense in that order, and
+    coalesce_dimensions merges adjacent dims every operand steps through alike. None for
+    symbolic sizes."""
     try:
-        if not out.is_contiguous() or out.numel() >= _GRAIN or \
-                not all(isinstance(v, torch.Tensor) for v in operands):
-            return None
-        full = [v for v in operands if v.numel() != 1]
-        if not all(v.is_contiguous() for v in full):
-            return None
-        shape, inner, k = list(out.shape), 1, len(out.shape)
-        while k > 0 and (shape[k - 1] == 1 or all(
-                v.dim() >= len(shape) - k + 1 and v.shape[v.dim() - len(shape) + k - 1] == shape[k - 1] for v in full)):
-            inner *= shape[k - 1]
-            k -= 1
-        # (the leading dims, where some operand is broadcast, are the loop's outer dims)
-        return None if k and inner <= 1 else inner
-    except (TypeError, RuntimeError):   # symbolic sizes
+        shape = [int(s) for s in shape]
+        nd = len(shape)
+        strides = []
+        for v in operands:
+            if not isinstance(v, torch.Tensor):
+                strides.append([0] * nd)
+                continue
+            if v.dtype != dtype:
+                v = _as(v, dtype)
+            st = [0] * (nd - v.dim()) + [int(s) for s in v.stride()]
+            sz = [1] * (nd - v.dim()) + [int(s) for s in v.shape]
+            strides.append([0 if s == 1 and n != 1 else t for s, t, n in zip(sz, st, shape)])
+    except (TypeError, RuntimeError):   # symbolic sizes / strides
         return None
+    perm = list(range(nd))[::-1]   # innermost first, as TensorIterator's
+
+    def should_swap(d0, d1):
+        for st in strides:
+            s0, s1 = st[d0], st[d1]
+            if s0 == 0 or s1 == 0:
+                continue
+            if s0 != s1:
+                return 1 if s0 > s1 else -1
+            if shape[d0] > shape[d1]:
+                return 1
+        return 0
+
+    for i in range(1, nd):
+        d1 = i
+        for d0 in range(i - 1, -1, -1):
+            c = should_swap(perm[d0], perm[d1])
+            if c > 0:
+                perm[d0], perm[d1] = perm[d1], perm[d0]
+                d1 = d0
+            elif c < 0:
+                break
+    out, step = [0] * nd, 1
+    for d in perm:
+        out[d], step = step, step * shape[d]
+    everyone = [out] + strides
+    inner, inner_strides = (shape[perm[0]], [st[perm[0]] for st in everyone]) if nd else (1, [1] + [0] * len(strides))
+    for d in perm[1:]:   # coalesce into the inner loop while every operand steps on alike
+        if not (inner == 1 or shape[d] == 1 or all(inner * s0 == st[d] for s0, st in zip(inner_strides, everyone))):
+            break
+        if inner == 1:
+            inner_strides = [st[d] for st in everyone]
+        inner *= shape[d]
+    ins = inner_strides[1:]
+    vector = inner_strides[0] == 1 and (all(s == 1 for s in ins) or any(
+        s == 0 and all(t == 1 for j, t in enumerate(ins) if j != k) for k, s in enumerate(ins)))
+    return perm[::-1], inner, vector
 
 
-def _alpha_scalar_tail(graph: fx.Graph, n: fx.Node, want: torch.Tensor) -> fx.Node:
-    """After `n` (an add / sub / rsub .Tensor with alpha, computed in float32 by
-    compute_in_float32): the elements eager's scalar loop computes, with the product rounded
-    to want's dtype (_ALPHA_OPS); the node giving the op's float32 result."""
+def _alpha_scalar_tail(graph: fx.Graph, n: fx.Node, want: torch.Tensor, operands: list) -> fx.Node:
+    """After `n` (an add / sub / rsub with alpha, computed in float32 by compute_in_float32;
+    `operands`: its self and other as the graph had them, metadata or numbers): the elements
+    eager's scalar loop computes, with the product rounded to want's dtype (_ALPHA_OPS); the
+    node giving the op's float32 result."""
     name = op_name(n.target)
     alpha = n.kwargs.get("alpha", 1)
-    if name not in _ALPHA_OPS or n.target.overloadpacket is None or op_name(n.target) + ".Tensor" != \
-            f"{name}.{n.target._overloadname}" or isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or \
-            alpha == 1 or len(n.args) != 2 or not all(isinstance(a, fx.Node) for a in n.args) or \
-            want.device.type != "cpu":
+    if name not in _ALPHA_OPS or n.target._overloadname not in ("Tensor", "Scalar") or isinstance(alpha, bool) or \
+            not isinstance(alpha, (int, float)) or alpha == 1 or len(n.args) != 2 or len(operands) != 2 or \
+            want.device.type != "cpu" or \
+            not all(isinstance(a, fx.Node) or (isinstance(a, (int, float)) and not isinstance(a, bool)) for a in n.args):
         return n
     block = eager_vector_block(want.dtype)
-    inner = _inner_loop([a.meta.get("val") for a in n.args], want) if block is not None else None
-    if inner is None:
+    loop = eager_loop(operands, want.shape, want.dtype) if block is not None else None
+    if loop is None:
         return n
+    perm, inner, vector = loop
     total = want.numel()
-    start = inner // block * block   # in each row of the loop, the scalar loop's first element
-    if start >= inner:
-        return n
+    threads = torch.get_num_threads()
+    chunk = total if total < _GRAIN or threads == 1 else -(-total // min(threads, -(-total // _GRAIN)))
+    if vector and inner < block and chunk == total:
+        vector = False   # (every run shorter than a block)
     self_, other = n.args if name != "aten::rsub" else n.args[::-1]   # rsub: other - alpha * self
     sign = -1 if name != "aten::add" else 1
     f32 = torch.float32
+    out32 = n.meta["val"]
+    mode = getattr(want, "fake_mode", None)
 
-    def add(target, args, val):
-        node = graph.call_function(target, args)
-        node.meta["val"] = val
+    def add(target, args, kwargs=None):
+        node = graph.call_function(target, tuple(args), kwargs or {})
+        with (mode if mode is not None else contextlib.nullcontext()):
+            node.meta["val"] = target(*[a.meta["val"] if isinstance(a, fx.Node) else a for a in args], **(kwargs or {}))
         return node
 
-    out32, ov = n.meta["val"], other.meta["val"]
-    with graph.inserting_after(n):
-        prod = add(aten.mul.Scalar, (other, float(alpha) * sign), _as(ov, f32))
-    with graph.inserting_after(prod):
-        low = add(prims.convert_element_type.default, (prod, want.dtype), _as(ov, want.dtype))
-    with graph.inserting_after(low):
-        up = add(prims.convert_element_type.default, (low, f32), _as(ov, f32))
-    with graph.inserting_after(up):
-        tail = add(aten.add.Tensor, (self_, up), out32)
-    if start == 0:
-        return tail
-    mode = getattr(want, "fake_mode", None)
-    with (mode if mode is not None else contextlib.nullcontext()):
-        pos_val = torch.arange(total, device=want.device)
-        mask_val = (pos_val % inner >= start).reshape(want.shape)
-    with graph.inserting_after(tail):
-        pos = add(aten.arange.default, (total,), pos_val)
-        pos.kwargs = {"dtype": torch.int64, "device": want.device}
-    with graph.inserting_after(pos):
-        col = add(aten.remainder.Scalar, (pos, inner), pos_val)
-    with graph.inserting_after(col):
-        ge = add(aten.ge.Scalar, (col, start), mask_val.reshape(-1))
-    with graph.inserting_after(ge):
-        mask = add(aten.view.default, (ge, list(want.shape)), mask_val)
-    with graph.inserting_after(mask):
-        return add(aten.where.self, (mask, tail, n), out32)
+    with graph.inserting_before(n.next):   # (in order after n)
+        if isinstance(other, fx.Node):
+            low = add(prims.convert_element_type.default, [add(aten.mul.Scalar, [other, float(alpha) * sign]), want.dtype])
+            up = add(prims.convert_element_type.default, [low, f32])
+            tail = add(aten.add.Tensor, [self_, up] if isinstance(self_, fx.Node) else [up, self_])
+        else:   # other a number (already the dtype's, pin_dtype_defaults): the product is one too
+            prod = float(torch.tensor(float(other) * float(alpha) * sign, dtype=torch.float64).to(want.dtype))
+            tail = add(aten.add.Tensor, [self_, prod])
+        if tail.meta["val"].shape != out32.shape:
+            tail = add(aten.expand.default, [tail, list(out32.shape)])
+        if not vector:
+            return tail
+        # each run of the inner loop: the rows of the loop in its order, cut where a thread's
+        # chunk of the elements ends (at::parallel_for over TensorIterator's linear index)
+        pos = add(aten.arange.default, [total], {"dtype": torch.int64, "device": want.device})
+        row = add(aten.sub.Tensor, [pos, add(aten.remainder.Scalar, [pos, inner])])
+        start, end = row, add(aten.add.Scalar, [row, inner])
+        if chunk < total:
+            part = add(aten.sub.Tensor, [pos, add(aten.remainder.Scalar, [pos, chunk])])
+            start = add(aten.maximum.default, [row, part])
+            end = add(aten.minimum.default, [end, add(aten.add.Scalar, [part, chunk])])
+        length = add(aten.sub.Tensor, [end, start])
+        full = add(aten.sub.Tensor, [length, add(aten.remainder.Scalar, [length, block])])
+        scalar = add(aten.ge.Tensor, [add(aten.sub.Tensor, [pos, start]), full])
+        scalar = add(aten.view.default, [scalar, [int(want.shape[d]) for d in perm]])
+        scalar = add(aten.permute.default, [scalar, [perm.index(d) for d in range(len(perm))]])
+        return add(aten.where.self, [scalar, tail, n])
 
 
 def overflowing_number(node: fx.Node) -> bool:
