@@ -831,7 +831,8 @@ def compile_partitioned(gm: torch.fx.GraphModule, example_inputs, options: Optio
                     continue
                 if part.eager or not outs:   # a part without outputs only has effects: run it as it is
                     steps.append((_EagerIsland(sub, part.reasons, [None if _any_layout(n, inside) else
-                                                                   n.meta.get("val") for n in ins]), ins, outs))
+                                                                   n.meta.get("val") for n in ins],
+                                               [_unit_last_stride(n, inside) for n in ins]), ins, outs))
                     continue
                 examples = [n.meta.get("val") for n in ins] + [n.meta.get("val") for n in outs]
                 g = compile_graph(sub, examples, options, None, raise_unsupported=True)
@@ -1000,20 +1001,27 @@ class _EagerIsland:
     under the same seed; memory-efficient attention requires the mask's strides
     aligned, which eager gets by padding the mask and slicing it back."""
 
-    def __init__(self, gm: torch.fx.GraphModule, reasons: dict[str, str], examples: list | None = None):
+    def __init__(self, gm: torch.fx.GraphModule, reasons: dict[str, str], examples: list | None = None,
+                 unit: list | None = None):
         self.gm, self.reasons = gm, reasons
         self.training = any(n.target is torch.ops.aten.mkldnn_rnn_layer.default and n.args[-1] is True
                             for n in gm.graph.nodes)
         self.layouts = [_eager_layout(v) for v in examples or ()]
+        # inputs read only where any layout with a unit last stride gives eager's values
+        # (_unit_last_stride): eager's layout only for a tensor whose last stride is not 1
+        self.unit = [bool(u) and lay is not None for u, lay in zip(unit or [False] * len(self.layouts), self.layouts)]
         if not any(self.layouts):
             self.layouts = None
         else:
-            logs.log("fallback", f"island {', '.join(reasons)}: {sum(x is not None for x in self.layouts)} "
-                                 f"of {len(self.layouts)} inputs given eager's layout")
+            kept = sum(x is not None and not u for x, u in zip(self.layouts, self.unit))
+            loose = sum(self.unit)
+            logs.log("fallback", f"island {', '.join(reasons)}: {kept} of {len(self.layouts)} inputs given "
+                                 f"eager's layout" + (f", {loose} any layout with a unit last stride" if loose else ""))
 
     def __call__(self, *args):
         if self.layouts is not None:
-            args = [_restride(a, lay) if lay is not None else a for a, lay in zip(args, self.layouts)]
+            args = [a if lay is None or (u and _unit_stride(a)) else _restride(a, lay)
+                    for a, lay, u in zip(args, self.layouts, self.unit)]
         if self.training and not torch.is_grad_enabled():
             # oneDNN's LSTM layer in training (train=True) keeps the workspace its backward
             # reads only under grad mode, which a compiled forward runs without (as an
@@ -1047,6 +1055,44 @@ def _any_layout(node: torch.fx.Node, island: set) -> bool:
         u.op == "call_function" and op_name(u.target) in _ANY_QKV_LAYOUT and
         not is_random(u) and node in u.args[:3] and node not in u.args[3:] and node not in u.kwargs.values()
         for u in users)
+
+
+# fused attention backwards whose operands grad_out, query, key, value and out (args[:5]) may
+# come in any layout with a unit last stride: the CPU flash kernel reads each with its own
+# strides (leading dimensions of its GEMMs) and lays out its gradients alike whatever they
+# are, with eager's values bit for bit (q / k / v as eager's permuted views of a packed
+# projection or contiguous, causal or masked, float32 and bfloat16). A last stride other
+# than 1 it does not check and reads wrongly, so such a tensor still gets eager's layout.
+_UNIT_STRIDE_OPERANDS = {"aten::_scaled_dot_product_flash_attention_for_cpu_backward": (5, 6)}
+
+
+def _unit_last_stride(node: torch.fx.Node, island: set) -> bool:
+    """`node`, an input of an eager island, is only read as one of the operands of
+    _UNIT_STRIDE_OPERANDS' ops (with dropout off): it need not be restrided to eager's
+    layout where its last stride is 1 (a copy per operand per call, 3 to 5 per attention
+    layer's backward on the CPU)."""
+    from .partition import op_name
+
+    def loose(node, u, depth=0) -> bool:
+        if u.op != "call_function":
+            return False
+        name = op_name(u.target)
+        if name == "aten::alias" and depth < 4:   # (aot_autograd's alias of a saved output)
+            users = [w for w in u.users if w in island]
+            return bool(users) and all(loose(u, w, depth + 1) for w in users)
+        spec = _UNIT_STRIDE_OPERANDS.get(name)
+        if spec is None:
+            return False
+        n, dropout = spec
+        return node in u.args[:n] and node not in u.args[n:] and node not in u.kwargs.values() and \
+            len(u.args) > dropout and u.args[dropout] == 0
+    users = [u for u in node.users if u in island]
+    return bool(users) and all(loose(node, u) for u in users)
+
+
+def _unit_stride(t) -> bool:
+    """A tensor of at least one dimension whose last stride is 1 (or whose last size is 1)."""
+    return isinstance(t, torch.Tensor) and t.dim() > 0 and (t.stride(-1) == 1 or t.size(-1) == 1)
 
 
 def _channels_last(v) -> bool:
