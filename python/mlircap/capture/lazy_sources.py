@@ -45,7 +45,8 @@ class _LazySourceMixin:
         t = type(v)
         # a dict read from a dict group's entry: what is guarded here depends on that entry
         # and on this dict's contents only
-        group = group + (v,) if group and t is dict else None
+        # (a dict read as itself with its own group, `vars(obj)` of a constant: that group)
+        group = (group if any(g is v for g in group) else group + (v,)) if group and t is dict else None
         saved = self.ncalls
         self.ncalls = pos
         try:

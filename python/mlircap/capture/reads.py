@@ -144,7 +144,16 @@ class _ReadMixin(_CounterMixin):
             d = getattr(obj, "__dict__", None)
             if id(obj) in self.lazy_objs:
                 self.full_obj(obj)
-            if isinstance(d, dict):
+            if type(d) is dict and not isinstance(obj, type) and _BARE_CONST.fullmatch(expr):
+                # an identity-guarded object's instance dict (copy.deepcopy's reduction reads
+                # it: reductions.py): read as that dict itself, its keys and items guarded by
+                # its version tag as attribute reads are (through `C[k].__dict__`, an object
+                # with a Python __getattribute__ (transformers' configs) paid ~1 us per guard,
+                # 60-90 us a call for an encoder-decoder model's config); the object is
+                # guarded to still hold it (`obj.__dict__ = {...}` replaces it)
+                self.guard(Is(f"{expr}.__dict__", f"vars({pretty})", d, "the same dict"))
+                self.read(self.const(d, f"vars({pretty})"), f"vars({pretty})", d, group=(d,))
+            elif isinstance(d, dict):
                 self.read(f"{expr}.__dict__", f"vars({pretty})", d)
             elif isinstance(obj, type) and not obj.__flags__ & _IMMUTABLETYPE and _class_dicts(obj):
                 # vars(cls) / cls.__dict__: a new mappingproxy of the class's dict at each read,
