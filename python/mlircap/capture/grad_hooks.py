@@ -358,7 +358,10 @@ class _GradHookMixin:
         def finish(fr: types.FrameType) -> None:
             self.ext_depth -= 1
             res = _E.peek(fr, 0)
-            if not isinstance(res, torch.Tensor):
+            # (a tuple of tensors, `return y, idx` with idx marked non-differentiable, is the
+            # node's tuple: each element a getitem of it)
+            if not (isinstance(res, torch.Tensor) or type(res) is tuple and res and
+                    all(type(r) is torch.Tensor for r in res)):
                 self.unreplayable = self.unreplayable or f"{cls.__qualname__}.apply returned no tensor"
                 return
             try:
