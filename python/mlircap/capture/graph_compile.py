@@ -81,6 +81,9 @@ def _compile_graph(backend: Callable, gm: fx.GraphModule, examples: list, uses_r
         return gm.forward
     if fn is None:
         return gm.forward
+    shared = _sharing_groups(examples)
+    if shared:
+        fn = _SameAliasing(fn, gm.forward, shared, examples)
     checked = _FirstRunChecked(fn, gm.forward, uses_rng, gm if strict else None)
     if double_backward and fn != gm.forward:
         runner = _HigherOrderGrad(checked, gm)
@@ -371,6 +374,71 @@ class _SplitOutputs:
                 else:   # (handed on in order: the next slot)
                     env.append(v)
         return tuple(res)
+
+
+def _sharing_groups(examples: Sequence) -> tuple[tuple[int, ...], ...]:
+    """The positions of the tensor inputs sharing one storage, a group per storage with more
+    than one (a view of an input passed beside it: `t[:, :2]` and `t`)."""
+    groups: dict[int, list[int]] = {}
+    for i, t in enumerate(examples):
+        if isinstance(t, torch.Tensor) and t.layout == torch.strided and type(t) in (torch.Tensor, torch.nn.Parameter):
+            try:
+                ptr = t.untyped_storage().data_ptr()
+            except (RuntimeError, NotImplementedError):
+                continue
+            if ptr:
+                groups.setdefault(ptr, []).append(i)
+    return tuple(tuple(g) for g in groups.values() if len(g) > 1)
+
+
+def _aliasing(args: Sequence, groups: tuple[tuple[int, ...], ...]) -> tuple:
+    """How the inputs of each group alias, as aot_autograd's synthetic base reads it at every
+    call (runtime_wrappers.merge_view_inputs): one storage, and for each input its ._base,
+    by identity (the group's input it is, or the first input of the group with that base) with
+    the base's size, stride and offset."""
+    sig = []
+    for g in groups:
+        ptr = None
+        seen: dict[int, int] = {}
+        row = []
+        for i in g:
+            t = args[i]
+            if not isinstance(t, torch.Tensor):
+                return (None,)
+            p = t.untyped_storage().data_ptr()
+            if ptr is None:
+                ptr = p
+            elif p != ptr:
+                return (None,)
+            b = t._base
+            if b is None:
+                row.append(None)
+                continue
+            who = next((j for j in g if args[j] is b), None)
+            row.append((who, seen.setdefault(id(b), i), tuple(b.shape), b.stride(), b.storage_offset()))
+        sig.append(tuple(row))
+    return tuple(sig)
+
+
+class _SameAliasing:
+    """A graph compiled for inputs sharing memory (`_mask_invalid_locations(t)` of transformers'
+    Longformer passes `t[:, :w]` and `t`) runs compiled while they alias as they did when it was
+    compiled. aot_autograd's compiled function takes such inputs as one base it finds from their
+    ._base fields at every call and regenerates each input from it with the base's traced size:
+    when the inputs were views of one [2, 8, 2, 5] buffer as the graph was recorded, and at a
+    replay one of them is the other's base (an earlier compiled graph returned it as a tensor of
+    its own), the call handed a [2, 16, 1, 5] tensor for the [2, 8, 2, 5] base and raised (its
+    eager rerun too: the same wrapper). Such a call runs the captured graph."""
+    __slots__ = ("fn", "fallback", "groups", "sig")
+
+    def __init__(self, fn: Callable, fallback: Callable, groups: tuple, examples: Sequence) -> None:
+        self.fn, self.fallback, self.groups = fn, fallback, groups
+        self.sig = _aliasing(examples, groups)
+
+    def __call__(self, *args: Any) -> Any:
+        if _aliasing(args, self.groups) != self.sig:
+            return self.fallback(*args)
+        return self.fn(*args)
 
 
 class _DetachedInputs:
