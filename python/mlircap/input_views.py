@@ -9,6 +9,8 @@ ViewMeta sequence: (2,) (actual) vs (2, 1) (expected)", torch.compile(backend="a
 (bench/fuzz_graphs --families edges seeds 883, 943). A view op has no side effect and reads no
 values, so the view of the argument taken after the graph (which wrote it) is the output eager
 returns: the graph is compiled without these outputs and the view steps run on the arguments.
+An in-place op on the way (`x1.unsqueeze(0).add_(1)` returned, edges seeds 1342, 1372) returns
+its argument: it stays in the graph, and its output after the graph is that argument.
 """
 from __future__ import annotations
 
@@ -54,6 +56,43 @@ def _view_step(node: fx.Node) -> fx.Node | None:
     return node.args[0] if _aten_view(name) else None
 
 
+_RESIZING = {"resize_", "resize_as_", "set_"}
+
+
+def _writes_self(op: torch._ops.OpOverload) -> bool:
+    """`op` writes the values of its first argument in place and returns it (add_, mul_,
+    bernoulli_, ...): not a view op changing its metadata (t_, unsqueeze_, as_strided_, resize_)."""
+    s = op._schema
+    if torch.Tag.inplace_view in op.tags or op._schema.name.split("::")[-1] in _RESIZING or not s.arguments or \
+            len(s.returns) != 1:
+        return False
+    a, r = s.arguments[0].alias_info, s.returns[0].alias_info
+    return a is not None and a.is_write and r is not None and r.is_write and \
+        set(a.before_set) == set(r.before_set)
+
+
+def _in_place_step(node: fx.Node) -> fx.Node | None:
+    """The tensor `node` writes and returns when it is an in-place op whose result is its first
+    argument (x.add_(1), x.bernoulli_(p)); else None. After the graph, that result is the
+    argument itself, written by the graph."""
+    if node.op not in ("call_function", "call_method") or not node.args or not isinstance(node.args[0], fx.Node):
+        return None
+    t = node.target
+    if isinstance(t, torch._ops.OpOverload):
+        return node.args[0] if _writes_self(t) else None
+    name = t if isinstance(t, str) else getattr(t, "__name__", None)
+    if not isinstance(name, str) or not name.endswith("_") or name.startswith("_"):
+        return None
+    if node.op == "call_function" and not (getattr(torch.Tensor, name, None) is t or getattr(torch, name, None) is t):
+        return None
+    packet = getattr(torch.ops.aten, name, None)
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        return None
+    overloads = [op for op in (getattr(packet, o) for o in packet.overloads())   # (not add_.t, of lists)
+                 if op._schema.arguments and isinstance(op._schema.arguments[0].type, torch.TensorType)]
+    return node.args[0] if overloads and all(_writes_self(o) for o in overloads) else None
+
+
 def _storage(t) -> int | None:
     try:
         return t.untyped_storage().data_ptr() if isinstance(t, torch.Tensor) and t.layout == torch.strided and \
@@ -84,7 +123,7 @@ def shared_input_views(gm: fx.GraphModule, example_inputs) -> dict[int, list[fx.
         chain, n = [], o
         while isinstance(n, fx.Node) and n.op != "placeholder":
             chain.append(n)
-            n = _view_step(n)
+            n = _view_step(n) or _in_place_step(n)
         if chain and n in shared:
             found[k] = chain[::-1]
     return found
@@ -107,8 +146,8 @@ def views_after(gm: fx.GraphModule, example_inputs: list, moved: dict[int, list[
             penv[n] = post.node_copy(n)
     for k in sorted(moved):
         for n in moved[k]:
-            if n not in penv:
-                penv[n] = post.node_copy(n, lambda a: penv[a])
+            if n not in penv:   # (an in-place step: its argument, which the graph wrote)
+                penv[n] = penv[n.args[0]] if _view_step(n) is None else post.node_copy(n, lambda a: penv[a])
     post.output(tuple(penv[outs[k]] for k in sorted(moved)))
     post_gm = fx.GraphModule(gm, post)
     fn = compile_fn(sub, example_inputs)
