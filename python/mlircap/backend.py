@@ -1006,14 +1006,19 @@ class _EagerIsland:
         self.gm, self.reasons = gm, reasons
         self.training = any(n.target is torch.ops.aten.mkldnn_rnn_layer.default and n.args[-1] is True
                             for n in gm.graph.nodes)
-        self.layouts = [_eager_layout(v) for v in examples or ()]
+        # (eager's contiguous layouts too: a compiled part may return a clone / contiguous()
+        # as a view of its own buffer, where eager's is contiguous, and the island's aten.view
+        # of it raised 'view size is not compatible with input tensor's size and stride':
+        # transformers' GPT2DoubleHeadsModel, lm_logits[..., :-1, :].contiguous().view(-1, V)
+        # beside a dropout island; _restride leaves a tensor already so laid out as it is)
+        self.layouts = [_eager_layout(v, contiguous=True) for v in examples or ()]
         # inputs read only where any layout with a unit last stride gives eager's values
         # (_unit_last_stride): eager's layout only for a tensor whose last stride is not 1
         self.unit = [bool(u) and lay is not None for u, lay in zip(unit or [False] * len(self.layouts), self.layouts)]
         if not any(self.layouts):
             self.layouts = None
         else:
-            kept = sum(x is not None and not u for x, u in zip(self.layouts, self.unit))
+            kept = sum(x is not None and not u and not _contiguous_layout(x) for x, u in zip(self.layouts, self.unit))
             loose = sum(self.unit)
             logs.log("fallback", f"island {', '.join(reasons)}: {kept} of {len(self.layouts)} inputs given "
                                  f"eager's layout" + (f", {loose} any layout with a unit last stride" if loose else ""))
@@ -1103,11 +1108,22 @@ def _channels_last(v) -> bool:
     return fmt is not None and v.is_contiguous(memory_format=fmt) and not v.is_contiguous()
 
 
-def _eager_layout(v) -> tuple | None:
-    """(shape, strides) of an example tensor whose strides are not the contiguous ones, else None."""
-    if not isinstance(v, torch.Tensor) or v.is_contiguous() or v.layout != torch.strided:
+def _eager_layout(v, contiguous: bool = False) -> tuple | None:
+    """(shape, strides) of an example tensor whose strides are not the contiguous ones (any
+    strided tensor's with `contiguous`), else None."""
+    if not isinstance(v, torch.Tensor) or (v.is_contiguous() and not contiguous) or v.layout != torch.strided:
         return None
     return tuple(v.shape), tuple(v.stride())
+
+
+def _contiguous_layout(layout: tuple) -> bool:
+    shape, strides = layout
+    expect = 1
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n != 1 and s != expect:
+            return False
+        expect *= n
+    return True
 
 
 def _restride(t, layout):
