@@ -1611,6 +1611,9 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
             return views_after(gm, example_inputs, moved, _aot)
         from . import inplace_draws
         from .attention_masks import simplify_attention_masks
+        from .leaf_writes import no_grad_leaf_writes
+
+        no_grad_leaf_writes(gm, example_inputs)   # a write eager's autograd does not record
 
         simplify_attention_masks(gm, example_inputs)
         inplace_draws.rewrite(gm)   # x.bernoulli_(p): eager's memory order, not bernoulli.p's

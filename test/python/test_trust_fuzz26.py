@@ -117,3 +117,63 @@ def test_in_place_view_of_input_sharing_memory(name, offset):
 def test_edges_seeds_not_error(fuzz, seed):
     rec = fuzz.run_programs([fuzz.generate(seed, ["edges"])], jobs=1, timeout=120, progress=False)[0]
     assert rec["category"] in ("compiled", "fallback"), rec
+
+
+# ------------------------------- a non-differentiable in-place write to a leaf that requires grad
+# edges --grad seed 435: `x1.logical_and_(m)` on a float leaf requiring grad beside a loss of x0:
+# from the second call x1.grad was zeros where eager leaves None (aot_autograd recorded the
+# write as a differentiable mutation; torch.compile(backend="aot_eager") does the same).
+# leaf_writes runs such writes with grad mode off, as `with torch.no_grad(): x.mul_(2)`.
+def _logical_and_leaf(x0, x1):
+    x1.logical_and_(torch.tensor(True))
+    return (x0 * 2).sum()
+
+
+def _logical_not_view_of_leaf(x0, x1):
+    x1[1:].logical_not_()
+    return x0.double().sum() * 0
+
+
+def _written_leaf_read_after(x0, x1):
+    x1.logical_not_()
+    return (x0 * 2).sum() + (x1 * 3).sum()
+
+
+def _read_before_write(x0, x1):
+    y = x1 * 3
+    x1.logical_not_()
+    return (x0 * 2).sum() + y.sum()
+
+
+_LEAF_WRITES = {"logical_and_leaf": _logical_and_leaf, "logical_not_view_of_leaf": _logical_not_view_of_leaf,
+                "written_leaf_read_after": _written_leaf_read_after, "read_before_write": _read_before_write}
+
+
+@pytest.mark.parametrize("rows", [0, 3])
+@pytest.mark.parametrize("name", list(_LEAF_WRITES))
+def test_non_differentiable_write_to_leaf_gradients(name, rows):
+    fn = _LEAF_WRITES[name]
+    fast = mlircap.compile(fn)
+
+    def call(f):
+        g = torch.Generator().manual_seed(26)
+        x0 = torch.randn(4, 5, generator=g).requires_grad_()
+        x1 = torch.randn(rows, 6, generator=g).requires_grad_()
+        f(x0, x1).backward()
+        return x0, x1
+
+    e0, e1 = call(fn)
+    for _ in range(3):
+        x0, x1 = call(fast)
+        same(x1.detach(), e1.detach())
+        for t, w in ((x0, e0), (x1, e1)):
+            assert (t.grad is None) == (w.grad is None), (name, t.grad, w.grad)
+            if w.grad is not None:
+                same(t.grad, w.grad)
+        assert x1.is_leaf and x1.requires_grad
+    assert fast._compiled._mlircap_capture.stats.replays >= 2
+
+
+def test_edges_grad_seed_435_gradients(fuzz):
+    rec = fuzz.run_programs([fuzz.generate(435, ["edges"], grad=True)], jobs=1, timeout=120, progress=False)[0]
+    assert rec["category"] in ("compiled", "fallback"), rec
