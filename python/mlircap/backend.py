@@ -239,6 +239,18 @@ def _output_views(gm: torch.fx.GraphModule) -> tuple:
     return tuple(views), _overlapping_views(outs, roots, nodes, set(anchor))
 
 
+def _user_visible_views(views: tuple, n_user: int | None) -> tuple:
+    """`views` (_output_views) less those between two outputs an aot_autograd forward only
+    saves for its backward (past its `n_user` user outputs): the backward reads them by
+    value and nothing else sees them, so their sharing memory as in eager is unobservable,
+    while remaking one as a view cost an as_strided per call and its detach when saved
+    (a ReLU's output and aot_autograd's alias of it, saved for threshold_backward: every
+    ReLU of a training forward)."""
+    if n_user is None:
+        return views
+    return tuple(v for v in views if v[0] < n_user or v[1] < n_user)
+
+
 def _overlapping_views(outs, roots, nodes, anchored: set, limit: int = 1 << 24) -> tuple:
     """(root's size, root's stride, ((j, size, stride, offset), ...)) per intermediate
     the graph does not return (nor sees whole through a contiguous output) whose views
@@ -489,6 +501,7 @@ def _compile_graph(graph: CompiledGraph, gm: torch.fx.GraphModule, device: str, 
         # the form compiled (widen.py wraps every uint8 op, an expand too, in a `& 255`, so
         # there no output is a view of another)
         graph._views, graph._shared = _output_views(fallback)
+        graph._views = _user_visible_views(graph._views, gm.meta.get("mlircap_num_fwd_outputs"))
         logs.log("progress", f"{graph.name}: compiled for {device}")
         _dump(graph)
         return graph

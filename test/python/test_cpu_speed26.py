@@ -144,3 +144,70 @@ def test_encoder_layer_step_restrides_no_attention_operand(fallback_log):
     err = fallback_log.readouterr().err
     assert "_scaled_dot_product_flash_attention_for_cpu_backward" in err, err
     assert "0 of 6 inputs given eager's layout" in err, err
+
+
+def _forward_graphs(registry_owner):
+    import gc
+
+    from mlircap.backend import CompiledGraph
+
+    return [o for o in gc.get_objects() if isinstance(o, CompiledGraph) and
+            o.gm.meta.get("mlircap_num_fwd_outputs") is not None and
+            any(n.op == "placeholder" and n.name == registry_owner for n in o.gm.graph.nodes)]
+
+
+class _ReluMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(7, 13), nn.Linear(13, 3)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def test_saved_only_aliases_are_not_remade_as_views():
+    """A training forward saves a ReLU's output and aot_autograd's alias of it for the
+    backward: two outputs only the backward reads, whose sharing memory nothing observes. They
+    come back as the plan computes them (no as_strided per call, no detach when saved:
+    backend._user_visible_views); gradients as eager's."""
+    torch.manual_seed(5)
+    m = _ReluMLP()
+    fast = mlircap.compile(m)
+    x = torch.randn(4, 7)
+    params = list(m.parameters())
+    for _ in range(3):
+        res = []
+        for fn in (m, fast):
+            for p in params:
+                p.grad = None
+            fn(x).pow(2).mean().backward()
+            res.append([p.grad.clone() for p in params])
+        for a, b in zip(*res):
+            _close(a, b)
+    fws = [g for g in _forward_graphs("primals_1") if "relu" in g.gm.code and "alias" in g.gm.code]
+    assert fws, "no compiled training forward with a saved ReLU"
+    for g in fws:
+        n = g.gm.meta["mlircap_num_fwd_outputs"]
+        assert all(j < n or k < n for j, k, *_ in g._views), g._views
+        assert not any(j >= n and k >= n for j, k, *_ in g._views)
+    from mlircap.backend import _user_visible_views
+
+    views = ((3, 2, (1, 4), (4, 1), 0, (4, 1)), (1, 0, (4,), (1,), 0, (4,)), (2, 0, (4,), (1,), 0, (4,)))
+    assert _user_visible_views(views, 2) == views[1:]
+    assert _user_visible_views(views, None) == views
+
+
+def test_user_output_modified_in_place_still_raises_as_eager():
+    """A ReLU output returned to the user and saved for the backward, modified in place before
+    backward: eager's backward raises (the saved value changed); so does the compiled one."""
+    def f(x, w):
+        return torch.relu(x @ w)
+
+    fast = mlircap.compile(f)
+    for _ in range(3):
+        for fn in (f, fast):
+            x, w = torch.randn(3, 4), torch.randn(4, 5, requires_grad=True)
+            out = fn(x, w)
+            out.add_(1)
+            with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+                out.sum().backward()
