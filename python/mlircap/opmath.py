@@ -198,8 +198,8 @@ def compute_in_float32(gm: fx.GraphModule, only: Callable[[fx.Node], bool] | Non
                     n.replace_input_with(a, x)
         n.meta["val"] = _as(want, torch.float32)
         n.meta.pop("tensor_meta", None)
-        last = _alpha_scalar_tail(graph, n, want, [a.meta.get("val") if isinstance(a, fx.Node) else a
-                                                   for a in old.args]) if rounded_numbers else n
+        last = _scalar_loop_tail(graph, n, want, [a.meta.get("val") if isinstance(a, fx.Node) else a
+                                                  for a in old.args]) if rounded_numbers else n
         with graph.inserting_after(last):
             down = graph.call_function(prims.convert_element_type.default, (last, want.dtype))
         down.meta["val"] = want
@@ -219,6 +219,9 @@ def compute_in_float32(gm: fx.GraphModule, only: Callable[[fx.Node], bool] | Non
 # inner dim) the scalar loop computes every element. Measured: 24 bf16 values, alpha 0.7: 6 of 24
 # one unit off when computed as the vector loop; transposed / strided / broadcast operands 86 of
 # 148 forms off with the vector loop's values at the contiguous positions (/tmp/h26/p1w).
+# rsqrt likewise: its vector loop computes 1 / sqrt(x) in float32 and rounds once, its scalar
+# loop rounds the square root first (bf16 / f16: 14% of the elements differ between the loops;
+# 9 of 24 bf16 values one unit off when computed as the vector loop).
 _ALPHA_OPS = {"aten::add", "aten::sub", "aten::rsub"}
 _GRAIN = 32768   # at::internal::GRAIN_SIZE: larger loops are split between threads
 
@@ -313,16 +316,21 @@ def eager_loop(operands, shape, dtype: torch.dtype) -> tuple[list[int], int, boo
     return perm[::-1], inner, vector
 
 
-def _alpha_scalar_tail(graph: fx.Graph, n: fx.Node, want: torch.Tensor, operands: list) -> fx.Node:
-    """After `n` (an add / sub / rsub with alpha, computed in float32 by compute_in_float32;
-    `operands`: its self and other as the graph had them, metadata or numbers): the elements
-    eager's scalar loop computes, with the product rounded to want's dtype (_ALPHA_OPS); the
+def _scalar_loop_tail(graph: fx.Graph, n: fx.Node, want: torch.Tensor, operands: list) -> fx.Node:
+    """After `n` (an op of _SCALAR_LOOP_OPS computed in float32 by compute_in_float32;
+    `operands`: its tensor arguments as the graph had them, metadata or numbers): the elements
+    eager's scalar loop computes, as that loop rounds them (add / sub / rsub with alpha: the
+    product rounded to want's dtype; rsqrt: the square root rounded before its reciprocal); the
     node giving the op's float32 result."""
     name = op_name(n.target)
     alpha = n.kwargs.get("alpha", 1)
-    if name not in _ALPHA_OPS or n.target._overloadname not in ("Tensor", "Scalar") or isinstance(alpha, bool) or \
+    if want.device.type != "cpu":
+        return n
+    if name == "aten::rsqrt":
+        if len(n.args) != 1 or not isinstance(n.args[0], fx.Node) or len(operands) != 1:
+            return n
+    elif name not in _ALPHA_OPS or n.target._overloadname not in ("Tensor", "Scalar") or isinstance(alpha, bool) or \
             not isinstance(alpha, (int, float)) or alpha == 1 or len(n.args) != 2 or len(operands) != 2 or \
-            want.device.type != "cpu" or \
             not all(isinstance(a, fx.Node) or (isinstance(a, (int, float)) and not isinstance(a, bool)) for a in n.args):
         return n
     block = eager_vector_block(want.dtype)
@@ -335,7 +343,8 @@ def _alpha_scalar_tail(graph: fx.Graph, n: fx.Node, want: torch.Tensor, operands
     chunk = total if total < _GRAIN or threads == 1 else -(-total // min(threads, -(-total // _GRAIN)))
     if vector and inner < block and chunk == total:
         vector = False   # (every run shorter than a block)
-    self_, other = n.args if name != "aten::rsub" else n.args[::-1]   # rsub: other - alpha * self
+    self_, other = (n.args if name != "aten::rsub" else n.args[::-1]) if len(n.args) == 2 else (None, None)
+    # (rsub: other - alpha * self)
     sign = -1 if name != "aten::add" else 1
     f32 = torch.float32
     out32 = n.meta["val"]
@@ -348,7 +357,10 @@ def _alpha_scalar_tail(graph: fx.Graph, n: fx.Node, want: torch.Tensor, operands
         return node
 
     with graph.inserting_before(n.next):   # (in order after n)
-        if isinstance(other, fx.Node):
+        if name == "aten::rsqrt":   # 1 / std::sqrt(x) of c10::BFloat16 / Half: two roundings
+            low = add(prims.convert_element_type.default, [add(aten.sqrt.default, [n.args[0]]), want.dtype])
+            tail = add(aten.reciprocal.default, [add(prims.convert_element_type.default, [low, f32])])
+        elif isinstance(other, fx.Node):
             low = add(prims.convert_element_type.default, [add(aten.mul.Scalar, [other, float(alpha) * sign]), want.dtype])
             up = add(prims.convert_element_type.default, [low, f32])
             tail = add(aten.add.Tensor, [self_, up] if isinstance(self_, fx.Node) else [up, self_])
