@@ -129,3 +129,34 @@ def test_eager_island_gets_contiguous_inputs_where_eager_has_them():
             for r, g in zip(ref, got):
                 torch.testing.assert_close(g, r, msg=f"call {i}")
     assert not [str(w.message) for w in caught if "mlircap" in str(w.message)]
+
+
+def _chunked(x, w):
+    n = torch.div(x.size(1), 4, rounding_mode="trunc")
+    y = (x * w).view(x.size(0), n, 4, x.size(2))
+    size = list(y.size())
+    size[1] = size[1] * 2 - 1
+    stride = list(y.stride())
+    stride[1] = stride[1] // 2
+    return y.sum(2), y.as_strided(size=size, stride=stride).sum(), n + 1
+
+
+def test_sizes_computed_by_torch_div_of_numbers_compile():
+    """bench/modules11.py hf_longformer_local_global_attention: transformers' Longformer chunks by
+    `view(b, torch.div(n, 2 * w, rounding_mode="trunc"), 2 * w, d)` (n a size): aot_autograd read
+    the 0-d tensor handed as a size as data ('DataDependentOutputException:
+    aten._local_scalar_dense') and the whole graph ran eagerly, with a warning. Such a tensor,
+    computed from numbers alone, is its value where it is a size; elsewhere (`n + 1` returned) it
+    stays the tensor eager has."""
+    torch.manual_seed(0)
+    w = torch.randn(16, 3, requires_grad=True)
+    fast = mlircap.compile(_chunked)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(3):
+            x = torch.randn(2, 16, 3)
+            ref, got = _chunked(x, w), fast(x, w)
+            for r, g in zip(ref, got):
+                assert type(g) is type(r) and g.dtype == r.dtype
+                torch.testing.assert_close(g, r, msg=f"call {i}")
+    assert not [str(w.message) for w in caught if "mlircap" in str(w.message)]

@@ -61,6 +61,7 @@ def _compile_graph(backend: Callable, gm: fx.GraphModule, examples: list, uses_r
     if parts is not None:
         return _SplitOutputs(parts, len(_output_nodes(gm)), lambda sub, ex: _compile_graph(
             backend, sub, ex, uses_rng, double_backward, strict))
+    _fold_number_sizes(gm)
     grad = torch.is_grad_enabled()
     cut = _grad_free_inputs(gm, examples)
     if cut:
@@ -374,6 +375,73 @@ class _SplitOutputs:
                 else:   # (handed on in order: the next slot)
                     env.append(v)
         return tuple(res)
+
+
+# torch functions of Python numbers whose 0-d integer result code passes as a size, and the
+# Tensor methods of such a result that keep it one
+_NUMBER_FUNCTIONS = frozenset({torch.div, torch.floor_divide, torch.true_divide, torch.remainder, torch.fmod,
+                               torch.mul, torch.add, torch.sub})
+_NUMBER_METHODS = frozenset({"__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__floordiv__",
+                             "__rfloordiv__", "__mod__", "__neg__", "add", "sub", "mul", "div"})
+# Tensor methods whose arguments after the tensor are sizes (and strides)
+_SIZE_METHODS = frozenset({"view", "reshape", "expand", "repeat", "new_zeros", "new_ones", "new_empty",
+                           "new_full", "unflatten", "as_strided"})
+
+
+def _fold_number_sizes(gm: fx.GraphModule) -> None:
+    """`t.view(b, torch.div(n, w, rounding_mode="trunc"), w, d)` (transformers' Longformer
+    chunking; n a size, recorded as a number the function's guards fix), and arithmetic on it
+    (`size[1] * 2 - 1` handed to as_strided): the size such a 0-d integer tensor computed from
+    numbers alone gives a size argument is its value, now a number of the graph. aot_autograd
+    read it as data (`aten._local_scalar_dense`, a data-dependent output under fake tensors),
+    and the backend failed to compile the whole graph, which then ran eagerly."""
+    values: dict[fx.Node, torch.Tensor] = {}
+
+    def literal(a: Any) -> bool:
+        return type(a) in (int, bool) or a in values if isinstance(a, fx.Node) else \
+            type(a) in (int, bool, str) or a is None
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not node.args:
+            continue
+        name = getattr(node.target, "__name__", None)
+        if not (node.target in _NUMBER_FUNCTIONS or name in _NUMBER_METHODS and isinstance(node.args[0], fx.Node)
+                and node.args[0] in values):
+            continue
+        if not all(literal(a) for a in (*node.args, *node.kwargs.values())):
+            continue
+        try:
+            value = node.target(*[values.get(a, a) if isinstance(a, fx.Node) else a for a in node.args],
+                                **{k: values.get(v, v) if isinstance(v, fx.Node) else v
+                                   for k, v in node.kwargs.items()})
+        except Exception:  # noqa: BLE001 (eager raises it where the graph runs)
+            continue
+        if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_floating_point() and \
+                not value.is_complex() and value.dtype is not torch.bool and not value.requires_grad:
+            values[node] = value
+    if not values:
+        return
+
+    def swap(a: Any) -> Any:
+        if isinstance(a, fx.Node) and a in values:
+            return int(values[a])
+        if type(a) in (list, tuple):
+            return type(a)(swap(x) for x in a)
+        return a
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or getattr(node.target, "__name__", None) not in _SIZE_METHODS or \
+                not node.args or not isinstance(node.args[0], fx.Node) or node.args[0] in values:
+            continue
+        args = (node.args[0], *(swap(a) for a in node.args[1:]))
+        kwargs = {k: swap(v) for k, v in node.kwargs.items()}
+        if args != node.args or kwargs != node.kwargs:
+            node.args, node.kwargs = args, kwargs
+            changed = True
+    if changed:
+        for node in reversed(list(values)):   # (only the folded numbers: other nodes may write)
+            if not node.users:
+                gm.graph.erase_node(node)
+        gm.recompile()
 
 
 def _sharing_groups(examples: Sequence) -> tuple[tuple[int, ...], ...]:
