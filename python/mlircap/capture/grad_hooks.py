@@ -176,7 +176,12 @@ def pure_autograd_function(cls: object) -> list[tuple[object, str, object]] | No
     return lookups if read is not None and not read else None
 
 
-def pure_mapped_function(fn: object) -> list[tuple[str, object, str | None]] | None:
+# metadata a vmapped body may read for a branch (per-example shapes: its inputs' shapes are
+# guarded, its dims constants)
+_SHAPE_ATTRS = frozenset({"shape", "ndim"})
+
+
+def pure_mapped_function(fn: object, shape_branches: bool = False) -> list[tuple[str, object, str | None]] | None:
     """For a function `torch.vmap` maps (a plain function or a method's function): where its
     body is pure tensor code of its arguments (also torch's own functions: `torch.tanh`,
     `F.relu`, reached through a global module of torch), the lookups to guard, each (global
@@ -187,15 +192,17 @@ def pure_mapped_function(fn: object) -> list[tuple[str, object, str | None]] | N
     code = fn.__code__
     if code.co_flags & (0x04 | 0x08 | _GENERATORS) or code.co_freevars or code.co_cellvars:
         return None
-    return torch_lookups(fn)
+    return torch_lookups(fn, shape_branches=shape_branches)
 
 
-def torch_lookups(fn: types.FunctionType,
-                  cell_ops: frozenset = frozenset()) -> list[tuple[str, object, str | None]] | None:
+def torch_lookups(fn: types.FunctionType, cell_ops: frozenset = frozenset(),
+                  shape_branches: bool = False) -> list[tuple[str, object, str | None]] | None:
     """The walk over `fn`'s instructions of pure_mapped_function (and transform_nodes'
     pure_closure_lookups, whose `cell_ops` read the closure's cells): the lookups of torch's
     modules to guard, each (global name, module, attribute or None); None where an instruction
-    is not pure tensor code."""
+    is not pure tensor code.  `shape_branches`: forward branches and reads of a tensor's
+    `shape` / `ndim` are allowed too (a vmapped body: its caller checks that no branch read
+    tensor data, `_SHAPE_ATTRS`)."""
     code = fn.__code__
     out: list[tuple[str, object, str | None]] = []
     held: tuple[str, object] | None = None   # (global, module) the previous instruction pushed
@@ -215,7 +222,8 @@ def torch_lookups(fn: types.FunctionType,
             held = None
             continue
         held = None
-        if op in cell_ops:
+        if op in cell_ops or shape_branches and (op in _FORWARD_BRANCHES or op in ("LOAD_METHOD", "LOAD_ATTR") and
+                                                 argval in _SHAPE_ATTRS):
             continue
         if op not in _PURE_OPS or op == "UNPACK_SEQUENCE":
             return None

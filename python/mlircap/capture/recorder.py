@@ -117,6 +117,7 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         self.ncalls = 0
         self.suspended = 0
         self.ext_depth = 0
+        self.ext_watch: list | None = None   # _DATA_DEP calls seen under ext_depth (special_calls._vmap_node)
         self.counters: dict[tuple[int, str], _Counter] = {}   # (id(obj), attribute) -> int counter
         # numbers from graph breaks followed by flows.py: break -> the number
         self.flows_open: dict[int, object] = {}    # still followed

@@ -84,9 +84,11 @@ def _vmap_parts(f: Any) -> list | None:
         return None
 
 
-def _mapped(func: Any, depth: int = 0) -> tuple[Any, list] | None:
+def _mapped(func: Any, depth: int = 0) -> tuple[Any, list, bool] | None:
     """For a function `torch.vmap` maps: (the function that computes, what its body looks up
-    of torch's modules to guard) where it is pure tensor code (grad_hooks.pure_mapped_function),
+    of torch's modules to guard, whether its body branches on shapes) where it is pure tensor
+    code (grad_hooks.pure_mapped_function; forward branches and `shape` / `ndim` reads
+    allowed, `_vmap_node` then checks at its run that no tensor data became a Python value),
     one of torch's own functions (`torch.vmap(torch.dot, in_dims=(0, None))`), or itself a
     vmapped function of those (nested vmap: its dims constants, randomness 'error'); None
     otherwise."""
@@ -94,14 +96,26 @@ def _mapped(func: Any, depth: int = 0) -> tuple[Any, list] | None:
     vm = _vmap_parts(fn)
     if vm is not None:
         _impl, inner, in_dims, out_dims, randomness, chunk_size = vm
-        if depth >= 4 or randomness != "error" or chunk_size is not None or not _constant_dims(in_dims) or \
+        if depth >= 4 or randomness != "error" or not _chunk_size(chunk_size) or not _constant_dims(in_dims) or \
                 not _constant_dims(out_dims):
             return None
         return _mapped(inner, depth + 1)
     if type(fn) is types.BuiltinFunctionType:
-        return (fn, []) if _torch_function(getattr(fn, "__name__", ""), fn) else None
+        return (fn, [], False) if _torch_function(getattr(fn, "__name__", ""), fn) else None
     lookups = pure_mapped_function(fn)
-    return None if lookups is None else (fn, lookups)
+    if lookups is not None:
+        return fn, lookups, False
+    lookups = pure_mapped_function(fn, shape_branches=True)
+    return None if lookups is None else (fn, lookups, True)
+
+
+_NO_RESULT = object()
+
+
+def _chunk_size(c: object) -> bool:
+    """vmap's chunk_size: None or a positive int (the chunks' results concatenated are the
+    whole batch's)."""
+    return c is None or type(c) is int and c > 0
 
 
 def _constant_dims(d: object) -> bool:
@@ -169,7 +183,7 @@ class _SpecialCallMixin(_TransformNodeMixin, _ModuleFactoryMixin):
                     o = getattr(o, part)
             return f   # (then runs as it is: its result is a location read)
         vm = _vmap_parts(f)
-        if vm is not None and self._vmap_node(frame, vm, args, kwargs):
+        if vm is not None and self._vmap_node(frame, vm, args, kwargs, slot):
             return None
         if vm is not None and self._transform_node(frame, f, args, kwargs, slot):
             return None   # (a vmapped closure of pure tensor code: one node, transform_nodes.py)
@@ -235,22 +249,39 @@ class _SpecialCallMixin(_TransformNodeMixin, _ModuleFactoryMixin):
         self._fake_load_attr(f, "_torchdynamo_orig_callable")
         return orig
 
-    def _vmap_node(self, frame: types.FrameType, vm: list, args: list, kwargs: dict) -> bool:
-        """`torch.vmap(func, in_dims, out_dims)(*args)` held by the graph as one node (as
-        Dynamo's vmap op), where func's body is pure tensor code of its arguments
+    def _vmap_node(self, frame: types.FrameType, vm: list, args: list, kwargs: dict, slot: int) -> bool:
+        """`torch.vmap(func, in_dims, out_dims, chunk_size=)(*args)` held by the graph as one
+        node (as Dynamo's vmap op), where func's body is pure tensor code of its arguments
         (grad_hooks.pure_mapped_function; what it reads of torch's modules guarded), the
         tensor arguments are the graph's, the dims constants and randomness 'error'.  The
-        call runs unrecorded (its ops see batched tensors); its result is the node's."""
+        call runs unrecorded (its ops see batched tensors); its result is the node's.
+        A body that branches (`if h.shape[0] > 3:`) runs here once, watched: the node holds
+        the branch it took only where no tensor's data became a Python value on the way
+        (`_DATA_DEP` calls: `bool(m.sum() > 0)` of an argument mapped with in_dims None runs
+        in eager and would fix one branch for any data); shapes are guarded, dims constant."""
         impl, func, in_dims, out_dims, randomness, chunk_size = vm
-        if kwargs or self.np_env or randomness != "error" or chunk_size is not None or \
+        if kwargs or self.np_env or randomness != "error" or not _chunk_size(chunk_size) or \
                 not _constant_dims(in_dims) or not _constant_dims(out_dims):
             return False
         mapped = _mapped(func)
         if mapped is None:
             return False
-        fn, lookups = mapped
+        fn, lookups, branches = mapped
         if not graph_arguments(self, args, _PRIM):
             return False
+        res = _NO_RESULT
+        if branches:
+            watch = self.ext_watch = []
+            self.ext_depth += 1
+            try:
+                res = impl(func, in_dims, out_dims, randomness, chunk_size, *args)
+            except Exception:  # noqa: BLE001  (the call runs as before, and raises there)
+                return False
+            finally:
+                self.ext_depth -= 1
+                self.ext_watch = None
+            if watch:
+                return False   # (a pure body: running it again there computes the same)
         if type(fn) is types.FunctionType:
             self.read(f"{self.const(fn)}.__code__", f"{fn.__qualname__}.__code__", fn.__code__)
         guard_lookups(self, fn, lookups)
@@ -258,14 +289,21 @@ class _SpecialCallMixin(_TransformNodeMixin, _ModuleFactoryMixin):
         def vmapped(*a: Any) -> Any:
             return impl(func, in_dims, out_dims, randomness, chunk_size, *a)
         vmapped.__name__ = vmapped.__qualname__ = f"vmap_{fn.__name__}"
+
+        def record(out: Any) -> None:
+            try:
+                self._record(vmapped, "vmap", tuple(args), {}, out)
+            except Unreplayable as e:
+                self.unreplayable = self.unreplayable or f"{e} (in torch.vmap of {fn.__qualname__})"
+        if res is not _NO_RESULT:
+            record(res)
+            _E.poke(frame, slot, _Canned(res))
+            return True
         self.ext_depth += 1
 
         def finish(fr: types.FrameType) -> None:
             self.ext_depth -= 1
-            try:
-                self._record(vmapped, "vmap", tuple(args), {}, _E.peek(fr, 0))
-            except Unreplayable as e:
-                self.unreplayable = self.unreplayable or f"{e} (in torch.vmap of {fn.__qualname__})"
+            record(_E.peek(fr, 0))
         finish.is_call = True  # type: ignore[attr-defined]
         self.pending[frame] = finish
         return True

@@ -16,7 +16,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
 from ..frontend import resize_keeps_prefix
-from .classify import _func_qualname
+from .classify import _DATA_DEP, _func_qualname
 from .fx_targets import _op_name
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -189,6 +189,8 @@ class _Mode(TorchFunctionMode):
         kwargs = kwargs or {}
         rec = self.rec
         if rec.suspended or rec.ext_depth or rec.stopped:
+            if rec.ext_watch is not None and getattr(func, "__name__", None) in _DATA_DEP:
+                rec.ext_watch.append(func)   # (special_calls._vmap_node: tensor data read as a Python value)
             return func(*args, **kwargs)
         if _functorch_level() is not None:
             # under a torch.func transform the recording did not see start (torch code that runs
