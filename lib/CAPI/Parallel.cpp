@@ -18,6 +18,15 @@
 // cores took turns with each other between a library matmul and the next
 // kernel. MLIRCAP_CPU_POOL=own keeps the pool above.
 //
+// A job on the OpenMP team still ends at the team's barrier, which waits for
+// every thread to arrive, also one that claimed no chunk because it was not
+// running (a host whose cores other processes use: the caller did every chunk,
+// then waited up to a scheduler time slice). When two jobs in a row were done
+// by the caller alone, the next jobs run on the caller directly (no barrier),
+// 16 at first, twice as many each time it happens again (to 4096); a job the
+// team helped with resets that. Results are the same either way (each chunk
+// writes what it wrote before). mlircap_parallel_stats counts the outcomes.
+//
 //===----------------------------------------------------------------------===//
 #define MLIRCAP_BUILDING_CORE
 #include "mlircap-c/Core.h"
@@ -94,17 +103,60 @@ struct OmpJob {
   int64_t lo, hi;
   int chunks;
   std::atomic<int> next{0};
+  std::atomic<int> helped{0}; // chunks run by team threads other than the caller
 };
+
+thread_local bool dispatching = false; // the thread that called GOMP_parallel
 
 void ompBody(void *p) {
   auto *job = static_cast<OmpJob *>(p);
-  bool outer = insideBody;
+  bool outer = insideBody, caller = dispatching;
   insideBody = true;
   int64_t n = job->hi - job->lo;
-  for (int c = job->next.fetch_add(1); c < job->chunks; c = job->next.fetch_add(1))
+  for (int c = job->next.fetch_add(1); c < job->chunks; c = job->next.fetch_add(1)) {
     job->fn(job->ctx, job->lo + n * c / job->chunks, job->lo + n * (c + 1) / job->chunks);
+    if (!caller)
+      job->helped.fetch_add(1, std::memory_order_relaxed);
+  }
   insideBody = outer;
 }
+
+/// Outcomes of parallel jobs (relaxed counters; see mlircap_parallel_stats).
+struct Stats {
+  std::atomic<int64_t> teamJobs{0}, helpedJobs{0}, callerJobs{0};
+};
+Stats stats;
+
+/// When the OpenMP team stops helping (see the file comment): consecutive
+/// jobs the caller did alone, jobs still to run on the caller, the next backoff.
+struct Backoff {
+  static constexpr int kFirst = 16, kMax = 4096;
+  std::atomic<int> alone{0};
+  std::atomic<int> left{0};
+  std::atomic<int> next{kFirst};
+  std::atomic<bool> enabled{true};
+
+  bool skip() {
+    if (!enabled.load(std::memory_order_relaxed) || left.load(std::memory_order_relaxed) <= 0)
+      return false;
+    left.fetch_sub(1, std::memory_order_relaxed);
+    return true;
+  }
+  void record(bool helped) {
+    if (helped) {
+      alone.store(0, std::memory_order_relaxed);
+      next.store(kFirst, std::memory_order_relaxed);
+      return;
+    }
+    if (alone.fetch_add(1, std::memory_order_relaxed) + 1 < 2)
+      return;
+    alone.store(0, std::memory_order_relaxed);
+    int n = next.load(std::memory_order_relaxed);
+    left.store(n, std::memory_order_relaxed);
+    next.store(std::min(2 * n, kMax), std::memory_order_relaxed);
+  }
+};
+Backoff backoff;
 
 class Pool {
 public:
@@ -132,8 +184,20 @@ public:
         fn(ctx, lo, hi);
         return;
       }
+      if (backoff.skip()) { // the team did not help lately: no barrier to wait at
+        stats.callerJobs.fetch_add(1, std::memory_order_relaxed);
+        fn(ctx, lo, hi);
+        return;
+      }
       OmpJob j{fn, ctx, lo, hi, static_cast<int>(chunks)};
+      dispatching = true;
       omp.parallel(ompBody, &j, static_cast<unsigned>(chunks), 0);
+      dispatching = false;
+      bool helped = j.helped.load(std::memory_order_relaxed) > 0;
+      stats.teamJobs.fetch_add(1, std::memory_order_relaxed);
+      if (helped)
+        stats.helpedJobs.fetch_add(1, std::memory_order_relaxed);
+      backoff.record(helped);
       return;
     }
     std::unique_lock<std::mutex> busy(dispatch, std::try_to_lock);
@@ -270,6 +334,25 @@ extern "C" {
 void mlircap_set_num_threads(int n) { Pool::get().setThreads(n); }
 
 int mlircap_get_num_threads(void) { return Pool::get().threads(); }
+
+/// out[0]: jobs run on torch's OpenMP team, out[1]: those of them another team
+/// thread ran a chunk of, out[2]: jobs run on the calling thread while the team
+/// was not helping (see the file comment). Declared here only (no header):
+/// tests read it through ctypes.
+MLIRCAP_EXPORT void mlircap_parallel_stats(int64_t *out) {
+  out[0] = stats.teamJobs.load(std::memory_order_relaxed);
+  out[1] = stats.helpedJobs.load(std::memory_order_relaxed);
+  out[2] = stats.callerJobs.load(std::memory_order_relaxed);
+}
+
+/// Turns the backoff off (0) or on (1, the default) and forgets its state;
+/// for measuring it and for tests (through ctypes).
+MLIRCAP_EXPORT void mlircap_parallel_backoff(int on) {
+  backoff.enabled.store(on != 0, std::memory_order_relaxed);
+  backoff.alone.store(0, std::memory_order_relaxed);
+  backoff.left.store(0, std::memory_order_relaxed);
+  backoff.next.store(Backoff::kFirst, std::memory_order_relaxed);
+}
 
 void mlircap_parallel_for(void (*body)(void *, int64_t, int64_t), void *ctx, int64_t lo,
                           int64_t hi, int64_t grain) {
