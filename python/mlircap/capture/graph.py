@@ -46,7 +46,7 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
         name = _fname(func)
         if name == "grad" and args:
             self._grad_read(args[0])   # (a write to it waiting for the open graph: that graph ends first)
-        self._data_read(args, kwargs)   # (a .data write to an argument waiting for it: the same)
+        self._data_read(args, kwargs, name)   # (a .data write to an argument waiting for it: the same)
         if func in _GLOBAL_STATE_FUNCS:
             return func(*args, **kwargs)  # grad mode is tracked per recorded op
         if name == "__iter__" and args and isinstance(args[0], torch.Tensor):

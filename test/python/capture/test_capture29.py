@@ -61,3 +61,119 @@ def test_vmap_branch_on_unbatched_data_follows_data():
              (torch.randn(4, 3), -torch.ones(2)), (torch.randn(4, 3), torch.ones(2))]
     c = run_program(_VMAP_DATA_BRANCH, calls)
     assert sum(len(v.breaks) for v in c.variants) >= 1
+
+
+# `t.data = v` for a parameter, then a use of it (bench/modules10.py
+# param_data_clamp_and_data_rebinding_each_call, parameter_object_replaced_then_bias_none_between_calls):
+# the use ended the graph (the write had to run before it).  An op making a new tensor now
+# reads `data_as(t, v)`: v's values, t's gradient; an in-place op or a view of t still ends it.
+_DATA_REBIND = """
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 3)
+
+    def forward(self, x):
+        for p in self.l.parameters():
+            p.data.clamp_(-0.3, 0.3)
+        self.l.weight.data = self.l.weight.data * 0.9
+        return self.l(x)
+
+def make():
+    return M()
+
+def mutate(i, m):
+    if i == 2:
+        torch.manual_seed(5)
+        m.l.weight = nn.Parameter(torch.randn(3, 4))   # another parameter object
+    if i == 3:
+        m.l.bias = None
+    if i == 4:
+        with torch.no_grad():
+            m.l.weight.fill_(0.7)                      # values changed in place
+"""
+
+
+def test_data_rebind_then_use_one_graph():
+    calls = [(torch.randn(2, 4),) for _ in range(6)]
+    c = run_program(_DATA_REBIND, calls, breaks=0, cache_limit=16)
+    assert all(len(v.graphs) == 1 for v in c.variants if not v.eager), [len(v.graphs) for v in c.variants]
+
+
+_DATA_REBIND_TWICE = """
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3, 4))
+
+    def forward(self, x, s):
+        v = self.w.data * s
+        self.w.data = v
+        a = F.linear(x, self.w)
+        v.mul_(2)              # written through v: w shares its storage (eager)
+        b = torch.mul(x.sum(0, keepdim=True), self.w)
+        return a, b, self.w * 1
+
+def make():
+    return M()
+"""
+
+
+def test_data_rebind_then_write_through_value():
+    calls = [(torch.randn(2, 4), torch.tensor(0.5)) for _ in range(4)]
+    c = run_program(_DATA_REBIND_TWICE, calls)
+    # both uses of w read it in the graph (the second one v as written in place)
+    assert c.graph_count == 1 and not any(v.breaks for v in c.variants), [v.breaks for v in c.variants]
+
+
+def _grads_match(src_fn, compile_fn):
+    torch.manual_seed(0)
+    me, mc = src_fn(), src_fn()
+    mc.load_state_dict(me.state_dict())
+    fc = compile_fn(mc)
+    for i in range(4):
+        x = torch.randn(5, 4)
+        if i == 2:
+            with torch.no_grad():
+                me.l.weight.mul_(3)
+                mc.l.weight.mul_(3)
+        ye, yc = me(x), fc(x)
+        (ye.square().sum()).backward()
+        (yc.square().sum()).backward()
+        torch.testing.assert_close(yc, ye)
+        for (n, pe), pc in zip(me.named_parameters(), mc.parameters()):
+            torch.testing.assert_close(pc, pe, msg=n)
+            torch.testing.assert_close(pc.grad, pe.grad, msg=n)
+
+
+class _Shrink(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.l.weight.data = self.l.weight.data.clamp(-0.3, 0.3) * 0.9
+        return torch.tanh(self.l(x))
+
+
+def test_data_rebind_gradients_as_eager_capture():
+    from harness import EAGER
+    from mlircap.capture import capture
+
+    def comp(m):
+        w = capture(m, EAGER)
+        return w
+    _grads_match(_Shrink, comp)
+    torch.manual_seed(0)
+    m = _Shrink()
+    w = capture(m, EAGER)
+    w(torch.randn(5, 4))
+    w(torch.randn(5, 4))
+    c = w._mlircap_capture
+    assert c.graph_count == 1 and not any(v.breaks for v in c.variants)
+
+
+def test_data_rebind_gradients_as_eager_compiled():
+    import mlircap
+    _grads_match(_Shrink, mlircap.compile)
