@@ -139,6 +139,8 @@ class _DataWriteMixin:
         finally:
             self.ext_depth -= 1
         self.keep.append(res)
+        self.keep.append(v)
+        self.__dict__.setdefault("swap_storages", set()).add(v.untyped_storage().data_ptr())
         self.swapping = True
         try:
             self._record(data_as, "data_as", (t, v), {}, res)
@@ -149,7 +151,17 @@ class _DataWriteMixin:
     def _data_read(self, args: tuple, kwargs: dict, name: str = "") -> None:
         """A torch function taking a tensor whose `.data` write waits for the open graph
         (t requiring grad): the graph ends here, and the write runs before the function;
-        but an op of _SWAP_READERS reading only such tensors with a swap (module doc)."""
+        but an op of _SWAP_READERS reading only such tensors with a swap (module doc).
+        An in-place write to the storage of a v that a `data_as` node read (v itself, a view,
+        t once written): eager's autograd then reads the new values where it saved t (a
+        gradient computed later), the node's clone the old ones: capture gives up (eager)."""
+        ss = self.__dict__.get("swap_storages")
+        if ss and (name.endswith("_") and not name.endswith("__") or name in _IN_PLACE_DUNDERS or "out" in kwargs):
+            w = kwargs.get("out", args[0] if args else None)
+            for x in tree_flatten(w)[0]:
+                if isinstance(x, torch.Tensor) and x.untyped_storage().data_ptr() in ss:
+                    self.unreplayable = self.unreplayable or \
+                        f"{name} writes in place a tensor whose values a parameter's earlier read took after its .data write"
         readers = self.__dict__.get("data_readers")
         if not readers:
             return
@@ -181,6 +193,8 @@ class _DataWriteMixin:
                 d.clear()
 
 
+_IN_PLACE_DUNDERS = frozenset({"__setitem__", "__set__"} | {f"__i{n}__" for n in (
+    "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "lshift", "rshift", "matmul")})
 _REASON = "Tensor.data = ... (a write after the graph)"
 # a value the replay makes (a break's result, a graph output, a binding made before an
 # uncapturable call), which code run as the replay starts cannot name
