@@ -475,6 +475,11 @@ def main():
     clock = "process CPU time" if torch.get_num_threads() == 1 else "wall time"
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, held-out CPU models; side by side, "
           f"{clock}, median of {a.rounds} rounds; load average {os.getloadavg()[0]:.2f}")
+    cores = len(os.sched_getaffinity(0))
+    if torch.get_num_threads() > 1 and os.getloadavg()[0] > cores - 0.5:
+        print(f"note: load average above this host's {cores} cores: wall times on {torch.get_num_threads()} threads "
+              "are then mostly OpenMP barriers waiting for threads off their cores (eager's and mlircap's alike; "
+              "ratios swung 0.15x-6x between runs minutes apart); compare --threads 1 or bench/cpu_threads.py")
     hdr = f"{'model':<12} {'dtype':<5} {'eager ms':>9} {'mlircap ms':>11} {'x eager':>8}"
     if not a.no_inductor:
         hdr += f" {'inductor ms':>12} {'x eager':>8}"
