@@ -2333,6 +2333,33 @@ def _eager_depends_on_layout(call, fn, tensors, got, want, tol) -> bool:
     return True
 
 
+def _eager_irreproducible(call, fn, tensors, want, tol, tries=300, budget_s=5.0) -> bool:
+    """Whether eager, run again on the same non-contiguous inputs, gives another result or
+    raises otherwise than `want` (its outputs, inputs[, exception]): torch.median along an
+    expanded dim reads memory it never wrote (tensorops seed 371), so its values change from
+    run to run, sometimes the same twice in a row. There is no reference for such a call: the
+    recording call, which runs eager's kernels, gets its own garbage (CI at 241eed2)."""
+    import torch
+
+    if not any(isinstance(t, torch.Tensor) and not t.is_contiguous() for t in tensors):
+        return False
+    wexc = want[2] if len(want) > 2 else None
+    end = time.time() + budget_s
+    for _ in range(tries):
+        out, ins, exc = call(fn, tensors)
+        if (exc is None) != (wexc is None) or (exc is not None and type(exc) is not type(wexc)):
+            return True
+        if exc is None:
+            try:
+                compare_values(out, want[0], "out", tol)
+                compare_values(ins, want[1], "input", tol)
+            except opinfo.Mismatch:
+                return True
+        if time.time() > end:
+            break
+    return False
+
+
 def run_program(prog) -> dict:
     import warnings
 
@@ -2406,12 +2433,21 @@ def run_program(prog) -> dict:
                                  "inputs' memory layout (it returns on contiguous copies), compiled is eager's "
                                  "on contiguous copies")
                     continue
+                if _eager_irreproducible(call, fn, ([sets[0]] + sets)[i - 1], (eout, eins, eexc),
+                                         prog.get("tol", 0.0)):
+                    notes.append(f"{where}: eager raised {opinfo._exc_line(eexc)}; eager's own result on these "
+                                 "inputs' memory layout changes from run to run (raising on some): no reference")
+                    continue
                 return {"category": "error", "detail": f"{where}: eager raised {opinfo._exc_line(eexc)}; compiled returned"}
             if type(exc) is not type(eexc):
                 return {"category": "error", "detail": f"{where}: eager raised {type(eexc).__name__}, compiled "
                                                        f"raised {opinfo._exc_line(exc)}"}
             continue
         if exc is not None:
+            if _eager_irreproducible(call, fn, ([sets[0]] + sets)[i - 1], (eout, eins, eexc), prog.get("tol", 0.0)):
+                notes.append(f"{where}: compiled raised {opinfo._exc_line(exc)}; eager's own result on these "
+                             "inputs' memory layout changes from run to run (raising on some): no reference")
+                continue
             return {"category": "error", "detail": f"{where}: compiled raised {opinfo._exc_line(exc)}",
                     "trace": "".join(traceback.format_exception(exc))[-3000:]}
         try:
@@ -2425,6 +2461,10 @@ def run_program(prog) -> dict:
                                         prog.get("tol", 0.0)):
                 notes.append(f"{where}: {m}; eager's own result depends on the inputs' memory layout, "
                              "compiled is eager's on contiguous copies")
+                continue
+            if _eager_irreproducible(call, fn, ([sets[0]] + sets)[i - 1], (eout, eins, eexc), prog.get("tol", 0.0)):
+                notes.append(f"{where}: {m}; eager's own result on these inputs' memory layout changes from "
+                             "run to run: no reference")
                 continue
             if _eager_depends_on_position(call, fn, ([sets[0]] + sets)[i - 1], (out, ins), prog.get("tol", 0.0)):
                 notes.append(f"{where}: {m}; eager's own result depends on the elements' positions in its "
