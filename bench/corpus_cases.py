@@ -3,6 +3,8 @@ modules7.py): each corpus keeps its own CASES list and registers into it with th
 `registrars(CASES)` returns; R / I make its random inputs."""
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn as nn
 
@@ -36,3 +38,27 @@ def R(*s, dtype=torch.float32):
 
 def I(lo, hi, *s, dtype=torch.int64):  # noqa: E743
     return torch.randint(lo, hi, s, dtype=dtype)
+
+
+def U(*s, dtype=torch.float32):
+    return torch.rand(*s, dtype=dtype)
+
+
+def grad_ctx(i):
+    """Cases that take gradients inside: grad mode on for every call, also under --inference."""
+    return torch.enable_grad()
+
+
+USAGE = """
+    python bench/{0} [--filter NAME] [--jobs 1] [--timeout 240] [-v]
+    python bench/{0} --case NAME      # one case in this process, with a traceback
+    python bench/{0} --inference      # cases that train nothing, under no_grad / inference_mode
+
+The runner is bench/modules5.py's (the same case records, comparison and categories)."""
+
+
+def run(cases, script, doc):
+    """A corpus file's main: bench/modules5.py's command line over its CASES, the usage lines
+    above appended to its docstring (the workers run `script` again with --worker)."""
+    import modules5
+    modules5.main(cases, script, doc.rstrip() + "\n" + USAGE.format(os.path.basename(script)))

@@ -23,12 +23,6 @@ generators, manual_seed, .data rebinding, lazily registered buffers, recursion o
 *args / **kwargs) and library ops less travelled (max_norm embeddings, ensembles by
 stack_module_state, grid_sample, fold / unfold, CTC, cdist p, einsum diagonals, index_put_
 accumulate, packed sequences, antialiased interpolation).
-
-    python bench/modules10.py [--filter NAME] [--jobs 2] [--timeout 240] [-v]
-    python bench/modules10.py --case NAME      # one case in this process, with a traceback
-    python bench/modules10.py --inference      # cases that train nothing, under no_grad / inference_mode
-
-The runner is bench/modules5.py's (the same case records, comparison and categories).
 """
 from __future__ import annotations
 
@@ -41,20 +35,11 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from corpus_cases import I, R, registrars
+from corpus_cases import I, R, U, grad_ctx, registrars, run
 
 
 CASES = []   # (name, factory, inputs, train, extra)
 case, fn_case = registrars(CASES)
-
-
-def U(*s, dtype=torch.float32):
-    return torch.rand(*s, dtype=dtype)
-
-
-def _grad_ctx(i):
-    """Cases that take gradients inside: grad mode on for every call, also under --inference."""
-    return torch.enable_grad()
 
 
 # ============================================================ training steps with torch.optim
@@ -258,7 +243,7 @@ class CheckpointNonReentrantKwargs(nn.Module):
         return h.detach(), x.grad, self.l.weight.grad.clone()
 
 
-case("checkpoint_non_reentrant_kwargs_input_grad", lambda: (R(3, 6),), context=_grad_ctx)(
+case("checkpoint_non_reentrant_kwargs_input_grad", lambda: (R(3, 6),), context=grad_ctx)(
     lambda: CheckpointNonReentrantKwargs())
 
 
@@ -362,7 +347,7 @@ class MAMLInner(nn.Module):
         return q.detach(), [g for g in outer]
 
 
-case("maml_functional_call_create_graph_two_steps", lambda: (R(5, 3), R(5, 1), R(4, 3), R(4, 1)), context=_grad_ctx)(
+case("maml_functional_call_create_graph_two_steps", lambda: (R(5, 3), R(5, 1), R(4, 3), R(4, 1)), context=grad_ctx)(
     lambda: MAMLInner())
 
 
@@ -1494,7 +1479,7 @@ def list_of_variable_length_and_dict_inputs(xs, d):
     return tot * extra, sorted(d.keys()), len(xs)
 
 
-@fn_case("requires_grad_input_changes_between_calls", lambda i=0: (R(3, 4).requires_grad_(i % 2 == 1),), ncalls=4, context=_grad_ctx)
+@fn_case("requires_grad_input_changes_between_calls", lambda i=0: (R(3, 4).requires_grad_(i % 2 == 1),), ncalls=4, context=grad_ctx)
 def requires_grad_input_changes_between_calls(x):
     """An input that requires grad on some calls and not others: the output's requires_grad and
     a detach branch on x.requires_grad."""
@@ -1705,7 +1690,7 @@ class NoGradDecoratedMethod(nn.Module):
         return out, u.requires_grad, t.requires_grad
 
 
-case("no_grad_decorated_method_with_enable_grad_inside", lambda: (R(2, 3),), context=_grad_ctx)(
+case("no_grad_decorated_method_with_enable_grad_inside", lambda: (R(2, 3),), context=grad_ctx)(
     lambda: NoGradDecoratedMethod())
 
 
@@ -2566,8 +2551,5 @@ def interpolate_modes_antialias_scale_factor_recompute(x):
             F.interpolate(x.unsqueeze(2), scale_factor=(1, 2, 2), mode="trilinear"))
 
 
-# =============================================================================== runner
-# bench/modules5.py's runner (the same case records, comparison and categories) over this corpus's CASES.
 if __name__ == "__main__":
-    import modules5
-    modules5.main(CASES, __file__, __doc__)
+    run(CASES, __file__, __doc__)

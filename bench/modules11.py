@@ -18,12 +18,6 @@ with torch.optim (inside the compiled function and outside it), LoRA adapters, C
 in-place ops on views, dict / list / dataclass inputs and outputs, and transformers models not yet
 covered (YOLOS, XLNet, MPT, Mamba2, MobileNetV1, TimeSeriesTransformer, PatchTSMixer, Longformer,
 BigBird, Encodec, LayoutLM, Ernie).
-
-    python bench/modules11.py [--filter NAME] [--jobs 1] [--timeout 240] [-v]
-    python bench/modules11.py --case NAME      # one case in this process, with a traceback
-    python bench/modules11.py --inference      # cases that train nothing, under no_grad / inference_mode
-
-The runner is bench/modules5.py's (the same case records, comparison and categories).
 """
 from __future__ import annotations
 
@@ -34,18 +28,10 @@ from typing import Dict, List, Optional
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from corpus_cases import I, R, registrars
+from corpus_cases import I, R, U, grad_ctx, registrars, run
 
 CASES = []   # (name, factory, inputs, train, extra)
 case, fn_case = registrars(CASES)
-
-
-def U(*s, dtype=torch.float32):
-    return torch.rand(*s, dtype=dtype)
-
-
-def _grad_ctx(i):
-    return torch.enable_grad()
 
 
 # ============================================================================ detection
@@ -372,7 +358,7 @@ class DDPMTrain(nn.Module):
         return loss.detach()
 
 
-case("diff_ddpm_train_step_random_timesteps_adam", lambda: (R(2, 3, 8, 8),), train=True, context=_grad_ctx)(
+case("diff_ddpm_train_step_random_timesteps_adam", lambda: (R(2, 3, 8, 8),), train=True, context=grad_ctx)(
     lambda: DDPMTrain())
 
 
@@ -764,7 +750,7 @@ class DuelingDQN(nn.Module):
 
 
 case("rl_dueling_double_dqn_polyak_step", lambda: (R(6, 4), I(0, 3, 6), R(6), R(6, 4), (U(6) > 0.7).float()),
-     train=True, ncalls=4, context=_grad_ctx)(lambda: DuelingDQN())
+     train=True, ncalls=4, context=grad_ctx)(lambda: DuelingDQN())
 
 
 class C51Head(nn.Module):
@@ -1230,7 +1216,7 @@ class DANN(nn.Module):
 
 
 case("autograd_fn_gradient_reversal_dann", lambda: (R(6, 5), I(0, 3, 6), (U(6) > 0.5).float()), train=True,
-     context=_grad_ctx)(lambda: DANN())
+     context=grad_ctx)(lambda: DANN())
 
 
 class SignSTE(torch.autograd.Function):
@@ -1276,7 +1262,7 @@ class BinaryNetTrain(nn.Module):
 
 
 case("autograd_fn_sign_ste_saved_tensors_train", lambda: (R(6, 6), I(0, 3, 6)), train=True, ncalls=4,
-     context=_grad_ctx)(lambda: BinaryNetTrain())
+     context=grad_ctx)(lambda: BinaryNetTrain())
 
 
 class ClampGrad(torch.autograd.Function):
@@ -1316,7 +1302,7 @@ class ClampGradModel(nn.Module):
 
 
 case("autograd_fn_mark_non_differentiable_once_differentiable", lambda: (R(4, 5),), train=True,
-     context=_grad_ctx)(lambda: ClampGradModel())
+     context=grad_ctx)(lambda: ClampGradModel())
 
 
 class MemEfficientSwish(torch.autograd.Function):
@@ -1513,7 +1499,7 @@ class AdamWTrainWithScheduler(nn.Module):
 
 
 case("optim_adamw_amsgrad_onecycle_inside_clip", lambda: (R(8, 5), I(0, 4, 8)), train=True, ncalls=4,
-     context=_grad_ctx)(lambda: AdamWTrainWithScheduler())
+     context=grad_ctx)(lambda: AdamWTrainWithScheduler())
 
 
 class SGDNesterovLossOnly(nn.Module):
@@ -1563,7 +1549,7 @@ class LBFGSClosure(nn.Module):
         return loss.detach(), self.w.detach().clone()
 
 
-case("optim_lbfgs_closure_strong_wolfe", lambda: (R(6, 3), R(6)), train=True, ncalls=3, context=_grad_ctx)(
+case("optim_lbfgs_closure_strong_wolfe", lambda: (R(6, 3), R(6)), train=True, ncalls=3, context=grad_ctx)(
     lambda: LBFGSClosure())
 
 
@@ -1589,7 +1575,7 @@ class SparseAdamEmbedding(nn.Module):
 
 
 case("optim_sparse_adam_sparse_embedding_plus_adam", lambda: (I(0, 10, 4, 3), I(0, 2, 4)), train=True, ncalls=4,
-     context=_grad_ctx)(lambda: SparseAdamEmbedding())
+     context=grad_ctx)(lambda: SparseAdamEmbedding())
 
 
 class GradScalerCPU(nn.Module):
@@ -1615,7 +1601,7 @@ class GradScalerCPU(nn.Module):
 
 
 case("optim_grad_scaler_cpu_bf16_autocast_unscale_clip", lambda: (R(5, 6), R(5, 2)), train=True, ncalls=4,
-     context=_grad_ctx)(lambda: GradScalerCPU())
+     context=grad_ctx)(lambda: GradScalerCPU())
 
 
 class ZeroGradFalseAccum(nn.Module):
@@ -1639,7 +1625,7 @@ class ZeroGradFalseAccum(nn.Module):
 
 
 case("optim_zero_grad_set_to_none_false_two_backwards_frozen", lambda: (R(5, 4),), train=True, ncalls=4,
-     context=_grad_ctx)(lambda: ZeroGradFalseAccum())
+     context=grad_ctx)(lambda: ZeroGradFalseAccum())
 
 
 # ============================================================================ LoRA
@@ -1725,7 +1711,7 @@ class LoRATrain(nn.Module):
 
 
 case("lora_finetune_step_only_adapters_adamw", lambda: (R(6, 6), I(0, 2, 6)), train=True, ncalls=4,
-     context=_grad_ctx)(lambda: LoRATrain())
+     context=grad_ctx)(lambda: LoRATrain())
 
 
 class LoRAConv(nn.Module):
@@ -2454,8 +2440,5 @@ _hf_case("hf_gpt2_double_heads_train_loss", lambda: (I(0, 50, 2, 2, 6), torch.te
              m(input_ids=ids, mc_token_ids=mc, labels=ids, mc_labels=lab)), train=True)
 
 
-# =============================================================================== runner
-# bench/modules5.py's runner (the same case records, comparison and categories) over this corpus's CASES.
 if __name__ == "__main__":
-    import modules5
-    modules5.main(CASES, __file__, __doc__)
+    run(CASES, __file__, __doc__)

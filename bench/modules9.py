@@ -20,12 +20,6 @@ spectral losses, loudness), metrics (AP, NDCG, Spearman, ECE, kappa / MCC, MRR),
 (HF last-token pooling, flash-attn unpadding, segment max, lists of variable tensors), in-place
 writes on views, mixed dtypes, layouts, 0-size / 1-element tensors, Python outputs, and calls
 repeated with new shapes, dtypes and Python values.
-
-    python bench/modules9.py [--filter NAME] [--jobs 2] [--timeout 240] [-v]
-    python bench/modules9.py --case NAME      # one case in this process, with a traceback
-    python bench/modules9.py --inference      # cases that train nothing, under no_grad / inference_mode
-
-The runner is bench/modules5.py's (the same case records, comparison and categories).
 """
 from __future__ import annotations
 
@@ -35,20 +29,11 @@ import random
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from corpus_cases import I, R, registrars
+from corpus_cases import I, R, U, grad_ctx, registrars, run
 
 
 CASES = []   # (name, factory, inputs, train, extra)
 case, fn_case = registrars(CASES)
-
-
-def U(*s, dtype=torch.float32):
-    return torch.rand(*s, dtype=dtype)
-
-
-def _grad_ctx(i):
-    """Cases that take gradients inside: grad mode on for every call, also under --inference."""
-    return torch.enable_grad()
 
 
 def boxes(n, size=32.0):
@@ -206,7 +191,7 @@ class CIoULoss(nn.Module):
         return loss.detach(), g
 
 
-case("ciou_loss_atan_alpha_no_grad_autograd", lambda: (boxes(8), boxes(8)), context=_grad_ctx)(lambda: CIoULoss())
+case("ciou_loss_atan_alpha_no_grad_autograd", lambda: (boxes(8), boxes(8)), context=grad_ctx)(lambda: CIoULoss())
 
 
 class YOLOXDecode(nn.Module):
@@ -567,7 +552,7 @@ class ClassifierGuidance(nn.Module):
 
 
 case("classifier_guidance_enable_grad_autograd_grad", lambda: (R(2, 3, 8, 8), I(0, 5, 2), R(2, 3, 8, 8), U(2, 3, 8, 8)),
-     context=_grad_ctx)(lambda: ClassifierGuidance())
+     context=grad_ctx)(lambda: ClassifierGuidance())
 
 
 class RectifiedFlow(nn.Module):
@@ -2647,8 +2632,5 @@ def segments_by_tensor_split_at_boundary_tensor(x, bounds):
     return torch.stack([s.mean(0) for s in segs]), lens
 
 
-# =============================================================================== runner
-# bench/modules5.py's runner (the same case records, comparison and categories) over this corpus's CASES.
 if __name__ == "__main__":
-    import modules5
-    modules5.main(CASES, __file__, __doc__)
+    run(CASES, __file__, __doc__)
