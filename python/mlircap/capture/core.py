@@ -92,16 +92,20 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   reads          _ReadMixin: LOAD_GLOBAL / LOAD_ATTR / LOAD_DEREF reads of external state, guarded
   fast_paths     nn.MultiheadAttention / TransformerEncoderLayer fast paths: whether eager may take one,
                  whether the slow path the recording takes computes the same (torch untouched)
+  call_guards    _CallGuardMixin: a call's module hooks / forward / type, metaclass isinstance answers, callees noted
   calls          _CallMixin: CALL handlers and call kinds
   tracer         _TracerMixin, _HANDLERS: the settrace callbacks and the opcode -> handler table
   resumes        _ResumeMixin: the frame's state after breaks, where a failed guard continues it
   recorder       _Recorder: the state of one recording run (all mixins)
   higher_order   create_graph backwards of compiled graphs: the captured graph re-run (_HigherOrderGrad)
+  graph_prep     what compiling a graph rewrites first: inputs reaching no output detached, a graph split per
+                 gradient group, sizes computed as 0-d tensors folded to numbers
   graph_compile  compiling graphs with the backend (fallbacks, first-run check)
   replay_helpers what generated replay code calls: rebuilt objects, write statements, rollback of a miss
   guard_misses   where a replay failing a guard after an uncapturable call goes: continuations, hoisted guards
   replay         _Variant, _GraphVariant (generated replay code), _EagerVariant
   callees        _Callees: the callees of a frame run eagerly, captured on their own
+  recording      _RecordingMixin: a call recorded under the tracer, the variant it leaves, giving up
   cache          _Captured: variants, cache_limit, strict, stats; dispatch and recording
   explanation    ExplainOutput
   entry          capture(), explain()
@@ -249,10 +253,10 @@ from .replay import (  # noqa: F401
     _GraphVariant,
     _Variant,
 )
+from .recording import _plain  # noqa: F401
 from .cache import (  # noqa: F401
     CaptureStats,
     _Captured,
-    _plain,
 )
 from .explanation import (  # noqa: F401
     ExplainOutput,

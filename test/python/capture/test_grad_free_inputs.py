@@ -1,4 +1,4 @@
-"""graph_compile._grad_free_inputs (8480d5e) hands inputs that require grad but reach no output
+"""graph_prep._grad_free_inputs (8480d5e) hands inputs that require grad but reach no output
 to the compiled graph detached.  An input written in place under no_grad (a parameter's
 update, weight clipping) is read on through the write's result, which that analysis does not
 follow: such a parameter was detached, so the graph's later ops lost its gradient (the
