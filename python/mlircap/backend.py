@@ -1653,6 +1653,9 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         fn = saved_versions.checked(fn, saved_versions.saved_boundary(gm, example_inputs))
         return _unreached_gradients_as_none(fn, reach, n_returns) if reach is not None else fn
 
+    # compiled CPU code runs on torch's thread count of each call; compile-time decisions that
+    # depend on it read it through thread_reads.compile_threads (capture/guards.py's _GlobalState)
+    backend.follows_threads = True
     return backend
 
 

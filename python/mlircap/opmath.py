@@ -26,6 +26,7 @@ import torch
 import torch.fx as fx
 
 from .fxutil import op_name
+from .thread_reads import compile_threads
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -339,7 +340,9 @@ def _scalar_loop_tail(graph: fx.Graph, n: fx.Node, want: torch.Tensor, operands:
         return n
     perm, inner, vector = loop
     total = want.numel()
-    threads = torch.get_num_threads()
+    # (the thread count only where eager's chunks can cut the vector loop's runs: this graph is
+    # then compiled for this count, thread_reads)
+    threads = compile_threads() if vector and total >= _GRAIN else 1
     chunk = total if total < _GRAIN or threads == 1 else -(-total // min(threads, -(-total // _GRAIN)))
     if vector and inner < block and chunk == total:
         vector = False   # (every run shorter than a block)

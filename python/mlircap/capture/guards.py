@@ -17,6 +17,7 @@ from .guard_batches import AllDictVersions, _cells_hold, _funcs_unchanged, _type
 from .guard_kinds import DictVersions, Distinct, Guard, Keys, NoShadowedBuiltins
 from .guard_tensors import StorageAliasing, TensorMatch, TensorMatchAll, _alias_pattern
 from .typeinfo import _dict_version, _dicts_unchanged
+from .. import thread_reads
 
 if TYPE_CHECKING:  # annotations only: recorder imports this module
     from .recorder import _Recorder
@@ -177,11 +178,17 @@ def _bind_consts(body: str) -> tuple[str, set[int]]:
 class _GlobalState:
     """The global torch state a variant was recorded under: grad mode, inference mode and
     autocast, plus (through torch's C++ GlobalStateGuard, one ~100 ns check) default
-    dtype, deterministic algorithms, TF32 flags and thread count."""
+    dtype, deterministic algorithms, TF32 flags and thread count.  Another thread count
+    alone does not miss (`other_threads`) where nothing the variant compiled read it
+    (thread_reads: `thread_reads`, filled by the variant's compile) and the recording did
+    not either (a call of torch.get_num_threads() is guarded by its value)."""
 
     def __init__(self) -> None:
         self.grad = torch.is_grad_enabled()
         self.ambient = _ambient()
+        self.thread_reads: list[int] = []
+        self.others: list = []   # GlobalStateGuards of the other thread counts the variant ran at
+        self.tainted = [False]   # a compile-time read no variant owned came after it ran at one
         try:
             from torch._C._dynamo.guards import GlobalStateGuard
             self.guard = GlobalStateGuard()
@@ -191,8 +198,32 @@ class _GlobalState:
     def expr(self) -> str:
         inf, ac_cpu, ac_cuda = self.ambient
         if self.guard is not None:  # grad mode and autocast are part of GlobalStateGuard
-            return f"(_gs.check() and _inf() is {inf})"
+            return f"((_gs.check() and not _gt[0] or _gso()) and _inf() is {inf})"
         return f"(_ge() is {self.grad} and _inf() is {inf} and _ac('cpu') is {ac_cpu} and _ac('cuda') is {ac_cuda})"
+
+    def other_threads(self) -> bool:
+        """The global state is the recording's but for torch's thread count, and the variant
+        runs at this count too: compiled CPU code follows the count at each call, and nothing
+        compiled for the variant depends on it."""
+        if self.guard is None or self.tainted[0] or self.thread_reads or thread_reads.any_unattributed():
+            return False
+        for g in self.others:
+            if g.check():
+                return True
+        if self.guard.reason().split() != ["num_threads"]:
+            return False
+        if len(self.others) < 8:
+            from torch._C._dynamo.guards import GlobalStateGuard
+            self.others.append(GlobalStateGuard())
+        thread_reads.crossed(self)
+        return True
+
+    def holds(self) -> bool:
+        """Whether the state guard holds now (what the compiled guard's first part checks)."""
+        return self.guard is None or (self.guard.check() and not self.tainted[0]) or self.other_threads()
+
+    def taint(self) -> None:
+        self.tainted[0] = True
 
 
 def _compile_guard(exprs: list[str], consts: list, state: _GlobalState | None) -> Callable[[tuple, object], bool]:
@@ -208,7 +239,9 @@ def _compile_guard(exprs: list[str], consts: list, state: _GlobalState | None) -
     # a transformer's ~2,000 constants cost more than the checks themselves.
     ns: dict[str, Any] = {f"_c{k}": consts[k] for k in used}
     ns.update(C=consts, _ge=torch.is_grad_enabled, _inf=torch.is_inference_mode_enabled,
-              _ac=torch.is_autocast_enabled, _gs=state.guard if state is not None else None, _dv=_dict_version,
+              _ac=torch.is_autocast_enabled, _gs=state.guard if state is not None else None,
+              _gt=state.tainted if state is not None else None, _gso=state.other_threads if state is not None else None,
+              _dv=_dict_version,
               _dvs=_dicts_unchanged, _fcs=_funcs_unchanged, _cells=_cells_hold, _types=_types_hold)
     src = ("def __guard(L, F):\n"
            "    try:\n"

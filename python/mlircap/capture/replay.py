@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.fx as fx
 
+from .. import thread_reads
 from .autocast import autocast_state_as, set_autocast_state
 from .base import Unreplayable, _Miss, _Raised
 from .steps import CallStep, GraphStep, Write
@@ -68,8 +69,8 @@ class _Variant:
             return f"torch.is_grad_enabled() == {self.grad0}"
         if _ambient() != self.amb0:
             return f"(inference_mode, autocast cpu, autocast cuda) == {self.amb0}"
-        if self.state.guard is not None and not self.state.guard.check():
-            return f"global torch state unchanged ({self.state.guard.reason().strip()} differs)"
+        if not self.state.holds():
+            return f"global torch state unchanged ({self.state.guard.reason().strip() or 'num_threads'} differs)"
         env = GuardEnv(args, func, self.consts)
         for g in self.pre:
             if not _holds(g, env):
@@ -173,37 +174,41 @@ class _GraphVariant(_Variant):
         except Exception:  # pragma: no cover
             fake_mode = None
         copies = rec.__dict__.get("index_copies", ())
-        for seg in rec.segs:
-            hazard = index_copy_hazard(seg, [n for n, _ in copies])
-            if hazard is not None:
-                # the next call records again, guarding that index by value (flows._flow_index);
-                # this one ran for real: correct
-                sites = rec.captured.__dict__.setdefault("index_sites_off", set())
-                sites.update(site for n, site in copies if n.graph is seg.graph)
-                rec.relearn = True
-                rec.unreplayable = f"a tensor indexed by a number that changes between calls, {hazard}"
-                raise Unreplayable(rec.unreplayable)
-            if fake_mode is not None:
-                phs = [n for n in seg.graph.nodes if n.op == "placeholder"]
-                for ph, ex in zip(phs, seg.examples):
-                    try:
-                        ph.meta["example_value"] = fake_mode.from_tensor(ex)
-                    except Exception:
-                        pass
-            seg.graph.output(tuple(seg.outputs))
-            gm = fx.GraphModule(torch.nn.Module(), seg.graph)
-            seg.gm = gm
-            self.graphs.append(gm)
-            dyn = rec.__dict__.get("dyn_shape") or {}   # tensors whose shape depends on tensor data
-            # (in the mode the replay runs it in: after an unbalanced torch.set_grad_enabled(False)
-            # the recording ended with grad off, and a graph traced so became an inference graph)
-            with torch.inference_mode(seg.inference) if seg.inference != rec.amb0[0] else contextlib.nullcontext(), \
-                    torch.set_grad_enabled(rec.grad0), autocast_state_as(rec.autocast0):
-                compiled.append(_compile_graph(backend, gm, list(seg.examples), rec.uses_rng,
-                                               double_backward=_double_backward_ok(rec, seg),
-                                               strict=getattr(rec.captured, "strict", False),
-                                               dyn_inputs=[i for i, t in enumerate(seg.examples)
-                                                           if dyn.get(id(t)) is t]))
+        with thread_reads.collecting() as reads:   # (compile-time reads of torch's thread count)
+            for seg in rec.segs:
+                hazard = index_copy_hazard(seg, [n for n, _ in copies])
+                if hazard is not None:
+                    # the next call records again, guarding that index by value (flows._flow_index);
+                    # this one ran for real: correct
+                    sites = rec.captured.__dict__.setdefault("index_sites_off", set())
+                    sites.update(site for n, site in copies if n.graph is seg.graph)
+                    rec.relearn = True
+                    rec.unreplayable = f"a tensor indexed by a number that changes between calls, {hazard}"
+                    raise Unreplayable(rec.unreplayable)
+                if fake_mode is not None:
+                    phs = [n for n in seg.graph.nodes if n.op == "placeholder"]
+                    for ph, ex in zip(phs, seg.examples):
+                        try:
+                            ph.meta["example_value"] = fake_mode.from_tensor(ex)
+                        except Exception:
+                            pass
+                seg.graph.output(tuple(seg.outputs))
+                gm = fx.GraphModule(torch.nn.Module(), seg.graph)
+                seg.gm = gm
+                self.graphs.append(gm)
+                dyn = rec.__dict__.get("dyn_shape") or {}   # tensors whose shape depends on tensor data
+                # (in the mode the replay runs it in: after an unbalanced torch.set_grad_enabled(False)
+                # the recording ended with grad off, and a graph traced so became an inference graph)
+                with torch.inference_mode(seg.inference) if seg.inference != rec.amb0[0] else contextlib.nullcontext(), \
+                        torch.set_grad_enabled(rec.grad0), autocast_state_as(rec.autocast0):
+                    compiled.append(_compile_graph(backend, gm, list(seg.examples), rec.uses_rng,
+                                                   double_backward=_double_backward_ok(rec, seg),
+                                                   strict=getattr(rec.captured, "strict", False),
+                                                   dyn_inputs=[i for i, t in enumerate(seg.examples)
+                                                               if dyn.get(id(t)) is t]))
+        if not getattr(backend, "follows_threads", False):   # (another backend's code may be for this count)
+            reads.append(torch.get_num_threads())
+        self.state.thread_reads += reads
         for i, c in enumerate(compiled):
             if isinstance(c, _FirstRunChecked):
                 c.slot = (compiled, i)   # replaced by what it runs once its first run passed
