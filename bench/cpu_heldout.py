@@ -16,6 +16,8 @@ Models (written for this file; batch and sizes of CPU inference):
   llama_block  a hand-written Llama decoder block: RMSNorm, rotary, GQA SDPA (causal), SwiGLU
   conformer    Conformer convolution module: pointwise conv + GLU, depthwise Conv1d, BatchNorm, Swish
   effnet_se    EfficientNet MBConv blocks with squeeze-excitation (global pool, FC, sigmoid gate)
+  encoder256   nn.TransformerEncoderLayer(256, 4, 1024), seq 128, batch 8
+  bert_small   transformers BertModel, BERT-small widths (512, 8 heads, 4 layers), batch 8, seq 128
 
 Latencies come from benchutil.side_by_side_ms: the fronts run in turns, a block of calls
 (~20 ms) each per round, median over rounds; process CPU time on one thread (other
@@ -327,6 +329,16 @@ def _vit_tiny():
     return FirstOutput(ViTModel(cfg, add_pooling_layer=False).eval(), "pixel_values"), (torch.randn(2, 3, 64, 64),)
 
 
+def _bert_small():
+    from transformers import BertConfig, BertModel
+
+    # BERT-small widths (google/bert_uncased_L-4_H-512_A-8), batch 8, seq 128
+    cfg = BertConfig(vocab_size=3000, hidden_size=512, num_hidden_layers=4, num_attention_heads=8,
+                     intermediate_size=2048, max_position_embeddings=128)
+    return FirstOutput(BertModel(cfg, add_pooling_layer=False).eval(), "input_ids"), \
+        (torch.randint(0, 3000, (8, 128)),)
+
+
 def _randn(*s):
     return torch.randn(*s)
 
@@ -343,6 +355,9 @@ CASES = {
     "llama_block": lambda: (LlamaBlock(), (_randn(1, 64, 256),)),
     "conformer": lambda: (ConformerConv(), (_randn(2, 100, 144),)),
     "effnet_se": lambda: (EffNetSE(), (_randn(1, 3, 64, 64),)),
+    # nn.TransformerEncoderLayer(256, 4, 1024) as constructed (seq-first), seq 128, batch 8
+    "encoder256": lambda: (nn.TransformerEncoderLayer(256, 4, 1024), (_randn(128, 8, 256),)),
+    "bert_small": _bert_small,
 }
 
 
