@@ -1532,6 +1532,14 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
                 raise
             except Exception as e:
                 from .ddsplit import is_data_dependent_error, restoring_global_modes, split_data_dependent
+                from .saved_writes import is_saved_write_error, split_saved_writes
+
+                # a tensor an op saved written in place later in the graph: eager's autograd raises
+                # in the backward, aot_autograd's trace here; those ops run through torch
+                if is_saved_write_error(e) and not options.strict:
+                    split = split_saved_writes(gm, example_inputs, backend)
+                    if split is not None:
+                        return split
 
                 # (under strict=True too: a speculated graph runs compiled, and a
                 # guard that fails raises instead of rerunning eagerly)
