@@ -88,6 +88,7 @@ def _pure_body(fn: object, ctx_names: frozenset, stores: bool, lookups: list | N
     names: set[str] = set()
     prev: tuple = ()
     held: object = None   # the torch module the previous instruction pushed (lookups only)
+    branches = writes = False
     for op, _arg, argval, _depth in _instrs(code).values():
         if lookups is not None and op == "LOAD_GLOBAL":
             mod = fn.__globals__.get(argval, _NO_GLOBAL)
@@ -110,7 +111,9 @@ def _pure_body(fn: object, ctx_names: frozenset, stores: bool, lookups: list | N
             names.add(argval)
         elif lookups is not None and (op in _FORWARD_BRANCHES or op in ("LOAD_METHOD", "LOAD_ATTR") and
                                       argval in _FUNCTION_METHODS):
-            pass
+            branches = branches or op in _FORWARD_BRANCHES
+        elif stores and lookups is not None and op == "LOAD_METHOD" and _inplace_method(argval):
+            writes = True   # (`torch.zeros_like(x).scatter_(...)`: see _function_node's check)
         elif op not in _PURE_OPS:
             return None
         elif op == "LOAD_CONST" and not (_const(argval, lookups is not None) or type(argval) is tuple and
@@ -119,7 +122,30 @@ def _pure_body(fn: object, ctx_names: frozenset, stores: bool, lookups: list | N
         elif op in ("LOAD_METHOD", "LOAD_ATTR") and not (argval in ctx_names or _pure_method(argval)):
             names.add(f"?{argval}")
         prev = (op, _arg, argval)
+    if writes:
+        if branches:
+            return None   # (which tensor an in-place op writes could follow tensor data)
+        names.add(_WRITES)
     return None if held is not None else names
+
+
+# what _pure_body's names hold where a forward calls in-place tensor methods
+_WRITES = "!writes"
+
+
+def _inplace_method(name: object) -> bool:
+    """`name` is an in-place tensor method whose out-of-place form is pure (`scatter_`,
+    `masked_fill_`, `add_`, `zero_`)."""
+    if type(name) is not str or not name.endswith("_") or name.endswith("__") or name.startswith("_") or \
+            name in _NOT_PURE:
+        return False
+    base = name[:-1]
+    if base in _NOT_PURE or base in _DATA_DEP or _draws_rng(base) or _draws_rng(name) or \
+            base in ("set", "resize", "resize_as", "share_memory", "requires_grad", "detach"):
+        return False
+    raw = _mro_lookup(torch.Tensor, name)[1]
+    return isinstance(raw, (types.MethodDescriptorType, types.WrapperDescriptorType, types.BuiltinFunctionType)) and \
+        (base in ("zero", "fill", "copy") or _pure_method(base))
 
 
 def _const(v: object, ellipsis: bool) -> bool:
@@ -147,11 +173,12 @@ _CTX_NAMES = frozenset({"save_for_backward", "saved_tensors", "needs_input_grad"
 _ONCE_DIFFERENTIABLE = torch.autograd.function.once_differentiable(lambda ctx: None).__code__
 
 
-def pure_autograd_function(cls: object) -> list[tuple[object, str, object]] | None:
+def pure_autograd_function(cls: object) -> tuple[list[tuple[object, str, object]], bool] | None:
     """Where `cls` is a direct torch.autograd.Function subclass whose forward (with ctx) and
     backward (also one made `@once_differentiable`) are pure tensor code, and attributes the
     backward reads off ctx are ones the forward stored: the lookups of torch's functions
-    their bodies make, each (holder, key, value) to guard (`_pure_body`); None otherwise."""
+    their bodies make, each (holder, key, value) to guard (`_pure_body`), and whether the
+    forward (then one without branches) calls in-place tensor methods; None otherwise."""
     if not isinstance(cls, type) or cls.__mro__[1] is not torch.autograd.Function or \
             any(n in cls.__dict__ for n in ("setup_context", "vjp", "apply", "__call__", "jvp")):
         return None
@@ -162,7 +189,7 @@ def pure_autograd_function(cls: object) -> list[tuple[object, str, object]] | No
     stored = _pure_body(fw.__func__, _CTX_NAMES, True, lookups)
     if stored is None:
         return None
-    ctx_attrs = frozenset(n for n in stored if not n.startswith("?"))
+    ctx_attrs = frozenset(n for n in stored if not n.startswith(("?", "!")))
     if any(n[1:] not in ctx_attrs for n in stored if n.startswith("?")):
         return None   # the forward reads an attribute it did not store on ctx
     bf = bw.__func__
@@ -173,7 +200,7 @@ def pure_autograd_function(cls: object) -> list[tuple[object, str, object]] | No
             return None
         bf = inner
     read = _pure_body(bf, _CTX_NAMES | ctx_attrs, False, lookups)
-    return lookups if read is not None and not read else None
+    return (lookups, _WRITES in stored) if read is not None and not read else None
 
 
 # metadata a vmapped body may read for a branch (per-example shapes: its inputs' shapes are
@@ -343,8 +370,12 @@ class _GradHookMixin:
         unrecorded; its result is the node's."""
         # (another followed number handed to it is guarded by value: flows.py, as for any call
         # that does not take it as an expression)
-        lookups = None if kwargs or self.np_env else pure_autograd_function(cls)
-        if lookups is None:
+        pure = None if kwargs or self.np_env else pure_autograd_function(cls)
+        if pure is None:
+            return False
+        lookups, writes = pure
+        versions = _versions(args) if writes else []
+        if versions is None:
             return False
         fc = self.flow_call
         if fc is not None and fc[0] is frame and fc[1] == frame.f_lasti and all(k < 0 for k in fc[3]) and \
@@ -365,6 +396,12 @@ class _GradHookMixin:
 
         def finish(fr: types.FrameType) -> None:
             self.ext_depth -= 1
+            if any(t._version != v for t, v in versions):
+                # its forward wrote an argument (or a view of one) in place: the node would
+                # hide that write from the graph around it
+                self.unreplayable = self.unreplayable or \
+                    f"{cls.__qualname__}.forward wrote its argument in place (an in-place tensor method)"
+                return
             res = _E.peek(fr, 0)
             # (a tuple of tensors, `return y, idx` with idx marked non-differentiable, is the
             # node's tuple: each element a getitem of it)
@@ -379,6 +416,19 @@ class _GradHookMixin:
         finish.is_call = True  # type: ignore[attr-defined]
         self.pending[frame] = finish
         return True
+
+
+def _versions(args: list) -> list[tuple[torch.Tensor, int]] | None:
+    """The version counters of the tensor arguments of a Function whose forward calls
+    in-place methods (each checked after the call: it wrote none of them, nor a view of one);
+    None where one has no counter (an inference tensor)."""
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if a.is_inference():
+                return None
+            out.append((a, a._version))
+    return out
 
 
 _APPLY_TARGETS: dict[type, Callable] = {}

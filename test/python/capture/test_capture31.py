@@ -1,0 +1,170 @@
+"""Capture rate where Dynamo captures one graph and mlircap did not (issue 11 item 4), session 27.
+
+A custom autograd.Function whose forward fills a tensor it made with an in-place method
+(`torch.zeros_like(logits).scatter_(-1, idx, 1.0)`: a straight-through one-hot, bench/modules11.py
+vq_ema_codebook_straight_through_perplexity) was a step between graphs: in-place methods were not
+"pure tensor code" (grad_hooks.pure_autograd_function).  A forward without branches may now call
+them; the recording checks that the call wrote none of its tensor arguments (their version
+counters), and gives up on the function (eager, with a warning) where it did.
+
+Each test compares results, gradients and arguments with eager after every call, with inputs
+changing between calls (guards)."""
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+from functorch.compile import make_boxed_func
+from torch._functorch.aot_autograd import aot_module_simplified
+
+import mlircap
+from harness import EAGER
+from mlircap.capture import capture
+
+
+def _aot(gm, ex):
+    return aot_module_simplified(gm, ex, fw_compiler=lambda g, e: make_boxed_func(g.forward),
+                                 bw_compiler=lambda g, e: make_boxed_func(g.forward))
+
+
+COMPILERS = {"eager": lambda m: capture(m, EAGER), "aot": lambda m: capture(m, _aot), "mlircap": mlircap.compile}
+
+
+def _capture_of(fast, how):
+    return fast._compiled._mlircap_capture if how == "mlircap" else fast._mlircap_capture
+
+
+class OneHotSTE(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits):
+        idx = logits.argmax(-1)
+        y = torch.zeros_like(logits).scatter_(-1, idx.unsqueeze(-1), 1.0)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class MaskedScale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(w)
+        out = x.clone()
+        out.mul_(w).masked_fill_(x < 0, 0.0)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        (w,) = ctx.saved_tensors
+        return g * w, None
+
+
+class STENet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(5, 4)
+        self.w = nn.Parameter(torch.rand(4) + 0.5)
+
+    def forward(self, x):
+        z = self.proj(x)
+        hard = OneHotSTE.apply(z * 2)
+        return (hard * z).sum(-1) + MaskedScale.apply(z, self.w.detach()).mean(-1)
+
+
+@pytest.mark.parametrize("how", COMPILERS)
+def test_function_filling_its_own_tensor_in_place_is_a_node(how):
+    # the one-hot's position follows the values (argmax): new inputs each call
+    torch.manual_seed(0)
+    ref = STENet()
+    m = copy.deepcopy(ref)
+    fast = COMPILERS[how](m)
+    for i in range(4):
+        x = torch.randn(3, 5)
+        le = ref(x)
+        le.sum().backward()
+        lc = fast(x)
+        lc.sum().backward()
+        assert torch.allclose(lc, le, atol=1e-6), i
+        for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+            assert (p.grad is None) == (q.grad is None) and (p.grad is None or
+                                                             torch.allclose(p.grad, q.grad, atol=1e-5)), (i, n)
+    c = _capture_of(fast, how)
+    assert not any(v.eager for v in c.variants), [v.reason for v in c.variants]
+    assert all(len(v.graphs) == 1 and v.breaks == [] for v in c.variants), [v.breaks for v in c.variants]
+    assert c.stats.replays >= 2
+
+
+class WritesInput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        x.mul_(2)   # writes its argument (no mark_dirty)
+        return x * 3
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 3
+
+
+class WritesView(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        x.view(-1).add_(1)   # writes its argument through a view
+        return x.exp()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+@pytest.mark.parametrize("fn", [WritesInput, WritesView])
+def test_function_writing_its_argument_in_place_runs_eagerly(fn):
+    def f(x, y):
+        h = x.sin()
+        return fn.apply(y) * h
+
+    c = capture(f, EAGER)
+    for i in range(3):
+        x, y = torch.randn(4, 3, requires_grad=True), torch.randn(4, 3, requires_grad=True)
+        xc, yc = x.detach().clone().requires_grad_(), y.detach().clone().requires_grad_()
+        with warnings.catch_warnings(record=True) as wl:
+            warnings.simplefilter("always")
+            re = f(x, y)
+            rc = c(xc, yc)
+        re.sum().backward()
+        rc.sum().backward()
+        assert torch.equal(re, rc), i
+        assert torch.equal(y, yc) and torch.equal(x.grad, xc.grad) and torch.equal(y.grad, yc.grad), i
+        if i == 0:
+            assert any("capture gave up" in str(w.message) and "wrote its argument in place" in str(w.message)
+                       for w in wl), [str(w.message) for w in wl]
+    assert all(v.eager for v in c._mlircap_capture.variants)
+
+
+class BranchyInPlace(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, flag):
+        out = x if flag else x.clone()   # which tensor the in-place op writes follows a value
+        out.add_(1)
+        return out * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2, None
+
+
+def test_function_with_branch_and_in_place_is_not_a_node():
+    def f(x):
+        return BranchyInPlace.apply(x * 1.5, False) + 1
+
+    c = capture(f, EAGER)
+    for i in range(3):
+        x = torch.randn(3, requires_grad=True)
+        xc = x.detach().clone().requires_grad_()
+        re, rc = f(x), c(xc)
+        re.sum().backward()
+        rc.sum().backward()
+        assert torch.equal(re, rc) and torch.equal(x.grad, xc.grad), i
+    v = c._mlircap_capture.variants[0]
+    assert not v.eager and len(v.breaks) == 1 and "BranchyInPlace.apply" in v.breaks[0][0], v.breaks
