@@ -200,7 +200,7 @@ def compute_in_float32(gm: fx.GraphModule, only: Callable[[fx.Node], bool] | Non
         n.meta["val"] = _as(want, torch.float32)
         n.meta.pop("tensor_meta", None)
         last = _scalar_loop_tail(graph, n, want, [a.meta.get("val") if isinstance(a, fx.Node) else a
-                                                  for a in old.args]) if rounded_numbers else n
+                                                  for a in old.args], _out_tensor(old)) if rounded_numbers else n
         with graph.inserting_after(last):
             down = graph.call_function(prims.convert_element_type.default, (last, want.dtype))
         down.meta["val"] = want
@@ -227,6 +227,19 @@ _ALPHA_OPS = {"aten::add", "aten::sub", "aten::rsub"}
 _GRAIN = 32768   # at::internal::GRAIN_SIZE: larger loops are split between threads
 
 
+def _out_tensor(node: fx.Node):
+    """The metadata of the out= tensor eager's op of `node` wrote its result into, or None:
+    the capture records `op(*args, out=t)` of a t whose strides differ from the op's own result
+    as `t.copy_(op(*args))`, the copy marked (restrides._out_layout_kept); aot_autograd hands
+    the mark on to the aten copy."""
+    users = list(node.users)
+    if len(users) != 1 or users[0].target is not aten.copy.default or len(users[0].args) != 2 or \
+            users[0].args[1] is not node or not (users[0].meta.get("custom") or {}).get("mlircap_out_copy"):
+        return None
+    dst = users[0].args[0].meta.get("val") if isinstance(users[0].args[0], fx.Node) else None
+    return dst if isinstance(dst, torch.Tensor) else None
+
+
 @functools.lru_cache(maxsize=None)
 def eager_vector_block(dtype: torch.dtype) -> int | None:
     """The number of elements eager's CPU add kernel of `dtype` computes per vector-loop step
@@ -251,7 +264,7 @@ def eager_vector_block(dtype: torch.dtype) -> int | None:
         return fits.pop() if len(fits) == 1 else None
 
 
-def eager_loop(operands, shape, dtype: torch.dtype) -> tuple[list[int], int, bool] | None:
+def eager_loop(operands, shape, dtype: torch.dtype, out=None) -> tuple[list[int], int, bool] | None:
     """How eager's CPU TensorIterator runs a pointwise kernel of `dtype` over operands (tensors,
     or Python numbers) broadcast to `shape`, its result allocated by the iterator: (the result's
     dims from the outermost to the innermost of its loop, the size of the inner loop (the
@@ -261,7 +274,9 @@ def eager_loop(operands, shape, dtype: torch.dtype) -> tuple[list[int], int, boo
     `dtype` (`.to`, which keeps a dense layout and makes others contiguous); reorder_dimensions
     sorts the dims by the inputs' strides (the first input whose strides tell decides, equal
     strides put the smaller dim inside), the result is allocated dense in that order, and
-    coalesce_dimensions merges adjacent dims every operand steps through alike. None for
+    coalesce_dimensions merges adjacent dims every operand steps through alike. `out`: the
+    result is that tensor (an out= argument of the result's shape, not resized), whose strides
+    come first in the sort (TensorIterator's operands: outputs, then inputs). None for
     symbolic sizes."""
     try:
         shape = [int(s) for s in shape]
@@ -276,12 +291,16 @@ def eager_loop(operands, shape, dtype: torch.dtype) -> tuple[list[int], int, boo
             st = [0] * (nd - v.dim()) + [int(s) for s in v.stride()]
             sz = [1] * (nd - v.dim()) + [int(s) for s in v.shape]
             strides.append([0 if s == 1 and n != 1 else t for s, t, n in zip(sz, st, shape)])
+        if out is not None:
+            if [int(s) for s in out.shape] != shape:
+                return None
+            given = [0 if n == 1 else int(t) for t, n in zip(out.stride(), shape)]
     except (TypeError, RuntimeError):   # symbolic sizes / strides
         return None
     perm = list(range(nd))[::-1]   # innermost first, as TensorIterator's
 
     def should_swap(d0, d1):
-        for st in strides:
+        for st in ([given] if out is not None else []) + strides:
             s0, s1 = st[d0], st[d1]
             if s0 == 0 or s1 == 0:
                 continue
@@ -300,10 +319,10 @@ def eager_loop(operands, shape, dtype: torch.dtype) -> tuple[list[int], int, boo
                 d1 = d0
             elif c < 0:
                 break
-    out, step = [0] * nd, 1
+    res, step = [0] * nd, 1
     for d in perm:
-        out[d], step = step, step * shape[d]
-    everyone = [out] + strides
+        res[d], step = step, step * shape[d]
+    everyone = [res if out is None else given] + strides
     inner, inner_strides = (shape[perm[0]], [st[perm[0]] for st in everyone]) if nd else (1, [1] + [0] * len(strides))
     for d in perm[1:]:   # coalesce into the inner loop while every operand steps on alike
         if not (inner == 1 or shape[d] == 1 or all(inner * s0 == st[d] for s0, st in zip(inner_strides, everyone))):
@@ -317,12 +336,12 @@ def eager_loop(operands, shape, dtype: torch.dtype) -> tuple[list[int], int, boo
     return perm[::-1], inner, vector
 
 
-def _scalar_loop_tail(graph: fx.Graph, n: fx.Node, want: torch.Tensor, operands: list) -> fx.Node:
+def _scalar_loop_tail(graph: fx.Graph, n: fx.Node, want: torch.Tensor, operands: list, out=None) -> fx.Node:
     """After `n` (an op of _SCALAR_LOOP_OPS computed in float32 by compute_in_float32;
     `operands`: its tensor arguments as the graph had them, metadata or numbers): the elements
     eager's scalar loop computes, as that loop rounds them (add / sub / rsub with alpha: the
     product rounded to want's dtype; rsqrt: the square root rounded before its reciprocal); the
-    node giving the op's float32 result."""
+    node giving the op's float32 result. `out`: the out= tensor eager's op wrote (_out_tensor)."""
     name = op_name(n.target)
     alpha = n.kwargs.get("alpha", 1)
     if want.device.type != "cpu":
@@ -335,7 +354,7 @@ def _scalar_loop_tail(graph: fx.Graph, n: fx.Node, want: torch.Tensor, operands:
             not all(isinstance(a, fx.Node) or (isinstance(a, (int, float)) and not isinstance(a, bool)) for a in n.args):
         return n
     block = eager_vector_block(want.dtype)
-    loop = eager_loop(operands, want.shape, want.dtype) if block is not None else None
+    loop = eager_loop(operands, want.shape, want.dtype, out) if block is not None else None
     if loop is None:
         return n
     perm, inner, vector = loop

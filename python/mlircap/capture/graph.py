@@ -294,7 +294,15 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
                 self._record(func, name, args, kwargs, rows)
                 self.__dict__.setdefault("index_copies", []).append((self.env[id(rows)][2], site))
                 func, name, args = torch.Tensor.squeeze, "squeeze", (rows, 0)
-            self._record(func, name, args, kwargs, res)
+            tmp = self._out_layout_kept(func, args, kwargs, res) if "out" in kwargs else None
+            if tmp is not None:   # (restrides._out_layout_kept: the out tensor's strides kept)
+                self._record(func, name, args, {k: v for k, v in kwargs.items() if k != "out"}, tmp)
+                self._record(torch.Tensor.copy_, "copy_", (res, tmp), {}, res)
+                # (marked for opmath.eager_loop: the copy's destination is the op's out tensor;
+                # aot_autograd hands "custom" meta on to the aten nodes it traces)
+                self.env[id(res)][2].meta.setdefault("custom", {})["mlircap_out_copy"] = True
+            else:
+                self._record(func, name, args, kwargs, res)
         except Unreplayable as e:
             self.unreplayable = self.unreplayable or f"{e} (in {_op_name(func)})"
             return res

@@ -95,6 +95,38 @@ class _RestrideMixin:
             return None
         return self._after_torch(func, name, args, kw, res)
 
+    def _out_layout_kept(self, func, args: tuple, kwargs: dict, res):
+        """Before recording `func(*args, out=t)` that kept t's shape and dtype: where the op's
+        out-of-place result has other strides than t, a tensor with that layout and t's new
+        values (the call is then recorded as `r = func(*args)` and `t.copy_(r)`), else None.
+        Functionalization made an out= op's result the out tensor's value, strides included:
+        `torch.add(a.t(), b.t(), out=torch.empty(5, 40))` came back with strides (1, 5) where
+        eager's are (40, 1) (a later `.view(-1)` failed the graph), and the kernel's loop order
+        follows the out tensor's strides (TensorIterator sorts dims by the output's strides
+        first: bf16 add with alpha, opmath.eager_loop), which the copy's destination keeps."""
+        t = kwargs.get("out")
+        if type(t) is not torch.Tensor or res is not t or t.layout != torch.strided or t.requires_grad \
+                or t.numel() < 2:
+            return None
+        kw = {k: v for k, v in kwargs.items() if k != "out"}
+
+        def meta(x):
+            if type(x) is torch.Tensor and x.layout == torch.strided:
+                return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+            return x
+        try:
+            m = func(*tree_map(meta, args), **tree_map(meta, kw))
+        except Exception:
+            return None
+        if not (type(m) is torch.Tensor and m.device.type == "meta" and m.dtype == t.dtype and
+                m.shape == t.shape) or m.stride() == t.stride():
+            return None
+        with torch.no_grad():
+            tmp = torch.empty_strided(t.shape, m.stride(), dtype=t.dtype, device=t.device)
+            tmp.copy_(t)
+        self.keep.append(tmp)
+        return tmp
+
     def restride_ok(self) -> str | None:
         """Why this recording cannot be replayed (see the module's docstring), or None."""
         if self.__dict__.get("restrided") and \
