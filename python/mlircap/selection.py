@@ -42,7 +42,7 @@ import operator
 import torch
 import torch.fx as fx
 
-from .fxutil import op_name
+from .fxutil import adopt_fake_vals, op_name
 
 MAX_WORK = 1 << 22
 _STABLE_SORT = 16        # std::sort sorts slices this short by insertion: stable
@@ -296,15 +296,13 @@ def rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
             a.shape != b.shape or a.dtype != b.dtype for a, b in zip(vals, wants)):
         return None
     ph = next(n for n in sub.graph.nodes if n.op == "placeholder")
+    before = set(graph.nodes)
     with graph.inserting_before(node):
         res = graph.graph_copy(sub.graph, {ph: x})
     res = list(res)
-    if fake is not None:
-        for n in graph.nodes:
-            val = n.meta.get("val")
-            if isinstance(val, torch.Tensor) and not isinstance(val, torch._subclasses.FakeTensor):
-                with unset_fake_temporarily():
-                    n.meta["val"] = fake.from_tensor(val)
+    # the copied nodes' values as the graph's fake tensors (make_fx gave them a mode of
+    # their own: a complex value in the same graph then failed lower_complex's detect_fake_mode)
+    adopt_fake_vals(graph, fake, set(graph.nodes) - before)
     for r in res[:-1]:
         r.meta["mlircap_bounds_checked"] = True
     if multi:
