@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from . import logs
 
@@ -74,11 +75,18 @@ def stale_saves(gm: fx.GraphModule, example_inputs: Sequence) -> set[fx.Node] | 
             saved.append((current[0], t, t._version))
         return t
 
+    wrote: dict[fx.Node, list] = {}   # node -> the storages of the tensors it wrote in place
+
     class _Run(fx.Interpreter):
         def run_node(self, n: fx.Node) -> Any:
             current[0] = n if n.op != "placeholder" else None
+            args = [a for a in _tensor_args(n) if isinstance(values.get(a), torch.Tensor)]
+            before = [values[a]._version for a in args]
             v = super().run_node(n)
             values[n] = v
+            bumped = [_storage(values[a]) for a, b in zip(args, before) if values[a]._version != b]
+            if bumped:
+                wrote[n] = bumped
             if isinstance(v, torch.Tensor):
                 made.setdefault(id(v), n)
             k = 0
@@ -116,13 +124,47 @@ def stale_saves(gm: fx.GraphModule, example_inputs: Sequence) -> set[fx.Node] | 
         if writer not in out:
             out.add(writer)
             views(_first_tensor_arg(writer, values))
+    if not stale:
+        return out
+    # A value whose autograd history goes through a saver is poisoned: a backward reaching the
+    # saver raises, as eager's. A compiled part taking it as an input is one autograd node for
+    # all its outputs, and a backward from any of them called the saver's node (with no
+    # gradient, but it unpacks its saved tensors first): it raised where eager's did not reach
+    # the saver. So every node reading a poisoned value (or memory a poisoned write wrote) runs
+    # through torch too, and its results are poisoned.
+    poisoned: set[fx.Node] = {s for s, _, _ in stale}
+    storages: set = set()
+    for n in gm.graph.nodes:
+        if n.op in ("placeholder", "output") or n in poisoned:
+            continue
+        ins = _tensor_args(n)
+        if any(a in poisoned or _storage(values.get(a)) in storages for a in ins):
+            out.add(n)
+            poisoned.add(n)
+            storages.update(wrote.get(n, ()))
+            if isinstance(values.get(n), torch.Tensor):
+                storages.add(_storage(values[n]))
+            storages.discard(None)
     return out
 
 
-def _first_tensor_arg(n: fx.Node, values: dict) -> fx.Node | None:
+def _tensor_args(n: fx.Node) -> list[fx.Node]:
     ins: list = []
     fx.node.map_arg((n.args, n.kwargs), ins.append)
-    return next((a for a in ins if isinstance(values.get(a), torch.Tensor)), None)
+    return ins
+
+
+def _storage(t: Any) -> Any:
+    if not isinstance(t, torch.Tensor):
+        return None
+    try:
+        return StorageWeakRef(t.untyped_storage())
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def _first_tensor_arg(n: fx.Node, values: dict) -> fx.Node | None:
+    return next((a for a in _tensor_args(n) if isinstance(values.get(a), torch.Tensor)), None)
 
 
 def split_saved_writes(gm: fx.GraphModule, example_inputs: Sequence,

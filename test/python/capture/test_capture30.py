@@ -150,6 +150,28 @@ def test_ema_codebook_eval_unchanged():
     assert _compiled(fast)
 
 
+class _ClippedReused(nn.Module):
+    """The clipped values used again after the write, beside an output that does not depend on
+    them: a backward from that output alone must not reach the clamp (eager's does not)."""
+
+    def __init__(self):
+        super().__init__()
+        self.box = nn.Linear(6, 4)
+        self.cls = nn.Linear(6, 3)
+
+    def forward(self, x):
+        b = torch.stack([self.box(x)[:, 0], self.box(x)[:, 1]], -1) * 2
+        c = b[..., 0::2].clamp(0, 1)
+        b[..., 0::2] = c
+        return b, c * 3 + 1, self.cls(x).sigmoid(), b.sum(1)
+
+
+def test_clipped_values_used_again_backward_from_another_output():
+    losses = [lambda r: r[2].sum(), lambda r: r[1].sum(), lambda r: r[3].sum() + r[2].sum()]
+    fast = _check(_ClippedReused, _BOX_CALLS, losses)
+    assert _compiled(fast)
+
+
 def test_without_the_split_nothing_compiles(monkeypatch):
     """The tests above see the split: without it the whole graph runs as captured."""
     monkeypatch.setattr(saved_writes, "split_saved_writes", lambda *a: None)
