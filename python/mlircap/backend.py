@@ -1635,6 +1635,8 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         from .leaf_writes import no_grad_leaf_writes
 
         no_grad_leaf_writes(gm, example_inputs)   # a write eager's autograd does not record
+        from .inner_grads import retain_inner_grad_graphs
+        retain_inner_grad_graphs(gm)   # an output autograd.grad differentiated through: aot's trace
 
         simplify_attention_masks(gm, example_inputs)
         inplace_draws.rewrite(gm)   # x.bernoulli_(p): eager's memory order, not bernoulli.p's
