@@ -17,6 +17,7 @@ from torch.utils._pytree import tree_flatten
 
 from .base import Unreplayable, _Canned, _MISSING
 from .guard_kinds import Is
+from .deferred import _BREAK_NAME as _BREAK_REF
 from .frame_hook import _E, _NULL
 from .classify import (
     _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _context_wrapper, _func_qualname, _reads_clock,
@@ -123,6 +124,30 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin, _CallGuardMixin):
             return True   # a torch function (torch.stack, torch.cat, ...): the mode records it
         return False
 
+    def _constant_query(self, frame: types.FrameType, f: Any, args: list, kwargs: dict, slot: int) -> bool:
+        """A C query whose answer a guard holds, answered here as a constant (no break):
+        `torch._C._get_tracing_state()` outside torch.jit.trace (None: nn.utils.parametrize
+        asks it of every parametrized read under `with parametrize.cached():`), and `id(obj)`
+        of a module, class or function reached from the function's inputs or globals (its
+        identity guarded: parametrize's cache key `(id(module), name)`; a tensor or container,
+        often a new one each call, keeps its break)."""
+        if kwargs:
+            return False
+        if f is torch._C._get_tracing_state and not args:
+            if f() is not None:
+                return False
+            self.guard(Is(f"{self.const(f)}()", "torch._C._get_tracing_state()", None, "None"))
+        elif f is id and len(args) == 1:
+            s = self.src.get(id(args[0]))
+            if s is None or s[2] == "opaque" or _BREAK_REF.search(s[0]) or \
+                    not isinstance(args[0], (torch.nn.Module, type, types.FunctionType, types.ModuleType)):
+                return False
+            self.guard(Is(s[0], s[1], args[0], "the same object (id)"))
+        else:
+            return False
+        _E.poke(frame, slot, _Canned(f(*args)))
+        return True
+
     def _on_call(self, frame: types.FrameType, f: Any, args: list, kwargs: dict, slot: int | None = None) -> None:
         if slot is not None and f is _IS_COMPILING:
             # A recording is a compilation: code the tracer follows (the user's, and
@@ -166,6 +191,8 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin, _CallGuardMixin):
             # through where nothing the variant compiled depends on it: guards._GlobalState)
             from .guard_kinds import Equals
             self.guard(Equals(f"{self.const(f)}()", "torch.get_num_threads()", f()))
+        elif slot is not None and self._constant_query(frame, f, args, kwargs, slot):
+            return
         if self.np_tensor_of_source(frame, f, args, kwargs, slot) or self._cached_call(frame, f, args, kwargs, slot) \
                 or self._class_factory_call(frame, f, args, kwargs, slot) \
                 or self._module_factory_call(frame, f, args, kwargs, slot):

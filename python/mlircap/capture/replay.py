@@ -368,8 +368,18 @@ class _GraphVariant(_Variant):
         for i, w in enumerate(wexprs):
             if w.value is not None:
                 L.append(ind + f"_w{i} = {w.value}")
+        # a target found before any write: it is an object the recording reached (by its path
+        # from the call's start), which another write of this list may rebind (`_cache[k] = t`
+        # then `_cache = {}` in parametrize.cached(): eager's item went into the dict bound
+        # before; written after the rebinding it went into the new one, left holding the tensor)
+        targets = {}
         for i, w in enumerate(wexprs):
-            kind, target, key, fn = w.kind, w.target, w.key, w.setter
+            if any(v.kind in ("item", "set", "delitem") and w.target != v.target and w.target.startswith(v.target)
+                   for v in wexprs):
+                targets[i] = f"_t{i}"
+                L.append(ind + f"_t{i} = {w.target}")
+        for i, w in enumerate(wexprs):
+            kind, target, key, fn = w.kind, targets.get(i, w.target), w.key, w.setter
             kl = rec._lit(key) if key is not None else None
             if kind == "item":
                 L.append(ind + (f"{fn}({target}, {kl}, _w{i})" if fn else f"{target}[{kl}] = _w{i}"))

@@ -19,7 +19,7 @@ from functorch.compile import make_boxed_func
 from torch._functorch.aot_autograd import aot_module_simplified
 
 import mlircap
-from harness import EAGER
+from harness import EAGER, run_program
 from mlircap.capture import capture
 
 
@@ -168,3 +168,98 @@ def test_function_with_branch_and_in_place_is_not_a_node():
         assert torch.equal(re, rc) and torch.equal(x.grad, xc.grad), i
     v = c._mlircap_capture.variants[0]
     assert not v.eager and len(v.breaks) == 1 and "BranchyInPlace.apply" in v.breaks[0][0], v.breaks
+
+
+# `with parametrize.cached():` around parametrized reads (bench/modules10.py
+# parametrize_cached_context_shared_weight; Dynamo: 1 graph): each read asked
+# torch._C._get_tracing_state() and keyed its cache by id(module), two uncapturable calls (2
+# graphs, 2 breaks).  The tracing state is guarded None and the id of an object the function
+# reached from its inputs is a constant under an identity guard.
+_PARAM_CACHED = """
+import torch.nn.utils.parametrize as P
+
+class Symmetric(nn.Module):
+    def forward(self, X):
+        return X.triu() + X.triu(1).transpose(-1, -2)
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 4, bias=False)
+        P.register_parametrization(self.l, "weight", Symmetric())
+
+    def forward(self, x):
+        with P.cached():
+            return self.l(self.l(x).tanh()), P.is_parametrized(self.l), len(P._cache)
+
+def make():
+    return M()
+
+def mutate(i, m):
+    with torch.no_grad():   # the original weight changes between calls
+        m.l.parametrizations.weight.original.add_(0.1 * i)
+
+def state(m):
+    return len(P._cache), P._cache_enabled
+"""
+
+
+def test_parametrize_cached_one_graph():
+    calls = [(torch.randn(3, 4),) for _ in range(4)]
+    c = run_program(_PARAM_CACHED, calls, breaks=0)
+    assert all(len(v.graphs) == 1 for v in c.variants), [len(v.graphs) for v in c.variants]
+
+
+_ID_KEYS = """
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(3, 3)
+        self.b = nn.Linear(3, 3)
+        self.c = nn.Linear(3, 3)
+
+    def forward(self, x):
+        table = {id(self.a): 1.0, id(self.b): 2.0}
+        return self.a(x) * table.get(id(self.a), 0.0) + table.get(id(self.b), 5.0)
+
+def make():
+    return M()
+
+def mutate(i, m):
+    if i == 2:
+        m.a = m.b   # the ids now coincide: the table's first entry is overwritten
+    if i == 3:
+        m.a = m.c
+"""
+
+
+def test_id_of_reached_object_is_guarded():
+    calls = [(torch.randn(2, 3),) for _ in range(5)]
+    c = run_program(_ID_KEYS, calls, breaks=0)
+    assert c.graph_count >= 2   # the swapped modules record again
+
+
+# The replay's writes at its end: an item written into a dict the function then rebinds
+# (parametrize.cached()'s `_cache[key] = t` ... `_cache = {}`) went into the new dict, which
+# kept the tensor (eager's new dict is empty; a later `with cached():` read the stale tensor).
+_REBOUND_CACHE = """
+_cache = {}
+_log = {"calls": {}}
+
+def make():
+    def f(x):
+        global _cache
+        _cache["a"] = x * 2
+        _log["calls"]["n"] = x.sum()
+        y = _cache["a"] + 1
+        _cache = {}
+        _log["calls"] = {}
+        return y
+    return f
+"""
+
+
+def test_write_into_dict_rebound_later_goes_to_the_old_dict():
+    calls = [(torch.randn(3),) for _ in range(4)]
+    c = run_program(_REBOUND_CACHE, calls, breaks=0)
+    assert c.stats.replays >= 2
