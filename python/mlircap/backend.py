@@ -1448,16 +1448,17 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
             # a graph that is differentiated: capture's backward passes one gradient per
             # output of its own (graph_compile), so the kept ops run as a graph of their own,
             # with eager's kernels, before the compiled one
-            checks, kept = _eager_checks(kept[0], kept[1][0]), None
+            checks = _eager_checks(kept[0], kept[1][0])
             if checks is None:
-                # an op on the way to it writes state or draws random numbers: the graph runs
-                # as captured, with eager's kernels (its errors and results are eager's)
-                logs.log("fallback", "graph runs eagerly: an unused op that checks its data "
-                                     "(an index, a divisor, a target) reads a value a differentiated graph computes")
-                if options.strict:
-                    raise MlircapCompileError("an unused op that checks its data reads a value the differentiated "
-                                              "graph computes: the graph would run eagerly (strict=True)")
-                return gm.forward
+                # an op on the way to it writes state, draws random numbers or is no tensor
+                # function _PURE lists (a beam search's last, unused reorder by indices a GRU
+                # and a topk computed): computed again it would write or draw twice. It stays in
+                # the compiled graph as an extra output instead (the differentiated outputs
+                # come first and the extra ones are detached, dropped after the call), as in a
+                # graph that is not differentiated; the graph ran eagerly before
+                gm, kept = kept
+            else:
+                kept = None
         elif kept is not None:
             gm, kept = kept
         fn = _backend_kept(gm, example_inputs)
@@ -1862,6 +1863,11 @@ def _transient_outputs(compiled, gm: torch.fx.GraphModule, n_out: int) -> None:
 _NO_GRAD_LIKE = {getattr(torch.ops.aten, n) for n in (
     "full_like", "ones_like", "zeros_like", "empty_like", "rand_like", "randn_like", "randint_like",
     "new_full", "new_ones", "new_zeros", "new_empty")}
+# in-place fills (functionalized: aten.zero / aten.fill, decomposed to full_like) of a tensor with
+# a gradient history: eager's autograd keeps the edge to it (ZeroBackward / FillBackward pass a
+# zero gradient on), so its inputs get zero gradients, not None (`v = x @ w; v.zero_()`:
+# fuzz_graphs --grad seed 3749's x.grad and w.grad were None from the compiled call on)
+_FILLS_WITH_EDGE = {torch.ops.aten.zero, torch.ops.aten.fill}
 
 
 def _carries_no_gradient(node: torch.fx.Node) -> bool:
@@ -1869,6 +1875,9 @@ def _carries_no_gradient(node: torch.fx.Node) -> bool:
     shape and dtype (`ones_like(out)`: the output gradient of an autograd.grad in the graph), or
     a result of an integer or boolean dtype (comparisons, argmax, indices)."""
     t = node.target
+    orig = node.meta.get("original_aten")
+    if isinstance(orig, torch._ops.OpOverload) and orig.overloadpacket in _FILLS_WITH_EDGE:
+        return False   # (x.zero_() decomposed to full_like(x, 0): autograd's ZeroBackward is an edge)
     if isinstance(t, torch._ops.OpOverload) and t.overloadpacket in _NO_GRAD_LIKE:
         return True
     val = node.meta.get("val")

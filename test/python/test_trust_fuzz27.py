@@ -106,3 +106,54 @@ def test_out_keeps_its_strides(fn, nargs, fallback_log):
                 assert x.stride() == w.stride()
     all_compiled(fast)
 
+
+# ------------------------------------- an in-place fill of a value with a gradient history
+# --grad seed 3749: `v6 = torch.einsum('...k,kn->...n', x2, x5); v6.view(-1).zero_()` then a loss
+# of v6: eager's autograd keeps ZeroBackward's edge to the einsum, so x2.grad and x5.grad are
+# zeros; from the first compiled call they were None (the functionalized zero_ is a full_like,
+# which backend._output_reach took as a factory cutting every gradient path: the inputs reached
+# no output, their gradients were dropped as unreached). An optimizer with weight decay or
+# momentum moves a parameter whose .grad is zeros and skips one whose .grad is None.
+def _zero_view(x, w):
+    v = torch.einsum('...k,kn->...n', x, w)
+    v.view(-1).zero_()
+    return (v.double() * 2).sum()
+
+
+def _zero(x, w):
+    v = x @ w
+    v.zero_()
+    return (v * 3).sum()
+
+
+def _fill(x, w):
+    v = x @ w
+    v.fill_(0.5)
+    return (v * v).sum() + x.sum() * 0
+
+
+def _zeros_like_cut(x, w):   # (out of place: no edge, x's gradient comes from the last term alone)
+    v = torch.zeros_like(x @ w)
+    return (v * 3).sum() + (x * 2).sum()
+
+
+@pytest.mark.parametrize("fn", [_zero_view, _zero, _fill, _zeros_like_cut], ids=lambda f: f.__name__)
+def test_in_place_fill_keeps_gradient_edge(fn):
+    g = torch.Generator().manual_seed(27)
+    x0, w0 = torch.randn(3, 2, generator=g), torch.randn(2, 12, generator=g)
+
+    def run(f):
+        x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+        loss = f(x, w)
+        loss.backward()
+        return loss, x.grad, w.grad
+
+    want = run(fn)
+    fast = mlircap.compile(fn)
+    for _ in range(3):
+        got = run(fast)
+        for a, b in zip(got, want):
+            assert (a is None) == (b is None), (got, want)
+            if b is not None:
+                same(a, b, exact=False)
+    assert fast._compiled._mlircap_capture.stats.replays >= 2
