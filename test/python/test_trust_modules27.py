@@ -69,3 +69,47 @@ def test_returned_value_that_autograd_grad_differentiated_compiles():
     assert not _mlircap_warnings(caught)
     info = fast.explain()
     assert info.graph_count == 1 and info.break_count == 0, info
+
+
+class _TrainWithAveraged(torch.nn.Module):
+    def __init__(self, ema):
+        super().__init__()
+        from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+        self.net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+        self.avg = AveragedModel(self.net, multi_avg_fn=get_ema_multi_avg_fn(0.9) if ema else None)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=0.01)
+
+    def forward(self, x, y):
+        self.opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(self.net(x), y)
+        loss.backward()
+        self.opt.step()
+        self.avg.update_parameters(self.net)
+        return loss.detach(), self.avg(x), self.avg.n_averaged.clone()
+
+
+def test_averaged_model_update_parameters_runs_between_graphs():
+    """bench/modules12.py opt_swa_utils_averaged_model_ema: torch.optim.swa_utils.AveragedModel's
+    update_parameters walks both modules' parameters in torch code and compares / increments its
+    n_averaged buffer there: capture gave up on the whole training step ('tensor of unknown
+    origin'). It now runs at replay as it is, as an optimizer's step does, the two module trees
+    sourced before it: the step compiles around it; outputs, the averaged parameters and the
+    counter as eager's on every call (EMA and the default running mean)."""
+    import copy
+
+    for ema in (True, False):
+        torch.manual_seed(0)
+        ref = _TrainWithAveraged(ema)
+        mine = copy.deepcopy(ref)
+        fast = mlircap.compile(mine)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for seed in (0, 0, 1, 2):
+                torch.manual_seed(seed)
+                x, y = torch.randn(5, 3), torch.randn(5, 2)
+                for r, g in zip(ref(x, y), fast(x, y)):
+                    torch.testing.assert_close(g, r)
+        assert not _mlircap_warnings(caught)
+        for (name, r), (_, g) in zip(ref.state_dict().items(), mine.state_dict().items()):
+            torch.testing.assert_close(g, r, msg=name)
+        assert fast.explain().graph_count >= 1

@@ -23,7 +23,7 @@ from .classify import (
     _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _context_wrapper, _func_qualname, _reads_clock,
 )
 from .state_writers import _node_hook_call
-from .optim_calls import _idempotent_call, _lr_scheduler_call, _optimizer_step
+from .optim_calls import _averaged_model_update, _idempotent_call, _lr_scheduler_call, _optimizer_step
 from .external_calls import _SCALAR_ARGS
 from .give_ups import learned_break, pass_through_codes
 from .grad_clips import clip_after_break
@@ -250,7 +250,7 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin, _CallGuardMixin):
                 self.pass_codes = pass_through_codes(self.dirty, self.root_frame)
         recv = self._opaque_method(f, args)
         if recv is not None or kind == "safe" and (stateful_next(f, args, self.src) or _optimizer_step(f, args) or
-                                                   _lr_scheduler_call(f, args)):
+                                                   _lr_scheduler_call(f, args) or _averaged_model_update(f, args)):
             kind = "external"
         if kind == "external" and recv is None and (_pure_ufunc_call(f, args, kwargs) or
                                    f is id and frame.f_code.co_filename == copy.__file__):
@@ -276,6 +276,12 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin, _CallGuardMixin):
                              torch.__future__.get_swap_module_params_on_conversion):
                     self.guard(Is(f"{self.const(flag)}()", f"torch.__future__.{flag.__name__}()", flag(),
                                   repr(flag())))
+        elif _averaged_model_update(f, args):
+            # ema.update_parameters(model): both trees walked in torch code (parameters()), sourced
+            # now as for parameters() (the averaged module's are read by later graphs)
+            for m in (so, *args[1 if getattr(f, "__self__", None) is None else 0:]):
+                if isinstance(m, torch.nn.Module) and id(m) in self.src:
+                    self._source_module_tree(m)
         elif isinstance(so, torch.nn.Module) and getattr(f, "__name__", "") == "state_dict" and \
                 id(so) in self.src and not args[1 if getattr(f, "__self__", None) is None else 0:] and \
                 set(kwargs) <= {"keep_vars"}:

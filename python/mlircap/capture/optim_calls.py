@@ -35,6 +35,21 @@ def _optimizer_step(f: object, args: list) -> bool:
     return isinstance(so, torch.nn.Module) and any(getattr(f, "__func__", f) is g for g in _MODULE_GRAD_CALLS)
 
 
+def _averaged_model_update(f: object, args: list) -> bool:
+    """`ema.update_parameters(model)` of torch.optim.swa_utils.AveragedModel (torch's own method,
+    bound or with the AveragedModel first): like an optimizer's step it walks both modules'
+    parameters in untraced library code and writes the averaged copies and its `n_averaged`
+    counter in place, so it runs at replay as it is, once per call (capture gave up on the whole
+    function: 'tensor of unknown origin', the counter compared in that code)."""
+    from torch.optim.swa_utils import AveragedModel
+
+    so = getattr(f, "__self__", None)
+    if so is None and args:
+        so = args[0]
+    return isinstance(so, AveragedModel) and getattr(f, "__func__", f) is AveragedModel.update_parameters \
+        and getattr(type(so), "update_parameters", None) is AveragedModel.update_parameters
+
+
 _MODULE_GRAD_CALLS = (torch.nn.Module.zero_grad, torch.nn.Module.requires_grad_)
 _LR_SCHEDULER_FILE = os.path.join(_TORCH_DIR, "optim", "lr_scheduler.py")
 
