@@ -1448,16 +1448,17 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
             # a graph that is differentiated: capture's backward passes one gradient per
             # output of its own (graph_compile), so the kept ops run as a graph of their own,
             # with eager's kernels, before the compiled one
-            checks, kept = _eager_checks(kept[0], kept[1][0]), None
+            checks = _eager_checks(kept[0], kept[1][0])
             if checks is None:
-                # an op on the way to it writes state or draws random numbers: the graph runs
-                # as captured, with eager's kernels (its errors and results are eager's)
-                logs.log("fallback", "graph runs eagerly: an unused op that checks its data "
-                                     "(an index, a divisor, a target) reads a value a differentiated graph computes")
-                if options.strict:
-                    raise MlircapCompileError("an unused op that checks its data reads a value the differentiated "
-                                              "graph computes: the graph would run eagerly (strict=True)")
-                return gm.forward
+                # an op on the way to it writes state, draws random numbers or is no tensor
+                # function _PURE lists (a beam search's last, unused reorder by indices a GRU
+                # and a topk computed): computed again it would write or draw twice. It stays in
+                # the compiled graph as an extra output instead (the differentiated outputs
+                # come first and the extra ones are detached, dropped after the call), as in a
+                # graph that is not differentiated; the graph ran eagerly before
+                gm, kept = kept
+            else:
+                kept = None
         elif kept is not None:
             gm, kept = kept
         fn = _backend_kept(gm, example_inputs)

@@ -113,3 +113,85 @@ def test_averaged_model_update_parameters_runs_between_graphs():
         for (name, r), (_, g) in zip(ref.state_dict().items(), mine.state_dict().items()):
             torch.testing.assert_close(g, r, msg=name)
         assert fast.explain().graph_count >= 1
+
+
+class _GreedyReorder(torch.nn.Module):
+    """A decoding loop whose last reorder of the hidden state by beam indices is never read."""
+
+    def __init__(self, v=7, d=6, beams=3):
+        super().__init__()
+        self.emb = torch.nn.Embedding(v, d)
+        self.rnn = torch.nn.GRUCell(d, d)
+        self.out = torch.nn.Linear(d, v)
+        self.k, self.v = beams, v
+
+    def forward(self, h0, steps=3):
+        h = h0.expand(self.k, -1).contiguous()
+        scores = torch.tensor([0.0] + [float("-inf")] * (self.k - 1))
+        tokens = torch.zeros(self.k, 1, dtype=torch.long)
+        for _ in range(steps):
+            h = self.rnn(self.emb(tokens[:, -1]), h)
+            cand = (scores[:, None] + self.out(h).log_softmax(-1)).view(-1)
+            scores, idx = cand.topk(self.k)
+            beam = torch.div(idx, self.v, rounding_mode="floor")
+            tokens = torch.cat([tokens.index_select(0, beam), (idx % self.v)[:, None]], 1)
+            h = h.index_select(0, beam)      # unused after the last step
+        return tokens, scores
+
+
+def test_unused_index_op_in_a_differentiated_graph_keeps_the_graph_compiled():
+    """bench/modules12.py block_beam_search_flat_topk_floor_div_reorder: the last step's
+    `h.index_select(0, beam)` is read by nothing; eager still checks its indices, so the
+    backend keeps it (_keep_dead_raising_ops). In a graph with parameters requiring grad the
+    kept op ran as an eager graph of its own, possible only where everything on its way is a
+    pure tensor function; here a GRUCell, an embedding and a topk lead to it, so the whole
+    graph ran eagerly ('no graph compiled'). It now stays in the compiled graph as an extra,
+    detached output (as without gradients): one compiled graph, eager's tokens and scores,
+    and the loss's parameter gradients as eager's."""
+    import copy
+
+    torch.manual_seed(0)
+    ref = _GreedyReorder()
+    mine = copy.deepcopy(ref)
+    fast = mlircap.compile(mine)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for seed in (0, 0, 1):
+            torch.manual_seed(seed)
+            h0 = torch.randn(1, 6)
+            (tr, sr), (tg, sg) = ref(h0), fast(h0)
+            assert torch.equal(tg, tr)
+            torch.testing.assert_close(sg, sr)
+            sr.sum().backward()
+            sg.sum().backward()
+            for (name, p), q in zip(ref.named_parameters(), mine.parameters()):
+                torch.testing.assert_close(q.grad, p.grad, msg=name)
+    assert not _mlircap_warnings(caught)
+    assert len(fast.graphs) >= 1 and all(g.fallback_reason is None for g in fast.graphs)
+
+
+def test_unused_index_op_in_a_differentiated_graph_still_raises_like_eager():
+    """The same kept op with an index out of range raises eager's IndexError, before anything
+    is returned, where a GRUCell's output leads to it (the extra output's bounds check)."""
+    def f(x, w, cell_w):
+        h = torch.tanh(x @ cell_w)
+        idx = (h.argmax(-1) + 10)                 # out of range of h's 4 rows
+        h.index_select(0, idx)                    # unused: eager raises
+        return (h * w).sum()
+
+    fast = mlircap.compile(f)
+    torch.manual_seed(0)
+    x, w, cw = torch.randn(4, 3), torch.randn(4, 3, requires_grad=True), torch.randn(3, 3, requires_grad=True)
+    for _ in range(3):
+        try:
+            f(x, w, cw)
+        except IndexError:
+            pass
+        else:
+            raise AssertionError("eager did not raise")
+        try:
+            fast(x, w, cw)
+        except IndexError:
+            pass
+        else:
+            raise AssertionError("compiled did not raise IndexError")
