@@ -73,6 +73,10 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
             return self._generator_op(func, args, kwargs)
         if _cudnn_rnn_dropout(func, args):
             return self._generator_op(func, args, kwargs, "an RNN with dropout between its layers (cuDNN's generator)")
+        if name == "one_hot" and _dyn_shape_op(name, args, kwargs):
+            lead = self._leading_shape_op(func, name, args, kwargs)
+            if lead is not None:
+                return lead[0]
         if name in ("__getitem__", "__setitem__") and len(args) >= 2 and _tensor_in_slice(args[1]):
             # x[:n] with a tensor n: indexing reads n's value (Tensor.__index__) where the graph
             # could only hold it as a constant (FX wrote it as code that cannot run, and a new n

@@ -22,6 +22,25 @@ from .fx_targets import _op_name
 from .torch_calls import _RaisesAs, _raise_from_metadata
 
 
+class _NoneIfRaises:
+    """Runs `func`; None where it raises (a replay's step: the guards on its result's shape
+    then fail, and the call records again, where the op raises as eager's does)."""
+
+    __slots__ = ("func",)
+
+    def __init__(self, func: Callable) -> None:
+        self.func = func
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self.func(*args, **kwargs)
+        except Exception:  # noqa: BLE001
+            return None
+
+    def __repr__(self) -> str:
+        return f"none_if_raises({_func_qualname(self.func)})"
+
+
 class _GraphStepMixin:
     """Replayed steps between the graphs of `_GraphMixin` (graph.py)."""
 
@@ -163,6 +182,35 @@ class _GraphStepMixin:
         self._add_break(reason, _user_location())
         self._call_result(k, res, external=True)
         return res
+
+    def _leading_shape_op(self, func: Callable, name: str, args: tuple, kwargs: dict) -> tuple | None:
+        """`F.one_hot(labels)` with its class count read from the labels (labels.max() + 1),
+        before any graph operation of the call, on integer tensors: run here as a step before
+        the first graph (as Dynamo runs it before its graph), its result an input of that
+        graph, whose shape is then a guarded fact (a new class count records again) instead
+        of a data-dependent shape that a later read (`oh.size(1)`) broke the graph at.  A
+        1-tuple holding the result; None where it is not such a call."""
+        if name != "one_hot" or any(seg.nops for seg in self.segs) or self.unreplayable:
+            return None
+        flat = tree_flatten((args, kwargs))[0]
+        if not all(not isinstance(a, torch.Tensor) or a.dtype == torch.int64 and a.layout == torch.strided and
+                   not a.requires_grad for a in flat):
+            return None
+        try:
+            fe = self.const(_NoneIfRaises(func), _func_qualname(func))
+            ae = [self.expr_of(a) for a in args]
+            ke = {k: self.expr_of(v) for k, v in kwargs.items()}
+        except Unreplayable:
+            return None
+        try:
+            res = func(*args, **kwargs)
+        except Exception:  # noqa: BLE001  (the op's usual path runs it again: a raise the function may catch)
+            return None
+        reason = f"{_op_name(func)} with its class count read from the labels (before any graph operation)"
+        k = self._call_step(fe, ae, ke, reason, external=False)
+        self._add_break(reason, _user_location())
+        self._call_result(k, res)
+        return (res,)
 
     def _raised(self, func: Callable, name: str, args: tuple, kwargs: dict, e: Exception) -> None:
         """A torch op raised while recording (the function may catch it: `try: L =

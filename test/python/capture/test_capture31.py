@@ -263,3 +263,63 @@ def test_write_into_dict_rebound_later_goes_to_the_old_dict():
     calls = [(torch.randn(3),) for _ in range(4)]
     c = run_program(_REBOUND_CACHE, calls, breaks=0)
     assert c.stats.replays >= 2
+
+
+# F.one_hot(labels) with the class count read from the labels, before any graph operation
+# (bench/modules9.py label_smoothing_one_hot_inferred_classes; Dynamo: 1 graph, the one-hot
+# run before it): a graph of the one-hot alone, then a break at `oh.size(1)` (a data-dependent
+# shape).  It is now a step before the first graph, its shape guarded.
+_ONE_HOT_INFERRED = """
+def make():
+    def f(logits, y, eps=0.1):
+        oh = F.one_hot(y).float()
+        n = oh.size(1)
+        soft = oh * (1 - eps) + eps / n
+        return -(soft * logits[:, :n].log_softmax(-1)).sum(-1).mean(), n
+    return f
+"""
+
+
+def test_leading_one_hot_inferred_classes_one_graph():
+    # the class count grows on calls 2 and 4 (records again), values change every call
+    ys = [[0, 2, 1, 3, 1], [3, 0, 1, 2, 2], [0, 4, 1, 3, 1], [4, 4, 0, 1, 2], [5, 0, 1, 2, 3]]
+    calls = [(torch.randn(5, 6), torch.tensor(y)) for y in ys]
+    c = run_program(_ONE_HOT_INFERRED, calls)
+    assert all(len(v.graphs) == 1 and v.splits == 0 for v in c.variants), \
+        [(len(v.graphs), v.breaks) for v in c.variants]
+    assert c.stats.replays >= 2
+
+
+_ONE_HOT_AFTER_OPS = """
+def make():
+    def f(logits):
+        y = logits.argmax(-1)    # a graph operation first: the one-hot stays in the graph
+        oh = F.one_hot(y)
+        return oh.float().sum(0), oh.shape[1]
+    return f
+"""
+
+
+def test_one_hot_after_graph_ops_keeps_its_break():
+    calls = [(torch.randn(4, 3),), (torch.randn(4, 3),), (torch.randn(4, 5),)]
+    c = run_program(_ONE_HOT_AFTER_OPS, calls)
+    assert not any(v.eager for v in c.variants)
+
+
+_ONE_HOT_RAISES = """
+def make():
+    def f(x, y):
+        try:
+            oh = F.one_hot(y)
+        except RuntimeError:
+            return x * 0
+        return x + oh.sum()
+    return f
+"""
+
+
+def test_leading_one_hot_raising_is_checked_at_replay():
+    # negative labels make one_hot raise (caught): each call takes the path eager takes
+    calls = [(torch.randn(3), torch.tensor([0, 1, 2])), (torch.randn(3), torch.tensor([0, -1, 2])),
+             (torch.randn(3), torch.tensor([1, 1, 2])), (torch.randn(3), torch.tensor([-2, 1, 2]))]
+    run_program(_ONE_HOT_RAISES, calls)
