@@ -98,6 +98,33 @@ def test_read_outside_a_variant_compile_stops_other_counts():
     assert _stats(fast).records == 3
 
 
+# modules that read torch's thread count for what it is at a call, not to decide compiled code
+_RUNTIME_THREAD_READERS = {"runtime/cpu.py", "benchutil.py", "demo.py", "thread_reads.py", "capture/replay.py"}
+
+
+def test_compile_time_thread_reads_go_through_thread_reads():
+    """A compile-time decision that reads torch.get_num_threads() directly is invisible to the
+    variant's state guard, which then runs the code at other counts: every such read in
+    python/mlircap goes through thread_reads.compile_threads (the runtime's own reads, of the
+    count at each call, are listed in _RUNTIME_THREAD_READERS)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(mlircap.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel in _RUNTIME_THREAD_READERS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "get_num_threads" or \
+                    isinstance(node, ast.Name) and node.id == "get_num_threads":
+                found.append(f"{rel}:{node.lineno}")
+    # (capture/calls.py names it to guard a user's call of it by value)
+    assert [f for f in found if not f.startswith("capture/calls.py:")] == [], \
+        "use thread_reads.compile_threads() for compile-time reads of the thread count"
+
+
 def test_other_backend_keeps_thread_guard():
     """Another backend's compiled code may be for the count it was compiled at (Inductor's
     OpenMP pragmas): a variant compiled by a backend that does not say it follows the count keeps
