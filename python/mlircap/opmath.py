@@ -410,6 +410,53 @@ def _scalar_loop_tail(graph: fx.Graph, n: fx.Node, want: torch.Tensor, operands:
         return add(aten.where.self, [scalar, tail, n])
 
 
+@functools.lru_cache(maxsize=None)
+def eager_nan_block(dtype: torch.dtype) -> int | None:
+    """The number of elements eager's CPU elu_backward kernel of `dtype` computes per vector-loop
+    step, measured on NaN inputs (its vector loop sends a NaN to the negative branch, a NaN
+    gradient; its scalar loop, taking the rest of each inner loop, to the positive one: the
+    gradient times scale): the one block size that gives the NaN positions at several sizes;
+    None when no size does."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+
+    with unset_fake_temporarily(), disable_proxy_modes_tracing():
+        fits = {8, 16, 32, 64, 128}
+        for n in (47, 60, 100, 120, 250, 333, 1017):
+            x = torch.full((n,), float("nan"), dtype=dtype)
+            e = aten.elu_backward.default(torch.ones(n, dtype=dtype), 1.0, 1.0, 1.0, False, x).isnan()
+            pos = torch.arange(n)
+            fits = {b for b in fits if torch.equal(e, pos < n // b * b)}
+        return fits.pop() if len(fits) == 1 else None
+
+
+def vector_loop_positions(operands, shape, dtype: torch.dtype, block: int, device) -> torch.Tensor | bool:
+    """Where eager's CPU TensorIterator kernel of `dtype` over `operands` (eager_loop) computes an
+    element of its result of `shape` in its vector loop: a bool tensor of `shape` (made with
+    torch ops, so traced into a graph), True (every element) or False (none: the scalar loop
+    computes all, or the layout is unknown)."""
+    loop = eager_loop(operands, shape, dtype)
+    if loop is None:
+        return False
+    perm, inner, vector = loop
+    total = 1
+    for s in shape:
+        total *= int(s)
+    threads = torch.get_num_threads()
+    chunk = total if total < _GRAIN or threads == 1 else -(-total // min(threads, -(-total // _GRAIN)))
+    if not vector or (inner < block and chunk == total):
+        return False
+    pos = torch.arange(total, dtype=torch.int64, device=device)
+    row = pos - pos % inner
+    start, end = row, row + inner
+    if chunk < total:
+        part = pos - pos % chunk
+        start, end = torch.maximum(row, part), torch.minimum(end, part + chunk)
+    length = end - start
+    vec = (pos - start) < (length - length % block)
+    return vec.view([int(shape[d]) for d in perm]).permute([perm.index(d) for d in range(len(perm))])
+
+
 def overflowing_number(node: fx.Node) -> bool:
     """`node` takes a Python number past its low-precision result dtype's range (`h *
     70000.0` on float16): eager computes with the number in float32 (35000.0 for h =

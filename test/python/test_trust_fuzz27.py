@@ -157,3 +157,48 @@ def test_in_place_fill_keeps_gradient_edge(fn):
             if b is not None:
                 same(a, b, exact=False)
     assert fast._compiled._mlircap_capture.stats.replays >= 2
+
+
+# ------------------------------------------------ elu / selu / celu's gradient of a NaN input
+# --grad seed 3752: F.elu of float64 NaNs, then a matmul: eager's x.grad had 17 NaNs, the
+# compiled none. Eager's CPU elu_backward tests `x <= 0` in its scalar loop (a NaN takes the
+# positive branch: the gradient times scale, as torch's decomposition) and `x > 0` in its vector
+# loop (a NaN takes the negative branch: NaN); which elements each loop computes follows the
+# operands' layout (blocks of 2 vectors, the rest of each inner loop scalar). /tmp/h27/p1w/elu3.py:
+# 52 of 81 forms (f64 / f32 / bf16, 5 shapes, elu / selu / celu / transposed / in place / strided)
+# differed in their NaN pattern -> 0.
+_ELUS = {
+    "elu": lambda x: torch.nn.functional.elu(x),
+    "selu": torch.nn.functional.selu,
+    "celu_t": lambda x: torch.nn.functional.celu(x.t() if x.dim() == 2 else x, 0.7),
+    "elu_inplace": lambda x: torch.nn.functional.elu(x * 1, inplace=True),
+    "elu_step": lambda x: torch.nn.functional.elu(x[..., ::2]),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(100,), (30, 70)], ids=str)
+@pytest.mark.parametrize("name", list(_ELUS))
+def test_elu_gradient_of_nan_as_eager(name, shape, dtype):
+    g = torch.Generator().manual_seed(27)
+    x0 = (torch.randn(*shape, generator=g) * 2).to(dtype)
+    x0.view(-1)[::3] = float("nan")
+    act = _ELUS[name]
+
+    def loss(x):
+        return (act(x).double() * 2).sum()
+
+    def run(f):
+        x = x0.clone().requires_grad_()
+        f(x).backward()
+        return x.grad
+
+    want = run(loss)
+    # (a transposed or strided operand: eager's scalar loop computes every element, no NaN)
+    assert want.isnan().any() == (name in ("elu", "selu", "elu_inplace") or name == "celu_t" and len(shape) == 1), want
+    fast = mlircap.compile(loss)
+    for _ in range(2):
+        got = run(fast)
+        assert torch.equal(got.isnan(), want.isnan())
+        same(got, want, exact=False)   # (exp's last bit is the compiled exp's, not Sleef's)
+    all_compiled(fast)
