@@ -87,6 +87,7 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
                  run before the open graph, the module sourced through its result (kind "fresh")
   transform_nodes _TransformNodeMixin: torch.func transforms (jacrev, grad, vjp, vmap of closures; jvp, jacfwd, hessian without grad) of
                  pure tensor code as one graph node
+  tensor_copies  _TensorCopyMixin: copy.deepcopy of a tensor, a clone node or a new leaf's replayed step
   special_calls  _SpecialCallMixin: methods of opaque call results (`with fork_rng()`), lru_cache calls,
                  vmap, a tensor's deepcopy, disabled loggers
   reads          _ReadMixin: LOAD_GLOBAL / LOAD_ATTR / LOAD_DEREF reads of external state, guarded

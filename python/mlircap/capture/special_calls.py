@@ -13,20 +13,17 @@
 * dotted attribute lookups in untraced code (`m.get_submodule("enc.0")`, `get_parameter`,
   `get_buffer`, `operator.attrgetter("enc.0.weight")(m)`): read as the attribute loads they
   make, so what they return is a tracked (guarded) location;
-* `copy.deepcopy(t)` of a tensor: a clone in the graph, or (a parameter, a tensor that
-  requires grad: a new autograd leaf) a replayed step between graphs;
+* `copy.deepcopy(t)` of a tensor: tensor_copies.py;
 * `log.debug(...)` and the other level methods of a standard library logger that is not
   enabled for that level: a guard that it is still disabled, no graph break."""
 from __future__ import annotations
 
 import collections
-import copy
 import dataclasses
 import functools
 import logging
 import operator
 import types
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -43,6 +40,7 @@ from .guard_kinds import Equals
 from .values import _DESCRIPTORS
 from .reductions import plain_reducer
 from .transform_nodes import _TransformNodeMixin
+from .tensor_copies import _TENSOR_DEEPCOPY, _TensorCopyMixin  # noqa: F401 (_TENSOR_DEEPCOPY: calls.py's)
 
 
 class _CannedWith:
@@ -139,7 +137,7 @@ def _dotted_reads(f: Any, args: list) -> tuple[object, tuple] | None:
     return None
 
 
-class _SpecialCallMixin(_TransformNodeMixin, _ModuleFactoryMixin):
+class _SpecialCallMixin(_TransformNodeMixin, _ModuleFactoryMixin, _TensorCopyMixin):
     """For `_Recorder` (through `_CallMixin`): methods of opaque results, `with` on them,
     cached functions, scripted and vmapped functions, deep copies of tensors, calls of
     disabled loggers."""
@@ -417,40 +415,6 @@ class _SpecialCallMixin(_TransformNodeMixin, _ModuleFactoryMixin):
         self.pending[frame] = finish
         return True
 
-    def _deepcopy_tensor(self, frame: types.FrameType, x: torch.Tensor, memo: Any, slot: int) -> bool:
-        """`copy.deepcopy(t)` reaching torch's Tensor / Parameter `__deepcopy__` (copy.py is
-        traced; its `copier(memo)` is this call).  A tensor that needs no autograd leaf of
-        its own (no requires_grad, no .grad, no Python attributes, a plain strided Tensor)
-        is copied in the graph as `t.clone(memory_format=torch.preserve_format)`: the same
-        values, dtype and device (a view's copy is not a view into a copy of the whole storage
-        then).  A parameter or a tensor that requires grad gets a new autograd leaf: the
-        copy is a replayed step between graphs (`copy.deepcopy(t)` at replay) whose result
-        the graph after it takes as an input.  False (traced as before) where a tensor copied
-        before in the same deepcopy shares its storage (eager's copies share theirs)."""
-        if type(memo) is not dict:
-            return False
-        ptr = x.untyped_storage().data_ptr()
-        for o in memo.get(id(memo), ()):   # what this deepcopy copied before
-            o = o.untyped_storage() if isinstance(o, torch.Tensor) else o
-            if isinstance(o, torch.UntypedStorage) and o.data_ptr() == ptr:
-                return False   # a storage shared with a tensor copied before: the copies share theirs
-        if id(x) not in self.src and not (id(x) in self.env and self.env[id(x)][0] is x):
-            return False   # of unknown origin: as before (the give-up names it)
-        if type(x) is torch.Tensor and not x.requires_grad and x.grad is None and not x.__dict__ and \
-                x.layout == torch.strided and x.device.type not in ("meta", "lazy"):
-            # the program gets the real copy (its storage goes into the memo, as eager's);
-            # the graph makes it as a clone
-            res = x.__deepcopy__(memo)
-            self._after_torch(torch.Tensor.clone, "clone", (x,), {"memory_format": torch.preserve_format}, res)
-            _E.poke(frame, slot, _Canned(res))
-            return True
-        if not x.is_leaf:
-            return False   # deepcopy raises: as eager does
-        _E.poke(frame, slot, _CallWithout(_deepcopy_of, x))
-        self._external_call(frame, _deepcopy_of, [x], {}, "copy.deepcopy of a tensor that requires grad "
-                            "(a new autograd leaf)", slot)
-        return True
-
     def _disabled_log_call(self, f: Any, args: list, kwargs: dict) -> bool:
         """`log.debug(...)` (info, warning, ..., log(level, ...)) on a standard library logger
         that is not enabled for that level does nothing: no graph break, a guard that the
@@ -504,24 +468,6 @@ def _const_arg(x: object, depth: int = 0) -> bool:
     if depth < 3 and type(x) is dict:
         return all(_const_arg(k, depth + 1) and _const_arg(v, depth + 1) for k, v in x.items())
     return False
-_TENSOR_DEEPCOPY = (torch.Tensor.__deepcopy__, torch.nn.Parameter.__deepcopy__)
-
-
-def _deepcopy_of(x: Any) -> Any:
-    """copy.deepcopy(x): the replayed step of a deep copy that makes a new autograd leaf."""
-    return copy.deepcopy(x)
-
-
-class _CallWithout:
-    """Stands in for a callable on the value stack: calls f(x), whatever it is called with
-    (`copier(memo)` in copy.deepcopy becomes `_deepcopy_of(t)`)."""
-    __slots__ = ("f", "x")
-
-    def __init__(self, f: Callable, x: Any) -> None:
-        self.f, self.x = f, x
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.f(self.x)
 
 
 # logger methods that only write when the logger is enabled for their level (None: the
