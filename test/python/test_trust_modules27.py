@@ -195,3 +195,48 @@ def test_unused_index_op_in_a_differentiated_graph_still_raises_like_eager():
             pass
         else:
             raise AssertionError("compiled did not raise IndexError")
+
+
+class _BetaPolicy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(4, 4)
+
+    def forward(self, obs):
+        a, b = (torch.nn.functional.softplus(self.net(obs)) + 1.0).chunk(2, -1)
+        dist = torch.distributions.Beta(a, b)
+        torch.manual_seed(5)
+        u = dist.rsample()
+        loss = (-2.0 + 4.0 * u).pow(2).sum() - dist.log_prob(u.clamp(1e-6, 1 - 1e-6)).sum()
+        return loss, dist.entropy().sum(-1)
+
+
+def test_custom_function_inside_untraced_torch_code_breaks_around_it():
+    """bench/modules12.py dist_beta_policy_rsample_scaled_actions: Beta.rsample (Dirichlet's)
+    applies torch's custom autograd Function _Dirichlet in untraced library code called straight
+    from the captured frame; its forward's ops were recorded under no_grad and capture gave up
+    on the whole forward ('a custom torch.autograd.Function with inputs that require grad').
+    failing_callee found no traced callee to learn. It now names the library function the frame
+    called (rsample): the next recording breaks the graph around that call, which runs eagerly,
+    so its backward is autograd's. Samples, losses and the parameters' gradients as eager's."""
+    import copy
+
+    torch.manual_seed(0)
+    ref = _BetaPolicy()
+    mine = copy.deepcopy(ref)
+    fast = mlircap.compile(mine)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for seed in (0, 0, 1, 2):
+            torch.manual_seed(seed)
+            obs = torch.randn(5, 4)
+            r, g = ref(obs), fast(obs)
+            for a, b in zip(r, g):
+                torch.testing.assert_close(b, a)
+            r[0].backward()
+            g[0].backward()
+            for (name, p), q in zip(ref.named_parameters(), mine.parameters()):
+                torch.testing.assert_close(q.grad, p.grad, msg=name)
+    assert not _mlircap_warnings(caught)
+    info = fast.explain()
+    assert info.graph_count >= 2 and len(fast.graphs) >= 1, info

@@ -21,6 +21,8 @@ import torch
 
 from .classify import _TORCH_DIR, _classify
 
+_FUNCTION_APPLY = torch.autograd.function.Function.apply.__func__.__code__
+
 # callees learned per captured function: each costs one recording more; past them the frame
 # gives up as before (runs eagerly, its callees captured on their own)
 MAX_LEARNED = 4
@@ -57,6 +59,16 @@ def failing_callee(root: types.FrameType | None, code: types.CodeType) -> types.
         return None
     traced = [_classify(fr.f_code) == "user" for fr in chain]
     i = next((k for k, t in enumerate(traced) if t), len(chain))
+    if chain and i == len(chain) and any(fr.f_code is _FUNCTION_APPLY for fr in chain):
+        # no traced frame below root: it gave up inside a custom autograd.Function that
+        # untraced library code the captured frame called itself applies (Dirichlet.rsample /
+        # Beta.rsample's _Dirichlet: its forward's ops recorded under no_grad), named by the
+        # outermost frame past the call machinery, where a call site of root's code names it
+        k = len(chain) - 1
+        while k >= 0 and _machinery(chain[k].f_code):
+            k -= 1
+        c = chain[k].f_code if k >= 0 else None
+        return c if c is not None and c is not code and c.co_filename.startswith(_TORCH_DIR) else None
     while i < len(chain):
         j = i + 1
         direct = True
