@@ -214,7 +214,9 @@ def split_saved_writes(gm: fx.GraphModule, example_inputs: Sequence,
         else:
             fn = _Specialized(sub, compile_fn)
         if enter is not None or mode is not None:
-            fn = _InGradMode(fn, enter, mode)
+            # (a part run through torch by its generated forward, as PartitionedGraph runs one:
+            # an error there is eager's, without FX's report of the traced module)
+            fn = _InGradMode(fn.forward if isinstance(fn, fx.GraphModule) else fn, enter, mode)
         steps.append((fn, ins, outs))
     logs.log("fallback", f"graph split into {len(steps)} parts; eager islands: {', '.join(dict.fromkeys(names))}: "
                          "a tensor an op saved for backward written in place later in the graph (eager's "
