@@ -202,3 +202,45 @@ def test_elu_gradient_of_nan_as_eager(name, shape, dtype):
         assert torch.equal(got.isnan(), want.isnan())
         same(got, want, exact=False)   # (exp's last bit is the compiled exp's, not Sleef's)
     all_compiled(fast)
+
+
+# ------------------------------------------------ a vector norm over dims of size 1
+# tensorops seed 3433: torch.linalg.vector_norm(x1, 2, -1, keepdim=True) of an (8, 1) float32 x1
+# holding 1e-30, then qr: eager's norm is |x| (1e-30), the compiled reduction squared it to 0
+# (and 1e30 to inf): 2 of qr's 8 values wrong. Eager's CPU kernel returns |x| (ord 0: x != 0)
+# where the reduced dims' sizes multiply to 1 (frontend._norm_of_single_elements).
+_NORMS = {
+    "2_keepdim": lambda x: torch.linalg.vector_norm(x, 2, -1, keepdim=True),
+    "2": lambda x: torch.linalg.vector_norm(x, 2, -1),
+    "3_dims": lambda x: torch.linalg.vector_norm(x.unsqueeze(0), 3, (0, 2)),
+    "0": lambda x: torch.linalg.vector_norm(x, 0, -1),
+    "inf": lambda x: torch.linalg.vector_norm(x, float("inf"), -1),
+    "half_ord": lambda x: torch.linalg.vector_norm(x, 0.5, -1),
+    "dtype": lambda x: torch.linalg.vector_norm(x, 2, -1, dtype=torch.float64),
+    "torch_norm": lambda x: torch.norm(x, dim=-1),
+    "all_of_one": lambda x: torch.linalg.vector_norm(x[:1]),
+    "over_8": lambda x: torch.linalg.vector_norm(x, 2, 0),   # (a real reduction: unchanged)
+}
+
+
+@pytest.mark.parametrize("name", list(_NORMS))
+def test_vector_norm_over_size_one_dims(name, fallback_log):
+    x = torch.tensor([[1e-30], [1e30], [0.0], [float("nan")], [-3.0], [float("-inf")], [-0.0], [2e-20]])
+    check_compiled(_NORMS[name], [x], fallback_log, calls=2)
+
+
+def test_vector_norm_over_size_one_dim_gradient():
+    x0 = torch.tensor([[1e-30], [1e30], [0.5], [-3.0], [2e-20]])
+
+    def loss(x):
+        return (torch.linalg.vector_norm(x, 2, -1) * torch.arange(5.0)).sum()
+
+    def run(f):
+        x = x0.clone().requires_grad_()
+        f(x).backward()
+        return x.grad
+
+    want = run(loss)
+    fast = mlircap.compile(loss)
+    for _ in range(2):
+        same(run(fast), want)
