@@ -202,6 +202,14 @@ def split_data_dependent(gm: fx.GraphModule, example_inputs: Sequence,
             return again if again is not None else compile_fn(g2, list(example_inputs))
     if strict and not getattr(dd.target, "mlircap_trim", False):
         return None   # the op would run through torch
+    if not getattr(dd.target, "mlircap_trim", False):
+        from .saved_writes import island_input_written
+
+        w = island_input_written(gm, dd, env)
+        if w is not None:   # (the graph then runs as captured: eager's autograd, correct)
+            logs.log("fallback", f"graph not split at {getattr(dd.target, '__name__', dd.target)}: "
+                                 f"{getattr(w.target, '__name__', w.target)} after it writes its input in place")
+            return None
     nodes = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     i = nodes.index(dd)
     op_nodes = [dd] + [u for u in dd.users if u.op == "call_function" and u.target is operator.getitem]

@@ -222,3 +222,52 @@ def split_saved_writes(gm: fx.GraphModule, example_inputs: Sequence,
                          "a tensor an op saved for backward written in place later in the graph (eager's "
                          "autograd saves and checks it)")
     return PartitionedGraph(gm, steps)
+
+
+# ops whose result may be a view of their first argument (conservatively: reshape, flatten)
+_VIEW_NAMES = frozenset({"getitem", "__getitem__", "view", "view_as", "reshape", "reshape_as", "transpose", "permute",
+                         "t", "T", "mT", "narrow", "select", "slice", "unsqueeze", "squeeze", "expand", "expand_as",
+                         "flatten", "unflatten", "diagonal", "as_strided", "unbind", "split", "chunk", "detach",
+                         "movedim", "swapaxes", "unfold", "real", "imag", "alias"})
+
+
+def island_input_written(gm: fx.GraphModule, island: fx.Node, env: dict) -> fx.Node | None:
+    """A node after `island` (an op run through torch between compiled parts, ddsplit) that
+    writes in place memory of one of its tensor inputs, where the op is an autograd node (an
+    input requires grad); else None. Eager's node saved what it saved and a backward through it
+    raises once the tensor is written; but with the write in a compiled part after it, that
+    part's single autograd node links every output of the part to the island, and a backward
+    from an output eager never linked to the island called the island's node, which raised
+    (unpacking its saved tensors) where eager's backward did not. `env`: fake values of the
+    nodes before `island` (ddsplit.first_data_dependent)."""
+    if not torch.is_grad_enabled():
+        return None
+    ins = [a for a in _tensor_args(island) if isinstance(env.get(a), torch.Tensor)]
+    if not any(env[a].requires_grad for a in ins):
+        return None
+    storages = {_storage(env[a]) for a in ins} - {None}
+    from .attention_masks import _mutates
+
+    after = False
+    for n in gm.graph.nodes:
+        if n is island:
+            after = True
+            continue
+        if not after or not _mutates(n):
+            continue
+        m = n.kwargs["out"] if "out" in n.kwargs else n.args[0] if n.args else None
+        if not isinstance(m, fx.Node):
+            continue
+        # up through the views made after the island to a value made before it
+        seen = 0
+        while m is not None and m not in env and seen < 64:
+            name = m.target if isinstance(m.target, str) else getattr(m.target, "__name__", "")
+            if m.op not in ("call_function", "call_method") or name not in _VIEW_NAMES or not m.args or \
+                    not isinstance(m.args[0], fx.Node):
+                m = None
+                break
+            m, seen = m.args[0], seen + 1
+        if m is not None and _storage(env.get(m)) in storages:
+            return n
+    return None
+

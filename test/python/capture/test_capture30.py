@@ -172,6 +172,39 @@ def test_clipped_values_used_again_backward_from_another_output():
     assert _compiled(fast)
 
 
+class _ClipToArgument(nn.Module):
+    """Clipped to a float argument (a graph input: clamp to a tensor bound is data-dependent for
+    aot_autograd, so ddsplit ran each clamp through torch and compiled the rest): the second write
+    landed in the compiled part that also computed the class scores, one autograd node, and a
+    backward from the scores alone called the second clamp's node, which raised (its saved view
+    written) where eager's backward never reaches the clamp."""
+
+    def __init__(self):
+        super().__init__()
+        self.box = nn.Linear(6, 4)
+        self.cls = nn.Linear(6, 3)
+
+    def forward(self, x, w: float):
+        b = torch.stack([self.box(x)[:, 0], self.box(x)[:, 1]], -1) * 2
+        b[..., 0::2] = b[..., 0::2].clamp(0, w)
+        b[..., 1::2] = b[..., 1::2].clamp(0, w / 2)
+        return b, self.cls(x).sigmoid()
+
+
+_ARG_CALLS = [(torch.randn(5, 6), 3.0), (torch.randn(5, 6), 3.0), (torch.randn(5, 6), 2.0)]
+
+
+def test_clip_to_argument_backward_from_scores_as_eager():
+    _check(_ClipToArgument, _ARG_CALLS, [lambda r: r[1].sum(), lambda r: r[0].sum()])
+
+
+def test_clip_to_argument_wrong_without_the_check(monkeypatch):
+    """The test above sees ddsplit's check: without it the scores' backward raised."""
+    monkeypatch.setattr(saved_writes, "island_input_written", lambda *a: None)
+    with pytest.raises(AssertionError):
+        _check(_ClipToArgument, _ARG_CALLS, [lambda r: r[1].sum()])
+
+
 def test_without_the_split_nothing_compiles(monkeypatch):
     """The tests above see the split: without it the whole graph runs as captured."""
     monkeypatch.setattr(saved_writes, "split_saved_writes", lambda *a: None)
