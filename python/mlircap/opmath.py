@@ -442,7 +442,7 @@ def vector_loop_positions(operands, shape, dtype: torch.dtype, block: int, devic
     total = 1
     for s in shape:
         total *= int(s)
-    threads = torch.get_num_threads()
+    threads = compile_threads() if vector and total >= _GRAIN else 1   # (thread_reads: compiled for this count)
     chunk = total if total < _GRAIN or threads == 1 else -(-total // min(threads, -(-total // _GRAIN)))
     if not vector or (inner < block and chunk == total):
         return False
