@@ -97,6 +97,9 @@ ENV: dict[str, EnvVar] = _vars(
            "mlircap/runtime/cuda.py"),
     EnvVar("MLIRCAP_CPU_CHANNELS_LAST", None, "1 runs the CPU plan's convolutions in NHWC as the GPU "
            "plan does (mlircap-conv-channels-last; default: NCHW)", "mlircap/runtime/cpu.py"),
+    EnvVar("MLIRCAP_CPU_KEEP_MIB", "256", "MiB of large CPU-plan intermediates kept between calls "
+           "for reuse by any plan (each call would otherwise fault their pages in again); 0 frees "
+           "them at the end of every call", "mlircap/runtime/cpu.py"),
     EnvVar("MLIRCAP_CPU_POOL", None, "own runs CPU kernels' parallel loops on the core's own thread "
            "pool instead of torch's OpenMP team", "lib/CAPI/Parallel.cpp"),
     EnvVar("MLIRCAP_LIB_DIR", None, "directory searched first for the built core "

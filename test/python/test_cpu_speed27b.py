@@ -1,5 +1,6 @@
 """CPU inference (session 27): behaviour checks of compiled calls across torch thread count
 changes and of library matmuls on transposed operands, never timings."""
+import os
 import warnings
 
 import pytest
@@ -218,3 +219,17 @@ def test_large_intermediates_kept_up_to_the_cap(large, monkeypatch):
         for _ in range(3):
             torch.testing.assert_close(fast(x), m(x), rtol=1e-5, atol=1e-5)
     assert large.bytes == 0 and not any(large.free.values())
+
+
+def test_large_intermediates_cap_is_an_environment_variable():
+    """MLIRCAP_CPU_KEEP_MIB sets the memory the pool keeps (256 MiB by default; 0: none)."""
+    import subprocess
+    import sys
+
+    code = "from mlircap.runtime import cpu; print(cpu.LARGE_BUFFER_BYTES)"
+    for value, want in (("0", 0), ("3", 3 << 20), (None, 256 << 20)):
+        env = {k: v for k, v in os.environ.items() if k != "MLIRCAP_CPU_KEEP_MIB"}
+        if value is not None:
+            env["MLIRCAP_CPU_KEEP_MIB"] = value
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert int(out.stdout.split()[-1]) == want, (value, out.stdout, out.stderr)

@@ -277,7 +277,7 @@ def _share_by_liveness(plan: Plan, buffers: list) -> list[list[int]]:
 WORKSPACE_BYTES = 4 << 20
 
 # Bytes of the larger per-call intermediates (`_LargeBuffers`) kept between calls, for all plans.
-LARGE_BUFFER_BYTES = 256 << 20
+LARGE_BUFFER_BYTES = int(config.env("MLIRCAP_CPU_KEEP_MIB") or 0) << 20
 
 
 class _LargeBuffers:
