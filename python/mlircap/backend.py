@@ -1613,6 +1613,14 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
             return None
         logs.log("fallback", f"graph compiled for {len(plan)} data-dependent decision(s) taken as eager "
                              "took them on the example inputs, guarded")
+        if bounds_checked:
+            # a bounds check or an order statistic's tie flag (selection.py) set at some call: the
+            # captured graph reruns with eager's kernels, as backend_inner's graphs do (it raised
+            # mlircap.bounds.IndexOutOfRange to the program: topk of a tie after x[:, idx[0]])
+            from .bounds import rerun_on_bad_index
+
+            fn = rerun_on_bad_index(fn, eager_graph[0] if eager_graph else gm,
+                                    any(b.uses_rng for b in bounds_checked), options.strict)
         def around(args):
             # once the data keeps taking another path: compiled around the op, which runs
             # through torch (what the graph got without speculation)

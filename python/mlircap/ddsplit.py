@@ -165,6 +165,24 @@ def _uses(nodes: list[fx.Node]) -> list[fx.Node]:
     return list(seen)
 
 
+def _differentiates_after(gm: fx.GraphModule, dd: fx.Node) -> bool:
+    """An autograd.grad / backward call of the graph at or after `dd`: split there, the part
+    after the op takes its results as inputs of its own, and the call traced in that part
+    differentiates only through the part (`autograd.grad(x[mask].sum() + x.sum(), x)`: the
+    masked term's gradient was lost, 1 where eager gives 2: bench/modules12.py
+    nan_robust_huber_targets_missing_mask). Such a graph is not split (it runs as captured)."""
+    seen = False
+    for n in gm.graph.nodes:
+        seen = seen or n is dd
+        if not seen or n.op not in ("call_function", "call_method"):
+            continue
+        t = n.target
+        if t is torch.autograd.grad or t is torch.autograd.backward or t == "backward" or \
+                getattr(t, "__name__", None) == "backward":
+            return True
+    return False
+
+
 def split_data_dependent(gm: fx.GraphModule, example_inputs: Sequence,
                          compile_fn: Callable[[fx.GraphModule, list], Callable],
                          fake_failure: str | None = None, strict: bool = False) -> Callable | None:
@@ -182,6 +200,8 @@ def split_data_dependent(gm: fx.GraphModule, example_inputs: Sequence,
     env: dict[fx.Node, Any] = {}
     dd = first_data_dependent(gm, example_inputs, any_failure=fake_failure is not None, env=env)
     if dd is None:
+        return None
+    if _differentiates_after(gm, dd):
         return None
     if fake_failure is None and not getattr(dd.target, "mlircap_trim", False):
         from . import bounded

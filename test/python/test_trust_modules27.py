@@ -240,3 +240,56 @@ def test_custom_function_inside_untraced_torch_code_breaks_around_it():
     assert not _mlircap_warnings(caught)
     info = fast.explain()
     assert info.graph_count >= 2 and len(fast.graphs) >= 1, info
+
+
+def _top2_columns(x):
+    index = torch.topk(x.mean(0), 2)[1]
+    return torch.stack([x[:, index[i]] for i in range(2)], -1), index
+
+
+def test_speculated_graph_with_a_tie_flag_reruns_eagerly_instead_of_raising():
+    """Found minimising bench/modules12.py ts_autoformer_autocorrelation_rfft_topk_roll: a graph
+    compiled by speculation (x[:, index[0]] reads a value topk computed) whose topk ranked form
+    sets its flag at a later call (a tie among the top k: the indices depend on eager's
+    algorithm) raised mlircap.bounds.IndexOutOfRange into the program; backend_inner's graphs
+    rerun the captured graph eagerly there, the speculated ones did not. Now they do: the tie's
+    values and indices are eager's, and the calls before and after compile."""
+    fast = mlircap.compile(_top2_columns)
+    torch.manual_seed(0)
+    a = torch.randn(2, 16)
+    tie = a.clone()
+    tie[:, 3] = tie[:, 5] = 10.0
+    tie[0, 9] = 5.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for x in (a, a, a, tie, a, tie):
+            ref, got = _top2_columns(x), fast(x)
+            torch.testing.assert_close(got[0], ref[0])
+            assert torch.equal(got[1], ref[1])
+    assert len(fast.graphs) >= 1
+
+
+def _masked_and_full_gradient(pred, target):
+    mask = ~torch.isnan(target)
+    h = torch.nn.functional.huber_loss(pred[mask], target[mask], reduction="sum") / mask.sum().clamp(min=1)
+    return torch.autograd.grad(h + pred.pow(2).mean(), pred)[0], pred[mask].sum().detach()
+
+
+def test_autograd_grad_after_a_data_dependent_split_is_eager_gradient():
+    """bench/modules12.py nan_robust_huber_targets_missing_mask (WRONG once its graph compiled):
+    autograd.grad of a loss over pred[mask] plus one over pred. The graph was split at the
+    boolean-mask index (ddsplit.py), and the part after it took the index's result as an input
+    of its own: the autograd.grad traced in that part differentiated through the part alone,
+    and the masked term's gradient was lost (x[mask].sum() + x.sum(): 1 where eager gives 2).
+    A graph differentiating after its data-dependent op is no longer split: its gradient is
+    eager's."""
+    fast = mlircap.compile(_masked_and_full_gradient)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for seed in (0, 0, 1):
+            torch.manual_seed(seed)
+            pred = torch.randn(6, 3, requires_grad=True)
+            target = torch.where(torch.randn(6, 3) > 0.5, torch.tensor(float("nan")), torch.randn(6, 3) * 3)
+            ref, got = _masked_and_full_gradient(pred, target), fast(pred, target)
+            for r, g in zip(ref, got):
+                torch.testing.assert_close(g, r)
