@@ -170,7 +170,8 @@ def _differentiates_after(gm: fx.GraphModule, dd: fx.Node) -> bool:
     after the op takes its results as inputs of its own, and the call traced in that part
     differentiates only through the part (`autograd.grad(x[mask].sum() + x.sum(), x)`: the
     masked term's gradient was lost, 1 where eager gives 2: bench/modules12.py
-    nan_robust_huber_targets_missing_mask). Such a graph is not split (it runs as captured)."""
+    nan_robust_huber_targets_missing_mask). That part runs as captured (eager's autograd over
+    the real history: the part before the op stays compiled)."""
     seen = False
     for n in gm.graph.nodes:
         seen = seen or n is dd
@@ -200,8 +201,6 @@ def split_data_dependent(gm: fx.GraphModule, example_inputs: Sequence,
     env: dict[fx.Node, Any] = {}
     dd = first_data_dependent(gm, example_inputs, any_failure=fake_failure is not None, env=env)
     if dd is None:
-        return None
-    if _differentiates_after(gm, dd):
         return None
     if fake_failure is None and not getattr(dd.target, "mlircap_trim", False):
         from . import bounded
@@ -267,7 +266,12 @@ def split_data_dependent(gm: fx.GraphModule, example_inputs: Sequence,
         inside = set(after)
         ins = [n for n in _uses(after) if n not in inside]
         sub = _subgraph(gm, after, ins, outs)
-        steps.append((_in_grad_mode(_Specialized(sub, compile_fn, strict), after) if outs else sub, ins, outs))
+        if outs and _differentiates_after(gm, dd):
+            # (its autograd.grad then follows the real history, through the op and the part before)
+            logs.log("fallback", "the part after the split differentiates (autograd.grad / backward): it runs as captured")
+            steps.append((_in_grad_mode(sub, after), ins, outs))
+        else:
+            steps.append((_in_grad_mode(_Specialized(sub, compile_fn, strict), after) if outs else sub, ins, outs))
     if getattr(dd.target, "mlircap_trim", False):   # bounded.py: the op itself compiled
         logs.log("fallback", f"graph split into {len(steps)} parts at {name}: the results of an op of "
                              "data-dependent size, computed compiled at their bound, trimmed to their size")
