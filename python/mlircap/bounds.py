@@ -318,7 +318,16 @@ class BoundsChecked:
         self.gpu = device == "cuda"
 
     def __call__(self, *args):
-        res = self.compiled(*args)
+        try:
+            res = self.compiled(*args)
+        except IndexOutOfRange:
+            raise
+        except Exception as e:  # noqa: BLE001
+            # an op run through torch raised before the flag was read: eager, in its order,
+            # may meet a failing check first and raise its own error (an unused nll_loss with
+            # a bad target before an embedding_bag with a bad index: IndexError, not the
+            # bag's RuntimeError: fuzz modules seed 97); the rerun gives eager's error
+            raise IndexOutOfRange() from e
         if self.gpu:
             # "all in range": eager's device-side assert (held while a replay's checks on
             # tensor data are pending: capture/device_checks.py)
