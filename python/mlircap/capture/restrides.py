@@ -26,6 +26,19 @@ _RESTRIDES = {"transpose_": "transpose", "t_": "t", "unsqueeze_": "unsqueeze", "
               "swapdims_": "swapdims", "swapaxes_": "swapaxes"}
 
 
+def _meta_result(func, args: tuple, kw: dict):
+    """`func(*args, **kw)`'s out-of-place result computed on meta tensors (its dtype, shape and
+    strides), or None where the op raises there."""
+    def meta(x):
+        if type(x) is torch.Tensor and x.layout == torch.strided:
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        return x
+    try:
+        return func(*tree_map(meta, args), **tree_map(meta, kw))
+    except Exception:  # noqa: BLE001
+        return None
+
+
 class _RestrideMixin:
     """For `_Recorder` (through `_GraphMixin`)."""
 
@@ -81,15 +94,7 @@ class _RestrideMixin:
         if use_count is None or use_count(t.untyped_storage()._cdata) > 2:
             return None
         kw = {k: v for k, v in kwargs.items() if k != "out"}
-
-        def meta(x):
-            if type(x) is torch.Tensor and x.layout == torch.strided:
-                return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
-            return x
-        try:
-            m = func(*tree_map(meta, args), **tree_map(meta, kw))
-        except Exception:
-            return None
+        m = _meta_result(func, args, kw)
         if not (type(m) is torch.Tensor and m.device.type == "meta" and m.dtype == t.dtype and
                 m.shape == t.shape and m.stride() == t.stride()):
             return None
@@ -109,15 +114,7 @@ class _RestrideMixin:
                 or t.numel() < 2:
             return None
         kw = {k: v for k, v in kwargs.items() if k != "out"}
-
-        def meta(x):
-            if type(x) is torch.Tensor and x.layout == torch.strided:
-                return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
-            return x
-        try:
-            m = func(*tree_map(meta, args), **tree_map(meta, kw))
-        except Exception:
-            return None
+        m = _meta_result(func, args, kw)
         if not (type(m) is torch.Tensor and m.device.type == "meta" and m.dtype == t.dtype and
                 m.shape == t.shape) or m.stride() == t.stride():
             return None
