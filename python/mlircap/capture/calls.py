@@ -23,7 +23,7 @@ from .classify import (
     _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _context_wrapper, _func_qualname, _reads_clock,
 )
 from .state_writers import _node_hook_call
-from .optim_calls import _averaged_model_update, _idempotent_call, _lr_scheduler_call, _optimizer_step
+from .optim_calls import _averaged_model_update, _grad_scaler_call, _idempotent_call, _lr_scheduler_call, _optimizer_step
 from .external_calls import _SCALAR_ARGS
 from .give_ups import learned_break, pass_through_codes
 from .grad_clips import clip_after_break
@@ -235,6 +235,13 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin, _CallGuardMixin):
             self._external_call(frame, f, args, kwargs, f"a custom autograd.Function "
                                 f"({getattr(cls, '__qualname__', '?')}.apply) on a tensor that requires grad", slot)
             return
+        if isinstance(f, torch.nn.Module) and _full_backward_hooks_apply(f, args, kwargs):
+            # m(x) with full backward hooks (register_full_backward_hook / _pre_hook): nn.Module's
+            # __call__ wraps its inputs and outputs in a BackwardHookFunction (a custom
+            # autograd.Function run in untraced code, whose backward calls the hooks), which no
+            # graph can hold: the call runs between graphs as it is (the hooks fire in backward)
+            self._external_call(frame, f, args, kwargs, f"{type(f).__name__} with full backward hooks", slot)
+            return
         kind = _call_kind(f)
         learned = learned_break(getattr(self.captured, "break_codes", None), f)
         if learned is not None:
@@ -250,7 +257,8 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin, _CallGuardMixin):
                 self.pass_codes = pass_through_codes(self.dirty, self.root_frame)
         recv = self._opaque_method(f, args)
         if recv is not None or kind == "safe" and (stateful_next(f, args, self.src) or _optimizer_step(f, args) or
-                                                   _lr_scheduler_call(f, args) or _averaged_model_update(f, args)):
+                                                   _lr_scheduler_call(f, args) or _averaged_model_update(f, args) or
+                                                   _grad_scaler_call(f, args)):
             kind = "external"
         if kind == "external" and recv is None and (_pure_ufunc_call(f, args, kwargs) or
                                    f is id and frame.f_code.co_filename == copy.__file__):
@@ -264,6 +272,14 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin, _CallGuardMixin):
             # copy.deepcopy(module): its parameters and buffers are reached through
             # __reduce_ex__'s state (C code): source the subtree, as for parameters()
             self._source_module_tree(args[0])
+        elif kind == "safe" and type(f) is types.FunctionType and _classify(f.__code__) == "opaque" and \
+                (mods := _module_args(args, kwargs)):
+            # a library function handed modules (torch.func.stack_module_state(models)) walks
+            # their parameters and buffers in code we do not trace: source their subtrees now,
+            # as for parameters(), so the tensors its recorded ops read are known and guarded
+            for m in mods:
+                if id(m) in self.src:
+                    self._source_module_tree(m)
         elif isinstance(so, torch.nn.Module) and getattr(f, "__name__", "") in _MODULE_WALKERS \
                 and id(so) in self.src:
             # parameters()/modules()/... run in torch code we do not trace: source the whole
@@ -445,3 +461,28 @@ def _namedtuple_class(f: Any) -> bool:
     new = getattr(new, "__func__", new)
     return type(new) is types.FunctionType and _classify(new.__code__) == "user" and \
         f.__init__ is tuple.__init__ and new.__code__.co_filename.startswith("<")
+
+
+def _module_args(args: list, kwargs: dict) -> list:
+    """The nn.Modules among a call's arguments, directly or as items of a list / tuple."""
+    out = []
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.nn.Module):
+            out.append(a)
+        elif type(a) in (list, tuple) and len(a) <= 256:
+            out.extend(x for x in a if isinstance(x, torch.nn.Module))
+    return out
+
+
+def _full_backward_hooks_apply(mod: torch.nn.Module, args: list, kwargs: dict) -> bool:
+    """Calling mod runs full backward hooks' BackwardHookFunction on its inputs or outputs:
+    hooks registered (on it or globally), grad mode on, and a tensor that requires grad among its
+    inputs or parameters."""
+    mm = torch.nn.modules.module
+    full = mod._backward_pre_hooks or mm._global_backward_pre_hooks or \
+        (mod._backward_hooks and mod._is_full_backward_hook) or \
+        (mm._global_backward_hooks and mm._global_is_full_backward_hook)
+    if not full or not torch.is_grad_enabled():
+        return False   # (old-style register_backward_hook alone: no BackwardHookFunction)
+    return any(isinstance(t, torch.Tensor) and t.requires_grad for t in tree_flatten((args, kwargs))[0]) or \
+        any(p.requires_grad for p in mod.parameters())

@@ -22,7 +22,10 @@ from .. import logs as _logs
 from ._bytecode import _instrs
 from .base import Unreplayable, _Canned, _Raised
 from .classify import _classify, _ffi, _no_new_epoch, _reads_clock
-from .optim_calls import _TREE_WALK, _lr_scheduler_optimizer, _module_zero_grad, _optimizer_owning_call, _optimizer_step
+from .optim_calls import (
+    _TREE_WALK, _ScalerState, _grad_scaler_owning_call, _lr_scheduler_optimizer, _module_zero_grad, _optimizer_owning_call,
+    _optimizer_step,
+)
 from .typeinfo import _mro_lookup
 from .frame_hook import _E
 from .functorch_calls import rebuilt_function
@@ -154,6 +157,8 @@ class _ExternalCallMixin:
                 own_state = [own.state, *own.state.values()]
                 self.keep.append(own_state)
                 self.own_state.update((id(o), o) for o in own_state)
+                if isinstance(own, _ScalerState):
+                    self._resnap(own.before + own.objects())
             elif not inert and not _no_new_epoch(f, args, kwargs):
                 self._new_epoch(k)
             res = _E.peek(fr, 0)
@@ -181,8 +186,14 @@ class _ExternalCallMixin:
         state (noted after the call) read later in the call gives up (sources._source), as no
         guard after the call would check it.  None: not such a call."""
         opt = _optimizer_owning_call(f, args, kwargs)
+        scaler = None
         if opt is None:
-            return self._module_grads_call(f, args, kwargs)
+            scaler = _grad_scaler_owning_call(f, args, kwargs)
+            if scaler is None:
+                return self._module_grads_call(f, args, kwargs)
+            opt = scaler.opt
+            if opt is None:
+                return scaler
         seen = (self.src, self.snaps, self.lazy, self.lazy_objs)
         if any(id(o) in m for o in [opt.state, *opt.state.values()] for m in seen):
             return None   # (read before it: guarded again after it, as after any such call)
@@ -196,7 +207,20 @@ class _ExternalCallMixin:
                      (self.const(_opt._global_optimizer_pre_hooks), _opt._global_optimizer_pre_hooks),
                      (self.const(_opt._global_optimizer_post_hooks), _opt._global_optimizer_post_hooks)):
             self.guard(Equals(f"len({e})", "the optimizer step hooks registered", len(d)), pos=0)
-        return opt
+        return opt if scaler is None else scaler
+
+    def _resnap(self, objs: list) -> None:
+        """After an own call that wrote Python state of its own object (a GradScaler's stage dicts,
+        its `_per_optimizer_states` set anew): their snapshots are taken again, so that the
+        recording's writes are the function's alone (the replayed call makes its own; diffed, the
+        new dict was no value the replay could name and capture gave up on the function), as
+        _new_epoch does after other calls.  Objects the function itself wrote keep theirs."""
+        written = {key[0] for key in self.dirty if type(key) is tuple} | self.stored.keys()
+        for o in objs:
+            sn = self.snaps.get(id(o))
+            if sn is not None and id(o) not in written:
+                del self.snaps[id(o)]
+                self._snap(o, sn[2], sn[3])
 
     def _module_grads_call(self, f: Any, args: list, kwargs: dict) -> Any:
         """`module.zero_grad()` writing its parameters' .grad alone (classify._module_zero_grad),
@@ -251,11 +275,17 @@ class _ExternalCallMixin:
         stays followed).  The function writing any of it before the call (`g["lr"] = ...`)
         runs eagerly: the replay applies writes at its end, so its step read the old values
         (once its guards after the step no longer made it run eagerly).  False: not such a call."""
-        if not _optimizer_step(f, args):
+        scaler = _grad_scaler_owning_call(f, args, kwargs)
+        if scaler is not None:
+            opt = scaler.opt   # (a GradScaler's unscale_ / step: the optimizer's param_groups, as its step)
+            if opt is None:
+                return True
+        elif not _optimizer_step(f, args):
             return False
-        opt = getattr(f, "__self__", None)
-        opt = _lr_scheduler_optimizer(f) if opt is None else opt
-        opt = args[0] if opt is None else opt
+        else:
+            opt = getattr(f, "__self__", None)
+            opt = _lr_scheduler_optimizer(f) if opt is None else opt
+            opt = args[0] if opt is None else opt
         if not isinstance(opt, torch.optim.Optimizer):
             # (nn.Module's zero_grad / requires_grad_: the former reads the parameters' .grad alone)
             return _module_zero_grad(f, args, kwargs) is not None
@@ -266,7 +296,7 @@ class _ExternalCallMixin:
             self.unreplayable = self.unreplayable or \
                 f"{type(opt).__name__}.{f.__name__} reads the optimizer's param_groups or attributes the " \
                 f"function wrote before it (a replay writes them at its end)"
-        if _optimizer_owning_call(f, args, kwargs) is None:
+        if scaler is None and _optimizer_owning_call(f, args, kwargs) is None:
             return False
         self.touch_deep(objs[1:])   # (not the optimizer's attributes: its state, read here, is its own)
         return True

@@ -50,6 +50,88 @@ def _averaged_model_update(f: object, args: list) -> bool:
         and getattr(type(so), "update_parameters", None) is AveragedModel.update_parameters
 
 
+def _grad_scaler_call(f: object, args: list) -> bool:
+    """`scaler.unscale_(opt)` / `scaler.step(opt)` / `scaler.update()` / `scaler.get_scale()` of a
+    torch.amp.GradScaler (torch's own methods, bound or with the scaler first): library code that
+    reads and writes the scaler's own state (its per-optimizer stages, `_scale`, the growth tracker)
+    and the optimizer's gradients in place, whose inf check is read as a number (`.item()`) to decide
+    whether the optimizer steps.  Run at replay as it is, once per call, as an optimizer's step
+    (recorded op by op, capture gave up on the whole function: the optimizer's state, its stage
+    dict written in untraced code, a data-dependent `.item()`)."""
+    from torch.amp.grad_scaler import GradScaler
+
+    fn = getattr(f, "__func__", f)
+    name = getattr(fn, "__name__", None)
+    if name not in _GRAD_SCALER_CALLS:
+        return False
+    so = getattr(f, "__self__", None)
+    if so is None and args:
+        so = args[0]
+    return isinstance(so, GradScaler) and getattr(GradScaler, name, None) is fn and getattr(type(so), name, None) is fn
+
+
+_GRAD_SCALER_CALLS = ("unscale_", "step", "update", "get_scale")
+
+
+def _grad_scaler_owning_call(f: object, args: list, kwargs: dict) -> _ScalerState | None:
+    """The state of a GradScaler call (_grad_scaler_call) that writes no state of the program but
+    the scaler's own (its per-optimizer stage dicts), its optimizer's (a step: `opt.step()`, where
+    that is an optimizer step writing its own state alone, _optimizer_owning_call) and tensors in
+    place (the gradients, the parameters, the scale and its growth tracker): `unscale_(opt)` /
+    `step(opt)` of a torch.optim optimizer without custom scale handling
+    (`_step_supports_amp_scaling`: its step gets the scaler's tensors as attributes set on it),
+    `update()` without a new scale, `get_scale()`.  As after an optimizer's step, what the program
+    read before it needs no guard again after it.  None: not such a call."""
+    if kwargs or not _grad_scaler_call(f, args):
+        return None
+    so = getattr(f, "__self__", None)
+    if so is None:
+        so, args = args[0], args[1:]
+    name = getattr(f, "__func__", f).__name__
+    if name in ("update", "get_scale"):
+        return None if args else _ScalerState(so, None, False)
+    if len(args) != 1 or not isinstance(args[0], torch.optim.Optimizer) or \
+            getattr(args[0], "_step_supports_amp_scaling", False):
+        return None
+    opt = args[0]
+    if name == "step" and so._enabled is not True and not so._enabled:
+        return None   # (a disabled scaler calls opt.step() as it is: its own rule)
+    if name == "step" and _optimizer_owning_call(opt.step, [], {}) is not opt:
+        return None
+    return _ScalerState(so, opt, name == "step")
+
+
+class _ScalerState:
+    """The own state of a GradScaler call (_grad_scaler_owning_call): `state` (read after the
+    call) holds the scaler's per-optimizer dicts and, for a step, its optimizer's state, which
+    the recording may not read after the call (sources._source gives up there); `opt` the
+    optimizer whose step hooks are guarded to stay none (its step: the optimizer's own rule)."""
+
+    def __init__(self, scaler: object, opt: torch.optim.Optimizer | None, steps: bool) -> None:
+        self.scaler, self.opt, self.steps = scaler, opt, steps
+        self.before = self.objects()
+
+    def objects(self) -> list:
+        """The scaler and the dicts of its attributes (the per-optimizer stage dicts in them):
+        what the call writes of the scaler's Python state (update() sets a new dict)."""
+        objs, work = [self.scaler], [self.scaler.__dict__]
+        while work:
+            d = work.pop()
+            for v in d.values():
+                if isinstance(v, dict) and len(objs) < 256:
+                    objs.append(v)
+                    work.append(v)
+        return objs
+
+    @property
+    def state(self) -> dict:
+        per = self.scaler.__dict__.get("_per_optimizer_states", {})
+        objs = [per, *per.values()]
+        if self.steps:
+            objs += [self.opt.state, *self.opt.state.values()]
+        return dict(enumerate(objs))
+
+
 _MODULE_GRAD_CALLS = (torch.nn.Module.zero_grad, torch.nn.Module.requires_grad_)
 _LR_SCHEDULER_FILE = os.path.join(_TORCH_DIR, "optim", "lr_scheduler.py")
 
