@@ -148,6 +148,12 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin, _CallGuardMixin):
         _E.poke(frame, slot, _Canned(f(*args)))
         return True
 
+    def _cv_changed(self) -> bool:
+        """A ContextVar the function set that holds another value than at the call's start: a
+        replay sets it at its end (side_effects.writes), so a callee run eagerly before that
+        would read the old value (a learned callee reading it gave eager's x * 1 for x * 2)."""
+        return any(cv.get(_MISSING) is not old for cv, old in self.cv_snap.items())
+
     def _on_call(self, frame: types.FrameType, f: Any, args: list, kwargs: dict, slot: int | None = None) -> None:
         if slot is not None and f is _IS_COMPILING:
             # A recording is a compilation: code the tracer follows (the user's, and
@@ -249,7 +255,7 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin, _CallGuardMixin):
             # graphs (give_ups.py); what the function wrote before it, the replay writes at its
             # end, after the callee read it
             kind = "external"
-            if (self.dirty or self.flow_stores) and not self.unreplayable:
+            if (self.dirty or self.flow_stores or self._cv_changed()) and not self.unreplayable:
                 # (the callers up to this frame would read those writes so too: none is learned)
                 self.unreplayable = f"the function wrote state before a call into {_callee_name(f)}, " \
                                     f"which it runs eagerly (a replay writes at its end)"
