@@ -306,6 +306,13 @@ class _ReadMixin(_CounterMixin):
             if type(d) is dict:
                 self.guard(NoKey(self.const(d), pretty, name), group=(d,))
         self._class_guard(cls, name, raw, f"type({pretty}).{name}")
+        if type(raw) is property and type(raw.fget) is types.FunctionType and raw.fget.__closure__ and \
+                id(raw.fget) not in self.src and _classify(raw.fget.__code__) == "user":
+            # a getter made by a factory (nn.utils.parametrize's get_parametrized, a closure over
+            # its module and name): sourced through the guarded property (a property's fget is
+            # read-only), so the cells it reads are external state the recording guards (the
+            # module in its closure is the one it was made for: a deep copy's is the original's)
+            self._source(raw.fget, f"{self.const(raw)}.fget", f"type({pretty}).{name}.fget", False)
 
     def _class_guard(self, cls: type, name: str, raw: object, pretty: str) -> None:
         """Guard what `name` resolves to on `cls` (the raw MRO entry, or its absence)."""

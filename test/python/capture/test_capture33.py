@@ -9,6 +9,7 @@
    is called through a BackwardHookFunction (a custom autograd.Function run in nn.Module's
    untraced __call__): its recorded ops gave up on the whole function.  Such a call now runs between
    graphs as it is (its hooks fire in backward as eager's).
+3. nn.utils.parametrize under P.cached() on a deep-copied module (see its test).
 
 Each test compares results, parameters, gradients and module state with eager after every call,
 with inputs and state changing between calls (guards)."""
@@ -18,6 +19,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.nn.utils.parametrize as P
 from torch.func import functional_call, stack_module_state, vmap
 
 import mlircap
@@ -172,4 +174,65 @@ def test_full_backward_hook_without_grad_is_captured_whole():
             x = torch.randn(2, 4)
             assert torch.equal(ref(x), fast(x)), i
     c = _no_give_up(fast, "eager")
+    assert all(v.breaks == [] for v in c.variants), [v.breaks for v in c.variants]
+
+
+class Symmetric(nn.Module):
+    def forward(self, X):
+        return X.triu() + X.triu(1).transpose(-1, -2)
+
+
+class Scale(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.s = nn.Parameter(torch.tensor(2.0))
+
+    def forward(self, X):
+        return X * self.s
+
+    def right_inverse(self, X):
+        return X / self.s
+
+
+class CachedTwice(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(3, 3)
+        P.register_parametrization(self.l, "weight", Symmetric())
+        P.register_parametrization(self.l, "bias", Scale())
+
+    def forward(self, x):
+        with P.cached():
+            y = self.l(self.l(x).relu())
+        return y, self.l.weight.diagonal()
+
+
+@pytest.mark.parametrize("how", COMPILERS)
+def test_parametrize_cached_on_deep_copied_module(how):
+    """3. parametrize's property getter is a closure over the module it was made for: a deep
+    copy's class property still closes over the original module, whose id() is parametrize's
+    cache key under P.cached().  That module had no source: id(module) was an uncapturable call
+    ('module created during the call') and capture gave up on the whole function.  The getter is
+    now sourced through its (guarded) property, so its cells are guarded external state."""
+    torch.manual_seed(0)
+    orig = CachedTwice()
+    ref, m = copy.deepcopy(orig), copy.deepcopy(orig)
+    assert type(ref.l) is type(orig.l)   # (the copies share the parametrized class)
+    fast = COMPILERS[how](m)
+    for i in range(5):
+        if i == 2:
+            for mod in (ref, m):
+                with torch.no_grad():
+                    mod.l.parametrizations.weight.original.mul_(-1.5)
+        if i == 3:
+            for mod in (ref, m):
+                with torch.no_grad():
+                    mod.l.bias = torch.full((3,), 0.25)   # through Scale.right_inverse
+        x = torch.randn(2, 3)
+        want, got = ref(x), fast(x)
+        for a, b in zip(want, got):
+            assert torch.allclose(a, b, atol=1e-6), i
+        assert P._cache == {} and not P._cache_enabled, i
+        _same_state(ref, m, i)
+    c = _no_give_up(fast, how)
     assert all(v.breaks == [] for v in c.variants), [v.breaks for v in c.variants]
