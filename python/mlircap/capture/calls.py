@@ -25,7 +25,7 @@ from .classify import (
 from .state_writers import _node_hook_call
 from .optim_calls import _averaged_model_update, _grad_scaler_call, _idempotent_call, _lr_scheduler_call, _optimizer_step
 from .external_calls import _SCALAR_ARGS
-from .give_ups import learned_break, pass_through_codes
+from .give_ups import compiling_answer, learned_break, pass_through_codes
 from .grad_clips import clip_after_break
 from .iterators import stateful_next
 from .special_calls import _TENSOR_DEEPCOPY, _SpecialCallMixin
@@ -164,8 +164,8 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin, _CallGuardMixin):
             # as eager answers it (False) where eager can take the fast path (no grad needed):
             # there True meant the slow path, whose padded positions are not the fast path's
             # zeros (see _HAS_TORCH_FUNCTION below)
-            _E.poke(frame, slot, _Canned(frame.f_code.co_filename != _TRANSFORMER_FILE or
-                                         not _transformer_fast_path_possible(frame)))
+            _E.poke(frame, slot, _Canned((frame.f_code.co_filename != _TRANSFORMER_FILE or
+                                          not _transformer_fast_path_possible(frame)) and compiling_answer(self, frame)))
             return
         if slot is not None and f is _HAS_TORCH_FUNCTION and frame.f_code.co_filename in _FAST_PATH_FILES and \
                 len(args) == 1 and not kwargs and isinstance(args[0], (tuple, list)):

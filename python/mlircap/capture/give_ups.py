@@ -113,6 +113,56 @@ def learned_break(learned: dict, f: Any) -> str | None:
     return None
 
 
+# codes learned per captured function where torch.compiler.is_compiling() gets eager's answer
+MAX_EAGER_ANSWERS = 2
+
+
+def compiling_answer(rec: Any, frame: types.FrameType) -> bool:
+    """The answer a recording gives traced code asking torch.compiler.is_compiling() (the frame
+    `frame` asks): True, as under torch.compile (transformers keeps data-dependent checks out of
+    compiled graphs there), noting the frames running then (`rec.compiling_frames`); False, eager's
+    answer, where a frame on the stack runs a code learned (`eager_compiling_codes`): a recording
+    gave up on the path True selected there (`compiling_give_up`)."""
+    learned = getattr(rec.captured, "eager_compiling_codes", None)
+    f = frame
+    while f is not None and f is not rec.root_frame:
+        if learned and f.f_code in learned:
+            return False
+        rec.compiling_frames[id(f)] = f.f_code
+        f = f.f_back
+    return True
+
+
+def compiling_give_up(rec: Any) -> types.CodeType | None:
+    """At the moment a recording gives up (called from inside the recorder): the code of the
+    innermost traced frame below the captured frame, where that frame was running when traced
+    code was answered True by is_compiling() (compiling_answer): the path that answer selected
+    there (an associative_scan handed to torch code, where eager runs a Python loop) is what
+    capture gave up in, in its own code or in library code it called (a traced function that
+    library calls, the scan's combine_fn, is passed over for the frame that called the library).
+    A later recording answers False (eager's answer) in that code.  None: no such frame (it gave
+    up in a traced callee of the frame that asked: a module's forward below a model's)."""
+    if not rec.compiling_frames or rec.root_frame is None:
+        return None
+    chain, f = [], sys._getframe(1)
+    while f is not None and f is not rec.root_frame:
+        chain.append(f)
+        f = f.f_back
+    traced = [_classify(fr.f_code) == "user" for fr in chain]
+    i = next((k for k, t in enumerate(traced) if t), len(chain))
+    while i < len(chain):
+        if rec.compiling_frames.get(id(chain[i])) is chain[i].f_code:
+            return chain[i].f_code
+        j, via_library = i + 1, False
+        while j < len(chain) and not traced[j]:
+            via_library = via_library or not _machinery(chain[j].f_code)
+            j += 1
+        if not via_library:
+            return None   # (called by traced code directly, or through a module's __call__)
+        i = j
+    return None
+
+
 class WriteSet(set):
     """The recorder's external writes (`dirty`: (id(obj), key)), remembering the frames that
     were running at the first one (innermost first), for `pass_through_codes`."""

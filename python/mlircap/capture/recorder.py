@@ -25,7 +25,7 @@ from .graph import _GraphMixin
 from .np_interop import _NumpyMixin
 from .tracer import _TracerMixin
 from .resumes import ResumePoint, _ResumeMixin
-from .give_ups import WriteSet, failing_callee
+from .give_ups import WriteSet, compiling_give_up, failing_callee
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import _Captured
@@ -165,6 +165,8 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         self.relearn = False   # gave up on a state writer now known: the next call records again
         self.unreplayable_loc: str | None = None   # the user's file:line where capture gave up
         self.give_up_callee: types.CodeType | None = None   # the callee it gave up in (give_ups.py)
+        self.compiling_frames: dict[int, types.CodeType] = {}   # frames is_compiling() answered True (give_ups.py)
+        self.compiling_code: types.CodeType | None = None   # one of them still running where it gave up
         self.return_loc: str | None = None   # the file:line the captured function returned from
         self.breaks: list[tuple[str, str]] = []   # (reason, location), one per place the graphs split
         self.leading_breaks = 0   # of those, the ones before any graph operation (splitting nothing)
@@ -241,6 +243,7 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
             try:
                 self.unreplayable_loc = self._give_up_location()
                 self.give_up_callee = failing_callee(self.root_frame, self.code)
+                self.compiling_code = compiling_give_up(self)
             except Exception:  # pragma: no cover
                 self.unreplayable_loc = "<unknown>"
 

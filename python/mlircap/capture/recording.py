@@ -16,7 +16,7 @@ from .autocast import autocast_state
 from .base import PY312, Unreplayable, _strict_error
 from .frame_hook import _RECORD_LOCK, _REC_TLS, _call_bound
 from .dispatch_args import _callers_level, _hook_acquire, _hook_release, _restore_profile
-from .give_ups import MAX_LEARNED
+from .give_ups import MAX_EAGER_ANSWERS, MAX_LEARNED
 from .torch_calls import _Mode
 from .recorder import _Recorder
 from .replay import _EagerVariant, _GraphVariant, _SkipFrameVariant
@@ -148,6 +148,14 @@ class _RecordingMixin:
         learned before: from the next call on, recordings break the graph at calls into it
         and run it eagerly, instead of the frame running eagerly with each level of its
         callees recording again on a later call.  True: learned (this call ran for real)."""
+        eager = self.__dict__.setdefault("eager_compiling_codes", set())
+        if rec.compiling_code is not None and rec.compiling_code not in eager and len(eager) < MAX_EAGER_ANSWERS \
+                and rec.unreplayable:
+            # (first: is_compiling() answered as eager answers it there, the path eager takes)
+            eager.add(rec.compiling_code)
+            _logs.log("fallback", f"{self._where()}: capture gave up below {rec.compiling_code.co_name}, which "
+                                  f"asked is_compiling(): {why}; recording again with eager's answer there")
+            return True
         code = rec.give_up_callee
         if code is None or code in self.break_codes or len(self.break_codes) >= MAX_LEARNED or \
                 not rec.unreplayable:

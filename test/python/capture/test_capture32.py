@@ -160,3 +160,72 @@ def test_context_var_set_before_a_learned_callee(fn):
     st = c._mlircap_capture.stats
     if fn is _sets_and_resets_before:   # (back to its value before the callee: compiled around it)
         assert st.replays >= 2, vars(st)
+
+
+# torch.compiler.is_compiling() is answered True in traced code (as under torch.compile); where the
+# path that answer selects is one capture gives up on (transformers' Mamba scan handed to torch's
+# associative_scan: bench/modules12.py hf_jamba_mamba_attention_moe_slow_path ran eagerly), the next
+# recording answers False (eager's answer) in the frame that asked (give_ups.compiling_answer).
+def _scan(x):
+    w = 0.5 ** torch.arange(x.shape[0], dtype=x.dtype)
+    if torch.compiler.is_compiling():
+        globals()   # (a path capture gives up on, computing what eager's loop computes)
+        return torch.stack([(x[:i + 1] * w[:i + 1].flip(0)[:, None]).sum(0) for i in range(x.shape[0])])
+    out = [x[0]]
+    for i in range(1, x.shape[0]):
+        out.append(out[-1] * w[1] + x[i])
+    return torch.stack(out)
+
+
+class ScanNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.register_buffer("seen", torch.zeros(()))
+
+    def forward(self, x):
+        self.seen += x.shape[0]
+        return _scan(self.proj(x)).tanh()
+
+
+def test_is_compiling_answered_as_eager_where_its_path_gave_up():
+    torch.manual_seed(0)
+    ref = ScanNet()
+    m = copy.deepcopy(ref)
+    c = capture(m, EAGER)
+    for i in range(5):
+        x = torch.randn(5, 4)
+        with warnings.catch_warnings(record=True) as wl:
+            warnings.simplefilter("always")
+            rc = c(x)
+        assert not [w for w in wl if "capture gave up" in str(w.message)], [str(w.message) for w in wl]
+        assert torch.allclose(ref(x), rc, atol=1e-6), i
+        assert _eq(ref.seen, m.seen), i
+    cap = c._mlircap_capture
+    assert cap.stats.eager_calls == 0 and cap.stats.replays >= 3, vars(cap.stats)
+    assert [k.co_name for k in cap.eager_compiling_codes] == ["_scan"] and not cap.break_codes
+
+
+def _gives_up(x):
+    globals()
+    return x * 2
+
+
+def _asks_then_calls(x):
+    if torch.compiler.is_compiling():
+        x = x + 0.0
+    return _gives_up(x.sin()) + 1
+
+
+def test_is_compiling_keeps_its_answer_where_a_callee_gave_up():
+    # the frame that asked is not where capture gave up (a traced callee of it): the callee is
+    # broken around as before, the answer stays True
+    c = capture(_asks_then_calls, EAGER)
+    for i in range(4):
+        x = torch.randn(3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert _eq(c(x), _asks_then_calls(x)), i
+    cap = c._mlircap_capture
+    assert not cap.__dict__.get("eager_compiling_codes")
+    assert [k.co_name for k in cap.break_codes] == ["_gives_up"] and cap.stats.replays >= 2, vars(cap.stats)
