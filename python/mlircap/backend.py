@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import config, layouts, logs
+from . import config, layouts, logs, unsigned_bits
 from .frontend import FrontendError, decomposition_table, eager_kernels_for_islands, import_fx
 from .fxutil import leaves, op_name
 
@@ -65,6 +65,9 @@ class CompiledGraph:
     _recorded: int = 0
     # uint8 computed as int32 (widen.py): which inputs to convert, which outputs to convert back
     _widened: tuple | None = None
+    # uint16/32/64 held as the signed dtype of their width (unsigned_bits.py): the dtype
+    # each input is viewed as, the unsigned dtype each output is viewed back as
+    _held: tuple | None = None
     # inputs compiled in their memory order (layouts.py): (input index, permutation), ...
     _permuted: tuple = ()
     # outputs that are views of another output in eager, remade as such (_output_views),
@@ -112,6 +115,7 @@ class CompiledGraph:
         try:
             ins = args if not self._permuted else layouts.take_physical(args, self._permuted)
             ins = ins if self._widened is None else _widen_inputs(ins, self._widened[0])
+            ins = ins if self._held is None else unsigned_bits.view_inputs(ins, self._held[0])
             if not _grad_enabled():   # aot_autograd already runs forwards under no_grad
                 res = exe(*ins)
             else:   # autograd, if any, is aot_autograd's job outside this graph: torch.no_grad()
@@ -122,6 +126,8 @@ class CompiledGraph:
                     _set_grad_enabled(True)
             if self._widened is not None:
                 res = _narrow_outputs(res, self._widened[1])
+            if self._held is not None:
+                res = unsigned_bits.view_outputs(res, self._held[1])
             if self._views:
                 res = _as_views(res, self._views)
             return res if not self._shared else _share_memory(res, self._shared)
@@ -436,22 +442,24 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, options: Options, re
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():
-        from .opmath import compute_in_float32, gpu_computes_in_float32
+        from .opmath import compute_in_float32, overflowing_number
         from .widen import widen_uint8
 
         # bf16/f16 ops round once, as eager's do (opmath.py); the fallback
         # (graph.gm) stays the captured graph
-        # (GPU: ops lowered in more than one rounding step, and ops with a Python number past
-        # the low dtype's range, read in float32 as eager's CUDA kernels read it:
-        # opmath.gpu_computes_in_float32)
+        # (GPU: only ops with a Python number past the low dtype's range, read in float32
+        # as eager's CUDA kernels read it, opmath.overflowing_number)
         target = (compute_in_float32(gm) if device == "cpu" else
-                  compute_in_float32(gm, only=gpu_computes_in_float32, rounded_numbers=False)) or gm
+                  compute_in_float32(gm, only=overflowing_number, rounded_numbers=False)) or gm
         from .intmath import narrow_int_conversions   # float -> int8 / int16 through int32, as
 
         narrow_int_conversions(target)   # eager converts (in place: the fallback means the same)
         physical = layouts.physical_inputs(target) if layouts.enabled(device) else None
         if physical is not None:
             target = physical[0]
+        held = unsigned_bits.hold_signed(target)
+        if held is not None:   # uint64 / uint32 / uint16: the same bits as a signed dtype
+            target = held[0]
         widened = widen_uint8(target)
         if widened is None:
             result = _compile_graph(graph, target, device, options, raise_unsupported, fallback=gm)
@@ -461,6 +469,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, options: Options, re
                 graph._widened = widened[1:]
         if physical is not None and graph.executable is not gm:
             graph._permuted = physical[1]
+        if held is not None and graph.executable is not gm:
+            graph._held = held[1:]
     if registry is not None:
         registry.append(graph)
     return result

@@ -403,6 +403,9 @@ def _build_table() -> dict:
     from .distances import pdist_forward
 
     table[aten._pdist_forward.default] = pdist_forward   # torch-mlir cannot lower it
+    from .unsigned_bits import hash_tensor
+
+    table[aten.hash_tensor.default] = hash_tensor   # a uint64 result: held as int64 (unsigned_bits.py)
     table[aten.take.default] = _take_by_index       # a 0-d index: torch's decomposition reads it as a number
     table[aten.resize.default] = _resize_contiguous   # resize_as_: torch-mlir cannot lower it
     table[aten.repeat_interleave.Tensor] = _repeat_indices   # output_size=: torch-mlir cannot lower it
@@ -1503,7 +1506,8 @@ _UINT8_DECOMPOSABLE = {f"aten::{n}" for n in (
     "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
     "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "logspace", "max_pool2d_with_indices",
     "max_pool3d_with_indices", "searchsorted", "cummax", "cummin", "diagonal_scatter", "as_strided_scatter",
-    "masked_scatter", "nonzero_static", "isin", "resize", "resize_as", "aminmax")}
+    "masked_scatter", "nonzero_static", "isin", "resize", "resize_as", "aminmax",
+    "hash_tensor")}   # (hash_tensor converts to int64 first: unsigned_bits.py)
 
 
 @dataclass

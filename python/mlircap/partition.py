@@ -41,6 +41,7 @@ from .constfold import CONST_LIMIT, constant_node, fill_node, is_uniform, real_l
 from .fxutil import leaves as _leaves
 from .fxutil import op_name
 from .complex_pairs import BOUNDARY, FFT_OPS
+from . import unsigned_bits
 from .widen import uint8_computable
 
 aten = torch.ops.aten
@@ -474,6 +475,8 @@ def _eager_reason(node: fx.Node, from_input: set[fx.Node]) -> str | None:
             return f"layout {str(v.layout).replace('torch.', '')}"
         if v.dtype == torch.uint8 and uint8_computable(node):
             continue   # computed as int32 and wrapped (widen.py)
+        if v.dtype in unsigned_bits.SIGNED and unsigned_bits.moves_bits(node):
+            continue   # bits held as the signed dtype of their width (unsigned_bits.py)
         if v.dtype not in SUPPORTED_DTYPES:
             return f"dtype {str(v.dtype).replace('torch.', '')}"
     return None
