@@ -442,15 +442,16 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, options: Options, re
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():
-        from .opmath import compute_in_float32, overflowing_number
+        from .opmath import compute_in_float32, gpu_computes_in_float32
         from .widen import widen_uint8
 
         # bf16/f16 ops round once, as eager's do (opmath.py); the fallback
         # (graph.gm) stays the captured graph
-        # (GPU: only ops with a Python number past the low dtype's range, read in float32
-        # as eager's CUDA kernels read it, opmath.overflowing_number)
+        # (GPU: ops lowered in more than one rounding step, and ops with a Python number past
+        # the low dtype's range, read in float32 as eager's CUDA kernels read it:
+        # opmath.gpu_computes_in_float32)
         target = (compute_in_float32(gm) if device == "cpu" else
-                  compute_in_float32(gm, only=overflowing_number, rounded_numbers=False)) or gm
+                  compute_in_float32(gm, only=gpu_computes_in_float32, rounded_numbers=False)) or gm
         from .intmath import narrow_int_conversions   # float -> int8 / int16 through int32, as
 
         narrow_int_conversions(target)   # eager converts (in place: the fallback means the same)
