@@ -6,7 +6,18 @@ compiled forward returned it as a graph output: a transpose kernel writing a cop
 weight on every training call (PointNet's 4096x128 fc weight: 1.5 ms a call on this host,
 eager saves the weight itself). `partition` saves the input instead (the graph returns its
 own input: no copy) and makes the backward take the view of it again, where the backward's
-`permute(permute(w))` folds away."""
+`permute(permute(w))` folds away.
+
+The default partitioner also copies into the backward every node of the joint graph it is not
+told is the forward's whose inputs the backward has, and its dead-code elimination keeps random
+ops and asserts: a forward draw that only feeds a write to an input (`x0.bernoulli_(0.5)`,
+functionalized into bernoulli.p and a copy_ at the graph's end) ran again in the backward, its
+result unused, drawing from torch's generator a second time, and the backward saved the
+draw's operand (the input itself) for it; the input's later version bumps then failed the
+backward's saved-tensor check ("modified by an inplace operation", edges --grad seed 629,
+where eager's backward reads nothing of that input). `drop_duplicate_effects` removes such
+copies: unused random ops and asserts of the backward that the forward runs too, and the saved
+values only they read."""
 from __future__ import annotations
 
 from typing import Any
@@ -29,11 +40,52 @@ def partition(joint_module: fx.GraphModule, joint_inputs: Any, *, num_fwd_output
 
     fw, bw = default_partition(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kwargs)
     try:
+        drop_duplicate_effects(fw, bw, num_fwd_outputs)
         save_inputs_not_views(fw, bw, num_fwd_outputs)
     except Exception:   # (graphs left half rewritten: partitioned again, as torch partitions them)
         fw, bw = default_partition(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kwargs)
     fw.meta["mlircap_num_fwd_outputs"] = num_fwd_outputs   # the rest is saved for the backward
     return fw, bw
+
+
+_ASSERTS = {_aten._assert_async.default, _aten._assert_async.msg, _aten._assert_scalar.default}
+
+
+def drop_duplicate_effects(fw: fx.GraphModule, bw: fx.GraphModule, num_fwd_outputs: int) -> int:
+    """Removes the backward's unused random ops and asserts that are copies of forward nodes
+    (the same name: both graphs copy the joint graph's nodes), then the backward's code and
+    saved tensors (forward outputs past `num_fwd_outputs`, backward placeholders of the same
+    name) that only they read. Returns how many nodes were removed."""
+    fw_names = {n.name for n in fw.graph.nodes if n.op == "call_function"}
+    dropped = 0
+    for n in reversed(list(bw.graph.nodes)):
+        if n.op != "call_function" or n.users or n.name not in fw_names:
+            continue
+        random = n.is_impure() and not n.is_impure(impure_random=False)
+        if random or n.target in _ASSERTS:
+            bw.graph.erase_node(n)
+            dropped += 1
+    if not dropped:
+        return 0
+    bw.graph.eliminate_dead_code()
+    fw_out = next(iter(fw.graph.find_nodes(op="output")))
+    outs = list(fw_out.args[0])
+    unused = {n.name: n for n in bw.graph.find_nodes(op="placeholder") if not n.users}
+    keep = outs[:num_fwd_outputs]
+    for node in outs[num_fwd_outputs:]:
+        ph = unused.get(node.name) if isinstance(node, fx.Node) else None
+        if ph is not None and isinstance(node.meta.get("val"), torch.Tensor) and \
+                isinstance(ph.meta.get("val"), torch.Tensor):
+            bw.graph.erase_node(ph)
+        else:
+            keep.append(node)
+    fw_out.args = (tuple(keep), *fw_out.args[1:])
+    fw.graph.eliminate_dead_code()
+    fw.graph.lint()
+    bw.graph.lint()
+    fw.recompile()
+    bw.recompile()
+    return dropped
 
 
 def _view_chain(node: fx.Node, inputs: set) -> list[fx.Node] | None:
