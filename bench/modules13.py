@@ -7,15 +7,15 @@ hessian-vector products), model ensembles (torch.func.stack_module_state + vmap 
 base model, one or many minibatches), meta-learning inner loops (MAML with create_graph=True,
 ANIL, Reptile, MAML with torch.func.grad), DP-SGD per-sample clipping, nn.utils.parametrize on
 deep-copied modules (custom parametrizations, several on one tensor, right_inverse assignments,
-orthogonal / weight_norm / spectral_norm), tensor_split by a tensor of indices or sections,
-module hooks that change values (forward / forward-pre / full backward / backward-pre hooks,
-Tensor.register_hook), and torch.utils.checkpoint (non-reentrant, checkpoint_sequential, with
-dropout's RNG preserved).
+orthogonal / weight_norm / spectral_norm); bench/modules13_state.py adds tensor_split by a
+tensor of indices or sections, module hooks that change values (forward / forward-pre / full
+backward / backward-pre hooks, Tensor.register_hook, per-sample gradients by hooks),
+torch.utils.checkpoint (non-reentrant, checkpoint_sequential, with dropout's RNG preserved) and
+more module-state idioms.
 """
 from __future__ import annotations
 
 import copy
-import functools
 
 import torch
 import torch.nn as nn
@@ -24,7 +24,6 @@ import torch.nn.utils.parametrize as P
 from corpus_cases import I, R, grad_ctx, registrars, run
 from torch.func import (functional_call, grad, grad_and_value, hessian, jacfwd, jacrev, jvp, stack_module_state,
                         vjp, vmap)
-from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
 CASES = []   # (name, factory, inputs, train, extra)
 case, fn_case = registrars(CASES)
@@ -433,154 +432,10 @@ class ParamRemove(nn.Module):
 case("parametrize_cached_and_functional_call_override", lambda: (R(2, 3),))(lambda: ParamRemove())
 
 
-# ============================================================================ tensor_split
-@fn_case("tensor_split_tensor_of_indices", lambda: (R(9, 3), torch.tensor([2, 5, 5])))
-def _ts_idx(x, idx):
-    return [t.sum(0) for t in torch.tensor_split(x, idx)]
+# the hooks, checkpoint, tensor_split and module-state cases: bench/modules13_state.py (same CASES list)
+import modules13_state  # noqa: E402
 
-
-@fn_case("tensor_split_zero_dim_tensor_sections_dim1", lambda i=0: (R(2, 7 + i), torch.tensor(3)))
-def _ts_sec(x, n):
-    return torch.stack([c.mean(1) for c in x.tensor_split(n, dim=1)], 1)
-
-
-@fn_case("tensor_split_indices_from_cumsum_lengths", lambda: (R(10, 2), torch.tensor([3, 1, 4, 2])))
-def _ts_cumsum(x, lengths):
-    parts = torch.tensor_split(x, lengths.cumsum(0)[:-1])
-    return torch.stack([p.max(0).values for p in parts]), len(parts)
-
-
-@fn_case("split_by_lengths_tolist_pad_sequence", lambda: (R(10, 2), torch.tensor([3, 1, 4, 2])))
-def _split_tolist(x, lengths):
-    parts = torch.split(x, lengths.tolist())
-    return nn.utils.rnn.pad_sequence(list(parts), batch_first=True)
-
-
-# ============================================================================ hooks
-class ForwardHookScale(nn.Module):
-    """A forward hook replacing a layer's output (activation clamp), a forward pre-hook with
-    kwargs rewriting an input, a hook that records each block's output mean in a dict."""
-
-    def __init__(self):
-        super().__init__()
-        self.a, self.b = nn.Linear(4, 6), nn.Linear(6, 2)
-        self.stats = {}
-        self.a.register_forward_hook(lambda m, inp, out: out.clamp(-0.5, 0.5))
-        self.b.register_forward_pre_hook(lambda m, args, kw: ((args[0] * 2,), kw), with_kwargs=True)
-        for n, mod in (("a", self.a), ("b", self.b)):
-            mod.register_forward_hook(functools.partial(self._record, n))   # (a deep copy's hook is the copy's)
-
-    def _record(self, name, m, inp, out):
-        self.stats[name] = out.detach().mean()
-
-    def forward(self, x):
-        return self.b(F.relu(self.a(x))), dict(self.stats)
-
-
-case("forward_hook_replace_output_pre_hook_kwargs_stats", lambda: (R(3, 4),))(lambda: ForwardHookScale())
-
-
-class BackwardHooks(nn.Module):
-    """A full backward hook scaling grad_input, a backward pre-hook clipping grad_output,
-    Tensor.register_hook on an activation; a training step inside forward."""
-
-    def __init__(self):
-        super().__init__()
-        self.a, self.b = nn.Linear(4, 6), nn.Linear(6, 1)
-        self.a.register_full_backward_hook(lambda m, gi, go: tuple(g * 0.5 if g is not None else None for g in gi))
-        self.b.register_full_backward_pre_hook(lambda m, go: (go[0].clamp(-0.1, 0.1),))
-
-    def forward(self, x, y):
-        x = x.requires_grad_(True)
-        h = torch.tanh(self.a(x))
-        h.register_hook(lambda g: g / (g.norm() + 1e-3))
-        loss = F.mse_loss(self.b(h), y)
-        self.zero_grad()
-        loss.backward()
-        return loss.detach(), x.grad
-
-
-case("full_backward_hook_pre_hook_tensor_hook_train", lambda: (R(3, 4), R(3, 1)), train=True,
-     context=grad_ctx)(lambda: BackwardHooks())
-
-
-def _toggle_hook(m, i):
-    if i == 1:
-        m.h = m.a.register_forward_hook(lambda mod, inp, out: out * 3)
-    elif i == 3:
-        m.h.remove()
-
-
-case("forward_hook_added_then_removed_ncalls5", lambda: (R(3, 4),), ncalls=5, between=_toggle_hook)(
-    lambda: ForwardHookScale())
-
-
-class GlobalHook(nn.Module):
-    """A hook that keeps a running count in a module attribute (int) and a buffer, changing
-    the output by the count: state written by a hook on every call."""
-
-    def __init__(self):
-        super().__init__()
-        self.l = nn.Linear(3, 3)
-        self.calls = 0
-        self.register_buffer("acc", torch.zeros(3))
-        self.l.register_forward_hook(self._hook)
-
-    def _hook(self, m, inp, out):
-        self.calls += 1
-        self.acc.add_(out.detach().mean(0))
-        return out + self.calls
-
-    def forward(self, x):
-        return self.l(x)
-
-
-case("forward_hook_counts_calls_writes_buffer", lambda: (R(2, 3),), ncalls=4)(lambda: GlobalHook())
-
-
-# ============================================================================ checkpoint
-class Ckpt(nn.Module):
-    """Activation checkpointing: checkpoint(use_reentrant=False) around blocks with dropout (RNG
-    state preserved), checkpoint_sequential over a Sequential, a train step inside."""
-
-    def __init__(self, seq=False):
-        super().__init__()
-        self.blocks = nn.Sequential(*[nn.Sequential(nn.Linear(6, 6), nn.GELU(), nn.Dropout(0.2)) for _ in range(4)])
-        self.head, self.seq = nn.Linear(6, 1), seq
-
-    def forward(self, x, y):
-        if self.seq:
-            h = checkpoint_sequential(self.blocks, 2, x, use_reentrant=False)
-        else:
-            h = x
-            for b in self.blocks:
-                h = checkpoint(b, h, use_reentrant=False)
-        loss = F.mse_loss(self.head(h), y)
-        self.zero_grad()
-        loss.backward()
-        return loss.detach()
-
-
-case("checkpoint_non_reentrant_dropout_train_step", lambda: (R(4, 6), R(4, 1)), train=True,
-     context=grad_ctx)(lambda: Ckpt())
-case("checkpoint_sequential_segments_train_step", lambda: (R(4, 6), R(4, 1)), train=True,
-     context=grad_ctx)(lambda: Ckpt(seq=True))
-
-
-class CkptFn(nn.Module):
-    """checkpoint of a plain function with kwargs and a non-tensor argument, in eval mode (no
-    backward): the output must equal the unwrapped function's."""
-
-    def __init__(self):
-        super().__init__()
-        self.l = nn.Linear(4, 4)
-
-    def forward(self, x):
-        f = lambda h, scale, act="tanh": getattr(torch, act)(self.l(h)) * scale  # noqa: E731
-        return checkpoint(f, x, 2.0, act="sigmoid", use_reentrant=False)
-
-
-case("checkpoint_function_kwargs_eval", lambda: (R(3, 4),))(lambda: CkptFn())
+CASES += modules13_state.CASES
 
 
 if __name__ == "__main__":

@@ -278,14 +278,6 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin, _CallGuardMixin):
             # copy.deepcopy(module): its parameters and buffers are reached through
             # __reduce_ex__'s state (C code): source the subtree, as for parameters()
             self._source_module_tree(args[0])
-        elif kind == "safe" and type(f) is types.FunctionType and _classify(f.__code__) == "opaque" and \
-                (mods := _module_args(args, kwargs)):
-            # a library function handed modules (torch.func.stack_module_state(models)) walks
-            # their parameters and buffers in code we do not trace: source their subtrees now,
-            # as for parameters(), so the tensors its recorded ops read are known and guarded
-            for m in mods:
-                if id(m) in self.src:
-                    self._source_module_tree(m)
         elif isinstance(so, torch.nn.Module) and getattr(f, "__name__", "") in _MODULE_WALKERS \
                 and id(so) in self.src:
             # parameters()/modules()/... run in torch code we do not trace: source the whole
@@ -308,6 +300,15 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin, _CallGuardMixin):
                 id(so) in self.src and not args[1 if getattr(f, "__self__", None) is None else 0:] and \
                 set(kwargs) <= {"keep_vars"}:
             self._state_dict_tree(so)
+        elif kind == "safe" and type(f) is types.FunctionType and _classify(f.__code__) == "opaque" and \
+                not isinstance(so, torch.nn.Module) and (mods := _module_args(args, kwargs)):
+            # a library function handed modules (torch.func.stack_module_state(models)) walks
+            # their parameters and buffers in code we do not trace: source their subtrees now,
+            # as for parameters(), so the tensors its recorded ops read are known and guarded
+            # (not nn.Module's own methods, m.state_dict() with its hooks: handled above or not)
+            for m in mods:
+                if id(m) in self.src:
+                    self._source_module_tree(m)
         if self.lazy and slot is not None and self._flow_dict_call(frame, f, args, kwargs):
             return   # `d.get(k)` / `d.setdefault(k, v)` of a key the dict has: an item read (flow_items.py)
         own = kind == "external" and self._optimizer_reads(f, args, kwargs)
