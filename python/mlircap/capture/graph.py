@@ -344,3 +344,4 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
         self.cur = None
         self._flush_grad_writes()
         self._flush_data_writes()
+        self._flush_pending_leaves()

@@ -158,6 +158,9 @@ class _NodeMixin:
         return f"n{si}_{node.name}"
 
     def _record(self, func: Callable, name: str, args: tuple, kwargs: dict, res: Any) -> None:
+        if self._reads_pending_leaf(args, kwargs):
+            # (a tensor the open graph made a leaf: the graph ends, the requires_grad_ step runs)
+            self._flush_pending_leaves(brk=True)
         amb = _ambient()
         if self.cur is not None and self.cur.inference != amb[0] and not self._merge_inference(self.cur, amb[0], args, kwargs):
             self._close_seg()   # inference mode switched: a graph of its own, run in that mode

@@ -130,8 +130,38 @@ class _GraphStepMixin:
         except Unreplayable as e:
             self.unreplayable = self.unreplayable or f"{e} (an argument of Tensor.{fn.__name__})"
             return
+        t = args[0]
+        e = self.env.get(id(t))
+        seg = self.cur
+        if fn is torch.Tensor.requires_grad_ and len(args) == 2 and args[1] is True and seg is not None and \
+                e is not None and e[0] is t and e[1] == seg.idx and t.is_leaf and t.requires_grad:
+            # a tensor the open graph made becomes a leaf (`p.detach().requires_grad_()`,
+            # torch.func.stack_module_state's stacked parameters, autograd.functional's inputs):
+            # the step waits until the graph closes, which the first op reading the tensor does
+            # (graph_nodes._record), so ops not reading it stay in the graph (a break per leaf)
+            self.__dict__.setdefault("pending_leaves", {})[id(t)] = (t, self.const(fn, reason), ae, reason,
+                                                                     _user_location())
+            return
         self._call_step(self.const(fn, reason), ae, {}, reason, external=False)
         self._add_break(reason, _user_location())
+
+    def _flush_pending_leaves(self, brk: bool = False) -> None:
+        """The requires_grad_ steps deferred by _autograd_state_step, after the graph that made
+        their tensors (brk: the graph is split here, at an op reading one of them)."""
+        pl = self.__dict__.get("pending_leaves")
+        if not pl:
+            return
+        items = list(pl.values())
+        pl.clear()
+        for _, fe, ae, reason, loc in items:
+            self._call_step(fe, ae, {}, reason, external=False)
+            if brk:
+                self._add_break(reason, loc)
+
+    def _reads_pending_leaf(self, args: tuple, kwargs: dict) -> bool:
+        pl = self.__dict__.get("pending_leaves")
+        return bool(pl) and any(isinstance(x, torch.Tensor) and pl.get(id(x), (None,))[0] is x
+                                for x in tree_flatten((args, kwargs))[0])
 
     def _note_unversioned(self, name: str, args: tuple, kwargs: dict) -> None:
         """A batch / instance norm using batch statistics writes its running mean and

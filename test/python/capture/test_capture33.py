@@ -10,6 +10,7 @@
    untraced __call__): its recorded ops gave up on the whole function.  Such a call now runs between
    graphs as it is (its hooks fire in backward as eager's).
 3. nn.utils.parametrize under P.cached() on a deep-copied module (see its test).
+4. Leaves made from a graph's values wait for their first reader (see its test).
 
 Each test compares results, parameters, gradients and module state with eager after every call,
 with inputs and state changing between calls (guards)."""
@@ -236,3 +237,53 @@ def test_parametrize_cached_on_deep_copied_module(how):
         _same_state(ref, m, i)
     c = _no_give_up(fast, how)
     assert all(v.breaks == [] for v in c.variants), [v.breaks for v in c.variants]
+
+
+def _leaves(x, w):
+    # three leaves made from values the graph computes, ops not reading them in between
+    a = (x * 2).detach().requires_grad_()
+    h = torch.tanh(x @ w)
+    b = h.sum(0).detach().requires_grad_()
+    c = torch.zeros(3, requires_grad=True)
+    s = x.sin().sum()          # reads none of them: stays in the first graph
+    loss = (a * w[:, 0]).sum() + (b ** 2).sum() + (c * s).sum()
+    ga, gb, gc = torch.autograd.grad(loss, [a, b, c])
+    return loss.detach(), ga, gb, gc, a.is_leaf, b.requires_grad
+
+
+def _leaf_read_at_once(x):
+    a = x.exp().detach().requires_grad_()
+    y = (a * 3).sum()          # reads the leaf right away: the graph ends before it
+    x.add_(1)                  # (the source written afterwards: the leaf keeps its values)
+    (g,) = torch.autograd.grad(y, a)
+    return y.detach(), g, a
+
+
+@pytest.mark.parametrize("how", COMPILERS)
+def test_leaves_made_in_a_graph_wait_for_their_first_reader(how):
+    """4. `t.detach().requires_grad_()` / a factory with requires_grad=True on a value the open
+    graph made was a step between graphs at once, a break per leaf (stack_module_state: one per
+    parameter name; autograd.functional: one per input).  The step now waits until an op reads
+    the tensor (or the graph ends otherwise): one break for the three leaves here."""
+    fast = COMPILERS[how](_leaves)
+    for i in range(4):
+        x, w = torch.randn(3, 3), torch.randn(3, 3)
+        want, got = _leaves(x, w), fast(x.clone(), w.clone())
+        for a, b in zip(want, got):
+            assert a == b if isinstance(a, bool) else torch.allclose(a, b, atol=1e-6), i
+    c = _no_give_up(fast, how)
+    assert all(len(v.breaks) <= 1 for v in c.variants), [v.breaks for v in c.variants]
+
+
+@pytest.mark.parametrize("how", COMPILERS)
+def test_leaf_read_at_once_then_its_source_written(how):
+    fast = COMPILERS[how](_leaf_read_at_once)
+    for i in range(3):
+        x = torch.randn(4)
+        xe, xc = x.clone(), x.clone()
+        want, got = _leaf_read_at_once(xe), fast(xc)
+        assert torch.equal(xe, xc), i
+        for a, b in zip(want, got):
+            assert torch.allclose(a, b, atol=1e-6), i
+        assert got[2].is_leaf and got[2].requires_grad, i
+    _no_give_up(fast, how)
