@@ -1659,6 +1659,12 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         from .inner_grads import retain_inner_grad_graphs
         retain_inner_grad_graphs(gm)   # an output autograd.grad differentiated through: aot's trace
 
+        from .unfold_writes import written_through_unfold
+
+        writer = written_through_unfold(gm)
+        if writer is not None:   # (aot's inverse of unfold zeroes what no window covers)
+            raise RuntimeError(f"{writer.name} writes in place through a view made by unfold: the graph runs "
+                               "as captured")
         simplify_attention_masks(gm, example_inputs)
         inplace_draws.rewrite(gm)   # x.bernoulli_(p): eager's memory order, not bernoulli.p's
         from . import saved_versions
