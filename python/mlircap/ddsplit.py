@@ -339,17 +339,61 @@ def _signature(v: Any) -> tuple:
     return ("V", type(v).__name__, repr(v))
 
 
+class _FastKey:
+    """A signature of _Specialized checked in one call: the tensors' metadata by one
+    TensorMetas / TensorGuards check (type, dispatch keys, dtype, device, requires_grad,
+    sizes, strides: all _signature reads but the storage offset, which is compared on its
+    own), the non-tensor inputs by their _signature.  Stricter than the signature, never
+    looser (a miss takes the signature's path): _signature of every input cost ~2.6 us a
+    tensor per call, where the part takes the weights of the layers after the op (two packed
+    LSTM / GRU stacks: 73 inputs, ~0.19 ms a call against eager's 1.4 ms)."""
+    __slots__ = ("n", "tpos", "check", "scan_nested", "offsets", "others", "entry")
+
+    def __init__(self, args: tuple, entry: tuple[Callable, list[int]]) -> None:
+        from .capture import _tensor_ext
+        from .capture.guard_tensors import _tensor_guards
+
+        self.n, self.entry = len(args), entry
+        self.tpos = [k for k, a in enumerate(args) if type(a) is torch.Tensor or type(a) is torch.nn.Parameter]
+        ts = [args[k] for k in self.tpos]
+        ext = _tensor_ext.load()
+        # (TensorMetas turns a nested tensor down; TensorGuards aborts the process reading its strides)
+        self.scan_nested = ext is None
+        self.check = None if not ts else ext.TensorMetas(*ts).check if ext is not None else _tensor_guards(*ts).check
+        self.offsets = [t.storage_offset() for t in ts]
+        tensors = set(self.tpos)
+        self.others = [(k, _signature(a)) for k, a in enumerate(args) if k not in tensors]
+
+    def match(self, args: tuple) -> bool:
+        if len(args) != self.n:
+            return False
+        ts = [args[k] for k in self.tpos]
+        if self.scan_nested and any(getattr(t, "is_nested", False) for t in ts):
+            return False
+        if self.check is not None and not self.check(*ts):
+            return False
+        return [t.storage_offset() for t in ts] == self.offsets and \
+            all(_signature(args[k]) == sig for k, sig in self.others)
+
+
 class _Specialized:
     """The part after a data-dependent op: compiled per signature of its inputs, with
     non-tensor inputs baked in as constants; past MAX_VARIANTS signatures, or when a
-    compile or first run fails, that signature runs the FX graph eagerly."""
+    compile or first run fails, that signature runs the FX graph eagerly.  The signature
+    last hit is tried first by its _FastKey."""
 
     def __init__(self, gm: fx.GraphModule, compile_fn: Callable, strict: bool = False) -> None:
         self.gm, self.compile_fn, self.strict = gm, compile_fn, strict
         self.variants: dict[tuple, tuple[Callable, list[int]]] = {}
         self.nested: dict[tuple, Callable] = {}
+        self.fast: dict[tuple, _FastKey | None] = {}
+        self.last: _FastKey | None = None
 
     def __call__(self, *args: Any) -> Any:
+        last = self.last
+        if last is not None and last.match(args):
+            fn, tensor_pos = last.entry
+            return fn(*[args[i] for i in tensor_pos])
         at = tuple(k for k, a in enumerate(args) if isinstance(a, torch.Tensor) and a.is_nested)
         if at:   # (a nested tensor has no sizes to key a signature by)
             split = self.nested.get(at)
@@ -362,6 +406,12 @@ class _Specialized:
             hit = self._compile(args)
             if hit is None:
                 return self.gm(*args)
+        if key not in self.fast:
+            try:
+                self.fast[key] = _FastKey(args, hit)
+            except Exception:  # noqa: BLE001 - no one-call check of these tensors: the signature's path
+                self.fast[key] = None
+        self.last = self.fast[key]
         fn, tensor_pos = hit
         return fn(*[args[i] for i in tensor_pos])
 
