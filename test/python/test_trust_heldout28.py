@@ -132,3 +132,64 @@ def test_packed_rnn_stacks_steady_calls_take_no_signatures(monkeypatch):
             torch.testing.assert_close(c, r, rtol=1e-5, atol=1e-6)
     assert not calls, len(calls)
 
+
+class _Act(nn.Module):
+    """transformers.activations' classes: a module with no state made by ACT2FN[name] at each use."""
+
+    def forward(self, x):
+        return torch.nn.functional.silu(x)
+
+
+class _AttnThenMadeModule(nn.Module):
+    def __init__(self, kind, p):
+        super().__init__()
+        self.qkv, self.o = nn.Linear(16, 48), nn.Linear(16, 16)
+        self.kind, self.p = kind, p
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(2, 5, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        if self.kind == "sdpa":
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=self.p, is_causal=True)
+        else:
+            a = torch.nn.functional.dropout(q @ k.transpose(-1, -2), self.p, training=self.training) @ v
+        h = self.o(a.transpose(1, 2).reshape(2, 5, 16))
+        if self.training:   # a module made by the call that draws (its init) after the graph's dropout
+            return nn.Linear(16, 16)(h)
+        return self.o(_Act()(h))
+
+
+@pytest.mark.parametrize("kind", ["sdpa", "dropout"])
+def test_inference_attention_or_dropout_is_no_draw_and_a_made_module_keeps_the_graph_whole(kind):
+    """bench/heldout12.py falcon_h1_mamba2: transformers' ACT2FN[name](x) makes an activation module in
+    the call after the layer's attention; a module made by the call runs before the open graph unless
+    that graph draws from torch's RNG, and scaled_dot_product_attention (aten tags it
+    nondeterministic_seeded) counted as a draw with dropout_p=0, as F.dropout(training=False) did: the
+    graph split there (2 graphs, 1 break). Now they are no draws: one graph, results as eager's."""
+    m = _AttnThenMadeModule(kind, 0.0 if kind == "sdpa" else 0.3).eval()
+    fast = mlircap.compile(m)
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(fast(x), m(x), rtol=1e-5, atol=1e-6)
+    ex = fast.explain()
+    assert ex.break_count == 0 and len(fast.graphs) == 1, [r for r, _ in ex.breaks]
+
+
+@pytest.mark.parametrize("kind", ["sdpa", "dropout"])
+def test_training_dropout_still_draws_before_a_made_module_that_draws(kind):
+    """The other side: with dropout in training the graph draws, so a module made after it (nn.Linear's
+    init draws too) is not moved before it: values and the RNG's state after each call as eager's."""
+    torch.manual_seed(0)
+    m = _AttnThenMadeModule(kind, 0.4).train()
+    fast = mlircap.compile(m)
+    x = torch.randn(2, 5, 16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(3):
+            torch.manual_seed(10 + i)
+            ref = m(x)
+            ref_state = torch.get_rng_state()
+            torch.manual_seed(10 + i)
+            got = fast(x)
+            torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+            assert torch.equal(torch.get_rng_state(), ref_state), i

@@ -51,12 +51,45 @@ def _draws_rng(name: str) -> bool:
     return r
 
 
+# calls named by `_draws_rng` that draw only in training and with a probability above 0: where the
+# probability is (position, keyword, default) and the training flag (position, keywords, default), None
+# where there is none (aten tags scaled_dot_product_attention nondeterministic_seeded for its dropout)
+_F_DROPOUT = (1, "p", 0.5, 2, ("training", "train"), True)
+_DRAWS_WHEN = {**dict.fromkeys(("dropout", "dropout_", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+                                "alpha_dropout_", "feature_dropout", "feature_dropout_", "feature_alpha_dropout",
+                                "feature_alpha_dropout_"), _F_DROPOUT),
+               "scaled_dot_product_attention": (4, "dropout_p", 0.0, None, (), True),
+               "rrelu": (None, "", None, 3, ("training",), False), "rrelu_": (None, "", None, 3, ("training",), False)}
+
+
+def _arg(n: Any, at: int | None, kws: tuple, default: Any) -> Any:
+    for k in kws:
+        if k in n.kwargs:
+            return n.kwargs[k]
+    return n.args[at] if at is not None and len(n.args) > at else default
+
+
 def _node_draws(n: Any) -> bool:
     """The FX node `n` draws from torch's generators (by its target's name, or marked so by the
-    recording that saw its call draw: `_RNG_META`)."""
+    recording that saw its call draw: `_RNG_META`).  A dropout whose probability is a constant 0
+    or whose training flag is a constant False does not, nor an attention call whose dropout_p
+    is 0 (inference: every transformers model in eval): as draws, they kept a module the call
+    makes after them (transformers' `ACT2FN[name](x)` in Falcon-H1's conv) from running before
+    the open graph, which it then split (bench/heldout12.py falcon_h1_mamba2)."""
     if n.op not in ("call_function", "call_method"):
         return False
-    return bool(n.meta.get(_RNG_META)) or _draws_rng(n.target if isinstance(n.target, str) else _fname(n.target))
+    if n.meta.get(_RNG_META):
+        return True
+    name = n.target if isinstance(n.target, str) else _fname(n.target)
+    if not _draws_rng(name):
+        return False
+    when = _DRAWS_WHEN.get(name)
+    if when is None:
+        return True
+    p_at, p_kw, p_default, train_at, train_kws, train_default = when
+    p = _arg(n, p_at, (p_kw,), p_default) if p_at is not None else None
+    training = _arg(n, train_at, train_kws, train_default) if train_at is not None else True
+    return not ((type(p) in (int, float) and p == 0) or training is False)
 
 
 _RNG_META = "mlircap_draws_rng"
