@@ -508,6 +508,7 @@ def _build_table() -> dict:
     table[aten.rrelu_with_noise_backward.default] = _rrelu_with_noise_backward
     table[aten.logit_backward.default] = _logit_backward
     table[aten.elu_backward.default] = _elu_backward_nan_as_eager(table.get(aten.elu_backward.default))
+    table[aten.hardtanh_backward.default] = _hardtanh_backward_nan_as_eager(table.get(aten.hardtanh_backward.default))
     table[aten.linalg_vector_norm.default] = _norm_of_single_elements(table.get(aten.linalg_vector_norm.default))
     table[aten.addr.default] = _addr_rounded_like_eager(table.get(aten.addr.default))
     from . import xlogy_steps
@@ -753,6 +754,36 @@ def _elu_backward_nan_as_eager(fallback):
             return ref
         nan = self_or_result.isnan() if vec is True else self_or_result.isnan() & vec
         return torch.where(nan, torch.full((), float("nan"), dtype=ref.dtype, device=ref.device), ref)
+
+    if fallback is None:
+        return lambda *a, **k: NotImplemented
+    return decomposition
+
+
+def _hardtanh_backward_nan_as_eager(fallback):
+    """hardtanh / relu6's gradient at a NaN input as eager's CPU kernel gives it: its scalar loop
+    passes the gradient unless `x <= min_val || x >= max_val` (a NaN passes it, as torch's
+    decomposition), its vector loop keeps it where `x > min_val & x < max_val` (a NaN gets 0).
+    The elements each loop computes follow the operands' layout (opmath.vector_loop_positions;
+    the block measured, opmath.eager_nan_block): --grad fuzz seed 3945, hardtanh of NaNs in a
+    strided float32 input, then a replicate pad and matmul: eager's gradient 0 at two NaNs, the
+    compiled one the gradient passed through."""
+    def decomposition(grad_output, self, min_val, max_val):
+        from .opmath import eager_nan_block, vector_loop_positions
+
+        ref = fallback(grad_output, self, min_val, max_val)
+        if not isinstance(ref, torch.Tensor) or not isinstance(self, torch.Tensor) or \
+                ref.device.type != "cpu" or not ref.is_floating_point() or ref.dtype != self.dtype \
+                or not isinstance(grad_output, torch.Tensor) or grad_output.dtype != ref.dtype:
+            return ref
+        block = eager_nan_block(ref.dtype, "hardtanh_backward")
+        if block is None:
+            return ref
+        vec = vector_loop_positions([grad_output, self], ref.shape, ref.dtype, block, ref.device)
+        if vec is False:
+            return ref
+        nan = self.isnan() if vec is True else self.isnan() & vec
+        return torch.where(nan, torch.zeros((), dtype=ref.dtype, device=ref.device), ref)
 
     if fallback is None:
         return lambda *a, **k: NotImplemented
