@@ -61,9 +61,11 @@ def _shared_elements(t: torch.Tensor, o: torch.Tensor) -> bool:
 
 
 def _basic_index_view(t: torch.Tensor, index: Any) -> torch.Tensor | None:
-    """t[index] where index is basic (ints, slices, None, Ellipsis: a view of t), else None."""
+    """t[index] where index is basic (ints, slices, None, Ellipsis, and integer tensors of no
+    dimension, which torch indexes with as ints: `load[e] += 1` of an index e a loop took from a
+    tensor writes the view it reads), a view of t, else None."""
     parts = index if type(index) is tuple else (index,)
-    if not all(type(p) in (int, slice, type(None)) or p is Ellipsis for p in parts) or \
+    if not all(type(p) in (int, slice, type(None)) or p is Ellipsis or _int_scalar_tensor(p) for p in parts) or \
             any(type(p) is slice and not all(type(b) in (int, type(None)) for b in (p.start, p.stop, p.step))
                 for p in parts):
         return None
@@ -72,6 +74,11 @@ def _basic_index_view(t: torch.Tensor, index: Any) -> torch.Tensor | None:
             return t[index]
     except (IndexError, RuntimeError, ValueError):
         return None
+
+
+def _int_scalar_tensor(p: Any) -> bool:
+    return isinstance(p, torch.Tensor) and p.dim() == 0 and p.layout == torch.strided and \
+        not p.is_floating_point() and not p.is_complex() and p.dtype is not torch.bool
 
 
 def _byte_span(t: torch.Tensor) -> tuple[int, int]:

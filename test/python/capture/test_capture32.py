@@ -229,3 +229,40 @@ def test_is_compiling_keeps_its_answer_where_a_callee_gave_up():
     cap = c._mlircap_capture
     assert not cap.__dict__.get("eager_compiling_codes")
     assert [k.co_name for k in cap.break_codes] == ["_gives_up"] and cap.stats.replays >= 2, vars(cap.stats)
+
+
+# `load[e] += 1` with `e` a 0-dim integer tensor (a loop over the experts a router picked): torch
+# indexes with it as with an int, so the value written back is the very view read (overlaps.
+# _basic_index_view); capture gave up on the function ('wrote in place to a tensor whose
+# elements share memory').
+class ExpertLoad(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.router = nn.Linear(5, 4)
+        self.register_buffer("load", torch.zeros(4))
+        self.register_buffer("grid", torch.zeros(4, 3))
+
+    def forward(self, x):
+        idx = self.router(x).topk(2, -1).indices
+        for e in idx.reshape(-1):
+            self.load[e] += 1
+            self.grid[e, 1:] -= 0.5
+        return self.load / self.load.sum(), self.grid.clone()
+
+
+def test_indexed_in_place_update_by_a_zero_dim_tensor():
+    torch.manual_seed(0)
+    ref = ExpertLoad()
+    m = copy.deepcopy(ref)
+    c = capture(m, EAGER)
+    for i in range(5):
+        x = torch.randn(3, 5)
+        with warnings.catch_warnings(record=True) as wl:
+            warnings.simplefilter("always")
+            rc = c(x)
+        assert not [w for w in wl if "capture gave up" in str(w.message)], [str(w.message) for w in wl]
+        re = ref(x)
+        assert all(_eq(a, b) for a, b in zip(re, rc)), i
+        assert _eq(ref.load, m.load) and _eq(ref.grid, m.grid), i
+    st = c._mlircap_capture.stats
+    assert st.eager_calls == 0 and st.replays >= 3, vars(st)
