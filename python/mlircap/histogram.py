@@ -14,8 +14,9 @@ adding 1 in the dtype (an element on an inner edge may land in the bin below it,
 eager). Here the end edges of Python-number bounds are eager's own linspace, evaluated
 when the graph is traced, the position is computed with the same roundings, and each
 bin counts its elements (one-hot comparisons: only up to MAX_WORK element x bin pairs). Counts are exact where eager's
-are: float32 below 2^24 elements, bfloat16 up to 256 (past that not every count is a
-bfloat16 number, and how eager's accumulation rounds is not modelled). min == max (the bounds taken from the data) and other cases return
+are: float32 below 2^24 elements, bfloat16 up to 256, float16 up to 2048 (past that not
+every count is a number of the dtype, and how eager's accumulation rounds is not modelled;
+c10::Half rounds every step as c10::BFloat16 does). min == max (the bounds taken from the data) and other cases return
 NotImplemented: the op stays whole and runs through torch.
 
 min == max takes the bounds from the data (rewrite(), from bounds.add_bounds_checks): eager
@@ -33,11 +34,11 @@ import math
 import torch
 
 MAX_WORK = 1 << 22
-_MAX_COUNT = {torch.float32: 1 << 24, torch.bfloat16: 256}
+_MAX_COUNT = {torch.float32: 1 << 24, torch.bfloat16: 256, torch.float16: 2048}
 
 
 def _round(x: torch.Tensor, dtype) -> torch.Tensor:
-    """float32 `x` rounded to `dtype` (bfloat16: c10's rounding of each step), as float32."""
+    """float32 `x` rounded to `dtype` (bfloat16, float16: c10's rounding of each step), as float32."""
     return x if dtype == torch.float32 else x.to(dtype).to(torch.float32)
 
 
@@ -69,7 +70,7 @@ def _data_bounds(bins: int, dtype):
 
 def rewrite(graph, node):
     """aten.histc with min == max (Python numbers: the bounds from the data) of a CPU
-    float32/bfloat16 tensor, replaced by _data_bounds' form: its error flag, or None (left as
+    float32/bfloat16/float16 tensor, replaced by _data_bounds' form: its error flag, or None (left as
     it is: the sizes histc() takes, and an empty input)."""
     import torch.fx as fx
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import mlircap
+from compiled_check import check_compiled  # test/python/compiled_check.py
 
 
 # ------------------------------------------------------------------ histc (histogram.py)
@@ -32,3 +33,40 @@ def test_histc_bounds_equal_in_the_dtype_as_eager(dtype, lo, hi):
         warnings.simplefilter("ignore")   # (the op runs through torch, named)
         for _ in range(3):
             torch.testing.assert_close(fast(x.clone()), want, rtol=0, atol=0)
+
+
+# float16 histc ran through torch ('aten.histc', seed 2803 histc float16 #31): c10::Half
+# rounds every step of the position as c10::BFloat16 does, and its counts are exact up to
+# 2048, so histogram.py's form covers it.
+
+def _half_inputs(shape):
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(shape, generator=g) * 6).half()
+    if x.numel() > 3:
+        x.view(-1)[1] = float("nan")
+        x.view(-1)[2] = float("inf")
+    return x
+
+
+@pytest.mark.parametrize("bins,lo,hi", [(100, 0, 10), (1, 0, 10), (3, -10, 10), (7, -3.3, 2.9), (13, -1, 1.7)])
+def test_histc_float16_compiles_like_eager(fallback_log, bins, lo, hi):
+    for shape in [(), (5,), (5, 5), (5, 5, 5)]:
+        check_compiled(lambda t: torch.histc(t, bins=bins, min=lo, max=hi), [_half_inputs(shape)], fallback_log)
+    # every edge, many times: inner edges land where eager's rounded division puts them
+    edges = torch.linspace(lo, hi, bins + 1, dtype=torch.float16)
+    x = torch.cat([edges] * (900 // (bins + 1) + 1))[:900]
+    check_compiled(lambda t: torch.histc(t, bins=bins, min=lo, max=hi), [x], fallback_log)
+
+
+def test_histc_float16_bounds_from_the_data(fallback_log):
+    x = _half_inputs((6, 7)).nan_to_num(0.0, 3.0, -3.0)
+    check_compiled(lambda t: torch.histc(t, bins=9), [x], fallback_log)
+
+
+def test_histc_float16_past_2048_elements_runs_through_torch():
+    y = torch.full((2100,), 0.25, dtype=torch.float16)   # a count past 2048: not every count is a half
+    fast = mlircap.compile(lambda t: torch.histc(t, bins=2, min=0, max=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(2):
+            torch.testing.assert_close(fast(y), torch.histc(y, bins=2, min=0, max=1), rtol=0, atol=0)
