@@ -207,6 +207,8 @@ def histogram_bin_ct(x, bins=100, *, range=None, weight=None, density=False):  #
     dtype, n = x.dtype, bins + 1
     edges = _now(lambda: torch.linspace(lo, hi, n, dtype=dtype))
     left, right = _now(lambda: (edges[0].item(), edges[-1].item()))
+    if not left < right:
+        return NotImplemented   # one value in the dtype (range=(1.0, 1.0 + 1e-9)): as histc
     span = _now(lambda: (edges[-1] - edges[0]).item())   # in the dtype, as eager's
     edges = torch.ops.aten.lift_fresh_copy.default(edges)   # a constant of the graph
     xf = x.reshape(-1)
