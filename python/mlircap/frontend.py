@@ -406,9 +406,10 @@ def _build_table() -> dict:
     from .unsigned_bits import hash_tensor
 
     table[aten.hash_tensor.default] = hash_tensor   # a uint64 result: held as int64 (unsigned_bits.py)
-    from .float_bits import frexp
+    from .float_bits import frexp, signbit
 
     table[aten.frexp.Tensor] = frexp   # torch-mlir cannot lower it: the float's bits
+    table[aten.signbit.default] = signbit   # nor this one
     table[aten.take.default] = _take_by_index       # a 0-d index: torch's decomposition reads it as a number
     table[aten.resize.default] = _resize_contiguous   # resize_as_: torch-mlir cannot lower it
     table[aten.repeat_interleave.Tensor] = _repeat_indices   # output_size=: torch-mlir cannot lower it

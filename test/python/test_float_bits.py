@@ -60,3 +60,31 @@ def test_frexp_inside_a_computation():
         got = fast(x, y)
     for a, b in zip(got, f(x, y)):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64,
+                                   torch.int8, torch.uint8, torch.bool], ids=str)
+def test_signbit_compiles_bit_for_bit(dtype):
+    if dtype.is_floating_point:
+        x = _values(dtype)
+        x = torch.cat([x, -x, x.new_full((1,), float("nan")).neg()])   # NaNs of both signs
+    elif dtype == torch.bool:
+        x = torch.tensor([True, False, True])
+    else:
+        info = torch.iinfo(dtype)
+        x = torch.tensor([info.min, -1, 0, 1, info.max], dtype=torch.int64).clamp(info.min, info.max).to(dtype)
+
+    def f(x):
+        return torch.signbit(x[::2]), torch.signbit(x) | (x == 1)
+
+    fast = mlircap.compile(f)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        outs = [fast(x.clone()) for _ in range(2)]
+    want = f(x)
+    for out in outs:
+        for a, b in zip(out, want):
+            assert a.dtype == b.dtype and torch.equal(a, b)
+    text = "\n".join(str(w.message) for w in seen)
+    assert fast.graphs and all(g.fallback_reason is None and g.executable is not g.gm for g in fast.graphs)
+    assert "run through torch" not in text and "eagerly" not in text, text
