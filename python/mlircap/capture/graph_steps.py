@@ -208,8 +208,15 @@ class _GraphStepMixin:
         except Unreplayable as e:
             self.unreplayable = self.unreplayable or f"{e} (an argument of {_op_name(func)})"
             return res
-        k = self._call_step(fe, ae, ke, reason, external=True)
-        self._add_break(reason, _user_location())
+        k = None
+        if not what and not any(isinstance(t, torch.Tensor) for t in tree_flatten((args, kwargs))[0]):
+            # a draw of new values (`torch.randn(p.shape, generator=g)`): it reads no tensor and
+            # touches nothing but its generator, whose every other use is a step too: run before
+            # the open graph, as a Python RNG draw is (DP-SGD's noise per parameter: a break each)
+            k = self._hoisted_step(fe, ae, ke, reason)
+        if k is None:
+            k = self._call_step(fe, ae, ke, reason, external=True)
+            self._add_break(reason, _user_location())
         self._call_result(k, res, external=True)
         return res
 
