@@ -369,6 +369,32 @@ void scaleSubnormalLog(OpTy op, double log2Scale) {
   op.erase();
 }
 
+/// log of a negative f64 (-inf included): libm's log returns the default NaN
+/// of an invalid operation, which on x86 has the sign bit set, where eager's
+/// kernels (Sleef's vector log and its scalar loop) return +NaN: signbit(log(x))
+/// and the NaN's sign through later ops (std, copysign, bit views) differed
+/// (bench/fuzz_graphs.py --grad seed 3839, signbit(log(-3000.0).std())). A NaN
+/// input keeps its own NaN (an ordered compare is false for it).
+void positiveNanLogF64(math::LogOp op) {
+  Type type = op.getType();
+  auto vt = dyn_cast<VectorType>(type);
+  if (!getElementTypeOrSelf(type).isF64() || (vt && vt.isScalable()))
+    return;
+  OpBuilder b(op);
+  b.setInsertionPointAfter(op);
+  Location loc = op.getLoc();
+  auto cst = [&](double v) -> Value {
+    TypedAttr a = b.getF64FloatAttr(v);
+    if (vt)
+      return arith::ConstantOp::create(b, loc, DenseElementsAttr::get(vt, a));
+    return arith::ConstantOp::create(b, loc, a);
+  };
+  Value neg = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT, op.getOperand(), cst(0.0));
+  Value r = arith::SelectOp::create(b, loc, neg, cst(std::numeric_limits<double>::quiet_NaN()),
+                                    op.getResult());
+  op.getResult().replaceAllUsesExcept(r, r.getDefiningOp());
+}
+
 /// exp of f32 whose result is subnormal: upstream's approximation builds
 /// 2^k in the exponent field and returns 0 below the normal range (exp(x) for
 /// x < -87.34), where eager's gives subnormals down to exp(-103.97) (then
@@ -446,8 +472,10 @@ struct MathApprox : impl::MlircapMathApproxBase<MathApprox> {
     SmallVector<math::Log2Op> log2s;
     getOperation().walk([&](math::LogOp op) { logs.push_back(op); });
     getOperation().walk([&](math::Log2Op op) { log2s.push_back(op); });
-    for (math::LogOp op : logs)
+    for (math::LogOp op : logs) {
+      positiveNanLogF64(op);
       scaleSubnormalLog(op, 0.69314718055994531);
+    }
     for (math::Log2Op op : log2s)
       scaleSubnormalLog(op, 1.0);
     SmallVector<math::ExpOp> exps;

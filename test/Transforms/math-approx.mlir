@@ -148,3 +148,17 @@ func.func @expm1_log1p_f64(%x: f64, %v: vector<4xf64>) -> (f64, vector<4xf64>) {
   %b = math.log1p %v : vector<4xf64>
   return %a, %b : f64, vector<4xf64>
 }
+
+// -----
+
+// log of a negative f64 is +NaN, as eager's kernels give it (libm's default
+// NaN of an invalid operation has the sign bit set on x86): fuzz --grad seed 3839.
+// CHECK-LABEL: func.func @log_f64_negative_nan
+// CHECK: %[[L:.*]] = math.log %[[X:.*]] : f64
+// CHECK: %[[N:.*]] = arith.cmpf olt, %[[X]]
+// CHECK: %[[R:.*]] = arith.select %[[N]], %{{.*}}, %[[L]] : f64
+// CHECK: return %[[R]]
+func.func @log_f64_negative_nan(%x: f64) -> f64 {
+  %a = math.log %x : f64
+  return %a : f64
+}

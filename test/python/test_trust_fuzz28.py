@@ -102,3 +102,22 @@ def test_fuzz_seeds_of_the_other_fixes():
     for seed, families in ((629, ["edges"]), (3931, None)):
         res = fuzz.run_program(fuzz.generate(seed, families, grad=True))
         assert res["category"] in ("compiled", "fallback"), (seed, res["category"], res.get("detail"))
+
+
+def test_log_of_a_negative_double_is_positive_nan():
+    """log of a negative float64 (and -inf): eager's kernels give +NaN, the compiled code
+    libm's default NaN (sign bit set on x86), seen through signbit / copysign / bit views
+    (--grad seed 3839: signbit(log(x0).std())). MathApprox's positiveNanLogF64."""
+    def f(x):
+        v = torch.log(x)
+        return torch.signbit(v), torch.copysign(torch.ones_like(v), v), torch.signbit(v.std())
+
+    c = mlircap.compile(f)
+    for shape in ((), (1,), (5,), (33,)):
+        x = torch.full(shape, -3000.0, dtype=torch.float64)
+        if x.dim():
+            x[0] = -float("inf")
+        for _ in range(2):
+            got = c(x)
+        for g, w in zip(got, f(x)):
+            torch.testing.assert_close(g, w, equal_nan=True)
