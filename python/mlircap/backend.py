@@ -1047,8 +1047,16 @@ class _EagerIsland:
             loose = sum(self.unit)
             logs.log("fallback", f"island {', '.join(reasons)}: {kept} of {len(self.layouts)} inputs given "
                                  f"eager's layout" + (f", {loose} any layout with a unit last stride" if loose else ""))
+        self.direct = None if self.training else _single_op_call(gm)
 
     def __call__(self, *args):
+        d = self.direct
+        if d is not None and self.layouts is None:
+            # (one op: torch's kernel called without the generated forward, the OpOverload's
+            # Python __call__ and the getitem calls: 3 frames a call, per convolution's backward)
+            op, spec, picks = d
+            res = op(*[args[v] if i else v for i, v in spec])
+            return tuple([res if j is None else res[j] for j in picks])
         if self.layouts is not None:
             args = [a if lay is None or (u and _unit_stride(a)) else _restride(a, lay)
                     for a, lay, u in zip(args, self.layouts, self.unit)]
@@ -1060,6 +1068,48 @@ class _EagerIsland:
             with torch.enable_grad():
                 return self.gm.forward(*[a.detach() if isinstance(a, torch.Tensor) else a for a in args])
         return self.gm.forward(*args)   # (not the module's __call__: see PartitionedGraph's steps)
+
+
+def _single_op_call(gm: torch.fx.GraphModule):
+    """An island of one ATen op on its inputs (a convolution's backward, a fused attention
+    kernel, a pooling backward: a library op of a backward graph) as (the op's C++ entry,
+    its arguments as (True, input index) / (False, constant), the outputs as the result
+    (None) or its item j); None for any other island."""
+    import operator
+
+    nodes = list(gm.graph.nodes)
+    phs = {n: i for i, n in enumerate(n for n in nodes if n.op == "placeholder")}
+    calls = [n for n in nodes if n.op == "call_function"]
+    ops = [n for n in calls if type(n.target) is torch._ops.OpOverload]
+    if len(ops) != 1 or any(n.op not in ("placeholder", "call_function", "output") for n in nodes):
+        return None
+    op = ops[0]
+    if op.kwargs or any(n is not op and not (n.target is operator.getitem and n.args[0] is op and
+                                              isinstance(n.args[1], int)) for n in calls):
+        return None
+    spec = []
+    for a in op.args:
+        if isinstance(a, torch.fx.Node):
+            if a not in phs:
+                return None
+            spec.append((True, phs[a]))
+        elif isinstance(a, dict) or (isinstance(a, (list, tuple)) and
+                                     any(isinstance(x, (torch.fx.Node, list, tuple, dict)) for x in a)):
+            return None
+        else:
+            spec.append((False, a))
+    outs = nodes[-1].args[0]
+    if not isinstance(outs, (list, tuple)):
+        return None
+    picks = []
+    for o in outs:
+        if o is op:
+            picks.append(None)
+        elif isinstance(o, torch.fx.Node) and o.target is operator.getitem and o.args[0] is op:
+            picks.append(o.args[1])
+        else:
+            return None
+    return getattr(op.target, "_op", op.target), spec, picks
 
 
 # fused attention kernels that take q, k and v in any layout with a unit last stride
