@@ -193,3 +193,28 @@ def test_training_dropout_still_draws_before_a_made_module_that_draws(kind):
             got = fast(x)
             torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
             assert torch.equal(torch.get_rng_state(), ref_state), i
+
+
+def test_module_made_after_a_checked_tensor_branch_is_traced_not_split():
+    """bench/heldout12.py fsmt_translate: with eval attention no longer a draw, the open graph before
+    FSMT's `CrossEntropyLoss()(logits, labels)` counted as one a constructor could run before, but a
+    data check of that graph (asserts.py's spec_checks: here `if torch.isnan(x).any(): raise`) keeps
+    graph_steps from moving calls before it, and the replayed constructor split the graph (a break
+    'module CrossEntropyLoss made by the call'). module_factories._hoistable now states all of
+    _hoisted_step's conditions: the module, which holds no tensors, is traced: no break."""
+    lin = nn.Linear(8, 5)
+
+    def loss_of(x, y):
+        h = torch.nn.functional.scaled_dot_product_attention(x, x, x)
+        if torch.isnan(h).any():
+            raise FloatingPointError("nan")
+        return nn.CrossEntropyLoss()(lin(h).flatten(0, 1), y)
+
+    fast = mlircap.compile(loss_of)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for _ in range(3):
+            x, y = torch.randn(2, 4, 8, generator=g), torch.randint(0, 5, (8,), generator=g)
+            torch.testing.assert_close(fast(x, y), loss_of(x, y), rtol=1e-5, atol=1e-6)
+    ex = fast.explain()
+    assert ex.break_count == 0, [r for r, _ in ex.breaks]

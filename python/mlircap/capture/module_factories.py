@@ -120,8 +120,10 @@ class _ModuleFactoryMixin(_ExternalCallMixin):
     def _hoistable(self) -> bool:
         """A replayed call met now can run before the open graph (graph_steps._hoisted_step)."""
         seg = self.cur
-        return seg is not None and bool(seg.nops) and not any(
-            _node_draws(n) for n in seg.graph.nodes)
+        # (graph_steps._hoisted_step's conditions, all of them: where it would not hoist, a module
+        # without tensors is traced as a plain object instead of splitting the graph there)
+        return seg is not None and bool(seg.nops) and self.defer_window is None and \
+            not any(c[0] == seg.idx for c in self.spec_checks) and not any(_node_draws(n) for n in seg.graph.nodes)
 
     def _source_fresh_module(self, v: torch.nn.Module, expr: str, pretty: str) -> None:
         """v, a module the call made (or a submodule of one), read from expr: its type is
