@@ -473,8 +473,10 @@ def integer_pow(fallback):
         if not _integer(b) or dt in (torch.bool,) or dt.is_floating_point or dt.is_complex:
             return NotImplemented if fallback is None else fallback(a, b, *args, **kwargs)
         if dt == torch.uint8:   # in int16, wrapped back (uint8's own ops recursed in the tracer)
-            a16 = a.to(torch.int16) if isinstance(a, torch.Tensor) else a
-            return decomposition(a16, b.to(torch.int16)).to(torch.uint8)
+            # each operand as the result's dtype first, as eager converts it: a 0-d int32
+            # exponent -3 is 253 (`u8 ** torch.tensor(-3)`: 3 ** 253 = 19 where it gave 0)
+            a16 = a.to(torch.uint8).to(torch.int16) if isinstance(a, torch.Tensor) else a
+            return decomposition(a16, b.to(torch.uint8).to(torch.int16)).to(torch.uint8)
         x = a.to(dt) if isinstance(a, torch.Tensor) else torch.full_like(b, a, dtype=dt)
         e = b.to(dt)
         x, e = torch.broadcast_tensors(x, e)

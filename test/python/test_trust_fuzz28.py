@@ -121,3 +121,22 @@ def test_log_of_a_negative_double_is_positive_nan():
             got = c(x)
         for g, w in zip(got, f(x)):
             torch.testing.assert_close(g, w, equal_nan=True)
+
+
+def test_uint8_power_reads_an_integer_exponent_as_uint8():
+    """dtypes seed 3650: `u8 ** t` of a 0-d int32 t (no part in type promotion) converts t to
+    uint8 first, as eager does: -3 is 253 (3 ** 253 = 19 mod 256). The compiled form kept -3
+    (a negative exponent: 0 for bases other than 1), also for a 0-d base of another dtype."""
+    x = torch.tensor([3, 2, 5, 7, 0, 1, 200, 255], dtype=torch.uint8)
+    for e in (torch.tensor(-3, dtype=torch.int32), torch.tensor(-1), torch.tensor(300), torch.tensor(5, dtype=torch.int8)):
+        fn = lambda x, e: x ** e  # noqa: E731
+        c = mlircap.compile(fn)
+        for _ in range(2):
+            got, want = c(x, e), fn(x, e)
+            assert got.dtype == torch.uint8 and torch.equal(got, want)
+        assert c.graphs and all(g.executable is not g.gm for g in c.graphs)
+    b = torch.tensor(-3, dtype=torch.int32)
+    fn = lambda b, x: b ** x  # noqa: E731
+    c = mlircap.compile(fn)
+    for _ in range(2):
+        assert torch.equal(c(b, x[:4]), fn(b, x[:4]))
