@@ -732,6 +732,26 @@ def _rrelu_with_noise_backward(grad_output, x, noise, lower, upper, training, se
     return torch.ops.aten.leaky_relu_backward.default(grad_output, x, (lower + upper) / 2, self_is_result)
 
 
+def _vector_loop_nans(ref, grad_output, x, kernel: str):
+    """The NaNs of `x` that eager's CPU backward `kernel` (its result computed as `ref` by
+    torch's decomposition) meets in its vector loop, whose branch differs from its scalar
+    loop's at a NaN (opmath.vector_loop_positions; the block measured, eager_nan_block); None
+    where that is not known (another device or dtype, a layout it cannot tell): `ref` stands."""
+    from .opmath import eager_nan_block, vector_loop_positions
+
+    if not isinstance(ref, torch.Tensor) or not isinstance(x, torch.Tensor) or ref.device.type != "cpu" or \
+            not ref.is_floating_point() or ref.dtype != x.dtype or not isinstance(grad_output, torch.Tensor) \
+            or grad_output.dtype != ref.dtype:
+        return None
+    block = eager_nan_block(ref.dtype, kernel)
+    if block is None:
+        return None
+    vec = vector_loop_positions([grad_output, x], ref.shape, ref.dtype, block, ref.device)
+    if vec is False:
+        return None
+    return x.isnan() if vec is True else x.isnan() & vec
+
+
 def _elu_backward_nan_as_eager(fallback):
     """elu / selu / celu's gradient of a NaN input (or result) as eager's CPU kernel gives it:
     its scalar loop tests `x <= 0` (a NaN takes the positive branch, the gradient times scale,
@@ -740,20 +760,10 @@ def _elu_backward_nan_as_eager(fallback):
     layout (opmath.vector_loop_positions; the block measured, eager_nan_block): --grad fuzz seed
     3752, elu of float64 NaNs: 17 NaN gradients in eager, none compiled."""
     def decomposition(grad_output, alpha, scale, input_scale, is_result, self_or_result):
-        from .opmath import eager_nan_block, vector_loop_positions
-
         ref = fallback(grad_output, alpha, scale, input_scale, is_result, self_or_result)
-        if not isinstance(ref, torch.Tensor) or not isinstance(self_or_result, torch.Tensor) or \
-                ref.device.type != "cpu" or not ref.is_floating_point() or ref.dtype != self_or_result.dtype \
-                or not isinstance(grad_output, torch.Tensor) or grad_output.dtype != ref.dtype:
+        nan = _vector_loop_nans(ref, grad_output, self_or_result, "elu_backward")
+        if nan is None:
             return ref
-        block = eager_nan_block(ref.dtype)
-        if block is None:
-            return ref
-        vec = vector_loop_positions([grad_output, self_or_result], ref.shape, ref.dtype, block, ref.device)
-        if vec is False:
-            return ref
-        nan = self_or_result.isnan() if vec is True else self_or_result.isnan() & vec
         return torch.where(nan, torch.full((), float("nan"), dtype=ref.dtype, device=ref.device), ref)
 
     if fallback is None:
@@ -770,20 +780,10 @@ def _hardtanh_backward_nan_as_eager(fallback):
     strided float32 input, then a replicate pad and matmul: eager's gradient 0 at two NaNs, the
     compiled one the gradient passed through."""
     def decomposition(grad_output, self, min_val, max_val):
-        from .opmath import eager_nan_block, vector_loop_positions
-
         ref = fallback(grad_output, self, min_val, max_val)
-        if not isinstance(ref, torch.Tensor) or not isinstance(self, torch.Tensor) or \
-                ref.device.type != "cpu" or not ref.is_floating_point() or ref.dtype != self.dtype \
-                or not isinstance(grad_output, torch.Tensor) or grad_output.dtype != ref.dtype:
+        nan = _vector_loop_nans(ref, grad_output, self, "hardtanh_backward")
+        if nan is None:
             return ref
-        block = eager_nan_block(ref.dtype, "hardtanh_backward")
-        if block is None:
-            return ref
-        vec = vector_loop_positions([grad_output, self], ref.shape, ref.dtype, block, ref.device)
-        if vec is False:
-            return ref
-        nan = self.isnan() if vec is True else self.isnan() & vec
         return torch.where(nan, torch.zeros((), dtype=ref.dtype, device=ref.device), ref)
 
     if fallback is None:
