@@ -249,11 +249,18 @@ bool isF32OrFixedF32Vector(Type type) {
 }
 
 /// An f32 constant of type f32, or splat of vector type `vt` when given.
-Value f32Constant(OpBuilder &b, Location loc, VectorType vt, float v) {
-  TypedAttr a = b.getF32FloatAttr(v);
+Value floatConstant(OpBuilder &b, Location loc, VectorType vt, TypedAttr a) {
   if (vt)
     return arith::ConstantOp::create(b, loc, DenseElementsAttr::get(vt, a));
   return arith::ConstantOp::create(b, loc, a);
+}
+
+Value f32Constant(OpBuilder &b, Location loc, VectorType vt, float v) {
+  return floatConstant(b, loc, vt, b.getF32FloatAttr(v));
+}
+
+Value f64Constant(OpBuilder &b, Location loc, VectorType vt, double v) {
+  return floatConstant(b, loc, vt, b.getF64FloatAttr(v));
 }
 
 /// tanh of f32 (scalar or fixed-size vector), about 1.1 ulp at most, exact
@@ -383,12 +390,7 @@ void positiveNanLogF64(math::LogOp op) {
   OpBuilder b(op);
   b.setInsertionPointAfter(op);
   Location loc = op.getLoc();
-  auto cst = [&](double v) -> Value {
-    TypedAttr a = b.getF64FloatAttr(v);
-    if (vt)
-      return arith::ConstantOp::create(b, loc, DenseElementsAttr::get(vt, a));
-    return arith::ConstantOp::create(b, loc, a);
-  };
+  auto cst = [&](double v) { return f64Constant(b, loc, vt, v); };
   Value neg = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT, op.getOperand(), cst(0.0));
   Value r = arith::SelectOp::create(b, loc, neg, cst(std::numeric_limits<double>::quiet_NaN()),
                                     op.getResult());
@@ -433,12 +435,7 @@ void kahanF64(OpTy op) {
     return;
   OpBuilder b(op);
   Location loc = op.getLoc();
-  auto cst = [&](double v) -> Value {
-    TypedAttr a = b.getF64FloatAttr(v);
-    if (vt)
-      return arith::ConstantOp::create(b, loc, DenseElementsAttr::get(vt, a));
-    return arith::ConstantOp::create(b, loc, a);
-  };
+  auto cst = [&](double v) { return f64Constant(b, loc, vt, v); };
   using P = arith::CmpFPredicate;
   Value x = op.getOperand(), one = cst(1.0);
   constexpr bool isExpm1 = std::is_same_v<OpTy, math::ExpM1Op>;
