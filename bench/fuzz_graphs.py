@@ -97,6 +97,13 @@ The record notes it ("fp64"). A program that draws random numbers runs in float6
 run's draws, cast (float64 draws other numbers; --grad seed 1171: frac() of a layer_norm output
 near 1e4 after rand_like, compiled 20x closer to float64 than eager); one with a draw that
 depends on tensor values (normal of a mean tensor, rrelu) gets no float64 reference.
+
+Only memory eager defines is compared: an element eager computes from memory nothing wrote (the
+bytes a resize_ grows a storage by, torch.empty's) is the allocator's garbage in eager too. On a
+mismatch, eager runs three more times with that memory filled with three values (NaN / -2500 /
+0.75, an integer type's max / min / 7); the elements on which those runs disagree are not
+compared, every other element still is (edges seed 1844: an input's resize_(31) grew its storage
+and the grown elements, cast to uint8, differed from run to run in eager itself).
 """
 from __future__ import annotations
 
@@ -2360,6 +2367,119 @@ def _eager_irreproducible(call, fn, tensors, want, tol, tries=300, budget_s=5.0)
     return False
 
 
+# Ops whose result is memory nothing wrote: eager returns whatever the allocator held there
+# (resize_ / resize_as_ growing a storage give the grown bytes so).
+UNINITIALIZED_ALLOCS = frozenset(("empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided",
+                                  "empty_permuted"))
+
+
+def _poison(dtype, k):
+    """The k-th (0..2) fill of uninitialized memory of this dtype: values far apart, of both signs."""
+    import torch
+
+    if dtype == torch.bool:
+        return k % 2 == 0
+    if dtype.is_floating_point or dtype.is_complex:
+        return (float("nan"), -2.5e3, 0.75)[k]
+    info = torch.iinfo(dtype)
+    return (info.max, info.min, 7)[k]
+
+
+def _poisoned_call(call, fn, tensors, k):
+    """call(fn, tensors) with the memory eager leaves uninitialized filled with _poison(dtype, k):
+    UNINITIALIZED_ALLOCS' results, and the bytes a resize_ grows a storage by. Returns
+    (call's result, whether any such memory was made)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Poison(TorchDispatchMode):
+        used = False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = func.overloadpacket.__name__
+            if name in ("resize_", "resize_as_"):
+                t = args[0]
+                before = t.untyped_storage().nbytes()
+                out = func(*args, **kwargs)
+                st, isz = t.untyped_storage(), t.element_size()
+                if st.nbytes() > before and t.layout == torch.strided:
+                    Poison.used = True
+                    flat = torch.empty(0, dtype=t.dtype, device=t.device).set_(st, 0, (st.nbytes() // isz,), (1,))
+                    flat[-(-before // isz):].fill_(_poison(t.dtype, k))
+                return out
+            out = func(*args, **kwargs)
+            if name in UNINITIALIZED_ALLOCS and isinstance(out, torch.Tensor) and out.numel():
+                Poison.used = True
+                torch.empty(0, dtype=out.dtype, device=out.device).set_(out.untyped_storage()).fill_(
+                    _poison(out.dtype, k))
+            return out
+
+    with Poison():
+        res = call(fn, tensors)
+    return res, Poison.used
+
+
+def _undefined_replaced(got, runs):
+    """`got` with every element (every non-tensor value) on which the poisoned eager runs `runs`
+    disagree replaced by runs[0]'s: the elements eager computes from memory nothing wrote. None
+    where the runs disagree on a structure, shape or dtype (eager's result is undefined whole)."""
+    import torch
+
+    first = runs[0]
+    if isinstance(first, torch.Tensor):
+        if not all(isinstance(r, torch.Tensor) and r.shape == first.shape and r.dtype == first.dtype for r in runs):
+            return None
+        if not isinstance(got, torch.Tensor) or got.shape != first.shape or got.dtype != first.dtype:
+            return got
+        same = torch.ones(first.shape, dtype=torch.bool, device=first.device)
+        a = first.detach()
+        for r in runs[1:]:
+            b = r.detach()
+            same &= (a == b) | (a.isnan() & b.isnan()) if a.is_floating_point() or a.is_complex() else a == b
+        return torch.where(same, got.detach(), a)
+    if isinstance(first, (list, tuple)):
+        if not all(isinstance(r, (list, tuple)) and len(r) == len(first) for r in runs):
+            return None
+        if not isinstance(got, (list, tuple)) or len(got) != len(first):
+            return got
+        parts = [_undefined_replaced(g, [r[i] for r in runs]) for i, g in enumerate(got)]
+        return None if any(p is None for p in parts) else type(got)(parts) if type(got) in (list, tuple) else parts
+    same = all(type(r) is type(first) and (r == first or (r != r and first != first)) for r in runs[1:])
+    return got if same else first
+
+
+def _eager_reads_uninitialized(call, fn, tensors, got, tol):
+    """Whether the compiled result `got` (outputs, inputs) is eager's wherever eager's is defined:
+    eager run three times with the memory it leaves uninitialized (resize_ growing an input's
+    storage, torch.empty) filled with three values (_poisoned_call); an element on which those runs
+    disagree is computed from that memory, undefined in eager too (edges seed 1844: a resize_ of an
+    input grows its storage, the grown elements cast to uint8 came back as allocator garbage that
+    changes from run to run), and is not compared. A difference anywhere else is still one, and so
+    is a call whose poisoned runs raise or return other shapes (no reference: True only when the
+    runs disagree on that)."""
+    runs, used = [], False
+    for k in range(3):
+        res, u = _poisoned_call(call, fn, tensors, k)
+        runs.append(res)
+        used |= u
+    if not used:
+        return False
+    excs = [r[2] for r in runs]
+    if any(e is not None for e in excs):
+        return not all(e is not None and type(e) is type(excs[0]) for e in excs)
+    out = _undefined_replaced(got[0], [r[0] for r in runs])
+    ins = _undefined_replaced(got[1], [r[1] for r in runs])
+    if out is None or ins is None:
+        return True
+    try:
+        compare_values(out, runs[0][0], "out", tol)
+        compare_values(ins, runs[0][1], "input", tol)
+    except opinfo.Mismatch:
+        return False
+    return True
+
+
 def run_program(prog) -> dict:
     import warnings
 
@@ -2465,6 +2585,10 @@ def run_program(prog) -> dict:
             if _eager_irreproducible(call, fn, ([sets[0]] + sets)[i - 1], (eout, eins, eexc), prog.get("tol", 0.0)):
                 notes.append(f"{where}: {m}; eager's own result on these inputs' memory layout changes from "
                              "run to run: no reference")
+                continue
+            if _eager_reads_uninitialized(call, fn, ([sets[0]] + sets)[i - 1], (out, ins), prog.get("tol", 0.0)):
+                notes.append(f"{where}: {m}; only where eager reads memory nothing wrote (a storage resize_ grew, "
+                             "torch.empty): such elements are not compared")
                 continue
             if _eager_depends_on_position(call, fn, ([sets[0]] + sets)[i - 1], (out, ins), prog.get("tol", 0.0)):
                 notes.append(f"{where}: {m}; eager's own result depends on the elements' positions in its "
