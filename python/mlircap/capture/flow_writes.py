@@ -208,8 +208,8 @@ class _FlowWriteMixin:
             for k in ks:
                 if k <= -_ATTR_KEYS and k in self.flow_roots:
                     out[self._flow_bound(k)] = self.flow_roots[k][0]
-        for k in self.flow_ret_roots:   # (and the returned floats' expressions: flows._flow_returned)
-            out[self._flow_bound(k)] = self.flow_roots[k][0]
+        for k, e in self.flow_ret_roots.items():   # (and the returned floats' expressions: flows._flow_returned)
+            out[self._flow_bound(k)] = e
         return sorted(out.items())
 
     def flow_writes(self, writes: list[Write]) -> list[Write]:

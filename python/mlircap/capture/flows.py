@@ -429,7 +429,9 @@ class _FlowMixin(_FlowRootMixin, _FlowBoxMixin):
                     expr = expr.replace(self.flow_roots[k][0], name)
                 elif k in self.flow_pos:
                     expr = expr.replace(self.flow_roots[k][0], self._flow_bound(k))
-                    self.flow_ret_roots.add(k)
+                    # (its expression kept: a later escape pops k from flow_roots, guarding it by
+                    # value, and the returned expression still reads it as bound at the start)
+                    self.flow_ret_roots[k] = self.flow_roots[k][0]
             items.append((obj, expr, ks, paths[p] if placed else _MISSING))
         _shift(fl, pops, pushes)
         for obj, expr, ks, path in items:

@@ -142,7 +142,7 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         self.float_items: dict[int, tuple] = {}    # id(list) -> (list, item index -> key): flow_roots._flow_item
         self.flow_ret: dict[int, tuple] = {}       # id(float returned) -> (float, its expression)
         self.flow_ret_at: dict[object, tuple] = {}   # an int returned: its place in the result -> (int, expression)
-        self.flow_ret_roots: set[int] = set()      # attributes those expressions read (bound at the start)
+        self.flow_ret_roots: dict[int, str] = {}   # attributes those expressions read -> their expressions
         # (id(obj), attribute) -> (float, expression, keys, obj): a followed float stored (flow_writes.py)
         self.flow_stores: dict[tuple[int, str | tuple], tuple] = {}   # (a list item: (id, ("item", i)))
         self.flow_item_at: tuple | None = None     # (frame, offset) of the last item store followed

@@ -1,0 +1,77 @@
+"""Capture of real-world-style idioms (issue 11), session 29 (bench/modules14.py).
+
+1. A float computed from a module's step counter (`decay = min(0.99, (1 + self.step) /
+   (10 + self.step))`, an EMA's warmup) both returned and handed to an op that takes it as a
+   constant (`torch._foreach_mul_(params, decay)`): the return kept its expression, reading the
+   attribute as bound at the replay's start, and the op then guarded the attribute by value,
+   which dropped its root: building the replay raised KeyError and capture gave up on the
+   whole function.  The returned expression now keeps the attribute's own expression.
+
+Each test compares results and module state with eager after every call."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import mlircap
+from harness import EAGER
+from mlircap.capture import capture
+
+COMPILERS = {"eager": lambda m: capture(m, EAGER), "mlircap": mlircap.compile}
+
+
+def _capture_of(fast, how):
+    return fast._compiled._mlircap_capture if how == "mlircap" else fast._mlircap_capture
+
+
+def _same_state(a, b, i):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        assert torch.allclose(sa[k], sb[k], atol=1e-6), (i, k)
+    assert vars(a).get("step") == vars(b).get("step"), i
+
+
+class ForeachDecay(nn.Module):
+    def __init__(self, backward):
+        super().__init__()
+        self.lin, self.ema = nn.Linear(3, 3), nn.Linear(3, 3)
+        self.ema.requires_grad_(False)
+        self.step, self.backward = 0, backward
+
+    def forward(self, x):
+        if self.backward:
+            self.lin.zero_grad(set_to_none=True)
+            F.mse_loss(self.lin(x), x).backward()
+            with torch.no_grad():
+                for p in self.lin.parameters():
+                    p.add_(p.grad, alpha=-0.1)
+        with torch.no_grad():
+            self.step += 1
+            decay = min(0.99, (1 + self.step) / (10 + self.step))
+            ep, sp = list(self.ema.parameters()), list(self.lin.parameters())
+            torch._foreach_mul_(ep, decay)
+            torch._foreach_add_(ep, sp, alpha=1 - decay)
+        return self.ema(x), decay
+
+
+@pytest.mark.parametrize("how", COMPILERS)
+@pytest.mark.parametrize("backward", [False, True])
+def test_float_of_a_counter_returned_and_guarded_by_value(how, backward):
+    torch.manual_seed(0)
+    ref = ForeachDecay(backward)
+    mine = copy.deepcopy(ref)
+    fast = COMPILERS[how](mine)
+    g = torch.Generator().manual_seed(1)
+    for i in range(5):
+        x = torch.randn(4, 3, generator=g)
+        with torch.enable_grad():
+            want, dw = ref(x)
+            got, dg = fast(x)
+        assert torch.allclose(got, want, atol=1e-6), i
+        assert type(dg) is float and dg == dw, (i, dg, dw)
+        _same_state(ref, mine, i)
+    c = _capture_of(fast, how)
+    assert c.variants and not any(v.eager for v in c.variants), [v.reason for v in c.variants]
