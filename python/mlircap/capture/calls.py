@@ -26,6 +26,7 @@ from .state_writers import _node_hook_call
 from .optim_calls import _averaged_model_update, _grad_scaler_call, _idempotent_call, _lr_scheduler_call, _optimizer_step
 from .external_calls import _SCALAR_ARGS
 from .give_ups import compiling_answer, learned_break, pass_through_codes
+from .flush_writes import flush_before_call, pending_flows
 from .grad_clips import clip_after_break
 from .iterators import stateful_next
 from .special_calls import _TENSOR_DEEPCOPY, _SpecialCallMixin
@@ -255,7 +256,8 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin, _CallGuardMixin):
             # graphs (give_ups.py); what the function wrote before it, the replay writes at its
             # end, after the callee read it
             kind = "external"
-            if (self.dirty or self.flow_stores or self._cv_changed()) and not self.unreplayable:
+            if (self.dirty.pending or pending_flows(self) or self._cv_changed()) and not self.unreplayable and \
+                    not flush_before_call(self, _callee_name(f)):
                 # (the callers up to this frame would read those writes so too: none is learned)
                 self.unreplayable = f"the function wrote state before a call into {_callee_name(f)}, " \
                                     f"which it runs eagerly (a replay writes at its end)"

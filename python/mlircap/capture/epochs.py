@@ -71,7 +71,7 @@ class _EpochMixin:
         # an object's attributes the call wrote are its replay's writes, not the function's: the
         # snapshot of an object the function did not write is taken again (`self.calls += 1` in a
         # module run between graphs was also replayed at the end as the recording's count)
-        written = {key[0] for key in self.dirty if type(key) is tuple}
+        written = {key[0] for key in self.dirty.pending if type(key) is tuple}   # (flushed: written already)
         for vid, (kind, v, expr, pretty, _) in list(self.snaps.items()):
             if kind in ("module", "obj", "slots", "obj+slots") and vid not in written:
                 del self.snaps[vid]

@@ -29,6 +29,7 @@ from .optim_calls import (
 from .typeinfo import _mro_lookup
 from .frame_hook import _E
 from .functorch_calls import rebuilt_function
+from .flush_writes import flush_before_call, pending_flows
 from .guard_kinds import Equals, TypeIs
 from .iterators import pure_draw
 from .locations import _frame_loc
@@ -90,7 +91,7 @@ class _ExternalCallMixin:
         if not inert and own is None:   # (an optimizer's step reads and writes its own state alone)
             self.ext_writes += 1
             stale = self._written_before(f, args, kwargs)
-            if stale is not None:
+            if stale is not None and not (not self.unreplayable and flush_before_call(self, reason)):
                 # `cfg["a"] = s; json.dumps(cfg)`, `m["loss"] = v; print(m)`: the replay applies the
                 # function's writes at its end, so its call read the values from before them (a
                 # wrong printout, a wrong result built from it): the function runs eagerly
@@ -215,7 +216,7 @@ class _ExternalCallMixin:
         recording's writes are the function's alone (the replayed call makes its own; diffed, the
         new dict was no value the replay could name and capture gave up on the function), as
         _new_epoch does after other calls.  Objects the function itself wrote keep theirs."""
-        written = {key[0] for key in self.dirty if type(key) is tuple} | self.stored.keys()
+        written = {key[0] for key in self.dirty.pending if type(key) is tuple} | self.stored.keys()
         for o in objs:
             sn = self.snaps.get(id(o))
             if sn is not None and id(o) not in written:
@@ -247,7 +248,7 @@ class _ExternalCallMixin:
         """What of the objects an uncapturable call is handed (its arguments, the items of a
         list / tuple / dict argument, the object of a bound method) the function wrote before
         the call (a store into it, a followed number stored there); None: nothing."""
-        if not self.dirty and not self.flow_stores:
+        if not self.dirty.pending and not pending_flows(self):
             return None
         objs = list(args) + list(kwargs.values())
         so = getattr(f, "__self__", None)
@@ -263,7 +264,7 @@ class _ExternalCallMixin:
             elif type(o) is dict:
                 objs.extend(o.values())
         ids = {id(o): o for o in objs}
-        for key in list(self.dirty) + list(self.flow_stores):
+        for key in list(self.dirty.pending) + pending_flows(self):
             if type(key) is tuple and key[0] in ids:
                 return f"a {type(ids[key[0]]).__name__}"
         return None
@@ -292,7 +293,8 @@ class _ExternalCallMixin:
         groups = opt.param_groups
         objs = [opt, groups, *groups, opt.defaults]
         ids = {id(o) for o in objs}
-        if any(k[0] in ids for k in self.dirty) or any(k[0] in ids for k in self.flow_stores):
+        if (any(k[0] in ids for k in self.dirty.pending) or any(k[0] in ids for k in pending_flows(self))) and \
+                not (not self.unreplayable and flush_before_call(self, f"{type(opt).__name__}.{f.__name__}")):
             self.unreplayable = self.unreplayable or \
                 f"{type(opt).__name__}.{f.__name__} reads the optimizer's param_groups or attributes the " \
                 f"function wrote before it (a replay writes them at its end)"

@@ -165,17 +165,23 @@ def compiling_give_up(rec: Any) -> types.CodeType | None:
 
 class WriteSet(set):
     """The recorder's external writes (`dirty`: (id(obj), key)), remembering the frames that
-    were running at the first one (innermost first), for `pass_through_codes`."""
+    were running at the first one (innermost first), for `pass_through_codes`; `pending`: those
+    not yet flushed before a graph break (flush_writes.py), which a replay makes at its end."""
     first: list[types.FrameType] | None = None
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: set = set()
+
     def add(self, key: Any) -> None:
-        if not self and self.first is None:
+        if not self.pending and self.first is None:
             f, chain = sys._getframe(1), []
             while f is not None:
                 chain.append(f)
                 f = f.f_back
             self.first = chain
         set.add(self, key)
+        self.pending.add(key)
 
 
 def pass_through_codes(writes: WriteSet, root: types.FrameType | None) -> set[tuple[types.CodeType, int | None]]:

@@ -16,6 +16,7 @@ from .base import Unreplayable, _Raised
 from .steps import CallStep, GraphStep
 from .classify import _func_qualname
 from .draws import _node_draws
+from .flush_writes import pre_write_guards
 from .locations import _user_location
 from .guards import _ambient
 from .fx_targets import _op_name
@@ -325,7 +326,10 @@ class _GraphStepMixin:
         k = self.ncalls
         self.ncalls += 1
         g = torch.is_grad_enabled()   # (after an unbalanced torch.set_grad_enabled(False))
-        self.steps.append(CallStep(k, fe, ae, ke, reason, external=external, grad=None if g == self.grad0 else g))
+        flushed = self.__dict__.pop("pre_writes", None)   # (flush_writes.py)
+        pre = pre_write_guards(self, k, flushed) if flushed else None
+        self.steps.append(CallStep(k, fe, ae, ke, reason, external=external, grad=None if g == self.grad0 else g,
+                                   pre_writes=pre))
         self._resume_mark(k)
         return k
 
@@ -338,8 +342,8 @@ class _GraphStepMixin:
         draws from torch's RNG: a replay that misses after the draw logs the torch RNG state
         it left (rng.py), which must be the state after those draws.  None: not hoisted."""
         seg = self.cur
-        if seg is None or not seg.nops or self.defer_window is not None:
-            return None   # (reads pending after the open graph: deferred.py)
+        if seg is None or not seg.nops or self.defer_window is not None or self.__dict__.get("pre_writes"):
+            return None   # (reads pending after the open graph: deferred.py; writes flushed before it)
         if any(c[0] == seg.idx for c in self.spec_checks):
             # (a check after the open graph, asserts.py, decides whether eager gets here: run
             # before that graph, a draw would have run where the check then misses, and the

@@ -28,6 +28,7 @@ from .index_inputs import index_copy_hazard
 from .rng import _RngLogged, _rng_states, _unlog_raising
 from .device_checks import held_device_asserts, release
 from .asserts import Deopt
+from .flush_writes import apply_write, undo_writes
 from .replay_helpers import _WRITE_FORMS, _merge_log, _mk_obj, _rollback, _save_grads, mode_copies
 from .guard_misses import _continuations
 
@@ -249,6 +250,10 @@ class _GraphVariant(_Variant):
                 rb = f"{rec.const(undo_data_writes)}(_sd); " + rb
         else:
             rb = ""
+        if any(isinstance(st, CallStep) and st.pre_writes for st in rec.steps):
+            # writes flushed before a break (flush_writes.py): put back by a replay that misses
+            L.append(ind + "_u = []")
+            rb = f"{rec.const(undo_writes)}(_u); " + rb
         midg: dict[int, list[str]] = collections.defaultdict(list)
         for p in rec.guards:
             if p.pos > 0:
@@ -310,6 +315,11 @@ class _GraphVariant(_Variant):
                 call = f"{st.callee}(" + ", ".join(argl) + ")"
                 # the objects the frame holds, read through locations the call may rebind
                 L.extend(ind + f"{name} = {e}" for name, e in rec.epoch_binds.get(k, ()))
+                if st.pre_writes:   # (targets and values first, as at the end: a write may rebind a target)
+                    for i, w in enumerate(st.pre_writes):
+                        L.append(ind + f"_pt{i}, _pv{i} = {w.target}, {w.value}")
+                    for i, w in enumerate(st.pre_writes):
+                        L.append(ind + f"{rec.const(apply_write)}(_u, {w.kind!r}, _pt{i}, {rec._lit(w.key)}, _pv{i})")
                 at = len(L)
                 if st.external:
                     j = len(ext_done)

@@ -23,6 +23,7 @@ from .classify import _OWN_DIR, _PRIM, _classify
 from .frame_hook import _E, _E_real
 from .guards import _ambient
 from .flow_state import _ATTR_KEYS
+from .flush_writes import pending_flows
 from .resume_code import resumable_code
 from .typeinfo import _np_float
 
@@ -213,7 +214,7 @@ class _ResumeMixin:
         state yet (replayed writes are applied at the end of a replay), no int counters or
         floats written back as expressions, NumPy arrays tracked, or a grad mode / autocast
         other than at the call's start (a graph sets its own inside)."""
-        if self.dirty or self.flow_stores or \
+        if self.dirty.pending or pending_flows(self) or \
                 any(cv.get(_MISSING) is not old for cv, old in self.cv_snap.items()):
             raise Unreplayable("the frame wrote external state before (replayed at the end)")
         if self.np_env:

@@ -27,6 +27,9 @@ class CallStep:
     external: bool   # an uncapturable call (run once per call, result logged for a miss);
                      # False: a data-dependent tensor operation (no side effect)
     grad: bool | None = None   # the grad mode it ran in, where not the call's starting one
+    # the function's writes made right before the call (flush_writes.py): item / delitem /
+    # set Writes whose values are replay expressions
+    pre_writes: list[Write] | None = None
 
 
 Step = GraphStep | CallStep

@@ -1,0 +1,184 @@
+"""Writes flushed before a graph break: where the function wrote external state (an attribute,
+a dict or list item, a global) and then makes an uncapturable call that may read it (a callee
+an earlier recording gave up in, run eagerly; a library call handed the written object; an
+optimizer's step after `group["lr"] = ...`), the replay applies the writes recorded so far
+right before that call, in order, instead of at its end, and the capture goes on after the
+call, as Dynamo's side-effect codegen does at a graph break.  Before, the whole frame ran
+eagerly ("the function wrote state before a call into X").
+
+Only writes whose values the replay names without making a new object are flushed (numbers,
+strings, None, constants, tensors the recording tracks or a graph computed, objects it
+sources): the callee may mutate what it is handed, which a rebuilt copy would not carry back.
+After the call, each flushed location is guarded (mid-replay) to still hold the value written,
+since the recording goes on reading what the function stored there; a replay that misses later
+puts the flushed locations back (`undo_writes`) before the call records again, so that its own
+writes are made once.  Writes of kinds without a simple undo (list extends, slices, sets,
+ContextVars, closure cells), followed numbers (flows.py) and int counters keep the old rule:
+the frame runs eagerly."""
+from __future__ import annotations
+
+import dataclasses
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .base import Unreplayable, _MISSING
+from .classify import _IMMUTABLE_CONST, _PRIM
+from .guard_kinds import Guard, Is, Number, SameAs, Equals
+from .steps import Write
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .recorder import _Recorder
+
+
+def _names_as_is(rec: _Recorder, v: Any, depth: int = 0) -> bool:
+    """v's replay expression names v itself (or an equal immutable value), not a new object."""
+    if v is None or type(v) in _PRIM:
+        return True
+    if isinstance(v, torch.Tensor):
+        e = rec.env.get(id(v))
+        return id(v) in rec.src or e is not None and e[0] is v
+    if id(v) in rec.src:
+        return True
+    if isinstance(v, types.FunctionType):
+        return not v.__closure__ and not rec.fresh_types
+    return isinstance(v, _IMMUTABLE_CONST + (types.BuiltinFunctionType, type, types.ModuleType)) and \
+        not isinstance(v, torch.nn.Module)
+
+
+def _targets(rec: _Recorder) -> dict[str, Any]:
+    """The containers the recording's writes store into, by their replay expressions."""
+    out: dict[str, Any] = {}
+    for kind, v, expr, _, _ in rec.snaps.values():
+        if kind in ("dict", "list"):
+            out[expr] = v
+        elif kind == "slots":
+            out[expr] = v
+        elif kind in ("obj", "obj+slots"):
+            out[f"{expr}.__dict__"] = v.__dict__
+            if kind == "obj+slots":
+                out[expr] = v
+        elif kind == "module":
+            for a in ("__dict__", "_parameters", "_buffers", "_modules"):
+                out[f"{expr}.{a}"] = v.__dict__ if a == "__dict__" else getattr(v, a)
+    for g, name, _, _ in rec.global_snaps.values():
+        if name is not None:   # (a closure cell: name None, not flushed)
+            out[rec.const(g)] = g
+    return out
+
+
+def _guard_for(rec: _Recorder, w: Write, t: Any, vexpr: str) -> Guard:
+    """After the call: the location still holds what the function wrote there."""
+    kl = rec._lit(w.key)
+    loc = f"{w.target}[{kl}]" if w.kind in ("item", "delitem") else f"{w.target}.{w.key}"
+    name = f"{loc} (written before the call)"
+    if w.kind == "delitem":
+        return Is(f"({kl} in {w.target})", name + " deleted", False, "False")
+    v = w.value
+    if v is None or type(v) is bool:
+        return Is(loc, name, v, repr(v))
+    if type(v) is str:
+        return Equals(loc, name, v, str)
+    if type(v) in (int, float, complex, bytes):
+        return Number(loc, name, v, type(v))
+    return SameAs(loc, name, vexpr, "the value written")
+
+
+def flush_before_call(rec: _Recorder, what: str) -> bool:
+    """Before uncapturable call `what`: the writes recorded since the last flush become the
+    call's pre-writes (rec.pre_writes, taken by graph_steps._call_step).  False: they cannot
+    be flushed (the caller keeps the old rule, the frame runs eagerly)."""
+    if rec.np_env or rec.memo is not None or rec.__dict__.get("pre_writes"):
+        return False
+    if any(key in rec.counters for key in rec.dirty.pending):
+        return False
+    if any(cv.get(_MISSING) is not old for cv, old in rec.cv_snap.items()):
+        return False
+    if any(key[0] == "cell" for key in rec.global_snaps):
+        return False
+    flows = pending_flows(rec)
+    for key in flows:
+        # a followed number stored (flows.py): its operands guarded by value, as where a flow
+        # escapes, so that the value flushed is the number itself (its expression may read
+        # attributes bound at the replay's start only for writes at its end)
+        rec._flow_escape_keys(rec.flow_stores[key][2])
+    try:
+        writes = rec.writes()
+    except Unreplayable:
+        return False
+    targets = _targets(rec)
+    out: list[tuple[Write, Guard]] = []
+    for w in writes:
+        t = targets.get(w.target, _MISSING)
+        if w.setter is not None or t is _MISSING:
+            return False
+        if w.kind in ("item", "delitem"):
+            if type(t) is not dict and not (type(t) is list and w.kind == "item" and type(w.key) is int):
+                return False
+        elif w.kind != "set" or type(getattr(t, "__dict__", None)) is dict and w.key in t.__dict__:
+            return False   # (set: a slot attribute alone)
+        if w.kind != "delitem" and not _names_as_is(rec, w.value):
+            return False
+        try:
+            vexpr = rec.expr_of(w.value) if w.kind != "delitem" else "None"
+        except Unreplayable:
+            return False
+        out.append((dataclasses.replace(w, value=vexpr), _guard_for(rec, w, t, vexpr)))
+    rec.keep.append(writes)
+    rec.pre_writes = out
+    rec.dirty.pending.clear()
+    done = rec.__dict__.setdefault("flow_flushed", {})
+    for key in flows:
+        done[key] = rec.flow_stores[key]
+    rec.dirty.first = None
+    return True
+
+
+def pending_flows(rec: _Recorder) -> list:
+    """The keys of the followed numbers stored (rec.flow_stores, flows.py) since the last flush."""
+    if not rec.flow_stores:
+        return []
+    done = rec.__dict__.get("flow_flushed") or {}
+    return [key for key, st in rec.flow_stores.items() if done.get(key) is not st]
+
+
+def pre_write_guards(rec: _Recorder, k: int, flushed: list[tuple[Write, Guard]]) -> list[Write]:
+    """At call step k with flushed writes: their guards placed after the call; the writes."""
+    for _, g in flushed:
+        rec.guard(g, pos=k + 1)
+    return [w for w, _ in flushed]
+
+
+# -- what the replay calls -----------------------------------------------------------------
+def apply_write(undo: list, kind: str, t: Any, key: Any, v: Any) -> None:
+    """One flushed write (`kind` item / delitem / set into `t`), its undo record kept."""
+    if kind == "set":
+        undo.append((t, key, getattr(t, key, _MISSING), True))
+        setattr(t, key, v)
+    elif type(t) is dict:
+        undo.append((t, key, t.get(key, _MISSING), False))
+        if kind == "item":
+            t[key] = v
+        else:
+            t.pop(key, None)
+    else:   # a list item (validated at the recording)
+        undo.append((t, None, list(t), False))
+        t[key] = v
+
+
+def undo_writes(undo: list) -> None:
+    """A replay that misses after flushed writes: the locations put back, last first."""
+    while undo:
+        t, key, old, attr = undo.pop()
+        if attr:
+            if old is _MISSING:
+                delattr(t, key)
+            else:
+                setattr(t, key, old)
+        elif key is None and type(t) is list:
+            t[:] = old
+        elif old is _MISSING:
+            t.pop(key, None)
+        else:
+            t[key] = old
