@@ -89,7 +89,16 @@ def _pure_body(fn: object, ctx_names: frozenset, stores: bool, lookups: list | N
     prev: tuple = ()
     held: object = None   # the torch module the previous instruction pushed (lookups only)
     branches = writes = False
+    fresh = 0   # a backward's `torch.zeros_like(g)`: 1 its arguments being loaded, 2 its result on top
     for op, _arg, argval, _depth in _instrs(code).values():
+        if fresh == 2 and op == "LOAD_METHOD" and not stores and _inplace_method(argval):
+            # `torch.zeros_like(g).scatter_(-1, idx, g)`: an in-place method of a tensor the
+            # backward just made (no argument, saved tensor or view of one), as its functional form
+            fresh = 0
+            prev = (op, _arg, argval)
+            continue
+        fresh = 2 if fresh == 1 and op == "CALL" else \
+            fresh if fresh == 1 and op in ("LOAD_FAST", "LOAD_CONST", "PRECALL") else 0
         if lookups is not None and op == "LOAD_GLOBAL":
             mod = fn.__globals__.get(argval, _NO_GLOBAL)
             if not _torch_module(mod):
@@ -107,6 +116,7 @@ def _pure_body(fn: object, ctx_names: frozenset, stores: bool, lookups: list | N
             if not _torch_function(argval, obj):
                 return None
             held = None
+            fresh = 1 if not stores and argval in _FRESH_FACTORIES else 0
         elif op == "STORE_ATTR" and stores and prev[:1] == ("LOAD_FAST",) and prev[2] == code.co_varnames[0]:
             names.add(argval)
         elif lookups is not None and (op in _FORWARD_BRANCHES or op in ("LOAD_METHOD", "LOAD_ATTR") and
@@ -131,6 +141,8 @@ def _pure_body(fn: object, ctx_names: frozenset, stores: bool, lookups: list | N
 
 # what _pure_body's names hold where a forward calls in-place tensor methods
 _WRITES = "!writes"
+# torch's functions making a new tensor of their arguments' shape alone (a backward may write it in place)
+_FRESH_FACTORIES = frozenset({"zeros_like", "ones_like", "empty_like", "full_like"})
 
 
 def _inplace_method(name: object) -> bool:

@@ -6,6 +6,10 @@
    attribute as bound at the replay's start, and the op then guarded the attribute by value,
    which dropped its root: building the replay raised KeyError and capture gave up on the
    whole function.  The returned expression now keeps the attribute's own expression.
+2. A custom autograd.Function whose backward writes in place into a tensor it has just made
+   (`torch.zeros_like(g).scatter_(-1, idx, g)`, a sort's / gather's backward) ran between graphs
+   ("a custom autograd.Function ... on a tensor that requires grad", a break): the graph now
+   holds it as one node, as other pure Functions.
 
 Each test compares results and module state with eager after every call."""
 import copy
@@ -16,6 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import mlircap
+from torch.autograd.function import once_differentiable
 from harness import EAGER
 from mlircap.capture import capture
 
@@ -75,3 +80,56 @@ def test_float_of_a_counter_returned_and_guarded_by_value(how, backward):
         _same_state(ref, mine, i)
     c = _capture_of(fast, how)
     assert c.variants and not any(v.eager for v in c.variants), [v.reason for v in c.variants]
+
+
+class SortWithIdx(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        v, i = x.sort(-1)
+        ctx.mark_non_differentiable(i)
+        ctx.save_for_backward(i)
+        return v, i
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, gv, gi):
+        (i,) = ctx.saved_tensors
+        return torch.zeros_like(gv).scatter_(-1, i, gv * 2)
+
+
+class SortedWeighting(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 6)
+
+    def forward(self, x):
+        v, i = SortWithIdx.apply(self.lin(x))
+        w = torch.linspace(0, 1, x.shape[-1])
+        loss = (v * w).sum()
+        (gx,) = torch.autograd.grad(loss, x, retain_graph=True)
+        loss.backward()
+        return v.detach(), i, gx
+
+
+@pytest.mark.parametrize("how", COMPILERS)
+def test_function_whose_backward_writes_a_tensor_it_made(how):
+    torch.manual_seed(0)
+    ref = SortedWeighting()
+    mine = copy.deepcopy(ref)
+    fast = COMPILERS[how](mine)
+    g = torch.Generator().manual_seed(2)
+    for i in range(4):
+        x = torch.randn(3, 6, generator=g).requires_grad_()
+        x2 = x.detach().clone().requires_grad_()
+        with torch.enable_grad():
+            want = ref(x)
+            got = fast(x2)
+        for a, b in zip(want, got):
+            assert torch.allclose(a, b, atol=1e-6), i
+        for p, q in zip(ref.parameters(), mine.parameters()):
+            assert torch.allclose(p.grad, q.grad, atol=1e-6), i
+    c = _capture_of(fast, how)
+    assert c.variants and not any(v.eager for v in c.variants), [v.reason for v in c.variants]
+    # (loss.backward() is a break of its own; the Function's call is none)
+    reasons = [r for v in c.variants for r, _ in v.breaks]
+    assert reasons and not any("autograd.Function" in r for r in reasons), reasons
