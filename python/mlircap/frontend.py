@@ -500,6 +500,9 @@ def _build_table() -> dict:
         exact[op] = add_alpha_rounded_once(op)   # alpha != 1: eager's fused multiply-add
     exact[aten.addmm.default] = _product_plus_bias_rounded_once(aten.mm.default)
     exact[aten.addmv.default] = _product_plus_bias_rounded_once(aten.mv.default)
+    from .cross_steps import cross_rounded_like_eager
+
+    exact[aten.linalg_cross.default] = cross_rounded_like_eager   # CPU bf16/f16: eager's rounded steps
     for op in (aten.all.default, aten.all.dim, aten.all.dims, aten.any.default, aten.any.dim, aten.any.dims):
         exact[op] = intmath.truth_reduction(op, op.name().startswith("aten::all"))
     for name in intmath.INT8_PRODUCTS:   # int8 computed in int32 (torch-mlir's int8 lowering crashes)
