@@ -47,6 +47,15 @@ samples that eager runs (everything but eager-error).
     .venv/bin/python bench/opinfo.py --sample 300 --seed 0        # deterministic random subset
     .venv/bin/python bench/opinfo.py --report /tmp/opinfo.json --markdown   # re-print a run
     python bench/opinfo.py --device cuda                            # GPU host
+    .venv/bin/python bench/opinfo.py --device simt --sample 300     # the GPU path without a GPU
+
+``--device simt`` compiles each sample for CUDA (the GPU partitioning rules, opmath's GPU
+rewrites, the core's GPU codegen and launch plan, PTX included) and runs the plan on the CPU
+tensors of the sample: library steps through the runtime's own calls, kernels in the SIMT
+interpreter of test/python/simt.py (their gpu.func form before NVVM; math functions are
+torch's, not libdevice's). It compares with eager on the CPU at the CUDA tolerances: it finds
+codegen failures and wrong kernels (indexing, reductions, masks, rounding steps), not
+differences between CUDA's and the CPU's eager kernels.
 
 torch's OpInfo database needs the ``expecttest`` package. Workers run with
 MLIRCAP_CACHE_DIR in a temporary directory, one torch thread, and MLIRCAP_LOGS=fallback (its
@@ -115,10 +124,20 @@ def load_op_db():
     return {op_key(op): op for op in op_db}
 
 
+def data_device(device: str) -> str:
+    """Where the samples' tensors live (`simt`: on the CPU)."""
+    return "cpu" if device == "simt" else device
+
+
+def kernel_device(device: str) -> str:
+    """The device the samples are compiled for (`simt`: CUDA's codegen, interpreted)."""
+    return "cuda" if device == "simt" else device
+
+
 def supported(op, device: str, dtypes) -> list[str]:
     import torch
 
-    sd = op.supported_dtypes(device)
+    sd = op.supported_dtypes(kernel_device(device))
     return [d for d in dtypes if getattr(torch, d) in sd]
 
 
@@ -525,7 +544,7 @@ def run_sample(op, sample, dtype: str, device: str) -> dict:
     import mlircap
 
     fn, tensors = make_fn(op, sample)
-    tol = _tolerances(op, dtype, device)
+    tol = _tolerances(op, dtype, kernel_device(device))
 
     def call(f):
         ins = _clone(tensors)
@@ -550,7 +569,7 @@ def run_sample(op, sample, dtype: str, device: str) -> dict:
                 meta_only = True     # eager is not deterministic under a fixed seed (empty*)
             del out_e2, ins_e2
 
-    c = mlircap.compile(fn)
+    c = mlircap.compile(fn) if device != "simt" else mlircap.compile(fn, device="cuda")
     results = []
     log = io.StringIO()      # MLIRCAP_LOGS=fallback (set for workers) names eager islands
     with warnings.catch_warnings(record=True) as wlist, contextlib.redirect_stderr(log):
@@ -600,6 +619,11 @@ def worker_main(device: str) -> None:
     torch.set_num_threads(1)
     import mlircap  # noqa: F401
 
+    if device == "simt":
+        sys.path.insert(0, os.path.join(ROOT, "test", "python"))
+        import simt
+
+        simt.install_simt_gpu()
     ops = load_op_db()
     cache = {}
     proto.write(json.dumps({"ready": True}) + "\n")
@@ -610,7 +634,8 @@ def worker_main(device: str) -> None:
             res = {"counts": {}}
             for dt in task["dtypes"]:
                 try:
-                    res["counts"][dt] = len(generate_samples(ops[task["op"]], device, dt, task.get("limit")))
+                    res["counts"][dt] = len(generate_samples(ops[task["op"]], data_device(device), dt,
+                                                              task.get("limit")))
                 except Exception as e:  # noqa: BLE001
                     res["detail"] = f"{dt}: {_exc_line(e)}"
             proto.write(json.dumps(res) + "\n")
@@ -619,7 +644,7 @@ def worker_main(device: str) -> None:
         try:
             if key not in cache:
                 cache.clear()
-                cache[key] = generate_samples(ops[task["op"]], device, task["dtype"], task.get("limit"))
+                cache[key] = generate_samples(ops[task["op"]], data_device(device), task["dtype"], task.get("limit"))
             sample = cache[key][task["index"]]
             print(f"[opinfo] {task['op']} {task['dtype']} #{task['index']}", file=sys.stderr, flush=True)
             res = run_sample(ops[task["op"]], sample, task["dtype"], device)

@@ -394,3 +394,59 @@ def reference(binding, ir_text, inputs, out_specs):
         args.append((t.data_ptr(), list(t.shape), list(t.stride())))
     binding.call_packed(fn, args)
     return outs
+
+
+# -- the GPU path of mlircap.compile, run on the CPU ------------------------------------------
+
+def simt_executable_class():
+    """A stand-in for runtime.cuda.GpuExecutable that builds the same launch plan (the core's
+    GPU codegen, PTX included) and runs it on CPU tensors: library steps through the runtime's
+    own LIBRARY calls, kernels in the SIMT interpreter (their gpu.func form, before NVVM; math
+    functions are torch's, not libdevice's)."""
+    from mlircap import config
+    from mlircap._core import tool_path
+    from mlircap.runtime.cuda import compile_plan
+    from mlircap.runtime.plan import PlanExecutor, plan_input_ir
+    from mlircap.runtime.schema import KernelStep
+
+    class SimtExecutable(PlanExecutor):
+        def __init__(self, linalg_ir, chip=config.DEFAULT_CHIP, features=config.DEFAULT_PTX_FEATURES, **_):
+            plan, self.cache_hit = compile_plan(linalg_ir, chip, features)
+            super().__init__(plan, torch.device("cpu"))
+            # (the context and module must outlive the kernels read from them)
+            self._mlir = load_kernels(str(tool_path("mlircap-opt")), plan_input_ir(linalg_ir, "cuda")) \
+                if self.n_kernels else (None, None, {})
+            self.kernels = self._mlir[2]
+
+        def set_transient_outputs(self, positions):
+            pass
+
+        def __call__(self, *args):
+            t = self._materialize(self._prepare_inputs(args))
+            for step in self.plan.steps:
+                if not isinstance(step, KernelStep):
+                    self._run_library(step, t)
+                    continue
+                kargs = []
+                for a in step.args:
+                    if a.value is None:
+                        kargs.append(torch.tensor(a.i64, dtype=torch.int64))
+                        continue
+                    v = self.values[a.value]
+                    base = t[self._base_of(a.value)].reshape(-1)
+                    flat = base[v.offset:] if v.kind == "view" else base
+                    kargs.append(flat.view(torch.int8) if flat.dtype == torch.bool else flat)
+                grid = step.grid[0]
+                for bid in range(grid):
+                    Block(self.kernels[step.name], kargs, bid, grid, step.block[0]).run()
+            return self._outputs(t)
+
+    return SimtExecutable
+
+
+def install_simt_gpu():
+    """Makes mlircap.compile(fn, device="cuda") run its launch plans on CPU tensors through
+    simt_executable_class() (for sweeps of the GPU codegen on a machine without a GPU)."""
+    import mlircap.runtime.cuda as cuda
+
+    cuda.GpuExecutable = simt_executable_class()
