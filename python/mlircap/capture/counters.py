@@ -199,7 +199,8 @@ class _CounterMixin:
                 w = Write(w.kind, w.target, w.key, _SymExpr(c.tmpl.replace("{B}", f"_c{c.idx}")), w.setter)
                 done.add(id(c))
             out.append(w)
+        flushed = self.__dict__.get("flush_sym") or ()   # (written as its expression before a break: flush_writes.py)
         for c in self.counters.values():
-            if c.symbolic and c.tmpl != "{B}" and id(c) not in done:
+            if c.symbolic and c.tmpl != "{B}" and id(c) not in done and id(c) not in flushed:
                 self._counter_escape(c)   # no write found to give as an expression: guard the value
         return out

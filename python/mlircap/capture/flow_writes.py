@@ -142,10 +142,12 @@ class _FlowWriteMixin:
         self._flow_load(frame, expr, ks, val)
         return True
 
-    def _flow_items_written(self, lst: Any, frame: types.FrameType | None = None) -> None:
+    def _flow_items_written(self, lst: Any, frame: types.FrameType | None = None, keep_flushed: bool = False) -> None:
         """Any use of a list but the followed store just made and a read back
         (`_flow_item_load`): a store, a deletion, a mutating method, a read (lazy_sources.touch):
-        its items' followed stores end (the operands guarded)."""
+        its items' followed stores end (the operands guarded).  keep_flushed: a read by an
+        uncapturable call (touch_deep), which reads the values a flush wrote before it
+        (flush_writes.py) as the replay computed them: those stores stay."""
         if frame is not None and self.flow_item_at == (frame, frame.f_lasti):
             return
         i = self._stored_item(lst, frame)
@@ -156,7 +158,9 @@ class _FlowWriteMixin:
             if st is not None:
                 self._flow_escape_keys(st[2])
             return
-        for key in [k for k in self.flow_stores if k[0] == id(lst) and type(k[1]) is tuple]:
+        flushed = self.__dict__.get("flush_sym") or () if keep_flushed else ()
+        for key in [k for k, st in self.flow_stores.items() if k[0] == id(lst) and type(k[1]) is tuple and
+                    id(st) not in flushed]:
             self._flow_escape_keys(self.flow_stores.pop(key)[2])
 
     @staticmethod
@@ -219,10 +223,12 @@ class _FlowWriteMixin:
         if not self.flow_stores:
             return writes
         by_target: dict[tuple[str, Any], tuple] = {}
+        # (stores written as their expressions before a break, flush_writes.py: guarded after it)
+        flushed = self.__dict__.get("flush_sym") or ()
         for (_, name), st in self.flow_stores.items():
             snap = self.snaps.get(id(st[3]))
             if snap is not None and type(name) is tuple:   # a list item (`_flow_store_item`)
-                if not self.ext_writes:
+                if not self.ext_writes or id(st) in flushed:
                     by_target[(snap[2], name[1])] = st
             elif snap is not None:
                 by_target[(f"{snap[2]}.__dict__", name)] = st
@@ -240,6 +246,6 @@ class _FlowWriteMixin:
                 done.add(id(st))
             out.append(w)
         for st in self.flow_stores.values():
-            if id(st) not in done:
+            if id(st) not in done and id(st) not in flushed:
                 self._flow_escape_keys(st[2])
         return out

@@ -13,8 +13,13 @@ After the call, each flushed location is guarded (mid-replay) to still hold the 
 since the recording goes on reading what the function stored there; a replay that misses later
 puts the flushed locations back (`undo_writes`) before the call records again, so that its own
 writes are made once.  Writes of kinds without a simple undo (list extends, slices, sets,
-ContextVars, closure cells), followed numbers (flows.py) and int counters keep the old rule:
-the frame runs eagerly."""
+ContextVars, closure cells) keep the old rule: the frame runs eagerly.
+
+An int counter (`self.step_n += 1`, counters.py) and a followed number stored (`group["lr"] =
+f(self.step_n)`, flow_writes.py) are flushed as their expressions of the values the replay binds
+at its start (`_c{i}`, `_a{i}`: those bindings are kept however the recording goes on,
+`flush_bindings`), not guarded by value; the value written is bound to a name of its own
+(`_pv{k}_{i}`), which the guard after the call compares by identity."""
 from __future__ import annotations
 
 import dataclasses
@@ -25,6 +30,8 @@ import torch
 
 from .base import Unreplayable, _MISSING
 from .classify import _IMMUTABLE_CONST, _PRIM
+from .counters import _SymExpr
+from .flow_writes import _ATTR_KEYS
 from .guard_kinds import Guard, Is, Number, SameAs, Equals
 from .steps import Write
 
@@ -34,7 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def _names_as_is(rec: _Recorder, v: Any, depth: int = 0) -> bool:
     """v's replay expression names v itself (or an equal immutable value), not a new object."""
-    if v is None or type(v) in _PRIM:
+    if v is None or type(v) in _PRIM or type(v) is _SymExpr:
         return True
     if isinstance(v, torch.Tensor):
         e = rec.env.get(id(v))
@@ -68,14 +75,18 @@ def _targets(rec: _Recorder) -> dict[str, Any]:
     return out
 
 
-def _guard_for(rec: _Recorder, w: Write, t: Any, vexpr: str) -> Guard:
-    """After the call: the location still holds what the function wrote there."""
+def _guard_for(rec: _Recorder, w: Write, t: Any, vexpr: str) -> Guard | None:
+    """After the call: the location still holds what the function wrote there (None: the
+    value is an expression of the replay, compared by identity with the name it is bound to,
+    pre_write_guards)."""
     kl = rec._lit(w.key)
     loc = f"{w.target}[{kl}]" if w.kind in ("item", "delitem") else f"{w.target}.{w.key}"
     name = f"{loc} (written before the call)"
     if w.kind == "delitem":
         return Is(f"({kl} in {w.target})", name + " deleted", False, "False")
     v = w.value
+    if type(v) is _SymExpr:
+        return None
     if v is None or type(v) is bool:
         return Is(loc, name, v, repr(v))
     if type(v) is str:
@@ -91,22 +102,17 @@ def flush_before_call(rec: _Recorder, what: str) -> bool:
     be flushed (the caller keeps the old rule, the frame runs eagerly)."""
     if rec.np_env or rec.memo is not None or rec.__dict__.get("pre_writes"):
         return False
-    if any(key in rec.counters for key in rec.dirty.pending):
-        return False
     if any(cv.get(_MISSING) is not old for cv, old in rec.cv_snap.items()):
         return False
     if any(key[0] == "cell" for key in rec.global_snaps):
         return False
     flows = pending_flows(rec)
-    for key in flows:
-        # a followed number stored (flows.py): its operands guarded by value, as where a flow
-        # escapes, so that the value flushed is the number itself (its expression may read
-        # attributes bound at the replay's start only for writes at its end)
-        rec._flow_escape_keys(rec.flow_stores[key][2])
     try:
         writes = rec.writes()
     except Unreplayable:
         return False
+    binds: dict[str, str] = {}
+    writes = _as_expressions(rec, writes, flows, binds)
     targets = _targets(rec)
     out: list[tuple[Write, Guard]] = []
     for w in writes:
@@ -127,12 +133,82 @@ def flush_before_call(rec: _Recorder, what: str) -> bool:
         out.append((dataclasses.replace(w, value=vexpr), _guard_for(rec, w, t, vexpr)))
     rec.keep.append(writes)
     rec.pre_writes = out
+    rec.__dict__.setdefault("flush_binds", {}).update(binds)
+    # dict items stored while the dict was lazily guarded (read by nobody before): a later guard of
+    # its contents leaves their old values out (lazy_sources.touch)
+    fi = rec.__dict__.setdefault("flush_items", set())
+    for w, _ in out:
+        t = targets[w.target]
+        if w.kind == "item" and type(t) is dict and id(t) in rec.lazy:
+            fi.add((id(t), w.key))
     rec.dirty.pending.clear()
     done = rec.__dict__.setdefault("flow_flushed", {})
     for key in flows:
         done[key] = rec.flow_stores[key]
     rec.dirty.first = None
     return True
+
+
+def _as_expressions(rec: _Recorder, writes: list[Write], flows: list, binds: dict[str, str]) -> list[Write]:
+    """The pending writes of int counters (counters.py) and followed numbers (flow_writes.py)
+    as their expressions of the values bound at the replay's start (as counter_writes /
+    flow_writes give them at its end), the bindings they read put into `binds`.  A followed
+    number not so written has its operands guarded by value (as where a flow escapes): the
+    value flushed is then the number itself."""
+    at: dict[tuple[str, Any], Any] = {}
+    for key, c in rec.counters.items():
+        if key in rec.dirty.pending and c.symbolic and c.tmpl != "{B}" and c.expect is None:
+            d = getattr(c.owner, "__dict__", None)
+            snap = rec.snaps.get(id(c.owner))
+            if type(d) is dict and type(d.get(c.name)) is int and d[c.name] == c.value and snap is not None:
+                at[(f"{snap[2]}.__dict__", c.name)] = c
+    for key in flows:
+        st = rec.flow_stores[key]
+        snap = rec.snaps.get(id(st[3]))
+        ok = snap is not None and not rec._flow_stale(st[2]) and \
+            all(k in rec.flow_roots or k > -_ATTR_KEYS for k in st[2])
+        if ok:
+            name = key[1]
+            at[(snap[2], name[1]) if type(name) is tuple else (f"{snap[2]}.__dict__", name)] = st
+        else:
+            rec._flow_escape_keys(st[2])
+    out, sym = [], rec.__dict__.setdefault("flush_sym", set())
+    for w in writes:
+        x = at.pop((w.target, w.key), None) if w.kind == "item" else None
+        if x is not None and type(x) is tuple and w.value is x[0]:   # a followed number
+            e = x[1]
+            for k in x[2]:
+                if k <= -_ATTR_KEYS:
+                    b = rec._flow_bound(k)
+                    e = e.replace(rec.flow_roots[k][0], b)
+                    binds[b] = rec.flow_roots[k][0]
+            w = dataclasses.replace(w, value=_SymExpr(e))
+            sym.add(id(x))
+        elif x is not None and type(x) is not tuple and type(w.value) is int and w.value == x.value:   # a counter
+            binds[f"_c{x.idx}"] = x.base
+            w = dataclasses.replace(w, value=_SymExpr(x.tmpl.replace("{B}", f"_c{x.idx}")))
+            sym.add(id(x))
+        elif x is not None and type(x) is tuple:
+            rec._flow_escape_keys(x[2])
+        out.append(w)
+    for x in at.values():   # (no write found: the counter's or the number's value guarded)
+        if type(x) is tuple:
+            rec._flow_escape_keys(x[2])
+        else:
+            rec._counter_escape(x)
+    return out
+
+
+def flush_bindings(rec: _Recorder) -> list[tuple[str, str]]:
+    """(name, expression) the replay binds at its start for the flushed expressions (counters,
+    followed numbers): kept even where the recording later guards those values instead."""
+    return sorted((rec.__dict__.get("flush_binds") or {}).items())
+
+
+def flushed_sym(rec: _Recorder, x: Any) -> bool:
+    """x (a counter, a followed store) was flushed as its expression: its value is written, and
+    guarded after the call to stay so; its write at the end (if any) is the same expression."""
+    return id(x) in (rec.__dict__.get("flush_sym") or ())
 
 
 def pending_flows(rec: _Recorder) -> list:
@@ -144,8 +220,13 @@ def pending_flows(rec: _Recorder) -> list:
 
 
 def pre_write_guards(rec: _Recorder, k: int, flushed: list[tuple[Write, Guard]]) -> list[Write]:
-    """At call step k with flushed writes: their guards placed after the call; the writes."""
-    for _, g in flushed:
+    """At call step k with flushed writes: their guards placed after the call; the writes.
+    A value given as an expression (None guard) is bound to `_pv{k}_{i}` by the replay."""
+    for i, (w, g) in enumerate(flushed):
+        if g is None:
+            kl = rec._lit(w.key)
+            loc = f"{w.target}[{kl}]" if w.kind == "item" else f"{w.target}.{w.key}"
+            g = SameAs(loc, f"{loc} (written before the call)", f"_pv{k}_{i}", "the value written")
         rec.guard(g, pos=k + 1)
     return [w for w, _ in flushed]
 

@@ -30,9 +30,9 @@ class _LazySourceMixin:
     # Lazy containers: lists/dicts/sets reached through attributes, globals or cells are
     # only guarded (from their snapshot, i.e. the pre-call state) once the program reads
     # them; append-only / store-only use (logs, caches, histories) needs no guard at all.
-    def touch(self, obj: object) -> None:
+    def touch(self, obj: object, untraced: bool = False) -> None:
         if self.flow_stores:   # a list item this call stored, used otherwise (flow_writes.py)
-            self._flow_items_written(obj)
+            self._flow_items_written(obj, keep_flushed=untraced)
         if self.float_items and self._flow_items_escape(obj):
             return   # (a list whose float items flow_items.py follows: they are guarded now)
         lz = self.lazy.pop(id(obj), None)
@@ -60,8 +60,12 @@ class _LazySourceMixin:
             elif kind == "dict":
                 keys = list(snap.keys())
                 self.guard(Keys(expr, pretty, tuple(keys)), group=group)
+                # (not an item the function wrote before a break, unread, written right before it:
+                # its old value is read by nobody, flush_writes.py)
+                fl = self.__dict__.get("flush_items") or ()
                 for k in keys:
-                    self._source(snap[k], self._item(v, expr, k), f"{pretty}[{k!r}]", False, depth + 1, group)
+                    if (id(v), k) not in fl:
+                        self._source(snap[k], self._item(v, expr, k), f"{pretty}[{k!r}]", False, depth + 1, group)
             else:
                 if all(type(x) in _PRIM or isinstance(x, _ID_HASHED) for x in snap):
                     self.guard(Equals(expr, pretty, set(snap)))
@@ -93,7 +97,10 @@ class _LazySourceMixin:
         if self.flow_stores:   # untraced code may read a float this call stored (flow_writes.py)
             objs = list(objs)
             ids = {id(o) for o in objs}
-            for oid, name in [k for k in self.flow_stores if k[0] in ids]:
+            # (not a store written as its expression before this call, flush_writes.py: the call
+            # reads the value the replay computed there)
+            flushed = self.__dict__.get("flush_sym") or ()
+            for oid, name in [k for k, st in self.flow_stores.items() if k[0] in ids and id(st) not in flushed]:
                 self._flow_store_read(oid, name)
         if not self.lazy and not self.lazy_objs:
             return
@@ -101,16 +108,16 @@ class _LazySourceMixin:
             if id(o) in self.lazy_objs:
                 self.full_obj(o)
             if id(o) in self.lazy:
-                self.touch(o)
+                self.touch(o, untraced=True)
             d = getattr(o, "__dict__", None) if not isinstance(o, type) else None
             if isinstance(d, dict):
                 for x in list(d.values()):
                     if id(x) in self.lazy:
-                        self.touch(x)
+                        self.touch(x, untraced=True)
             if isinstance(o, (list, tuple)) and len(o) < 64:
                 for x in o:
                     if id(x) in self.lazy:
-                        self.touch(x)
+                        self.touch(x, untraced=True)
 
     def _item(self, container: object, expr: str, key: object) -> str:
         if type(container) in (dict, list, tuple):

@@ -28,7 +28,7 @@ from .index_inputs import index_copy_hazard
 from .rng import _RngLogged, _rng_states, _unlog_raising
 from .device_checks import held_device_asserts, release
 from .asserts import Deopt
-from .flush_writes import apply_write, undo_writes
+from .flush_writes import apply_write, flush_bindings, undo_writes
 from .replay_helpers import _WRITE_FORMS, _merge_log, _mk_obj, _rollback, _save_grads, mode_copies
 from .guard_misses import _continuations
 
@@ -233,7 +233,8 @@ class _GraphVariant(_Variant):
              "_save_grads, _Raised):",
              "    def __replay(L, F, _lg=None):"]
         ind = "        "
-        for name, e in rec.counter_bindings() + rec.flow_bindings():   # values as the replay starts
+        # values as the replay starts (and those the writes flushed before a break read)
+        for name, e in dict(rec.counter_bindings() + rec.flow_bindings() + flush_bindings(rec)).items():
             L.append(ind + f"{name} = {e}")
         if any(isinstance(st, CallStep) and st.external for st in rec.steps):
             L.append(ind + "_n = len(_lg) if _lg else 0")
@@ -316,10 +317,10 @@ class _GraphVariant(_Variant):
                 # the objects the frame holds, read through locations the call may rebind
                 L.extend(ind + f"{name} = {e}" for name, e in rec.epoch_binds.get(k, ()))
                 if st.pre_writes:   # (targets and values first, as at the end: a write may rebind a target)
+                    for i, w in enumerate(st.pre_writes):   # (_pv{k}_{i}: guards after the call name it)
+                        L.append(ind + f"_pt{i}, _pv{k}_{i} = {w.target}, {w.value}")
                     for i, w in enumerate(st.pre_writes):
-                        L.append(ind + f"_pt{i}, _pv{i} = {w.target}, {w.value}")
-                    for i, w in enumerate(st.pre_writes):
-                        L.append(ind + f"{rec.const(apply_write)}(_u, {w.kind!r}, _pt{i}, {rec._lit(w.key)}, _pv{i})")
+                        L.append(ind + f"{rec.const(apply_write)}(_u, {w.kind!r}, _pt{i}, {rec._lit(w.key)}, _pv{k}_{i})")
                 at = len(L)
                 if st.external:
                     j = len(ext_done)

@@ -1,0 +1,82 @@
+"""Writes flushed before a graph break, continued (capture/flush_writes.py): kinds of pending
+writes that used to block the flush, so that the whole frame ran eagerly ("the function wrote
+state before a call into X", "Optimizer.zero_grad reads the optimizer's param_groups ... the
+function wrote before it"):
+* an int counter (`self.step_n += 1`, counters.py) and a number computed from it stored before
+  the call (`group["lr"] = f(self.step_n)`, flow_writes.py): flushed as their expressions of the
+  values bound at the replay's start, not guarded by value (no new recording per call).
+
+Each test compares outputs and the written state with eager after every call (graphs run by the
+eager backend: bit-identical), including calls where a guard after the flushed call misses
+(the replay puts the flushed writes back and records again), and checks that the frame is no
+longer run eagerly."""
+import copy
+import math
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from harness import EAGER
+from mlircap.capture import capture
+
+
+def _same(a, b):
+    assert type(a) is type(b), (a, b)
+    if isinstance(a, torch.Tensor):
+        assert a.shape == b.shape and torch.equal(a, b), (a, b)
+    elif isinstance(a, (tuple, list)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _same(x, y)
+    else:
+        assert a == b, (a, b)
+
+
+class CosineByHand(nn.Module):
+    """A Python step counter, a cosine lr computed from it set into a param group, then the
+    optimizer's zero_grad / step inside the function (bench/modules10.py's param-groups case)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 2)
+        self.opt = torch.optim.AdamW([{"params": [self.lin.weight]}, {"params": [self.lin.bias], "lr": 3e-2}],
+                                     lr=1e-2)
+        self.step_n = 0
+
+    def forward(self, x, y):
+        self.step_n += 1
+        self.opt.param_groups[1]["lr"] = 3e-2 * 0.5 * (1 + math.cos(math.pi * self.step_n / 10))
+        self.opt.zero_grad(set_to_none=True)
+        out = self.lin(x)
+        loss = F.cross_entropy(out, y)
+        if out[0, 0] > out[0, 1]:   # (a tensor branch after the flush: a replay misses when it flips,
+            loss = loss * 2         # puts the flushed writes back and records again)
+        loss.backward()
+        self.opt.step()
+        return loss.detach(), self.opt.param_groups[1]["lr"]
+
+
+def _state(m):
+    return [p.detach().clone() for p in m.parameters()], m.step_n, [g["lr"] for g in m.opt.param_groups]
+
+
+def test_counter_and_lr_from_it_flushed_before_zero_grad():
+    torch.manual_seed(0)
+    eager = CosineByHand()
+    comp = copy.deepcopy(eager)
+    g = capture(comp, backend=EAGER)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(9):
+            if i == 6:   # written between calls: the counter's value is read, not a recorded constant
+                eager.step_n = comp.step_n = 20
+            x, y = torch.randn(6, 4) * (1 + i % 3), torch.randint(0, 2, (6,))
+            _same(eager(x, y), g(x, y))
+            _same(_state(eager), _state(comp))
+    ex = g.explain()
+    assert not ex.eager_reasons, ex.eager_reasons
+    # the counter is no guarded value: a few recordings (the branch's two ways, the miss), not one per call
+    assert ex.variants <= 3, (ex.variants, ex.recompile_reasons)
+    assert any("mid-replay" in r for r in ex.recompile_reasons), ex.recompile_reasons   # (a miss after the flush)
