@@ -26,7 +26,8 @@ from .fx_targets import _op_name
 from .index_inputs import _IndexInputMixin
 from .number_calls import _NumberCallMixin
 from .overlaps import _overlapping_write
-from .scalar_inputs import _ALPHA_OPS, _BOUND_OPS, _PRE, _SCALAR_OPERATORS, _ScalarInputMixin, _has_np_scalar
+from .scalar_inputs import (_ALPHA_OPS, _BOUND_OPS, _FOREACH_SCALAR_OPS, _PRE, _SCALAR_OPERATORS, _ScalarInputMixin,
+                            _has_np_scalar)
 from .torch_calls import (_AUTOGRAD_STATE, _GRAD_WRITERS, _UNVERSIONED_WRITERS, _count_tensor,
                           _count_tensor_args, _cudnn_rnn_dropout, _metadata,
                           _plain_equal_operands, _same_view, _tensor_in_slice)
@@ -101,6 +102,11 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
                     pv = torch.mul(*pre)
                     self._record(torch.mul, "mul", pre, {}, pv)
                     args = tuple(pv if a is _PRE else a for a in args)
+        if self.flow_call is not None and name in _FOREACH_SCALAR_OPS:
+            alt = self._scalar_foreach(func, name, args, kwargs)
+            if alt is not None:   # the scalar a graph input (one variant for every decay)
+                func, args, kwargs = alt
+                name = func.__name__
         if self.flow_call is not None:
             step = self._flow_torch_step(func, name, args, kwargs)
             if step is not None:

@@ -195,6 +195,60 @@ class _ScalarInputMixin:
         self._flow_call_done(fc)   # taken by the graph: no guard (close_flows)
         return pre, fn2, f2, a2, {}
 
+    def _scalar_foreach(self, func: Callable, name: str, args: tuple, kwargs: dict) -> tuple | None:
+        """`torch._foreach_mul_(ema, d)`, `torch._foreach_add_(ema, p, alpha=1 - d)`,
+        `torch._foreach_lerp_(ema, p, 1 - d)` (timm's / YOLO's EMA with a decay warmed up by a
+        step counter): the followed float becomes a 0-d graph input of the lists' dtype, as
+        `_scalar_alpha` makes it for one tensor, in the list form whose CPU kernel runs the
+        per-tensor form `_scalar_alpha` uses (`t.mul_(r)`, `t.addcmul_(p, r)`, `t.lerp_(p, r)`),
+        checked on copies to give eager's result bit for bit.  (func, args, kwargs), or None (r
+        stays a constant guarded by value: a variant per call)."""
+        fc = self.flow_call
+        f = _frame_outside_capture()
+        if f is not fc[0] or f.f_lasti != fc[1] or len(fc[2]) != 1 or not args or type(args[0]) not in (list, tuple):
+            return None
+        xs = list(args[0])
+        lists = [list(a) for a in args[1:] if type(a) in (list, tuple)]
+        if not xs or not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.layout == torch.strided and
+                             t.dtype == xs[0].dtype for t in xs + [u for lst in lists for u in lst]) or \
+                xs[0].dtype not in (torch.float32, torch.float64) or any(len(lst) != len(xs) for lst in lists):
+            return None
+        if torch.is_grad_enabled() and any(t.requires_grad for t in xs + [u for lst in lists for u in lst]):
+            return None
+        r = next(v for v in list(args[1:]) + list(kwargs.values()) if id(v) in fc[2]) \
+            if any(id(v) in fc[2] for v in list(args[1:]) + list(kwargs.values())) else None
+        if not (type(r) is float or _np_float(r)):
+            return None
+        mk = _scalar_tensor if xs[0].dtype == torch.float64 else _f32_scalar_tensor
+        t = mk(r)
+        base = name.rstrip("_")
+        if base == "_foreach_mul" and len(args) == 2 and args[1] is r and not kwargs:
+            fn2, a2 = func, (args[0], t)
+        elif base == "_foreach_add" and name.endswith("_") and len(lists) == 1 and len(args) == 2 and \
+                set(kwargs) == {"alpha"} and kwargs["alpha"] is r:
+            fn2, a2 = torch._foreach_addcmul_, (args[0], args[1], [t] * len(xs))
+        elif base == "_foreach_lerp" and name.endswith("_") and len(lists) == 1 and \
+                (len(args) == 3 and args[2] is r and not kwargs or len(args) == 2 and set(kwargs) == {"weight"} and
+                 kwargs["weight"] is r):
+            fn2, a2 = func, (args[0], args[1], [t] * len(xs))
+        else:
+            return None
+        try:
+            with torch.no_grad():
+                c1, c2 = [x.detach().clone() for x in xs], [x.detach().clone() for x in xs]
+                rest = [[u.detach() for u in a] if type(a) in (list, tuple) else a for a in args[1:]]
+                want = func(c1, *rest, **kwargs)
+                got = fn2(c2, *[[u.detach() for u in a] if type(a) in (list, tuple) else a for a in a2[1:]])
+        except Exception:
+            return None
+        if not _same_result(c1, c2) or not (want is None and got is None or _same_result(want, got)):
+            return None
+        self.keep.append(t)
+        self.src[id(t)] = (f"{self.const(mk)}({fc[2][id(r)]})", f"<{_pretty_flow(fc[2][id(r)])} as a graph input>",
+                           True)
+        self._flow_call_done(fc)   # taken by the graph: no guard (close_flows)
+        return fn2, a2, {}
+
     def _flow_torch_step(self, func: Callable, name: str, args: tuple, kwargs: dict) -> tuple | None:
         """`torch.fake_quantize_per_tensor_affine(h, s, 0, -128, 127)`, `F.batch_norm(...,
         momentum, eps)`: a torch function called right from the user's frame with floats
@@ -333,6 +387,8 @@ _SCALAR_OPERATORS_ANY_DEVICE = {"mul", "add", "sub", "rsub", "__mul__", "__rmul_
 # `_scalar_alpha` makes a graph input
 _ALPHA_OPS = {"add", "add_", "sub", "sub_", "addcmul", "addcmul_", "addcdiv", "addcdiv_", "mul_", "div_"}
 _PRE = object()   # (`_scalar_alpha`: the result of its first step, in its second's arguments)
+# foreach operators taking a float scalar / alpha / weight, which `_scalar_foreach` makes a graph input
+_FOREACH_SCALAR_OPS = {"_foreach_mul_", "_foreach_mul", "_foreach_add_", "_foreach_lerp_"}
 
 
 # torch functions taking float bounds, which graph.py _scalar_bounds makes graph inputs

@@ -10,6 +10,9 @@
    (`torch.zeros_like(g).scatter_(-1, idx, g)`, a sort's / gather's backward) ran between graphs
    ("a custom autograd.Function ... on a tensor that requires grad", a break): the graph now
    holds it as one node, as other pure Functions.
+3. That decay handed to `torch._foreach_mul_` / `_foreach_add_(alpha=)` / `_foreach_lerp_` was a
+   constant guarded by value: one variant per call (timm's / YOLO's EMA with a warmup).  It is
+   now a 0-d graph input, as for `t.mul_(d)` / `t.add_(p, alpha=1 - d)`.
 
 Each test compares results and module state with eager after every call."""
 import copy
@@ -133,3 +136,44 @@ def test_function_whose_backward_writes_a_tensor_it_made(how):
     # (loss.backward() is a break of its own; the Function's call is none)
     reasons = [r for v in c.variants for r, _ in v.breaks]
     assert reasons and not any("autograd.Function" in r for r in reasons), reasons
+
+
+class ForeachEMA(nn.Module):
+    def __init__(self, form):
+        super().__init__()
+        self.lin, self.ema = nn.Linear(3, 3), nn.Linear(3, 3)
+        self.ema.requires_grad_(False)
+        self.updates, self.form = 0, form
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.updates += 1
+            d = 0.999 * (1 - 0.5 ** (self.updates / 2.0))
+            ep, sp = list(self.ema.parameters()), [p.detach() for p in self.lin.parameters()]
+            if self.form == "mul_add":
+                torch._foreach_mul_(ep, d)
+                torch._foreach_add_(ep, sp, alpha=1.0 - d)
+            else:
+                torch._foreach_lerp_(ep, sp, 1.0 - d)
+            self.lin.weight.add_(0.1)
+        return self.ema(x)
+
+
+@pytest.mark.parametrize("how", COMPILERS)
+@pytest.mark.parametrize("form", ["mul_add", "lerp"])
+def test_foreach_decay_of_a_counter_is_a_graph_input(how, form):
+    torch.manual_seed(0)
+    ref = ForeachEMA(form)
+    mine = copy.deepcopy(ref)
+    fast = COMPILERS[how](mine)
+    g = torch.Generator().manual_seed(3)
+    for i in range(6):
+        x = torch.randn(2, 3, generator=g)
+        want, got = ref(x), fast(x)
+        assert torch.equal(got, want), i
+        sa, sb = ref.state_dict(), mine.state_dict()
+        assert all(torch.equal(sa[k], sb[k]) for k in sa), i
+        assert ref.updates == mine.updates, i
+    c = _capture_of(fast, how)
+    assert not any(v.eager for v in c.variants), [v.reason for v in c.variants]
+    assert len(c.variants) <= 2, len(c.variants)   # (a variant per decay before)
