@@ -10,7 +10,8 @@ label-smoothed NLL over non-pad tokens); greedy decoding with an early stop on `
 beam search over Python lists of hypotheses, a KV cache grown across calls in a dict attribute,
 top-k / top-p sampling from an explicit generator; NamedTuple / dataclass / dict-subclass outputs,
 modules configured by Enum / IntEnum / frozen and mutable dataclasses / SimpleNamespace, and
-those configurations changed between calls. bench/modules14_train.py adds custom
+those configurations changed between calls (bench/modules14_config.py, with the stateful and
+decoding modules). bench/modules14_train.py adds custom
 autograd.Functions, weight / spectral norm, EMA teachers, torch.distributions, hand-written
 rearranges, ModuleDict routing by string keys and training steps with optimizer, scheduler and
 gradient clipping inside the compiled function; bench/modules14_guards.py what fine-tuning scripts
@@ -19,13 +20,8 @@ monkeypatched, hooks, layers replaced or frozen).
 """
 from __future__ import annotations
 
-import enum
-import functools
 import math
-import types
-from collections import OrderedDict
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -454,175 +450,13 @@ case("top_k_top_p_dataclass_cfg_changed_generator", lambda: (R(3, 12),), ncalls=
     lambda: Sampler())
 
 
-# ============================================================================ outputs
-class Detections(NamedTuple):
-    boxes: torch.Tensor
-    scores: torch.Tensor
-    labels: torch.Tensor
-
-
-@fn_case("namedtuple_output_with_attribute_reads", lambda: (R(2, 5, 4), R(2, 5, 3)))
-def namedtuple_out(box_reg, cls_logits):
-    probs = cls_logits.softmax(-1)
-    s, l = probs.max(-1)  # noqa: E741
-    d = Detections(box_reg.sigmoid(), s, l)
-    d = d._replace(scores=d.scores * (d.labels > 0))
-    return d, d.boxes.sum() + len(d)
-
-
-@dataclass
-class EncOutput:
-    last_hidden: torch.Tensor
-    pooled: torch.Tensor
-    hidden_states: list = field(default_factory=list)
-    attn: torch.Tensor | None = None
-
-
-class DictOut(OrderedDict):
-    """transformers' ModelOutput in little: an OrderedDict whose keys are attributes too."""
-
-    def __getattr__(self, k):
-        try:
-            return self[k]
-        except KeyError:
-            raise AttributeError(k) from None
-
-
-class DataclassOutEncoder(nn.Module):
-    def __init__(self, return_all=False):
-        super().__init__()
-        self.layers = nn.ModuleList(nn.Linear(6, 6) for _ in range(3))
-        self.return_all = return_all
-
-    def forward(self, x):
-        out = EncOutput(x, x.mean(1))
-        for layer in self.layers:
-            x = torch.tanh(layer(x)) + x
-            if self.return_all:
-                out.hidden_states.append(x)
-        out.last_hidden, out.pooled = x, x.mean(1)
-        res = DictOut(logits=out.pooled @ self.layers[0].weight.t())
-        res["hidden"] = out.last_hidden
-        return out, res, res.logits.shape[-1]
-
-
-case("dataclass_and_ordereddict_subclass_outputs", lambda: (R(2, 3, 6),))(lambda: DataclassOutEncoder())
-case("dataclass_output_flag_switched_between_calls", lambda: (R(2, 3, 6),), ncalls=4,
-     between=lambda m, i: setattr(m, "return_all", i % 2 == 1))(lambda: DataclassOutEncoder())
-
-
-# ============================================================================ configuration
-class Act(enum.Enum):
-    GELU = "gelu"
-    SILU = "silu"
-    RELU = "relu"
-
-
-class Norm(enum.IntEnum):
-    NONE = 0
-    LAYER = 1
-    RMS = 2
-
-
-@dataclass(frozen=True)
-class BlockCfg:
-    dim: int = 8
-    act: Act = Act.GELU
-    norm: Norm = Norm.LAYER
-    residual: bool = True
-
-
-class EnumBlock(nn.Module):
-    """A block built from a frozen dataclass of Enums; forward compares `self.cfg.norm is Norm.RMS`
-    and looks the activation up in a dict keyed by the Enum."""
-
-    ACTS = {Act.GELU: F.gelu, Act.SILU: F.silu, Act.RELU: F.relu}
-
-    def __init__(self, cfg=BlockCfg()):
-        super().__init__()
-        self.cfg = cfg
-        self.fc = nn.Linear(cfg.dim, cfg.dim)
-        self.ln = nn.LayerNorm(cfg.dim)
-
-    def forward(self, x):
-        h = x
-        if self.cfg.norm is Norm.LAYER:
-            h = self.ln(h)
-        elif self.cfg.norm == Norm.RMS:
-            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
-        h = self.ACTS[self.cfg.act](self.fc(h))
-        return x + h if self.cfg.residual else h
-
-
-def _swap_cfg(m, i):
-    m.cfg = [BlockCfg(), BlockCfg(), BlockCfg(act=Act.SILU, norm=Norm.RMS), BlockCfg(residual=False, norm=Norm.NONE)][i]
-
-
-case("enum_frozen_dataclass_cfg_swapped_between_calls", lambda: (R(2, 4, 8),), ncalls=4, between=_swap_cfg)(
-    lambda: EnumBlock())
-
-
-class IntEnumDims(nn.Module):
-    """IntEnum members used as dimensions and indices (a layout enum of a channels axis)."""
-
-    class Ax(enum.IntEnum):
-        B = 0
-        C = 1
-        T = 2
-
-    def forward(self, x):
-        m = x.mean(dim=self.Ax.T, keepdim=True)
-        sel = x.select(self.Ax.C, 0)
-        return x.transpose(self.Ax.C, self.Ax.T) - m.transpose(1, 2), sel * x.shape[self.Ax.B]
-
-
-case("intenum_as_dims_and_indices", lambda: (R(2, 3, 5),))(lambda: IntEnumDims())
-
-
-class NsModel(nn.Module):
-    """Hyper-parameters in a SimpleNamespace (argparse-style `args`), read in forward, changed
-    between calls (dropout off, another scale)."""
-
-    def __init__(self):
-        super().__init__()
-        self.args = types.SimpleNamespace(scale=2.0, use_skip=True, pool="mean")
-        self.fc = nn.Linear(5, 5)
-
-    def forward(self, x):
-        h = self.fc(x) * self.args.scale
-        if self.args.use_skip:
-            h = h + x
-        return h.mean(1) if self.args.pool == "mean" else h.amax(1)
-
-
-def _ns_change(m, i):
-    if i == 2:
-        m.args.scale = 0.5
-    if i == 3:
-        m.args.pool, m.args.use_skip = "max", False
-
-
-case("simplenamespace_args_changed_between_calls", lambda: (R(2, 3, 5),), ncalls=4, between=_ns_change)(
-    lambda: NsModel())
-
-
-@functools.lru_cache(maxsize=8)
-def _causal_mask(n):
-    return torch.full((n, n), float("-inf")).triu(1)
-
-
-@fn_case("lru_cached_mask_helper_per_length", lambda i=0: (R(2, 3 + i % 2, 4),), ncalls=4)
-def lru_mask_attention(x):
-    s = x @ x.transpose(1, 2) + _causal_mask(x.shape[1])
-    return s.softmax(-1) @ x
-
-
 # the autograd.Function, norm, EMA, distributions, rearrange, routing and training-step cases,
-# and the state changed between calls
+# the outputs / configuration / stateful cases, and the state changed between calls
+import modules14_config  # noqa: E402
 import modules14_guards  # noqa: E402
 import modules14_train  # noqa: E402
 
-CASES += modules14_train.CASES + modules14_guards.CASES
+CASES += modules14_train.CASES + modules14_config.CASES + modules14_guards.CASES
 
 
 if __name__ == "__main__":

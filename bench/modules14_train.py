@@ -1,4 +1,4 @@
-"""bench/modules14.py's second half (same runner, its CASES appended there): custom
+"""bench/modules14.py's second part (same runner, its CASES appended there): custom
 torch.autograd.Functions (save_for_backward, needs_input_grad, mark_non_differentiable,
 once_differentiable, a gradient-reversal coefficient scheduled per call), the old weight_norm /
 spectral_norm hooks and a weight-standardized conv, EMA teachers (a decay warmed up by a Python
@@ -7,8 +7,7 @@ step counter, _foreach updates, state_dict copies skipping integer buffers), tor
 hand-written einops rearranges (ViT patchify / unpatchify, Swin windows with a cyclic shift),
 nn.ModuleDict routing by a string argument or attribute, and training steps inside the compiled
 function (AdamW + LambdaLR warmup + clip_grad_norm_, SGD momentum + StepLR + clip_grad_value_
-with gradient accumulation, SAM's two passes), stateful streaming modules and a CRF Viterbi
-decode with Python backtracking.
+with gradient accumulation, SAM's two passes).
 """
 from __future__ import annotations
 
@@ -449,85 +448,3 @@ class SAMStep(nn.Module):
 
 case("sam_two_pass_perturb_restore_step", lambda: (R(6, 4), R(6, 1)), train=True, ncalls=4, context=grad_ctx)(
     lambda: SAMStep())
-
-
-# ============================================================================ stateful / decoding
-class StreamingConv(nn.Module):
-    """A streaming causal conv: the last k-1 frames of the previous chunk kept in a buffer,
-    prepended to the next chunk; `reset()` between calls zeroes it."""
-
-    def __init__(self, c=3, k=3):
-        super().__init__()
-        self.conv = nn.Conv1d(c, c, k)
-        self.register_buffer("ctx", torch.zeros(1, c, k - 1))
-
-    def reset(self):
-        self.ctx.zero_()
-
-    def forward(self, chunk):
-        x = torch.cat([self.ctx.expand(chunk.shape[0], -1, -1), chunk], -1)
-        self.ctx.copy_(x[:1, :, -(self.ctx.shape[-1]):])
-        return self.conv(x)
-
-
-case("streaming_conv_context_buffer_reset_between", lambda: (R(1, 3, 4),), ncalls=5,
-     between=lambda m, i: m.reset() if i == 3 else None)(lambda: StreamingConv())
-
-
-class CRFViterbi(nn.Module):
-    """A linear-chain CRF's Viterbi decode: max over previous tags per step with backpointers in a
-    Python list, the best path traced back in reversed order with .item() into a list per sequence."""
-
-    def __init__(self, k=4):
-        super().__init__()
-        self.trans = nn.Parameter(torch.randn(k, k))
-        self.start, self.end = nn.Parameter(torch.randn(k)), nn.Parameter(torch.randn(k))
-
-    def forward(self, em):
-        score = self.start + em[:, 0]
-        bps = []
-        for t in range(1, em.shape[1]):
-            s = score.unsqueeze(2) + self.trans + em[:, t].unsqueeze(1)
-            score, bp = s.max(1)
-            bps.append(bp)
-        score = score + self.end
-        best_score, last = score.max(1)
-        paths = []
-        for b in range(em.shape[0]):
-            tag = last[b].item()
-            path = [tag]
-            for bp in reversed(bps):
-                tag = bp[b, tag].item()
-                path.append(tag)
-            paths.append(path[::-1])
-        return best_score, paths
-
-
-case("crf_viterbi_backpointers_python_backtrace", lambda: (R(2, 5, 4),))(lambda: CRFViterbi())
-
-
-@fn_case("sparsemax_sort_cumsum_support", lambda: (R(3, 7) * 2,))
-def sparsemax(z):
-    zs, _ = z.sort(-1, descending=True)
-    rng = torch.arange(1, z.shape[-1] + 1, dtype=z.dtype)
-    cs = zs.cumsum(-1)
-    support = 1 + rng * zs > cs
-    k = support.sum(-1, keepdim=True)
-    tau = (cs.gather(-1, k - 1) - 1) / k.to(z.dtype)
-    return torch.clamp(z - tau, min=0)
-
-
-@fn_case("mlm_masking_80_10_10_special_tokens_generator", lambda: (I(5, 30, 3, 10),))
-def mlm_mask(ids, mask_id=4, vocab=30, prob=0.15):
-    g = torch.Generator().manual_seed(0)
-    labels = ids.clone()
-    special = (ids == 5) | (torch.arange(ids.shape[1]) == 0)
-    pm = torch.full(ids.shape, prob).masked_fill(special, 0.0)
-    masked = torch.bernoulli(pm, generator=g).bool()
-    labels[~masked] = -100
-    rep = torch.bernoulli(torch.full(ids.shape, 0.8), generator=g).bool() & masked
-    ids = ids.clone()
-    ids[rep] = mask_id
-    rnd = torch.bernoulli(torch.full(ids.shape, 0.5), generator=g).bool() & masked & ~rep
-    ids[rnd] = torch.randint(vocab, ids.shape, generator=g)[rnd]
-    return ids, labels
