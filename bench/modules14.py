@@ -16,7 +16,8 @@ autograd.Functions, weight / spectral norm, EMA teachers, torch.distributions, h
 rearranges, ModuleDict routing by string keys and training steps with optimizer, scheduler and
 gradient clipping inside the compiled function; bench/modules14_guards.py what fine-tuning scripts
 change between calls (config dicts, class flags, buffers and embeddings resized, forwards
-monkeypatched, hooks, layers replaced or frozen).
+monkeypatched, hooks, layers replaced or frozen); bench/modules14_misc.py library idioms around
+the model (timm's scripting checks, metric buffers across calls, generators, autocast inside).
 """
 from __future__ import annotations
 
@@ -454,9 +455,10 @@ case("top_k_top_p_dataclass_cfg_changed_generator", lambda: (R(3, 12),), ncalls=
 # the outputs / configuration / stateful cases, and the state changed between calls
 import modules14_config  # noqa: E402
 import modules14_guards  # noqa: E402
+import modules14_misc  # noqa: E402
 import modules14_train  # noqa: E402
 
-CASES += modules14_train.CASES + modules14_config.CASES + modules14_guards.CASES
+CASES += modules14_train.CASES + modules14_config.CASES + modules14_guards.CASES + modules14_misc.CASES
 
 
 if __name__ == "__main__":
