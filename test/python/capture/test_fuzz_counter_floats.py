@@ -13,6 +13,7 @@ from test_fuzz_guards import typed_checks_agree  # noqa: F401  (the fixture: bot
 PROGRAM = """
 import math, random
 MODE = ["foreach"]
+ESCAPE = [False]
 class M(nn.Module):
     def __init__(self):
         super().__init__()
@@ -36,6 +37,8 @@ class M(nn.Module):
         y = self.ema(x) * d + self.lin(x).clamp(-d, d)
         if self.step % 3 == 0:
             y = y + lr
+        if ESCAPE[0]:   # an operator taking d as a constant: guarded by value (flows.py escape)
+            y = F.leaky_relu(y, negative_slope=0.1 * d)
         self.last = lr
         return y, d, lr, self.step
 
@@ -57,12 +60,14 @@ def mutate(i, f):
         f.warm = r.choice([2, 4, 10])
     elif k == 5:
         MODE[0] = r.choice(["foreach", "lerp", "loop"])
+    elif k == 7:
+        ESCAPE[0] = not ESCAPE[0]
     elif k == 6:
         with torch.no_grad():
             f.ema.weight.fill_(r.random())
 
 def state(f):
-    return (f.step, f.decay, f.warm, getattr(f, "last", None), list(MODE))
+    return (f.step, f.decay, f.warm, getattr(f, "last", None), list(MODE), list(ESCAPE))
 """
 
 
