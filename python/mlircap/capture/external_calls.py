@@ -29,7 +29,7 @@ from .optim_calls import (
 from .typeinfo import _mro_lookup
 from .frame_hook import _E
 from .functorch_calls import rebuilt_function
-from .flush_writes import flush_before_call, pending_flows
+from .flush_writes import catch_up_new, flush_before_call, pending_flows
 from .guard_kinds import Equals, TypeIs
 from .iterators import pure_draw
 from .locations import _frame_loc
@@ -104,6 +104,7 @@ class _ExternalCallMixin:
             # side effects happened, so the program gets that call's result instead (and
             # the RNG state it left, where it wrote the RNG: rng.py)
             value = _unlog(self.catchup[i])
+            catch_up_new(self, self.catchup[i])   # (the new containers flushed before it: flush_writes.py)
             if type(value) is _Raised:
                 # it raised there (replay.py): this recording raises it again, and the variant
                 # runs eagerly (its replay would call it, and it may raise again or not)

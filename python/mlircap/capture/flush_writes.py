@@ -22,6 +22,7 @@ at its start (`_c{i}`, `_a{i}`: those bindings are kept however the recording go
 (`_pv{k}_{i}`), which the guard after the call compares by identity."""
 from __future__ import annotations
 
+import collections
 import dataclasses
 import types
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,7 @@ from .classify import _IMMUTABLE_CONST, _PRIM
 from .counters import _SymExpr
 from .flow_writes import _ATTR_KEYS
 from .guard_kinds import Guard, Is, Number, SameAs, Equals
+from .rng import _NewLogged, _unlog_raising
 from .steps import Write
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -52,6 +54,105 @@ def _names_as_is(rec: _Recorder, v: Any, depth: int = 0) -> bool:
         return not v.__closure__ and not rec.fresh_types
     return isinstance(v, _IMMUTABLE_CONST + (types.BuiltinFunctionType, type, types.ModuleType)) and \
         not isinstance(v, torch.nn.Module)
+
+
+_NEW_TYPES = (dict, list, collections.defaultdict)
+
+
+def _new_container(rec: _Recorder, v: Any) -> bool:
+    """v is a plain dict / list / defaultdict the call made (not a tracked object), small, of
+    keys and items the replay names as they are (no new object inside, which the program may
+    hold apart from it): the replay builds it from its recorded contents, binds it to a name
+    (`_nw{i}`) and the recording tracks it by that name from then on (_track_new), so that what
+    the call and the function do with it later is done to that one object."""
+    if type(v) not in _NEW_TYPES or id(v) in rec.src or len(v) > 64:
+        return False
+    if type(v) is collections.defaultdict and v.default_factory not in (list, dict, tuple, int, float, set, None):
+        return False
+    items = list(v.items()) if isinstance(v, dict) else [(0, x) for x in v]
+    return all(_names_as_is(rec, k) and _names_as_is(rec, x) for k, x in items)
+
+
+def _container_expr(rec: _Recorder, v: Any) -> str:
+    """The replay's expression building the new container v from its contents."""
+    if type(v) is collections.defaultdict:
+        f = "None" if v.default_factory is None else rec.const(v.default_factory)
+        return f"{rec.const(collections.defaultdict)}({f}, {rec.expr_of(dict(v))})"
+    return rec.expr_of(v)
+
+
+def _track_new(rec: _Recorder, new: dict[int, tuple[str, Any]], what: str) -> None:
+    """The new containers flushed: tracked by their names (_nw{i}, bound before the call), not
+    guarded before it (the replay built them), lazily guarded where the program next uses them
+    after it (their contents then, which the call may have changed: new_epoch_after), their later
+    writes replayed into them."""
+    if not new:
+        return
+    rec.nflush_new = rec.__dict__.get("nflush_new", 0) + len(new)
+    # (the call they are flushed before, k: its logged result carries them, replay.py)
+    rec.__dict__.setdefault("flush_new_at", {})[rec.ncalls] = [name for name, _ in new.values()]
+    rec.flush_new_last = (rec.ncalls, [v for _, v in new.values()])
+    for name, v in new.values():
+        rec.__dict__.setdefault("flush_new", {})[id(v)] = v
+        rec.src[id(v)] = (name, f"<the {type(v).__name__} written before {what}>", False)
+        rec.keep.append(v)
+        rec._snap(v, name, rec.src[id(v)][1])
+
+
+def new_logged(rec: _Recorder, k: int) -> list[str]:
+    """The names of the new containers flushed before call k (the replay logs them with its result)."""
+    return (rec.__dict__.get("flush_new_at") or {}).get(k, [])
+
+
+def _take_contents(mine: list, logged: _NewLogged) -> bool:
+    if len(mine) != len(logged.new) or any(type(a) is not type(b) for a, b in zip(mine, logged.new)):
+        return False
+    for a, b in zip(mine, logged.new):
+        if isinstance(a, dict):
+            a.clear()
+            a.update(b)
+        else:
+            a[:] = b
+    return True
+
+
+def replay_unlog_new(logged: Any, mine: tuple) -> Any:
+    """A replay tried after another missed, taking the logged result of call k (replay.py): its
+    own new containers flushed before the call get their contents as the call left them."""
+    if type(logged) is _NewLogged and not _take_contents(list(mine), logged):
+        raise RuntimeError("mlircap: new containers written before a call differ at a replay")
+    return _unlog_raising(logged)
+
+
+def catch_up_new(rec: _Recorder, logged: Any) -> None:
+    """The recording that follows a replay that missed takes the logged result of a call it does
+    not run again (external_calls: catch-up).  New containers flushed before that call: those of
+    the replay are the ones the call changed (a collector it filled); this recording's own, made
+    again by the function, get their contents as the call left them (else: a collector empty)."""
+    if type(logged) is not _NewLogged:
+        return
+    last = rec.__dict__.get("flush_new_last")
+    mine = last[1] if last is not None and last[0] == rec.ncalls else []
+    if not _take_contents(mine, logged):
+        rec.unreplayable = rec.unreplayable or "the new containers written before a call differ at a replay"
+
+
+def new_epoch_after(rec: _Recorder, k: int) -> None:
+    """After uncapturable call k (epochs._new_epoch, which then guards them lazily from their
+    contents now, where next used): the new containers flushed before it are snapshotted again,
+    from their contents after the call (its own changes are made by the call at replay, not
+    written again at the end)."""
+    new = rec.__dict__.get("flush_new") or {}
+    for vid in list(new):
+        v = new.pop(vid)
+        if vid in rec.snaps and (vid, "*") not in rec.dirty:
+            _, _, name, pretty, _ = rec.snaps.pop(vid)
+            rec._snap(v, name, pretty)
+
+
+def _loc(rec: _Recorder, w: Write) -> str:
+    kl = rec._lit(w.key)
+    return f"{w.target}[{kl}]" if w.kind in ("item", "delitem") else f"{w.target}.{w.key}"
 
 
 def _targets(rec: _Recorder) -> dict[str, Any]:
@@ -111,6 +212,8 @@ def flush_before_call(rec: _Recorder, what: str) -> bool:
         writes = rec.writes()
     except Unreplayable:
         return False
+    new: dict[int, tuple[str, Any]] = {}
+    bound: set[str] = set()
     binds: dict[str, str] = {}
     writes = _as_expressions(rec, writes, flows, binds)
     targets = _targets(rec)
@@ -124,15 +227,27 @@ def flush_before_call(rec: _Recorder, what: str) -> bool:
                 return False
         elif w.kind != "set" or type(getattr(t, "__dict__", None)) is dict and w.key in t.__dict__:
             return False   # (set: a slot attribute alone)
+        nw = None
         if w.kind != "delitem" and not _names_as_is(rec, w.value):
-            return False
+            if not _new_container(rec, w.value):
+                return False
+            nw = new.get(id(w.value))
+            if nw is None:
+                nw = new[id(w.value)] = (f"_nw{rec.__dict__.get('nflush_new', 0) + len(new)}", w.value)
         try:
-            vexpr = rec.expr_of(w.value) if w.kind != "delitem" else "None"
+            vexpr = rec.expr_of(w.value) if w.kind != "delitem" and nw is None else "None"
         except Unreplayable:
             return False
-        out.append((dataclasses.replace(w, value=vexpr), _guard_for(rec, w, t, vexpr)))
+        if nw is not None:   # (bound to its name where first written, named after)
+            vexpr = nw[0] if nw[0] in bound else f"({nw[0]} := {_container_expr(rec, w.value)})"
+            bound.add(nw[0])
+            g = SameAs(_loc(rec, w), f"{_loc(rec, w)} (written before the call)", nw[0], f"the new {type(w.value).__name__}")
+        else:
+            g = _guard_for(rec, w, t, vexpr)
+        out.append((dataclasses.replace(w, value=vexpr), g))
     rec.keep.append(writes)
     rec.pre_writes = out
+    _track_new(rec, new, what)
     rec.__dict__.setdefault("flush_binds", {}).update(binds)
     # dict items stored while the dict was lazily guarded (read by nobody before): a later guard of
     # its contents leaves their old values out (lazy_sources.touch)

@@ -25,10 +25,10 @@ from .guards import Placed, _ambient, _compile_guard, _merge_guards
 from .graph_compile import _FirstRunChecked, _compile_graph
 from .higher_order import _double_backward_ok
 from .index_inputs import index_copy_hazard
-from .rng import _RngLogged, _rng_states, _unlog_raising
+from .rng import _NewLogged, _RngLogged, _rng_states, _unlog_raising
 from .device_checks import held_device_asserts, release
 from .asserts import Deopt
-from .flush_writes import apply_write, flush_bindings, undo_writes
+from .flush_writes import apply_write, flush_bindings, new_logged, replay_unlog_new, undo_writes
 from .replay_helpers import _WRITE_FORMS, _merge_log, _mk_obj, _rollback, _save_grads, mode_copies
 from .guard_misses import _continuations
 
@@ -328,14 +328,23 @@ class _GraphVariant(_Variant):
                     # next(), a KeyError the function catches) misses: the recording that follows
                     # raises its exception there (base._Raised), once, as eager's call did
                     raised = "_Raised(_e)" if not (rollback and rec.uses_rng) else "_RngLogged(_Raised(_e), _rng_states())"
+                    nl = new_logged(rec, k)   # (new containers flushed before it, logged with it: flush_writes.py)
+                    wrap = (lambda e: f"{rec.const(_NewLogged)}({e}, ({''.join(n + ', ' for n in nl)}))") if nl else \
+                        (lambda e: e)
+                    raised = wrap(raised)
+                    got = f"{rec.const(replay_unlog_new)}(_lg[{j}], ({''.join(n + ', ' for n in nl)}))" if nl else \
+                        f"_unlog(_lg[{j}])"
                     L.append(ind + "try:")
-                    L.append(ind + f"    b{k} = _unlog(_lg[{j}]) if _n > {j} else {call}")
+                    L.append(ind + f"    b{k} = {got} if _n > {j} else {call}")
                     L.append(ind + "except Exception as _e:")
                     if st.grad is not None:
                         L.append(ind + f"    torch._C._set_grad_enabled({rec.grad0})")
                     L.append(ind + f"    {rb}return _Miss(_merge_log(_lg, [{''.join(d + ', ' for d in ext_done)}{raised}]))")
                     if rollback and rec.uses_rng:   # the RNG state it left, for a miss (rng.py)
-                        L.append(ind + f"_x{j} = _RngLogged(b{k}, _rng_states())")
+                        L.append(ind + f"_x{j} = {wrap(f'_RngLogged(b{k}, _rng_states())')}")
+                        ext_done.append(f"_x{j}")
+                    elif nl:
+                        L.append(ind + f"_x{j} = {wrap(f'b{k}')}")
                         ext_done.append(f"_x{j}")
                     else:
                         ext_done.append(f"b{k}")

@@ -37,6 +37,16 @@ class _RngLogged:
         self.result, self.state = result, state
 
 
+class _NewLogged:
+    """A logged result of an uncapturable call that new containers were flushed before
+    (flush_writes.py): those containers, as the call left them, which the recording that
+    follows a miss (not running the call again) takes the contents of."""
+    __slots__ = ("result", "new")
+
+    def __init__(self, result: Any, new: tuple) -> None:
+        self.result, self.new = result, new
+
+
 def _unlog_raising(v: Any) -> Any:
     """_unlog for a replay: a logged raise (base._Raised) raises again."""
     v = _unlog(v)
@@ -47,6 +57,8 @@ def _unlog_raising(v: Any) -> Any:
 
 def _unlog(v: Any) -> Any:
     """The result a logged call returned; restores the RNG state it left, if logged."""
+    if type(v) is _NewLogged:
+        v = v.result
     if type(v) is _RngLogged:
         _set_rng_states(v.state)
         return v.result

@@ -10,6 +10,7 @@ Each test compares outputs and the written state with eager after every call (gr
 eager backend: bit-identical), including calls where a guard after the flushed call misses
 (the replay puts the flushed writes back and records again), and checks that the frame is no
 longer run eagerly."""
+import collections
 import copy
 import math
 import warnings
@@ -80,3 +81,99 @@ def test_counter_and_lr_from_it_flushed_before_zero_grad():
     # the counter is no guarded value: a few recordings (the branch's two ways, the miss), not one per call
     assert ex.variants <= 3, (ex.variants, ex.recompile_reasons)
     assert any("mid-replay" in r for r in ex.recompile_reasons), ex.recompile_reasons   # (a miss after the flush)
+
+
+class _Collector:
+    """An output collector the way transformers' output capturing keeps one (a holder whose
+    attribute the model sets to a new container before running its layers, which the layers'
+    hooks fill, and resets after)."""
+
+    def __init__(self):
+        self.active = None
+        self.compiling = False
+
+
+COLLECT = _Collector()
+
+
+class Layers(nn.Module):
+    """A data-dependent loop over what a router picked: capture gives up in it, later
+    recordings run it eagerly between graphs.  It fills the active collector."""
+
+    def forward(self, x):
+        d = COLLECT.active
+        for e in (x > 0).nonzero():
+            x = x + 0.5 * e[0]
+        if d is not None:
+            d["hidden"].append(x * 1)
+        return x[:, :2 + int((x > 1).sum()) % 3]   # (its shape, guarded after the call, changes with the data)
+
+
+class Collecting(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.layers = Layers()
+
+    def forward(self, x):
+        out = collections.defaultdict(list)   # a new container stored where the callee reads it
+        COLLECT.active = out
+        COLLECT.compiling = True
+        y = self.layers(self.lin(x))
+        COLLECT.active = None
+        COLLECT.compiling = False
+        return y * 3, tuple(out["hidden"]), len(out)
+
+
+def test_new_container_written_before_a_break():
+    torch.manual_seed(0)
+    eager = Collecting()
+    comp = copy.deepcopy(eager)
+    g = capture(comp, backend=EAGER)
+    shapes = set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(8):
+            x = torch.randn(3, 4) * (1 + i % 3)
+            with torch.no_grad():
+                want = eager(x)
+                got = g(x)
+            _same(want, got)
+            assert COLLECT.active is None and COLLECT.compiling is False, i
+            shapes.add(want[0].shape)
+    assert len(shapes) > 1   # (a guard after the call missed: the rest of the frame ran from there)
+    ex = g.explain()
+    assert not ex.eager_reasons, ex.eager_reasons
+
+
+class CollectingThenBranch(Collecting):
+    def forward(self, x):
+        out = collections.defaultdict(list)
+        COLLECT.active = out
+        y = self.layers(self.lin(x))
+        COLLECT.active = None
+        if y[0, 0] > y[1, 0]:   # (a miss here records again with the call's logged result, not
+            y = y * 3           # run: the collector that recording makes gets the replay's contents)
+        return y, tuple(out["hidden"])
+
+
+def test_new_container_then_a_miss_records_again_with_its_contents():
+    torch.manual_seed(0)
+    eager = CollectingThenBranch()
+    comp = copy.deepcopy(eager)
+    g = capture(comp, backend=EAGER)
+    flips = set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(8):
+            x = torch.randn(3, 4)
+            with torch.no_grad():
+                want = eager(x)
+                got = g(x)
+            _same(want, got)
+            assert COLLECT.active is None, i
+            flips.add(bool(want[0][0, 0] > want[0][1, 0]))
+    assert flips == {True, False}
+    ex = g.explain()
+    assert not ex.eager_reasons, ex.eager_reasons
+    assert any("mid-replay" in r for r in ex.recompile_reasons), ex.recompile_reasons
