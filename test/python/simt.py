@@ -135,6 +135,8 @@ class Block:
             out = o[0] * o[1]
         elif d == "divf":
             out = o[0] / o[1]
+        elif d == "remf":   # C's fmod: the sign of the dividend
+            out = torch.fmod(o[0], o[1])
         elif d in ("divui", "divsi", "remui", "remsi"):
             den = torch.where(mask, o[1], torch.ones_like(o[1]))
             den = torch.where(den == 0, torch.ones_like(den), den)
@@ -211,16 +213,32 @@ class Block:
                 out = x.to(dt)
         elif d == "bitcast":
             out = o[0].view(torch_dtype(res[0].type))
+        elif name == "affine.apply":
+            amap = ir.AffineMapAttr(attrs["map"]).value
+            assert len(amap.results) == 1, amap
+            out = affine_eval(amap.results[0], o[:amap.n_dims], o[amap.n_dims:])
         elif name.startswith("math."):
             fn = {"exp": torch.exp, "log": torch.log, "tanh": torch.tanh,
                   "erf": torch.erf, "rsqrt": torch.rsqrt, "sqrt": torch.sqrt,
                   "absf": torch.abs, "exp2": torch.exp2, "log1p": torch.log1p,
                   "sin": torch.sin, "cos": torch.cos, "floor": torch.floor,
-                  "ceil": torch.ceil, "log2": torch.log2, "expm1": torch.expm1}
+                  "ceil": torch.ceil, "log2": torch.log2, "expm1": torch.expm1,
+                  "tan": torch.tan, "asin": torch.asin, "acos": torch.acos, "atan": torch.atan,
+                  "sinh": torch.sinh, "cosh": torch.cosh, "asinh": torch.asinh, "acosh": torch.acosh,
+                  "atanh": torch.atanh, "log10": torch.log10, "erfc": torch.erfc, "trunc": torch.trunc,
+                  "cbrt": lambda x: torch.sign(x) * x.abs().pow(1 / 3),
+                  "roundeven": torch.round,   # (torch.round rounds half to even)
+                  "round": lambda x: torch.sign(x) * torch.floor(x.abs() + 0.5)}
             if d in ("powf", "fpowi", "ipowi"):
                 out = torch.pow(o[0], o[1])
             elif d == "fma":
                 out = o[0] * o[1] + o[2]
+            elif d == "atan2":
+                out = torch.atan2(o[0], o[1])
+            elif d == "copysign":
+                out = torch.copysign(o[0], o[1])
+            elif d == "absi":
+                out = torch.abs(o[0])
             else:
                 out = fn[d](o[0].double() if o[0].dtype in (torch.float16, torch.bfloat16) else o[0]).to(o[0].dtype)
         elif name == "memref.extract_aligned_pointer_as_index":
@@ -284,6 +302,28 @@ class Block:
         else:
             raise NotImplementedError(name)
         self.env[res[0]] = out
+
+
+def affine_eval(e, dims, syms):
+    """An affine expression of index tensors (affine.apply before lower-affine)."""
+    if isinstance(e, ir.AffineDimExpr):
+        return dims[e.position]
+    if isinstance(e, ir.AffineSymbolExpr):
+        return syms[e.position]
+    if isinstance(e, ir.AffineConstantExpr):
+        return torch.tensor(e.value, dtype=torch.int64)
+    a, b = affine_eval(e.lhs, dims, syms), affine_eval(e.rhs, dims, syms)
+    if isinstance(e, ir.AffineAddExpr):
+        return a + b
+    if isinstance(e, ir.AffineMulExpr):
+        return a * b
+    if isinstance(e, ir.AffineModExpr):
+        return torch.remainder(a, b)
+    if isinstance(e, ir.AffineFloorDivExpr):
+        return torch.div(a, b, rounding_mode="floor")
+    if isinstance(e, ir.AffineCeilDivExpr):
+        return -torch.div(-a, b, rounding_mode="floor")
+    raise NotImplementedError(str(e))
 
 
 def load_kernels(mlircap_opt, ir_text):

@@ -42,6 +42,9 @@ PROGRAMS = {
                      lambda: (torch.arange(-20, 20).reshape(4, 10), torch.arange(40).reshape(4, 10))),
     "argmax": (lambda x: x.argmax(-1), lambda: (_x(9, 77),)),
     "cumsum": (lambda x: x.cumsum(-1), lambda: (_x(3, 50),)),
+    # kernels with affine.apply (pooling windows) and arith.remf / math.asin
+    "max_pool2d": (lambda x: F.max_pool2d(x, 3, 2, 1), lambda: (_x(2, 3, 9, 9),)),
+    "fmod_asin": (lambda x, y: torch.fmod(x, y) + torch.asin(x.clamp(-1, 1)), lambda: (_x(5, 7), _x(5, 7, seed=1) + 3)),
 }
 
 
