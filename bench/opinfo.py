@@ -49,13 +49,15 @@ samples that eager runs (everything but eager-error).
     python bench/opinfo.py --device cuda                            # GPU host
     .venv/bin/python bench/opinfo.py --device simt --sample 300     # the GPU path without a GPU
 
-``--device simt`` compiles each sample for CUDA (the GPU partitioning rules, opmath's GPU
-rewrites, the core's GPU codegen and launch plan, PTX included) and runs the plan on the CPU
-tensors of the sample: library steps through the runtime's own calls, kernels in the SIMT
-interpreter of test/python/simt.py (their gpu.func form before NVVM; math functions are
-torch's, not libdevice's). It compares with eager on the CPU at the CUDA tolerances: it finds
-codegen failures and wrong kernels (indexing, reductions, masks, rounding steps), not
-differences between CUDA's and the CPU's eager kernels.
+``--device simt`` compiles each sample for CUDA (opmath's GPU rewrites, the core's GPU codegen
+and launch plan, PTX included) and runs the plan on the CPU tensors of the sample: library
+steps through the runtime's own calls, kernels in the SIMT interpreter of test/python/simt.py
+(their gpu.func form before NVVM; math functions are torch's, not libdevice's). It compares
+with eager on the CPU at the CUDA tolerances: it finds codegen failures and wrong kernels
+(indexing, reductions, masks, rounding steps), not differences between CUDA's and the CPU's
+eager kernels. The rules that read a tensor's own device (the partition's islands and library
+calls, device-specific decompositions) see the CPU: the GPU's partition rules are checked
+only on a GPU.
 
 torch's OpInfo database needs the ``expecttest`` package. Workers run with
 MLIRCAP_CACHE_DIR in a temporary directory, one torch thread, and MLIRCAP_LOGS=fallback (its
