@@ -17,7 +17,8 @@ rearranges, ModuleDict routing by string keys and training steps with optimizer,
 gradient clipping inside the compiled function; bench/modules14_guards.py what fine-tuning scripts
 change between calls (config dicts, class flags, buffers and embeddings resized, forwards
 monkeypatched, hooks, layers replaced or frozen); bench/modules14_misc.py library idioms around
-the model (timm's scripting checks, metric buffers across calls, generators, autocast inside).
+the model (timm's scripting checks, metric buffers across calls, generators, autocast inside) and values /
+views (inputs written through views, integer semantics, ties, float64 mixes, left-padded position ids).
 """
 from __future__ import annotations
 

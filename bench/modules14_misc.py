@@ -4,7 +4,9 @@ checks, metric accumulators kept in buffers across calls (a confusion matrix by 
 defaultdict(list) of per-call statistics), cache keys formatted from shapes, helpers written as
 generators, StopIteration caught around next(), autocast regions inside forward, a
 `@torch.no_grad()` method, inputs written in place through boolean masks, bucketize against a
-boundary buffer, nan-aware reductions."""
+boundary buffer, nan-aware reductions; inputs written through views and returned, integer
+floor division / wrap-around / promotion, ties in sort / argmax / unique, float64 inputs mixed
+with Python scalars, position ids from left-padded attention masks."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -193,3 +195,67 @@ def U_mask():  # noqa: N802
     m = torch.rand(4, 5) > 0.3
     m[:, 0] = True
     return m
+
+
+# ============================================================================ values and views
+@fn_case("views_of_inputs_written_and_returned", lambda: (R(4, 6), R(6)))
+def view_writes(x, b):
+    top = x[:2]
+    top.add_(b)              # written through a view of the input
+    col = x[:, ::2]
+    col.mul_(0.5)
+    t = x.t()
+    return t, top.sum(0), x.diagonal(), b.unsqueeze(0).expand(3, -1)
+
+
+@fn_case("integer_semantics_floor_div_overflow_promotion", lambda: (I(-50, 50, 8), I(1, 7, 8), I(0, 250, 8, dtype=torch.uint8)))
+def int_semantics(a, b, u):
+    q = a // b
+    r = a % b
+    t = torch.div(a, b, rounding_mode="trunc")
+    s = (u + 10) * 2                   # uint8 wraps
+    f = a / 3                          # true division promotes to float
+    m = (a * 3.5).to(torch.int32)      # truncation toward zero
+    return q, r, t, s, f, m, (u.sum(), u.to(torch.int64).cumsum(0))
+
+
+@fn_case("ties_stable_sort_argmax_unique", lambda: (torch.tensor([3., 1., 3., 2., 1., 3.]), I(0, 3, 10)))
+def ties(x, labels):
+    s, i = torch.sort(x, stable=True, descending=True)
+    am = x.argmax()
+    u, inv, cnt = torch.unique(labels, return_inverse=True, return_counts=True)
+    mode = torch.bincount(labels).argmax()
+    return s, i, am, u, inv, cnt, mode, torch.cummax(x, 0).indices
+
+
+@fn_case("float64_inputs_with_python_scalars_and_where", lambda: (R(3, 4, dtype=torch.float64), R(3, 4)))
+def f64_mix(x64, x32):
+    y = x64 * 0.1 + x32                       # promotes to float64
+    z = torch.where(x32 > 0, x32, 0.0)        # a Python float stays float32
+    w = torch.where(x64 > 0, 1, -1)           # int scalars: int64
+    return y, z, w, (x32.double() - x64).abs().max(), torch.tensor(2.5) * x32
+
+
+class CumBoolMask(nn.Module):
+    """Padding masks as cumsum over bools (positions ids from attention masks, HF style)."""
+
+    def __init__(self):
+        super().__init__()
+        self.pos = nn.Embedding(16, 4)
+
+    def forward(self, attn):
+        pos_ids = attn.long().cumsum(-1) - 1
+        pos_ids = pos_ids.masked_fill(attn == 0, 1)
+        lengths = attn.sum(-1)
+        last = torch.gather(pos_ids, 1, (lengths - 1).clamp(min=0).unsqueeze(1))
+        return self.pos(pos_ids), last.squeeze(1), attn.flip(-1).cumprod(-1).sum(-1)
+
+
+def _left_pad():
+    m = torch.ones(3, 7, dtype=torch.long)
+    m[0, :2] = 0
+    m[2, :5] = 0
+    return (m,)
+
+
+case("position_ids_from_left_padded_attention_mask", _left_pad)(lambda: CumBoolMask())
