@@ -10,12 +10,15 @@ with |y| < 1: a trigonometric closed form; n = 0, 1). Here the special cases are
 `where`, and the loop is unrolled to `MAX_DEGREE` steps, each masked by `k <= n`, in the
 same float arithmetic as eager's (same operations in the same order). An element that
 would need more steps, takes the trigonometric closed form (ill-conditioned: one ulp of
-libm's float acos is past the tolerance), or whose degree is not finite (eager casts it
+libm's float acos is past the tolerance; but at y = 0, where acos is pi / 2 in the dtype,
+it compiles), or whose degree is not finite (eager casts it
 to int64), sets an error flag: bounds.py appends it to the graph's outputs, and a call where it is set reruns
 the captured graph eagerly (rerun_on_bad_index), as for an out-of-range index. CPU only
 (bounds.py); the shifted forms evaluate at y = 2x - 1 (`x + x - 1`, as eager writes it).
 """
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.fx as fx
@@ -115,14 +118,35 @@ def chebyshev(kind: str, shifted: bool, threshold: int, dtype: torch.dtype):
             active = ni >= k
             r = two_y * q - p
             p, q = torch.where(active, q, p), torch.where(active, r, q)
-        loops = ((ni > MAX_DEGREE) | closed) & ~pos & ~neg & (ni >= 0)
+        # ... except at y == 0, where acos(y) is pi / 2 rounded to the dtype (libm's acos of 0,
+        # exact there): the closed form's argument is eager's float product, its value from an
+        # accurate sin / cos (an integer x of 0 with a degree past the threshold set the flag)
+        zero = closed & (y == 0)
+        loops = ((ni > MAX_DEGREE) | closed) & ~zero & ~pos & ~neg & (ni >= 0)
         res = torch.where(ni == 0, one, q)
+        res = torch.where(zero, _closed_form_at_zero(kind, ni, dtype), res)
         res = torch.where(neg, neg_val, res)
         res = torch.where(pos, pos_val, res)
         res = torch.where(ni < 0, torch.zeros_like(res), res)
         return res, bad | loops.any()
 
     return fn
+
+
+def _closed_form_at_zero(kind: str, ni, dtype):
+    """Eager's trigonometric closed form (Math.h) of the Chebyshev polynomial of `kind` and
+    degree `ni` (past its threshold) at y = 0, with acos(0) = pi / 2 in the dtype: cos(n a) (t),
+    sin((n + 1) a) / sin(a) (u), cos((n + 0.5) a) / cos(a / 2) (v), sin((n + 0.5) a) / sin(a / 2)
+    (w); each integer converted to the dtype as C++ converts it in those products."""
+    a = torch.full((), math.pi / 2, dtype=dtype)
+    n = ni.to(dtype)
+    if kind == "t":
+        return torch.cos(n * a)
+    if kind == "u":
+        return torch.sin((ni + 1).to(dtype) * a) / torch.sin(a)
+    if kind == "v":
+        return torch.cos((n + 0.5) * a) / torch.cos(a / 2)
+    return torch.sin((n + 0.5) * a) / torch.sin(a / 2)
 
 
 def _fma32(a, b, c):

@@ -45,3 +45,39 @@ def test_low_precision_cross_noncontiguous_and_special_values(fallback_log, dtyp
     b[2, :4] = torch.tensor([2.0, 1.0, 0.0, 4.0])
     check_compiled(lambda x, y: torch.cross(x.t(), y.t(), dim=1), [a, b], fallback_log)
     check_compiled(lambda x, y: torch.linalg.cross(x.t() * 2, y.t()) + 1, [a, b], fallback_log)
+
+
+# ------------------------------------------------------------------ Chebyshev polynomials at 0
+# special.chebyshev_polynomial_{t,u,v,w} of x = 0 (y = 2x - 1 = 0 in the shifted forms) with a
+# degree past the closed-form threshold set polynomials.py's flag and reran the graph eagerly:
+# 'bounds check' fallbacks of OpInfo's integer samples (seed 2904 chebyshev_polynomial_t int16
+# #7; 20 of 36 uint8 samples of the four ops). Eager's closed form there reads acos(0) = pi / 2
+# in the dtype: now compiled, no rerun, eager's values (to float32's tolerance: libm's sin / cos
+# against the compiled ones).
+
+_CHEBYSHEV = ["chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v",
+              "chebyshev_polynomial_w", "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u",
+              "shifted_chebyshev_polynomial_v", "shifted_chebyshev_polynomial_w"]
+
+
+@pytest.mark.parametrize("name", _CHEBYSHEV)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int16], ids=str)
+def test_chebyshev_at_zero_compiles_as_eager(fallback_log, name, dtype):
+    fn = getattr(torch.special, name)
+    shifted = name.startswith("shifted")
+    at = 0.5 if shifted and dtype.is_floating_point else 0
+    degrees = torch.cat([torch.arange(-3, 40), torch.tensor([97, 100, 1001, 4096, 65537])])
+    xs, ns = [torch.full(degrees.shape, at)], [degrees]
+    # and points next to them that compile: the ends of the interval (every degree), the
+    # loop (degrees up to the closed form's threshold, 4 for every kind)
+    for end in (-1.0, 1.0) if not shifted else (0.0, 1.0):
+        xs.append(torch.full(degrees.shape, end))
+        ns.append(degrees)
+    if dtype.is_floating_point:
+        xs.append(torch.tensor([0.25, 0.8, 3.0]).repeat_interleave(8))
+        ns.append(torch.arange(-3, 5).repeat(3))
+    x = torch.cat(xs).to(dtype)
+    n = torch.cat(ns).to(dtype if dtype.is_floating_point else torch.int16)
+    want = fn(x, n)
+    assert torch.isfinite(want).any()
+    check_compiled(lambda a, b: fn(a, b) * 1, [x, n], fallback_log, exact=False)
