@@ -13,7 +13,7 @@ After the call, each flushed location is guarded (mid-replay) to still hold the 
 since the recording goes on reading what the function stored there; a replay that misses later
 puts the flushed locations back (`undo_writes`) before the call records again, so that its own
 writes are made once.  Writes of kinds without a simple undo (list extends, slices, sets,
-ContextVars, closure cells) keep the old rule: the frame runs eagerly.
+ContextVars, a closure cell empty before) keep the old rule: the frame runs eagerly.
 
 An int counter (`self.step_n += 1`, counters.py) and a followed number stored (`group["lr"] =
 f(self.step_n)`, flow_writes.py) are flushed as their expressions of the values the replay binds
@@ -171,8 +171,10 @@ def _targets(rec: _Recorder) -> dict[str, Any]:
             for a in ("__dict__", "_parameters", "_buffers", "_modules"):
                 out[f"{expr}.{a}"] = v.__dict__ if a == "__dict__" else getattr(v, a)
     for g, name, _, _ in rec.global_snaps.values():
-        if name is not None:   # (a closure cell: name None, not flushed)
+        if name is not None:
             out[rec.const(g)] = g
+        elif id(g) in rec.ext_cells:   # a closure cell (name None): its cell_contents set
+            out[rec.ext_cells[id(g)][0]] = g
     return out
 
 
@@ -205,8 +207,8 @@ def flush_before_call(rec: _Recorder, what: str) -> bool:
         return False
     if any(cv.get(_MISSING) is not old for cv, old in rec.cv_snap.items()):
         return False
-    if any(key[0] == "cell" for key in rec.global_snaps):
-        return False
+    if any(key[0] == "cell" and not snap[2] for key, snap in rec.global_snaps.items()):
+        return False   # (a closure cell empty before: no value to put back)
     flows = pending_flows(rec)
     try:
         writes = rec.writes()
@@ -350,7 +352,11 @@ def pre_write_guards(rec: _Recorder, k: int, flushed: list[tuple[Write, Guard]])
 def apply_write(undo: list, kind: str, t: Any, key: Any, v: Any) -> None:
     """One flushed write (`kind` item / delitem / set into `t`), its undo record kept."""
     if kind == "set":
-        undo.append((t, key, getattr(t, key, _MISSING), True))
+        try:
+            old = getattr(t, key, _MISSING)
+        except ValueError:   # (an empty closure cell: refused at the recording)
+            old = _MISSING
+        undo.append((t, key, old, True))
         setattr(t, key, v)
     elif type(t) is dict:
         undo.append((t, key, t.get(key, _MISSING), False))

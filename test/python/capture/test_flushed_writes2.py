@@ -177,3 +177,47 @@ def test_new_container_then_a_miss_records_again_with_its_contents():
     ex = g.explain()
     assert not ex.eager_reasons, ex.eager_reasons
     assert any("mid-replay" in r for r in ex.recompile_reasons), ex.recompile_reasons
+
+
+def _closure_program():
+    """A closure's variable set by the function (`nonlocal`) before it calls a helper that reads
+    it and that capture gives up in (run eagerly between graphs)."""
+    scale = 1.0
+    mode = "sum"
+
+    def helper(x):
+        for e in (x > 0).nonzero():   # (a data-dependent loop: capture gives up in it)
+            x = x + scale * e[0]
+        return x.sum(0) if mode == "sum" else x.amax(0)
+
+    def f(x, s):
+        nonlocal scale, mode
+        scale = s
+        mode = "sum" if s > 0.5 else "max"
+        y = helper(torch.tanh(x))
+        if y[0] > y[1]:   # (a tensor branch after the flush: a replay misses when it flips, puts
+            y = y + 1     # the cells back and records again)
+        return y * 2
+
+    def state():
+        return scale, mode
+    return f, state
+
+
+def test_closure_cell_written_before_a_break():
+    f_e, st_e = _closure_program()
+    f_c, st_c = _closure_program()
+    g = capture(f_c, backend=EAGER)
+    flips = set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(8):
+            x, s = torch.randn(3, 4), (0.25, 0.75, 2.0)[i % 3]
+            x[:, i % 2] += 2   # (the branch after the call flips: a replay misses there, the rest of
+            want = f_e(x, s)   # the frame runs from there, the cells written)
+            _same(want, g(x, s))
+            assert st_e() == st_c(), i
+            flips.add(bool(want[0] > want[1]))   # (the branch taken: 2 * (y + 1) keeps the order)
+    assert flips == {True, False}
+    ex = g.explain()
+    assert not ex.eager_reasons, ex.eager_reasons
