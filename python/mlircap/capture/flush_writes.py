@@ -12,8 +12,10 @@ sources): the callee may mutate what it is handed, which a rebuilt copy would no
 After the call, each flushed location is guarded (mid-replay) to still hold the value written,
 since the recording goes on reading what the function stored there; a replay that misses later
 puts the flushed locations back (`undo_writes`) before the call records again, so that its own
-writes are made once.  Writes of kinds without a simple undo (list extends, slices, sets,
-ContextVars, a closure cell empty before) keep the old rule: the frame runs eagerly.
+writes are made once.  A list extended and a set updated are flushed too (guarded after the call
+by their lengths, snapshotted again so that the end does not write them twice).  Other kinds
+(slices, set discards, deques, ContextVars, a closure cell empty before) keep the old rule: the
+frame runs eagerly.
 
 An int counter (`self.step_n += 1`, counters.py) and a followed number stored (`group["lr"] =
 f(self.step_n)`, flow_writes.py) are flushed as their expressions of the values the replay binds
@@ -57,6 +59,7 @@ def _names_as_is(rec: _Recorder, v: Any, depth: int = 0) -> bool:
 
 
 _NEW_TYPES = (dict, list, collections.defaultdict)
+_WHOLE = {"extend": list, "update": set}
 
 
 def _new_container(rec: _Recorder, v: Any) -> bool:
@@ -159,7 +162,7 @@ def _targets(rec: _Recorder) -> dict[str, Any]:
     """The containers the recording's writes store into, by their replay expressions."""
     out: dict[str, Any] = {}
     for kind, v, expr, _, _ in rec.snaps.values():
-        if kind in ("dict", "list"):
+        if kind in ("dict", "list", "set"):
             out[expr] = v
         elif kind == "slots":
             out[expr] = v
@@ -215,6 +218,7 @@ def flush_before_call(rec: _Recorder, what: str) -> bool:
     except Unreplayable:
         return False
     new: dict[int, tuple[str, Any]] = {}
+    whole: dict[int, Any] = {}
     bound: set[str] = set()
     binds: dict[str, str] = {}
     writes = _as_expressions(rec, writes, flows, binds)
@@ -224,6 +228,18 @@ def flush_before_call(rec: _Recorder, what: str) -> bool:
         t = targets.get(w.target, _MISSING)
         if w.setter is not None or t is _MISSING:
             return False
+        if w.kind in _WHOLE:   # a list extended, a set updated: by items named as they are
+            if type(t) is not _WHOLE[w.kind] or not all(_names_as_is(rec, x) for x in w.value):
+                return False
+            try:
+                vexpr = rec.expr_of(list(w.value)) if type(t) is list else rec.expr_of(set(w.value))
+            except Unreplayable:
+                return False
+            n = len(t)   # (after the call: its length as the function left it)
+            out.append((dataclasses.replace(w, value=vexpr),
+                        Equals(f"len({w.target})", f"len({w.target}) (written before the call)", n, int)))
+            whole[id(t)] = t
+            continue
         if w.kind in ("item", "delitem"):
             if type(t) is not dict and not (type(t) is list and w.kind == "item" and type(w.key) is int):
                 return False
@@ -250,6 +266,12 @@ def flush_before_call(rec: _Recorder, what: str) -> bool:
     rec.keep.append(writes)
     rec.pre_writes = out
     _track_new(rec, new, what)
+    for vid, t in whole.items():   # (made now: the end's writes are those after, not these again)
+        kind, v, expr, pretty, snap = rec.snaps[vid]
+        lz = rec.lazy.get(vid)
+        if lz is not None and len(lz) == 6:   # (still guarded, where used, from its contents before)
+            rec.lazy[vid] = lz + (snap,)
+        rec.snaps[vid] = (kind, v, expr, pretty, list(t) if kind == "list" else set(t))
     rec.__dict__.setdefault("flush_binds", {}).update(binds)
     # dict items stored while the dict was lazily guarded (read by nobody before): a later guard of
     # its contents leaves their old values out (lazy_sources.touch)
@@ -364,9 +386,15 @@ def apply_write(undo: list, kind: str, t: Any, key: Any, v: Any) -> None:
             t[key] = v
         else:
             t.pop(key, None)
-    else:   # a list item (validated at the recording)
+    elif type(t) is set:   # updated (validated at the recording)
+        undo.append((t, None, set(t), False))
+        t.update(v)
+    else:   # a list: an item, extended (validated at the recording)
         undo.append((t, None, list(t), False))
-        t[key] = v
+        if kind == "item":
+            t[key] = v
+        else:
+            t.extend(v)
 
 
 def undo_writes(undo: list) -> None:
@@ -380,6 +408,9 @@ def undo_writes(undo: list) -> None:
                 setattr(t, key, old)
         elif key is None and type(t) is list:
             t[:] = old
+        elif key is None and type(t) is set:
+            t.clear()
+            t.update(old)
         elif old is _MISSING:
             t.pop(key, None)
         else:

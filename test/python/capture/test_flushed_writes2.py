@@ -221,3 +221,46 @@ def test_closure_cell_written_before_a_break():
     assert flips == {True, False}
     ex = g.explain()
     assert not ex.eager_reasons, ex.eager_reasons
+
+
+def _log_program():
+    """A list appended to and a set added to by the function before it calls a helper that
+    reads them and that capture gives up in."""
+    log = []
+    seen = set()
+
+    def helper(x):
+        for e in (x > 0).nonzero():   # (a data-dependent loop: capture gives up in it)
+            x = x + 0.1 * e[0]
+        return x * len(log) + len(seen)
+
+    def f(x, tag):
+        log.append(tag)
+        seen.add(tag)
+        y = helper(torch.tanh(x))
+        if y[0, 0] > y[1, 0]:   # (a tensor branch after the flush: a replay misses when it flips)
+            y = y + 1
+        return y
+
+    def state():
+        return list(log), set(seen)
+    return f, state
+
+
+def test_list_append_and_set_add_before_a_break():
+    f_e, st_e = _log_program()
+    f_c, st_c = _log_program()
+    g = capture(f_c, backend=EAGER)
+    flips = set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(10):
+            x, tag = torch.randn(3, 4), ("a", "b", "c")[i % 3] if i < 6 else "a"
+            x[i % 2] += 2   # (the branch after the call flips)
+            want = f_e(x, tag)
+            _same(want, g(x, tag))
+            assert st_e() == st_c(), i
+            flips.add(bool(want[0, 0] > want[1, 0]))
+    assert flips == {True, False}
+    ex = g.explain()
+    assert not ex.eager_reasons, ex.eager_reasons
