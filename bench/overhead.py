@@ -3,6 +3,7 @@ measured side by side in one process.
 
     python bench/overhead.py [--calls 20000] [--no-inductor] [--grad] [--cases x+1,mlp,...]
     python bench/overhead.py --profile mlp     # cProfile of mlircap's calls of one case
+    python bench/overhead.py --profile mlp --step   # ... of its training steps
     python bench/overhead.py --step            # a training step per call: forward, pow(2).mean(), backward
     python bench/overhead.py --step --aot-runtime   # also mlircap with aot_autograd's own Function
                                                     # forward/backward (lean_autograd.py off)
@@ -170,15 +171,17 @@ def run(names: list[str], calls: int, block: int, inductor: bool, grad: bool, st
         print(line, flush=True)
 
 
-def profile(name: str, calls: int, grad: bool) -> None:
+def profile(name: str, calls: int, grad: bool, step: bool = False) -> None:
     import cProfile
     import pstats
 
     torch.set_num_threads(1)
     fn, args = next((f, a) for n, f, a in cases() if n == name)
-    ctx = torch.enable_grad if grad else torch.no_grad
+    ctx = torch.enable_grad if grad or step else torch.no_grad
     with ctx():
         fast = mlircap.compile(fn)
+        if step:
+            fast = _training_step(fast)
         for _ in range(10):
             fast(*args)
         pr = cProfile.Profile()
@@ -203,7 +206,7 @@ def main() -> None:
     ap.add_argument("--profile", metavar="CASE", help="cProfile mlircap's calls of one case instead")
     a = ap.parse_args()
     if a.profile:
-        profile(a.profile, a.calls, a.grad)
+        profile(a.profile, a.calls, a.grad, a.step)
         return
     run(a.cases.split(","), a.calls, a.block, not a.no_inductor, a.grad, a.step, a.aot_runtime)
 

@@ -22,6 +22,10 @@ backward doing only what is left, laid out once per class:
   backward was traced with (torch's own coercion), the saved tensors unpacked (eager's version
   check) and released, the compiled backward called (in the contextvars the engine hands it).
 
+`direct_forward` then replaces aot_module_simplified's function, where it only wraps such a
+lean apply in aot_autograd's plain runtime wrapper (its generated source compared), by one
+calling the apply directly with the same grad mode, view replay and argument order.
+
 A backward call outside the plain case takes aot_autograd's own path, unchanged: grad mode on
 (create_graph, double backward), a functorch transform, deterministic algorithms switched on after the
 compile, a gradient that is not a plain tensor, the backward not yet compiled (lazy).
@@ -100,7 +104,30 @@ def _install() -> None:
             return cls
 
         factory.build = build_lean
+        _record_wrapper_sources()
         _installed.append(build)
+
+
+def _record_wrapper_sources() -> None:
+    """aot_autograd's generated runtime wrapper (`_runtime_wrapper`, built inside
+    lean_functions) keeps its source (direct_forward compares it with the plain case's)."""
+    try:
+        from torch._functorch._aot_autograd import subclass_codegen as sc
+
+        compile_source = sc._compile_and_exec_source
+    except (ImportError, AttributeError):   # pragma: no cover - another torch
+        return
+
+    def recording(source, globals_dict, fn_name, artifact_name, *args, **kwargs):
+        fn = compile_source(source, globals_dict, fn_name, artifact_name, *args, **kwargs)
+        if getattr(_state, "depth", 0) and artifact_name == "runtime_wrapper_orchestration":
+            try:
+                fn._mlircap_source = source
+            except AttributeError:   # pragma: no cover - not a Python function
+                pass
+        return fn
+
+    sc._compile_and_exec_source = recording
 
 
 def _no_overlapping_tangents(spec: Any) -> None:
@@ -252,26 +279,27 @@ def make_lean(cls: Any, spec: Any) -> bool:
         given = flat[0] if boxed else list(flat)
         # (an identity test per gradient: `None in given` compared each tensor with None
         # through Tensor.__eq__, a raised and caught TypeError: 30-60 us a tensor)
-        if len(given) == n_out and any(g is None for g in given):
-            if _missing_gradients(given, out_meta):   # no gradient reached the node: none leaves it
-                ctx.maybe_clear_saved_tensors()
-                return (None,) * n_args[0]
-            if not boxed:
-                flat = tuple(given)
+        if len(given) == n_out:
+            for g in given:
+                if g is None:
+                    if _missing_gradients(given, out_meta):   # no gradient reached the node: none leaves it
+                        ctx.maybe_clear_saved_tensors()
+                        return (None,) * n_args[0]
+                    if not boxed:
+                        flat = tuple(given)
+                    break
         bw = cls.compiled_bw
         if bw is None or len(flat) != 1 or type(flat[0]) is not list or len(flat[0]) != n_out or \
                 _grad_enabled() or peek() is not None or \
                 (check_deterministic and deterministic()) or not getattr(bw, "_boxed_call", False):
             return orig_backward(ctx, *flat)
         grads = flat[0]
-        for i, _ in tangents:
-            g = grads[i]
-            if isinstance(g, _Tensor) and type(g) is not _Tensor:
-                return orig_backward(ctx, *flat)   # a subclass: aot_autograd's coercion (or error)
         ins = []
         for (i, fmt), lay in zip(tangents, traced):
             g = grads[i]
-            if isinstance(g, _Tensor) and (lay is None or g.shape != lay[0] or g.stride() != lay[1]):
+            if type(g) is not _Tensor and isinstance(g, _Tensor):
+                return orig_backward(ctx, *flat)   # a subclass: aot_autograd's coercion (or error)
+            if type(g) is _Tensor and (lay is None or g.shape != lay[0] or g.stride() != lay[1]):
                 g = coerce_to_expected_memory_format(g, fmt)
             ins.append(g)
         saved = ctx.saved_tensors
@@ -306,8 +334,96 @@ def make_lean(cls: Any, spec: Any) -> bool:
             return generic_apply(*args)   # (vmap / grad: torch's error or custom_function_call)
         return bound_apply(*[unwrap(a) if isinstance(a, _Tensor) else a for a in args])
 
+    apply._mlircap_lean_class = cls
     cls.forward = staticmethod(forward)
     cls.backward = staticmethod(backward)
     cls.apply = staticmethod(apply)
     cls._mlircap_lean = True
     return True
+
+
+# aot_autograd's generated `_runtime_wrapper` for a Function whose metadata is the plain case
+# (no mutated input, aliased output, intermediate base, detached input, autocast switch, dynamic
+# output or grad-mode change): grad mode and view replay on around the Function's apply, the
+# outputs as a list. {n}: the number of outputs.
+_PLAIN_RUNTIME_WRAPPER = """def _runtime_wrapper(_compiled_fn_, _first_ctx_, _on_before_call_, args):
+    orig_inputs = {{}}
+    with _first_ctx_():
+        args_ = list(args)
+        prev_view_replay_enabled = torch._C._is_view_replay_enabled()
+        try:
+            if not prev_view_replay_enabled:
+                torch._C._set_view_replay_enabled(True)
+            with torch.enable_grad():
+                _on_before_call_()
+                all_outs = _compiled_fn_(args_)
+                if isinstance(all_outs, tuple):
+                    all_outs = list(all_outs)
+                elif not isinstance(all_outs, list):
+                    all_outs = [all_outs]
+        finally:
+            if torch._C._is_view_replay_enabled() != prev_view_replay_enabled:
+                torch._C._set_view_replay_enabled(prev_view_replay_enabled)
+    del args
+    if len(all_outs) != {n}:
+        raise AssertionError(f"expected {n} outputs, got {{len(all_outs)}}")
+    fw_outs = all_outs
+    ret_outs = fw_outs
+    return ret_outs"""
+
+
+def _cells(fn: Any) -> dict:
+    return {name: cell.cell_contents for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ())}
+
+
+def direct_forward(fwd: Any) -> Any:
+    """aot_module_simplified's function `fwd`, or where it only wraps a lean Function's apply
+    in aot_autograd's plain runtime wrapper, a function calling that apply directly: the same
+    work (grad mode on, view replay on, the parameters first, the outputs as a list) without the
+    wrapper's layers (the forward, runtime_wrapper, the generated _runtime_wrapper with its two
+    context managers, the boxed-call adapter: ~4 us of a training call's forward). Each link of
+    the chain is checked once here, the generated wrapper by its source; a call takes aot's own
+    path while grad mode is off, the profiler records, or aot's first-call analysis is pending."""
+    try:
+        fc = fwd.__code__
+        if fc.co_name != "forward" or fc.co_argcount or not fc.co_flags & 0x04 or fwd.__kwdefaults__:
+            return fwd
+        outer = _cells(fwd)
+        rw = outer["compiled_fn"]
+        params = outer["params_buffers_flat"]
+        if rw.__code__.co_name != "runtime_wrapper" or not rw.__code__.co_filename.endswith("runtime_wrappers.py"):
+            return fwd
+        inner = _cells(rw)
+        gen, boxed, first = inner["_codegen_runtime_wrapper"], inner["_inner_compiled_fn"], \
+            inner["_first_invocation_ctx"]
+        if boxed.__code__.co_name != "g" or not boxed.__code__.co_filename.endswith("utils.py"):
+            return fwd
+        apply = _cells(boxed)["f"]
+        cls = getattr(apply, "_mlircap_lean_class", None)
+        if cls is None or cls.__dict__.get("apply") is None or cls.apply is not apply:
+            return fwd
+        n = cls.metadata.num_outputs
+        if getattr(gen, "_mlircap_source", None) != _PLAIN_RUNTIME_WRAPPER.format(n=n) or \
+                gen.__globals__.get("torch") is not torch or not isinstance(params, list) or \
+                not hasattr(first, "_is_first"):
+            return fwd
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return fwd
+    from torch.autograd import profiler
+
+    replaying, set_replaying = torch._C._is_view_replay_enabled, torch._C._set_view_replay_enabled
+
+    def forward(*args):
+        if first._is_first or not _grad_enabled() or profiler._is_profiler_enabled:
+            return fwd(*args)
+        if replaying():
+            return list(apply(*params, *args))
+        set_replaying(True)
+        try:
+            return list(apply(*params, *args))
+        finally:
+            set_replaying(False)
+
+    forward.__dict__.update(fwd.__dict__)
+    forward._mlircap_direct = fwd
+    return forward

@@ -15,6 +15,9 @@ if TYPE_CHECKING:  # annotations only: recorder imports this module
     from .recorder import _Recorder
 
 
+_grad_enabled, _function_mode_enabled = torch.is_grad_enabled, torch._C._is_torch_function_mode_enabled
+
+
 class _HigherOrderGrad:
     """A backend-compiled graph whose gradient can itself be differentiated.
 
@@ -42,14 +45,15 @@ class _HigherOrderGrad:
         return self.fns[0]
 
     def __call__(self, *args: Any) -> Any:
-        if torch.is_grad_enabled() and not torch._C._is_torch_function_mode_enabled():
+        if _grad_enabled() and not _function_mode_enabled():
             for a in args:
                 if a.requires_grad:
                     # (the Function saves every input for its backward, and an inference tensor,
                     # made under torch.inference_mode, cannot be saved: the graph then runs as
                     # it is, as eager, which saves only what each op's gradient needs)
-                    if any(b.is_inference() for b in args):
-                        break
+                    for b in args:
+                        if b.is_inference():
+                            return self.fns[0](*args)
                     if self.direct:
                         outs = self.fns[0](*args)
                         if _stash_inputs(self, outs, args):
@@ -65,12 +69,19 @@ def _stash_inputs(runner: _HigherOrderGrad, outs: Any, args: tuple) -> bool:
     differentiated twice so (the call must run under _RecomputeForHigherOrder)."""
     node = None
     for o in outs:
-        if isinstance(o, torch.Tensor) and o.grad_fn is not None:
+        if isinstance(o, torch.Tensor):
             node = o.grad_fn
-            break
+            if node is not None:
+                break
     if node is None:
         return True   # nothing to differentiate (no output requires grad)
     cls = getattr(node, "_forward_cls", None)
+    ok = cls.__dict__.get("_mlircap_direct_ok") if cls is not None else None
+    if ok:   # (the class checked before: the per-call checks only)
+        if not _same_node(node, outs):
+            return False
+        node._mlircap_hog = (runner, args, [a._version for a in args], len(outs))
+        return True
     if cls is None or "_double_backward" not in cls.__dict__:
         # not an aot_autograd node: where the compiled graph was replaced by the captured
         # one (its first run failed), eager's own nodes, which differentiate again; any
