@@ -59,7 +59,7 @@ class _EpochMixin:
         self._bind_held(k)
         self.epoch += 1
         self.epoch_starts.append(k + 1)
-        if self.__dict__.get("flush_new"):   # (containers made by the call, flushed before it)
+        if self.__dict__.get("flush_new") or self.__dict__.get("flush_conts"):   # (containers flushed before it)
             new_epoch_after(self, k)
         for vid in list(self.float_items):
             self.lazy.pop(vid, None)

@@ -36,6 +36,7 @@ from .classify import _IMMUTABLE_CONST, _PRIM
 from .counters import _SymExpr
 from .flow_writes import _ATTR_KEYS
 from .guard_kinds import Guard, Is, Number, SameAs, Equals
+from .lazy_sources import _dict_items
 from .rng import _NewLogged, _unlog_raising
 from .steps import Write
 
@@ -151,6 +152,23 @@ def new_epoch_after(rec: _Recorder, k: int) -> None:
         if vid in rec.snaps and (vid, "*") not in rec.dirty:
             _, _, name, pretty, _ = rec.snaps.pop(vid)
             rec._snap(v, name, pretty)
+    # containers the flushes wrote into, not written since: what the call did to them is its own
+    # (made by it at replay; written again at the end, the recording's values were constants
+    # there), and they are guarded again from their contents now where next used, as those the
+    # function did not write (epochs._new_epoch leaves out those in rec.dirty)
+    for vid, v in (rec.__dict__.get("flush_conts") or {}).items():
+        sn = rec.snaps.get(vid)
+        if sn is None or sn[1] is not v or (vid, "*") in rec.dirty.pending or (vid, "**") in rec.dirty.pending:
+            continue
+        kind, _, expr, pretty, _ = sn
+        now = list(v) if kind == "list" else _dict_items(v) if kind == "dict" else set(v)
+        rec.snaps[vid] = (kind, v, expr, pretty, now)
+        lz = rec.lazy.get(vid)
+        rec.lazy[vid] = (v, expr, pretty, lz[3] if lz else 0, k + 1, None, now)
+
+
+def sn_is_container(t: Any) -> bool:
+    return type(t) in (dict, list, set, collections.defaultdict)
 
 
 def _loc(rec: _Recorder, w: Write) -> str:
@@ -275,11 +293,27 @@ def flush_before_call(rec: _Recorder, what: str) -> bool:
     rec.__dict__.setdefault("flush_binds", {}).update(binds)
     # dict items stored while the dict was lazily guarded (read by nobody before): a later guard of
     # its contents leaves their old values out (lazy_sources.touch)
-    fi = rec.__dict__.setdefault("flush_items", set())
+    # made now: not forced again at the end as stored by the code (side_effects.writes), which
+    # wrote the recording's value there where a later call changed it (a constant)
+    for w, _ in out:
+        t = targets[w.target]
+        if w.kind in ("item", "set"):
+            owner = next((id(sn[1]) for sn in rec.snaps.values()
+                          if sn[1] is t or type(getattr(sn[1], "__dict__", None)) is dict and sn[1].__dict__ is t), None)
+            st = rec.stored.get(owner) if owner is not None else None
+            if st:
+                st.discard(("item", w.key) if sn_is_container(t) else w.key)
+    conts = rec.__dict__.setdefault("flush_conts", {})   # (new_epoch_after)
+    for w, _ in out:
+        t = targets[w.target]
+        if type(t) in (dict, list, set) and id(t) in rec.snaps:
+            conts[id(t)] = t
+    # (up to right after the call: there the guard after it holds the item to what was written)
+    fi = rec.__dict__.setdefault("flush_items", {})
     for w, _ in out:
         t = targets[w.target]
         if w.kind == "item" and type(t) is dict and id(t) in rec.lazy:
-            fi.add((id(t), w.key))
+            fi[(id(t), w.key)] = rec.ncalls + 1
     rec.dirty.pending.clear()
     done = rec.__dict__.setdefault("flow_flushed", {})
     for key in flows:

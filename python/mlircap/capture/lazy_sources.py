@@ -61,10 +61,11 @@ class _LazySourceMixin:
                 keys = list(snap.keys())
                 self.guard(Keys(expr, pretty, tuple(keys)), group=group)
                 # (not an item the function wrote before a break, unread, written right before it:
-                # its old value is read by nobody, flush_writes.py)
-                fl = self.__dict__.get("flush_items") or ()
+                # its old value is read by nobody, and right after the call a guard holds it to the
+                # value written, flush_writes.py)
+                fl = self.__dict__.get("flush_items") or {}
                 for k in keys:
-                    if (id(v), k) not in fl:
+                    if fl.get((id(v), k), -1) < pos:
                         self._source(snap[k], self._item(v, expr, k), f"{pretty}[{k!r}]", False, depth + 1, group)
             else:
                 if all(type(x) in _PRIM or isinstance(x, _ID_HASHED) for x in snap):

@@ -264,3 +264,40 @@ def test_list_append_and_set_add_before_a_break():
     assert flips == {True, False}
     ex = g.explain()
     assert not ex.eager_reasons, ex.eager_reasons
+
+
+def _sched(opt, x):
+    """Capture gives up in it (a data-dependent loop): run eagerly between graphs, it sets the lr."""
+    for e in (x > 0).nonzero():
+        x = x + e[0]
+    opt.param_groups[0]["lr"] = round(float(x.mean()), 3)
+
+
+class LrThenSchedule(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 2)
+        self.opt = torch.optim.SGD(self.lin.parameters(), lr=0.1)
+
+    def forward(self, x):
+        self.opt.param_groups[0]["lr"] = 0.5   # flushed before zero_grad
+        self.opt.zero_grad()
+        _sched(self.opt, x)                    # a later call writes the item again
+        return self.lin(x) * 2, dict(self.opt.param_groups[0])["lr"]
+
+
+def test_item_flushed_then_written_by_a_later_call_is_guarded_again():
+    torch.manual_seed(0)
+    eager = LrThenSchedule()
+    comp = copy.deepcopy(eager)
+    comp.opt = torch.optim.SGD(comp.lin.parameters(), lr=0.1)
+    g = capture(comp, backend=EAGER)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(6):
+            x = torch.randn(3, 4) + i
+            with torch.no_grad():
+                _same(eager(x), g(x))
+            assert eager.opt.param_groups[0]["lr"] == comp.opt.param_groups[0]["lr"], i
+    ex = g.explain()
+    assert not ex.eager_reasons, ex.eager_reasons
