@@ -1412,7 +1412,10 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
             registry.extend(graphs)
         compiled_now.append(compiled)
         if flagged:
-            compiled = BoundsChecked(compiled, checked, device)
+            def unchecked():   # (after reruns: bounds.MAX_RERUNS)
+                return compile_partitioned(gm, example_inputs, options, registry)
+
+            compiled = BoundsChecked(compiled, checked, device, unchecked=unchecked)
             bounds_checked.append(compiled)
         return compiled
 
@@ -1719,7 +1722,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         inplace_draws.rewrite(gm)   # x.bernoulli_(p): eager's memory order, not bernoulli.p's
         from . import saved_versions
         from .ddsplit import restoring_global_modes
-        from .lean_autograd import direct_forward, lean_functions
+        from .lean_autograd import lean_functions
         from .saved_views import partition as saved_views_partition
 
         # (a failed trace restores them before the graph is tried again, speculated or split:
@@ -1734,7 +1737,6 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
                 # argument) stay in the graph as copy_ nodes: _hoist_input_copies
                 keep_inference_input_mutations=True,
             )
-        fn = direct_forward(fn)
         reach, n_returns = fw_reach[-1] if len(fw_reach) == 1 else (None, None)
         fw_reach.clear()
         fn = _batch_norm_stats_unversioned(fn, _batch_norm_stats(gm))
@@ -2082,7 +2084,10 @@ def _backward_bounds_checked(gm: torch.fx.GraphModule, example_inputs, options: 
     graphs.extend(mine)
     if not flagged:
         return compiled
-    return rerun_on_bad_index(BoundsChecked(compiled, checked, "cpu"), gm,
+    def unchecked():   # (after reruns: bounds.MAX_RERUNS)
+        return compile_partitioned(gm, example_inputs, options, graphs)
+
+    return rerun_on_bad_index(BoundsChecked(compiled, checked, "cpu", unchecked=unchecked), gm,
                               any(is_random(n) for n in gm.graph.nodes), strict=False)
 
 

@@ -207,7 +207,9 @@ def add_bounds_checks(gm: fx.GraphModule, device: str = "cpu") -> bool:
             flags += polynomials.rewrite(graph, node) or []
             continue
         if op_name(node.target) in selection.OPS:   # median, kthvalue, mode: ranked (selection.py)
-            flags += selection.rewrite(graph, node) or []
+            ties = selection.rewrite(graph, node) or []
+            flags += ties
+            gm.meta["mlircap_bounds_ties"] = gm.meta.get("mlircap_bounds_ties", False) or bool(ties)
             continue
         if op_name(node.target) == "aten::segment_reduce":   # segments from lengths/offsets tensors
             flags += segments.rewrite(graph, node) or []
@@ -305,19 +307,50 @@ class IndexOutOfRange(Exception):
     """A bounds check failed: the backend reruns the captured graph (rerun_on_bad_index)."""
 
 
+MAX_RERUNS = 3   # flags set (calls rerun eagerly) before a graph is compiled without its checks
+
+
 class BoundsChecked:
     """Runs `compiled` (the graph with its error flag last); a set flag raises
     IndexOutOfRange before anything is returned or written back. On CUDA the last
-    output is "all in range", handed to torch._assert_async (no host sync)."""
+    output is "all in range", handed to torch._assert_async (no host sync).
 
-    def __init__(self, compiled, gm: fx.GraphModule, device: str = "cpu"):
+    `unchecked()`, where given, compiles the graph without the checks (its index ops,
+    order statistics, ... running through torch, as when the checked graph does not
+    compile). In a graph with an order statistic's tie flag (selection.py), after MAX_RERUNS
+    calls whose flag was set, that form runs every later call: ties recur with the data
+    (top-k of bfloat16 router logits, of a router's uniform probabilities: the indices
+    chosen among equal values are eager's partial sort's), and each such call ran the
+    compiled graph and then the captured graph eagerly, slower than eager alone. Other
+    flags (an index out of range: eager's error) keep the checked graph."""
+
+    def __init__(self, compiled, gm: fx.GraphModule, device: str = "cpu", unchecked=None):
         from .partition import is_random
 
         self.compiled, self.single = compiled, gm.meta["mlircap_bounds_single"]
         self.uses_rng = any(is_random(n) for n in gm.graph.nodes)
         self.gpu = device == "cuda"
+        self.unchecked = unchecked if gm.meta.get("mlircap_bounds_ties") else None
+        self.reruns, self.plain = 0, None
+
+    def _rerun(self):
+        """A set flag: the call reruns eagerly; the MAX_RERUNS-th compiles the unchecked form."""
+        self.reruns += 1
+        if self.reruns >= MAX_RERUNS and self.unchecked is not None:
+            make, self.unchecked = self.unchecked, None
+            try:
+                self.plain = make()
+            except Exception as e:  # noqa: BLE001 - the checked graph (and its reruns) stays
+                logs.log("fallback", f"the graph compiled without its bounds checks failed ({e})")
+            else:
+                logs.log("fallback", f"bounds checks set their flag on {self.reruns} calls: the graph runs "
+                                     "compiled without them from now on (index ops and order statistics "
+                                     "through torch)")
+        raise IndexOutOfRange()
 
     def __call__(self, *args):
+        if self.plain is not None:
+            return self.plain(*args)
         try:
             res = self.compiled(*args)
         except IndexOutOfRange:
@@ -334,7 +367,7 @@ class BoundsChecked:
             if not hold(res[-1]):
                 torch._assert_async(res[-1])
         elif bool(res[-1]):
-            raise IndexOutOfRange()
+            self._rerun()
         out = res[:-1]
         return out[0] if self.single else type(res)(out)
 
