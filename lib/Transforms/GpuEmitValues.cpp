@@ -143,6 +143,45 @@ Value Codegen::evalUncached(Value tensor, ArrayRef<Value> idx) {
   return {};
 }
 
+/// Whether result `res` of `g` (the value its body yields) depends on loop
+/// `loop`: its linalg.index, an operand indexed by it, or an accumulator.
+static bool yieldDependsOnLoop(linalg::GenericOp g, unsigned res,
+                               unsigned loop) {
+  Block &body = g.getRegion().front();
+  auto dependsOnArg = [&](BlockArgument arg) {
+    OpOperand &operand = g->getOpOperand(arg.getArgNumber());
+    return g.getMatchingIndexingMap(&operand).isFunctionOfDim(loop) ||
+           // an accumulator (its own, another result's): its value so far
+           // depends on the order of the iterations
+           g.isDpsInit(&operand);
+  };
+  SmallVector<Value> todo{body.getTerminator()->getOperand(res)};
+  DenseSet<Value> seen;
+  while (!todo.empty()) {
+    Value v = todo.pop_back_val();
+    if (!seen.insert(v).second)
+      continue;
+    if (auto arg = dyn_cast<BlockArgument>(v)) {
+      if (arg.getOwner() == &body && dependsOnArg(arg))
+        return true;
+      continue;
+    }
+    Operation *def = v.getDefiningOp();
+    if (!def || !g.getRegion().isAncestor(def->getParentRegion()))
+      continue; // defined outside the body: the same in every iteration
+    if (auto index = dyn_cast<linalg::IndexOp>(def)) {
+      if (index.getDim() == loop)
+        return true;
+      continue;
+    }
+    if (def->getNumRegions() != 0 || !isMemoryEffectFree(def))
+      return true; // (conservative)
+    for (Value operand : def->getOperands())
+      todo.push_back(operand);
+  }
+  return false;
+}
+
 std::optional<SmallVector<Value>> Codegen::invertOutput(linalg::GenericOp g,
                                                         unsigned res,
                                                         ArrayRef<Value> idx) {
@@ -163,7 +202,12 @@ std::optional<SmallVector<Value>> Codegen::invertOutput(linalg::GenericOp g,
   auto iters = g.getIteratorTypesArray();
   for (unsigned i = 0; i < ivs.size(); ++i)
     if (!ivs[i] && (iters[i] == utils::IteratorType::parallel)) {
-      if (loops[i] != 1) {
+      // A parallel loop the result does not index: every iteration of it writes
+      // the same element, so its value must not depend on that loop (then any
+      // iteration, the first, gives it: torch-mlir's adaptive_avg_pool3d
+      // yields each window's element count, a function of the output
+      // position only, beside the window sums it indexes by batch)
+      if (loops[i] != 1 && yieldDependsOnLoop(g, res, i)) {
         error(g, "output indexing map is not invertible");
         return std::nullopt;
       }

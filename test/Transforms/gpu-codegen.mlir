@@ -676,3 +676,35 @@ func.func @nchwstats(%x: tensor<4x8x6x10xf32>) -> tensor<8xf32> {
   } -> tensor<8xf32>
   return %s : tensor<8xf32>
 }
+
+// -----
+
+// torch-mlir's adaptive_avg_pool3d: one generic yields the window sums,
+// indexed by (batch, position), and each window's element count, indexed by
+// position only. The count does not depend on the batch loop, so the first
+// batch iteration gives it (before: 'output indexing map is not invertible').
+// CHECK-LABEL: gpu.func @count_beside_sum_k0
+// CHECK: arith.sitofp
+func.func @count_beside_sum(%x: tensor<3x4xf32>) -> (tensor<3x2xf32>, tensor<2xf32>) {
+  %cst = arith.constant 0.0 : f32
+  %e0 = tensor.empty() : tensor<3x2xf32>
+  %z = linalg.fill ins(%cst : f32) outs(%e0 : tensor<3x2xf32>) -> tensor<3x2xf32>
+  %e1 = tensor.empty() : tensor<2xf32>
+  %w = tensor.empty() : tensor<2xi1>
+  %r:2 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d1)>], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%w : tensor<2xi1>) outs(%z, %e1 : tensor<3x2xf32>, tensor<2xf32>) {
+  ^bb0(%in: i1, %acc: f32, %cnt: f32):
+    %i = linalg.index 0 : index
+    %j = linalg.index 1 : index
+    %k = linalg.index 2 : index
+    %c2 = arith.constant 2 : index
+    %col = arith.muli %j, %c2 : index
+    %c = arith.addi %col, %k : index
+    %v = tensor.extract %x[%i, %c] : tensor<3x4xf32>
+    %s = arith.addf %v, %acc : f32
+    %n = arith.index_cast %j : index to i64
+    %nf = arith.sitofp %n : i64 to f32
+    linalg.yield %s, %nf : f32, f32
+  } -> (tensor<3x2xf32>, tensor<2xf32>)
+  return %r#0, %r#1 : tensor<3x2xf32>, tensor<2xf32>
+}

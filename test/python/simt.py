@@ -145,6 +145,10 @@ class Block:
                 out = torch.div(a, den, rounding_mode="trunc").to(o[0].dtype)
             else:
                 out = torch.fmod(a, den).to(o[0].dtype)
+        elif d in ("floordivsi", "ceildivsi"):
+            den = torch.where(mask & (o[1] != 0), o[1], torch.ones_like(o[1]))
+            q = torch.div(o[0] if d == "floordivsi" else -o[0], den, rounding_mode="floor")
+            out = (q if d == "floordivsi" else -q).to(o[0].dtype)
         elif d in ("maxui", "maxsi", "maximumf", "maxnumf"):
             out = torch.maximum(o[0], o[1])
         elif d in ("minui", "minsi", "minimumf", "minnumf"):

@@ -44,6 +44,8 @@ PROGRAMS = {
     "cumsum": (lambda x: x.cumsum(-1), lambda: (_x(3, 50),)),
     # kernels with affine.apply (pooling windows) and arith.remf / math.asin
     "max_pool2d": (lambda x: F.max_pool2d(x, 3, 2, 1), lambda: (_x(2, 3, 9, 9),)),
+    # a generic yielding window sums by (batch, position) and counts by position only
+    "adaptive_avg_pool3d": (lambda x: F.adaptive_avg_pool3d(x, (None, 3, 2)), lambda: (_x(3, 8, 8, 6),)),
     "fmod_asin": (lambda x, y: torch.fmod(x, y) + torch.asin(x.clamp(-1, 1)), lambda: (_x(5, 7), _x(5, 7, seed=1) + 3)),
 }
 
