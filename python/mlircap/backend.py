@@ -1722,7 +1722,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         inplace_draws.rewrite(gm)   # x.bernoulli_(p): eager's memory order, not bernoulli.p's
         from . import saved_versions
         from .ddsplit import restoring_global_modes
-        from .lean_autograd import lean_functions
+        from .lean_autograd import direct_forward, lean_functions
         from .saved_views import partition as saved_views_partition
 
         # (a failed trace restores them before the graph is tried again, speculated or split:
@@ -1737,6 +1737,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
                 # argument) stay in the graph as copy_ nodes: _hoist_input_copies
                 keep_inference_input_mutations=True,
             )
+        fn = direct_forward(fn)
         reach, n_returns = fw_reach[-1] if len(fw_reach) == 1 else (None, None)
         fw_reach.clear()
         fn = _batch_norm_stats_unversioned(fn, _batch_norm_stats(gm))
