@@ -104,9 +104,12 @@ def test_explain_names_the_callee_after_one_call():
     assert "Callees capture gave up in" in str(out)
 
 
-def test_callee_reading_state_the_frame_wrote_runs_eagerly():
-    """The frame writes an attribute the failing callee reads: the replay writes at its end, so the
-    callee run between graphs would read the old value; the frame runs eagerly instead."""
+def test_callee_reading_state_the_frame_wrote_reads_the_new_value():
+    """The frame writes an attribute the failing callee reads: the replay wrote at its end, so the
+    callee run between graphs would read the old value, and the frame ran eagerly. Since
+    flush_writes (54c5750) the write is made right before the callee's eager call: outputs match
+    eager's and so does the attribute (a mean the graph computes: to float32 rounding), and the
+    frame replays."""
     class Scaled(_Experts):
         def forward(self, h, sel):
             return super().forward(h, sel) * self.scale
@@ -132,8 +135,8 @@ def test_callee_reading_state_the_frame_wrote_runs_eagerly():
         for _ in range(5):
             x = torch.randn(5, 8)
             assert _same(ref(x), g(x))
-            assert torch.equal(ref.experts.scale, m.experts.scale)
-    assert _stats(g).replays == 0
+            assert _same(ref.experts.scale, m.experts.scale)
+    assert _stats(g).replays >= 2   # (the first call gives up in the callee, the second records around it)
 
 
 def test_frame_giving_up_for_other_shapes_records_twice():
