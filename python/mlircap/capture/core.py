@@ -76,6 +76,8 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   rng            the RNG state a replay that misses restores after logged uncapturable calls
   flow_state     _Flow: the stack slots followed in one frame, and their bookkeeping over one instruction
   flow_writes    _FlowWriteMixin: floats written back to attributes (`self.tau *= 0.9`) replayed as expressions
+  flush_writes   writes a recording made before a graph break, made right before the break's eager call
+                 (then guarded after it; put back by a replay that misses)
   flow_items     _FlowItemMixin: items of lazily guarded lists / dicts followed as numbers (`self.w[0]`, `d.get(k)`)
   flow_roots     _FlowRootMixin: where followed numbers start (arguments, attributes, breaks) and escape (guards)
   flow_boxes     _FlowBoxMixin: containers of followed floats built, moved and returned (a metrics dict)

@@ -14,7 +14,6 @@ from .guard_kinds import Is, SameAs
 from .locations import _short
 from .typeinfo import _is_ndarray
 from .lazy_sources import _dict_items
-from .flush_writes import new_epoch_after
 
 
 # the name the replay binds an object read through a location to, before an uncapturable
@@ -60,6 +59,8 @@ class _EpochMixin:
         self.epoch += 1
         self.epoch_starts.append(k + 1)
         if self.__dict__.get("flush_new") or self.__dict__.get("flush_conts"):   # (containers flushed before it)
+            from .flush_writes import new_epoch_after   # (below in the layout: lazy)
+
             new_epoch_after(self, k)
         for vid in list(self.float_items):
             self.lazy.pop(vid, None)

@@ -16,7 +16,6 @@ from .base import Unreplayable, _Raised
 from .steps import CallStep, GraphStep
 from .classify import _func_qualname
 from .draws import _node_draws
-from .flush_writes import pre_write_guards
 from .locations import _user_location
 from .guards import _ambient
 from .fx_targets import _op_name
@@ -327,7 +326,11 @@ class _GraphStepMixin:
         self.ncalls += 1
         g = torch.is_grad_enabled()   # (after an unbalanced torch.set_grad_enabled(False))
         flushed = self.__dict__.pop("pre_writes", None)   # (flush_writes.py)
-        pre = pre_write_guards(self, k, flushed) if flushed else None
+        pre = None
+        if flushed:
+            from .flush_writes import pre_write_guards   # (below in the layout: lazy)
+
+            pre = pre_write_guards(self, k, flushed)
         self.steps.append(CallStep(k, fe, ae, ke, reason, external=external, grad=None if g == self.grad0 else g,
                                    pre_writes=pre))
         self._resume_mark(k)
