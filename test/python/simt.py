@@ -147,8 +147,7 @@ class Block:
                 out = torch.fmod(a, den).to(o[0].dtype)
         elif d in ("floordivsi", "ceildivsi"):
             den = torch.where(mask & (o[1] != 0), o[1], torch.ones_like(o[1]))
-            q = torch.div(o[0] if d == "floordivsi" else -o[0], den, rounding_mode="floor")
-            out = (q if d == "floordivsi" else -q).to(o[0].dtype)
+            out = (floor_div if d == "floordivsi" else ceil_div)(o[0], den).to(o[0].dtype)
         elif d in ("maxui", "maxsi", "maximumf", "maxnumf"):
             out = torch.maximum(o[0], o[1])
         elif d in ("minui", "minsi", "minimumf", "minnumf"):
@@ -232,7 +231,7 @@ class Block:
                   "atanh": torch.atanh, "log10": torch.log10, "erfc": torch.erfc, "trunc": torch.trunc,
                   "cbrt": lambda x: torch.sign(x) * x.abs().pow(1 / 3),
                   "roundeven": torch.round,   # (torch.round rounds half to even)
-                  "round": lambda x: torch.sign(x) * torch.floor(x.abs() + 0.5)}
+                  "round": round_half_away}
             if d in ("powf", "fpowi", "ipowi"):
                 out = torch.pow(o[0], o[1])
             elif d == "fma":
@@ -324,10 +323,25 @@ def affine_eval(e, dims, syms):
     if isinstance(e, ir.AffineModExpr):
         return torch.remainder(a, b)
     if isinstance(e, ir.AffineFloorDivExpr):
-        return torch.div(a, b, rounding_mode="floor")
+        return floor_div(a, b)
     if isinstance(e, ir.AffineCeilDivExpr):
-        return -torch.div(-a, b, rounding_mode="floor")
+        return ceil_div(a, b)
     raise NotImplementedError(str(e))
+
+
+def floor_div(a, b):
+    return torch.div(a, b, rounding_mode="floor")
+
+
+def ceil_div(a, b):
+    return -torch.div(-a, b, rounding_mode="floor")
+
+
+def round_half_away(x):
+    """math.round: halves away from zero (sign(x) * floor(|x| + 0.5) rounds 0.49999997 up: the
+    sum rounds to 1)."""
+    t = x.trunc()
+    return torch.where((x - t).abs() == 0.5, t + x.sign(), x.round())
 
 
 def load_kernels(mlircap_opt, ir_text):

@@ -64,9 +64,9 @@ def test_gpu_path_matches_eager(name):
     torch.testing.assert_close(got, want, **tol)
 
 
-def test_the_interpreter_sees_a_wrong_kernel():
-    """The check is not vacuous: a plan whose kernel is run with a wrong argument (the input
-    read one element late) gives a wrong result here."""
+def test_the_check_sees_a_wrong_result():
+    """The check is not vacuous: the plan's kernel run on a wrong argument (its input rotated by
+    one element) gives a result the comparison above would reject."""
     fn = lambda x: x * 2 + 1   # noqa: E731
     x = _x(64)
     c = mlircap.compile(fn, device="cuda", strict=True)
