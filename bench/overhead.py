@@ -7,6 +7,9 @@ measured side by side in one process.
     python bench/overhead.py --step            # a training step per call: forward, pow(2).mean(), backward
     python bench/overhead.py --step --aot-runtime   # also mlircap with aot_autograd's own Function
                                                     # forward/backward (lean_autograd.py off)
+    python bench/overhead.py --device cuda          # on the GPU: host time per call (kernels run
+                                                    # asynchronously; each block ends synchronized), with
+                                                    # inductor+CUDA graphs (mode="reduce-overhead") too
 
 Each program is tiny (a few elements), so its time is host time: the wrapper, guards,
 the compiled graph's call and the runtime's per-call work.  Times are process CPU time
@@ -59,28 +62,33 @@ class _TenParams(torch.nn.Module):
         return x
 
 
-def cases() -> list[tuple[str, object, tuple]]:
+def cases(device: str = "cpu") -> list[tuple[str, object, tuple]]:
     torch.manual_seed(0)
-    mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).eval()
+    mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).eval().to(device)
+
+    def r(*shape):
+        return torch.randn(*shape).to(device)
     return [
-        ("x+1", _add_one, (torch.randn(8),)),
-        ("mlp", mlp, (torch.randn(1, 16),)),
-        ("10 params", _TenParams().eval(), (torch.randn(8),)),
-        ("int/float arg", _int_arg, (torch.randn(8), 3, 0.5)),
-        ("global", _global, (torch.randn(8),)),
+        ("x+1", _add_one, (r(8),)),
+        ("mlp", mlp, (r(1, 16),)),
+        ("10 params", _TenParams().eval().to(device), (r(8),)),
+        ("int/float arg", _int_arg, (r(8), 3, 0.5)),
+        ("global", _global, (r(8),)),
     ]
 
 
-def _per_call_us(fns: list, args: tuple, calls: int, block: int) -> list[tuple[float, float]]:
+def _per_call_us(fns: list, args: tuple, calls: int, block: int, sync=lambda: None) -> list[tuple[float, float]]:
     """(min, median) µs of process CPU time per call of each fn, over blocks of `block`
-    calls run round-robin."""
+    calls run round-robin (`sync`: waits for the device at each block's end, counted)."""
     clock = time.process_time_ns
     samples: list[list[float]] = [[] for _ in fns]
     for _ in range(max(1, calls // block)):
         for fn, out in zip(fns, samples):
+            sync()
             t0 = clock()
             for _ in range(block):
                 fn(*args)
+            sync()
             out.append((clock() - t0) / block / 1e3)
     return [(min(s), statistics.median(s)) for s in samples]
 
@@ -120,20 +128,25 @@ def _aot_runtime_front(fn, args):
 
 
 def run(names: list[str], calls: int, block: int, inductor: bool, grad: bool, step: bool = False,
-        aot_runtime: bool = False) -> None:
+        aot_runtime: bool = False, device: str = "cpu") -> None:
     torch.set_num_threads(1)
+    cuda = device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    cudagraphs = inductor and cuda and not step
     mode = "training step (forward, pow(2).mean(), backward)" if step else \
         "grad mode on" if grad else "torch.no_grad()"
     print(f"per-call process CPU time (µs), min over blocks of {block} calls (median), {calls} calls each, "
-          f"1 thread, {mode}")
+          f"1 thread, {mode}, {device}")
     hdr = f"{'program':<14} {'eager':>14} {'mlircap':>14} {'x eager':>8}"
     if inductor:
         hdr += f" {'inductor':>14} {'x eager':>8}"
+    if cudagraphs:
+        hdr += f" {'inductor+cg':>14} {'x eager':>8}"
     if aot_runtime:
         hdr += f" {'aot runtime':>14} {'x eager':>8}"
     print(hdr)
     ctx = torch.enable_grad if grad or step else torch.no_grad
-    for name, fn, args in cases():
+    for name, fn, args in cases(device):
         if name not in names:
             continue
         fronts = [fn]
@@ -150,6 +163,13 @@ def run(names: list[str], calls: int, block: int, inductor: bool, grad: bool, st
                 ind(*args)
                 _check(name + " (inductor)", ref, ind(*args))
                 fronts.append(ind)
+            if cudagraphs:
+                torch._dynamo.reset()
+                cg = torch.compile(fn, mode="reduce-overhead")
+                for _ in range(3):
+                    cg(*args)
+                _check(name + " (inductor+cg)", ref, cg(*args))
+                fronts.append(cg)
             if aot_runtime:
                 slow = _aot_runtime_front(fn, args)
                 _check(name + " (aot runtime)", ref, slow(*args))
@@ -159,24 +179,27 @@ def run(names: list[str], calls: int, block: int, inductor: bool, grad: bool, st
             for f in fronts:   # warm up
                 for _ in range(200):
                     f(*args)
-            res = _per_call_us(fronts, args, calls, block)
+            res = _per_call_us(fronts, args, calls, block, sync)
         (e, em), (m, mm) = res[0], res[1]
         line = f"{name:<14} {e:>6.2f} ({em:>5.2f}) {m:>6.2f} ({mm:>5.2f}) {m / e:>7.2f}x"
         if inductor:
             i, im = res[2]
             line += f" {i:>6.2f} ({im:>5.2f}) {i / e:>7.2f}x"
+        if cudagraphs:
+            c, cm = res[3]
+            line += f" {c:>6.2f} ({cm:>5.2f}) {c / e:>7.2f}x"
         if aot_runtime:
             a, am = res[-1]
             line += f" {a:>6.2f} ({am:>5.2f}) {a / e:>7.2f}x"
         print(line, flush=True)
 
 
-def profile(name: str, calls: int, grad: bool, step: bool = False) -> None:
+def profile(name: str, calls: int, grad: bool, step: bool = False, device: str = "cpu") -> None:
     import cProfile
     import pstats
 
     torch.set_num_threads(1)
-    fn, args = next((f, a) for n, f, a in cases() if n == name)
+    fn, args = next((f, a) for n, f, a in cases(device) if n == name)
     ctx = torch.enable_grad if grad or step else torch.no_grad
     with ctx():
         fast = mlircap.compile(fn)
@@ -204,11 +227,12 @@ def main() -> None:
     ap.add_argument("--aot-runtime", action="store_true",
                     help="also mlircap with aot_autograd's own Function forward/backward (lean_autograd.py off)")
     ap.add_argument("--profile", metavar="CASE", help="cProfile mlircap's calls of one case instead")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     a = ap.parse_args()
     if a.profile:
-        profile(a.profile, a.calls, a.grad, a.step)
+        profile(a.profile, a.calls, a.grad, a.step, a.device)
         return
-    run(a.cases.split(","), a.calls, a.block, not a.no_inductor, a.grad, a.step, a.aot_runtime)
+    run(a.cases.split(","), a.calls, a.block, not a.no_inductor, a.grad, a.step, a.aot_runtime, a.device)
 
 
 if __name__ == "__main__":
