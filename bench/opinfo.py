@@ -55,9 +55,13 @@ steps through the runtime's own calls, kernels in the SIMT interpreter of test/p
 (their gpu.func form before NVVM; math functions are torch's, not libdevice's). It compares
 with eager on the CPU at the CUDA tolerances: it finds codegen failures and wrong kernels
 (indexing, reductions, masks, rounding steps), not differences between CUDA's and the CPU's
-eager kernels. The rules that read a tensor's own device (the partition's islands and library
-calls, device-specific decompositions) see the CPU: the GPU's partition rules are checked
-only on a GPU.
+eager kernels. The rules that choose by device (the partition's islands and library calls,
+bounds checks, device-specific decompositions) follow the compile's target, CUDA
+(python/mlircap/target.py), so it falls back where a GPU run does; what eager computes is still
+the CPU's (an island runs the CPU kernel). To compare with a GPU run sample by sample:
+
+    .venv/bin/python bench/opinfo.py --device simt --like gpu.json --json simt.json
+    .venv/bin/python bench/opinfo.py --diff gpu.json simt.json
 
 torch's OpInfo database needs the ``expecttest`` package. Workers run with
 MLIRCAP_CACHE_DIR in a temporary directory, one torch thread, and MLIRCAP_LOGS=fallback (its
@@ -866,12 +870,26 @@ def select_sample(tasks, k: int, seed: int):
     return [t for i, t in enumerate(tasks) if i in keep]
 
 
+def like_tasks(saved: str, ops) -> list[dict]:
+    """The samples (op, dtype, index) of a saved --json run, in its order: the same samples
+    run here (another device, another commit). Ops this torch's op_db lacks are left out."""
+    with open(saved) as f:
+        records = json.load(f)["records"]
+    missing = sorted({r["op"] for r in records if r["op"] not in ops})
+    if missing:
+        print(f"[opinfo] --like: {len(missing)} ops not in this op_db, left out: {', '.join(missing)}",
+              file=sys.stderr)
+    return [{"op": r["op"], "dtype": r["dtype"], "index": r["index"], "limit": None}
+            for r in records if r["op"] in ops]
+
+
 def sweep(names=None, dtypes=DEFAULT_DTYPES, max_per_op=None, sample=None, seed=0, jobs=2,
-          device="cpu", timeout=60.0, recycle=400, progress=True):
-    """Enumerate, select and run: returns (records, number of samples before --sample)."""
+          device="cpu", timeout=60.0, recycle=400, progress=True, like=None):
+    """Enumerate, select and run: returns (records, number of samples before --sample).
+    `like`: a saved --json run whose samples are run instead."""
     ops = load_op_db()
     with Pool(device, jobs, recycle) as pool:
-        tasks = enumerate_tasks(pool, ops, names, dtypes, max_per_op)
+        tasks = like_tasks(like, ops) if like else enumerate_tasks(pool, ops, names, dtypes, max_per_op)
         n_all = len(tasks)
         if sample is not None:
             tasks = select_sample(tasks, sample, seed)
@@ -989,6 +1007,34 @@ def report(records, out=sys.stdout, top=25, markdown=False) -> None:
                     p(f"    {op} {', '.join(which)}: {detail}")
 
 
+def diff(a_path: str, b_path: str, out=sys.stdout) -> dict:
+    """The samples two saved runs share (op, dtype, index), compared: how many have the same
+    category, and each one that differs, with both details (a GPU run and its --device simt
+    rerun: which fallbacks the interpreter reproduces). Returns the counts."""
+    runs = []
+    for path in (a_path, b_path):
+        with open(path) as f:
+            saved = json.load(f)
+        runs.append((saved, {(r["op"], r["dtype"], r["index"]): r for r in saved["records"]}))
+    (sa, ra), (sb, rb) = runs
+    shared = [k for k in ra if k in rb]
+    same = [k for k in shared if ra[k]["category"] == rb[k]["category"]]
+    p = (lambda line: print(line, file=out))
+    p(f"A: {a_path} ({sa.get('device')}, {sa.get('commit')}); B: {b_path} ({sb.get('device')}, {sb.get('commit')})")
+    p(f"{len(shared)} shared samples ({len(ra) - len(shared)} only in A, {len(rb) - len(shared)} only in B); "
+      f"same category: {len(same)}; different: {len(shared) - len(same)}")
+    pairs = collections.Counter((ra[k]["category"], rb[k]["category"]) for k in shared)
+    p("category A -> B: " + ", ".join(f"{x} -> {y}: {n}" for (x, y), n in sorted(pairs.items())))
+    for k in shared:
+        if ra[k]["category"] != rb[k]["category"]:
+            p(f"  {k[0]} {k[1]} #{k[2]}: A {ra[k]['category']}: {str(ra[k]['detail'])[:150]}")
+            p(f"  {' ' * len(f'{k[0]} {k[1]} #{k[2]}')}  B {rb[k]['category']}: {str(rb[k]['detail'])[:150]}")
+    fb = [k for k in same if ra[k]["category"] == "fallback"]
+    reason = sum(_reason_key(ra[k]["detail"]) == _reason_key(rb[k]["detail"]) for k in fb)
+    p(f"fallback in both: {len(fb)}, with the same reason: {reason}")
+    return {"shared": len(shared), "same": len(same), "fallback_both": len(fb), "same_reason": reason}
+
+
 # --------------------------------------------------------------------------- main
 
 def _git_commit() -> str:
@@ -1023,6 +1069,9 @@ def main(argv=None):
     ap.add_argument("--inputs", choices=("sample", "reference"), default="sample",
                     help="the op's sample_inputs, or its reference_inputs (the samples plus extremal "
                          "values: inf, nan, large and tiny numbers, noncontiguous and broadcast operands)")
+    ap.add_argument("--like", metavar="JSON", help="run the samples (op, dtype, index) of a saved --json run "
+                    "(another device's: compare them with --diff)")
+    ap.add_argument("--diff", nargs=2, metavar=("A", "B"), help="compare two saved --json runs sample by sample")
     ap.add_argument("--list-ops", action="store_true")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -1032,6 +1081,9 @@ def main(argv=None):
 
     if a.list_ops:
         print("\n".join(load_op_db()))
+        return 0
+    if a.diff:
+        diff(*a.diff)
         return 0
     if a.report:
         with open(a.report) as f:
@@ -1047,7 +1099,7 @@ def main(argv=None):
     dtypes = [d.strip() for d in a.dtypes.split(",") if d.strip()]
     t1 = time.time()
     records, _ = sweep(names, dtypes, a.max_samples_per_op, a.sample, a.seed, a.jobs, a.device,
-                       a.timeout, a.recycle)
+                       a.timeout, a.recycle, like=a.like)
     wall = time.time() - t1
     report(records, markdown=a.markdown)
     print(f"\n[opinfo] {len(records)} samples in {wall:.0f}s ({a.jobs} workers)")

@@ -10,12 +10,13 @@ which LLVM does not vectorize: PointNet's max over points (torch.max(x, 2)) of
 from __future__ import annotations
 
 import torch
+from .target import device_type
 
 aten = torch.ops.aten
 
 
 def _applies(x, dim) -> bool:
-    return isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dim() > 0 and \
+    return isinstance(x, torch.Tensor) and device_type(x) == "cpu" and x.dim() > 0 and \
         x.dtype != torch.bool and not x.is_complex() and isinstance(dim, int) and x.shape[dim] > 0
 
 

@@ -69,6 +69,7 @@ import torch.fx as fx
 
 from . import config, logs
 from .attention_masks import MASKED_MAX
+from .target import device_type
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -105,12 +106,12 @@ def enabled() -> bool:
 def _worth_it(device: torch.device, dtype: torch.dtype, scores: int) -> bool:
     if (config.env("MLIRCAP_FUSE_ATTENTION") or "").strip().lower() == "force":
         return True
-    if device.type == "cuda":
+    if device_type(device) == "cuda":
         # float32 has no flash kernel on CUDA: memory-efficient attention in float32 made
         # the ViT bf16 bench (SDPA's decomposition upcasts q and k) 5.11 ms against 4.0
         # for our compiled math (H200, d2be5b1: 1.40 ms in 12 fmha_cutlassF_f32 calls)
         return dtype in (torch.bfloat16, torch.float16)
-    if device.type != "cpu":
+    if device_type(device) != "cpu":
         return True
     return scores >= _CPU_MIN_SCORES.get(dtype, _CPU_MIN_SCORES_LOW_PRECISION)
 

@@ -398,6 +398,10 @@ def _check_static(gm: torch.fx.GraphModule):
 def _device_of(example_inputs, gm: torch.fx.GraphModule | None = None) -> str:
     """Where the graph runs: cuda if an input, or else a value the graph makes
     (`torch.zeros(3, device="cuda")` has no input), lives on a GPU."""
+    from .target import current
+
+    if current() is not None:   # the compile's named target (target.py)
+        return current()
     for t in example_inputs:
         if isinstance(t, torch.Tensor) and t.device.type == "cuda":
             return "cuda"
@@ -1420,6 +1424,12 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         return compiled
 
     def bw_compiler(gm, example_inputs):
+        from .target import targeting
+
+        with targeting(options.device):   # (aot_autograd compiles it at the first backward call)
+            return _bw_compiler(gm, example_inputs)
+
+    def _bw_compiler(gm, example_inputs):
         _drop_dead_random(gm)
         _evenly_distribute_as_cpu(gm, example_inputs)
         compiled = _compile_backward(gm, example_inputs)
@@ -1498,11 +1508,13 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
 
     def backend(gm, example_inputs):
         from .ddsplit import restoring_global_modes
+        from .target import targeting
 
         # compiling runs the graph's grad-mode and autocast switch nodes (tracing, fake
         # propagation, speculation): one that stopped inside a torch.no_grad() or autocast
         # block, or a part of a split graph that ends inside one, left the block's state
-        with restoring_global_modes():
+        # (the rules follow options.device where named: target.py)
+        with restoring_global_modes(), targeting(options.device):
             return _backend(gm, example_inputs)
 
     def _backend(gm, example_inputs):

@@ -29,6 +29,7 @@ from __future__ import annotations
 import struct
 
 import torch
+from .target import device_type
 
 aten = torch.ops.aten
 LOW = (torch.bfloat16, torch.float16)
@@ -80,7 +81,7 @@ def eager_cpu(input, weight, bias, running_mean, running_var, training, momentum
     """(out, save_mean, save_invstd, new_running_mean, new_running_var) as eager's CPU
     batch_norm computes them for a bfloat16/float16 input, or NotImplemented where
     it does not apply (other dtypes and devices, inputs eager rejects)."""
-    if not isinstance(input, torch.Tensor) or input.dtype not in LOW or input.device.type != "cpu" \
+    if not isinstance(input, torch.Tensor) or input.dtype not in LOW or device_type(input) != "cpu" \
             or input.dim() < 2 or input.numel() == 0:
         return NotImplemented
     low = input.dtype
@@ -269,7 +270,7 @@ def _transform_as_eager(res, input, weight, bias, running_mean, running_var, tra
     4 of 6 elements, fuzz_graphs seed 1385). Those channels take eager's form; the others keep
     the decomposition's (it loses no digits to cancellation where the mean is large)."""
     params = [t for t in (weight, bias, running_mean, running_var) if t is not None]
-    if not isinstance(input, torch.Tensor) or input.dtype not in (F32, F64) or input.device.type != "cpu" \
+    if not isinstance(input, torch.Tensor) or input.dtype not in (F32, F64) or device_type(input) != "cpu" \
             or input.dim() < 2 or input.numel() == 0 or not _contiguous_any(input) \
             or any(t.dtype != input.dtype or t.dim() != 1 or not t.is_contiguous() for t in params):
         return res
@@ -372,10 +373,10 @@ def _layer_norm(fallback):
 
     def decomposition(input, normalized_shape, weight, bias, eps):
         params = [t for t in (weight, bias) if t is not None]
-        if isinstance(input, torch.Tensor) and input.dtype == F32 and input.device.type == "cpu" \
+        if isinstance(input, torch.Tensor) and input.dtype == F32 and device_type(input) == "cpu" \
                 and input.numel() > 0 and all(t.dtype == F32 and t.device == input.device for t in params):
             return _layer_norm_f32(input, normalized_shape, weight, bias, eps)
-        if not isinstance(input, torch.Tensor) or input.dtype not in LOW or input.device.type != "cpu" \
+        if not isinstance(input, torch.Tensor) or input.dtype not in LOW or device_type(input) != "cpu" \
                 or input.numel() == 0 or not _contracts() \
                 or any(t.dtype != input.dtype or t.device != input.device for t in params):
             return NotImplemented if fallback is None else fallback(input, normalized_shape, weight, bias, eps)

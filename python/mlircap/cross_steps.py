@@ -14,6 +14,7 @@ more apart from eager's (cancellation of the two rounded products), so the op ra
 from __future__ import annotations
 
 import torch
+from .target import device_type
 
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
 
@@ -22,7 +23,7 @@ def cross_rounded_like_eager(a, b, dim=-1):
     """aten.linalg_cross(a, b, dim) of two CPU bfloat16 / float16 tensors of one dtype, rounded
     as eager's kernel rounds; NotImplemented for anything else (the op's other handling)."""
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.dtype not in _LOW_PRECISION \
-            or b.dtype != a.dtype or a.device.type != "cpu" or b.device.type != "cpu" or not isinstance(dim, int):
+            or b.dtype != a.dtype or device_type(a) != "cpu" or device_type(b) != "cpu" or not isinstance(dim, int):
         return NotImplemented
     try:
         shape = torch.broadcast_shapes(a.shape, b.shape)

@@ -20,6 +20,7 @@ cumsum's result, randint_like of cummin's indices) draws in memory order.
 from __future__ import annotations
 
 import torch
+from .target import device_type
 
 _MAX_LEN = 1024
 _MAX_WORK = 1 << 24   # elements x axis length
@@ -29,7 +30,7 @@ _ACC = {torch.float32: torch.float64, torch.float64: torch.float64, torch.bfloat
 
 def cumprod(x, dim, dtype=None):
     """aten.cumprod; NotImplemented for what it does not handle."""
-    if not isinstance(x, torch.Tensor) or x.device.type != "cpu" or x.is_complex() or not isinstance(dim, int):
+    if not isinstance(x, torch.Tensor) or device_type(x) != "cpu" or x.is_complex() or not isinstance(dim, int):
         return NotImplemented
     out_dtype = dtype if dtype is not None else (x.dtype if x.is_floating_point() else torch.int64)
     if out_dtype.is_complex or out_dtype == torch.bool:
@@ -60,7 +61,7 @@ def _cum_extreme(x, dim, largest: bool):
     row i is a masked reduction over j <= i (O(n^2), only up to _MAX_WORK); the
     value is the element at the index found (so a -0.0 / 0.0 tie keeps eager's sign).
     Other inputs: NotImplemented."""
-    if not isinstance(x, torch.Tensor) or x.device.type != "cpu" or x.is_complex() or not isinstance(dim, int):
+    if not isinstance(x, torch.Tensor) or device_type(x) != "cpu" or x.is_complex() or not isinstance(dim, int):
         return NotImplemented
     if x.ndim == 0:
         return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
@@ -115,7 +116,7 @@ def logcumsumexp(x, dim):
     (bfloat16/float16 in float), rounded once; infinities and NaN as torch.logsumexp
     (an all -inf prefix gives -inf, +inf gives +inf, NaN propagates). Other inputs:
     NotImplemented."""
-    if not isinstance(x, torch.Tensor) or x.device.type != "cpu" or not x.is_floating_point() or \
+    if not isinstance(x, torch.Tensor) or device_type(x) != "cpu" or not x.is_floating_point() or \
             not isinstance(dim, int):
         return NotImplemented
     if x.ndim == 0:

@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass
 
 import torch
+from .target import device_type
 
 
 class FrontendError(RuntimeError):
@@ -95,7 +96,7 @@ def _lstm_layers_through_onednn_with_grad() -> None:
     def onednn_like_eager(tensors, input, hx) -> bool:
         if not torch._C._get_mkldnn_enabled() or input.numel() == 0 or hx[0].size(2) != hx[1].size(2):
             return False
-        if any(t.device.type != "cpu" for t in tensors):
+        if any(device_type(t) != "cpu" for t in tensors):
             return False
         dtypes = {t.dtype for t in tensors}
         return dtypes == {torch.float32} or (dtypes == {torch.bfloat16} and torch.ops.mkldnn._is_mkldnn_bf16_supported())
@@ -154,7 +155,7 @@ def _linear_upsampling_as_weighted_sums() -> None:
             out = out.index_select(dim, i0) * (1 - w1).reshape(shape) + \
                 out.index_select(dim, i1) * w1.reshape(shape)
         fmt = suggest_memory_format(input)
-        if input.device.type == "cuda" and input.shape[1] < 16:
+        if device_type(input) == "cuda" and input.shape[1] < 16:
             fmt = torch.contiguous_format
         return out.contiguous(memory_format=fmt)
 
@@ -185,7 +186,7 @@ def _nearest_upsampling_indices_as_cpu_kernels() -> None:
 
     def _compute_upsample_nearest_indices(input, output_size, scales, exact=False):
         n = len(output_size)
-        if input.device.type != "cpu" or input.dim() != n + 2:
+        if device_type(input) != "cpu" or input.dim() != n + 2:
             return original(input, output_size, scales, exact)
         channels = input.shape[1]
         if n == 2:
@@ -620,7 +621,7 @@ def _strided_slice_scatter(fn):
     steps, and slices of no element: `fn` (torch-mlir lowers them)."""
     def decomposition(x, src, dim=0, start=None, end=None, step=1):
         if not (isinstance(x, torch.Tensor) and isinstance(src, torch.Tensor)) or x.dim() == 0 or \
-                not isinstance(step, int) or step <= 1 or x.device.type != "cpu" or x.dtype != src.dtype:
+                not isinstance(step, int) or step <= 1 or device_type(x) != "cpu" or x.dtype != src.dtype:
             return fn(x, src, dim, start, end, step) if fn is not None else NotImplemented
         d = dim % x.dim()
         n = x.shape[d]
@@ -660,7 +661,7 @@ def _draws_like_eager_on_cpu_only(fn):
     the H200): on other devices the op stays whole, a random island running torch's kernel."""
     def decomposition(*args, **kwargs):
         x = args[0] if args else next(iter(kwargs.values()), None)
-        if fn is None or isinstance(x, torch.Tensor) and x.device.type != "cpu":
+        if fn is None or isinstance(x, torch.Tensor) and device_type(x) != "cpu":
             return NotImplemented
         return fn(*args, **kwargs)
 
@@ -712,7 +713,7 @@ def _addr_rounded_like_eager(fallback):
     of 50 off by 2-3 ulps."""
     def decomposition(x, vec1, vec2, *, beta=1, alpha=1):
         dt = x.dtype
-        if (dt not in _LOW_PRECISION or x.device.type != "cpu" or vec1.dtype != dt or vec2.dtype != dt
+        if (dt not in _LOW_PRECISION or device_type(x) != "cpu" or vec1.dtype != dt or vec2.dtype != dt
                 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (beta, alpha))):
             return NotImplemented if fallback is None else fallback(x, vec1, vec2, beta=beta, alpha=alpha)
         b, a = _round_number_to(beta, dt), _round_number_to(alpha, dt)
@@ -746,7 +747,7 @@ def _vector_loop_nans(ref, grad_output, x, kernel: str):
     where that is not known (another device or dtype, a layout it cannot tell): `ref` stands."""
     from .opmath import eager_nan_block, vector_loop_positions
 
-    if not isinstance(ref, torch.Tensor) or not isinstance(x, torch.Tensor) or ref.device.type != "cpu" or \
+    if not isinstance(ref, torch.Tensor) or not isinstance(x, torch.Tensor) or device_type(ref) != "cpu" or \
             not ref.is_floating_point() or ref.dtype != x.dtype or not isinstance(grad_output, torch.Tensor) \
             or grad_output.dtype != ref.dtype:
         return None
@@ -806,7 +807,7 @@ def _norm_of_single_elements(fallback):
     vector_norm(x, 2, -1, keepdim=True) of an (8, 1) x, then qr, 2 of 8 values wrong)."""
     def decomposition(x, ord=2, dim=None, keepdim=False, *, dtype=None):
         if not isinstance(x, torch.Tensor) or x.is_complex() or not x.is_floating_point() or \
-                x.device.type != "cpu" or isinstance(ord, bool) or not isinstance(ord, (int, float)):
+                device_type(x) != "cpu" or isinstance(ord, bool) or not isinstance(ord, (int, float)):
             return NotImplemented if fallback is None else fallback(x, ord, dim, keepdim, dtype=dtype)
         dims = range(x.dim()) if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0) else \
             [dim] if isinstance(dim, int) else dim
@@ -846,7 +847,7 @@ def _logit_backward(grad_output, x, eps=None):
         out = torch.where((xo < 0.0) | (xo > 1.0), float("nan"), value)
     else:
         lo, hi = eps, 1.0 - eps
-        if x.device.type == "cpu" and ot is not dt:   # eager's CPU kernel: the bounds in the dtype
+        if device_type(x) == "cpu" and ot is not dt:   # eager's CPU kernel: the bounds in the dtype
             lo = _round_to_half_type(eps, dt)
             hi = _round_to_half_type(1.0 - lo, dt)
         out = torch.where((xo < lo) | (xo > hi), 0.0, value)   # a NaN x: NaN
@@ -961,7 +962,7 @@ def _product_plus_bias_rounded_once(product):
         if not all(isinstance(t, torch.Tensor) for t in (bias, a, b)) or beta != 1 or alpha != 1:
             return NotImplemented
         dt = a.dtype
-        if dt not in (torch.bfloat16, torch.float16) or a.device.type != "cpu" or b.dtype != dt or bias.dtype != dt:
+        if dt not in (torch.bfloat16, torch.float16) or device_type(a) != "cpu" or b.dtype != dt or bias.dtype != dt:
             return NotImplemented
         from .partition import cpu_narrow_library
 
@@ -988,7 +989,7 @@ def _cpu_convolution(fallback):
     aten = torch.ops.aten
 
     def decomposition(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
-        if not (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor)) or x.device.type != "cpu" or \
+        if not (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor)) or device_type(x) != "cpu" or \
                 transposed or w.dim() not in (3, 4) or x.dim() != w.dim():
             return NotImplemented if fallback is None else \
                 fallback(x, w, bias, stride, padding, dilation, transposed, output_padding, groups)
@@ -1276,7 +1277,7 @@ def _pool_index_of_last_nan(op, nd):
             from .maxpool import max_pool_with_indices
 
             return max_pool_with_indices(x, nd, *args, **kwargs)
-        if x.dtype in _LOW_PRECISION and x.device.type == "cpu":
+        if x.dtype in _LOW_PRECISION and device_type(x) == "cpu":
             # the pool in float32 (exact both ways: the maximum is one of the inputs):
             # the CPU kernels of bfloat16/float16 pooling failed to load (__truncsfbf2
             # missing in the JIT), and maxpool.py's form is 2.8x slower
@@ -1371,7 +1372,7 @@ def _low_precision_division(op, fn):
         tensors = [t for t in (a, b) if isinstance(t, torch.Tensor)]
         dtype = torch.result_type(a, b) if tensors else None
         if dtype not in _LOW_PRECISION or mode not in ("floor", "trunc") or isinstance(a, complex) or \
-                isinstance(b, complex) or any(t.device.type != "cpu" or t.is_complex() for t in tensors):
+                isinstance(b, complex) or any(device_type(t) != "cpu" or t.is_complex() for t in tensors):
             return NotImplemented if fn is None else fn(a, b, *args, **kwargs)
         if not isinstance(a, torch.Tensor):   # (0.7 // x: the number converted to the dtype, as eager's)
             a = aten.scalar_tensor.default(a, dtype=dtype, device=b.device)
@@ -1478,8 +1479,8 @@ def _remainder_overflow_checked(op, fn):
 
     def decomposition(a, b, *args, **kwargs):
         if getattr(_REMAINDER_CHECKING, "on", False) or not isinstance(a, torch.Tensor) or \
-                not torch.result_type(a, b).is_floating_point or a.device.type != "cpu" or \
-                isinstance(b, complex) or (isinstance(b, torch.Tensor) and (b.is_complex() or b.device.type != "cpu")):
+                not torch.result_type(a, b).is_floating_point or device_type(a) != "cpu" or \
+                isinstance(b, complex) or (isinstance(b, torch.Tensor) and (b.is_complex() or device_type(b) != "cpu")):
             return NotImplemented if fn is None else fn(a, b, *args, **kwargs)
         dtype = torch.result_type(a, b)
         wide = torch.float64 if dtype == torch.float64 else torch.float32
@@ -1742,7 +1743,7 @@ def _in_float32(op, fn, devices: tuple[str, ...] | None = None):
     def decomposition(x, *args, **kwargs):
         dtype = kwargs.get("dtype")
         if (isinstance(x, torch.Tensor) and x.dtype in _LOW_PRECISION and dtype in (None, x.dtype)
-                and (devices is None or x.device.type in devices)
+                and (devices is None or device_type(x) in devices)
                 and not op._schema.is_mutable and "out" not in kwargs):
             kwargs = {k: v for k, v in kwargs.items() if k != "dtype"}
             out = op(x.float(), *args, **kwargs)
@@ -1759,7 +1760,7 @@ def _kept_off_cpu(fallback):
     embedding backward kernel takes 0.11 ms."""
 
     def decomposition(grad, *args, **kwargs):
-        if fallback is None or isinstance(grad, torch.Tensor) and grad.device.type != "cpu":
+        if fallback is None or isinstance(grad, torch.Tensor) and device_type(grad) != "cpu":
             return NotImplemented
         return fallback(grad, *args, **kwargs)
 
@@ -1808,7 +1809,7 @@ def _loss_in_dtype_steps(fallback, elementwise):
 
     def decomposition(x, y, reduction=1):
         if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.dtype in _LOW_PRECISION
-                and y.dtype == x.dtype and x.device.type == "cpu" and reduction in (0, 1, 2)):
+                and y.dtype == x.dtype and device_type(x) == "cpu" and reduction in (0, 1, 2)):
             return fallback(x, y, reduction) if fallback is not None else NotImplemented
         loss = elementwise(x, y)
         return loss if reduction == 0 else loss.mean() if reduction == 1 else loss.sum()
@@ -1861,7 +1862,7 @@ def _pointwise_in_float32(op, fn):
         # CPU only for now: on the GPU the float32 form of bf16 ops cost 10-30% on
         # the bf16 transformer benchmarks (kernels matched in bf16 no longer do)
         if len(floats) == 1 and "dtype" not in kwargs and "out" not in kwargs \
-                and all(a.device.type == "cpu" for a in tensors) and not with_alpha(args, kwargs):
+                and all(device_type(a) == "cpu" for a in tensors) and not with_alpha(args, kwargs):
             low = floats.pop()
             if low in _LOW_PRECISION:
                 args, kwargs = pin_dtype_defaults(op, args, kwargs, low)

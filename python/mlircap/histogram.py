@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 
 import torch
+from .target import device_type
 
 MAX_WORK = 1 << 22
 _MAX_COUNT = {torch.float32: 1 << 24, torch.bfloat16: 256, torch.float16: 2048}
@@ -81,7 +82,7 @@ def rewrite(graph, node):
                        node.kwargs.get("min", args[2] if args[2] is not None else 0),
                        node.kwargs.get("max", args[3] if args[3] is not None else 0))
     v = x.meta.get("val") if isinstance(x, fx.Node) else None
-    if not isinstance(v, torch.Tensor) or v.device.type != "cpu" or v.dtype not in _MAX_COUNT or \
+    if not isinstance(v, torch.Tensor) or device_type(v) != "cpu" or v.dtype not in _MAX_COUNT or \
             not all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in (bins, lo, hi)) or \
             float(lo) != float(hi) or int(bins) <= 0:
         return None
@@ -96,7 +97,7 @@ def histc(x, bins=100, min=0, max=0):  # noqa: A002 - aten's argument names
     """aten.histc on the CPU (module docstring); NotImplemented for what it does not handle."""
     from .ranges import _now
 
-    if not isinstance(x, torch.Tensor) or x.device.type != "cpu" or x.dtype not in _MAX_COUNT:
+    if not isinstance(x, torch.Tensor) or device_type(x) != "cpu" or x.dtype not in _MAX_COUNT:
         return NotImplemented
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (bins, min, max)):
         return NotImplemented
@@ -176,7 +177,7 @@ def _counted(x, edges, pos, weight, density, bins):
 
 
 def _histogram_args_ok(x, weight, bins) -> bool:
-    return isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dtype in _HIST_DTYPES and \
+    return isinstance(x, torch.Tensor) and device_type(x) == "cpu" and x.dtype in _HIST_DTYPES and \
         (weight is None or isinstance(weight, torch.Tensor) and weight.dtype == x.dtype and
          weight.shape == x.shape) and 0 < bins and x.numel() * (bins + 1) <= MAX_WORK
 

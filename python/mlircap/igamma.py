@@ -26,6 +26,7 @@ import torch
 import torch.fx as fx
 
 from .polynomials import inline
+from .target import device_type
 
 OPS = ("aten::igamma", "aten::igammac")
 TERMS = 64
@@ -87,7 +88,7 @@ def rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
         return None
     vals = [a.meta.get("val") for a in node.args]
     want = node.meta.get("val")
-    if not all(isinstance(v, torch.Tensor) and v.device.type == "cpu" for v in vals) or \
+    if not all(isinstance(v, torch.Tensor) and device_type(v) == "cpu" for v in vals) or \
             not isinstance(want, torch.Tensor) or \
             want.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         return None

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import torch
+from .target import device_type
 
 
 def multilabel_margin_loss_forward(input, target, reduction):
@@ -47,7 +48,7 @@ def binary_cross_entropy_checked(fallback):
     the binary_cross_entropy of sigmoid(cos(x)) with an inf in x)."""
 
     def decomposition(input, target, weight=None, reduction=1):
-        if isinstance(input, torch.Tensor) and input.device.type == "cpu" and input.numel():
+        if isinstance(input, torch.Tensor) and device_type(input) == "cpu" and input.numel():
             ok = torch.ops.aten.logical_and.default(torch.ops.aten.ge.Scalar(input, 0), torch.ops.aten.le.Scalar(input, 1))
             torch.ops.aten._assert_async.msg(torch.ops.aten.all.default(ok),
                                              "all elements of input should be between 0 and 1")

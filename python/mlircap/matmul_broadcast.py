@@ -14,11 +14,12 @@ from __future__ import annotations
 import math
 
 import torch
+from .target import device_type
 
 
 def _plan(a: torch.Tensor, b: torch.Tensor):
     """(shared, only_b, only_a) batch dims of the broadcast, or None where nothing is saved."""
-    if a.dim() < 3 or b.dim() < 3 or a.device.type != "cpu" or not a.is_floating_point() or \
+    if a.dim() < 3 or b.dim() < 3 or device_type(a) != "cpu" or not a.is_floating_point() or \
             a.dtype != b.dtype or a.is_complex():
         return None
     n = max(a.dim(), b.dim()) - 2

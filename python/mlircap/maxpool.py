@@ -24,6 +24,7 @@ import itertools
 import math
 
 import torch
+from .target import device_type
 
 aten = torch.ops.aten
 
@@ -163,8 +164,8 @@ def max_pool_backward(grad_output: torch.Tensor, x: torch.Tensor, nd: int, kerne
     (each inside its window); NotImplemented for what it does not handle."""
     if indices is None or not grad_output.is_floating_point() or x.ndim not in (nd + 1, nd + 2):
         return NotImplemented
-    cuda = grad_output.device.type == "cuda"
-    if not (grad_output.device.type == "cpu" or cuda and nd == 2):
+    cuda = device_type(grad_output) == "cuda"
+    if not (device_type(grad_output) == "cpu" or cuda and nd == 2):
         return NotImplemented   # CUDA's max_pool3d backward adds with atomics, in any order
     if grad_output.shape != indices.shape or grad_output.ndim != x.ndim or x.numel() == 0:
         return NotImplemented
@@ -300,7 +301,7 @@ def fractional_max_pool(nd: int):
 
     def decomposition(x, kernel_size, output_size, random_samples):
         if not isinstance(x, torch.Tensor) or not isinstance(random_samples, torch.Tensor) or \
-                x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64, torch.bfloat16,
+                device_type(x) != "cpu" or x.dtype not in (torch.float32, torch.float64, torch.bfloat16,
                                                           torch.float16) or \
                 random_samples.dtype != x.dtype or x.dim() not in (nd + 1, nd + 2) or x.numel() == 0:
             return NotImplemented

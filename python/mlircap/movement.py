@@ -8,6 +8,7 @@ every dtype (nothing is computed, elements only move).
 from __future__ import annotations
 
 import torch
+from .target import device_type
 
 aten = torch.ops.aten
 
@@ -52,7 +53,7 @@ def sort(x, dim=-1, descending=False, *, stable=None):
     position selects its element by comparing positions (a one-hot sum: nothing is
     gathered). Unstable sorts (std::sort) of slices longer than 16 order equal
     elements their own way: NotImplemented, as for what else it does not handle."""
-    if not isinstance(x, torch.Tensor) or x.is_complex() or not isinstance(dim, int) or x.device.type != "cpu":
+    if not isinstance(x, torch.Tensor) or x.is_complex() or not isinstance(dim, int) or device_type(x) != "cpu":
         return NotImplemented   # (CUDA's sorts order -0.0/0.0 and equal elements their own way)
     n = int(x.shape[dim]) if x.ndim else 1
     if not stable and n > _STABLE_ALWAYS:

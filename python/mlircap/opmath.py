@@ -27,6 +27,7 @@ import torch.fx as fx
 
 from .fxutil import op_name
 from .thread_reads import compile_threads
+from .target import device_type
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -344,7 +345,7 @@ def _scalar_loop_tail(graph: fx.Graph, n: fx.Node, want: torch.Tensor, operands:
     node giving the op's float32 result. `out`: the out= tensor eager's op wrote (_out_tensor)."""
     name = op_name(n.target)
     alpha = n.kwargs.get("alpha", 1)
-    if want.device.type != "cpu":
+    if device_type(want) != "cpu":
         return n
     if name == "aten::rsqrt":
         if len(n.args) != 1 or not isinstance(n.args[0], fx.Node) or len(operands) != 1:
@@ -520,7 +521,7 @@ def lerp_rounded_once(start, end, weight):
     plus the float32 base, rounded to float32 (a second rounding differs from the fma's
     only within 2^-29 units of a float32 midpoint). float64 (no wider type) and other
     devices: NotImplemented."""
-    if not isinstance(start, torch.Tensor) or not isinstance(end, torch.Tensor) or start.device.type != "cpu" or \
+    if not isinstance(start, torch.Tensor) or not isinstance(end, torch.Tensor) or device_type(start) != "cpu" or \
             start.dtype not in (torch.float32, *LOW) or end.dtype != start.dtype:
         return NotImplemented
     f32, f64 = torch.float32, torch.float64
@@ -558,7 +559,7 @@ def addcmul_rounded_once(self, tensor1, tensor2, *, value=1):
             not isinstance(value, (int, float)):
         return NotImplemented
     dt = self.dtype
-    if dt not in (torch.float32, torch.float64, *LOW) or any(t.dtype != dt or t.device.type != "cpu" for t in ts):
+    if dt not in (torch.float32, torch.float64, *LOW) or any(t.dtype != dt or device_type(t) != "cpu" for t in ts):
         return NotImplemented
     f32, f64 = torch.float32, torch.float64
     if dt == f64:   # the same fmadd in float64 (every element of 7 and 1003, the values above)
@@ -615,8 +616,8 @@ def add_alpha_rounded_once(op):
                 not isinstance(alpha, (int, float)) or alpha == 1:
             return NotImplemented
         dt = self.dtype
-        if dt not in (torch.float32, torch.float64) or other.dtype != dt or self.device.type != "cpu" or \
-                other.device.type != "cpu":
+        if dt not in (torch.float32, torch.float64) or other.dtype != dt or device_type(self) != "cpu" or \
+                device_type(other) != "cpu":
             return NotImplemented
         if dt == torch.float32:
             a = as_dtype_scalar(float(alpha), torch.float32) * sign   # eager's alpha.to<float>()
@@ -637,7 +638,7 @@ def ldexp_as_eager(self, other):
     computed it in float32, rounding once (fuzz sweep: ldexp(int64 7, float16 x) gave 6e-8 where
     eager's pow(2.0, x) is 0 in float16, then 7 * 0). Other devices and dtypes: NotImplemented."""
     if not isinstance(self, torch.Tensor) or not isinstance(other, torch.Tensor) or \
-            self.device.type != "cpu" or other.device.type != "cpu" or \
+            device_type(self) != "cpu" or device_type(other) != "cpu" or \
             not any(d in LOW for d in (self.dtype, other.dtype, torch.result_type(self, other))) or \
             self.is_complex() or other.is_complex():
         return NotImplemented

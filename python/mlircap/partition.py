@@ -43,6 +43,7 @@ from .fxutil import op_name
 from .complex_pairs import BOUNDARY, FFT_OPS
 from . import unsigned_bits
 from .widen import uint8_computable
+from .target import device_type
 
 aten = torch.ops.aten
 
@@ -119,7 +120,7 @@ def cpu_library(name: str, device, dtype=None) -> bool:
     from . import config
 
     ops = CPU_LIBRARY_OPS | (CPU_LOW_PRECISION_LIBRARY_OPS if dtype in (torch.bfloat16, torch.float16) else set())
-    return name in ops and device is not None and torch.device(device).type == "cpu" \
+    return name in ops and device is not None and device_type(device) == "cpu" \
         and config.env_flag("MLIRCAP_CPU_LIBRARY_OPS")
 
 
@@ -172,7 +173,7 @@ def cpu_narrow_library(name: str, args) -> bool:
     if name not in ("aten::addmm", "aten::convolution") or len(args) < 3:
         return False
     a, b, bias = (args[1], args[2], args[0]) if name == "aten::addmm" else args[:3]
-    if not all(isinstance(t, torch.Tensor) for t in (a, b, bias)) or a.device.type != "cpu" or \
+    if not all(isinstance(t, torch.Tensor) for t in (a, b, bias)) or device_type(a) != "cpu" or \
             a.dtype not in (torch.bfloat16, torch.float16) or b.dtype != a.dtype or bias.dtype != a.dtype:
         return False
     if name == "aten::addmm":
@@ -283,7 +284,7 @@ def _exact_dtypes(name: str, kwargs, device=None) -> tuple[torch.dtype, ...] | N
     rounding_mode) on `device`, or None."""
     if name == "aten::div" and kwargs.get("rounding_mode") is None:
         return None
-    if device is not None and torch.device(device).type == "cuda" and name in _CUDA_EAGER_NUMERICS:
+    if device is not None and device_type(device) == "cuda" and name in _CUDA_EAGER_NUMERICS:
         return _CUDA_EAGER_NUMERICS[name]
     return EAGER_NUMERICS.get(name)
 
@@ -378,7 +379,7 @@ def _many_piece_cpu_cat(node: fx.Node) -> bool:
 
     pieces = node.args[0] if node.args else ()
     out = node.meta.get("val")
-    if not isinstance(out, torch.Tensor) or out.device.type != "cpu" or not isinstance(pieces, (list, tuple)):
+    if not isinstance(out, torch.Tensor) or device_type(out) != "cpu" or not isinstance(pieces, (list, tuple)):
         return False
     k = len(pieces)
     return k >= CPU_CAT_LIBRARY_PIECES and out.numel() * k >= CPU_CAT_LIBRARY_LOADS and \

@@ -24,6 +24,7 @@ import torch
 import torch.fx as fx
 
 from .fxutil import adopt_fake_vals, keep_layout, op_name
+from .target import device_type
 
 MAX_DEGREE = 16
 
@@ -214,7 +215,7 @@ def rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
     vals = [a.meta.get("val") for a in node.args]
     want = node.meta.get("val")
     if not all(isinstance(v, torch.Tensor) for v in vals) or not isinstance(want, torch.Tensor) or \
-            want.dtype not in (torch.float32, torch.float64) or want.device.type != "cpu":
+            want.dtype not in (torch.float32, torch.float64) or device_type(want) != "cpu":
         return None
     flag = inline(graph, node, chebyshev(kind, shifted, threshold, want.dtype), list(node.args))
     return None if flag is None else [flag]
@@ -229,7 +230,7 @@ def _rewrite_recurrence(graph: fx.Graph, node: fx.Node, kind: str) -> list[fx.No
     want = node.meta.get("val")
     if not all(isinstance(v, torch.Tensor) and (v.dtype == torch.float32 or not v.is_floating_point())
                and not v.is_complex() for v in vals) or not isinstance(want, torch.Tensor) or \
-            want.dtype != torch.float32 or want.device.type != "cpu":
+            want.dtype != torch.float32 or device_type(want) != "cpu":
         return None
     flag = inline(graph, node, recurrence(kind), list(node.args))
     return None if flag is None else [flag]

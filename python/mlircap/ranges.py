@@ -31,6 +31,7 @@ those calls stay eager islands.
 from __future__ import annotations
 
 import torch
+from .target import device_type
 
 _FOLD_MAX = 1 << 14
 _LOW = (torch.bfloat16, torch.float16)
@@ -41,7 +42,7 @@ _DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64) + _LO
 def _cpu(device, tensors) -> bool:
     if device is None:
         device = tensors[0].device if tensors else torch.get_default_device()
-    return torch.device(device).type == "cpu"
+    return device_type(device) == "cpu"
 
 
 def _number(x) -> bool:
@@ -369,7 +370,7 @@ def integer_linspace_rewrite(graph, node):
     from .polynomials import inline
 
     want = node.meta.get("val")
-    if not isinstance(want, torch.Tensor) or want.device.type != "cpu" or want.dtype not in _DTYPES[:5]:
+    if not isinstance(want, torch.Tensor) or device_type(want) != "cpu" or want.dtype not in _DTYPES[:5]:
         return None
     args = list(node.args)
     if len(args) != 3 or not isinstance(args[2], int) or not 1 <= args[2] <= _MAX_STEPS:

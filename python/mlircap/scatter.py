@@ -28,6 +28,7 @@ import torch
 import torch.fx as fx
 
 from .fxutil import adopt_fake_vals, bool_like, keep_layout, op_name
+from .target import device_type
 
 aten = torch.ops.aten
 
@@ -223,7 +224,7 @@ def _spec(node: fx.Node):
     kw = dict(node.kwargs)
     x = args[0] if args else None
     xv = _val(x)
-    if not isinstance(xv, torch.Tensor) or xv.device.type != "cpu" or xv.is_complex() or xv.numel() == 0:
+    if not isinstance(xv, torch.Tensor) or device_type(xv) != "cpu" or xv.is_complex() or xv.numel() == 0:
         return None
     overload = node.target._overloadname
     if name in ("aten::scatter", "aten::scatter_add", "aten::scatter_reduce"):

@@ -21,6 +21,7 @@ work: only where that stays small (_MAX_WORK), else the op runs through torch.
 from __future__ import annotations
 
 import torch
+from .target import device_type
 
 _MAX_WORK = 1 << 22
 
@@ -34,7 +35,7 @@ def searchsorted(seq, values, *, out_int32: bool = False, right: bool = False, s
         return NotImplemented
     if sorter is not None:
         if not isinstance(sorter, torch.Tensor) or sorter.dtype != torch.int64 or sorter.shape != seq.shape \
-                or seq.dim() == 0 or seq.device.type != "cpu":
+                or seq.dim() == 0 or device_type(seq) != "cpu":
             return NotImplemented
         seq = torch.gather(seq, -1, sorter)
     if seq.dtype != values.dtype or seq.is_complex() or seq.dtype == torch.bool or seq.dim() == 0:

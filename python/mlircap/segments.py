@@ -19,6 +19,7 @@ import torch
 import torch.fx as fx
 
 from .polynomials import inline
+from .target import device_type
 
 MAX_LENGTH = 64
 _FLOATS = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
@@ -86,7 +87,7 @@ def rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
         return None
     data, bv, want = node.args[0].meta.get("val"), bounds.meta.get("val"), node.meta.get("val")
     if not all(isinstance(v, torch.Tensor) for v in (data, bv, want)) or data.dtype not in _FLOATS or \
-            data.device.type != "cpu" or bv.dtype not in (torch.int32, torch.int64) or bv.dim() < 1:
+            device_type(data) != "cpu" or bv.dtype not in (torch.int32, torch.int64) or bv.dim() < 1:
         return None
     axis = kw.get("axis", 0)
     axis = axis + data.dim() if axis < 0 else axis

@@ -43,6 +43,7 @@ import torch
 import torch.fx as fx
 
 from .fxutil import adopt_fake_vals, op_name
+from .target import device_type
 
 MAX_WORK = 1 << 22
 _STABLE_SORT = 16        # std::sort sorts slices this short by insertion: stable
@@ -227,7 +228,7 @@ def _args(node: fx.Node):
     name = op_name(node.target)
     x = node.args[0] if node.args else None
     v = x.meta.get("val") if isinstance(x, fx.Node) else None
-    if not isinstance(v, torch.Tensor) or v.device.type != "cpu" or v.dtype not in _DTYPES:
+    if not isinstance(v, torch.Tensor) or device_type(v) != "cpu" or v.dtype not in _DTYPES:
         return None
     schema = node.target._schema
     bound = {a.name: (node.args[i] if i < len(node.args) else node.kwargs.get(a.name, a.default_value))

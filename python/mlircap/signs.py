@@ -15,6 +15,7 @@ import torch
 import torch.fx as fx
 
 from .fxutil import op_name
+from .target import device_type
 
 OPS = ("aten::copysign",)
 
@@ -56,7 +57,7 @@ def rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
         return None
     vals = [a.meta.get("val") for a in node.args]
     want = node.meta.get("val")
-    if not all(isinstance(v, torch.Tensor) and not v.is_complex() and v.device.type == "cpu" for v in vals) or \
+    if not all(isinstance(v, torch.Tensor) and not v.is_complex() and device_type(v) == "cpu" for v in vals) or \
             not isinstance(want, torch.Tensor) or not want.is_floating_point():
         return None
     flag = inline(graph, node, _copysign(want.dtype), list(node.args))

@@ -18,6 +18,7 @@ import torch
 from torch import fx
 
 from . import logs
+from .target import device_type
 
 aten = torch.ops.aten
 
@@ -33,7 +34,7 @@ def _rewritable(n: fx.Node) -> bool:
         return False
     x, dim, half_to_float = n.args
     v = x.meta.get("val") if isinstance(x, fx.Node) else None
-    return (isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.is_floating_point()
+    return (isinstance(v, torch.Tensor) and device_type(v) == "cpu" and v.is_floating_point()
             and v.dim() > 0 and v.numel() > 0 and not half_to_float and isinstance(dim, int)
             and dim % v.dim() == v.dim() - 1)
 

@@ -25,6 +25,7 @@ import math
 import struct
 
 import torch
+from .target import device_type
 
 _PSI_10 = 2.25175258906672110764
 _A = (8.33333333333333333333E-2, -2.10927960927960927961E-2, 7.57575757575757575758E-3,
@@ -50,7 +51,7 @@ def _digamma_positive(x: torch.Tensor) -> torch.Tensor:
 
 def digamma(x):
     """aten.digamma on the CPU (module docstring); other inputs: NotImplemented."""
-    if not isinstance(x, torch.Tensor) or x.device.type != "cpu" or x.is_complex():
+    if not isinstance(x, torch.Tensor) or device_type(x) != "cpu" or x.is_complex():
         return NotImplemented
     out = x.dtype if x.is_floating_point() else torch.get_default_dtype()
     t = x.to(torch.float32 if out in (torch.bfloat16, torch.float16) else out)
@@ -94,7 +95,7 @@ def trigamma(x):
     ulp: eager's AVX2 kernel contracts multiply-adds). bfloat16/float16: in float32, rounded
     once (eager's calc_trigamma computes in acc_type, float: bit for bit over 42000 values,
     negative and huge ones included). Other devices: NotImplemented."""
-    if not isinstance(x, torch.Tensor) or x.device.type != "cpu" or x.is_complex():
+    if not isinstance(x, torch.Tensor) or device_type(x) != "cpu" or x.is_complex():
         return NotImplemented
     if x.dtype in (torch.bfloat16, torch.float16):
         return trigamma(x.float()).to(x.dtype)
@@ -163,7 +164,7 @@ def cdist(x1, x2, p, compute_mode=None):
     (p = 0), the sum of |d| (p = 1), sqrt of the sum of d^2 (p = 2), the largest |d|
     (p = inf), else (sum |d|^p)^(1/p). Floating inputs with features only."""
     if not (isinstance(x1, torch.Tensor) and isinstance(x2, torch.Tensor)) or not x1.is_floating_point() or \
-            x1.dtype != x2.dtype or x1.shape[-1] == 0 or x1.device.type != "cpu" or not isinstance(p, (int, float)):
+            x1.dtype != x2.dtype or x1.shape[-1] == 0 or device_type(x1) != "cpu" or not isinstance(p, (int, float)):
         return NotImplemented
     r1, r2 = x1.shape[-2], x2.shape[-2]
     if p == 2 and (compute_mode == 1 or (compute_mode in (None, 0) and (r1 > 25 or r2 > 25))):
@@ -204,7 +205,7 @@ def lgamma(x):
     NotImplemented). x < 0.5 by the reflection log(pi / |sin(pi x)|) - lgamma(1 - x), the
     sine of pi times the distance of x to the nearest integer (exact in double), so the
     poles (0 and negative integers) give inf; +-inf give inf, NaN stays NaN."""
-    if not isinstance(x, torch.Tensor) or x.device.type != "cpu" or x.is_complex() or x.dtype == torch.float64:
+    if not isinstance(x, torch.Tensor) or device_type(x) != "cpu" or x.is_complex() or x.dtype == torch.float64:
         return NotImplemented
     out = x.dtype if x.is_floating_point() else torch.get_default_dtype()
     if out == torch.float64:
@@ -231,7 +232,7 @@ def avg_pool2d_divisor_override(fallback):
     def decomposition(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                       divisor_override=None):
         if divisor_override is None or not isinstance(x, torch.Tensor) or not x.is_floating_point() or \
-                x.dim() not in (3, 4) or x.device.type != "cpu":
+                x.dim() not in (3, 4) or device_type(x) != "cpu":
             return NotImplemented if fallback is None else fallback(
                 x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
         from .ranges import _now
@@ -264,7 +265,7 @@ def unary(compute, low_precision=True):
     eager does), `compute(t)` on t float32/float64. Other inputs: NotImplemented."""
 
     def decomposition(x):
-        if not isinstance(x, torch.Tensor) or x.device.type != "cpu" or x.is_complex():
+        if not isinstance(x, torch.Tensor) or device_type(x) != "cpu" or x.is_complex():
             return NotImplemented
         out = x.dtype if x.is_floating_point() else torch.get_default_dtype()
         work = torch.float32 if out in (torch.bfloat16, torch.float16) else out
@@ -302,7 +303,7 @@ def integers_in_float(op, fn):
 
     def decomposition(x, *args, **kwargs):
         if isinstance(x, torch.Tensor) and not x.is_floating_point() and not x.is_complex() and \
-                x.device.type == "cpu":
+                device_type(x) == "cpu":
             return op(x.to(torch.get_default_dtype()), *args, **kwargs)
         return fn(x, *args, **kwargs) if fn is not None else NotImplemented
 

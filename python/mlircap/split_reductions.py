@@ -37,6 +37,7 @@ import torch.fx as fx
 from torch._guards import detect_fake_mode
 
 from . import config, logs
+from .target import device_type
 
 aten = torch.ops.aten
 _MIN_ROW = 1 << 14        # elements per row from which a row is split (8 rows of 62,720:
@@ -306,7 +307,7 @@ def channel_stats(gm: fx.GraphModule) -> int:
         if found is None:
             continue
         x = n.args[0].args[0]
-        if mode != "force" and x.meta["val"].device.type != "cuda":
+        if mode != "force" and device_type(x.meta["val"]) != "cuda":
             continue
         if n.target is aten.var_mean.correction and any(u.target is not operator.getitem for u in n.users):
             continue
@@ -340,7 +341,7 @@ def split_reductions(gm: fx.GraphModule) -> int:
         if found is None:
             continue
         x = n.args[0]
-        if mode != "force" and x.meta["val"].device.type != "cuda":
+        if mode != "force" and device_type(x.meta["val"]) != "cuda":
             continue
         if n.target is aten.var_mean.correction and any(u.target is not operator.getitem for u in n.users):
             continue

@@ -12,6 +12,7 @@ first, as eager wraps it in a tensor of the result's dtype.
 from __future__ import annotations
 
 import torch
+from .target import device_type
 
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
 
@@ -23,7 +24,7 @@ def rounded_like_eager(log_fn, fallback):
     def decomposition(x, y):
         tensors = [v for v in (x, y) if isinstance(v, torch.Tensor)]
         dt = torch.result_type(x, y)
-        if dt not in _LOW_PRECISION or not tensors or any(t.device.type != "cpu" for t in tensors) or \
+        if dt not in _LOW_PRECISION or not tensors or any(device_type(t) != "cpu" for t in tensors) or \
                 any(not isinstance(v, (torch.Tensor, int, float)) or isinstance(v, bool) for v in (x, y)):
             return NotImplemented if fallback is None else fallback(x, y)
         dev = tensors[0].device

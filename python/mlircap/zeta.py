@@ -19,6 +19,7 @@ import torch
 import torch.fx as fx
 
 from .polynomials import inline
+from .target import device_type
 
 MAX_TERMS = 12      # Euler-Maclaurin terms (eager's loop)
 SUM_STEPS = 24      # direct-sum steps unrolled: q > -15 (eager's loop has no bound)
@@ -92,7 +93,7 @@ def rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
     vals = [a.meta.get("val") for a in node.args]
     want = node.meta.get("val")
     if not all(isinstance(v, torch.Tensor) for v in vals) or not isinstance(want, torch.Tensor) or \
-            want.dtype not in (torch.float32, torch.float64) or want.device.type != "cpu":
+            want.dtype not in (torch.float32, torch.float64) or device_type(want) != "cpu":
         return None
     flag = inline(graph, node, _zeta(want.dtype), list(node.args))
     return None if flag is None else [flag]
@@ -112,7 +113,7 @@ def polygamma_rewrite(graph: fx.Graph, node: fx.Node) -> list[fx.Node] | None:
     want = node.meta.get("val")
     if not isinstance(want, torch.Tensor) or \
             want.dtype not in (torch.float32, torch.float64, torch.bfloat16, torch.float16) or \
-            want.device.type != "cpu":
+            device_type(want) != "cpu":
         return None
     from .view_ops import _real
 

@@ -1,0 +1,81 @@
+"""mlircap.compile(fn, device="cuda") of CPU tensors, the GPU path run by simt.py's interpreter
+on a machine without a GPU, follows the CUDA device rules (target.py): the partition's islands,
+bounds checks and the decompositions that reproduce one device's eager kernels read the
+compile's target, not the tensors' device, so `bench/opinfo.py --device simt` falls back where
+a GPU run falls back. The same program compiled for the CPU (device="auto") keeps the CPU's
+rules."""
+import re
+
+import pytest
+import simt  # test/python/simt.py
+import torch
+
+import mlircap
+from mlircap import target
+
+
+@pytest.fixture(scope="module", autouse=True)
+def simt_gpu():
+    import mlircap.runtime.cuda as cuda
+
+    real = cuda.GpuExecutable
+    simt.install_simt_gpu()
+    yield
+    cuda.GpuExecutable = real
+
+
+def test_device_type_follows_the_named_target():
+    x = torch.ones(2)
+    assert target.device_type(x) == "cpu" and target.current() is None
+    with target.targeting("cuda"):
+        assert target.device_type(x) == "cuda" and target.device_type("cpu") == "cuda"
+        assert target.device_type(torch.empty(2, device="meta")) == "meta"   # (only the CPU's is renamed)
+    with target.targeting("auto"):
+        assert target.device_type(x) == "cpu" and target.current() is None
+    assert target.current() is None
+
+
+def _islands(fn, args, device, log):
+    """The eager islands of `fn` compiled for `device` (its values checked against eager's)."""
+    want = fn(*args)
+    c = mlircap.compile(fn, device=device)
+    log.readouterr()
+    for _ in range(2):
+        got = c(*args)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert c.graphs and all(g.fallback_reason is None for g in c.graphs), [g.fallback_reason for g in c.graphs]
+    if device == "cuda":
+        assert any(type(g.executable).__name__ == "SimtExecutable" for g in c.graphs)
+    return log.readouterr().err
+
+
+def _x(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def test_index_op_is_an_island_for_cuda(fallback_log):
+    """An index op whose indices come from an input: the CPU bounds-checks it and compiles it
+    (bounds.py); CUDA has no bounds checks (MLIRCAP_GPU_BOUNDS_CHECKS off) and runs it through
+    torch, the rest compiled (OpInfo scatter_reduce on the H100: 'eager islands: scatter_reduce
+    (index)', where the SIMT path compiled it)."""
+    idx = torch.tensor([[0, 2, 1], [3, 0, 0]])
+
+    def fn(x, i, s):
+        return x.scatter_reduce(0, i, s, "amax") * 2 + 1
+
+    args = (_x(4, 3), idx, _x(2, 3, seed=1))
+    assert re.search(r"eager islands: .*scatter_reduce", _islands(fn, args, "cuda", fallback_log))
+    assert "eager islands" not in _islands(fn, args, "auto", fallback_log)
+
+
+def test_integer_linspace_of_a_tensor_endpoint_is_an_island_for_cuda(fallback_log):
+    """Integer linspace with a tensor endpoint: the CPU follows eager's CPU kernel (ranges.py's
+    rewrite with an error flag); eager's CUDA kernel computes otherwise, so for CUDA the op runs
+    through torch (partition._CUDA_EAGER_NUMERICS; OpInfo linspace.tensor_overload int64 on the
+    H100: 'eager islands: linspace (numerics)')."""
+    def fn(s, x):
+        return torch.linspace(s, 40, 7, dtype=torch.int64) + x
+
+    args = (torch.tensor(-3), torch.arange(7))
+    assert re.search(r"eager islands: .*linspace", _islands(fn, args, "cuda", fallback_log))
+    assert "eager islands" not in _islands(fn, args, "auto", fallback_log)
