@@ -22,6 +22,7 @@ from .values import _ValueMixin
 from .sources import _SourceMixin
 from .side_effects import _SideEffectMixin
 from .graph import _GraphMixin
+from .overlaps import internal_overlap
 from .np_interop import _NumpyMixin
 from .tracer import _TracerMixin
 from .resumes import ResumePoint, _ResumeMixin
@@ -220,12 +221,13 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
                 self._source(a, f"L[{i}]", n, argrooted=True)
         except Exception as e:  # e.g. an argument structure we cannot guard
             self.unreplayable = f"{type(e).__name__}: {e}"
-        # storages of tensor arguments with internal overlap (expanded): an in-place write to
+        # storages of tensor arguments with internal overlap (expanded, or overlapping
+        # as_strided rows): an in-place write to
         # a view of one runs the function eagerly (overlaps._overlapping_write)
         self.overlap_storages: set[int] = {
             a.untyped_storage().data_ptr() for a in args
             if isinstance(a, torch.Tensor) and a.layout == torch.strided and not a.is_nested and
-            a.device.type != "meta" and torch._debug_has_internal_overlap(a) == 1}
+            a.device.type != "meta" and internal_overlap(a)}
         if isinstance(func, types.FunctionType) and func.__closure__:
             for i, (c, n) in enumerate(zip(func.__closure__, code.co_freevars)):
                 self.ext_cells[id(c)] = (f"F.__closure__[{i}]", n)
