@@ -26,9 +26,11 @@ the ops that wrap them (_WRAPS_NEGATIVE) get the dimension's size added, every i
 is clamped into range as on the CPU, and the graph's last output is the flag "all
 indices in range", which BoundsChecked hands to torch._assert_async after the launch:
 torch's own device-side assert, no host synchronization, the same error as eager's.
-The compiled kernels never read out of bounds. The other rewrites (writes at indices,
-bounded loops, divisions) need the rerun and stay CPU only; their ops stay islands on
-the GPU.
+The compiled kernels never read out of bounds. So are the writes at indices whose result
+is the same in any order (scatter.cuda_order_free: reductions of integers; eager's CUDA
+kernels apply writes in no set order and assert on an index out of range). The other
+rewrites (other writes at indices, bounded loops, divisions) need the rerun and stay CPU
+only; their ops stay islands on the GPU.
 """
 from __future__ import annotations
 
@@ -197,7 +199,8 @@ def add_bounds_checks(gm: fx.GraphModule, device: str = "cpu") -> bool:
     for node in list(graph.nodes):
         if node.op != "call_function":
             continue
-        if gpu and op_name(node.target) not in _CHECKED:
+        if gpu and op_name(node.target) not in _CHECKED and not (
+                op_name(node.target) in scatter.WRITES and scatter.cuda_order_free(node)):
             continue   # the rewrites below need a rerun (module docstring)
         if op_name(node.target) in scatter.WRITES:   # written at indices: unrolled (scatter.py)
             written = scatter.rewrite(graph, node)

@@ -10,7 +10,8 @@ only up to _MAX_WORK), in the same wider type, rounded once: the factors are tho
 of eager's prefix, multiplied in another order in a type with 29 (float32) or 16
 (bfloat16) more bits than the result, so the rounded result is eager's except for
 products within a rounding error of a tie; integers (wrapping products) are exact.
-CUDA's kernel (a parallel scan in float32) keeps its island.
+CUDA's kernel (a parallel scan in float32) keeps its island for floating results; integer
+results (the same wrapping products in any order) compile there too.
 
 Each result is contiguous, as eager's cumulative ops return (the masked reduction along
 the last dim moved back is a transposed view): the trace's layout is the one an eager
@@ -29,11 +30,12 @@ _ACC = {torch.float32: torch.float64, torch.float64: torch.float64, torch.bfloat
 
 
 def cumprod(x, dim, dtype=None):
-    """aten.cumprod; NotImplemented for what it does not handle."""
-    if not isinstance(x, torch.Tensor) or device_type(x) != "cpu" or x.is_complex() or not isinstance(dim, int):
+    """aten.cumprod; NotImplemented for what it does not handle. Other devices than the CPU:
+    integer results only (wrapping products are the same in any order, CUDA's scan's too)."""
+    if not isinstance(x, torch.Tensor) or x.is_complex() or not isinstance(dim, int):
         return NotImplemented
     out_dtype = dtype if dtype is not None else (x.dtype if x.is_floating_point() else torch.int64)
-    if out_dtype.is_complex or out_dtype == torch.bool:
+    if out_dtype.is_complex or out_dtype == torch.bool or device_type(x) != "cpu" and out_dtype.is_floating_point:
         return NotImplemented
     if x.ndim == 0:
         return x.to(out_dtype).clone()

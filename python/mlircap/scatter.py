@@ -18,7 +18,8 @@ _MAX_WORK); larger ones stay islands.
 
 Eager raises on an index out of range: the rewrite is applied by
 bounds.add_bounds_checks, whose error flag reruns the graph eagerly (eager's error).
-CPU only, like the bounds checks (bounds.py).
+CPU only, like the bounds checks (bounds.py), but for the writes whose result is the same in
+any order (cuda_order_free): on CUDA those are checked as the reads are (torch._assert_async).
 """
 from __future__ import annotations
 
@@ -224,7 +225,8 @@ def _spec(node: fx.Node):
     kw = dict(node.kwargs)
     x = args[0] if args else None
     xv = _val(x)
-    if not isinstance(xv, torch.Tensor) or device_type(xv) != "cpu" or xv.is_complex() or xv.numel() == 0:
+    if not isinstance(xv, torch.Tensor) or xv.is_complex() or xv.numel() == 0 or \
+            device_type(xv) != "cpu" and not (device_type(xv) == "cuda" and cuda_order_free(node)):
         return None
     overload = node.target._overloadname
     if name in ("aten::scatter", "aten::scatter_add", "aten::scatter_reduce"):
@@ -404,6 +406,32 @@ def _mask_put(graph: fx.Graph, node: fx.Node) -> list | None:
     node.replace_all_uses_with(out)
     graph.erase_node(node)
     return []
+
+
+def cuda_order_free(node: fx.Node) -> bool:
+    """`node` (an op in WRITES) gives the same result whatever order its writes are applied
+    in: a reduction of integers (sums and products modulo 2**bits, maxima, minima, and means:
+    such a sum and then eager's floor division by the count). On CUDA eager applies the
+    writes in no set order (atomic operations, a thread per source element), so the
+    unrolled form (index order, eager's CPU order) gives eager's CUDA result only for
+    these. A replacing write (scatter, index_copy, index_put without accumulate: which of
+    two writes to one element lands is not set) and floating reductions (rounded in the
+    order the atomics land; NaN handling of CUDA's atomic max / min) stay islands there."""
+    name = op_name(node.target)
+    args, kw = list(node.args), dict(node.kwargs)
+    xv = _val(args[0]) if args else None
+    if not isinstance(xv, torch.Tensor) or xv.is_floating_point() or xv.is_complex() or xv.dtype == torch.bool:
+        return False
+    if name in ("aten::scatter_add", "aten::index_add"):
+        return True
+    if name == "aten::scatter":   # the legacy reduce= of scatter
+        return kw.get("reduce", args[4] if len(args) > 4 else None) in ("add", "multiply")
+    if name in ("aten::scatter_reduce", "aten::index_reduce"):
+        return (args[4] if len(args) > 4 else kw.get("reduce")) in ("sum", "prod", "mean", "amax", "amin")
+    if name in ("aten::index_put", "aten::_unsafe_index_put", "aten::put"):
+        at = 3
+        return bool(args[at] if len(args) > at else kw.get("accumulate", False))
+    return False
 
 
 WRITES = ("aten::scatter", "aten::scatter_add", "aten::scatter_reduce", "aten::index_reduce",

@@ -79,3 +79,65 @@ def test_integer_linspace_of_a_tensor_endpoint_is_an_island_for_cuda(fallback_lo
     args = (torch.tensor(-3), torch.arange(7))
     assert re.search(r"eager islands: .*linspace", _islands(fn, args, "cuda", fallback_log))
     assert "eager islands" not in _islands(fn, args, "auto", fallback_log)
+
+
+@pytest.mark.parametrize("reduce", ["amax", "amin", "sum", "prod", "mean"])
+def test_integer_scatter_reduce_compiles_for_cuda(reduce, fallback_log):
+    """A reduction of integers at indices from an input is the same in any order, so for CUDA
+    (whose eager kernel applies the writes in no set order) it compiles as on the CPU, its
+    indices checked (torch._assert_async, eager's device-side assert): scatter.cuda_order_free.
+    Duplicate indices included."""
+    idx = torch.tensor([[0, 2, 1, 2], [3, 0, 0, 3]])
+
+    def fn(x, i, s):
+        return x.scatter_reduce(0, i, s, reduce, include_self=reduce != "amin") * 3 + 1
+
+    args = (torch.arange(-8, 8, dtype=torch.int32).reshape(4, 4), idx,
+            torch.tensor([[5, -7, 2, 9], [-3, 4, 6, -1]], dtype=torch.int32))
+    assert "eager islands" not in _islands(fn, args, "cuda", fallback_log)
+
+
+def test_integer_scatter_reduce_index_out_of_range_asserts_for_cuda():
+    """The check is there: an index out of range reaches torch._assert_async (on the CPU
+    tensors of the SIMT path it raises at once, as eager's CUDA kernel's device-side assert
+    fails the call)."""
+    def fn(x, i, s):
+        return x.scatter_reduce(0, i, s, "amax") + 1
+
+    x, s = torch.zeros(4, 2, dtype=torch.int64), torch.ones(2, 2, dtype=torch.int64)
+    c = mlircap.compile(fn, device="cuda")
+    ok = torch.tensor([[0, 1], [2, 3]])
+    for _ in range(2):
+        torch.testing.assert_close(c(x, ok, s), fn(x, ok, s))
+    assert any(type(g.executable).__name__ == "SimtExecutable" for g in c.graphs)
+    with pytest.raises(RuntimeError):
+        c(x, torch.tensor([[0, 1], [4, 3]]), s)
+
+
+def test_floating_scatter_add_stays_an_island_for_cuda(fallback_log):
+    """A floating sum at indices rounds in the order CUDA's atomics land: an island there."""
+    def fn(x, i, s):
+        return x.scatter_add(0, i, s) * 2
+
+    args = (_x(4, 3), torch.tensor([[0, 2, 1], [0, 0, 3]]), _x(2, 3, seed=1))
+    assert re.search(r"eager islands: .*scatter_add", _islands(fn, args, "cuda", fallback_log))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8])
+def test_integer_cumprod_compiles_for_cuda(dtype, fallback_log):
+    """cumprod of integers (wrapping products, the same in any order: CUDA's parallel scan
+    gives them too) compiles for CUDA as on the CPU (cumulative.py); a floating one keeps
+    the island there (its scan rounds in another order than the CPU's kernel)."""
+    def fn(x):
+        return torch.cumprod(x, 1) * 2 + 1
+
+    x = torch.tensor([[1, 2, -3, 4, 5, 7], [7, -1, 2, 2, 3, 9], [300, 5, 1 << 20, 3, 9, 4]]).to(dtype)
+    assert "eager islands" not in _islands(fn, (x,), "cuda", fallback_log)
+
+
+def test_floating_cumprod_stays_an_island_for_cuda(fallback_log):
+    def fn(x):
+        return torch.cumprod(x, 1) * 2
+
+    with pytest.warns(UserWarning, match="aten.cumprod"):
+        assert re.search(r"eager islands: .*cumprod", _islands(fn, (_x(3, 6),), "cuda", fallback_log))
