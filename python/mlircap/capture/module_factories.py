@@ -14,6 +14,7 @@ program's state (`self.head = b3`) a replayed write of that expression."""
 from __future__ import annotations
 
 import copy
+import inspect
 import types
 from typing import Any
 
@@ -40,6 +41,48 @@ def _module_arg(x: object, fresh: dict[int, torch.nn.Module], depth: int = 0) ->
         return fresh.get(id(x)) is x
     if depth < 3 and type(x) in (list, tuple):
         return all(_module_arg(y, fresh, depth + 1) for y in x)
+    return False
+
+
+def _optimizer_class(f: object) -> bool:
+    """f is an optimizer class of torch.optim (torch's own, not a subclass the program defines)."""
+    return isinstance(f, type) and issubclass(f, torch.optim.Optimizer) and \
+        (getattr(f, "__module__", "") or "").startswith("torch.optim.")
+
+
+_PARAM_WALKS = {torch.nn.Module.parameters.__code__: "parameters"}
+
+
+def _optimizer_arg(rec: Any, x: object, gens: list, depth: int = 0) -> bool:
+    """x is an argument an optimizer constructor may take from a replayed call: a constant
+    (numbers, strings, None, tuples of them: betas), a tensor the replay names, a module's
+    `parameters()` generator not started (its module sourced, not opaque: noted in gens, named
+    `{module}.parameters(recurse)`), and lists / tuples / dicts (param groups) of those."""
+    if x is None or type(x) in _PRIM:
+        return True
+    if isinstance(x, (torch.Tensor, torch.nn.Module)) and id(x) not in rec.src:
+        rec._fresh_path(x)   # (`inner[0]`: reached through untraced torch code)
+    if isinstance(x, torch.Tensor):
+        s = rec.src.get(id(x))
+        return s is not None and s[2] != "opaque" or rec.env.get(id(x)) is not None and rec.env[id(x)][0] is x
+    if type(x) is types.GeneratorType:
+        fr = x.gi_frame
+        walk = _PARAM_WALKS.get(x.gi_code)
+        if walk is None or fr is None or inspect.getgeneratorstate(x) != inspect.GEN_CREATED:
+            return False
+        loc = fr.f_locals
+        m, recurse = loc.get("self"), loc.get("recurse", True)
+        if isinstance(m, torch.nn.Module) and id(m) not in rec.src:
+            rec._fresh_path(m)
+        s = rec.src.get(id(m)) if isinstance(m, torch.nn.Module) else None
+        if s is None or s[2] == "opaque" or type(recurse) is not bool:
+            return False
+        gens.append((x, f"{s[0]}.{walk}({recurse!r})", f"{s[1]}.{walk}()"))
+        return True
+    if depth < 3 and type(x) in (list, tuple):
+        return all(_optimizer_arg(rec, y, gens, depth + 1) for y in x)
+    if depth < 3 and type(x) is dict:
+        return all(type(k) is str and _optimizer_arg(rec, y, gens, depth + 1) for k, y in x.items())
     return False
 
 
@@ -89,6 +132,8 @@ class _ModuleFactoryMixin(_ExternalCallMixin):
             # call): the copy reads the module's state as it is at that point of the call, so
             # it runs there (not before the open graph, which may have written it)
             self._external_call(frame, f, args, kwargs, f"copy.deepcopy of {type(args[0]).__qualname__}", slot)
+        elif _optimizer_class(f):
+            return self._optimizer_factory_call(frame, f, args, kwargs, slot)
         elif not isinstance(f, type) or not issubclass(f, torch.nn.Module) or \
                 not all(_module_arg(x, self.fresh_modules) for x in list(args) + list(kwargs.values())) or \
                 torch.nn.modules.lazy.LazyModuleMixin in f.__mro__:   # (its parameters made by its first call)
@@ -116,6 +161,60 @@ class _ModuleFactoryMixin(_ExternalCallMixin):
         finish.is_call = True  # type: ignore[attr-defined]
         self.pending[frame] = finish
         return True
+
+    def _optimizer_factory_call(self, frame: types.FrameType, f: type, args: list, kwargs: dict, slot: int) -> bool:
+        """`torch.optim.SGD(inner.parameters(), lr=0.05)`: an optimizer of torch's own made by the
+        call (Reptile's inner loop over a deep copy): a replayed call, each replay making its own
+        optimizer over the parameters it names (a module's `parameters()` generator, lists of
+        parameters, param-group dicts) with constant hyperparameters.  The optimizer is an
+        opaque handle `b{k}`: its methods (`zero_grad`, `step`) are replayed calls on the
+        replay's optimizer, an attribute read of it gives up (reads.py), as no guard could name
+        the state a replay's optimizer has.  Traced before, its `state` defaultdict could not be
+        made again (capture gave up: 'cannot reproduce value of type defaultdict').  False:
+        arguments it does not take (the call is traced as before)."""
+        gens: list = []
+        if not all(_optimizer_arg(self, a, gens) for a in list(args) + list(kwargs.values())):
+            return False
+        for g, expr, pretty in gens:   # (not started: the replay's call makes its own, unread)
+            self.src[id(g)] = (expr, pretty, "opaque")
+            self.keep.append(g)
+        n0 = self.ncalls
+        # (inert: the constructor reads the parameters' identities alone and writes nothing of the program)
+        self._external_call(frame, f, args, kwargs, f"optimizer {f.__qualname__} made by the call", slot, inert=True)
+        fin = self.pending.get(frame)
+        if self.ncalls != n0 + 1 or fin is None or not getattr(fin, "is_call", False):
+            return True
+        name = f"b{n0}"
+
+        def made(fr: types.FrameType) -> None:
+            r = _E.peek(fr, 0)
+            if isinstance(r, torch.optim.Optimizer):   # (sourced opaque before its result is: no walk of its state)
+                self.src[id(r)] = (name, f"<optimizer {type(r).__qualname__} made by the call>", "opaque")
+                self.keep.append(r)
+            fin(fr)
+        made.is_call = True  # type: ignore[attr-defined]
+        self.pending[frame] = made
+        return True
+
+    def _fresh_path(self, x: torch.Tensor | torch.nn.Module) -> None:
+        """x, a submodule or a parameter / buffer of a module the call made, reached through
+        untraced torch code (`inner[0]`, Sequential.__getitem__): sourced through the path from
+        that module's result, where one is found."""
+        for m in list(self.fresh_modules.values()):
+            s = self.src.get(id(m))
+            if s is None or s[2] != "fresh":
+                continue
+            for store in _STORES:
+                for k, v in m.__dict__[store].items():
+                    if v is x:
+                        self._fresh_read(f"{s[0]}.{store}[{k!r}]", f"{s[1]}.{k}", v)
+                        return
+            for k, v in m.__dict__["_modules"].items():
+                if isinstance(v, torch.nn.Module) and id(v) not in self.src and \
+                        any(y is x for y in list(v.modules()) + list(v.parameters()) + list(v.buffers())):
+                    self._fresh_read(f"{s[0]}._modules[{k!r}]", f"{s[1]}.{k}", v)
+                    self._fresh_path(x)
+                    return
 
     def _hoistable(self) -> bool:
         """A replayed call met now can run before the open graph (graph_steps._hoisted_step)."""
