@@ -24,9 +24,10 @@ logspace ran through torch (partition.EAGER_NUMERICS). Here:
   fused multiply-add in double and truncates) stay whole here and are rewritten with
   an error flag on the CPU (`integer_linspace_rewrite`, from bounds.py; see below).
 
-Tensor endpoints: CPU only; eager's CUDA kernels compute otherwise (single
-precision steps, contracted multiply-adds: partition._CUDA_EAGER_NUMERICS), so there
-those calls stay eager islands.
+Tensor endpoints: CPU only, but for bfloat16/float16 linspace, whose CUDA kernel takes the
+same steps in the same c10 arithmetic; eager's other CUDA kernels compute otherwise (single
+precision steps and exponents, contracted multiply-adds, powf: partition._CUDA_EAGER_NUMERICS),
+so there those calls stay eager islands.
 """
 from __future__ import annotations
 
@@ -39,10 +40,10 @@ _LOW = (torch.bfloat16, torch.float16)
 _DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64) + _LOW
 
 
-def _cpu(device, tensors) -> bool:
+def _kind(device, tensors) -> str:
     if device is None:
         device = tensors[0].device if tensors else torch.get_default_device()
-    return device_type(device) == "cpu"
+    return device_type(device)
 
 
 def _number(x) -> bool:
@@ -118,18 +119,19 @@ def _logspace_low(start, end, steps, base, dtype, device):
     return value.to(torch.float32).to(dtype)
 
 
-def _checked(start, end, steps, dtype, device):
+def _checked(start, end, steps, dtype, device, anywhere: bool = False):
     """(whether the call is on the CPU, whether the value depends on no tensor) for a
     call this module may handle, or None. With fewer than two steps only `start` is
     read. On another device only the constant fold applies (it runs that device's
-    own kernel)."""
+    own kernel), unless `anywhere` (eager's CPU and CUDA kernels compute alike) on CUDA."""
     tensors = [x for x in (start, end) if isinstance(x, torch.Tensor)]
     if not isinstance(steps, int) or steps < 0 or any(x.numel() != 1 for x in tensors):
         return None
     used = (start,) if steps <= 1 else (start, end)
     constant = not any(isinstance(x, torch.Tensor) for x in used)
-    cpu = _cpu(device, tensors)
-    if not cpu and not constant:
+    kind = _kind(device, tensors)
+    cpu = kind == "cpu"
+    if not cpu and not constant and not (anywhere and kind == "cuda"):
         return None
     return cpu, constant
 
@@ -212,7 +214,10 @@ def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_mem
     """aten.linspace (all overloads) where eager's CPU kernel can be followed, else
     NotImplemented (the op stays whole)."""
     dtype = dtype or torch.get_default_dtype()
-    checked = _checked(start, end, steps, dtype, device)
+    # bfloat16/float16: CUDA's kernel (RangeFactories.cu) takes the CPU's steps, each in
+    # c10::BFloat16 / c10::Half arithmetic (a product of the step and the index converted
+    # to the dtype: no multiply-add to contract), so _linspace_low is eager's there too
+    checked = _checked(start, end, steps, dtype, device, anywhere=dtype in _LOW)
     if checked is None:
         return NotImplemented
     cpu, constant = checked
@@ -224,7 +229,8 @@ def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_mem
         folded = _fold(torch.linspace, (start, end, steps), {"dtype": dtype}, dtype, device)
         if folded is not None:
             return folded
-    if cpu and dtype in _LOW and steps >= 1:
+    if dtype in _LOW and steps >= 1 and \
+            _kind(device, [x for x in (start, end) if isinstance(x, torch.Tensor)]) in ("cpu", "cuda"):
         return _linspace_low(start, end, steps, dtype, device)
     return NotImplemented
 

@@ -141,3 +141,16 @@ def test_floating_cumprod_stays_an_island_for_cuda(fallback_log):
 
     with pytest.warns(UserWarning, match="aten.cumprod"):
         assert re.search(r"eager islands: .*cumprod", _islands(fn, (_x(3, 6),), "cuda", fallback_log))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_linspace_of_tensor_endpoints_compiles_for_cuda(dtype, fallback_log):
+    """bfloat16/float16 linspace with tensor endpoints: CUDA's kernel takes the CPU kernel's
+    steps in the same c10 arithmetic (the step and each product rounded to the dtype), so
+    ranges._linspace_low is eager's there too and the op compiles; values bit for bit the
+    CPU kernel's (OpInfo linspace.tensor_overload bfloat16 on the H100: an island)."""
+    def fn(s, e, x):
+        return torch.linspace(s, e, 37, dtype=dtype) * x
+
+    args = (torch.tensor(-3.3), torch.tensor(17), torch.full((37,), 2.0, dtype=dtype))
+    assert "eager islands" not in _islands(fn, args, "cuda", fallback_log)
