@@ -25,7 +25,7 @@ from .classify import (
 from .state_writers import _node_hook_call
 from .optim_calls import _averaged_model_update, _grad_scaler_call, _idempotent_call, _lr_scheduler_call, _optimizer_step
 from .external_calls import _SCALAR_ARGS
-from .give_ups import compiling_answer, learned_break, pass_through_codes
+from .give_ups import compiling_answer, learned_callee_sources, learned_break, pass_through_codes
 from .flush_writes import flush_before_call, pending_flows
 from .grad_clips import clip_after_break
 from .iterators import stateful_next
@@ -256,6 +256,7 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin, _CallGuardMixin):
             # graphs (give_ups.py); what the function wrote before it, the replay writes at its
             # end, after the callee read it
             kind = "external"
+            learned_callee_sources(self, f, args)   # (a closure the call made, a comprehension's `.0`)
             if (self.dirty.pending or pending_flows(self) or self._cv_changed()) and not self.unreplayable and \
                     not flush_before_call(self, _callee_name(f)):
                 # (the callers up to this frame would read those writes so too: none is learned)

@@ -113,6 +113,67 @@ def learned_break(learned: dict, f: Any) -> str | None:
     return None
 
 
+_COMPREHENSIONS = ("<listcomp>", "<dictcomp>", "<setcomp>")
+_SEQ_ITERS = {"range_iterator", "list_iterator", "tuple_iterator"}
+
+
+def learned_callee_sources(rec: Any, f: Any, args: list) -> None:
+    """Before callee f, which capture gave up in before, runs as an uncapturable call: a closure
+    the call made (a nested helper, a comprehension: Python 3.11 makes one per call) is named by
+    the replay as a new function of its code over the replay's values of its cells
+    (functorch_calls.rebuilt_function), not the recording's function object, whose cells hold the
+    recording's values; where it cannot be (a cell the callee writes, a value the replay cannot
+    name) the function runs eagerly.  A comprehension's iterator (`.0`): comprehension_iterator."""
+    if type(f) is not types.FunctionType or not f.__closure__ or id(f) in rec.src:
+        comprehension_iterator(rec, f, args)
+        return
+    from .base import Unreplayable
+    from .functorch_calls import rebuilt_function
+
+    try:
+        expr = rebuilt_function(rec, f)
+    except Unreplayable as e:
+        rec.unreplayable = rec.unreplayable or f"a closure made by the call, {f.__qualname__}, runs eagerly " \
+                                                f"between graphs and cannot be made again at a replay ({e})"
+        return
+    rec.src[id(f)] = (expr, f"<{f.__qualname__} made by the call>", "opaque")
+    rec.keep.append(f)
+    comprehension_iterator(rec, f, args)
+
+
+def comprehension_iterator(rec: Any, f: Any, args: list) -> None:
+    """A comprehension (Python 3.11: a function of its own, called with the iterator of what it
+    loops over, `.0`) that capture gave up in, run as an uncapturable call: its iterator, made by
+    GET_ITER on the caller's stack right before the call and held by nothing else, is named by
+    the replay as `iter(<what it iterates>)`, made again at that call (`[h[i, :int(n[i])] for i in
+    range(h.shape[0])]`: a data-dependent break in each iteration, given up in, made the caller
+    run eagerly: 'cannot reproduce value of type range_iterator').  Only an iterator not yet
+    advanced, over a range of ints or over a list / tuple the replay names."""
+    code = getattr(f, "__code__", None)
+    if type(f) is not types.FunctionType or code is None or code.co_name not in _COMPREHENSIONS or \
+            len(args) != 1 or code.co_varnames[:1] != (".0",):
+        return
+    it = args[0]
+    if type(it).__name__ not in _SEQ_ITERS or type(it).__module__ != "builtins" or id(it) in rec.src:
+        return
+    try:
+        red = it.__reduce__()
+    except Exception:
+        return
+    if len(red) != 3 or red[2] != 0 or len(red[1]) != 1:
+        return   # (advanced, or exhausted: `iter(())`)
+    seq = red[1][0]
+    if type(seq) is range:
+        expr = f"iter({seq!r})"   # (its bounds: ints the recording read, guarded where they came from)
+    else:
+        try:
+            expr = f"iter({rec.expr_of(seq)})"
+        except Exception:
+            return
+    rec.src[id(it)] = (expr, f"<the iterator {f.__qualname__} loops over>", "opaque")
+    rec.keep.append(it)
+
+
 # codes learned per captured function where torch.compiler.is_compiling() gets eager's answer
 MAX_EAGER_ANSWERS = 2
 
