@@ -19,6 +19,13 @@ every count is a number of the dtype, and how eager's accumulation rounds is not
 c10::Half rounds every step as c10::BFloat16 does). min == max (the bounds taken from the data) and other cases return
 NotImplemented: the op stays whole and runs through torch.
 
+CUDA (SummaryOps.cu, getBin): float32 with Python-number bounds is counted alike there,
+`(x - min) * nbins / (max - min)` in float32 truncated, the last bin holding its right edge,
+[min, max] the bounds (the end edges of the CPU's linspace are those numbers in float32), a
+count exact below 2^24: the same decomposition. bfloat16 there computes the position in
+float32 (at::acc_type), not in rounded steps: it keeps its island, as do the bounds from the
+data (rewrite: an error flag needs the rerun).
+
 min == max takes the bounds from the data (rewrite(), from bounds.add_bounds_checks): eager
 uses the smallest and the largest element (each rounded to the dtype as its linspace's end
 edges are; one apart where they are equal: min - 1 and max + 1, computed exactly and rounded
@@ -97,7 +104,8 @@ def histc(x, bins=100, min=0, max=0):  # noqa: A002 - aten's argument names
     """aten.histc on the CPU (module docstring); NotImplemented for what it does not handle."""
     from .ranges import _now
 
-    if not isinstance(x, torch.Tensor) or device_type(x) != "cpu" or x.dtype not in _MAX_COUNT:
+    if not isinstance(x, torch.Tensor) or x.dtype not in _MAX_COUNT or device_type(x) != "cpu" and not (
+            device_type(x) == "cuda" and x.dtype == torch.float32):
         return NotImplemented
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (bins, min, max)):
         return NotImplemented

@@ -154,3 +154,25 @@ def test_low_precision_linspace_of_tensor_endpoints_compiles_for_cuda(dtype, fal
 
     args = (torch.tensor(-3.3), torch.tensor(17), torch.full((37,), 2.0, dtype=dtype))
     assert "eager islands" not in _islands(fn, args, "cuda", fallback_log)
+
+
+def test_float32_histc_compiles_for_cuda(fallback_log):
+    """histc of float32 with number bounds: CUDA's kernel places an element as the CPU's
+    (float32 `(x - min) * bins / (max - min)`, truncated; the last bin holds max), so
+    histogram.histc compiles for CUDA too; elements on the edges, outside and NaN included."""
+    def fn(x):
+        return torch.histc(x, bins=7, min=-1.5, max=2.0) * 2
+
+    x = torch.cat([_x(60), torch.tensor([-1.5, 2.0, -1.0, 0.5, 2.5, -3.0, float("nan"), 1e-8, 1.0])])
+    assert "eager islands" not in _islands(fn, (x,), "cuda", fallback_log)
+
+
+def test_bfloat16_histc_stays_an_island_for_cuda(fallback_log):
+    """bfloat16: CUDA computes the position in float32, the CPU's kernel (followed by
+    histogram.histc) rounds every step: not compiled for CUDA."""
+    def fn(x):
+        return torch.histc(x, bins=5, min=-1.0, max=1.0) + 1
+
+    with pytest.warns(UserWarning, match="aten.histc"):
+        err = _islands(fn, (_x(40).to(torch.bfloat16),), "cuda", fallback_log)
+    assert re.search(r"eager islands: .*histc", err)
