@@ -26,6 +26,13 @@ from .fx_targets import _bind_constants, _fx_target, _has_dataclass
 from .torch_calls import _custom_function_forward
 
 
+def _writes_argument(name: str, kwargs: dict) -> bool:
+    """Whether an op named `name` returns its argument as the written version of it: in-place
+    methods (`add_`), in-place operators (`__iadd__`), item / attribute writes, `copy_`, `out=`."""
+    return name.endswith("_") and not name.endswith("__") or name.startswith("__i") or \
+        name in ("__setitem__", "__set__", "copy_") or "out" in kwargs
+
+
 class _Seg:
     """One captured graph (a segment of the call between graph breaks)."""
 
@@ -252,7 +259,18 @@ class _NodeMixin:
         if merged and not amb[0] and any(isinstance(t, torch.Tensor) and t.requires_grad
                                          for t in (res if isinstance(res, (tuple, list)) else (res,))):
             seg.grad_in_block = True   # (a normal block in an inference call: graph_steps._merge_inference)
-        if isinstance(res, torch.Tensor):
+        # an op that returned one of its tensor arguments itself (`w.flatten(1)` of a matrix,
+        # `p.float()` / `.contiguous()` / `.to(dtype)` converting nothing, `atleast_2d`,
+        # `broadcast_tensors` of equal shapes) is that object, not a new value: it stays bound to
+        # what it was (a graph input: the parameter, a leaf whose .grad a later graph reads and
+        # whose in-place update must reach it). Rebound to the node, the replay passed that
+        # node's output for it, a non-leaf: `p.grad` None, writes lost. In-place ops (`x.add_`,
+        # `x += y`, `out=`) return their argument as the new version: bound to the node as before.
+        same = () if _writes_argument(name, kwargs) else \
+            tuple(a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor))
+        if isinstance(res, torch.Tensor) and any(res is a for a in same):
+            self.keep.append(res)
+        elif isinstance(res, torch.Tensor):
             self.env[id(res)] = (res, seg.idx, node)
             self.keep.append(res)
             if merged and res.is_inference() == amb[0]:
@@ -261,7 +279,9 @@ class _NodeMixin:
                 seg.sub_nodes[node] = type(res)
         elif isinstance(res, (tuple, list)):
             for i, r in enumerate(res):
-                if isinstance(r, torch.Tensor):
+                if isinstance(r, torch.Tensor) and any(r is a for a in same):
+                    self.keep.append(r)   # (`broadcast_tensors(a, b)[0] is a`: bound as before)
+                elif isinstance(r, torch.Tensor):
                     gi = seg.graph.call_function(operator.getitem, (node, i))
                     self.env[id(r)] = (r, seg.idx, gi)
                     self.keep.append(r)
