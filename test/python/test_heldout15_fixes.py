@@ -95,3 +95,45 @@ def test_spectral_norm_training_step(tmp_path, monkeypatch, opt):
             torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=lambda m: f"call {i} {k}: {m}")
         for a, b in zip(ref.parameters(), mine.parameters()):
             torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-6)
+
+
+def _gather_no_grad(x, w, idx):
+    h = x * 2
+    with torch.no_grad():
+        y = w[idx] + 1
+    return h.sum() + y.sum()
+
+
+def _gather_grad_off_statement(x, w, idx):
+    h = x * 2
+    torch.set_grad_enabled(False)   # not restored: eager leaves grad mode off, also when it raises
+    y = w[idx] + 1
+    return h.sum() + y.sum()
+
+
+@pytest.mark.parametrize("fn", [_gather_no_grad, _gather_grad_off_statement])
+def test_error_inside_no_grad_block_restores_grad_mode(tmp_path, monkeypatch, fn):
+    """The program's own IndexError raised from inside `with torch.no_grad():` (an index out of
+    range on call 2: the compiled graph's bounds check reran it eagerly): eager's `with` restores
+    grad mode as the exception leaves it; the replay left it off, so the caller that caught the
+    error computed without gradients from then on."""
+    monkeypatch.setenv("MLIRCAP_CACHE_DIR", str(tmp_path))
+    fast = mlircap.compile(fn)
+    w = torch.randn(5, 3)
+    x = torch.randn(4, requires_grad=True)
+    for idx in ([1, 2], [0, 4], [3, 7], [1, 1], [9, 0], [2, 3]):
+        idx = torch.tensor(idx)
+        modes, results = [], []
+        for f in (fn, fast):
+            torch.set_grad_enabled(True)
+            try:
+                results.append(f(x, w, idx))
+            except IndexError:
+                results.append(None)
+            modes.append(torch.is_grad_enabled())
+        torch.set_grad_enabled(True)
+        assert modes[1] == modes[0], (idx, modes)
+        assert (results[1] is None) == (results[0] is None)
+        if results[0] is not None:
+            torch.testing.assert_close(results[1], results[0])
+            assert results[1].requires_grad == results[0].requires_grad

@@ -414,6 +414,18 @@ class _GraphVariant(_Variant):
         if ac_end != rec.autocast0:   # torch.set_autocast_enabled(...) not restored, as grad mode
             L.append(ind + f"{rec.const(set_autocast_state)}({rec.const(ac_end)})")
         L.append(ind + f"return {ret}")
+        if grad_end == rec.grad0 and ac_end == rec.autocast0:
+            # an exception out of a graph that switched grad mode / autocast (the program's own
+            # error inside `with torch.no_grad():`, an index out of range rerun eagerly) left the
+            # graph's mode set: eager's `with` blocks restore it as the exception leaves them
+            # (a program catching the error then ran without gradients). Balanced recordings
+            # only: an unbalanced torch.set_grad_enabled(False) is eager's state to keep.
+            body = "\n".join(L[2:]).split("\n")
+            L[2:] = [ind + "try:"] + ["    " + line for line in body] + [
+                ind + "except BaseException:",
+                ind + f"    torch._C._set_grad_enabled({rec.grad0})",
+                ind + f"    {rec.const(set_autocast_state)}({rec.const(rec.autocast0)})",
+                ind + "    raise"]
         L.append("    return __replay")
         self.source = "\n".join(L)
         ns = {}
