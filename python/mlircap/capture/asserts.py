@@ -155,9 +155,11 @@ class _AssertMixin:
         after the call) is held as a check on the open graph's output (no graph break);
         False: it breaks the graph, as before."""
         if type(res) not in ((bool, int, float) if after_call else (bool,)) or type(t) is not torch.Tensor or \
-                self.np_env or self.epoch or t.numel() != 1:
-            # (self.epoch: after an uncapturable call that may write any state, a miss that
-            # records the call again from its start would read that state before the call)
+                self.np_env or self.wrote_eagerly() or t.numel() != 1:
+            # (after an uncapturable call that may write any state or that wrote tensors (an
+            # optimizer's step), a miss that records the call again from its start would read
+            # that state before the call: the branch breaks the graph, where the frame can be
+            # continued from, resumes.py)
             return False
         seg = self.cur
         e = self.env.get(id(t))

@@ -20,7 +20,8 @@ from .guard_kinds import Is
 from .deferred import _BREAK_NAME as _BREAK_REF
 from .frame_hook import _E, _NULL
 from .classify import (
-    _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _context_wrapper, _func_qualname, _reads_clock,
+    _MODULE_WALKERS, _WRITE_ONLY, _call_kind, _classify, _context_wrapper, _frame_namespace_call, _func_qualname,
+    _reads_clock,
 )
 from .state_writers import _node_hook_call
 from .optim_calls import _averaged_model_update, _grad_scaler_call, _idempotent_call, _lr_scheduler_call, _optimizer_step
@@ -250,6 +251,10 @@ class _CallMixin(_ReadMixin, _SpecialCallMixin, _FlowMixin, _CallGuardMixin):
             self._external_call(frame, f, args, kwargs, f"{type(f).__name__} with full backward hooks", slot)
             return
         kind = _call_kind(f)
+        if kind == "external" and _frame_namespace_call(f, args, kwargs):
+            # (`eval("STORE.append(1)")` replayed raised NameError from the second call)
+            self.unreplayable = self.unreplayable or \
+                f"{f.__name__}() reads the calling frame's namespaces, which a replay does not run in"
         learned = learned_break(getattr(self.captured, "break_codes", None), f)
         if learned is not None:
             # a callee an earlier recording of this function gave up in: run eagerly between

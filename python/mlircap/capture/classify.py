@@ -269,8 +269,12 @@ def _ffi_object(v: object) -> bool:
 
 # Tensor methods that write a tensor without calling __torch_function__ (the recording's
 # TorchFunctionMode never sees them: `torch.empty(0).set_(x)` was left out of the graph, whose
-# replay then read the tensor as it was before, empty): a step between graphs, run eagerly
-_UNDISPATCHED_TENSOR_METHODS = frozenset({"set_"})
+# replay then read the tensor as it was before, empty): a step between graphs, run eagerly.
+# So are those calling a Python function on each element (`t.apply_(fn)`, `map_`, `map2_`):
+# they write the tensor without bumping its version (recorded into a graph, the write went
+# unseen: no rollback by a replay that missed after it, which wrote it twice) and run the
+# program's Python code, which may read or write any state
+_UNDISPATCHED_TENSOR_METHODS = frozenset({"set_", "apply_", "map_", "map2_"})
 
 
 def _call_kind(f: object) -> str:
@@ -436,3 +440,15 @@ def _reads_clock(f: Any, args: list, kwargs: dict) -> bool:
 
 
 _BUFFERS = (io.StringIO, io.BytesIO)
+
+
+_FRAME_NAMESPACE_FUNCS = (eval, exec, globals, locals)
+
+
+def _frame_namespace_call(f: Any, args: list, kwargs: dict) -> bool:
+    """f(*args, **kwargs) reads or writes the namespaces of the frame calling it: globals(),
+    locals(), or eval / exec not handed a globals dict.  A replay's call is in no such frame:
+    the function runs eagerly."""
+    if not any(f is g for g in _FRAME_NAMESPACE_FUNCS):
+        return False
+    return f is globals or f is locals or len(args) < 2 and "globals" not in kwargs

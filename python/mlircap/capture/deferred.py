@@ -55,10 +55,12 @@ class _DeferMixin:
         if self.stopped or type(res) not in ((str,) if name == "__format__" else (int, float)) or \
                 t.device.type != "cpu" or t.numel() != 1 or \
                 self.__dict__.get("dyn_shape") and id(t) in self.dyn_shape or self._defer_site(loc) in self.defer_sites \
-                or self.epoch:
+                or self.epoch or loc in self.captured.__dict__.get("defer_off", ()):
             # (a read met again at its place, in a loop: a break, as recorder.LOOP_BREAKS counts;
             # after an uncapturable call that may write state, a guard failing after the read
-            # continues the frame from the break (resumes.py), which a deferred read has not)
+            # continues the frame from the break (resumes.py), which a deferred read has not;
+            # defer_off: read after an optimizer's step, a guard on its number needed one,
+            # guard_misses._continuations)
             return False
         if (self.cur is None or not self.cur.nops) and self.steps and isinstance(self.steps[-1], CallStep):
             # right after a break, no graph operation since (`loss.backward(); opt.step();

@@ -97,8 +97,19 @@ class _ExternalCallMixin:
                 # wrong printout, a wrong result built from it): the function runs eagerly
                 self.unreplayable = self.unreplayable or \
                     f"{reason} reads {stale}, which the function wrote before the call (a replay writes at its end)"
+            elif stale is None and not self.unreplayable and (self.dirty.pending or pending_flows(self)) and \
+                    not _no_new_epoch(f, args, kwargs):
+                # a call that may write any state, after writes of the function: made before it
+                # where they can be (flush_writes.py), so that a replay missing after it can go on
+                # from there (resumes._resume_state_plain) instead of recording the call again
+                # from its start, which reads what the call wrote before it
+                flush_before_call(self, reason)
         elif own is not None:
             self.own_calls += 1   # (resumes.py: continuations are taken after it)
+            if logged:   # (a step; zero_grad is run again by a recording that follows a miss)
+                self.own_writes += 1
+        # this call already ran in a replay that then missed (its result substituted below)
+        caught = logged and i < len(self.catchup)
         if i < len(self.catchup):
             # this call already ran in a replay whose mid-replay guard then failed: its
             # side effects happened, so the program gets that call's result instead (and
@@ -152,7 +163,9 @@ class _ExternalCallMixin:
 
         def finish(fr: types.FrameType) -> None:
             self.ext_depth -= 1
-            if any(t._version != v for t, v in seen):
+            if any(t._version != v for t, v in seen) or caught and own is not None:
+                # (an optimizer's step the replay that missed ran: it wrote the tensors it
+                # writes then, unseen here)
                 self.tensor_writing_calls.append((k, reason))
             if own is not None:
                 self.own_steps.add(k)

@@ -38,6 +38,15 @@ def _continuations(rec: _Recorder) -> dict[int, list[tuple[str, ResumePoint]]]:
             # replay's random ops drew what eager draws (random islands), so the generator is
             # where eager's is when the rest of the frame runs eagerly from the break
             rp = rec.resumes.get(p - 1)
+        if rp is None and kw is not None and p > kw and any(k > kw for k in rec.deferred):
+            # a guard on a number read after the graph (deferred.py) past the step: that read is
+            # a graph break from the next recording on, where the frame can be continued from
+            # (this call ran for real: correct)
+            rec.captured.__dict__.setdefault("defer_off", set()).update(
+                d[2] for k, d in rec.deferred.items() if k > kw)
+            rec.relearn = True
+            rec.unreplayable = "a guard on a number read after an optimizer's step, past its graph"
+            raise Unreplayable(rec.unreplayable)
         if rp is None and kw is not None and p > kw:
             # the call wrote in place tensors the function read before it (an optimizer's step
             # on the parameters its forward read): a replay failing this guard would record
@@ -49,11 +58,11 @@ def _continuations(rec: _Recorder) -> dict[int, list[tuple[str, ResumePoint]]]:
                                f"tensors the function read before it, with no continuation from there")
         if rp is None:
             # Known gap: no continuation from there (the call made through library code, a
-            # write to external state before it, ...): a replay failing this guard records
-            # again from the start (or tries another variant, whose guards before the call
-            # check the state the call left), reading what the call wrote before it
-            # (test_fuzz_guards.py, xfail).  Giving up on such recordings instead costs
-            # deepcopy, `with lock:`, fork_rng and print-after-write captures.
+            # write to external state before it that could not be made before the call,
+            # external_calls._external_call): a replay failing this guard records again from
+            # the start (or tries another variant, whose guards before the call check the
+            # state the call left), reading what the call wrote before it.  Giving up on such
+            # recordings instead costs deepcopy, `with lock:` and fork_rng captures.
             continue
         chain = []   # the break's frame first, then the frames its call returns into (ResumePoint.outer)
         for r in [rp] + rp.outer:

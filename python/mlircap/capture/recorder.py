@@ -78,6 +78,9 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
         # (torch.optim's step on the parameters): a replay must not record again after them
         self.tensor_writing_calls: list[tuple[int, str]] = []   # (call number, reason)
         self.own_calls = 0   # optimizer steps recorded that start no epoch (a guard after one needs a continuation)
+        # ... of them, those run once per call (an optimizer's step, not its zero_grad): a replay
+        # that misses after one must continue from there, never record again from the start
+        self.own_writes = 0
         self.own_steps: set[int] = set()   # their call numbers
         self.own_state: dict[int, object] = {}   # an optimizer's state its step wrote (external_calls._own_state_call)
         self.hooked = set()
@@ -248,6 +251,15 @@ class _Recorder(_TracerMixin, _ResumeMixin, _NumpyMixin, _GraphMixin, _SideEffec
                 self.compiling_code = compiling_give_up(self)
             except Exception:  # pragma: no cover
                 self.unreplayable_loc = "<unknown>"
+
+    def wrote_eagerly(self) -> bool:
+        """Whether an uncapturable call recorded so far wrote state the call reads and the
+        replay runs it once (a call that may write any state, an optimizer's step, a call that
+        wrote tensors the recording had read): from there on a replay that misses continues
+        the frame (guard_misses.py) and never records it again from its start, which would
+        read what the call wrote; so no check is held past it (asserts.py; a number read past
+        it, deferred.py, only until a guard on it needs a continuation)."""
+        return bool(self.epoch or self.own_writes or self.tensor_writing_calls)
 
     def _give_up_location(self) -> str:
         """The user's file:line where capture gives up: the innermost user frame, and the

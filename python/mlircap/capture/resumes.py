@@ -90,7 +90,8 @@ class _ResumeMixin:
         if ins[0] in ("CALL", "CALL_FUNCTION_EX"):
             self.resume_at = (k, inner.f_lasti)   # taken once the call returned (_resume_capture)
             self.resume_frame = inner
-        elif ins[0] in _BOOL_JUMPS and inner is root and (self.epoch or self.own_calls) and k not in self.resumes:
+        elif ins[0] in _BOOL_JUMPS and inner is root and (self.own_calls or self.wrote_eagerly()) and \
+                k not in self.resumes:
             # bool(t) of the condition the jump pops: the frame continues at the jump, with
             # the break's result (a bool) in the tensor's place
             try:
@@ -108,7 +109,7 @@ class _ResumeMixin:
         write any state only; before one, a replay that misses records again)."""
         k, off = self.resume_at
         self.resume_at = self.resume_frame = None
-        if self.epoch == 0 and not self.own_calls or k in self.resumes:
+        if not (self.own_calls or self.wrote_eagerly()) or k in self.resumes:
             return
         order, pos = _order(frame.f_code)
         i = pos.get(off)

@@ -751,11 +751,11 @@ def test_state_written_by_a_call_a_helper_makes_fuzz(seed):
     assert c.stats.replays >= 1
 
 
-@pytest.mark.xfail(strict=True, reason="known unsound: no continuation after an uncapturable call that may write "
-                   "when the frame wrote external state before it (resumes._resume_state_plain: the writes are "
-                   "replayed at the end); a replay failing the guard after the call records again from the start "
-                   "(or tries another variant), reading the value the call wrote before the call")
 def test_state_written_by_a_call_after_the_frame_wrote_state():
+    """The frame writes OUT["k"] before print to a sink that flips G[0]: the write is made
+    before the call (flush_writes.py, external_calls._external_call), so a continuation can be
+    taken after it and a replay whose guard on G[0] fails there goes on from the call, not from
+    the function's start (which read the flipped G[0] before the call).  Was a strict xfail."""
     import torch
     run_program("""
 class Sink:

@@ -1,13 +1,14 @@
 """A replay that misses after an eager call that mutated tensors (an optimizer's step) must not
 restart the recording from the function's start: the forward would then read the stepped
-parameters. KNOWN WRONG RESULT, open (found 2026-12-07 by the flush_writes work; also at 3a45b49):
-the tensor branch on a value computed before AdamW.step, checked after it, misses on the second
-call's data and the parameters come out wrong from then on. Kept as a strict xfail so that the
-fix turns it into a pass, and a change that hides it fails."""
+parameters (and a rollback put the parameters back while the optimizer's state stayed stepped).
+Found 2026-12-07 by the flush_writes work (also at 3a45b49): the tensor branch on a value computed
+before AdamW.step, checked after it (a check held past the step, asserts.py), missed on the second
+call's data and the parameters came out wrong from then on.  Now no check is held past such a call
+(recorder.wrote_eagerly): the branch breaks the graph there and a replay whose guard fails runs the
+rest of the frame from the break (a continuation, guard_misses.py)."""
 import copy
 import warnings
 
-import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -33,8 +34,6 @@ class _StepThenBranch(nn.Module):
         return loss.detach()
 
 
-@pytest.mark.xfail(strict=True, reason="open: a miss after an eager optimizer step restarts the recording "
-                                       "from the start (parameters already stepped)")
 def test_branch_after_an_eager_step_keeps_parameters_as_eager():
     torch.manual_seed(0)
     e = _StepThenBranch()
