@@ -2322,6 +2322,95 @@ def _eager_depends_on_position(call, fn, tensors, got, tol) -> bool:
     return True
 
 
+# ops whose result jumps where an operand crosses a multiple of another or an integer, and the
+# positions of the operands whose rounding decides the side (div with a rounding_mode too)
+JUMP_OPS = {"fmod": (0, 1), "remainder": (0, 1), "floor_divide": (0, 1), "floor": (0,), "ceil": (0,),
+            "trunc": (0,), "round": (0,), "frac": (0,)}
+JUMP_EPS = (1, 2, 4, 8)
+
+
+def _eager_near_jump(call, fn, tensors, got, want, tol) -> bool:
+    """Whether every element of the compiled result `got` that differs from eager's (`want`: its
+    outputs, inputs) is eager's own with one operand position of the JUMP_OPS ops moved by a few
+    roundings (1 to 8 eps of its dtype, up or down): such an op turns a rounding of its operand
+    into a jump, and a reduction in another valid order rounds it otherwise (tensorops seed
+    6061: fmod(v, v.mean()) of 15 equal float32 values, eager's mean one ulp toward zero from
+    them gives about 0, the compiled sum, closer to the exact mean, gives v; the float64 program
+    sits on the jump at 0).  Each element is accepted where it is eager's or one such run's."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Nudge(TorchDispatchMode):
+        def __init__(self, pos, k):
+            super().__init__()
+            self.pos, self.k, self.used = pos, k, False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = func.overloadpacket.__name__
+            base = name.rstrip("_")
+            where = JUMP_OPS.get(base, (0, 1) if base == "div" and kwargs.get("rounding_mode") else ())
+            written = name.endswith("_") and self.pos == 0 or "out" in kwargs
+            if self.pos in where and not written and self.pos < len(args):
+                a = args[self.pos]
+                if isinstance(a, torch.Tensor) and a.is_floating_point():
+                    a = a * (1 + self.k * torch.finfo(a.dtype).eps)
+                elif isinstance(a, float):
+                    a = a * (1 + self.k * torch.finfo(torch.float32).eps)
+                else:
+                    return func(*args, **kwargs)
+                self.used = True
+                args = args[:self.pos] + (a,) + args[self.pos + 1:]
+            return func(*args, **kwargs)
+
+    runs = []
+    for pos in (0, 1):
+        for k in JUMP_EPS:
+            for sign in (1, -1):
+                mode = Nudge(pos, sign * k)
+                with mode:
+                    out, ins, exc = call(fn, tensors)
+                if not mode.used:
+                    break
+                if exc is None:
+                    runs.append(_leaves((out, ins)))
+            if not mode.used:
+                break
+    if not runs:
+        return False
+    a_l, e_l = _leaves((got[0], got[1])), _leaves((want[0], want[1]))
+    if len(a_l) != len(e_l):
+        return False
+    for j, (a, e) in enumerate(zip(a_l, e_l)):
+        try:
+            compare_values(a, e, "out", tol)
+            continue
+        except opinfo.Mismatch:
+            pass
+        if not (isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor)) or a.shape != e.shape or \
+                a.dtype != e.dtype:
+            return False
+        cands = [e] + [r[j] for r in runs if len(r) == len(e_l) and isinstance(r[j], torch.Tensor)
+                       and r[j].shape == e.shape and r[j].dtype == e.dtype]
+        a = a.detach()
+        ok = torch.zeros(a.shape, dtype=torch.bool)
+        if a.is_floating_point():
+            rtol = max(tol, TOL[str(a.dtype).split(".")[1]])
+            ad = a.double()
+            fin = e.detach().double().isfinite()
+            scale = max(1.0, float(e.detach().double()[fin].abs().max())) if fin.any() else 1.0
+            for c in cands:
+                cd = c.detach().double()
+                ok |= (ad.isnan() & cd.isnan()) | (ad == cd) | \
+                    ((ad - cd).abs() <= rtol * scale + rtol * cd.abs())
+        else:
+            for c in cands:
+                ok |= a == c.detach()
+        if not bool(ok.all()):
+            return False
+    return True
+
+
 def _eager_depends_on_layout(call, fn, tensors, got, want, tol) -> bool:
     """Whether eager's result on these inputs differs from eager's on contiguous copies of
     them while the compiled result `got` is the latter: eager's kernel reads the inputs' memory
@@ -2605,6 +2694,10 @@ def run_program(prog) -> dict:
                 notes.append(f"{where}: {m}; eager's own result depends on the elements' positions in its "
                              "kernel's loop (vector body or scalar remainder, a product's rows), compiled is "
                              "the rule that holds at every position")
+                continue
+            if _eager_near_jump(call, fn, ([sets[0]] + sets)[i - 1], (out, ins), (eout, eins), prog.get("tol", 0.0)):
+                notes.append(f"{where}: {m}; only where eager's own result jumps when an operand of fmod / "
+                             "remainder / floor / round ... moves by a few roundings")
                 continue
             ref = None if not any(k in str(m) for k in ("values differ", "pattern differs", "shape/dtype")) else \
                 fp64_reference(prog, ([sets[0]] + sets)[i - 1])

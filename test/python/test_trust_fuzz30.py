@@ -2,7 +2,9 @@
 crashes, never returns a wrong result, never raises an error eager does not raise)."""
 from __future__ import annotations
 
+import importlib.util
 import itertools
+from pathlib import Path
 
 import pytest
 import torch
@@ -78,3 +80,54 @@ def test_internal_overlap_decides_too_hard(size, stride, shared):
                     for idx in itertools.product(*map(range, size))})
     assert (elements < positions) == shared
     assert internal_overlap(t) is shared
+
+
+@pytest.fixture(scope="module")
+def fuzz():
+    path = Path(__file__).resolve().parents[2] / "bench" / "fuzz_graphs.py"
+    spec = importlib.util.spec_from_file_location("mlircap_bench_fuzz_graphs30", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _eager_call(f, tensors):
+    ins = [t.clone() for t in tensors]
+    with torch.no_grad():
+        return f(*ins), ins, None
+
+
+def _fmod_by_mean(x):
+    v = x.expand(15) * 1
+    return (torch.fmod(v, v.mean(-1, keepdim=True)),)
+
+
+def test_a_jump_of_eager_s_own_rounding_is_not_wrong(fuzz):
+    """tensorops seed 6061: fmod(v, v.mean()) of 15 equal float32 values: eager's mean one ulp
+    toward zero gives about 0, a mean rounded the other way gives v (the float64 program sits on
+    the jump at exactly 0): the other side of the jump is accepted, a value neither side gives
+    is still wrong, and so is one where no op jumps."""
+    x = torch.tensor([-2.662721633911133])
+    want = _eager_call(_fmod_by_mean, [x])
+    v = x.expand(15) * 1
+    other = (torch.fmod(v, v.mean() * (1 + 4 * torch.finfo(torch.float32).eps)),)
+    assert not torch.allclose(other[0], want[0][0], atol=1e-3)
+    assert fuzz._eager_near_jump(_eager_call, _fmod_by_mean, [x], (other, [x]), want[:2], 0.0)
+    # a real wrong value: the sign lost (remainder's convention for a positive divisor), or the
+    # value off by 0.5
+    wrong = (-other[0],)
+    assert not fuzz._eager_near_jump(_eager_call, _fmod_by_mean, [x], (wrong, [x]), want[:2], 0.0)
+    off = (other[0] + 0.5,)
+    assert not fuzz._eager_near_jump(_eager_call, _fmod_by_mean, [x], (off, [x]), want[:2], 0.0)
+
+    def no_jump(t):
+        return (t.expand(15) * 1 - t.expand(15).mean(),)
+    w = _eager_call(no_jump, [x])
+    assert not fuzz._eager_near_jump(_eager_call, no_jump, [x], ((w[0][0] + 1,), [x]), w[:2], 0.0)
+
+
+def test_tensorops_seed_6061_is_not_wrong(fuzz):
+    prog = fuzz.generate(6061, ["tensorops"])
+    assert "torch.fmod(v4, v4.mean(-1, keepdim=True))" in prog["source"]
+    rec = fuzz.run_program(prog)
+    assert rec["category"] in ("compiled", "fallback"), rec
