@@ -147,3 +147,36 @@ def test_comprehension_over_a_list_argument():
 def test_helper_writing_a_cell_runs_eagerly_and_matches():
     torch.manual_seed(5)
     _run(WritesCell, [_args(8) for _ in range(4)], captured=False)
+
+
+class FloatCell(nn.Module):
+    """A float attribute (changed between calls) read into a cell of the helper."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.scale = 0.5
+
+    def forward(self, x, lengths):
+        h = self.fc(x)
+        s = self.scale * 2
+
+        def helper(k):
+            out = []
+            for i in range(k):
+                out.append(h[i, :int(lengths[i])].sum() * s)
+            return torch.stack(out)
+        return helper(h.shape[0])
+
+
+def test_helper_cell_holding_a_float_that_changes_between_calls():
+    torch.manual_seed(6)
+    ref = FloatCell()
+    m = copy.deepcopy(ref)
+    fast = capture(m, EAGER)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(5):
+            ref.scale = m.scale = 0.5 + 0.25 * (i % 3)
+            args = _args(10)
+            same(fast(*args), ref(*args), f"call {i}")
