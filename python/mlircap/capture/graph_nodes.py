@@ -24,13 +24,19 @@ from .typeinfo import _is_constant_value, _is_ndarray
 from .grad_hooks import pure_mapped_function
 from .fx_targets import _bind_constants, _fx_target, _has_dataclass
 from .torch_calls import _custom_function_forward
+from .restrides import _RESTRIDES
+
+
+_RESTRIDED_AS = frozenset(_RESTRIDES.values())
 
 
 def _writes_argument(name: str, kwargs: dict) -> bool:
     """Whether an op named `name` returns its argument as the written version of it: in-place
-    methods (`add_`), in-place operators (`__iadd__`), item / attribute writes, `copy_`, `out=`."""
+    methods (`add_`), in-place operators (`__iadd__`), item / attribute writes, `copy_`, `out=`, and
+    the in-place view ops restrides.py records by their functional names (`x.transpose_(0, 1)` as
+    `transpose`: the result is x itself, restrided: the new version)."""
     return name.endswith("_") and not name.endswith("__") or name.startswith("__i") or \
-        name in ("__setitem__", "__set__", "copy_") or "out" in kwargs
+        name in ("__setitem__", "__set__", "copy_") or "out" in kwargs or name in _RESTRIDED_AS
 
 
 class _Seg:
