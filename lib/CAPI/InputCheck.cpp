@@ -63,6 +63,88 @@ struct Checker {
 };
 } // namespace
 
+/// The end of the string literal at text[i] == '"' as the MLIR lexer reads it
+/// (escapes \" \\ \n \t and two hex digits); npos where it does not lex (a
+/// newline or the end of input before the closing quote, an unknown escape).
+static size_t stringEnd(StringRef text, size_t i) {
+  for (++i; i < text.size(); ++i) {
+    char ch = text[i];
+    if (ch == '"')
+      return i + 1;
+    if (ch == '\n' || ch == '\v' || ch == '\f')
+      return StringRef::npos;
+    if (ch == '\\') {
+      if (i + 1 < text.size() && StringRef("\"\\nt").contains(text[i + 1]))
+        ++i;
+      else if (i + 2 < text.size() && llvm::isHexDigit(text[i + 1]) && llvm::isHexDigit(text[i + 2]))
+        i += 2;
+      else
+        return StringRef::npos;
+    }
+  }
+  return StringRef::npos;
+}
+
+/// The file metadata ({-# dialect_resources: { builtin: { key: VALUE } } #-}):
+/// the parser takes each entry's VALUE token without checking it, and a value
+/// that does not lex (an unterminated string, an unknown escape, a stray
+/// character such as `$`, the end of input) asserts ("shouldn't advance past
+/// EOF or errors"). Such a value must be a string literal or a word.
+static void checkResourceValues(Checker &c) {
+  StringRef text = c.text;
+  size_t e = text.size(), i = 0;
+  auto skipSpace = [&](size_t j) {
+    while (j < e) {
+      if (llvm::isSpace(text[j]))
+        ++j;
+      else if (text.substr(j).starts_with("//"))
+        j = std::min(text.find('\n', j), e);
+      else
+        break;
+    }
+    return j;
+  };
+  // find the metadata's start outside strings and comments
+  for (; i < e; ++i) {
+    if (text[i] == '"') {
+      size_t end = stringEnd(text, i);
+      if (end == StringRef::npos)
+        return; // the lexer reports it before any metadata
+      i = end - 1;
+    } else if (text.substr(i).starts_with("//")) {
+      i = std::min(text.find('\n', i), e);
+    } else if (text.substr(i).starts_with("{-#")) {
+      break;
+    }
+  }
+  int depth = 0;
+  for (i += 3; i < e; ++i) {
+    char ch = text[i];
+    if (ch == '"') {
+      size_t end = stringEnd(text, i);
+      if (end == StringRef::npos)
+        return; // a key: the parser reports it
+      i = end - 1;
+    } else if (text.substr(i).starts_with("//")) {
+      i = std::min(text.find('\n', i), e);
+    } else if (text.substr(i).starts_with("#-}")) {
+      return;
+    } else if (ch == '{') {
+      ++depth;
+    } else if (ch == '}') {
+      depth = std::max(0, depth - 1);
+    } else if (ch == ':' && depth == 2) {
+      size_t v = skipSpace(i + 1);
+      if (v < e && (text[v] == '"' ? stringEnd(text, v) != StringRef::npos
+                                   : llvm::isAlnum(text[v]) || text[v] == '_'))
+        continue;
+      c.error(std::min(v, e), "a resource entry's value must be a terminated string literal, "
+                              "'true' or 'false'");
+      return;
+    }
+  }
+}
+
 /// The parser recurses once per nested region, attribute list or type: input
 /// nested a few thousand levels deep overflows the stack (a segfault, with
 /// no diagnostic). Real IR nests a few dozen levels at most.
@@ -130,6 +212,7 @@ std::string checkKnownParserCrashes(StringRef text, StringRef bufferName) {
       }
     }, /*requireList=*/true);
   }
+  checkResourceValues(c);
   return c.out;
 }
 } // namespace mlir::mlircap
