@@ -317,6 +317,17 @@ class _GraphVariant(_Variant):
                 # the objects the frame holds, read through locations the call may rebind
                 L.extend(ind + f"{name} = {e}" for name, e in rec.epoch_binds.get(k, ()))
                 if st.pre_writes:   # (targets and values first, as at the end: a write may rebind a target)
+                    # the call's callee and arguments are expressions of the state before the
+                    # function's writes (as every expression of the replay: it writes at its end),
+                    # so they are evaluated before the flushed writes are made (`self.step += 1;
+                    # bisect(ms, self.step)` read the written step and added 1 again)
+                    L.append(ind + f"_f{k} = {st.callee}")
+                    for i, a in enumerate(st.args):
+                        L.append(ind + f"_a{k}_{i} = {a}")
+                    for i, vv in enumerate(st.kwargs.values()):
+                        L.append(ind + f"_k{k}_{i} = {vv}")
+                    call = f"_f{k}(" + ", ".join([f"_a{k}_{i}" for i in range(len(st.args))] + [
+                        f"{kk}=_k{k}_{i}" for i, kk in enumerate(st.kwargs)]) + ")"
                     for i, w in enumerate(st.pre_writes):   # (_pv{k}_{i}: guards after the call name it)
                         L.append(ind + f"_pt{i}, _pv{k}_{i} = {w.target}, {w.value}")
                     for i, w in enumerate(st.pre_writes):
