@@ -17,6 +17,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "mlircap/Passes.h"
+#include "CascadeSums.h"
 #include "mlir/Conversion/LLVMCommon/TypeConverter.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMTypes.h"
@@ -48,11 +49,16 @@ std::optional<int64_t> tripCount(Value lb, Value ub, Value step) {
 int64_t innerWork(Block &block) {
   int64_t work = 0;
   for (Operation &op : block) {
+    // Elements a cascade sum computes outside its loops (CascadeSums.h).
+    if (auto w = op.getAttrOfType<IntegerAttr>(kWorkAttr))
+      work += w.getInt();
     if (op.getNumRegions() == 0)
       continue;
     int64_t trips = 1;
     if (auto f = dyn_cast<scf::ForOp>(op)) {
       trips = tripCount(f.getLowerBound(), f.getUpperBound(), f.getStep()).value_or(1);
+      if (auto lanes = f->getAttrOfType<IntegerAttr>(kLanesAttr)) // an iteration per vector
+        trips *= lanes.getInt();
     } else if (auto p = dyn_cast<scf::ParallelOp>(op)) {
       for (auto [l, u, s] : llvm::zip(p.getLowerBound(), p.getUpperBound(), p.getStep()))
         trips *= tripCount(l, u, s).value_or(1);

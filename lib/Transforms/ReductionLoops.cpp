@@ -59,6 +59,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "mlircap/Passes.h"
+#include "CascadeSums.h"
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Arith/Utils/Utils.h"
@@ -68,6 +69,7 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/AsmParser/AsmParser.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/PatternMatch.h"
 #include "llvm/ADT/SmallBitVector.h"
@@ -374,7 +376,7 @@ constexpr int64_t kMaxChunks = 64;
 /// element) computed in an scf.parallel over (parallel dims, chunks) into a
 /// stack buffer, then the partials combined into the output in chunk order:
 /// the same bits on any thread count.
-void lowerToRegisters(linalg::GenericOp op) {
+void lowerToRegisters(linalg::GenericOp op, const llvm::DenseSet<Value> &f32Sums) {
   OpBuilder b(op);
   Location loc = op.getLoc();
   SmallVector<Range> ranges =
@@ -411,6 +413,11 @@ void lowerToRegisters(linalg::GenericOp op) {
   SmallVector<arith::AddFOp> narrowed = widenedSums(op);
   if (!innerLen || *innerLen < kMinBlocked)
     narrowed.clear();
+  // Float sums over a contiguous last dim: in eager's order (CascadeSums.cpp);
+  // opt-in (MLIRCAP_CASCADE_SUMS=1) until its speed against the blocked sums is measured.
+  std::optional<CascadeSum> cascade;
+  if (innerLen && red.back() == op.getNumLoops() - 1 && getenv("MLIRCAP_CASCADE_SUMS"))
+    cascade = matchCascadeSum(op, f32Sums);
 
   // The reduction over the reduction dims, the innermost one over [lo, hi)
   // shifted by `offset` (when not null: static loop bounds, which
@@ -421,6 +428,28 @@ void lowerToRegisters(linalg::GenericOp op) {
     auto shifted = [&](OpBuilder &ob, Location ol, Value iv) -> Value {
       return offset ? arith::AddIOp::create(ob, ol, offset, iv).getResult() : iv;
     };
+    std::optional<int64_t> slo = getConstantIntValue(lo), shi = getConstantIntValue(hi);
+    if (cascade && slo && shi) {
+      // Each row's sum (from +0, in eager's order) added to the accumulators.
+      ArrayRef<Value> olbs(rlbs), oubs(rubs), osteps(rsteps);
+      scf::LoopNest nest = scf::buildLoopNest(
+          pb, l, olbs.drop_back(), oubs.drop_back(), osteps.drop_back(), inits,
+          [&](OpBuilder &rb, Location rl, ValueRange rivs, ValueRange accs) {
+            SmallVector<Value> ivs(outIvs);
+            for (auto [d, iv] : llvm::zip(red, rivs))
+              ivs[d] = iv;
+            SmallVector<Value> rows =
+                emitCascadeRow(rb, rl, op, *cascade, ivs, shifted(rb, rl, lo), *shi - *slo);
+            SmallVector<Value> res;
+            for (auto [acc, row] : llvm::zip(accs, rows)) {
+              if (acc.getType() != row.getType())
+                row = arith::ExtFOp::create(rb, rl, acc.getType(), row);
+              res.push_back(arith::AddFOp::create(rb, rl, acc, row));
+            }
+            return res;
+          });
+      return nest.results;
+    }
     if (!narrowed.empty()) {
       // Blocked sums: the innermost reduction dim in blocks of kSumBlock
       // elements, each summed in f32 (reassociable: LLVM keeps vectors of
@@ -875,11 +904,11 @@ int64_t tileOf(int64_t n, int64_t lo, int64_t hi) {
 /// Lowers `op` (an isReduction generic): in registers when its innermost
 /// dim is a reduction dim, else in a tile of its trailing parallel dims
 /// (static shapes only; others are left to convert-linalg-to-parallel-loops).
-void lower(linalg::GenericOp op) {
+void lower(linalg::GenericOp op, const llvm::DenseSet<Value> &f32Sums) {
   op = collapseDims(op);
   auto iters = op.getIteratorTypesArray();
   if (iters.back() == utils::IteratorType::reduction) {
-    lowerToRegisters(op);
+    lowerToRegisters(op, f32Sums);
     return;
   }
   SmallVector<int64_t> sizes = op.getStaticLoopRanges();
@@ -999,6 +1028,7 @@ struct ReductionLoopsPass : impl::MlircapReductionLoopsBase<ReductionLoopsPass> 
   void getDependentDialects(DialectRegistry &registry) const override {
     MlircapReductionLoopsBase::getDependentDialects(registry);
     registry.insert<LLVM::LLVMDialect>(); // stacksave/stackrestore around tiles
+    registry.insert<vector::VectorDialect>(); // cascade sums (CascadeSums.cpp)
   }
 
   void runOnOperation() override {
@@ -1010,8 +1040,9 @@ struct ReductionLoopsPass : impl::MlircapReductionLoopsBase<ReductionLoopsPass> 
                op.getNumLoops() > 1)
         elementwise.push_back(op);
     });
+    llvm::DenseSet<Value> f32Sums = f32ObservedSums(getOperation());
     for (linalg::GenericOp op : ops)
-      lower(op);
+      lower(op, f32Sums);
     SmallVector<scf::ForOp> loops;
     getOperation().walk([&](scf::ForOp loop) { loops.push_back(loop); });
     for (scf::ForOp loop : loops)
