@@ -437,14 +437,11 @@ def _build_table() -> dict:
         table[getattr(aten, name).default] = full_pool_lists(name, table.get(getattr(aten, name).default))
     for op in (aten.remainder.Tensor, aten.remainder.Scalar):   # (fmod and floor division: through it)
         table[op] = _remainder_overflow_checked(op, table.get(op))   # before _pointwise_in_float32
-    for packet in _OPMATH_REDUCTIONS:
-        for name in packet.overloads():
-            op = getattr(packet, name)
-            table[op] = _in_float32(op, table.get(op))
-    for packet in _OPMATH_REDUCTIONS_CUDA:
-        for name in packet.overloads():
-            op = getattr(packet, name)
-            table[op] = _in_float32(op, table.get(op), devices=("cuda",))
+    for packets, devices in ((_OPMATH_REDUCTIONS, None), (_OPMATH_REDUCTIONS_CUDA, ("cuda",))):
+        for packet in packets:
+            for name in packet.overloads():
+                op = getattr(packet, name)
+                table[op] = _in_float32(op, table.get(op), devices)
     for op, fn in list(table.items()):
         if torch.Tag.pointwise in op.tags and not op._schema.is_mutable:
             table[op] = _pointwise_in_float32(op, fn)

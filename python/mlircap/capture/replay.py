@@ -312,8 +312,7 @@ class _GraphVariant(_Variant):
                     L.append(ind + f"{rec.const(release)}(_dv)")
             else:
                 k = st.k
-                argl = list(st.args) + [f"{kk}={vv}" for kk, vv in st.kwargs.items()]
-                call = f"{st.callee}(" + ", ".join(argl) + ")"
+                callee, args, kwargs = st.callee, list(st.args), dict(st.kwargs)
                 # the objects the frame holds, read through locations the call may rebind
                 L.extend(ind + f"{name} = {e}" for name, e in rec.epoch_binds.get(k, ()))
                 if st.pre_writes:   # (targets and values first, as at the end: a write may rebind a target)
@@ -321,13 +320,13 @@ class _GraphVariant(_Variant):
                     # function's writes (as every expression of the replay: it writes at its end),
                     # so they are evaluated before the flushed writes are made (`self.step += 1;
                     # bisect(ms, self.step)` read the written step and added 1 again)
-                    L.append(ind + f"_f{k} = {st.callee}")
-                    for i, a in enumerate(st.args):
-                        L.append(ind + f"_a{k}_{i} = {a}")
-                    for i, vv in enumerate(st.kwargs.values()):
-                        L.append(ind + f"_k{k}_{i} = {vv}")
-                    call = f"_f{k}(" + ", ".join([f"_a{k}_{i}" for i in range(len(st.args))] + [
-                        f"{kk}=_k{k}_{i}" for i, kk in enumerate(st.kwargs)]) + ")"
+                    L.append(ind + f"_f{k} = {callee}")
+                    L.extend(ind + f"_a{k}_{i} = {a}" for i, a in enumerate(args))
+                    L.extend(ind + f"_k{k}_{i} = {v}" for i, v in enumerate(kwargs.values()))
+                    callee, args = f"_f{k}", [f"_a{k}_{i}" for i in range(len(args))]
+                    kwargs = {kk: f"_k{k}_{i}" for i, kk in enumerate(kwargs)}
+                call = f"{callee}(" + ", ".join(args + [f"{kk}={vv}" for kk, vv in kwargs.items()]) + ")"
+                if st.pre_writes:
                     for i, w in enumerate(st.pre_writes):   # (_pv{k}_{i}: guards after the call name it)
                         L.append(ind + f"_pt{i}, _pv{k}_{i} = {w.target}, {w.value}")
                     for i, w in enumerate(st.pre_writes):
