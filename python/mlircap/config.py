@@ -159,6 +159,15 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mlircap"
 
 
+# Variables the C++ core's code generation reads (getenv): part of the CPU and GPU cache
+# keys, so code compiled under one setting is not loaded under another.
+CODEGEN_ENV = ("MLIRCAP_CASCADE_SUMS",)
+
+
+def codegen_settings() -> str:
+    return ";".join(f"{k}={os.environ.get(k, '')}" for k in CODEGEN_ENV)
+
+
 _FINGERPRINT: list[str] = []
 
 

@@ -76,3 +76,16 @@ def test_env_defaults(monkeypatch, tmp_path):
     monkeypatch.delenv("MLIRCAP_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert config.cache_dir() == tmp_path / "mlircap"
+
+
+def test_codegen_settings_are_part_of_the_cache_keys(monkeypatch):
+    # code compiled with MLIRCAP_CASCADE_SUMS=1 (another summation order) must not be
+    # loaded from the on-disk cache by a process without it, nor the other way round
+    from mlircap.runtime import cpu, cuda
+
+    monkeypatch.delenv("MLIRCAP_CASCADE_SUMS", raising=False)
+    off = (cpu._cache_key("plan", "module {}", 2), cuda._cache_key("module {}", "sm_90", "+ptx80"))
+    monkeypatch.setenv("MLIRCAP_CASCADE_SUMS", "1")
+    on = (cpu._cache_key("plan", "module {}", 2), cuda._cache_key("module {}", "sm_90", "+ptx80"))
+    assert off[0] != on[0] and off[1] != on[1]
+    assert all(k in config.ENV for k in config.CODEGEN_ENV)

@@ -19,20 +19,20 @@ import torch
 
 import mlircap
 
-# Opt-in while the cascade's speed is measured (lib/Transforms/ReductionLoops.cpp):
-# set before the first compile, which the compile worker inherits; taken back after this
-# file (a later test file's in-process CPU compile ran the cascade and failed on vector.step).
-_BEFORE = os.environ.get("MLIRCAP_CASCADE_SUMS")
-os.environ.setdefault("MLIRCAP_CASCADE_SUMS", "1")
-
-
+# Opt-in while the cascade's speed is measured (lib/Transforms/ReductionLoops.cpp): set
+# for this file's tests only. Set at import, it was on during collection and so for every
+# test file that runs before this one (CI: test_numerics' in-process CPU compile ran the
+# cascade and failed on vector.step). The compile worker takes the parent's MLIRCAP_*
+# settings with each request (worker.settings).
 @pytest.fixture(autouse=True, scope="module")
 def _cascade_sums_only_here():
+    before = os.environ.get("MLIRCAP_CASCADE_SUMS")
+    os.environ["MLIRCAP_CASCADE_SUMS"] = "1"
     yield
-    if _BEFORE is None:
+    if before is None:
         os.environ.pop("MLIRCAP_CASCADE_SUMS", None)
     else:
-        os.environ["MLIRCAP_CASCADE_SUMS"] = _BEFORE
+        os.environ["MLIRCAP_CASCADE_SUMS"] = before
 
 # Row lengths around every boundary of the order: below a vector (4 doubles,
 # 8 floats), whole vectors, groups of four vectors, 16 groups (a level of the

@@ -54,7 +54,7 @@ def contiguous_strides(shape) -> list[int]:
 def _cache_key(kind: str, linalg_ir: str, opt_level: int) -> str:
     c = core()
     h = hashlib.sha256()
-    for part in (c.version(), c.build_id(), config.code_fingerprint(), c.cpu_target(), kind, str(opt_level),
+    for part in (c.version(), c.build_id(), config.code_fingerprint(), config.codegen_settings(), c.cpu_target(), kind, str(opt_level),
                  linalg_ir):
         h.update(part.encode())
         h.update(b"\0")

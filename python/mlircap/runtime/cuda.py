@@ -38,7 +38,7 @@ def cache_dir() -> Path:
 def _cache_key(linalg_ir: str, chip: str, features: str) -> str:
     h = hashlib.sha256()
     c = core()   # the build id too: a rebuilt core with the same version must not load old plans
-    for part in (c.version(), c.build_id(), config.code_fingerprint(), chip, features, linalg_ir):
+    for part in (c.version(), c.build_id(), config.code_fingerprint(), config.codegen_settings(), chip, features, linalg_ir):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
