@@ -89,6 +89,14 @@ def _optimizer_arg(rec: Any, x: object, gens: list, depth: int = 0) -> bool:
 _MAKES_TENSORS: dict[tuple, bool] = {}
 
 
+def _bare_module_class(f: type, args: list, kwargs: dict) -> bool:
+    """f(), a module class of any library or of the program whose constructor is nn.Module's
+    own (transformers' `ACT2FN["silu"]` makes a SiLUActivation each call): it makes an empty
+    module, reading and writing nothing of the program, as torch.nn's own classes do."""
+    return not args and not kwargs and f.__init__ is torch.nn.Module.__init__ and f.__new__ is object.__new__ and \
+        type(f) is type
+
+
 def _makes_tensors(f: type, args: list, kwargs: dict) -> bool:
     """Whether the torch.nn module f(*args, **kwargs) has parameters or buffers (which its
     constructor initializes, drawing from torch's RNG): made once on the meta device with
@@ -141,7 +149,7 @@ class _ModuleFactoryMixin(_ExternalCallMixin):
         else:
             # torch's own module classes only make the module from their arguments (constants,
             # modules this call made): their constructors read and write nothing of the program
-            inert = (getattr(f, "__module__", "") or "").startswith("torch.nn.")
+            inert = (getattr(f, "__module__", "") or "").startswith("torch.nn.") or _bare_module_class(f, args, kwargs)
             if inert and not self._hoistable() and not _makes_tensors(f, args, kwargs):
                 # (`nn.ReLU()(x)` after a dropout: traced as before, a plain object of the
                 # call, instead of a replayed constructor that would split the graph)
