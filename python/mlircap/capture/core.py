@@ -87,6 +87,8 @@ Layout (each module imports only the ones listed before it; README.md, "Capture 
   grad_clips     clip_grad_norm_ / clip_grad_value_ right after a graph break: run with that break
   module_factories _ModuleFactoryMixin: modules the function makes (`nn.Linear(...)`), a replayed call
                  run before the open graph, the module sourced through its result (kind "fresh")
+  transform_closures bodies of torch.func transforms that read the program's modules (`functional_call(self.net, p, x)`):
+                 what they read guarded, the modules they use reparametrized to the node's inputs
   transform_nodes _TransformNodeMixin: torch.func transforms (jacrev, grad, vjp, vmap of closures; jvp, jacfwd, hessian without grad) of
                  pure tensor code as one graph node
   tensor_copies  _TensorCopyMixin: copy.deepcopy of a tensor, a clone node or a new leaf's replayed step

@@ -15,19 +15,27 @@ target rebuilds the functions with cells holding the node's tensors and calls th
 The call runs once unrecorded here (its ops see functorch's wrapped tensors); where its result
 is a tensor or a flat tuple / list of tensors, the frame gets that result (`_Canned`) and the
 graph a node computing it; otherwise the call is an uncapturable one as before (a pure body:
-running it again draws nothing and writes nothing)."""
+running it again draws nothing and writes nothing).  A user function that reads the program's
+modules (`functional_call(self.net, p, (x,))`, `vmap(self.mlp)`, a method of the program's
+module) is walked by transform_closures.py: its reads guarded, the torch.nn modules it uses
+reparametrized to the node's inputs; such a call runs watched (transform_closures.watched_run:
+no draw, no write, no tensor data read as a Python value), and its result may be any nest of
+tuples, lists and dicts of tensors (the node returns them flat)."""
 from __future__ import annotations
 
 import types
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_flatten
 
 from .base import Unreplayable, _Canned
 from .classify import _classify
 from .frame_hook import _E
 from .functorch_calls import _FUNCTORCH_DIR, _writes_cells
 from .grad_hooks import _GENERATORS, _torch_function, guard_lookups, torch_lookups
+from .transform_closures import (FAILED, BodyPlan, body_plan, guard, library_subtree, module_tensors, reparametrized,
+                                 unique, watched_run, writes_buffers)
 
 def _vjp_code() -> types.CodeType:
     from torch._functorch import eager_transforms
@@ -76,6 +84,10 @@ def build(spec: tuple, vals: tuple) -> Any:
         return spec[1]
     if kind == "tuple":
         return tuple(build(s, vals) for s in spec[1])
+    if kind == "method":
+        return types.MethodType(spec[1], spec[2])
+    if kind == "dict":
+        return {k: build(s, vals) for k, s in zip(spec[1], spec[2])}
     _, code, globals_, name, defaults, kwd, cells = spec
     f = types.FunctionType(code, globals_, name, defaults, tuple(types.CellType(build(c, vals)) for c in cells))
     if kwd:
@@ -104,6 +116,23 @@ class _TransformNodeMixin:
             return self._tensor_leaf(v, leaves)
         if type(v) is tuple and depth < 6:
             return ("tuple", tuple(self._template(x, leaves, lookups, internal, depth + 1) for x in v))
+        if type(v) is dict and not internal and depth < 6 and all(type(k) is str for k in v):
+            return ("dict", tuple(v), tuple(self._template(x, leaves, lookups, False, depth + 1) for x in v.values()))
+        if isinstance(v, torch.nn.Module) or type(v) is types.MethodType and isinstance(v.__self__, torch.nn.Module):
+            m = v if isinstance(v, torch.nn.Module) else v.__self__
+            s = self.src.get(id(m))
+            if s is None or s[2] == "opaque":
+                raise Unreplayable("a module the recording has no source for")
+            if internal or m is not v:   # (`vmap(self.mlp)`, `vmap(self.step)`, a bound method in a cell)
+                plan = BodyPlan()
+                if m is v:
+                    plan.used.append(m)   # (called: a module of torch.nn's classes, reparametrized)
+                if m is not v and (type(v.__func__) is not types.FunctionType or v.__func__.__closure__ or
+                                   body_plan(v.__func__, plan, m) is None):
+                    raise Unreplayable("a method that is not pure tensor code")
+                lookups.append((m, plan))
+                return ("const", v) if m is v else ("method", v.__func__, v.__self__)
+            return ("const", v)   # (a module in a cell: what the body reads of it guarded, transform_closures.guard)
         if type(v) is types.FunctionType and depth < 6:
             code = v.__code__
             inside = _internal(code)
@@ -111,6 +140,8 @@ class _TransformNodeMixin:
                 lookups.append((None, "forward"))
             if not inside:
                 lk = pure_closure_lookups(v)
+                if lk is None:
+                    lk = body_plan(v)   # (reads the program's modules: transform_closures.py)
                 if lk is None:
                     raise Unreplayable(f"{v.__qualname__} is not pure tensor code")
                 lookups.append((v, lk))
@@ -156,42 +187,62 @@ class _TransformNodeMixin:
             cspec = tuple(self._template(a, leaves, lookups, False, 0) for a in args) if pull is not None else ()
         except Unreplayable:
             return False
-        if not leaves:
+        plans = [lk for _, lk in lookups if isinstance(lk, BodyPlan)]
+        used = unique([m for p in plans for m in p.used])
+        if plans and (pull is not None or f.__code__ is _VJP_CODE or
+                      not all(library_subtree(m) and not writes_buffers(m) for m in used) or
+                      not all(id(r) in self.src and self.src[id(r)][2] != "opaque" for p in plans
+                              for r, _ in p.chains)):
+            return False
+        if not leaves and not used:
             return False
         if any(fn is None for fn, _ in lookups):
             # a forward-mode transform: only where no backward goes through the node (its graph
             # holds aten._efficientzerotensor; see _FORWARD_MODE)
-            if torch.is_grad_enabled() and any(t.requires_grad for t in leaves):
+            if torch.is_grad_enabled() and any(t.requires_grad for t in leaves + [t for m in used
+                                                                                for _, t in module_tensors(m)]):
                 return False
             lookups = [e for e in lookups if e[0] is not None]
-        self.ext_depth += 1
-        try:
-            res = f(*args)
-        except Exception:  # noqa: BLE001  (raised: the call runs as before, and raises there)
+        res, wrote = watched_run(self, f, args, leaves + [t for m in used for _, t in module_tensors(m)])
+        if res is FAILED:
             return False
-        finally:
-            self.ext_depth -= 1
+        if wrote:   # (its writes happened once, as eager's: the call's result kept, the function run eagerly)
+            self.unreplayable = self.unreplayable or "a torch.func transform's function wrote its input tensor"
+            _E.poke(frame, slot, _Canned(res))
+            return True
         is_vjp = f.__code__ is _VJP_CODE
         if is_vjp and not (type(res) is tuple and len(res) == 2 and type(res[1]) is types.FunctionType):
             return False
         out = res[0] if is_vjp else res
-        outs = out if type(out) in (tuple, list) else (out,)
-        if not all(type(t) is torch.Tensor for t in outs):
+        outs, _ = tree_flatten(out)
+        if not outs or not all(type(t) is torch.Tensor for t in outs):
             return False
+        flat = not isinstance(out, torch.Tensor) and not (type(out) in (tuple, list) and len(outs) == len(out))
         for fn, lk in lookups:
-            if id(fn) in self.src:
+            if type(fn) is types.FunctionType and id(fn) in self.src:
                 self.read(f"{self.const(fn)}.__code__", f"{fn.__qualname__}.__code__", fn.__code__)
-            guard_lookups(self, fn, lk)
+            if not isinstance(lk, BodyPlan):
+                guard_lookups(self, fn, lk)
+        try:
+            for p in plans:
+                guard(self, p)
+            # (the modules the bodies use: their parameters and buffers the node's inputs)
+            mods = [(m, [n for n, _ in module_tensors(m)], [self._tensor_leaf(t, leaves)[1] for _, t in
+                                                              module_tensors(m)]) for m in used]
+        except Unreplayable:
+            return False
 
         def transformed(*vals: Any) -> Any:
             r = build(fspec, vals)(*(build(s, vals) for s in aspec))
             if pull is not None:
                 return r[1](*(build(s, vals) for s in cspec))
-            return r[0] if is_vjp else r
+            r = r[0] if is_vjp else r
+            return tuple(tree_flatten(r)[0]) if flat else r
+        run = reparametrized(transformed, mods) if mods else transformed
         qual = getattr(f, "__qualname__", "transform")
-        transformed.__name__ = transformed.__qualname__ = f"func_{qual.split('.')[-1]}"
+        run.__name__ = run.__qualname__ = f"func_{qual.split('.')[-1]}"
         try:
-            self._record(transformed, "torch.func transform", tuple(leaves), {}, out)
+            self._record(run, "torch.func transform", tuple(leaves), {}, tuple(outs) if flat else out)
         except Unreplayable:
             return False
         if is_vjp:

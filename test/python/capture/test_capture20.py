@@ -105,7 +105,8 @@ def test_per_sample_grads_of_a_module_through_functional_call():
         out = ex(xs, ys)
         got, want = ex.captured(xs, ys), per_sample(xs, ys)
         assert all(torch.allclose(got[k], want[k], rtol=1e-5, atol=1e-6) for k in want), i
-    assert out.variants == 1 and not out.eager_reasons and out.break_count == 1, out
+    # (one node of the graph since transform_closures.py: the function reads the program's module)
+    assert out.variants == 1 and not out.eager_reasons and out.break_count == 0 and out.graph_count == 1, out
 
 
 def test_a_closure_writing_its_cell_runs_eagerly():
