@@ -249,6 +249,13 @@ def unique(ms: list) -> list:
     return out
 
 
+def held_source(s: tuple | None) -> bool:
+    """A source (rec.src's entry) of an object a node may hold: one the replay reads where the
+    recording did, not an opaque result nor a module the call made ("fresh": the replay makes
+    another, whose state the guards on the recording's would not check)."""
+    return s is not None and s[2] not in ("opaque", "fresh")
+
+
 def _pinned(v: object) -> bool:
     """A value `_pin` guards by value (tuples as the tracer guards them: of ints and strings)."""
     return type(v) in _PLAIN or type(v) is tuple and len(v) <= 8 and all(type(x) in (int, str) for x in v)
@@ -268,7 +275,7 @@ def _pin(rec: Any, m: torch.nn.Module, name: str) -> None:
     if name not in d:
         v = getattr(m, name)
         s = rec.src.get(id(v))
-        if v is not None and (s is None or s[2] == "opaque"):
+        if v is not None and not held_source(s):
             raise Unreplayable(f"{type(m).__name__}.{name} read by a torch.func transform has no source")
         return
     v, e, pretty = d[name], f"{rec.const(d)}[{name!r}]", f"{type(m).__name__}.{name}"
@@ -294,7 +301,7 @@ def _guard_subtree(rec: Any, m: torch.nn.Module) -> None:
     while todo:
         mod = todo.pop()
         s = rec.src.get(id(mod))
-        if s is None or s[2] == "opaque":
+        if not held_source(s):
             raise Unreplayable(f"a {type(mod).__name__} a torch.func transform uses has no source")
         rec.guard(Is(s[0], s[1], mod, "the same module (id)"))
         rec._guard_module_call(mod, s[1])

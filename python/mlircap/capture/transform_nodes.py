@@ -34,8 +34,8 @@ from .classify import _classify
 from .frame_hook import _E
 from .functorch_calls import _FUNCTORCH_DIR, _writes_cells
 from .grad_hooks import _GENERATORS, _torch_function, guard_lookups, torch_lookups
-from .transform_closures import (FAILED, BodyPlan, body_plan, guard, library_subtree, module_tensors, reparametrized,
-                                 unique, watched_run, writes_buffers)
+from .transform_closures import (FAILED, BodyPlan, body_plan, guard, held_source, library_subtree, module_tensors,
+                                 reparametrized, unique, watched_run, writes_buffers)
 
 def _vjp_code() -> types.CodeType:
     from torch._functorch import eager_transforms
@@ -120,9 +120,8 @@ class _TransformNodeMixin:
             return ("dict", tuple(v), tuple(self._template(x, leaves, lookups, False, depth + 1) for x in v.values()))
         if isinstance(v, torch.nn.Module) or type(v) is types.MethodType and isinstance(v.__self__, torch.nn.Module):
             m = v if isinstance(v, torch.nn.Module) else v.__self__
-            s = self.src.get(id(m))
-            if s is None or s[2] == "opaque":
-                raise Unreplayable("a module the recording has no source for")
+            if not held_source(self.src.get(id(m))):
+                raise Unreplayable("a module the recording has no source for (or one the call made)")
             if internal or m is not v:   # (`vmap(self.mlp)`, `vmap(self.step)`, a bound method in a cell)
                 plan = BodyPlan()
                 if m is v:
@@ -191,8 +190,7 @@ class _TransformNodeMixin:
         used = unique([m for p in plans for m in p.used])
         if plans and (pull is not None or f.__code__ is _VJP_CODE or
                       not all(library_subtree(m) and not writes_buffers(m) for m in used) or
-                      not all(id(r) in self.src and self.src[id(r)][2] != "opaque" for p in plans
-                              for r, _ in p.chains)):
+                      not all(held_source(self.src.get(id(r))) for p in plans for r, _ in p.chains)):
             return False
         if not leaves and not used:
             return False

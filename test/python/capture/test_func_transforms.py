@@ -353,3 +353,32 @@ def test_bound_method_in_a_cell_reads_are_guarded(how):
             ref.k = m.k = float(i)
         x = torch.randn(4, 3)
         _close(ref(x), fast(x), i)
+
+
+class FreshNet(nn.Module):
+    """A module made by the call, each call another (its weights drawn anew): the node must not
+    hold the recording's."""
+
+    def __init__(self):
+        super().__init__()
+        self.width = 3
+
+    def forward(self, x):
+        net = nn.Sequential(nn.Linear(4, self.width), nn.Tanh())
+        params = dict(net.named_parameters())
+        return grad(lambda p: functional_call(net, p, (x,)).sum())(params), vmap(net)(x)
+
+
+@pytest.mark.parametrize("how", COMPILERS)
+def test_a_module_the_call_makes_is_not_held(how):
+    ref = FreshNet()
+    m = copy.deepcopy(ref)
+    fast = COMPILERS[how](m)
+    for i in range(4):
+        if i == 2:
+            ref.width = m.width = 5
+        x = torch.randn(2, 4)
+        torch.manual_seed(i)
+        want = ref(x)
+        torch.manual_seed(i)
+        _close(want, fast(x), i)
