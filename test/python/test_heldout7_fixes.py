@@ -1,6 +1,5 @@
 """Fixes found by bench/heldout7.py (classic PyTorch project code: GAN / VAE / RL / GNN training steps,
 hooks, parametrizations, autograd tricks), each a tiny program compared with eager after every call."""
-import pytest
 import torch
 import torch.nn as nn
 from torch.nn.utils import parametrizations
@@ -70,9 +69,6 @@ def test_gan_step_weight_norm_generator():
     _check_gan([(torch.randn(3, 4), torch.randn(3, 2)) for _ in range(3)], weight_norm=True)
 
 
-@pytest.mark.xfail(strict=True, reason="open regression of 2aa2e45 (an op returning its own argument keeps "
-                   "it bound; it fixed spectral_norm's wrong gradients in bench/modules15): this training "
-                   "step now raises 'Trying to backward through the graph a second time' where eager runs")
 def test_sngan_step_spectral_norm_power_iteration_and_noise_drawn_inside():
     """the same with the noise drawn in the graph (`torch.randn`) and a spectral_norm discriminator (its
     power iteration writes the u / v buffers with `out=` under no_grad): the parts run in the order of

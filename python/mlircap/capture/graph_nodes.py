@@ -274,6 +274,10 @@ class _NodeMixin:
         # `x += y`, `out=`) return their argument as the new version: bound to the node as before.
         same = () if _writes_argument(name, kwargs) else \
             tuple(a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor))
+        if any(r is a for r in (res if isinstance(res, (tuple, list)) else (res,)) for a in same):
+            # (its node computes nothing the program reads through it: left without users, it is
+            # dropped where a graph is split into its gradient groups, graph_prep)
+            node.meta["returns_argument"] = True
         if isinstance(res, torch.Tensor) and any(res is a for a in same):
             self.keep.append(res)
         elif isinstance(res, torch.Tensor):

@@ -139,9 +139,9 @@ def _separate_gradient_groups(gm: fx.GraphModule, examples: Sequence[Any]):
     the group whose inputs it depends on differentiably, any other (no history, or one another
     group reads through `.detach()` alone: D(fake.detach())) in the first part to run that needs it,
     later parts taking it as an input. Only where no node without users but a grad-mode switch
-    (copied into every part) is in the graph, the parts' order keeps the random draws' order, and
-    an in-place write (spectral_norm's `out=` power iteration under no_grad) has its tensor read
-    in its own part alone.
+    (copied into every part) or an op that returned its own argument (in no part) is in the graph,
+    the parts' order keeps the random draws' order, and an in-place write (spectral_norm's `out=`
+    power iteration under no_grad) has its tensor read in its own part alone.
     Returns [(input slots, output slots, sub-graph)] in the order to run (_SplitOutputs) or None."""
     outs = _output_nodes(gm)
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -154,7 +154,7 @@ def _separate_gradient_groups(gm: fx.GraphModule, examples: Sequence[Any]):
     from .draws import _node_draws
 
     anc: dict = {}   # node -> positions of inputs requiring grad it depends on differentiably
-    modes, grad_on = [], True
+    modes, grad_on, dropped = [], True, set()
     for n in gm.graph.nodes:
         if n.op == "placeholder":
             anc[n] = frozenset([roots[n]]) if n in roots else frozenset()
@@ -166,6 +166,13 @@ def _separate_gradient_groups(gm: fx.GraphModule, examples: Sequence[Any]):
                 return None
             grad_on = n.args[0]
             modes.append(n)
+            continue
+        if not n.users and n.meta.get("returns_argument"):
+            # (`w.flatten(1)` of a matrix, `.contiguous()` of a contiguous tensor: the op returned its
+            # argument, which the program reads on as the argument itself, graph_nodes; the node
+            # computes nothing anything reads: in no part. Kept as a reason to give up, spectral_norm's
+            # flatten made a GAN step's discriminator loss and `fake` one autograd node again)
+            dropped.add(n)
             continue
         if n.op not in ("call_function", "call_method") or not n.users or \
                 _reads_autograd_state(n) and not any(_is_getattr_of(n, a) for a in _PLAIN_ATTRS):
@@ -191,7 +198,11 @@ def _separate_gradient_groups(gm: fx.GraphModule, examples: Sequence[Any]):
     groups = list(keys.values())   # (groups of parameters alone too: see above)
     if len(groups) < 2:
         return None
-    groups[0] = sorted(groups[0] + [j for j, o in enumerate(outs) if not anc[o]])
+    # outputs without gradient history (a power iteration's u / v under no_grad) belong to no group:
+    # each comes out of the part that computes it. Given to the first group, they pulled what they
+    # read into its part: a hand-written spectral norm's `u.div_(...)` then ran in the generator's part
+    # and the discriminator's part read u, no split ('backward through the graph a second time')
+    free = [j for j, o in enumerate(outs) if not anc[o]]
     owner = {find(min(anc[outs[j]])): k for k, g in enumerate(groups) for j in g if anc[outs[j]]}
     needs = []
     for g in groups:
@@ -204,7 +215,7 @@ def _separate_gradient_groups(gm: fx.GraphModule, examples: Sequence[Any]):
             needed.add(n)
             fx.node.map_arg((n.args, n.kwargs), stack.append)
         needs.append(needed)
-    body = [n for n in gm.graph.nodes if n.op not in ("output", "placeholder") and n not in modes]
+    body = [n for n in gm.graph.nodes if n.op not in ("output", "placeholder") and n not in modes and n not in dropped]
     # each node runs in one part: a node depending differentiably on a group's inputs in that group's
     # part, others (no gradient history, or one the group reads through .detach() alone) in the first
     # part to run that needs them; a part reading another's value takes it as an input, after it
@@ -230,9 +241,20 @@ def _separate_gradient_groups(gm: fx.GraphModule, examples: Sequence[Any]):
     for n in body:
         if home[n] is None:
             needers = [k for k, nd in enumerate(needs) if n in nd]
-            if not needers:
+            if needers:
+                home[n] = min(needers, key=rank.get)
+    for n in body:
+        if home[n] is None:
+            # no group needs it (read by outputs without gradient history alone): no history either,
+            # in the first part after those of its inputs, which hand them on to it
+            if anc[n]:
                 return None
-            home[n] = min(needers, key=rank.get)
+            ins = []
+            fx.node.map_arg((n.args, n.kwargs), ins.append)
+            ins = [a for a in ins if a in home]
+            home[n] = max((home[a] for a in ins), key=rank.get, default=order[0])
+            needs[home[n]].update([n, *ins])
+    outs_of = [sorted(g + [j for j in free if home.get(outs[j], order[0]) == k]) for k, g in enumerate(groups)]
     last_draw = -1
     for n in body:
         if _node_draws(n):   # random draws in the graph's order
@@ -265,8 +287,9 @@ def _separate_gradient_groups(gm: fx.GraphModule, examples: Sequence[Any]):
         later = [n for n in mine if any(n in needs[q] for q in order[order.index(k) + 1:]) and n not in slot]
         for n in later:
             slot[n] = len(slot)
-        graph.output(tuple([env[outs[j]] for j in groups[k]] + [env[n] for n in later]))
-        result.append((ins, groups[k] + [n_out + slot[n] - n_in for n in later], fx.GraphModule(gm, graph)))
+        graph.output(tuple([env[outs[j]] if outs[j] in env else arg(outs[j]) for j in outs_of[k]] +
+                           [env[n] for n in later]))
+        result.append((ins, outs_of[k] + [n_out + slot[n] - n_in for n in later], fx.GraphModule(gm, graph)))
     return result
 
 
