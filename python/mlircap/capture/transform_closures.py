@@ -179,7 +179,8 @@ def _walk(code: types.CodeType, g: dict, cells: dict, plan: BodyPlan, own: str |
                     not (_pure_method(argval) or argval in _DICT_METHODS or argval in _META_ATTRS):
                 return False
         elif op == "LOAD_CONST":
-            if not (_plain(argval) or isinstance(argval, types.CodeType)):
+            if not (_plain(argval) or argval is Ellipsis or isinstance(argval, types.CodeType) or
+                    type(argval) is tuple and all(_plain(x) or x is Ellipsis for x in argval)):
                 return False
         elif op not in _BODY_OPS:
             return False
@@ -247,6 +248,19 @@ def unique(ms: list) -> list:
         if not any(m is x for x in out):
             out.append(m)
     return out
+
+
+def constant_cell(maker: types.CodeType | None, code: types.CodeType, name: str, v: object) -> bool:
+    """The cell `name` of a function of `code`, made by the code `maker` (the frame calling the
+    transform), holds the number v whatever the call: every store of it in `maker` stores the
+    literal v (`cls = 1`), so the node may hold v as a constant (a number computed by the
+    call, a counter, a loop variable: not)."""
+    if maker is None or code not in maker.co_consts or name not in maker.co_cellvars:
+        return False
+    ins = list(_instrs(maker).values())
+    stores = [i for i, x in enumerate(ins) if x[0] in ("STORE_DEREF", "DELETE_DEREF") and x[2] == name]
+    return bool(stores) and all(i > 0 and ins[i][0] == "STORE_DEREF" and ins[i - 1][0] == "LOAD_CONST" and
+                                type(ins[i - 1][2]) is type(v) and ins[i - 1][2] == v for i in stores)
 
 
 def held_source(s: tuple | None) -> bool:

@@ -34,8 +34,8 @@ from .classify import _classify
 from .frame_hook import _E
 from .functorch_calls import _FUNCTORCH_DIR, _writes_cells
 from .grad_hooks import _GENERATORS, _torch_function, guard_lookups, torch_lookups
-from .transform_closures import (FAILED, BodyPlan, body_plan, guard, held_source, library_subtree, module_tensors,
-                                 reparametrized, unique, watched_run, writes_buffers)
+from .transform_closures import (FAILED, BodyPlan, body_plan, constant_cell, guard, held_source, library_subtree,
+                                 module_tensors, reparametrized, unique, watched_run, writes_buffers)
 
 def _vjp_code() -> types.CodeType:
     from torch._functorch import eager_transforms
@@ -145,11 +145,14 @@ class _TransformNodeMixin:
                     raise Unreplayable(f"{v.__qualname__} is not pure tensor code")
                 lookups.append((v, lk))
             cells = []
-            for c in v.__closure__ or ():
+            for name, c in zip(code.co_freevars, v.__closure__ or ()):
                 try:
                     x = c.cell_contents
                 except ValueError:
                     raise Unreplayable("an empty cell") from None
+                if not inside and type(x) in (int, float) and constant_cell(self.__dict__.get("tframe"), code, name, x):
+                    cells.append(("const", x))   # (`cls = 1` in the function that made it)
+                    continue
                 cells.append(self._template(x, leaves, lookups, inside, depth + 1))
             kwd = tuple(sorted(v.__kwdefaults__.items())) if v.__kwdefaults__ else None
             if kwd is not None and not all(type(x) in _INTERNAL_CONSTS for _, x in kwd):
@@ -171,6 +174,7 @@ class _TransformNodeMixin:
         if kwargs or self.np_env or type(f) is not types.FunctionType or not _internal(f.__code__):
             return False
         pulls = self.__dict__.setdefault("vjp_pulls", {})
+        self.tframe = frame.f_code
         leaves: list[torch.Tensor] = []
         lookups: list = []
         pull = pulls.get(id(f))

@@ -382,3 +382,41 @@ def test_a_module_the_call_makes_is_not_held(how):
         want = ref(x)
         torch.manual_seed(i)
         _close(want, fast(x), i)
+
+
+class Saliency(nn.Module):
+    """grad of one class's logit with respect to the input: a closure over the module and a
+    class index from a literal (`cls = 1`: a constant of the node), or one computed by the call
+    (`k`: from the input's shape; a loop variable): those run as eager does."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.net, self.how = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3)), how
+
+    def forward(self, x):
+        if self.how == "literal":
+            cls = 1
+
+            def logit(v):
+                return self.net(v)[..., cls].sum()
+            return grad(logit)(x).abs()
+        if self.how == "computed":
+            k = x.shape[0] % 3
+            return grad(lambda v: self.net(v)[..., k].sum())(x)
+        outs = []
+        for j in range(2):
+            outs.append(grad(lambda v: self.net(v)[..., j].sum())(x))
+        return outs
+
+
+@pytest.mark.parametrize("kind", ["literal", "computed", "loop"])
+def test_numbers_in_cells(kind):
+    torch.manual_seed(0)
+    ref = Saliency(kind)
+    m = copy.deepcopy(ref)
+    fast = capture(m, EAGER)
+    for i in range(5):
+        x = torch.randn(4 + i % 3, 6)
+        _close(ref(x), fast(x), i)
+    if kind == "literal":
+        _one_graph(fast, "eager")
