@@ -1327,6 +1327,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
     speculating: list = []   # the plan of a speculated graph being compiled (speculate.py)
     random_seen: list = []   # forward graphs that draw from torch's generator
     fw_reach: list = []      # the outputs each input of the forward just compiled reaches (_output_reach)
+    fw_functions: list = []  # the captured graph's custom autograd.Function calls (_custom_function_calls)
     fw_trivial: list = []    # per forward compiled: whether it computes one small op at most (_one_small_op)
     eager_graph: list = []   # the captured graph with Python asserts (eager_first), for reruns
 
@@ -1335,7 +1336,8 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
 
         bool_adds_as_or(gm)
         logical_ops_in_common_dtype(gm)
-        fw_reach.append((_output_reach(gm), gm.meta.get("mlircap_num_fwd_outputs")))
+        reach = _output_reach(gm, frozenset(fw_functions)) if fw_functions else _output_reach(gm)
+        fw_reach.append((reach, gm.meta.get("mlircap_num_fwd_outputs")))
         copies = _hoist_input_copies(gm)   # (after the reach: the outputs it adds come last)
         fw_trivial.append(_one_small_op(gm))
         expected = None
@@ -1740,6 +1742,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         # (a failed trace restores them before the graph is tried again, speculated or split:
         # compiled with grad left off, a part of it became an inference graph)
         fw_reach.clear()
+        fw_functions[:] = _custom_function_calls(gm)
         with restoring_global_modes(), eager_kernels_for_islands(), lean_functions():
             fn = aot_module_simplified(
                 gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
@@ -1752,6 +1755,7 @@ def make_backend(options: Options | None = None, registry: list | None = None, e
         fn = direct_forward(fn)
         reach, n_returns = fw_reach[-1] if len(fw_reach) == 1 else (None, None)
         fw_reach.clear()
+        fw_functions.clear()
         fn = _batch_norm_stats_unversioned(fn, _batch_norm_stats(gm))
         fn = saved_versions.checked(fn, saved_versions.saved_boundary(gm, example_inputs))
         return _unreached_gradients_as_none(fn, reach, n_returns) if reach is not None else fn
@@ -1991,12 +1995,55 @@ def _inside_float_decomposition(node: torch.fx.Node, decomposed_floats: set) -> 
     return isinstance(orig, torch._ops.OpOverload) and str(orig) != str(node.target) and str(orig) in decomposed_floats
 
 
-def _output_reach(gm: torch.fx.GraphModule) -> list[frozenset[int]] | None:
+def _custom_function_calls(gm: torch.fx.GraphModule) -> list[str]:
+    """The names of the captured graph's nodes that call a custom autograd.Function's apply
+    (directly or through fx_targets' trampoline, a closure over it)."""
+    names = []
+    for n in gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        f = n.target
+        for _ in range(3):   # (unwrap trampolines: closures over the callable)
+            owner = getattr(f, "__self__", None)
+            if isinstance(owner, type) and issubclass(owner, torch.autograd.Function):
+                names.append(n.name)
+                break
+            cells = getattr(f, "__closure__", None) or ()
+            f = next((c.cell_contents for c in cells if callable(c.cell_contents)), None)
+            if f is None:
+                break
+    return names
+
+
+def _from_captured(node: torch.fx.Node) -> set[str]:
+    """The names of the captured graph's nodes an aot graph's node was traced from (its
+    from_node chain)."""
+    names: set[str] = set()
+    todo = list(node.meta.get("from_node") or ())
+    while todo:
+        src = todo.pop()
+        name = getattr(src, "name", None)
+        if isinstance(name, str):
+            names.add(name)
+        todo.extend(getattr(src, "from_node", None) or ())
+    return names
+
+
+def _output_reach(gm: torch.fx.GraphModule, functions: frozenset = frozenset()) -> list[frozenset[int]] | None:
     """For each input of a forward graph, the positions of the graph's outputs it reaches through
-    values that carry gradients (autograd's edges: a result of no gradient path stops it)."""
+    values that carry gradients (autograd's edges: a result of no gradient path stops it).
+    `functions`: the captured graph's custom autograd.Function calls. Their forwards' steps are
+    no cut: autograd connects a Function's outputs to all its inputs whatever the forward
+    computes (a straight-through `where(w >= 0, 1., -1.)` passes the gradient its backward
+    makes; cut at the comparison, the weight's gradient was dropped: bench/modules16_train.py
+    binaryconnect). None (nothing dropped) where the steps cannot be told apart."""
     out = next((n for n in reversed(gm.graph.nodes) if n.op == "output"), None)
     outs = out.args[0] if out is not None else None
     if not isinstance(outs, (list, tuple)):
+        return None
+    inside = {n for n in gm.graph.nodes if n.op == "call_function" and _from_captured(n) & functions} \
+        if functions else set()
+    if functions and not inside:
         return None
     reach: dict[torch.fx.Node, set[int]] = {}
     for j, o in enumerate(outs):
@@ -2008,7 +2055,7 @@ def _output_reach(gm: torch.fx.GraphModule) -> list[frozenset[int]] | None:
     decomposed_floats = {str(n.meta.get("original_aten")) for n in gm.graph.nodes if n.op == "call_function"
                          and isinstance(v := n.meta.get("val"), torch.Tensor) and (v.is_floating_point() or v.is_complex())}
     # (a factory of no gradient, `ones_like(out)` decomposed to full_like, stays a cut)
-    cut = {n for n in gm.graph.nodes if n.op == "call_function" and _carries_no_gradient(n)
+    cut = {n for n in gm.graph.nodes if n.op == "call_function" and _carries_no_gradient(n) and n not in inside
            and (_no_grad_factory(n) or not _inside_float_decomposition(n, decomposed_floats))}
     for n in reversed(gm.graph.nodes):   # users before producers
         if n.op == "output":
