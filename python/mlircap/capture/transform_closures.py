@@ -257,6 +257,9 @@ def constant_cell(maker: types.CodeType | None, code: types.CodeType, name: str,
     call, a counter, a loop variable: not)."""
     if maker is None or code not in maker.co_consts or name not in maker.co_cellvars:
         return False
+    nargs = maker.co_argcount + maker.co_kwonlyargcount + bool(maker.co_flags & 0x04) + bool(maker.co_flags & 0x08)
+    if name in maker.co_varnames[:nargs]:
+        return False   # (an argument: the cell starts with the caller's value)
     ins = list(_instrs(maker).values())
     stores = [i for i, x in enumerate(ins) if x[0] in ("STORE_DEREF", "DELETE_DEREF") and x[2] == name]
     return bool(stores) and all(i > 0 and ins[i][0] == "STORE_DEREF" and ins[i - 1][0] == "LOAD_CONST" and

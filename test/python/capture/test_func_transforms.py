@@ -420,3 +420,19 @@ def test_numbers_in_cells(kind):
         _close(ref(x), fast(x), i)
     if kind == "literal":
         _one_graph(fast, "eager")
+
+
+def test_an_argument_cell_stored_a_literal_on_one_path_is_not_a_constant():
+    net = nn.Sequential(nn.Linear(6, 4), nn.Tanh())
+
+    def f(x, cls, reset):
+        if reset:
+            cls = 1
+
+        def logit(v):
+            return net(v)[..., cls].sum()
+        return grad(logit)(x)
+    fast = capture(f, EAGER)
+    for i in range(5):
+        x = torch.randn(3, 6)
+        _close(f(x, i % 4, i == 0), fast(x, i % 4, i == 0), i)
