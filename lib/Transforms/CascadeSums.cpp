@@ -35,6 +35,7 @@
 #include "mlir/Interfaces/ViewLikeInterface.h"
 #include "llvm/ADT/Sequence.h"
 #include "llvm/ADT/SetVector.h"
+#include <cstdlib>
 
 namespace mlir::mlircap {
 namespace {
@@ -132,7 +133,16 @@ SmallVector<Value> termsAt(OpBuilder &b, Location loc, linalg::GenericOp op,
     if (auto index = dyn_cast<linalg::IndexOp>(inner)) {
       Value iv = ivs[index.getDim()];
       if (width && index.getDim() == dim) {
-        Value step = vector::StepOp::create(b, loc, vecOf(b.getIndexType()));
+        // [0, 1, ..., width - 1] as a constant, not vector.step: the CPU
+        // pipeline's convert-to-llvm has no pattern for vector.step (its
+        // lowering to this constant is a pre-pattern of convert-vector-to-llvm
+        // only), and LLVM IR translation then fails on it.
+        SmallVector<Attribute> lanes;
+        for (int64_t i = 0; i < width; ++i)
+          lanes.push_back(b.getIndexAttr(i));
+        auto stepType = VectorType::get({width}, b.getIndexType());
+        Value step =
+            arith::ConstantOp::create(b, loc, DenseElementsAttr::get(stepType, lanes));
         iv = arith::AddIOp::create(b, loc, asVec(iv), step);
       }
       map.map(index.getResult(), iv);
@@ -159,6 +169,14 @@ SmallVector<Value> termsAt(OpBuilder &b, Location loc, linalg::GenericOp op,
   });
 }
 } // namespace
+
+bool cascadeSumsEnabled() {
+  const char *v = std::getenv("MLIRCAP_CASCADE_SUMS");
+  if (!v)
+    return false;
+  std::string s = StringRef(v).trim().lower();
+  return !(s.empty() || s == "0" || s == "false" || s == "no");
+}
 
 llvm::DenseSet<Value> f32ObservedSums(Operation *root) {
   llvm::DenseSet<Value> out;

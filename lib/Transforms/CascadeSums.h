@@ -29,6 +29,10 @@ struct CascadeSum {
   SmallVector<Operation *> adds;
 };
 
+/// Whether float row sums take eager's cascade order: MLIRCAP_CASCADE_SUMS,
+/// unset the default; 0, false, no and "" mean off (mlircap.config's flags).
+bool cascadeSumsEnabled();
+
 /// The buffers (their roots, through views) that a reduction generic's
 /// output accumulates into and that every other op reads only rounded to
 /// f32 (an input whose block argument feeds only `arith.truncf` to f32) or

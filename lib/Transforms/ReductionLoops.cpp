@@ -416,7 +416,7 @@ void lowerToRegisters(linalg::GenericOp op, const llvm::DenseSet<Value> &f32Sums
   // Float sums over a contiguous last dim: in eager's order (CascadeSums.cpp);
   // opt-in (MLIRCAP_CASCADE_SUMS=1) until its speed against the blocked sums is measured.
   std::optional<CascadeSum> cascade;
-  if (innerLen && red.back() == op.getNumLoops() - 1 && getenv("MLIRCAP_CASCADE_SUMS"))
+  if (innerLen && red.back() == op.getNumLoops() - 1 && cascadeSumsEnabled())
     cascade = matchCascadeSum(op, f32Sums);
 
   // The reduction over the reduction dims, the innermost one over [lo, hi)

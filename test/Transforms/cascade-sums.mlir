@@ -169,3 +169,31 @@ func.func @not_cascade(%x: memref<100x4xf64>, %y: memref<4x100xbf16>, %acc: memr
   }
   return
 }
+
+// -----
+
+// A payload reading its index along the summed dim (x * j): the vector of
+// indices is base + a constant [0, 1, ..., 15], not vector.step (which the
+// CPU pipeline's convert-to-llvm does not lower: LLVM IR translation failed).
+// CHECK-LABEL: func.func @index_terms(
+// CHECK-NOT: vector.step
+// CHECK-DAG: %[[STEP:.*]] = arith.constant dense<[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]> : vector<16xindex>
+// CHECK-DAG: %[[B:.*]] = vector.broadcast %{{.*}} : index to vector<16xindex>
+// CHECK: arith.addi %[[B]], %[[STEP]] : vector<16xindex>
+// CHECK: arith.index_cast %{{.*}} : vector<16xindex> to vector<16xi64>
+// CHECK-NOT: vector.step
+// CHECK: return
+func.func @index_terms(%x: memref<2x40xf64>, %acc: memref<2xf64>) {
+  linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
+                  iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<2x40xf64>) outs(%acc : memref<2xf64>) {
+  ^bb0(%in: f64, %out: f64):
+    %j = linalg.index 1 : index
+    %i = arith.index_cast %j : index to i64
+    %f = arith.sitofp %i : i64 to f64
+    %t = arith.mulf %in, %f : f64
+    %a = arith.addf %t, %out : f64
+    linalg.yield %a : f64
+  }
+  return
+}

@@ -137,3 +137,20 @@ def test_f64_accumulated_sum_read_as_f64_keeps_f64_terms():
     got = _compiled(f)(x)
     ref = _fsum_rows(x)
     assert ((got - ref).abs() / ref.abs()).max().item() < 1e-14
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("n", [5, 40, 1000])
+def test_sum_of_index_weighted_terms(n, dtype):
+    # terms computed from their position along the row (x * arange(n): the fused payload
+    # reads linalg.index): the cascade's vectors of indices are a constant [0, 1, ...] added
+    # to the row offset, which every CPU pipeline lowers (vector.step was left for LLVM IR
+    # translation: 'missing LLVMTranslationDialectInterface', the graph ran eagerly)
+    x = _rows(n, dtype, n + 1)
+
+    def f(x):
+        return (x * torch.arange(x.shape[-1], dtype=x.dtype)).sum(-1)
+
+    got = _compiled(f)(x)
+    want = f(x)
+    assert torch.equal(got, want), (got - want).abs().max().item()
