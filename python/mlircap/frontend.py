@@ -1895,6 +1895,8 @@ def _prepare_for_import(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
       rejects a CUDA device (seen with transformers' mask code on the GPU);
     * an op over a `dim` of 0-d tensors runs on their one-element views
       (_scalar_dims_as_vector);
+    * var_mean of a float32 tensor on the CPU takes its mean in float64, as eager's
+      (_var_mean_mean_in_double);
     * tensor constants (`get_attr`, e.g. a lifted `torch.tensor(0.0,
       device="cuda")`) become CPU copies made outside any fake mode: the
       importer reads them with `tolist()`, which on a CUDA tensor copies to the
@@ -1926,6 +1928,7 @@ def _prepare_for_import(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         _int8_scalars_as_tensors(graph, node)
         _bool_scalars_as_ints(node)
         _self_equality_as_not_nan(graph, node)
+        _var_mean_mean_in_double(graph, node)
     _one_get_attr_per_use(graph)
     _fresh_values(graph)
     out = torch.fx.GraphModule(gm, graph)   # takes gm's get_attr values; generates code once
@@ -2115,6 +2118,54 @@ def _self_equality_as_not_nan(graph: torch.fx.Graph, node: torch.fx.Node) -> Non
     with getattr(val, "fake_mode", None) or contextlib.nullcontext():
         nan.meta["val"] = torch.isnan(val)
     node.target, node.args, node.kwargs = torch.ops.aten.logical_not.default, (nan,), {}
+
+
+def _var_mean_mean_in_double(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """The mean of `var_mean` of a float32 tensor on the CPU is its float64 mean rounded to
+    float32, as eager's (var_mean: a Welford pass in double; BatchNorm's and InstanceNorm's
+    statistics, torch's decomposition of which is var_mean: a sum in double divided by the
+    count): torch-mlir's decomposition computes the variance in float64 but the mean as a
+    float32 sum divided in float32, up to an ulp or more off (fuzz_graphs --grad seed 4202:
+    instance_norm of rows of equal values, the mean 1 ulp off the value where eager's is
+    the value; `x * rstd - mean * rstd` with rstd = 1/sqrt(eps) changed the output and its
+    gradient). The variance stays the node's."""
+    import operator
+
+    aten, prims = torch.ops.aten, torch.ops.prims
+    if node.target is not aten.var_mean.correction or not node.args:
+        return
+    x = node.args[0]
+    val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    out = node.meta.get("val")
+    if not (isinstance(val, torch.Tensor) and val.dtype == torch.float32 and val.device.type == "cpu"
+            and isinstance(out, (tuple, list)) and len(out) == 2):
+        return
+    if any(u.target is not operator.getitem for u in node.users):
+        return
+    means = [u for u in node.users if u.args[1] == 1]
+    if not means:
+        return
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    keepdim = node.kwargs.get("keepdim", False)
+    fake = getattr(val, "fake_mode", None) or contextlib.nullcontext()
+    meta = {k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")}
+    with graph.inserting_before(node):
+        wide = graph.call_function(prims.convert_element_type.default, (x, torch.float64))
+        mean64 = graph.call_function(aten.mean.dim, (wide, dim, keepdim))
+        mean = graph.call_function(prims.convert_element_type.default, (mean64, torch.float32))
+    for n in (wide, mean64, mean):
+        n.meta = dict(meta)
+    with fake:
+        wide.meta["val"] = val.to(torch.float64)
+        mean64.meta["val"] = wide.meta["val"].mean(dim, keepdim=keepdim)
+        mean.meta["val"] = mean64.meta["val"].to(torch.float32)
+    if tuple(mean.meta["val"].shape) != tuple(out[1].shape):
+        for n in (mean, mean64, wide):
+            graph.erase_node(n)
+        return
+    for u in means:
+        u.replace_all_uses_with(mean)
+        graph.erase_node(u)
 
 
 def _bool_scalars_as_ints(node: torch.fx.Node) -> None:
