@@ -2036,19 +2036,25 @@ def _output_reach(gm: torch.fx.GraphModule, functions: frozenset = frozenset()) 
     no cut: autograd connects a Function's outputs to all its inputs whatever the forward
     computes (a straight-through `where(w >= 0, 1., -1.)` passes the gradient its backward
     makes; cut at the comparison, the weight's gradient was dropped: bench/modules16_train.py
-    binaryconnect). None (nothing dropped) where the steps cannot be told apart."""
+    binaryconnect), and each call's inputs reach all its outputs (a two-output Function whose
+    second output the loss does not use: eager's backward got zeros for it and gave its input
+    a zero .grad, which the reach through the forward's own data flow left None). None
+    (nothing dropped) where the steps cannot be told apart."""
     out = next((n for n in reversed(gm.graph.nodes) if n.op == "output"), None)
     outs = out.args[0] if out is not None else None
     if not isinstance(outs, (list, tuple)):
         return None
-    inside = {n for n in gm.graph.nodes if n.op == "call_function" and _from_captured(n) & functions} \
-        if functions else set()
-    if functions and not inside:
+    # the aot nodes of each Function call: one autograd node, every input of it reaches every
+    # output of it (its backward gets zeros for an output no gradient reached, and returns
+    # gradients for all its inputs)
+    calls: dict[str, list[torch.fx.Node]] = {}
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and functions:
+            for name in sorted(_from_captured(n) & functions)[:1]:
+                calls.setdefault(name, []).append(n)
+    if functions and not calls:
         return None
-    reach: dict[torch.fx.Node, set[int]] = {}
-    for j, o in enumerate(outs):
-        if isinstance(o, torch.fx.Node):
-            reach.setdefault(o, set()).add(j)
+    inside = {n for nodes in calls.values() for n in nodes}
     # An integer / bool step inside the decomposition of an op with a floating result is no
     # autograd edge: autograd saw the op itself (cdist with p=0 counts differing features,
     # its formula gives x1 and x2 zero gradients, which cutting at its `ne` left None)
@@ -2057,13 +2063,27 @@ def _output_reach(gm: torch.fx.GraphModule, functions: frozenset = frozenset()) 
     # (a factory of no gradient, `ones_like(out)` decomposed to full_like, stays a cut)
     cut = {n for n in gm.graph.nodes if n.op == "call_function" and _carries_no_gradient(n) and n not in inside
            and (_no_grad_factory(n) or not _inside_float_decomposition(n, decomposed_floats))}
-    for n in reversed(gm.graph.nodes):   # users before producers
-        if n.op == "output":
-            continue
-        mine = reach.setdefault(n, set())
-        for u in n.users:
-            if u.op != "output" and u not in cut:
-                mine |= reach.get(u, set())
+    seed: dict[torch.fx.Node, set[int]] = {}
+    for _ in range(len(calls) + 1):   # (a Function's inputs made by another Function: again)
+        reach: dict[torch.fx.Node, set[int]] = {}
+        for j, o in enumerate(outs):
+            if isinstance(o, torch.fx.Node):
+                reach.setdefault(o, set()).add(j)
+        for n in reversed(gm.graph.nodes):   # users before producers
+            if n.op == "output":
+                continue
+            mine = reach.setdefault(n, set())
+            mine |= seed.get(n, set())
+            for u in n.users:
+                if u.op != "output" and u not in cut:
+                    mine |= reach.get(u, set())
+        joined = {}
+        for nodes in calls.values():
+            every = set().union(*(reach[n] for n in nodes))
+            joined.update((n, every) for n in nodes)
+        if joined == seed:
+            break
+        seed = joined
     return [frozenset(reach.get(n, ())) for n in gm.graph.nodes if n.op == "placeholder"]
 
 

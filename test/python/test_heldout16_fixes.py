@@ -126,3 +126,36 @@ def test_corpus_runner_compares_generators_by_state():
     assert corpus.diff([g], [h], "inputs after") is None
     torch.rand(1, generator=h)
     assert "generator" in corpus.diff([g], [h], "inputs after")
+
+
+class _Two(torch.autograd.Function):
+    """Two outputs, each computed from one input only."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return a * 2, b * 3
+
+    @staticmethod
+    def backward(ctx, ga, gb):
+        return ga * 2, gb * 3
+
+
+def test_function_inputs_reach_all_its_outputs():
+    """The loss uses one output of a two-output Function: eager's backward of the Function runs
+    with zeros for the other output and gives its input a zero .grad (not None, which an
+    optimizer skips); the reach followed the forward's own data flow (b only to the unused
+    output) and left it None from the second call on."""
+    def step(a, b, x):
+        p, q = _Two.apply(a, b)
+        (x * p).sum().backward()
+        return q.detach()
+
+    fast = mlircap.compile(step)
+    with torch.enable_grad():
+        for i in range(3):
+            a, b, x = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True), torch.randn(3)
+            a2, b2 = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+            torch.testing.assert_close(fast(a2, b2, x), step(a, b, x))
+            torch.testing.assert_close(a2.grad, a.grad)
+            assert b.grad is not None and b2.grad is not None, f"call {i}: b.grad {b2.grad} (eager {b.grad})"
+            torch.testing.assert_close(b2.grad, b.grad)
