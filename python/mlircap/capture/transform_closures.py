@@ -153,6 +153,10 @@ def _walk(code: types.CodeType, g: dict, cells: dict, plan: BodyPlan, own: str |
         if op == "LOAD_GLOBAL":
             if argval in g:
                 v = g[argval]
+                if isinstance(v, torch.nn.Module):   # (a model the program's module holds: sourced by its read)
+                    plan.globals.append((g, argval))
+                    held, chain = v, (v, ())
+                    continue
                 if not (_torch_module(v) or _torch_callable(argval, v)):
                     return False
             elif argval not in _BUILTINS:
@@ -234,6 +238,8 @@ def guard(rec: Any, plan: BodyPlan) -> None:
     for mod, name in plan.lookups:
         rec.read(f"{rec.const(mod)}.{name}", f"{mod.__name__}.{name}", getattr(mod, name))
     for root, names in plan.chains:
+        if not held_source(rec.src.get(id(root))):
+            raise Unreplayable(f"a {type(root).__name__} a torch.func transform reads has no source")
         o = root
         for n in names:
             _pin(rec, o, n)

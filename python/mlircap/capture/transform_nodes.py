@@ -193,8 +193,7 @@ class _TransformNodeMixin:
         plans = [lk for _, lk in lookups if isinstance(lk, BodyPlan)]
         used = unique([m for p in plans for m in p.used])
         if plans and (pull is not None or f.__code__ is _VJP_CODE or
-                      not all(library_subtree(m) and not writes_buffers(m) for m in used) or
-                      not all(held_source(self.src.get(id(r))) for p in plans for r, _ in p.chains)):
+                      not all(library_subtree(m) and not writes_buffers(m) for m in used)):
             return False
         if not leaves and not used:
             return False

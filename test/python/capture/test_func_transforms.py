@@ -436,3 +436,34 @@ def test_an_argument_cell_stored_a_literal_on_one_path_is_not_a_constant():
     for i in range(5):
         x = torch.randn(3, 6)
         _close(f(x, i % 4, i == 0), fast(x, i % 4, i == 0), i)
+
+
+MODEL = nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 1))
+
+
+def per_sample_of_global_model(xs, ys):
+    params = {k: v.detach() for k, v in MODEL.named_parameters()}
+
+    def loss(p, x, y):
+        return F.mse_loss(functional_call(MODEL, p, (x[None],)), y[None])
+    return vmap(grad(loss), in_dims=(None, 0, 0))(params, xs, ys)
+
+
+@pytest.mark.parametrize("how", COMPILERS)
+def test_per_sample_grads_of_a_global_model(how):
+    global MODEL
+    torch.manual_seed(0)
+    fast = capture(per_sample_of_global_model, EAGER) if how == "eager" else mlircap.compile(per_sample_of_global_model)
+    saved = MODEL
+    try:
+        for i in range(5):
+            if i == 2:
+                with torch.no_grad():
+                    MODEL[0].weight.mul_(0.5)
+            if i == 3:   # the global rebound: a guard miss
+                MODEL = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 1))
+            xs, ys = torch.randn(5, 4), torch.randn(5, 1)
+            _close(per_sample_of_global_model(xs, ys), fast(xs, ys), i)
+        _one_graph(fast, how)
+    finally:
+        MODEL = saved
