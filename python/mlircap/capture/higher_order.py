@@ -297,6 +297,13 @@ def _double_backward_ok(rec: _Recorder, seg: _Seg) -> bool:
     the energy came from an eager callee: 'differentiated Tensor ... not used')."""
     if seg.inplace or rec.uses_rng or not any(t.requires_grad for t in seg.examples):
         return False
+    # (nor one taking a tensor the recording wrote in place without an op that seg.inplace
+    # names: an instance / batch norm's running statistics, `buf += 1` (__iadd__): a graph
+    # whose direct node fails _stash_inputs runs again under _RecomputeForHigherOrder, and a
+    # second run applied the write twice: fuzz_graphs --families modules --grad seed 7018)
+    mutated = rec.mutated_ids()
+    if mutated and any(id(t) in mutated for t in seg.examples):
+        return False
     if any(t.grad_fn is not None for t in seg.examples) and any(
             n.op == "call_function" and n.target is torch.autograd.grad for n in seg.graph.nodes):
         return False
