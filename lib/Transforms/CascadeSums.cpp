@@ -172,7 +172,7 @@ SmallVector<Value> termsAt(OpBuilder &b, Location loc, linalg::GenericOp op,
 
 bool cascadeSumsEnabled() {
   const char *v = std::getenv("MLIRCAP_CASCADE_SUMS");
-  if (!v)
+  if (!v) // off by default: slower than the blocked sums in places (bench/sum_speed.py)
     return false;
   std::string s = StringRef(v).trim().lower();
   return !(s.empty() || s == "0" || s == "false" || s == "no");

@@ -413,8 +413,9 @@ void lowerToRegisters(linalg::GenericOp op, const llvm::DenseSet<Value> &f32Sums
   SmallVector<arith::AddFOp> narrowed = widenedSums(op);
   if (!innerLen || *innerLen < kMinBlocked)
     narrowed.clear();
-  // Float sums over a contiguous last dim: in eager's order (CascadeSums.cpp);
-  // opt-in (MLIRCAP_CASCADE_SUMS=1) until its speed against the blocked sums is measured.
+  // Float sums over a contiguous last dim: in eager's order (CascadeSums.cpp)
+  // with MLIRCAP_CASCADE_SUMS=1 (opt-in: slower than the blocked sums in places,
+  // bench/sum_speed.py).
   std::optional<CascadeSum> cascade;
   if (innerLen && red.back() == op.getNumLoops() - 1 && cascadeSumsEnabled())
     cascade = matchCascadeSum(op, f32Sums);

@@ -58,8 +58,8 @@ ENV: dict[str, EnvVar] = _vars(
     EnvVar("MLIRCAP_DUMP_DIR", None, "write every stage of every graph and a repro.sh there",
            "mlircap/backend.py"),
     EnvVar("MLIRCAP_CASCADE_SUMS", None, "1 (read by the C++ core): CPU float row sums add their terms "
-           "in the order of eager's cascade sum (bit-equal sums and means; off by default: f64 row means "
-           "were 0.62x eager)", "lib/Transforms/ReductionLoops.cpp"),
+           "in the order of eager's cascade sum (bit-equal sums and means; off by default: up to 3x slower "
+           "than the blocked sums in places, bench/sum_speed.py)", "lib/Transforms/CascadeSums.cpp"),
     EnvVar("MLIRCAP_COMPILE_WORKER", "1", "0 compiles in-process instead of in the isolated "
            "compile worker (debugging)", "mlircap/worker.py"),
     EnvVar("MLIRCAP_COMPILE_TIMEOUT", "900", "seconds a graph may compile before it runs "

@@ -1,4 +1,9 @@
 // RUN: env MLIRCAP_CASCADE_SUMS=1 mlircap-opt %s --split-input-file --mlircap-reduction-loops | FileCheck %s
+// RUN: env MLIRCAP_CASCADE_SUMS=0 mlircap-opt %s --split-input-file --mlircap-reduction-loops | FileCheck %s --check-prefix=OFF
+
+// MLIRCAP_CASCADE_SUMS=1 turns it on, 0 (as unset) leaves it off (no
+// vectors: the sums of reduction-loops.mlir).
+// OFF-NOT: vector.
 
 // Float sums over a contiguous last dim in eager's order (CascadeSums.cpp).
 // An f64 row of 12: three 4-lane vectors (no group of 16 lanes) added to

@@ -1,4 +1,7 @@
-// RUN: mlircap-opt %s --split-input-file --mlircap-reduction-loops | FileCheck %s
+// RUN: env MLIRCAP_CASCADE_SUMS=0 mlircap-opt %s --split-input-file --mlircap-reduction-loops | FileCheck %s
+
+// The lowering with MLIRCAP_CASCADE_SUMS=0: float sums over a contiguous last
+// dim in blocks / sequentially, not in eager's cascade order (cascade-sums.mlir).
 
 // A row max: the accumulator is loaded once per row, carried through the
 // reduction loop, stored once. The max is a maxnumf that assumes no NaN (one

@@ -19,11 +19,10 @@ import torch
 
 import mlircap
 
-# Opt-in while the cascade's speed is measured (lib/Transforms/ReductionLoops.cpp): set
-# for this file's tests only. Set at import, it was on during collection and so for every
-# test file that runs before this one (CI: test_numerics' in-process CPU compile ran the
-# cascade and failed on vector.step). The compile worker takes the parent's MLIRCAP_*
-# settings with each request (worker.settings).
+# Opt-in (slower than the blocked sums in places: bench/sum_speed.py): set for this file's
+# tests only. Set at import, it was on during collection and so for every test file that
+# runs before this one. The compile worker takes the parent's MLIRCAP_* settings with each
+# request (worker.settings).
 @pytest.fixture(autouse=True, scope="module")
 def _cascade_sums_only_here():
     before = os.environ.get("MLIRCAP_CASCADE_SUMS")
@@ -33,6 +32,7 @@ def _cascade_sums_only_here():
         os.environ.pop("MLIRCAP_CASCADE_SUMS", None)
     else:
         os.environ["MLIRCAP_CASCADE_SUMS"] = before
+
 
 # Row lengths around every boundary of the order: below a vector (4 doubles,
 # 8 floats), whole vectors, groups of four vectors, 16 groups (a level of the
