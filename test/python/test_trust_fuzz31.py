@@ -68,3 +68,32 @@ def test_graph_writing_its_inputs_is_not_run_twice_for_higher_order_grads(make):
             torch.testing.assert_close(bc, b, rtol=1e-5, atol=1e-6, msg=f"call {i}: buffer {k}")
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(xc.grad, xe.grad, rtol=1e-5, atol=1e-6)
+
+
+def _restride_after_break(x):
+    v0 = x * 2
+    v1 = v0 + int(v0.float().sum().clamp(-100, 100))   # (.item(): the graph breaks here)
+    v0.transpose_(0, -1)
+    return v0 / 3, v0, v1
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_in_place_view_of_an_earlier_graphs_output_requiring_grad(grad):
+    """fuzz_graphs --families edges --grad seed 7128: `v0.transpose_(0, -1)` on an earlier
+    graph's output that requires grad (across a graph break).  From the first replay on the
+    outputs came back in v0's old shape ([6, 1, 2] for [2, 1, 6]) and backward raised
+    'invalid gradient ... got [1, 1, 6] but expected [6, 1, 1]'.  Such a call now runs
+    eagerly (grad); without grad it stays compiled and right."""
+    c = mlircap.compile(_restride_after_break)
+    for i in range(3):
+        torch.manual_seed(20 + i)
+        x = torch.randn(6, 1, 2)
+        xe, xc = x.clone().requires_grad_(grad), x.clone().requires_grad_(grad)
+        want, got = _restride_after_break(xe), c(xc)
+        for w, g in zip(want, got):
+            assert g.shape == w.shape and g.stride() == w.stride(), (i, g.shape, w.shape)
+            torch.testing.assert_close(g, w)
+        if grad:
+            want[0].sum().backward()
+            got[0].sum().backward()
+            torch.testing.assert_close(xc.grad, xe.grad)

@@ -140,6 +140,10 @@ class _GraphMixin(_ScalarInputMixin, _NumberCallMixin, _IndexInputMixin, _GradHo
             self.unreplayable = self.unreplayable or \
                 f"{_op_name(func)} wrote in place to a tensor whose elements share memory (expanded)"
             return res
+        elif self._restrides_graph_input(name, args, kwargs):
+            self.unreplayable = self.unreplayable or \
+                f"{_op_name(func)} changed the shape or strides of another graph's output that requires grad in place"
+            return res
         elif before and any(_metadata(t) != m for t, m in before):
             # a graph cannot change its inputs' shapes or strides (aot_autograd's epilogue
             # copied the result into the input as it was: torch.mul(x, y, out=empty) raised,

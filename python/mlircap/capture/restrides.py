@@ -58,6 +58,23 @@ class _RestrideMixin:
             self._arg_node(seg, t)
         return before
 
+    def _restrides_graph_input(self, name: str, args: tuple, kwargs: dict) -> bool:
+        """Whether an in-place view op (`v.transpose_(0, -1)`) restrided a tensor the function
+        made that requires grad and that the open graph takes as an input (an earlier graph's
+        output, across a graph break): aot_autograd's metadata mutation of such an input gave
+        the graph's outputs the old metadata from the first replay on (wrong shapes) and its
+        backward a gradient of the new shape ('invalid gradient ... got [1, 1, 6] but expected
+        [6, 1, 1]': fuzz_graphs --families edges --grad seed 7128). Dynamo refuses the same
+        ('an inplace view on a graph input'); the function runs eagerly. Within one graph the
+        op stays a view of its own node."""
+        if name not in _RESTRIDES or "out" in kwargs or not args:
+            return False
+        t = args[0]
+        if type(t) is not torch.Tensor or not t.requires_grad or id(t) in self.src:
+            return False
+        e = self.env.get(id(t))
+        return not (e is not None and e[0] is t and self.cur is not None and e[1] == self.cur.idx)
+
     def _restrided(self, pending: list) -> None:
         """After the op: the examples of those inputs get their metadata from before it, the
         tensors are noted for the replay's final restride."""
