@@ -2822,6 +2822,8 @@ def _same(a, b):
         return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     if isinstance(a, dict):
         return type(a) is type(b) and list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, torch.Generator):   # distinct objects (deep copies): the same draws taken from them
+        return torch.equal(a.get_state(), b.get_state())
     if hasattr(a, "__dict__") and not callable(a) and not isinstance(a, type):
         return _same(dict(vars(a)), dict(vars(b)))
     return a == b
@@ -2847,6 +2849,10 @@ def _clone(x):
         return type(x)(_clone(y) for y in x)
     if isinstance(x, dict):
         return {k: _clone(v) for k, v in x.items()}
+    if isinstance(x, torch.Generator):   # each side draws from its own copy (one shared: the second drew on)
+        g = torch.Generator(device=x.device)
+        g.set_state(x.get_state())
+        return g
     return x
 
 
