@@ -515,6 +515,9 @@ def _build_table() -> dict:
     table[aten.logit_backward.default] = _logit_backward
     table[aten.elu_backward.default] = _elu_backward_nan_as_eager(table.get(aten.elu_backward.default))
     table[aten.hardtanh_backward.default] = _hardtanh_backward_nan_as_eager(table.get(aten.hardtanh_backward.default))
+    from . import shrink_grads
+
+    table.update(shrink_grads.decompositions(_vector_loop_nans))   # NaN inputs as eager's kernels
     table[aten.linalg_vector_norm.default] = _norm_of_single_elements(table.get(aten.linalg_vector_norm.default))
     table[aten.addr.default] = _addr_rounded_like_eager(table.get(aten.addr.default))
     from . import xlogy_steps
@@ -1604,7 +1607,10 @@ def eager_kernels_for_islands():
 
     from .losses import python_kernel_fixes
 
+    from .shrink_grads import kernel_fixes
+
     fixes = dict(python_kernel_fixes())   # torch's Python kernels that differ from eager, replaced
+    fixes.update(kernel_fixes())          # (softshrink / hardshrink: recorded whole, eager's derivative)
     matmul, implicit = torch.ops.aten.matmul.default, DispatchKey.CompositeImplicitAutograd
     if implicit in matmul.py_kernels:   # batch dims one operand broadcasts: not expanded (CPU)
         from .matmul_broadcast import broadcast_batched_matmul

@@ -417,8 +417,9 @@ def eager_nan_block(dtype: torch.dtype, kernel: str = "elu_backward") -> int | N
     step, measured on NaN inputs (its vector loop sends a NaN to the negative branch, a NaN
     gradient; its scalar loop, taking the rest of each inner loop, to the positive one: the
     gradient times scale): the one block size that gives the NaN positions at several sizes;
-    None when no size does. kernel="hardtanh_backward": that kernel's (its vector loop gives a
-    NaN input a zero gradient, its scalar loop passes the gradient)."""
+    None when no size does. kernel="hardtanh_backward" / "softshrink_backward" /
+    "hardshrink_backward": that kernel's (its vector loop gives a NaN input a zero gradient, its
+    scalar loop passes the gradient)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 
@@ -428,6 +429,8 @@ def eager_nan_block(dtype: torch.dtype, kernel: str = "elu_backward") -> int | N
             x = torch.full((n,), float("nan"), dtype=dtype)
             if kernel == "hardtanh_backward":
                 e = aten.hardtanh_backward.default(torch.ones(n, dtype=dtype), x, -1.0, 1.0) == 0
+            elif kernel in ("softshrink_backward", "hardshrink_backward"):
+                e = getattr(aten, kernel).default(torch.ones(n, dtype=dtype), x, 0.5) == 0
             else:
                 e = aten.elu_backward.default(torch.ones(n, dtype=dtype), 1.0, 1.0, 1.0, False, x).isnan()
             pos = torch.arange(n)
