@@ -517,7 +517,7 @@ def _build_table() -> dict:
     table[aten.hardtanh_backward.default] = _hardtanh_backward_nan_as_eager(table.get(aten.hardtanh_backward.default))
     from . import shrink_grads
 
-    table.update(shrink_grads.decompositions(_vector_loop_nans))   # NaN inputs as eager's kernels
+    table.update(shrink_grads.decompositions(_zero_at_vector_loop_nans))   # NaN inputs as eager's kernels
     table[aten.linalg_vector_norm.default] = _norm_of_single_elements(table.get(aten.linalg_vector_norm.default))
     table[aten.addr.default] = _addr_rounded_like_eager(table.get(aten.addr.default))
     from . import xlogy_steps
@@ -760,6 +760,16 @@ def _vector_loop_nans(ref, grad_output, x, kernel: str):
     return x.isnan() if vec is True else x.isnan() & vec
 
 
+def _zero_at_vector_loop_nans(ref, grad_output, x, kernel: str):
+    """`ref` with 0 at the NaNs of `x` that eager's CPU backward `kernel` meets in its vector
+    loop (_vector_loop_nans: hardtanh / softshrink / hardshrink's vector loops give them a zero
+    gradient, their scalar loops pass it)."""
+    nan = _vector_loop_nans(ref, grad_output, x, kernel)
+    if nan is None:
+        return ref
+    return torch.where(nan, torch.zeros((), dtype=ref.dtype, device=ref.device), ref)
+
+
 def _elu_backward_nan_as_eager(fallback):
     """elu / selu / celu's gradient of a NaN input (or result) as eager's CPU kernel gives it:
     its scalar loop tests `x <= 0` (a NaN takes the positive branch, the gradient times scale,
@@ -788,11 +798,8 @@ def _hardtanh_backward_nan_as_eager(fallback):
     strided float32 input, then a replicate pad and matmul: eager's gradient 0 at two NaNs, the
     compiled one the gradient passed through."""
     def decomposition(grad_output, self, min_val, max_val):
-        ref = fallback(grad_output, self, min_val, max_val)
-        nan = _vector_loop_nans(ref, grad_output, self, "hardtanh_backward")
-        if nan is None:
-            return ref
-        return torch.where(nan, torch.zeros((), dtype=ref.dtype, device=ref.device), ref)
+        return _zero_at_vector_loop_nans(fallback(grad_output, self, min_val, max_val), grad_output, self,
+                                         "hardtanh_backward")
 
     if fallback is None:
         return lambda *a, **k: NotImplemented

@@ -13,7 +13,7 @@ amax over channels of an input with NaN / inf): 2 NaN gradients where eager has 
 While aot_autograd traces, `kernel_fixes` sends these ops to the C++ dispatcher (recorded
 whole: their derivative is eager's, the *_backward op), and `decompositions` computes the
 backward ops as eager's kernels do: the scalar loop's rule, and 0 at the NaNs eager's CPU
-vector loop meets (frontend._vector_loop_nans: opmath.vector_loop_positions, the block
+vector loop meets (frontend._zero_at_vector_loop_nans: opmath.vector_loop_positions, the block
 measured on eager's kernel)."""
 from __future__ import annotations
 
@@ -45,17 +45,14 @@ def _whole(op):
     return kernel
 
 
-def decompositions(vector_loop_nans) -> dict:
-    """{backward op: decomposition}; `vector_loop_nans(ref, grad, x, kernel)` is
-    frontend._vector_loop_nans."""
+def decompositions(zero_at_vector_loop_nans) -> dict:
+    """{backward op: decomposition}; `zero_at_vector_loop_nans(ref, grad, x, kernel)` is
+    frontend._zero_at_vector_loop_nans (hardtanh_backward's rule too)."""
     def backward(kernel):
         def decomposition(grad_output, self, lambd):
             ref = torch.where((self >= -lambd) & (self <= lambd), torch.zeros((), dtype=grad_output.dtype,
                                                                              device=grad_output.device), grad_output)
-            nan = vector_loop_nans(ref, grad_output, self, kernel)
-            if nan is None:
-                return ref
-            return torch.where(nan, torch.zeros((), dtype=ref.dtype, device=ref.device), ref)
+            return zero_at_vector_loop_nans(ref, grad_output, self, kernel)
         return decomposition
 
     return {aten.softshrink_backward.default: backward("softshrink_backward"),
